@@ -1,0 +1,1 @@
+"""CORE-Bench (siegelz/core-bench): computational reproducibility of published research code."""

@@ -1,0 +1,184 @@
+"""Fetching and unpacking CORE-Bench capsules (one tar.gz per task, a few MB to several GB).
+
+Archives come from the upstream host (overridable with ``$AGENTBENCH_CAPSULE_URL`` for mirrors
+and tests) into a store folder; they are unpacked once into a cache folder and copied from
+there into a fresh workspace per item. Archives are untrusted input: every member is checked
+before anything is written (no absolute paths, no ``..``, links stay inside the capsule, no
+device files), and ``tarfile``'s ``data`` filter is applied on top where Python has it.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+DEFAULT_CAPSULE_URL = "https://corebench.cs.princeton.edu/capsules"
+CAPSULE_URL_ENV = "AGENTBENCH_CAPSULE_URL"
+CAPSULE_ID = re.compile(r"capsule-\d+")
+
+
+class CapsuleError(Exception):
+    """A capsule cannot be had or is unsafe; the message says where to put a good copy."""
+
+
+def capsule_base_url() -> str:
+    return os.environ.get(CAPSULE_URL_ENV, DEFAULT_CAPSULE_URL).rstrip("/")
+
+
+def capsule_url(capsule_id: str) -> str:
+    return f"{capsule_base_url()}/{capsule_id}.tar.gz"
+
+
+def check_capsule_id(capsule_id: str) -> str:
+    # the id becomes a file name and a URL path: only the official shape is accepted
+    if not CAPSULE_ID.fullmatch(capsule_id):
+        raise CapsuleError(f"invalid capsule id {capsule_id!r}: expected 'capsule-' followed by digits")
+    return capsule_id
+
+
+def is_writable_dir(path: Path) -> bool:
+    """Whether files can be created in ``path`` (created later when missing).
+
+    The nearest existing folder decides. Its mode bits count too, so a data folder marked
+    read-only stays untouched even for root, whom ``os.access`` always allows.
+    """
+    probe = Path(path)
+    while not probe.exists():
+        if probe.parent == probe:
+            return False
+        probe = probe.parent
+    if not probe.is_dir():
+        return False
+    return os.access(probe, os.W_OK | os.X_OK) and bool(probe.stat().st_mode & 0o222)
+
+
+def archive_store(data_dir: Path, cache_dir: Path, capsules_dir: Path | None = None) -> Path:
+    """Where archives live: ``--bench-capsules-dir``, else ``<data>/core_bench/capsules`` when
+    writable, else ``<cache>/capsules``."""
+    if capsules_dir is not None:
+        return Path(capsules_dir)
+    preferred = Path(data_dir) / "core_bench" / "capsules"
+    if is_writable_dir(preferred):
+        return preferred
+    return Path(cache_dir) / "capsules"
+
+
+# --------------------------------------------------------------------------- safe extraction
+
+def _normalized_parts(name: str) -> list[str]:
+    return [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+
+
+def _inside(path: str, top: str) -> bool:
+    """Whether a normalized archive path lies in ``top`` (or is ``top``)."""
+    return path == top or path.startswith(top + "/")
+
+
+def member_problem(member: tarfile.TarInfo, top: str) -> str | None:
+    """Why ``member`` must not be extracted into capsule folder ``top``, or None when it is fine."""
+    name = member.name
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "absolute path"
+    parts = _normalized_parts(name)
+    if ".." in parts:
+        return "path contains '..'"
+    if not parts:
+        return None if member.isdir() else "entry without a name"
+    if parts[0] != top:
+        return f"outside the single top-level folder {top}/"
+    if member.ischr() or member.isblk() or member.isfifo() or member.isdev():
+        return "device or special file"
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        return "unsupported entry type"
+    if member.issym() or member.islnk():
+        target = member.linkname
+        if target.startswith(("/", "\\")):
+            return f"link to absolute path {target!r}"
+        base = posixpath.dirname("/".join(parts)) if member.issym() else ""
+        resolved = posixpath.normpath(posixpath.join(base, target))
+        if resolved.startswith("../") or resolved == ".." or not _inside(resolved, top):
+            return f"link {target!r} points outside the capsule"
+    return None
+
+
+def safe_extract(archive: Path, dest: Path, capsule_id: str) -> Path:
+    """Unpack ``archive`` into ``dest/<capsule_id>`` atomically and return that folder.
+
+    Every member is checked first; one bad member rejects the whole archive, naming it.
+    """
+    archive, dest = Path(archive), Path(dest)
+    final = dest / capsule_id
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        tar = tarfile.open(archive, "r:*")
+    except (tarfile.TarError, OSError) as exc:
+        raise CapsuleError(f"{archive} is not a readable tar archive ({exc})") from exc
+    with tar:
+        try:
+            members = tar.getmembers()
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise CapsuleError(f"{archive} is truncated or corrupt ({exc})") from exc
+        top = capsule_id  # the one top-level folder every member must be in
+        if not members:
+            raise CapsuleError(f"{archive} is an empty archive")
+        for member in members:
+            problem = member_problem(member, top)
+            if problem:
+                raise CapsuleError(f"unsafe archive {archive}: member {member.name!r}: {problem}; refusing to extract it")
+        staging = Path(tempfile.mkdtemp(prefix=f".{capsule_id}-", dir=dest))
+        try:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(staging, members=members, filter="data")
+            else:  # Python < 3.11.4: our own checks above are the guard
+                tar.extractall(staging, members=members)
+            if final.exists():  # another process finished first; its copy is as good as ours
+                return final
+            os.replace(staging / top, final)
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise CapsuleError(f"extracting {archive} failed ({exc}); delete it so it is downloaded again") from exc
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+# --------------------------------------------------------------------------- getting a capsule
+
+def _unavailable(capsule_id: str, url: str, store: Path, why: str) -> CapsuleError:
+    return CapsuleError(
+        f"capsule {capsule_id} is not available: {why}. Download {url} and put it in {store}/ "
+        f"(as {capsule_id}.tar.gz), or point --bench-capsules-dir at a folder that has it."
+    )
+
+
+def ensure_capsule(capsule_id: str, store: Path, extract_root: Path, *, sha256: str | None = None,
+                   retries: int = 3, backoff: float = 1.0, timeout: float = 60) -> Path:
+    """The unpacked capsule folder (``code/``, ``data/``, ``results/``, ...), fetched when needed.
+
+    Looked up, in order: an already unpacked ``<store>/<id>/`` (upstream's own layout), the
+    unpacked copy in ``extract_root``, the archive ``<store>/<id>.tar.gz``, a download.
+    """
+    from pytest_agentbench.data import DataError, download, sha256_of
+
+    check_capsule_id(capsule_id)
+    store, extract_root = Path(store), Path(extract_root)
+    url = capsule_url(capsule_id)
+    for ready in (store / capsule_id, extract_root / capsule_id):
+        if ready.is_dir():
+            return ready
+    archive = store / f"{capsule_id}.tar.gz"
+    if archive.is_file():
+        if sha256 is not None and sha256_of(archive) != sha256:
+            raise _unavailable(capsule_id, url, store, f"{archive} does not match its sha256 {sha256}; delete it")
+    else:
+        try:
+            download(url, archive, sha256, retries=retries, backoff=backoff, timeout=timeout)
+        except (DataError, OSError) as exc:
+            raise _unavailable(capsule_id, url, store, f"download failed ({exc})") from exc
+    try:
+        return safe_extract(archive, extract_root, capsule_id)
+    except CapsuleError as exc:
+        raise _unavailable(capsule_id, url, store, str(exc)) from exc

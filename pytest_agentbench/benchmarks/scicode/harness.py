@@ -1,0 +1,176 @@
+"""Scoring one SciCode step: get the code of the step and the steps before it, then run the tests.
+
+Step k depends on the code of steps 1..k-1, a data dependency: the code comes from this process's
+memo (earlier items of the same problem ran here, xdist keeps a problem on one worker), else it
+is generated now (cheap when the response cache has it). So ``-k`` or ``--bench-ids`` may select
+one step alone.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ...envs import sandbox
+from ...registry import RunContext, Sample
+from . import dataset, script
+from .bench import CACHE, Generated
+
+RECORD_OUTPUT_LIMIT = 4000  # characters of stdout/stderr kept in a record
+
+
+def score_step(bench, sample: Sample, ctx: RunContext) -> dict[str, Any]:
+    config = ctx.config
+    problem = ctx.item.parent.task.data
+    index = sample.data["index"]
+    step = sample.data["step"]
+    number = str(step["step_number"])
+    previous = [code_of(bench, ctx, problem, j) for j in range(index)]
+    generated = generate(bench, ctx, problem, index, previous)
+    record: dict[str, Any] = {"problem": str(problem["problem_id"]), "step": number,
+                              "tests": len(step["test_cases"]), "code": generated.code,
+                              "generation": {"status": generated.status, **generated.accounting}}
+    if generated.trajectory:
+        record["trajectory"] = write_trajectory(ctx.run_dir, number, generated)
+    if generated.status != "ok" or not generated.code:
+        status = "model_error" if generated.status == "model_error" else "parse_error"
+        message = generated.message or "the model's reply has no parseable code"
+        return {**record, "status": status, "message": message}
+    targets = bench.targets_for(config, problem, number)
+    record["targets"] = targets.kind
+    if targets.path is None:
+        return {**record, "status": "eval_error", "message": targets.message}
+    source = script.build_scoring_script(
+        step_number=number, dependencies=problem.get("required_dependencies", ""), previous_code=previous,
+        code=generated.code, tests=step["test_cases"], h5_path=targets.path)
+    token = script.new_token()
+    result = run_script(config, source, timeout=item_timeout(config), env={script.TOKEN_ENV: token})
+    return {**record, **verdict(result, token, len(step["test_cases"]))}
+
+
+def item_timeout(config) -> float:
+    from ...plugin import bench_timeout
+
+    return bench_timeout(config)
+
+
+def run_script(config, source: str, *, timeout: float, env: dict[str, str] | None = None) -> sandbox.ExecResult:
+    limits = sandbox.Limits(timeout=timeout, memory=int(config.getoption("bench_memory_limit") * sandbox.GiB))
+    executor = config.getoption("bench_executor") or "fork"
+    runner = getattr(sandbox, "get_executor", None)
+    if runner is None:
+        return sandbox.run_python(source, limits=limits, env=env)
+    return runner(executor).run(source, limits=limits, env=env)
+
+
+def verdict(result: sandbox.ExecResult, token: str, n_tests: int) -> dict[str, Any]:
+    """Status of a scoring run. A pass needs exit 0 *and* the token printed after the last test."""
+    done = script.tests_completed(result.stdout)
+    out = {"returncode": result.returncode, "tests_completed": min(done, n_tests),
+           "stdout": sandbox.trim(result.stdout.encode(), RECORD_OUTPUT_LIMIT),
+           "stderr": sandbox.trim(result.stderr.encode(), RECORD_OUTPUT_LIMIT),
+           "exec_duration": round(result.duration, 3)}
+    if result.limit:
+        out["limit"] = result.limit
+    if result.timed_out:
+        return {**out, "status": "timeout", "message": f"scoring ran past {result.duration:.0f} s (--bench-timeout)"}
+    if result.returncode == script.TARGETS_EXIT and "agentbench: cannot read targets" in result.stderr or \
+            "agentbench: " in result.stderr and " targets for step " in result.stderr:
+        return {**out, "status": "eval_error", "message": last_line(result.stderr)}
+    finished = f"agentbench: all tests done {token}" in result.stdout
+    if result.returncode == 0 and finished:
+        return {**out, "status": "pass", "message": ""}
+    if result.returncode == 0:
+        return {**out, "status": "fail",
+                "message": f"exited with status 0 before all tests ran ({done} of {n_tests} completed)"}
+    reason = {"memory": "memory limit hit", "cpu": "CPU time limit hit",
+              "processes": "process limit hit"}.get(result.limit or "", "")
+    detail = last_line(result.stderr) or f"exit status {result.returncode}"
+    where = f"test {done + 1} of {n_tests}" if done < n_tests else "after the tests"
+    return {**out, "status": "fail", "message": "; ".join(filter(None, [reason, f"{detail} ({where})"]))}
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+# ---- code of steps --------------------------------------------------------------------------
+def code_of(bench, ctx: RunContext, problem: dict[str, Any], index: int) -> str:
+    """The code an earlier step contributes: the official code of a prefilled step, else its generated code."""
+    number = str(problem["sub_steps"][index]["step_number"])
+    if number in dataset.PREFILLED_FILES:
+        return prefilled(ctx.config)[number]
+    previous = [code_of(bench, ctx, problem, j) for j in range(index)]
+    return generate(bench, ctx, problem, index, previous).code or ""
+
+
+def prefilled(config) -> dict[str, str]:
+    memo = config.stash[CACHE]
+    if "prefilled" not in memo:
+        from ...data import cache_dir, data_dir
+
+        memo["prefilled"] = dataset.load_prefilled(data_dir(config), verify=bench_verify(config),
+                                                   stamp_dir=cache_dir(config))
+    return memo["prefilled"]
+
+
+def bench_verify(config) -> bool:
+    return not config.getoption("bench_allow_custom_data", False)
+
+
+def generate(bench, ctx: RunContext, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
+    memo = ctx.config.stash[CACHE]["generated"]
+    key = (str(problem["problem_id"]), index)
+    if key not in memo:
+        memo[key] = _generate(ctx, problem, index, previous)
+    return memo[key]
+
+
+def _generate(ctx: RunContext, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
+    step = problem["sub_steps"][index]
+    if getattr(ctx.model, "is_oracle", False):
+        code = step.get("ground_truth_code")
+        if not code:
+            return Generated(None, "model_error", f"the oracle has no ground truth for step {step['step_number']}")
+        return Generated(code, accounting={"model_calls": 0})
+    from .generate import generate_step
+    from .prompts import load_templates
+
+    config = ctx.config
+    memo = config.stash[CACHE]
+    if "templates" not in memo:
+        from ...data import data_dir
+
+        memo["templates"] = load_templates(data_dir(config))
+    settings = ctx.config.stash[_plugin_state_key()].settings
+    dependencies = problem.get("required_dependencies", "")
+    tool_timeout = float(config.getoption("bench_tool_timeout"))
+
+    def run_code(code: str, timeout: float) -> dict[str, Any]:
+        source = script.build_tool_script(dependencies=dependencies, previous_code=previous, code=code)
+        result = run_script(config, source, timeout=min(timeout, tool_timeout))
+        status = "timeout" if result.timed_out else ("ok" if result.returncode == 0 else "error")
+        return {"status": status, "exit_code": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
+
+    result = generate_step(ctx.model, problem, index, previous, mode=settings["mode"],
+                           with_background=settings["background"], templates=memo["templates"], run_code=run_code,
+                           tool_loops=int(config.getoption("bench_tool_loops")), tool_timeout=tool_timeout)
+    return Generated(code=result.code, status=result.status, message=result.message,
+                     accounting=dict(result.accounting), trajectory=list(result.trajectory),
+                     response_text=result.response_text)
+
+
+def _plugin_state_key():
+    from ...plugin import STATE
+
+    return STATE
+
+
+def write_trajectory(run_dir: Path, number: str, generated: Generated) -> str:
+    folder = Path(run_dir) / "trajectories"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{number}.json"
+    path.write_text(json.dumps({"step": number, "status": generated.status, "messages": generated.trajectory,
+                                "response": generated.response_text}, indent=1, default=str))
+    return str(path.relative_to(run_dir))

@@ -1,0 +1,102 @@
+"""SciCode's metrics: main-problem resolve rate and the micro-averaged subproblem rate."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ...records import INFRA_STATUSES, PASS, count_statuses, sort_key
+
+ORDER = ("validation", "test")
+
+
+def split_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """A problem is resolved when every one of its scored steps passed; the subproblem rate is
+    passed steps over scored steps (micro average, not the mean of per-problem ratios)."""
+    scored = [r for r in records if r.get("scored", True) and r["status"] != "skipped"]
+    by_problem: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in scored:
+        by_problem[record["task"]].append(record)
+    resolved = sum(1 for steps in by_problem.values() if all(s["status"] == PASS for s in steps))
+    passed = sum(1 for r in scored if r["status"] == PASS)
+    return {
+        "problems": len(by_problem), "problems_resolved": resolved,
+        "main": resolved / len(by_problem) if by_problem else 0.0,
+        "steps": len(scored), "steps_passed": passed,
+        "subproblem": passed / len(scored) if scored else 0.0,
+        "counts": count_statuses(records),
+        "infra_errors": sum(1 for r in scored if r["status"] in INFRA_STATUSES),
+    }
+
+
+def problem_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    for record in sorted(records, key=sort_key):
+        row = rows.setdefault(record["task"], {"problem": record["task"], "split": record["split"], "steps": []})
+        row["steps"].append({"id": record["id"], "status": record["status"]})
+    for row in rows.values():
+        scored = [s for s in row["steps"] if s["status"] != "skipped"]
+        row["passed"] = sum(1 for s in scored if s["status"] == PASS)
+        row["scored"] = len(scored)
+        row["resolved"] = bool(scored) and row["passed"] == row["scored"]
+    return list(rows.values())
+
+
+def summarize(records: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+    splits = {s: split_metrics([r for r in records if r["split"] == s])
+              for s in ORDER if any(r["split"] == s for r in records)}
+    overall = split_metrics(records)
+    metrics = {"main": overall["main"], "subproblem": overall["subproblem"]}
+    for name, m in splits.items():
+        metrics[f"{name}.main"] = m["main"]
+        metrics[f"{name}.subproblem"] = m["subproblem"]
+    rows = problem_rows(records)
+    return {"metrics": metrics, "splits": splits, "overall": overall, "problems": rows,
+            "terminal": terminal_lines(splits, overall, records), "markdown": markdown(splits, overall, rows, records)}
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {status}" for status, n in counts.items())
+
+
+def _accounting(records: list[dict[str, Any]]) -> dict[str, float]:
+    totals: dict[str, float] = defaultdict(float)
+    for record in records:
+        for key, value in (record.get("generation") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                totals[key] += value
+    return dict(totals)
+
+
+def terminal_lines(splits, overall, records) -> list[str]:
+    lines = []
+    for name, m in [*splits.items(), *([("all", overall)] if len(splits) > 1 else [])]:
+        lines.append(f"{name}: main problems resolved {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}), "
+                     f"subproblems passed {m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%})")
+        lines.append(f"  statuses: {_counts_text(m['counts'])}")
+    if overall["infra_errors"]:
+        lines.append(f"WARNING: {overall['infra_errors']} step(s) ended in a model or environment error and count "
+                     f"as not passed; the score is incomplete (re-run them, the cache keeps the rest)")
+    totals = _accounting(records)
+    if totals.get("model_calls"):
+        lines.append("model: " + ", ".join(f"{k}={v:g}" for k, v in sorted(totals.items())))
+    return lines
+
+
+def markdown(splits, overall, rows, records) -> str:
+    out = ["## Metrics", "", "| split | main problems resolved | subproblems passed |", "|---|---|---|"]
+    for name, m in [*splits.items(), *([("all", overall)] if len(splits) > 1 else [])]:
+        out.append(f"| {name} | {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}) | "
+                   f"{m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%}) |")
+    out += ["", "Statuses: " + (_counts_text(overall["counts"]) or "none"), ""]
+    if overall["infra_errors"]:
+        out += [f"**{overall['infra_errors']} step(s) ended in a model or environment error** (counted as not "
+                f"passed): the score is incomplete.", ""]
+    totals = _accounting(records)
+    if totals.get("model_calls"):
+        out += ["Model usage: " + ", ".join(f"{k}={v:g}" for k, v in sorted(totals.items())), ""]
+    out += ["## Problems", "", "| problem | split | resolved | steps passed | steps |", "|---|---|---|---|---|"]
+    for row in rows:
+        steps = " ".join(f"{s['id']}:{s['status']}" for s in row["steps"])
+        out.append(f"| {row['problem']} | {row['split']} | {'yes' if row['resolved'] else 'no'} | "
+                   f"{row['passed']}/{row['scored']} | {steps} |")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,104 @@
+"""Collection: BenchCollector -> TaskCollector -> one pytest.Function per sample.
+
+Node ids are ``scicode/77::77.3`` (a problem's steps share the part before ``::``, which is what
+xdist's load-scope scheduling groups on) and ``core-bench/capsule-7038571`` for ungrouped samples.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .registry import Benchmark, Sample, Task
+
+
+def run_bench_item(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) -> None:
+    """The body of every benchmark item: fixtures are resolved by pytest, the work by the plugin."""
+    from .plugin import run_item
+
+    run_item(request.node, bench_model, bench_env)
+
+
+class BenchItem(pytest.Function):
+    """A step or capsule. It is a real ``pytest.Function`` so fixtures (and their overrides) apply."""
+
+    def __init__(self, *, sample: Sample, benchmark: Benchmark, nodeid: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sample = sample
+        self.benchmark = benchmark
+        if nodeid is not None:
+            self._nodeid = nodeid
+        for marker in (benchmark.name.replace("-", "_"), *sample.markers):
+            self.add_marker(marker)
+        if sample.split:
+            self.add_marker(sample.split)
+        self.user_properties.append(("agentbench_sample", sample.id))
+
+    def reportinfo(self):
+        return self.path, None, f"{self.benchmark.name} {self.sample.id}"
+
+    def _prunetraceback(self, excinfo) -> None:  # tracebacks through the plugin are not the user's concern
+        excinfo.traceback = excinfo.traceback.cut(path=__file__) or excinfo.traceback
+
+
+class TaskCollector(pytest.Collector):
+    def __init__(self, *, task: Task, benchmark: Benchmark, samples: list[Sample], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.task = task
+        self.benchmark = benchmark
+        self.samples = samples
+
+    def collect(self):
+        for sample in self.samples:
+            yield BenchItem.from_parent(self, name=sample.id, callobj=run_bench_item, sample=sample,
+                                        benchmark=self.benchmark)
+
+
+class BenchCollector(pytest.Collector):
+    """The root of a benchmark's items; ``tasks`` are already filtered by ``--bench-ids``."""
+
+    def __init__(self, *, benchmark: Benchmark, tasks: list[Task], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.benchmark = benchmark
+        self.tasks = tasks
+
+    def collect(self):
+        name = self.benchmark.name
+        for task in self.tasks:
+            if self.benchmark.group_items:
+                yield TaskCollector.from_parent(self, name=task.id, nodeid=f"{name}/{task.id}", task=task,
+                                                benchmark=self.benchmark, samples=task.samples)
+            else:
+                for sample in task.samples:
+                    yield BenchItem.from_parent(self, name=sample.id, nodeid=f"{name}/{sample.id}",
+                                                callobj=run_bench_item, sample=sample, benchmark=self.benchmark)
+
+
+def select_ids(tasks: list[Task], ids: list[str], bench_name: str) -> list[Task]:
+    """Exact selection: ``77`` keeps a whole task, ``77.3`` one sample. Unknown ids are a usage error."""
+    if not ids:
+        return tasks
+    task_ids = {t.id for t in tasks}
+    sample_ids = {s.id for t in tasks for s in t.samples}
+    unknown = [i for i in ids if i not in task_ids and i not in sample_ids]
+    if unknown:
+        shown = sorted(task_ids, key=_natural)[:40]
+        more = "" if len(task_ids) <= 40 else f", ... ({len(task_ids)} in all)"
+        raise pytest.UsageError(
+            f"agentbench: unknown {bench_name} id(s) {', '.join(unknown)} in --bench-ids; valid task ids in this "
+            f"split: {', '.join(shown)}{more} (a sample id is <task>.<step>, e.g. {next(iter(sorted(sample_ids, key=_natural)), '')})"
+        )
+    wanted = set(ids)
+    selected = []
+    for task in tasks:
+        if task.id in wanted:
+            selected.append(task)
+            continue
+        samples = [s for s in task.samples if s.id in wanted]
+        if samples:
+            selected.append(Task(id=task.id, split=task.split, samples=samples, data=task.data))
+    return selected
+
+
+def _natural(text: str):
+    return [int(p) if p.isdigit() else p for p in text.replace("-", ".").split(".")]

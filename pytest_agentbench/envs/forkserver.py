@@ -1,0 +1,418 @@
+"""The fork-server executor: a warm parent with the benchmark's libraries imported, one child per script.
+
+The client (``ForkServer``, one per process: each pytest-xdist worker has its own) starts the server
+lazily as a separate process in its own session, and talks to it over a socketpair with
+length-prefixed pickles. The server imports numpy, scipy, sympy, h5py and matplotlib (Agg) once and
+never runs user code: for every request it forks a child, which leaves for its own session and
+process group, joins the run's cgroup, chdirs into a fresh temporary directory, points fds 0/1/2
+at /dev/null and two output files, sets the rlimits and then runs the script as ``__main__``.
+Because every child is forked from the same pristine server, nothing a child changes (a module
+attribute, a global, a file) can be seen by the next one.
+
+The server is a child subreaper, so anything a script leaves behind (even after ``setsid()``) is
+re-parented to it and killed after the run. A script that kills the server (``os.getppid()`` is the
+server) fails its run with ``EXECUTOR_DIED`` in stderr; the client kills what is left of the run and
+starts a new server for the next request.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import pickle
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .sandbox import (EXECUTOR_DIED, POLL_INTERVAL, SCRIPT_NAME, ExecResult, Limits, ProcessJail,
+                      apply_child_limits, child_env, collect_result, descendants, group_members,
+                      prepare_workdir, read_trimmed, _kill, kill_group)
+
+DEFAULT_PRELOAD = (
+    "numpy", "scipy", "scipy.special", "scipy.integrate", "scipy.linalg", "scipy.sparse",
+    "scipy.sparse.linalg", "scipy.optimize", "scipy.interpolate", "scipy.fft", "scipy.constants",
+    "scipy.stats", "scipy.signal", "scipy.ndimage", "sympy", "h5py", "matplotlib", "matplotlib.pyplot",
+)
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+_HEADER = struct.Struct("!Q")
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+# ---------------------------------------------------------------- wire format
+
+def _send(sock: socket.socket, message: dict) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
+    chunks, missing = [], size
+    while missing:
+        chunk = sock.recv(min(missing, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        missing -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(sock: socket.socket) -> dict | None:
+    """The next message, or None when the other side has gone."""
+    header = _recv_exact(sock, _HEADER.size)
+    if header is None:
+        return None
+    body = _recv_exact(sock, _HEADER.unpack(header)[0])
+    return None if body is None else pickle.loads(body)
+
+
+# ---------------------------------------------------------------- server side
+
+def serve(fd: int, preload: Sequence[str] = DEFAULT_PRELOAD) -> None:
+    """Entry point of the server process; returns when the client closes its end."""
+    sock = socket.socket(fileno=fd)
+    for name in preload:
+        try:
+            __import__(name)
+        except Exception as exc:  # a missing optional library only costs speed in the child
+            print(f"forkserver: could not preload {name}: {exc}", file=sys.stderr)
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _send(sock, {"ready": os.getpid()})
+    while True:
+        request = _recv(sock)
+        if request is None:
+            return
+        try:
+            work, jail, limits = _prepare(request)
+        except (ValueError, OSError) as exc:
+            _send(sock, {"error": f"{type(exc).__name__}: {exc}"})
+            continue
+        _flush_std()
+        pid = os.fork()
+        if pid == 0:
+            _child(sock, request, work, jail, limits)  # never returns
+        _send(sock, {"started": pid, "workdir": str(work), "cgroup": str(jail.cgroup or "")})
+        result = _supervise(sock, pid, work, jail, limits)
+        shutil.rmtree(work, ignore_errors=True)
+        if result is None:  # the client went away mid-run
+            return
+        _send(sock, {"result": result.to_dict()})
+
+
+def _prepare(request: dict) -> tuple[Path, ProcessJail, Limits]:
+    limits = Limits(**request["limits"])
+    work = Path(tempfile.mkdtemp(prefix="agentbench-"))
+    try:
+        prepare_workdir(work, request["source"], request["files"])
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return work, ProcessJail(limits), limits
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, limits: Limits) -> ExecResult | None:
+    started = time.monotonic()
+    deadline = started + limits.timeout
+    timed_out = processes_hit = client_gone = False
+    pidfd = os.pidfd_open(pid)
+    try:
+        while True:
+            step = deadline - time.monotonic()
+            if not jail.counts_processes:
+                step = min(step, POLL_INTERVAL)
+            ready, _, _ = select.select([pidfd, sock], [], [], max(0.0, step))
+            if pidfd in ready:
+                break
+            if sock in ready:  # the client only writes between runs: this is EOF, it died
+                client_gone = True
+                break
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            if not jail.counts_processes and jail.too_many_processes(pid):
+                processes_hit = True
+                break
+    finally:
+        os.close(pidfd)
+    # orphans of the run were re-parented to this server (a subreaper): everything below us belongs to it
+    jail.kill_all(pid, extra_roots=[os.getpid()])
+    _, status = os.waitpid(pid, 0)
+    _reap_orphans()
+    processes_hit = processes_hit or jail.hit_process_limit()
+    jail.close()
+    if client_gone:
+        return None
+    return collect_result(work, limits, os.waitstatus_to_exitcode(status), started, timed_out=timed_out,
+                          limit="processes" if processes_hit and not timed_out else None,
+                          processes_hit=processes_hit)
+
+
+def _reap_orphans() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _child(sock: socket.socket, request: dict, work: Path, jail: ProcessJail, limits: Limits) -> None:
+    """Runs in the forked child: isolate, limit, then run the script like ``python main.py`` would."""
+    try:
+        server = os.getppid()
+        sock.close()
+        os.setsid()
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the run dies with the server
+        if os.getppid() != server:
+            os._exit(125)
+        jail.join()
+        os.chdir(work)
+        _redirect_fds(work)
+        apply_child_limits(limits)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        script = str(work / SCRIPT_NAME)
+        sys.argv[:] = [SCRIPT_NAME]
+        sys.path[0] = str(work)
+        _restore_signals()
+        main = _fresh_main_module(script)
+        source = (work / SCRIPT_NAME).read_bytes()
+    except BaseException as exc:
+        os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
+        os._exit(125)
+    _run_as_main(source, script, main)
+
+
+def _redirect_fds(work: Path) -> None:
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(work / ".stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    err = os.open(work / ".stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for fd, target in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+
+
+def _restore_signals() -> None:
+    # what a fresh interpreter starts with: SIGINT raises KeyboardInterrupt, SIGPIPE/SIGXFSZ ignored
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def _fresh_main_module(script: str):
+    import builtins
+    import importlib.machinery
+    import types
+    main = types.ModuleType("__main__")
+    main.__file__ = script
+    main.__cached__ = None
+    main.__builtins__ = builtins
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
+    main.__spec__ = None
+    main.__package__ = None
+    sys.modules["__main__"] = main
+    return main
+
+
+def _run_as_main(source: bytes, script: str, main) -> None:
+    """Execute the script, then exit the way CPython exits after running a file (never returns)."""
+    code = 0
+    interrupted = False
+    try:
+        compiled = compile(source, script, "exec", dont_inherit=True)
+        exec(compiled, main.__dict__)
+    except SystemExit as exc:
+        code = _system_exit_code(exc)
+    except BaseException as exc:
+        tb = exc.__traceback__
+        # drop our own frame (the exec call) so the traceback starts in the script, as for python main.py
+        if tb is not None and tb.tb_frame.f_code is _run_as_main.__code__:
+            tb = tb.tb_next
+        exc.__traceback__ = tb  # CPython's excepthook prints the exception's own traceback
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        try:
+            sys.excepthook(type(exc), exc, tb)
+        except BaseException:
+            pass
+        code = 1
+    code = _finalize(code)
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
+def _system_exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    try:
+        print(exc.code, file=sys.stderr)
+    except BaseException:
+        pass
+    return 1
+
+
+def _finalize(code: int) -> int:
+    """Interpreter shutdown without tearing down the (large, inherited) heap: threads, atexit, flush."""
+    try:
+        threading._shutdown()
+    except BaseException:
+        pass
+    import atexit as _atexit
+    try:
+        _atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except BaseException:
+            code = 120  # what CPython returns when flushing stdout fails at exit
+    return code
+
+
+# ---------------------------------------------------------------- client side
+
+class ForkServerError(RuntimeError):
+    pass
+
+
+class ForkServer:
+    """Client of one fork server; ``run`` is serialised (one script at a time per server)."""
+
+    kind = "fork"
+
+    def __init__(self, preload: Sequence[str] = DEFAULT_PRELOAD, start_timeout: float = 300.0):
+        self.preload = tuple(preload)
+        self.start_timeout = start_timeout
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._log: Path | None = None
+        self._lock = threading.Lock()
+        self.restarts = 0
+        atexit.register(self.close)
+
+    @property
+    def server_pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def start(self) -> None:
+        with self._lock:
+            self._ensure_started()
+
+    def _ensure_started(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._teardown()
+        ours, theirs = socket.socketpair()
+        fd, log = tempfile.mkstemp(prefix="agentbench-forkserver-", suffix=".log")
+        self._log = Path(log)
+        code = (f"from pytest_agentbench.envs.forkserver import serve; "
+                f"serve({theirs.fileno()}, {self.preload!r})")
+        env = child_env()
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+                                          stdout=fd, stderr=fd, pass_fds=[theirs.fileno()], env=env,
+                                          start_new_session=True)
+        finally:
+            os.close(fd)
+            theirs.close()
+        self._sock = ours
+        ours.settimeout(self.start_timeout)
+        try:
+            hello = _recv(ours)
+        except OSError:
+            hello = None
+        if not hello or "ready" not in hello:
+            log_text = read_trimmed(self._log, 4000)[0]
+            self._teardown()
+            raise ForkServerError(f"the fork server did not start; its log says:\n{log_text}")
+
+    def run(self, source: str, limits: Limits = Limits(), env: dict[str, str] | None = None,
+            files: Mapping[str, bytes | str] | None = None) -> ExecResult:
+        if not isinstance(source, str):
+            raise TypeError(f"source must be Python source text (str), got {type(source).__name__}")
+        request = {"source": source, "limits": asdict(limits), "env": child_env(env), "files": dict(files or {})}
+        with self._lock:
+            self._ensure_started()
+            started = time.monotonic()
+            assert self._sock is not None
+            self._sock.settimeout(limits.timeout + 60)  # the server enforces the limit; this is a backstop
+            try:
+                _send(self._sock, request)
+                first = _recv(self._sock)
+                if first is not None and "error" in first:
+                    raise ValueError(first["error"])
+                second = _recv(self._sock) if first is not None else None
+            except (OSError, EOFError, pickle.UnpicklingError):
+                second = None
+            if second is not None:
+                return ExecResult(**second["result"])
+            return self._recover(first, limits, started)
+
+    def _recover(self, started_msg: dict | None, limits: Limits, started: float) -> ExecResult:
+        """The server died (or hung) mid-run: kill what is left of the run, report a failed run, restart later."""
+        self.restarts += 1
+        pid = started_msg.get("started") if started_msg else None
+        work = Path(started_msg["workdir"]) if started_msg else None
+        server_pid = self._proc.pid if self._proc else None
+        self._teardown()
+        jail = ProcessJail.__new__(ProcessJail)
+        jail.limits = limits
+        jail.cgroup = Path(started_msg["cgroup"]) if started_msg and started_msg.get("cgroup") else None
+        if pid:
+            jail.kill_all(pid)
+            if server_pid:
+                jail.kill_all(server_pid)
+        jail.close()
+        result = ExecResult(returncode=None, stdout="", stderr="", duration=time.monotonic() - started)
+        if work is not None and work.exists():
+            result = collect_result(work, limits, None, started, timed_out=False)
+            result.returncode = None
+            shutil.rmtree(work, ignore_errors=True)
+        result.stderr += f"\n{EXECUTOR_DIED}: the fork server died during this run (did the script kill its parent?)\n"
+        return result
+
+    def _teardown(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=2)  # closing the socket asks it to exit
+            except subprocess.TimeoutExpired:
+                kill_group(self._proc.pid)
+                _kill(descendants(self._proc.pid) | {self._proc.pid})
+                self._proc.wait()
+            self._proc = None
+        if self._log is not None:
+            self._log.unlink(missing_ok=True)
+            self._log = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._teardown()

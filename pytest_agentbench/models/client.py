@@ -1,0 +1,367 @@
+"""OpenAI-compatible model client: Chat Completions or Responses, own retries, response cache.
+
+Harnesses always speak the Chat Completions message shape (system/user/assistant with
+``tool_calls``/tool messages); for the Responses protocol the client converts that list to input
+items on the way out and the reply back to a chat-shaped assistant turn, so a harness never needs
+to know which protocol is in use and its trajectory looks the same for both.
+"""
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import openai
+
+from .cache import DEFAULT_CACHE_DIR, ResponseCache, cache_key
+
+PROTOCOLS = ("chat", "responses")
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_TIMEOUT = 600.0
+DEFAULT_MAX_RETRIES = 6
+DEFAULT_RETRY_BASE_DELAY = 1.0
+DEFAULT_RETRY_MAX_DELAY = 60.0
+# statuses worth another try, as in OpenAI's own client: timeout, conflict, rate limit, server errors
+RETRYABLE_STATUSES = {408, 409, 429}
+
+
+class ModelError(Exception):
+    """A model call that could not produce a reply (after retries, or a replay-mode cache miss)."""
+
+
+@dataclass
+class Completion:
+    text: str
+    tool_calls: list[dict] = field(default_factory=list)  # each {"id", "name", "arguments" (JSON text)}
+    finish_reason: str = "stop"  # "stop", "length", "tool_calls", "content_filter", ...
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency: float = 0.0  # seconds of the call that produced the reply (kept as-is on cache hits)
+    cached: bool = False
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.text.strip() and not self.tool_calls
+
+    def assistant_message(self) -> dict:
+        """The assistant turn to append to the conversation (chat shape, for either protocol)."""
+        message: dict = {"role": "assistant", "content": self.text or None}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": call["id"], "type": "function",
+                 "function": {"name": call["name"], "arguments": call["arguments"]}}
+                for call in self.tool_calls
+            ]
+        elif message["content"] is None:
+            message["content"] = ""
+        return message
+
+    def to_record(self) -> dict:
+        record = asdict(self)
+        record.pop("cached")
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict) -> "Completion":
+        known = {k: record[k] for k in ("text", "tool_calls", "finish_reason", "prompt_tokens",
+                                        "completion_tokens", "latency") if k in record}
+        return cls(**known, cached=True)
+
+
+def tool_result_message(call: dict, content: str) -> dict:
+    """The message carrying a tool's output back to the model for ``call`` (a Completion tool call)."""
+    return {"role": "tool", "tool_call_id": call["id"], "content": content}
+
+
+# ---------------------------------------------------------------- Responses API conversions
+
+def _responses_content(content):
+    """Chat content (text or parts) to Responses input content."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = []
+    for part in content:
+        kind = part.get("type")
+        if kind == "text":
+            parts.append({"type": "input_text", "text": part.get("text", "")})
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            parts.append({"type": "input_image", "image_url": url})
+        else:
+            parts.append(part)  # already a Responses part
+    return parts
+
+
+def messages_to_input_items(messages: list[dict]) -> list[dict]:
+    items: list[dict] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            items.append({"type": "function_call_output", "call_id": message["tool_call_id"],
+                          "output": message.get("content") or ""})
+        elif role == "assistant":
+            if message.get("content"):
+                items.append({"role": "assistant", "content": message["content"]})
+            for call in message.get("tool_calls") or []:
+                items.append({"type": "function_call", "call_id": call["id"],
+                              "name": call["function"]["name"],
+                              "arguments": call["function"]["arguments"]})
+        else:
+            items.append({"role": role, "content": _responses_content(message.get("content"))})
+    return items
+
+
+def tools_to_responses(tools: list[dict]) -> list[dict]:
+    converted = []
+    for tool in tools:
+        if tool.get("type") == "function" and "function" in tool:
+            fn = tool["function"]
+            converted.append({"type": "function", "name": fn["name"],
+                              "description": fn.get("description", ""),
+                              "parameters": fn.get("parameters", {"type": "object", "properties": {}}),
+                              "strict": fn.get("strict", False)})
+        else:
+            converted.append(tool)
+    return converted
+
+
+def responses_params(params: dict) -> dict:
+    """Accept the chat spellings of the common knobs for the Responses protocol too."""
+    out = dict(params)
+    for alias in ("max_tokens", "max_completion_tokens"):
+        if alias in out and "max_output_tokens" not in out:
+            out["max_output_tokens"] = out.pop(alias)
+        else:
+            out.pop(alias, None)
+    if "reasoning_effort" in out:
+        effort = out.pop("reasoning_effort")
+        out.setdefault("reasoning", {})
+        if isinstance(out["reasoning"], dict):
+            out["reasoning"] = {**out["reasoning"], "effort": effort}
+    return out
+
+
+# ---------------------------------------------------------------- reply parsing
+
+def _dump(reply) -> dict:
+    if hasattr(reply, "model_dump"):
+        return reply.model_dump()
+    if isinstance(reply, dict):
+        return reply
+    raise ValueError(f"reply is not a JSON object: {str(reply)[:200]!r}")
+
+
+def parse_chat_reply(reply) -> Completion:
+    data = _dump(reply)
+    choices = data.get("choices") or []
+    if not choices:
+        raise ValueError(f"reply has no choices: {json.dumps(data)[:300]}")
+    choice = choices[0]
+    message = choice.get("message") or {}
+    calls = [
+        {"id": call.get("id") or f"call_{i}", "name": (call.get("function") or {}).get("name", ""),
+         "arguments": (call.get("function") or {}).get("arguments") or "{}"}
+        for i, call in enumerate(message.get("tool_calls") or [])
+    ]
+    usage = data.get("usage") or {}
+    return Completion(
+        text=message.get("content") or "", tool_calls=calls,
+        finish_reason=choice.get("finish_reason") or ("tool_calls" if calls else "stop"),
+        prompt_tokens=usage.get("prompt_tokens") or 0,
+        completion_tokens=usage.get("completion_tokens") or 0,
+    )
+
+
+def parse_responses_reply(reply) -> Completion:
+    data = _dump(reply)
+    texts, calls = [], []
+    for item in data.get("output") or []:
+        kind = item.get("type")
+        if kind == "message":
+            for part in item.get("content") or []:
+                if part.get("type") in ("output_text", "text"):
+                    texts.append(part.get("text") or "")
+        elif kind == "function_call":
+            calls.append({"id": item.get("call_id") or item.get("id") or f"call_{len(calls)}",
+                          "name": item.get("name", ""), "arguments": item.get("arguments") or "{}"})
+    status = data.get("status") or "completed"
+    incomplete = (data.get("incomplete_details") or {}).get("reason")
+    if status == "incomplete":
+        finish = "length" if incomplete in (None, "max_output_tokens") else incomplete
+    elif calls:
+        finish = "tool_calls"
+    else:
+        finish = "stop"
+    usage = data.get("usage") or {}
+    return Completion(text="".join(texts), tool_calls=calls, finish_reason=finish,
+                      prompt_tokens=usage.get("input_tokens") or 0,
+                      completion_tokens=usage.get("output_tokens") or 0)
+
+
+# ---------------------------------------------------------------- retries
+
+def retry_after_seconds(error: Exception) -> float | None:
+    """The server's requested wait (Retry-After / retry-after-ms), if it sent one."""
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return float(millis) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        if parsed is None:
+            return None
+        return max(0.0, parsed.timestamp() - time.time())
+
+
+def is_retryable(error: Exception) -> bool:
+    if isinstance(error, openai.APIConnectionError):  # includes timeouts
+        return True
+    if isinstance(error, openai.APIStatusError):
+        return error.status_code in RETRYABLE_STATUSES or error.status_code >= 500
+    return False
+
+
+def describe_error(error: Exception) -> str:
+    if isinstance(error, openai.APITimeoutError):
+        return "request timed out"
+    if isinstance(error, openai.APIStatusError):
+        return f"HTTP {error.status_code}: {str(error)[:500]}"
+    return f"{type(error).__name__}: {str(error)[:500]}"
+
+
+def fix_hint(error: Exception | None) -> str:
+    status = getattr(error, "status_code", None)
+    if status in (401, 403):
+        return "check --model-api-key (or OPENAI_API_KEY)"
+    if status == 404:
+        return "check --model (the server's model name), --model-base-url and --model-protocol"
+    if status in (400, 422):
+        return "check --model-params and --model-protocol against what the server accepts"
+    if status == 429:
+        return "the server is rate limiting; lower the number of workers (-n) or raise --model-max-retries"
+    if isinstance(error, openai.APITimeoutError):
+        return "raise --model-timeout or check that the server is responsive"
+    if isinstance(error, openai.APIConnectionError):
+        return "check --model-base-url (or OPENAI_BASE_URL) and that the server is running"
+    return "check --model-base-url, --model and that the server is healthy, or raise --model-max-retries"
+
+
+class OpenAIModel:
+    is_oracle = False
+
+    def __init__(self, name: str, *, base_url: str | None = None, api_key: str | None = None,
+                 protocol: str = "chat", params: dict | None = None,
+                 timeout: float = DEFAULT_TIMEOUT, max_retries: int = DEFAULT_MAX_RETRIES,
+                 cache_dir: str | Path = DEFAULT_CACHE_DIR, cache_mode: str = "rw",
+                 retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY,
+                 retry_max_delay: float = DEFAULT_RETRY_MAX_DELAY):
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"model protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+        self.name = name
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.protocol = protocol
+        self.params = dict(params or {})
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.retry_base_delay = float(retry_base_delay)
+        self.retry_max_delay = float(retry_max_delay)
+        self.cache = ResponseCache(cache_dir, cache_mode)
+        # local OpenAI-compatible servers usually ignore the key, but the SDK insists on one
+        self._client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "not-set",
+                                     timeout=self.timeout, max_retries=0)
+        self.settings = {
+            "model": name, "base_url": self.base_url, "protocol": protocol, "params": self.params,
+            "timeout": self.timeout, "max_retries": self.max_retries,
+            "cache_dir": str(cache_dir), "cache_mode": cache_mode,
+        }
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.base_url}/{'chat/completions' if self.protocol == 'chat' else 'responses'}"
+
+    def complete(self, messages: list[dict], *, tools: list[dict] | None = None,
+                 sample_index: int = 0, tool_choice: str | None = None) -> Completion:
+        """One model reply for ``messages`` (chat shape); cached, retried; raises ModelError."""
+        key = cache_key(base_url=self.base_url, model=self.name, protocol=self.protocol,
+                        messages=messages, tools=tools or None, params=self.params,
+                        sample_index=sample_index, tool_choice=tool_choice)
+        record = self.cache.get(key)
+        if record is not None:
+            return Completion.from_record(record)
+        if self.cache.mode == "replay":
+            raise ModelError(
+                f"not in cache (replay mode): no stored reply of model {self.name!r} at "
+                f"{self.endpoint} for this request (key {key[:16]}...) under {self.cache.root}. "
+                "Run once with --bench-cache rw to record replies, or check that --model, "
+                "--model-base-url, --model-protocol, --model-params and --bench-cache-dir match "
+                "the recorded run."
+            )
+        completion = self._call_with_retries(messages, tools, tool_choice)
+        if not completion.is_empty:  # empty replies are not worth replaying
+            self.cache.put(key, completion.to_record())
+        return completion
+
+    def _call_with_retries(self, messages, tools, tool_choice) -> Completion:
+        last_error: Exception | None = None
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            started = time.monotonic()
+            try:
+                completion = self._call_once(messages, tools, tool_choice)
+            except openai.OpenAIError as error:
+                last_error = error
+                if not is_retryable(error) or attempt == attempts - 1:
+                    break
+                time.sleep(self._backoff(attempt, error))
+                continue
+            except ValueError as error:  # a reply we cannot read; retrying will not help
+                last_error = error
+                break
+            completion.latency = time.monotonic() - started
+            return completion
+        tried = f"{attempt + 1} attempt{'s' if attempt else ''}"
+        raise ModelError(
+            f"model {self.name!r} at {self.endpoint} failed after {tried}: "
+            f"{describe_error(last_error)}. Fix: {fix_hint(last_error)}."
+        )
+
+    def _backoff(self, attempt: int, error: Exception) -> float:
+        requested = retry_after_seconds(error)
+        if requested is not None:
+            return min(self.retry_max_delay, max(0.0, requested))
+        delay = min(self.retry_max_delay, self.retry_base_delay * (2 ** attempt))
+        # full jitter spreads the retries of many xdist workers hitting the same rate limit
+        return random.uniform(delay / 2, delay)
+
+    def _call_once(self, messages, tools, tool_choice) -> Completion:
+        extra = {"extra_body": self.params} if self.params else {}
+        if self.protocol == "chat":
+            kwargs = {"tools": tools} if tools else {}
+            if tools and tool_choice:
+                kwargs["tool_choice"] = tool_choice
+            reply = self._client.chat.completions.create(model=self.name, messages=messages,
+                                                         **kwargs, **extra)
+            return parse_chat_reply(reply)
+        body = responses_params(self.params)
+        extra = {"extra_body": body} if body else {}
+        kwargs = {"tools": tools_to_responses(tools)} if tools else {}
+        if tools and tool_choice:
+            kwargs["tool_choice"] = tool_choice
+        reply = self._client.responses.create(model=self.name, input=messages_to_input_items(messages),
+                                              **kwargs, **extra)
+        return parse_responses_reply(reply)

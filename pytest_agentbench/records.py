@@ -1,0 +1,96 @@
+"""Per-item records: plain JSON dicts, appended to the run's log as each item finishes.
+
+Every record has ``benchmark``, ``task``, ``id``, ``split``, ``status``, ``scored`` and ``message``;
+benchmarks add their own keys. Records travel from xdist workers to the controller in the test
+report's ``user_properties`` under ``RECORD_PROPERTY``.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Iterable
+
+RECORD_PROPERTY = "agentbench_record"
+PASS = "pass"
+STATUSES = ("pass", "fail", "timeout", "parse_error", "eval_error", "model_error", "env_error", "error", "skipped")
+# Errors of the model service or the environment say nothing about the model's ability; summaries show them apart.
+INFRA_STATUSES = ("model_error", "env_error", "error")
+# Fields that legitimately differ between two runs of the same thing.
+VOLATILE_FIELDS = ("duration", "worker", "started", "finished", "latency", "exec_duration", "run_dir")
+
+
+def to_json(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True, default=_fallback, ensure_ascii=False)
+
+
+def _fallback(obj: Any):
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    return repr(obj)
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """Append one record and make it durable before the next item starts.
+
+    The lock keeps lines whole when several xdist workers append to the same file.
+    """
+    line = (to_json(record) + "\n").encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Records of a (possibly interrupted) run; a torn last line is dropped with a warning."""
+    records: list[dict[str, Any]] = []
+    if not path.exists():
+        return records
+    lines = path.read_bytes().split(b"\n")
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            records.append(json.loads(raw))
+        except json.JSONDecodeError:
+            where = "torn last line" if number >= len(lines) - 1 else "corrupt line"
+            warnings.warn(f"agentbench: dropped {where} {number} of {path} (an interrupted write)", stacklevel=2)
+    return records
+
+
+def comparable(record: dict[str, Any]) -> dict[str, Any]:
+    """The record without the fields that differ between identical runs (timings, worker names)."""
+    return {k: (comparable(v) if isinstance(v, dict) else v) for k, v in record.items() if k not in VOLATILE_FIELDS}
+
+
+def sort_key(record: dict[str, Any]):
+    return [int(p) if p.isdigit() else p for p in str(record.get("id", "")).replace("-", ".").split(".")]
+
+
+def latest_by_id(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """One record per sample id, the last one winning (a re-run item replaces its earlier record)."""
+    out: dict[str, dict[str, Any]] = {}
+    for record in records:
+        out[record["id"]] = record
+    return out
+
+
+def count_statuses(records: Iterable[dict[str, Any]]) -> dict[str, int]:
+    counts = {s: 0 for s in STATUSES}
+    for record in records:
+        counts[record["status"]] = counts.get(record["status"], 0) + 1
+    return {k: v for k, v in counts.items() if v}

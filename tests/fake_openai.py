@@ -1,0 +1,187 @@
+"""A small scripted OpenAI-compatible server on 127.0.0.1 for tests.
+
+Serves POST /v1/chat/completions and POST /v1/responses from a queue of scripted replies, logs
+every request, and can be told to fail (429 with Retry-After, persistent 500) or to be slow.
+
+    with FakeOpenAI() as server:
+        server.reply("```python\\ndef f(): return 1\\n```")
+        server.reply(tool_calls=[("code_interpreter", {"code": "print(1)"})])
+        server.fail(times=1, status=429, retry_after=0)
+        ... OpenAIModel("m", base_url=server.base_url, ...)
+        server.requests  # [{"path", "body", "headers" (lower-cased names)}, ...]
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+
+class FakeOpenAI:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._replies: deque = deque()
+        self._failures: deque = deque()  # (status, retry_after) served before scripted replies
+        self.always_status: int | None = None  # persistent failure status, e.g. 500
+        self.delay = 0.0  # seconds to wait before every answer
+        self.requests: list[dict] = []
+        self._ids = itertools.count(1)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ scripting
+
+    def reply(self, text: str = "", *, tool_calls=(), finish_reason: str | None = None,
+              prompt_tokens: int = 11, completion_tokens: int = 7, delay: float = 0.0) -> None:
+        """Queue one reply. tool_calls: (name, arguments dict or JSON text) pairs.
+        finish_reason 'length' renders as a cut-off reply in both protocols."""
+        self._replies.append({"text": text, "tool_calls": list(tool_calls), "finish_reason": finish_reason,
+                              "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                              "delay": delay})
+
+    def reply_with(self, make: Callable[[dict], dict]) -> None:
+        """Queue a reply computed from the request body; ``make`` returns reply() keyword args."""
+        self._replies.append(make)
+
+    def fail(self, times: int = 1, status: int = 429, retry_after: float | None = None) -> None:
+        for _ in range(times):
+            self._failures.append((status, retry_after))
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None, "start the server first"
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def count(self, path_suffix: str = "") -> int:
+        return sum(1 for r in self.requests if r["path"].endswith(path_suffix))
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> "FakeOpenAI":
+        handler = _make_handler(self)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openai", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> "FakeOpenAI":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ answering
+
+    def answer(self, path: str, body: dict, headers: dict | None = None) -> tuple[int, dict, dict]:
+        """(status, headers, JSON body) for one request."""
+        time.sleep(self.delay)
+        with self._lock:
+            self.requests.append({"path": path, "body": body, "headers": headers or {}})
+            if self.always_status is not None:
+                return self._error(self.always_status, None)
+            if self._failures:
+                return self._error(*self._failures.popleft())
+            if not self._replies:
+                return 400, {}, {"error": {"message": "fake server: no scripted reply left",
+                                           "type": "invalid_request_error"}}
+            spec = self._replies.popleft()
+        if callable(spec):
+            spec = {"prompt_tokens": 11, "completion_tokens": 7, "tool_calls": [], "text": "",
+                    "finish_reason": None, "delay": 0.0, **spec(body)}
+        time.sleep(spec.get("delay", 0.0))
+        if path.endswith("/chat/completions"):
+            return 200, {}, self._chat(body, spec)
+        if path.endswith("/responses"):
+            return 200, {}, self._responses(body, spec)
+        return 404, {}, {"error": {"message": f"fake server: unknown path {path}"}}
+
+    @staticmethod
+    def _error(status: int, retry_after) -> tuple[int, dict, dict]:
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+        return status, headers, {"error": {"message": f"fake server error {status}", "type": "server_error",
+                                           "code": None}}
+
+    def _calls(self, spec: dict) -> list[tuple[str, str, str]]:
+        calls = []
+        for name, args in spec["tool_calls"]:
+            text = args if isinstance(args, str) else json.dumps(args)
+            calls.append((f"call_{next(self._ids)}", name, text))
+        return calls
+
+    def _chat(self, body: dict, spec: dict) -> dict:
+        calls = self._calls(spec)
+        finish = spec["finish_reason"] or ("tool_calls" if calls else "stop")
+        message: dict = {"role": "assistant", "content": spec["text"] or None}
+        if calls:
+            message["tool_calls"] = [{"id": cid, "type": "function", "function": {"name": n, "arguments": a}}
+                                     for cid, n, a in calls]
+        return {
+            "id": f"chatcmpl-{next(self._ids)}", "object": "chat.completion", "created": 0,
+            "model": body.get("model"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": {"prompt_tokens": spec["prompt_tokens"], "completion_tokens": spec["completion_tokens"],
+                      "total_tokens": spec["prompt_tokens"] + spec["completion_tokens"]},
+        }
+
+    def _responses(self, body: dict, spec: dict) -> dict:
+        output = []
+        if spec["text"]:
+            output.append({"type": "message", "id": f"msg_{next(self._ids)}", "role": "assistant",
+                           "status": "completed",
+                           "content": [{"type": "output_text", "text": spec["text"], "annotations": []}]})
+        for cid, name, args in self._calls(spec):
+            output.append({"type": "function_call", "id": f"fc_{next(self._ids)}", "call_id": cid,
+                           "name": name, "arguments": args, "status": "completed"})
+        cut = spec["finish_reason"] == "length"
+        return {
+            "id": f"resp_{next(self._ids)}", "object": "response", "created_at": 0,
+            "model": body.get("model"), "status": "incomplete" if cut else "completed",
+            "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+            "output": output, "parallel_tool_calls": True, "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools", []),
+            "usage": {"input_tokens": spec["prompt_tokens"], "output_tokens": spec["completion_tokens"],
+                      "total_tokens": spec["prompt_tokens"] + spec["completion_tokens"],
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}},
+        }
+
+
+def _make_handler(fake: FakeOpenAI):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):  # noqa: N802 (http.server naming)
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                body = {"_unparsed": raw.decode("utf-8", "replace")}
+            status, headers, payload = fake.answer(self.path, body, {k.lower(): v for k, v in self.headers.items()})
+            data = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (timeout test)
+
+        def log_message(self, *args):  # keep test output quiet
+            pass
+
+    return Handler

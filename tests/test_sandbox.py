@@ -1,0 +1,271 @@
+"""The sandbox executors: limits, isolation, identical behaviour, fake-pass detection, no leftovers."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from pytest_agentbench.envs.forkserver import ForkServer
+from pytest_agentbench.envs.sandbox import (EXECUTOR_DIED, ExecResult, Limits, MiB, SubprocessExecutor,
+                                            descendants, get_executor, integrity_check, integrity_epilogue,
+                                            integrity_prelude, new_token, run_python, trim)
+
+KINDS = ["fork", "subprocess"]
+
+
+@pytest.fixture(scope="module")
+def executors():
+    fork = get_executor("fork")
+    fork.start()
+    return {"fork": fork, "subprocess": get_executor("subprocess")}
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind(executors):
+    yield
+    server = executors["fork"].server_pid
+    deadline = time.monotonic() + 2
+    while True:  # a killed process may take a moment to be reaped
+        left = descendants(os.getpid()) - {server}
+        if server:
+            left |= descendants(server)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert not left, f"processes left behind: {sorted(left)}"
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_dead(pid: int, seconds: float = 2.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+# ---------------------------------------------------------------- limits
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_wall_limit_kills_the_group_including_a_sleeping_grandchild(executors, kind):
+    script = ("import subprocess, time\n"
+              "p = subprocess.Popen(['sleep', '60'])\n"
+              "print(p.pid, flush=True)\n"
+              "time.sleep(60)\n")
+    started = time.monotonic()
+    result = executors[kind].run(script, limits=Limits(timeout=1.0))
+    assert time.monotonic() - started < 5
+    assert result.timed_out and result.limit == "wall" and result.returncode is None
+    assert wait_dead(int(result.stdout.split()[0]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_wall_limit_also_kills_a_descendant_that_left_the_group_with_setsid(executors, kind):
+    script = ("import os, time\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    os.setsid(); time.sleep(60); os._exit(0)\n"
+              "print(pid, flush=True)\n"
+              "time.sleep(60)\n")
+    result = executors[kind].run(script, limits=Limits(timeout=1.0))
+    assert result.limit == "wall"
+    assert wait_dead(int(result.stdout.split()[0]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_memory_limit(executors, kind):
+    result = executors[kind].run("x = bytearray(3 << 30)\nprint('allocated')\n", limits=Limits(memory=1 << 30))
+    assert result.limit == "memory" and result.returncode == 1
+    assert "MemoryError" in result.stderr and "allocated" not in result.stdout
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cpu_limit(executors, kind):
+    result = executors[kind].run("while True:\n    pass\n", limits=Limits(timeout=20, cpu=0.5))
+    assert result.limit == "cpu" and not result.timed_out
+    assert result.returncode == -signal.SIGXCPU
+    assert result.duration < 10
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_process_limit_stops_a_fork_bomb(executors, kind):
+    script = ("import os, time\n"
+              "for i in range(100):\n"
+              "    if os.fork() == 0:\n"
+              "        time.sleep(60); os._exit(0)\n"
+              "print('forked all')\n")
+    result = executors[kind].run(script, limits=Limits(timeout=10, processes=8))
+    assert result.limit == "processes", result
+    assert "forked all" not in result.stdout
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_output_flood_is_trimmed_with_its_size_noted(executors, kind):
+    script = "import sys\nsys.stdout.write('head\\n' + 'x' * (100 << 20) + '\\ntail\\n')\n"
+    started = time.monotonic()
+    result = executors[kind].run(script, limits=Limits(output=1000))
+    assert time.monotonic() - started < 10
+    assert result.returncode == 0 and result.limit is None
+    assert result.stdout_bytes == (100 << 20) + 11 and result.output_trimmed
+    assert result.stdout.startswith("head\n") and result.stdout.endswith("\ntail\n")
+    assert f"trimmed of {result.stdout_bytes}" in result.stdout and len(result.stdout) < 1200
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_output_cap_stops_the_script(executors, kind):
+    script = "while True:\n    print('y' * 1000)\n"
+    result = executors[kind].run(script, limits=Limits(timeout=20, output_cap=1 * MiB))
+    assert result.limit == "output" and result.returncode != 0
+    assert result.stdout_bytes <= 1 * MiB
+
+
+def test_trim_keeps_head_and_tail():
+    text = trim(b"a" * 10 + b"b" * 100 + b"c" * 10, 20)
+    assert text.startswith("a" * 10) and text.endswith("c" * 10) and "100 bytes trimmed of 120" in text
+
+
+def test_bad_input_is_rejected_with_a_clear_error():
+    with pytest.raises(ValueError, match="timeout"):
+        Limits(timeout=0)
+    with pytest.raises(ValueError, match="unknown executor"):
+        get_executor("docker")
+    with pytest.raises(ValueError, match="inside its directory"):
+        run_python("pass", files={"../escape.txt": b"x"}, executor="subprocess")
+
+
+# ---------------------------------------------------------------- isolation and parity
+
+def test_a_child_cannot_change_what_the_next_child_sees(executors):
+    fork = executors["fork"]
+    first = fork.run("import numpy as np, json\n"
+                     "np.allclose = lambda *a, **k: True\n"
+                     "json.MARK = 1\n"
+                     "import builtins; builtins.LEAK = 1\n"
+                     "open('left.txt', 'w').write('x')\n"
+                     "print(np.allclose(1, 2))\n")
+    assert first.stdout.strip() == "True"
+    second = fork.run("import numpy as np, json, os, builtins\n"
+                      "print(np.allclose(1, 2), hasattr(json, 'MARK'), hasattr(builtins, 'LEAK'),"
+                      " sorted(os.listdir('.')))\n")
+    assert second.returncode == 0
+    assert second.stdout.strip() == "False False False ['.stderr', '.stdout', 'main.py']"
+
+
+def test_files_and_env_reach_the_script(executors):
+    script = "import os\nprint(open('data/in.txt').read(), os.environ['MY_VAR'], os.environ.get('OPENAI_API_KEY'))\n"
+    for kind in KINDS:
+        result = executors[kind].run(script, env={"MY_VAR": "v"}, files={"data/in.txt": b"payload"})
+        assert result.stdout == "payload v None\n", kind
+
+
+PARITY_SCRIPTS = {
+    "ok": "import sys\nprint(__name__, sys.argv, __file__)\nprint('err', file=sys.stderr)\n",
+    "exception": "def f():\n    raise KeyError('missing')\nprint('before')\nf()\n",
+    "chained": "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n    raise RuntimeError('wrapped') from e\n",
+    "syntax": "x = (\n",
+    "exit_code": "import sys\nsys.exit(7)\n",
+    "exit_message": "raise SystemExit('bye')\n",
+    "atexit": "import atexit\natexit.register(lambda: print('at exit'))\nprint('body')\n",
+    "thread": "import threading, time\nt = threading.Thread(target=lambda: (time.sleep(0.2), print('thread')))\n"
+              "t.start()\nprint('main done')\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARITY_SCRIPTS))
+def test_both_executors_give_identical_results(executors, name):
+    source = PARITY_SCRIPTS[name]
+    fork = executors["fork"].run(source)
+    sub = executors["subprocess"].run(source)
+    assert (fork.returncode, fork.stdout, fork.stderr) == (sub.returncode, sub.stdout, sub.stderr)
+
+
+# ---------------------------------------------------------------- fake passes
+
+TESTS = "assert np.allclose(target(), 2.0)\nassert np.array_equal(np.arange(3), [0, 1, 2])\n"
+
+
+def scoring_script(generated: str, token: str) -> str:
+    return integrity_prelude() + "import numpy as np\n" + generated + "\n" + TESTS + integrity_epilogue(token)
+
+
+FAKE_PASSES = {
+    "honest": ("def target():\n    return 2.0\n", None),
+    "wrong": ("def target():\n    return 3.0\n", "script failed with exit code 1"),
+    "sys_exit": ("import sys\nsys.exit(0)\n", "exited before all tests ran"),
+    "os_exit": ("import os\nos._exit(0)\n", "exited before all tests ran"),
+    "allclose": ("np.allclose = lambda *a, **k: True\nnp.array_equal = lambda *a, **k: True\n"
+                 "def target():\n    return 3.0\n", "generated code replaced numpy.allclose"),
+    "isclose": ("import numpy\nnumpy.isclose = lambda *a, **k: True\ndef target():\n    return 2.0\n",
+                "generated code replaced numpy.isclose"),
+    "assertion_error": ("import builtins\nclass Quiet(Exception): pass\nbuiltins.AssertionError = Quiet\n"
+                        "def target():\n    return 2.0\n", "generated code tampered with builtins.AssertionError"),
+    "rebind_np": ("class FakeNp:\n    def __getattr__(self, name):\n        return lambda *a, **k: True\n"
+                  "np = FakeNp()\ndef target():\n    return 3.0\n", "generated code rebound np (expected numpy)"),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", sorted(FAKE_PASSES))
+def test_fake_pass_attempts_are_caught(executors, kind, case):
+    generated, reason = FAKE_PASSES[case]
+    token = new_token()
+    result = executors[kind].run(scoring_script(generated, token))
+    assert integrity_check(result, token) == reason, result
+
+
+def test_a_script_that_prints_a_guessed_token_does_not_pass(executors):
+    token = new_token()
+    result = executors["fork"].run(scoring_script(
+        "print('AGENTBENCH-COMPLETE ' + 'f' * 32)\nimport sys\nsys.exit(0)\n", token))
+    assert integrity_check(result, token) == "exited before all tests ran"
+
+
+def test_limit_hit_is_a_failure_reason():
+    result = ExecResult(returncode=None, stdout="", stderr="", duration=1.0, timed_out=True, limit="wall")
+    assert integrity_check(result, "abc") == "wall limit hit"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_killing_the_parent_fails_the_step_and_the_executor_recovers(executors, kind):
+    token = new_token()
+    script = scoring_script("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\n"
+                            "time.sleep(30)\ndef target():\n    return 2.0\n", token)
+    result = executors[kind].run(script, limits=Limits(timeout=20))
+    reason = integrity_check(result, token)
+    assert reason is not None and result.duration < 15
+    if kind == "fork":
+        assert EXECUTOR_DIED in result.stderr and "killed the process running it" in reason
+    after = executors[kind].run("print('still works')")
+    assert after.stdout == "still works\n"
+
+
+def test_fork_server_survives_process_group_kill_and_is_not_the_scripts_group(executors):
+    fork = executors["fork"]
+    server = fork.server_pid
+    result = fork.run("import os, signal\nprint(os.getpgid(0) == os.getpid())\nos.killpg(0, signal.SIGKILL)\n")
+    assert result.stdout == "True\n" and result.returncode == -signal.SIGKILL
+    assert fork.server_pid == server
+
+
+def test_fork_server_is_torn_down_on_close():
+    server = ForkServer(preload=())
+    server.start()
+    pid = server.server_pid
+    assert server.run("print(1)").stdout == "1\n"
+    server.close()
+    assert wait_dead(pid)
+
+
+def test_subprocess_executor_is_available_through_run_python():
+    assert isinstance(get_executor("subprocess"), SubprocessExecutor)
+    assert run_python("print(6 * 7)", executor="subprocess").stdout == "42\n"
