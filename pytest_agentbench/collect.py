@@ -32,10 +32,12 @@ class BenchItem(pytest.Function):
             self.add_marker(marker)
         if sample.split:
             self.add_marker(sample.split)
+        if sample.skip_reason:  # skipped before fixtures are set up: a prefilled step needs no model
+            self.add_marker(pytest.mark.skip(reason=sample.skip_reason))
         self.user_properties.append(("agentbench_sample", sample.id))
 
     def reportinfo(self):
-        return self.path, None, f"{self.benchmark.name} {self.sample.id}"
+        return self.path, 0, f"{self.benchmark.name} {self.sample.id}"
 
     def _prunetraceback(self, excinfo) -> None:  # tracebacks through the plugin are not the user's concern
         excinfo.traceback = excinfo.traceback.cut(path=__file__) or excinfo.traceback

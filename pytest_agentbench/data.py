@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DATA_DIR_ENV = "AGENTBENCH_DATA_DIR"
+OFFLINE_ENV = "AGENTBENCH_OFFLINE"  # "1": never download, say where to put the file instead
 CHUNK = 1 << 20
 
 
@@ -94,15 +95,19 @@ def verify(path: Path, f: DataFile, stamp_dir: Path | None = None) -> Path:
     return path
 
 
-def find_or_fetch(root: Path, f: DataFile, *, stamp_dir: Path | None = None, allow_download: bool = True) -> Path:
+def find_or_fetch(root: Path, f: DataFile, *, stamp_dir: Path | None = None,
+                  allow_download: bool | None = None) -> Path:
     """The verified local copy of ``f``; downloaded into ``<root>/<subdir>/`` when absent."""
+    if allow_download is None:
+        allow_download = os.environ.get(OFFLINE_ENV, "") not in ("1", "true", "yes")
     found = find(root, f)
     if found is not None:
         return verify(found, f, stamp_dir)
     dest = root / f.subdir / f.name
     where = " or ".join(str(p) for p in candidates(root, f))
     if not allow_download:
-        raise DataError(f"{f.name} not found (looked in {where}); download it from {f.url} and put it there.")
+        raise DataError(f"{f.name} not found (looked in {where}) and downloads are off (${OFFLINE_ENV}); "
+                        f"download it from {f.url} and put it at {dest}")
     try:
         return download(f.url, dest, f.sha256)
     except DataError as exc:

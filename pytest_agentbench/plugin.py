@@ -141,6 +141,8 @@ def make_state(config: pytest.Config, name: str) -> BenchState:
     if not model.get("model") and not config.option.collectonly:
         raise pytest.UsageError(f"agentbench: --bench={name} needs a model: pass --model NAME "
                                 f"(--model=oracle scores the ground truth without any server)")
+    if model.get("model") == "oracle":  # no server, no cache: the endpoint settings would only mislead
+        model = {"model": "oracle"}
     settings = {"benchmark": name, "split": split, **model, "item_timeout": bench_timeout(config)}
     settings.update(benchmark.settings(config))
     try:

@@ -73,7 +73,7 @@ def build_capsule_archive(dest_dir: Path, capsule_id: str, gpu: bool = False,
 
 
 MALICIOUS_KINDS = ("absolute", "dotdot", "symlink_outside", "symlink_absolute", "hardlink_outside", "device",
-                   "fifo", "two_top_folders", "wrong_top_folder")
+                   "fifo", "two_top_folders", "wrong_top_folder", "top_is_file")
 
 
 def build_malicious_archive(dest_dir: Path, capsule_id: str, kind: str) -> Path:
@@ -82,6 +82,9 @@ def build_malicious_archive(dest_dir: Path, capsule_id: str, kind: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     top = "capsule-0000001" if kind == "wrong_top_folder" else capsule_id
     with tarfile.open(path, "w:gz") as tar:
+        if kind == "top_is_file":
+            _add_bytes(tar, top, b"not a folder")
+            return path
         _add_bytes(tar, f"{top}/code/main.py", b"print('hi')\n")
         if kind == "absolute":
             _add_bytes(tar, "/tmp/agentbench-evil.txt", b"pwned")

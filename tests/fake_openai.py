@@ -85,9 +85,10 @@ class FakeOpenAI:
 
     def answer(self, path: str, body: dict, headers: dict | None = None) -> tuple[int, dict, dict]:
         """(status, headers, JSON body) for one request."""
-        time.sleep(self.delay)
         with self._lock:
             self.requests.append({"path": path, "body": body, "headers": headers or {}})
+        time.sleep(self.delay)
+        with self._lock:
             if self.always_status is not None:
                 return self._error(self.always_status, None)
             if self._failures:

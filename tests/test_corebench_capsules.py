@@ -144,7 +144,7 @@ def test_malicious_archives_are_rejected(tmp_path, kind):
         "symlink_absolute": "link to absolute path", "hardlink_outside": "points outside the capsule",
         "device": "device or special file", "fifo": "device or special file",
         "two_top_folders": f"outside the single top-level folder {CID}/",
-        "wrong_top_folder": f"outside the single top-level folder {CID}/",
+        "wrong_top_folder": f"outside the single top-level folder {CID}/", "top_is_file": "is not a folder",
     }[kind]
     assert expected in message and str(archive) in message
     assert not (dest / CID).exists()  # nothing extracted, not even the harmless file

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -368,3 +369,10 @@ def test_cli_rejects_unknown_protocol(pytester):
     result = pytester.runpytest("--model-protocol", "grpc")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--model-protocol*invalid choice*grpc*"])
+
+
+def test_cli_malformed_model_params_with_a_benchmark(pytester, monkeypatch):
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    result = pytester.runpytest("--bench=scicode", "--model", "m", "--model-params", "[1]", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--model-params '[1]' is a JSON list, not an object" in result.stderr.str()

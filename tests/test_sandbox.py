@@ -203,7 +203,7 @@ FAKE_PASSES = {
     "wrong": ("def target():\n    return 3.0\n", "script failed with exit code 1"),
     "sys_exit": ("import sys\nsys.exit(0)\n", "exited before all tests ran"),
     "os_exit": ("import os\nos._exit(0)\n", "exited before all tests ran"),
-    "allclose": ("np.allclose = lambda *a, **k: True\nnp.array_equal = lambda *a, **k: True\n"
+    "allclose": ("np.allclose = lambda *a, **k: True\n"
                  "def target():\n    return 3.0\n", "generated code replaced numpy.allclose"),
     "isclose": ("import numpy\nnumpy.isclose = lambda *a, **k: True\ndef target():\n    return 2.0\n",
                 "generated code replaced numpy.isclose"),
@@ -214,8 +214,12 @@ FAKE_PASSES = {
 }
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("case", sorted(FAKE_PASSES))
+# every case under the fork executor; a few under the (slow) subprocess executor, where they behave alike
+FAKE_PASS_RUNS = [(case, "fork") for case in sorted(FAKE_PASSES)] + [
+    (case, "subprocess") for case in ("honest", "sys_exit", "allclose", "assertion_error")]
+
+
+@pytest.mark.parametrize("case,kind", FAKE_PASS_RUNS)
 def test_fake_pass_attempts_are_caught(executors, kind, case):
     generated, reason = FAKE_PASSES[case]
     token = new_token()
@@ -235,17 +239,26 @@ def test_limit_hit_is_a_failure_reason():
     assert integrity_check(result, "abc") == "wall limit hit"
 
 
+@pytest.fixture
+def light_fork_server():
+    # the run below kills its server; a server without preloads restarts fast
+    server = ForkServer(preload=())
+    yield server
+    server.close()
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_killing_the_parent_fails_the_step_and_the_executor_recovers(executors, kind):
+def test_killing_the_parent_fails_the_step_and_the_executor_recovers(executors, light_fork_server, kind):
+    executor = light_fork_server if kind == "fork" else executors[kind]
     token = new_token()
     script = scoring_script("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\n"
                             "time.sleep(30)\ndef target():\n    return 2.0\n", token)
-    result = executors[kind].run(script, limits=Limits(timeout=20))
+    result = executor.run(script, limits=Limits(timeout=20))
     reason = integrity_check(result, token)
     assert reason is not None and result.duration < 15
     if kind == "fork":
         assert EXECUTOR_DIED in result.stderr and "killed the process running it" in reason
-    after = executors[kind].run("print('still works')")
+    after = executor.run("print('still works')")
     assert after.stdout == "still works\n"
 
 

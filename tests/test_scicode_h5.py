@@ -240,7 +240,9 @@ def problems():
         pytest.skip(f"SciCode validation data not available: {exc}")
 
 
-SUBSET = ["10.3", "6.1", "78.1", "29.3", "38.3"]
+# target[k] form (10.3), never-used target (78.1), `(expr) == target` (29.3, 38.3),
+# cmp_tuple_or_list with a tuple (10.7) and with a ragged list (70.6). 6.1 is left out: 6 s alone.
+SUBSET = ["10.3", "78.1", "29.3", "38.3", "10.7", "70.6"]
 
 
 @pytest.fixture(scope="module")
@@ -266,6 +268,8 @@ def test_rebuilt_values_have_the_shapes_the_tests_need(rebuilt):
     assert read_step_targets(out, "78.1") == [None, None, None]  # tests never use target
     bool_target = read_step_targets(out, "29.3")[0]
     assert bool(bool_target) is True and np.ndim(bool_target) == 0
+    h2, h3, psi = read_step_targets(out, "70.6")[0]  # [complex, complex, list of 3] is ragged
+    assert isinstance(h2, complex) and np.shape(psi) == (3,)
 
 
 def test_verify_subset_passes(problems, rebuilt):
@@ -280,15 +284,16 @@ def test_mutated_ground_truth_gives_targets_the_original_tests_reject(problems, 
     step["ground_truth_code"] += (
         "\n_agentbench_true_reciprocal = reciprocal\n"
         "def reciprocal(*vectors):\n"
-        "    return 1.01 * _agentbench_true_reciprocal(*vectors)\n"
+        "    return 1.01 * np.asarray(_agentbench_true_reciprocal(*vectors))\n"
     )
     bad = tmp_path / "mutated.h5"
     assert rebuild.rebuild_targets(mutated, bad, steps=["38.3"]) == {"38.3": "ok"}
     good_values = read_step_targets(out, "38.3")
     bad_values = read_step_targets(bad, "38.3")
+    assert bool(good_values[0]) is True and bool(bad_values[0]) is False  # `(...) == target` test
     assert not np.allclose(good_values[1], bad_values[1])
     result = rebuild.verify_targets(problems, bad, 120, steps=["38.3"])["38.3"]
-    assert "AssertionError" in result and "<step 38.3 test 2>" in result
+    assert result.startswith("<step 38.3 test 1>: AssertionError")
 
 
 def test_failing_ground_truth_is_reported_per_step(problems, tmp_path):

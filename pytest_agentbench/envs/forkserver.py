@@ -153,7 +153,7 @@ def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, lim
     finally:
         os.close(pidfd)
     # orphans of the run were re-parented to this server (a subreaper): everything below us belongs to it
-    jail.kill_all(pid, extra_roots=[os.getpid()])
+    jail.kill_all(pid, extra_roots=[] if jail.cgroup else [os.getpid()])
     _, status = os.waitpid(pid, 0)
     _reap_orphans()
     processes_hit = processes_hit or jail.hit_process_limit()

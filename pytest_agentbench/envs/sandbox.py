@@ -183,6 +183,15 @@ def _proc_table() -> dict[int, tuple[int, int]]:
     return table
 
 
+def _is_live(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] != b"Z"
+
+
 def descendants(root: int, table: dict[int, tuple[int, int]] | None = None) -> set[int]:
     """Every live process below ``root`` (children, grandchildren, ...)."""
     table = _proc_table() if table is None else table
@@ -285,6 +294,16 @@ class ProcessJail:
 
     def kill_all(self, leader: int, extra_roots: Sequence[int] = ()) -> None:
         """Kill the group, the descendants of ``leader`` (and of ``extra_roots``) and the cgroup members."""
+        if self.cgroup is not None:  # the cgroup lists every process of the run: no /proc scan needed
+            for _ in range(20):
+                kill_group(leader)
+                victims = {pid for pid in self.members() if _is_live(pid)} - {os.getpid()}
+                if not victims:
+                    break
+                _kill(victims)
+                time.sleep(0.002)
+            if not extra_roots:
+                return
         for _ in range(20):
             table = _proc_table()
             victims = group_members(leader, table) | descendants(leader, table) | self.members()

@@ -136,7 +136,8 @@ class CoreBench:
         record["gpu_required"] = prepare.capsule_needs_gpu(capsule_root)
         prompt = prepare.render_prompt(templates, task, settings["difficulty"], settings["hints"])
 
-        with tempfile.TemporaryDirectory(prefix=f"corebench-{capsule_id}-") as tmp:
+        # a cleanup failure (files the agent made undeletable) must not cost the verdict
+        with tempfile.TemporaryDirectory(prefix=f"corebench-{capsule_id}-", ignore_cleanup_errors=True) as tmp:
             workspace = Path(tmp)
             try:
                 prepare.prepare_workspace(capsule_root, workspace, capsule_id, settings["difficulty"])

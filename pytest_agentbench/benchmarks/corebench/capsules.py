@@ -90,6 +90,8 @@ def member_problem(member: tarfile.TarInfo, top: str) -> str | None:
         return None if member.isdir() else "entry without a name"
     if parts[0] != top:
         return f"outside the single top-level folder {top}/"
+    if len(parts) == 1 and not member.isdir():
+        return f"the top-level entry {top} is not a folder"
     if member.ischr() or member.isblk() or member.isfifo() or member.isdev():
         return "device or special file"
     if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):

@@ -32,6 +32,8 @@ def score_step(bench, sample: Sample, ctx: RunContext) -> dict[str, Any]:
                               "generation": {"status": generated.status, **generated.accounting}}
     if generated.trajectory:
         record["trajectory"] = write_trajectory(ctx.run_dir, number, generated)
+    if generated.status == "ok" and not parses(generated.code):
+        generated.status, generated.message = "parse_error", f"the code for step {number} is not valid Python"
     if generated.status != "ok" or not generated.code:
         status = "model_error" if generated.status == "model_error" else "parse_error"
         message = generated.message or "the model's reply has no parseable code"
@@ -46,6 +48,18 @@ def score_step(bench, sample: Sample, ctx: RunContext) -> dict[str, Any]:
     token = script.new_token()
     result = run_script(config, source, timeout=item_timeout(config), env={script.TOKEN_ENV: token})
     return {**record, **verdict(result, token, len(step["test_cases"]))}
+
+
+def parses(code: str | None) -> bool:
+    import ast
+
+    if not code or not code.strip():
+        return False
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def item_timeout(config) -> float:
@@ -134,6 +148,12 @@ def _generate(ctx: RunContext, problem: dict[str, Any], index: int, previous: li
         if not code:
             return Generated(None, "model_error", f"the oracle has no ground truth for step {step['step_number']}")
         return Generated(code, accounting={"model_calls": 0})
+    if hasattr(ctx.model, "answer_step"):
+        # A user's own client (an overridden bench_model fixture) may answer steps directly.
+        try:
+            return Generated(ctx.model.answer_step(problem, index, previous), accounting={"model_calls": 1})
+        except Exception as exc:
+            return Generated(None, "model_error", f"{type(exc).__name__}: {exc}")
     from .generate import generate_step
     from .prompts import load_templates
 

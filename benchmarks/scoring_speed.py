@@ -1,0 +1,167 @@
+"""How much the sandbox costs when scoring SciCode: fork server vs fresh interpreter vs no isolation.
+
+Scores the validation oracle run (the ground-truth code of all 50 steps) with both executors and
+with the floor (the same scripts executed one after another in one warm process, no isolation),
+then times collecting all SciCode items.
+
+    python benchmarks/scoring_speed.py [--data-dir ../shared/data] [--work /tmp/agentbench-speed]
+                                      [--synthetic]
+
+The targets of the validation split are rebuilt from the ground truth once into ``--work``.
+``--synthetic`` skips SciCode and times a set of numpy/scipy import-heavy scripts instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pytest_agentbench.envs.sandbox import Limits, get_executor  # noqa: E402
+
+# Runs every script in one warm interpreter with the same libraries preloaded: the cost of the tests alone.
+FLOOR_RUNNER = r"""
+import contextlib, io, json, os, sys, time
+from pytest_agentbench.envs.forkserver import DEFAULT_PRELOAD
+for name in DEFAULT_PRELOAD:
+    __import__(name)
+jobs = json.load(open(sys.argv[1]))
+times = []
+for job in jobs:
+    os.environ.update(job["env"])
+    sink = io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            exec(compile(job["source"], "main.py", "exec", dont_inherit=True), {"__name__": "__main__"})
+        except SystemExit:
+            pass
+        except BaseException:
+            pass
+    times.append(time.monotonic() - started)
+print(json.dumps(times))
+"""
+
+
+def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
+    """(source, env, token) of the 50 validation steps, scored against targets rebuilt from ground truth."""
+    from pytest_agentbench.benchmarks.scicode import script
+    from pytest_agentbench.benchmarks.scicode.targets import (_ground_truth_prefix, find_problems_file,
+                                                              load_problems, rebuild_targets)
+
+    problems = load_problems(find_problems_file(data_dir / "scicode"))
+    dev = [p for p in problems if any(s.get("ground_truth_code") for s in p["sub_steps"])]
+    h5 = work / "validation-targets.h5"
+    report_path = work / "validation-targets.json"
+    if not (h5.is_file() and report_path.is_file()):
+        print(f"rebuilding validation targets into {h5} (once) ...", flush=True)
+        report = rebuild_targets(dev, h5, timeout=600, jobs=2, data_dir=data_dir / "scicode")
+        report_path.write_text(json.dumps(report))
+    report = json.loads(report_path.read_text())
+    jobs = []
+    for problem in dev:
+        for index, step in enumerate(problem["sub_steps"]):
+            number = str(step["step_number"])
+            if report.get(number) != "ok" or not step.get("test_cases"):
+                continue
+            codes = [code for _, code in _ground_truth_prefix(problem, index, data_dir / "scicode")]
+            token = script.new_token()
+            source = script.build_scoring_script(
+                step_number=number, dependencies=problem.get("required_dependencies", ""),
+                previous_code=codes[:-1], code=codes[-1], tests=step["test_cases"], h5_path=h5)
+            jobs.append({"name": number, "source": source, "env": {script.TOKEN_ENV: token}, "token": token})
+    return jobs
+
+
+def synthetic_jobs(count: int = 50) -> list[dict]:
+    body = ("import numpy as np, scipy.special, scipy.integrate, scipy.linalg, scipy.sparse, scipy.optimize\n"
+            "import sympy\n"
+            "x = np.linspace(0, 1, 1000)\n"
+            "assert np.allclose(scipy.integrate.simpson(x, x=x), 0.5)\n"
+            "print('agentbench: all tests done ' + __import__('os').environ['TOKEN'])\n")
+    return [{"name": f"synthetic-{i}", "source": body, "env": {"TOKEN": f"t{i}"}, "token": f"t{i}"}
+            for i in range(count)]
+
+
+def time_executor(kind: str, jobs: list[dict], limits: Limits) -> tuple[list[float], int]:
+    executor = get_executor(kind)
+    if kind == "fork":
+        executor.start()  # server start-up is paid once per worker; reported separately
+    times, passed = [], 0
+    for job in jobs:
+        started = time.monotonic()
+        result = executor.run(job["source"], limits=limits, env=job["env"])
+        times.append(time.monotonic() - started)
+        passed += result.returncode == 0 and job["token"] in result.stdout
+    return times, passed
+
+
+def time_floor(jobs: list[dict], work: Path) -> list[float]:
+    jobs_file = work / "floor-jobs.json"
+    jobs_file.write_text(json.dumps(jobs))
+    out = subprocess.run([sys.executable, "-c", FLOOR_RUNNER, str(jobs_file)], capture_output=True, text=True,
+                         cwd=work, env=dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1"), check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def time_collection(data_dir: Path) -> float | None:
+    env = dict(os.environ, AGENTBENCH_DATA_DIR=str(data_dir))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "--bench=scicode", "--collect-only", "-q",
+                           "-p", "no:cacheprovider"], cwd=ROOT, env=env, capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        print(f"collection failed (exit {done.returncode}): {done.stdout[-500:]}{done.stderr[-500:]}")
+        return None
+    items = sum(1 for line in done.stdout.splitlines() if "::" in line)
+    print(f"collect-only: {items} SciCode items in {seconds:.2f} s")
+    return seconds
+
+
+def summary(label: str, times: list[float], floor: list[float], passed: int | None = None) -> None:
+    overhead = [t - f for t, f in zip(times, floor)]
+    extra = "" if passed is None else f", {passed}/{len(times)} passed"
+    print(f"{label:>10}: total {sum(times):7.2f} s, per-step median {statistics.median(times) * 1000:7.1f} ms, "
+          f"per-step overhead median {statistics.median(overhead) * 1000:7.1f} ms{extra}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path,
+                        default=Path(os.environ.get("AGENTBENCH_DATA_DIR", ROOT.parent / "shared" / "data")))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/agentbench-speed"))
+    parser.add_argument("--synthetic", action="store_true", help="time import-heavy synthetic scripts only")
+    parser.add_argument("--no-collect", action="store_true", help="skip timing --collect-only")
+    args = parser.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    jobs = synthetic_jobs() if args.synthetic else scicode_jobs(args.data_dir.resolve(), args.work)
+    limits = Limits(timeout=600)
+    print(f"{len(jobs)} scripts ({'synthetic' if args.synthetic else 'SciCode validation oracle'})")
+
+    started = time.monotonic()
+    get_executor("fork").start()
+    print(f"fork server start-up: {time.monotonic() - started:.2f} s (once per worker)")
+    fork, fork_passed = time_executor("fork", jobs, limits)
+    sub, sub_passed = time_executor("subprocess", jobs, limits)
+    floor = time_floor(jobs, args.work)
+    summary("floor", floor, floor)
+    summary("fork", fork, floor, fork_passed)
+    summary("subprocess", sub, floor, sub_passed)
+    if not args.no_collect and not args.synthetic:
+        time_collection(args.data_dir.resolve())
+    fork_overhead = statistics.median([t - f for t, f in zip(fork, floor)])
+    sub_overhead = statistics.median([t - f for t, f in zip(sub, floor)])
+    ratio = sub_overhead / fork_overhead if fork_overhead > 0 else float("inf")
+    print(f"overhead ratio (subprocess/fork): {ratio:.1f}x; fork total vs floor: {sum(fork) / sum(floor):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

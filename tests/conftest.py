@@ -1,0 +1,48 @@
+"""Shared fixtures of the project's own tests."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("AGENTBENCH_DATA_DIR") or REPO.parent / "shared" / "data").resolve()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not (SHARED_DATA / "scicode" / "problems_dev.jsonl").is_file():
+        pytest.fail(f"the upstream data files are not at {SHARED_DATA}; set AGENTBENCH_DATA_DIR")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory) -> Path:
+    """One cache folder for every pytester run of the session, so rebuilt targets are built once."""
+    return tmp_path_factory.mktemp("agentbench-cache")
+
+
+@pytest.fixture
+def bench(pytester: pytest.Pytester, shared_data: Path, shared_cache: Path, monkeypatch):
+    """Run pytest the way a user does, offline, with the staged data and a shared cache."""
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(shared_data))
+    monkeypatch.setenv("AGENTBENCH_OFFLINE", "1")
+    pytester.makeini("[pytest]\n")  # the rootdir is the test's folder, so its conftest.py applies
+
+    def run(*args: str, subprocess: bool = False) -> pytest.RunResult:
+        full = ["-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}", *args]
+        if subprocess:
+            return pytester.runpytest_subprocess(*full, timeout=1800)
+        return pytester.runpytest(*full)
+
+    return run
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_dirs(root: Path, bench: str = "scicode") -> list[Path]:
+    return sorted(p for p in (root / "reports" / bench).glob("*/*") if p.is_dir())

@@ -1,0 +1,35 @@
+"""End to end: ``pytest --bench=core-bench --model=oracle`` in a child pytest, capsules from 127.0.0.1."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from capsule_factory import CapsuleServer, build_capsule_archive
+from pytest_agentbench.benchmarks.corebench import capsules
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SERVED, STAGED, MISSING = "capsule-7038571", "capsule-0201225", "capsule-0220918"  # train capsules
+
+
+def test_oracle_run_with_served_staged_and_missing_capsules(pytester, tmp_path, monkeypatch):
+    www, staged = tmp_path / "www", tmp_path / "staged"
+    build_capsule_archive(www, SERVED, gpu=True)
+    build_capsule_archive(staged, STAGED)
+    with CapsuleServer(www) as server:
+        monkeypatch.setenv(capsules.CAPSULE_URL_ENV, server.url)
+        monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
+        result = pytester.runpytest_subprocess(
+            "--bench=core-bench", "--model=oracle", "--bench-split=train", "--bench-difficulty=medium",
+            f"--bench-ids={SERVED},{STAGED},{MISSING}", f"--bench-capsules-dir={staged}",
+            f"--bench-report-dir={tmp_path / 'reports'}", "--bench-run-id=e2e", "-p", "no:cacheprovider",
+        )
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*capsules correct:*2/3*"])
+    records = {r["id"]: r for r in map(json.loads, (tmp_path / "reports" / "core-bench" / "oracle" / "e2e" /
+                                                     "records.jsonl").read_text().splitlines())}
+    assert records[SERVED]["status"] == records[STAGED]["status"] == "pass"
+    assert records[SERVED]["gpu_required"] is True and records[STAGED]["gpu_required"] is False
+    assert records[MISSING]["status"] == "env_error"
+    assert f"{server.url}/{MISSING}.tar.gz" in records[MISSING]["message"] and str(staged) in records[MISSING]["message"]
+    assert [r["path"] for r in server.requests] == [f"/{SERVED}.tar.gz", f"/{MISSING}.tar.gz"]
+    assert all(r["difficulty"] == "medium" for r in records.values())

@@ -1,0 +1,279 @@
+"""SciCode end to end through pytester, the way a user runs pytest."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import read_jsonl, run_dirs
+from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
+from pytest_agentbench.records import comparable
+
+
+# ---- collection -------------------------------------------------------------------------------
+@pytest.mark.parametrize("split,problems,steps,prefilled", [
+    ("validation", 15, 50, 0), ("test", 65, 291, 3), ("all", 80, 341, 3),
+])
+def test_collect_only_lists_every_step(bench, split, problems, steps, prefilled):
+    result = bench("--bench=scicode", f"--bench-split={split}", "--collect-only", "-q")
+    assert result.ret == 0, result.stdout.str()
+    ids = [line for line in result.outlines if line.startswith("scicode/")]
+    assert len(ids) == steps
+    assert len({i.split("::")[0] for i in ids}) == problems
+    assert len([i for i in ids if i.split("::")[1] in ("13.6", "62.1", "76.3")]) == prefilled
+
+
+def test_only_the_benchmark_is_collected_without_paths(bench, pytester):
+    pytester.makepyfile(test_user="def test_user_suite():\n    assert False\n")
+    result = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q")
+    assert "test_user_suite" not in result.stdout.str()
+    both = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q", "test_user.py")
+    assert "test_user.py::test_user_suite" in both.stdout.str()
+    assert "scicode/10::10.1" in both.stdout.str()
+
+
+def test_bench_ids_select_exactly(bench):
+    result = bench("--bench=scicode", "--bench-split=all", "--bench-ids=7,77.3", "--collect-only", "-q")
+    ids = [line for line in result.outlines if line.startswith("scicode/")]
+    assert ids == ["scicode/7::7.1", "scicode/77::77.3"]
+
+
+def test_k_and_deselect_work_on_node_ids(bench):
+    result = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q", "-k", "29",
+                   "--deselect", "scicode/29::29.2")
+    ids = [line for line in result.outlines if line.startswith("scicode/")]
+    assert ids == ["scicode/29::29.1", "scicode/29::29.3"]
+
+
+def test_prefilled_marker_selects_the_three_official_steps(bench):
+    result = bench("--bench=scicode", "--bench-split=test", "--collect-only", "-q", "-m", "prefilled")
+    ids = [line for line in result.outlines if line.startswith("scicode/")]
+    assert sorted(ids) == ["scicode/13::13.6", "scicode/62::62.1", "scicode/76::76.3"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--bench=nope"], "unknown benchmark (--bench) 'nope'; valid values: core-bench, scicode"),
+    (["--bench=scicode", "--bench-split=dev"], "unknown scicode split (--bench-split) 'dev'; valid values: validation, test, all"),
+    (["--bench=scicode", "--bench-split=validation", "--bench-ids=999"], "unknown scicode id(s) 999"),
+    (["--bench=scicode", "--bench-split=test", "--model=oracle"], "only SciCode's validation split ships"),
+])
+def test_usage_errors_list_valid_values(bench, args, needle):
+    result = bench(*args, "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert needle in result.stderr.str()
+
+
+# ---- data problems ----------------------------------------------------------------------------
+def copy_data(shared_data: Path, dest: Path) -> Path:
+    shutil.copytree(shared_data / "scicode", dest / "scicode")
+    for path in (dest / "scicode").iterdir():
+        path.chmod(0o644)
+    return dest
+
+
+def test_checksum_mismatch_names_the_file_and_the_fix(bench, pytester, shared_data):
+    data = copy_data(shared_data, pytester.path / "mydata")
+    with open(data / "scicode" / "problems_dev.jsonl", "a") as fh:
+        fh.write("\n")
+    result = bench("--bench=scicode", "--bench-split=validation", f"--bench-data-dir={data}", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "checksum mismatch for" in err and "problems_dev.jsonl" in err and "delete it to re-download" in err
+
+
+def test_missing_file_offline_names_url_and_place(bench, pytester):
+    empty = pytester.mkdir("empty")
+    result = bench("--bench=scicode", "--bench-split=validation", f"--bench-data-dir={empty}", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "problems_dev.jsonl not found" in err
+    assert "https://raw.githubusercontent.com/scicode-bench/SciCode/" in err
+    assert str(empty / "scicode" / "problems_dev.jsonl") in err
+
+
+def test_corrupt_jsonl_line_is_named(bench, pytester, shared_data):
+    data = copy_data(shared_data, pytester.path / "mydata")
+    path = data / "scicode" / "problems_dev.jsonl"
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2][:50]
+    path.write_text("\n".join(lines) + "\n")
+    result = bench("--bench=scicode", "--bench-split=validation", f"--bench-data-dir={data}",
+                   "--bench-allow-custom-data", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "problems_dev.jsonl line 3 is not valid JSON" in result.stderr.str()
+
+
+def test_missing_h5_is_an_eval_error_per_step(bench, pytester, shared_data):
+    """The test split has no ground truth: a model's code cannot be scored without the official file."""
+    pytester.makeconftest('''
+import pytest
+
+class FixedModel:
+    """A user's own client: answers every step with the same function."""
+    name = "fixed"
+    is_oracle = False
+    def answer_step(self, problem, index, previous_code):
+        return "def f(x):\\n    return x\\n"
+
+@pytest.fixture(scope="session")
+def bench_model():
+    return FixedModel()
+''')
+    result = bench("--bench=scicode", "--bench-split=test", "--model=fixed", "--bench-ids=13.5,13.6", "-rs")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=1, skipped=1)
+    out = result.stdout.str()
+    assert "eval_error: the official test_data.h5 is missing: download it from https://huggingface.co/" in out
+    assert "official prefilled step" in out
+    [run] = run_dirs(pytester.path)
+    records = {r["id"]: r for r in read_jsonl(run / "steps.jsonl")}
+    assert records["13.5"]["status"] == "eval_error" and records["13.6"]["status"] == "skipped"
+
+
+# ---- a small hand-made dataset with known answers --------------------------------------------
+def step(number, code, tests, header="def f():"):
+    return {"step_number": number, "step_description_prompt": f"step {number}", "step_background": "",
+            "ground_truth_code": code, "function_header": header, "test_cases": tests, "return_line": ""}
+
+
+def problem(pid, steps, deps="import numpy as np"):
+    return {"problem_id": pid, "problem_name": f"p{pid}", "problem_description_main": "", "problem_io": "",
+            "required_dependencies": deps, "sub_steps": steps, "problem_background_main": ""}
+
+
+CLOSE = "assert np.allclose({call}, target)"
+HANDMADE = [
+    problem("1", [step("1.1", "def add(a, b):\n    return a + b", [CLOSE.format(call="add(1, 2)"),
+                                                                   CLOSE.format(call="add(2, 2)")]),
+                  step("1.2", "def twice(a):\n    return add(a, a)", [CLOSE.format(call="twice(3)")])]),
+    problem("2", [step("2.1", "def sq(a):\n    return a * a", [CLOSE.format(call="sq(3)")]),
+                  step("2.2", "def cube(a):\n    return a * a * a", [CLOSE.format(call="cube(2)")])]),
+    problem("13", [step("13.5", "def base(x):\n    return x", [CLOSE.format(call="base(4)")]),
+                   step("13.6", "", []),
+                   step("13.7", "def use13(x):\n    return helper13(x) + 1", [CLOSE.format(call="use13(2)")])]),
+    problem("4", [step("4.1", "def spin():\n    while True:\n        pass", ["spin()\nassert target is None"])]),
+    problem("5", [step("5.1", "def broken(:\n    return", [CLOSE.format(call="broken()")])]),
+    problem("6", [step("6.1", "def six():\n    return 6", [CLOSE.format(call="six()")])]),
+]
+TARGETS = {"1.1": [3, 4], "1.2": [6], "2.1": [9], "2.2": [9],  # cube(2) is 8: a wrong answer
+           "13.5": [4], "13.7": [21], "4.1": [None], "5.1": [0]}  # 6.1 left out: its targets are missing
+EXPECTED = {"1.1": "pass", "1.2": "pass", "2.1": "pass", "2.2": "fail", "13.5": "pass", "13.6": "skipped",
+            "13.7": "pass", "4.1": "timeout", "5.1": "parse_error", "6.1": "eval_error"}
+
+
+@pytest.fixture
+def handmade(pytester, shared_data) -> list[str]:
+    data = pytester.mkdir("handmade")
+    (data / "scicode").mkdir()
+    (data / "scicode" / "problems_dev.jsonl").write_text("".join(json.dumps(p) + "\n" for p in HANDMADE))
+    (data / "scicode" / "13.6.txt").write_text("def helper13(x):\n    return 10 * x\n")
+    for name in ("62.1.txt", "76.3.txt"):
+        (data / "scicode" / name).write_text("pass\n")
+    h5 = data / "targets.h5"
+    for number, values in TARGETS.items():
+        write_step_targets(h5, number, values)
+    return [f"--bench-data-dir={data}", f"--bench-h5={h5}", "--bench-allow-custom-data",
+            "--bench-split=validation", "--bench=scicode", "--model=oracle", "--bench-timeout=10"]
+
+
+@pytest.mark.parametrize("executor", ["fork", "subprocess"])
+def test_each_status_and_the_metrics_on_a_handmade_dataset(bench, pytester, handmade, executor):
+    result = bench(*handmade, f"--bench-executor={executor}", "-rs")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=5, failed=4, skipped=1)
+    [run] = run_dirs(pytester.path)
+    records = {r["id"]: r for r in read_jsonl(run / "steps.jsonl")}
+    assert {k: r["status"] for k, r in records.items()} == EXPECTED
+    assert records["2.2"]["message"].startswith("AssertionError")
+    assert records["6.1"]["message"].startswith("agentbench: cannot read targets of step 6.1")
+    assert records["13.6"]["scored"] is False
+    summary = json.loads((run / "summary.json").read_text())
+    # resolved: problems 1 and 13 of 6; passed: 5 of the 9 scored steps (13.6 is in neither count)
+    assert summary["metrics"]["main"] == pytest.approx(2 / 6)
+    assert summary["metrics"]["subproblem"] == pytest.approx(5 / 9)
+    out = result.stdout.str()
+    assert "main problems resolved 2/6 (33.3%), subproblems passed 5/9 (55.6%)" in out
+    md = (run / "summary.md").read_text()
+    assert "| validation | 2/6 (33.3%) | 5/9 (55.6%) |" in md
+    assert "custom targets file" in md
+
+
+def test_prefilled_code_feeds_a_step_selected_alone(bench, pytester, handmade):
+    result = bench(*handmade, "--bench-ids=13.7")
+    result.assert_outcomes(passed=1)
+
+
+def test_records_are_on_disk_as_items_finish(bench, pytester, handmade):
+    """A conftest hook reads steps.jsonl when the next item starts: the previous record is already there."""
+    pytester.makeconftest('''
+import json, pathlib
+seen = []
+def pytest_runtest_setup(item):
+    files = list(pathlib.Path("reports").glob("scicode/*/*/steps.jsonl"))
+    seen.append(sum(1 for _ in open(files[0])) if files else 0)
+def pytest_sessionfinish(session):
+    pathlib.Path("seen.json").write_text(json.dumps(seen))
+''')
+    bench(*handmade, "--bench-ids=1,2")
+    assert json.loads((pytester.path / "seen.json").read_text()) == [0, 1, 2, 3]
+
+
+# ---- the real validation split with the oracle ------------------------------------------------
+def oracle_run(bench, pytester, *extra):
+    result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", *extra, subprocess=True)
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert "validation: main problems resolved 15/15 (100.0%), subproblems passed 50/50 (100.0%)" in result.stdout.str()
+    run = run_dirs(pytester.path)[-1]
+    records = sorted(read_jsonl(run / "steps.jsonl"), key=lambda r: r["id"])
+    summary = json.loads((run / "summary.json").read_text())
+    return [comparable(r) for r in records], summary["metrics"]
+
+
+def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist(bench, pytester):
+    serial, metrics = oracle_run(bench, pytester, "--bench-run-id=serial")
+    assert len(serial) == 50 and all(r["status"] == "pass" for r in serial)
+    assert metrics["main"] == 1.0 and metrics["subproblem"] == 1.0
+    for n in ("2", "4"):
+        parallel, parallel_metrics = oracle_run(bench, pytester, "-n", n, f"--bench-run-id=n{n}")
+        assert parallel == serial
+        assert parallel_metrics == metrics
+
+
+MUTATIONS = {  # step: (original, mutated) snippets of its ground truth
+    "1.1": ("return x", "return x + 1e-3"),
+    "29.1": ("return n", "return -n"),
+}
+
+
+def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data):
+    data = copy_data(shared_data, pytester.path / "mutated")
+    path = data / "scicode" / "problems_dev.jsonl"
+    problems = [json.loads(line) for line in path.read_text().splitlines()]
+    changed = set()
+    for prob in problems:
+        for st in prob["sub_steps"]:
+            if st["step_number"] in MUTATIONS:
+                old, new = MUTATIONS[st["step_number"]]
+                code = st["ground_truth_code"]
+                assert code.rstrip().endswith(old), (st["step_number"], code[-200:])
+                st["ground_truth_code"] = code.rstrip()[: -len(old)] + new
+                changed.add(st["step_number"])
+    assert changed == set(MUTATIONS)
+    path.write_text("".join(json.dumps(p) + "\n" for p in problems))
+    # Targets come from the unmodified data (rebuilt into the shared cache), the code from the mutated file.
+    rebuilt = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1,29")
+    rebuilt.assert_outcomes(passed=4)
+    from pytest_agentbench.benchmarks.scicode import targets as targets_mod
+
+    originals = [json.loads(line) for line in (shared_data / "scicode" / "problems_dev.jsonl").read_text().splitlines()]
+    h5 = pytester.path / "orig.h5"
+    report = targets_mod.rebuild_targets([p for p in originals if p["problem_id"] in ("1", "29")], h5,
+                                         data_dir=shared_data)
+    assert set(report.values()) == {"ok"}
+    result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1,29",
+                   f"--bench-data-dir={data}", "--bench-allow-custom-data", f"--bench-h5={h5}")
+    result.assert_outcomes(passed=2, failed=2)
+    out = result.stdout.str()
+    assert "FAILED scicode/1::1.1" in out and "FAILED scicode/29::29.1" in out
