@@ -94,3 +94,41 @@ def count_statuses(records: Iterable[dict[str, Any]]) -> dict[str, int]:
     for record in records:
         counts[record["status"]] = counts.get(record["status"], 0) + 1
     return {k: v for k, v in counts.items() if v}
+
+
+def rewrite_records(path: Path, records: list[dict[str, Any]]) -> None:
+    """Replace the log by exactly ``records`` (atomically), e.g. to cut a torn last line before appending."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write("".join(to_json(r) + "\n" for r in records).encode("utf-8"))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+# Accounting keys read from ``record["generation"]`` (SciCode's harness; CORE-Bench's agent uses the same names).
+USAGE_KEYS = ("model_calls", "tool_calls", "prompt_tokens", "completion_tokens", "cache_hits")
+
+
+def usage_of(record: dict[str, Any]) -> dict[str, float]:
+    """Model accounting of one record; ``tokens`` is prompt plus completion (or ``total_tokens`` when given)."""
+    generation = record.get("generation") or {}
+    out = {k: generation.get(k) or 0 for k in USAGE_KEYS if isinstance(generation.get(k) or 0, (int, float))}
+    total = generation.get("total_tokens")
+    out["tokens"] = total if isinstance(total, (int, float)) else out.get("prompt_tokens", 0) + out.get("completion_tokens", 0)
+    return out
+
+
+def usage_totals(records: Iterable[dict[str, Any]]) -> dict[str, float]:
+    totals = {k: 0 for k in (*USAGE_KEYS, "tokens")}
+    for record in records:
+        for key, value in usage_of(record).items():
+            totals[key] += value
+    return totals
+
+
+def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:
+    """The few values a CI dashboard shows for an item (never the whole record: junitxml writes str(value))."""
+    return [("benchmark", str(record.get("benchmark", ""))), ("task", str(record.get("task", ""))),
+            ("step", str(record.get("id", ""))), ("status", str(record.get("status", ""))),
+            ("duration", str(record.get("duration", 0.0))), ("tokens", str(int(usage_of(record)["tokens"])))]

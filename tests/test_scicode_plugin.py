@@ -277,3 +277,38 @@ def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data):
     result.assert_outcomes(passed=2, failed=2)
     out = result.stdout.str()
     assert "FAILED scicode/1::1.1" in out and "FAILED scicode/29::29.1" in out
+
+
+# ---- generated code that tries to fake a pass ----------------------------------------------------
+# One problem each (a step's script also runs the code of the steps before it). Every f() returns
+# the right answer, so each step fails only because of what its code does besides.
+FAKES = {
+    "81.1": ("import sys\nsys.exit(0)\ndef f():\n    return 1", "exited before all tests ran"),
+    "82.1": ("import os\nos._exit(0)\ndef f():\n    return 1", "exited before all tests ran"),
+    "83.1": ("np.allclose = lambda *a, **k: True\ndef f():\n    return 1", "generated code replaced numpy.allclose"),
+    "84.1": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef f():\n    return 1",
+             "killed the process running it"),
+}
+
+
+@pytest.mark.parametrize("executor", ["fork", "subprocess"])
+def test_fake_passes_fail_with_their_reason(bench, pytester, executor):
+    data = pytester.mkdir("fakes")
+    (data / "scicode").mkdir()
+    fakes = [problem(n.split(".")[0], [step(n, code, [CLOSE.format(call="f()")])]) for n, (code, _) in FAKES.items()]
+    (data / "scicode" / "problems_dev.jsonl").write_text("".join(json.dumps(p) + "\n" for p in fakes))
+    for name in ("13.6.txt", "62.1.txt", "76.3.txt"):
+        (data / "scicode" / name).write_text("pass\n")
+    h5 = data / "targets.h5"
+    for number in FAKES:
+        write_step_targets(h5, number, [1])
+    result = bench(f"--bench-data-dir={data}", f"--bench-h5={h5}", "--bench-allow-custom-data",
+                   "--bench-split=validation", "--bench=scicode", "--model=oracle", f"--bench-executor={executor}")
+    result.assert_outcomes(failed=4)
+    [run] = run_dirs(pytester.path)
+    records = {r["id"]: r for r in read_jsonl(run / "steps.jsonl")}
+    for number, (_, reason) in FAKES.items():
+        assert records[number]["status"] == "fail"
+        if executor == "subprocess" and number == "84.1":
+            reason = "exit code -9"  # the launcher between pytest and the script is what dies
+        assert reason in records[number]["message"], (number, records[number]["message"])

@@ -1,13 +1,213 @@
-"""The host environment: a sandboxed workspace on this machine."""
+"""The host environment: commands run with bash in the workspace folder on this machine.
+
+Every command runs in its own process group under rlimits (address space, CPU time, file size)
+and, where ``/sys/fs/cgroup/pids`` is writable, in the environment's pids cgroup, which caps the
+number of processes and lists every one of them, so ``stop`` kills background jobs too. A command
+past its timeout is killed with its whole group and its descendants. Output goes to files outside
+the workspace and only its head and tail are read back.
+
+This is a sandbox against accidents, not against an adversary: the commands run as the same user,
+see the whole file system and can install packages. Use ``--bench-env=docker`` for isolation.
+"""
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
-class HostEnvironment:
-    name = "host"
+from . import sandbox
+from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, CommandResult, EnvError, Environment,
+                   EnvSkip, check_timeout, python_result, resolve_inside)
 
-    def __init__(self, config) -> None:
-        self.config = config
+DEFAULT_MEMORY = 8 << 30  # RLIMIT_AS of a command: generous, agents install and run real code
+DEFAULT_PROCESSES = 1024
 
-    @classmethod
-    def from_config(cls, config) -> "HostEnvironment":
-        return cls(config)
+# Between the plugin and bash: joins the cgroup, applies the rlimits, then becomes bash (no preexec_fn
+# in a threaded pytest process).
+_LAUNCHER = r"""
+import json, os, sys
+spec = json.loads(sys.argv[1])
+from pytest_agentbench.envs.sandbox import Limits, apply_child_limits
+if spec["cgroup"]:
+    with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as fh:
+        fh.write(str(os.getpid()))
+apply_child_limits(Limits(**spec["limits"]))
+os.chdir(spec["cwd"])
+os.execve(spec["bash"], ["bash", "-c", spec["command"]], spec["env"])
+"""
+
+
+def _bash() -> str:
+    path = shutil.which("bash")
+    if not path:
+        raise EnvError("the host environment needs bash on PATH; install bash or use --bench-env=docker")
+    return path
+
+
+def kill_tree(leader: int) -> None:
+    """Kill the process group of ``leader`` (not yet reaped, so its id cannot be reused) and its descendants."""
+    for _ in range(20):
+        table = sandbox._proc_table()
+        victims = sandbox.group_members(leader, table) | sandbox.descendants(leader, table)
+        victims.discard(os.getpid())
+        sandbox.kill_group(leader)
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.005)
+
+
+class HostEnvironment(Environment):
+    kind = "host"
+
+    def __init__(self, workspace: Path, *, keep_workspace: bool = False, name: str = "",
+                 memory: int | None = DEFAULT_MEMORY, processes: int | None = DEFAULT_PROCESSES,
+                 output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
+                 gpus: str | None = None) -> None:
+        super().__init__(workspace, keep_workspace=keep_workspace, name=name)
+        if not self.workspace.is_dir():
+            raise EnvError(f"workspace {self.workspace} is not a folder; prepare it before starting the environment")
+        self.workspace = self.workspace.resolve()
+        self.workdir = str(self.workspace)
+        self.memory, self.processes = memory, processes
+        self.output_limit, self.output_cap = output_limit, output_cap
+        self.bash = _bash()
+        # outside the workspace: the agent must not see (or fill) its own output files
+        self.private = Path(tempfile.mkdtemp(prefix="agentbench-host-"))
+        for sub in ("home", "tmp", "out"):
+            (self.private / sub).mkdir()
+        extra = {"HOME": str(self.private / "home"), "TMPDIR": str(self.private / "tmp")}
+        if gpus and gpus != "all":
+            extra["CUDA_VISIBLE_DEVICES"] = gpus
+        self.env = sandbox.child_env(extra)
+        self.jail = sandbox.ProcessJail(sandbox.Limits(processes=processes))
+        self.leaders: list[int] = []
+        self.count = 0
+
+    # ---------------------------------------------------------------- commands
+
+    def _limits(self, timeout: float) -> sandbox.Limits:
+        # CPU seconds over all cores, so a parallel job is not stopped before its wall-clock timeout
+        return sandbox.Limits(timeout=timeout, memory=self.memory, cpu=timeout * (os.cpu_count() or 1),
+                              processes=self.processes, output=self.output_limit, output_cap=self.output_cap)
+
+    def run(self, command: str, timeout: float) -> CommandResult:
+        return self._run(command, timeout, cwd=self.workspace)
+
+    def _run(self, command: str, timeout: float, cwd: Path) -> CommandResult:
+        if self.stopped:
+            raise EnvError(f"environment {self.name or self.workspace} is stopped")
+        timeout = check_timeout(timeout)
+        self.count += 1
+        out, err = self.private / "out" / f"{self.count}.out", self.private / "out" / f"{self.count}.err"
+        spec = json.dumps({"limits": asdict(self._limits(timeout)), "env": self.env, "command": command,
+                           "bash": self.bash, "cwd": str(cwd),
+                           "cgroup": str(self.jail.cgroup) if self.jail.cgroup else ""})
+        launcher_env = dict(self.env, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+        started = time.monotonic()
+        with open(out, "wb") as out_fh, open(err, "wb") as err_fh:
+            proc = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCHER, spec], stdin=subprocess.DEVNULL,
+                                    stdout=out_fh, stderr=err_fh, env=launcher_env, start_new_session=True)
+        self.leaders.append(proc.pid)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_tree(proc.pid)
+            proc.wait()
+        except BaseException:  # Ctrl-C while waiting: the command must not outlive us
+            kill_tree(proc.pid)
+            proc.wait()
+            raise
+        duration = time.monotonic() - started
+        stdout, out_size = sandbox.read_trimmed(out, self.output_limit)
+        stderr, err_size = sandbox.read_trimmed(err, self.output_limit)
+        for path in (out, err):  # a background job may still write to them; unlinking is fine
+            path.unlink(missing_ok=True)
+        return CommandResult(exit_code=None if timed_out else proc.returncode, stdout=stdout, stderr=stderr,
+                             timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size)
+
+    def run_python(self, source: str, timeout: float) -> dict[str, Any]:
+        """Exactly what SciCode's host runner does (the sandbox's fork executor), for equal results."""
+        result = sandbox.run_python(source, limits=sandbox.Limits(timeout=check_timeout(timeout)))
+        return python_result(CommandResult(exit_code=result.returncode, stdout=result.stdout, stderr=result.stderr,
+                                           timed_out=result.timed_out, duration=result.duration))
+
+    # ---------------------------------------------------------------- files
+
+    def read_file(self, path: str) -> bytes:
+        target = resolve_inside(self.workspace, path)
+        if not target.is_file():
+            raise FileNotFoundError(f"no file {path!r} in the environment (looked at {target})")
+        if target.stat().st_size > MAX_FILE_READ:
+            raise ValueError(f"{path!r} is larger than {MAX_FILE_READ >> 20} MB; read a part of it with bash")
+        return target.read_bytes()
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        target = resolve_inside(self.workspace, path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data.encode() if isinstance(data, str) else data)
+
+    def copy_out(self, dest_dir: Path) -> Path:
+        dest = Path(dest_dir)
+        if dest.exists() and dest.resolve() == self.workspace:
+            return dest  # the host environment works in place
+        shutil.copytree(self.workspace, dest, symlinks=True, dirs_exist_ok=True)
+        return dest
+
+    # ---------------------------------------------------------------- the end
+
+    def _release(self) -> None:
+        if self.jail.cgroup is not None:
+            for _ in range(50):
+                alive = {pid for pid in self.jail.members() if sandbox._is_live(pid)} - {os.getpid()}
+                if not alive:
+                    break
+                for pid in alive:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                time.sleep(0.005)
+        else:
+            # background jobs stay in their command's process group (unless they setsid away)
+            table = sandbox._proc_table()
+            for leader in self.leaders:
+                if sandbox.group_members(leader, table):
+                    sandbox.kill_group(leader)
+        self.jail.close()
+        shutil.rmtree(self.private, ignore_errors=True)
+
+
+class HostFactory:
+    """The ``bench_env`` value for ``--bench-env=host``."""
+
+    kind = "host"
+
+    def __init__(self, *, keep_workspaces: bool = False, gpus: str | None = None,
+                 memory: int | None = DEFAULT_MEMORY) -> None:
+        self.keep_workspaces = keep_workspaces
+        self.gpus = gpus
+        self.memory = memory
+
+    def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "") -> HostEnvironment:
+        if needs_gpu and not self.gpus:
+            raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
+        return HostEnvironment(workspace, keep_workspace=self.keep_workspaces, name=name, gpus=self.gpus,
+                               memory=self.memory)
+
+    def close(self) -> None:
+        pass

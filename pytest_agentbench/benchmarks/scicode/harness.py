@@ -32,21 +32,24 @@ def score_step(bench, sample: Sample, ctx: RunContext) -> dict[str, Any]:
                               "generation": {"status": generated.status, **generated.accounting}}
     if generated.trajectory:
         record["trajectory"] = write_trajectory(ctx.run_dir, number, generated)
-    if generated.status == "ok" and not parses(generated.code):
-        generated.status, generated.message = "parse_error", f"the code for step {number} is not valid Python"
-    if generated.status != "ok" or not generated.code:
-        status = "model_error" if generated.status == "model_error" else "parse_error"
-        message = generated.message or "the model's reply has no parseable code"
-        return {**record, "status": status, "message": message}
+    # A reply cut off at the token limit is still scored when the code it holds parses, as upstream
+    # scores whatever code it extracts; the record keeps generation.status "truncated".
+    usable = generated.status in ("ok", "truncated") and parses(generated.code)
+    if not usable:
+        if generated.status == "model_error":
+            return {**record, "status": "model_error", "message": generated.message}
+        message = generated.message or f"the code for step {number} is not valid Python"
+        return {**record, "status": "parse_error", "message": message}
+    if generated.status == "truncated":
+        record["note"] = generated.message
     targets = bench.targets_for(config, problem, number)
     record["targets"] = targets.kind
     if targets.path is None:
         return {**record, "status": "eval_error", "message": targets.message}
     source = script.build_scoring_script(
         step_number=number, dependencies=problem.get("required_dependencies", ""), previous_code=previous,
-        code=generated.code, tests=step["test_cases"], h5_path=targets.path)
-    token = script.new_token()
-    result = run_script(config, source, timeout=item_timeout(config), env={script.TOKEN_ENV: token})
+        code=generated.code, tests=step["test_cases"], h5_path=targets.path, token=(token := script.new_token()))
+    result = run_script(config, source, timeout=item_timeout(config))
     return {**record, **verdict(result, token, len(step["test_cases"]))}
 
 
@@ -70,11 +73,7 @@ def item_timeout(config) -> float:
 
 def run_script(config, source: str, *, timeout: float, env: dict[str, str] | None = None) -> sandbox.ExecResult:
     limits = sandbox.Limits(timeout=timeout, memory=int(config.getoption("bench_memory_limit") * sandbox.GiB))
-    executor = config.getoption("bench_executor") or "fork"
-    runner = getattr(sandbox, "get_executor", None)
-    if runner is None:
-        return sandbox.run_python(source, limits=limits, env=env)
-    return runner(executor).run(source, limits=limits, env=env)
+    return sandbox.run_python(source, limits=limits, env=env, executor=config.getoption("bench_executor") or "fork")
 
 
 def verdict(result: sandbox.ExecResult, token: str, n_tests: int) -> dict[str, Any]:
@@ -89,19 +88,17 @@ def verdict(result: sandbox.ExecResult, token: str, n_tests: int) -> dict[str, A
     if result.timed_out:
         return {**out, "status": "timeout", "message": f"scoring ran past {result.duration:.0f} s (--bench-timeout)"}
     if result.returncode == script.TARGETS_EXIT and "agentbench: cannot read targets" in result.stderr or \
-            "agentbench: " in result.stderr and " targets for step " in result.stderr:
+            result.returncode == script.TARGETS_EXIT and " targets for step " in result.stderr:
         return {**out, "status": "eval_error", "message": last_line(result.stderr)}
-    finished = f"agentbench: all tests done {token}" in result.stdout
-    if result.returncode == 0 and finished:
+    problem = sandbox.integrity_check(result, token)
+    if problem is None:
         return {**out, "status": "pass", "message": ""}
-    if result.returncode == 0:
-        return {**out, "status": "fail",
-                "message": f"exited with status 0 before all tests ran ({done} of {n_tests} completed)"}
-    reason = {"memory": "memory limit hit", "cpu": "CPU time limit hit",
-              "processes": "process limit hit"}.get(result.limit or "", "")
-    detail = last_line(result.stderr) or f"exit status {result.returncode}"
     where = f"test {done + 1} of {n_tests}" if done < n_tests else "after the tests"
-    return {**out, "status": "fail", "message": "; ".join(filter(None, [reason, f"{detail} ({where})"]))}
+    if result.returncode == 0 or result.limit or problem.startswith("generated code"):
+        detail = f"{problem} ({done} of {n_tests} tests completed)"
+    else:
+        detail = f"{last_line(result.stderr) or problem} ({where})"
+    return {**out, "status": "fail", "message": detail}
 
 
 def last_line(text: str) -> str:

@@ -4,14 +4,15 @@ A script is: a preamble (compatibility shims, the comparison helpers under the m
 tests import, the targets read from the h5 *before* any generated code runs), the problem's
 dependencies, the code of every earlier step, the step's own code, then ``target = targets[i]``
 and each test case in turn. Upstream counts a step as passed when the script exits with 0; here it
-must also print a per-run token after the last test, so code that exits early with status 0 does
-not pass (see docs in README, "Where scoring differs from upstream").
+must also print a per-run token after the last test, after checking that the comparison functions
+are still the genuine ones, so code that exits early with status 0 or replaces ``np.allclose``
+does not pass (README, "Where scoring differs from upstream").
 """
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
+from ...envs import sandbox
 from . import compare, h5codec
 
 TOKEN_ENV = "AGENTBENCH_COMPLETION_TOKEN"
@@ -19,7 +20,7 @@ TARGETS_EXIT = 97  # the targets could not be read: eval_error, not the model's 
 
 PREAMBLE = '''\
 import os as _ab_os, sys as _ab_sys, types as _ab_types, importlib.util as _ab_util
-_ab_token = _ab_os.environ.pop({token_env!r}, "")
+_ab_os.environ.pop({token_env!r}, None)
 
 def _ab_load(name, path):
     spec = _ab_util.spec_from_file_location(name, path)
@@ -65,13 +66,13 @@ target = targets[{index}]
 print("agentbench: test {number} done")
 '''
 
-EPILOGUE = '''
-print("agentbench: all tests done " + _ab_token)
-'''
+# The guard records the genuine comparison functions before generated code runs; the epilogue
+# checks them and prints the completion token only when nothing was replaced.
+GUARDED_MODULES = (*sandbox.DEFAULT_GUARDED_MODULES, "scicode.compare.cmp")
 
 
 def new_token() -> str:
-    return secrets.token_hex(16)
+    return sandbox.new_token()
 
 
 def section(title: str, body: str) -> str:
@@ -79,18 +80,19 @@ def section(title: str, body: str) -> str:
 
 
 def build_scoring_script(*, step_number: str, dependencies: str, previous_code: list[str], code: str,
-                         tests: list[str], h5_path: Path) -> str:
-    """The whole script for one step. The completion token comes through the environment."""
+                         tests: list[str], h5_path: Path, token: str) -> str:
+    """The whole script for one step; it proves completion by printing ``token`` last."""
     targets_block = TARGETS_BLOCK.format(codec_path=h5codec.__file__, h5_path=str(h5_path), step=step_number,
                                          exit_code=TARGETS_EXIT, n_tests=len(tests))
     parts = [PREAMBLE.format(token_env=TOKEN_ENV, compare_path=compare.__file__, targets_block=targets_block)]
+    parts.append(sandbox.integrity_prelude(guard_modules=GUARDED_MODULES))
     parts.append(section("dependencies", dependencies))
     for number, earlier in enumerate(previous_code, 1):
         parts.append(section(f"earlier step {number}", earlier))
     parts.append(section(f"step {step_number}", code))
     for index, test in enumerate(tests):
         parts.append(TEST_BLOCK.format(index=index, number=index + 1, test=test.rstrip()))
-    parts.append(EPILOGUE)
+    parts.append("\n" + sandbox.integrity_epilogue(token))
     return "".join(parts)
 
 

@@ -1,0 +1,135 @@
+"""The environment interface: where an agent's commands and a tool's code run.
+
+An *environment factory* is the value of the ``bench_env`` fixture (one per pytest process). Its
+``start(workspace, needs_gpu=..., name=...)`` returns an *environment* that works on a prepared
+workspace folder: the host environment works in that folder directly, the Docker environment
+copies it into a container at ``/capsule``. Either way the agent's commands start in the
+workspace root, ``read_file``/``write_file`` take paths relative to it (or absolute inside the
+environment), ``copy_out`` brings the workspace back, and ``stop`` ends everything (the workspace
+folder too, unless ``--bench-keep-workspaces``).
+
+A user can override ``bench_env`` with any object that has the factory's ``start`` and returns
+something with the ``Environment`` methods.
+"""
+from __future__ import annotations
+
+import shutil
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_OUTPUT_LIMIT = 16 * 1024  # bytes of a stream kept for the caller: half head, half tail
+DEFAULT_OUTPUT_CAP = 1 << 30  # a command's files (its output included) may not grow past this (RLIMIT_FSIZE)
+MAX_FILE_READ = 64 << 20  # read_file refuses bigger files: they are never meant for a model
+
+
+class EnvError(Exception):
+    """The environment could not be started or used (no engine, a missing image, ...): an env_error."""
+
+
+class EnvSkip(Exception):
+    """The item cannot run in this environment by configuration (a GPU capsule without --bench-gpus)."""
+
+
+@dataclass
+class CommandResult:
+    exit_code: int | None  # None when the command was killed at its timeout
+    stdout: str  # head and tail only when the stream was longer than the limit (sizes below)
+    stderr: str
+    timed_out: bool = False
+    duration: float = 0.0
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+
+    @property
+    def trimmed(self) -> bool:
+        return self.stdout_bytes > len(self.stdout.encode()) or self.stderr_bytes > len(self.stderr.encode())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def trim_bytes(head: bytes, tail: bytes, size: int) -> str:
+    """Text of a stream of ``size`` bytes of which only ``head`` and ``tail`` were read."""
+    if size <= len(head) + len(tail):
+        return (head + tail)[:size].decode("utf-8", "replace")
+    dropped = size - len(head) - len(tail)
+    return (head.decode("utf-8", "replace") + f"\n... [{dropped} bytes trimmed of {size}] ...\n"
+            + tail.decode("utf-8", "replace"))
+
+
+def python_result(result: CommandResult) -> dict[str, Any]:
+    """The dict SciCode's code_interpreter expects from one run (same keys as its host runner)."""
+    status = "timeout" if result.timed_out else ("ok" if result.exit_code == 0 else "error")
+    return {"status": status, "exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}
+
+
+class Environment(ABC):
+    kind: str = "?"
+    workdir: str = ""  # where commands start, as the environment sees it
+
+    def __init__(self, workspace: Path, *, keep_workspace: bool = False, name: str = "") -> None:
+        self.workspace = Path(workspace)
+        self.keep_workspace = keep_workspace
+        self.name = name
+        self.stopped = False
+
+    @abstractmethod
+    def run(self, command: str, timeout: float) -> CommandResult:
+        """Run ``command`` with bash in the workspace root; never raises for the command's own failure."""
+
+    @abstractmethod
+    def read_file(self, path: str) -> bytes:
+        """The bytes of ``path`` (relative to the workspace root, or absolute in the environment)."""
+
+    @abstractmethod
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Create or replace ``path`` (parents created)."""
+
+    @abstractmethod
+    def copy_out(self, dest_dir: Path) -> Path:
+        """Make ``dest_dir`` hold the environment's workspace; returns ``dest_dir``.
+
+        With the workspace the environment was started from as ``dest_dir`` this refreshes it
+        (the host environment already works there, so it does nothing)."""
+
+    @abstractmethod
+    def run_python(self, source: str, timeout: float) -> dict[str, Any]:
+        """Run ``source`` as ``main.py`` in a fresh folder; ``{status, exit_code, stdout, stderr}``."""
+
+    def _release(self) -> None:
+        """Kill what is running and free the environment's resources (subclasses)."""
+
+    def stop(self) -> None:
+        """End every process of the environment and remove the workspace unless it is kept. Idempotent."""
+        if self.stopped:
+            return
+        self.stopped = True
+        try:
+            self._release()
+        finally:
+            if not self.keep_workspace:
+                shutil.rmtree(self.workspace, ignore_errors=True)
+
+    def __enter__(self) -> "Environment":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def resolve_inside(root: Path, path: str) -> Path:
+    """``path`` under ``root`` (host side); relative paths are taken from ``root``."""
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() else root / candidate
+
+
+def check_timeout(timeout: float) -> float:
+    try:
+        value = float(timeout)
+    except (TypeError, ValueError):
+        raise ValueError(f"command timeout must be a number of seconds, got {timeout!r}") from None
+    if not value > 0:
+        raise ValueError(f"command timeout must be positive, got {timeout!r}")
+    return value

@@ -1,0 +1,448 @@
+"""The Docker environment: one container per workspace, driven only through the ``docker`` SDK.
+
+The engine is the one ``docker.from_env()`` finds, so ``DOCKER_HOST`` (``tcp://...``,
+``ssh://user@host``) puts the containers on another machine while pytest runs here: the way to
+scale a CORE-Bench run out is a big engine host plus ``-n`` workers pointing at it. Files move
+through the engine's archive API, so no shared file system is needed.
+
+Each container runs ``sleep <lifetime>`` under the engine's init with ``auto_remove``, so even a
+worker killed with SIGKILL leaves no container past its lifetime; it is labelled ``agentbench=1``
+plus the host and pid of its creator, and a factory removes the containers of dead creators on
+this host when it first connects. Normal paths remove it in ``stop()``; ``atexit`` and a SIGTERM
+handler cover the rest.
+
+Commands run as ``bash`` scripts in ``/capsule`` in their own process group (job control), with
+their output in files inside the container of which only the head and tail are read back; a
+command past its timeout has its group killed.
+"""
+from __future__ import annotations
+
+import atexit
+import io
+import os
+import shlex
+import shutil
+import signal
+import socket
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, CommandResult, EnvError, Environment,
+                   EnvSkip, check_timeout, python_result, trim_bytes)
+
+DEFAULT_IMAGE = "python:3.12-bookworm"
+DEFAULT_NETWORK = "bridge"
+DEFAULT_MEMORY = "8g"
+DEFAULT_CPUS = 2.0
+DEFAULT_PIDS = 1024
+DEFAULT_LIFETIME = 24 * 3600.0  # seconds a container may live if nobody removes it (a killed worker)
+WORKDIR = "/capsule"
+PRIVATE = "/tmp/.agentbench"  # command scripts and output files, outside the workspace
+LABEL = "agentbench"
+PYTHON_ENV = {"MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+
+_LIVE: dict[str, Any] = {}  # container id -> container, for atexit and signal cleanup
+_LIVE_LOCK = threading.Lock()
+_HOOKS_INSTALLED = False
+
+
+def _docker():
+    try:
+        import docker
+    except ImportError:
+        raise EnvError("--bench-env=docker needs the docker Python package: pip install docker") from None
+    return docker
+
+
+def _remove_container(container) -> None:
+    """Kill and remove; tolerate a container that auto-removal is already taking away."""
+    docker = _docker()
+    try:
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if getattr(exc, "status_code", None) not in (404, 409):
+            raise
+    for _ in range(100):  # removal is asynchronous when auto_remove races with us
+        try:
+            container.reload()
+        except docker.errors.NotFound:
+            break
+        time.sleep(0.05)
+    with _LIVE_LOCK:
+        _LIVE.pop(container.id, None)
+
+
+def remove_live_containers() -> None:
+    with _LIVE_LOCK:
+        containers = list(_LIVE.values())
+    for container in containers:
+        try:
+            _remove_container(container)
+        except Exception:  # at exit: best effort, the lifetime and the stale sweep catch the rest
+            pass
+
+
+def _on_terminate(signum, frame):
+    # SIGTERM would end the process without running finally blocks or atexit; make it an exit
+    remove_live_containers()
+    raise SystemExit(128 + signum)
+
+
+def _install_exit_hooks() -> None:
+    global _HOOKS_INSTALLED
+    if _HOOKS_INSTALLED:
+        return
+    _HOOKS_INSTALLED = True
+    atexit.register(remove_live_containers)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                signal.signal(sig, _on_terminate)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_containers(client) -> list[str]:
+    """Remove the labelled containers whose creator on this host is dead; returns their ids."""
+    removed = []
+    filters = {"label": [f"{LABEL}=1", f"{LABEL}.host={socket.gethostname()}"]}
+    for container in client.containers.list(all=True, filters=filters):
+        try:
+            pid = int(container.labels.get(f"{LABEL}.pid", "0"))
+        except ValueError:
+            pid = 0
+        if pid and _pid_alive(pid) and pid != 1:
+            continue
+        _remove_container(container)
+        removed.append(container.id)
+    return removed
+
+
+def _tar_bytes(files: dict[str, bytes], dirs: tuple[str, ...] = ()) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in dirs:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+            tar.addfile(info)
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class DockerEnvironment(Environment):
+    kind = "docker"
+    workdir = WORKDIR
+
+    def __init__(self, client, container, workspace: Path, *, keep_workspace: bool = False, name: str = "",
+                 output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP) -> None:
+        super().__init__(workspace, keep_workspace=keep_workspace, name=name)
+        self.client = client
+        self.container = container
+        self.output_limit = output_limit
+        self.output_cap = output_cap
+        self.count = 0
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _check(self) -> None:
+        if self.stopped:
+            raise EnvError(f"environment {self.name or self.container.short_id} is stopped")
+
+    def _exec(self, argv: list[str], *, environment: dict[str, str] | None = None) -> tuple[int, bytes]:
+        result = self.container.exec_run(argv, workdir=WORKDIR, environment=environment, demux=False)
+        return result.exit_code, result.output or b""
+
+    def _container_path(self, path: str) -> str:
+        posix = PurePosixPath(path)
+        return str(posix if posix.is_absolute() else PurePosixPath(WORKDIR) / posix)
+
+    # ---------------------------------------------------------------- commands
+
+    def run(self, command: str, timeout: float, *, environment: dict[str, str] | None = None) -> CommandResult:
+        self._check()
+        timeout = check_timeout(timeout)
+        self.count += 1
+        base = f"{PRIVATE}/{self.count}"
+        self.container.put_archive("/tmp", _tar_bytes({f".agentbench/{self.count}.sh": command.encode()}))
+        blocks = max(1, self.output_cap // 512)
+        # job control gives the command its own process group (= its pid), killable as a whole
+        outer = (f"set -m; ulimit -f {blocks}; /bin/bash {base}.sh >{base}.out 2>{base}.err </dev/null & "
+                 f"echo $! >{base}.pid; wait $!")
+        api = self.client.api
+        exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", outer], workdir=WORKDIR,
+                                  environment=environment)["Id"]
+        started = time.monotonic()
+        api.exec_start(exec_id, detach=True)
+        timed_out = False
+        try:
+            info = self._wait_exec(exec_id, started + timeout)
+            if info is None:
+                timed_out = True
+                self._exec(["/bin/bash", "-c", f"kill -KILL -- -$(cat {base}.pid) 2>/dev/null; true"])
+                info = self._wait_exec(exec_id, time.monotonic() + 10) or {"ExitCode": None}
+        except BaseException:  # Ctrl-C while waiting: kill the command before leaving
+            try:
+                self._exec(["/bin/bash", "-c", f"kill -KILL -- -$(cat {base}.pid) 2>/dev/null; true"])
+            except Exception:
+                pass
+            raise
+        duration = time.monotonic() - started
+        stdout, out_size, stderr, err_size = self._read_outputs(base)
+        return CommandResult(exit_code=None if timed_out else info.get("ExitCode"), stdout=stdout, stderr=stderr,
+                             timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size)
+
+    def _wait_exec(self, exec_id: str, deadline: float) -> dict | None:
+        """The exec's final state, or None at the deadline."""
+        delay = 0.005
+        while True:
+            info = self.client.api.exec_inspect(exec_id)
+            if not info.get("Running"):
+                return info
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(delay, left))
+            delay = min(delay * 1.5, 0.25)
+
+    def _read_outputs(self, base: str) -> tuple[str, int, str, int]:
+        """Head and tail of both streams in one exec; a 100 MB output never leaves the container."""
+        limit, half = self.output_limit, self.output_limit // 2
+        script = (
+            f'so=$(wc -c < {base}.out 2>/dev/null || echo 0); se=$(wc -c < {base}.err 2>/dev/null || echo 0); '
+            f'echo "$so $se"; '
+            f'for f in {base}.out {base}.err; do s=$(wc -c < $f 2>/dev/null || echo 0); '
+            f'if [ "$s" -le {limit} ]; then cat $f 2>/dev/null; else head -c {half} $f; tail -c {half} $f; fi; done; '
+            f'rm -f {base}.out {base}.err {base}.sh {base}.pid'
+        )
+        _, output = self._exec(["/bin/sh", "-c", script])
+        first, _, rest = output.partition(b"\n")
+        try:
+            out_size, err_size = (int(x) for x in first.split())
+        except ValueError:
+            raise EnvError(f"could not read a command's output in container {self.container.short_id}: "
+                           f"{output[:200]!r}") from None
+        texts = []
+        for size in (out_size, err_size):
+            taken = size if size <= limit else 2 * half
+            chunk, rest = rest[:taken], rest[taken:]
+            head, tail = (chunk, b"") if size <= limit else (chunk[:half], chunk[half:])
+            texts.append(trim_bytes(head, tail, size))
+        return texts[0], out_size, texts[1], err_size
+
+    def run_python(self, source: str, timeout: float) -> dict[str, Any]:
+        """``source`` as ``main.py`` in a fresh folder with python3, as the host sandbox runs it."""
+        self._check()
+        self.count += 1
+        folder = f"{PRIVATE}/py{self.count}"
+        self.container.put_archive("/tmp", _tar_bytes({f".agentbench/py{self.count}/main.py": source.encode()}))
+        result = self.run(f"cd {folder} && exec python3 main.py", timeout, environment=PYTHON_ENV)
+        self._exec(["/bin/rm", "-rf", folder])
+        # the folder is per run; "." makes the output the same as the host sandbox's
+        for attr in ("stdout", "stderr"):
+            text = getattr(result, attr).replace(folder + "/", "./").replace(folder, ".")
+            setattr(result, attr, text)
+        return python_result(result)
+
+    # ---------------------------------------------------------------- files
+
+    def read_file(self, path: str) -> bytes:
+        self._check()
+        docker = _docker()
+        target = self._container_path(path)
+        try:
+            stream, stat = self.container.get_archive(target)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(f"no file {path!r} in the environment (looked at {target})") from None
+        if stat.get("size", 0) > MAX_FILE_READ:
+            raise ValueError(f"{path!r} is larger than {MAX_FILE_READ >> 20} MB; read a part of it with bash")
+        buffer = io.BytesIO()
+        for chunk in stream:
+            buffer.write(chunk)
+            if buffer.tell() > MAX_FILE_READ + (1 << 20):
+                raise ValueError(f"{path!r} is larger than {MAX_FILE_READ >> 20} MB; read a part of it with bash")
+        buffer.seek(0)
+        with tarfile.open(fileobj=buffer) as tar:
+            member = next((m for m in tar.getmembers() if m.isfile()), None)
+            if member is None:
+                raise FileNotFoundError(f"{path!r} is not a regular file in the environment")
+            return tar.extractfile(member).read()
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        self._check()
+        target = PurePosixPath(self._container_path(path))
+        code, output = self._exec(["mkdir", "-p", str(target.parent)])
+        if code != 0:
+            raise OSError(f"cannot create {target.parent} in the container: {output[:200]!r}")
+        payload = data.encode() if isinstance(data, str) else data
+        self.container.put_archive(str(target.parent), _tar_bytes({target.name: payload}))
+
+    def put_workspace(self) -> None:
+        """Copy the host workspace into ``/capsule`` (streamed through a temporary tar file)."""
+        with tempfile.TemporaryFile(prefix="agentbench-put-") as fh:
+            with tarfile.open(fileobj=fh, mode="w") as tar:
+                for child in sorted(self.workspace.iterdir()):
+                    tar.add(child, arcname=child.name)
+            fh.seek(0)
+            if not self.container.put_archive(WORKDIR, fh):
+                raise EnvError(f"copying the workspace into container {self.container.short_id} failed")
+        self.container.put_archive("/tmp", _tar_bytes({}, dirs=(".agentbench",)))
+
+    def copy_out(self, dest_dir: Path) -> Path:
+        """Stream ``/capsule`` out into ``dest_dir`` (emptied first when it is the start workspace).
+
+        The archive comes from untrusted code: members are extracted with tarfile's ``data`` filter,
+        which refuses absolute paths, ``..`` and links leading outside; such members are skipped."""
+        self._check()
+        dest = Path(dest_dir)
+        if dest.exists() and dest.resolve() == self.workspace.resolve():
+            for child in dest.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        dest.mkdir(parents=True, exist_ok=True)
+        stream, _ = self.container.get_archive(WORKDIR)
+        self.skipped_members: list[str] = []
+        with tempfile.TemporaryFile(prefix="agentbench-get-") as fh:
+            for chunk in stream:
+                fh.write(chunk)
+            fh.seek(0)
+            with tarfile.open(fileobj=fh) as tar:
+                top = PurePosixPath(WORKDIR).name
+                for member in tar:
+                    parts = PurePosixPath(member.name).parts
+                    if not parts or parts[0] != top or len(parts) == 1:
+                        continue
+                    member.name = str(PurePosixPath(*parts[1:]))
+                    try:
+                        tar.extract(member, dest, filter="data")
+                    except (tarfile.FilterError, OSError) as exc:
+                        self.skipped_members.append(f"{member.name}: {exc}")
+        return dest
+
+    # ---------------------------------------------------------------- the end
+
+    def _release(self) -> None:
+        _remove_container(self.container)
+
+
+class DockerFactory:
+    """The ``bench_env`` value for ``--bench-env=docker``; connects to the engine on first use."""
+
+    kind = "docker"
+
+    def __init__(self, *, image: str = DEFAULT_IMAGE, network: str = DEFAULT_NETWORK, gpus: str | None = None,
+                 keep_workspaces: bool = False, memory: str | None = DEFAULT_MEMORY, cpus: float | None = DEFAULT_CPUS,
+                 pids: int | None = DEFAULT_PIDS, lifetime: float = DEFAULT_LIFETIME) -> None:
+        self.image, self.network, self.gpus = image, network, gpus
+        self.keep_workspaces = keep_workspaces
+        self.memory, self.cpus, self.pids, self.lifetime = memory, cpus, pids, lifetime
+        self._client = None
+        self._image_ready = False
+        self._lock = threading.Lock()
+        self._python_env: DockerEnvironment | None = None
+
+    def client(self):
+        with self._lock:
+            if self._client is None:
+                docker = _docker()
+                where = os.environ.get("DOCKER_HOST") or "the local socket (set DOCKER_HOST for another engine)"
+                try:
+                    client = docker.from_env()
+                    client.ping()
+                except Exception as exc:
+                    raise EnvError(f"cannot reach a Docker engine at {where}: {exc}. Start dockerd (or Docker "
+                                   "Desktop), fix DOCKER_HOST, or use --bench-env=host") from None
+                _install_exit_hooks()
+                remove_stale_containers(client)
+                self._client = client
+            return self._client
+
+    def _ensure_image(self, client) -> None:
+        if self._image_ready:
+            return
+        docker = _docker()
+        try:
+            client.images.get(self.image)
+        except docker.errors.ImageNotFound:
+            try:
+                client.images.pull(self.image)
+            except docker.errors.APIError as exc:
+                raise EnvError(f"docker image {self.image!r} is not on the engine and pulling it failed: {exc}. "
+                               "Pull or build it there, or choose another with --bench-docker-image") from None
+        self._image_ready = True
+
+    def _device_requests(self, needs_gpu: bool) -> list:
+        if not needs_gpu:
+            return []
+        types = _docker().types
+        if self.gpus == "all":
+            return [types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        return [types.DeviceRequest(device_ids=[g.strip() for g in self.gpus.split(",") if g.strip()],
+                                    capabilities=[["gpu"]])]
+
+    def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "",
+              lifetime: float | None = None) -> DockerEnvironment:
+        if needs_gpu and not self.gpus:
+            raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
+        workspace = Path(workspace)
+        if not workspace.is_dir():
+            raise EnvError(f"workspace {workspace} is not a folder; prepare it before starting the environment")
+        client = self.client()
+        self._ensure_image(client)
+        docker = _docker()
+        labels = {LABEL: "1", f"{LABEL}.host": socket.gethostname(), f"{LABEL}.pid": str(os.getpid()),
+                  f"{LABEL}.name": name[:200]}
+        kwargs: dict[str, Any] = {"network_mode": self.network, "labels": labels, "working_dir": WORKDIR,
+                                  "init": True, "auto_remove": True, "detach": True}
+        if self.memory:
+            kwargs["mem_limit"] = self.memory
+        if self.cpus:
+            kwargs["nano_cpus"] = int(float(self.cpus) * 1e9)
+        if self.pids:
+            kwargs["pids_limit"] = int(self.pids)
+        requests = self._device_requests(needs_gpu)
+        if requests:
+            kwargs["device_requests"] = requests
+        seconds = int(lifetime or self.lifetime)
+        try:
+            container = client.containers.run(self.image, ["sleep", str(seconds)], **kwargs)
+        except docker.errors.APIError as exc:
+            raise EnvError(f"starting a container from {self.image!r} failed: {exc}") from None
+        with _LIVE_LOCK:
+            _LIVE[container.id] = container
+        env = DockerEnvironment(client, container, workspace, keep_workspace=self.keep_workspaces, name=name)
+        try:
+            env.put_workspace()
+        except BaseException:
+            env.stop()
+            raise
+        return env
+
+    def run_python(self, source: str, timeout: float) -> dict[str, Any]:
+        """SciCode's code_interpreter in Docker: one long-lived container per process, a fresh folder per run."""
+        if self._python_env is None or self._python_env.stopped:
+            self._python_env = self.start(Path(tempfile.mkdtemp(prefix="agentbench-python-")), name="python")
+        return self._python_env.run_python(source, timeout)
+
+    def close(self) -> None:
+        if self._python_env is not None:
+            self._python_env.stop()
+            self._python_env = None

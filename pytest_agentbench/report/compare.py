@@ -1,0 +1,283 @@
+"""Compare two runs: metric deltas, the items that flipped, and whether the difference is more than noise.
+
+``python -m pytest_agentbench compare RUN_A RUN_B`` reads two summary.json files (or run folders).
+A is the reference (the baseline), B the new run; "pass -> fail" means the item passed in A and not in B.
+
+Noise: an exact McNemar test (two-sided binomial test on the discordant pairs) over the flipped units,
+and 95% percentile bootstrap intervals that resample whole tasks (SciCode problems, CORE-Bench
+capsules), never single steps, since the steps of one problem are not independent. The bootstrap is
+paired (the same resampled tasks for A and B) and seeded, so the same inputs print the same numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..records import PASS
+from .baseline import BaselineError, load_summary, settings_differences
+from .options import GATE_METRICS
+
+SEED = 20240607
+RESAMPLES = 2000
+# Headline metrics recomputed from item statuses: name -> unit ("task": a task counts when all its scored
+# items pass; "item": passed items over scored items, micro-averaged).
+HEADLINES: dict[str, dict[str, str]] = {
+    "scicode": {"main": "task", "subproblem": "item"},
+    "core-bench": {"accuracy": "item"},
+}
+DEFAULT_HEADLINES = {"tasks resolved": "task", "items passed": "item"}
+
+
+@dataclass
+class Comparison:
+    a: dict[str, Any]
+    b: dict[str, Any]
+    settings_diff: list[str]
+    metrics: list[tuple[str, float | None, float | None]]  # name, A, B
+    flipped: list[dict[str, Any]]  # id, task, a, b (statuses), direction
+    only_a: list[str]
+    only_b: list[str]
+    mcnemar: dict[str, dict[str, Any]]  # unit -> {worse, better, p}
+    bootstrap: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> {unit, a, b, delta}
+
+    @property
+    def benchmark(self) -> str:
+        return str(self.a["settings"].get("benchmark", "?"))
+
+    def unit_of(self, metric: str) -> str:
+        heads = headlines(self.benchmark)
+        return heads.get(metric.split(".")[-1], heads.get(metric, "item"))
+
+
+def headlines(benchmark: str) -> dict[str, str]:
+    return HEADLINES.get(benchmark, DEFAULT_HEADLINES)
+
+
+def scored_items(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {str(i["id"]): i for i in summary.get("items", [])
+            if i.get("scored", True) and i.get("status") != "skipped"}
+
+
+def passed(item: dict[str, Any] | None) -> bool:
+    return item is not None and item.get("status") == PASS
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], *, seed: int = SEED, resamples: int = RESAMPLES) -> Comparison:
+    items_a, items_b = scored_items(a), scored_items(b)
+    common = [i for i in items_a if i in items_b]
+    flipped = []
+    for item_id in common:
+        left, right = items_a[item_id], items_b[item_id]
+        if passed(left) != passed(right):
+            flipped.append({"id": item_id, "task": str(left.get("task")), "a": left["status"], "b": right["status"],
+                            "direction": "pass -> fail" if passed(left) else "fail -> pass"})
+    flipped.sort(key=lambda f: _natural(f["id"]))
+    comparison = Comparison(
+        a=a, b=b, settings_diff=settings_differences(a["settings"], b["settings"]),
+        metrics=metric_rows(a, b), flipped=flipped,
+        only_a=sorted((i for i in items_a if i not in items_b), key=_natural),
+        only_b=sorted((i for i in items_b if i not in items_a), key=_natural),
+        mcnemar={"item": mcnemar_counts([(passed(items_a[i]), passed(items_b[i])) for i in common])},
+    )
+    tasks = task_table(items_a, items_b, common)
+    comparison.mcnemar["task"] = mcnemar_counts([(t["ra"], t["rb"]) for t in tasks])
+    comparison.bootstrap = bootstrap(tasks, headlines(comparison.benchmark), seed=seed, resamples=resamples)
+    return comparison
+
+
+def metric_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float | None, float | None]]:
+    """The benchmark's gate metrics by their short names, as each summary states them."""
+    bench = str(a["settings"].get("benchmark"))
+    names = GATE_METRICS.get(bench) or {k: k for k in {**a["metrics"], **b["metrics"]}
+                                        if isinstance(a["metrics"].get(k, b["metrics"].get(k)), float)}
+    rows = []
+    for short, key in names.items():
+        left, right = a["metrics"].get(key), b["metrics"].get(key)
+        if left is None and right is None:
+            continue
+        rows.append((short, left, right))
+    return rows
+
+
+def task_table(items_a, items_b, common) -> list[dict[str, Any]]:
+    """Per task (over the items both runs scored): item count, passes and resolution on each side."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for item_id in common:
+        groups[str(items_a[item_id].get("task"))].append(item_id)
+    rows = []
+    for task, ids in sorted(groups.items(), key=lambda kv: _natural(kv[0])):
+        pa = sum(passed(items_a[i]) for i in ids)
+        pb = sum(passed(items_b[i]) for i in ids)
+        rows.append({"task": task, "n": len(ids), "pa": pa, "pb": pb, "ra": pa == len(ids), "rb": pb == len(ids)})
+    return rows
+
+
+def mcnemar_counts(pairs: list[tuple[bool, bool]]) -> dict[str, Any]:
+    """Exact McNemar: under no difference each discordant pair is pass->fail or fail->pass with p = 1/2."""
+    from scipy.stats import binomtest
+
+    worse = sum(1 for left, right in pairs if left and not right)
+    better = sum(1 for left, right in pairs if right and not left)
+    p = binomtest(worse, worse + better, 0.5).pvalue if worse + better else 1.0
+    return {"worse": worse, "better": better, "n": len(pairs), "p": float(p)}
+
+
+def bootstrap(tasks: list[dict[str, Any]], heads: dict[str, str], *, seed: int, resamples: int
+              ) -> dict[str, dict[str, Any]]:
+    """Paired percentile bootstrap over tasks for each headline metric: 95% intervals of A, B and B - A."""
+    if not tasks:
+        return {}
+    rng = np.random.default_rng(seed)
+    n = np.array([t["n"] for t in tasks], dtype=float)
+    values = {"item": (np.array([t["pa"] for t in tasks], float), np.array([t["pb"] for t in tasks], float)),
+              "task": (np.array([t["ra"] for t in tasks], float), np.array([t["rb"] for t in tasks], float))}
+    picks = rng.integers(0, len(tasks), size=(resamples, len(tasks)))
+    out = {}
+    for metric, unit in heads.items():
+        left, right = values[unit]
+        if unit == "item":
+            denominator = n[picks].sum(axis=1)
+            sample_a, sample_b = left[picks].sum(axis=1) / denominator, right[picks].sum(axis=1) / denominator
+            point_a, point_b = left.sum() / n.sum(), right.sum() / n.sum()
+        else:
+            sample_a, sample_b = left[picks].mean(axis=1), right[picks].mean(axis=1)
+            point_a, point_b = left.mean(), right.mean()
+        out[metric] = {"unit": unit, "a": float(point_a), "b": float(point_b),
+                       "a_ci": _interval(sample_a), "b_ci": _interval(sample_b),
+                       "delta": float(point_b - point_a), "delta_ci": _interval(sample_b - sample_a)}
+    return out
+
+
+def _interval(samples: np.ndarray) -> tuple[float, float]:
+    low, high = np.percentile(samples, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def drop_p_value(comparison: Comparison, metric: str) -> float:
+    """p-value of the exact McNemar test over the units of ``metric`` (tasks for a task-level metric)."""
+    return comparison.mcnemar[comparison.unit_of(metric)]["p"]
+
+
+def _natural(text: str):
+    return [int(p) if p.isdigit() else p for p in str(text).replace("-", ".").split(".")]
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _pp(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:+.1f} pp"
+
+
+def _ci(pair: tuple[float, float], points: bool = False) -> str:
+    if points:
+        return f"[{pair[0] * 100:+.1f}, {pair[1] * 100:+.1f}] pp"
+    return f"[{pair[0]:.1%}, {pair[1]:.1%}]"
+
+
+def _label(summary: dict[str, Any]) -> str:
+    s = summary["settings"]
+    return f"{summary.get('_path', '?')} (model {s.get('model')}, run {s.get('run_id')})"
+
+
+def _verdict(p: float, alpha: float) -> str:
+    return f"significant at {alpha:g}" if p < alpha else f"not significant at {alpha:g}: within noise"
+
+
+def render_text(c: Comparison, alpha: float = 0.05) -> list[str]:
+    lines = [f"A: {_label(c.a)}", f"B: {_label(c.b)}"]
+    if c.settings_diff:
+        lines.append("WARNING: settings differ: " + "; ".join(c.settings_diff))
+    lines.append("")
+    lines.append(f"{'metric':<24}{'A':>9}{'B':>9}{'B - A':>12}")
+    for name, left, right in c.metrics:
+        delta = None if left is None or right is None else right - left
+        lines.append(f"{name:<24}{_pct(left):>9}{_pct(right):>9}{_pp(delta):>12}")
+    lines.append("")
+    lines.append(f"flipped items ({len(c.flipped)}):")
+    for f in c.flipped:
+        lines.append(f"  {f['id']:<16}{f['direction']:<14}A: {f['a']:<12}B: {f['b']}")
+    if not c.flipped:
+        lines.append("  none")
+    if c.only_a or c.only_b:
+        lines.append(f"items only in A: {', '.join(c.only_a) or 'none'}; only in B: {', '.join(c.only_b) or 'none'}")
+    lines.append("")
+    for unit in ("item", "task"):
+        m = c.mcnemar[unit]
+        lines.append(f"McNemar exact test over {unit}s: {m['worse']} pass -> fail, {m['better']} fail -> pass, "
+                     f"p = {m['p']:.4g} ({_verdict(m['p'], alpha)})")
+    for metric, b in c.bootstrap.items():
+        lines.append(f"bootstrap 95% ({metric}, resampling tasks): A {_pct(b['a'])} {_ci(b['a_ci'])}, "
+                     f"B {_pct(b['b'])} {_ci(b['b_ci'])}, B - A {_pp(b['delta'])} {_ci(b['delta_ci'], True)}")
+    return lines
+
+
+def render_markdown(c: Comparison, alpha: float = 0.05, title: str = "## Comparison with the baseline") -> str:
+    out = [title, "", f"A (baseline): `{c.a.get('_path', '?')}` — model {c.a['settings'].get('model')}, "
+                      f"run {c.a['settings'].get('run_id')}  ",
+           f"B (this run): model {c.b['settings'].get('model')}, run {c.b['settings'].get('run_id')}", ""]
+    if c.settings_diff:
+        out += ["**Settings differ:** " + "; ".join(c.settings_diff), ""]
+    out += ["| metric | A | B | B − A | 95% CI of B − A (tasks resampled) |", "|---|---|---|---|---|"]
+    for name, left, right in c.metrics:
+        delta = None if left is None or right is None else right - left
+        ci = c.bootstrap.get(name)
+        out.append(f"| {name} | {_pct(left)} | {_pct(right)} | {_pp(delta)} | "
+                   f"{_ci(ci['delta_ci'], True) if ci else ''} |")
+    out += [""]
+    for unit in ("item", "task"):
+        m = c.mcnemar[unit]
+        out.append(f"- McNemar exact test over {unit}s: {m['worse']} pass → fail, {m['better']} fail → pass, "
+                   f"p = {m['p']:.4g} ({_verdict(m['p'], alpha)})")
+    out += ["", f"### Flipped items ({len(c.flipped)})", ""]
+    if c.flipped:
+        out += ["| item | task | change | A | B |", "|---|---|---|---|---|"]
+        out += [f"| {f['id']} | {f['task']} | {f['direction']} | {f['a']} | {f['b']} |" for f in c.flipped]
+    else:
+        out.append("None.")
+    if c.only_a or c.only_b:
+        out += ["", f"Items only in A: {', '.join(c.only_a) or 'none'}; only in B: {', '.join(c.only_b) or 'none'}"]
+    return "\n".join(out) + "\n"
+
+
+# ---- command line -------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_agentbench compare",
+        description="Compare two runs (run folders or summary.json files): metric deltas, flipped items, "
+                    "an exact McNemar test and bootstrap intervals that resample tasks.")
+    parser.add_argument("run_a", help="the reference run (e.g. the baseline)")
+    parser.add_argument("run_b", help="the run compared with it")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    parser.add_argument("--seed", type=int, default=SEED, help="bootstrap seed (fixed by default)")
+    parser.add_argument("--resamples", type=int, default=RESAMPLES, help=f"bootstrap resamples (default {RESAMPLES})")
+    parser.add_argument("--markdown", action="store_true", help="print markdown instead of text")
+    parser.add_argument("--force", action="store_true", help="compare even when the runs' settings differ")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        a, b = load_summary(args.run_a), load_summary(args.run_b)
+    except BaselineError as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
+    if a["settings"].get("benchmark") != b["settings"].get("benchmark"):
+        print(f"compare: the runs are of different benchmarks ({a['settings'].get('benchmark')} vs "
+              f"{b['settings'].get('benchmark')})", file=sys.stderr)
+        return 2
+    c = compare(a, b, seed=args.seed, resamples=args.resamples)
+    if c.settings_diff and not args.force:
+        print("compare: refusing to compare runs made with different settings: " + "; ".join(c.settings_diff)
+              + " (add --force to compare anyway)", file=sys.stderr)
+        return 2
+    print(render_markdown(c, args.alpha, "# Comparison") if args.markdown else "\n".join(render_text(c, args.alpha)))
+    return 0

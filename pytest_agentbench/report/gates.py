@@ -1,0 +1,102 @@
+"""Score gates: turn a run's summary into a pass/fail verdict for CI.
+
+Only exit codes 0 and 1 are ever rewritten; 2 (interrupted), 3 (internal error), 4 (usage error) and
+5 (no tests) say the run itself did not complete and stay as pytest set them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from ..records import INFRA_STATUSES
+from .compare import Comparison, drop_p_value
+from .options import GateConfig
+
+REWRITABLE = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+EPSILON = 1e-9  # 0.4 must pass --bench-fail-under main=40% despite float rounding
+
+
+@dataclass
+class GateResult:
+    gate: str  # e.g. "--bench-fail-under main=40%"
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"{'PASS' if self.ok else 'FAIL'} {self.gate}: {self.detail}"
+
+
+def infra_errors(summary: dict[str, Any]) -> int:
+    return sum(1 for i in summary.get("items", [])
+               if i.get("scored", True) and i.get("status") in INFRA_STATUSES)
+
+
+def evaluate(cfg: GateConfig, summary: dict[str, Any], comparison: Comparison | None,
+             baseline_note: str | None = None) -> list[GateResult]:
+    results: list[GateResult] = []
+    metrics = summary.get("metrics", {})
+    for t in cfg.fail_under:
+        gate = f"--bench-fail-under {t.name}={t.text}"
+        value = metrics.get(t.metric)
+        if not isinstance(value, (int, float)):
+            results.append(GateResult(gate, False, f"metric {t.name} ({t.metric}) is not in this run's summary"))
+            continue
+        ok = value + EPSILON >= t.value
+        results.append(GateResult(gate, ok, f"{t.name} = {value:.1%} {'>=' if ok else '<'} {t.value:.1%}"))
+    if cfg.max_errors is not None:
+        errors = infra_errors(summary)
+        ok = errors <= cfg.max_errors
+        results.append(GateResult(f"--bench-max-errors {cfg.max_errors}", ok,
+                                  f"{errors} item(s) ended in {'/'.join(INFRA_STATUSES)} "
+                                  f"({'within' if ok else 'over'} the budget of {cfg.max_errors})"))
+    for t in cfg.max_drop:
+        results.append(drop_gate(cfg, t, metrics, comparison, baseline_note))
+    return results
+
+
+def drop_gate(cfg: GateConfig, t, metrics: dict[str, Any], comparison: Comparison | None,
+              baseline_note: str | None) -> GateResult:
+    gate = f"--bench-max-drop {t.name}={t.text}"
+    if comparison is None:
+        return GateResult(gate, True, baseline_note or "no baseline to compare with")
+    if comparison.only_a or comparison.only_b:
+        return GateResult(gate, False, f"this run and the baseline scored different items "
+                                       f"({len(comparison.only_a)} only in the baseline, {len(comparison.only_b)} "
+                                       f"only in this run): select the same items, or update the baseline")
+    before = comparison.a["metrics"].get(t.metric)
+    after = metrics.get(t.metric)
+    if not isinstance(before, (int, float)) or not isinstance(after, (int, float)):
+        return GateResult(gate, False, f"metric {t.name} is missing from {'the baseline' if after is not None else 'this run'}")
+    drop = before - after
+    text = f"{t.name} {before:.1%} -> {after:.1%} (drop {drop * 100:.1f} pp, limit {t.value * 100:.1f} pp)"
+    if drop <= t.value + EPSILON:
+        return GateResult(gate, True, text)
+    if cfg.significance is not None:
+        p = drop_p_value(comparison, t.name)
+        unit = comparison.unit_of(t.name)
+        if p >= cfg.significance:
+            return GateResult(gate, True, f"{text}; not significant (McNemar over {unit}s p = {p:.3g} >= "
+                                          f"{cfg.significance:g}), so not counted")
+        text += f"; significant (McNemar over {unit}s p = {p:.3g} < {cfg.significance:g})"
+    return GateResult(gate, False, text)
+
+
+def decide_exit(exitstatus: int, results: list[GateResult], other_failures: int) -> int:
+    """The exit code under gates: 0 when every gate holds (failing benchmark items are expected), else 1.
+
+    Failures of non-benchmark tests collected in the same session still fail the run.
+    """
+    if exitstatus not in REWRITABLE:
+        return exitstatus
+    if other_failures:
+        return pytest.ExitCode.TESTS_FAILED
+    return pytest.ExitCode.OK if all(r.ok for r in results) else pytest.ExitCode.TESTS_FAILED
+
+
+def render_markdown(results: list[GateResult], exit_code: int) -> str:
+    verdict = "passed" if all(r.ok for r in results) else "FAILED"
+    out = [f"## Gates: {verdict} (exit code {int(exit_code)})", "", "| gate | result | detail |", "|---|---|---|"]
+    out += [f"| `{r.gate}` | {'pass' if r.ok else '**FAIL**'} | {r.detail} |" for r in results]
+    return "\n".join(out) + "\n"

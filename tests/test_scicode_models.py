@@ -1,0 +1,187 @@
+"""SciCode against an OpenAI-compatible server: the real openai SDK talks to a scripted server on
+127.0.0.1 that plays a model answering each validation step with its ground truth."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED_DATA, read_jsonl, run_dirs
+from fake_openai import FakeOpenAI
+from pytest_agentbench.records import comparable
+
+NEXT_STEP = "NEXT STEP - PROBLEM STEP AND FUNCTION HEADER"
+
+
+def validation_steps() -> dict[str, dict]:
+    steps = {}
+    for line in (SHARED_DATA / "scicode" / "problems_dev.jsonl").read_text().splitlines():
+        problem = json.loads(line)
+        for step in problem["sub_steps"]:
+            steps[step["step_number"]] = step
+    return steps
+
+
+STEPS = validation_steps()
+
+
+def messages_of(body: dict) -> list[dict]:
+    return body.get("messages") or body.get("input") or []
+
+
+def first_prompt(body: dict) -> str:
+    for message in messages_of(body):
+        if message.get("role") == "user" and isinstance(message.get("content"), str):
+            return message["content"]
+    raise AssertionError(f"no user prompt in {body}")
+
+
+def step_asked(body: dict) -> dict:
+    """The step whose function header follows the NEXT STEP heading of the prompt."""
+    asked = first_prompt(body).split(NEXT_STEP, 1)[1]
+    matches = [s for s in STEPS.values() if s["function_header"].strip() in asked]
+    assert len(matches) == 1, [s["step_number"] for s in matches]
+    return matches[0]
+
+
+def after_tool_result(body: dict) -> bool:
+    last = messages_of(body)[-1]
+    return last.get("role") == "tool" or last.get("type") == "function_call_output"
+
+
+def ground_truth_model(body: dict) -> dict:
+    """Tool-use: first run the ground truth with code_interpreter, then give it as the final block."""
+    step = step_asked(body)
+    code = step["ground_truth_code"]
+    if body.get("tools") and not after_tool_result(body) and body.get("tool_choice") != "none":
+        return {"tool_calls": [("code_interpreter", {"code": code + "\nprint('defined ok')"})]}
+    return {"text": f"Here is the step.\n```python\n{code}\n```\n"}
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAI() as fake:
+        for _ in range(400):
+            fake.reply_with(ground_truth_model)
+        yield fake
+
+
+def model_args(server: FakeOpenAI, *extra: str) -> list[str]:
+    return ["--bench=scicode", "--bench-split=validation", "--model=gt-player", f"--model-base-url={server.base_url}",
+            "--model-api-key=test-key", *extra]
+
+
+def records_of(run: Path) -> list[dict]:
+    return sorted((comparable(r) for r in read_jsonl(run / "steps.jsonl")), key=lambda r: r["id"])
+
+
+def without_trajectory_paths(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "generation"} for r in records]
+
+
+ALL_PASS = "validation: main problems resolved 15/15 (100.0%), subproblems passed 50/50 (100.0%)"
+
+
+@pytest.mark.parametrize("mode,xdist", [("tool_use", ()), ("tool_use", ("-n", "4")), ("naive", ("-n", "4"))])
+def test_scripted_ground_truth_model_resolves_validation(bench, pytester, server, tmp_path, mode, xdist):
+    cache = tmp_path / "responses"
+    result = bench(*model_args(server, f"--bench-mode={mode}", f"--bench-cache-dir={cache}", *xdist),
+                   subprocess=True)
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert ALL_PASS in result.stdout.str()
+    [run] = run_dirs(pytester.path)
+    records = records_of(run)
+    assert all(r["status"] == "pass" for r in records) and len(records) == 50
+    calls_per_step = 2 if mode == "tool_use" else 1
+    assert server.count("/chat/completions") == 50 * calls_per_step
+    if mode == "tool_use":
+        assert all(r["generation"]["tool_calls"] == 1 for r in records)
+        trajectory = json.loads((run / records[0]["trajectory"]).read_text())
+        tool_results = [m for m in trajectory["messages"] if m.get("role") == "tool"]
+        assert "defined ok" in tool_results[0]["content"]
+    # later prompts hold the code generated for the earlier steps of their problem
+    for request in server.requests:
+        step = step_asked(request["body"])
+        number = step["step_number"]
+        pid, index = number.split(".")
+        if int(index) > 1:
+            earlier = STEPS[f"{pid}.{int(index) - 1}"]["ground_truth_code"]
+            assert earlier.strip() in first_prompt(request["body"]).split(NEXT_STEP)[0]
+
+    # replay: the same run re-scored from the cache alone, with no request at all
+    before = len(server.requests)
+    replay = bench(*model_args(server, f"--bench-mode={mode}", f"--bench-cache-dir={cache}", "--bench-cache=replay",
+                               "--bench-run-id=replay"), subprocess=True)
+    assert replay.ret == 0, replay.stdout.str()[-3000:]
+    assert len(server.requests) == before
+    replayed = records_of(pytester.path / "reports" / "scicode" / "gt-player" / "replay")
+    assert without_trajectory_paths(replayed) == without_trajectory_paths(records)
+
+
+def test_responses_protocol_and_a_single_step_selected_alone(bench, pytester, server, tmp_path):
+    """Step 29.3 alone: its prompt still holds the code generated for 29.1 and 29.2 in this run."""
+    result = bench(*model_args(server, "--model-protocol=responses", "--bench-ids=29.3",
+                               f"--bench-cache-dir={tmp_path}"))
+    result.assert_outcomes(passed=1)
+    assert server.count("/responses") == 6 and server.count("/chat/completions") == 0
+    last = server.requests[-1]["body"]
+    assert step_asked(last)["step_number"] == "29.3"
+    prompt = first_prompt(last)
+    assert STEPS["29.1"]["ground_truth_code"].strip() in prompt
+    assert STEPS["29.2"]["ground_truth_code"].strip() in prompt
+
+
+def test_model_service_failures_are_model_errors(bench, pytester, tmp_path):
+    with FakeOpenAI() as fake:
+        fake.always_status = 500
+        pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
+        result = bench(*model_args(fake, "--bench-ids=1.1", "--model-max-retries=2",
+                                   f"--bench-cache-dir={tmp_path}", "--bench-mode=naive"))
+    result.assert_outcomes(failed=1)
+    assert fake.count() == 3
+    out = result.stdout.str()
+    assert "model_error:" in out
+    assert "1 step(s) ended in a model or environment error" in out
+    [run] = run_dirs(pytester.path)
+    [record] = read_jsonl(run / "steps.jsonl")
+    assert record["status"] == "model_error" and "500" in record["message"]
+    assert "model or environment error" in (run / "summary.md").read_text()
+
+
+def test_rate_limit_then_success(bench, pytester, tmp_path):
+    with FakeOpenAI() as fake:
+        fake.fail(times=2, status=429, retry_after=0)
+        fake.reply_with(ground_truth_model)
+        pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
+        result = bench(*model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={tmp_path}", "--bench-mode=naive"))
+    result.assert_outcomes(passed=1)
+    assert fake.count() == 3
+
+
+@pytest.mark.parametrize("reply,status,needle", [
+    ({"text": "I cannot solve this."}, "parse_error", "no parseable Python code block"),
+    ({"text": "```python\ndef cg(A, b, x0, tol):\n    return x0 +", "finish_reason": "length"}, "parse_error",
+     "cut off at the token limit"),
+])
+def test_replies_without_usable_code(bench, pytester, tmp_path, reply, status, needle):
+    with FakeOpenAI() as fake:
+        fake.reply(**reply)
+        result = bench(*model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={tmp_path}", "--bench-mode=naive"))
+    result.assert_outcomes(failed=1)
+    [run] = run_dirs(pytester.path)
+    [record] = read_jsonl(run / "steps.jsonl")
+    assert record["status"] == status and needle in record["message"]
+
+
+def test_unreachable_model_is_a_model_error_not_a_crash(bench, pytester, tmp_path):
+    pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
+    result = bench("--bench=scicode", "--bench-split=validation", "--model=m", "--model-base-url=http://127.0.0.1:9/v1",
+                   "--model-api-key=x", "--model-max-retries=1", "--bench-ids=1.1", "--bench-mode=naive",
+                   f"--bench-cache-dir={tmp_path}")
+    result.assert_outcomes(failed=1)
+    [run] = run_dirs(pytester.path)
+    [record] = read_jsonl(run / "steps.jsonl")
+    assert record["status"] == "model_error"
+    assert re.search(r"127\.0\.0\.1:9", record["message"])
