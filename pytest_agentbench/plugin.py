@@ -36,6 +36,10 @@ class BenchState:
     run_dir: Path
     only_bench: bool
     records_path: Path
+    gates: Any = None  # report.options.GateConfig, controller only
+    baseline: Any = None  # the baseline summary dict, when one is given and exists
+    resumed: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> finished record (--bench-resume)
+    notes: list[str] = field(default_factory=list)  # shown in the header (resume, baseline)
 
 
 STATE = pytest.StashKey[BenchState]()
@@ -73,8 +77,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--bench-allow-custom-data", dest="bench_allow_custom_data", action="store_true",
                     default=False, help=ALLOW_CUSTOM_HELP)
     from .models.options import add_model_options
+    from .report.options import add_options as add_report_options
 
     add_model_options(parser)
+    add_report_options(parser)
     benches, _ = available_benchmarks()
     for bench in benches.values():
         bench.add_options(parser)
@@ -119,7 +125,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         from .report.reporter import Reporter
 
+        from .report.options import progress_interval
+        from .report.progress import Progress
+
         config.pluginmanager.register(Reporter(config, state), "agentbench-reporter")
+        config.pluginmanager.register(Progress(config, progress_interval(config)), "agentbench-progress")
+        if state.resumed and config.pluginmanager.hasplugin("xdist"):
+            from .report.resume import ResumeXdist
+
+            size = state.records_path.stat().st_size if state.records_path.exists() else 0
+            config.pluginmanager.register(ResumeXdist(size), "agentbench-resume-xdist")
     if config.pluginmanager.hasplugin("xdist"):
         from . import xdist
 
@@ -151,17 +166,99 @@ def make_state(config: pytest.Config, name: str) -> BenchState:
         raise pytest.UsageError(f"agentbench: {exc}") from None
     ids = [i.strip() for i in (setting(config, "--bench-ids") or "").split(",") if i.strip()]
     tasks = select_ids(tasks, ids, name)
+    settings["data_hashes"] = data_hashes(config, benchmark, split)
     worker = getattr(config, "workerinput", None)
+    resume = config.getoption("bench_resume")
     if worker is not None and "agentbench_run_dir" in worker:
         run_dir = Path(worker["agentbench_run_dir"])
         only_bench = worker["agentbench_only_bench"]
+    elif resume:
+        from .report.resume import resume_dir
+
+        run_dir = resume_dir(config, resume)  # a resumed run continues in the interrupted run's folder
+        only_bench = config.args_source != pytest.Config.ArgsSource.ARGS
     else:
         run_dir = new_run_dir(config, name, model.get("model") or "none")
         only_bench = config.args_source != pytest.Config.ArgsSource.ARGS
     settings["run_id"] = run_dir.name
     records_file = getattr(benchmark, "records_file", "records.jsonl")
-    return BenchState(benchmark=benchmark, split=split, settings=settings, tasks=tasks, run_dir=run_dir,
-                      only_bench=only_bench, records_path=run_dir / records_file)
+    state = BenchState(benchmark=benchmark, split=split, settings=settings, tasks=tasks, run_dir=run_dir,
+                       only_bench=only_bench, records_path=run_dir / records_file)
+    if worker is None:
+        prepare_controller(config, state, resume)
+    elif worker.get("agentbench_resume_bytes"):
+        from .report.resume import load_for_worker
+
+        state.resumed = load_for_worker(state.records_path, worker["agentbench_resume_bytes"]).records
+    return state
+
+
+def prepare_controller(config: pytest.Config, state: BenchState, resume: str | None) -> None:
+    """Gates, baseline and resume are checked before anything runs, so a mistake costs no model calls."""
+    from .report.baseline import BaselineError, load_summary, settings_differences, summary_path
+    from .report.options import gate_config
+
+    state.gates = gate_config(config, state.benchmark)
+    if resume:
+        from .report.resume import check_settings, load_for_controller
+
+        check_settings(state.run_dir, state.settings)
+        resumed = load_for_controller(state.records_path)
+        state.resumed = resumed.records
+        state.notes += resumed.notes
+    if state.gates.baseline:
+        if not summary_path(state.gates.baseline).is_file() and state.gates.update_baseline:
+            state.notes.append(f"no baseline at {summary_path(state.gates.baseline)} yet: this run writes it")
+            return
+        try:
+            baseline = load_summary(state.gates.baseline)
+        except BaselineError as exc:
+            raise pytest.UsageError(f"agentbench: --bench-baseline: {exc}") from None
+        diffs = settings_differences(baseline["settings"], state.settings)
+        if diffs and not state.gates.update_baseline:
+            raise pytest.UsageError(
+                f"agentbench: refusing to compare with the baseline {baseline['_path']}: its settings differ from "
+                f"this run's: {'; '.join(diffs)}. Run with the baseline's settings, or replace the baseline on "
+                f"purpose with --bench-update-baseline")
+        if diffs:
+            state.notes.append(f"baseline {baseline['_path']} has other settings ({'; '.join(diffs)}): "
+                               f"not compared; --bench-update-baseline replaces it")
+            return
+        state.baseline = baseline
+        state.notes.append(f"baseline: {baseline['_path']} (model {baseline['settings'].get('model')}, "
+                           f"run {baseline['settings'].get('run_id')})")
+
+
+def data_hashes(config: pytest.Config, benchmark: Benchmark, split: str) -> dict[str, str]:
+    """sha256 of the data files this run reads, so a baseline made from other data is not compared.
+
+    A benchmark may answer itself (``data_hashes(config, split)``); SciCode's files are known here.
+    """
+    own = getattr(benchmark, "data_hashes", None)
+    if callable(own):
+        return dict(own(config, split))
+    if benchmark.name != "scicode":
+        return {}
+    from .benchmarks.scicode import dataset
+    from .data import data_dir, find, sha256_of
+
+    verified = not config.getoption("bench_allow_custom_data", False)
+    files = [dataset.PROBLEM_FILES[p] for p in (("validation", "test") if split == "all" else (split,))]
+    out = {}
+    for f in [*files, *dataset.PREFILLED_FILES.values()]:
+        path = find(data_dir(config), f)
+        if path is not None:
+            out[f.name] = f.sha256 if verified else sha256_of(path)  # verified files match their pinned sum
+    targets = getattr(config.stash.get(_scicode_cache(), {}).get("targets"), "path", None)
+    if targets is not None:
+        out["targets"] = dataset.H5_FILE.sha256 if verified else sha256_of(Path(targets))
+    return out
+
+
+def _scicode_cache():
+    from .benchmarks.scicode.bench import CACHE
+
+    return CACHE
 
 
 def safe_name(text: str) -> str:
@@ -195,9 +292,10 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     state = config.stash.get(STATE, None)
     if state is None:
         return None
-    shown = ", ".join(f"{k}={v}" for k, v in state.settings.items() if v is not None and k != "notes")
+    shown = ", ".join(f"{k}={v}" for k, v in state.settings.items()
+                      if v is not None and k not in ("notes", "data_hashes"))
     lines = [f"agentbench: {shown}", f"agentbench: reports in {state.run_dir}"]
-    lines += [f"agentbench: {note}" for note in state.settings.get("notes", [])]
+    lines += [f"agentbench: {note}" for note in [*state.settings.get("notes", []), *state.notes]]
     return lines
 
 
@@ -229,6 +327,9 @@ def run_item(item: BenchItem, model: Any, env: Any) -> None:
     sample = item.sample
     record = base_record(item, state)
     started = time.monotonic()
+    if sample.id in state.resumed:  # finished in the interrupted run: reported from its record, not run again
+        replay(item, dict(state.resumed[sample.id]))
+        return
     if sample.skip_reason:
         record.update(status="skipped", message=sample.skip_reason, duration=0.0)
         item.stash[RECORD] = record
@@ -244,12 +345,22 @@ def run_item(item: BenchItem, model: Any, env: Any) -> None:
     record["duration"] = round(time.monotonic() - started, 3)
     record["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
     item.stash[RECORD] = record
+    outcome(record)
+
+
+def replay(item: BenchItem, record: dict[str, Any]) -> None:
+    item.stash[RECORD] = record
+    outcome(record)
+
+
+def outcome(record: dict[str, Any]) -> None:
+    """Turn a record's status into the pytest outcome."""
     status = record["status"]
     if status == rec.PASS:
         return
     if status == "skipped":
-        pytest.skip(record["message"] or "skipped")
-    pytest.fail(f"{status}: {record['message']}", pytrace=False)
+        pytest.skip(record.get("message") or "skipped")
+    pytest.fail(f"{status}: {record.get('message', '')}", pytrace=False)
 
 
 class RecordWriter:
@@ -272,11 +383,24 @@ class RecordWriter:
             status = "skipped" if report.skipped else "error"
             message = _short(report)
             record = {**base_record(item, self.state), "status": status, "message": message, "duration": 0.0}
+        if call.when == "setup" and report.skipped and item.sample.id in self.state.resumed:
+            record = dict(self.state.resumed[item.sample.id])  # a skip marker fired: report the old record
         if record is not None and (call.when == "call" or not report.passed):
             report.user_properties.append((rec.RECORD_PROPERTY, record))
-            rec.append_record(self.state.records_path, record)
+            if record["id"] not in self.state.resumed:  # a resumed record is already in the file
+                rec.append_record(self.state.records_path, record)
+            # junitxml writes the teardown report's properties: the item's list is copied into it.
+            item.user_properties.extend(rec.junit_properties(record))
             item.stash[RECORD] = None  # written once
         return report
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport):
+    """Keep whole records out of junitxml, which writes str(value) of every teardown property."""
+    if report.when == "teardown":
+        report.user_properties = [(k, v) for k, v in report.user_properties if k != rec.RECORD_PROPERTY]
+    return (yield)
 
 
 def _short(report: pytest.TestReport) -> str:

@@ -27,12 +27,25 @@ CAPSULE_FILES = {
     "environment/Dockerfile": "FROM python:3.11-slim\nRUN pip install numpy\n",
     "metadata/metadata.yml": "title: A tiny paper\n",
 }
+# A figure the code draws without any library (the test image has no matplotlib): a 4x4 PNG.
+PLOT_SCRIPT = (
+    "import struct, zlib\n"
+    "def chunk(kind, data):\n"
+    "    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))\n"
+    "rows = b''.join(b'\\x00' + bytes([200, 30, 30] * 4) for _ in range(4))\n"
+    "png = (b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 4, 4, 8, 2, 0, 0, 0))\n"
+    "       + chunk(b'IDAT', zlib.compress(rows)) + chunk(b'IEND', b''))\n"
+    "open('../results/figure.png', 'wb').write(png)\n"
+)
 REPRODUCING_CPU = "# Reproducing\n\nRun `bash code/run.sh` inside the image built from environment/.\n"
 REPRODUCING_GPU = REPRODUCING_CPU + "\nThis capsule needs a gpu (CUDA 11).\n"
 
 
-def capsule_files(gpu: bool = False) -> dict[str, str]:
-    return {**CAPSULE_FILES, "REPRODUCING.md": REPRODUCING_GPU if gpu else REPRODUCING_CPU}
+def capsule_files(gpu: bool = False, figure: bool = False) -> dict[str, str]:
+    files = {**CAPSULE_FILES, "REPRODUCING.md": REPRODUCING_GPU if gpu else REPRODUCING_CPU}
+    if figure:
+        files["code/plot.py"] = PLOT_SCRIPT
+    return files
 
 
 def write_capsule_tree(parent: Path, capsule_id: str, gpu: bool = False) -> Path:
@@ -60,14 +73,14 @@ def _add_special(tar: tarfile.TarFile, name: str, kind: bytes, linkname: str = "
 
 
 def build_capsule_archive(dest_dir: Path, capsule_id: str, gpu: bool = False,
-                          extra: dict[str, str] | None = None) -> Path:
+                          extra: dict[str, str] | None = None, figure: bool = False) -> Path:
     """``dest_dir/<capsule_id>.tar.gz`` with the official layout."""
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     path = dest_dir / f"{capsule_id}.tar.gz"
     with tarfile.open(path, "w:gz") as tar:
         _add_special(tar, capsule_id, tarfile.DIRTYPE)
-        for rel, text in {**capsule_files(gpu), **(extra or {})}.items():
+        for rel, text in {**capsule_files(gpu, figure), **(extra or {})}.items():
             _add_bytes(tar, f"{capsule_id}/{rel}", text.encode(), 0o755 if rel.startswith("code/run") else 0o644)
     return path
 
@@ -184,3 +197,43 @@ class CapsuleServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+# --------------------------------------------------------------------------- Docker for the tests
+
+TEST_IMAGE_ENV = "AGENTBENCH_TEST_IMAGE"
+DEFAULT_TEST_IMAGE = "agentbench-test:bookworm"
+
+
+def docker_test_image() -> str:
+    """The local test image (built by .ci/docker-setup), or skip; in CI (CI=true) fail instead of skipping."""
+    import os
+
+    import pytest
+
+    image = os.environ.get(TEST_IMAGE_ENV, DEFAULT_TEST_IMAGE)
+    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    problem = None
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+        try:
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            problem = f"the test image {image} is not on the engine; build it with .ci/docker-setup"
+    except Exception as exc:  # no SDK, no socket, engine down
+        where = os.environ.get("DOCKER_HOST") or "the local socket"
+        problem = f"no Docker engine reachable at {where} ({type(exc).__name__}); run .ci/docker-setup as root"
+    if problem:
+        if in_ci:
+            pytest.fail(f"CI=true but {problem}")
+        pytest.skip(problem)
+    return image
+
+
+def labelled_containers() -> list:
+    import docker
+
+    return docker.from_env().containers.list(all=True, filters={"label": "agentbench=1"})

@@ -1,5 +1,8 @@
 """SciCode against an OpenAI-compatible server: the real openai SDK talks to a scripted server on
-127.0.0.1 that plays a model answering each validation step with its ground truth."""
+127.0.0.1 that plays a model answering each validation step with its ground truth.
+
+These runs use a pytest subprocess: the HTTP stack imports parts of itself lazily, and in-process
+pytester runs would re-import them with new exception classes."""
 from __future__ import annotations
 
 import json
@@ -123,7 +126,7 @@ def test_scripted_ground_truth_model_resolves_validation(bench, pytester, server
 def test_responses_protocol_and_a_single_step_selected_alone(bench, pytester, server, tmp_path):
     """Step 29.3 alone: its prompt still holds the code generated for 29.1 and 29.2 in this run."""
     result = bench(*model_args(server, "--model-protocol=responses", "--bench-ids=29.3",
-                               f"--bench-cache-dir={tmp_path}"))
+                               f"--bench-cache-dir={tmp_path}"), subprocess=True)
     result.assert_outcomes(passed=1)
     assert server.count("/responses") == 6 and server.count("/chat/completions") == 0
     last = server.requests[-1]["body"]
@@ -138,7 +141,7 @@ def test_model_service_failures_are_model_errors(bench, pytester, tmp_path):
         fake.always_status = 500
         pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
         result = bench(*model_args(fake, "--bench-ids=1.1", "--model-max-retries=2",
-                                   f"--bench-cache-dir={tmp_path}", "--bench-mode=naive"))
+                                   f"--bench-cache-dir={tmp_path}", "--bench-mode=naive"), subprocess=True)
     result.assert_outcomes(failed=1)
     assert fake.count() == 3
     out = result.stdout.str()
@@ -155,7 +158,8 @@ def test_rate_limit_then_success(bench, pytester, tmp_path):
         fake.fail(times=2, status=429, retry_after=0)
         fake.reply_with(ground_truth_model)
         pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
-        result = bench(*model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={tmp_path}", "--bench-mode=naive"))
+        result = bench(*model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={tmp_path}", "--bench-mode=naive"),
+                       subprocess=True)
     result.assert_outcomes(passed=1)
     assert fake.count() == 3
 
@@ -168,7 +172,8 @@ def test_rate_limit_then_success(bench, pytester, tmp_path):
 def test_replies_without_usable_code(bench, pytester, tmp_path, reply, status, needle):
     with FakeOpenAI() as fake:
         fake.reply(**reply)
-        result = bench(*model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={tmp_path}", "--bench-mode=naive"))
+        result = bench(*model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={tmp_path}", "--bench-mode=naive"),
+                       subprocess=True)
     result.assert_outcomes(failed=1)
     [run] = run_dirs(pytester.path)
     [record] = read_jsonl(run / "steps.jsonl")
@@ -179,7 +184,7 @@ def test_unreachable_model_is_a_model_error_not_a_crash(bench, pytester, tmp_pat
     pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
     result = bench("--bench=scicode", "--bench-split=validation", "--model=m", "--model-base-url=http://127.0.0.1:9/v1",
                    "--model-api-key=x", "--model-max-retries=1", "--bench-ids=1.1", "--bench-mode=naive",
-                   f"--bench-cache-dir={tmp_path}")
+                   f"--bench-cache-dir={tmp_path}", subprocess=True)
     result.assert_outcomes(failed=1)
     [run] = run_dirs(pytester.path)
     [record] = read_jsonl(run / "steps.jsonl")

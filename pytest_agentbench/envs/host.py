@@ -209,5 +209,11 @@ class HostFactory:
         return HostEnvironment(workspace, keep_workspace=self.keep_workspaces, name=name, gpus=self.gpus,
                                memory=self.memory)
 
+    def run_python(self, source: str, timeout: float) -> dict[str, Any]:
+        """SciCode's code_interpreter on the host: the sandbox, as the SciCode harness runs it."""
+        result = sandbox.run_python(source, limits=sandbox.Limits(timeout=check_timeout(timeout)))
+        return python_result(CommandResult(exit_code=result.returncode, stdout=result.stdout, stderr=result.stderr,
+                                           timed_out=result.timed_out, duration=result.duration))
+
     def close(self) -> None:
         pass

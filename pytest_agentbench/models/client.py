@@ -18,12 +18,8 @@ import openai
 
 from .cache import DEFAULT_CACHE_DIR, ResponseCache, cache_key
 
-PROTOCOLS = ("chat", "responses")
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_TIMEOUT = 600.0
-DEFAULT_MAX_RETRIES = 6
-DEFAULT_RETRY_BASE_DELAY = 1.0
-DEFAULT_RETRY_MAX_DELAY = 60.0
+from .defaults import (DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY,  # noqa: F401
+                       DEFAULT_RETRY_MAX_DELAY, DEFAULT_TIMEOUT, PROTOCOLS)
 # statuses worth another try, as in OpenAI's own client: timeout, conflict, rate limit, server errors
 RETRYABLE_STATUSES = {408, 409, 429}
 

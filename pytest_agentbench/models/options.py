@@ -7,8 +7,7 @@ import os
 import pytest
 
 from .cache import CACHE_MODES, DEFAULT_CACHE_DIR
-from .client import (DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY,
-                     DEFAULT_TIMEOUT, PROTOCOLS, OpenAIModel)
+from .defaults import DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_TIMEOUT, PROTOCOLS
 from .oracle import OracleModel
 
 ORACLE = "oracle"
@@ -133,6 +132,8 @@ def build_model(config: pytest.Config):
     if not os.path.isabs(cache_dir):
         # relative to the rootdir, so xdist workers and the controller share one cache
         cache_dir = str(config.rootpath / cache_dir)
+    from .client import OpenAIModel  # the openai SDK is imported only when a real model is used
+
     return OpenAIModel(
         name, base_url=settings["base_url"], api_key=api_key, protocol=settings["protocol"],
         params=settings["params"], timeout=settings["timeout"], max_retries=settings["max_retries"],

@@ -17,6 +17,7 @@ import pytest
 
 from pytest_agentbench.registry import RunContext, Sample, Task
 
+from . import agent as agent_mod
 from . import capsules, dataset, prepare, scorer
 
 NAME = "core-bench"
@@ -32,6 +33,36 @@ OPTIONS = [
      "missing ones are downloaded into it. Default <data-dir>/core_bench/capsules, or <cache>/capsules "
      "when the data dir is read-only."),
 ]
+
+AGENT_OPTIONS = [
+    ("--bench-agent-steps", "bench_agent_steps", "agentbench_agent_steps", str(agent_mod.DEFAULT_STEPS),
+     f"CORE-Bench agent: most model turns per capsule (default {agent_mod.DEFAULT_STEPS})."),
+    ("--bench-agent-time", "bench_agent_time", "agentbench_agent_time", f"{agent_mod.DEFAULT_TIME:g}",
+     f"CORE-Bench agent: seconds per capsule (default {agent_mod.DEFAULT_TIME:g}, as upstream)."),
+    ("--bench-agent-tokens", "bench_agent_tokens", "agentbench_agent_tokens", "",
+     "CORE-Bench agent: budget of prompt plus completion tokens per capsule (default: none)."),
+    ("--bench-agent-command-timeout", "bench_agent_command_timeout", "agentbench_agent_command_timeout",
+     f"{agent_mod.DEFAULT_COMMAND_TIMEOUT:g}",
+     f"CORE-Bench agent: default timeout of one bash command in seconds (default "
+     f"{agent_mod.DEFAULT_COMMAND_TIMEOUT:g}); the agent may ask for up to ten times more."),
+]
+
+
+def _number(config: pytest.Config, dest: str, ini: str, kind, *, optional: bool = False):
+    value = config.getoption(dest, None)
+    if value is None:
+        value = config.getini(ini)
+    if optional and (value is None or str(value).strip() == ""):
+        return None
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number <= 0:
+        flag = "--" + dest.replace("_", "-")
+        raise pytest.UsageError(f"agentbench: {flag} must be a positive {'integer' if kind is int else 'number'}, "
+                                f"got {value!r}")
+    return number
 
 
 def _truthy(value: Any) -> bool:
@@ -67,6 +98,13 @@ class CoreBench:
                              "that cannot be compared (e.g. text for a numeric question), so later answers earn "
                              "nothing. Default: such a value fails only its own question.")
         parser.addini("agentbench_upstream_abort", help="CORE-Bench: see --bench-upstream-abort", default="false")
+        for flag, dest, ini, default, help_text in AGENT_OPTIONS:
+            group.addoption(flag, dest=dest, default=None, help=help_text)
+            parser.addini(ini, help=help_text, default=default)
+        # the environment options are shared with SciCode; registered once whoever comes first
+        from pytest_agentbench.envs import add_env_options
+
+        add_env_options(parser)
 
     def _option(self, config: pytest.Config, dest: str, ini: str) -> Any:
         value = config.getoption(dest, None)
@@ -92,6 +130,23 @@ class CoreBench:
             "upstream_abort": _truthy(self._option(config, "bench_upstream_abort", "agentbench_upstream_abort")),
             "capsules_dir": capsules_dir or None,
             "capsule_url": capsules.capsule_base_url(),
+            **self._agent_settings(config),
+        }
+
+    def _agent_settings(self, config: pytest.Config) -> dict[str, Any]:
+        from pytest_agentbench.envs import env_settings
+
+        try:
+            env = env_settings(config)
+        except ValueError as exc:
+            raise pytest.UsageError(f"agentbench: {exc}") from None
+        return {
+            "env": env["env"],
+            "agent_steps": _number(config, "bench_agent_steps", "agentbench_agent_steps", int),
+            "agent_time": _number(config, "bench_agent_time", "agentbench_agent_time", float),
+            "agent_tokens": _number(config, "bench_agent_tokens", "agentbench_agent_tokens", int, optional=True),
+            "agent_command_timeout": _number(config, "bench_agent_command_timeout",
+                                             "agentbench_agent_command_timeout", float),
         }
 
     # ------------------------------------------------------------------ tasks
@@ -136,6 +191,8 @@ class CoreBench:
         record["gpu_required"] = prepare.capsule_needs_gpu(capsule_root)
         prompt = prepare.render_prompt(templates, task, settings["difficulty"], settings["hints"])
 
+        if not getattr(ctx.model, "is_oracle", False) and not hasattr(ctx.model, "run_agent"):
+            return {**record, **self._run_agent(sample, ctx, capsule_root, prompt, task, settings)}
         # a cleanup failure (files the agent made undeletable) must not cost the verdict
         with tempfile.TemporaryDirectory(prefix=f"corebench-{capsule_id}-", ignore_cleanup_errors=True) as tmp:
             workspace = Path(tmp)
@@ -151,19 +208,67 @@ class CoreBench:
 
     def _run_model(self, sample: Sample, ctx: RunContext, workspace: Path, prompt: str,
                    task: dict[str, Any]) -> dict[str, Any]:
-        """``{"final_answer": ...}`` after the model worked, or a record fragment with a status."""
+        """The oracle, or a user's own client with ``run_agent``: ``{"final_answer": ...}`` or a status."""
         model = ctx.model
         if getattr(model, "is_oracle", False):
             (workspace / scorer.REPORT_NAME).write_text(json.dumps(task["results"][0], indent=2))
             return {"final_answer": None}
-        run_agent = getattr(model, "run_agent", None)
-        if run_agent is None:
-            label = getattr(model, "name", None) or type(model).__name__
-            return {"status": "error", "message": f"model {label} has no CORE-Bench agent yet"}
         try:
-            return {"final_answer": run_agent(workspace=workspace, prompt=prompt, sample=sample, ctx=ctx)}
+            return {"final_answer": model.run_agent(workspace=workspace, prompt=prompt, sample=sample, ctx=ctx)}
         except Exception as exc:  # the agent or its model service failed: not a verdict on the answers
             return {"status": "model_error", "message": f"agent failed: {type(exc).__name__}: {exc}"}
+
+    def _run_agent(self, sample: Sample, ctx: RunContext, capsule_root: Path, prompt: str, task: dict[str, Any],
+                   settings: dict[str, Any]) -> dict[str, Any]:
+        """Our tool-using agent in the ``bench_env`` environment; the record fragment of the outcome."""
+        from pytest_agentbench.envs import EnvError, EnvSkip
+
+        capsule_id = task["capsule_id"]
+        factory = ctx.env
+        if factory is None or not hasattr(factory, "start"):
+            return {"status": "error", "message": "the bench_env fixture gave no environment factory with start()"}
+        workspace = Path(tempfile.mkdtemp(prefix=f"corebench-{capsule_id}-"))
+        try:
+            prepare.prepare_workspace(capsule_root, workspace, capsule_id, settings["difficulty"])
+        except OSError as exc:
+            shutil.rmtree(workspace, ignore_errors=True)
+            return {"status": "env_error", "message": f"preparing the workspace failed: {exc}"}
+        kept = bool(getattr(factory, "keep_workspaces", False))
+        base: dict[str, Any] = {"env": getattr(factory, "kind", type(factory).__name__)}
+        if kept:
+            base["workspace"] = str(workspace)
+        try:
+            env = factory.start(workspace, needs_gpu=bool(prepare.capsule_needs_gpu(capsule_root)),
+                                name=f"core-bench/{capsule_id}")
+        except EnvSkip as exc:
+            if not kept:
+                shutil.rmtree(workspace, ignore_errors=True)
+            return {**base, "status": "skipped", "message": f"{capsule_id} {exc}"}
+        except EnvError as exc:
+            if not kept:
+                shutil.rmtree(workspace, ignore_errors=True)
+            return {**base, "status": "env_error", "message": str(exc)}
+        limits = agent_mod.AgentLimits(steps=settings["agent_steps"], time=settings["agent_time"],
+                                       tokens=settings["agent_tokens"],
+                                       command_timeout=settings["agent_command_timeout"])
+        questions = list(task["results"][0].keys())
+        with env:  # stopped on every way out: the container removed, the host processes killed
+            try:
+                result = agent_mod.CoreAgent(ctx.model, env, questions, limits).run(prompt)
+                env.copy_out(workspace)  # report.json and whatever else the agent wrote
+            except EnvError as exc:
+                return {**base, "status": "env_error", "message": f"environment failed: {exc}"}
+            trajectory = agent_mod.write_trajectory(ctx.run_dir, capsule_id, result,
+                                                    {"env": base["env"], "prompt": prompt})
+            base.update(end_reason=result.end_reason, agent=result.accounting, trajectory=trajectory)
+            if result.end_reason == "model_error":
+                return {**base, "status": "model_error", "message": f"agent stopped: {result.message}"}
+            submission = scorer.load_submission(workspace, result.final_answer)
+        out = {**base, **self._score(task, submission, settings, ctx.run_dir, capsule_id, prompt)}
+        if result.end_reason != "submitted":
+            ended = f"agent ended without submitting ({result.end_reason}): {result.message}"
+            out["message"] = f"{ended}; {out['message']}" if out["message"] else ended
+        return out
 
     def _score(self, task: dict[str, Any], submission: scorer.Submission, settings: dict[str, Any],
                run_dir: Any, capsule_id: str, prompt: str) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-from scipy.stats import t as student_t
 
 REPORT_NAME = "report.json"
 MAX_REPORT_BYTES = 10 * 1024 * 1024  # a report is a handful of answers; refuse runaway files
@@ -112,6 +111,8 @@ def prediction_interval(values: list[float]) -> tuple[float, float]:
         raise ValueError(f"a numeric question needs at least 2 reference runs, got {n}")
     mean = np.mean(values)
     std = np.std(values, ddof=1)
+    from scipy.stats import t as student_t  # here, not at import: scipy.stats costs a second at every pytest start
+
     half = student_t.ppf(0.975, n - 1) * std * math.sqrt(1 + 1 / n)
     return float(mean - half), float(mean + half)
 

@@ -1,0 +1,195 @@
+"""The CORE-Bench agent end to end: ``pytest --bench=core-bench --model=...`` against a scripted
+OpenAI-compatible server on 127.0.0.1, in the host and in the Docker environment."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from capsule_factory import build_capsule_archive, docker_test_image, labelled_containers
+from fake_openai import FakeOpenAI
+from pytest_agentbench.benchmarks.corebench import dataset
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+CAPSULE = "capsule-7038571"  # a train capsule; its questions come from core_train.json
+VOLATILE = {"duration", "worker", "trajectory_seconds", "env"}
+VOLATILE_AGENT = {"agent_seconds"}
+
+
+def questions() -> dict:
+    task = next(t for t in dataset.load_split(DATA, "train") if t["capsule_id"] == CAPSULE)
+    return task["results"][0]
+
+
+def env_args(kind: str) -> list[str]:
+    if kind == "docker":
+        return ["--bench-env=docker", f"--bench-docker-image={docker_test_image()}", "--bench-docker-network=none"]
+    return ["--bench-env=host"]
+
+
+def run_bench(pytester, tmp_path, server, kind, difficulty, *extra) -> tuple[pytest.RunResult, dict, Path]:
+    staged = tmp_path / "staged"
+    build_capsule_archive(staged, CAPSULE, figure=True)
+    run_dir = tmp_path / "reports" / "core-bench" / "agent-model" / f"{kind}-{difficulty}"
+    result = pytester.runpytest(
+        "--bench=core-bench", "--bench-split=train", f"--bench-ids={CAPSULE}", "--model=agent-model",
+        f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off", "--model-max-retries=0",
+        f"--bench-difficulty={difficulty}", f"--bench-capsules-dir={staged}",
+        f"--bench-report-dir={tmp_path / 'reports'}", f"--bench-run-id={kind}-{difficulty}",
+        "-p", "no:cacheprovider", *env_args(kind), *extra)
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 1, records
+    return result, records[0], run_dir
+
+
+def script_solver(server: FakeOpenAI) -> None:
+    answers = questions()
+    code = f"cd {CAPSULE}/code && python3 main.py && python3 plot.py && cat ../results/output.txt"
+    server.reply("Let me look around.", tool_calls=[("bash", {"command": "ls -R"})])
+    server.reply(tool_calls=[("bash", {"command": code, "timeout": 60})])
+    server.reply(tool_calls=[("view_image", {"path": f"{CAPSULE}/results/figure.png"})])
+    wrong = {"what is the answer?": 1, **dict(list(answers.items())[1:])}
+    server.reply(tool_calls=[("submit", {"answers": wrong})])
+    server.reply(tool_calls=[("submit", {"answers": answers})])
+
+
+def tool_messages(request: dict) -> list[str]:
+    return [m["content"] for m in request["body"]["messages"] if m["role"] == "tool"]
+
+
+def check_conversation(server: FakeOpenAI) -> None:
+    first_key = next(iter(questions()))
+    requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
+    assert len(requests) == 5
+    assert [t["function"]["name"] for t in requests[0]["body"]["tools"]] == ["bash", "view_image", "submit"]
+    listing, ran = tool_messages(requests[2])[:2]
+    assert CAPSULE in listing and "exit code: 0" in listing
+    assert "mean accuracy: 0.9300" in ran
+    last = requests[3]["body"]["messages"]
+    assert "is shown in the next message" in last[-2]["content"]
+    image = last[-1]["content"][1]["image_url"]["url"]
+    assert last[-1]["role"] == "user" and image.startswith("data:image/png;base64,iVBORw0KGgo")
+    rejected = tool_messages(requests[4])[-1]
+    assert rejected.startswith("Not accepted") and json.dumps(first_key) in rejected
+    assert '"what is the answer?"' in rejected
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def data_env(monkeypatch):
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
+
+
+ENVS = ["host", pytest.param("docker", marks=pytest.mark.docker)]
+
+
+@pytest.mark.parametrize("kind", ENVS)
+@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
+def test_scripted_agent_solves_the_capsule(pytester, tmp_path, server, kind, difficulty):
+    script_solver(server)
+    result, record, run_dir = run_bench(pytester, tmp_path, server, kind, difficulty)
+    assert record["status"] == "pass", record["message"]
+    result.assert_outcomes(passed=1)
+    assert record["end_reason"] == "submitted" and record["env"] == kind and record["difficulty"] == difficulty
+    assert record["agent"]["model_calls"] == 5 and record["agent"]["tool_calls"] == 5
+    assert record["agent"]["submit_rejections"] == 1 and record["agent"]["prompt_tokens"] == 55
+    check_conversation(server)
+    trajectory = json.loads((run_dir / record["trajectory"]).read_text())
+    assert trajectory["end_reason"] == "submitted" and len(trajectory["messages"]) >= 12
+    assert "base64 chars" in json.dumps(trajectory["messages"])  # images kept out of the file
+    if kind == "docker":
+        assert labelled_containers() == []
+
+
+@pytest.mark.docker
+def test_host_and_docker_give_the_same_record(pytester, tmp_path, server):
+    records = {}
+    for kind in ("host", "docker"):
+        script_solver(server)
+        _, record, _ = run_bench(pytester, tmp_path / kind, server, kind, "hard")
+        records[kind] = record
+    for record in records.values():
+        for key in VOLATILE:
+            record.pop(key, None)
+        for key in VOLATILE_AGENT:
+            record["agent"].pop(key, None)
+    assert records["host"] == records["docker"]
+
+
+def marker_processes(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmd and "bash" not in cmd.split()[0]:
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("kind", ENVS)
+def test_timeout_flood_and_no_submit_end_cleanly(pytester, tmp_path, server, kind):
+    marker = "4321.5"  # a sleep left running in the background: must not outlive the item
+    server.reply(tool_calls=[("bash", {"command": "sleep 30", "timeout": 1})])
+    server.reply(tool_calls=[("bash", {"command": "head -c 100000000 /dev/zero | tr '\\0' y"})])
+    server.reply(tool_calls=[("bash", {"command": f"sleep {marker} > /dev/null 2>&1 &\necho started"})])
+    started = time.monotonic()
+    result, record, _ = run_bench(pytester, tmp_path, server, kind, "easy", "--bench-agent-steps=3")
+    assert time.monotonic() - started < 60
+    result.assert_outcomes(failed=1)
+    assert record["status"] == "fail" and record["end_reason"] == "max_steps"
+    assert "agent ended without submitting (max_steps)" in record["message"]
+    assert record["agent"]["commands_timed_out"] == 1
+    outputs = tool_messages(server.requests[-1])
+    assert outputs[0].startswith("command timed out after 1 s")
+    assert "100000000 bytes, only the head and the tail are shown" in outputs[1] and len(outputs[1]) < 40_000
+    assert "started" in outputs[2]
+    assert marker_processes(marker) == []
+    if kind == "docker":
+        assert labelled_containers() == []
+
+
+@pytest.mark.parametrize("option, reason", [("--bench-agent-time=2", "time_limit"),
+                                            ("--bench-agent-tokens=30", "token_limit")])
+def test_time_and_token_limits_end_the_capsule(pytester, tmp_path, server, option, reason):
+    for _ in range(3):
+        server.reply(tool_calls=[("bash", {"command": "sleep 5"})])
+    result, record, _ = run_bench(pytester, tmp_path, server, "host", "easy", option)
+    assert record["end_reason"] == reason and record["status"] == "fail"
+    assert record["agent"]["model_calls"] == (1 if reason == "time_limit" else 2)
+
+
+def test_model_failure_is_a_model_error(pytester, tmp_path, server):
+    server.always_status = 500
+    _, record, _ = run_bench(pytester, tmp_path, server, "host", "easy")
+    assert record["status"] == "model_error" and record["end_reason"] == "model_error"
+    assert "HTTP 500" in record["message"]
+
+
+def test_gpu_capsule_is_skipped_without_bench_gpus(pytester, tmp_path, server):
+    staged = tmp_path / "staged"
+    build_capsule_archive(staged, CAPSULE, gpu=True)
+    result = pytester.runpytest(
+        "--bench=core-bench", "--bench-split=train", f"--bench-ids={CAPSULE}", "--model=agent-model",
+        f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
+        f"--bench-capsules-dir={staged}", f"--bench-report-dir={tmp_path / 'reports'}", "-p", "no:cacheprovider",
+        "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs a GPU and --bench-gpus is not set*"])
+    assert server.requests == []
+
+
+def test_bad_agent_option_is_a_usage_error(pytester, tmp_path, server):
+    result = pytester.runpytest("--bench=core-bench", "--bench-split=train", "--model=agent-model",
+                                f"--model-base-url={server.base_url}", "--bench-agent-steps=zero",
+                                "-p", "no:cacheprovider")
+    result.stderr.fnmatch_lines(["*--bench-agent-steps must be a positive integer, got 'zero'*"])
