@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_agentbench.envs.sandbox import Limits, get_executor  # noqa: E402
+from pytest_agentbench.envs.sandbox import Limits, get_executor, integrity_check  # noqa: E402
 
 # Runs every script in one warm interpreter with the same libraries preloaded: the cost of the tests alone.
 FLOOR_RUNNER = r"""
@@ -75,8 +75,8 @@ def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
             token = script.new_token()
             source = script.build_scoring_script(
                 step_number=number, dependencies=problem.get("required_dependencies", ""),
-                previous_code=codes[:-1], code=codes[-1], tests=step["test_cases"], h5_path=h5)
-            jobs.append({"name": number, "source": source, "env": {script.TOKEN_ENV: token}, "token": token})
+                previous_code=codes[:-1], code=codes[-1], tests=step["test_cases"], h5_path=h5, token=token)
+            jobs.append({"name": number, "source": source, "env": {}, "token": token})
     return jobs
 
 
@@ -85,7 +85,7 @@ def synthetic_jobs(count: int = 50) -> list[dict]:
             "import sympy\n"
             "x = np.linspace(0, 1, 1000)\n"
             "assert np.allclose(scipy.integrate.simpson(x, x=x), 0.5)\n"
-            "print('agentbench: all tests done ' + __import__('os').environ['TOKEN'])\n")
+            "print('AGENTBENCH-COMPLETE ' + __import__('os').environ['TOKEN'])\n")
     return [{"name": f"synthetic-{i}", "source": body, "env": {"TOKEN": f"t{i}"}, "token": f"t{i}"}
             for i in range(count)]
 
@@ -99,7 +99,7 @@ def time_executor(kind: str, jobs: list[dict], limits: Limits) -> tuple[list[flo
         started = time.monotonic()
         result = executor.run(job["source"], limits=limits, env=job["env"])
         times.append(time.monotonic() - started)
-        passed += result.returncode == 0 and job["token"] in result.stdout
+        passed += integrity_check(result, job["token"]) is None
     return times, passed
 
 
@@ -123,6 +123,63 @@ def time_collection(data_dir: Path) -> float | None:
     items = sum(1 for line in done.stdout.splitlines() if "::" in line)
     print(f"collect-only: {items} SciCode items in {seconds:.2f} s")
     return seconds
+
+
+OVERLAP_CONFTEST = """
+import time, pytest
+
+class SlowModel:
+    # answers each step with its ground truth after a fixed latency, like a remote model
+    name = "slow"
+    is_oracle = False
+    def answer_step(self, problem, index, previous_code):
+        time.sleep(LATENCY)
+        return problem["sub_steps"][index]["ground_truth_code"]
+
+@pytest.fixture(scope="session")
+def bench_model():
+    return SlowModel()
+"""
+
+
+def time_overlap(work: Path, steps: int = 6, latency: float = 1.5, test_seconds: float = 1.5) -> None:
+    """One problem whose model call takes ``latency`` and whose tests take ``test_seconds`` per step,
+    run with and without generating step k+1 while step k is scored."""
+    from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
+
+    root = work / "overlap"
+    data = root / "data" / "scicode"
+    data.mkdir(parents=True, exist_ok=True)
+    sub_steps = [{"step_number": f"1.{k}", "step_description_prompt": "", "step_background": "",
+                  "function_header": f"def f{k}():", "return_line": "",
+                  "ground_truth_code": f"def f{k}():\n    return {k}",
+                  "test_cases": [f"import time\ntime.sleep({test_seconds})\nassert np.allclose(f{k}(), target)"]}
+                 for k in range(1, steps + 1)]
+    problem = {"problem_id": "1", "problem_name": "overlap", "required_dependencies": "import numpy as np",
+               "sub_steps": sub_steps, "problem_description_main": "", "problem_io": "", "problem_background_main": ""}
+    (data / "problems_dev.jsonl").write_text(json.dumps(problem) + "\n")
+    for name in ("13.6.txt", "62.1.txt", "76.3.txt"):
+        (data / name).write_text("pass\n")
+    h5 = root / "targets.h5"
+    h5.unlink(missing_ok=True)
+    for k in range(1, steps + 1):
+        write_step_targets(h5, f"1.{k}", [k])
+    (root / "conftest.py").write_text(OVERLAP_CONFTEST.replace("LATENCY", repr(latency)))
+    (root / "pytest.ini").write_text("[pytest]\n")
+    times = {}
+    for flag in ("--bench-overlap", "--no-bench-overlap"):
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "pytest", "--bench=scicode", "--bench-split=validation",
+                               "--model=slow", f"--bench-data-dir={root / 'data'}", f"--bench-h5={h5}",
+                               "--bench-allow-custom-data", flag, "-q", "-p", "no:cacheprovider"],
+                              cwd=root, capture_output=True, text=True)
+        times[flag] = time.monotonic() - started
+        if done.returncode != 0:
+            print(f"overlap run {flag} failed: {done.stdout[-800:]}")
+            return
+    print(f"overlap: {steps} steps, model {latency:g} s per call, tests {test_seconds:g} s per step: "
+          f"with overlap {times['--bench-overlap']:.1f} s, without {times['--no-bench-overlap']:.1f} s "
+          f"(model time alone {steps * latency:.1f} s; both include pytest start-up)")
 
 
 def summary(label: str, times: list[float], floor: list[float], passed: int | None = None) -> None:
@@ -156,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     summary("subprocess", sub, floor, sub_passed)
     if not args.no_collect and not args.synthetic:
         time_collection(args.data_dir.resolve())
+    if not args.synthetic:
+        time_overlap(args.work)
     fork_overhead = statistics.median([t - f for t, f in zip(fork, floor)])
     sub_overhead = statistics.median([t - f for t, f in zip(sub, floor)])
     ratio = sub_overhead / fork_overhead if fork_overhead > 0 else float("inf")

@@ -11,7 +11,9 @@ import pytest
 
 from capsule_factory import build_capsule_archive, docker_test_image, labelled_containers
 from fake_openai import FakeOpenAI
-from pytest_agentbench.benchmarks.corebench import dataset
+# imported here, before any in-process pytester run: numpy cannot be imported twice in one process, and
+# pytester drops the modules a run imported
+from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noqa: F401
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CAPSULE = "capsule-7038571"  # a train capsule; its questions come from core_train.json
@@ -34,7 +36,7 @@ def run_bench(pytester, tmp_path, server, kind, difficulty, *extra) -> tuple[pyt
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE, figure=True)
     run_dir = tmp_path / "reports" / "core-bench" / "agent-model" / f"{kind}-{difficulty}"
-    result = pytester.runpytest(
+    result = pytester.runpytest_subprocess(
         "--bench=core-bench", "--bench-split=train", f"--bench-ids={CAPSULE}", "--model=agent-model",
         f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off", "--model-max-retries=0",
         f"--bench-difficulty={difficulty}", f"--bench-capsules-dir={staged}",
@@ -178,7 +180,7 @@ def test_model_failure_is_a_model_error(pytester, tmp_path, server):
 def test_gpu_capsule_is_skipped_without_bench_gpus(pytester, tmp_path, server):
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE, gpu=True)
-    result = pytester.runpytest(
+    result = pytester.runpytest_subprocess(
         "--bench=core-bench", "--bench-split=train", f"--bench-ids={CAPSULE}", "--model=agent-model",
         f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
         f"--bench-capsules-dir={staged}", f"--bench-report-dir={tmp_path / 'reports'}", "-p", "no:cacheprovider",
@@ -189,7 +191,7 @@ def test_gpu_capsule_is_skipped_without_bench_gpus(pytester, tmp_path, server):
 
 
 def test_bad_agent_option_is_a_usage_error(pytester, tmp_path, server):
-    result = pytester.runpytest("--bench=core-bench", "--bench-split=train", "--model=agent-model",
+    result = pytester.runpytest_subprocess("--bench=core-bench", "--bench-split=train", "--model=agent-model",
                                 f"--model-base-url={server.base_url}", "--bench-agent-steps=zero",
                                 "-p", "no:cacheprovider")
     result.stderr.fnmatch_lines(["*--bench-agent-steps must be a positive integer, got 'zero'*"])

@@ -184,7 +184,7 @@ def _ci(pair: tuple[float, float], points: bool = False) -> str:
 
 def _label(summary: dict[str, Any]) -> str:
     s = summary["settings"]
-    return f"{summary.get('_path', '?')} (model {s.get('model')}, run {s.get('run_id')})"
+    return f"{summary.get('_path', 'this run')} (model {s.get('model')}, run {s.get('run_id')})"
 
 
 def _verdict(p: float, alpha: float) -> str:

@@ -66,6 +66,10 @@ class SciCode:
                         help="SciCode tool_use: most rounds of tool calls per step (default 15).")
         group.addoption("--bench-tool-timeout", dest="bench_tool_timeout", type=float, default=180.0,
                         help="SciCode tool_use: seconds per code_interpreter call (default 180).")
+        group.addoption("--bench-overlap", dest="bench_overlap", action="store_true", default=True,
+                        help="SciCode: generate the next step while the current one is scored (default on).")
+        group.addoption("--no-bench-overlap", dest="bench_overlap", action="store_false",
+                        help="SciCode: generate each step only when its item starts.")
         group.addoption("--bench-executor", dest="bench_executor", default=None, choices=EXECUTORS,
                         help="how scoring scripts run: fork (default; a warm fork server) or subprocess "
                              "(a fresh interpreter per step).")

@@ -8,6 +8,7 @@ one step alone.
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ def score_step(bench, sample: Sample, ctx: RunContext) -> dict[str, Any]:
         return {**record, "status": "parse_error", "message": message}
     if generated.status == "truncated":
         record["note"] = generated.message
+    prefetch_next(bench, ctx, problem, index, [*previous, generated.code or ""])
     targets = bench.targets_for(config, problem, number)
     record["targets"] = targets.kind
     if targets.path is None:
@@ -135,7 +137,45 @@ def generate(bench, ctx: RunContext, problem: dict[str, Any], index: int, previo
     key = (str(problem["problem_id"]), index)
     if key not in memo:
         memo[key] = _generate(ctx, problem, index, previous)
+    if isinstance(memo[key], Future):  # generated in the background while the previous step was scored
+        memo[key] = memo[key].result()
     return memo[key]
+
+
+def prefetch_next(bench, ctx: RunContext, problem: dict[str, Any], index: int, codes: list[str]) -> None:
+    """Start generating the next step while this one is scored: it needs this step's code, not its
+    verdict, so a problem's wall time approaches the model's time alone. Only for a next step that
+    this session will run, so ``-k`` on one step never pays for a call it does not need."""
+    config = ctx.config
+    memo = config.stash[CACHE]
+    nxt = index + 1
+    if getattr(ctx.model, "is_oracle", False) or not config.getoption("bench_overlap", True):
+        return
+    if nxt >= len(problem["sub_steps"]) or (str(problem["problem_id"]), nxt) in memo["generated"]:
+        return
+    number = str(problem["sub_steps"][nxt]["step_number"])
+    if number in dataset.PREFILLED_FILES or number not in selected_ids(ctx):
+        return
+    if "pool" not in memo:
+        memo["pool"] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentbench-prefetch")
+    memo["generated"][(str(problem["problem_id"]), nxt)] = memo["pool"].submit(_generate, ctx, problem, nxt, codes)
+
+
+def selected_ids(ctx: RunContext) -> set[str]:
+    memo = ctx.config.stash[CACHE]
+    if "selected" not in memo:
+        memo["selected"] = {item.sample.id for item in ctx.item.session.items if hasattr(item, "sample")}
+    return memo["selected"]
+
+
+def load_templates_once(config) -> dict:
+    memo = config.stash[CACHE]
+    if "templates" not in memo:
+        from ...data import data_dir
+        from .prompts import load_templates
+
+        memo["templates"] = load_templates(data_dir(config))
+    return memo["templates"]
 
 
 def _generate(ctx: RunContext, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
@@ -152,14 +192,9 @@ def _generate(ctx: RunContext, problem: dict[str, Any], index: int, previous: li
         except Exception as exc:
             return Generated(None, "model_error", f"{type(exc).__name__}: {exc}")
     from .generate import generate_step
-    from .prompts import load_templates
 
     config = ctx.config
-    memo = config.stash[CACHE]
-    if "templates" not in memo:
-        from ...data import data_dir
-
-        memo["templates"] = load_templates(data_dir(config))
+    templates = load_templates_once(config)
     settings = ctx.config.stash[_plugin_state_key()].settings
     dependencies = problem.get("required_dependencies", "")
     tool_timeout = float(config.getoption("bench_tool_timeout"))
@@ -171,7 +206,7 @@ def _generate(ctx: RunContext, problem: dict[str, Any], index: int, previous: li
         return {"status": status, "exit_code": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
 
     result = generate_step(ctx.model, problem, index, previous, mode=settings["mode"],
-                           with_background=settings["background"], templates=memo["templates"], run_code=run_code,
+                           with_background=settings["background"], templates=templates, run_code=run_code,
                            tool_loops=int(config.getoption("bench_tool_loops")), tool_timeout=tool_timeout)
     return Generated(code=result.code, status=result.status, message=result.message,
                      accounting=dict(result.accounting), trajectory=list(result.trajectory),
