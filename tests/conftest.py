@@ -23,8 +23,15 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory) -> Path:
-    """One cache folder for every pytester run of the session, so rebuilt targets are built once."""
-    return tmp_path_factory.mktemp("agentbench-cache")
+    """One cache folder for every pytester run, so rebuilt targets are built once per test session.
+
+    Under xdist every worker has its own basetemp below a common root; the cache goes in that root
+    (the plugin builds each problem's targets under a file lock, so workers can share it)."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path = root / "agentbench-cache"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 @pytest.fixture

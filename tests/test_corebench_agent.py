@@ -145,13 +145,14 @@ def test_timeout_flood_and_no_submit_end_cleanly(pytester, tmp_path, server, kin
     server.reply(tool_calls=[("bash", {"command": "head -c 100000000 /dev/zero | tr '\\0' y"})])
     server.reply(tool_calls=[("bash", {"command": f"sleep {marker} > /dev/null 2>&1 &\necho started"})])
     started = time.monotonic()
-    result, record, _ = run_bench(pytester, tmp_path, server, kind, "easy", "--bench-agent-steps=3")
+    result, record, run_dir = run_bench(pytester, tmp_path, server, kind, "easy", "--bench-agent-steps=3")
     assert time.monotonic() - started < 60
     result.assert_outcomes(failed=1)
     assert record["status"] == "fail" and record["end_reason"] == "max_steps"
     assert "agent ended without submitting (max_steps)" in record["message"]
     assert record["agent"]["commands_timed_out"] == 1
-    outputs = tool_messages(server.requests[-1])
+    trajectory = json.loads((run_dir / record["trajectory"]).read_text())
+    outputs = [m["content"] for m in trajectory["messages"] if m["role"] == "tool"]
     assert outputs[0].startswith("command timed out after 1 s")
     assert "100000000 bytes, only the head and the tail are shown" in outputs[1] and len(outputs[1]) < 40_000
     assert "started" in outputs[2]

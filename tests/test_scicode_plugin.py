@@ -232,13 +232,25 @@ def oracle_run(bench, pytester, *extra):
 
 
 def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist(bench, pytester):
+    """No -n, -n 2 and -n 4 give the same records and metrics; the -n 2 run also uses the
+    fresh-interpreter executor, which must give the same records as the fork server."""
     serial, metrics = oracle_run(bench, pytester, "--bench-run-id=serial")
     assert len(serial) == 50 and all(r["status"] == "pass" for r in serial)
     assert metrics["main"] == 1.0 and metrics["subproblem"] == 1.0
-    for n in ("2", "4"):
-        parallel, parallel_metrics = oracle_run(bench, pytester, "-n", n, f"--bench-run-id=n{n}")
+    for extra in (["-n", "2", "--bench-executor=subprocess"], ["-n", "4"]):
+        parallel, parallel_metrics = oracle_run(bench, pytester, *extra, f"--bench-run-id=n{extra[1]}")
         assert parallel == serial
         assert parallel_metrics == metrics
+
+
+def test_executors_give_identical_records_on_mutated_code(bench, pytester, handmade):
+    runs = {}
+    for executor in ("fork", "subprocess"):
+        bench(*handmade, f"--bench-executor={executor}", f"--bench-run-id={executor}")
+        path = pytester.path / "reports" / "scicode" / "oracle" / executor / "steps.jsonl"
+        runs[executor] = sorted((comparable(r) for r in read_jsonl(path)), key=lambda r: r["id"])
+    assert runs["fork"] == runs["subprocess"]
+    assert {r["id"]: r["status"] for r in runs["fork"]} == EXPECTED
 
 
 MUTATIONS = {  # step: (original, mutated) snippets of its ground truth
