@@ -8,6 +8,8 @@ from pathlib import Path
 import h5py  # noqa: F401  imported once here: in-process pytester runs must not import h5py a second time
 import numpy  # noqa: F401
 import openai  # noqa: F401  (same reason: exception classes must stay the same objects across runs)
+import matplotlib  # noqa: F401
+import scipy.stats  # noqa: F401
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]

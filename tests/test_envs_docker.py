@@ -1,0 +1,93 @@
+"""The Docker environment against the environment contract, container clean-up, and SciCode's
+code_interpreter giving the same results in Docker as on the host."""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+import envs_contract as contract
+from capsule_factory import docker_test_image, labelled_containers
+from pytest_agentbench.envs import EnvError, EnvSkip
+from pytest_agentbench.envs.docker import DockerFactory, remove_stale_containers
+from pytest_agentbench.envs.host import HostFactory
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def factory():
+    made = DockerFactory(image=docker_test_image(), network="none")
+    yield made
+    made.close()
+    assert labelled_containers() == []
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    return contract.make_workspace(tmp_path)
+
+
+def test_commands_files_and_copy_out(factory, workspace):
+    with factory.start(workspace, name="t") as env:
+        assert env.workdir == "/capsule"
+        contract.check_command_basics(env)
+        contract.check_files(env, workspace)
+        assert env.run("cat /proc/net/dev | grep -c eth0 || true", 10).stdout.strip() == "0"  # network none
+    assert not workspace.exists()
+
+
+def test_timeout_and_flood(factory, workspace):
+    with factory.start(workspace) as env:
+        contract.check_timeout_kills_the_group(env, "3131.25")
+        contract.check_flood_is_trimmed(env)
+
+
+def test_container_removed_when_the_body_raises(factory, workspace):
+    with pytest.raises(RuntimeError, match="boom"):
+        with factory.start(workspace) as env:
+            assert len(labelled_containers()) == 1
+            raise RuntimeError("boom")
+    assert labelled_containers() == []
+
+
+def test_stale_container_of_a_dead_worker_is_removed(factory, workspace):
+    client = factory.client()
+    dead = client.containers.run(docker_test_image(), ["sleep", "300"], detach=True, network_mode="none",
+                                 labels={"agentbench": "1", "agentbench.host": socket.gethostname(),
+                                         "agentbench.pid": "999999999"})
+    alive = client.containers.run(docker_test_image(), ["sleep", "300"], detach=True, network_mode="none",
+                                  labels={"agentbench": "1", "agentbench.host": socket.gethostname(),
+                                          "agentbench.pid": str(os.getpid())})
+    try:
+        assert remove_stale_containers(client) == [dead.id]
+        assert [c.id for c in labelled_containers()] == [alive.id]
+    finally:
+        alive.remove(force=True)
+        dead.remove(force=True) if dead.id in [c.id for c in labelled_containers()] else None
+
+
+def test_gpu_needs_bench_gpus(factory, workspace):
+    with pytest.raises(EnvSkip, match="--bench-gpus"):
+        factory.start(workspace, needs_gpu=True)
+
+
+def test_missing_image_is_an_env_error(workspace):
+    made = DockerFactory(image="agentbench-no-such-image:never", network="none")
+    with pytest.raises(EnvError, match="agentbench-no-such-image:never"):
+        made.start(workspace)
+
+
+def test_unreachable_engine_names_docker_host(workspace, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")
+    with pytest.raises(EnvError, match="tcp://127.0.0.1:9"):
+        DockerFactory(image="x").start(workspace)
+
+
+def test_scicode_code_interpreter_same_in_docker_as_on_host(factory, tmp_path):
+    docker_results = {name: factory.run_python(source, 2) for name, source in contract.PYTHON_CASES.items()}
+    host_results = {name: HostFactory().run_python(source, 2) for name, source in contract.PYTHON_CASES.items()}
+    contract.check_python(docker_results)
+    contract.check_python(host_results)
+    assert docker_results == host_results
