@@ -230,35 +230,10 @@ def prepare_controller(config: pytest.Config, state: BenchState, resume: str | N
 
 
 def data_hashes(config: pytest.Config, benchmark: Benchmark, split: str) -> dict[str, str]:
-    """sha256 of the data files this run reads, so a baseline made from other data is not compared.
-
-    A benchmark may answer itself (``data_hashes(config, split)``); SciCode's files are known here.
-    """
+    """sha256 of the data files this run reads (the benchmark's ``data_hashes``, when it has one),
+    so a baseline made from other data is not compared."""
     own = getattr(benchmark, "data_hashes", None)
-    if callable(own):
-        return dict(own(config, split))
-    if benchmark.name != "scicode":
-        return {}
-    from .benchmarks.scicode import dataset
-    from .data import data_dir, find, sha256_of
-
-    verified = not config.getoption("bench_allow_custom_data", False)
-    files = [dataset.PROBLEM_FILES[p] for p in (("validation", "test") if split == "all" else (split,))]
-    out = {}
-    for f in [*files, *dataset.PREFILLED_FILES.values()]:
-        path = find(data_dir(config), f)
-        if path is not None:
-            out[f.name] = f.sha256 if verified else sha256_of(path)  # verified files match their pinned sum
-    targets = getattr(config.stash.get(_scicode_cache(), {}).get("targets"), "path", None)
-    if targets is not None:
-        out["targets"] = dataset.H5_FILE.sha256 if verified else sha256_of(Path(targets))
-    return out
-
-
-def _scicode_cache():
-    from .benchmarks.scicode.bench import CACHE
-
-    return CACHE
+    return dict(own(config, split)) if callable(own) else {}
 
 
 def safe_name(text: str) -> str:

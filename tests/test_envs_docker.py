@@ -91,3 +91,40 @@ def test_scicode_code_interpreter_same_in_docker_as_on_host(factory, tmp_path):
     contract.check_python(docker_results)
     contract.check_python(host_results)
     assert docker_results == host_results
+
+
+def tiny_pdf() -> bytes:
+    """A valid one-page PDF (an empty 72x72 pt page), offsets computed."""
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 72 72] >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("where", ["docker", "host"])
+def test_view_image_renders_a_pdf_page_where_pdftoppm_exists(factory, workspace, where):
+    import shutil
+
+    from pytest_agentbench.benchmarks.corebench.agent import AgentLimits, CoreAgent
+
+    (workspace / "capsule" / "figure.pdf").write_bytes(tiny_pdf())
+    (workspace / "capsule" / "notes.txt").write_text("not an image")
+    env = factory.start(workspace) if where == "docker" else HostFactory().start(workspace)
+    with env:
+        agent = CoreAgent(model=None, env=env, questions=["q"], limits=AgentLimits())
+        has_pdftoppm = where == "docker" or shutil.which("pdftoppm") is not None
+        reply = agent._dispatch({"id": "c1", "name": "view_image", "arguments": '{"path": "capsule/figure.pdf"}'})
+        if has_pdftoppm:
+            assert reply.startswith("capsule/figure.pdf (image/png,"), reply
+            assert agent.pending_images[0]["content"][1]["image_url"]["url"].startswith("data:image/png;base64,")
+        else:
+            assert reply.startswith("error: cannot show a PDF: pdftoppm is not installed"), reply
+        reply = agent._dispatch({"id": "c2", "name": "view_image", "arguments": '{"path": "capsule/notes.txt"}'})
+        assert reply == "error: capsule/notes.txt is not a PNG, JPEG, GIF, WebP or PDF file"

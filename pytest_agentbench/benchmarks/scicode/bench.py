@@ -191,6 +191,20 @@ class SciCode:
             tmp.replace(report_path)
             return path, report
 
+    def data_hashes(self, config: pytest.Config, split: str) -> dict[str, str]:
+        """sha256 of the problems, prefilled code and targets this run reads (baselines compare them)."""
+        verified = self.verify_data(config)
+        parts = ("validation", "test") if split == "all" else (split,)
+        out = {}
+        for f in [*(dataset.PROBLEM_FILES[p] for p in parts), *dataset.PREFILLED_FILES.values()]:
+            path = find(data_dir(config), f)
+            if path is not None:
+                out[f.name] = f.sha256 if verified else sha256_of(path)  # verified files match their pin
+        targets: Targets = config.stash[CACHE]["targets"]
+        if targets.path is not None:
+            out["targets"] = dataset.H5_FILE.sha256 if targets.kind == "official" else sha256_of(targets.path)
+        return out
+
     # ---- running -------------------------------------------------------------------------
     def run_sample(self, sample: Sample, ctx: RunContext) -> dict[str, Any]:
         from .harness import score_step
