@@ -79,7 +79,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from .models.options import add_model_options
     from .report.options import add_options as add_report_options
 
+    from .envs import add_env_options
+
     add_model_options(parser)
+    add_env_options(parser)
     add_report_options(parser)
     benches, _ = available_benchmarks()
     for bench in benches.values():
@@ -287,7 +290,11 @@ def bench_env(pytestconfig: pytest.Config):
     """Where agent commands and tool code run (``--bench-env``). Override it to supply another environment."""
     from .envs import build_env
 
-    return build_env(pytestconfig)
+    factory = build_env(pytestconfig)
+    yield factory
+    close = getattr(factory, "close", None)
+    if close is not None:  # removes the long-lived container of SciCode's code_interpreter
+        close()
 
 
 def base_record(item: BenchItem, state: BenchState) -> dict[str, Any]:

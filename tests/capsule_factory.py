@@ -234,6 +234,22 @@ def docker_test_image() -> str:
 
 
 def labelled_containers() -> list:
+    """Labelled containers made by this process, or left by a process that is gone.
+
+    Containers of other live processes (the other xdist worker's tests) are not ours to judge."""
+    import os
+
     import docker
 
-    return docker.from_env().containers.list(all=True, filters={"label": "agentbench=1"})
+    def orphan_or_mine(container) -> bool:
+        try:
+            pid = int(container.labels.get("agentbench.pid", "0"))
+            os.kill(pid, 0)
+        except (ValueError, ProcessLookupError):
+            return True
+        except PermissionError:
+            return False
+        return pid == os.getpid()
+
+    found = docker.from_env().containers.list(all=True, filters={"label": "agentbench=1"})
+    return [c for c in found if orphan_or_mine(c)]

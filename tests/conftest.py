@@ -9,6 +9,8 @@ import h5py  # noqa: F401  imported once here: in-process pytester runs must not
 import numpy  # noqa: F401
 import openai  # noqa: F401  (same reason: exception classes must stay the same objects across runs)
 import matplotlib  # noqa: F401
+import matplotlib.figure  # noqa: F401  (the run's picture; drawn in-process by pytester runs)
+from matplotlib.backends import backend_agg  # noqa: F401
 import scipy.stats  # noqa: F401
 import pytest
 

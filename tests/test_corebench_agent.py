@@ -101,8 +101,8 @@ def test_scripted_agent_solves_the_capsule(pytester, tmp_path, server, kind, dif
     assert record["status"] == "pass", record["message"]
     result.assert_outcomes(passed=1)
     assert record["end_reason"] == "submitted" and record["env"] == kind and record["difficulty"] == difficulty
-    assert record["agent"]["model_calls"] == 5 and record["agent"]["tool_calls"] == 5
-    assert record["agent"]["submit_rejections"] == 1 and record["agent"]["prompt_tokens"] == 55
+    assert record["generation"]["model_calls"] == 5 and record["generation"]["tool_calls"] == 5
+    assert record["generation"]["submit_rejections"] == 1 and record["generation"]["prompt_tokens"] == 55
     check_conversation(server)
     trajectory = json.loads((run_dir / record["trajectory"]).read_text())
     assert trajectory["end_reason"] == "submitted" and len(trajectory["messages"]) >= 12
@@ -122,7 +122,7 @@ def test_host_and_docker_give_the_same_record(pytester, tmp_path, server):
         for key in VOLATILE:
             record.pop(key, None)
         for key in VOLATILE_AGENT:
-            record["agent"].pop(key, None)
+            record["generation"].pop(key, None)
     assert records["host"] == records["docker"]
 
 
@@ -150,7 +150,7 @@ def test_timeout_flood_and_no_submit_end_cleanly(pytester, tmp_path, server, kin
     result.assert_outcomes(failed=1)
     assert record["status"] == "fail" and record["end_reason"] == "max_steps"
     assert "agent ended without submitting (max_steps)" in record["message"]
-    assert record["agent"]["commands_timed_out"] == 1
+    assert record["generation"]["commands_timed_out"] == 1
     trajectory = json.loads((run_dir / record["trajectory"]).read_text())
     outputs = [m["content"] for m in trajectory["messages"] if m["role"] == "tool"]
     assert outputs[0].startswith("command timed out after 1 s")
@@ -168,7 +168,7 @@ def test_time_and_token_limits_end_the_capsule(pytester, tmp_path, server, optio
         server.reply(tool_calls=[("bash", {"command": "sleep 5"})])
     result, record, _ = run_bench(pytester, tmp_path, server, "host", "easy", option)
     assert record["end_reason"] == reason and record["status"] == "fail"
-    assert record["agent"]["model_calls"] == (1 if reason == "time_limit" else 2)
+    assert record["generation"]["model_calls"] == (1 if reason == "time_limit" else 2)
 
 
 def test_model_failure_is_a_model_error(pytester, tmp_path, server):

@@ -83,7 +83,7 @@ class AgentResult:
 
 
 def new_accounting() -> dict[str, Any]:
-    return {"steps": 0, "model_calls": 0, "cached_calls": 0, "tool_calls": 0, "tool_errors": 0,
+    return {"steps": 0, "model_calls": 0, "cache_hits": 0, "tool_calls": 0, "tool_errors": 0,
             "prompt_tokens": 0, "completion_tokens": 0, "submit_rejections": 0, "commands_timed_out": 0,
             "tools": {"bash": 0, "view_image": 0, "submit": 0}}
 
@@ -169,7 +169,7 @@ class CoreAgent:
     def _count(self, completion: Completion) -> None:
         acc = self.accounting
         acc["model_calls"] += 1
-        acc["cached_calls"] += int(completion.cached)
+        acc["cache_hits"] += int(completion.cached)
         acc["prompt_tokens"] += completion.prompt_tokens
         acc["completion_tokens"] += completion.completion_tokens
 

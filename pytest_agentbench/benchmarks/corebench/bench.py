@@ -191,7 +191,8 @@ class CoreBench:
         record["gpu_required"] = prepare.capsule_needs_gpu(capsule_root)
         prompt = prepare.render_prompt(templates, task, settings["difficulty"], settings["hints"])
 
-        if not getattr(ctx.model, "is_oracle", False) and not hasattr(ctx.model, "run_agent"):
+        model = ctx.model
+        if not getattr(model, "is_oracle", False) and not hasattr(model, "run_agent") and hasattr(model, "complete"):
             return {**record, **self._run_agent(sample, ctx, capsule_root, prompt, task, settings)}
         # a cleanup failure (files the agent made undeletable) must not cost the verdict
         with tempfile.TemporaryDirectory(prefix=f"corebench-{capsule_id}-", ignore_cleanup_errors=True) as tmp:
@@ -213,8 +214,12 @@ class CoreBench:
         if getattr(model, "is_oracle", False):
             (workspace / scorer.REPORT_NAME).write_text(json.dumps(task["results"][0], indent=2))
             return {"final_answer": None}
+        run_agent = getattr(model, "run_agent", None)
+        if run_agent is None:
+            label = getattr(model, "name", None) or type(model).__name__
+            return {"status": "error", "message": f"model {label} has no CORE-Bench agent yet"}
         try:
-            return {"final_answer": model.run_agent(workspace=workspace, prompt=prompt, sample=sample, ctx=ctx)}
+            return {"final_answer": run_agent(workspace=workspace, prompt=prompt, sample=sample, ctx=ctx)}
         except Exception as exc:  # the agent or its model service failed: not a verdict on the answers
             return {"status": "model_error", "message": f"agent failed: {type(exc).__name__}: {exc}"}
 
@@ -260,7 +265,7 @@ class CoreBench:
                 return {**base, "status": "env_error", "message": f"environment failed: {exc}"}
             trajectory = agent_mod.write_trajectory(ctx.run_dir, capsule_id, result,
                                                     {"env": base["env"], "prompt": prompt})
-            base.update(end_reason=result.end_reason, agent=result.accounting, trajectory=trajectory)
+            base.update(end_reason=result.end_reason, generation=result.accounting, trajectory=trajectory)
             if result.end_reason == "model_error":
                 return {**base, "status": "model_error", "message": f"agent stopped: {result.message}"}
             submission = scorer.load_submission(workspace, result.final_answer)

@@ -202,6 +202,8 @@ def _generate(ctx: RunContext, problem: dict[str, Any], index: int, previous: li
 
     def run_code(code: str, timeout: float) -> dict[str, Any]:
         source = script.build_tool_script(dependencies=dependencies, previous_code=previous, code=code)
+        if getattr(ctx.env, "kind", "host") != "host":  # e.g. --bench-env=docker: the model's code runs there
+            return ctx.env.run_python(source, min(timeout, tool_timeout))
         result = run_script(config, source, timeout=min(timeout, tool_timeout))
         status = "timeout" if result.timed_out else ("ok" if result.returncode == 0 else "error")
         return {"status": status, "exit_code": result.returncode, "stdout": result.stdout, "stderr": result.stderr}
