@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+
+import pytest
 from pathlib import Path
 
 from capsule_factory import CapsuleServer, build_capsule_archive
@@ -33,3 +35,34 @@ def test_oracle_run_with_served_staged_and_missing_capsules(pytester, tmp_path, 
     assert f"{server.url}/{MISSING}.tar.gz" in records[MISSING]["message"] and str(staged) in records[MISSING]["message"]
     assert [r["path"] for r in server.requests] == [f"/{SERVED}.tar.gz", f"/{MISSING}.tar.gz"]
     assert all(r["difficulty"] == "medium" for r in records.values())
+
+
+GOOD = ["capsule-7038571", "capsule-0201225", "capsule-0220918"]
+CORRUPT, HOSTILE = "capsule-3137115", "capsule-5367566"
+
+
+@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
+def test_oracle_scores_every_capsule_at_every_difficulty(pytester, tmp_path, monkeypatch, difficulty):
+    """The self-check: the first reference run's answers score correct; a corrupt archive and one with
+    a path leaving the capsule each fail their own item only, with a message naming the problem."""
+    from capsule_factory import build_malicious_archive
+
+    staged = tmp_path / "staged"
+    for capsule_id in GOOD:
+        build_capsule_archive(staged, capsule_id)
+    (staged / f"{CORRUPT}.tar.gz").write_bytes(b"\x1f\x8b this is not a gzip stream")
+    build_malicious_archive(staged, HOSTILE, "dotdot")
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
+    monkeypatch.setenv(capsules.CAPSULE_URL_ENV, "http://127.0.0.1:9")  # nothing is downloaded here
+    result = pytester.runpytest_subprocess(
+        "--bench=core-bench", "--model=oracle", "--bench-split=train", f"--bench-difficulty={difficulty}",
+        f"--bench-ids={','.join([*GOOD, CORRUPT, HOSTILE])}", f"--bench-capsules-dir={staged}",
+        f"--bench-report-dir={tmp_path / 'reports'}", "--bench-run-id=run", "-p", "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=3, failed=2)
+    records = {r["id"]: r for r in map(json.loads, (tmp_path / "reports" / "core-bench" / "oracle" / "run" /
+                                                     "records.jsonl").read_text().splitlines())}
+    assert all(records[c]["status"] == "pass" and records[c]["difficulty"] == difficulty for c in GOOD)
+    assert records[CORRUPT]["status"] == records[HOSTILE]["status"] == "env_error"
+    assert CORRUPT in records[CORRUPT]["message"]
+    assert ".." in records[HOSTILE]["message"]
