@@ -324,3 +324,14 @@ def test_fake_passes_fail_with_their_reason(bench, pytester, executor):
         if executor == "subprocess" and number == "84.1":
             reason = "exit code -9"  # the launcher between pytest and the script is what dies
         assert reason in records[number]["message"], (number, records[number]["message"])
+
+
+def test_last_failed_reruns_only_the_failed_steps(pytester, handmade, shared_cache, monkeypatch, shared_data):
+    monkeypatch.setenv("AGENTBENCH_OFFLINE", "1")
+    pytester.makeini("[pytest]\n")
+    args = [*handmade, f"--bench-cache-dir={shared_cache}", "--bench-ids=1,2"]
+    first = pytester.runpytest(*args)
+    first.assert_outcomes(passed=3, failed=1)
+    again = pytester.runpytest(*args, "--lf", "-v")
+    again.assert_outcomes(failed=1)
+    assert "scicode/2::2.2 FAILED" in again.stdout.str()
