@@ -39,7 +39,8 @@ def add_model_options(parser: pytest.Parser) -> None:
                     help="retries of a model request on rate limits, server errors, timeouts and "
                          f"connection errors, with exponential backoff (default {DEFAULT_MAX_RETRIES})")
     group.addoption("--bench-cache-dir", dest="agentbench_cache_dir", default=DEFAULT_CACHE_DIR,
-                    metavar="DIR", help=f"directory of the model response cache (default {DEFAULT_CACHE_DIR}/)")
+                    metavar="DIR", help=f"cache folder, relative to the rootdir: model responses, rebuilt SciCode "
+                                        f"targets, checksum stamps, unpacked capsules (default {DEFAULT_CACHE_DIR}/)")
     group.addoption("--bench-cache", dest="agentbench_cache_mode", default="rw", choices=CACHE_MODES,
                     help="response cache mode: rw (read and write, default), ro (read only), off, "
                          "replay (only cached replies; a miss is an error, to re-score without a model)")
