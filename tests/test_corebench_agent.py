@@ -196,3 +196,37 @@ def test_bad_agent_option_is_a_usage_error(pytester, tmp_path, server):
                                 f"--model-base-url={server.base_url}", "--bench-agent-steps=zero",
                                 "-p", "no:cacheprovider")
     result.stderr.fnmatch_lines(["*--bench-agent-steps must be a positive integer, got 'zero'*"])
+
+
+@pytest.mark.docker
+def test_ctrl_c_removes_the_container(pytester, tmp_path, server):
+    """Ctrl-C while the agent's command runs in its container: pytest stops and the container is gone."""
+    import signal
+    import subprocess
+    import sys
+
+    import docker
+
+    image = docker_test_image()
+    staged = tmp_path / "staged"
+    build_capsule_archive(staged, CAPSULE)
+    server.reply(tool_calls=[("bash", {"command": "sleep 300", "timeout": 600})])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--bench=core-bench", "--bench-split=train", f"--bench-ids={CAPSULE}",
+         "--model=agent-model", f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
+         f"--bench-capsules-dir={staged}", f"--bench-report-dir={tmp_path / 'reports'}", "-p", "no:cacheprovider",
+         "--bench-env=docker", f"--bench-docker-image={image}", "--bench-docker-network=none"],
+        cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = docker.from_env()
+
+    def containers():
+        return client.containers.list(all=True, filters={"label": f"agentbench.pid={proc.pid}"})
+
+    deadline = time.monotonic() + 180
+    while not (server.count() >= 1 and containers()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before the command started"
+        time.sleep(0.2)
+    time.sleep(2)  # the sleep command is running in the container now
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == pytest.ExitCode.INTERRUPTED
+    assert containers() == []

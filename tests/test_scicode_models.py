@@ -97,7 +97,8 @@ def without_trajectory_paths(records: list[dict]) -> list[dict]:
 ALL_PASS = "validation: main problems resolved 15/15 (100.0%), subproblems passed 50/50 (100.0%)"
 
 
-@pytest.mark.parametrize("mode,xdist", [("tool_use", ()), ("tool_use", ("-n", "4")), ("naive", ("-n", "4"))])
+@pytest.mark.parametrize("mode,xdist", [("tool_use", ()), ("tool_use", ("-n", "4")), ("naive", ()),
+                                        ("naive", ("-n", "4"))])
 def test_scripted_ground_truth_model_resolves_validation(bench, pytester, server, cache_dir, mode, xdist):
     cache = cache_dir
     result = bench(*model_args(server, f"--bench-mode={mode}", f"--bench-cache-dir={cache}", *xdist),
