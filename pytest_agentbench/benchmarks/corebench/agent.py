@@ -16,10 +16,12 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_agentbench.envs.base import CommandResult, Environment
-from pytest_agentbench.models.client import Completion, ModelError, tool_result_message
+
+if TYPE_CHECKING:  # the openai SDK is imported when an agent runs, not when the plugin loads
+    from pytest_agentbench.models.client import Completion
 
 from . import scorer
 
@@ -138,6 +140,8 @@ class CoreAgent:
                            accounting=self.accounting, trajectory=messages)
 
     def _loop(self, messages: list[dict]) -> tuple[str, str]:
+        from pytest_agentbench.models.client import ModelError, tool_result_message
+
         acc = self.accounting
         while True:
             if acc["steps"] >= self.limits.steps:
