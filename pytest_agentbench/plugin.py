@@ -312,10 +312,6 @@ def run_item(item: BenchItem, model: Any, env: Any) -> None:
     if sample.id in state.resumed:  # finished in the interrupted run: reported from its record, not run again
         replay(item, dict(state.resumed[sample.id]))
         return
-    if sample.skip_reason:
-        record.update(status="skipped", message=sample.skip_reason, duration=0.0)
-        item.stash[RECORD] = record
-        pytest.skip(sample.skip_reason)
     ctx = RunContext(config=item.config, model=model, env=env, run_dir=state.run_dir, item=item)
     try:
         result = state.benchmark.run_sample(sample, ctx)

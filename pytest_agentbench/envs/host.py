@@ -35,11 +35,8 @@ DEFAULT_PROCESSES = 1024
 _LAUNCHER = r"""
 import json, os, sys
 spec = json.loads(sys.argv[1])
-from pytest_agentbench.envs.sandbox import Limits, apply_child_limits
-if spec["cgroup"]:
-    with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as fh:
-        fh.write(str(os.getpid()))
-apply_child_limits(Limits(**spec["limits"]))
+from pytest_agentbench.envs.sandbox import enter_jail
+enter_jail(spec)
 os.chdir(spec["cwd"])
 os.execve(spec["bash"], ["bash", "-c", spec["command"]], spec["env"])
 """

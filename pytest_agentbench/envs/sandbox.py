@@ -136,6 +136,17 @@ _read_trimmed = read_trimmed  # old private name, kept for callers of the first 
 
 # ---------------------------------------------------------------- limits applied inside the child
 
+def enter_jail(spec: dict) -> None:
+    """In a launcher process: join the run's pids cgroup (when it has one), then take on its rlimits.
+
+    ``spec`` is the launcher's JSON argument: ``cgroup`` (a folder or None) and ``limits`` (Limits fields).
+    """
+    if spec.get("cgroup"):
+        with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+    apply_child_limits(Limits(**spec["limits"]))
+
+
 def apply_child_limits(limits: Limits) -> None:
     """Set the rlimits of the calling process (the child, before any untrusted code runs)."""
     if limits.memory:
@@ -399,13 +410,10 @@ class Executor(Protocol):
 # A tiny launcher between the plugin and the script: it applies the limits (no preexec_fn in a threaded
 # pytest), and it is the script's parent, so a script that kills its parent kills only the launcher.
 _LAUNCHER = r"""
-import json, os, resource, signal, sys
+import json, os, signal, sys
 spec = json.loads(sys.argv[1])
-from pytest_agentbench.envs.sandbox import Limits, apply_child_limits
-if spec["cgroup"]:
-    with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as fh:
-        fh.write(str(os.getpid()))
-apply_child_limits(Limits(**spec["limits"]))
+from pytest_agentbench.envs.sandbox import enter_jail
+enter_jail(spec)
 pid = os.fork()
 if pid == 0:
     os.execve(sys.executable, [sys.executable, "main.py"], spec["env"])
