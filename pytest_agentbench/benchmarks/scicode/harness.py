@@ -114,23 +114,19 @@ def code_of(bench, ctx: RunContext, problem: dict[str, Any], index: int) -> str:
     """The code an earlier step contributes: the official code of a prefilled step, else its generated code."""
     number = str(problem["sub_steps"][index]["step_number"])
     if number in dataset.PREFILLED_FILES:
-        return prefilled(ctx.config)[number]
+        return prefilled(bench, ctx.config)[number]
     previous = [code_of(bench, ctx, problem, j) for j in range(index)]
     return generate(bench, ctx, problem, index, previous).code or ""
 
 
-def prefilled(config) -> dict[str, str]:
+def prefilled(bench, config) -> dict[str, str]:
     memo = config.stash[CACHE]
     if "prefilled" not in memo:
         from ...data import cache_dir, data_dir
 
-        memo["prefilled"] = dataset.load_prefilled(data_dir(config), verify=bench_verify(config),
+        memo["prefilled"] = dataset.load_prefilled(data_dir(config), verify=bench.verify_data(config),
                                                    stamp_dir=cache_dir(config))
     return memo["prefilled"]
-
-
-def bench_verify(config) -> bool:
-    return not config.getoption("bench_allow_custom_data", False)
 
 
 def generate(bench, ctx: RunContext, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
