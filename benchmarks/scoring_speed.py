@@ -24,12 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_agentbench.envs.sandbox import Limits, get_executor, integrity_check  # noqa: E402
+from pytest_agentbench.sandbox.executors import Limits, get_executor  # noqa: E402
+from pytest_agentbench.sandbox.integrity import integrity_check  # noqa: E402
 
 # Runs every script in one warm interpreter with the same libraries preloaded: the cost of the tests alone.
 FLOOR_RUNNER = r"""
 import contextlib, io, json, os, sys, time
-from pytest_agentbench.envs.forkserver import DEFAULT_PRELOAD
+from pytest_agentbench.sandbox.forkserver import DEFAULT_PRELOAD
 for name in DEFAULT_PRELOAD:
     __import__(name)
 jobs = json.load(open(sys.argv[1]))
@@ -53,7 +54,7 @@ print(json.dumps(times))
 def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
     """(source, env, token) of the 50 validation steps, scored against targets rebuilt from ground truth."""
     from pytest_agentbench.benchmarks.scicode import script
-    from pytest_agentbench.benchmarks.scicode.targets import (_ground_truth_prefix, find_problems_file,
+    from pytest_agentbench.benchmarks.scicode.targets import (ground_truth_prefix, find_problems_file,
                                                               load_problems, rebuild_targets)
 
     problems = load_problems(find_problems_file(data_dir / "scicode"))
@@ -71,7 +72,7 @@ def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
             number = str(step["step_number"])
             if report.get(number) != "ok" or not step.get("test_cases"):
                 continue
-            codes = [code for _, code in _ground_truth_prefix(problem, index, data_dir / "scicode")]
+            codes = [code for _, code in ground_truth_prefix(problem, index, data_dir / "scicode")]
             token = script.new_token()
             source = script.build_scoring_script(
                 step_number=number, dependencies=problem.get("required_dependencies", ""),

@@ -23,9 +23,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "rebuild-targets":
-        from .benchmarks.scicode.targets import main as run
+        from .benchmarks.scicode.targets import main as run  # why: load only the command that runs
     elif command == "compare":
-        from .report.compare import main as run
+        from .report.compare import main as run  # why: load only the command that runs (numpy, scipy)
     else:
         print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

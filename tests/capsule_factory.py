@@ -253,3 +253,16 @@ def labelled_containers() -> list:
 
     found = docker.from_env().containers.list(all=True, filters={"label": "agentbench=1"})
     return [c for c in found if orphan_or_mine(c)]
+
+
+def corebench_options(data_dir: Path, cache_dir: Path, *, cli: dict[str, Any] | None = None,
+                      ini: dict[str, Any] | None = None, base: Path | None = None):
+    """CORE-Bench's options resolved as the plugin resolves them (command line > ini > default), without
+    pytest, plus the run-wide values a benchmark reads (``data_dir``, ``cache_dir``, ``env``)."""
+    from pytest_agentbench.benchmarks.corebench import CORE_BENCH_OPTIONS
+    from pytest_agentbench.core.options import Settings, Sources, resolve
+
+    base = Path(base or cache_dir)
+    own = resolve(CORE_BENCH_OPTIONS, Sources(cli=dict(cli or {}), ini=dict(ini or {}), env={},
+                                              invocation_dir=base, rootdir=base))
+    return Settings({**own, "data_dir": Path(data_dir), "cache_dir": Path(cache_dir), "env": "host"})

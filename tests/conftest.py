@@ -1,7 +1,12 @@
-"""Shared fixtures of the project's own tests."""
+"""Shared fixtures of the project's own tests.
+
+Helpers live in modules the tests import by name (bench_runs.py, scicode_builders.py, fake_openai.py,
+capsule_factory.py); the fixtures every module may use are here: ``shared_data``, ``shared_cache``,
+``bench`` (run pytest as a user does) and ``tiny`` (the tiny hand-made SciCode dataset, see
+scicode_builders.py).
+"""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -14,8 +19,8 @@ from matplotlib.backends import backend_agg  # noqa: F401
 import scipy.stats  # noqa: F401
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("AGENTBENCH_DATA_DIR") or REPO.parent / "shared" / "data").resolve()
+from bench_runs import SHARED_DATA
+from scicode_builders import tiny  # noqa: F401  (a fixture, offered to every test module)
 
 
 @pytest.fixture(scope="session")
@@ -52,11 +57,3 @@ def bench(pytester: pytest.Pytester, shared_data: Path, shared_cache: Path, monk
         return pytester.runpytest(*full)
 
     return run
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def run_dirs(root: Path, bench: str = "scicode") -> list[Path]:
-    return sorted(p for p in (root / "reports" / bench).glob("*/*") if p.is_dir())

@@ -5,7 +5,7 @@ import os
 import time
 from pathlib import Path
 
-from pytest_agentbench.envs.base import CommandResult
+from pytest_agentbench.sandbox.result import ExecResult
 
 
 def make_workspace(root: Path) -> Path:
@@ -17,7 +17,7 @@ def make_workspace(root: Path) -> Path:
 
 def check_command_basics(env) -> None:
     result = env.run("ls capsule/data; echo oops >&2; exit 3", 30)
-    assert isinstance(result, CommandResult)
+    assert isinstance(result, ExecResult)
     assert (result.exit_code, result.stdout, result.stderr, result.timed_out) == (3, "values.csv\n", "oops\n", False)
     assert env.run("pwd", 10).stdout.strip() == env.workdir
 

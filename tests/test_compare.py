@@ -1,4 +1,5 @@
-"""``python -m pytest_agentbench compare``: exactly the flipped items of two runs made to differ on known steps."""
+"""``python -m pytest_agentbench compare``: exactly the flipped items of two runs made to differ on known steps,
+and unit tests of the comparison on hand-made summaries of a benchmark the report layer does not know."""
 from __future__ import annotations
 
 import json
@@ -8,10 +9,14 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from conftest import run_dirs
+from bench_runs import run_dirs
 from pytest_agentbench.__main__ import main as cli
-from pytest_agentbench.report.compare import compare
-from test_gates import tiny  # noqa: F401  (a fixture)
+from pytest_agentbench.benchmarks.base import Benchmark
+from pytest_agentbench.core.errors import ConfigError
+from pytest_agentbench.report import declared as declared_module
+from pytest_agentbench.report.compare import compare, metric_rows, render_markdown, render_text
+from pytest_agentbench.report.declared import DEFAULT_HEADLINES, Declared, declared_in
+from pytest_agentbench.report.summary import build_summary
 
 
 def test_compare_lists_exactly_the_flipped_items(tiny, pytester, capsys):
@@ -60,3 +65,100 @@ def test_compare_refuses_runs_with_other_settings(tmp_path, capsys):
     assert "refusing to compare runs made with different settings: background: true vs false" in capsys.readouterr().err
     assert cli(["compare", "--force", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
     assert cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "missing")]) == 2
+
+
+# ---- hand-made summaries of a benchmark declared only by its summary.json -------------------------
+class Toy(Benchmark):
+    name = "toy"
+    gate_metrics = {"solved": "solved_fraction", "steps": "step_fraction"}
+    headlines = {"solved": "task", "steps": "item"}
+    free_settings = frozenset({"temperature"})
+
+    def summarize(self, records, settings):
+        passed = sum(r["status"] == "pass" for r in records)
+        return {"metrics": {"step_fraction": passed / len(records)}, "terminal": [f"{passed} passed"],
+                "markdown": "## toy", "extra": 1}
+
+
+def toy_summary(statuses: dict[str, str], metrics: dict | None = None, **settings) -> dict:
+    items = [{"id": i, "task": i.split(".")[0], "status": s, "scored": True} for i, s in statuses.items()]
+    return {"settings": {"benchmark": "toy", "split": "dev", "model": "m", **settings}, "metrics": metrics or {},
+            "items": items, **Declared.of(Toy()).to_summary()}
+
+
+def test_summary_stores_what_compare_needs():
+    records = [{"id": "2.1", "task": "2", "status": "fail"}, {"id": "1.1", "task": "1", "status": "pass"},
+               {"id": "10.1", "task": "10", "status": "pass", "scored": False}]
+    summary = build_summary(records, Toy(), {"benchmark": "toy", "model": "m"})
+    assert [i["id"] for i in summary["items"]] == ["1.1", "2.1", "10.1"]  # natural order
+    assert summary["gate_metrics"] == {"solved": "solved_fraction", "steps": "step_fraction"}
+    assert summary["headlines"] == {"solved": "task", "steps": "item"} and summary["free_settings"] == ["temperature"]
+    assert summary["metrics"] == {"step_fraction": 2 / 3} and summary["extra"] == 1
+    assert summary["counts"] == {"pass": 2, "fail": 1} and summary["_terminal"] == ["2 passed"]
+    assert declared_in(summary) == Declared.of(Toy())
+
+
+def test_compare_reads_the_benchmark_from_the_summaries():
+    a = toy_summary({"1.1": "pass", "1.2": "pass", "2.1": "pass", "3.1": "fail"},
+                    {"solved_fraction": 2 / 3, "step_fraction": 0.75, "other": 0.5}, temperature=0)
+    b = toy_summary({"1.1": "pass", "1.2": "fail", "2.1": "pass", "3.1": "pass"},
+                    {"solved_fraction": 2 / 3, "step_fraction": 0.75}, temperature=1)
+    c = compare(a, b)
+    assert c.settings_diff == []  # temperature is a free setting of this benchmark
+    assert c.metrics == [("solved", 2 / 3, 2 / 3), ("steps", 0.75, 0.75)]  # gate names, not every metric
+    assert [(f["id"], f["direction"]) for f in c.flipped] == [("1.2", "pass -> fail"), ("3.1", "fail -> pass")]
+    assert c.mcnemar["item"] == {"worse": 1, "better": 1, "n": 4, "p": 1.0}
+    assert c.mcnemar["task"] == {"worse": 1, "better": 1, "n": 3, "p": 1.0}
+    assert set(c.bootstrap) == {"solved", "steps"}
+    assert c.bootstrap["solved"]["unit"] == "task" and c.bootstrap["steps"]["unit"] == "item"
+    assert c.unit_of("dev.solved") == "task" and c.unit_of("steps") == "item" and c.unit_of("other") == "item"
+    text = "\n".join(render_text(c))
+    assert "flipped items (2):" in text and "McNemar exact test over tasks: 1 pass -> fail, 1 fail -> pass" in text
+    md = render_markdown(c)
+    assert "| 1.2 | 1 | pass -> fail | pass | fail |" in md and "| solved | 66.7% | 66.7% | +0.0 pp |" in md
+
+
+def test_settings_outside_the_free_ones_are_named():
+    a, b = toy_summary({"1.1": "pass"}, mode="x"), toy_summary({"1.1": "pass"}, mode="y", model="other")
+    assert compare(a, b).settings_diff == ["mode: x vs y"]
+
+
+def test_items_on_one_side_only_are_listed_apart():
+    c = compare(toy_summary({"1.1": "pass", "2.1": "pass"}), toy_summary({"1.1": "fail", "3.1": "pass"}))
+    assert c.only_a == ["2.1"] and c.only_b == ["3.1"] and [f["id"] for f in c.flipped] == ["1.1"]
+
+
+def test_a_benchmark_without_declarations_gets_default_headlines():
+    a = {"settings": {"benchmark": "toy"}, "metrics": {"acc": 0.5, "n": 2}, "items": [],
+         "gate_metrics": {}, "headlines": {}, "free_settings": []}
+    b = {**a, "metrics": {"acc": 0.25, "n": 2}}
+    assert metric_rows(a, b) == [("acc", 0.5, 0.25)]  # float metrics only
+    c = compare(a, b)
+    assert c.declared.units == dict(DEFAULT_HEADLINES) and c.bootstrap == {}
+
+
+def test_an_older_summary_is_read_with_the_registered_benchmark(monkeypatch):
+    """Summaries written before they stored the benchmark's declarations: found through the registry."""
+    def get_benchmark(name):
+        if name != "toy":
+            raise ConfigError(f"unknown benchmark {name!r}")
+        return Toy()
+
+    monkeypatch.setattr(declared_module, "get_benchmark", get_benchmark)
+    assert declared_in({"settings": {"benchmark": "toy"}, "metrics": {}, "items": []}) == Declared.of(Toy())
+    assert declared_in({"settings": {"benchmark": "gone"}, "metrics": {}, "items": []}) == Declared()
+
+
+def test_cli_compares_two_summary_files(tmp_path, capsys):
+    a = toy_summary({"1.1": "pass", "2.1": "pass"}, {"solved_fraction": 1.0, "step_fraction": 1.0})
+    b = toy_summary({"1.1": "pass", "2.1": "fail"}, {"solved_fraction": 0.5, "step_fraction": 0.5})
+    for name, summary in (("a", a), ("b", b)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(summary))
+    assert cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^solved +100\.0% +50\.0% +-50\.0 pp$", out, re.M)
+    assert "2.1             pass -> fail  A: pass        B: fail" in out
+    other = {**b, "settings": {**b["settings"], "benchmark": "other"}}
+    (tmp_path / "c.json").write_text(json.dumps(other))
+    assert cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "c.json")]) == 2
+    assert "the runs are of different benchmarks (toy vs other)" in capsys.readouterr().err

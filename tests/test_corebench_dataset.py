@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from capsule_factory import corebench_options
 from pytest_agentbench.benchmarks.corebench import dataset, prepare
 from pytest_agentbench.benchmarks.corebench.bench import benchmark
 from pytest_agentbench.benchmarks.corebench.dataset import DatasetError
 from pytest_agentbench.benchmarks.corebench.scorer import question_totals, score_report
+from pytest_agentbench.core.options import OptionError
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CORE = DATA / "core_bench"
@@ -100,9 +102,8 @@ def test_prompts_render_json_fields_like_upstream(train):
         assert hinted.startswith(prompt) and prepare.HINTS[difficulty] in hinted
 
 
-def test_tasks_are_one_sample_each(pytester):
-    config = pytester.parseconfig(f"--bench-data-dir={DATA}")
-    tasks = benchmark.load_tasks(config, "test")
+def test_tasks_are_one_sample_each(tmp_path):
+    tasks = benchmark.load_tasks(corebench_options(DATA, tmp_path), "test")
     assert [t.id for t in tasks[:5]] == TEST_FIRST
     sample = tasks[0].samples[0]
     assert all(len(t.samples) == 1 for t in tasks)
@@ -113,14 +114,14 @@ def test_tasks_are_one_sample_each(pytester):
     assert benchmark.records_file == "records.jsonl"
 
 
-def test_settings_defaults_and_validation(pytester, tmp_path):
-    settings = benchmark.settings(pytester.parseconfig())
+def test_settings_defaults_and_validation(tmp_path):
+    settings = benchmark.configure(corebench_options(DATA, tmp_path), "test")
     assert (settings["difficulty"], settings["hints"], settings["upstream_abort"], settings["capsules_dir"]) == \
         ("hard", True, False, None)
-    config = pytester.parseconfig("--bench-difficulty=easy", "--no-bench-hints", "--bench-upstream-abort",
-                                  f"--bench-capsules-dir={tmp_path}")
-    settings = benchmark.settings(config)
+    opts = corebench_options(DATA, tmp_path, cli={"difficulty": "easy", "hints": False, "upstream_abort": True,
+                                                  "capsules_dir": str(tmp_path)})
+    settings = benchmark.configure(opts, "test")
     assert (settings["difficulty"], settings["hints"], settings["upstream_abort"], settings["capsules_dir"]) == \
         ("easy", False, True, str(tmp_path))
-    with pytest.raises(pytest.UsageError, match="is not a folder"):
-        benchmark.settings(pytester.parseconfig(f"--bench-capsules-dir={tmp_path / 'missing'}"))
+    with pytest.raises(OptionError, match="is not a folder"):
+        corebench_options(DATA, tmp_path, cli={"capsules_dir": str(tmp_path / "missing")})

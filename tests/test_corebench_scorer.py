@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from capsule_factory import CapsuleServer, build_capsule_archive
+from capsule_factory import CapsuleServer, build_capsule_archive, corebench_options
+from pytest_agentbench.benchmarks.base import RunSpec
 from pytest_agentbench.benchmarks.corebench import bench as corebench
 from pytest_agentbench.benchmarks.corebench import capsules
 from pytest_agentbench.benchmarks.corebench.scorer import (load_submission, normalize_reported, prediction_interval,
                                                           question_totals, score_report)
-from pytest_agentbench.registry import RunContext
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -222,14 +222,9 @@ def test_report_symlinked_outside_workspace_is_ignored(tmp_path):
     assert load_submission(workspace, {"a": "final"}).report == {"a": "final"}
 
 
-# --------------------------------------------------------------------------- whole items (run_sample)
+# --------------------------------------------------------------------------- whole items (open_run + run_sample)
 
 CID = "capsule-7038571"
-
-
-def make_config(pytester: pytest.Pytester, tmp_path: Path, *args: str) -> pytest.Config:
-    """A real pytest config with the plugin's options parsed from ``args`` (no --bench: inert)."""
-    return pytester.parseconfig(f"--bench-data-dir={DATA}", f"--bench-cache-dir={tmp_path / 'cache'}", *args)
 
 
 class Oracle:
@@ -256,24 +251,28 @@ class Agent:
 
 
 @pytest.fixture
-def item(tmp_path, pytester):
+def item(tmp_path):
     """(a train task's Sample, a capsules dir holding its synthetic capsule)."""
-    tasks = corebench.benchmark.load_tasks(make_config(pytester, tmp_path), "train")
+    tasks = corebench.benchmark.load_tasks(corebench_options(DATA, tmp_path / "cache"), "train")
     sample = next(t.samples[0] for t in tasks if t.id == CID)
     staged = tmp_path / "capsules"
     build_capsule_archive(staged, CID, gpu=True)
     return sample, staged
 
 
-def _run(pytester, tmp_path, sample, model, *args):
-    config = make_config(pytester, tmp_path, *args)
-    ctx = RunContext(config=config, model=model, env=None, run_dir=tmp_path / "run")
-    return corebench.benchmark.run_sample(sample, ctx)
+def _run(tmp_path, sample, model, **cli):
+    """Run one capsule as the plugin does: options resolved, configured once, a run opened, one sample run."""
+    bench = corebench.benchmark
+    opts = corebench_options(DATA, tmp_path / "cache", cli=cli)
+    spec = RunSpec(settings=bench.configure(opts, sample.split), options=opts, tasks=(),
+                   selected=frozenset({sample.id}), run_dir=tmp_path / "run", data_dir=DATA,
+                   cache_dir=tmp_path / "cache")
+    return bench.open_run(spec, model, None).run_sample(sample)
 
 
-def test_oracle_passes_and_workspace_is_removed(pytester, tmp_path, item):
+def test_oracle_passes_and_workspace_is_removed(tmp_path, item):
     sample, staged = item
-    record = _run(pytester, tmp_path, sample, Oracle(), f"--bench-capsules-dir={staged}")
+    record = _run(tmp_path, sample, Oracle(), capsules_dir=str(staged))
     assert record["status"] == "pass" and record["message"] == ""
     assert record["benchmark"] == "core-bench" and record["id"] == CID and record["split"] == "train"
     assert record["gpu_required"] is True and record["difficulty"] == "hard"
@@ -285,11 +284,11 @@ def test_oracle_passes_and_workspace_is_removed(pytester, tmp_path, item):
     json.dumps(record)  # records are JSON
 
 
-def test_agent_sees_hard_workspace_and_nested_report_scores(pytester, tmp_path, item):
+def test_agent_sees_hard_workspace_and_nested_report_scores(tmp_path, item):
     sample, staged = item
     answer = sample.data["results"][1]
     agent = Agent(report=answer)
-    record = _run(pytester, tmp_path, sample, agent, f"--bench-capsules-dir={staged}", "--no-bench-hints")
+    record = _run(tmp_path, sample, agent, capsules_dir=str(staged), hints=False)
     assert record["status"] == "pass", record["message"]
     assert record["report_source"] == f"{CID}/results/report.json"
     assert f"{CID}/REPRODUCING.md" not in agent.seen["files"] and f"{CID}/code/main.py" in agent.seen["files"]
@@ -297,46 +296,46 @@ def test_agent_sees_hard_workspace_and_nested_report_scores(pytester, tmp_path, 
     assert sample.data["task_prompt"] in agent.seen["prompt"] and "Hints:" not in agent.seen["prompt"]
 
 
-def test_agent_final_answer_and_wrong_answers(pytester, tmp_path, item):
+def test_agent_final_answer_and_wrong_answers(tmp_path, item):
     sample, staged = item
     question = next(iter(sample.data["results"][0]))
-    record = _run(pytester, tmp_path, sample, Agent(final=json.dumps({question: "0.1"})),
-                  f"--bench-capsules-dir={staged}", "--bench-difficulty=easy")
+    record = _run(tmp_path, sample, Agent(final=json.dumps({question: "0.1"})),
+                  capsules_dir=str(staged), difficulty="easy")
     assert record["status"] == "fail" and record["report_source"] == "final_answer"
     assert record["message"].startswith("0/1 questions correct")
     assert record["questions"][0]["submitted"] == "0.1"
 
 
-def test_malformed_report_warns_and_fails(pytester, tmp_path, item):
+def test_malformed_report_warns_and_fails(tmp_path, item):
     sample, staged = item
     with pytest.warns(UserWarning, match="not a JSON object"):
-        record = _run(pytester, tmp_path, sample, Agent(report=[1, 2]), f"--bench-capsules-dir={staged}")
+        record = _run(tmp_path, sample, Agent(report=[1, 2]), capsules_dir=str(staged))
     assert record["status"] == "fail" and "not a JSON object" in record["report_warning"]
 
 
-def test_model_without_agent_and_failing_agent(pytester, tmp_path, item):
+def test_model_without_agent_and_failing_agent(tmp_path, item):
     sample, staged = item
-    record = _run(pytester, tmp_path, sample, SimpleNamespace(name="gpt-x"), f"--bench-capsules-dir={staged}")
+    record = _run(tmp_path, sample, SimpleNamespace(name="gpt-x"), capsules_dir=str(staged))
     assert record["status"] == "error" and record["message"] == "model gpt-x has no CORE-Bench agent yet"
-    record = _run(pytester, tmp_path, sample, Agent(error=TimeoutError("API down")), f"--bench-capsules-dir={staged}")
+    record = _run(tmp_path, sample, Agent(error=TimeoutError("API down")), capsules_dir=str(staged))
     assert record["status"] == "model_error" and "API down" in record["message"]
 
 
-def test_unavailable_capsule_is_env_error(pytester, tmp_path, item, monkeypatch):
+def test_unavailable_capsule_is_env_error(tmp_path, item, monkeypatch):
     sample, _ = item
     empty = tmp_path / "empty"
     empty.mkdir()
     with CapsuleServer(tmp_path / "www") as server:  # serves nothing: 404
         monkeypatch.setenv(capsules.CAPSULE_URL_ENV, server.url)
-        record = _run(pytester, tmp_path, sample, Oracle(), f"--bench-capsules-dir={empty}")
+        record = _run(tmp_path, sample, Oracle(), capsules_dir=str(empty))
     assert record["status"] == "env_error"
     assert f"{server.url}/{CID}.tar.gz" in record["message"] and str(empty) in record["message"]
     assert record["total_written"] == 1  # still counted in the question totals
 
 
-def test_summarize_metrics_and_markdown(pytester, tmp_path, item):
+def test_summarize_metrics_and_markdown(tmp_path, item):
     sample, staged = item
-    good = _run(pytester, tmp_path, sample, Oracle(), f"--bench-capsules-dir={staged}")
+    good = _run(tmp_path, sample, Oracle(), capsules_dir=str(staged))
     bad = {**score_report(RUNS, {**GOOD, FIG: 1000}).to_record(), "id": "capsule-2", "status": "fail",
            "scored": True, "message": "x"}
     err = {"id": "capsule-3", "status": "env_error", "scored": True, "message": "no capsule",

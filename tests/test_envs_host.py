@@ -51,3 +51,39 @@ def test_gpu_needs_bench_gpus(workspace):
 def test_bad_timeout_is_refused(workspace):
     with HostFactory().start(workspace) as env, pytest.raises(ValueError, match="timeout must be positive"):
         env.run("true", 0)
+
+
+def resolved(cli=None, ini=None, env=None):
+    from pathlib import Path
+
+    from pytest_agentbench.core.options import Sources, resolve
+    from pytest_agentbench.envs import ENV_OPTIONS
+    from pytest_agentbench.sandbox.options import SANDBOX_OPTIONS
+
+    return resolve((*ENV_OPTIONS, *SANDBOX_OPTIONS),
+                   Sources(cli=cli or {}, ini=ini or {}, env=env or {}, invocation_dir=Path.cwd(), rootdir=Path.cwd()))
+
+
+def test_settings_select_the_factory_and_its_tool_limits():
+    from pytest_agentbench.envs import build_env, env_settings
+    from pytest_agentbench.envs.docker import DockerFactory
+
+    host = build_env(resolved(cli={"executor": "subprocess", "memory_limit": "1.5"},
+                              ini={"keep_workspaces": "true", "env_memory": "2g"}))
+    assert isinstance(host, HostFactory)
+    assert (host.executor, host.python_memory, host.keep_workspaces, host.memory) == ("subprocess", 3 << 29, True, 2 << 30)
+    assert host.run_python("print(7)", 10) == {"status": "ok", "exit_code": 0, "stdout": "7\n", "stderr": ""}
+    docker = build_env(resolved(ini={"env": "docker", "docker_network": "none"}))
+    assert isinstance(docker, DockerFactory) and docker.network == "none" and docker.memory == 8 << 30
+    assert env_settings(resolved())["env"] == "host"
+
+
+def test_bad_environment_settings_name_their_source():
+    from pytest_agentbench.core.options import OptionError
+
+    with pytest.raises(OptionError, match="--bench-env.*'podman'.*host, docker"):
+        resolved(cli={"env": "podman"})
+    with pytest.raises(OptionError, match="agentbench_env_memory.*'lots' is not a size"):
+        resolved(ini={"env_memory": "lots"})
+    with pytest.raises(OptionError, match="--bench-memory-limit.*positive.*'0'"):
+        resolved(cli={"memory_limit": "0"})

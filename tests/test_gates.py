@@ -1,87 +1,29 @@
-"""Score gates and baselines through pytester: the exit-code table of issue 7.
+"""Score gates and baselines: unit tests on hand-made summaries, then the exit-code table of issue 7
+through pytester.
 
-A tiny hand-made SciCode dataset (3 problems, 5 steps) and a conftest model that answers with the
-ground truth except for the steps named in BREAK_STEPS (a wrong answer) or ERROR_STEPS (a model
-error), so two runs differ on known steps with the same settings.
+The pytester runs use the tiny hand-made SciCode dataset of tests/scicode_builders.py (3 problems,
+5 steps) with a model that answers with the ground truth except for the steps named ``broken``
+(a wrong answer) or ``errors`` (a model error), so two runs differ on known steps with the same settings.
 """
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from conftest import SHARED_DATA, run_dirs
-from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
-from pytest_agentbench.report.options import parse_fraction
-from test_scicode_plugin import CLOSE, problem, step
-
-PROBLEMS = [
-    problem("1", [step("1.1", "def add(a, b):\n    return a + b", [CLOSE.format(call="add(1, 2)")]),
-                  step("1.2", "def twice(a):\n    return add(a, a)", [CLOSE.format(call="twice(3)")])]),
-    problem("2", [step("2.1", "def sq(a):\n    return a * a", [CLOSE.format(call="sq(3)")]),
-                  step("2.2", "def cube(a):\n    return a * a * a", [CLOSE.format(call="cube(2)")])]),
-    problem("3", [step("3.1", "def six():\n    return 6", [CLOSE.format(call="six()")])]),
-]
-TARGETS = {"1.1": [3], "1.2": [6], "2.1": [9], "2.2": [8], "3.1": [6]}
-
-MODEL_CONFTEST = '''
-import os
-import pytest
-
-class Mutant:
-    """Ground truth, except a wrong answer for BREAK_STEPS and an exception for ERROR_STEPS."""
-    name = "mutant"
-    is_oracle = False
-
-    def answer_step(self, problem, index, previous_code):
-        step = problem["sub_steps"][index]
-        number = step["step_number"]
-        if number in os.environ.get("ERROR_STEPS", "").split(","):
-            raise ConnectionError("the model service is down")
-        code = step["ground_truth_code"]
-        if number in os.environ.get("BREAK_STEPS", "").split(","):
-            code = code.replace("return ", "return 100 + ", 1)
-        return code
-
-@pytest.fixture(scope="session")
-def bench_model():
-    return Mutant()
-'''
-
-
-def write_dataset(root: Path, targets: dict[str, list] = TARGETS) -> tuple[Path, Path]:
-    data = root / "tiny"
-    (data / "scicode").mkdir(parents=True, exist_ok=True)
-    (data / "scicode" / "problems_dev.jsonl").write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
-    for name in ("13.6.txt", "62.1.txt", "76.3.txt"):
-        (data / "scicode" / name).write_text("pass\n")
-    for name in ("multistep_template.txt", "background_comment_template.txt"):  # prompts of a non-oracle model
-        shutil.copyfile(SHARED_DATA / "scicode" / name, data / "scicode" / name)
-    h5 = root / f"targets-{len(list(root.glob('targets-*.h5')))}.h5"
-    for number, values in targets.items():
-        write_step_targets(h5, number, values)
-    return data, h5
-
-
-@pytest.fixture
-def tiny(pytester, bench, monkeypatch):
-    """Run the tiny dataset with the mutant model: tiny(*args, broken="2.2", errors="") -> RunResult."""
-    pytester.makeconftest(MODEL_CONFTEST)
-    data, h5 = write_dataset(pytester.path)
-
-    def run(*args: str, broken: str = "", errors: str = "", h5_path: Path = h5, subprocess: bool = False):
-        monkeypatch.setenv("BREAK_STEPS", broken)
-        monkeypatch.setenv("ERROR_STEPS", errors)
-        return bench("--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}",
-                     f"--bench-h5={h5_path}", "--bench-allow-custom-data", "--bench-timeout=20", *args,
-                     subprocess=subprocess)
-
-    run.data = data
-    return run
+from bench_runs import run_dirs
+from pytest_agentbench.benchmarks.base import Benchmark
+from pytest_agentbench.core.errors import ConfigError
+from pytest_agentbench.core.options import OptionError, Sources, resolve
+from pytest_agentbench.report.compare import compare
+from pytest_agentbench.report.declared import Declared
+from pytest_agentbench.report.gates import GateResult, decide_exit, evaluate, render_markdown
+from pytest_agentbench.report.options import REPORT_OPTIONS, GateConfig, gate_config, parse_fraction
+from pytest_agentbench.report.summary import judge, judge_without_items
+from scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
 
 
 def latest_run(pytester) -> Path:
@@ -97,8 +39,182 @@ def test_gate_values_are_fractions_or_percentages(text, value):
 @pytest.mark.parametrize("text,needle", [("45", "write 0.45 or 45%"), ("abc", "not a number"),
                                          ("-1%", "between 0 and 1")])
 def test_bad_gate_values_say_how_to_write_them(text, needle):
-    with pytest.raises(pytest.UsageError, match=needle):
+    with pytest.raises(ConfigError, match=needle):  # the plugin shows it as a usage error
         parse_fraction(text, "--bench-fail-under main")
+
+
+# ---- the options and the gate configuration, without pytest -------------------------------------
+class Toy(Benchmark):
+    """A benchmark the report layer has never heard of: gates come from its declarations alone."""
+
+    name = "toy"
+    gate_metrics = {"solved": "solved_fraction", "steps": "step_fraction"}
+    headlines = {"solved": "task", "steps": "item"}
+    free_settings = frozenset({"temperature"})
+
+
+def report_opts(tmp_path: Path, cli: dict | None = None, ini: dict | None = None):
+    return resolve(REPORT_OPTIONS, Sources(cli=cli or {}, ini=ini or {}, env={}, invocation_dir=tmp_path,
+                                           rootdir=tmp_path))
+
+
+def test_report_options_keep_their_flags_and_ini_keys():
+    flags = {o.name: (o.flag, o.ini) for o in REPORT_OPTIONS}
+    assert flags["fail_under"] == ("--bench-fail-under", "agentbench_fail_under")
+    assert flags["max_drop"] == ("--bench-max-drop", "agentbench_max_drop")
+    assert flags["progress_interval"] == ("--bench-progress-interval", "agentbench_progress_interval")
+    assert all(ini == "agentbench_" + name for name, (_, ini) in flags.items())
+
+
+def test_gate_config_from_command_line_and_ini(tmp_path):
+    opts = report_opts(tmp_path, cli={"fail_under": ["solved=40%", "steps=0.5,solved_fraction=0.3"]},
+                       ini={"max_drop": ["steps=5%"], "baseline": "ci/base.json", "significance": "0.05"})
+    cfg = gate_config(opts, Toy())
+    assert [(t.name, t.metric, t.value, t.text) for t in cfg.fail_under] == [
+        ("solved", "solved_fraction", 0.4, "40%"), ("steps", "step_fraction", 0.5, "0.5"),
+        ("solved_fraction", "solved_fraction", 0.3, "0.3")]
+    assert [(t.metric, t.value) for t in cfg.max_drop] == [("step_fraction", pytest.approx(0.05))]
+    assert cfg.baseline == tmp_path / "ci" / "base.json" and cfg.significance == 0.05 and cfg.any_gate
+    assert cfg.max_errors is None and not cfg.update_baseline
+    assert opts.progress_interval == 15.0
+
+
+@pytest.mark.parametrize("cli,message", [
+    ({"fail_under": ["accuracy=0.5"]}, "unknown toy metric 'accuracy' in --bench-fail-under; valid metrics: solved, steps"),
+    ({"fail_under": ["solved"]}, "--bench-fail-under takes METRIC=VALUE (e.g. main=0.4), got 'solved'"),
+    ({"fail_under": ["solved=40"]}, "--bench-fail-under solved: '40' is above 1"),
+    ({"max_drop": ["solved=5%"]}, "--bench-max-drop needs --bench-baseline PATH (an earlier summary.json)"),
+    ({"update_baseline": True}, "--bench-update-baseline needs --bench-baseline PATH (where to write it)"),
+])
+def test_gate_config_errors_name_the_fix(tmp_path, cli, message):
+    with pytest.raises(ConfigError) as error:
+        gate_config(report_opts(tmp_path, cli=cli), Toy())
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("cli,needles", [
+    ({"max_errors": "-1"}, ["--bench-max-errors", "'-1'"]), ({"max_errors": "many"}, ["--bench-max-errors", "'many'"]),
+    ({"significance": "1"}, ["--bench-significance", "a level between 0 and 1", "'1'"]),
+    ({"progress_interval": "-2"}, ["--bench-progress-interval", "'-2'"]),
+    ({"resume": "nowhere"}, ["--bench-resume", "'nowhere'", "is not a folder; give the run folder"])])
+def test_bad_report_values_name_the_option(tmp_path, cli, needles):
+    with pytest.raises(OptionError) as error:
+        report_opts(tmp_path, cli=cli)
+    assert all(needle in str(error.value) for needle in needles), str(error.value)
+
+
+# ---- evaluating gates on hand-made summaries ------------------------------------------------------
+def toy_summary(statuses: dict[str, str], **metrics: float) -> dict:
+    items = [{"id": i, "task": i.split(".")[0], "status": s, "scored": True} for i, s in statuses.items()]
+    return {"settings": {"benchmark": "toy", "split": "dev", "model": "m"}, "metrics": metrics, "items": items,
+            **Declared.of(Toy()).to_summary()}
+
+
+def gates(tmp_path, **cli) -> GateConfig:
+    return gate_config(report_opts(tmp_path, cli=cli), Toy())
+
+
+def test_fail_under_compares_with_float_tolerance(tmp_path):
+    summary = toy_summary({"1.1": "pass"}, solved_fraction=0.4, step_fraction=0.79)
+    results = evaluate(gates(tmp_path, fail_under=["solved=40%", "steps=0.8"]), summary, None)
+    assert [r.line() for r in results] == [
+        "PASS --bench-fail-under solved=40%: solved = 40.0% >= 40.0%",
+        "FAIL --bench-fail-under steps=0.8: steps = 79.0% < 80.0%"]
+
+
+def test_fail_under_a_metric_the_run_lacks_fails(tmp_path):
+    [result] = evaluate(gates(tmp_path, fail_under=["steps=0.1"]), toy_summary({}, solved_fraction=1.0), None)
+    assert not result.ok and result.detail == "metric steps (step_fraction) is not in this run's summary"
+
+
+@pytest.mark.parametrize("budget,ok", [("1", True), ("0", False)])
+def test_max_errors_counts_scored_infrastructure_errors(tmp_path, budget, ok):
+    summary = toy_summary({"1.1": "model_error", "1.2": "fail", "2.1": "timeout"})
+    summary["items"].append({"id": "3.1", "task": "3", "status": "env_error", "scored": False})
+    [result] = evaluate(gates(tmp_path, max_errors=budget), summary, None)
+    assert result.ok is ok
+    assert result.detail.startswith("1 item(s) ended in model_error/env_error/error")
+
+
+def test_max_drop_without_a_baseline_holds_with_the_reason(tmp_path):
+    cfg = gates(tmp_path, max_drop=["solved=5%"], baseline="b.json", update_baseline=True)
+    [result] = evaluate(cfg, toy_summary({}, solved_fraction=0.1), None, "no comparable baseline yet")
+    assert result.ok and result.detail == "no comparable baseline yet"
+
+
+def drop_pair() -> tuple[dict, dict]:
+    """Baseline: 10 tasks of 2 steps, all pass; new run: tasks 1 and 2 lose their second step."""
+    ids = [f"{t}.{s}" for t in range(1, 11) for s in (1, 2)]
+    a = toy_summary({i: "pass" for i in ids}, solved_fraction=1.0, step_fraction=1.0)
+    b = toy_summary({i: "fail" if i in ("1.2", "2.2") else "pass" for i in ids}, solved_fraction=0.8,
+                    step_fraction=0.9)
+    return a, b
+
+
+def test_max_drop_beyond_the_limit_fails(tmp_path):
+    a, b = drop_pair()
+    [result] = evaluate(gates(tmp_path, max_drop=["solved=10%"], baseline="b.json"), b, compare(a, b))
+    assert not result.ok
+    assert result.line() == ("FAIL --bench-max-drop solved=10%: solved 100.0% -> 80.0% (drop 20.0 pp, "
+                             "limit 10.0 pp)")
+
+
+def test_max_drop_within_the_limit_holds(tmp_path):
+    a, b = drop_pair()
+    [result] = evaluate(gates(tmp_path, max_drop=["steps=10%"], baseline="b.json"), b, compare(a, b))
+    assert result.ok and "drop 10.0 pp, limit 10.0 pp" in result.detail
+
+
+def test_max_drop_counts_only_a_significant_drop_in_the_metrics_unit(tmp_path):
+    a, b = drop_pair()
+    cfg = gates(tmp_path, max_drop=["solved=10%"], baseline="b.json", significance="0.05")
+    [result] = evaluate(cfg, b, compare(a, b))
+    assert result.ok  # two tasks flipped: p = 0.5 over tasks
+    assert result.detail.endswith("not significant (McNemar over tasks p = 0.5 >= 0.05), so not counted")
+    cfg = gates(tmp_path, max_drop=["solved=10%"], baseline="b.json", significance="0.6")
+    [result] = evaluate(cfg, b, compare(a, b))
+    assert not result.ok and result.detail.endswith("significant (McNemar over tasks p = 0.5 < 0.6)")
+
+
+def test_max_drop_refuses_runs_that_scored_other_items(tmp_path):
+    a, b = drop_pair()
+    b["items"] = b["items"][:-1]
+    [result] = evaluate(gates(tmp_path, max_drop=["solved=50%"], baseline="b.json"), b, compare(a, b))
+    assert not result.ok and "(1 only in the baseline, 0 only in this run)" in result.detail
+
+
+@pytest.mark.parametrize("status,ok,others,expected", [
+    (0, True, 0, 0), (1, True, 0, 0), (0, False, 0, 1), (1, False, 0, 1), (1, True, 1, 1),
+    (2, True, 0, 2), (3, True, 0, 3), (4, False, 0, 4), (5, False, 0, 5)])
+def test_only_exit_codes_0_and_1_are_rewritten(status, ok, others, expected):
+    results = [GateResult("g", ok, "d")]
+    assert decide_exit(status, results, others) == expected
+
+
+def test_gates_markdown_names_the_failing_gate():
+    md = render_markdown([GateResult("--bench-fail-under a=1", True, "fine"),
+                          GateResult("--bench-max-errors 0", False, "2 errors")], 1)
+    assert md.splitlines() == ["## Gates: FAILED (exit code 1)", "", "| gate | result | detail |", "|---|---|---|",
+                               "| `--bench-fail-under a=1` | pass | fine |",
+                               "| `--bench-max-errors 0` | **FAIL** | 2 errors |"]
+
+
+def test_judge_records_the_verdict_in_the_summary(tmp_path):
+    a, b = drop_pair()
+    verdict = judge(b, gates(tmp_path, max_drop=["solved=10%"], baseline="b.json"), a, exit_status=1)
+    assert verdict.exit_before == 1 and verdict.exit_code == 1 and not verdict.gates_passed
+    assert b["gates_passed"] is False and b["exit_code"] == 1
+    assert [f["id"] for f in b["comparison"]["flipped"]] == ["1.2", "2.2"]
+    assert judge(toy_summary({"1.1": "pass"}), None, None, exit_status=1).exit_code == 1  # no gate: pytest's code
+
+
+def test_a_gated_run_without_items_fails(tmp_path):
+    cfg = gates(tmp_path, fail_under=["solved=0"])
+    verdict = judge_without_items(cfg, 0)
+    assert verdict.exit_code == 1
+    assert [r.line() for r in verdict.gate_results] == ["FAIL gates: no benchmark item ran, so no gate can hold"]
+    assert judge_without_items(cfg, 5).exit_code == 5  # no tests collected stays 5
+    assert judge_without_items(None, 0).exit_code == 0  # without gates pytest's code stands
 
 
 # ---- the exit-code table ------------------------------------------------------------------------
@@ -162,11 +278,11 @@ def test_baseline_written_on_purpose_and_a_drop_beyond_the_limit_fails(tiny, pyt
     assert "not significant (McNemar over tasks p = 0.5 >= 0.05), so not counted" in noisy.stdout.str()
 
 
-def test_settings_mismatch_is_refused_naming_the_difference(tiny, pytester):
+def test_settings_mismatch_is_refused_naming_the_difference(tiny, pytester, shared_data):
     baseline = pytester.path / "baseline"
     assert tiny(f"--bench-baseline={baseline}", "--bench-update-baseline").ret == pytest.ExitCode.OK
     assert (baseline / "summary.json").is_file()
-    _, other_h5 = write_dataset(pytester.path, {**TARGETS, "2.2": [9]})
+    _, other_h5 = write_dataset(pytester.path, shared_data, {**TARGETS, "2.2": [9]})
     result = tiny(f"--bench-baseline={baseline}", "--bench-max-drop=main=0.1", h5_path=other_h5)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()

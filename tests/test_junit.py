@@ -7,8 +7,6 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from test_gates import tiny  # noqa: F401  (a fixture)
-
 
 def test_junit_properties_under_xdist(tiny, pytester):
     xml = pytester.path / "junit.xml"

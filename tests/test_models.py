@@ -11,7 +11,10 @@ import pytest
 from fake_openai import FakeOpenAI
 from pytest_agentbench.models.cache import ResponseCache, cache_key
 from pytest_agentbench.models.client import Completion, ModelError, OpenAIModel, tool_result_message
-from pytest_agentbench.models.options import parse_model_params
+from pytest_agentbench.core.errors import ConfigError
+from pytest_agentbench.core.options import OptionError, Sources, resolve
+from pytest_agentbench.core.run_options import RUN_OPTIONS
+from pytest_agentbench.models.options import MODEL_OPTIONS, build_model, model_settings, parse_model_params
 from pytest_agentbench.models.oracle import OracleModel
 
 PROTOCOLS = ["chat", "responses"]
@@ -292,13 +295,13 @@ def test_damaged_entry_is_a_miss(tmp_path):
 
 @pytest.mark.parametrize("text", ["{bad", "[1, 2]", '"temperature"'])
 def test_malformed_model_params_quote_the_text(text):
-    with pytest.raises(pytest.UsageError) as info:
+    with pytest.raises(ConfigError) as info:
         parse_model_params(text)
     assert repr(text) in str(info.value) and "JSON object" in str(info.value)
 
 
 def test_model_params_may_not_override_the_harness():
-    with pytest.raises(pytest.UsageError, match="stream"):
+    with pytest.raises(ConfigError, match="stream"):
         parse_model_params('{"stream": true}')
     assert parse_model_params('{"temperature": 0}') == {"temperature": 0}
     assert parse_model_params(None) == {}
@@ -311,16 +314,31 @@ def test_oracle_model():
         oracle.complete(HELLO)
 
 
-CONFTEST_CALLING_SETTINGS = """
-from pytest_agentbench.models.options import model_settings
+def model_opts(tmp_path, cli=None, env=None, ini=None):
+    """MODEL_OPTIONS and RUN_OPTIONS resolved without pytest, as a notebook would."""
+    return resolve((*RUN_OPTIONS, *MODEL_OPTIONS), Sources(cli=cli or {}, ini=ini or {}, env=env or {},
+                                                           invocation_dir=tmp_path, rootdir=tmp_path / "root"))
 
-def pytest_configure(config):
-    model_settings(config)
-"""
+
+def test_models_are_built_from_settings_without_pytest(tmp_path):
+    opts = model_opts(tmp_path, cli={"model": "gpt-x", "model_params": '{"temperature": 0}', "cache": "ro"},
+                      env={"OPENAI_BASE_URL": "http://127.0.0.1:1/v1/", "OPENAI_API_KEY": "sk-secret"})
+    settings = model_settings(opts)
+    assert settings["base_url"] == "http://127.0.0.1:1/v1" and settings["params"] == {"temperature": 0}
+    assert settings["cache_dir"] == str(tmp_path / "root" / ".agentbench_cache")  # relative to the rootdir
+    assert "sk-secret" not in repr(settings)
+    model = build_model(opts)
+    assert isinstance(model, OpenAIModel) and str(model.cache.root).startswith(str(tmp_path / "root"))
+    assert build_model(model_opts(tmp_path, ini={"model": "oracle"})).is_oracle
+    with pytest.raises(ConfigError, match="no model given"):
+        build_model(model_opts(tmp_path))
+    with pytest.raises(ConfigError, match="no API key"):
+        build_model(model_opts(tmp_path, cli={"model": "gpt-x"}))
+    with pytest.raises(OptionError, match="ini agentbench_model_params '\\[1\\]' is a JSON list, not an object"):
+        model_opts(tmp_path, ini={"model_params": "[1]"})
 
 
 def test_cli_malformed_model_params_is_a_usage_error(pytester):
-    pytester.makeconftest(CONFTEST_CALLING_SETTINGS)
     result = pytester.runpytest("--model", "m", "--model-params", "{bad")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--model-params '{bad' is not valid JSON*"])
@@ -330,12 +348,12 @@ def test_cli_builds_models_and_settings(pytester, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1/")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     pytester.makepyfile("""
-        from pytest_agentbench.models.options import build_model, model_settings
+        from pytest_agentbench.models.options import model_settings
         from pytest_agentbench.models.client import OpenAIModel
-        from pytest_agentbench.models.oracle import OracleModel
+        from pytest_agentbench.pytest_plugin import settings_of
 
-        def test_build(pytestconfig):
-            settings = model_settings(pytestconfig)
+        def test_build(pytestconfig, bench_model):
+            settings = model_settings(settings_of(pytestconfig))
             assert settings["model"] == "gpt-x"
             assert settings["base_url"] == "http://127.0.0.1:1/v1"
             assert settings["protocol"] == "responses"
@@ -343,7 +361,7 @@ def test_cli_builds_models_and_settings(pytester, monkeypatch):
             assert (settings["timeout"], settings["max_retries"]) == (12.0, 2)
             assert settings["cache_mode"] == "ro"
             assert "sk-secret" not in repr(settings)
-            model = build_model(pytestconfig)
+            model = bench_model
             assert isinstance(model, OpenAIModel) and model.name == "gpt-x" and not model.is_oracle
             assert "sk-secret" not in repr(model.settings)
             assert str(model.cache.root).startswith(str(pytestconfig.rootpath))
@@ -357,10 +375,8 @@ def test_cli_builds_models_and_settings(pytester, monkeypatch):
 def test_cli_oracle_from_ini(pytester):
     pytester.makeini("[pytest]\nagentbench_model = oracle\n")
     pytester.makepyfile("""
-        from pytest_agentbench.models.options import build_model
-
-        def test_build(pytestconfig):
-            assert build_model(pytestconfig).is_oracle
+        def test_build(bench_model):
+            assert bench_model.is_oracle
     """)
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
 

@@ -7,8 +7,6 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from test_gates import tiny  # noqa: F401  (a fixture)
-
 PROGRESS = re.compile(r"^agentbench: (\d)/5 items, (\d) model calls, 0 tokens, 0 cache hits, 0 tool calls, "
                       r"elapsed [\d.]+s$")
 

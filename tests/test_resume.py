@@ -1,4 +1,5 @@
-"""A run killed with SIGKILL mid-way, then resumed, ends with the summary of an uninterrupted run."""
+"""A run killed with SIGKILL mid-way, then resumed, ends with the summary of an uninterrupted run;
+and the resume functions on their own: the run folder, the settings check, the records each process reuses."""
 from __future__ import annotations
 
 import json
@@ -12,8 +13,11 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from conftest import read_jsonl, run_dirs
-from test_gates import MODEL_CONFTEST, PROBLEMS, tiny, write_dataset  # noqa: F401  (tiny is a fixture)
+from bench_runs import read_jsonl, run_dirs
+from pytest_agentbench.core.errors import ConfigError
+from pytest_agentbench.report.resume import (SETTINGS_FILE, check_settings, load_for_controller, load_for_worker,
+                                             records_size, resume_controller, resume_dir, write_settings_once)
+from scicode_builders import MODEL_CONFTEST, tiny_problems, write_dataset
 
 BLOCKING_SIX = "def six():\n    import os, time\n    while os.path.exists({flag!r}):\n        time.sleep(0.05)\n    return 6"
 
@@ -23,14 +27,11 @@ def summary_of(run) -> tuple[dict, dict]:
     return summary["metrics"], {i["id"]: i["status"] for i in summary["items"]}
 
 
-def test_killed_run_resumed_matches_an_uninterrupted_run(pytester, bench, shared_cache, monkeypatch):
+def test_killed_run_resumed_matches_an_uninterrupted_run(pytester, bench, shared_data, shared_cache, monkeypatch):
     flag = pytester.path / "block-step-3.1"
     flag.write_text("")
-    PROBLEMS[2]["sub_steps"][0]["ground_truth_code"] = BLOCKING_SIX.format(flag=str(flag))
-    try:
-        data, h5 = write_dataset(pytester.path)
-    finally:
-        PROBLEMS[2]["sub_steps"][0]["ground_truth_code"] = "def six():\n    return 6"
+    data, h5 = write_dataset(pytester.path, shared_data,
+                             problems=tiny_problems(**{"3.1": BLOCKING_SIX.format(flag=str(flag))}))
     pytester.makeconftest(MODEL_CONFTEST)
     args = ["--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}",
             f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-timeout=60"]
@@ -76,3 +77,54 @@ def test_resume_refuses_other_settings(tiny, pytester):
     other = tiny("--bench-resume", str(run), "--no-bench-background")
     assert other.ret == pytest.ExitCode.USAGE_ERROR
     assert "settings differ from the interrupted run's: background: true vs false" in other.stderr.str()
+
+
+# ---- the resume functions, without pytest ----------------------------------------------------------
+def record(item_id: str, status: str = "pass") -> dict:
+    return {"id": item_id, "task": item_id.split(".")[0], "status": status}
+
+
+def test_resume_dir_must_be_a_folder(tmp_path):
+    (tmp_path / "run").mkdir()
+    assert resume_dir("run", tmp_path) == tmp_path / "run"
+    with pytest.raises(ConfigError, match=r"--bench-resume .*nowhere is not a folder; give the run folder of the "
+                                          r"interrupted run \(reports/<benchmark>/<model>/<run-id>\)"):
+        resume_dir("nowhere", tmp_path)
+
+
+def test_settings_are_checked_against_the_first_records_settings(tmp_path):
+    settings = {"benchmark": "toy", "model": "m", "mode": "a", "run_id": "r1", "temperature": 0}
+    check_settings(tmp_path, {**settings, "mode": "b"})  # no settings.json yet: killed before the first record
+    write_settings_once(tmp_path, settings)
+    write_settings_once(tmp_path, {**settings, "mode": "changed"})  # written once
+    assert json.loads((tmp_path / SETTINGS_FILE).read_text())["mode"] == "a"
+    check_settings(tmp_path, {**settings, "run_id": "r2"})  # a free setting
+    check_settings(tmp_path, {**settings, "temperature": 1}, free={"temperature"})  # the benchmark's free setting
+    with pytest.raises(ConfigError) as error:
+        check_settings(tmp_path, {**settings, "model": "other", "mode": "b"})
+    assert str(error.value) == (f"--bench-resume {tmp_path}: this run's settings differ from the interrupted run's: "
+                                f"model: m vs other; mode: a vs b; resume with the same options")
+
+
+def test_controller_drops_a_torn_line_and_workers_read_what_it_saw(tmp_path):
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps(record("1.1")) + "\n" + json.dumps(record("1.2", "fail")) + "\n"
+                       + json.dumps(record("1.1", "fail")) + "\n" + '{"id": "2.1", "sta')
+    with pytest.warns(UserWarning, match="dropped torn last line 4 of"):
+        resumed = load_for_controller(records)
+    assert {k: r["status"] for k, r in resumed.records.items()} == {"1.1": "fail", "1.2": "fail"}  # the last wins
+    assert resumed.notes[0] == f"resuming {tmp_path}: 2 finished record(s) reused, the rest runs now"
+    assert records.read_text().endswith("}\n") and resumed.size == records_size(records) == records.stat().st_size
+    with open(records, "a") as fh:  # this run's own records come after the controller's prefix
+        fh.write(json.dumps(record("2.1")) + "\n")
+    worker = load_for_worker(records, resumed.size)
+    assert sorted(worker.records) == ["1.1", "1.2"] and worker.records["1.1"]["status"] == "fail"
+    assert load_for_worker(records, 0).records == {}
+
+
+def test_resume_controller_checks_settings_before_reading(tmp_path):
+    write_settings_once(tmp_path, {"model": "m", "mode": "a"})
+    with pytest.raises(ConfigError, match="mode: a vs b"):
+        resume_controller(tmp_path, tmp_path / "records.jsonl", {"model": "m", "mode": "b"})
+    resumed = resume_controller(tmp_path, tmp_path / "records.jsonl", {"model": "m", "mode": "a"})
+    assert resumed.records == {} and resumed.size == 0

@@ -7,10 +7,13 @@ import time
 
 import pytest
 
-from pytest_agentbench.envs.forkserver import ForkServer
-from pytest_agentbench.envs.sandbox import (EXECUTOR_DIED, ExecResult, Limits, MiB, SubprocessExecutor,
-                                            descendants, get_executor, integrity_check, integrity_epilogue,
-                                            integrity_prelude, new_token, run_python, trim)
+from pytest_agentbench.core.io import trim
+from pytest_agentbench.sandbox.executors import Limits, MiB, SubprocessExecutor, get_executor, run_python
+from pytest_agentbench.sandbox.forkserver import ForkServer
+from pytest_agentbench.sandbox.integrity import integrity_check, integrity_epilogue, integrity_prelude, new_token
+from pytest_agentbench.sandbox.jail import descendants
+from pytest_agentbench.sandbox.result import ExecResult
+from pytest_agentbench.sandbox.workdir import EXECUTOR_DIED
 
 KINDS = ["fork", "subprocess"]
 
@@ -65,7 +68,7 @@ def test_wall_limit_kills_the_group_including_a_sleeping_grandchild(executors, k
     started = time.monotonic()
     result = executors[kind].run(script, limits=Limits(timeout=1.0))
     assert time.monotonic() - started < 5
-    assert result.timed_out and result.limit == "wall" and result.returncode is None
+    assert result.timed_out and result.limit == "wall" and result.exit_code is None
     assert wait_dead(int(result.stdout.split()[0]))
 
 
@@ -85,7 +88,7 @@ def test_wall_limit_also_kills_a_descendant_that_left_the_group_with_setsid(exec
 @pytest.mark.parametrize("kind", KINDS)
 def test_memory_limit(executors, kind):
     result = executors[kind].run("x = bytearray(3 << 30)\nprint('allocated')\n", limits=Limits(memory=1 << 30))
-    assert result.limit == "memory" and result.returncode == 1
+    assert result.limit == "memory" and result.exit_code == 1
     assert "MemoryError" in result.stderr and "allocated" not in result.stdout
 
 
@@ -93,7 +96,7 @@ def test_memory_limit(executors, kind):
 def test_cpu_limit(executors, kind):
     result = executors[kind].run("while True:\n    pass\n", limits=Limits(timeout=20, cpu=0.5))
     assert result.limit == "cpu" and not result.timed_out
-    assert result.returncode == -signal.SIGXCPU
+    assert result.exit_code == -signal.SIGXCPU
     assert result.duration < 10
 
 
@@ -115,8 +118,8 @@ def test_output_flood_is_trimmed_with_its_size_noted(executors, kind):
     started = time.monotonic()
     result = executors[kind].run(script, limits=Limits(output=1000))
     assert time.monotonic() - started < 10
-    assert result.returncode == 0 and result.limit is None
-    assert result.stdout_bytes == (100 << 20) + 11 and result.output_trimmed
+    assert result.exit_code == 0 and result.limit is None
+    assert result.stdout_bytes == (100 << 20) + 11 and result.trimmed
     assert result.stdout.startswith("head\n") and result.stdout.endswith("\ntail\n")
     assert f"trimmed of {result.stdout_bytes}" in result.stdout and len(result.stdout) < 1200
 
@@ -125,7 +128,7 @@ def test_output_flood_is_trimmed_with_its_size_noted(executors, kind):
 def test_output_cap_stops_the_script(executors, kind):
     script = "while True:\n    print('y' * 1000)\n"
     result = executors[kind].run(script, limits=Limits(timeout=20, output_cap=1 * MiB))
-    assert result.limit == "output" and result.returncode != 0
+    assert result.limit == "output" and result.exit_code != 0
     assert result.stdout_bytes <= 1 * MiB
 
 
@@ -157,7 +160,7 @@ def test_a_child_cannot_change_what_the_next_child_sees(executors):
     second = fork.run("import numpy as np, json, os, builtins\n"
                       "print(np.allclose(1, 2), hasattr(json, 'MARK'), hasattr(builtins, 'LEAK'),"
                       " sorted(os.listdir('.')))\n")
-    assert second.returncode == 0
+    assert second.exit_code == 0
     assert second.stdout.strip() == "False False False ['.stderr', '.stdout', 'main.py']"
 
 
@@ -186,7 +189,7 @@ def test_both_executors_give_identical_results(executors, name):
     source = PARITY_SCRIPTS[name]
     fork = executors["fork"].run(source)
     sub = executors["subprocess"].run(source)
-    assert (fork.returncode, fork.stdout, fork.stderr) == (sub.returncode, sub.stdout, sub.stderr)
+    assert (fork.exit_code, fork.stdout, fork.stderr) == (sub.exit_code, sub.stdout, sub.stderr)
 
 
 # ---------------------------------------------------------------- fake passes
@@ -235,7 +238,7 @@ def test_a_script_that_prints_a_guessed_token_does_not_pass(executors):
 
 
 def test_limit_hit_is_a_failure_reason():
-    result = ExecResult(returncode=None, stdout="", stderr="", duration=1.0, timed_out=True, limit="wall")
+    result = ExecResult(exit_code=None, stdout="", stderr="", duration=1.0, timed_out=True, limit="wall")
     assert integrity_check(result, "abc") == "wall limit hit"
 
 
@@ -266,7 +269,7 @@ def test_fork_server_survives_process_group_kill_and_is_not_the_scripts_group(ex
     fork = executors["fork"]
     server = fork.server_pid
     result = fork.run("import os, signal\nprint(os.getpgid(0) == os.getpid())\nos.killpg(0, signal.SIGKILL)\n")
-    assert result.stdout == "True\n" and result.returncode == -signal.SIGKILL
+    assert result.stdout == "True\n" and result.exit_code == -signal.SIGKILL
     assert fork.server_pid == server
 
 

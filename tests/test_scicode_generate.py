@@ -9,7 +9,7 @@ import pytest
 from fake_openai import FakeOpenAI
 from pytest_agentbench.benchmarks.scicode.generate import FINAL_REQUEST, TOOL_NAME, generate_step
 from pytest_agentbench.benchmarks.scicode.prompts import build_prompt, load_templates
-from pytest_agentbench.envs.sandbox import Limits, run_python
+from pytest_agentbench.sandbox.executors import Limits, run_python
 from pytest_agentbench.models.client import OpenAIModel
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -49,8 +49,8 @@ def model_for(server, tmp_path):
 def run_code(code: str, timeout: float) -> dict:
     """Like the lead's runner: the problem's dependencies preloaded, in a sandboxed child."""
     result = run_python("import numpy as np\n" + code, limits=Limits(timeout=timeout))
-    status = "timeout" if result.timed_out else ("ok" if result.returncode == 0 else "error")
-    return {"status": status, "stdout": result.stdout, "stderr": result.stderr, "exit_code": result.returncode}
+    status = "timeout" if result.timed_out else ("ok" if result.exit_code == 0 else "error")
+    return {"status": status, "stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code}
 
 
 def generate(model, problem, templates, **kwargs):

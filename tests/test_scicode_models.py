@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATA, read_jsonl, run_dirs
+from bench_runs import SHARED_DATA, read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
-from pytest_agentbench.records import comparable
+from pytest_agentbench.core.records import comparable
 
 NEXT_STEP = "NEXT STEP - PROBLEM STEP AND FUNCTION HEADER"
 

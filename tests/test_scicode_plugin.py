@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_jsonl, run_dirs
+from bench_runs import read_jsonl, run_dirs
 from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
-from pytest_agentbench.records import comparable
+from pytest_agentbench.core.records import comparable
+from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step
 
 
 # ---- collection -------------------------------------------------------------------------------
@@ -63,6 +64,50 @@ def test_usage_errors_list_valid_values(bench, args, needle):
     result = bench(*args, "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert needle in result.stderr.str()
+
+
+def test_data_dir_from_the_ini_file(bench, pytester, shared_data, monkeypatch):
+    """agentbench_data_dir is honoured (a relative path is read from the ini file's folder); the command
+    line and $AGENTBENCH_DATA_DIR still win over it."""
+    monkeypatch.delenv("AGENTBENCH_DATA_DIR")
+    (pytester.path / "staged").symlink_to(shared_data, target_is_directory=True)
+    pytester.mkdir("empty")
+    pytester.makeini("[pytest]\nagentbench_data_dir = staged\n")
+    sub = pytester.mkdir("sub")
+    monkeypatch.chdir(sub)  # the path is relative to the ini file, not to where pytest is started
+    result = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q")
+    assert result.ret == 0, result.stderr.str()
+    assert len([line for line in result.outlines if line.startswith("scicode/")]) == 50
+    pytester.makeini("[pytest]\nagentbench_data_dir = empty\n")
+    missing = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    assert str(pytester.path / "empty" / "scicode" / "problems_dev.jsonl") in missing.stderr.str()
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(shared_data))
+    assert bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q").ret == 0
+
+
+HOOKS_CONFTEST = """
+
+def pytest_agentbench_record(record, item):
+    record["reviewer"] = "conftest"
+    record["node"] = item.nodeid
+
+def pytest_agentbench_summary(summary):
+    summary["team"] = "ml-eval"
+    summary["records_seen"] = len(summary["items"])
+"""
+
+
+def test_hooks_add_fields_to_records_and_summary(tiny, pytester):
+    pytester.makeconftest(MODEL_CONFTEST + HOOKS_CONFTEST)
+    result = tiny(broken="2.2")
+    result.assert_outcomes(passed=4, failed=1)
+    [run] = run_dirs(pytester.path)
+    records = read_jsonl(run / "steps.jsonl")
+    assert len(records) == 5
+    assert all(r["reviewer"] == "conftest" and r["node"] == f"scicode/{r['task']}::{r['id']}" for r in records)
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["team"], summary["records_seen"]) == ("ml-eval", 5)
 
 
 # ---- data problems ----------------------------------------------------------------------------
@@ -133,17 +178,6 @@ def bench_model():
 
 
 # ---- a small hand-made dataset with known answers --------------------------------------------
-def step(number, code, tests, header="def f():"):
-    return {"step_number": number, "step_description_prompt": f"step {number}", "step_background": "",
-            "ground_truth_code": code, "function_header": header, "test_cases": tests, "return_line": ""}
-
-
-def problem(pid, steps, deps="import numpy as np"):
-    return {"problem_id": pid, "problem_name": f"p{pid}", "problem_description_main": "", "problem_io": "",
-            "required_dependencies": deps, "sub_steps": steps, "problem_background_main": ""}
-
-
-CLOSE = "assert np.allclose({call}, target)"
 HANDMADE = [
     problem("1", [step("1.1", "def add(a, b):\n    return a + b", [CLOSE.format(call="add(1, 2)"),
                                                                    CLOSE.format(call="add(2, 2)")]),

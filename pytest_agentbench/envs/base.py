@@ -8,16 +8,18 @@ workspace root, ``read_file``/``write_file`` take paths relative to it (or absol
 environment), ``copy_out`` brings the workspace back, and ``stop`` ends everything (the workspace
 folder too, unless ``--bench-keep-workspaces``).
 
-A user can override ``bench_env`` with any object that has the factory's ``start`` and returns
-something with the ``Environment`` methods.
+A new environment subclasses ``Environment`` and ``EnvFactory``; a user can also override ``bench_env``
+with any object that has the factory's ``start``/``run_python``/``close`` and returns something with
+the ``Environment`` methods.
 """
 from __future__ import annotations
 
 import shutil
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from ..sandbox.result import ExecResult
 
 DEFAULT_OUTPUT_LIMIT = 16 * 1024  # bytes of a stream kept for the caller: half head, half tail
 DEFAULT_OUTPUT_CAP = 1 << 30  # a command's files (its output included) may not grow past this (RLIMIT_FSIZE)
@@ -32,35 +34,8 @@ class EnvSkip(Exception):
     """The item cannot run in this environment by configuration (a GPU capsule without --bench-gpus)."""
 
 
-@dataclass
-class CommandResult:
-    exit_code: int | None  # None when the command was killed at its timeout
-    stdout: str  # head and tail only when the stream was longer than the limit (sizes below)
-    stderr: str
-    timed_out: bool = False
-    duration: float = 0.0
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-
-    @property
-    def trimmed(self) -> bool:
-        return self.stdout_bytes > len(self.stdout.encode()) or self.stderr_bytes > len(self.stderr.encode())
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def trim_bytes(head: bytes, tail: bytes, size: int) -> str:
-    """Text of a stream of ``size`` bytes of which only ``head`` and ``tail`` were read."""
-    if size <= len(head) + len(tail):
-        return (head + tail)[:size].decode("utf-8", "replace")
-    dropped = size - len(head) - len(tail)
-    return (head.decode("utf-8", "replace") + f"\n... [{dropped} bytes trimmed of {size}] ...\n"
-            + tail.decode("utf-8", "replace"))
-
-
-def python_result(result: CommandResult) -> dict[str, Any]:
-    """The dict SciCode's code_interpreter expects from one run (same keys as its host runner)."""
+def python_result(result: ExecResult) -> dict[str, Any]:
+    """A tool run as the model sees it: the same keys and statuses on every environment."""
     status = "timeout" if result.timed_out else ("ok" if result.exit_code == 0 else "error")
     return {"status": status, "exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}
 
@@ -76,7 +51,7 @@ class Environment(ABC):
         self.stopped = False
 
     @abstractmethod
-    def run(self, command: str, timeout: float) -> CommandResult:
+    def run(self, command: str, timeout: float) -> ExecResult:
         """Run ``command`` with bash in the workspace root; never raises for the command's own failure."""
 
     @abstractmethod
@@ -133,3 +108,21 @@ def check_timeout(timeout: float) -> float:
     if not value > 0:
         raise ValueError(f"command timeout must be positive, got {timeout!r}")
     return value
+
+
+class EnvFactory(ABC):
+    """The ``bench_env`` value: starts one environment per item, runs tool scripts, cleans up at the end."""
+
+    kind: str = "?"
+
+    @abstractmethod
+    def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "") -> Environment:
+        """An environment working on ``workspace``; ``EnvSkip`` when it cannot run such an item."""
+
+    @abstractmethod
+    def run_python(self, source: str, timeout: float) -> dict[str, Any]:
+        """Run one tool script (a model's code) as ``main.py`` in a fresh folder:
+        ``{status: ok|error|timeout, exit_code, stdout, stderr}``, the same on every environment."""
+
+    def close(self) -> None:
+        """Release what the factory keeps between items (e.g. a long-lived container)."""

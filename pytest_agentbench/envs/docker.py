@@ -2,7 +2,7 @@
 
 The engine is the one ``docker.from_env()`` finds, so ``DOCKER_HOST`` (``tcp://...``,
 ``ssh://user@host``) puts the containers on another machine while pytest runs here: the way to
-scale a CORE-Bench run out is a big engine host plus ``-n`` workers pointing at it. Files move
+scale a run of agent items out is a big engine host plus ``-n`` workers pointing at it. Files move
 through the engine's archive API, so no shared file system is needed.
 
 Each container runs ``sleep <lifetime>`` under the engine's init with ``auto_remove``, so even a
@@ -31,12 +31,14 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, CommandResult, EnvError, Environment,
-                   EnvSkip, check_timeout, python_result, trim_bytes)
+from ..core.io import trim_parts
+from ..sandbox.result import ExecResult
+from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, EnvError, EnvFactory, Environment,
+                   EnvSkip, check_timeout, python_result)
 
 DEFAULT_IMAGE = "python:3.12-bookworm"
 DEFAULT_NETWORK = "bridge"
-DEFAULT_MEMORY = "8g"
+DEFAULT_MEMORY = 8 << 30  # bytes (the engine also takes "8g")
 DEFAULT_CPUS = 2.0
 DEFAULT_PIDS = 1024
 DEFAULT_LIFETIME = 24 * 3600.0  # seconds a container may live if nobody removes it (a killed worker)
@@ -175,7 +177,7 @@ class DockerEnvironment(Environment):
 
     # ---------------------------------------------------------------- commands
 
-    def run(self, command: str, timeout: float, *, environment: dict[str, str] | None = None) -> CommandResult:
+    def run(self, command: str, timeout: float, *, environment: dict[str, str] | None = None) -> ExecResult:
         self._check()
         timeout = check_timeout(timeout)
         self.count += 1
@@ -205,8 +207,8 @@ class DockerEnvironment(Environment):
             raise
         duration = time.monotonic() - started
         stdout, out_size, stderr, err_size = self._read_outputs(base)
-        return CommandResult(exit_code=None if timed_out else info.get("ExitCode"), stdout=stdout, stderr=stderr,
-                             timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size)
+        return ExecResult(exit_code=None if timed_out else info.get("ExitCode"), stdout=stdout, stderr=stderr,
+                          timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size)
 
     def _wait_exec(self, exec_id: str, deadline: float) -> dict | None:
         """The exec's final state, or None at the deadline."""
@@ -243,7 +245,7 @@ class DockerEnvironment(Environment):
             taken = size if size <= limit else 2 * half
             chunk, rest = rest[:taken], rest[taken:]
             head, tail = (chunk, b"") if size <= limit else (chunk[:half], chunk[half:])
-            texts.append(trim_bytes(head, tail, size))
+            texts.append(trim_parts(head, tail, size))
         return texts[0], out_size, texts[1], err_size
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
@@ -343,13 +345,13 @@ class DockerEnvironment(Environment):
         _remove_container(self.container)
 
 
-class DockerFactory:
+class DockerFactory(EnvFactory):
     """The ``bench_env`` value for ``--bench-env=docker``; connects to the engine on first use."""
 
     kind = "docker"
 
     def __init__(self, *, image: str = DEFAULT_IMAGE, network: str = DEFAULT_NETWORK, gpus: str | None = None,
-                 keep_workspaces: bool = False, memory: str | None = DEFAULT_MEMORY, cpus: float | None = DEFAULT_CPUS,
+                 keep_workspaces: bool = False, memory: int | str | None = DEFAULT_MEMORY, cpus: float | None = DEFAULT_CPUS,
                  pids: int | None = DEFAULT_PIDS, lifetime: float = DEFAULT_LIFETIME) -> None:
         self.image, self.network, self.gpus = image, network, gpus
         self.keep_workspaces = keep_workspaces
@@ -437,7 +439,7 @@ class DockerFactory:
         return env
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
-        """SciCode's code_interpreter in Docker: one long-lived container per process, a fresh folder per run."""
+        """A tool script in Docker: one long-lived container per process, a fresh folder per run."""
         if self._python_env is None or self._python_env.stopped:
             self._python_env = self.start(Path(tempfile.mkdtemp(prefix="agentbench-python-")), name="python")
         return self._python_env.run_python(source, timeout)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,8 +22,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import sandbox
-from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, CommandResult, EnvError, Environment,
+from ..sandbox.executors import run_python
+from ..sandbox.jail import ProcessJail, group_members, kill_group, kill_tree, proc_table
+from ..sandbox.limits import DEFAULT_MEMORY_LIMIT, Limits, child_env, package_parent
+from ..sandbox.result import ExecResult
+from ..sandbox.workdir import read_trimmed
+from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, EnvError, EnvFactory, Environment,
                    EnvSkip, check_timeout, python_result, resolve_inside)
 
 DEFAULT_MEMORY = 8 << 30  # RLIMIT_AS of a command: generous, agents install and run real code
@@ -35,7 +38,7 @@ DEFAULT_PROCESSES = 1024
 _LAUNCHER = r"""
 import json, os, sys
 spec = json.loads(sys.argv[1])
-from pytest_agentbench.envs.sandbox import enter_jail
+from pytest_agentbench.sandbox.limits import enter_jail
 enter_jail(spec)
 os.chdir(spec["cwd"])
 os.execve(spec["bash"], ["bash", "-c", spec["command"]], spec["env"])
@@ -49,36 +52,21 @@ def _bash() -> str:
     return path
 
 
-def kill_tree(leader: int) -> None:
-    """Kill the process group of ``leader`` (not yet reaped, so its id cannot be reused) and its descendants."""
-    for _ in range(20):
-        table = sandbox._proc_table()
-        victims = sandbox.group_members(leader, table) | sandbox.descendants(leader, table)
-        victims.discard(os.getpid())
-        sandbox.kill_group(leader)
-        if not victims:
-            return
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.005)
-
-
 class HostEnvironment(Environment):
     kind = "host"
 
     def __init__(self, workspace: Path, *, keep_workspace: bool = False, name: str = "",
                  memory: int | None = DEFAULT_MEMORY, processes: int | None = DEFAULT_PROCESSES,
                  output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
-                 gpus: str | None = None) -> None:
+                 gpus: str | None = None, executor: str = "fork",
+                 python_memory: int | None = DEFAULT_MEMORY_LIMIT) -> None:
         super().__init__(workspace, keep_workspace=keep_workspace, name=name)
         if not self.workspace.is_dir():
             raise EnvError(f"workspace {self.workspace} is not a folder; prepare it before starting the environment")
         self.workspace = self.workspace.resolve()
         self.workdir = str(self.workspace)
         self.memory, self.processes = memory, processes
+        self.executor, self.python_memory = executor, python_memory
         self.output_limit, self.output_cap = output_limit, output_cap
         self.bash = _bash()
         # outside the workspace: the agent must not see (or fill) its own output files
@@ -88,22 +76,22 @@ class HostEnvironment(Environment):
         extra = {"HOME": str(self.private / "home"), "TMPDIR": str(self.private / "tmp")}
         if gpus and gpus != "all":
             extra["CUDA_VISIBLE_DEVICES"] = gpus
-        self.env = sandbox.child_env(extra)
-        self.jail = sandbox.ProcessJail(sandbox.Limits(processes=processes))
+        self.env = child_env(extra)
+        self.jail = ProcessJail(Limits(processes=processes))
         self.leaders: list[int] = []
         self.count = 0
 
     # ---------------------------------------------------------------- commands
 
-    def _limits(self, timeout: float) -> sandbox.Limits:
+    def _limits(self, timeout: float) -> Limits:
         # CPU seconds over all cores, so a parallel job is not stopped before its wall-clock timeout
-        return sandbox.Limits(timeout=timeout, memory=self.memory, cpu=timeout * (os.cpu_count() or 1),
+        return Limits(timeout=timeout, memory=self.memory, cpu=timeout * (os.cpu_count() or 1),
                               processes=self.processes, output=self.output_limit, output_cap=self.output_cap)
 
-    def run(self, command: str, timeout: float) -> CommandResult:
+    def run(self, command: str, timeout: float) -> ExecResult:
         return self._run(command, timeout, cwd=self.workspace)
 
-    def _run(self, command: str, timeout: float, cwd: Path) -> CommandResult:
+    def _run(self, command: str, timeout: float, cwd: Path) -> ExecResult:
         if self.stopped:
             raise EnvError(f"environment {self.name or self.workspace} is stopped")
         timeout = check_timeout(timeout)
@@ -112,7 +100,7 @@ class HostEnvironment(Environment):
         spec = json.dumps({"limits": asdict(self._limits(timeout)), "env": self.env, "command": command,
                            "bash": self.bash, "cwd": str(cwd),
                            "cgroup": str(self.jail.cgroup) if self.jail.cgroup else ""})
-        launcher_env = dict(self.env, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+        launcher_env = dict(self.env, PYTHONPATH=package_parent())
         started = time.monotonic()
         with open(out, "wb") as out_fh, open(err, "wb") as err_fh:
             proc = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCHER, spec], stdin=subprocess.DEVNULL,
@@ -130,18 +118,16 @@ class HostEnvironment(Environment):
             proc.wait()
             raise
         duration = time.monotonic() - started
-        stdout, out_size = sandbox.read_trimmed(out, self.output_limit)
-        stderr, err_size = sandbox.read_trimmed(err, self.output_limit)
+        stdout, out_size = read_trimmed(out, self.output_limit)
+        stderr, err_size = read_trimmed(err, self.output_limit)
         for path in (out, err):  # a background job may still write to them; unlinking is fine
             path.unlink(missing_ok=True)
-        return CommandResult(exit_code=None if timed_out else proc.returncode, stdout=stdout, stderr=stderr,
-                             timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size)
+        return ExecResult(exit_code=None if timed_out else proc.returncode, stdout=stdout, stderr=stderr,
+                          timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size)
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
-        """Exactly what SciCode's host runner does (the sandbox's fork executor), for equal results."""
-        result = sandbox.run_python(source, limits=sandbox.Limits(timeout=check_timeout(timeout)))
-        return python_result(CommandResult(exit_code=result.returncode, stdout=result.stdout, stderr=result.stderr,
-                                           timed_out=result.timed_out, duration=result.duration))
+        """A tool script in the sandbox, as the factory runs it (a fresh folder, not the workspace)."""
+        return run_tool_script(source, timeout, executor=self.executor, memory=self.python_memory)
 
     # ---------------------------------------------------------------- files
 
@@ -169,48 +155,43 @@ class HostEnvironment(Environment):
 
     def _release(self) -> None:
         if self.jail.cgroup is not None:
-            for _ in range(50):
-                alive = {pid for pid in self.jail.members() if sandbox._is_live(pid)} - {os.getpid()}
-                if not alive:
-                    break
-                for pid in alive:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-                time.sleep(0.005)
+            self.jail.kill_members()
         else:
             # background jobs stay in their command's process group (unless they setsid away)
-            table = sandbox._proc_table()
+            table = proc_table()
             for leader in self.leaders:
-                if sandbox.group_members(leader, table):
-                    sandbox.kill_group(leader)
+                if group_members(leader, table):
+                    kill_group(leader)
         self.jail.close()
         shutil.rmtree(self.private, ignore_errors=True)
 
 
-class HostFactory:
+def run_tool_script(source: str, timeout: float, *, executor: str, memory: int | None) -> dict[str, Any]:
+    """One tool script (a model's code) under the sandbox's executor and limits."""
+    result = run_python(source, limits=Limits(timeout=check_timeout(timeout), memory=memory), executor=executor)
+    return python_result(result)
+
+
+class HostFactory(EnvFactory):
     """The ``bench_env`` value for ``--bench-env=host``."""
 
     kind = "host"
 
     def __init__(self, *, keep_workspaces: bool = False, gpus: str | None = None,
-                 memory: int | None = DEFAULT_MEMORY) -> None:
+                 memory: int | None = DEFAULT_MEMORY, executor: str = "fork",
+                 python_memory: int | None = DEFAULT_MEMORY_LIMIT) -> None:
         self.keep_workspaces = keep_workspaces
         self.gpus = gpus
         self.memory = memory
+        self.executor, self.python_memory = executor, python_memory
 
     def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "") -> HostEnvironment:
         if needs_gpu and not self.gpus:
             raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
         return HostEnvironment(workspace, keep_workspace=self.keep_workspaces, name=name, gpus=self.gpus,
-                               memory=self.memory)
+                               memory=self.memory, executor=self.executor, python_memory=self.python_memory)
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
-        """SciCode's code_interpreter on the host: the sandbox, as the SciCode harness runs it."""
-        result = sandbox.run_python(source, limits=sandbox.Limits(timeout=check_timeout(timeout)))
-        return python_result(CommandResult(exit_code=result.returncode, stdout=result.stdout, stderr=result.stderr,
-                                           timed_out=result.timed_out, duration=result.duration))
+        """A tool script on the host: the sandbox's executor and memory limit, like a scoring script."""
+        return run_tool_script(source, timeout, executor=self.executor, memory=self.python_memory)
 
-    def close(self) -> None:
-        pass

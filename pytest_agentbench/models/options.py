@@ -1,12 +1,15 @@
-"""Command-line options of the model layer and the model factory."""
+"""Options of the model layer, the model settings a run records, and the model factory.
+
+Plain Python: ``build_model(opts)`` takes resolved ``Settings`` (see ``core/options.py``), so a
+notebook builds the same client as a pytest run. Errors are ``ConfigError`` naming the fix.
+"""
 from __future__ import annotations
 
 import json
-import os
-
-import pytest
-
-from .cache import CACHE_MODES, DEFAULT_CACHE_DIR
+from typing import Any
+from ..core.errors import ConfigError
+from ..core.options import Option, Settings
+from .cache import CACHE_MODES
 from .defaults import DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_TIMEOUT, PROTOCOLS
 from .oracle import OracleModel
 
@@ -14,130 +17,109 @@ ORACLE = "oracle"
 # request fields the client sets itself; letting --model-params override them would break the harness
 RESERVED_PARAMS = ("model", "messages", "input", "tools", "tool_choice", "stream")
 
+def check_params(value: Any) -> dict:
+    """A --model-params value (parsed JSON): an object that leaves the harness's own fields alone."""
+    if not isinstance(value, dict):
+        raise ValueError(f"is a JSON {type(value).__name__}, not an object; "
+                         'pass a JSON object such as \'{"temperature": 0}\'')
+    reserved = [k for k in RESERVED_PARAMS if k in value]
+    if reserved:
+        raise ValueError(f"sets {', '.join(reserved)}, which the harness controls; "
+                         "remove them (use --model / --model-protocol for the model and API)")
+    return value
 
-def add_model_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("agentbench")
-    group.addoption("--model", dest="agentbench_model", default=None, metavar="NAME",
-                    help="model name sent to the OpenAI-compatible server; 'oracle' answers with "
-                         "the benchmarks' ground truth (ini: agentbench_model)")
-    group.addoption("--model-base-url", dest="agentbench_model_base_url", default=None, metavar="URL",
-                    help=f"base URL of the OpenAI-compatible API (default: $OPENAI_BASE_URL, "
-                         f"else {DEFAULT_BASE_URL})")
-    group.addoption("--model-api-key", dest="agentbench_model_api_key", default=None, metavar="KEY",
-                    help="API key (default: $OPENAI_API_KEY); never written to reports or the cache")
-    group.addoption("--model-protocol", dest="agentbench_model_protocol", default="chat",
-                    choices=PROTOCOLS, help="API to call: chat (Chat Completions) or responses "
-                                            "(Responses API); default chat")
-    group.addoption("--model-params", dest="agentbench_model_params", default=None, metavar="JSON",
-                    help='JSON object of extra request fields, e.g. \'{"temperature": 0, '
-                         '"max_tokens": 4096, "reasoning_effort": "high"}\'')
-    group.addoption("--model-timeout", dest="agentbench_model_timeout", type=float,
-                    default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                    help=f"timeout of one model request in seconds (default {DEFAULT_TIMEOUT:g})")
-    group.addoption("--model-max-retries", dest="agentbench_model_max_retries", type=int,
-                    default=DEFAULT_MAX_RETRIES, metavar="N",
-                    help="retries of a model request on rate limits, server errors, timeouts and "
-                         f"connection errors, with exponential backoff (default {DEFAULT_MAX_RETRIES})")
-    group.addoption("--bench-cache-dir", dest="agentbench_cache_dir", default=DEFAULT_CACHE_DIR,
-                    metavar="DIR", help=f"cache folder, relative to the rootdir: model responses, rebuilt SciCode "
-                                        f"targets, checksum stamps, unpacked capsules (default {DEFAULT_CACHE_DIR}/)")
-    group.addoption("--bench-cache", dest="agentbench_cache_mode", default="rw", choices=CACHE_MODES,
-                    help="response cache mode: rw (read and write, default), ro (read only), off, "
-                         "replay (only cached replies; a miss is an error, to re-score without a model)")
-    parser.addini("agentbench_model", default="",
-                  help="default model name when --model is not given")
-    parser.addini("agentbench_model_retry_delay", default=str(DEFAULT_RETRY_BASE_DELAY),
-                  help="base delay in seconds of the exponential retry backoff (default 1)")
+
+MODEL_OPTIONS: tuple[Option, ...] = (
+    Option("model", "--model", "model name sent to the OpenAI-compatible server; 'oracle' answers with "
+                               "the benchmarks' ground truth.", ini="agentbench_model", metavar="NAME"),
+    Option("model_base_url", "--model-base-url",
+           f"base URL of the OpenAI-compatible API (default: $OPENAI_BASE_URL, else {DEFAULT_BASE_URL}).",
+           ini="agentbench_model_base_url", env="OPENAI_BASE_URL", metavar="URL"),
+    Option("model_api_key", "--model-api-key",
+           "API key (default: $OPENAI_API_KEY); never written to reports or the cache.",
+           env="OPENAI_API_KEY", metavar="KEY"),
+    Option("model_protocol", "--model-protocol",
+           "API to call: chat (Chat Completions) or responses (Responses API); default chat.",
+           kind="choice", choices=PROTOCOLS, default="chat", ini="agentbench_model_protocol"),
+    Option("model_params", "--model-params",
+           'JSON object of extra request fields, e.g. \'{"temperature": 0, "max_tokens": 4096, '
+           '"reasoning_effort": "high"}\'.', kind="json", check=check_params,
+           ini="agentbench_model_params", metavar="JSON"),
+    Option("model_timeout", "--model-timeout",
+           f"timeout of one model request in seconds (default {DEFAULT_TIMEOUT:g}).",
+           kind="float", default=DEFAULT_TIMEOUT, minimum=0, exclusive_minimum=True,
+           ini="agentbench_model_timeout", metavar="SECONDS"),
+    Option("model_max_retries", "--model-max-retries",
+           "retries of a model request on rate limits, server errors, timeouts and connection errors, "
+           f"with exponential backoff (default {DEFAULT_MAX_RETRIES}).",
+           kind="int", default=DEFAULT_MAX_RETRIES, minimum=0, ini="agentbench_model_max_retries", metavar="N"),
+    Option("model_retry_delay", "--model-retry-delay",
+           f"base delay in seconds of the exponential retry backoff (default {DEFAULT_RETRY_BASE_DELAY:g}).",
+           kind="float", default=DEFAULT_RETRY_BASE_DELAY, minimum=0, ini="agentbench_model_retry_delay",
+           metavar="SECONDS"),
+    Option("cache", "--bench-cache",
+           "response cache mode: rw (read and write, default), ro (read only), off, "
+           "replay (only cached replies; a miss is an error, to re-score without a model).",
+           kind="choice", choices=CACHE_MODES, default="rw", ini="agentbench_cache"),
+)
 
 
 def parse_model_params(text: str | None) -> dict:
-    """--model-params text to a dict, or a UsageError that quotes the text and says what is wrong."""
-    if text is None or not text.strip():
+    """--model-params text as a dict, or a ConfigError that quotes the text and says what is wrong."""
+    if text is None or not str(text).strip():
         return {}
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
-        raise pytest.UsageError(
-            f"--model-params {text!r} is not valid JSON ({error.msg} at column {error.colno}); "
-            'pass a JSON object such as \'{"temperature": 0, "max_tokens": 4096}\''
-        ) from None
-    if not isinstance(value, dict):
-        raise pytest.UsageError(
-            f"--model-params {text!r} is a JSON {type(value).__name__}, not an object; "
-            'pass a JSON object such as \'{"temperature": 0}\''
-        )
-    reserved = [k for k in RESERVED_PARAMS if k in value]
-    if reserved:
-        raise pytest.UsageError(
-            f"--model-params {text!r} sets {', '.join(reserved)}, which the harness controls; "
-            "remove them (use --model / --model-protocol for the model and API)"
-        )
-    return value
-
-
-def _model_name(config: pytest.Config) -> str | None:
-    return config.getoption("agentbench_model") or (config.getini("agentbench_model") or "").strip() or None
-
-
-def _retry_delay(config: pytest.Config) -> float:
-    raw = config.getini("agentbench_model_retry_delay")
+        raise ConfigError(f"--model-params {text!r} is not valid JSON ({error.msg} at column {error.colno}); "
+                          'pass a JSON object such as \'{"temperature": 0, "max_tokens": 4096}\'') from None
     try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        value = -1.0
-    if value < 0:
-        raise pytest.UsageError(f"ini agentbench_model_retry_delay {raw!r} must be a number of seconds >= 0")
-    return value
+        return check_params(value)
+    except ValueError as exc:
+        raise ConfigError(f"--model-params {text!r} {exc}") from None
 
 
-def model_settings(config: pytest.Config) -> dict:
-    """Validated model settings for report headers (no API key)."""
-    timeout = config.getoption("agentbench_model_timeout")
-    if timeout is None or timeout <= 0:
-        raise pytest.UsageError(f"--model-timeout {timeout!r} must be a positive number of seconds")
-    retries = config.getoption("agentbench_model_max_retries")
-    if retries is None or retries < 0:
-        raise pytest.UsageError(f"--model-max-retries {retries!r} must be 0 or more")
-    base_url = config.getoption("agentbench_model_base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+def model_settings(opts: Settings) -> dict:
+    """The model settings a run records (never the API key), checked."""
+    base_url = opts["model_base_url"] or DEFAULT_BASE_URL
     return {
-        "model": _model_name(config),
+        "model": opts["model"] or None,
         "base_url": base_url.rstrip("/"),
-        "protocol": config.getoption("agentbench_model_protocol"),
-        "params": parse_model_params(config.getoption("agentbench_model_params")),
-        "timeout": float(timeout),
-        "max_retries": int(retries),
-        "retry_base_delay": _retry_delay(config),
-        "cache_dir": str(config.getoption("agentbench_cache_dir")),
-        "cache_mode": config.getoption("agentbench_cache_mode"),
+        "protocol": opts["model_protocol"],
+        "params": dict(opts["model_params"] or {}),
+        "timeout": float(opts["model_timeout"]),
+        "max_retries": int(opts["model_max_retries"]),
+        "retry_base_delay": float(opts["model_retry_delay"]),
+        "cache_dir": str(opts["cache_dir"]),
+        "cache_mode": opts["cache"],
     }
 
 
-def build_model(config: pytest.Config):
-    """The model object for this run: OracleModel for --model oracle, else an OpenAIModel."""
-    settings = model_settings(config)
+def build_model(opts: Settings):
+    """The model of this run: ``OracleModel`` for ``--model oracle``, else an ``OpenAIModel``.
+
+    ``opts["cache_dir"]`` is used as given (the plugin resolves it against the rootdir, so xdist
+    workers and the controller share one cache)."""
+    settings = model_settings(opts)
     name = settings["model"]
     if not name:
-        raise pytest.UsageError(
+        raise ConfigError(
             "no model given: pass --model NAME (or set agentbench_model in the ini file); "
             "--model oracle scores the benchmarks' ground truth without any server"
         )
     if name == ORACLE:
         return OracleModel({"model": ORACLE})
-    api_key = config.getoption("agentbench_model_api_key") or os.environ.get("OPENAI_API_KEY")
+    api_key = opts["model_api_key"]
     if not api_key and settings["base_url"] == DEFAULT_BASE_URL and settings["cache_mode"] != "replay":
-        raise pytest.UsageError(
+        raise ConfigError(
             f"no API key for {DEFAULT_BASE_URL}: pass --model-api-key or set OPENAI_API_KEY "
             "(or point --model-base-url at your OpenAI-compatible server)"
         )
-    cache_dir = settings["cache_dir"]
-    if not os.path.isabs(cache_dir):
-        # relative to the rootdir, so xdist workers and the controller share one cache
-        cache_dir = str(config.rootpath / cache_dir)
-    from .client import OpenAIModel  # the openai SDK is imported only when a real model is used
+    from .client import OpenAIModel  # why: the openai SDK is imported only when a real model is used
 
     return OpenAIModel(
         name, base_url=settings["base_url"], api_key=api_key, protocol=settings["protocol"],
         params=settings["params"], timeout=settings["timeout"], max_retries=settings["max_retries"],
-        cache_dir=cache_dir, cache_mode=settings["cache_mode"],
+        cache_dir=settings["cache_dir"], cache_mode=settings["cache_mode"],
         retry_base_delay=settings["retry_base_delay"],
     )

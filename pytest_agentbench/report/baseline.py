@@ -1,27 +1,41 @@
 """Baselines: an earlier run's summary.json, whose settings must match the run compared with it.
 
 What may differ between two comparable runs is the model under test and how the run was executed
-(endpoint, retries, cache, executor, timeouts, run id). Everything that defines the questions and
-how they are asked and scored (benchmark, split, mode, background, targets, data hashes, ...) must match.
+(endpoint, retries, cache, executor, timeouts, run id: ``COMMON_FREE_SETTINGS``, plus the
+benchmark's own ``free_settings``). Everything that defines the questions and how they are asked
+and scored (benchmark, split, mode, background, targets, data hashes, ...) must match.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
-from .. import records as rec
+from ..core.errors import ConfigError
+from ..core.io import write_atomic
+from ..core.records import json_default
 
-# Settings that may differ between two runs that are still comparable.
-FREE_SETTINGS = frozenset({
+# Settings of the layers every run shares (run, models, sandbox, envs) that may differ between two
+# runs that are still comparable. A benchmark adds its own with ``Benchmark.free_settings``.
+COMMON_FREE_SETTINGS = frozenset({
     "run_id", "model", "base_url", "protocol", "params", "timeout", "max_retries", "retry_base_delay",
-    "cache_dir", "cache_mode", "executor", "memory_limit_gib", "item_timeout", "tool_timeout", "notes",
+    "cache_dir", "cache_mode", "executor", "memory_limit_gib", "item_timeout", "notes",
     "resumed_from", "env", "docker_image",
 })
 
 
 class BaselineError(Exception):
     """A baseline or run that cannot be read or compared; the message names the file and the fix."""
+
+
+def json_text(data: Any) -> str:
+    """How the report layer writes JSON files (summary.json, baselines, settings.json)."""
+    return json.dumps(data, indent=2, sort_keys=True, default=json_default)
+
+
+def public(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary without its private keys (``_path``, ``_terminal``, ``_markdown``): what files hold."""
+    return {k: v for k, v in summary.items() if not k.startswith("_")}
 
 
 def summary_path(path: str | Path) -> Path:
@@ -45,30 +59,56 @@ def load_summary(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def write_baseline(path: str | Path, summary: dict[str, Any]) -> Path:
-    from .reporter import write_atomic
-
+def write_baseline(path: str | Path, summary: Mapping[str, Any]) -> Path:
     file = summary_path(path)
     file.parent.mkdir(parents=True, exist_ok=True)
-    public = {k: v for k, v in summary.items() if not k.startswith("_")}
-    write_atomic(file, json.dumps(public, indent=2, sort_keys=True, default=rec._fallback))
+    write_atomic(file, json_text(public(summary)))
     return file
 
 
-def settings_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """``key: A vs B`` for each setting that makes two runs incomparable (nested dicts compared key by key)."""
+def settings_differences(a: Mapping[str, Any], b: Mapping[str, Any], free: Iterable[str] = ()) -> list[str]:
+    """``key: A vs B`` for each setting that makes two runs incomparable (nested dicts compared key by key).
+
+    ``free``: the benchmark's own settings that may differ, beyond ``COMMON_FREE_SETTINGS``."""
+    allowed = COMMON_FREE_SETTINGS | frozenset(free)
     out = []
     for key in sorted(set(a) | set(b)):
-        if key in FREE_SETTINGS:
+        if key in allowed:
             continue
         left, right = a.get(key), b.get(key)
         if isinstance(left, dict) and isinstance(right, dict):
-            out += [f"{key}.{d}" for d in settings_differences(left, right)]
+            out += [f"{key}.{d}" for d in settings_differences(left, right, allowed)]
         elif left != right:
-            out.append(f"{key}: {_short(left)} vs {_short(right)}")
+            out.append(f"{key}: {short(left)} vs {short(right)}")
     return out
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else value
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def baseline_for_run(baseline: Path | None, update: bool, settings: Mapping[str, Any],
+                     free: Iterable[str] = ()) -> tuple[dict[str, Any] | None, list[str]]:
+    """The baseline this run is compared with (None when there is none to compare), and notes for the header.
+
+    A baseline with other settings is refused (ConfigError), unless this run replaces it on purpose."""
+    if not baseline:
+        return None, []
+    file = summary_path(baseline)
+    if not file.is_file() and update:
+        return None, [f"no baseline at {file} yet: this run writes it"]
+    try:
+        data = load_summary(baseline)
+    except BaselineError as exc:
+        raise ConfigError(f"--bench-baseline: {exc}") from None
+    diffs = settings_differences(data["settings"], settings, free)
+    if diffs and not update:
+        raise ConfigError(f"refusing to compare with the baseline {data['_path']}: its settings differ from "
+                          f"this run's: {'; '.join(diffs)}. Run with the baseline's settings, or replace the baseline "
+                          f"on purpose with --bench-update-baseline")
+    if diffs:
+        return None, [f"baseline {data['_path']} has other settings ({'; '.join(diffs)}): "
+                      f"not compared; --bench-update-baseline replaces it"]
+    return data, [f"baseline: {data['_path']} (model {data['settings'].get('model')}, "
+                  f"run {data['settings'].get('run_id')})"]

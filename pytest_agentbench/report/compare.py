@@ -4,9 +4,11 @@
 A is the reference (the baseline), B the new run; "pass -> fail" means the item passed in A and not in B.
 
 Noise: an exact McNemar test (two-sided binomial test on the discordant pairs) over the flipped units,
-and 95% percentile bootstrap intervals that resample whole tasks (SciCode problems, CORE-Bench
-capsules), never single steps, since the steps of one problem are not independent. The bootstrap is
+and 95% percentile bootstrap intervals that resample whole tasks (a problem, a capsule), never
+single items, since the items (steps) of one task are not independent. The bootstrap is
 paired (the same resampled tasks for A and B) and seeded, so the same inputs print the same numbers.
+Which metrics are compared and in which unit comes from the benchmark (``Declared``), as the newer
+summary states it, so this module knows no benchmark.
 """
 from __future__ import annotations
 
@@ -14,23 +16,17 @@ import argparse
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
-from ..records import PASS
+from ..core.io import natural_key
+from ..core.records import PASS
 from .baseline import BaselineError, load_summary, settings_differences
-from .options import GATE_METRICS
+from .declared import Declared, declared_in
 
 SEED = 20240607
 RESAMPLES = 2000
-# Headline metrics recomputed from item statuses: name -> unit ("task": a task counts when all its scored
-# items pass; "item": passed items over scored items, micro-averaged).
-HEADLINES: dict[str, dict[str, str]] = {
-    "scicode": {"main": "task", "subproblem": "item"},
-    "core-bench": {"accuracy": "item"},
-}
-DEFAULT_HEADLINES = {"tasks resolved": "task", "items passed": "item"}
 
 
 @dataclass
@@ -44,18 +40,14 @@ class Comparison:
     only_b: list[str]
     mcnemar: dict[str, dict[str, Any]]  # unit -> {worse, better, p}
     bootstrap: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> {unit, a, b, delta}
+    declared: Declared = field(default_factory=Declared)  # the benchmark's gate metrics, headlines, free settings
 
     @property
     def benchmark(self) -> str:
         return str(self.a["settings"].get("benchmark", "?"))
 
     def unit_of(self, metric: str) -> str:
-        heads = headlines(self.benchmark)
-        return heads.get(metric.split(".")[-1], heads.get(metric, "item"))
-
-
-def headlines(benchmark: str) -> dict[str, str]:
-    return HEADLINES.get(benchmark, DEFAULT_HEADLINES)
+        return self.declared.unit_of(metric)
 
 
 def scored_items(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -67,7 +59,11 @@ def passed(item: dict[str, Any] | None) -> bool:
     return item is not None and item.get("status") == PASS
 
 
-def compare(a: dict[str, Any], b: dict[str, Any], *, seed: int = SEED, resamples: int = RESAMPLES) -> Comparison:
+def compare(a: dict[str, Any], b: dict[str, Any], *, declared: Declared | None = None, seed: int = SEED,
+            resamples: int = RESAMPLES) -> Comparison:
+    """Compare run B with the reference A. ``declared``: the benchmark's declarations (the plugin passes
+    ``Declared.of(benchmark)``); by default those stored in B's summary (see ``declared_in``)."""
+    declared = declared if declared is not None else declared_in(b)
     items_a, items_b = scored_items(a), scored_items(b)
     common = [i for i in items_a if i in items_b]
     flipped = []
@@ -76,25 +72,27 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, seed: int = SEED, resamples
         if passed(left) != passed(right):
             flipped.append({"id": item_id, "task": str(left.get("task")), "a": left["status"], "b": right["status"],
                             "direction": "pass -> fail" if passed(left) else "fail -> pass"})
-    flipped.sort(key=lambda f: _natural(f["id"]))
+    flipped.sort(key=lambda f: natural_key(f["id"]))
     comparison = Comparison(
-        a=a, b=b, settings_diff=settings_differences(a["settings"], b["settings"]),
-        metrics=metric_rows(a, b), flipped=flipped,
-        only_a=sorted((i for i in items_a if i not in items_b), key=_natural),
-        only_b=sorted((i for i in items_b if i not in items_a), key=_natural),
+        a=a, b=b, settings_diff=settings_differences(a["settings"], b["settings"], declared.free_settings),
+        metrics=metric_rows(a, b, declared.gate_metrics), flipped=flipped,
+        only_a=sorted((i for i in items_a if i not in items_b), key=natural_key),
+        only_b=sorted((i for i in items_b if i not in items_a), key=natural_key),
         mcnemar={"item": mcnemar_counts([(passed(items_a[i]), passed(items_b[i])) for i in common])},
+        declared=declared,
     )
     tasks = task_table(items_a, items_b, common)
     comparison.mcnemar["task"] = mcnemar_counts([(t["ra"], t["rb"]) for t in tasks])
-    comparison.bootstrap = bootstrap(tasks, headlines(comparison.benchmark), seed=seed, resamples=resamples)
+    comparison.bootstrap = bootstrap(tasks, declared.units, seed=seed, resamples=resamples)
     return comparison
 
 
-def metric_rows(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, float | None, float | None]]:
-    """The benchmark's gate metrics by their short names, as each summary states them."""
-    bench = str(a["settings"].get("benchmark"))
-    names = GATE_METRICS.get(bench) or {k: k for k in {**a["metrics"], **b["metrics"]}
-                                        if isinstance(a["metrics"].get(k, b["metrics"].get(k)), float)}
+def metric_rows(a: dict[str, Any], b: dict[str, Any], gate_metrics: Mapping[str, str] | None = None
+                ) -> list[tuple[str, float | None, float | None]]:
+    """The benchmark's gate metrics by their short names, as each summary states them (without declared
+    gate metrics: every float metric of the two summaries, by its key)."""
+    names = dict(gate_metrics or {}) or {k: k for k in {**a["metrics"], **b["metrics"]}
+                                         if isinstance(a["metrics"].get(k, b["metrics"].get(k)), float)}
     rows = []
     for short, key in names.items():
         left, right = a["metrics"].get(key), b["metrics"].get(key)
@@ -110,7 +108,7 @@ def task_table(items_a, items_b, common) -> list[dict[str, Any]]:
     for item_id in common:
         groups[str(items_a[item_id].get("task"))].append(item_id)
     rows = []
-    for task, ids in sorted(groups.items(), key=lambda kv: _natural(kv[0])):
+    for task, ids in sorted(groups.items(), key=lambda kv: natural_key(kv[0])):
         pa = sum(passed(items_a[i]) for i in ids)
         pb = sum(passed(items_b[i]) for i in ids)
         rows.append({"task": task, "n": len(ids), "pa": pa, "pb": pb, "ra": pa == len(ids), "rb": pb == len(ids)})
@@ -119,7 +117,7 @@ def task_table(items_a, items_b, common) -> list[dict[str, Any]]:
 
 def mcnemar_counts(pairs: list[tuple[bool, bool]]) -> dict[str, Any]:
     """Exact McNemar: under no difference each discordant pair is pass->fail or fail->pass with p = 1/2."""
-    from scipy.stats import binomtest
+    from scipy.stats import binomtest  # why: scipy.stats takes over a second to import; only a comparison needs it
 
     worse = sum(1 for left, right in pairs if left and not right)
     better = sum(1 for left, right in pairs if right and not left)
@@ -161,10 +159,6 @@ def _interval(samples: np.ndarray) -> tuple[float, float]:
 def drop_p_value(comparison: Comparison, metric: str) -> float:
     """p-value of the exact McNemar test over the units of ``metric`` (tasks for a task-level metric)."""
     return comparison.mcnemar[comparison.unit_of(metric)]["p"]
-
-
-def _natural(text: str):
-    return [int(p) if p.isdigit() else p for p in str(text).replace("-", ".").split(".")]
 
 
 # ---- rendering ---------------------------------------------------------------------------------

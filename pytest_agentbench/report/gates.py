@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
-from ..records import INFRA_STATUSES
+from ..core.records import INFRA_STATUSES
 from .compare import Comparison, drop_p_value
-from .options import GateConfig
+from .options import GateConfig, Threshold
 
-REWRITABLE = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+# pytest's exit codes (pytest.ExitCode values; this layer does not import pytest).
+OK, TESTS_FAILED = 0, 1
+REWRITABLE = (OK, TESTS_FAILED)
 EPSILON = 1e-9  # 0.4 must pass --bench-fail-under main=40% despite float rounding
 
 
@@ -56,7 +56,12 @@ def evaluate(cfg: GateConfig, summary: dict[str, Any], comparison: Comparison | 
     return results
 
 
-def drop_gate(cfg: GateConfig, t, metrics: dict[str, Any], comparison: Comparison | None,
+def no_items_results() -> list[GateResult]:
+    """The verdict of a gated run in which no benchmark item ran."""
+    return [GateResult("gates", False, "no benchmark item ran, so no gate can hold")]
+
+
+def drop_gate(cfg: GateConfig, t: Threshold, metrics: dict[str, Any], comparison: Comparison | None,
               baseline_note: str | None) -> GateResult:
     gate = f"--bench-max-drop {t.name}={t.text}"
     if comparison is None:
@@ -89,10 +94,10 @@ def decide_exit(exitstatus: int, results: list[GateResult], other_failures: int)
     Failures of non-benchmark tests collected in the same session still fail the run.
     """
     if exitstatus not in REWRITABLE:
-        return exitstatus
+        return int(exitstatus)
     if other_failures:
-        return pytest.ExitCode.TESTS_FAILED
-    return pytest.ExitCode.OK if all(r.ok for r in results) else pytest.ExitCode.TESTS_FAILED
+        return TESTS_FAILED
+    return OK if all(r.ok for r in results) else TESTS_FAILED
 
 
 def render_markdown(results: list[GateResult], exit_code: int) -> str:

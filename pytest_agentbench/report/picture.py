@@ -49,10 +49,14 @@ def headline_text(summary: dict[str, Any], baseline: dict[str, Any] | None, name
 
 def draw(summary: dict[str, Any], path: Path, *, headlines: dict[str, str],
          baseline: dict[str, Any] | None = None) -> Path | None:
-    """Write the PNG; returns None when there is nothing scored to draw."""
+    """Write the PNG; returns None when there is nothing scored to draw.
+
+    ``headlines``: the metrics named in the title, gate name -> key in summary["metrics"]."""
+    # why: matplotlib takes about half a second to import, and only the end of a run draws
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
+    from matplotlib.figure import Figure  # why: matplotlib, as above
+    from matplotlib.lines import Line2D  # why: matplotlib, as above
+    from matplotlib.patches import Patch  # why: matplotlib, as above
 
     rows = task_rows(summary)
     if not rows:
@@ -84,8 +88,6 @@ def draw(summary: dict[str, Any], path: Path, *, headlines: dict[str, str],
                  f"{headline_text(summary, baseline, headlines)}", fontsize=9)
     handles = [Patch(color=STATUS_COLOURS.get(s, OTHER_COLOUR), label=s) for s in seen]
     if before:
-        from matplotlib.lines import Line2D
-
         handles.append(Line2D([], [], color="#1565c0", linewidth=2, label="baseline pass share"))
     ax.legend(handles=handles, fontsize=7, loc="lower right", framealpha=0.8)
     fig.tight_layout()

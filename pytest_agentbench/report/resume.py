@@ -3,8 +3,9 @@
 The controller reads the run's records file (a torn last line is dropped with a warning and cut off
 the file, so new records start on a clean line), checks that the settings are those of the
 interrupted run (``settings.json``, written with the first record), and hands the finished records'
-byte length to xdist workers, which read exactly that prefix: later lines are this run's own.
-Finished items are then reported from their records, not run again (see ``plugin.run_item``).
+byte length (``records_size``) to xdist workers, which read exactly that prefix: later lines are this
+run's own. Finished items are then reported from their records, not run again (the plugin's run loop).
+Plain functions: the plugin passes the byte length to its workers and turns ConfigError into a usage error.
 """
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
-import pytest
-
-from .. import records as rec
-from .baseline import settings_differences
+from ..core import records as rec
+from ..core.errors import ConfigError
+from ..core.io import write_atomic
+from .baseline import json_text, settings_differences
+from .options import NOT_A_RUN_FOLDER
 
 SETTINGS_FILE = "settings.json"
-WORKER_KEY = "agentbench_resume_bytes"
 
 
 @dataclass
@@ -30,27 +31,33 @@ class Resumed:
     size: int = 0
 
 
-def resume_dir(config: pytest.Config, text: str) -> Path:
-    path = Path(text).expanduser()
-    if not path.is_absolute():
-        path = Path(config.invocation_params.dir) / path
-    if not path.is_dir():
-        raise pytest.UsageError(f"agentbench: --bench-resume {path} is not a folder; give the run folder of the "
-                                f"interrupted run (reports/<benchmark>/<model>/<run-id>)")
-    return path
+def resume_dir(path: str | Path, invocation_dir: str | Path | None = None) -> Path:
+    """The interrupted run's folder (relative paths against ``invocation_dir``); ConfigError when it is none."""
+    folder = Path(path).expanduser()
+    if not folder.is_absolute() and invocation_dir is not None:
+        folder = Path(invocation_dir) / folder
+    if not folder.is_dir():
+        raise ConfigError(f"--bench-resume {folder} {NOT_A_RUN_FOLDER}")
+    return folder
 
 
-def check_settings(run_dir: Path, settings: dict[str, Any]) -> None:
-    file = run_dir / SETTINGS_FILE
+def check_settings(run_dir: Path, settings: Mapping[str, Any], free: Iterable[str] = ()) -> None:
+    """ConfigError when this run's settings are not the interrupted run's (the model included)."""
+    file = Path(run_dir) / SETTINGS_FILE
     if not file.is_file():
         return  # the run was killed before its first record: nothing to protect
     old = json.loads(file.read_text(encoding="utf-8"))
-    diffs = settings_differences(old, settings)
+    diffs = settings_differences(old, settings, free)
     if old.get("model") != settings.get("model"):
         diffs.insert(0, f"model: {old.get('model')} vs {settings.get('model')}")
     if diffs:
-        raise pytest.UsageError(f"agentbench: --bench-resume {run_dir}: this run's settings differ from the "
-                                f"interrupted run's: {'; '.join(diffs)}; resume with the same options")
+        raise ConfigError(f"--bench-resume {run_dir}: this run's settings differ from the "
+                          f"interrupted run's: {'; '.join(diffs)}; resume with the same options")
+
+
+def records_size(records_path: Path) -> int:
+    """Bytes of the records file now: what the controller hands to its workers."""
+    return records_path.stat().st_size if records_path.exists() else 0
 
 
 def load_for_controller(records_path: Path) -> Resumed:
@@ -65,10 +72,17 @@ def load_for_controller(records_path: Path) -> Resumed:
     if caught:
         rec.rewrite_records(records_path, records)
     out.records = rec.latest_by_id(records)
-    out.size = records_path.stat().st_size if records_path.exists() else 0
+    out.size = records_size(records_path)
     out.notes.insert(0, f"resuming {records_path.parent}: {len(out.records)} finished record(s) reused, "
                         f"the rest runs now")
     return out
+
+
+def resume_controller(run_dir: Path, records_path: Path, settings: Mapping[str, Any],
+                      free: Iterable[str] = ()) -> Resumed:
+    """Both controller steps: check the settings (ConfigError), then read the finished records."""
+    check_settings(run_dir, settings, free)
+    return load_for_controller(records_path)
 
 
 def load_for_worker(records_path: Path, size: int) -> Resumed:
@@ -85,21 +99,9 @@ def load_for_worker(records_path: Path, size: int) -> Resumed:
     return out
 
 
-class ResumeXdist:
-    """Controller side under xdist: tell each worker how much of the records file is the old run's."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def pytest_configure_node(self, node: Any) -> None:
-        node.workerinput[WORKER_KEY] = self.size
-
-
-def write_settings_once(run_dir: Path, settings: dict[str, Any]) -> None:
-    file = run_dir / SETTINGS_FILE
+def write_settings_once(run_dir: Path, settings: Mapping[str, Any]) -> None:
+    file = Path(run_dir) / SETTINGS_FILE
     if file.exists():
         return
-    from .reporter import write_atomic
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(file, json.dumps(settings, indent=2, sort_keys=True, default=rec._fallback))
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    write_atomic(file, json_text(dict(settings)))

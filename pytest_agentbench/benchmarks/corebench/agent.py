@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_agentbench.envs.base import CommandResult, Environment
+from ...core.io import write_atomic
+from ...sandbox.result import ExecResult
+from . import scorer
 
 if TYPE_CHECKING:  # the openai SDK is imported when an agent runs, not when the plugin loads
-    from pytest_agentbench.models.client import Completion
-
-from . import scorer
+    from ...envs import Environment
+    from ...models.client import Completion
 
 DEFAULT_STEPS = 40
 DEFAULT_TIME = 8100.0  # seconds, as upstream
@@ -90,7 +91,7 @@ def new_accounting() -> dict[str, Any]:
             "tools": {"bash": 0, "view_image": 0, "submit": 0}}
 
 
-def format_command_result(result: CommandResult, timeout: float) -> str:
+def format_command_result(result: ExecResult, timeout: float) -> str:
     lines = [f"exit code: {result.exit_code}" if not result.timed_out
              else f"command timed out after {timeout:g} s and was killed"]
     for label, text, size in (("stdout", result.stdout, result.stdout_bytes), ("stderr", result.stderr,
@@ -114,7 +115,7 @@ class ToolError(Exception):
 
 
 class CoreAgent:
-    def __init__(self, model, env: Environment, questions: list[str], limits: AgentLimits) -> None:
+    def __init__(self, model, env: "Environment", questions: list[str], limits: AgentLimits) -> None:
         self.model = model
         self.env = env
         self.questions = list(questions)
@@ -140,7 +141,7 @@ class CoreAgent:
                            accounting=self.accounting, trajectory=messages)
 
     def _loop(self, messages: list[dict]) -> tuple[str, str]:
-        from pytest_agentbench.models.client import ModelError, tool_result_message
+        from ...models.client import ModelError, tool_result_message  # why: it imports the openai SDK (slow)
 
         acc = self.accounting
         while True:
@@ -308,7 +309,7 @@ def write_trajectory(run_dir: Any, capsule_id: str, result: AgentResult, extra: 
     folder = Path(run_dir) / "trajectories"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{capsule_id}.json"
-    path.write_text(json.dumps({"capsule": capsule_id, "end_reason": result.end_reason, "message": result.message,
-                                "accounting": result.accounting, **extra,
-                                "messages": compact_trajectory(result.trajectory)}, indent=1, default=str))
+    write_atomic(path, json.dumps({"capsule": capsule_id, "end_reason": result.end_reason, "message": result.message,
+                                   "accounting": result.accounting, **extra,
+                                   "messages": compact_trajectory(result.trajectory)}, indent=1, default=str))
     return str(path.relative_to(run_dir))

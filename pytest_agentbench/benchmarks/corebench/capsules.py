@@ -16,6 +16,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from ...core.data import DataError, download, sha256_of
+
 DEFAULT_CAPSULE_URL = "https://corebench.cs.princeton.edu/capsules"
 CAPSULE_URL_ENV = "AGENTBENCH_CAPSULE_URL"
 CAPSULE_ID = re.compile(r"capsule-\d+")
@@ -163,8 +165,6 @@ def ensure_capsule(capsule_id: str, store: Path, extract_root: Path, *, sha256: 
     Looked up, in order: an already unpacked ``<store>/<id>/`` (upstream's own layout), the
     unpacked copy in ``extract_root``, the archive ``<store>/<id>.tar.gz``, a download.
     """
-    from pytest_agentbench.data import DataError, download, sha256_of
-
     check_capsule_id(capsule_id)
     store, extract_root = Path(store), Path(extract_root)
     url = capsule_url(capsule_id)

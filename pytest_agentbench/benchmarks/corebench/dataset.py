@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ...core.data import DataFile, find_or_fetch
+
 UPSTREAM_REV = "db8a3d00c25fc30cf091f6310203b7c715268084"
 RAW_BASE = f"https://raw.githubusercontent.com/siegelz/core-bench/{UPSTREAM_REV}/benchmark"
 SUBDIR = "core_bench"
@@ -22,10 +24,8 @@ class DatasetError(Exception):
     """A CORE-Bench task file cannot be read; the message names the file and the fix."""
 
 
-def data_files() -> dict[str, Any]:
+def data_files() -> dict[str, DataFile]:
     """The pinned upstream files, as the data module's ``DataFile`` records."""
-    from pytest_agentbench.data import DataFile
-
     return {
         "train": DataFile("core_train.json", f"{RAW_BASE}/dataset/core_train.json",
                           "3df47f1b3fa1cb60045018eb1a0f1ad4ecf6a53f72318c845a879ce0313b0730", SUBDIR),
@@ -39,7 +39,7 @@ def data_files() -> dict[str, Any]:
 def decrypt_test_split(ciphertext: bytes, passphrase: str = TEST_PASSPHRASE) -> bytes:
     """Decrypt ``core_test.json.gpg`` in memory with a throw-away GnuPG home."""
     try:
-        import gnupg
+        import gnupg  # why: only the test split needs it; it is not imported at plugin start
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise DatasetError("python-gnupg is required to read the CORE-Bench test split: pip install python-gnupg") from exc
     with tempfile.TemporaryDirectory(prefix="agentbench-gnupg-") as home:
@@ -103,8 +103,6 @@ def read_split(path: Path, split: str) -> list[dict[str, Any]]:
 
 def load_split(data_dir: Path, split: str) -> list[dict[str, Any]]:
     """Every task of ``split`` in upstream order, fetching the pinned file when absent."""
-    from pytest_agentbench.data import find_or_fetch
-
     if split not in SPLITS:
         raise DatasetError(f"unknown CORE-Bench split {split!r}; valid: {', '.join(SPLITS)}")
     return read_split(find_or_fetch(Path(data_dir), data_files()[split]), split)
@@ -112,8 +110,6 @@ def load_split(data_dir: Path, split: str) -> list[dict[str, Any]]:
 
 def load_prompts(data_dir: Path) -> dict[str, str]:
     """The upstream prompt templates keyed ``codeocean_easy|medium|hard``."""
-    from pytest_agentbench.data import find_or_fetch
-
     path = find_or_fetch(Path(data_dir), data_files()["prompts"])
     try:
         prompts = json.loads(path.read_text(encoding="utf-8"))

@@ -160,11 +160,21 @@ def _judge(kind: str, value: Any, expected: Any, interval: tuple[float, float] |
 
 # --------------------------------------------------------------------------- scoring
 
-def score_report(results: list[Mapping[str, Any]], report: Mapping[str, Any] | None, *,
+def score_report(gold: list[Mapping[str, Any]], report: Mapping[str, Any] | None, *,
                  upstream_abort: bool = False) -> CapsuleScore:
-    """Score one capsule's report against its reference runs ``results``."""
-    if not results:
+    """Score one capsule's parsed ``report`` (question text -> answer) against ``gold``, the task's
+    ``results`` list of reference runs.
+
+    Returns a ``CapsuleScore``: ``verdicts`` (one ``QuestionVerdict`` per question of the first
+    reference run, in its order), the written/figure counts, ``all_correct`` (the capsule verdict) and
+    ``aborted_at``. Plain Python: no pytest, no files::
+
+        from pytest_agentbench.benchmarks.corebench import score_report
+        score = score_report(task["results"], json.load(open("report.json")))
+    """
+    if not gold:
         raise ValueError("a CORE-Bench task needs at least one reference run in 'results'")
+    results = gold
     reference = results[0]
     report = dict(report or {})
     normalized = {key: normalize_reported(value) for key, value in report.items()}

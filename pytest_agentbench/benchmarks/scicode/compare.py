@@ -10,14 +10,14 @@ import numpy as np
 
 
 def _sparse_types(extended: bool):
-    import scipy.sparse as sp
+    import scipy.sparse as sp  # why: loaded in every scoring child; only dict and sequence helpers need it
 
     base = (sp.csr_matrix, sp.csc_matrix)
     return base + (sp.bsr_matrix, sp.coo_matrix) if extended else base
 
 
 def _symbols_as_strings(mapping: dict) -> dict:
-    import sympy
+    import sympy  # why: sympy takes a second to import; only dict comparisons need it
 
     out = {}
     for key, value in mapping.items():
@@ -27,7 +27,7 @@ def _symbols_as_strings(mapping: dict) -> dict:
 
 
 def are_dicts_close(dict1, dict2, atol=1e-8, rtol=1e-5) -> bool:
-    import sympy
+    import sympy  # why: as in _symbols_as_strings
 
     dict1, dict2 = _symbols_as_strings(dict1), _symbols_as_strings(dict2)
     if dict1.keys() != dict2.keys():

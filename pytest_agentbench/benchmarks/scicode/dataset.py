@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ...data import DataError, DataFile, find_or_fetch
-from ...registry import Sample, Task
+from ...core.data import DataError, DataFile, find_or_fetch
+from ...core.types import Sample, Task
 
 REVISION = "69a8cfc829fe8788a426ce8b5de6292366dce7ef"
 RAW = f"https://raw.githubusercontent.com/scicode-bench/SciCode/{REVISION}/eval/data"

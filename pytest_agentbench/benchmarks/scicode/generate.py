@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from ...models.client import Completion, ModelError, tool_result_message
 from .extract import extract_code, function_name_of
 from .prompts import build_prompt
+
+if TYPE_CHECKING:
+    from ...models.client import Completion
 
 MODES = ("tool_use", "naive")
 TOOL_NAME = "code_interpreter"
@@ -123,6 +125,8 @@ def generate_step(model, problem: dict, step_index: int, previous_code: list[str
                   run_code: Callable[[str, float], dict], tool_loops: int = 15,
                   tool_timeout: float = 180, sample_index: int = 0) -> GenResult:
     """Ask ``model`` for the code of step ``step_index`` (0-based) of ``problem``."""
+    from ...models.client import ModelError  # why: the client loads openai (2 s); importing SciCode stays light
+
     if mode not in MODES:
         raise ValueError(f"SciCode generation mode {mode!r} is not one of {', '.join(MODES)}")
     prompt = build_prompt(problem, step_index, previous_code, with_background=with_background,
@@ -146,6 +150,8 @@ def generate_step(model, problem: dict, step_index: int, previous_code: list[str
 
 def tool_use_loop(model, trajectory: list[dict], function_name: str | None, accounting: dict, *,
                   run_code, tool_loops: int, tool_timeout: float, sample_index: int) -> GenResult:
+    from ...models.client import tool_result_message  # why: as in generate_step, openai loads only when used
+
     tools = [CODE_INTERPRETER_TOOL]
     rounds = 0
     while True:

@@ -191,7 +191,7 @@ def _decode_dict(group: h5py.Group) -> dict:
 
 
 def _decode_sparse(group: h5py.Group):
-    import scipy.sparse
+    import scipy.sparse  # why: scipy is slow to import and only sparse targets need it
 
     data = group["data"][()]
     shape = tuple(int(n) for n in group["shape"][()])
@@ -320,7 +320,7 @@ def _is_sparse(value) -> bool:
     module = type(value).__module__
     if not module.startswith("scipy.sparse"):
         return False
-    import scipy.sparse
+    import scipy.sparse  # why: as in _decode_sparse; a sparse value means scipy is loaded already
 
     return scipy.sparse.issparse(value)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ...records import INFRA_STATUSES, PASS, count_statuses, sort_key
+from ...core.records import INFRA_STATUSES, PASS, count_statuses, sort_key
 
 ORDER = ("validation", "test")
 

@@ -4,9 +4,13 @@ The official ``test_data.h5`` (about 1 GB) holds, for every step and test case, 
 compares with its free variable ``target``. For the validation split (``problems_dev.jsonl``, which
 ships ``ground_truth_code``) those values can be recomputed: each test case is parsed, every
 comparison against ``target`` / ``target[k]`` is rewritten to *record* the other operand instead
-of asserting, and the rewritten tests run after the ground truth in a child process. The recorded
-values are written with :mod:`h5codec` in the official layout, then every step's ORIGINAL tests are
-run against the rebuilt file (:func:`verify_targets`) to prove the file is self-consistent.
+of asserting, and the rewritten tests run after the ground truth in a sandboxed child
+(``sandbox.executors.run_python`` under ``Limits``). The recorded values are written with
+:mod:`h5codec` in the official layout, then every step's ORIGINAL tests are run against the rebuilt
+file (:func:`verify_targets`) to prove the file is self-consistent.
+
+The child scripts share the scoring scripts' pieces (``script.py``): the comparison helpers served as
+``scicode.compare.cmp`` and the ``scipy.integrate.simps`` shim.
 
 These targets are rebuilt from the validation ground truth; they are not the official
 ``test_data.h5`` (values can differ in the last bits, e.g. across numpy/scipy versions).
@@ -15,11 +19,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,14 +30,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable
 
-from . import h5codec
+import h5py
 
-DATA_DIR_ENV = "AGENTBENCH_DATA_DIR"
-PROBLEMS_FILE = "problems_dev.jsonl"
+from ...core.data import DATA_DIR_ENV, DataError, find
+from ...sandbox.executors import GiB, Limits, run_python
+from . import dataset, h5codec, script
+
 NOT_OFFICIAL_NOTE = ("these targets are rebuilt from the validation ground truth; "
                      "they are not the official test_data.h5")
 RECORD_FN = "_agentbench_record"
 STDERR_TAIL_LINES = 25
+# The recorded targets are a file the child writes, and RLIMIT_FSIZE (Limits.output_cap) counts it.
+TARGETS_FILE_CAP = 4 * GiB
+# One BLAS thread per child: reproducible sums and no oversubscription when jobs > 1.
+CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+DEFAULT_EXECUTOR = "subprocess"  # a fresh interpreter per step, so --jobs steps really run in parallel
 
 Progress = Callable[[str, str, float], None]
 
@@ -44,30 +54,26 @@ class RebuildError(Exception):
 
 
 # ----------------------------------------------------------------------------------------------
-# problems
+# problems (found by core/data.py, read by dataset.py)
 
 
 def find_problems_file(data_dir: Path) -> Path:
     """``<data_dir>/scicode/problems_dev.jsonl``, else ``<data_dir>/problems_dev.jsonl``."""
     data_dir = Path(data_dir)
-    for candidate in (data_dir / "scicode" / PROBLEMS_FILE, data_dir / PROBLEMS_FILE):
-        if candidate.is_file():
-            return candidate
-    raise RebuildError(f"{PROBLEMS_FILE} not found under {data_dir} (looked in {data_dir}/scicode/ "
-                       f"and {data_dir}/); pass --data-dir or set {DATA_DIR_ENV}")
+    f = dataset.PROBLEM_FILES["validation"]
+    found = find(data_dir, f)
+    if found is None:
+        raise RebuildError(f"{f.name} not found under {data_dir} (looked in {data_dir}/{f.subdir}/ "
+                           f"and {data_dir}/); pass --data-dir or set {DATA_DIR_ENV}")
+    return found
 
 
 def load_problems(path: Path) -> list[dict]:
-    problems = []
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                problems.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise RebuildError(f"{path} line {number} is not JSON ({exc})") from exc
-    return problems
+    """The problems of one JSONL file, read by ``dataset.read_jsonl`` (a bad line is a RebuildError)."""
+    try:
+        return dataset.read_jsonl(Path(path))
+    except DataError as exc:
+        raise RebuildError(str(exc)) from None
 
 
 def _select_steps(problems: list[dict], steps: Iterable[str] | None) -> list[tuple[dict, int]]:
@@ -86,7 +92,7 @@ def _select_steps(problems: list[dict], steps: Iterable[str] | None) -> list[tup
     return selected
 
 
-def _ground_truth_prefix(problem: dict, index: int, data_dir: Path | None) -> list[tuple[str, str]]:
+def ground_truth_prefix(problem: dict, index: int, data_dir: Path | None) -> list[tuple[str, str]]:
     """(label, code) of the ground truth of steps 0..index of ``problem``."""
     parts = []
     for step in problem["sub_steps"][: index + 1]:
@@ -100,11 +106,10 @@ def _ground_truth_prefix(problem: dict, index: int, data_dir: Path | None) -> li
 
 def _prefilled_code(step_number: str, data_dir: Path | None) -> str:
     # 13.6, 62.1 and 76.3 ship no ground truth; upstream uses prefilled files (test split only).
-    if data_dir is not None:
-        for candidate in (Path(data_dir) / "scicode" / f"{step_number}.txt",
-                          Path(data_dir) / f"{step_number}.txt"):
-            if candidate.is_file():
-                return candidate.read_text(encoding="utf-8")
+    f = dataset.PREFILLED_FILES.get(step_number)
+    path = find(Path(data_dir), f) if data_dir is not None and f is not None else None
+    if path is not None:
+        return path.read_text(encoding="utf-8")
     raise RebuildError(f"step {step_number} has no ground_truth_code and no {step_number}.txt "
                        "prefilled file was found; targets can only be rebuilt for steps with code")
 
@@ -175,22 +180,13 @@ def rewrite_test_for_recording(test_code: str, where: str = "test") -> str:
 # ----------------------------------------------------------------------------------------------
 # child scripts
 
-_PRELUDE = r'''
-import importlib.util as _agentbench_ilu
-import json as _agentbench_json
-import sys as _agentbench_sys
-import traceback as _agentbench_tb
-import types as _agentbench_types
-
-_agentbench_spec = _agentbench_ilu.spec_from_file_location("agentbench_h5codec", {codec_path!r})
-_agentbench_h5codec = _agentbench_ilu.module_from_spec(_agentbench_spec)
-_agentbench_spec.loader.exec_module(_agentbench_h5codec)
-
+# Run in the sandbox; they report through a result file outside its throw-away folder.
+_HELPERS = r'''
 
 def _agentbench_finish(ok, error=""):
-    with open("result.json", "w") as _fh:
-        _agentbench_json.dump({{"ok": ok, "error": error}}, _fh)
-    _agentbench_sys.exit(0 if ok else 1)
+    with open(_AGENTBENCH_RESULT, "w") as _fh:
+        _agentbench_json.dump({"ok": ok, "error": error}, _fh)
+    _ab_sys.exit(0 if ok else 1)
 
 
 def _agentbench_run(code, label):
@@ -199,60 +195,6 @@ def _agentbench_run(code, label):
     except BaseException as exc:  # report which block failed, then stop
         _agentbench_tb.print_exc()
         _agentbench_finish(False, label + ": " + type(exc).__name__ + ": " + str(exc)[:500])
-
-
-def _agentbench_is_sparse(value):
-    return type(value).__module__.startswith("scipy.sparse") and hasattr(value, "toarray")
-
-
-def _agentbench_close(a, b):
-    # Verification-only comparison: dense/array closeness, exact equality when that is undefined.
-    if _agentbench_is_sparse(a) or _agentbench_is_sparse(b):
-        a = a.toarray() if _agentbench_is_sparse(a) else a
-        b = b.toarray() if _agentbench_is_sparse(b) else b
-    if isinstance(a, dict):
-        return isinstance(b, dict) and _agentbench_dicts_close(a, b)
-    if isinstance(a, (bool, str)) or isinstance(b, str):
-        return a == b
-    import numpy as _np
-    try:
-        return bool(_np.allclose(a, b))
-    except (TypeError, ValueError):
-        return bool(a == b)
-
-
-def _agentbench_plain_key(key):
-    return str(key) if type(key).__module__.startswith("sympy") else key
-
-
-def _agentbench_dicts_close(d1, d2, atol=1e-8, rtol=1e-5):
-    d1 = {{_agentbench_plain_key(k): v for k, v in d1.items()}}
-    d2 = {{_agentbench_plain_key(k): v for k, v in d2.items()}}
-    if d1.keys() != d2.keys():
-        return False
-    return all(_agentbench_close(d1[k], d2[k]) for k in d1)
-
-
-def _agentbench_seq_close(s1, s2):
-    if len(s1) != len(s2):
-        return False
-    return all(_agentbench_close(a, b) for a, b in zip(s1, s2))
-
-
-# `from scicode.compare.cmp import ...` in the tests must resolve without the upstream package.
-for _agentbench_name in ("scicode", "scicode.compare", "scicode.compare.cmp"):
-    _agentbench_sys.modules.setdefault(_agentbench_name, _agentbench_types.ModuleType(_agentbench_name))
-_agentbench_sys.modules["scicode.compare.cmp"].cmp_tuple_or_list = _agentbench_seq_close
-_agentbench_sys.modules["scicode.compare.cmp"].are_dicts_close = _agentbench_dicts_close
-'''
-
-# scipy.integrate.simps was removed in scipy 1.14; ground truth written against older scipy uses it.
-_SIMPS_SHIM = r'''
-import scipy.integrate as _agentbench_integrate
-if not hasattr(_agentbench_integrate, "simps"):
-    def _agentbench_simps(y, x=None, dx=1.0, axis=-1, even=None):
-        return _agentbench_integrate.simpson(y, x=x, dx=dx, axis=axis)
-    _agentbench_integrate.simps = _agentbench_simps
 '''
 
 _RECORDER = r'''
@@ -285,25 +227,33 @@ def _code_block(code: str, label: str) -> str:
     return f"_agentbench_run({code!r}, {label!r})\n"
 
 
-def _script_header(problem: dict, index: int, data_dir: Path | None) -> str:
+def _script_header(problem: dict, index: int, data_dir: Path | None, result_path: Path) -> str:
     codec_path = str(Path(h5codec.__file__).resolve())
-    parts = [_PRELUDE.format(codec_path=codec_path)]
-    gt_parts = _ground_truth_prefix(problem, index, data_dir)
+    parts = [
+        "import importlib.util as _ab_util, json as _agentbench_json, sys as _ab_sys, types as _ab_types\n"
+        "import traceback as _agentbench_tb\n\n",
+        script.LOADER, "\n", script.COMPARE_BLOCK, "\n",
+        f"_agentbench_h5codec = _ab_load('agentbench_h5codec', {codec_path!r})\n",
+        f"_AGENTBENCH_RESULT = {str(result_path)!r}\n",
+        _HELPERS,
+    ]
+    gt_parts = ground_truth_prefix(problem, index, data_dir)
     all_code = problem.get("required_dependencies", "") + "".join(code for _, code in gt_parts)
     all_code += "".join(problem["sub_steps"][index].get("test_cases", []))
     if "simps" in all_code:
-        parts.append(_SIMPS_SHIM)
+        parts.append(script.SIMPS_SHIM)
     parts.append(_code_block(problem.get("required_dependencies", "") or "", "<required_dependencies>"))
     for label, code in gt_parts:
         parts.append(_code_block(code, label))
     return "".join(parts)
 
 
-def recording_script(problem: dict, index: int, out_file: Path, data_dir: Path | None = None) -> str:
+def recording_script(problem: dict, index: int, out_file: Path, data_dir: Path | None = None, *,
+                     result_path: Path) -> str:
     """Child script: ground truth, then the tests rewritten to record, then write ``out_file``."""
     step = problem["sub_steps"][index]
     number = step["step_number"]
-    parts = [_script_header(problem, index, data_dir), _RECORDER.format()]
+    parts = [_script_header(problem, index, data_dir, result_path), _RECORDER.format()]
     for test_number, test in enumerate(step["test_cases"], start=1):
         label = f"<step {number} test {test_number}>"
         rewritten = rewrite_test_for_recording(test, f"step {number} test {test_number}")
@@ -318,12 +268,13 @@ def recording_script(problem: dict, index: int, out_file: Path, data_dir: Path |
     return "".join(parts)
 
 
-def verification_script(problem: dict, index: int, h5_path: Path, data_dir: Path | None = None) -> str:
+def verification_script(problem: dict, index: int, h5_path: Path, data_dir: Path | None = None, *,
+                        result_path: Path) -> str:
     """Child script: ground truth, then the ORIGINAL tests with ``target`` read from ``h5_path``."""
     step = problem["sub_steps"][index]
     number = step["step_number"]
     tests = step["test_cases"]
-    parts = [_script_header(problem, index, data_dir)]
+    parts = [_script_header(problem, index, data_dir, result_path)]
     load = (
         f"_agentbench_targets = _agentbench_h5codec.read_step_targets({str(h5_path)!r}, {number!r})\n"
         f"if len(_agentbench_targets) != {len(tests)}:\n"
@@ -338,68 +289,45 @@ def verification_script(problem: dict, index: int, h5_path: Path, data_dir: Path
     return "".join(parts)
 
 
-def _child_env() -> dict:
-    env = dict(os.environ)
-    # One BLAS thread per child: reproducible sums and no oversubscription when jobs > 1.
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[name] = "1"
-    env["MPLBACKEND"] = "Agg"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.pop("PYTHONPATH", None)
-    return env
+
+def child_limits(limits: Limits | None, timeout: float) -> Limits:
+    """The limits of one rebuild child: ``limits`` (default: ``timeout`` and the sandbox's defaults) with
+    room for the targets file it writes."""
+    limits = limits or Limits(timeout=timeout)
+    return dataclasses.replace(limits, output_cap=max(limits.output_cap, TARGETS_FILE_CAP))
 
 
-def run_child_script(script: str, timeout: float, workdir: Path) -> str:
-    """Run ``script`` with this interpreter in ``workdir`` (own session); ``"ok"`` or a message."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    script_path = workdir / "script.py"
-    script_path.write_text(script, encoding="utf-8")
-    with open(workdir / "stdout.txt", "wb") as out, open(workdir / "stderr.txt", "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-I", str(script_path)], cwd=workdir,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                env=_child_env(), start_new_session=True)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return f"timed out after {timeout:g} s"
-        finally:
-            _kill_group(proc)  # leftovers the script may have spawned
-    result_file = workdir / "result.json"
-    if result_file.is_file():
-        result = json.loads(result_file.read_text(encoding="utf-8"))
-        if result.get("ok") and proc.returncode == 0:
+def run_child_script(source: str, result_path: Path, *, limits: Limits, executor: str) -> str:
+    """Run ``source`` in the sandbox; ``"ok"`` or a message saying what failed."""
+    result_path.unlink(missing_ok=True)
+    result = run_python(source, limits=limits, env=CHILD_ENV, executor=executor)
+    if result.timed_out:
+        return f"timed out after {limits.timeout:g} s"
+    if result_path.is_file():
+        outcome = json.loads(result_path.read_text(encoding="utf-8"))
+        if outcome.get("ok") and result.exit_code == 0:
             return "ok"
-        if result.get("error"):
-            return result["error"]
-    tail = (workdir / "stderr.txt").read_text(encoding="utf-8", errors="replace").splitlines()
-    tail_text = "\n".join(tail[-STDERR_TAIL_LINES:])
-    return f"child exited with code {proc.returncode}: {tail_text}".strip()
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
+        if outcome.get("error"):
+            return outcome["error"]
+    tail = "\n".join(result.stderr.splitlines()[-STDERR_TAIL_LINES:])
+    if result.limit:
+        return f"{result.limit} limit hit: {tail}".strip()
+    return f"child exited with code {result.exit_code}: {tail}".strip()
 
 
 # ----------------------------------------------------------------------------------------------
 # public API
 
 
-def _run_steps(selected, make_script, timeout, jobs, progress, workroot: Path) -> dict:
+def _run_steps(selected, make_script, jobs, progress, workroot: Path, limits: Limits, executor: str) -> dict:
     def run_one(item):
         problem, index = item
         number = problem["sub_steps"][index]["step_number"]
         started = time.monotonic()
         try:
-            script = make_script(problem, index, workroot / f"{number}.h5")
-            status = run_child_script(script, timeout, workroot / f"work-{number}")
+            result_path = workroot / f"result-{number}.json"
+            source = make_script(problem, index, workroot / f"{number}.h5", result_path)
+            status = run_child_script(source, result_path, limits=limits, executor=executor)
         except (RebuildError, h5codec.TargetsError, OSError) as exc:
             status = str(exc)
         if progress is not None:
@@ -416,14 +344,17 @@ def _run_steps(selected, make_script, timeout, jobs, progress, workroot: Path) -
 
 def rebuild_targets(problems: list[dict], out_path: Path, *, timeout: float = 600, jobs: int = 1,
                     progress: Progress | None = None, steps: Iterable[str] | None = None,
-                    data_dir: Path | None = None) -> dict:
+                    data_dir: Path | None = None, limits: Limits | None = None,
+                    executor: str = DEFAULT_EXECUTOR) -> dict:
     """Recompute targets of ``steps`` (default all) from ground truth into ``out_path``.
 
     Returns ``{step_number: "ok" | error message}``. Steps that succeed are written (replacing
     the same steps if ``out_path`` already exists; other steps in it are kept), atomically via a
     temporary file and ``os.replace``. ``progress(step, status, seconds)`` is called per step.
+    Each step runs under ``limits`` (default: ``timeout`` seconds and the sandbox's other defaults).
     """
     out_path = Path(out_path)
+    limits = child_limits(limits, timeout)
     selected = _select_steps(problems, steps)
     if not selected:
         raise RebuildError("no steps to rebuild: the problems list is empty")
@@ -431,10 +362,10 @@ def rebuild_targets(problems: list[dict], out_path: Path, *, timeout: float = 60
         raise RebuildError(f"{out_path} exists and is not an HDF5 file; choose another --out path")
     workroot = Path(tempfile.mkdtemp(prefix="agentbench-targets-"))
     try:
-        def make_script(problem, index, step_file):
-            return recording_script(problem, index, step_file, data_dir)
+        def make_script(problem, index, step_file, result_path):
+            return recording_script(problem, index, step_file, data_dir, result_path=result_path)
 
-        report = _run_steps(selected, make_script, timeout, jobs, progress, workroot)
+        report = _run_steps(selected, make_script, jobs, progress, workroot, limits, executor)
         _merge_step_files(workroot, [s for s, status in report.items() if status == "ok"], out_path)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
@@ -443,7 +374,8 @@ def rebuild_targets(problems: list[dict], out_path: Path, *, timeout: float = 60
 
 def verify_targets(problems: list[dict], h5_path: Path, timeout: float = 600, *, jobs: int = 1,
                    progress: Progress | None = None, steps: Iterable[str] | None = None,
-                   data_dir: Path | None = None) -> dict:
+                   data_dir: Path | None = None, limits: Limits | None = None,
+                   executor: str = DEFAULT_EXECUTOR) -> dict:
     """Run each step's original tests with its ground truth against ``h5_path``.
 
     Returns ``{step_number: "ok" | error message}``.
@@ -451,26 +383,23 @@ def verify_targets(problems: list[dict], h5_path: Path, timeout: float = 600, *,
     h5_path = Path(h5_path).resolve()
     if not h5_path.is_file():
         raise RebuildError(f"targets file {h5_path} does not exist")
+    limits = child_limits(limits, timeout)
     selected = _select_steps(problems, steps)
     workroot = Path(tempfile.mkdtemp(prefix="agentbench-verify-"))
     try:
-        def make_script(problem, index, _unused):
-            return verification_script(problem, index, h5_path, data_dir)
+        def make_script(problem, index, _unused, result_path):
+            return verification_script(problem, index, h5_path, data_dir, result_path=result_path)
 
-        return _run_steps(selected, make_script, timeout, jobs, progress, workroot)
+        return _run_steps(selected, make_script, jobs, progress, workroot, limits, executor)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
 
 
 def _is_hdf5(path: Path) -> bool:
-    import h5py
-
     return path.is_file() and h5py.is_hdf5(str(path))
 
 
 def _merge_step_files(workroot: Path, steps: list[str], out_path: Path) -> None:
-    import h5py
-
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(f".{out_path.name}.tmp{os.getpid()}")
     try:
@@ -490,6 +419,7 @@ def _merge_step_files(workroot: Path, steps: list[str], out_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------
 # command line
 
 
@@ -500,7 +430,8 @@ def _parser() -> argparse.ArgumentParser:
                     "ground truth of problems_dev.jsonl, then check every step's tests pass "
                     "against them. " + NOT_OFFICIAL_NOTE[0].upper() + NOT_OFFICIAL_NOTE[1:] + ".")
     parser.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV) or "data",
-                        help=f"folder holding scicode/{PROBLEMS_FILE} (default ${DATA_DIR_ENV} or ./data)")
+                        help=f"folder holding scicode/{dataset.PROBLEM_FILES['validation'].name} "
+                             f"(default ${DATA_DIR_ENV} or ./data)")
     parser.add_argument("--out", required=True, help="HDF5 file to write (existing steps are kept)")
     parser.add_argument("--steps", default=None, help="comma-separated step numbers, e.g. 10.3,6.1")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per step (default 600)")
@@ -536,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
             checked = verify_targets(problems, out, args.timeout, jobs=max(1, args.jobs),
                                      progress=_print_progress, steps=built, data_dir=data_dir)
             failed.update({s: "verification: " + m for s, m in checked.items() if m != "ok"})
-    except (RebuildError, h5codec.TargetsError) as exc:
+    except (RebuildError, DataError, h5codec.TargetsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     elapsed = time.monotonic() - started

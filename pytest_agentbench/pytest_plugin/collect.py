@@ -1,7 +1,8 @@
 """Collection: BenchCollector -> TaskCollector -> one pytest.Function per sample.
 
-Node ids are ``scicode/77::77.3`` (a problem's steps share the part before ``::``, which is what
-xdist's load-scope scheduling groups on) and ``core-bench/capsule-7038571`` for ungrouped samples.
+Node ids are ``<bench>/<task>::<sample>`` (a task's samples share the part before ``::``, which is
+what xdist's load-scope scheduling groups on), or ``<bench>/<sample>`` for a benchmark that does not
+group its samples (``Benchmark.group_items``).
 """
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ from typing import Any
 
 import pytest
 
-from .registry import Benchmark, Sample, Task
+from ..benchmarks.base import Benchmark, BenchRun
+from ..core.errors import ConfigError
+from ..core.io import natural_key
+from ..core.types import Sample, Task
+from .run import run_item
 
 
-def run_bench_item(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) -> None:
-    """The body of every benchmark item: fixtures are resolved by pytest, the work by the plugin."""
-    from .plugin import run_item
-
-    run_item(request.node, bench_model, bench_env)
+def run_bench_item(request: pytest.FixtureRequest, bench_run: BenchRun) -> None:
+    """The body of every benchmark item: fixtures are resolved by pytest, the work by the run loop."""
+    run_item(request.node, bench_run)
 
 
 class BenchItem(pytest.Function):
@@ -28,7 +31,7 @@ class BenchItem(pytest.Function):
         self.benchmark = benchmark
         if nodeid is not None:
             self._nodeid = nodeid
-        for marker in (benchmark.name.replace("-", "_"), *sample.markers):
+        for marker in (marker_name(benchmark), *sample.markers):
             self.add_marker(marker)
         if sample.split:
             self.add_marker(sample.split)
@@ -41,6 +44,11 @@ class BenchItem(pytest.Function):
 
     def _prunetraceback(self, excinfo) -> None:  # tracebacks through the plugin are not the user's concern
         excinfo.traceback = excinfo.traceback.cut(path=__file__) or excinfo.traceback
+
+
+def marker_name(benchmark: Benchmark) -> str:
+    """The marker every item of a benchmark carries: its name as a Python identifier (a-b -> a_b)."""
+    return benchmark.name.replace("-", "_")
 
 
 class TaskCollector(pytest.Collector):
@@ -76,19 +84,20 @@ class BenchCollector(pytest.Collector):
                                                 callobj=run_bench_item, sample=sample, benchmark=self.benchmark)
 
 
-def select_ids(tasks: list[Task], ids: list[str], bench_name: str) -> list[Task]:
-    """Exact selection: ``77`` keeps a whole task, ``77.3`` one sample. Unknown ids are a usage error."""
+def select_ids(tasks: list[Task], ids: tuple[str, ...] | list[str], bench_name: str) -> list[Task]:
+    """Exact selection: ``77`` keeps a whole task, ``77.3`` one sample. Unknown ids are a ConfigError."""
     if not ids:
         return tasks
     task_ids = {t.id for t in tasks}
     sample_ids = {s.id for t in tasks for s in t.samples}
     unknown = [i for i in ids if i not in task_ids and i not in sample_ids]
     if unknown:
-        shown = sorted(task_ids, key=_natural)[:40]
+        shown = sorted(task_ids, key=natural_key)[:40]
         more = "" if len(task_ids) <= 40 else f", ... ({len(task_ids)} in all)"
-        raise pytest.UsageError(
-            f"agentbench: unknown {bench_name} id(s) {', '.join(unknown)} in --bench-ids; valid task ids in this "
-            f"split: {', '.join(shown)}{more} (a sample id is <task>.<step>, e.g. {next(iter(sorted(sample_ids, key=_natural)), '')})"
+        example = next(iter(sorted(sample_ids, key=natural_key)), "")
+        raise ConfigError(
+            f"unknown {bench_name} id(s) {', '.join(unknown)} in --bench-ids; valid task ids in this "
+            f"split: {', '.join(shown)}{more} (a sample id is <task>.<step>, e.g. {example})"
         )
     wanted = set(ids)
     selected = []
@@ -100,7 +109,3 @@ def select_ids(tasks: list[Task], ids: list[str], bench_name: str) -> list[Task]
         if samples:
             selected.append(Task(id=task.id, split=task.split, samples=samples, data=task.data))
     return selected
-
-
-def _natural(text: str):
-    return [int(p) if p.isdigit() else p for p in text.replace("-", ".").split(".")]

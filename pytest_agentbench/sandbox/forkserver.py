@@ -34,9 +34,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .sandbox import (EXECUTOR_DIED, POLL_INTERVAL, SCRIPT_NAME, ExecResult, Limits, ProcessJail,
-                      apply_child_limits, child_env, collect_result, descendants, group_members,
-                      prepare_workdir, read_trimmed, _kill, kill_group)
+from .jail import POLL_INTERVAL, ProcessJail, descendants, kill_group, kill_pids
+from .limits import Limits, apply_child_limits, child_env
+from .result import ExecResult
+from .workdir import EXECUTOR_DIED, SCRIPT_NAME, collect_result, prepare_workdir, read_trimmed
 
 DEFAULT_PRELOAD = (
     "numpy", "scipy", "scipy.special", "scipy.integrate", "scipy.linalg", "scipy.sparse",
@@ -331,7 +332,7 @@ class ForkServer:
         ours, theirs = socket.socketpair()
         fd, log = tempfile.mkstemp(prefix="agentbench-forkserver-", suffix=".log")
         self._log = Path(log)
-        code = (f"from pytest_agentbench.envs.forkserver import serve; "
+        code = (f"from pytest_agentbench.sandbox.forkserver import serve; "
                 f"serve({theirs.fileno()}, {self.preload!r})")
         env = child_env()
         try:
@@ -381,18 +382,17 @@ class ForkServer:
         work = Path(started_msg["workdir"]) if started_msg else None
         server_pid = self._proc.pid if self._proc else None
         self._teardown()
-        jail = ProcessJail.__new__(ProcessJail)
-        jail.limits = limits
-        jail.cgroup = Path(started_msg["cgroup"]) if started_msg and started_msg.get("cgroup") else None
+        cgroup = Path(started_msg["cgroup"]) if started_msg and started_msg.get("cgroup") else None
+        jail = ProcessJail(limits, cgroup=cgroup)
         if pid:
             jail.kill_all(pid)
             if server_pid:
                 jail.kill_all(server_pid)
         jail.close()
-        result = ExecResult(returncode=None, stdout="", stderr="", duration=time.monotonic() - started)
+        result = ExecResult(exit_code=None, stdout="", stderr="", duration=time.monotonic() - started)
         if work is not None and work.exists():
             result = collect_result(work, limits, None, started, timed_out=False)
-            result.returncode = None
+            result.exit_code = None
             shutil.rmtree(work, ignore_errors=True)
         result.stderr += f"\n{EXECUTOR_DIED}: the fork server died during this run (did the script kill its parent?)\n"
         return result
@@ -406,7 +406,7 @@ class ForkServer:
                 self._proc.wait(timeout=2)  # closing the socket asks it to exit
             except subprocess.TimeoutExpired:
                 kill_group(self._proc.pid)
-                _kill(descendants(self._proc.pid) | {self._proc.pid})
+                kill_pids(descendants(self._proc.pid) | {self._proc.pid})
                 self._proc.wait()
             self._proc = None
         if self._log is not None:

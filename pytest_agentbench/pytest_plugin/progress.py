@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from .. import records as rec
+from ..core import records as rec
 
 
 def usage_line(done: int, total: int | None, totals: dict[str, float], elapsed: float) -> str:

@@ -31,24 +31,6 @@ class DataFile:
     subdir: str
 
 
-def data_dir(config) -> Path:
-    """``--bench-data-dir``, else ``$AGENTBENCH_DATA_DIR``, else ``./data`` (relative to the invocation dir)."""
-    value = config.getoption("bench_data_dir", None) or os.environ.get(DATA_DIR_ENV) or "data"
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        path = Path(config.invocation_params.dir) / path
-    return path
-
-
-def cache_dir(config) -> Path:
-    """A writable folder for derived files (rebuilt targets, checksum stamps, unpacked capsules)."""
-    value = config.getoption("agentbench_cache_dir", None) or ".agentbench_cache"
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        path = Path(config.rootpath) / path  # the rootdir, as the response cache, so workers share it
-    return path
-
-
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -13,6 +13,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
+from .io import natural_key, write_atomic
+
 RECORD_PROPERTY = "agentbench_record"
 PASS = "pass"
 STATUSES = ("pass", "fail", "timeout", "parse_error", "eval_error", "model_error", "env_error", "error", "skipped")
@@ -23,10 +25,11 @@ VOLATILE_FIELDS = ("duration", "worker", "started", "finished", "latency", "exec
 
 
 def to_json(record: dict[str, Any]) -> str:
-    return json.dumps(record, sort_keys=True, default=_fallback, ensure_ascii=False)
+    return json.dumps(record, sort_keys=True, default=json_default, ensure_ascii=False)
 
 
-def _fallback(obj: Any):
+def json_default(obj: Any):
+    """``json.dumps(default=...)`` for the values records and summaries hold (numpy values, paths, sets)."""
     if hasattr(obj, "tolist"):
         return obj.tolist()
     if isinstance(obj, Path):
@@ -78,7 +81,8 @@ def comparable(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def sort_key(record: dict[str, Any]):
-    return [int(p) if p.isdigit() else p for p in str(record.get("id", "")).replace("-", ".").split(".")]
+    """Records in natural id order (77.3 before 77.10)."""
+    return natural_key(record.get("id", ""))
 
 
 def latest_by_id(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -98,15 +102,10 @@ def count_statuses(records: Iterable[dict[str, Any]]) -> dict[str, int]:
 
 def rewrite_records(path: Path, records: list[dict[str, Any]]) -> None:
     """Replace the log by exactly ``records`` (atomically), e.g. to cut a torn last line before appending."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write("".join(to_json(r) + "\n" for r in records).encode("utf-8"))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, "".join(to_json(r) + "\n" for r in records), durable=True)
 
 
-# Accounting keys read from ``record["generation"]`` (SciCode's harness; CORE-Bench's agent uses the same names).
+# Accounting keys read from ``record["generation"]`` (every benchmark's harness uses these names).
 USAGE_KEYS = ("model_calls", "tool_calls", "prompt_tokens", "completion_tokens", "cache_hits")
 
 

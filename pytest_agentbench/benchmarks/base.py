@@ -1,0 +1,95 @@
+"""The Benchmark protocol: everything the plugin and the report layer need from a benchmark.
+
+A benchmark is a subclass of ``Benchmark`` registered under the ``pytest_agentbench.benchmarks``
+entry-point group (see ``registry.py``), so a third benchmark ships as its own package and needs no
+change anywhere else. It declares its options, markers, metrics, headlines and free settings as class
+attributes; the base class supplies the defaults. Nothing here imports pytest: a notebook can
+configure a benchmark, load its tasks, open a run and run one sample.
+
+The life of a run, in every process that runs items:
+  ``configure(opts, split)`` -> effective settings (checked; shown in the header, stored in summary.json)
+  ``load_tasks(opts, split)`` -> tasks, in canonical order
+  ``open_run(spec, model, env)`` -> a ``BenchRun`` (once, at the first item: the solver is chosen here)
+  ``run.run_sample(sample)`` -> the sample's record, for each item
+  ``run.close()``
+and on the controller ``summarize(records, settings)`` -> metrics, terminal lines and Markdown.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, Protocol
+
+from ..core.options import Option, Settings
+from ..core.types import Sample, Task
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a run needs, resolved once before the first item."""
+
+    settings: Mapping[str, Any]  # the effective run settings (what configure() returned, plus the common ones)
+    options: Settings  # every resolved option of this run
+    tasks: tuple[Task, ...]  # the selected tasks
+    selected: frozenset[str]  # ids of the samples this process will run (look-ahead never goes past them)
+    run_dir: Path  # this run's report folder (created by the first record written)
+    data_dir: Path
+    cache_dir: Path
+
+
+class BenchRun(Protocol):
+    """One benchmark's run in one process."""
+
+    def run_sample(self, sample: Sample) -> dict[str, Any]:
+        """Run and score one sample; return its record (see core/records.py for the common keys)."""
+
+    def close(self) -> None:
+        """Release what the run holds (threads, servers); called once at the end of the session."""
+
+
+class Benchmark:
+    """Base class of a benchmark. Subclasses set the class attributes and implement the methods."""
+
+    name: ClassVar[str] = ""  # the value of --bench
+    splits: ClassVar[tuple[str, ...]] = ()
+    default_split: ClassVar[str] = ""
+    # When true the samples of a task are collected under a per-task collector (``<bench>/<task>::<sample>``,
+    # kept whole on one xdist worker), otherwise directly (``<bench>/<sample>``).
+    group_items: ClassVar[bool] = True
+    records_file: ClassVar[str] = "records.jsonl"
+    options: ClassVar[tuple[Option, ...]] = ()  # the benchmark's own options (Option.owner = name)
+    markers: ClassVar[Mapping[str, str]] = {}  # marker name -> description, registered with pytest
+    gate_metrics: ClassVar[Mapping[str, str]] = {}  # gate name (--bench-fail-under NAME=...) -> metrics key
+    headlines: ClassVar[Mapping[str, str]] = {}  # headline metrics key -> unit compare resamples: "task" or "item"
+    free_settings: ClassVar[frozenset[str]] = frozenset()  # settings a baseline may differ in
+
+    def configure(self, opts: Settings, split: str) -> dict[str, Any]:
+        """Check the benchmark's options together (raise ConfigError naming the fix) and return the
+        effective settings shown in the report header and stored in summary.json."""
+        return {}
+
+    def load_tasks(self, opts: Settings, split: str) -> list[Task]:
+        """Every task of ``split`` in the benchmark's canonical order (raise ConfigError or DataError)."""
+        raise NotImplementedError
+
+    def data_hashes(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, str]:
+        """sha256 of the data files this run reads, so a baseline made from other data is not compared."""
+        return {}
+
+    def open_run(self, spec: RunSpec, model: Any, env: Any) -> BenchRun:
+        """Start this process's run with the model and environment (the bench_model and bench_env
+        fixture values); choose the solver here, once."""
+        raise NotImplementedError
+
+    def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+        """Metrics from the records of one run (controller side): a dict with ``metrics`` (name -> float),
+        ``terminal`` (list of lines) and ``markdown`` (str); other keys go into summary.json."""
+        raise NotImplementedError
+
+
+@dataclass
+class Registered:
+    """The benchmarks found through entry points, and the ones that failed to load."""
+
+    found: dict[str, Benchmark] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,196 @@
+"""Scoring SciCode steps: get the code of the step and of the steps before it, then run the tests.
+
+Step k depends on the code of steps 1..k-1, a data dependency: the code comes from this run's memo
+(earlier steps of the same problem ran here; xdist keeps a problem on one worker), else it is
+generated now (cheap when the response cache has it). So one step may be scored alone.
+
+Plain Python, no pytest: a notebook can score one step::
+
+    from pytest_agentbench.benchmarks.scicode.run import RunSettings, SciCodeRun
+    from pytest_agentbench.benchmarks.scicode.locate import TargetTable
+    from pytest_agentbench.benchmarks.scicode.solvers import OracleSolver
+    from pytest_agentbench.sandbox.executors import Limits
+
+    run = SciCodeRun(RunSettings(targets=TargetTable.file("targets.h5")), OracleSolver(), env=None,
+                     limits=Limits(timeout=60), out_dir=Path("out"))
+    record = run.run_step(problem, 0)  # {"problem": ..., "step": ..., "status": "pass", ...}
+"""
+from __future__ import annotations
+
+import ast
+import json
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ...core.io import trim, write_atomic
+from ...core.types import Sample
+from ...sandbox.executors import Limits, run_python
+from ...sandbox.integrity import integrity_check
+from ...sandbox.result import ExecResult
+from . import dataset, script
+from .locate import TargetTable
+from .solvers import Generated, Solver
+
+RECORD_OUTPUT_LIMIT = 4000  # characters of stdout/stderr kept in a record
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What scoring needs besides the solver, the environment and the limits."""
+
+    targets: TargetTable
+    executor: str = "fork"  # sandbox executor of the scoring scripts: fork or subprocess
+    overlap: bool = True  # generate the next step while the current one is scored
+    prefilled: Mapping[str, str] = field(default_factory=dict)  # official code of the prefilled steps
+    selected: frozenset[str] | None = None  # step ids this run will score (look-ahead stays inside); None: all
+
+
+class SciCodeRun:
+    """One process's SciCode run (the ``BenchRun`` of ``SciCode.open_run``).
+
+    ``env`` is the environment factory (the ``bench_env`` value) the chat solver's tool code runs in;
+    ``limits`` bound each scoring script; records are returned, trajectories written under ``out_dir``.
+    ``problems`` (task id -> problem dict) lets ``run_sample`` find the problem of a sample."""
+
+    def __init__(self, settings: RunSettings, solver: Solver, env: Any, limits: Limits, out_dir: Path, *,
+                 problems: Mapping[str, dict[str, Any]] | None = None) -> None:
+        self.settings = settings
+        self.solver = solver
+        self.env = env
+        self.limits = limits
+        self.out_dir = Path(out_dir)
+        self.problems = dict(problems or {})
+        self.generated: dict[tuple[str, int], Generated | Future] = {}
+        self.pool: ThreadPoolExecutor | None = None
+
+    # ---- the BenchRun protocol ------------------------------------------------------------
+    def run_sample(self, sample: Sample) -> dict[str, Any]:
+        return self.run_step(self.problems[sample.task_id], sample.data["index"])
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
+
+    # ---- one step -------------------------------------------------------------------------
+    def run_step(self, problem: dict[str, Any], index: int) -> dict[str, Any]:
+        """Generate (or reuse) the code of step ``index`` (0-based) of ``problem`` and score it: the record."""
+        step = problem["sub_steps"][index]
+        number = str(step["step_number"])
+        previous = [self.code_of(problem, j) for j in range(index)]
+        generated = self.generate(problem, index, previous)
+        record: dict[str, Any] = {"problem": str(problem["problem_id"]), "step": number,
+                                  "tests": len(step["test_cases"]), "code": generated.code,
+                                  "generation": {"status": generated.status, **generated.accounting}}
+        if generated.trajectory:
+            record["trajectory"] = write_trajectory(self.out_dir, number, generated)
+        # A reply cut off at the token limit is still scored when the code it holds parses, as upstream
+        # scores whatever code it extracts; the record keeps generation.status "truncated".
+        usable = generated.status in ("ok", "truncated") and parses(generated.code)
+        if not usable:
+            if generated.status == "model_error":
+                return {**record, "status": "model_error", "message": generated.message}
+            message = generated.message or f"the code for step {number} is not valid Python"
+            return {**record, "status": "parse_error", "message": message}
+        if generated.status == "truncated":
+            record["note"] = generated.message
+        self.prefetch_next(problem, index, [*previous, generated.code or ""])
+        targets = self.settings.targets.for_step(number)
+        record["targets"] = targets.kind
+        if targets.path is None:
+            return {**record, "status": "eval_error", "message": targets.message}
+        source = script.build_scoring_script(
+            step_number=number, dependencies=problem.get("required_dependencies", ""), previous_code=previous,
+            code=generated.code, tests=step["test_cases"], h5_path=targets.path, token=(token := script.new_token()))
+        result = run_python(source, limits=self.limits, executor=self.settings.executor)
+        return {**record, **verdict(result, token, len(step["test_cases"]))}
+
+    # ---- code of steps ----------------------------------------------------------------------
+    def code_of(self, problem: dict[str, Any], index: int) -> str:
+        """The code an earlier step contributes: the official code of a prefilled step, else its generated code."""
+        number = str(problem["sub_steps"][index]["step_number"])
+        if number in dataset.PREFILLED_FILES:
+            if number not in self.settings.prefilled:
+                raise ValueError(f"step {number} is an official prefilled step: pass its code in "
+                                 f"RunSettings.prefilled (dataset.load_prefilled)")
+            return self.settings.prefilled[number]
+        previous = [self.code_of(problem, j) for j in range(index)]
+        return self.generate(problem, index, previous).code or ""
+
+    def generate(self, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
+        key = (str(problem["problem_id"]), index)
+        if key not in self.generated:
+            self.generated[key] = self.solver.solve(problem, index, previous)
+        memo = self.generated[key]
+        if isinstance(memo, Future):  # generated in the background while the previous step was scored
+            memo = self.generated[key] = memo.result()
+        return memo
+
+    def prefetch_next(self, problem: dict[str, Any], index: int, codes: list[str]) -> None:
+        """Start generating the next step while this one is scored: it needs this step's code, not its
+        verdict, so a problem's wall time approaches the model's time alone. Only for a next step that
+        this run will score, so scoring one step alone never pays for a call it does not need."""
+        nxt = index + 1
+        if not (self.settings.overlap and self.solver.overlaps):
+            return
+        if nxt >= len(problem["sub_steps"]) or (str(problem["problem_id"]), nxt) in self.generated:
+            return
+        number = str(problem["sub_steps"][nxt]["step_number"])
+        selected = self.settings.selected
+        if number in dataset.PREFILLED_FILES or (selected is not None and number not in selected):
+            return
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentbench-prefetch")
+        self.generated[(str(problem["problem_id"]), nxt)] = self.pool.submit(self.solver.solve, problem, nxt, codes)
+
+
+def parses(code: str | None) -> bool:
+    if not code or not code.strip():
+        return False
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def verdict(result: ExecResult, token: str, n_tests: int) -> dict[str, Any]:
+    """Status of a scoring run. A pass needs exit 0 *and* the token printed after the last test."""
+    done = script.tests_completed(result.stdout)
+    out = {"returncode": result.exit_code, "tests_completed": min(done, n_tests),
+           # the token differs in every run; records of identical runs must be identical
+           "stdout": trim(result.stdout.replace(token, "<token>"), RECORD_OUTPUT_LIMIT),
+           "stderr": trim(result.stderr, RECORD_OUTPUT_LIMIT),
+           "exec_duration": round(result.duration, 3)}
+    if result.limit:
+        out["limit"] = result.limit
+    if result.timed_out:
+        return {**out, "status": "timeout", "message": f"scoring ran past {result.duration:.0f} s (--bench-timeout)"}
+    if result.exit_code == script.TARGETS_EXIT and ("agentbench: cannot read targets" in result.stderr
+                                                    or " targets for step " in result.stderr):
+        return {**out, "status": "eval_error", "message": last_line(result.stderr)}
+    problem = integrity_check(result, token)
+    if problem is None:
+        return {**out, "status": "pass", "message": ""}
+    where = f"test {done + 1} of {n_tests}" if done < n_tests else "after the tests"
+    if result.exit_code == 0 or result.limit or problem.startswith("generated code"):
+        detail = f"{problem} ({done} of {n_tests} tests completed)"
+    else:
+        detail = f"{last_line(result.stderr) or problem} ({where})"
+    return {**out, "status": "fail", "message": detail}
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def write_trajectory(run_dir: Path, number: str, generated: Generated) -> str:
+    folder = Path(run_dir) / "trajectories"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{number}.json"
+    write_atomic(path, json.dumps({"step": number, "status": generated.status, "messages": generated.trajectory,
+                                   "response": generated.response_text}, indent=1, default=str))
+    return str(path.relative_to(run_dir))

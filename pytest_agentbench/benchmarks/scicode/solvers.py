@@ -1,0 +1,114 @@
+"""Who writes the code of a step: chosen once per run (``choose_solver``), never guessed per step.
+
+* ``OracleSolver``: the ground-truth code (validation split only; no model).
+* ``ClientSolver``: a user's own client that answers steps directly (``answer_step(problem, index, previous)``).
+* ``ChatSolver``: a chat model driven by the SciCode harness (``generate.generate_step``: naive or tool use);
+  its ``code_interpreter`` runs through the environment factory (``env.run_python``), whatever the env is.
+
+A solver never raises for the model's misbehaviour: every outcome is a ``Generated`` with a status.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from ...models.oracle import OracleModel
+from . import script
+
+MODES = ("tool_use", "naive")  # of the chat harness (generate.py)
+
+
+@dataclass
+class Generated:
+    """The code for one step and how it was obtained."""
+
+    code: str | None
+    status: str = "ok"  # ok, parse_error, model_error, truncated
+    message: str = ""
+    accounting: dict[str, Any] = field(default_factory=dict)
+    trajectory: list[dict[str, Any]] = field(default_factory=list)
+    response_text: str = ""
+
+
+class Solver(Protocol):
+    # Whether the next step is worth generating while this one is scored (not for the oracle: it is instant).
+    overlaps: bool
+
+    def solve(self, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
+        """The code of step ``index`` (0-based) of ``problem``, given the code of the steps before it."""
+
+
+class OracleSolver:
+    overlaps = False
+
+    def solve(self, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
+        step = problem["sub_steps"][index]
+        code = step.get("ground_truth_code")
+        if not code:
+            return Generated(None, "model_error", f"the oracle has no ground truth for step {step['step_number']}")
+        return Generated(code, accounting={"model_calls": 0})
+
+
+class ClientSolver:
+    """A user's own client (an overridden ``bench_model`` fixture) that answers steps directly."""
+
+    overlaps = True
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def solve(self, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
+        try:
+            return Generated(self.client.answer_step(problem, index, previous), accounting={"model_calls": 1})
+        except Exception as exc:
+            return Generated(None, "model_error", f"{type(exc).__name__}: {exc}")
+
+
+RunPython = Callable[[str, float], dict[str, Any]]  # (source, timeout) -> {status, exit_code, stdout, stderr}
+
+
+class ChatSolver:
+    """The SciCode harness around a chat model (``complete(messages, tools=..., ...)``)."""
+
+    overlaps = True
+
+    def __init__(self, model: Any, *, templates: dict, run_python: RunPython, mode: str = "tool_use",
+                 background: bool = True, tool_loops: int = 15, tool_timeout: float = 180.0) -> None:
+        from .generate import generate_step  # why: it loads openai (2 s), which the other solvers never need
+
+        self.generate_step = generate_step
+        self.model = model
+        self.templates = templates
+        self.run_python = run_python
+        self.mode = mode
+        self.background = background
+        self.tool_loops = tool_loops
+        self.tool_timeout = tool_timeout
+
+    def solve(self, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
+        dependencies = problem.get("required_dependencies", "")
+
+        def run_code(code: str, timeout: float) -> dict[str, Any]:
+            source = script.build_tool_script(dependencies=dependencies, previous_code=previous, code=code)
+            return self.run_python(source, min(timeout, self.tool_timeout))
+
+        result = self.generate_step(self.model, problem, index, previous, mode=self.mode,
+                                    with_background=self.background, templates=self.templates,
+                                    run_code=run_code, tool_loops=self.tool_loops, tool_timeout=self.tool_timeout)
+        return Generated(code=result.code, status=result.status, message=result.message,
+                         accounting=dict(result.accounting), trajectory=list(result.trajectory),
+                         response_text=result.response_text)
+
+
+def choose_solver(model: Any, *, env: Any, templates: Callable[[], dict], mode: str = "tool_use",
+                  background: bool = True, tool_loops: int = 15, tool_timeout: float = 180.0) -> Solver:
+    """The solver for ``model`` (the ``bench_model`` value), chosen once per run.
+
+    ``env`` is the environment factory whose ``run_python`` runs tool code; ``templates()`` loads the
+    prompt templates (only a chat model needs them)."""
+    if isinstance(model, OracleModel):
+        return OracleSolver()
+    if callable(getattr(model, "answer_step", None)):  # the documented way to plug in one's own client
+        return ClientSolver(model)
+    return ChatSolver(model, templates=templates(), run_python=env.run_python, mode=mode, background=background,
+                      tool_loops=tool_loops, tool_timeout=tool_timeout)

@@ -1,0 +1,313 @@
+"""Declarative settings: one ``Option`` per setting, one reader, frozen results.
+
+Every setting of the plugin is an ``Option``: its command-line flag, ini key, environment variable,
+type, default, help text and check live in one place. ``resolve`` turns the raw values of one run
+into a frozen ``Settings`` with the precedence command line > environment > ini > default, and a
+bad value is an ``OptionError`` that names where it came from (``--bench-timeout 'x'``,
+``ini agentbench_timeout``, ``$AGENTBENCH_DATA_DIR``). Nothing here knows pytest: the plugin package
+registers the options with pytest's parser and hands their raw values to ``resolve``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+KINDS = ("str", "int", "float", "bool", "choice", "path", "list", "multi", "json", "size")
+
+
+class OptionError(ValueError):
+    """A setting's value is wrong; the message names the setting, where the value came from and the fix."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting.
+
+    ``kind``:
+      str, int, float, bool, choice (one of ``choices``), path (a ``Path``, relative paths resolved
+      against the invocation folder, or the rootdir with ``relative_to="rootdir"``; ``exists`` may
+      demand a "file" or a "dir"), list (comma-separated: a tuple of non-empty strings), multi
+      (repeatable flag and ini line list: a tuple of the strings as given), json (a JSON value),
+      size (``8g``, ``512m``, bytes: an int).
+    Numbers are finite; ``minimum``/``maximum`` bound them (``exclusive_minimum`` for "> 0").
+    ``check(value)`` may return a cleaned value or raise ``ValueError`` with the reason.
+    ``negatable`` adds ``--no-<flag>`` for bools. ``owner`` is the benchmark that declared the
+    option, or None for options every run shares.
+    """
+
+    name: str
+    flag: str
+    help: str
+    kind: str = "str"
+    default: Any = None
+    ini: str | None = None
+    env: str | None = None
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    exclusive_minimum: bool = False
+    maximum: float | None = None
+    exists: str | None = None  # "file", "dir" or None, for kind "path"
+    relative_to: str = "invocation"  # or "rootdir", for kind "path"
+    negatable: bool = False
+    metavar: str | None = None
+    check: Callable[[Any], Any] | None = None
+    owner: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"option {self.flag}: unknown kind {self.kind!r}")
+        if not self.flag.startswith("--"):
+            raise ValueError(f"option {self.name}: flag {self.flag!r} must start with --")
+
+    @property
+    def dest(self) -> str:
+        """The attribute name on pytest's option namespace."""
+        return "agentbench_" + self.name
+
+    @property
+    def negative_flag(self) -> str | None:
+        return "--no-" + self.flag[2:] if self.negatable else None
+
+    @property
+    def takes_value(self) -> bool:
+        return self.kind != "bool"
+
+    @property
+    def may_name_path(self) -> bool:
+        """Whether a value of this option, written with a space, can be taken for a test path by pytest."""
+        return self.takes_value
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The raw values of one run, as the plugin found them (strings; None where a source is silent)."""
+
+    cli: Mapping[str, Any]  # option name -> value from the command line (None when not given)
+    ini: Mapping[str, Any]  # option name -> value from the ini file ("" or [] when not set)
+    env: Mapping[str, str]
+    invocation_dir: Path
+    rootdir: Path
+    ini_dir: Path | None = None  # folder of the ini file: relative ini paths are resolved there
+
+
+class Settings(Mapping[str, Any]):
+    """Resolved settings: read-only, by key or attribute, plus where each value came from."""
+
+    def __init__(self, values: Mapping[str, Any], origins: Mapping[str, str] | None = None) -> None:
+        self._values = MappingProxyType(dict(values))
+        self._origins = MappingProxyType(dict(origins or {}))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self.__dict__["_values"][key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key.startswith("_"):
+            object.__setattr__(self, key, value)
+            return
+        raise AttributeError("settings are frozen")
+
+    def origin(self, key: str) -> str:
+        """'command line', 'environment', 'ini' or 'default'."""
+        return self._origins.get(key, "default")
+
+    def explicit(self, key: str) -> bool:
+        return self.origin(key) != "default"
+
+    def __repr__(self) -> str:
+        return f"Settings({dict(self._values)!r})"
+
+
+def resolve(options: Iterable[Option], sources: Sources) -> Settings:
+    """Every option's value: command line, else environment, else ini, else default, checked."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for option in options:
+        raw, where, origin = pick(option, sources)
+        base = sources.ini_dir if origin == "ini" and sources.ini_dir else (
+            sources.rootdir if option.relative_to == "rootdir" else sources.invocation_dir)
+        values[option.name] = convert(option, raw, where, base) if raw is not None else _default(option, base)
+        origins[option.name] = origin
+    return Settings(values, origins)
+
+
+def pick(option: Option, sources: Sources) -> tuple[Any, str, str]:
+    """The raw value that wins, a description of where it came from, and its origin."""
+    cli = sources.cli.get(option.name)
+    if cli is not None and cli != []:
+        shown = option.flag if cli is not False or not option.negatable else option.negative_flag
+        return cli, str(shown), "command line"
+    if option.env and sources.env.get(option.env, "") != "":
+        return sources.env[option.env], f"${option.env}", "environment"
+    if option.ini:
+        value = sources.ini.get(option.name)
+        if value not in (None, "", []):
+            return value, f"ini {option.ini}", "ini"
+    return None, "default", "default"
+
+
+def _default(option: Option, base: Path) -> Any:
+    if option.default is None:
+        return () if option.kind in ("list", "multi") else None
+    if option.kind == "path":
+        return _path(option.default, base)
+    if isinstance(option.default, str) and option.kind not in ("str", "choice"):
+        return _typed(option, option.default, base)  # a default written as text, like "8g", gets its type
+    return option.default
+
+
+def convert(option: Option, raw: Any, where: str, base: Path) -> Any:
+    """One raw value to its typed value, or an OptionError naming ``where``."""
+    try:
+        value = _typed(option, raw, base)
+        if option.check is not None:
+            checked = option.check(value)
+            value = value if checked is None else checked
+        return value
+    except OptionError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise OptionError(describe(where, raw, str(exc))) from None
+
+
+def describe(where: str, raw: Any, reason: str) -> str:
+    """``--flag must be a positive integer, got 'x'`` or ``--flag 'x' is not valid JSON``."""
+    if reason.startswith("must "):
+        return f"{where} {reason}, got {raw!r}"
+    return f"{where} {raw!r} {reason}"
+
+
+def _typed(option: Option, raw: Any, base: Path) -> Any:
+    kind = option.kind
+    if kind == "bool":
+        return _bool(raw)
+    if kind == "multi":
+        items = raw if isinstance(raw, (list, tuple)) else str(raw).splitlines()
+        return tuple(str(i).strip() for i in items if str(i).strip())
+    text = raw if not isinstance(raw, str) else raw.strip()
+    if kind == "str":
+        return str(text)
+    if kind == "choice":
+        if text not in option.choices:
+            raise ValueError(f"is not a valid value; valid values: {', '.join(option.choices)}")
+        return text
+    if kind in ("int", "float"):
+        return _number(option, text)
+    if kind == "path":
+        if str(text) == "":
+            raise ValueError("is empty; give a path")
+        path = _path(text, base)
+        if option.exists == "file" and not path.is_file():
+            raise ValueError(f"names no file ({path} is not a file)")
+        if option.exists == "dir" and not path.is_dir():
+            raise ValueError(f"names no folder ({path} is not a folder)")
+        return path
+    if kind == "list":
+        parts = [p.strip() for p in str(text).split(",")]
+        if not any(parts):
+            raise ValueError("names nothing; give comma-separated values")
+        return tuple(p for p in parts if p)
+    if kind == "json":
+        try:
+            return json.loads(text) if isinstance(text, str) else text
+        except json.JSONDecodeError as error:
+            raise ValueError(f"is not valid JSON ({error.msg} at column {error.colno})") from None
+    if kind == "size":
+        return parse_size(str(text))
+    raise ValueError(f"unknown kind {kind}")
+
+
+def _bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("is not a boolean; write true or false")
+
+
+def _number(option: Option, text: Any) -> int | float:
+    kind = option.kind
+    try:
+        value = int(str(text)) if kind == "int" else float(text)
+    except (TypeError, ValueError):
+        value = None
+    low, high = option.minimum, option.maximum
+    if (value is None or not math.isfinite(value)
+            or (low is not None and (value < low or (option.exclusive_minimum and value == low)))
+            or (high is not None and value > high)):
+        raise ValueError(f"must be {number_range(option)}")
+    return value
+
+
+def number_range(option: Option) -> str:
+    """What a number option accepts, in words: 'a positive integer', 'a number >= 0', ..."""
+    noun = "integer" if option.kind == "int" else "number"
+    low, high = option.minimum, option.maximum
+    if low is not None and high is not None:
+        return f"a finite {noun} from {low:g} to {high:g}"
+    if low is not None and (low > 0 or (low == 0 and option.exclusive_minimum)):
+        text = f"a positive {noun}"
+        return text if low <= 1 or option.kind != "int" else f"{text} >= {low:g}"
+    if low is not None:
+        return f"a finite {noun} {'>' if option.exclusive_minimum else '>='} {low:g}"
+    return f"a finite {noun}"
+
+
+def _path(text: Any, base: Path) -> Path:
+    path = Path(str(text)).expanduser()
+    return path if path.is_absolute() else Path(base) / path
+
+
+SIZE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """``8g``, ``512m``, ``1073741824`` -> bytes."""
+    raw = str(text).strip().lower().removesuffix("b")
+    try:
+        number = float(raw[:-1]) if raw and raw[-1] in SIZE_UNITS else float(raw)
+    except ValueError:
+        raise ValueError("is not a size; write e.g. 8g or 512m") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError("is not a positive size; write e.g. 8g or 512m")
+    return int(number * SIZE_UNITS[raw[-1]]) if raw[-1] in SIZE_UNITS else int(number)
+
+
+def help_text(option: Option) -> str:
+    """The help shown by ``pytest --help`` and for the ini key: one text for both."""
+    extra = []
+    if option.ini:
+        extra.append(f"ini {option.ini}")
+    if option.env:
+        extra.append(f"env ${option.env}")
+    return option.help + (f" [{'; '.join(extra)}]" if extra else "")
+
+
+def by_name(options: Sequence[Option]) -> dict[str, Option]:
+    """Options keyed by name; a name or flag declared twice is a programming error."""
+    out: dict[str, Option] = {}
+    flags: set[str] = set()
+    for option in options:
+        if option.name in out or option.flag in flags:
+            raise ValueError(f"option {option.flag} ({option.name}) is declared twice")
+        out[option.name] = option
+        flags.add(option.flag)
+    return out

@@ -1,0 +1,58 @@
+"""The environments' settings and the factory they select (``--bench-env host|docker``)."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..core.errors import ConfigError
+from ..core.options import Option
+from ..sandbox.limits import DEFAULT_MEMORY_LIMIT
+from ..sandbox.options import limits_from
+from .base import EnvFactory
+from .docker import DEFAULT_IMAGE, DEFAULT_NETWORK, DockerFactory
+from .host import HostFactory
+
+ENV_KINDS = ("host", "docker")
+DEFAULT_ENV_MEMORY = 8 << 30
+
+ENV_OPTIONS = (
+    Option("env", "--bench-env", kind="choice", choices=ENV_KINDS, default="host", ini="agentbench_env",
+           help="where agent commands and tool code run: host (a sandboxed workspace on this machine, default) or "
+                "docker (one container per item through the Docker SDK; DOCKER_HOST selects a remote engine)."),
+    Option("docker_image", "--bench-docker-image", default=DEFAULT_IMAGE, ini="agentbench_docker_image",
+           help=f"image of the Docker environment (default {DEFAULT_IMAGE}, pulled when missing)."),
+    Option("docker_network", "--bench-docker-network", default=DEFAULT_NETWORK, ini="agentbench_docker_network",
+           help="network mode of the containers: bridge (default), none, host or a network name."),
+    Option("gpus", "--bench-gpus", ini="agentbench_gpus",
+           help="GPUs for items that need one: all, or comma-separated device ids. Without it such items are skipped."),
+    Option("env_memory", "--bench-env-memory", kind="size", default=DEFAULT_ENV_MEMORY, ini="agentbench_env_memory",
+           help="memory limit of an environment (docker mem_limit; address-space limit of a host command), e.g. 8g."),
+    Option("keep_workspaces", "--bench-keep-workspaces", kind="bool", default=False, ini="agentbench_keep_workspaces",
+           help="keep each item's workspace folder after the run (its path is in the record)."),
+)
+
+
+def env_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The environment part of resolved settings, as plain values (for records and reports)."""
+    return {"env": opts["env"], "docker_image": opts["docker_image"], "docker_network": opts["docker_network"],
+            "gpus": opts["gpus"] or None, "memory": opts["env_memory"], "keep_workspaces": bool(opts["keep_workspaces"])}
+
+
+def build_env(opts: Mapping[str, Any]) -> EnvFactory:
+    """The environment factory selected by ``env`` (host unless told otherwise).
+
+    Tool scripts on the host run like scoring scripts: with the sandbox's ``executor`` and
+    ``memory_limit`` when ``opts`` has them (the sandbox's defaults otherwise)."""
+    try:
+        settings = env_settings(opts)
+    except KeyError as missing:
+        raise ConfigError(f"environment settings lack {missing}; resolve ENV_OPTIONS before build_env") from None
+    if settings["env"] == "docker":
+        return DockerFactory(image=settings["docker_image"], network=settings["docker_network"],
+                             gpus=settings["gpus"], keep_workspaces=settings["keep_workspaces"],
+                             memory=settings["memory"])
+    if settings["env"] != "host":
+        raise ConfigError(f"unknown environment {settings['env']!r} (--bench-env / agentbench_env); "
+                          f"valid: {', '.join(ENV_KINDS)}")
+    python = limits_from(opts, timeout=1.0).memory if "memory_limit" in opts else DEFAULT_MEMORY_LIMIT
+    return HostFactory(keep_workspaces=settings["keep_workspaces"], gpus=settings["gpus"], memory=settings["memory"],
+                       executor=opts.get("executor", "fork"), python_memory=python)

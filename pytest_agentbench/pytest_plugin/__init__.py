@@ -1,0 +1,170 @@
+"""The pytest plugin (the ``pytest11`` entry point): the only package of pytest-agentbench that imports pytest.
+
+It registers every layer's options once (``options.py``), reads them once at configure time into a
+frozen ``Settings`` (kept in ``config.stash``), builds the run's state (``state.py``), collects the
+benchmark's samples as items (``collect.py``), runs them (``run.py``, the ``bench_run`` fixture),
+writes their records (``writer.py``) and reports on the controller (``reporter.py``, ``progress.py``).
+The plugin is inert unless ``--bench`` (or the ``agentbench_bench`` ini key) names a benchmark.
+Roles are told apart once, in ``state.make_state``: every process that runs items gets a
+``RecordWriter``; the process that reports (the xdist controller, or the only process) gets a
+``Reporter``. Other plugins extend it through the hooks in ``hookspecs.py``.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from ..benchmarks.base import BenchRun, RunSpec
+from ..benchmarks.registry import available_benchmarks
+from ..core.data import DataError
+from ..core.errors import ConfigError
+from ..core.options import Option, Settings
+from ..core.records import RECORD_PROPERTY
+from ..envs import build_env
+from ..models.options import build_model, model_settings
+from . import hookspecs
+from .collect import BenchCollector, BenchItem, marker_name
+from .options import all_options, read, register
+from .pathargs import space_form_error
+from .progress import Progress
+from .run import SETTINGS, STATE, BenchState
+from .state import make_state
+from .writer import RecordWriter
+from .xdist import XdistHooks
+
+GENERIC_MARKERS = {"docker": "needs a Docker engine (pytest-agentbench's own tests)"}
+
+
+def usage_error(exc: Exception) -> pytest.UsageError:
+    return pytest.UsageError(f"agentbench: {exc}")
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    register(parser, all_options(available_benchmarks()))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Refuse an option value that pytest took for a test path before it knew the plugin's options."""
+    error = space_form_error(early_config, args, all_options(available_benchmarks()))
+    if error:
+        raise pytest.UsageError(error)
+
+
+def settings_of(config: pytest.Config) -> Settings:
+    """Every option's resolved value for this session (read once, at configure time)."""
+    return config.stash[SETTINGS]
+
+
+def markers(registered) -> dict[str, str]:
+    """Markers of every registered benchmark: its name, its splits and its own markers."""
+    out = dict(GENERIC_MARKERS)
+    for name in sorted(registered.found):
+        bench = registered.found[name]
+        out[marker_name(bench)] = f"a {bench.name} sample (pytest-agentbench)"
+        for split in bench.splits:
+            out.setdefault(split, f"a benchmark sample of the {split} split (pytest-agentbench)")
+        out.update(bench.markers)
+    return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    registered = available_benchmarks()
+    for name, description in markers(registered).items():
+        config.addinivalue_line("markers", f"{name}: {description}")
+    options: tuple[Option, ...] = all_options(registered)
+    opts = read(config, options)
+    config.stash[SETTINGS] = opts
+    try:
+        model_settings(opts)  # checked in every run, so a typo is found before anything runs
+        if not opts.bench:
+            return
+        state = make_state(config, opts)
+    except (ConfigError, DataError) as exc:
+        raise usage_error(exc) from None
+    config.stash[STATE] = state
+    config.pluginmanager.register(RecordWriter(config, state), "agentbench-writer")
+    if state.is_worker:
+        return
+    from .reporter import Reporter  # why: the report layer imports numpy; only a benchmark run reports
+
+    config.pluginmanager.register(Reporter(config, state), "agentbench-reporter")
+    config.pluginmanager.register(Progress(config, opts.progress_interval), "agentbench-progress")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(state, config.getoption("dist", None)), "agentbench-xdist")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    report = yield
+    state = collector.config.stash.get(STATE, None)
+    if state is None or not isinstance(collector, pytest.Session) or not report.passed:
+        return report
+    root = BenchCollector.from_parent(collector, name=state.benchmark.name, nodeid=state.benchmark.name,
+                                      benchmark=state.benchmark, tasks=state.tasks)
+    # With --bench and no explicit paths only the benchmark runs, never a user's tests/ by accident.
+    report.result = [root] if state.only_bench else [*report.result, root]
+    return report
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    state = config.stash.get(STATE, None)
+    if state is None:
+        return None
+    shown = ", ".join(f"{k}={v}" for k, v in state.settings.items()
+                      if v is not None and k not in ("notes", "data_hashes"))
+    lines = [f"agentbench: {shown}", f"agentbench: reports in {state.run_dir}"]
+    lines += [f"agentbench: {note}" for note in [*state.settings.get("notes", []), *state.notes]]
+    return lines
+
+
+@pytest.fixture(scope="session")
+def bench_model(pytestconfig: pytest.Config):
+    """The model under evaluation. Override this fixture in a conftest.py to plug in another client."""
+    try:
+        return build_model(settings_of(pytestconfig))
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.fixture(scope="session")
+def bench_env(pytestconfig: pytest.Config):
+    """Where agent commands and tool code run (``--bench-env``). Override it to supply another environment."""
+    try:
+        factory = build_env(settings_of(pytestconfig))
+    except ConfigError as exc:
+        raise usage_error(exc) from None
+    yield factory
+    factory.close()  # removes long-lived containers (a code tool's, for instance)
+
+
+@pytest.fixture(scope="session")
+def bench_run(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) -> Iterator[BenchRun]:
+    """This process's run of the benchmark, opened once at its first item with the model and environment
+    (the solver is chosen here) and closed at the end of the session, before the environment."""
+    state: BenchState = request.config.stash[STATE]
+    selected = frozenset(item.sample.id for item in request.session.items if isinstance(item, BenchItem))
+    opts = state.options
+    spec = RunSpec(settings=state.settings, options=opts, tasks=tuple(state.tasks), selected=selected,
+                   run_dir=state.run_dir, data_dir=opts.data_dir, cache_dir=opts.cache_dir)
+    try:
+        state.run = state.benchmark.open_run(spec, bench_model, bench_env)
+    except ConfigError as exc:
+        raise usage_error(exc) from None
+    yield state.run
+    state.run.close()
+    state.run = None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport):
+    """Keep whole records out of junitxml, which writes str(value) of every teardown property."""
+    if report.when == "teardown":
+        report.user_properties = [(k, v) for k, v in report.user_properties if k != RECORD_PROPERTY]
+    return (yield)
+

@@ -1,0 +1,90 @@
+"""Every option of every layer, registered with pytest once and read once (pytest-timeout's habit).
+
+Each layer declares its settings as a tuple of ``core.options.Option``; this module gives each one a
+command-line flag (``dest`` = ``option.dest``, default None so "not given" is visible, ``--no-<flag>``
+for negatable booleans) and, when it has one, an ini key with the same help text. ``read`` builds the
+raw ``Sources`` of one run from the config and resolves them into a frozen ``Settings`` at configure
+time; after that nothing reads ``config.getoption`` or ``config.getini``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..benchmarks.base import Registered
+from ..core.options import Option, OptionError, Settings, Sources, by_name, help_text, resolve
+from ..core.run_options import RUN_OPTIONS
+from ..envs import ENV_OPTIONS
+from ..models.options import MODEL_OPTIONS
+from ..report.options import REPORT_OPTIONS
+from ..sandbox.options import SANDBOX_OPTIONS
+
+GROUP = "agentbench"
+GROUP_TITLE = "agent/code benchmarks (pytest-agentbench)"
+METAVARS = {"int": "N", "float": "NUMBER", "path": "PATH", "list": "A,B", "multi": "VALUE", "json": "JSON",
+            "size": "SIZE"}
+
+
+def all_options(registered: Registered) -> tuple[Option, ...]:
+    """The options of every layer and of every registered benchmark, each once, in a stable order."""
+    options: list[Option] = [*RUN_OPTIONS, *SANDBOX_OPTIONS, *MODEL_OPTIONS, *ENV_OPTIONS, *REPORT_OPTIONS]
+    for name in sorted(registered.found):
+        options += registered.found[name].options
+    options = [with_choices(o, registered) for o in options]
+    by_name(options)  # a name or flag declared twice is a programming error, found at start-up
+    return tuple(options)
+
+
+def with_choices(option: Option, registered: Registered) -> Option:
+    """--bench and --bench-split list what the installed benchmarks accept in their help."""
+    found = [registered.found[n] for n in sorted(registered.found)]
+    if option.name == "bench" and found:
+        return replace(option, help=f"{option.help} Installed: {', '.join(b.name for b in found)}.")
+    if option.name == "split" and found:
+        splits = "; ".join(f"{b.name} {'|'.join(b.splits)} (default {b.default_split})" for b in found)
+        return replace(option, help=f"{option.help} {splits}.")
+    return option
+
+
+def register(parser: pytest.Parser, options: tuple[Option, ...]) -> None:
+    group = parser.getgroup(GROUP, GROUP_TITLE)
+    for option in options:
+        text = help_text(option)
+        cli_help = text.replace("%", "%%")  # argparse %-formats help texts
+        if option.kind == "bool":
+            group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=cli_help)
+            if option.negatable:
+                group.addoption(option.negative_flag, dest=option.dest, action="store_false", default=None,
+                                help=f"the opposite of {option.flag}.")
+        elif option.kind == "multi":
+            group.addoption(option.flag, dest=option.dest, action="append", default=None,
+                            metavar=option.metavar or METAVARS["multi"], help=cli_help)
+        elif option.kind == "choice":
+            group.addoption(option.flag, dest=option.dest, default=None, choices=option.choices,
+                            metavar=option.metavar, help=cli_help)
+        else:
+            group.addoption(option.flag, dest=option.dest, default=None,
+                            metavar=option.metavar or METAVARS.get(option.kind, "VALUE"), help=cli_help)
+        if option.ini:
+            parser.addini(option.ini, help=text, type="linelist" if option.kind == "multi" else "string")
+
+
+def sources(config: pytest.Config, options: tuple[Option, ...]) -> Sources:
+    """The raw values of this run: command line, ini file, environment and the folders paths are relative to."""
+    cli: dict[str, Any] = {o.name: config.getoption(o.dest) for o in options}
+    ini: dict[str, Any] = {o.name: config.getini(o.ini) for o in options if o.ini}
+    inipath = config.inipath
+    return Sources(cli=cli, ini=ini, env=dict(os.environ), invocation_dir=Path(config.invocation_params.dir),
+                   rootdir=Path(config.rootpath), ini_dir=inipath.parent if inipath else None)
+
+
+def read(config: pytest.Config, options: tuple[Option, ...]) -> Settings:
+    """Every option's value, resolved once; a bad value is a usage error that names where it came from."""
+    try:
+        return resolve(options, sources(config, options))
+    except OptionError as exc:
+        raise pytest.UsageError(f"agentbench: {exc}") from None

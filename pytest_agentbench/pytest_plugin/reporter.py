@@ -1,0 +1,97 @@
+"""Controller-side reporting: gather records, print the benchmark's metrics, write the run's files.
+
+At the end of the session (see ``report/summary.py`` for the pure steps): the summary; the verdict
+(comparison with the baseline, the gates and, when any gate is given, the exit code they decide);
+the ``pytest_agentbench_summary`` hook; then the picture, summary.json, summary.md, the baseline
+when asked to update it, and GITHUB_STEP_SUMMARY when CI sets it.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+
+from ..core import records as rec
+from ..report.compare import render_text
+from ..report.resume import write_settings_once
+from ..report.summary import Verdict, Written, build_summary, judge, judge_without_items, write_reports
+from .progress import usage_line
+from .run import BenchState
+
+
+class Reporter:
+    def __init__(self, config: pytest.Config, state: BenchState) -> None:
+        self.config = config
+        self.state = state
+        self.records: dict[str, dict[str, Any]] = {}
+        self.other_failures = 0  # failed non-benchmark tests collected in the same session
+        self.started = time.monotonic()
+        self._summary: dict[str, Any] | None = None
+        self.verdict: Verdict | None = None
+        self.written: Written | None = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        found = False
+        for name, value in report.user_properties:
+            if name == rec.RECORD_PROPERTY:
+                found = True
+                if not self.records:  # the run folder exists from its first record on
+                    write_settings_once(self.state.run_dir, self.state.settings)
+                self.records[value["id"]] = value
+        if report.failed and not found and not is_bench_node(report.nodeid, self.state):
+            self.other_failures += 1
+
+    def summary(self) -> dict[str, Any]:
+        if self._summary is None:
+            self._summary = build_summary(self.records.values(), self.state.benchmark, self.state.settings)
+        return self._summary
+
+    # ---- end of session ----------------------------------------------------------------------
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        state = self.state
+        if not self.records:
+            self.verdict = judge_without_items(state.gates, session.exitstatus)
+            session.exitstatus = self.verdict.exit_code
+            return
+        summary = self.summary()
+        self.verdict = judge(summary, state.gates, state.baseline, session.exitstatus, self.other_failures)
+        session.exitstatus = self.verdict.exit_code
+        self.config.hook.pytest_agentbench_summary(summary=summary)
+        self.written = write_reports(summary, self.verdict, state.run_dir, gates=state.gates,
+                                     baseline=state.baseline, notes=state.notes,
+                                     step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+        verdict = self.verdict
+        gate_results = verdict.gate_results if verdict is not None else []
+        if not self.records and not gate_results:
+            return
+        terminalreporter.write_sep("=", f"agentbench: {self.state.benchmark.name} results")
+        if self.records:
+            summary = self.summary()
+            for line in summary["_terminal"]:
+                terminalreporter.write_line(line)
+            terminalreporter.write_line(usage_line(len(self.records), None, summary["usage"],
+                                                   time.monotonic() - self.started))
+        if verdict is not None and verdict.comparison is not None:
+            for line in render_text(verdict.comparison, verdict.alpha):
+                terminalreporter.write_line(line)
+        if gate_results:
+            ok = all(r.ok for r in gate_results)
+            terminalreporter.write_sep("-", f"agentbench gates: {'passed' if ok else 'FAILED'}"
+                                            f" (exit code {verdict.exit_code})", green=ok, red=not ok)
+            for result in gate_results:
+                terminalreporter.write_line(result.line(), green=result.ok, red=not result.ok)
+            if ok and verdict.exit_before == 1 and verdict.exit_code == 0:
+                terminalreporter.write_line("failing items are expected in a benchmark: the gates decide the exit code")
+        if self.written is not None and self.written.baseline is not None:
+            terminalreporter.write_line(f"baseline updated: {self.written.baseline}")
+        if self.records:
+            terminalreporter.write_line(f"report: {self.state.run_dir}")
+
+
+def is_bench_node(nodeid: str, state: BenchState) -> bool:
+    return nodeid.startswith(f"{state.benchmark.name}/") or nodeid.startswith(f"{state.benchmark.name}::")

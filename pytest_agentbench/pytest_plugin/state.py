@@ -1,0 +1,94 @@
+"""Configure time: from resolved settings to one process's ``BenchState``.
+
+Everything that can be wrong with a run (an unknown benchmark, split or id, a missing data file, a
+bad gate, a baseline with other settings, a resume folder of another run) is found here, before any
+item runs, as a ``ConfigError`` / ``DataError`` the plugin shows as a usage error.
+"""
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..benchmarks.base import Benchmark
+from ..benchmarks.registry import get_benchmark
+from ..core.errors import ConfigError, choose
+from ..core.options import Settings
+from ..models.options import ORACLE, model_settings
+from ..report.baseline import baseline_for_run
+from ..report.options import gate_config
+from ..report.resume import load_for_worker, resume_controller
+from .collect import select_ids
+from .run import BenchState
+
+# keys of config.workerinput the controller hands to its xdist workers
+RUN_DIR_KEY = "agentbench_run_dir"
+ONLY_BENCH_KEY = "agentbench_only_bench"
+RESUME_BYTES_KEY = "agentbench_resume_bytes"
+
+
+def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only: bool) -> dict[str, Any]:
+    """The settings every run records first: benchmark, split, the model's settings and the item timeout."""
+    model = model_settings(opts)
+    if not model["model"] and not collect_only:
+        raise ConfigError(f"--bench={benchmark.name} needs a model: pass --model NAME "
+                          f"(--model=oracle scores the ground truth without any server)")
+    if model["model"] == ORACLE:  # no server, no cache: the endpoint settings would only mislead
+        model = {"model": ORACLE}
+    return {"benchmark": benchmark.name, "split": split, **model, "item_timeout": opts.timeout}
+
+
+def make_state(config: pytest.Config, opts: Settings) -> BenchState:
+    """This process's state; raises ConfigError or DataError (the caller turns them into usage errors)."""
+    benchmark = get_benchmark(opts.bench)
+    split = choose(benchmark.splits, opts.split or benchmark.default_split,
+                   f"{benchmark.name} split (--bench-split)")
+    settings = run_settings(benchmark, opts, split, bool(config.option.collectonly))
+    settings.update(benchmark.configure(opts, split))
+    tasks = select_ids(benchmark.load_tasks(opts, split), opts.ids, benchmark.name)
+    settings["data_hashes"] = benchmark.data_hashes(opts, split, settings)
+    is_worker = hasattr(config, "workerinput")  # the one place roles are told apart
+    workerinput: dict[str, Any] = config.workerinput if is_worker else {}
+    if RUN_DIR_KEY in workerinput:
+        run_dir = Path(workerinput[RUN_DIR_KEY])
+        only_bench = bool(workerinput[ONLY_BENCH_KEY])
+    else:
+        # a resumed run continues in the interrupted run's folder
+        run_dir = opts.resume or new_run_dir(opts, benchmark.name, settings.get("model") or "none")
+        only_bench = config.args_source != pytest.Config.ArgsSource.ARGS
+    settings["run_id"] = run_dir.name
+    state = BenchState(benchmark=benchmark, split=split, settings=settings, options=opts, tasks=tasks,
+                       run_dir=run_dir, only_bench=only_bench, records_path=run_dir / benchmark.records_file,
+                       is_worker=is_worker)
+    if not is_worker:
+        prepare_controller(state)
+    elif workerinput.get(RESUME_BYTES_KEY):
+        state.resumed = load_for_worker(state.records_path, workerinput[RESUME_BYTES_KEY]).records
+    return state
+
+
+def prepare_controller(state: BenchState) -> None:
+    """Gates, resume and baseline are checked before anything runs, so a mistake costs no model calls."""
+    opts = state.options
+    free = state.benchmark.free_settings
+    state.gates = gate_config(opts, state.benchmark)
+    if opts.resume:
+        resumed = resume_controller(state.run_dir, state.records_path, state.settings, free)
+        state.resumed = resumed.records
+        state.notes += resumed.notes
+    state.baseline, notes = baseline_for_run(state.gates.baseline, state.gates.update_baseline, state.settings, free)
+    state.notes += notes
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "model"
+
+
+def new_run_dir(opts: Settings, bench: str, model: str) -> Path:
+    run_id = opts.run_id or (datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2))
+    # Created by the first record written, so --collect-only leaves no empty folders behind.
+    return Path(opts.report_dir) / bench / safe_name(model) / safe_name(run_id)

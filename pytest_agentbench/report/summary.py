@@ -1,0 +1,164 @@
+"""A run's summary, its verdict and its files: everything the reporter does once the records are in.
+
+The plugin's reporter gathers the records and calls, at the end of the session:
+
+    summary = build_summary(records, benchmark, settings)      # metrics, counts, items, usage
+    verdict = judge(summary, gates, baseline, exit_status, other_failures)   # comparison, gates, exit code
+    ... (hooks may add fields to ``summary`` here)
+    written = write_reports(summary, verdict, run_dir, gates=gates, baseline=baseline, notes=notes,
+                            step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+
+(``judge_without_items`` when no benchmark item ran). Keys starting with "_" stay in memory
+(``_terminal``, ``_markdown``: the benchmark's own lines); summary.json holds the rest.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..core import records as rec
+from ..core.io import write_atomic
+from .baseline import json_text, public, write_baseline
+from .compare import Comparison, compare
+from .compare import render_markdown as comparison_markdown
+from .declared import Declared, declared_in
+from .gates import GateResult, decide_exit, evaluate, no_items_results
+from .gates import render_markdown as gates_markdown
+from .options import GateConfig
+from .picture import draw
+
+SUMMARY_JSON = "summary.json"
+SUMMARY_MD = "summary.md"
+PICTURE = "summary.png"
+
+
+def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings: Mapping[str, Any]
+                  ) -> dict[str, Any]:
+    """The summary of a run from its records and ``benchmark.summarize``; it also stores the benchmark's
+    gate metrics, headlines and free settings, so two summary.json files can be compared on their own."""
+    ordered = sorted((dict(r) for r in records), key=rec.sort_key)
+    result = benchmark.summarize(ordered, settings)
+    return {
+        "settings": dict(settings),
+        "metrics": result["metrics"],
+        "counts": rec.count_statuses(ordered),
+        "items": [{"id": r["id"], "task": r["task"], "status": r["status"], "scored": r.get("scored", True)}
+                  for r in ordered],
+        "usage": rec.usage_totals(ordered),
+        **{k: v for k, v in result.items() if k not in ("metrics", "terminal", "markdown")},
+        **Declared.of(benchmark).to_summary(),
+        "_terminal": list(result.get("terminal", [])),
+        "_markdown": result.get("markdown", ""),
+    }
+
+
+@dataclass
+class Verdict:
+    """What the end of a run decided: the comparison with the baseline, the gates and the exit code."""
+
+    exit_before: int  # pytest's exit status before the gates
+    exit_code: int  # the exit status to set (the same unless a gate was given and the run completed)
+    comparison: Comparison | None = None
+    gate_results: list[GateResult] = field(default_factory=list)
+    alpha: float = 0.05  # the level the comparison is read at
+
+    @property
+    def gates_passed(self) -> bool:
+        return all(r.ok for r in self.gate_results)
+
+
+def judge(summary: dict[str, Any], gates: GateConfig | None, baseline: Mapping[str, Any] | None,
+          exit_status: int, other_failures: int = 0) -> Verdict:
+    """Compare with the baseline (when there is one), evaluate the gates (when any is given) and decide
+    the exit code; the results are added to ``summary`` (comparison, gates, gates_passed, exit_code).
+
+    ``other_failures``: failed tests of the session that are not benchmark items (they still fail the run)."""
+    verdict = Verdict(exit_before=int(exit_status), exit_code=int(exit_status),
+                      alpha=gates.alpha if gates is not None else 0.05)
+    if baseline is not None:
+        verdict.comparison = compare(dict(baseline), public(summary), declared=declared_in(summary))
+        summary["comparison"] = {
+            "baseline": baseline.get("_path"),
+            "flipped": verdict.comparison.flipped,
+            "mcnemar": verdict.comparison.mcnemar,
+            "bootstrap": verdict.comparison.bootstrap,
+        }
+    if gates is not None and gates.any_gate:
+        note = None if baseline is not None else "no comparable baseline yet (this run writes it)"
+        verdict.gate_results = evaluate(gates, summary, verdict.comparison, note)
+        verdict.exit_code = decide_exit(verdict.exit_before, verdict.gate_results, other_failures)
+        summary["gates"] = [{"gate": r.gate, "ok": r.ok, "detail": r.detail} for r in verdict.gate_results]
+        summary["gates_passed"] = verdict.gates_passed
+    summary["exit_code"] = verdict.exit_code
+    return verdict
+
+
+def judge_without_items(gates: GateConfig | None, exit_status: int) -> Verdict:
+    """No benchmark item ran: a gated run that otherwise completed fails, since no gate can hold."""
+    verdict = Verdict(exit_before=int(exit_status), exit_code=int(exit_status))
+    if gates is not None and gates.any_gate and exit_status in (0, 1):
+        verdict.gate_results = no_items_results()
+        verdict.exit_code = decide_exit(exit_status, verdict.gate_results, 0)
+    return verdict
+
+
+def render_markdown(summary: Mapping[str, Any], verdict: Verdict | None = None, *, notes: Iterable[str] = (),
+                    picture: bool = False) -> str:
+    """summary.md: notes, gates, picture, the benchmark's own Markdown, usage, comparison, settings."""
+    settings = summary["settings"]
+    lines = [f"# {settings['benchmark']} — {settings.get('model')} — run {settings.get('run_id')}", ""]
+    for note in [*settings.get("notes", []), *notes, *summary.get("notes", [])]:
+        lines += [f"> **Note:** {note}", ""]
+    if verdict is not None and verdict.gate_results:
+        lines.append(gates_markdown(verdict.gate_results, summary.get("exit_code", 1)))
+    if picture:
+        lines += [f"![per-task results]({PICTURE})", ""]
+    lines.append(str(summary.get("_markdown", "")).rstrip())
+    usage = summary.get("usage")
+    if usage:
+        lines += ["", "Usage: " + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in usage.items())]
+    if verdict is not None and verdict.comparison is not None:
+        lines += ["", comparison_markdown(verdict.comparison, verdict.alpha).rstrip()]
+    lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
+    for key, value in settings.items():
+        if key != "notes":
+            lines.append(f"| {key} | {value} |")
+    return "\n".join(lines) + "\n"
+
+
+def draw_picture(summary: dict[str, Any], run_dir: Path, baseline: Mapping[str, Any] | None = None) -> Path | None:
+    """summary.png, or None; a broken plotting stack adds a note to the summary instead of losing the reports."""
+    try:
+        return draw(summary, Path(run_dir) / PICTURE, headlines=declared_in(summary).picture_metrics(),
+                    baseline=dict(baseline) if baseline is not None else None)
+    except Exception as exc:  # noqa: BLE001  (any plotting failure)
+        summary.setdefault("notes", []).append(f"picture not drawn: {type(exc).__name__}: {exc}")
+        return None
+
+
+@dataclass
+class Written:
+    markdown: str
+    picture: Path | None = None
+    baseline: Path | None = None  # where the baseline was updated, when it was
+
+
+def write_reports(summary: dict[str, Any], verdict: Verdict, run_dir: Path, *, gates: GateConfig | None = None,
+                  baseline: Mapping[str, Any] | None = None, notes: Iterable[str] = (),
+                  step_summary: str | Path | None = None) -> Written:
+    """Write summary.png, summary.json and summary.md into ``run_dir``; update the baseline when asked
+    (and the run completed); append the Markdown to ``step_summary`` (GITHUB_STEP_SUMMARY) when given."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    picture = draw_picture(summary, run_dir, baseline)
+    write_atomic(run_dir / SUMMARY_JSON, json_text(public(summary)))
+    markdown = render_markdown(summary, verdict, notes=notes, picture=picture is not None)
+    write_atomic(run_dir / SUMMARY_MD, markdown)
+    written = Written(markdown=markdown, picture=picture)
+    if gates is not None and gates.update_baseline and gates.baseline and verdict.exit_before in (0, 1):
+        written.baseline = write_baseline(gates.baseline, summary)
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as fh:
+            fh.write(markdown.replace(f"]({PICTURE})", f"]({run_dir / PICTURE})") + "\n")
+    return written

@@ -1,0 +1,83 @@
+"""The limits of one child run (``Limits``) and how a child takes them on (rlimits, its environment).
+
+Plain standard library only: the subprocess launchers import this module with ``python -S``.
+"""
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+GiB = 1 << 30
+MiB = 1 << 20
+DEFAULT_MEMORY_LIMIT = 4 * GiB
+DEFAULT_OUTPUT_LIMIT = 64 * 1024  # bytes kept per stream, half from the head, half from the tail
+DEFAULT_OUTPUT_CAP = 256 * MiB  # bytes a stream may reach before the script is stopped
+DEFAULT_MAX_PROCESSES = 256
+LIMIT_NAMES = ("wall", "memory", "cpu", "processes", "output")
+# environment variables a child never inherits: the model's key, the test runner's and the plugin's settings
+HIDDEN_ENV_PREFIXES = ("OPENAI_", "PYTEST_", "AGENTBENCH_")
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout: float = 1800.0
+    memory: int | None = DEFAULT_MEMORY_LIMIT
+    cpu: float | None = None  # defaults to the wall-clock timeout
+    processes: int | None = DEFAULT_MAX_PROCESSES
+    output: int = DEFAULT_OUTPUT_LIMIT
+    output_cap: int = DEFAULT_OUTPUT_CAP
+
+    def __post_init__(self) -> None:
+        if not self.timeout or self.timeout <= 0:
+            raise ValueError(f"Limits.timeout must be a positive number of seconds, got {self.timeout!r}")
+        if self.processes is not None and self.processes < 1:
+            raise ValueError(f"Limits.processes must be at least 1 (or None), got {self.processes!r}")
+        if self.output < 2:
+            raise ValueError(f"Limits.output must be at least 2 bytes, got {self.output!r}")
+
+
+def apply_child_limits(limits: Limits) -> None:
+    """Set the rlimits of the calling process (the child, before any untrusted code runs)."""
+    if limits.memory:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory, limits.memory))
+    cpu = int(limits.cpu or limits.timeout) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    if limits.processes and os.getuid() != 0:
+        # RLIMIT_NPROC counts every process of the user, so it is a ceiling on a fork bomb, not a quota.
+        soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        want = limits.processes if hard == resource.RLIM_INFINITY else min(limits.processes, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (want, want))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_cap, limits.output_cap))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def enter_jail(spec: dict) -> None:
+    """In a launcher process: join the run's pids cgroup (when it has one), then take on its rlimits.
+
+    ``spec`` is the launcher's JSON argument: ``cgroup`` (a folder or "") and ``limits`` (Limits fields).
+    """
+    if spec.get("cgroup"):
+        with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+    apply_child_limits(Limits(**spec["limits"]))
+
+
+def package_parent() -> str:
+    """The folder holding the ``pytest_agentbench`` package: launchers run with ``-S`` (fast start, no
+    site), so they need the package's location explicitly on PYTHONPATH."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child: ours without secrets and plugin settings, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(HIDDEN_ENV_PREFIXES)}
+    env.update({"MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+                "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1")})
+    if extra:
+        bad = [k for k, v in extra.items() if not isinstance(k, str) or not isinstance(v, str)]
+        if bad:
+            raise TypeError(f"env for the sandboxed script must map str to str; fix the entries {bad!r}")
+        env.update(extra)
+    return env

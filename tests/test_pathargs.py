@@ -1,0 +1,74 @@
+"""An option value written with a space must not move pytest's rootdir, ini file and conftest cut-off."""
+from __future__ import annotations
+
+import pytest
+
+from pytest_agentbench.benchmarks.registry import available_benchmarks
+from pytest_agentbench.pytest_plugin.options import all_options
+
+PATH_OPTIONS = sorted((o for o in all_options(available_benchmarks()) if o.kind == "path"), key=lambda o: o.flag)
+
+
+@pytest.fixture
+def outside(pytester: pytest.Pytester):
+    """A folder beside the project (not below it), so taking it for a test path moves the rootdir."""
+    path = pytester.path.parent / f"{pytester.path.name}-outside"
+    path.mkdir()
+    return path
+
+
+def test_every_path_option_is_covered():
+    flags = {o.flag for o in PATH_OPTIONS}
+    assert {"--bench-data-dir", "--bench-report-dir", "--bench-cache-dir", "--bench-resume", "--bench-baseline",
+            "--bench-h5", "--bench-capsules-dir"} <= flags
+
+
+@pytest.mark.parametrize("option", PATH_OPTIONS, ids=lambda o: o.flag)
+def test_space_form_that_moves_the_rootdir_is_a_usage_error(pytester, outside, option):
+    pytester.makeini("[pytest]\nagentbench_run_id = from-ini\n")
+    value = outside / "summary.json" if option.exists == "file" else outside
+    if option.exists == "file":
+        value.write_text("{}")
+    result = pytester.runpytest("-p", "no:cacheprovider", option.flag, str(value), "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    text = result.stderr.str()
+    assert f"'{option.flag} {value}'" in text
+    assert f"Write the option with '=': {option.flag}={value}" in text
+    assert f"the ini file {pytester.path / 'tox.ini'}" in text or f"the ini file {pytester.path / 'pytest.ini'}" in text
+    assert f"conftest.py files under {pytester.path}" in text
+
+
+def test_a_non_path_value_that_names_a_folder_with_its_own_ini_is_refused(pytester):
+    pytester.makeini("[pytest]\n")
+    (pytester.path / "scicode").mkdir()
+    (pytester.path / "scicode" / "pytest.ini").write_text("[pytest]\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--bench", "scicode", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "Write the option with '=': --bench=scicode" in result.stderr.str()
+
+
+def test_space_form_from_pytest_addopts_is_refused(pytester, outside, monkeypatch):
+    pytester.makeini("[pytest]\n")
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"--bench-report-dir {outside}")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"--bench-report-dir={outside}" in result.stderr.str()
+
+
+@pytest.mark.parametrize("form", ["space", "equals"])
+def test_harmless_value_keeps_ini_key_and_conftest_model(pytester, tiny, form):
+    """`--bench-report-dir reports` inside the project changes nothing: the ini key and the conftest's
+    bench_model (which breaks step 2.2; the built-in client could not even be built) take effect."""
+    pytester.makeini("[pytest]\nagentbench_run_id = from-ini\n")
+    (pytester.path / "reports").mkdir()
+    args = ["--bench-report-dir", "reports"] if form == "space" else ["--bench-report-dir=reports"]
+    result = tiny(*args, broken="2.2")
+    result.assert_outcomes(passed=4, failed=1)
+    assert (pytester.path / "reports" / "scicode" / "mutant" / "from-ini" / "steps.jsonl").is_file()
+
+
+def test_equals_form_outside_the_project_works(pytester, tiny, outside):
+    pytester.makeini("[pytest]\nagentbench_run_id = from-ini\n")
+    result = tiny(f"--bench-report-dir={outside}", broken="2.2")
+    result.assert_outcomes(passed=4, failed=1)
+    assert (outside / "scicode" / "mutant" / "from-ini" / "steps.jsonl").is_file()
