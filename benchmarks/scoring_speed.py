@@ -13,6 +13,7 @@ The targets of the validation split are rebuilt from the ground truth once into 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -26,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_agentbench.sandbox.executors import Limits, get_executor  # noqa: E402
 from pytest_agentbench.sandbox.integrity import integrity_check  # noqa: E402
+from pytest_agentbench.sandbox.isolation import probe  # noqa: E402
 
 # Runs every script in one warm interpreter with the same libraries preloaded: the cost of the tests alone.
 FLOOR_RUNNER = r"""
@@ -52,8 +54,11 @@ print(json.dumps(times))
 
 
 def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
-    """(source, env, token) of the 50 validation steps, scored against targets rebuilt from ground truth."""
-    from pytest_agentbench.benchmarks.scicode import script
+    """The 50 validation steps as the plugin scores them (the child computes the operands, this process holds
+    the targets rebuilt from ground truth and compares): child source, its plan and its targets per step."""
+    from pytest_agentbench.benchmarks.scicode import h5codec, script, split
+    from pytest_agentbench.benchmarks.scicode.run import CHANNEL
+    from pytest_agentbench.sandbox.integrity import integrity_epilogue, integrity_prelude
     from pytest_agentbench.benchmarks.scicode.targets import (ground_truth_prefix, find_problems_file,
                                                               load_problems, rebuild_targets)
 
@@ -74,10 +79,13 @@ def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
                 continue
             codes = [code for _, code in ground_truth_prefix(problem, index, data_dir / "scicode")]
             token = script.new_token()
-            source = script.build_scoring_script(
-                step_number=number, dependencies=problem.get("required_dependencies", ""),
-                previous_code=codes[:-1], code=codes[-1], tests=step["test_cases"], h5_path=h5, token=token)
-            jobs.append({"name": number, "source": source, "env": {}, "token": token})
+            plan = split.split_step(step["test_cases"], number)
+            source = split.build_child_script(
+                plan, dependencies=problem.get("required_dependencies", ""), previous_code=codes[:-1],
+                code=codes[-1], channel=CHANNEL, prelude=integrity_prelude(guard_modules=script.GUARDED_MODULES),
+                epilogue=integrity_epilogue(token))
+            jobs.append({"name": number, "source": source, "env": {}, "token": token, "plan": plan,
+                         "targets": h5codec.read_step_targets(h5, number), "collect": {CHANNEL: plan.stream_cap()}})
     return jobs
 
 
@@ -97,16 +105,30 @@ def time_executor(kind: str, jobs: list[dict], limits: Limits) -> tuple[list[flo
         executor.start()  # server start-up is paid once per worker; reported separately
     times, passed = [], 0
     for job in jobs:
+        collect = job.get("collect")
+        run_limits = limits if not collect else dataclasses.replace(
+            limits, output_cap=max(limits.output_cap, max(collect.values()) + 1))
         started = time.monotonic()
-        result = executor.run(job["source"], limits=limits, env=job["env"])
-        times.append(time.monotonic() - started)
-        passed += integrity_check(result, job["token"]) is None
+        result = executor.run(job["source"], limits=run_limits, env=job["env"], collect=collect)
+        times.append(time.monotonic() - started)  # the child's run; the comparisons in this process are not timed
+        passed += job_passed(job, result)
     return times, passed
+
+
+def job_passed(job: dict, result) -> bool:
+    if "plan" not in job:  # a synthetic script: it prints the token last
+        return integrity_check(result, job["token"]) is None
+    from pytest_agentbench.benchmarks.scicode import split
+    from pytest_agentbench.benchmarks.scicode.run import CHANNEL, split_verdict
+
+    stream = result.files.get(CHANNEL, b"")
+    outcome = split.evaluate(job["plan"], stream, job["targets"])
+    return split_verdict(result, outcome, job["token"], len(stream))["status"] == "pass"
 
 
 def time_floor(jobs: list[dict], work: Path) -> list[float]:
     jobs_file = work / "floor-jobs.json"
-    jobs_file.write_text(json.dumps(jobs))
+    jobs_file.write_text(json.dumps([{k: job[k] for k in ("name", "source", "env")} for job in jobs]))
     out = subprocess.run([sys.executable, "-c", FLOOR_RUNNER, str(jobs_file)], capture_output=True, text=True,
                          cwd=work, env=dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1"), check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -215,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     jobs = synthetic_jobs() if args.synthetic else scicode_jobs(args.data_dir.resolve(), args.work)
     limits = Limits(timeout=600)
-    print(f"{len(jobs)} scripts ({'synthetic' if args.synthetic else 'SciCode validation oracle'})")
+    print(f"{len(jobs)} scripts ({'synthetic' if args.synthetic else 'SciCode validation oracle'}); "
+          f"isolation: {probe().describe()}")
 
     started = time.monotonic()
     get_executor("fork").start()

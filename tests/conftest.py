@@ -43,6 +43,17 @@ def shared_cache(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def machine_secret(tmp_path_factory) -> Path:
+    """One machine secret (core.data) for the whole test session: pytester gives every run its own HOME,
+    and stamps/rebuilt targets in the shared cache are signed with the secret, so it must not move."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path = root / "agentbench-secret"
+    os.environ.setdefault("AGENTBENCH_SECRET_FILE", str(path))
+    return Path(os.environ["AGENTBENCH_SECRET_FILE"])
+
+
 @pytest.fixture
 def bench(pytester: pytest.Pytester, shared_data: Path, shared_cache: Path, monkeypatch):
     """Run pytest the way a user does, offline, with the staged data and a shared cache."""

@@ -9,6 +9,12 @@ every request, and can be told to fail (429 with Retry-After, persistent 500) or
         server.fail(times=1, status=429, retry_after=0)
         ... OpenAIModel("m", base_url=server.base_url, ...)
         server.requests  # [{"path", "body", "headers" (lower-cased names)}, ...]
+
+For the model preflight: GET /v1/models lists ``server.models`` (empty by default: any model is
+served; ``list_models = False`` answers 404 as a server without listing does); ``known_models``
+makes completions of any other model a 404 (model_not_found); ``api_key`` makes every request with
+another bearer token a 401. Preflight requests (listings, 1-token completions) are counted in
+``server.preflights`` and never consume a scripted reply. Only paths under /v1/ exist.
 """
 from __future__ import annotations
 
@@ -29,6 +35,11 @@ class FakeOpenAI:
         self.always_status: int | None = None  # persistent failure status, e.g. 500
         self.delay = 0.0  # seconds to wait before every answer
         self.requests: list[dict] = []
+        self.models: list[str] = []  # what GET /v1/models lists
+        self.list_models = True  # False: GET /v1/models is a 404, as on servers that do not list
+        self.known_models: list[str] | None = None  # when set, completions of other models are a 404
+        self.api_key: str | None = None  # when set, other bearer tokens get a 401
+        self.preflights: list[dict] = []  # GET /v1/models and 1-token completions (never scripted replies)
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -83,10 +94,46 @@ class FakeOpenAI:
 
     # ------------------------------------------------------------ answering
 
+    def refusal(self, path: str, body: dict | None, headers: dict) -> tuple[int, dict, dict] | None:
+        """The error a request gets before any scripting: unknown path, wrong key, unknown model."""
+        if not path.startswith("/v1/"):
+            return 404, {}, {"error": {"message": f"fake server: unknown path {path}"}}
+        if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
+            return 401, {}, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                       "code": "invalid_api_key"}}
+        model = (body or {}).get("model")
+        if body is not None and self.known_models is not None and model not in self.known_models:
+            return 404, {}, {"error": {"message": f"The model `{model}` does not exist", "type": "invalid_request_error",
+                                       "code": "model_not_found"}}
+        return None
+
+    def answer_get(self, path: str, headers: dict) -> tuple[int, dict, dict]:
+        with self._lock:
+            self.preflights.append({"path": path, "headers": headers})
+        refused = self.refusal(path, None, headers)
+        if refused:
+            return refused
+        if path.rstrip("/") == "/v1/models" and self.list_models:
+            return 200, {}, {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "fake"}
+                                                        for m in self.models]}
+        return 404, {}, {"error": {"message": f"fake server: unknown path {path}"}}
+
     def answer(self, path: str, body: dict, headers: dict | None = None) -> tuple[int, dict, dict]:
         """(status, headers, JSON body) for one request."""
+        headers = headers or {}
+        refused = self.refusal(path, body, headers)
+        is_preflight = body.get("max_tokens") == 1 or (body.get("input") == "ping" and "max_output_tokens" in body)
+        if refused or is_preflight:
+            with self._lock:
+                (self.preflights if is_preflight else self.requests).append(
+                    {"path": path, "body": body, "headers": headers})
+            if refused:
+                return refused
+            spec = {"text": "p", "tool_calls": [], "finish_reason": "length", "prompt_tokens": 1,
+                    "completion_tokens": 1}
+            return 200, {}, (self._chat(body, spec) if path.endswith("/chat/completions") else self._responses(body, spec))
         with self._lock:
-            self.requests.append({"path": path, "body": body, "headers": headers or {}})
+            self.requests.append({"path": path, "body": body, "headers": headers})
         time.sleep(self.delay)
         with self._lock:
             if self.always_status is not None:
@@ -181,6 +228,18 @@ def _make_handler(fake: FakeOpenAI):
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (timeout test)
+
+        def do_GET(self):  # noqa: N802 (http.server naming)
+            status, headers, payload = fake.answer_get(self.path, {k.lower(): v for k, v in self.headers.items()})
+            data = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
 
         def log_message(self, *args):  # keep test output quiet
             pass

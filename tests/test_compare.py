@@ -14,7 +14,7 @@ from pytest_agentbench.__main__ import main as cli
 from pytest_agentbench.benchmarks.base import Benchmark
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.report import declared as declared_module
-from pytest_agentbench.report.compare import compare, metric_rows, render_markdown, render_text
+from pytest_agentbench.report.compare import compare, metric_rows, min_flips, render_markdown, render_text, too_small
 from pytest_agentbench.report.declared import DEFAULT_HEADLINES, Declared, declared_in
 from pytest_agentbench.report.summary import build_summary
 
@@ -58,13 +58,40 @@ def test_mcnemar_and_bootstrap_are_exact_and_deterministic():
     assert main["delta_ci"][0] <= -0.4 <= main["delta_ci"][1]
 
 
-def test_compare_refuses_runs_with_other_settings(tmp_path, capsys):
-    for name, background in (("a", True), ("b", False)):
-        (tmp_path / f"{name}.json").write_text(json.dumps(fake_summary({"1.1": "pass"}, background=background)))
-    assert cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2
-    assert "refusing to compare runs made with different settings: background: true vs false" in capsys.readouterr().err
-    assert cli(["compare", "--force", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+def test_compare_shows_other_settings_and_refuses_only_other_splits(tmp_path, capsys):
+    """Issue 13: runs of other models or modes are what users compare: the differing settings are shown
+    in a table; only different benchmarks or splits are refused."""
+    for name, background, model in (("a", True, "oracle"), ("b", False, "gpt-x")):
+        (tmp_path / f"{name}.json").write_text(json.dumps(fake_summary({"1.1": "pass"}, background=background,
+                                                                       model=model)))
+    assert cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "settings that differ:" in out
+    assert re.search(r"background\s+True\s+False", out) and re.search(r"model\s+oracle\s+gpt-x", out)
+    (tmp_path / "c.json").write_text(json.dumps(fake_summary({"1.1": "pass"}, split="test")))
+    assert cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "c.json")]) == 2
+    assert "different splits (validation vs test)" in capsys.readouterr().err
     assert cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "missing")]) == 2
+
+
+def test_compare_scores_the_items_both_runs_share(tmp_path, capsys):
+    a = fake_summary({"1.1": "pass", "1.2": "pass", "2.1": "fail", "3.1": "pass"})
+    b = fake_summary({"1.1": "pass", "1.2": "fail"})
+    c = compare(a, b)
+    assert c.shared == 2 and c.only_a == ["2.1", "3.1"]
+    assert dict((name, (left, right)) for name, left, right in c.metrics) == {
+        "main": (1.0, 0.0), "subproblem": (1.0, 0.5)}  # problem 1 only, on both sides
+    text = "\n".join(render_text(c))
+    assert "compared on the 2 scored items both runs share (A has 2 more, B has 0 more)" in text
+
+
+def test_significance_warns_when_the_selection_is_too_small():
+    assert min_flips(0.05) == 6 and min_flips(0.01) == 8
+    assert too_small({"item": 6, "task": 5}, 0.05) == [
+        "only 5 tasks: the exact McNemar test can never reach p < 0.05 (it needs at least 6 flipped tasks); "
+        "a drop in a task-level metric cannot be significant"]
+    text = "\n".join(render_text(compare(fake_summary({"1.1": "pass"}), fake_summary({"1.1": "fail"}))))
+    assert "WARNING: only 1 items: the exact McNemar test can never reach p < 0.05" in text
 
 
 # ---- hand-made summaries of a benchmark declared only by its summary.json -------------------------

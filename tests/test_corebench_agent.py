@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from capsule_factory import build_capsule_archive, docker_test_image, labelled_containers
 from fake_openai import FakeOpenAI
 # imported here, before any in-process pytester run: numpy cannot be imported twice in one process, and
 # pytester drops the modules a run imported
 from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noqa: F401
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA
 CAPSULE = "capsule-7038571"  # a train capsule; its questions come from core_train.json
-VOLATILE = {"duration", "worker", "trajectory_seconds", "env"}
+VOLATILE = {"duration", "worker", "trajectory_seconds", "env", "isolation"}
 VOLATILE_AGENT = {"agent_seconds"}
 
 
@@ -49,10 +50,10 @@ def run_bench(pytester, tmp_path, server, kind, difficulty, *extra) -> tuple[pyt
 
 def script_solver(server: FakeOpenAI) -> None:
     answers = questions()
-    code = f"cd {CAPSULE}/code && python3 main.py && python3 plot.py && cat ../results/output.txt"
+    code = "cd code && python3 main.py && python3 plot.py && cat ../results/output.txt"
     server.reply("Let me look around.", tool_calls=[("bash", {"command": "ls -R"})])
     server.reply(tool_calls=[("bash", {"command": code, "timeout": 60})])
-    server.reply(tool_calls=[("view_image", {"path": f"{CAPSULE}/results/figure.png"})])
+    server.reply(tool_calls=[("view_image", {"path": "results/figure.png"})])
     wrong = {"what is the answer?": 1, **dict(list(answers.items())[1:])}
     server.reply(tool_calls=[("submit", {"answers": wrong})])
     server.reply(tool_calls=[("submit", {"answers": answers})])
@@ -68,7 +69,7 @@ def check_conversation(server: FakeOpenAI) -> None:
     assert len(requests) == 5
     assert [t["function"]["name"] for t in requests[0]["body"]["tools"]] == ["bash", "view_image", "submit"]
     listing, ran = tool_messages(requests[2])[:2]
-    assert CAPSULE in listing and "exit code: 0" in listing
+    assert "main.py" in listing and "exit code: 0" in listing
     assert "mean accuracy: 0.9300" in ran
     last = requests[3]["body"]["messages"]
     assert "is shown in the next message" in last[-2]["content"]
@@ -178,16 +179,17 @@ def test_model_failure_is_a_model_error(pytester, tmp_path, server):
     assert "HTTP 500" in record["message"]
 
 
-def test_gpu_capsule_is_skipped_without_bench_gpus(pytester, tmp_path, server):
+def test_gpu_capsule_is_an_env_error_without_bench_gpus(pytester, tmp_path, server):
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE, gpu=True)
     result = pytester.runpytest_subprocess(
         "--bench=core-bench", "--bench-split=train", f"--bench-ids={CAPSULE}", "--model=agent-model",
         f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
         f"--bench-capsules-dir={staged}", f"--bench-report-dir={tmp_path / 'reports'}", "-p", "no:cacheprovider",
-        "-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*needs a GPU and --bench-gpus is not set*"])
+        f"--bench-run-id=gpu", "-rs")
+    record = json.loads((tmp_path / "reports" / "core-bench" / "agent-model" / "gpu" / "records.jsonl").read_text())
+    assert record["status"] == "env_error" and record["gpu_required"] is True  # counted, not skipped
+    assert "needs a GPU and --bench-gpus is not set" in record["message"] and 'not gpu' in record["message"]
     assert server.requests == []
 
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from capsule_factory import corebench_options
 from pytest_agentbench.benchmarks.base import Benchmark
 from pytest_agentbench.benchmarks.corebench import (CORE_BENCH_OPTIONS, CoreBench, benchmark, choose_solver,
@@ -18,7 +19,7 @@ from pytest_agentbench.benchmarks.corebench import dataset, run
 from pytest_agentbench.benchmarks.corebench.scorer import question_totals
 from pytest_agentbench.core.options import OptionError
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -40,6 +41,12 @@ def test_options_keep_their_flags_ini_keys_and_defaults():
         "capsules_dir": ("--bench-capsules-dir", "agentbench_capsules_dir", None, "core-bench"),
         "hints": ("--bench-hints", "agentbench_hints", True, "core-bench"),
         "upstream_abort": ("--bench-upstream-abort", "agentbench_upstream_abort", False, "core-bench"),
+        "workspace_root": ("--bench-workspace-root", "agentbench_workspace_root", "/capsule/environment",
+                           "core-bench"),
+        "dataset_path": ("--bench-dataset-path", "agentbench_dataset_path", None, "core-bench"),
+        "preinstalled_input_dir": ("--bench-preinstalled-input-dir", "agentbench_preinstalled_input_dir", None,
+                                   "core-bench"),
+        "docker_dind": ("--bench-docker-dind", "agentbench_docker_dind", False, "core-bench"),
         "agent_steps": ("--bench-agent-steps", "agentbench_agent_steps", 40, "core-bench"),
         "agent_time": ("--bench-agent-time", "agentbench_agent_time", 8100.0, "core-bench"),
         "agent_tokens": ("--bench-agent-tokens", "agentbench_agent_tokens", None, "core-bench"),

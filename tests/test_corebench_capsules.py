@@ -205,7 +205,7 @@ def test_workspace_file_set_per_difficulty(tmp_path, difficulty, expected):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     copy = prepare.prepare_workspace(source, workspace, CID, difficulty)
-    assert copy == workspace / CID
+    assert copy == workspace  # the capsule's folders sit directly in the workspace root
     assert _files_under(copy) == expected
     assert (copy / "results").is_dir()  # emptied, never removed
     assert (copy / "environment").exists() == (difficulty == "medium")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from capsule_factory import corebench_options
 from pytest_agentbench.benchmarks.corebench import dataset, prepare
 from pytest_agentbench.benchmarks.corebench.bench import benchmark
@@ -13,7 +14,7 @@ from pytest_agentbench.benchmarks.corebench.dataset import DatasetError
 from pytest_agentbench.benchmarks.corebench.scorer import question_totals, score_report
 from pytest_agentbench.core.options import OptionError
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA
 CORE = DATA / "core_bench"
 
 # first capsules of each split, in upstream order, and their question counts

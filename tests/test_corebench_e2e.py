@@ -6,10 +6,11 @@ import json
 import pytest
 from pathlib import Path
 
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from capsule_factory import CapsuleServer, build_capsule_archive
 from pytest_agentbench.benchmarks.corebench import capsules
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA
 SERVED, STAGED, MISSING = "capsule-7038571", "capsule-0201225", "capsule-0220918"  # train capsules
 
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from capsule_factory import CapsuleServer, build_capsule_archive, corebench_options
 from pytest_agentbench.benchmarks.base import RunSpec
 from pytest_agentbench.benchmarks.corebench import bench as corebench
@@ -18,7 +19,7 @@ from pytest_agentbench.benchmarks.corebench import capsules
 from pytest_agentbench.benchmarks.corebench.scorer import (load_submission, normalize_reported, prediction_interval,
                                                           question_totals, score_report)
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA
 
 ACC = "Report the test accuracy of the model."
 LOSS = "Report the final training loss."
@@ -245,8 +246,8 @@ class Agent:
         if self.error:
             raise self.error
         if self.report is not None:
-            (workspace / CID / "results").mkdir(parents=True, exist_ok=True)
-            (workspace / CID / "results" / "report.json").write_text(json.dumps(self.report))
+            (workspace / "results").mkdir(parents=True, exist_ok=True)
+            (workspace / "results" / "report.json").write_text(json.dumps(self.report))
         return self.final
 
 
@@ -290,8 +291,10 @@ def test_agent_sees_hard_workspace_and_nested_report_scores(tmp_path, item):
     agent = Agent(report=answer)
     record = _run(tmp_path, sample, agent, capsules_dir=str(staged), hints=False)
     assert record["status"] == "pass", record["message"]
-    assert record["report_source"] == f"{CID}/results/report.json"
-    assert f"{CID}/REPRODUCING.md" not in agent.seen["files"] and f"{CID}/code/main.py" in agent.seen["files"]
+    assert record["report_source"] == "results/report.json"
+    assert record["report_path"] == "/capsule/environment/results/report.json"
+    assert (record["report_status"], record["submission_source"]) == ("found", "report")
+    assert "REPRODUCING.md" not in agent.seen["files"] and "code/main.py" in agent.seen["files"]
     assert "dict_keys(['Report the average AUC score" in agent.seen["prompt"]
     assert sample.data["task_prompt"] in agent.seen["prompt"] and "Hints:" not in agent.seen["prompt"]
 

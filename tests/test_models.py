@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from fake_openai import FakeOpenAI
 from pytest_agentbench.models.cache import ResponseCache, cache_key
 from pytest_agentbench.models.client import Completion, ModelError, OpenAIModel, tool_result_message
@@ -388,7 +389,7 @@ def test_cli_rejects_unknown_protocol(pytester):
 
 
 def test_cli_malformed_model_params_with_a_benchmark(pytester, monkeypatch):
-    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(SHARED_DATA))
     result = pytester.runpytest("--bench=scicode", "--model", "m", "--model-params", "[1]", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--model-params '[1]' is a JSON list, not an object" in result.stderr.str()

@@ -1,4 +1,5 @@
-"""Progress lines (items, model calls, tokens, cache hits, elapsed) never cut pytest's own lines."""
+"""Progress lines (done/total, statuses, elapsed, ETA, usage, long-running items) and the run header,
+through pytester output, with and without xdist; pytest's own lines are never cut."""
 from __future__ import annotations
 
 import re
@@ -7,25 +8,102 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-PROGRESS = re.compile(r"^agentbench: (\d)/5 items, (\d) model calls, 0 tokens, 0 cache hits, 0 tool calls, "
-                      r"elapsed [\d.]+s$")
+from pytest_agentbench.pytest_plugin import progress
+from scicode_builders import MODEL_CONFTEST
+
+PROGRESS = re.compile(r"^agentbench: (\d)/5 done \((\d) pass(?:, (\d) fail)?\) · elapsed [^·]+ s"
+                      r"(?: · ETA [^·]+ s)? · (\d) model calls, 0 tokens, 0 cache hits$")
+
+# 3.1 takes 2.5 s; "long running" is lowered to 0.5 s for the run (and restored after it)
+SLOW_CONFTEST = MODEL_CONFTEST + '''
+import time
+from pytest_agentbench.pytest_plugin import progress as _progress
+
+_answer = Mutant.answer_step
+def _slow(self, problem, index, previous_code):
+    if problem["sub_steps"][index]["step_number"] == "3.1":
+        time.sleep(2.5)
+    return _answer(self, problem, index, previous_code)
+Mutant.answer_step = _slow
+
+_saved = []
+def pytest_configure(config):
+    _saved.append(_progress.LONG_RUNNING)
+    _progress.LONG_RUNNING = 0.5
+
+def pytest_unconfigure(config):
+    if _saved:
+        _progress.LONG_RUNNING = _saved.pop()
+'''
 
 
 def test_verbose_lines_stay_whole(tiny):
     result = tiny("-v", "--bench-progress-interval=0", broken="2.2")
     lines = result.outlines
-    progress = [m.groups() for m in map(PROGRESS.match, lines) if m]
-    assert progress == [(str(n), str(n)) for n in range(1, 6)]  # one per finished item, counting up
-    items = [line for line in lines if line.startswith("scicode/")]
+    progress_lines = [m.groups() for m in map(PROGRESS.match, lines) if m]
+    assert [g[0] for g in progress_lines] == ["1", "2", "3", "4", "5"]  # one per finished item, counting up
+    assert progress_lines[-1] == ("5", "4", "1", "5")  # pass/fail counts so far, model calls
+    items = [line for line in lines if line.startswith("scicode/") and line.rstrip().endswith("%]")]
     assert len(items) == 5 and all(re.match(r"^scicode/\d::\d\.\d (PASSED|FAILED) +\[ *\d+%\]$", i) for i in items)
-    assert "agentbench: 5 items, 5 model calls, 0 tokens, 0 cache hits" in result.stdout.str()  # the final totals
+    eta = [line for line in lines if "ETA" in line]
+    assert eta and all(PROGRESS.match(line) for line in eta)  # an ETA while items remain
+    assert re.search(r"agentbench: 5 done \(4 pass, 1 fail\) · elapsed [^·]+ s · 5 model calls, 0 tokens, "
+                     r"0 cache hits", result.stdout.str())  # the final totals
 
 
 def test_quiet_keeps_every_outcome_letter(tiny):
     result = tiny("-q", "--bench-progress-interval=0", broken="2.2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    progress = [line for line in result.outlines if line.startswith("agentbench: ") and "/5 items" in line]
-    assert len(progress) == 5 and all(PROGRESS.match(line) for line in progress)
+    progress_lines = [line for line in result.outlines if line.startswith("agentbench: ") and "/5 done" in line]
+    assert len(progress_lines) == 5 and all(PROGRESS.match(line) for line in progress_lines)
     letters = "".join(re.sub(r"\s*\[ *\d+%\]$", "", line) for line in result.outlines
                       if re.fullmatch(r"[.F]+\s*(\[ *\d+%\])?", line.strip()))
     assert sorted(letters) == sorted("....F")
+
+
+def test_header_is_a_short_block(tiny):
+    result = tiny("--co", "--bench-run-id=hdr")
+    header = [line for line in result.outlines if line.startswith("agentbench:")]
+    assert header[0] == "agentbench: scicode, split validation, model mutant, run hdr"
+    assert header[1].startswith("agentbench: reports in ") and header[1].endswith("hdr")
+    assert header[2].startswith("agentbench: settings: ")
+    assert len(header) >= 3 and max(len(line) for line in header if "note:" not in line) <= 110, header
+
+
+@pytest.mark.parametrize("how", [("-n", "2"), ("-v",)], ids=["xdist", "verbose"])
+def test_long_running_items(tiny, pytester, how):
+    pytester.makeconftest(SLOW_CONFTEST)
+    result = tiny(*how, "--bench-progress-interval=0.2")
+    out = result.stdout.str()
+    assert result.ret == 0, out[-2000:]
+    if how == ("-v",):  # the heartbeat's line never cuts the item's own line
+        assert re.search(r"^scicode/3::3\.1 PASSED +\[100%\]$", out, re.M), out[-3000:]
+    # the controller learnt the total from the workers and the start of 3.1 from its logstart
+    assert re.search(r"agentbench: 3\.1 running \d+ s", out), out[-3000:]
+    assert re.search(r"agentbench: \d/5 done \(\d pass\) · elapsed", out)
+    finished = out.split("agentbench: 5/5 done")[1].split("\n")
+    assert "running" not in finished[1]  # a finished item is no longer listed
+
+
+def test_oracle_prints_no_model_counters(bench):
+    result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1.1",
+                   "--bench-progress-interval=0")
+    out = result.stdout.str()
+    assert re.search(r"agentbench: 1/1 done \(1 \w+\) · elapsed [^·]+ s$", out, re.M), out[-2000:]
+    assert "model calls" not in out and "tokens" not in out
+
+
+def test_no_terminal_prints_nothing(tiny):
+    result = tiny("-p", "no:terminal", "--bench-progress-interval=0")
+    assert not [line for line in result.outlines if "agentbench" in line]
+
+
+def test_texts():
+    assert progress.running_line({"scicode/51::51.4": 0.0, "scicode/1::1.1": 95.0, "core-bench/capsule-7": 60.0},
+                                 120.0, 30.0) == "agentbench: 51.4 running 120 s, capsule-7 running 60 s"
+    assert progress.running_line({"scicode/1::1.1": 100.0}, 120.0, 30.0) is None
+    # a replay: every call answered by the cache, none reached the endpoint
+    assert progress.usage_text({"model_calls": 6, "cache_hits": 6, "tokens": 90, "tool_calls": 0}) == \
+        "0 model calls, 90 tokens, 6 cache hits"
+    assert progress.eta_seconds(2, 10, 20.0) == 80.0 and progress.eta_seconds(0, 10, 5.0) is None
+    assert progress.duration_text(125) == "2 min 05 s"

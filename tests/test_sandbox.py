@@ -28,12 +28,10 @@ def executors():
 @pytest.fixture(autouse=True)
 def no_process_left_behind(executors):
     yield
-    server = executors["fork"].server_pid
+    server = executors["fork"].own_pids  # the fork server's own processes (bwrap's too, under isolation)
     deadline = time.monotonic() + 2
     while True:  # a killed process may take a moment to be reaped
-        left = descendants(os.getpid()) - {server}
-        if server:
-            left |= descendants(server)
+        left = descendants(os.getpid()) - server
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.02)
@@ -46,6 +44,23 @@ def alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def wait_no_process_with(marker: str, seconds: float = 2.0) -> bool:
+    """True once no process has ``marker`` in its command line (NUL-separated arguments)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                found = found or (marker.encode() in open(f"/proc/{pid}/cmdline", "rb").read() and alive(int(pid)))
+            except OSError:
+                pass
+        if not found:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
 
 
 def wait_dead(pid: int, seconds: float = 2.0) -> bool:
@@ -61,28 +76,30 @@ def wait_dead(pid: int, seconds: float = 2.0) -> bool:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_wall_limit_kills_the_group_including_a_sleeping_grandchild(executors, kind):
+    marker = f"6{KINDS.index(kind)}.25"  # (under isolation the child's pids are those of its own namespace)
     script = ("import subprocess, time\n"
-              "p = subprocess.Popen(['sleep', '60'])\n"
+              f"p = subprocess.Popen(['sleep', '{marker}'])\n"
               "print(p.pid, flush=True)\n"
               "time.sleep(60)\n")
     started = time.monotonic()
     result = executors[kind].run(script, limits=Limits(timeout=1.0))
     assert time.monotonic() - started < 5
     assert result.timed_out and result.limit == "wall" and result.exit_code is None
-    assert wait_dead(int(result.stdout.split()[0]))
+    assert wait_no_process_with(f"sleep\x00{marker}")
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_wall_limit_also_kills_a_descendant_that_left_the_group_with_setsid(executors, kind):
+    marker = f"6{KINDS.index(kind)}.75"
     script = ("import os, time\n"
               "pid = os.fork()\n"
               "if pid == 0:\n"
-              "    os.setsid(); time.sleep(60); os._exit(0)\n"
+              f"    os.setsid(); os.execvp('sleep', ['sleep', '{marker}'])\n"
               "print(pid, flush=True)\n"
               "time.sleep(60)\n")
     result = executors[kind].run(script, limits=Limits(timeout=1.0))
     assert result.limit == "wall"
-    assert wait_dead(int(result.stdout.split()[0]))
+    assert wait_no_process_with(f"sleep\x00{marker}")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -259,8 +276,10 @@ def test_killing_the_parent_fails_the_step_and_the_executor_recovers(executors, 
     result = executor.run(script, limits=Limits(timeout=20))
     reason = integrity_check(result, token)
     assert reason is not None and result.duration < 15
-    if kind == "fork":
+    if kind == "fork" and not executor.isolation.active:
         assert EXECUTOR_DIED in result.stderr and "killed the process running it" in reason
+    if kind == "fork" and executor.isolation.active:  # the server is out of the child's sight and reach
+        assert EXECUTOR_DIED not in result.stderr and executor.restarts == 0
     after = executor.run("print('still works')")
     assert after.stdout == "still works\n"
 

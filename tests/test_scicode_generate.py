@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from fake_openai import FakeOpenAI
 from pytest_agentbench.benchmarks.scicode.generate import FINAL_REQUEST, TOOL_NAME, generate_step
 from pytest_agentbench.benchmarks.scicode.prompts import build_prompt, load_templates
 from pytest_agentbench.sandbox.executors import Limits, run_python
 from pytest_agentbench.models.client import OpenAIModel
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA
 STEP_1_CODE = "def get_alpha(recvec, alpha_scaling=5):\n    return alpha_scaling * np.max(np.linalg.norm(recvec, axis=1))\n"
 ANSWER = ("# Background: tile the cell.\n```python\nimport numpy as np\n"
           "def get_lattice_coords(latvec, nlatvec=1):\n    return latvec\n```")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse
 
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from pytest_agentbench.benchmarks.scicode import targets as rebuild
 from pytest_agentbench.benchmarks.scicode.h5codec import (
     TargetsError,
@@ -17,7 +18,7 @@ from pytest_agentbench.benchmarks.scicode.h5codec import (
     write_step_targets,
 )
 
-DATA_DIR = Path(os.environ.get("AGENTBENCH_DATA_DIR") or Path(__file__).parents[1].parent / "shared" / "data")
+DATA_DIR = SHARED_DATA
 
 
 def roundtrip(tmp_path: Path, value):

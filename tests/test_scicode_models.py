@@ -197,6 +197,7 @@ def test_unreachable_model_is_a_model_error_not_a_crash(bench, pytester, cache_d
     pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
     result = bench("--bench=scicode", "--bench-split=validation", "--model=m", "--model-base-url=http://127.0.0.1:9/v1",
                    "--model-api-key=x", "--model-max-retries=1", "--bench-ids=1.1", "--bench-mode=naive",
+                   "--model-preflight=off",
                    f"--bench-cache-dir={cache_dir}", subprocess=True)
     result.assert_outcomes(failed=1)
     [run] = run_dirs(pytester.path)

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from pytest_agentbench.benchmarks.scicode.prompts import build_prompt, load_templates
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA
 
 
 def problem(problem_id: str) -> dict:

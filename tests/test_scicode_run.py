@@ -1,11 +1,11 @@
 """Scoring SciCode steps from plain Python, without pytest collecting anything (no pytester)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from bench_runs import SHARED_DATA
 from pytest_agentbench.benchmarks.scicode import dataset
 from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
 from pytest_agentbench.benchmarks.scicode.locate import TargetTable, Targets, rebuilt_table
@@ -13,7 +13,7 @@ from pytest_agentbench.benchmarks.scicode.run import RunSettings, SciCodeRun
 from pytest_agentbench.benchmarks.scicode.solvers import ClientSolver, Generated, OracleSolver
 from pytest_agentbench.sandbox.executors import Limits
 
-DATA_DIR = Path(os.environ.get("AGENTBENCH_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
+DATA_DIR = SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +178,7 @@ def test_the_benchmark_api_runs_without_pytest(tmp_path, tiny_data):
 
 
 @pytest.mark.parametrize("cli,split,message", [
-    ({}, "test", "--model=oracle answers with the ground-truth code, which only SciCode's validation split ships"),
+    ({"split": "test"}, "test", "--model=oracle answers with the ground-truth code, which only SciCode's validation split ships"),
     ({"h5": "nope.h5"}, "validation", "--bench-h5 {tmp}/nope.h5 does not exist"),
 ])
 def test_configure_errors_name_the_fix(tmp_path, tiny_data, cli, split, message):

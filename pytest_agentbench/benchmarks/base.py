@@ -76,6 +76,10 @@ class Benchmark:
         """sha256 of the data files this run reads, so a baseline made from other data is not compared."""
         return {}
 
+    def default_env(self, opts: Settings) -> str:
+        """The environment (``--bench-env`` value) the ``bench_env`` fixture builds when none is given."""
+        return "host"
+
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> BenchRun:
         """Start this process's run with the model and environment (the bench_model and bench_env
         fixture values); choose the solver here, once."""

@@ -6,7 +6,9 @@ pinned URLs into the data directory; a directory staged by hand (or read-only) w
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
+import secrets
 import sys
 import time
 import urllib.error
@@ -14,9 +16,13 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from .io import write_atomic
+
 DATA_DIR_ENV = "AGENTBENCH_DATA_DIR"
 OFFLINE_ENV = "AGENTBENCH_OFFLINE"  # "1": never download, say where to put the file instead
+SECRET_ENV = "AGENTBENCH_SECRET_FILE"  # where the per-machine key that signs stamps lives
 CHUNK = 1 << 20
+_SECRET: dict[str, bytes | None] = {}
 
 
 class DataError(Exception):
@@ -50,28 +56,102 @@ def find(root: Path, f: DataFile) -> Path | None:
     return None
 
 
+def secret_path() -> Path:
+    """The per-machine key file: ``$AGENTBENCH_SECRET_FILE``, else ``$XDG_STATE_HOME`` (or
+    ``~/.local/state``)``/pytest-agentbench/secret``. It lives in the controller's home, which the
+    children that run model code never see (isolation replaces the home folders by empty ones)."""
+    explicit = os.environ.get(SECRET_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "pytest-agentbench" / "secret"
+
+
+def machine_secret() -> bytes | None:
+    """The key that signs checksum stamps and rebuilt-target manifests (created once, mode 0600);
+    None when it can be neither read nor created (then nothing is remembered: files are re-hashed)."""
+    path = secret_path()
+    key = str(path)
+    if key not in _SECRET:
+        _SECRET[key] = _load_or_create_secret(path)
+    return _SECRET[key]
+
+
+def _load_or_create_secret(path: Path) -> bytes | None:
+    for _ in range(2):
+        try:
+            data = path.read_bytes()
+            return data if len(data) >= 32 else None
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue  # another process created it first: read theirs
+        except OSError:
+            return None
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(secrets.token_bytes(32))
+    return None
+
+
+def sign(message: str) -> str | None:
+    """HMAC-SHA256 of ``message`` under the machine secret (None without a secret)."""
+    secret = machine_secret()
+    if secret is None:
+        return None
+    return hmac.new(secret, message.encode(), hashlib.sha256).hexdigest()
+
+
+def signed(message: str, mac: object) -> bool:
+    """Whether ``mac`` is this machine's signature of ``message`` (constant-time compare)."""
+    expected = sign(message)
+    return expected is not None and isinstance(mac, str) and hmac.compare_digest(expected, mac)
+
+
+def fingerprint(path: Path) -> tuple[str, int, int, int, int, int]:
+    """What changes whenever a file is rewritten, replaced or touched: its resolved path, device, inode,
+    size, mtime and ctime (a writer can set the mtime back with utime, but not the ctime)."""
+    stat = path.stat()
+    return (str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
 def verify(path: Path, f: DataFile, stamp_dir: Path | None = None) -> Path:
-    """Check ``path`` against the pinned sha256; large files remember a success by size and mtime."""
+    """Check ``path`` against the pinned sha256; large files remember a success in a stamp.
+
+    The stamp is named after the file's fingerprint (path, inode, size, mtime, ctime) and holds an
+    HMAC of that fingerprint and the sha256 under the machine secret, which no child can read: a
+    stamp written by anyone else, or left from before the file changed, is ignored and the file is
+    re-hashed."""
     if f.sha256 is None:
         return path
-    stat = path.stat()
     stamp = None
+    message = ""
     if stamp_dir is not None:
-        key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:24]
-        stamp = stamp_dir / "verified" / f"{f.name}.{key}"
-        if stamp.is_file() and stamp.read_text() == f.sha256:
-            return path
+        message = "|".join(str(part) for part in fingerprint(path)) + "|" + f.sha256
+        key = hashlib.sha256(message.encode()).hexdigest()[:24]
+        stamp = Path(stamp_dir) / "verified" / f"{f.name}.{key}"
+        try:
+            if stamp.is_file() and not stamp.is_symlink() and signed(message, stamp.read_text()[:200]):
+                return path
+        except OSError:
+            pass
     actual = sha256_of(path)
     if actual != f.sha256:
         raise DataError(
             f"checksum mismatch for {path}: expected sha256 {f.sha256}, got {actual}. "
             f"The file is corrupt or not the pinned upstream version; delete it to re-download it from {f.url}, "
-            f"or replace it with the official file."
+            f"or replace it with the official file, or pass --bench-allow-custom-data to use it anyway "
+            f"(the report then says the data is custom)."
         )
-    if stamp is not None:
+    mac = sign(message) if stamp is not None else None
+    if stamp is not None and mac is not None:
         try:
             stamp.parent.mkdir(parents=True, exist_ok=True)
-            stamp.write_text(f.sha256)
+            write_atomic(stamp, mac)  # a rename: never writes through a planted link
         except OSError:
             pass  # a read-only cache only costs a re-hash next time
     return path
@@ -143,8 +223,39 @@ def download(url: str, dest: Path, sha256: str | None = None, *, retries: int = 
     """Fetch ``url`` to ``dest`` atomically: into ``dest.part`` (resumed across attempts), verified,
     then renamed, so an interrupted download never leaves a file that looks complete."""
     dest = Path(dest)
+    made = missing_folders(dest.parent)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
+    try:
+        return _download(url, dest, part, sha256, retries=retries, backoff=backoff, timeout=timeout)
+    except BaseException:
+        remove_empty(part, made)  # a failed download leaves no empty file or folder behind
+        raise
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its ancestors that do not exist yet, deepest first."""
+    out = []
+    folder = Path(folder).absolute()
+    while not folder.exists() and folder != folder.parent:
+        out.append(folder)
+        folder = folder.parent
+    return out
+
+
+def remove_empty(part: Path, folders: list[Path]) -> None:
+    """Remove an empty partial download, then each of ``folders`` that is empty (deepest first)."""
+    try:
+        if part.is_file() and part.stat().st_size == 0:
+            part.unlink()
+        for folder in folders:
+            folder.rmdir()
+    except OSError:
+        pass  # not empty (a partial download kept for resuming): leave it
+
+
+def _download(url: str, dest: Path, part: Path, sha256: str | None, *, retries: int, backoff: float,
+              timeout: float) -> Path:
     last: Exception | None = None
     for attempt in range(retries + 1):
         if attempt:

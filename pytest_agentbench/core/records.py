@@ -11,15 +11,18 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from .io import natural_key, write_atomic
+from .types import attempt_key
 
 RECORD_PROPERTY = "agentbench_record"
 PASS = "pass"
 STATUSES = ("pass", "fail", "timeout", "parse_error", "eval_error", "model_error", "env_error", "error", "skipped")
 # Errors of the model service or the environment say nothing about the model's ability; summaries show them apart.
 INFRA_STATUSES = ("model_error", "env_error", "error")
+# Outcomes that are no verdict on the model: the run counts' Error, and what --bench-max-retries runs again.
+ERROR_STATUSES = ("model_error", "eval_error", "env_error", "error")
 # Fields that legitimately differ between two runs of the same thing.
 VOLATILE_FIELDS = ("duration", "worker", "started", "finished", "latency", "exec_duration", "run_dir")
 
@@ -81,15 +84,20 @@ def comparable(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def sort_key(record: dict[str, Any]):
-    """Records in natural id order (77.3 before 77.10)."""
-    return natural_key(record.get("id", ""))
+    """Records in natural id order (77.3 before 77.10), attempts in order."""
+    return natural_key(record.get("id", "")), record.get("attempt") or 0
+
+
+def record_key(record: Mapping[str, Any]) -> str:
+    """The key of a record: its sample id, with ``[attemptN]`` when the run repeats attempts (--bench-attempts)."""
+    return attempt_key(str(record["id"]), record.get("attempt"))
 
 
 def latest_by_id(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """One record per sample id, the last one winning (a re-run item replaces its earlier record)."""
+    """One record per sample id (and attempt), the last one winning (a re-run item replaces its earlier record)."""
     out: dict[str, dict[str, Any]] = {}
     for record in records:
-        out[record["id"]] = record
+        out[record_key(record)] = record
     return out
 
 
@@ -124,6 +132,23 @@ def usage_totals(records: Iterable[dict[str, Any]]) -> dict[str, float]:
         for key, value in usage_of(record).items():
             totals[key] += value
     return totals
+
+
+def counts_text(counts: Mapping[str, int]) -> str:
+    """Status counts in the one format every report uses: ``3 pass, 1 fail, 1 model_error`` (status order)."""
+    order = [*STATUSES, *sorted(set(counts) - set(STATUSES))]
+    return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s))
+
+
+def usage_text(totals: Mapping[str, float]) -> str:
+    """Model usage in one line: calls that reached the endpoint (a cache hit is not one), tokens, cache hits,
+    and tool calls when there were any. A replay reads ``0 model calls, ... N cache hits``."""
+    hits = totals.get("cache_hits", 0) or 0
+    calls = max(0, (totals.get("model_calls", 0) or 0) - hits)
+    parts = [f"{calls:g} model calls", f"{totals.get('tokens', 0) or 0:g} tokens", f"{hits:g} cache hits"]
+    if totals.get("tool_calls"):
+        parts.append(f"{totals['tool_calls']:g} tool calls")
+    return ", ".join(parts)
 
 
 def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:

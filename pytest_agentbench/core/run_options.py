@@ -30,8 +30,22 @@ RUN_OPTIONS: tuple[Option, ...] = (
            "seconds allowed for scoring one item in its child process (default 1800, as upstream).",
            kind="float", default=1800.0, minimum=0, exclusive_minimum=True, ini="agentbench_timeout",
            metavar="SECONDS"),
+    Option("max_consecutive_errors", "--bench-max-consecutive-errors",
+           "stop the run (as -x does, writing complete reports of what finished) after N items in a row ended in "
+           "model_error on one process (per worker under -n); eval_error and env_error never stop a run; "
+           "0 never stops (default 10).", kind="int", default=10, minimum=0,
+           ini="agentbench_max_consecutive_errors", metavar="N"),
     Option("allow_custom_data", "--bench-allow-custom-data",
            "accept data files whose sha256 differs from the pinned upstream files (a hand-made dataset, "
            "a custom test_data.h5); the report says so.", kind="bool", default=False,
            ini="agentbench_allow_custom_data"),
+    Option("attempts", "--bench-attempts",
+           "run every task K times as independent samples (default 1): items are named <id>[attemptN], "
+           "attempt N replays the same cached responses, and the summary gives the mean of each headline "
+           "metric over attempts with its standard error and pass@k for k = 1..K.",
+           kind="int", default=1, minimum=1, ini="agentbench_attempts", metavar="K"),
+    Option("max_retries", "--bench-max-retries",
+           "run an item again, up to N times, when it ends in an infrastructure failure (model_error, "
+           "env_error, eval_error, error); cached model answers are reused and the record keeps every try "
+           "(default 0).", kind="int", default=0, minimum=0, ini="agentbench_max_retries", metavar="N"),
 )

@@ -116,13 +116,21 @@ class EnvFactory(ABC):
     kind: str = "?"
 
     @abstractmethod
-    def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "") -> Environment:
-        """An environment working on ``workspace``; ``EnvSkip`` when it cannot run such an item."""
+    def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "",
+              workdir: str | None = None) -> Environment:
+        """An environment working on ``workspace``; ``EnvSkip`` when it cannot run such an item.
+        ``workdir``: the absolute path the workspace should have inside the environment (None: the
+        environment's own choice); ``Environment.workdir`` says where it really is."""
 
     @abstractmethod
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
         """Run one tool script (a model's code) as ``main.py`` in a fresh folder:
         ``{status: ok|error|timeout, exit_code, stdout, stderr}``, the same on every environment."""
+
+    def describe_isolation(self) -> str:
+        """How the environment keeps the agent's commands from the controller, for the run's header and
+        reports: e.g. ``bwrap (...)``, ``docker container`` or ``none (why)``."""
+        return "none (this environment does not say)"
 
     def close(self) -> None:
         """Release what the factory keeps between items (e.g. a long-lived container)."""

@@ -54,7 +54,7 @@ _HOOKS_INSTALLED = False
 
 def _docker():
     try:
-        import docker
+        import docker  # why: the SDK is heavy and only --bench-env=docker needs it
     except ImportError:
         raise EnvError("--bench-env=docker needs the docker Python package: pip install docker") from None
     return docker
@@ -153,8 +153,10 @@ class DockerEnvironment(Environment):
     workdir = WORKDIR
 
     def __init__(self, client, container, workspace: Path, *, keep_workspace: bool = False, name: str = "",
-                 output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP) -> None:
+                 output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
+                 workdir: str = WORKDIR) -> None:
         super().__init__(workspace, keep_workspace=keep_workspace, name=name)
+        self.workdir = workdir  # the workspace inside the container (CORE-Bench: --bench-workspace-root)
         self.client = client
         self.container = container
         self.output_limit = output_limit
@@ -168,12 +170,12 @@ class DockerEnvironment(Environment):
             raise EnvError(f"environment {self.name or self.container.short_id} is stopped")
 
     def _exec(self, argv: list[str], *, environment: dict[str, str] | None = None) -> tuple[int, bytes]:
-        result = self.container.exec_run(argv, workdir=WORKDIR, environment=environment, demux=False)
+        result = self.container.exec_run(argv, workdir=self.workdir, environment=environment, demux=False)
         return result.exit_code, result.output or b""
 
     def _container_path(self, path: str) -> str:
         posix = PurePosixPath(path)
-        return str(posix if posix.is_absolute() else PurePosixPath(WORKDIR) / posix)
+        return str(posix if posix.is_absolute() else PurePosixPath(self.workdir) / posix)
 
     # ---------------------------------------------------------------- commands
 
@@ -188,7 +190,7 @@ class DockerEnvironment(Environment):
         outer = (f"set -m; ulimit -f {blocks}; /bin/bash {base}.sh >{base}.out 2>{base}.err </dev/null & "
                  f"echo $! >{base}.pid; wait $!")
         api = self.client.api
-        exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", outer], workdir=WORKDIR,
+        exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", outer], workdir=self.workdir,
                                   environment=environment)["Id"]
         started = time.monotonic()
         api.exec_start(exec_id, detach=True)
@@ -302,7 +304,7 @@ class DockerEnvironment(Environment):
                 for child in sorted(self.workspace.iterdir()):
                     tar.add(child, arcname=child.name)
             fh.seek(0)
-            if not self.container.put_archive(WORKDIR, fh):
+            if not self.container.put_archive(self.workdir, fh):
                 raise EnvError(f"copying the workspace into container {self.container.short_id} failed")
         self.container.put_archive("/tmp", _tar_bytes({}, dirs=(".agentbench",)))
 
@@ -320,14 +322,14 @@ class DockerEnvironment(Environment):
                 else:
                     child.unlink(missing_ok=True)
         dest.mkdir(parents=True, exist_ok=True)
-        stream, _ = self.container.get_archive(WORKDIR)
+        stream, _ = self.container.get_archive(self.workdir)
         self.skipped_members: list[str] = []
         with tempfile.TemporaryFile(prefix="agentbench-get-") as fh:
             for chunk in stream:
                 fh.write(chunk)
             fh.seek(0)
             with tarfile.open(fileobj=fh) as tar:
-                top = PurePosixPath(WORKDIR).name
+                top = PurePosixPath(self.workdir).name
                 for member in tar:
                     parts = PurePosixPath(member.name).parts
                     if not parts or parts[0] != top or len(parts) == 1:
@@ -343,6 +345,72 @@ class DockerEnvironment(Environment):
 
     def _release(self) -> None:
         _remove_container(self.container)
+
+
+NESTED_DOCKERD = ("dockerd --bridge=none --iptables=false --ip-masq=false --storage-driver=vfs "
+                  f">{PRIVATE}/dockerd.log 2>&1 </dev/null")
+NESTED_WAIT = 60.0  # seconds for the nested daemon to answer
+
+
+# Linux capabilities 0..37 by bit number, as the engine names them (newer ones are unknown to older engines)
+CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+                "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
+                "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+                "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL",
+                "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ")
+NESTED_SECURITY = ("seccomp=unconfined", "apparmor=unconfined")
+# cgroup v1 hierarchies are mounted read-only in an unprivileged container: mount them again writable
+WRITABLE_CGROUPS = r"""
+for d in /sys/fs/cgroup/*/; do
+  n=$(basename "$d"); [ -L "/sys/fs/cgroup/$n" ] && continue
+  opts=$(awk -v m="/sys/fs/cgroup/$n" '$2==m && $3=="cgroup" {print $4}' /proc/mounts | tr , '
+'          | grep -vE '^(ro|rw|nosuid|nodev|noexec|relatime)$' | paste -sd, -)
+  [ -n "$opts" ] || continue
+  umount "/sys/fs/cgroup/$n" && mount -t cgroup -o "rw,nosuid,nodev,noexec,$opts" cgroup "/sys/fs/cgroup/$n"
+done
+"""
+
+
+def engine_capabilities() -> list[str]:
+    """Every capability a container may get from an engine that refuses ``--privileged`` because its own
+    bounding set lacks some: for a local engine (no DOCKER_HOST) the ones in this machine's bounding set."""
+    if os.environ.get("DOCKER_HOST", "unix://").startswith("unix://"):
+        try:
+            line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("CapBnd:"))
+            bits = int(line.split()[1], 16)
+            return [name for bit, name in enumerate(CAPABILITIES) if bits >> bit & 1]
+        except (OSError, StopIteration, ValueError):
+            pass
+    return list(CAPABILITIES)
+
+
+def start_nested_daemon(env: DockerEnvironment, wait: float = NESTED_WAIT, *, writable_cgroups: bool = False) -> None:
+    """Start dockerd inside ``env``'s (privileged) container with the flags the outer engine needs here
+    (no bridge, no iptables) and the vfs storage driver, which works nested; wait until ``docker info``
+    answers. EnvError (with the daemon's log) when the image has no dockerd or it does not come up.
+    ``writable_cgroups``: remount the cgroup hierarchies writable first (a container not --privileged)."""
+    code, _ = env._exec(["/bin/sh", "-c", "command -v dockerd && command -v docker"])
+    if code != 0:
+        raise EnvError(f"--bench-docker-dind: the image has no dockerd/docker client (install docker.io in it); "
+                       f"container {env.container.short_id}")
+    if writable_cgroups:
+        code, output = env._exec(["/bin/bash", "-c", WRITABLE_CGROUPS])
+        if code != 0:
+            raise EnvError(f"--bench-docker-dind: could not make the cgroups writable in container "
+                           f"{env.container.short_id}: {output.decode(errors='replace')[-500:]}")
+    api = env.client.api
+    exec_id = api.exec_create(env.container.id, ["/bin/sh", "-c", f"mkdir -p {PRIVATE}; exec {NESTED_DOCKERD}"])["Id"]
+    api.exec_start(exec_id, detach=True)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if env._exec(["docker", "info"])[0] == 0:
+            return
+        if not api.exec_inspect(exec_id).get("Running"):
+            break
+        time.sleep(0.25)
+    _, log = env._exec(["/bin/sh", "-c", f"tail -n 15 {PRIVATE}/dockerd.log"])
+    raise EnvError(f"--bench-docker-dind: the nested Docker daemon did not answer within {wait:g} s (does the engine "
+                   f"allow privileged containers?); its log: {log.decode(errors='replace').strip()[-1500:]}")
 
 
 class DockerFactory(EnvFactory):
@@ -401,7 +469,11 @@ class DockerFactory(EnvFactory):
                                     capabilities=[["gpu"]])]
 
     def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "",
-              lifetime: float | None = None) -> DockerEnvironment:
+              lifetime: float | None = None, workdir: str | None = None,
+              nested_docker: bool = False) -> DockerEnvironment:
+        """``workdir``: where the workspace goes in the container (default /capsule). ``nested_docker``: a
+        privileged container running its own dockerd (see ``start_nested_daemon``); not isolated."""
+        workdir = workdir or WORKDIR
         if needs_gpu and not self.gpus:
             raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
         workspace = Path(workspace)
@@ -412,7 +484,7 @@ class DockerFactory(EnvFactory):
         docker = _docker()
         labels = {LABEL: "1", f"{LABEL}.host": socket.gethostname(), f"{LABEL}.pid": str(os.getpid()),
                   f"{LABEL}.name": name[:200]}
-        kwargs: dict[str, Any] = {"network_mode": self.network, "labels": labels, "working_dir": WORKDIR,
+        kwargs: dict[str, Any] = {"network_mode": self.network, "labels": labels, "working_dir": workdir,
                                   "init": True, "auto_remove": True, "detach": True}
         if self.memory:
             kwargs["mem_limit"] = self.memory
@@ -423,26 +495,60 @@ class DockerFactory(EnvFactory):
         requests = self._device_requests(needs_gpu)
         if requests:
             kwargs["device_requests"] = requests
+        if nested_docker:
+            kwargs["privileged"] = True
         seconds = int(lifetime or self.lifetime)
+        reduced = False  # nested Docker with every capability the engine has instead of --privileged
         try:
-            container = client.containers.run(self.image, ["sleep", str(seconds)], **kwargs)
+            try:
+                container = client.containers.run(self.image, ["sleep", str(seconds)], **kwargs)
+            except docker.errors.APIError as exc:
+                self._remove_unstarted(client)
+                why = str(getattr(exc, "explanation", None) or exc)
+                if not (nested_docker and "apply caps" in why):
+                    raise
+                # the engine cannot grant every capability (its own bounding set lacks some): the same
+                # privileges minus those, with the cgroups made writable inside before dockerd starts
+                kwargs.pop("privileged")
+                kwargs.update(cap_add=engine_capabilities(), security_opt=list(NESTED_SECURITY))
+                reduced = True
+                container = client.containers.run(self.image, ["sleep", str(seconds)], **kwargs)
         except docker.errors.APIError as exc:
+            self._remove_unstarted(client)
+            if nested_docker:
+                raise EnvError(f"the Docker engine refused a privileged container from {self.image!r}, which "
+                               f"--bench-docker-dind needs for the nested Docker daemon: "
+                               f"{getattr(exc, 'explanation', None) or exc}") from None
             raise EnvError(f"starting a container from {self.image!r} failed: {exc}") from None
         with _LIVE_LOCK:
             _LIVE[container.id] = container
-        env = DockerEnvironment(client, container, workspace, keep_workspace=self.keep_workspaces, name=name)
+        env = DockerEnvironment(client, container, workspace, keep_workspace=self.keep_workspaces, name=name,
+                                workdir=workdir)
         try:
             env.put_workspace()
+            if nested_docker:
+                start_nested_daemon(env, writable_cgroups=reduced)
         except BaseException:
             env.stop()
             raise
         return env
+
+    @staticmethod
+    def _remove_unstarted(client) -> None:
+        """A container the engine created but could not start is not removed by run(): remove it here."""
+        for left in client.containers.list(all=True, filters={"label": [f"{LABEL}.pid={os.getpid()}"],
+                                                              "status": "created"}):
+            _remove_container(left)
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
         """A tool script in Docker: one long-lived container per process, a fresh folder per run."""
         if self._python_env is None or self._python_env.stopped:
             self._python_env = self.start(Path(tempfile.mkdtemp(prefix="agentbench-python-")), name="python")
         return self._python_env.run_python(source, timeout)
+
+    def describe_isolation(self) -> str:
+        network = "no network" if self.network == "none" else f"network {self.network}"
+        return f"docker container ({network}; the engine's isolation)"
 
     def close(self) -> None:
         if self._python_env is not None:

@@ -6,11 +6,18 @@ number of processes and lists every one of them, so ``stop`` kills background jo
 past its timeout is killed with its whole group and its descendants. Output goes to files outside
 the workspace and only its head and tail are read back.
 
-This is a sandbox against accidents, not against an adversary: the commands run as the same user,
-see the whole file system and can install packages. Use ``--bench-env=docker`` for isolation.
+Where the machine can isolate (``sandbox.isolation.probe()``), the environment is also a sandbox
+against the agent: all its commands share one PID namespace (made by a small bwrap "holder" when
+the environment starts, so background jobs live on between commands and die at ``stop``), and each
+command runs in a bwrap sandbox joined to it, as uid 65534 without capabilities, with a read-only
+view of the file system except the workspace and the environment's private home and /tmp, without
+sight of the run's private folders (data dir, cache, reports) or of any process outside the
+environment. The network stays (agents install packages). Without isolation the commands run as the
+same user and see the whole file system; ``--bench-env=docker`` isolates too.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -20,9 +27,10 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..sandbox.executors import run_python
+from ..sandbox.isolation import SANDBOX_UID, Isolation, bwrap_argv, give_to_sandbox_user, probe
 from ..sandbox.jail import ProcessJail, group_members, kill_group, kill_tree, proc_table
 from ..sandbox.limits import DEFAULT_MEMORY_LIMIT, Limits, child_env, package_parent
 from ..sandbox.result import ExecResult
@@ -34,12 +42,24 @@ DEFAULT_MEMORY = 8 << 30  # RLIMIT_AS of a command: generous, agents install and
 DEFAULT_PROCESSES = 1024
 
 # Between the plugin and bash: joins the cgroup, applies the rlimits, then becomes bash (no preexec_fn
-# in a threaded pytest process).
-_LAUNCHER = r"""
+# in a threaded pytest process); under isolation it becomes bwrap, which starts INNER in the sandbox.
+LAUNCHER = r"""
 import json, os, sys
 spec = json.loads(sys.argv[1])
 from pytest_agentbench.sandbox.limits import enter_jail
 enter_jail(spec)
+if spec.get("sandbox"):
+    argv = spec["sandbox"] + [sys.executable, "-S", "-c", spec["inner"], json.dumps(spec)]
+    os.execv(argv[0], argv)
+os.chdir(spec["cwd"])
+os.execve(spec["bash"], ["bash", "-c", spec["command"]], spec["env"])
+"""
+# In the command's bwrap sandbox: give up every privilege, then become bash.
+INNER = r"""
+import json, os, sys
+spec = json.loads(sys.argv[1])
+from pytest_agentbench.sandbox.isolation import drop_privileges
+drop_privileges(spec["isolation"])
 os.chdir(spec["cwd"])
 os.execve(spec["bash"], ["bash", "-c", spec["command"]], spec["env"])
 """
@@ -59,7 +79,8 @@ class HostEnvironment(Environment):
                  memory: int | None = DEFAULT_MEMORY, processes: int | None = DEFAULT_PROCESSES,
                  output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
                  gpus: str | None = None, executor: str = "fork",
-                 python_memory: int | None = DEFAULT_MEMORY_LIMIT) -> None:
+                 python_memory: int | None = DEFAULT_MEMORY_LIMIT, isolation: Isolation | None = None,
+                 hidden: Sequence[str] = ()) -> None:
         super().__init__(workspace, keep_workspace=keep_workspace, name=name)
         if not self.workspace.is_dir():
             raise EnvError(f"workspace {self.workspace} is not a folder; prepare it before starting the environment")
@@ -80,13 +101,23 @@ class HostEnvironment(Environment):
         self.jail = ProcessJail(Limits(processes=processes))
         self.leaders: list[int] = []
         self.count = 0
+        self.hidden = tuple(str(p) for p in hidden)
+        self.isolation = probe() if isolation is None else isolation
+        self.holder: Holder | None = None
+        if self.isolation.active:
+            try:
+                self.holder = Holder(self.isolation, workspace=self.workspace, private=self.private,
+                                     hidden=hidden, gpus=gpus)
+            except BaseException:
+                self._release()
+                raise
 
     # ---------------------------------------------------------------- commands
 
     def _limits(self, timeout: float) -> Limits:
         # CPU seconds over all cores, so a parallel job is not stopped before its wall-clock timeout
         return Limits(timeout=timeout, memory=self.memory, cpu=timeout * (os.cpu_count() or 1),
-                              processes=self.processes, output=self.output_limit, output_cap=self.output_cap)
+                      processes=self.processes, output=self.output_limit, output_cap=self.output_cap)
 
     def run(self, command: str, timeout: float) -> ExecResult:
         return self._run(command, timeout, cwd=self.workspace)
@@ -97,14 +128,16 @@ class HostEnvironment(Environment):
         timeout = check_timeout(timeout)
         self.count += 1
         out, err = self.private / "out" / f"{self.count}.out", self.private / "out" / f"{self.count}.err"
-        spec = json.dumps({"limits": asdict(self._limits(timeout)), "env": self.env, "command": command,
-                           "bash": self.bash, "cwd": str(cwd),
-                           "cgroup": str(self.jail.cgroup) if self.jail.cgroup else ""})
+        spec = {"limits": asdict(self._limits(timeout)), "env": self.env, "command": command,
+                "bash": self.bash, "cwd": str(cwd), "cgroup": str(self.jail.cgroup) if self.jail.cgroup else ""}
+        if self.holder is not None:
+            spec.update(sandbox=self.holder.command_prefix(), inner=INNER, isolation=self.isolation.mode)
         launcher_env = dict(self.env, PYTHONPATH=package_parent())
         started = time.monotonic()
         with open(out, "wb") as out_fh, open(err, "wb") as err_fh:
-            proc = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCHER, spec], stdin=subprocess.DEVNULL,
-                                    stdout=out_fh, stderr=err_fh, env=launcher_env, start_new_session=True)
+            proc = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, json.dumps(spec)],
+                                    stdin=subprocess.DEVNULL, stdout=out_fh, stderr=err_fh, env=launcher_env,
+                                    start_new_session=True, pass_fds=self.holder.fds if self.holder else ())
         self.leaders.append(proc.pid)
         timed_out = False
         try:
@@ -127,7 +160,8 @@ class HostEnvironment(Environment):
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
         """A tool script in the sandbox, as the factory runs it (a fresh folder, not the workspace)."""
-        return run_tool_script(source, timeout, executor=self.executor, memory=self.python_memory)
+        return run_tool_script(source, timeout, executor=self.executor, memory=self.python_memory,
+                               hidden=self.hidden)
 
     # ---------------------------------------------------------------- files
 
@@ -143,6 +177,8 @@ class HostEnvironment(Environment):
         target = resolve_inside(self.workspace, path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data.encode() if isinstance(data, str) else data)
+        if self.holder is not None and self.isolation.mode == "root":  # the agent (uid 65534) may change it
+            give_to_sandbox_user(target)
 
     def copy_out(self, dest_dir: Path) -> Path:
         dest = Path(dest_dir)
@@ -154,6 +190,8 @@ class HostEnvironment(Environment):
     # ---------------------------------------------------------------- the end
 
     def _release(self) -> None:
+        if self.holder is not None:  # its PID namespace holds every process of the environment
+            self.holder.close()
         if self.jail.cgroup is not None:
             self.jail.kill_members()
         else:
@@ -166,9 +204,63 @@ class HostEnvironment(Environment):
         shutil.rmtree(self.private, ignore_errors=True)
 
 
-def run_tool_script(source: str, timeout: float, *, executor: str, memory: int | None) -> dict[str, Any]:
+class Holder:
+    """The PID (and, for a user, user) namespace of one isolated host environment.
+
+    A bwrap sandbox running ``sleep infinity``: every command's sandbox joins its namespaces, so
+    background jobs outlive their command, and ``close`` (killing it) ends them all at once."""
+
+    def __init__(self, isolation: Isolation, *, workspace: Path, private: Path, hidden: Sequence[str],
+                 gpus: str | None) -> None:
+        self.isolation = isolation
+        if isolation.mode == "root":  # commands run as uid 65534: the workspace and private folders become theirs
+            for folder in (workspace, private / "home", private / "tmp"):
+                give_to_sandbox_user(folder)
+        devices = sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")) if gpus else []
+        self.layout = dict(network=True, writable=[str(workspace), str(private / "home")],
+                           tmp=str(private / "tmp"), hidden=list(hidden), devices=devices)
+        read, write = os.pipe()
+        try:
+            self.proc = subprocess.Popen(bwrap_argv(isolation, info_fd=write, **self.layout)
+                                         + [shutil.which("sleep") or "/bin/sleep", "infinity"],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         pass_fds=[write], start_new_session=True)
+        finally:
+            os.close(write)
+        try:
+            with os.fdopen(read, "rb") as fh:
+                info = json.loads(fh.read() or b"{}")
+            child = info["child-pid"]
+            self.fds = [os.open(f"/proc/{child}/ns/pid", os.O_RDONLY)]
+            if isolation.mode == "userns":
+                self.fds.append(os.open(f"/proc/{child}/ns/user", os.O_RDONLY))
+        except (OSError, KeyError, ValueError) as exc:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+            raise EnvError(f"could not start the isolated host environment ({exc}): "
+                           f"{err.decode(errors='replace').strip()[-500:]}") from None
+
+    def command_prefix(self) -> list[str]:
+        """The bwrap command line of one command: the holder's namespaces, the same file system view."""
+        return bwrap_argv(self.isolation, pidns_fd=self.fds[0], userns_fd=self.fds[1] if len(self.fds) > 1 else None,
+                          **self.layout)
+
+    def close(self) -> None:
+        kill_group(self.proc.pid)
+        self.proc.kill()
+        self.proc.wait()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+def run_tool_script(source: str, timeout: float, *, executor: str, memory: int | None,
+                    hidden: Sequence[str] = ()) -> dict[str, Any]:
     """One tool script (a model's code) under the sandbox's executor and limits."""
-    result = run_python(source, limits=Limits(timeout=check_timeout(timeout), memory=memory), executor=executor)
+    limits = Limits(timeout=check_timeout(timeout), memory=memory, hidden=tuple(hidden))
+    result = run_python(source, limits=limits, executor=executor)
     return python_result(result)
 
 
@@ -179,19 +271,35 @@ class HostFactory(EnvFactory):
 
     def __init__(self, *, keep_workspaces: bool = False, gpus: str | None = None,
                  memory: int | None = DEFAULT_MEMORY, executor: str = "fork",
-                 python_memory: int | None = DEFAULT_MEMORY_LIMIT) -> None:
+                 python_memory: int | None = DEFAULT_MEMORY_LIMIT, hidden: Sequence[str] = (),
+                 isolation: Isolation | None = None) -> None:
+        """``hidden``: folders no command or tool script may see (the data dir, the cache, the reports)."""
         self.keep_workspaces = keep_workspaces
         self.gpus = gpus
         self.memory = memory
         self.executor, self.python_memory = executor, python_memory
+        self.hidden = tuple(str(p) for p in hidden)
+        self.isolation = probe() if isolation is None else isolation
 
-    def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "") -> HostEnvironment:
+    def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "",
+              workdir: str | None = None) -> HostEnvironment:
+        """``workdir`` (where the workspace should appear) is not applied yet: commands work in the
+        per-item host folder ``workspace`` itself, so concurrent items never share a path."""
         if needs_gpu and not self.gpus:
             raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
         return HostEnvironment(workspace, keep_workspace=self.keep_workspaces, name=name, gpus=self.gpus,
-                               memory=self.memory, executor=self.executor, python_memory=self.python_memory)
+                               memory=self.memory, executor=self.executor, python_memory=self.python_memory,
+                               isolation=self.isolation, hidden=self.hidden)
+
+    def describe_isolation(self) -> str:
+        if not self.isolation.active:
+            return self.isolation.describe()
+        how = "privileged" if self.isolation.mode == "root" else "user namespace"
+        return (f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, read-only file system but the workspace, "
+                f"one PID namespace per item, data dir, cache and reports hidden, network kept")
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
         """A tool script on the host: the sandbox's executor and memory limit, like a scoring script."""
-        return run_tool_script(source, timeout, executor=self.executor, memory=self.python_memory)
+        return run_tool_script(source, timeout, executor=self.executor, memory=self.python_memory,
+                               hidden=self.hidden)
 

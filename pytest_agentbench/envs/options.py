@@ -6,7 +6,7 @@ from typing import Any, Mapping
 from ..core.errors import ConfigError
 from ..core.options import Option
 from ..sandbox.limits import DEFAULT_MEMORY_LIMIT
-from ..sandbox.options import limits_from
+from ..sandbox.options import limits_from, private_paths
 from .base import EnvFactory
 from .docker import DEFAULT_IMAGE, DEFAULT_NETWORK, DockerFactory
 from .host import HostFactory
@@ -15,9 +15,11 @@ ENV_KINDS = ("host", "docker")
 DEFAULT_ENV_MEMORY = 8 << 30
 
 ENV_OPTIONS = (
-    Option("env", "--bench-env", kind="choice", choices=ENV_KINDS, default="host", ini="agentbench_env",
-           help="where agent commands and tool code run: host (a sandboxed workspace on this machine, default) or "
-                "docker (one container per item through the Docker SDK; DOCKER_HOST selects a remote engine)."),
+    Option("env", "--bench-env", kind="choice", choices=ENV_KINDS, default=None, ini="agentbench_env",
+           help="where agent commands and tool code run: host (a sandboxed workspace on this machine) or "
+                "docker (one container per item through the Docker SDK; DOCKER_HOST selects a remote engine). "
+                "Default: the benchmark's choice (docker where a real model's agent must not reach the answers, "
+                "host otherwise)."),
     Option("docker_image", "--bench-docker-image", default=DEFAULT_IMAGE, ini="agentbench_docker_image",
            help=f"image of the Docker environment (default {DEFAULT_IMAGE}, pulled when missing)."),
     Option("docker_network", "--bench-docker-network", default=DEFAULT_NETWORK, ini="agentbench_docker_network",
@@ -31,19 +33,20 @@ ENV_OPTIONS = (
 )
 
 
-def env_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
-    """The environment part of resolved settings, as plain values (for records and reports)."""
-    return {"env": opts["env"], "docker_image": opts["docker_image"], "docker_network": opts["docker_network"],
+def env_settings(opts: Mapping[str, Any], default: str = "host") -> dict[str, Any]:
+    """The environment part of resolved settings, as plain values (for records and reports); ``default``
+    is the environment when ``--bench-env`` is not given (the benchmark's choice)."""
+    return {"env": opts["env"] or default, "docker_image": opts["docker_image"], "docker_network": opts["docker_network"],
             "gpus": opts["gpus"] or None, "memory": opts["env_memory"], "keep_workspaces": bool(opts["keep_workspaces"])}
 
 
-def build_env(opts: Mapping[str, Any]) -> EnvFactory:
-    """The environment factory selected by ``env`` (host unless told otherwise).
+def build_env(opts: Mapping[str, Any], default: str = "host") -> EnvFactory:
+    """The environment factory selected by ``env`` (``default`` when it is not given).
 
     Tool scripts on the host run like scoring scripts: with the sandbox's ``executor`` and
     ``memory_limit`` when ``opts`` has them (the sandbox's defaults otherwise)."""
     try:
-        settings = env_settings(opts)
+        settings = env_settings(opts, default)
     except KeyError as missing:
         raise ConfigError(f"environment settings lack {missing}; resolve ENV_OPTIONS before build_env") from None
     if settings["env"] == "docker":
@@ -55,4 +58,4 @@ def build_env(opts: Mapping[str, Any]) -> EnvFactory:
                           f"valid: {', '.join(ENV_KINDS)}")
     python = limits_from(opts, timeout=1.0).memory if "memory_limit" in opts else DEFAULT_MEMORY_LIMIT
     return HostFactory(keep_workspaces=settings["keep_workspaces"], gpus=settings["gpus"], memory=settings["memory"],
-                       executor=opts.get("executor", "fork"), python_memory=python)
+                       executor=opts.get("executor", "fork"), python_memory=python, hidden=private_paths(opts))

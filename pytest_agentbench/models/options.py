@@ -61,6 +61,11 @@ MODEL_OPTIONS: tuple[Option, ...] = (
            "response cache mode: rw (read and write, default), ro (read only), off, "
            "replay (only cached replies; a miss is an error, to re-score without a model).",
            kind="choice", choices=CACHE_MODES, default="rw", ini="agentbench_cache"),
+    Option("model_preflight", "--model-preflight",
+           "at session start, prove the endpoint answers with one cheap request (list the models, else a "
+           "1-token completion): a missing key, a dead endpoint or an unknown model is then one usage error "
+           "(exit 4) before any item runs. Skipped for the oracle and with --bench-cache replay|ro "
+           "(default on).", kind="choice", choices=("on", "off"), default="on", ini="agentbench_model_preflight"),
 )
 
 
@@ -95,6 +100,15 @@ def model_settings(opts: Settings) -> dict:
     }
 
 
+def check_api_key(settings: dict, api_key: str | None) -> None:
+    """ConfigError when the default (OpenAI) endpoint would be called without a key."""
+    if not api_key and settings["base_url"] == DEFAULT_BASE_URL and settings["cache_mode"] != "replay":
+        raise ConfigError(
+            f"no API key for {DEFAULT_BASE_URL}: pass --model-api-key or set OPENAI_API_KEY "
+            "(or point --model-base-url at your OpenAI-compatible server)"
+        )
+
+
 def build_model(opts: Settings):
     """The model of this run: ``OracleModel`` for ``--model oracle``, else an ``OpenAIModel``.
 
@@ -110,11 +124,7 @@ def build_model(opts: Settings):
     if name == ORACLE:
         return OracleModel({"model": ORACLE})
     api_key = opts["model_api_key"]
-    if not api_key and settings["base_url"] == DEFAULT_BASE_URL and settings["cache_mode"] != "replay":
-        raise ConfigError(
-            f"no API key for {DEFAULT_BASE_URL}: pass --model-api-key or set OPENAI_API_KEY "
-            "(or point --model-base-url at your OpenAI-compatible server)"
-        )
+    check_api_key(settings, api_key)
     from .client import OpenAIModel  # why: the openai SDK is imported only when a real model is used
 
     return OpenAIModel(

@@ -24,11 +24,13 @@ from ..core.records import RECORD_PROPERTY
 from ..envs import build_env
 from ..models.options import build_model, model_settings
 from . import hookspecs
+from .checks import before_items, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
 from .options import all_options, read, register
 from .pathargs import space_form_error
-from .progress import Progress
+from .progress import Progress, header_lines
 from .run import SETTINGS, STATE, BenchState
+from .selfdescribe import DEFINITION, definition, restore
 from .state import make_state
 from .writer import RecordWriter
 from .xdist import XdistHooks
@@ -79,12 +81,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {description}")
     options: tuple[Option, ...] = all_options(registered)
     opts = read(config, options)
+    free = frozenset().union(*(b.free_settings for b in registered.found.values()))
+    opts = restore(config, options, opts, free)  # --bench-resume/--bench-replay DIR: the run's own settings
     config.stash[SETTINGS] = opts
+    config.stash[DEFINITION] = definition(config, options, opts)
     try:
         model_settings(opts)  # checked in every run, so a typo is found before anything runs
         if not opts.bench:
             return
+        other_benchmark_options(options, opts, opts.bench)
         state = make_state(config, opts)
+        if not state.is_worker:
+            before_items(config, opts, state)  # report dir, model preflight, resume merge, significance
     except (ConfigError, DataError) as exc:
         raise usage_error(exc) from None
     config.stash[STATE] = state
@@ -106,7 +114,8 @@ def pytest_make_collect_report(collector: pytest.Collector):
     if state is None or not isinstance(collector, pytest.Session) or not report.passed:
         return report
     root = BenchCollector.from_parent(collector, name=state.benchmark.name, nodeid=state.benchmark.name,
-                                      benchmark=state.benchmark, tasks=state.tasks)
+                                      benchmark=state.benchmark, tasks=state.tasks,
+                                      attempts=state.options.attempts)
     # With --bench and no explicit paths only the benchmark runs, never a user's tests/ by accident.
     report.result = [root] if state.only_bench else [*report.result, root]
     return report
@@ -116,11 +125,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     state = config.stash.get(STATE, None)
     if state is None:
         return None
-    shown = ", ".join(f"{k}={v}" for k, v in state.settings.items()
-                      if v is not None and k not in ("notes", "data_hashes"))
-    lines = [f"agentbench: {shown}", f"agentbench: reports in {state.run_dir}"]
-    lines += [f"agentbench: {note}" for note in [*state.settings.get("notes", []), *state.notes]]
-    return lines
+    return header_lines(state.settings, state.run_dir, [*state.settings.get("notes", []), *state.notes])
 
 
 @pytest.fixture(scope="session")
@@ -136,7 +141,9 @@ def bench_model(pytestconfig: pytest.Config):
 def bench_env(pytestconfig: pytest.Config):
     """Where agent commands and tool code run (``--bench-env``). Override it to supply another environment."""
     try:
-        factory = build_env(settings_of(pytestconfig))
+        opts = settings_of(pytestconfig)
+        state = pytestconfig.stash.get(STATE, None)
+        factory = build_env(opts, default=state.benchmark.default_env(opts) if state is not None else "host")
     except ConfigError as exc:
         raise usage_error(exc) from None
     yield factory

@@ -6,6 +6,7 @@ group its samples (``Benchmark.group_items``).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -40,7 +41,7 @@ class BenchItem(pytest.Function):
         self.user_properties.append(("agentbench_sample", sample.id))
 
     def reportinfo(self):
-        return self.path, 0, f"{self.benchmark.name} {self.sample.id}"
+        return self.path, 0, f"{self.benchmark.name} {self.sample.key}"
 
     def _prunetraceback(self, excinfo) -> None:  # tracebacks through the plugin are not the user's concern
         excinfo.traceback = excinfo.traceback.cut(path=__file__) or excinfo.traceback
@@ -60,28 +61,38 @@ class TaskCollector(pytest.Collector):
 
     def collect(self):
         for sample in self.samples:
-            yield BenchItem.from_parent(self, name=sample.id, callobj=run_bench_item, sample=sample,
+            yield BenchItem.from_parent(self, name=sample.key, callobj=run_bench_item, sample=sample,
                                         benchmark=self.benchmark)
 
 
 class BenchCollector(pytest.Collector):
     """The root of a benchmark's items; ``tasks`` are already filtered by ``--bench-ids``."""
 
-    def __init__(self, *, benchmark: Benchmark, tasks: list[Task], **kwargs: Any) -> None:
+    def __init__(self, *, benchmark: Benchmark, tasks: list[Task], attempts: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.benchmark = benchmark
         self.tasks = tasks
+        self.attempts = attempts
 
     def collect(self):
         name = self.benchmark.name
         for task in self.tasks:
+            samples = with_attempts(task.samples, self.attempts)
             if self.benchmark.group_items:
                 yield TaskCollector.from_parent(self, name=task.id, nodeid=f"{name}/{task.id}", task=task,
-                                                benchmark=self.benchmark, samples=task.samples)
+                                                benchmark=self.benchmark, samples=samples)
             else:
-                for sample in task.samples:
-                    yield BenchItem.from_parent(self, name=sample.id, nodeid=f"{name}/{sample.id}",
+                for sample in samples:
+                    yield BenchItem.from_parent(self, name=sample.key, nodeid=f"{name}/{sample.key}",
                                                 callobj=run_bench_item, sample=sample, benchmark=self.benchmark)
+
+
+def with_attempts(samples: list[Sample], attempts: int) -> list[Sample]:
+    """A task's samples once (``attempts`` 1: today's items), else every attempt in turn, each named
+    ``<id>[attemptN]`` (attempt 1 first: a task's steps run in order within an attempt)."""
+    if attempts <= 1:
+        return list(samples)
+    return [replace(s, attempt=a, repeated=True) for a in range(1, attempts + 1) for s in samples]
 
 
 def select_ids(tasks: list[Task], ids: tuple[str, ...] | list[str], bench_name: str) -> list[Task]:

@@ -1,62 +1,227 @@
-"""Live accounting beside pytest's progress: items done, model calls, tokens, cache hits, elapsed time.
+"""Live progress beside pytest's own: done/total, statuses so far, elapsed and ETA, model usage, and the
+items that have been running for a while (``51.4 running 120 s``); also the run header.
 
-Written only as whole lines, placed so pytest's own output is not cut: in -q and default mode a line
-is started after the current dots (which then continue on the next line); in -v mode, where pytest
-ends each item's line when the next item starts, the text goes on a line of its own that pytest ends.
+The same under xdist as without it: the controller counts the records that arrive in the reports, learns
+the total from the workers' collections and knows an item started through ``pytest_runtest_logstart``.
+A line is shown after a finished item at most every ``--bench-progress-interval`` seconds, and, while
+an item runs for more than ``LONG_RUNNING`` seconds, by a heartbeat thread. Lines go through the terminal
+reporter (nothing is printed with ``-p no:terminal``) and are placed so pytest's own lines are not cut:
+in -q and default mode a line is started after the current dots (which then continue on the next line);
+in -v mode the text goes on a line of its own and pytest writes the item's location again before its
+outcome.
 """
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 import pytest
 
 from ..core import records as rec
+from ..models.options import ORACLE
+from .run import STATE
+
+counts_text = rec.counts_text  # the formats every report shares (core/records.py)
+usage_text = rec.usage_text
+
+LONG_RUNNING = 30.0  # seconds: an item running longer is listed with its age
+HEADER_WIDTH = 100  # the run header is wrapped to lines of about this many characters
+# settings shown on the header's first lines (the rest go in the wrapped block)
+HEADER_FIRST = ("benchmark", "split", "model", "run_id")
+HEADER_HIDDEN = ("notes", "data_hashes")
 
 
-def usage_line(done: int, total: int | None, totals: dict[str, float], elapsed: float) -> str:
-    of = f"/{total}" if total else ""
-    return (f"agentbench: {done}{of} items, {totals['model_calls']:g} model calls, {totals['tokens']:g} tokens, "
-            f"{totals['cache_hits']:g} cache hits, {totals['tool_calls']:g} tool calls, elapsed {elapsed:.1f}s")
+# ---- text (pure) --------------------------------------------------------------------------------
+def duration_text(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
 
 
+def eta_seconds(done: int, total: int | None, running_for: float) -> float | None:
+    """Time left at the pace so far; ``running_for``: seconds since the first item started."""
+    if not total or not done or done >= total:
+        return None
+    return running_for / done * (total - done)
+
+
+def status_line(done: int, total: int | None, counts: Mapping[str, int], elapsed: float,
+                usage: Mapping[str, float] | None, running_for: float | None = None) -> str:
+    """``agentbench: 3/5 done (2 pass, 1 fail) · elapsed 12 s · ETA 8 s · 4 model calls, ...``."""
+    parts = [f"{done}/{total} done" if total else f"{done} done"]
+    if counts:
+        parts[0] += f" ({counts_text(counts)})"
+    parts.append(f"elapsed {duration_text(elapsed)}")
+    eta = eta_seconds(done, total, elapsed if running_for is None else running_for)
+    if eta is not None:
+        parts.append(f"ETA {duration_text(eta)}")
+    if usage is not None:
+        parts.append(usage_text(usage))
+    return "agentbench: " + " · ".join(parts)
+
+
+def item_label(nodeid: str) -> str:
+    """The sample id of a benchmark item's node id (``scicode/51::51.4`` -> ``51.4``)."""
+    if "::" in nodeid:
+        return nodeid.rsplit("::", 1)[1]
+    return nodeid.split("/", 1)[1] if "/" in nodeid else nodeid
+
+
+def running_line(started: Mapping[str, float], now: float, threshold: float | None = None) -> str | None:
+    """``agentbench: 51.4 running 120 s, 77.3 running 45 s``: the items running longer than ``threshold``,
+    oldest first; None when there are none."""
+    threshold = LONG_RUNNING if threshold is None else threshold
+    long = sorted((start, nodeid) for nodeid, start in started.items() if now - start > threshold)
+    if not long:
+        return None
+    return "agentbench: " + ", ".join(f"{item_label(n)} running {now - s:.0f} s" for s, n in long)
+
+
+def header_lines(settings: Mapping[str, Any], run_dir: Path | str, notes: Iterable[str] = (),
+                 width: int = HEADER_WIDTH) -> list[str]:
+    """The run header: a short block instead of one long line.
+
+    agentbench: scicode, split validation, model gpt-x, run 20261201T043000Z-ab12
+    agentbench: reports in reports/scicode/gpt-x/20261201T043000Z-ab12
+    agentbench: settings: mode=..., background=True, ...   (wrapped, continued with an indent)
+    agentbench: note: ...
+    """
+    first = [str(settings.get("benchmark", "?"))]
+    for key, label in (("split", "split"), ("model", "model"), ("run_id", "run")):
+        if settings.get(key) is not None:
+            first.append(f"{label} {settings[key]}")
+    lines = ["agentbench: " + ", ".join(first), f"agentbench: reports in {run_dir}"]
+    rest = [f"{k}={v}" for k, v in settings.items()
+            if v is not None and v != "" and k not in HEADER_FIRST and k not in HEADER_HIDDEN]
+    line = "agentbench: settings:"
+    for part in rest:
+        if len(line) + len(part) + 2 > width and not line.endswith(":"):
+            lines.append(line + ",")
+            line = "agentbench:  "
+        line += ("" if line.endswith(("settings:", "  ")) else ",") + " " + part
+    if rest:
+        lines.append(line)
+    lines += [f"agentbench: note: {note}" for note in notes]
+    return lines
+
+
+# ---- the live display (controller) ---------------------------------------------------------------
 class Progress:
     def __init__(self, config: pytest.Config, interval: float) -> None:
         self.config = config
         self.interval = interval
+        state = config.stash.get(STATE, None)
+        # the oracle makes no model calls: its counters would always be zero
+        self.show_usage = state is None or state.settings.get("model") != ORACLE
         self.started = time.monotonic()
         self.last_shown = self.started
+        self.first_item: float | None = None  # when the first item started (the pace of the ETA)
         self.done = 0
         self.total: int | None = None
+        self.counts: dict[str, int] = {}
         self.totals = rec.usage_totals([])
+        self.running: dict[str, float] = {}  # node id -> when it started (monotonic)
+        self.lock = threading.RLock()
+        self.stop = threading.Event()
+        self.heartbeat: threading.Thread | None = None
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(XdistTotal(self), "agentbench-progress-xdist")
 
+    # ---- pytest hooks ----
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.total = len(session.items) or None
+        if session.items:
+            self.total = len(session.items)
 
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        if self.heartbeat is None and self.interval >= 0:
+            self.heartbeat = threading.Thread(target=self.beat, name="agentbench-progress", daemon=True)
+            self.heartbeat.start()
+
+    def pytest_sessionfinish(self) -> None:
+        self.stop.set()
+        if self.heartbeat is not None:
+            self.heartbeat.join(timeout=2)
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        with self.lock:
+            self.running[nodeid] = time.monotonic()
+            if self.first_item is None:
+                self.first_item = self.running[nodeid]
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        with self.lock:
+            self.running.pop(nodeid, None)
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
             if name == rec.RECORD_PROPERTY:
-                self.done += 1
-                for key, amount in rec.usage_of(value).items():
-                    self.totals[key] = self.totals.get(key, 0) + amount
+                with self.lock:
+                    self.running.pop(report.nodeid, None)  # finished, whatever comes after its record
+                    self.done += 1
+                    status = str(value.get("status", "error"))
+                    self.counts[status] = self.counts.get(status, 0) + 1
+                    for key, amount in rec.usage_of(value).items():
+                        self.totals[key] = self.totals.get(key, 0) + amount
                 self.maybe_show()
+
+    # ---- display ----
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def lines(self, now: float) -> list[str]:
+        with self.lock:
+            out = [status_line(self.done, self.total, self.counts, now - self.started,
+                               self.totals if self.show_usage else None, now - (self.first_item or self.started))]
+            running = running_line(self.running, now)
+        return out + ([running] if running else [])
 
     def maybe_show(self) -> None:
         now = time.monotonic()
         if now - self.last_shown < self.interval:
             return
+        self.show(self.lines(now), now)
+
+    def beat(self) -> None:
+        """While an item runs past LONG_RUNNING, say so every interval (nothing finishes to trigger a line)."""
+        period = max(self.interval, 1.0)
+        while not self.stop.wait(min(period, LONG_RUNNING / 4 if LONG_RUNNING > 0 else period)):
+            now = time.monotonic()
+            with self.lock:
+                long = any(now - start > LONG_RUNNING for start in self.running.values())
+            if long and now - self.last_shown >= period:
+                self.show(self.lines(now), now)
+
+    def show(self, lines: list[str], now: float) -> None:
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-        if terminal is None:
+        if terminal is None:  # -p no:terminal: nothing is printed
             return
-        self.last_shown = now
-        text = usage_line(self.done, self.total, self.totals, self.elapsed())
-        writer = terminal._tw
-        if self.config.get_verbosity() >= 1:
-            # pytest ends this line itself (when the next item starts or the session ends).
-            writer.write("\n" + text, flush=True)
-        else:
-            writer.write(("\n" if writer.width_of_current_line else "") + text + "\n", flush=True)
+        with self.lock:
+            self.last_shown = now
+            writer = terminal._tw
+            text = "\n".join(lines)
+            if self.config.get_verbosity() >= 1:
+                # pytest ends this line itself, and writes the running item's location again before its outcome
+                writer.write("\n" + text, flush=True)
+                terminal.currentfspath = None
+            else:
+                writer.write(("\n" if writer.width_of_current_line else "") + text + "\n", flush=True)
+
+
+class XdistTotal:
+    """Under xdist the controller collects nothing itself: the total comes from the workers' collections."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if ids and self.progress.total is None:
+            self.progress.total = len(ids)

@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ..core import records as rec
+from ..report.attempts import counts_line
+from ..report.baseline import public
 from ..report.compare import render_text
+from ..report.html import write_html
 from ..report.resume import write_settings_once
 from ..report.summary import Verdict, Written, build_summary, judge, judge_without_items, write_reports
-from .progress import usage_line
-from .run import BenchState
+from ..models.options import ORACLE
+from .progress import status_line
+from .provenance import run_info
+from .run import BenchState, Streak
+from .selfdescribe import settings_file_content
 
 
 class Reporter:
@@ -28,9 +36,12 @@ class Reporter:
         self.records: dict[str, dict[str, Any]] = {}
         self.other_failures = 0  # failed non-benchmark tests collected in the same session
         self.started = time.monotonic()
+        self.started_at = datetime.now(timezone.utc)
         self._summary: dict[str, Any] | None = None
         self.verdict: Verdict | None = None
         self.written: Written | None = None
+        self.html = None  # report.html, once written
+        self.streaks: dict[str, Streak] = {}  # per worker: the same count the worker stops on
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         found = False
@@ -38,10 +49,21 @@ class Reporter:
             if name == rec.RECORD_PROPERTY:
                 found = True
                 if not self.records:  # the run folder exists from its first record on
-                    write_settings_once(self.state.run_dir, self.state.settings)
-                self.records[value["id"]] = value
+                    write_settings_once(self.state.run_dir, settings_file_content(self.state.settings, self.config))
+                self.records[rec.record_key(value)] = value
+                self.count_errors(value)
         if report.failed and not found and not is_bench_node(report.nodeid, self.state):
             self.other_failures += 1
+
+    def count_errors(self, record: dict[str, Any]) -> None:
+        """The worker's model-error row, as the worker counts it: a stop is noted in the reports."""
+        if rec.record_key(record) in self.state.resumed:
+            return
+        worker = str(record.get("worker", "main"))
+        streak = self.streaks.setdefault(worker, Streak(self.state.options.max_consecutive_errors))
+        stop = streak.add(record)
+        if stop and not any(note.startswith("stopped after") for note in self.state.notes):
+            self.state.notes.append(stop.removeprefix("agentbench: ") + ("" if worker == "main" else f" (on {worker})"))
 
     def summary(self) -> dict[str, Any]:
         if self._summary is None:
@@ -56,13 +78,18 @@ class Reporter:
             self.verdict = judge_without_items(state.gates, session.exitstatus)
             session.exitstatus = self.verdict.exit_code
             return
+        for record in state.resumed.values():  # a resumed run's summary never narrows to what ran now
+            self.records.setdefault(rec.record_key(record), record)
         summary = self.summary()
+        params = self.config.invocation_params
+        summary["run"] = run_info(self.started_at, datetime.now(timezone.utc), params.args, Path(params.dir))
         self.verdict = judge(summary, state.gates, state.baseline, session.exitstatus, self.other_failures)
         session.exitstatus = self.verdict.exit_code
         self.config.hook.pytest_agentbench_summary(summary=summary)
         self.written = write_reports(summary, self.verdict, state.run_dir, gates=state.gates,
                                      baseline=state.baseline, notes=state.notes,
                                      step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+        self.html = write_html(state.run_dir, public(summary), self.records.values(), notes=state.notes)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         verdict = self.verdict
@@ -74,8 +101,10 @@ class Reporter:
             summary = self.summary()
             for line in summary["_terminal"]:
                 terminalreporter.write_line(line)
-            terminalreporter.write_line(usage_line(len(self.records), None, summary["usage"],
-                                                   time.monotonic() - self.started))
+            terminalreporter.write_line(f"run counts: {counts_line(summary['run_counts'])}")
+            usage = summary["usage"] if self.state.settings.get("model") != ORACLE else None
+            terminalreporter.write_line(status_line(len(self.records), None, summary["counts"],
+                                                    time.monotonic() - self.started, usage))
         if verdict is not None and verdict.comparison is not None:
             for line in render_text(verdict.comparison, verdict.alpha):
                 terminalreporter.write_line(line)
@@ -90,7 +119,8 @@ class Reporter:
         if self.written is not None and self.written.baseline is not None:
             terminalreporter.write_line(f"baseline updated: {self.written.baseline}")
         if self.records:
-            terminalreporter.write_line(f"report: {self.state.run_dir}")
+            terminalreporter.write_line(f"report: {self.state.run_dir}"
+                                        + (f" (open {self.html.name} in a browser)" if self.html else ""))
 
 
 def is_bench_node(nodeid: str, state: BenchState) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 from ..benchmarks.base import Benchmark, BenchRun
 from ..core import records as rec
 from ..core.options import Settings
-from ..core.types import Task
+from ..core.types import Sample, Task
 
 
 @dataclass
@@ -41,33 +41,79 @@ class BenchState:
     run: BenchRun | None = None  # opened by the bench_run fixture at the first item of this process
 
 
+class Streak:
+    """Items in a row that ended in model_error (a skipped item neither adds nor breaks the row)."""
+
+    STATUS = "model_error"
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit  # 0: never stop
+        self.count = 0
+        self.last = ""
+
+    def add(self, record: dict[str, Any]) -> str | None:
+        """Count one fresh record; the reason to stop the run once the row reaches the limit, else None."""
+        status = record.get("status")
+        if status == "skipped":
+            return None
+        self.count = self.count + 1 if status == self.STATUS else 0
+        self.last = str(record.get("message", ""))[:300]
+        if self.limit and self.count >= self.limit:
+            return (f"agentbench: stopped after {self.count} model errors in a row "
+                    f"(--bench-max-consecutive-errors={self.limit}); last: {self.last}")
+        return None
+
+
 STATE = pytest.StashKey[BenchState]()
 SETTINGS = pytest.StashKey[Settings]()
 RECORD = pytest.StashKey[dict]()
 
 
 def base_record(sample: Any, state: BenchState) -> dict[str, Any]:
-    return {"benchmark": state.benchmark.name, "task": sample.task_id, "id": sample.id, "split": sample.split,
-            "scored": sample.scored, "model": state.settings.get("model")}
+    record = {"benchmark": state.benchmark.name, "task": sample.task_id, "id": sample.id, "split": sample.split,
+              "scored": sample.scored, "model": state.settings.get("model")}
+    if sample.repeated:  # --bench-attempts K > 1: records of one sample are told apart by their attempt
+        record["attempt"] = sample.attempt
+    return record
+
+
+def run_once(run: BenchRun, sample: Sample) -> dict[str, Any]:
+    started = time.monotonic()
+    try:
+        result = dict(run.run_sample(sample))
+    except Exception as exc:  # a bug or an unexpected failure must still leave a record
+        result = {"status": "error", "message": f"{type(exc).__name__}: {exc}",
+                  "traceback": traceback.format_exc(limit=20)}
+    result.setdefault("message", "")
+    result["duration"] = round(time.monotonic() - started, 3)
+    return result
+
+
+def run_with_retries(run: BenchRun, sample: Sample, max_retries: int) -> dict[str, Any]:
+    """The sample's result; an infrastructure failure (``records.ERROR_STATUSES``) is run again up to
+    ``max_retries`` times (the run reuses the model answers it has). A result that took more than one try
+    keeps every try's result in ``tries`` (in order) and says which one counted (``counted_try``, 1-based:
+    the last); its own fields are the counted try's, its duration the sum of all."""
+    result = run_once(run, sample)
+    tries = [result]
+    while result["status"] in rec.ERROR_STATUSES and len(tries) <= max_retries:
+        result = run_once(run, replace(sample, retry=len(tries)))
+        tries.append(result)
+    if len(tries) == 1:
+        return result
+    return {**result, "tries": tries, "counted_try": len(tries),
+            "duration": round(sum(t["duration"] for t in tries), 3)}
 
 
 def run_item(item: pytest.Item, run: BenchRun) -> None:
     """Run one sample, keep its record on the item, and turn its status into the pytest outcome."""
     state = item.config.stash[STATE]
     sample = item.sample
-    if sample.id in state.resumed:  # finished in the interrupted run: reported from its record, not run again
-        replay(item, dict(state.resumed[sample.id]))
+    if sample.key in state.resumed:  # finished in the interrupted run: reported from its record, not run again
+        replay(item, dict(state.resumed[sample.key]))
         return
     record = base_record(sample, state)
-    started = time.monotonic()
-    try:
-        result = run.run_sample(sample)
-    except Exception as exc:  # a bug or an unexpected failure must still leave a record
-        result = {"status": "error", "message": f"{type(exc).__name__}: {exc}",
-                  "traceback": traceback.format_exc(limit=20)}
-    record.update(result)
-    record.setdefault("message", "")
-    record["duration"] = round(time.monotonic() - started, 3)
+    record.update(run_with_retries(run, sample, state.options.max_retries))
     record["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
     item.stash[RECORD] = record
     outcome(record)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from ..sandbox.options import isolation_from
 from ..benchmarks.base import Benchmark
 from ..benchmarks.registry import get_benchmark
 from ..core.errors import ConfigError, choose
@@ -39,7 +40,12 @@ def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only:
                           f"(--model=oracle scores the ground truth without any server)")
     if model["model"] == ORACLE:  # no server, no cache: the endpoint settings would only mislead
         model = {"model": ORACLE}
-    return {"benchmark": benchmark.name, "split": split, **model, "item_timeout": opts.timeout}
+    out = {"benchmark": benchmark.name, "split": split, **model, "item_timeout": opts.timeout}
+    if opts.attempts > 1:  # only when given: a run of one attempt records exactly what it did before
+        out["attempts"] = opts.attempts
+    if opts.max_retries:
+        out["item_retries"] = opts.max_retries
+    return out
 
 
 def make_state(config: pytest.Config, opts: Settings) -> BenchState:
@@ -49,8 +55,11 @@ def make_state(config: pytest.Config, opts: Settings) -> BenchState:
                    f"{benchmark.name} split (--bench-split)")
     settings = run_settings(benchmark, opts, split, bool(config.option.collectonly))
     settings.update(benchmark.configure(opts, split))
+    split = settings["split"]  # a benchmark may narrow the default split (SciCode's oracle: validation)
     tasks = select_ids(benchmark.load_tasks(opts, split), opts.ids, benchmark.name)
     settings["data_hashes"] = benchmark.data_hashes(opts, split, settings)
+    # How children that run model code are isolated here; a benchmark may say more (CORE-Bench: its agent's env).
+    settings.setdefault("isolation", isolation_from(opts).describe())
     is_worker = hasattr(config, "workerinput")  # the one place roles are told apart
     workerinput: dict[str, Any] = config.workerinput if is_worker else {}
     if RUN_DIR_KEY in workerinput:

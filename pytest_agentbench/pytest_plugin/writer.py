@@ -9,13 +9,14 @@ import pytest
 
 from ..core import records as rec
 from .collect import BenchItem
-from .run import RECORD, BenchState, base_record
+from .run import RECORD, BenchState, Streak, base_record
 
 
 class RecordWriter:
     def __init__(self, config: pytest.Config, state: BenchState) -> None:
         self.config = config
         self.state = state
+        self.streak = Streak(state.options.max_consecutive_errors)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -31,15 +32,18 @@ class RecordWriter:
             status = "skipped" if report.skipped else "error"
             record = {**base_record(item.sample, state), "status": status, "message": short_reason(report),
                       "duration": 0.0}
-        if call.when == "setup" and report.skipped and item.sample.id in state.resumed:
-            record = dict(state.resumed[item.sample.id])  # a skip marker fired: report the old record
+        if call.when == "setup" and report.skipped and item.sample.key in state.resumed:
+            record = dict(state.resumed[item.sample.key])  # a skip marker fired: report the old record
         if record is not None and (call.when == "call" or not report.passed):
-            resumed = record["id"] in state.resumed  # a resumed record is already in the file
+            resumed = rec.record_key(record) in state.resumed  # a resumed record is already in the file
             if not resumed:
                 self.config.hook.pytest_agentbench_record(record=record, item=item)
             report.user_properties.append((rec.RECORD_PROPERTY, record))
             if not resumed:
                 rec.append_record(state.records_path, record)
+                stop = self.streak.add(record)
+                if stop and not item.session.shouldstop:
+                    item.session.shouldstop = stop  # as -x: the session ends after this item, reports complete
             # junitxml writes the teardown report's properties: the item's list is copied into it.
             item.user_properties.extend(rec.junit_properties(record))
             item.stash[RECORD] = None  # written once

@@ -21,7 +21,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..core.io import natural_key
-from ..core.records import PASS
+from ..core.records import PASS, record_key
+from ..core.types import attempt_key
 from .baseline import BaselineError, load_summary, settings_differences
 from .declared import Declared, declared_in
 
@@ -40,6 +41,8 @@ class Comparison:
     only_b: list[str]
     mcnemar: dict[str, dict[str, Any]]  # unit -> {worse, better, p}
     bootstrap: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> {unit, a, b, delta}
+    shared: int = 0  # scored items both runs have: the metrics are compared on these when the selections differ
+    settings_table: list[tuple[str, str, str]] = field(default_factory=list)  # every setting that differs: key, A, B
     declared: Declared = field(default_factory=Declared)  # the benchmark's gate metrics, headlines, free settings
 
     @property
@@ -51,7 +54,8 @@ class Comparison:
 
 
 def scored_items(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {str(i["id"]): i for i in summary.get("items", [])
+    """Scored items by key: the id, or ``id[attemptN]`` with --bench-attempts (pairs are (id, attempt))."""
+    return {record_key(i): i for i in summary.get("items", [])
             if i.get("scored", True) and i.get("status") != "skipped"}
 
 
@@ -84,7 +88,45 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, declared: Declared | None =
     tasks = task_table(items_a, items_b, common)
     comparison.mcnemar["task"] = mcnemar_counts([(t["ra"], t["rb"]) for t in tasks])
     comparison.bootstrap = bootstrap(tasks, declared.units, seed=seed, resamples=resamples)
+    comparison.shared = len(common)
+    comparison.settings_table = settings_table(a["settings"], b["settings"])
+    if comparison.only_a or comparison.only_b:  # other selections: score both on the items they share
+        comparison.metrics = [(name, boot["a"], boot["b"]) for name, boot in comparison.bootstrap.items()]
     return comparison
+
+
+HIDDEN_SETTINGS = frozenset({"run_id", "notes", "cache_dir", "_run"})
+
+
+def settings_table(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """Every setting whose value differs between the two runs (nested dicts key by key), as text."""
+    rows = []
+    for key in sorted(set(a) | set(b)):
+        if key in HIDDEN_SETTINGS:
+            continue
+        left, right = a.get(key), b.get(key)
+        if isinstance(left, dict) and isinstance(right, dict):
+            rows += [(f"{key}.{k}", x, y) for k, x, y in settings_table(left, right)]
+        elif left != right:
+            rows.append((key, "(not set)" if left is None else str(left), "(not set)" if right is None else str(right)))
+    return rows
+
+
+def min_flips(alpha: float) -> int:
+    """The fewest flipped units with which the two-sided exact McNemar test can reject at ``alpha``
+    (every flip in one direction: p = 2 * 0.5**n); 6 at 0.05."""
+    n = 1
+    while 2 * 0.5 ** n >= alpha:
+        n += 1
+    return n
+
+
+def too_small(units: Mapping[str, int], alpha: float) -> list[str]:
+    """Warnings for units (``{"item": n, "task": m}``) too few for the exact McNemar test to ever reject."""
+    need = min_flips(alpha)
+    return [f"only {n} {unit}s: the exact McNemar test can never reach p < {alpha:g} (it needs at least {need} "
+            f"flipped {unit}s); a drop in a {unit}-level metric cannot be significant"
+            for unit, n in units.items() if n < need]
 
 
 def metric_rows(a: dict[str, Any], b: dict[str, Any], gate_metrics: Mapping[str, str] | None = None
@@ -103,10 +145,11 @@ def metric_rows(a: dict[str, Any], b: dict[str, Any], gate_metrics: Mapping[str,
 
 
 def task_table(items_a, items_b, common) -> list[dict[str, Any]]:
-    """Per task (over the items both runs scored): item count, passes and resolution on each side."""
+    """Per task (over the items both runs scored): item count, passes and resolution on each side.
+    With --bench-attempts each attempt of a task is a unit of its own (so rates are per-attempt means)."""
     groups: dict[str, list[str]] = defaultdict(list)
     for item_id in common:
-        groups[str(items_a[item_id].get("task"))].append(item_id)
+        groups[attempt_key(str(items_a[item_id].get("task")), items_a[item_id].get("attempt"))].append(item_id)
     rows = []
     for task, ids in sorted(groups.items(), key=lambda kv: natural_key(kv[0])):
         pa = sum(passed(items_a[i]) for i in ids)
@@ -185,10 +228,29 @@ def _verdict(p: float, alpha: float) -> str:
     return f"significant at {alpha:g}" if p < alpha else f"not significant at {alpha:g}: within noise"
 
 
+def shared_line(c: Comparison) -> str | None:
+    if not (c.only_a or c.only_b):
+        return None
+    return (f"compared on the {c.shared} scored items both runs share "
+            f"(A has {len(c.only_a)} more, B has {len(c.only_b)} more)")
+
+
+def units_of(c: Comparison) -> dict[str, int]:
+    return {"item": c.mcnemar["item"]["n"], "task": c.mcnemar["task"]["n"]}
+
+
 def render_text(c: Comparison, alpha: float = 0.05) -> list[str]:
     lines = [f"A: {_label(c.a)}", f"B: {_label(c.b)}"]
+    if c.settings_table:
+        width = max(len(k) for k, _, _ in c.settings_table) + 2
+        lines += ["", "settings that differ:", f"  {'setting':<{width}}{'A':<24}B"]
+        lines += [f"  {k:<{width}}{a[:22]:<24}{b}" for k, a, b in c.settings_table]
     if c.settings_diff:
-        lines.append("WARNING: settings differ: " + "; ".join(c.settings_diff))
+        lines.append("WARNING: these settings change what is asked or how it is scored: " + "; ".join(c.settings_diff))
+    shared = shared_line(c)
+    if shared:
+        lines.append(shared)
+    lines += [f"WARNING: {w}" for w in too_small(units_of(c), alpha)]
     lines.append("")
     lines.append(f"{'metric':<24}{'A':>9}{'B':>9}{'B - A':>12}")
     for name, left, right in c.metrics:
@@ -217,8 +279,14 @@ def render_markdown(c: Comparison, alpha: float = 0.05, title: str = "## Compari
     out = [title, "", f"A (baseline): `{c.a.get('_path', '?')}` — model {c.a['settings'].get('model')}, "
                       f"run {c.a['settings'].get('run_id')}  ",
            f"B (this run): model {c.b['settings'].get('model')}, run {c.b['settings'].get('run_id')}", ""]
+    if c.settings_table:
+        out += ["| setting | A | B |", "|---|---|---|"]
+        out += [f"| {k} | {a} | {b} |".replace("\n", " ") for k, a, b in c.settings_table] + [""]
     if c.settings_diff:
         out += ["**Settings differ:** " + "; ".join(c.settings_diff), ""]
+    if shared_line(c):
+        out += [f"Scores are {shared_line(c)}.", ""]
+    out += [f"**Warning:** {w}" for w in too_small(units_of(c), alpha)]
     out += ["| metric | A | B | B − A | 95% CI of B − A (tasks resampled) |", "|---|---|---|---|---|"]
     for name, left, right in c.metrics:
         delta = None if left is None or right is None else right - left
@@ -253,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=SEED, help="bootstrap seed (fixed by default)")
     parser.add_argument("--resamples", type=int, default=RESAMPLES, help=f"bootstrap resamples (default {RESAMPLES})")
     parser.add_argument("--markdown", action="store_true", help="print markdown instead of text")
-    parser.add_argument("--force", action="store_true", help="compare even when the runs' settings differ")
+    parser.add_argument("--force", action="store_true", help="compare even runs of different splits")
     return parser
 
 
@@ -268,10 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare: the runs are of different benchmarks ({a['settings'].get('benchmark')} vs "
               f"{b['settings'].get('benchmark')})", file=sys.stderr)
         return 2
-    c = compare(a, b, seed=args.seed, resamples=args.resamples)
-    if c.settings_diff and not args.force:
-        print("compare: refusing to compare runs made with different settings: " + "; ".join(c.settings_diff)
-              + " (add --force to compare anyway)", file=sys.stderr)
+    split_a, split_b = a["settings"].get("split"), b["settings"].get("split")
+    if split_a != split_b and not args.force:
+        print(f"compare: the runs are of different splits ({split_a} vs {split_b}); their items are other "
+              f"questions (add --force to compare the items they share anyway)", file=sys.stderr)
         return 2
+    c = compare(a, b, seed=args.seed, resamples=args.resamples)
     print(render_markdown(c, args.alpha, "# Comparison") if args.markdown else "\n".join(render_text(c, args.alpha)))
     return 0

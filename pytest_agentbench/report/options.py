@@ -28,9 +28,11 @@ UPDATE_HELP = ("write this run's summary to --bench-baseline (a .json path, else
                "A run never updates its baseline otherwise.")
 SIGNIFICANCE_HELP = ("with --bench-max-drop: count a drop only when it is significant at this level "
                      "(exact McNemar test over the metric's units, e.g. 0.05).")
-RESUME_HELP = ("continue an interrupted run in RUN_DIR: its finished records are reused (reported, not run again), "
-               "the missing items run, and complete reports are written into RUN_DIR.")
-PROGRESS_HELP = "seconds between the progress lines (model calls, tokens, cache hits, elapsed); 0 = after every item."
+RESUME_HELP = ("continue an interrupted run in RUN_DIR: its settings and selection are read from RUN_DIR/settings.json "
+               "(a command-line value that differs is refused), its finished records are reused (reported, not run "
+               "again), the missing items run, and complete reports are written into RUN_DIR.")
+PROGRESS_HELP = ("seconds between the progress lines (done/total, statuses, elapsed, ETA, model usage, items "
+                 "running over 30 s); 0 = after every item.")
 
 
 NOT_A_RUN_FOLDER = ("is not a folder; give the run folder of the interrupted run "
@@ -66,6 +68,14 @@ REPORT_OPTIONS: tuple[Option, ...] = (
            ini="agentbench_significance", metavar="ALPHA"),
     Option("resume", "--bench-resume", RESUME_HELP, kind="path", check=check_run_folder, ini="agentbench_resume",
            metavar="RUN_DIR"),
+    Option("resume_merge", "--bench-resume-merge",
+           "with --bench-resume: a selection (--bench-ids, -k, -m) other than the run's is added to it (the union "
+           "runs and is reported) instead of being refused.", kind="bool", default=False,
+           ini="agentbench_resume_merge"),
+    Option("replay", "--bench-replay",
+           "re-score the run in RUN_DIR from its cached model responses only (--bench-cache replay), with its "
+           "settings and selection read from RUN_DIR/settings.json; the new run gets its own folder.",
+           kind="path", check=check_run_folder, ini="agentbench_replay", metavar="RUN_DIR"),
     Option("progress_interval", "--bench-progress-interval", PROGRESS_HELP, kind="float", default=15.0, minimum=0,
            ini="agentbench_progress_interval", metavar="SECONDS"),
 )

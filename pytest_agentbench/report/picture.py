@@ -13,6 +13,7 @@ STATUS_COLOURS = {
     "eval_error": "#757575", "model_error": "#212121", "env_error": "#455a64", "error": "#000000",
 }
 OTHER_COLOUR = "#bdbdbd"
+BASELINE_COLOUR = "#0d47a1"
 
 
 def task_rows(summary: dict[str, Any]) -> list[tuple[str, int, dict[str, int]]]:
@@ -47,13 +48,14 @@ def headline_text(summary: dict[str, Any], baseline: dict[str, Any] | None, name
     return "   ".join(parts)
 
 
-def draw(summary: dict[str, Any], path: Path, *, headlines: dict[str, str],
-         baseline: dict[str, Any] | None = None) -> Path | None:
-    """Write the PNG; returns None when there is nothing scored to draw.
+def figure(summary: dict[str, Any], *, headlines: dict[str, str], baseline: dict[str, Any] | None = None):
+    """The matplotlib Figure of the picture, or None when there is nothing scored to draw.
 
-    ``headlines``: the metrics named in the title, gate name -> key in summary["metrics"]."""
+    The legend sits outside the axes (right of the bars, never over them); the baseline's pass share of
+    each task is a dark tick with a white outline drawn above the bars, visible on any colour and at 0 or 1."""
     # why: matplotlib takes about half a second to import, and only the end of a run draws
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib import patheffects  # why: matplotlib, as above
     from matplotlib.figure import Figure  # why: matplotlib, as above
     from matplotlib.lines import Line2D  # why: matplotlib, as above
     from matplotlib.patches import Patch  # why: matplotlib, as above
@@ -63,22 +65,24 @@ def draw(summary: dict[str, Any], path: Path, *, headlines: dict[str, str],
         return None
     before = pass_fractions(baseline) if baseline else {}
     height = 1.6 + 0.24 * len(rows)
-    fig = Figure(figsize=(8, height), dpi=100)
+    fig = Figure(figsize=(9, height), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     seen: list[str] = []
+    outline = [patheffects.withStroke(linewidth=4, foreground="white")]
     for y, (task, n, counts) in enumerate(rows):
         left = 0.0
         for status in [*STATUS_COLOURS, *sorted(set(counts) - set(STATUS_COLOURS))]:
             share = counts.get(status, 0) / n
             if not share:
                 continue
-            ax.barh(y, share, left=left, color=STATUS_COLOURS.get(status, OTHER_COLOUR), height=0.8)
+            ax.barh(y, share, left=left, color=STATUS_COLOURS.get(status, OTHER_COLOUR), height=0.8, zorder=1)
             left += share
             if status not in seen:
                 seen.append(status)
-        if task in before:  # the baseline's pass fraction of this task, as a tick
-            ax.plot([before[task]] * 2, [y - 0.45, y + 0.45], color="#1565c0", linewidth=2)
+        if task in before:  # the baseline's pass fraction of this task, as a tick above the bars
+            ax.plot([before[task]] * 2, [y - 0.42, y + 0.42], color=BASELINE_COLOUR, linewidth=2.5, zorder=5,
+                    clip_on=False, solid_capstyle="butt", path_effects=outline, gid="baseline")
     ax.set_yticks(range(len(rows)), [t for t, _, _ in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
@@ -88,11 +92,24 @@ def draw(summary: dict[str, Any], path: Path, *, headlines: dict[str, str],
                  f"{headline_text(summary, baseline, headlines)}", fontsize=9)
     handles = [Patch(color=STATUS_COLOURS.get(s, OTHER_COLOUR), label=s) for s in seen]
     if before:
-        handles.append(Line2D([], [], color="#1565c0", linewidth=2, label="baseline pass share"))
-    ax.legend(handles=handles, fontsize=7, loc="lower right", framealpha=0.8)
+        handles.append(Line2D([], [], color=BASELINE_COLOUR, linewidth=2.5, label="baseline pass share",
+                              path_effects=outline))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+              frameon=False)
     fig.tight_layout()
+    return fig
+
+
+def draw(summary: dict[str, Any], path: Path, *, headlines: dict[str, str],
+         baseline: dict[str, Any] | None = None) -> Path | None:
+    """Write the PNG; returns None when there is nothing scored to draw.
+
+    ``headlines``: the metrics named in the title, gate name -> key in summary["metrics"]."""
+    fig = figure(summary, headlines=headlines, baseline=baseline)
+    if fig is None:
+        return None
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, format="png")
+    fig.savefig(tmp, format="png", bbox_inches="tight")  # "tight" keeps the legend beside the axes
     tmp.replace(path)
     return path

@@ -22,6 +22,7 @@ from .baseline import json_text, settings_differences
 from .options import NOT_A_RUN_FOLDER
 
 SETTINGS_FILE = "settings.json"
+RUN_KEY = "_run"  # in settings.json: how the run was asked for (its options and selection), not a setting
 
 
 @dataclass
@@ -46,7 +47,7 @@ def check_settings(run_dir: Path, settings: Mapping[str, Any], free: Iterable[st
     file = Path(run_dir) / SETTINGS_FILE
     if not file.is_file():
         return  # the run was killed before its first record: nothing to protect
-    old = json.loads(file.read_text(encoding="utf-8"))
+    old = {k: v for k, v in json.loads(file.read_text(encoding="utf-8")).items() if k != RUN_KEY}
     diffs = settings_differences(old, settings, free)
     if old.get("model") != settings.get("model"):
         diffs.insert(0, f"model: {old.get('model')} vs {settings.get('model')}")
@@ -95,7 +96,7 @@ def load_for_worker(records_path: Path, size: int) -> Resumed:
     for line in head.split(b"\n"):
         if line.strip():
             record = json.loads(line)
-            out.records[record["id"]] = record
+            out.records[rec.record_key(record)] = record
     return out
 
 

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping
 
 from ..core import records as rec
 from ..core.io import write_atomic
+from .attempts import attempt_lines, attempt_markdown, attempt_stats, attempts_of, counts_line, run_counts
 from .baseline import json_text, public, write_baseline
 from .compare import Comparison, compare
 from .compare import render_markdown as comparison_markdown
@@ -26,6 +27,7 @@ from .declared import Declared, declared_in
 from .gates import GateResult, decide_exit, evaluate, no_items_results
 from .gates import render_markdown as gates_markdown
 from .options import GateConfig
+from .html import REPORT_HTML
 from .picture import draw
 
 SUMMARY_JSON = "summary.json"
@@ -38,19 +40,47 @@ def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings
     """The summary of a run from its records and ``benchmark.summarize``; it also stores the benchmark's
     gate metrics, headlines and free settings, so two summary.json files can be compared on their own."""
     ordered = sorted((dict(r) for r in records), key=rec.sort_key)
-    result = benchmark.summarize(ordered, settings)
+    declared = Declared.of(benchmark)
+    if any("attempt" in r for r in ordered):
+        result = summarize_attempts(ordered, benchmark, settings, list(declared.units))
+    else:
+        result = benchmark.summarize(ordered, settings)
+    counts = run_counts(ordered, result.get("raw_counts"))
     return {
         "settings": dict(settings),
         "metrics": result["metrics"],
         "counts": rec.count_statuses(ordered),
-        "items": [{"id": r["id"], "task": r["task"], "status": r["status"], "scored": r.get("scored", True)}
-                  for r in ordered],
+        "run_counts": counts,
+        "items": [{"id": r["id"], "task": r["task"], "status": r["status"], "scored": r.get("scored", True),
+                   **({"attempt": r["attempt"]} if "attempt" in r else {})} for r in ordered],
         "usage": rec.usage_totals(ordered),
-        **{k: v for k, v in result.items() if k not in ("metrics", "terminal", "markdown")},
-        **Declared.of(benchmark).to_summary(),
+        **{k: v for k, v in result.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")},
+        **declared.to_summary(),
         "_terminal": list(result.get("terminal", [])),
         "_markdown": result.get("markdown", ""),
     }
+
+
+def summarize_attempts(records: list[dict[str, Any]], benchmark: Any, settings: Mapping[str, Any],
+                       headlines: list[str]) -> dict[str, Any]:
+    """--bench-attempts K > 1: the benchmark summarizes each attempt; the metrics are their means (what
+    gates and compare read); ``attempts`` holds each attempt's metrics, standard errors and pass@k."""
+    results = {a: benchmark.summarize(rs, settings) for a, rs in attempts_of(records).items()}
+    stats = attempt_stats({a: r["metrics"] for a, r in results.items()}, records)
+    raw: dict[str, Any] = {}
+    for r in results.values():  # raw counts are summed over attempts
+        for key, value in (r.get("raw_counts") or {}).items():
+            raw[key] = raw.get(key, 0) + value
+    terminal = list(attempt_lines(stats, headlines))
+    markdown = [attempt_markdown(stats, headlines)]
+    for attempt, r in results.items():
+        terminal += [f"attempt {attempt}:", *(f"  {line}" for line in r.get("terminal", []))]
+        body = "\n".join("#" + line if line.startswith("## ") else line for line in r.get("markdown", "").splitlines())
+        markdown += [f"## Attempt {attempt}", "", body, ""]
+    per_attempt = {str(a): {k: v for k, v in r.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")}
+                   for a, r in results.items()}
+    return {"metrics": dict(stats["mean"]), "attempts": stats, "attempt_results": per_attempt,
+            "raw_counts": raw, "terminal": terminal, "markdown": "\n".join(markdown)}
 
 
 @dataclass
@@ -115,16 +145,40 @@ def render_markdown(summary: Mapping[str, Any], verdict: Verdict | None = None, 
     if picture:
         lines += [f"![per-task results]({PICTURE})", ""]
     lines.append(str(summary.get("_markdown", "")).rstrip())
+    if summary.get("run_counts"):
+        lines += ["", f"Run counts: {counts_line(summary['run_counts'])}"]
     usage = summary.get("usage")
-    if usage:
-        lines += ["", "Usage: " + ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in usage.items())]
+    if usage and (any(usage.values()) or settings.get("model") != "oracle"):  # the oracle calls no model
+        lines += ["", "Usage: " + rec.usage_text(usage)]
     if verdict is not None and verdict.comparison is not None:
         lines += ["", comparison_markdown(verdict.comparison, verdict.alpha).rstrip()]
+    run = summary.get("run") or {}
+    if run:  # when, on what and how the run was started (written by the plugin)
+        lines += ["", "## Run", "", "| | |", "|---|---|"]
+        lines += [f"| {key.replace('_', ' ')} | {'`' + cell(value) + '`' if key == 'command' else cell(value)} |"
+                  for key, value in run.items()]
     lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
     for key, value in settings.items():
-        if key != "notes":
-            lines.append(f"| {key} | {value} |")
+        if key not in ("notes", "data_hashes"):
+            lines.append(f"| {key} | {cell(value)} |")
+    hashes = settings.get("data_hashes") or {}
+    if hashes:
+        lines += ["", "## Data (sha256)", "", "| file | sha256 |", "|---|---|"]
+        lines += [f"| {cell(name)} | `{cell(digest)}` |" for name, digest in hashes.items()]
     return "\n".join(lines) + "\n"
+
+
+def cell(value: Any) -> str:
+    """A value in a Markdown table cell: pipes escaped, one line."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def step_summary_markdown(markdown: str, run_id: Any) -> str:
+    """summary.md for GITHUB_STEP_SUMMARY: the picture is a file of the run folder, which GitHub cannot show
+    from a path on the runner, so it is named instead of linked."""
+    return markdown.replace(f"![per-task results]({PICTURE})",
+                            f"_The per-task picture ({PICTURE}) and {REPORT_HTML} are in the run folder "
+                            f"{run_id}: upload it as an artifact to see them._")
 
 
 def draw_picture(summary: dict[str, Any], run_dir: Path, baseline: Mapping[str, Any] | None = None) -> Path | None:
@@ -160,5 +214,5 @@ def write_reports(summary: dict[str, Any], verdict: Verdict, run_dir: Path, *, g
         written.baseline = write_baseline(gates.baseline, summary)
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:
-            fh.write(markdown.replace(f"]({PICTURE})", f"]({run_dir / PICTURE})") + "\n")
+            fh.write(step_summary_markdown(markdown, summary["settings"].get("run_id", run_dir.name)) + "\n")
     return written

@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import Mapping, Protocol
 
 from .forkserver import ForkServer
+from .isolation import Isolation, bwrap_argv, child_environment, probe
 from .jail import POLL_INTERVAL, ProcessJail
 from .limits import GiB, Limits, MiB, child_env, package_parent
 from .result import ExecResult
-from .workdir import collect_result, prepare_workdir
+from .workdir import collect_result, prepare_workdir, read_collected
 
 __all__ = ["EXECUTORS", "Executor", "ExecResult", "ForkServer", "GiB", "Limits", "MiB", "SubprocessExecutor",
            "get_executor", "run_python"]
@@ -52,7 +53,7 @@ class Executor(Protocol):
     kind: str
 
     def run(self, source: str, limits: Limits = ..., env: dict[str, str] | None = None,
-            files: Mapping[str, bytes | str] | None = None) -> ExecResult: ...
+            files: Mapping[str, bytes | str] | None = None, collect: Mapping[str, int] | None = None) -> ExecResult: ...
 
 
 # A tiny launcher between the plugin and the script: it applies the limits (no preexec_fn in a threaded
@@ -60,42 +61,60 @@ class Executor(Protocol):
 LAUNCHER = r"""
 import json, os, signal, sys
 spec = json.loads(sys.argv[1])
-from pytest_agentbench.sandbox.limits import enter_jail
-enter_jail(spec)
+if spec.get("isolation"):
+    from pytest_agentbench.sandbox.isolation import enter_isolated_jail
+    enter_isolated_jail(spec)
+else:
+    from pytest_agentbench.sandbox.limits import enter_jail
+    enter_jail(spec)
 pid = os.fork()
 if pid == 0:
     os.execve(sys.executable, [sys.executable, "main.py"], spec["env"])
 _, status = os.waitpid(pid, 0)
+if spec.get("status_fd") is not None:  # under bwrap our own exit status does not reach the executor as is
+    os.write(spec["status_fd"], status.to_bytes(4, "little", signed=True))
 if os.WIFSIGNALED(status):
     sig = os.WTERMSIG(status)
-    signal.signal(sig, signal.SIG_DFL)
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(sig, signal.SIG_DFL)
     os.kill(os.getpid(), sig)
 os._exit(os.waitstatus_to_exitcode(status))
 """
 
 
 class SubprocessExecutor:
-    """A fresh ``python main.py`` per script."""
+    """A fresh ``python main.py`` per script (in a bwrap sandbox of its own when the machine can isolate)."""
 
     kind = "subprocess"
 
+    def __init__(self, isolation: Isolation | None = None) -> None:
+        self.isolation = probe() if isolation is None else isolation
+
     def run(self, source: str, limits: Limits = Limits(), env: dict[str, str] | None = None,
-            files: Mapping[str, bytes | str] | None = None) -> ExecResult:
-        full_env = child_env(env)
+            files: Mapping[str, bytes | str] | None = None, collect: Mapping[str, int] | None = None) -> ExecResult:
+        isolated = self.isolation.active
+        full_env = child_environment(child_env(env)) if isolated else child_env(env)
         with tempfile.TemporaryDirectory(prefix="agentbench-") as tmp:
             work = Path(tmp)
-            prepare_workdir(work, source, files)
+            prepare_workdir(work, source, files, collect)
             jail = ProcessJail(limits)
-            spec = json.dumps({"limits": asdict(limits), "env": full_env,
-                               "cgroup": str(jail.cgroup) if jail.cgroup else ""})
+            status_read, status_write = os.pipe() if isolated else (None, None)
+            spec = {"limits": asdict(limits), "env": full_env, "cgroup": str(jail.cgroup) if jail.cgroup else ""}
+            argv = [sys.executable, "-S", "-c", LAUNCHER]
+            if isolated:
+                spec.update(isolation=self.isolation.mode, work=str(work), status_fd=status_write,
+                            bind=[".stdout", ".stderr", *(collect or {})])
+                argv = bwrap_argv(self.isolation, writable=[str(work)]) + argv
             launcher_env = dict(full_env, PYTHONPATH=package_parent())
             started = time.monotonic()
             timed_out = processes_hit = False
             try:
                 with open(work / ".stdout", "wb") as out, open(work / ".stderr", "wb") as err:
-                    proc = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, spec], cwd=work,
-                                            stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                            env=launcher_env, start_new_session=True)
+                    proc = subprocess.Popen([*argv, json.dumps(spec)], cwd="/" if isolated else work,
+                                            stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=launcher_env,
+                                            start_new_session=True, pass_fds=[status_write] if isolated else [])
+                if isolated:
+                    os.close(status_write)
                 deadline = started + limits.timeout
                 step = limits.timeout if jail.counts_processes else POLL_INTERVAL
                 while True:
@@ -112,11 +131,19 @@ class SubprocessExecutor:
                 jail.kill_all(proc.pid)  # also reaps anything the script left running
                 proc.wait()
                 processes_hit = processes_hit or jail.hit_process_limit()
+                exit_code = proc.returncode
+                if isolated:
+                    status = os.read(status_read, 4)
+                    if len(status) == 4:  # the script's own status, as the launcher saw it
+                        exit_code = os.waitstatus_to_exitcode(int.from_bytes(status, "little", signed=True))
             finally:
                 jail.close()
-            result = collect_result(work, limits, proc.returncode, started, timed_out=timed_out,
+                if status_read is not None:
+                    os.close(status_read)
+            result = collect_result(work, limits, exit_code, started, timed_out=timed_out,
                                     limit="processes" if processes_hit and not timed_out else None,
                                     processes_hit=processes_hit)
+            result.files = read_collected(work, collect)
         return result
 
 
@@ -134,6 +161,11 @@ def get_executor(kind: str = "fork") -> Executor:
 
 
 def run_python(source: str, *, limits: Limits = Limits(), env: dict[str, str] | None = None,
-               files: Mapping[str, bytes | str] | None = None, executor: str = "fork") -> ExecResult:
-    """Run ``source`` as ``main.py`` in a new temporary directory and process group, under ``limits``."""
-    return get_executor(executor).run(source, limits=limits, env=env, files=files)
+               files: Mapping[str, bytes | str] | None = None, executor: str = "fork",
+               collect: Mapping[str, int] | None = None) -> ExecResult:
+    """Run ``source`` as ``main.py`` in a new temporary directory and process group, under ``limits``,
+    isolated from this machine where it can be (``isolation.probe``).
+
+    ``files`` (name -> content) are put next to it; ``collect`` (plain name -> cap in bytes) names files
+    the script may write in its folder and that come back in ``ExecResult.files`` (at most cap + 1 bytes)."""
+    return get_executor(executor).run(source, limits=limits, env=env, files=files, collect=collect)

@@ -17,7 +17,9 @@ starts a new server for the next request.
 from __future__ import annotations
 
 import atexit
+import builtins
 import ctypes
+import importlib.machinery
 import os
 import pickle
 import select
@@ -30,14 +32,17 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .isolation import Isolation, RunNamespace, bwrap_argv, child_environment, enter_child, make_non_dumpable, \
+    needed_paths, probe
 from .jail import POLL_INTERVAL, ProcessJail, descendants, kill_group, kill_pids
-from .limits import Limits, apply_child_limits, child_env
+from .limits import Limits, apply_child_limits, child_env, package_parent
 from .result import ExecResult
-from .workdir import EXECUTOR_DIED, SCRIPT_NAME, collect_result, prepare_workdir, read_trimmed
+from .workdir import EXECUTOR_DIED, SCRIPT_NAME, collect_result, prepare_workdir, read_collected, read_trimmed
 
 DEFAULT_PRELOAD = (
     "numpy", "scipy", "scipy.special", "scipy.integrate", "scipy.linalg", "scipy.sparse",
@@ -79,9 +84,17 @@ def _recv(sock: socket.socket) -> dict | None:
 
 # ---------------------------------------------------------------- server side
 
-def serve(fd: int, preload: Sequence[str] = DEFAULT_PRELOAD) -> None:
-    """Entry point of the server process; returns when the client closes its end."""
+def serve(fd: int, preload: Sequence[str] = DEFAULT_PRELOAD, isolation: str | None = None) -> None:
+    """Entry point of the server process; returns when the client closes its end.
+
+    ``isolation`` is the mode of ``isolation.Isolation`` when the server runs in a bwrap sandbox
+    (every child then gets its own PID, mount and IPC namespaces and drops its privileges)."""
     sock = socket.socket(fileno=fd)
+    own_pidns = None
+    if isolation:
+        make_non_dumpable()  # children can neither read nor write our memory
+        own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+        needed_paths()  # computed once here, not in every child
     for name in preload:
         try:
             __import__(name)
@@ -99,11 +112,20 @@ def serve(fd: int, preload: Sequence[str] = DEFAULT_PRELOAD) -> None:
             _send(sock, {"error": f"{type(exc).__name__}: {exc}"})
             continue
         _flush_std()
+        try:
+            space = RunNamespace(own_pidns) if own_pidns is not None else None
+        except OSError as exc:
+            shutil.rmtree(work, ignore_errors=True)
+            jail.close()
+            _send(sock, {"error": f"could not isolate the run: {exc}"})
+            continue
         pid = os.fork()
         if pid == 0:
-            _child(sock, request, work, jail, limits)  # never returns
+            _child(sock, request, work, jail, limits, isolation)  # never returns
+        if space is not None:
+            space.leave()
         _send(sock, {"started": pid, "workdir": str(work), "cgroup": str(jail.cgroup or "")})
-        result = _supervise(sock, pid, work, jail, limits)
+        result = _supervise(sock, pid, work, jail, limits, space, request.get("collect"))
         shutil.rmtree(work, ignore_errors=True)
         if result is None:  # the client went away mid-run
             return
@@ -114,7 +136,7 @@ def _prepare(request: dict) -> tuple[Path, ProcessJail, Limits]:
     limits = Limits(**request["limits"])
     work = Path(tempfile.mkdtemp(prefix="agentbench-"))
     try:
-        prepare_workdir(work, request["source"], request["files"])
+        prepare_workdir(work, request["source"], request["files"], request.get("collect"))
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -129,7 +151,8 @@ def _flush_std() -> None:
             pass
 
 
-def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, limits: Limits) -> ExecResult | None:
+def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, limits: Limits,
+               space: RunNamespace | None, collect: dict[str, int] | None) -> ExecResult | None:
     started = time.monotonic()
     deadline = started + limits.timeout
     timed_out = processes_hit = client_gone = False
@@ -155,15 +178,19 @@ def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, lim
         os.close(pidfd)
     # orphans of the run were re-parented to this server (a subreaper): everything below us belongs to it
     jail.kill_all(pid, extra_roots=[] if jail.cgroup else [os.getpid()])
-    _, status = os.waitpid(pid, 0)
+    _, status = os.waitpid(pid, 0)  # before closing the namespace: its init waits for every pid in it to be freed
+    if space is not None:
+        space.close()  # the namespace's init: everything still in the namespace dies with it
     _reap_orphans()
     processes_hit = processes_hit or jail.hit_process_limit()
     jail.close()
     if client_gone:
         return None
-    return collect_result(work, limits, os.waitstatus_to_exitcode(status), started, timed_out=timed_out,
-                          limit="processes" if processes_hit and not timed_out else None,
-                          processes_hit=processes_hit)
+    result = collect_result(work, limits, os.waitstatus_to_exitcode(status), started, timed_out=timed_out,
+                            limit="processes" if processes_hit and not timed_out else None,
+                            processes_hit=processes_hit)
+    result.files = read_collected(work, collect)
+    return result
 
 
 def _reap_orphans() -> None:
@@ -176,19 +203,28 @@ def _reap_orphans() -> None:
             return
 
 
-def _child(sock: socket.socket, request: dict, work: Path, jail: ProcessJail, limits: Limits) -> None:
+def _child(sock: socket.socket, request: dict, work: Path, jail: ProcessJail, limits: Limits,
+           isolation: str | None) -> None:
     """Runs in the forked child: isolate, limit, then run the script like ``python main.py`` would."""
     try:
         server = os.getppid()
         sock.close()
         os.setsid()
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the run dies with the server
-        if os.getppid() != server:
+        if os.getppid() != server and not isolation:  # (isolated, the server is out of sight: ppid 0)
             os._exit(125)
         jail.join()
-        os.chdir(work)
         _redirect_fds(work)
-        apply_child_limits(limits)
+        if isolation:
+            if isolation == "root":  # as root no RLIMIT_NPROC (the cgroup counts); as uid 65534 it would count every worker
+                apply_child_limits(limits)
+            enter_child(isolation, work=work, disk=limits.disk, hidden=limits.hidden,
+                        bind=(".stdout", ".stderr", *request.get("collect", {})))
+            if isolation != "root":  # in its own user namespace RLIMIT_NPROC counts this run only
+                apply_child_limits(limits)
+        else:
+            apply_child_limits(limits)
+        os.chdir(work)
         os.environ.clear()
         os.environ.update(request["env"])
         script = str(work / SCRIPT_NAME)
@@ -222,9 +258,6 @@ def _restore_signals() -> None:
 
 
 def _fresh_main_module(script: str):
-    import builtins
-    import importlib.machinery
-    import types
     main = types.ModuleType("__main__")
     main.__file__ = script
     main.__cached__ = None
@@ -282,9 +315,8 @@ def _finalize(code: int) -> int:
         threading._shutdown()
     except BaseException:
         pass
-    import atexit as _atexit
     try:
-        _atexit._run_exitfuncs()
+        atexit._run_exitfuncs()
     except BaseException:
         pass
     for stream in (sys.stdout, sys.stderr):
@@ -307,9 +339,14 @@ class ForkServer:
 
     kind = "fork"
 
-    def __init__(self, preload: Sequence[str] = DEFAULT_PRELOAD, start_timeout: float = 300.0):
+    def __init__(self, preload: Sequence[str] = DEFAULT_PRELOAD, start_timeout: float = 300.0,
+                 isolation: Isolation | None = None):
+        """``isolation``: how children are isolated (default: what ``isolation.probe()`` finds here)."""
         self.preload = tuple(preload)
         self.start_timeout = start_timeout
+        self.isolation = probe() if isolation is None else isolation
+        self.own_pids: frozenset[int] = frozenset()  # the server's own processes (bwrap's included)
+        self._base: Path | None = None  # under isolation: the host folder the server keeps its runs in
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._log: Path | None = None
@@ -332,11 +369,17 @@ class ForkServer:
         ours, theirs = socket.socketpair()
         fd, log = tempfile.mkstemp(prefix="agentbench-forkserver-", suffix=".log")
         self._log = Path(log)
+        mode = self.isolation.mode if self.isolation.active else None
         code = (f"from pytest_agentbench.sandbox.forkserver import serve; "
-                f"serve({theirs.fileno()}, {self.preload!r})")
-        env = child_env()
+                f"serve({theirs.fileno()}, {self.preload!r}, {mode!r})")
+        env = dict(child_env(), PYTHONPATH=package_parent())  # (the scripts get their own environment)
+        argv = [sys.executable, "-c", code]
+        if mode:
+            self._base = Path(tempfile.mkdtemp(prefix="agentbench-forkserver-"))
+            env["TMPDIR"] = str(self._base)  # the runs' folders (output files) live here, outside the children's view
+            argv = bwrap_argv(self.isolation, writable=[str(self._base)]) + argv
         try:
-            self._proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd="/" if mode else None,
                                           stdout=fd, stderr=fd, pass_fds=[theirs.fileno()], env=env,
                                           start_new_session=True)
         finally:
@@ -352,12 +395,17 @@ class ForkServer:
             log_text = read_trimmed(self._log, 4000)[0]
             self._teardown()
             raise ForkServerError(f"the fork server did not start; its log says:\n{log_text}")
+        self.own_pids = frozenset({self._proc.pid} | descendants(self._proc.pid))
 
     def run(self, source: str, limits: Limits = Limits(), env: dict[str, str] | None = None,
-            files: Mapping[str, bytes | str] | None = None) -> ExecResult:
+            files: Mapping[str, bytes | str] | None = None, collect: Mapping[str, int] | None = None) -> ExecResult:
         if not isinstance(source, str):
             raise TypeError(f"source must be Python source text (str), got {type(source).__name__}")
-        request = {"source": source, "limits": asdict(limits), "env": child_env(env), "files": dict(files or {})}
+        full_env = child_env(env)
+        if self.isolation.active:
+            full_env = child_environment(full_env)
+        request = {"source": source, "limits": asdict(limits), "env": full_env, "files": dict(files or {}),
+                   "collect": dict(collect or {})}
         with self._lock:
             self._ensure_started()
             started = time.monotonic()
@@ -381,10 +429,13 @@ class ForkServer:
         pid = started_msg.get("started") if started_msg else None
         work = Path(started_msg["workdir"]) if started_msg else None
         server_pid = self._proc.pid if self._proc else None
+        base, self._base = self._base, None  # keep the run's folder until its output is read
         self._teardown()
         cgroup = Path(started_msg["cgroup"]) if started_msg and started_msg.get("cgroup") else None
         jail = ProcessJail(limits, cgroup=cgroup)
-        if pid:
+        if self.isolation.active:  # the run was in the server's PID namespace, which ended with the server
+            jail.kill_members()
+        elif pid:  # (the pid is the server's view; without isolation that is ours too)
             jail.kill_all(pid)
             if server_pid:
                 jail.kill_all(server_pid)
@@ -394,6 +445,8 @@ class ForkServer:
             result = collect_result(work, limits, None, started, timed_out=False)
             result.exit_code = None
             shutil.rmtree(work, ignore_errors=True)
+        if base is not None:
+            shutil.rmtree(base, ignore_errors=True)
         result.stderr += f"\n{EXECUTOR_DIED}: the fork server died during this run (did the script kill its parent?)\n"
         return result
 
@@ -412,6 +465,10 @@ class ForkServer:
         if self._log is not None:
             self._log.unlink(missing_ok=True)
             self._log = None
+        if self._base is not None:
+            shutil.rmtree(self._base, ignore_errors=True)
+            self._base = None
+        self.own_pids = frozenset()
 
     def close(self) -> None:
         with self._lock:

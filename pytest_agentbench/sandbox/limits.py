@@ -15,6 +15,7 @@ DEFAULT_MEMORY_LIMIT = 4 * GiB
 DEFAULT_OUTPUT_LIMIT = 64 * 1024  # bytes kept per stream, half from the head, half from the tail
 DEFAULT_OUTPUT_CAP = 256 * MiB  # bytes a stream may reach before the script is stopped
 DEFAULT_MAX_PROCESSES = 256
+DEFAULT_DISK_LIMIT = 1 * GiB  # size of an isolated child's private /tmp (its work folder included)
 LIMIT_NAMES = ("wall", "memory", "cpu", "processes", "output")
 # environment variables a child never inherits: the model's key, the test runner's and the plugin's settings
 HIDDEN_ENV_PREFIXES = ("OPENAI_", "PYTEST_", "AGENTBENCH_")
@@ -28,8 +29,11 @@ class Limits:
     processes: int | None = DEFAULT_MAX_PROCESSES
     output: int = DEFAULT_OUTPUT_LIMIT
     output_cap: int = DEFAULT_OUTPUT_CAP
+    disk: int | None = DEFAULT_DISK_LIMIT  # bytes of the private /tmp under isolation (None: no cap)
+    hidden: tuple[str, ...] = ()  # paths an isolated child must not see (the data dir, the cache, ...)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden", tuple(str(p) for p in self.hidden))
         if not self.timeout or self.timeout <= 0:
             raise ValueError(f"Limits.timeout must be a positive number of seconds, got {self.timeout!r}")
         if self.processes is not None and self.processes < 1:
@@ -58,10 +62,15 @@ def enter_jail(spec: dict) -> None:
 
     ``spec`` is the launcher's JSON argument: ``cgroup`` (a folder or "") and ``limits`` (Limits fields).
     """
-    if spec.get("cgroup"):
-        with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as fh:
-            fh.write(str(os.getpid()))
+    join_cgroup(spec.get("cgroup"))
     apply_child_limits(Limits(**spec["limits"]))
+
+
+def join_cgroup(cgroup: str | None) -> None:
+    """Move the calling process into the cgroup folder ``cgroup`` (nothing when it is empty)."""
+    if cgroup:
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
+            fh.write("0")  # "0": the writer itself, whatever PID namespace it is in
 
 
 def package_parent() -> str:

@@ -1,10 +1,12 @@
-"""The sandbox's settings: how scoring children run and their memory limit."""
+"""The sandbox's settings: how scoring children run, their memory limit, and whether isolation is required."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..core.errors import ConfigError
 from ..core.options import Option
 from .executors import EXECUTORS
+from .isolation import Isolation, probe
 from .limits import GiB, Limits
 
 SANDBOX_OPTIONS = (
@@ -15,9 +17,32 @@ SANDBOX_OPTIONS = (
     Option("memory_limit", "--bench-memory-limit", kind="float", default=4.0, minimum=0, exclusive_minimum=True,
            ini="agentbench_memory_limit", metavar="GIB",
            help="address-space limit of each child process in GiB (default 4)."),
+    Option("require_isolation", "--bench-require-isolation", kind="bool", default=False,
+           ini="agentbench_require_isolation",
+           help="refuse to run when this machine cannot isolate the children that run model code "
+                "(bubblewrap and user namespaces, or root); without it such a run says 'isolation: none'."),
 )
+
+# Settings naming folders a child must never see (targets, checksum stamps, cached data, reports).
+PRIVATE_PATH_SETTINGS = ("data_dir", "cache_dir", "report_dir")
+
+
+def private_paths(opts: Mapping[str, Any]) -> tuple[str, ...]:
+    """The folders of the run that children must not see: the data dir, the cache and the reports."""
+    return tuple(str(opts[key]) for key in PRIVATE_PATH_SETTINGS if opts.get(key))
 
 
 def limits_from(opts: Mapping[str, Any], timeout: float) -> Limits:
-    """The limits of one child run under the resolved settings ``opts`` and a wall-clock ``timeout``."""
-    return Limits(timeout=timeout, memory=int(opts["memory_limit"] * GiB))
+    """The limits of one child run under the resolved settings ``opts`` and a wall-clock ``timeout``.
+
+    The run's private folders (``private_paths``) are hidden from the child when it is isolated."""
+    return Limits(timeout=timeout, memory=int(opts["memory_limit"] * GiB), hidden=private_paths(opts))
+
+
+def isolation_from(opts: Mapping[str, Any]) -> Isolation:
+    """How children are isolated on this machine; a ConfigError when isolation is required and impossible."""
+    found = probe()
+    if not found.active and opts.get("require_isolation"):
+        raise ConfigError(f"--bench-require-isolation: this machine cannot isolate the children that run model "
+                          f"code: {found.why}")
+    return found

@@ -1,7 +1,7 @@
 """The one result type of running something: a scoring script, a tool call, an agent's command."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -15,6 +15,7 @@ class ExecResult:
     limit: str | None = None  # which limit ended the run, when one did
     stdout_bytes: int = 0
     stderr_bytes: int = 0
+    files: dict[str, bytes] = field(default_factory=dict)  # files the run was asked to hand back (``collect``)
 
     @property
     def trimmed(self) -> bool:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import time
 from pathlib import Path
 from typing import Mapping
@@ -16,10 +17,17 @@ SCRIPT_NAME = "main.py"
 EXECUTOR_DIED = "AGENTBENCH-EXECUTOR-DIED"
 
 
-def prepare_workdir(work: Path, source: str, files: Mapping[str, bytes | str] | None) -> Path:
-    """Write ``source`` as ``main.py`` and ``files`` (relative names, staying inside ``work``)."""
+def prepare_workdir(work: Path, source: str, files: Mapping[str, bytes | str] | None,
+                    collect: Mapping[str, int] | None = None) -> Path:
+    """Write ``source`` as ``main.py`` and ``files`` (relative names, staying inside ``work``), and
+    create the empty files named in ``collect`` (plain names), which the run may write and hands back."""
     script = work / SCRIPT_NAME
     script.write_text(source)
+    for name in collect or {}:
+        if not name or "/" in name or name in (".", "..", SCRIPT_NAME, ".stdout", ".stderr") or name in (files or {}):
+            raise ValueError(f"collect name {name!r} must be a plain file name of its own (no folder)")
+        (work / name).touch()
+        os.chmod(work / name, 0o666)  # the child may run as another uid
     for name, content in (files or {}).items():
         target = (work / name).resolve()
         if work.resolve() not in target.parents:
@@ -47,6 +55,21 @@ def read_trimmed(path: Path, limit: int) -> tuple[str, int]:
         fh.seek(size - half)
         tail = fh.read(half)
     return trim_parts(head, tail, size), size
+
+
+def read_collected(work: Path, collect: Mapping[str, int] | None) -> dict[str, bytes]:
+    """The bytes of each file named in ``collect`` (name -> cap): at most cap + 1 bytes, so a file over
+    its cap shows it; never through a link, never blocking on a FIFO; a missing file is empty."""
+    out: dict[str, bytes] = {}
+    for name, cap in (collect or {}).items():
+        try:
+            fd = os.open(work / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            out[name] = b""
+            continue
+        with os.fdopen(fd, "rb") as fh:
+            out[name] = fh.read(int(cap) + 1) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    return out
 
 
 def classify(exit_code: int | None, stderr: str, timed_out: bool, *, processes_hit: bool = False,

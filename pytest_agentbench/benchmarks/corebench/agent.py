@@ -115,8 +115,10 @@ class ToolError(Exception):
 
 
 class CoreAgent:
-    def __init__(self, model, env: "Environment", questions: list[str], limits: AgentLimits) -> None:
+    def __init__(self, model, env: "Environment", questions: list[str], limits: AgentLimits, *,
+                 sample_index: int = 0) -> None:
         self.model = model
+        self.sample_index = sample_index  # the attempt (--bench-attempts) less one: part of the cache key
         self.env = env
         self.questions = list(questions)
         self.limits = limits
@@ -154,7 +156,7 @@ class CoreAgent:
                 return "token_limit", f"the agent used {used} tokens of its budget of {self.limits.tokens}"
             acc["steps"] += 1
             try:
-                completion = self.model.complete(messages, tools=TOOLS, sample_index=0)
+                completion = self.model.complete(messages, tools=TOOLS, sample_index=self.sample_index)
             except ModelError as exc:
                 return "model_error", str(exc)
             self._count(completion)

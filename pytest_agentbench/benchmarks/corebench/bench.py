@@ -12,11 +12,12 @@ from typing import Any, Mapping
 
 from ...core.errors import ConfigError
 from ...core.io import natural_key
+from ...core.records import counts_text as records_counts_text
 from ...core.options import Settings
 from ...core.types import Sample, Task
 from ..base import Benchmark, RunSpec
-from . import dataset
-from .options import CORE_BENCH_OPTIONS, effective_settings
+from . import capsules, dataset, prepare
+from .options import CORE_BENCH_OPTIONS, default_env, describe_isolation, effective_settings
 from .run import NAME, CoreBenchRun, choose_solver
 
 
@@ -35,33 +36,74 @@ class CoreBench(Benchmark):
     gate_metrics = {"accuracy": "capsule_accuracy", "written": "written_task_accuracy",
                     "vision": "figure_task_accuracy", "questions": "question_accuracy"}
     headlines = {"accuracy": "item"}  # capsule accuracy: passed capsules over scored ones
-    free_settings = frozenset({"env"})  # where the agent's commands ran does not change the questions
+    free_settings = frozenset({"env", "docker_dind", "workspace_root", "isolation"})  # where commands ran
+
+    def __init__(self) -> None:
+        self.split_sizes: dict[str, int] = {}  # capsules per split, from load_tasks (for "N of 45 selected")
 
     def configure(self, opts: Settings, split: str) -> dict[str, Any]:
         """The effective settings of a run, from options already checked by their declarations."""
         if split not in dataset.SPLITS:
             raise ConfigError(f"unknown CORE-Bench split {split!r}; valid: {', '.join(dataset.SPLITS)}")
-        return effective_settings(opts)
+        settings = effective_settings(opts)
+        if settings["docker_dind"] and settings["env"] != "docker":
+            raise ConfigError("--bench-docker-dind runs medium items in a privileged Docker container: "
+                              "add --bench-env=docker (and an image with docker.io, --bench-docker-image)")
+        settings["isolation"] = describe_isolation({**settings, "model": opts.get("model")})
+        custom = opts["dataset_path"]
+        settings["dataset_revision"] = dataset.dataset_revision(Path(custom) if custom else None)
+        return settings
+
+    def default_env(self, opts: Settings) -> str:
+        return default_env(opts)
+
+    def data_hashes(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, str]:
+        revision = settings.get("dataset_revision", dataset.UPSTREAM_REV)
+        return {"metadata": revision} if revision != dataset.UPSTREAM_REV else {}
 
     def load_tasks(self, opts: Mapping[str, Any], split: str) -> list[Task]:
-        """Every capsule of ``split`` in upstream order, one sample each (``opts["data_dir"]`` holds the data)."""
+        """Every capsule of ``split`` in upstream order, one sample each (``opts["data_dir"]`` holds the data,
+        ``opts["dataset_path"]`` replaces the split's file). Capsules already on disk whose REPRODUCING.md
+        asks for a GPU get the ``gpu`` marker here, so ``-m "not gpu"`` deselects them."""
         try:
-            tasks = dataset.load_split(Path(opts["data_dir"]), split)
+            custom = opts.get("dataset_path")
+            tasks = dataset.read_custom(Path(custom)) if custom else dataset.load_split(Path(opts["data_dir"]), split)
         except dataset.DatasetError as exc:
             raise ConfigError(str(exc)) from None
-        return [tasks_entry(task, split) for task in tasks]
+        self.split_sizes[split] = len(tasks)
+        folders = local_capsule_folders(opts)
+        return [tasks_entry(task, split, gpu=known_gpu(task["capsule_id"], folders)) for task in tasks]
 
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> CoreBenchRun:
+        split = spec.settings.get("split", "")
         return CoreBenchRun(spec.settings, choose_solver(model, env), data_dir=spec.data_dir,
-                            cache_dir=spec.cache_dir, run_dir=spec.run_dir, model=model, env=env)
+                            cache_dir=spec.cache_dir, run_dir=spec.run_dir, model=model, env=env,
+                            split_size=self.split_sizes.get(split))
 
     def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, settings)
 
 
-def tasks_entry(task: dict[str, Any], split: str) -> Task:
+def local_capsule_folders(opts: Mapping[str, Any]) -> list[Path]:
+    """Where unpacked capsules may already be (the store and the extraction cache)."""
+    data_dir, cache_dir = Path(opts.get("data_dir") or "data"), Path(opts.get("cache_dir") or ".agentbench_cache")
+    chosen = opts.get("capsules_dir")
+    store = capsules.archive_store(data_dir, cache_dir, Path(chosen) if chosen else None)
+    return [store, cache_dir / "capsules" / "extracted"]
+
+
+def known_gpu(capsule_id: str, folders: list[Path]) -> bool:
+    """Whether a capsule already unpacked locally asks for a GPU (unknown ones: decided at run time)."""
+    for folder in folders:
+        if (folder / capsule_id).is_dir():
+            return bool(prepare.capsule_needs_gpu(folder / capsule_id))
+    return False
+
+
+def tasks_entry(task: dict[str, Any], split: str, gpu: bool = False) -> Task:
     cid = task["capsule_id"]
-    sample = Sample(id=cid, task_id=cid, split=split, markers=("core_bench", split), data=task)
+    markers = ("core_bench", split, "gpu") if gpu else ("core_bench", split)
+    sample = Sample(id=cid, task_id=cid, split=split, markers=markers, data=task)
     return Task(id=cid, split=split, samples=[sample], data=task)
 
 
@@ -128,10 +170,20 @@ def _fraction(metrics: dict[str, Any], num: str, den: str) -> str:
 
 def summarize(records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
     m = compute_metrics(records)
-    statuses = ", ".join(f"{k}={v}" for k, v in count_statuses(records).items()) or "none"
+    statuses = records_counts_text(count_statuses(records)) or "none"  # the format of every report
     head = (f"CORE-Bench {settings.get('split', '?')} split, difficulty {settings.get('difficulty', '?')}, "
             f"hints {'on' if settings.get('hints') else 'off'}"
             f"{', upstream abort' if settings.get('upstream_abort') else ''}")
+    size = max((r.get("split_size") or 0 for r in records), default=0)
+    if size and len(records) < size:  # -m "not gpu", -k, --bench-ids: say how much of the split this is
+        head += f"; {len(records)} of {size} selected"
+    revision = settings.get("dataset_revision")
+    if revision and str(revision).startswith("custom:"):
+        head += f"; custom metadata {settings.get('dataset_path')} ({revision})"
+    unisolated = [str(settings.get("isolation") or "")] + [str(r.get("isolation") or "") for r in records]
+    unisolated = [text for text in unisolated if text.startswith("none")]
+    if unisolated:  # the agent could reach the answers: every report says so
+        head += f"; isolation: {unisolated[0]}"
     lines = [
         head,
         f"capsules correct:        {_fraction(m, 'correct_capsules', 'capsules')}",

@@ -91,9 +91,41 @@ def parse_split(raw: bytes, split: str, source: str) -> list[dict[str, Any]]:
     plaintext = decrypt_test_split(raw) if split == "test" else raw
     try:
         tasks = json.loads(plaintext)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DatasetError(f"{source} is not valid JSON ({exc}); delete it so it is downloaded again") from exc
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSON errors, huge integers
+        raise DatasetError(f"{source} is not valid JSON ({str(exc)[:200] or type(exc).__name__}); "
+                           "delete it so it is downloaded again") from exc
     return validate_tasks(tasks, source)
+
+
+def is_encrypted(raw: bytes, name: str) -> bool:
+    """A GPG file: by its name, or by its first byte (an OpenPGP packet tag has the high bit set)."""
+    return name.endswith((".gpg", ".pgp", ".asc")) or (bool(raw) and raw[0] & 0x80 != 0)
+
+
+def read_custom(path: Path) -> list[dict[str, Any]]:
+    """Tasks from a user's metadata file (``--bench-dataset-path``): JSON, or GPG-encrypted with the
+    public passphrase; checked like the official files, with the file named in every error."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"--bench-dataset-path {path}: cannot be read ({exc})") from exc
+    source = f"--bench-dataset-path {path}"
+    plaintext = decrypt_test_split(raw) if is_encrypted(raw, path.name) else raw
+    try:
+        tasks = json.loads(plaintext)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise DatasetError(f"{source} is not valid JSON ({str(exc)[:200] or type(exc).__name__})") from exc
+    return validate_tasks(tasks, source)
+
+
+def dataset_revision(custom: Path | None = None) -> str:
+    """What the records call the metadata: the pinned upstream revision, or ``custom:<sha256>`` of a user's file."""
+    if custom is None:
+        return UPSTREAM_REV
+    from ...core.data import sha256_of  # why: only custom metadata needs hashing
+
+    return f"custom:{sha256_of(Path(custom))}"
 
 
 def read_split(path: Path, split: str) -> list[dict[str, Any]]:

@@ -5,13 +5,15 @@ only declares them and turns the resolved values into the benchmark's effective 
 """
 from __future__ import annotations
 
-from pathlib import Path
+import posixpath
+from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from ...core.options import Option
 from . import agent, capsules, prepare
 
 OWNER = "core-bench"
+DEFAULT_WORKSPACE_ROOT = "/capsule/environment"
 
 
 def existing_folder(path: Path) -> Path:
@@ -19,6 +21,19 @@ def existing_folder(path: Path) -> Path:
     if not Path(path).is_dir():
         raise ValueError(f"is not a folder ({path}); create it (capsules are downloaded into it) or fix the path")
     return path
+
+
+def environment_path(value: str) -> str:
+    """The check of the in-environment paths: absolute POSIX, without ``..``; returned normalized."""
+    text = str(value)
+    if not text.startswith("/"):
+        raise ValueError("must be an absolute POSIX path inside the environment (starting with /)")
+    if ".." in PurePosixPath(text).parts:
+        raise ValueError("must not contain '..'")
+    normalized = posixpath.normpath(text).replace("//", "/")
+    if normalized == "/":
+        raise ValueError("must be a folder below /, not / itself")
+    return normalized
 
 
 CORE_BENCH_OPTIONS: tuple[Option, ...] = (
@@ -39,6 +54,22 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
            help="CORE-Bench: score like upstream, which stops reading a report at the first value "
                 "that cannot be compared (e.g. text for a numeric question), so later answers earn "
                 "nothing. Default: such a value fails only its own question."),
+    Option("workspace_root", "--bench-workspace-root", default=DEFAULT_WORKSPACE_ROOT, check=environment_path,
+           ini="agentbench_workspace_root", owner=OWNER, metavar="/ABS/PATH",
+           help=f"CORE-Bench: the folder inside the environment holding the capsule's folders (code/, data/, "
+                f"results/, ...), REPRODUCING.md and report.json (default {DEFAULT_WORKSPACE_ROOT})."),
+    Option("dataset_path", "--bench-dataset-path", kind="path", exists="file", ini="agentbench_dataset_path",
+           owner=OWNER, metavar="FILE",
+           help="CORE-Bench: a task metadata file (JSON, or GPG-encrypted like core_test.json.gpg) used instead of "
+                "the selected split's official file; checked like custom data and named in the report."),
+    Option("preinstalled_input_dir", "--bench-preinstalled-input-dir", check=environment_path,
+           ini="agentbench_preinstalled_input_dir", owner=OWNER, metavar="PATH",
+           help="CORE-Bench: a folder inside the environment image holding the capsule (<capsule_id>/) and an "
+                "input.json manifest; the workspace is copied from it instead of uploaded."),
+    Option("docker_dind", "--bench-docker-dind", kind="bool", default=False, ini="agentbench_docker_dind",
+           owner=OWNER,
+           help="CORE-Bench with --bench-env=docker: medium items run in a PRIVILEGED container with its own "
+                "Docker daemon (the image needs docker.io); such a run is not isolated."),
     Option("agent_steps", "--bench-agent-steps", kind="int", default=agent.DEFAULT_STEPS, minimum=0,
            exclusive_minimum=True, ini="agentbench_agent_steps", owner=OWNER,
            help=f"CORE-Bench agent: most model turns per capsule (default {agent.DEFAULT_STEPS})."),
@@ -60,7 +91,7 @@ def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of a CORE-Bench run (report header, summary.json, baselines) from resolved options.
 
     ``opts`` holds at least the values of ``CORE_BENCH_OPTIONS``; ``env`` (the environment option,
-    declared by the environment layer) is taken when present, else the host.
+    declared by the environment layer) is taken when given, else :func:`default_env`.
     """
     capsules_dir = opts["capsules_dir"]
     return {
@@ -69,12 +100,37 @@ def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
         "upstream_abort": bool(opts["upstream_abort"]),
         "capsules_dir": str(capsules_dir) if capsules_dir else None,
         "capsule_url": capsules.capsule_base_url(),
-        "env": opts.get("env") or "host",
+        "env": opts.get("env") or default_env(opts),
+        "workspace_root": opts["workspace_root"],
+        "dataset_path": str(opts["dataset_path"]) if opts["dataset_path"] else None,
+        "preinstalled_input_dir": opts["preinstalled_input_dir"],
+        "docker_dind": bool(opts["docker_dind"]),
         "agent_steps": opts["agent_steps"],
         "agent_time": float(opts["agent_time"]),
         "agent_tokens": opts["agent_tokens"],
         "agent_command_timeout": float(opts["agent_command_timeout"]),
     }
+
+
+def default_env(opts: Mapping[str, Any]) -> str:
+    """Where the agent runs when ``--bench-env`` is not given: with a real model in Docker, so the agent
+    never sees the answers, the data dir or the controller's files (``--bench-env=host`` given explicitly
+    runs it in the isolated host sandbox instead); the oracle runs no agent (the host, unused)."""
+    return "host" if opts.get("model") in (None, "oracle") else "docker"
+
+
+def describe_isolation(settings: Mapping[str, Any]) -> str:
+    """What keeps the agent's commands away from the answers, for the header and every report:
+    ``none (...)`` when nothing does."""
+    if settings.get("model") == "oracle":
+        return "not needed (the oracle runs no agent)"
+    if settings["env"] == "docker":
+        if settings.get("docker_dind") and settings.get("difficulty") == "medium":
+            return "none (privileged)"  # nested Docker: the agent is root over the Docker host
+        return "docker container (the engine's isolation)"
+    from ...sandbox.isolation import probe  # why: probing runs bwrap once; only a host run needs it
+
+    return probe().describe()
 
 
 def agent_limits(settings: Mapping[str, Any]) -> agent.AgentLimits:

@@ -1,7 +1,8 @@
 """Per-item workspaces and task prompts for the three CORE-Bench difficulties.
 
-The workspace is the folder the agent starts in; it holds the capsule as ``<capsule_id>/``
-and is where ``report.json`` is expected. What each difficulty removes (same as upstream):
+The workspace is the folder the agent starts in (``--bench-workspace-root`` inside the environment);
+the capsule's folders (``code/``, ``data/``, ``results/``, ...) and REPRODUCING.md sit directly in it,
+and ``report.json`` is expected there. What each difficulty removes (same as upstream):
 
 * easy:   results/ kept; REPRODUCING.md, environment/, code/run and code/run.sh removed
 * medium: everything kept except the contents of results/ (the empty folder stays)
@@ -9,6 +10,8 @@ and is where ``report.json`` is expected. What each difficulty removes (same as 
 """
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
@@ -84,13 +87,68 @@ def apply_difficulty(capsule: Path, difficulty: str) -> None:
 
 
 def prepare_workspace(capsule_root: Path, workspace: Path, capsule_id: str, difficulty: str) -> Path:
-    """Copy the unpacked capsule into ``workspace/<capsule_id>`` and apply ``difficulty``."""
+    """Copy the unpacked capsule's contents into ``workspace`` (its folders directly there) and apply
+    ``difficulty``."""
     check_difficulty(difficulty)
-    target = Path(workspace) / capsule_id
+    target = Path(workspace)
     # symlinks stay links: they were checked to point inside the capsule when it was unpacked
-    shutil.copytree(capsule_root, target, symlinks=True)
+    shutil.copytree(capsule_root, target, symlinks=True, dirs_exist_ok=True)
     apply_difficulty(target, difficulty)
     return target
+
+
+def difficulty_script(difficulty: str) -> str:
+    """``apply_difficulty`` as bash run in the workspace (for inputs copied inside the environment)."""
+    check_difficulty(difficulty)
+    lines = []
+    if difficulty != "easy":
+        lines.append("rm -rf results && mkdir -p results")
+    if difficulty != "medium":
+        lines.append("rm -rf REPRODUCING.md environment " + " ".join(f"code/{s}" for s in RUN_SCRIPTS))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- preinstalled inputs
+
+MANIFEST = "input.json"
+MANIFEST_FIELDS = ("schema_version", "task_id", "split", "difficulty", "dataset_revision", "uses_gpu")
+
+
+def check_manifest(raw: bytes, *, task_id: str, split: str, difficulty: str, revision: str) -> tuple[bool, str | None]:
+    """(uses_gpu, None) when ``input.json`` fits the item; else (False, the field that differs and how)."""
+    where = "preinstalled inputs: input.json"
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return False, f"{where} is not valid JSON ({str(exc)[:200]})"
+    if not isinstance(manifest, dict):
+        return False, f"{where} is not a JSON object"
+    missing = [f for f in MANIFEST_FIELDS if f not in manifest]
+    if missing:
+        return False, f"{where} lacks {', '.join(missing)}"
+    expected = {"schema_version": 1, "task_id": task_id, "split": split, "difficulty": difficulty,
+                "dataset_revision": revision}
+    for name, value in expected.items():
+        if manifest[name] != value or type(manifest[name]) is not type(value):
+            return False, f"{where}: {name} is {manifest[name]!r}, this item needs {value!r}"
+    if not isinstance(manifest["uses_gpu"], bool):
+        return False, f"{where}: uses_gpu must be true or false, got {manifest['uses_gpu']!r}"
+    return manifest["uses_gpu"], None
+
+
+def preinstalled_copy_script(folder: str, capsule_id: str, difficulty: str) -> str:
+    """Bash, run in the fresh workspace: copy ``folder/<capsule_id>``'s contents there, apply ``difficulty``."""
+    source = shlex.quote(f"{folder}/{capsule_id}")
+    return f"set -e\ntest -d {source}\ncp -a {source}/. .\n{difficulty_script(difficulty)}\n"
+
+
+def gpu_evidence(uses_gpu: bool, instructions_say: bool | None) -> dict[str, object]:
+    """The record's GPU fields with preinstalled inputs: the manifest wins over REPRODUCING.md."""
+    out: dict[str, object] = {"gpu_required": uses_gpu}
+    if instructions_say is not None and instructions_say != uses_gpu:
+        out["gpu_note"] = (f"input.json says uses_gpu={str(uses_gpu).lower()} but REPRODUCING.md "
+                           f"{'asks for' if instructions_say else 'does not ask for'} a GPU; the manifest wins")
+    return out
 
 
 def json_fields(task: Mapping[str, Any]) -> str:
@@ -98,12 +156,15 @@ def json_fields(task: Mapping[str, Any]) -> str:
     return str(task["results"][0].keys())
 
 
-def render_prompt(templates: Mapping[str, str], task: Mapping[str, Any], difficulty: str, hints: bool) -> str:
-    """The upstream prompt for ``difficulty`` with the task filled in, plus our hints when on."""
+def render_prompt(templates: Mapping[str, str], task: Mapping[str, Any], difficulty: str, hints: bool,
+                  root: str = "/capsule/environment") -> str:
+    """The upstream prompt for ``difficulty`` with the task filled in, plus our hints when on
+    (they name ``root``, the workspace folder)."""
     check_difficulty(difficulty)
     text = templates[f"codeocean_{difficulty}"]
     # literal replacement, as upstream: str.format would choke on braces in task prompts
     text = text.replace("{task_prompt}", task["task_prompt"]).replace("{json_fields}", json_fields(task))
     if hints:
-        text += f"\n\nHints:\n- {HINTS[difficulty]}\n- {COMMON_HINTS}"
+        text += (f"\n\nHints:\n- {HINTS[difficulty]}\n- {COMMON_HINTS}\n- You start in {root}: the capsule's "
+                 f"folders are there, and report.json goes to {root}/report.json.")
     return text

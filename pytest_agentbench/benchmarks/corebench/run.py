@@ -13,6 +13,7 @@ report found there is scored as upstream does. Plain Python: a notebook can run 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import tempfile
 import warnings
@@ -23,10 +24,10 @@ from typing import Any, Mapping
 from ...core.data import DataError
 from ...core.io import write_atomic
 from ...core.types import Sample
-from ...envs import EnvError, EnvSkip
+from ...envs import EnvError, EnvFactory, EnvSkip
 from . import agent as agent_mod
 from . import capsules, dataset, prepare, scorer
-from .options import agent_limits
+from .options import DEFAULT_WORKSPACE_ROOT, agent_limits
 
 NAME = "core-bench"
 MAX_SHOWN_WRONG = 3  # questions named in a failing item's message
@@ -39,8 +40,12 @@ class CoreBenchRun:
     """CORE-Bench in one process: ``run_sample(sample)`` -> the capsule's record."""
 
     def __init__(self, settings: Mapping[str, Any], solver: "Solver", *, data_dir: Path, cache_dir: Path,
-                 run_dir: Path | None = None, model: Any = None, env: Any = None) -> None:
+                 run_dir: Path | None = None, model: Any = None, env: Any = None,
+                 split_size: int | None = None) -> None:
         self.settings = dict(settings)
+        self.settings.setdefault("workspace_root", DEFAULT_WORKSPACE_ROOT)
+        self.settings.setdefault("dataset_revision", dataset.UPSTREAM_REV)
+        self.split_size = split_size
         self.solver = solver
         self.data_dir = Path(data_dir)
         self.cache_dir = Path(cache_dir)
@@ -64,20 +69,33 @@ class CoreBenchRun:
             "benchmark": NAME, "task": sample.task_id, "id": sample.id, "split": sample.split, "scored": True,
             "difficulty": settings["difficulty"], "hints": settings["hints"],
             "upstream_abort": settings["upstream_abort"], "gpu_required": None,
+            "dataset_revision": settings["dataset_revision"], "split_size": self.split_size,
+            "workspace_root": settings["workspace_root"],
             "correct_written": 0, "total_written": written, "correct_figure": 0, "total_figure": figure,
+            "report_status": None, "report_path": None, "submission_source": None,
         }
 
     def run_sample(self, sample: Sample) -> dict[str, Any]:
         task = sample.data
         record = self.base_record(sample)
+        preinstalled = self.settings.get("preinstalled_input_dir")
         try:
-            capsule_root = capsules.ensure_capsule(task["capsule_id"], self.store, self.extract_root)
             templates = self.templates()
+            # preinstalled inputs: the capsule is inside the environment image, nothing is fetched or uploaded
+            capsule_root = None if preinstalled else capsules.ensure_capsule(task["capsule_id"], self.store,
+                                                                              self.extract_root)
         except (capsules.CapsuleError, dataset.DatasetError, DataError) as exc:
             return {**record, "status": "env_error", "message": str(exc)}
-        record["gpu_required"] = prepare.capsule_needs_gpu(capsule_root)
-        prompt = prepare.render_prompt(templates, task, self.settings["difficulty"], self.settings["hints"])
+        if capsule_root is not None:
+            record["gpu_required"] = prepare.capsule_needs_gpu(capsule_root)
+        prompt = prepare.render_prompt(templates, task, self.settings["difficulty"], self.settings["hints"],
+                                       root=self.settings["workspace_root"])
         return {**record, **self.solver.solve(self, sample, capsule_root, prompt)}
+
+    def manifest_check(self, sample: Sample, raw: bytes) -> tuple[bool, str | None]:
+        """(uses_gpu, None) when the preinstalled manifest fits this item, else (False, why not)."""
+        return prepare.check_manifest(raw, task_id=sample.id, split=sample.split,
+                                      difficulty=self.settings["difficulty"], revision=dataset.UPSTREAM_REV)
 
     def score(self, task: Mapping[str, Any], submission: scorer.Submission, prompt: str) -> dict[str, Any]:
         """The record fragment of a submission: verdicts, counts, status and message; saves the artifacts."""
@@ -85,7 +103,11 @@ class CoreBenchRun:
         if submission.warning:
             warnings.warn(f"core-bench {capsule_id}: {submission.warning}", stacklevel=2)
         score = scorer.score_report(task["results"], submission.report, upstream_abort=self.settings["upstream_abort"])
+        root = self.settings["workspace_root"]
         out = {**score.to_record(), "report_source": submission.source, "report_warning": submission.warning,
+               "report_status": submission.report_status,
+               "report_path": f"{root}/{submission.report_path}" if submission.report_path else None,
+               "submission_source": submission.submission_source,
                "status": "pass" if score.all_correct else "fail", "message": failure_message(score, submission)}
         save_artifacts(self.run_dir, capsule_id, prompt, submission)
         return out
@@ -100,7 +122,8 @@ class CoreBenchRun:
 class Solver:
     """Turns a prepared capsule into a record fragment (status, verdicts, ...)."""
 
-    def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path, prompt: str) -> dict[str, Any]:
+    def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path | None, prompt: str) -> dict[str, Any]:
+        """``capsule_root`` is None with preinstalled inputs (the capsule is in the environment)."""
         raise NotImplementedError
 
 
@@ -111,17 +134,29 @@ class LocalSolver(Solver):
         task = sample.data
         capsule_id = task["capsule_id"]
         # a cleanup failure (files the agent made undeletable) must not cost the verdict
+        extra: dict[str, Any] = {}
+        if capsule_root is None:  # preinstalled inputs: this solver's environment is this machine
+            folder = Path(run.settings["preinstalled_input_dir"])
+            try:
+                raw = (folder / prepare.MANIFEST).read_bytes()
+            except OSError as exc:
+                return {"status": "env_error", "message": f"preinstalled inputs: cannot read {folder / prepare.MANIFEST}: {exc}"}
+            uses_gpu, problem = run.manifest_check(sample, raw)
+            if problem:
+                return {"status": "env_error", "message": problem}
+            capsule_root = folder / capsule_id
+            extra = prepare.gpu_evidence(uses_gpu, prepare.capsule_needs_gpu(capsule_root))
         with tempfile.TemporaryDirectory(prefix=f"corebench-{capsule_id}-", ignore_cleanup_errors=True) as tmp:
             workspace = Path(tmp)
             try:
                 prepare.prepare_workspace(capsule_root, workspace, capsule_id, run.settings["difficulty"])
             except OSError as exc:
-                return {"status": "env_error", "message": f"preparing the workspace failed: {exc}"}
+                return {**extra, "status": "env_error", "message": f"preparing the workspace failed: {exc}"}
             outcome = self.answer(run, sample, workspace, prompt)
             if "status" in outcome:
-                return outcome
+                return {**extra, **outcome}
             submission = scorer.load_submission(workspace, outcome.get("final_answer"))
-        return run.score(task, submission, prompt)
+        return {**extra, **run.score(task, submission, prompt)}
 
     def answer(self, run: CoreBenchRun, sample: Sample, workspace: Path, prompt: str) -> dict[str, Any]:
         """``{"final_answer": ...}`` (report.json in the workspace wins over it), or a status."""
@@ -178,35 +213,55 @@ class AgentSolver(Solver):
     kind: str  # the factory's kind ("host", "docker"), recorded as "env"
     keep_workspaces: bool = False
 
-    def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path, prompt: str) -> dict[str, Any]:
+    def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path | None, prompt: str) -> dict[str, Any]:
         task = sample.data
         capsule_id = task["capsule_id"]
         settings = run.settings
+        root = settings["workspace_root"]
         workspace = Path(tempfile.mkdtemp(prefix=f"corebench-{capsule_id}-"))
-        try:
-            prepare.prepare_workspace(capsule_root, workspace, capsule_id, settings["difficulty"])
-        except OSError as exc:
-            shutil.rmtree(workspace, ignore_errors=True)
-            return {"status": "env_error", "message": f"preparing the workspace failed: {exc}"}
         kept = self.keep_workspaces
-        base: dict[str, Any] = {"env": self.kind}
+        nested = bool(settings.get("docker_dind")) and settings["difficulty"] == "medium"
+        base: dict[str, Any] = {"env": self.kind,
+                                "isolation": "none (privileged)" if nested else (
+                                    self.factory.describe_isolation() if isinstance(self.factory, EnvFactory)
+                                    else "unknown (a user's environment factory)")}
         if kept:
             base["workspace"] = str(workspace)
+
+        def give_up(status: str, message: str, env: Any = None) -> dict[str, Any]:
+            if env is not None:
+                env.stop()
+            elif not kept:
+                shutil.rmtree(workspace, ignore_errors=True)
+            return {**base, "status": status, "message": message}
+
+        if capsule_root is not None:
+            try:
+                prepare.prepare_workspace(capsule_root, workspace, capsule_id, settings["difficulty"])
+            except OSError as exc:
+                return give_up("env_error", f"preparing the workspace failed: {exc}")
+            needs_gpu = bool(prepare.capsule_needs_gpu(capsule_root))
+        else:
+            needs_gpu = False  # decided by the manifest, read in the environment
         try:
-            env = self.factory.start(workspace, needs_gpu=bool(prepare.capsule_needs_gpu(capsule_root)),
-                                     name=f"core-bench/{capsule_id}")
-        except EnvSkip as exc:
-            if not kept:
-                shutil.rmtree(workspace, ignore_errors=True)
-            return {**base, "status": "skipped", "message": f"{capsule_id} {exc}"}
+            env = self.start(workspace, needs_gpu, capsule_id, root, nested)
+            if capsule_root is None:
+                uses_gpu, problem, gpu_note = self.copy_preinstalled(run, sample, env)
+                if problem:
+                    return give_up("env_error", problem, env)
+                base.update(gpu_note)
+                if uses_gpu:  # the manifest wins: a fresh environment with the GPU, the inputs copied again
+                    env.stop()
+                    workspace = Path(tempfile.mkdtemp(prefix=f"corebench-{capsule_id}-"))
+                    env = self.start(workspace, True, capsule_id, root, nested)
+                    self.copy_preinstalled(run, sample, env)
         except EnvError as exc:
-            if not kept:
-                shutil.rmtree(workspace, ignore_errors=True)
-            return {**base, "status": "env_error", "message": str(exc)}
+            return give_up("env_error", str(exc))
         questions = list(task["results"][0].keys())
         with env:  # stopped on every way out: the container removed, the host processes killed
             try:
-                result = agent_mod.CoreAgent(self.model, env, questions, agent_limits(settings)).run(prompt)
+                result = agent_mod.CoreAgent(self.model, env, questions, agent_limits(settings),
+                                             sample_index=sample.attempt - 1).run(prompt)
                 env.copy_out(workspace)  # report.json and whatever else the agent wrote
             except EnvError as exc:
                 return {**base, "status": "env_error", "message": f"environment failed: {exc}"}
@@ -217,10 +272,43 @@ class AgentSolver(Solver):
                 return {**base, "status": "model_error", "message": f"agent stopped: {result.message}"}
             submission = scorer.load_submission(workspace, result.final_answer)
         out = {**base, **run.score(task, submission, prompt)}
+        if nested:
+            out["nested_docker"] = True
         if result.end_reason != "submitted":
             ended = f"agent ended without submitting ({result.end_reason}): {result.message}"
             out["message"] = f"{ended}; {out['message']}" if out["message"] else ended
         return out
+
+
+    def start(self, workspace: Path, needs_gpu: bool, capsule_id: str, root: str, nested: bool) -> Any:
+        """An environment on ``workspace`` at ``root``; no GPU to be had is an env_error (it counts, as upstream)."""
+        options: dict[str, Any] = {"workdir": root}
+        if nested:
+            options["nested_docker"] = True
+        try:
+            return self.factory.start(workspace, needs_gpu=needs_gpu, name=f"core-bench/{capsule_id}", **options)
+        except EnvSkip as exc:
+            raise EnvError(f"{capsule_id} {exc}; deselect GPU capsules with -m \"not gpu\"") from None
+
+    @staticmethod
+    def copy_preinstalled(run: CoreBenchRun, sample: Sample, env: Any) -> tuple[bool, str | None, dict[str, Any]]:
+        """Check the manifest and copy the preinstalled capsule into the environment's fresh workspace."""
+        folder = run.settings["preinstalled_input_dir"]
+        try:
+            raw = env.read_file(f"{folder}/{prepare.MANIFEST}")
+        except (OSError, ValueError) as exc:
+            return False, f"preinstalled inputs: cannot read {folder}/{prepare.MANIFEST} in the environment: {exc}", {}
+        uses_gpu, problem = run.manifest_check(sample, raw)
+        if problem:
+            return False, problem, {}
+        script = prepare.preinstalled_copy_script(folder, sample.id, run.settings["difficulty"])
+        result = env.run(script, 600)
+        if result.exit_code != 0:
+            return False, (f"preinstalled inputs: copying {folder}/{sample.id} into the workspace failed "
+                           f"(exit {result.exit_code}): {result.stderr[-500:]}"), {}
+        probe = env.run(f"cat {shlex.quote(folder)}/{sample.id}/REPRODUCING.md 2>/dev/null", 60)
+        said = prepare.needs_gpu(probe.stdout) if probe.exit_code == 0 else None
+        return uses_gpu, None, prepare.gpu_evidence(uses_gpu, said)
 
 
 def choose_solver(model: Any, env: Any) -> Solver:

@@ -55,6 +55,7 @@ class QuestionVerdict:
 class CapsuleScore:
     verdicts: list[QuestionVerdict] = field(default_factory=list)
     aborted_at: str | None = None  # upstream mode: the question whose value stopped the scoring
+    error: str | None = None  # the gold itself could not be used (upstream: 0 correct for the capsule)
 
     def _count(self, figure: bool, correct_only: bool) -> int:
         return sum(1 for v in self.verdicts if v.figure == figure and (v.correct or not correct_only))
@@ -77,7 +78,7 @@ class CapsuleScore:
 
     @property
     def all_correct(self) -> bool:
-        return all(v.correct for v in self.verdicts)
+        return self.error is None and all(v.correct for v in self.verdicts)
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -87,6 +88,7 @@ class CapsuleScore:
             "correct_figure": self.correct_figure,
             "total_figure": self.total_figure,
             "aborted_at": self.aborted_at,
+            "scoring_error": self.error,
         }
 
 
@@ -96,30 +98,43 @@ def is_figure_question(question: str) -> bool:
     return "fig" in question
 
 
-def question_kind(reference_value: Any) -> str:
+def question_kind(reference_value: Any) -> str | None:
+    """The type of a question from the first reference run's value; None: not a question (null, an object)."""
     if isinstance(reference_value, (int, float)):  # bool is an int, as upstream
         return "numeric"
     if isinstance(reference_value, list):
         return "list"
-    return "string"
+    if isinstance(reference_value, str):
+        return "string"
+    return None
 
 
-def prediction_interval(values: list[float]) -> tuple[float, float]:
-    """95% prediction interval for one more run, from the n reference runs."""
+def prediction_interval(values: list[Any]) -> tuple[float, float]:
+    """95% prediction interval for one more run, from the n reference runs, computed as upstream.
+
+    One run gives a NaN interval (no value lies in it). Values numpy cannot average (a missing
+    run, text, huge integers) raise, as they do upstream."""
     n = len(values)
-    if n < 2:
-        raise ValueError(f"a numeric question needs at least 2 reference runs, got {n}")
-    mean = np.mean(values)
-    std = np.std(values, ddof=1)
-    from scipy.stats import t as student_t  # here, not at import: scipy.stats costs a second at every pytest start
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # one run: numpy warns about ddof; the NaN is the answer
+        mean = np.mean(values)
+        std = np.std(values, ddof=1)
+        from scipy.stats import t as student_t  # here, not at import: scipy.stats costs a second at every pytest start
 
-    half = student_t.ppf(0.975, n - 1) * std * math.sqrt(1 + 1 / n)
-    return float(mean - half), float(mean + half)
+        half = student_t.ppf(0.975, n - 1) * std * math.sqrt(1 + 1 / n)
+        return float(mean - half), float(mean + half)
+
+
+def _questions(results: Any) -> dict[str, str]:
+    """question -> kind, for the questions of the first reference run (an unusable gold has none)."""
+    if not isinstance(results, (list, tuple)) or not results or not isinstance(results[0], Mapping):
+        return {}
+    return {q: kind for q, v in results[0].items() if (kind := question_kind(v)) is not None}
 
 
 def question_totals(results: list[Mapping[str, Any]]) -> tuple[int, int]:
     """(written, figure) question counts of a task, for records that could not be scored."""
-    questions = list(results[0]) if results else []
+    questions = list(_questions(results))
     figure = sum(1 for q in questions if is_figure_question(q))
     return len(questions) - figure, figure
 
@@ -145,57 +160,83 @@ def _within(value: Any, low: float, high: float) -> bool:
             warnings.simplefilter("ignore")
             # numpy broadcasts lists, so a one-number list compares like upstream's does
             return bool(lo <= value) and bool(value <= hi)
-    except (TypeError, ValueError) as exc:
-        raise IncomparableValue(f"{value!r} cannot be compared with a number") from exc
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise IncomparableValue(f"{_short(value)} cannot be compared with a number") from exc
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """A value's repr for a note, safe for values whose repr itself fails (huge ints, deep nesting)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__} too large to print"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _judge(kind: str, value: Any, expected: Any, interval: tuple[float, float] | None) -> bool:
     if kind == "numeric":
         assert interval is not None
         return _within(value, *interval)
-    if kind == "list":
-        return value == expected
-    return str(value).lower() == str(expected).lower()
+    try:
+        if kind == "list":
+            return value == expected
+        return str(value).lower() == str(expected).lower()
+    except (ValueError, RecursionError, TypeError, OverflowError) as exc:  # str() of a huge int, deep nesting
+        raise IncomparableValue(f"{_short(value)} cannot be compared ({type(exc).__name__})") from exc
 
 
 # --------------------------------------------------------------------------- scoring
 
-def score_report(gold: list[Mapping[str, Any]], report: Mapping[str, Any] | None, *,
-                 upstream_abort: bool = False) -> CapsuleScore:
+def score_report(gold: Any, report: Any, *, upstream_abort: bool = False) -> CapsuleScore:
     """Score one capsule's parsed ``report`` (question text -> answer) against ``gold``, the task's
-    ``results`` list of reference runs.
+    ``results`` list of reference runs. Never raises: every input gets a verdict.
 
     Returns a ``CapsuleScore``: ``verdicts`` (one ``QuestionVerdict`` per question of the first
-    reference run, in its order), the written/figure counts, ``all_correct`` (the capsule verdict) and
-    ``aborted_at``. Plain Python: no pytest, no files::
+    reference run, in its order; null and object values are not questions), the written/figure
+    counts, ``all_correct`` (the capsule verdict), ``aborted_at`` and ``error``. Plain Python: no
+    pytest, no files::
 
         from pytest_agentbench.benchmarks.corebench import score_report
         score = score_report(task["results"], json.load(open("report.json")))
     """
-    if not gold:
-        raise ValueError("a CORE-Bench task needs at least one reference run in 'results'")
-    results = gold
+    kinds = _questions(gold)
+    if not kinds and not (isinstance(gold, (list, tuple)) and gold and isinstance(gold[0], Mapping)):
+        return CapsuleScore(error="the gold has no reference run (expected a list of objects)")
+    results = list(gold)
     reference = results[0]
-    report = dict(report or {})
+    report = dict(report) if isinstance(report, Mapping) else {}
     normalized = {key: normalize_reported(value) for key, value in report.items()}
 
     expected: dict[str, Any] = {}
     intervals: dict[str, tuple[float, float]] = {}
-    for question, value in reference.items():
-        if question_kind(value) == "numeric":
+    unusable: dict[str, str] = {}  # numeric questions whose reference runs numpy cannot average
+    for question, kind in kinds.items():
+        expected[question] = reference[question]
+        if kind != "numeric":
+            continue
+        try:
             intervals[question] = prediction_interval([run[question] for run in results])
-            expected[question] = list(intervals[question])
-        else:
-            expected[question] = value
+        except Exception as exc:  # a run lacks it, mixed types, huge integers: upstream's outer handler
+            unusable[question] = f"reference runs unusable ({type(exc).__name__}: {_short(str(exc), 120)})"
+            continue
+        expected[question] = list(intervals[question])
 
     verdicts: dict[str, QuestionVerdict] = {
-        q: QuestionVerdict(question=q, kind=question_kind(v), figure=is_figure_question(q),
+        q: QuestionVerdict(question=q, kind=kind, figure=is_figure_question(q),
                            answered=q in report, submitted=report.get(q), expected=expected[q],
                            correct=False, note=None if q in report else "missing")
-        for q, v in reference.items()
+        for q, kind in kinds.items()
     }
-
     score = CapsuleScore(verdicts=list(verdicts.values()))
+    if unusable:
+        for question, why in unusable.items():
+            verdicts[question].note = why
+        if upstream_abort:  # upstream computes every interval first: one failure gives 0 correct
+            score.error = f"{next(iter(unusable))!r}: {next(iter(unusable.values()))}"
+            for verdict in score.verdicts:
+                if verdict.question not in unusable:
+                    verdict.note = "not scored: upstream scores nothing when a reference interval fails"
+            return score
     # report order matters only for upstream's abort: later keys are never looked at
     for key in report:
         verdict = verdicts.get(key)
@@ -203,6 +244,8 @@ def score_report(gold: list[Mapping[str, Any]], report: Mapping[str, Any] | None
             continue  # not a question: ignored
         if score.aborted_at is not None:
             verdict.note = f"not scored: upstream stops at the first incomparable value ({score.aborted_at!r})"
+            continue
+        if key in unusable:
             continue
         try:
             verdict.correct = _judge(verdict.kind, normalized[key], reference[key], intervals.get(key))
@@ -215,28 +258,44 @@ def score_report(gold: list[Mapping[str, Any]], report: Mapping[str, Any] | None
 
 # --------------------------------------------------------------------------- finding the submission
 
+REPORT_STATUSES = ("found", "missing", "invalid", "too large")
+
+
 @dataclass
 class Submission:
     report: dict[str, Any]
     source: str  # "report.json" relative path, "final_answer" or "none"
     warning: str | None = None
+    report_status: str = "missing"  # one of REPORT_STATUSES: what became of report.json
+    report_path: str | None = None  # relative to the workspace root, when one was found
+
+    @property
+    def submission_source(self) -> str:
+        """Where the scored answers came from: "report", "final_answer" or "none"."""
+        return "report" if self.report_path is not None else self.source
 
 
 def find_report(workspace: Path) -> Path | None:
     """``report.json`` at the workspace root, else the first one in a sorted top-down walk.
 
     Symlinks are not followed and a report.json that resolves outside the workspace is skipped:
-    the agent controls the workspace, the plugin must not read files it points at.
+    the agent controls the workspace, the plugin must not read files it points at. Never raises.
     """
     workspace = Path(workspace)
-    root = workspace.resolve()
+    try:
+        root = workspace.resolve()
+    except (OSError, RuntimeError):
+        return None
     for directory, subdirs, files in os.walk(workspace):
         subdirs.sort()
         if REPORT_NAME in files:
             candidate = Path(directory) / REPORT_NAME
-            resolved = candidate.resolve()
-            if resolved.is_file() and resolved.is_relative_to(root):
-                return candidate
+            try:
+                resolved = candidate.resolve()
+                if resolved.is_file() and resolved.is_relative_to(root):
+                    return candidate
+            except (OSError, RuntimeError):  # a symlink loop, a file that vanished
+                continue
     return None
 
 
@@ -254,10 +313,44 @@ def _parse_json_object(text: str) -> Any:
         raise
 
 
+# json.loads failures that are not JSONDecodeError: an integer past Python's digit limit (ValueError),
+# nesting deeper than the recursion limit (RecursionError)
+JSON_FAILURES = (ValueError, RecursionError)
+
+
 def _as_object(value: Any, where: str) -> tuple[dict[str, Any], str | None]:
     if isinstance(value, dict):
         return value, None
     return {}, f"{where} is not a JSON object (got {type(value).__name__}); scored as an empty submission"
+
+
+def _why(exc: BaseException) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+
+
+def read_report(path: Path, source: str) -> Submission:
+    """A found report.json as a submission; unreadable, oversized or malformed ones score as empty."""
+    found = dict(source=source, report_path=source)
+    try:
+        if path.stat().st_size > MAX_REPORT_BYTES:
+            return Submission({}, warning=f"{source} is larger than {MAX_REPORT_BYTES} bytes; scored as empty",
+                              report_status="too large", **found)
+        raw = path.read_bytes()
+    except OSError as exc:
+        return Submission({}, warning=f"{source} cannot be read ({exc}); scored as an empty submission",
+                          report_status="invalid", **found)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:  # upstream's harness reads such a report as empty
+        return Submission({}, warning=f"{source} is not UTF-8 ({exc}); scored as an empty submission",
+                          report_status="invalid", **found)
+    try:
+        value = json.loads(text)
+    except JSON_FAILURES as exc:
+        return Submission({}, warning=f"{source} is not valid JSON ({_why(exc)}); scored as an empty submission",
+                          report_status="invalid", **found)
+    report, warning = _as_object(value, source)
+    return Submission(report, warning=warning, report_status="invalid" if warning else "found", **found)
 
 
 def load_submission(workspace: Path, final_answer: Any = None) -> Submission:
@@ -267,22 +360,14 @@ def load_submission(workspace: Path, final_answer: Any = None) -> Submission:
     """
     path = find_report(workspace)
     if path is not None:
-        source = path.relative_to(workspace).as_posix()
-        if path.stat().st_size > MAX_REPORT_BYTES:
-            return Submission({}, source, f"{source} is larger than {MAX_REPORT_BYTES} bytes; scored as empty")
-        try:
-            value = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-        except json.JSONDecodeError as exc:
-            return Submission({}, source, f"{source} is not valid JSON ({exc}); scored as an empty submission")
-        report, warning = _as_object(value, source)
-        return Submission(report, source, warning)
+        return read_report(path, path.relative_to(workspace).as_posix())
     if final_answer is None:
         return Submission({}, "none", "no report.json in the workspace and no final answer")
     if isinstance(final_answer, str):
         try:
             final_answer = _parse_json_object(final_answer)
-        except json.JSONDecodeError as exc:
+        except JSON_FAILURES as exc:
             return Submission({}, "final_answer",
-                              f"final answer holds no JSON object ({exc}); scored as an empty submission")
+                              f"final answer holds no JSON object ({_why(exc)}); scored as an empty submission")
     report, warning = _as_object(final_answer, "final answer")
     return Submission(report, "final_answer", warning)

@@ -9,13 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ...core.data import find, sha256_of
+from ...core.data import DataError, find, sha256_of
 from ...core.errors import ConfigError
 from ...core.options import Option, Settings
 from ...core.types import Task
+from ...sandbox.codec import DEFAULT_MAX_BYTES
 from ...sandbox.options import limits_from
 from ..base import Benchmark, RunSpec
 from . import dataset
+from .archive import DEFAULT_URL as DEFAULT_DATA_URL
+from .archive import fetch_h5, offline
 from .locate import TargetTable, Targets, locate, rebuilt_table
 from .metrics import summarize
 from .prompts import load_templates
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from .run import SciCodeRun
 
 OWNER = "scicode"
+ALL_CATEGORIES = "all"
 REBUILD_TIMEOUT_FACTOR = 10  # rebuilding one problem's targets may take this many tool timeouts
 
 OPTIONS = (
@@ -46,6 +50,19 @@ OPTIONS = (
            owner=OWNER,
            help="SciCode: generate the next step while the current one is scored (default on; "
                 "--no-bench-overlap generates each step only when its item starts)."),
+    Option("operand_cap", "--bench-operand-cap", kind="size", default=DEFAULT_MAX_BYTES, ini="agentbench_operand_cap",
+           owner=OWNER, metavar="SIZE",
+           help="SciCode: most bytes of operand values a step's scoring child may send to be compared "
+                "(default 256m); a test whose values exceed it fails with the reason."),
+    Option("data_url", "--bench-data-url", ini="agentbench_data_url", owner=OWNER, metavar="URL",
+           default=DEFAULT_DATA_URL,
+           help="SciCode: ZIP archive holding the official test_data.h5, downloaded (and only that file "
+                "extracted, checked against its pinned sha256) when the file is missing and a test-split item "
+                f"is selected (default {DEFAULT_DATA_URL})."),
+    Option("category", "--bench-category", kind="list", default=(ALL_CATEGORIES,), ini="agentbench_category",
+           owner=OWNER, metavar="NAME[,NAME...]",
+           help="SciCode: run only the problems of these categories (exact match on a problem's category "
+                "field; a problem without one is 'unclassified'; a list takes the union; default all)."),
 )
 
 ORACLE_SPLIT = ("--model=oracle answers with the ground-truth code, which only SciCode's validation split ships; "
@@ -74,11 +91,18 @@ class SciCode(Benchmark):
 
     def __init__(self) -> None:
         self._located: tuple[Settings, str, Targets] | None = None  # this run's targets, found once
+        self.categories: dict[str, str] = {}  # problem id -> category, of the problems loaded
 
     # ---- settings ----------------------------------------------------------------------------
     def configure(self, opts: Settings, split: str) -> dict[str, Any]:
         oracle = opts.get("model") == "oracle"
-        if oracle and split != "validation":
+        narrowed = oracle and split != "validation" and not opts.get("split")
+        if narrowed:  # no split asked for: the oracle scores the split it can answer, unless a test item is named
+            named = oracle_test_ids(opts)
+            if named:
+                raise ConfigError(f"--bench-ids {','.join(named)} names test-split items: {ORACLE_SPLIT}")
+            split = "validation"
+        elif oracle and split != "validation":
             raise ConfigError(ORACLE_SPLIT)
         mode = opts["mode"]
         out: dict[str, Any] = {"mode": "oracle" if oracle else mode, "background": bool(opts["background"]),
@@ -87,16 +111,25 @@ class SciCode(Benchmark):
             out.update(tool_loops=int(opts["tool_loops"]), tool_timeout=float(opts["tool_timeout"]))
         targets = self.targets(opts, split)
         out["targets"] = targets.kind
-        note = targets.note()
-        if note:
-            out["notes"] = [note]
+        notes = [targets.note()] if targets.note() else []
+        if narrowed:
+            out["split"] = split
+            notes.insert(0, "--model=oracle without --bench-split: narrowed to the validation split "
+                            "(the test split has no public solutions)")
+        if notes:
+            out["notes"] = notes
         return out
 
     def targets(self, opts: Settings, split: str) -> Targets:
         """Where this run's targets come from (checked once per run; ConfigError for a bad file)."""
         if self._located is None or self._located[0] is not opts or self._located[1] != split:
+            fetch = None
+            if needs_official(opts, split) and not offline():  # offline: missing, as any file (eval_error per step)
+                def fetch() -> Path:
+                    return fetch_h5(opts["data_url"], Path(opts["data_dir"]), opts.get("cache_dir"),
+                                    verified=verify_data(opts))
             found = locate(opts.get("h5"), Path(opts["data_dir"]), opts.get("cache_dir"), split,
-                           verified=verify_data(opts))
+                           verified=verify_data(opts), fetch=fetch)
             self._located = (opts, split, found)
         return self._located[2]
 
@@ -104,7 +137,8 @@ class SciCode(Benchmark):
     def load_tasks(self, opts: Settings, split: str) -> list[Task]:
         problems = dataset.load_problems(Path(opts["data_dir"]), split, verify=verify_data(opts),
                                          stamp_dir=opts.get("cache_dir"))
-        return dataset.to_tasks(problems)
+        self.categories.update({str(p["problem_id"]): dataset.category_of(p) for _, p in problems})
+        return dataset.to_tasks(select_categories(problems, opts.get("category") or ()))
 
     def data_hashes(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, str]:
         """sha256 of the problems, prefilled code and targets this run reads (baselines compare them)."""
@@ -142,12 +176,52 @@ class SciCode(Benchmark):
                                background=bool(opts["background"]), tool_loops=int(opts["tool_loops"]),
                                tool_timeout=float(opts["tool_timeout"]))
         settings = RunSettings(targets=table, executor=opts["executor"], overlap=bool(opts["overlap"]),
-                               prefilled=prefilled, selected=frozenset(spec.selected))
+                               prefilled=prefilled, selected=frozenset(spec.selected),
+                               operand_cap=int(opts["operand_cap"]))
         return SciCodeRun(settings, solver, env, limits_from(opts, timeout=float(opts["timeout"])), spec.run_dir,
                           problems={t.id: t.data for t in spec.tasks})
 
     def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
-        return summarize(records, dict(settings))
+        return summarize(records, dict(settings), self.categories)
+
+
+def select_categories(problems: list[tuple[str, dict[str, Any]]], names: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The problems of the categories ``names`` (--bench-category; "all" or nothing keeps every problem).
+    An unknown name is a ConfigError listing the categories present."""
+    wanted = {str(n).strip() for n in names if str(n).strip()}
+    if not wanted or ALL_CATEGORIES in wanted:
+        return problems
+    present = sorted({dataset.category_of(p) for _, p in problems})
+    unknown = sorted(wanted - set(present))
+    if unknown:
+        raise ConfigError(f"unknown SciCode categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} in "
+                          f"--bench-category; categories present: {', '.join(present)} (or all)")
+    return [(split, p) for split, p in problems if dataset.category_of(p) in wanted]
+
+
+def needs_official(opts: Mapping[str, Any], split: str) -> bool:
+    """Whether the run selects a test-split item (whose targets only the official file has)."""
+    if split != "all":
+        return split == "test"
+    ids = [str(i) for i in opts.get("ids") or ()]
+    if not ids:
+        return True
+    test = dataset.load_problems(Path(opts["data_dir"]), "test", verify=verify_data(opts),
+                                 stamp_dir=opts.get("cache_dir"))
+    test_ids = {str(p["problem_id"]) for _, p in test}
+    return any(i.split(".")[0] in test_ids for i in ids)
+
+
+def oracle_test_ids(opts: Settings) -> list[str]:
+    """The ``--bench-ids`` entries naming test-split items (the oracle cannot answer them)."""
+    if not opts.get("ids"):
+        return []
+    try:
+        test = {str(problem["problem_id"]) for _, problem in dataset.load_problems(
+            Path(opts["data_dir"]), "test", verify=verify_data(opts), stamp_dir=opts.get("cache_dir"))}
+    except DataError:  # no test file here: no id can name a test item
+        return []
+    return [i for i in opts["ids"] if i.split(".")[0] in test]
 
 
 def verify_data(opts: Mapping[str, Any]) -> bool:

@@ -19,10 +19,15 @@ def _sparse_types(extended: bool):
 def _symbols_as_strings(mapping: dict) -> dict:
     import sympy  # why: sympy takes a second to import; only dict comparisons need it
 
+    # As upstream's process_symbol_in_dict: a Symbol value becomes its name, except under a Symbol key,
+    # whose entry is re-filed under the key's name with the ORIGINAL value (so a Symbol value stays a
+    # Symbol there and then equals no string target); entries are filed in order, later ones win.
     out = {}
     for key, value in mapping.items():
-        key = str(key) if isinstance(key, sympy.Symbol) else key
         out[key] = str(value) if isinstance(value, sympy.Symbol) else value
+        if isinstance(key, sympy.Symbol):
+            out[str(key)] = mapping[key]
+            out.pop(key)
     return out
 
 

@@ -89,6 +89,13 @@ def load_prefilled(root: Path, *, verify: bool = True, stamp_dir: Path | None = 
             for step, f in PREFILLED_FILES.items()}
 
 
+UNCLASSIFIED = "unclassified"  # the category of a problem without one (every official problem)
+
+
+def category_of(problem: dict[str, Any]) -> str:
+    return str(problem.get("category") or UNCLASSIFIED)
+
+
 def to_tasks(problems: list[tuple[str, dict[str, Any]]]) -> list[Task]:
     tasks = []
     for split, problem in problems:

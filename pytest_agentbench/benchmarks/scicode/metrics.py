@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, Mapping
 
 from ...core.records import INFRA_STATUSES, PASS, count_statuses, sort_key
+from .dataset import UNCLASSIFIED
 
 ORDER = ("validation", "test")
 
@@ -41,7 +42,9 @@ def problem_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def summarize(records: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], settings: dict[str, Any],
+              categories: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``categories``: problem id -> category (a problem not named there is ``unclassified``)."""
     splits = {s: split_metrics([r for r in records if r["split"] == s])
               for s in ORDER if any(r["split"] == s for r in records)}
     overall = split_metrics(records)
@@ -50,21 +53,35 @@ def summarize(records: list[dict[str, Any]], settings: dict[str, Any]) -> dict[s
         metrics[f"{name}.main"] = m["main"]
         metrics[f"{name}.subproblem"] = m["subproblem"]
     rows = problem_rows(records)
+    by_category = category_metrics(records, categories or {})
+    raw = {"main_problem_resolved": overall["problems_resolved"], "main_problem_total": overall["problems"],
+           "subproblem_correct": overall["steps_passed"], "subproblem_total": overall["steps"]}
     return {"metrics": metrics, "splits": splits, "overall": overall, "problems": rows,
-            "terminal": terminal_lines(splits, overall, records), "markdown": markdown(splits, overall, rows, records)}
+            "categories": {name: {k: m[k] for k in CATEGORY_KEYS} for name, m in by_category.items()},
+            "raw_counts": raw,
+            "terminal": terminal_lines(splits, overall, records) + category_lines(by_category),
+            "markdown": markdown(splits, overall, rows, records, by_category)}
+
+
+CATEGORY_KEYS = ("problems", "problems_resolved", "main", "steps", "steps_passed", "subproblem")
+
+
+def category_metrics(records: list[dict[str, Any]], categories: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Both headline metrics per category (--bench-category), categories in name order."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        groups[record.get("category") or categories.get(str(record["task"])) or UNCLASSIFIED].append(record)
+    return {name: split_metrics(groups[name]) for name in sorted(groups)}
+
+
+def category_lines(by_category: dict[str, dict[str, Any]]) -> list[str]:
+    return [f"category {name}: main problems resolved {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}), "
+            f"subproblems passed {m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%})"
+            for name, m in by_category.items()]
 
 
 def _counts_text(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {status}" for status, n in counts.items())
-
-
-def _accounting(records: list[dict[str, Any]]) -> dict[str, float]:
-    totals: dict[str, float] = defaultdict(float)
-    for record in records:
-        for key, value in (record.get("generation") or {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                totals[key] += value
-    return dict(totals)
 
 
 def terminal_lines(splits, overall, records) -> list[str]:
@@ -76,24 +93,25 @@ def terminal_lines(splits, overall, records) -> list[str]:
     if overall["infra_errors"]:
         lines.append(f"WARNING: {overall['infra_errors']} step(s) ended in a model or environment error and count "
                      f"as not passed; the score is incomplete (re-run them, the cache keeps the rest)")
-    totals = _accounting(records)
-    if totals.get("model_calls"):
-        lines.append("model: " + ", ".join(f"{k}={v:g}" for k, v in sorted(totals.items())))
+    # model usage: the plugin's last line says it for every benchmark
     return lines
 
 
-def markdown(splits, overall, rows, records) -> str:
+def markdown(splits, overall, rows, records, by_category=None) -> str:
     out = ["## Metrics", "", "| split | main problems resolved | subproblems passed |", "|---|---|---|"]
     for name, m in [*splits.items(), *([("all", overall)] if len(splits) > 1 else [])]:
         out.append(f"| {name} | {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}) | "
                    f"{m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%}) |")
+    if by_category:
+        out += ["", "| category | main problems resolved | subproblems passed |", "|---|---|---|"]
+        for name, m in by_category.items():
+            out.append(f"| {name} | {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}) | "
+                       f"{m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%}) |")
     out += ["", "Statuses: " + (_counts_text(overall["counts"]) or "none"), ""]
     if overall["infra_errors"]:
         out += [f"**{overall['infra_errors']} step(s) ended in a model or environment error** (counted as not "
                 f"passed): the score is incomplete.", ""]
-    totals = _accounting(records)
-    if totals.get("model_calls"):
-        out += ["Model usage: " + ", ".join(f"{k}={v:g}" for k, v in sorted(totals.items())), ""]
+    # model usage: one line for every benchmark, written by the report layer (summary.md's "Usage:")
     out += ["## Problems", "", "| problem | split | resolved | steps passed | steps |", "|---|---|---|---|---|"]
     for row in rows:
         steps = " ".join(f"{s['id']}:{s['status']}" for s in row["steps"])

@@ -18,6 +18,7 @@ Plain Python, no pytest: a notebook can score one step::
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,14 +27,16 @@ from typing import Any, Mapping
 
 from ...core.io import trim, write_atomic
 from ...core.types import Sample
+from ...sandbox import codec
 from ...sandbox.executors import Limits, run_python
-from ...sandbox.integrity import integrity_check
+from ...sandbox.integrity import integrity_check, integrity_epilogue, integrity_prelude
 from ...sandbox.result import ExecResult
-from . import dataset, script
+from . import dataset, h5codec, script, split
 from .locate import TargetTable
 from .solvers import Generated, Solver
 
 RECORD_OUTPUT_LIMIT = 4000  # characters of stdout/stderr kept in a record
+CHANNEL = "operands.bin"  # the file in the child's work folder its operand values are written to
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class RunSettings:
     overlap: bool = True  # generate the next step while the current one is scored
     prefilled: Mapping[str, str] = field(default_factory=dict)  # official code of the prefilled steps
     selected: frozenset[str] | None = None  # step ids this run will score (look-ahead stays inside); None: all
+    operand_cap: int = codec.DEFAULT_MAX_BYTES  # bytes of encoded operand values a step's child may send
 
 
 class SciCodeRun:
@@ -62,12 +66,13 @@ class SciCodeRun:
         self.limits = limits
         self.out_dir = Path(out_dir)
         self.problems = dict(problems or {})
-        self.generated: dict[tuple[str, int], Generated | Future] = {}
+        self.generated: dict[tuple[str, int, int], Generated | Future] = {}  # (problem, step index, attempt)
         self.pool: ThreadPoolExecutor | None = None
 
     # ---- the BenchRun protocol ------------------------------------------------------------
     def run_sample(self, sample: Sample) -> dict[str, Any]:
-        return self.run_step(self.problems[sample.task_id], sample.data["index"])
+        return self.run_step(self.problems[sample.task_id], sample.data["index"], attempt=sample.attempt,
+                             retry=sample.retry)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -75,17 +80,24 @@ class SciCodeRun:
             self.pool = None
 
     # ---- one step -------------------------------------------------------------------------
-    def run_step(self, problem: dict[str, Any], index: int) -> dict[str, Any]:
-        """Generate (or reuse) the code of step ``index`` (0-based) of ``problem`` and score it: the record."""
+    def run_step(self, problem: dict[str, Any], index: int, *, attempt: int = 1, retry: int = 0) -> dict[str, Any]:
+        """Generate (or reuse) the code of step ``index`` (0-based) of ``problem`` and score it: the record.
+
+        ``attempt`` (--bench-attempts) is an independent sample of the whole problem (its own memo, model
+        calls with sample_index attempt-1); ``retry`` > 0 (--bench-max-retries) first forgets the
+        generations of this attempt that failed, so they are asked again (answers in the cache are reused)."""
         step = problem["sub_steps"][index]
         number = str(step["step_number"])
-        previous = [self.code_of(problem, j) for j in range(index)]
-        generated = self.generate(problem, index, previous)
+        if retry:
+            self.forget_failures(str(problem["problem_id"]), attempt)
+        previous = [self.code_of(problem, j, attempt) for j in range(index)]
+        generated = self.generate(problem, index, previous, attempt)
         record: dict[str, Any] = {"problem": str(problem["problem_id"]), "step": number,
                                   "tests": len(step["test_cases"]), "code": generated.code,
                                   "generation": {"status": generated.status, **generated.accounting}}
         if generated.trajectory:
-            record["trajectory"] = write_trajectory(self.out_dir, number, generated)
+            name = number if attempt == 1 else f"{number}-attempt{attempt}"
+            record["trajectory"] = write_trajectory(self.out_dir, name, generated)
         # A reply cut off at the token limit is still scored when the code it holds parses, as upstream
         # scores whatever code it extracts; the record keeps generation.status "truncated".
         usable = generated.status in ("ok", "truncated") and parses(generated.code)
@@ -96,19 +108,46 @@ class SciCodeRun:
             return {**record, "status": "parse_error", "message": message}
         if generated.status == "truncated":
             record["note"] = generated.message
-        self.prefetch_next(problem, index, [*previous, generated.code or ""])
+        self.prefetch_next(problem, index, [*previous, generated.code or ""], attempt)
         targets = self.settings.targets.for_step(number)
         record["targets"] = targets.kind
         if targets.path is None:
             return {**record, "status": "eval_error", "message": targets.message}
-        source = script.build_scoring_script(
-            step_number=number, dependencies=problem.get("required_dependencies", ""), previous_code=previous,
-            code=generated.code, tests=step["test_cases"], h5_path=targets.path, token=(token := script.new_token()))
-        result = run_python(source, limits=self.limits, executor=self.settings.executor)
-        return {**record, **verdict(result, token, len(step["test_cases"]))}
+        return {**record, **self.score(problem, index, previous, generated.code, targets.path)}
+
+    def score(self, problem: dict[str, Any], index: int, previous: list[str], code: str, h5_path: Path) -> dict:
+        """Run the step's tests split in two (split.py): the child runs the code and sends the operands of
+        every assertion; this process reads the targets and evaluates the assertions."""
+        step = problem["sub_steps"][index]
+        number = str(step["step_number"])
+        n_tests = len(step["test_cases"])
+        try:
+            values = h5codec.read_step_targets(h5_path, number)
+        except h5codec.TargetsError as exc:
+            return {"status": "eval_error", "message": f"agentbench: cannot read targets of step {number}: {exc}"}
+        if len(values) < n_tests:
+            return {"status": "eval_error", "message": f"agentbench: {h5_path} has {len(values)} targets for step "
+                                                       f"{number}, the step has {n_tests} tests"}
+        try:
+            plan = split.split_step(step["test_cases"], number)
+        except split.SplitError as exc:
+            return {"status": "eval_error", "message": f"agentbench: cannot split the tests: {exc}"}
+        cap = self.settings.operand_cap
+        token = script.new_token()
+        # The tamper guard stays as a fail-only signal: it can fail a step, never pass one.
+        source = split.build_child_script(
+            plan, dependencies=problem.get("required_dependencies", ""), previous_code=previous, code=code,
+            channel=CHANNEL, max_bytes=cap, prelude=integrity_prelude(guard_modules=script.GUARDED_MODULES),
+            epilogue=integrity_epilogue(token))
+        stream_cap = plan.stream_cap(cap)
+        limits = dataclasses.replace(self.limits, output_cap=max(self.limits.output_cap, stream_cap + 1))
+        result = run_python(source, limits=limits, executor=self.settings.executor, collect={CHANNEL: stream_cap})
+        stream = result.files.get(CHANNEL, b"")
+        outcome = split.evaluate(plan, stream, values, max_bytes=cap)
+        return split_verdict(result, outcome, token, len(stream))
 
     # ---- code of steps ----------------------------------------------------------------------
-    def code_of(self, problem: dict[str, Any], index: int) -> str:
+    def code_of(self, problem: dict[str, Any], index: int, attempt: int = 1) -> str:
         """The code an earlier step contributes: the official code of a prefilled step, else its generated code."""
         number = str(problem["sub_steps"][index]["step_number"])
         if number in dataset.PREFILLED_FILES:
@@ -116,26 +155,33 @@ class SciCodeRun:
                 raise ValueError(f"step {number} is an official prefilled step: pass its code in "
                                  f"RunSettings.prefilled (dataset.load_prefilled)")
             return self.settings.prefilled[number]
-        previous = [self.code_of(problem, j) for j in range(index)]
-        return self.generate(problem, index, previous).code or ""
+        previous = [self.code_of(problem, j, attempt) for j in range(index)]
+        return self.generate(problem, index, previous, attempt).code or ""
 
-    def generate(self, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
-        key = (str(problem["problem_id"]), index)
+    def generate(self, problem: dict[str, Any], index: int, previous: list[str], attempt: int = 1) -> Generated:
+        key = (str(problem["problem_id"]), index, attempt)
         if key not in self.generated:
-            self.generated[key] = self.solver.solve(problem, index, previous)
+            self.generated[key] = self.solver.solve(problem, index, previous, **sample_of(attempt))
         memo = self.generated[key]
         if isinstance(memo, Future):  # generated in the background while the previous step was scored
             memo = self.generated[key] = memo.result()
         return memo
 
-    def prefetch_next(self, problem: dict[str, Any], index: int, codes: list[str]) -> None:
+    def forget_failures(self, problem_id: str, attempt: int) -> None:
+        """Drop the memo of this attempt's generations that ended in a model error (a retry asks again)."""
+        for key, memo in list(self.generated.items()):
+            if key[0] == problem_id and key[2] == attempt and isinstance(memo, Generated) \
+                    and memo.status == "model_error":
+                del self.generated[key]
+
+    def prefetch_next(self, problem: dict[str, Any], index: int, codes: list[str], attempt: int = 1) -> None:
         """Start generating the next step while this one is scored: it needs this step's code, not its
         verdict, so a problem's wall time approaches the model's time alone. Only for a next step that
         this run will score, so scoring one step alone never pays for a call it does not need."""
         nxt = index + 1
         if not (self.settings.overlap and self.solver.overlaps):
             return
-        if nxt >= len(problem["sub_steps"]) or (str(problem["problem_id"]), nxt) in self.generated:
+        if nxt >= len(problem["sub_steps"]) or (str(problem["problem_id"]), nxt, attempt) in self.generated:
             return
         number = str(problem["sub_steps"][nxt]["step_number"])
         selected = self.settings.selected
@@ -143,7 +189,14 @@ class SciCodeRun:
             return
         if self.pool is None:
             self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentbench-prefetch")
-        self.generated[(str(problem["problem_id"]), nxt)] = self.pool.submit(self.solver.solve, problem, nxt, codes)
+        self.generated[(str(problem["problem_id"]), nxt, attempt)] = self.pool.submit(
+            self.solver.solve, problem, nxt, codes, **sample_of(attempt))
+
+
+def sample_of(attempt: int) -> dict[str, int]:
+    """The solver's keyword for an attempt after the first (--bench-attempts); none for the first, so a
+    solver written before attempts existed (``solve(problem, index, previous)``) still works."""
+    return {"sample_index": attempt - 1} if attempt > 1 else {}
 
 
 def parses(code: str | None) -> bool:
@@ -175,6 +228,39 @@ def verdict(result: ExecResult, token: str, n_tests: int) -> dict[str, Any]:
     if problem is None:
         return {**out, "status": "pass", "message": ""}
     where = f"test {done + 1} of {n_tests}" if done < n_tests else "after the tests"
+    if result.exit_code == 0 or result.limit or problem.startswith("generated code"):
+        detail = f"{problem} ({done} of {n_tests} tests completed)"
+    else:
+        detail = f"{last_line(result.stderr) or problem} ({where})"
+    return {**out, "status": "fail", "message": detail}
+
+
+def split_verdict(result: ExecResult, outcome: split.StepOutcome, token: str, operands_bytes: int) -> dict[str, Any]:
+    """Status of a split scoring run. A pass needs every assertion true in this process *and* the child's
+    run to end normally (exit 0, no limit, no tampering seen): the exit code alone never passes a step."""
+    n_tests = outcome.tests
+    out: dict[str, Any] = {"returncode": result.exit_code, "tests_completed": outcome.tests_passed,
+                           # the token differs in every run; records of identical runs must be identical
+                           "stdout": trim(result.stdout.replace(token, "<token>"), RECORD_OUTPUT_LIMIT),
+                           "stderr": trim(result.stderr, RECORD_OUTPUT_LIMIT),
+                           "exec_duration": round(result.duration, 3), "operands_bytes": operands_bytes}
+    if result.limit:
+        out["limit"] = result.limit
+    failure = outcome.failure
+    if failure is not None:
+        out.update(failed_test=failure.test, failure_kind=failure.kind)
+    if outcome.stream_error:
+        out["stream_error"] = outcome.stream_error
+    if failure is not None and failure.kind != "stopped":  # upstream's script stops at this first failure
+        return {**out, "status": "fail", "message": failure.message}
+    if result.timed_out:
+        return {**out, "status": "timeout", "message": f"scoring ran past {result.duration:.0f} s (--bench-timeout)"}
+    problem = integrity_check(result, token)
+    if problem is None and outcome.passed:
+        return {**out, "status": "pass", "message": ""}
+    problem = problem or "exited before all tests ran"
+    done = outcome.tests_passed
+    where = f"test {failure.test} of {n_tests}" if failure is not None else "after the tests"
     if result.exit_code == 0 or result.limit or problem.startswith("generated code"):
         detail = f"{problem} ({done} of {n_tests} tests completed)"
     else:

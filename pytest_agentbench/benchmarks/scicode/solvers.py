@@ -9,6 +9,7 @@ A solver never raises for the model's misbehaviour: every outcome is a ``Generat
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -34,14 +35,15 @@ class Solver(Protocol):
     # Whether the next step is worth generating while this one is scored (not for the oracle: it is instant).
     overlaps: bool
 
-    def solve(self, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
-        """The code of step ``index`` (0-based) of ``problem``, given the code of the steps before it."""
+    def solve(self, problem: dict[str, Any], index: int, previous: list[str], *, sample_index: int = 0) -> Generated:
+        """The code of step ``index`` (0-based) of ``problem``, given the code of the steps before it;
+        ``sample_index`` is the attempt (--bench-attempts) less one, part of the response cache key."""
 
 
 class OracleSolver:
     overlaps = False
 
-    def solve(self, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
+    def solve(self, problem: dict[str, Any], index: int, previous: list[str], *, sample_index: int = 0) -> Generated:
         step = problem["sub_steps"][index]
         code = step.get("ground_truth_code")
         if not code:
@@ -56,10 +58,13 @@ class ClientSolver:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.takes_attempt = accepts_keyword(client.answer_step, "attempt")
 
-    def solve(self, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
+    def solve(self, problem: dict[str, Any], index: int, previous: list[str], *, sample_index: int = 0) -> Generated:
+        # A client whose answer_step takes ``attempt`` is told which attempt (1-based) it answers.
+        extra = {"attempt": sample_index + 1} if self.takes_attempt else {}
         try:
-            return Generated(self.client.answer_step(problem, index, previous), accounting={"model_calls": 1})
+            return Generated(self.client.answer_step(problem, index, previous, **extra), accounting={"model_calls": 1})
         except Exception as exc:
             return Generated(None, "model_error", f"{type(exc).__name__}: {exc}")
 
@@ -85,7 +90,7 @@ class ChatSolver:
         self.tool_loops = tool_loops
         self.tool_timeout = tool_timeout
 
-    def solve(self, problem: dict[str, Any], index: int, previous: list[str]) -> Generated:
+    def solve(self, problem: dict[str, Any], index: int, previous: list[str], *, sample_index: int = 0) -> Generated:
         dependencies = problem.get("required_dependencies", "")
 
         def run_code(code: str, timeout: float) -> dict[str, Any]:
@@ -94,10 +99,21 @@ class ChatSolver:
 
         result = self.generate_step(self.model, problem, index, previous, mode=self.mode,
                                     with_background=self.background, templates=self.templates,
-                                    run_code=run_code, tool_loops=self.tool_loops, tool_timeout=self.tool_timeout)
+                                    run_code=run_code, tool_loops=self.tool_loops, tool_timeout=self.tool_timeout,
+                                    sample_index=sample_index)
         return Generated(code=result.code, status=result.status, message=result.message,
                          accounting=dict(result.accounting), trajectory=list(result.trajectory),
                          response_text=result.response_text)
+
+
+def accepts_keyword(func: Callable[..., Any], name: str) -> bool:
+    """Whether ``func`` takes the keyword argument ``name`` (or any keyword)."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.kind == p.VAR_KEYWORD
+               for p in params)
 
 
 def choose_solver(model: Any, *, env: Any, templates: Callable[[], dict], mode: str = "tool_use",

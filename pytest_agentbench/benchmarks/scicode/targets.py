@@ -261,7 +261,8 @@ def recording_script(problem: dict, index: int, out_file: Path, data_dir: Path |
         parts.append(_code_block(rewritten, label))
     finish = (
         "_agentbench_values = [_agentbench_collect(r, i + 1) for i, r in enumerate(_agentbench_records)]\n"
-        f"_agentbench_h5codec.write_step_targets({str(out_file)!r}, {number!r}, _agentbench_values)\n"
+        f"with _agentbench_h5codec.h5py.File({str(out_file)!r}, 'w') as _agentbench_fh:\n"  # it exists, empty
+        f"    _agentbench_h5codec.write_step_targets(_agentbench_fh, {number!r}, _agentbench_values)\n"
     )
     parts.append(_code_block(finish, "<record targets>"))
     parts.append("_agentbench_finish(True)\n")
@@ -297,15 +298,36 @@ def child_limits(limits: Limits | None, timeout: float) -> Limits:
     return dataclasses.replace(limits, output_cap=max(limits.output_cap, TARGETS_FILE_CAP))
 
 
-def run_child_script(source: str, result_path: Path, *, limits: Limits, executor: str) -> str:
-    """Run ``source`` in the sandbox; ``"ok"`` or a message saying what failed."""
-    result_path.unlink(missing_ok=True)
-    result = run_python(source, limits=limits, env=CHILD_ENV, executor=executor)
+# The child works in its own folder (under isolation it sees nothing of the parent's): it gets its
+# input targets as a file there and hands back its result and recorded targets through ``collect``.
+CHILD_RESULT = "result.json"
+CHILD_TARGETS = "targets.h5"
+RESULT_CAP = 1 << 20
+
+
+def run_child_script(source: str, *, limits: Limits, executor: str, targets_in: bytes | None = None,
+                     targets_out: Path | None = None) -> str:
+    """Run ``source`` in the sandbox; ``"ok"`` or a message saying what failed. ``targets_in`` is put in the
+    child's folder as ``targets.h5``; with ``targets_out`` the ``targets.h5`` the child wrote is saved there."""
+    collect = {CHILD_RESULT: RESULT_CAP}
+    if targets_out is not None:
+        collect[CHILD_TARGETS] = limits.output_cap
+    files = {CHILD_TARGETS: targets_in} if targets_in is not None else None
+    result = run_python(source, limits=limits, env=CHILD_ENV, executor=executor, files=files, collect=collect)
     if result.timed_out:
         return f"timed out after {limits.timeout:g} s"
-    if result_path.is_file():
-        outcome = json.loads(result_path.read_text(encoding="utf-8"))
+    raw = result.files.get(CHILD_RESULT, b"")
+    if raw:
+        try:
+            outcome = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            outcome = {}
         if outcome.get("ok") and result.exit_code == 0:
+            if targets_out is not None:
+                written = result.files.get(CHILD_TARGETS, b"")
+                if not written:
+                    return "the child reported success but wrote no targets"
+                targets_out.write_bytes(written)
             return "ok"
         if outcome.get("error"):
             return outcome["error"]
@@ -325,9 +347,9 @@ def _run_steps(selected, make_script, jobs, progress, workroot: Path, limits: Li
         number = problem["sub_steps"][index]["step_number"]
         started = time.monotonic()
         try:
-            result_path = workroot / f"result-{number}.json"
-            source = make_script(problem, index, workroot / f"{number}.h5", result_path)
-            status = run_child_script(source, result_path, limits=limits, executor=executor)
+            source, targets_in, targets_out = make_script(problem, index, workroot / f"{number}.h5")
+            status = run_child_script(source, limits=limits, executor=executor, targets_in=targets_in,
+                                      targets_out=targets_out)
         except (RebuildError, h5codec.TargetsError, OSError) as exc:
             status = str(exc)
         if progress is not None:
@@ -362,8 +384,9 @@ def rebuild_targets(problems: list[dict], out_path: Path, *, timeout: float = 60
         raise RebuildError(f"{out_path} exists and is not an HDF5 file; choose another --out path")
     workroot = Path(tempfile.mkdtemp(prefix="agentbench-targets-"))
     try:
-        def make_script(problem, index, step_file, result_path):
-            return recording_script(problem, index, step_file, data_dir, result_path=result_path)
+        def make_script(problem, index, step_file):
+            return (recording_script(problem, index, CHILD_TARGETS, data_dir, result_path=CHILD_RESULT),
+                    None, step_file)
 
         report = _run_steps(selected, make_script, jobs, progress, workroot, limits, executor)
         _merge_step_files(workroot, [s for s, status in report.items() if status == "ok"], out_path)
@@ -387,8 +410,13 @@ def verify_targets(problems: list[dict], h5_path: Path, timeout: float = 600, *,
     selected = _select_steps(problems, steps)
     workroot = Path(tempfile.mkdtemp(prefix="agentbench-verify-"))
     try:
-        def make_script(problem, index, _unused, result_path):
-            return verification_script(problem, index, h5_path, data_dir, result_path=result_path)
+        def make_script(problem, index, step_file):
+            number = str(problem["sub_steps"][index]["step_number"])
+            with h5py.File(h5_path, "r") as src, h5py.File(step_file, "w") as dst:
+                if number in src:  # only this step's targets go into the child's folder
+                    src.copy(src[number], dst, name=number)
+            return (verification_script(problem, index, CHILD_TARGETS, data_dir, result_path=CHILD_RESULT),
+                    step_file.read_bytes(), None)
 
         return _run_steps(selected, make_script, jobs, progress, workroot, limits, executor)
     finally:

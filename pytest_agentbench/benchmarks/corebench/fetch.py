@@ -1,0 +1,46 @@
+"""``python -m pytest_agentbench fetch-capsules``: download and unpack CORE-Bench capsules ahead of a run.
+
+A capsule already unpacked is known before collection, so its ``gpu`` marker is applied then and
+``pytest -m "not gpu"`` deselects the GPU capsules instead of discovering them at run time.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import capsules, dataset, prepare
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_agentbench fetch-capsules",
+                                     description="Download and unpack CORE-Bench capsules, with progress.")
+    parser.add_argument("--split", choices=dataset.SPLITS, default="test")
+    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="the run's --bench-data-dir")
+    parser.add_argument("--cache-dir", type=Path, default=Path(".agentbench_cache"), help="the run's --bench-cache-dir")
+    parser.add_argument("--capsules-dir", type=Path, default=None, help="the run's --bench-capsules-dir")
+    parser.add_argument("--dataset-path", type=Path, default=None, help="the run's --bench-dataset-path")
+    parser.add_argument("--ids", default="", help="comma-separated capsule ids (default: the whole split)")
+    args = parser.parse_args(argv)
+    try:
+        tasks = (dataset.read_custom(args.dataset_path) if args.dataset_path
+                 else dataset.load_split(args.data_dir, args.split))
+    except (dataset.DatasetError, OSError) as exc:
+        print(f"fetch-capsules: {exc}", file=sys.stderr)
+        return 2
+    wanted = [i for i in args.ids.split(",") if i] or [t["capsule_id"] for t in tasks]
+    store = capsules.archive_store(args.data_dir, args.cache_dir, args.capsules_dir)
+    extract_root = args.cache_dir / "capsules" / "extracted"  # where the plugin looks (CoreBenchRun.extract_root)
+    failed = 0
+    for number, capsule_id in enumerate(wanted, 1):
+        print(f"[{number}/{len(wanted)}] {capsule_id} ...", flush=True)
+        try:
+            folder = capsules.ensure_capsule(capsule_id, store, extract_root)
+        except capsules.CapsuleError as exc:
+            failed += 1
+            print(f"[{number}/{len(wanted)}] {capsule_id} FAILED: {exc}", flush=True)
+            continue
+        gpu = " (needs a GPU)" if prepare.capsule_needs_gpu(folder) else ""
+        print(f"[{number}/{len(wanted)}] {capsule_id} ready in {folder}{gpu}", flush=True)
+    print(f"fetch-capsules: {len(wanted) - failed} of {len(wanted)} capsules ready")
+    return 1 if failed else 0

@@ -1,0 +1,82 @@
+"""Checks made once on the controller before any item runs (issue 13: fail before spending items).
+
+``before_items`` runs them all at configure time.
+
+``preflight_note``: one cheap request to the model endpoint (``models/preflight.py``), unless the run
+needs no endpoint or a conftest supplies its own ``bench_model``. ``other_benchmark_options``: a
+benchmark's own option given on the command line of a run of another benchmark is a mistake.
+``check_report_dir``: the report folder can be created (found now, not after the work is done).
+"""
+from __future__ import annotations
+
+import os
+import types
+from pathlib import Path
+from typing import Iterable
+
+import pytest
+
+from ..core.errors import ConfigError
+from ..core.options import Option, Settings
+from ..models.options import ORACLE, check_api_key, model_settings
+from ..models.preflight import preflight, skip_reason
+from .run import BenchState
+from .selfdescribe import rewrite_definition
+
+
+def bench_model_overridden(config: pytest.Config) -> bool:
+    """Whether a conftest or plugin loaded so far defines its own ``bench_model`` fixture (not checked)."""
+    ours = __name__.rsplit(".", 1)[0]
+    for plugin in config.pluginmanager.get_plugins():
+        module = plugin if isinstance(plugin, types.ModuleType) else None
+        if module is not None and not module.__name__.startswith(ours) and "bench_model" in vars(module):
+            return True
+    return False
+
+
+def preflight_note(config: pytest.Config, opts: Settings) -> str | None:
+    """Run the model preflight when this run calls an endpoint; a note for the header, or ConfigError."""
+    if config.option.collectonly or not opts.model or opts.model == ORACLE or bench_model_overridden(config):
+        return None
+    check_api_key(model_settings(opts), opts.model_api_key)  # no network: checked even with the preflight off
+    if skip_reason(opts) is not None:
+        return None
+    return preflight(opts)
+
+
+def other_benchmark_options(options: Iterable[Option], opts: Settings, bench: str) -> None:
+    """ConfigError naming the options of another benchmark given on the command line (shared ones never)."""
+    wrong = [o for o in options if o.owner and o.owner != bench and opts.origin(o.name) == "command line"]
+    if wrong:
+        named = ", ".join(f"{o.flag} (a {o.owner} option)" for o in wrong)
+        raise ConfigError(f"{named} do(es) not apply to --bench={bench}; remove it, or run --bench={wrong[0].owner}")
+
+
+def check_report_dir(path: Path, shown: Path) -> None:
+    """ConfigError when the run folder ``path`` cannot be created under the report folder ``shown``:
+    a file in the way, or no write permission."""
+    existing = Path(path).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"--bench-report-dir {shown} cannot be created: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--bench-report-dir {shown} cannot be created: {existing} is not writable")
+
+
+def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> None:
+    """The controller's checks and notes before any item runs (ConfigError: the plugin shows a usage error)."""
+    if opts.resume and opts.resume_merge:
+        rewrite_definition(state.run_dir, config)  # the run's settings.json names the merged selection
+    if opts.replay:
+        state.notes.append(f"replaying {opts.replay}: its settings and selection, cached model responses only")
+    if opts.significance:  # a test that can never reject is no gate
+        from ..report.compare import too_small  # why: the report layer imports numpy; only this check needs it
+
+        units = {"item": sum(len(t.samples) for t in state.tasks), "task": len(state.tasks)}
+        state.notes += [f"--bench-significance {opts.significance:g}: {w}" for w in too_small(units, opts.significance)]
+    if not config.option.collectonly:
+        check_report_dir(state.run_dir, opts.report_dir)
+        note = preflight_note(config, opts)  # one cheap request: a dead endpoint costs no items
+        if note:
+            state.notes.append(note)

@@ -1,0 +1,154 @@
+"""Self-describing runs: settings.json records how a run was asked for, so ``--bench-resume DIR`` alone
+continues it and ``--bench-replay DIR`` re-scores it from the cache, with nothing retyped.
+
+settings.json (written with the run's first record) holds the effective settings and, under ``_run``,
+the options given for the run (every option not left at its default, except the API key and the
+session's own resume/replay options) and its pytest selection (``-k``, ``-m``). On resume these come
+back as if typed again. A command-line value that differs is refused with the difference, except for
+free options (where reports go, progress, retries, the endpoint, ...); a different selection is refused
+too, or added to the run's with ``--bench-resume-merge``. Replay takes the run's options and forces
+``--bench-cache replay``; what is typed on its command line wins (it is a new run).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterable
+
+import pytest
+
+from ..core.io import write_atomic
+from ..core.options import Option, OptionError, Settings, resolve
+from ..report.baseline import json_text
+from ..report.resume import RUN_KEY, SETTINGS_FILE
+from .options import sources
+
+DEFINITION = pytest.StashKey[dict]()
+NOT_STORED = frozenset({"model_api_key", "resume", "resume_merge", "replay", "run_id"})
+# Options that may change when a run is resumed: where things go, how progress shows, how scoring and
+# model calls are run, the gates. Everything else defines the run's questions and answers.
+FREE_ON_RESUME = frozenset({
+    "report_dir", "progress_interval", "cache_dir", "data_dir", "model_base_url", "model_timeout",
+    "model_max_retries", "model_retry_delay", "model_preflight", "max_consecutive_errors", "executor",
+    "memory_limit", "timeout", "fail_under", "baseline", "max_drop", "max_errors", "update_baseline",
+    "significance", "keep_workspaces", "progress",
+})
+SELECTION = {"keyword": "-k", "markexpr": "-m"}
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    return value
+
+
+def definition(config: pytest.Config, options: Iterable[Option], opts: Settings) -> dict[str, Any]:
+    """How this run was asked for: what settings.json keeps under ``_run``."""
+    return {
+        "options": {o.name: jsonable(opts[o.name]) for o in options
+                    if opts.origin(o.name) != "default" and o.name not in NOT_STORED},
+        "selection": {key: getattr(config.option, key, "") or "" for key in SELECTION},
+        "cwd": str(config.invocation_params.dir),
+    }
+
+
+def stored_definition(folder: Path) -> dict[str, Any] | None:
+    """The ``_run`` part of a run's settings.json, or None (no file yet, or a run older than it)."""
+    file = Path(folder) / SETTINGS_FILE
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    found = data.get(RUN_KEY) if isinstance(data, dict) else None
+    return found if isinstance(found, dict) else None
+
+
+def as_given(option: Option, value: Any) -> Any:
+    """A stored value in the form the command line gives it."""
+    if option.kind == "list":
+        return ",".join(value) if value else None
+    if option.kind == "multi":
+        return list(value)
+    if option.kind in ("bool", "json"):
+        return value
+    return None if value is None else str(value)
+
+
+def shown(value: Any) -> str:
+    if value in (None, "", [], ()):
+        return "(not set)"
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings, free: Iterable[str] = ()) -> Settings:
+    """The settings of ``--bench-resume DIR`` / ``--bench-replay DIR``: the run's own, from its settings.json,
+    checked against what this command line gives (pytest.UsageError naming every difference)."""
+    folder = opts.resume or opts.replay
+    stored = stored_definition(folder) if folder else None
+    if stored is None:
+        return opts
+    resuming, merge = bool(opts.resume), bool(opts.resume_merge)
+    flag = "--bench-resume" if resuming else "--bench-replay"
+    raw = sources(config, options)
+    cli = dict(raw.cli)
+    kept = stored.get("options", {})
+    free_names = FREE_ON_RESUME | frozenset(free)
+    diffs: list[str] = []
+    for option in options:
+        if option.name in NOT_STORED:
+            continue
+        given = opts.origin(option.name) == "command line"
+        was = kept.get(option.name)
+        if not given:
+            cli[option.name] = as_given(option, was) if option.name in kept else None
+            continue
+        now = jsonable(opts[option.name])
+        if not resuming or option.name in free_names or now == was:
+            continue
+        if option.name not in kept and option.name != "ids":
+            continue  # left at its default by the run: report.resume.check_settings compares the effective settings
+        if option.name == "ids" and merge:
+            cli["ids"] = None if not was else ",".join(dict.fromkeys([*was, *now]))
+            continue
+        diffs.append(f"{option.flag}: {shown(was)} in the run, {shown(now)} now")
+    for key, short in SELECTION.items():
+        was, now = stored.get("selection", {}).get(key, ""), getattr(config.option, key, "") or ""
+        if not now:
+            setattr(config.option, key, was)
+        elif now != was and resuming:
+            if merge:
+                setattr(config.option, key, f"({was}) or ({now})" if was else "")
+            else:
+                diffs.append(f"{short}: {shown(was)} in the run, {shown(now)} now")
+    if diffs:
+        raise pytest.UsageError(
+            f"agentbench: {flag} {folder}: this command differs from the run's own settings (settings.json): "
+            f"{'; '.join(diffs)}. Leave them out to continue the run as it was"
+            + (", or add --bench-resume-merge to add a selection to the run's" if resuming else ""))
+    if not resuming:
+        cli["cache"] = "replay"  # only the run's cached responses: no model is called
+    try:
+        return resolve(options, replace(raw, cli=cli))
+    except OptionError as exc:
+        raise pytest.UsageError(f"agentbench: {flag} {folder}: {exc}") from None
+
+
+def settings_file_content(settings: dict[str, Any], config: pytest.Config) -> dict[str, Any]:
+    """What settings.json holds: the effective settings and, under ``_run``, how the run was asked for."""
+    found = config.stash.get(DEFINITION, None)
+    return {**settings, RUN_KEY: found} if found is not None else dict(settings)
+
+
+def rewrite_definition(run_dir: Path, config: pytest.Config) -> None:
+    """--bench-resume-merge: the run's settings.json now names the merged selection."""
+    file = Path(run_dir) / SETTINGS_FILE
+    if not file.is_file() or DEFINITION not in config.stash:
+        return
+    data = json.loads(file.read_text(encoding="utf-8"))
+    data[RUN_KEY] = config.stash[DEFINITION]
+    write_atomic(file, json_text(data))

@@ -1,0 +1,135 @@
+"""Run counts and repeated attempts (--bench-attempts): pure functions over a run's records.
+
+Run counts: Total (selected tasks), Evaluated (tasks with a verdict) and Error (tasks with any item
+that ended in an infrastructure failure: ``records.ERROR_STATUSES``), stated next to the benchmark's
+raw counts.
+
+Attempts: with K > 1 every record carries ``attempt`` (1..K). The benchmark summarizes each attempt on
+its own; the run's metrics are the mean over attempts (gates and compare read them), each with its
+standard error over attempts (sample standard deviation / sqrt(K)); pass@k for k = 1..K uses the
+unbiased estimator 1 - C(n-c, k) / C(n, k) (n attempts, c of them correct), averaged over items
+(steps, capsules: "item") and over tasks (a task attempt counts when all its scored items pass:
+"task"), each with its standard error over those items or tasks.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Iterable, Mapping
+
+from ..core.records import ERROR_STATUSES, PASS
+
+
+def scored(record: Mapping[str, Any]) -> bool:
+    return bool(record.get("scored", True)) and record.get("status") != "skipped"
+
+
+def run_counts(records: Iterable[Mapping[str, Any]], raw: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Total, Evaluated and Error tasks (over every attempt), then the benchmark's raw counts."""
+    tasks: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for record in records:
+        tasks[str(record.get("task"))].append(record)
+    error = {t for t, rs in tasks.items() if any(r.get("status") in ERROR_STATUSES for r in rs)}
+    evaluated = {t for t, rs in tasks.items() if t not in error and any(scored(r) for r in rs)}
+    return {"total": len(tasks), "evaluated": len(evaluated), "error": len(error), **dict(raw or {})}
+
+
+def counts_line(counts: Mapping[str, int]) -> str:
+    head = f"Total {counts['total']}, Evaluated {counts['evaluated']}, Error {counts['error']}"
+    raw = ", ".join(f"{k} {v}" for k, v in counts.items() if k not in ("total", "evaluated", "error"))
+    return head + (f" ({raw})" if raw else "")
+
+
+def attempts_of(records: Iterable[Mapping[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Records by attempt (1..K); records without ``attempt`` (a run of one attempt) are attempt 1."""
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        out[int(record.get("attempt") or 1)].append(dict(record))
+    return dict(sorted(out.items()))
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimator (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} attempts, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def mean_stderr(values: list[float]) -> tuple[float, float]:
+    """Mean and its standard error (sample standard deviation / sqrt(n); 0 for one value)."""
+    if not values:
+        return 0.0, 0.0
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return mean, math.sqrt(var / len(values))
+
+
+def pass_at(units: Mapping[str, list[bool]], k_max: int) -> dict[str, dict[str, float]]:
+    """pass@k for k = 1..k_max over units (an item or a task) -> list of per-attempt outcomes."""
+    out = {}
+    for k in range(1, k_max + 1):
+        values = [pass_at_k(len(v), sum(v), k) for v in units.values() if len(v) >= k]
+        mean, err = mean_stderr(values)
+        out[str(k)] = {"value": mean, "stderr": err, "n": len(values)}
+    return out
+
+
+def attempt_stats(per_attempt: Mapping[int, Mapping[str, Any]], records: Iterable[Mapping[str, Any]]
+                  ) -> dict[str, Any]:
+    """The attempts block of summary.json: K, each attempt's metrics, their mean and standard error,
+    and pass@k per item and per task."""
+    metrics = [dict(m) for m in per_attempt.values()]
+    names = [k for k in metrics[0] if all(isinstance(m.get(k), (int, float)) for m in metrics)] if metrics else []
+    mean = {}
+    stderr = {}
+    for name in names:
+        mean[name], stderr[name] = mean_stderr([float(m[name]) for m in metrics])
+    items: dict[str, list[bool]] = defaultdict(list)
+    tasks: dict[tuple[str, int], list[bool]] = defaultdict(list)
+    for record in records:
+        if not scored(record):
+            continue
+        attempt = int(record.get("attempt") or 1)
+        items[str(record["id"])].append(record.get("status") == PASS)
+        tasks[(str(record.get("task")), attempt)].append(record.get("status") == PASS)
+    by_task: dict[str, list[bool]] = defaultdict(list)
+    for (task, _attempt), outcomes in sorted(tasks.items()):
+        by_task[task].append(all(outcomes))
+    k = len(per_attempt)
+    return {"k": k, "per_attempt": {str(a): dict(m) for a, m in per_attempt.items()}, "mean": mean,
+            "stderr": stderr, "pass_at_k": {"item": pass_at(items, k), "task": pass_at(by_task, k)}}
+
+
+def attempt_lines(stats: Mapping[str, Any], headlines: Iterable[str]) -> list[str]:
+    """Terminal lines: each headline metric's mean ± standard error, then pass@k per task and per item."""
+    k = stats["k"]
+    lines = []
+    for name in headlines:
+        if name in stats["mean"]:
+            lines.append(f"{name}: mean over {k} attempts {stats['mean'][name]:.1%} "
+                         f"± {stats['stderr'][name]:.1%} (standard error)")
+    for unit, label in (("task", "per task"), ("item", "per item")):
+        shown = ", ".join(f"pass@{n} {v['value']:.1%} ± {v['stderr']:.1%}" for n, v in stats["pass_at_k"][unit].items())
+        lines.append(f"{label}: {shown}")
+    return lines
+
+
+def attempt_markdown(stats: Mapping[str, Any], headlines: Iterable[str]) -> str:
+    k = stats["k"]
+    out = [f"## Attempts ({k})", "", "| metric | mean | standard error | "
+           + " | ".join(f"attempt {a}" for a in stats["per_attempt"]) + " |",
+           "|---|---|---|" + "---|" * len(stats["per_attempt"])]
+    for name in headlines:
+        if name in stats["mean"]:
+            per = " | ".join(f"{m[name]:.1%}" for m in stats["per_attempt"].values())
+            out.append(f"| {name} | {stats['mean'][name]:.1%} | {stats['stderr'][name]:.1%} | {per} |")
+    out += ["", "| pass@k | " + " | ".join(f"k={n}" for n in range(1, k + 1)) + " |",
+            "|---|" + "---|" * k]
+    for unit, label in (("task", "per task"), ("item", "per item")):
+        row = " | ".join(f"{v['value']:.1%} ± {v['stderr']:.1%}" for v in stats["pass_at_k"][unit].values())
+        out.append(f"| {label} | {row} |")
+    return "\n".join(out) + "\n"

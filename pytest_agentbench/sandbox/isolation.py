@@ -1,0 +1,457 @@
+"""OS isolation of every child that runs model code: bubblewrap plus Linux namespaces.
+
+What a child gets (both executors, tool scripts, and the host environment's commands):
+
+* an unprivileged uid (``SANDBOX_UID``, 65534) with no capabilities, an empty bounding set and
+  ``no_new_privs``; never root;
+* a read-only view of the file system; the controller's home folders (``/root``, ``$HOME``) are
+  replaced by empty ones in which only Python and the installed packages are visible again; paths
+  the caller names (the data dir, the cache, the reports) are masked by empty folders;
+* a private, size-capped ``/tmp`` (tmpfs) holding its work folder (scoring and tool scripts), or the
+  environment's workspace and private folders (host environment: on disk, no total cap);
+* its own PID namespace: it sees only its own processes in ``/proc``, the process that forked it is
+  out of sight (``getppid() == 0``) and everything left in the namespace dies with the run;
+* no network (scoring and tool scripts) or the host's network (host environment commands);
+* its own IPC namespace.
+
+How: bubblewrap (``bwrap``) cannot wrap a forked child and Python 3.11 has no ``os.unshare``, so
+a *sandbox process* (the fork server, the subprocess executor's launcher, or the host
+environment's holder) runs inside one bwrap sandbox that keeps the privileges to build more
+namespaces, and every child is further restricted through the C library before it runs any model
+code: ``unshare`` of a mount and IPC namespace, a fresh tmpfs on ``/tmp`` and ``/dev/shm``, a
+fresh ``/proc``, then the privileges are dropped. Two modes:
+
+* ``root`` (the controller runs as root): bwrap runs privileged (no user namespace); the child
+  drops to uid 65534 with ``setresuid``, which also clears its capabilities.
+* ``userns`` (an ordinary user): bwrap makes a user namespace in which the sandbox process is uid 0
+  with capabilities (that only count inside it); the child enters a nested user namespace that
+  maps uid 65534 to the user, and drops every capability.
+
+The fork server itself is made non-dumpable, so a child can neither read nor write its memory;
+a child cannot even name it (another PID namespace).
+
+``probe()`` tries all of that once per process and says why isolation is impossible when it is
+(no bwrap, no user namespaces, not Linux, turned off with ``AGENTBENCH_ISOLATION=off``).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from .limits import Limits, apply_child_limits, join_cgroup, package_parent
+
+SANDBOX_UID = 65534  # "nobody"
+SANDBOX_GID = 65534
+ISOLATION_ENV = "AGENTBENCH_ISOLATION"  # "off": run children without OS isolation (the probe says so)
+PIDS_CGROUP_DIR = Path("/sys/fs/cgroup/pids/agentbench")
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+# ---------------------------------------------------------------- the C library, thinly
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def unshare(flags: int) -> None:
+    _check(LIBC.unshare(flags), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    _check(LIBC.setns(fd, nstype), "setns")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda s: None if s is None else s.encode())
+    _check(LIBC.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
+
+
+def prctl(option: int, arg: int) -> None:
+    _check(LIBC.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+           f"prctl {option}")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_bounding_set() -> None:
+    """Empty the capability bounding set (needs CAP_SETPCAP, so before the other sets are cleared)."""
+    try:
+        last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    except (OSError, ValueError):
+        last = 40
+    for cap in range(last + 1):
+        LIBC.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+
+
+def clear_capabilities() -> None:
+    """Empty the effective, permitted and inheritable capability sets of the calling thread."""
+    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(LIBC.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+
+
+# ---------------------------------------------------------------- can this machine isolate?
+
+@dataclass(frozen=True)
+class Isolation:
+    """How children are isolated here: ``mode`` is "root", "userns" or "none" (then ``why`` says why)."""
+
+    mode: str
+    why: str = ""
+    bwrap: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.mode != "none"
+
+    def describe(self) -> str:
+        """One line for the run's header and summary: ``bwrap (...)`` or ``none (why)``."""
+        if not self.active:
+            return f"none ({self.why})"
+        how = "privileged" if self.mode == "root" else "user namespace"
+        return (f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, read-only file system, private /tmp, "
+                f"own PID namespace, no network for scripts")
+
+
+NO_ISOLATION = Isolation("none", "not requested")
+_PROBED: dict[str, Isolation] = {}
+
+
+def probe(refresh: bool = False) -> Isolation:
+    """Whether (and how) children can be isolated on this machine; tried for real once per process."""
+    if "result" in _PROBED and not refresh:
+        return _PROBED["result"]
+    _PROBED["result"] = result = _probe()
+    return result
+
+
+def _probe() -> Isolation:
+    setting = os.environ.get(ISOLATION_ENV, "").strip().lower()
+    if setting in ("off", "0", "no", "none", "false"):
+        return Isolation("none", f"turned off with ${ISOLATION_ENV}={os.environ[ISOLATION_ENV]}")
+    if not sys.platform.startswith("linux"):
+        return Isolation("none", f"needs Linux namespaces; this is {sys.platform}")
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return Isolation("none", "bubblewrap (bwrap) is not installed; install it, e.g. apt-get install bubblewrap")
+    if shutil.which("sleep") is None:
+        return Isolation("none", "no `sleep` program on PATH (the init of every child's PID namespace)")
+    candidate = Isolation("root" if os.geteuid() == 0 else "userns", "", bwrap)
+    code = "from pytest_agentbench.sandbox.isolation import self_test; self_test()"
+    argv = bwrap_argv(candidate) + [sys.executable, "-S", "-c", code, candidate.mode]
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": package_parent()})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Isolation("none", f"bwrap could not be run: {exc}")
+    if done.returncode != 0 or done.stdout.strip() != "isolated":
+        lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"exit code {done.returncode}"
+        hint = "" if os.geteuid() == 0 else " (are unprivileged user namespaces enabled? sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces)"
+        return Isolation("none", f"bwrap cannot isolate here: {reason}{hint}")
+    return candidate
+
+
+def self_test() -> None:
+    """Run inside the probe's sandbox: make one child exactly as the executors do and check it."""
+    mode = sys.argv[-1]
+    own = os.open("/proc/self/ns/pid", os.O_RDONLY)
+    space = RunNamespace(own)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            os.makedirs("/tmp/agentbench-probe/sub")
+            Path("/tmp/agentbench-probe/sub/main.py").write_text("pass")
+            enter_child(mode, work="/tmp/agentbench-probe", disk=1 << 20, bind=())
+            ok = (os.getuid() == SANDBOX_UID and os.getppid() == 0
+                  and Path("/tmp/agentbench-probe/sub/main.py").read_text() == "pass")
+            os.write(write, b"isolated" if ok else f"uid {os.getuid()} ppid {os.getppid()}".encode())
+            os._exit(0)
+        except BaseException as exc:  # report, never return into the caller's code
+            os.write(write, f"child setup failed: {exc}".encode())
+            os._exit(1)
+    space.leave()
+    os.close(write)
+    answer = os.read(read, 1000).decode()
+    os.waitpid(pid, 0)
+    space.close()
+    if answer != "isolated":
+        sys.exit(answer)
+    print("isolated")
+
+
+# ---------------------------------------------------------------- the sandbox process (bwrap)
+
+def private_homes() -> list[str]:
+    """The controller's home folders: hidden from children (keys, tokens, shell history)."""
+    homes = []
+    for home in ("/root", os.path.expanduser("~")):
+        real = os.path.realpath(home)
+        if real not in ("/", "") and os.path.isdir(real) and real not in homes:
+            homes.append(real)
+    return homes
+
+
+def under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+@functools.lru_cache(maxsize=1)
+def needed_paths() -> list[str]:
+    """What a child needs to run Python: the interpreter, its libraries and the installed packages."""
+    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+              package_parent()}
+    wanted.update(p for p in sys.path if p)
+    real = sorted({os.path.realpath(p) for p in wanted if os.path.isdir(p)})
+    out: list[str] = []
+    for path in real:  # drop paths inside another kept path
+        if not under(path, out):
+            out.append(path)
+    return out
+
+
+def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str] = (), readable: Iterable[str] = (),
+               hidden: Iterable[str] = (), tmp: str | None = None, pidns_fd: int | None = None,
+               userns_fd: int | None = None, info_fd: int | None = None, devices: Iterable[str] = ()) -> list[str]:
+    """The bwrap command line of a sandbox process (the command follows it).
+
+    ``tmp``: a host folder mounted on ``/tmp`` (default: a tmpfs); ``writable``: host folders bound
+    read-write at the same path, ``readable`` read-only; ``hidden``: paths masked by an empty folder
+    (or /dev/null); ``pidns_fd``/``userns_fd``: join an existing sandbox's namespaces instead of making
+    new ones; ``devices``: device files made visible (GPUs)."""
+    if not iso.active or not iso.bwrap:
+        raise ValueError(f"no isolation here: {iso.why}")
+    args = [iso.bwrap, "--ro-bind", "/", "/", "--dev", "/dev"]
+    for device in devices:
+        args += ["--dev-bind-try", device, device]
+    args += ["--tmpfs", "/tmp"] if tmp is None else ["--bind", tmp, "/tmp"]
+    homes = private_homes()
+    for home in homes:
+        args += ["--tmpfs", home]
+    replaced = [*homes, "/tmp"]  # folders that start empty in the sandbox: what a child needs is bound in again
+    needed = [("--ro-bind", path) for path in needed_paths() if under(path, replaced)]
+    shared = [("--ro-bind", str(path)) for path in readable] + [("--bind", str(path)) for path in writable]
+    # bwrap would make the missing parents of a mount point private (0700): make them traversable for uid 65534
+    parents: set[str] = set()
+    for _, path in needed + shared:
+        roots = [root for root in replaced if under(path, [root])]
+        parent = os.path.dirname(path)
+        while roots and under(parent, roots) and parent not in roots:
+            parents.add(parent)
+            parent = os.path.dirname(parent)
+    for parent in sorted(parents):
+        args += ["--perms", "0755", "--dir", parent]
+    for kind, path in needed:
+        args += [kind, path, path]
+    from ..core.data import secret_path  # why: core.data pulls in urllib; launchers import this module with -S
+
+    # the key that signs checksum stamps: never visible to a child, wherever $AGENTBENCH_SECRET_FILE points
+    # (its default place is in the home folder, hidden anyway; the file is the controller's, mode 0600)
+    args += mask_args([*hidden, str(secret_path())])  # before the shared folders: those stay visible
+    for kind, path in shared:
+        args += [kind, path, path]
+    if iso.mode == "root" and PIDS_CGROUP_DIR.is_dir():  # the sandbox process puts each run into its own cgroup
+        args += ["--bind", str(PIDS_CGROUP_DIR), str(PIDS_CGROUP_DIR)]
+    args += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    args += ["--pidns", str(pidns_fd)] if pidns_fd is not None else ["--unshare-pid"]
+    if not network:
+        args += ["--unshare-net"]
+    if iso.mode == "userns":
+        args += ["--userns", str(userns_fd)] if userns_fd is not None else ["--unshare-user"]
+        args += ["--uid", "0", "--gid", "0", "--cap-add", "ALL"]
+    args += ["--proc", "/proc"]
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
+    return args + ["--die-with-parent", "--"]
+
+
+def mask_args(hidden: Iterable[str]) -> list[str]:
+    args: list[str] = []
+    for path in hidden:
+        path = os.path.realpath(path)
+        if os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
+    return args
+
+
+# ---------------------------------------------------------------- one run's namespaces (inside the sandbox)
+
+class RunNamespace:
+    """A fresh PID namespace for one run, made by the sandbox process before it forks the child.
+
+    Its init (pid 1) is a ``sleep``, started through vfork+exec so it costs no copy of a large heap;
+    the child forked next lands in the namespace as pid 2. ``leave`` makes later forks land in the
+    sandbox process's own namespace again; ``close`` kills the init, and with it everything left."""
+
+    def __init__(self, own_pidns: int) -> None:
+        self.own = own_pidns
+        unshare(CLONE_NEWPID)
+        try:
+            self.init = subprocess.Popen([shutil.which("sleep") or "/bin/sleep", "infinity"], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+        except BaseException:
+            self.leave()
+            raise
+
+    def leave(self) -> None:
+        setns(self.own, CLONE_NEWPID)
+
+    def close(self) -> None:
+        self.init.kill()
+        self.init.wait()
+
+
+def enter_child(mode: str, *, work: str | os.PathLike, disk: int | None, hidden: Sequence[str] = (),
+                bind: Sequence[str] = (".stdout", ".stderr")) -> None:
+    """In the child, before any model code: private mounts, the work folder, then no privileges.
+
+    The work folder is made again at the same path inside the new private ``/tmp``, with a copy of
+    what the original holds, except the names in ``bind`` (the output files), which are bound there:
+    the child sees the files its output goes to, as without isolation."""
+    unshare(CLONE_NEWNS | CLONE_NEWIPC)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    work = Path(work)
+    # opened in the new mount namespace, before /tmp is covered: the sources of the copy and the binds
+    original = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    outputs = {name: os.open(work / name, os.O_PATH) for name in bind}
+    keep = {path: os.open(path, os.O_PATH) for path in needed_paths() if under(path, ["/tmp"])}
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    tmpfs_options = "mode=1777"
+    if disk:
+        tmpfs_options += f",size={int(disk)},nr_inodes={max(4096, int(disk) // 16384)}"
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
+    if os.path.isdir("/dev/shm"):
+        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
+    for path, fd in keep.items():  # Python or the package may live under /tmp (a venv, a test's site folder)
+        os.makedirs(path, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        os.close(fd)
+    for path in hidden:
+        real = os.path.realpath(path)
+        if os.path.isdir(real):
+            mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV, "size=4096,nr_inodes=16,mode=0555")
+        elif os.path.exists(real):
+            mount("/dev/null", real, None, MS_BIND)
+    work.mkdir(parents=True)
+    _copy_tree(original, work, skip=set(bind))
+    os.close(original)
+    for name, fd in outputs.items():
+        (work / name).touch()
+        mount(f"/proc/self/fd/{fd}", str(work / name), None, MS_BIND)
+        os.close(fd)
+    if mode == "root":  # the copy is the child's (the bound output files stay ours)
+        for root, dirs, names in os.walk(work):
+            for name in (root, *(os.path.join(root, n) for n in dirs + names)):
+                if root != str(work) or os.path.basename(name) not in bind:
+                    os.lchown(name, SANDBOX_UID, SANDBOX_GID)
+    drop_privileges(mode)
+
+
+def enter_isolated_jail(spec: dict) -> None:
+    """The isolated form of ``limits.enter_jail``, for a launcher running in a bwrap sandbox: join the
+    run's cgroup, take on the rlimits, make the child's private mounts and drop the privileges."""
+    mode, limits = spec["isolation"], Limits(**spec["limits"])
+    join_cgroup(spec.get("cgroup"))
+    if mode == "root":  # as root no RLIMIT_NPROC (the cgroup counts); as uid 65534 it would count every worker
+        apply_child_limits(limits)
+    enter_child(mode, work=spec["work"], disk=limits.disk, hidden=limits.hidden,
+                bind=spec.get("bind", (".stdout", ".stderr")))
+    if mode != "root":  # in its own user namespace RLIMIT_NPROC counts this run only
+        apply_child_limits(limits)
+    os.chdir(spec["work"])
+    # the script (same uid) must neither inherit the status pipe nor reach it through /proc/<launcher>/fd;
+    # its execve makes it dumpable again
+    if spec.get("status_fd") is not None:
+        os.set_inheritable(spec["status_fd"], False)
+    make_non_dumpable()
+
+
+def _copy_tree(fd: int, dest: Path, skip: set[str]) -> None:
+    for root, dirs, names, root_fd in os.fwalk(".", dir_fd=fd):
+        base = dest / root
+        base.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            if root == "." and name in skip:
+                continue
+            with open(os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root_fd), "rb") as src, \
+                    open(base / name, "wb") as out:
+                shutil.copyfileobj(src, out)
+
+
+def drop_privileges(mode: str) -> None:
+    """Become uid ``SANDBOX_UID`` with no capabilities and no way to gain any."""
+    if mode == "root":
+        drop_bounding_set()
+        os.setgroups([])
+        os.setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID)
+        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)  # from uid 0: clears every capability
+    else:
+        uid, gid = os.geteuid(), os.getegid()
+        unshare(CLONE_NEWUSER)  # a nested user namespace: whatever it grants counts only inside it
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"{SANDBOX_UID} {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"{SANDBOX_GID} {gid} 1")
+        drop_bounding_set()  # (a new user namespace starts with a full bounding set)
+        clear_capabilities()
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    prctl(PR_SET_DUMPABLE, 1)  # the child may inspect itself (/proc/self); nothing of ours is in it
+
+
+def give_to_sandbox_user(root: str | os.PathLike) -> None:
+    """Make a folder tree the children's (root mode: they run as uid 65534 and must write there)."""
+    for folder, dirs, names in os.walk(root):
+        for name in (folder, *(os.path.join(folder, n) for n in dirs + names)):
+            try:
+                os.lchown(name, SANDBOX_UID, SANDBOX_GID)
+            except FileNotFoundError:
+                pass
+
+
+def make_non_dumpable() -> None:
+    """For the sandbox process: no core dumps, no ptrace, /proc/<pid>/mem and environ closed to its children."""
+    prctl(PR_SET_DUMPABLE, 0)
+
+
+def child_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """A child's environment under isolation: its home and temporary folder are the private /tmp."""
+    return {**env, "HOME": "/tmp", "TMPDIR": "/tmp"}

@@ -1,0 +1,425 @@
+"""CORE-Bench, issue 12 items 6-12: metadata override, workspace root, preinstalled inputs, nested Docker,
+GPU accounting, scoring evidence, and a scorer that never crashes and matches upstream in abort mode."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from capsule_factory import build_capsule_archive, corebench_options, write_capsule_tree
+from pytest_agentbench.benchmarks import corebench
+from pytest_agentbench.benchmarks.base import RunSpec
+from pytest_agentbench.benchmarks.corebench import dataset, prepare
+from pytest_agentbench.benchmarks.corebench.scorer import load_submission, question_totals, score_report
+from pytest_agentbench.core.options import OptionError
+
+DATA = SHARED_DATA
+CID = "capsule-7038571"
+
+
+# --------------------------------------------------------------------------- 12: upstream's rules, transcribed
+
+def upstream_counts(gold, report):
+    """Our own transcription of upstream ``eval_result_json``'s rules: (correct written, correct figure,
+    total written, total figure). Question types come from the first run (int/float/bool numeric, list,
+    str; anything else is no question); reported strings lose '%' and become floats when they parse; every
+    numeric interval is computed first (any failure: nothing correct); then report keys in order, the
+    first comparison that raises ends the scoring; a report that is not an object scores nothing."""
+    first = gold[0]
+    kinds = {}
+    for key, value in first.items():
+        if isinstance(value, (int, float)):
+            kinds[key] = "numeric"
+        elif isinstance(value, list):
+            kinds[key] = "list"
+        elif isinstance(value, str):
+            kinds[key] = "string"
+    total_fig = sum(1 for k in kinds if "fig" in k)
+    totals = (len(kinds) - total_fig, total_fig)
+    if not isinstance(report, dict):
+        return (0, 0, *totals)
+    values = {}
+    for key, value in report.items():
+        if isinstance(value, str):
+            value = value.replace("%", "")
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        values[key] = value
+    n = len(gold)
+    bounds = {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from scipy.stats import t
+            for key, kind in kinds.items():
+                if kind == "numeric":
+                    column = [run[key] for run in gold]
+                    mean, std = np.mean(column), np.std(column, ddof=1)
+                    half = t.ppf(0.975, n - 1) * std * math.sqrt(1 + 1 / n)
+                    bounds[key] = (mean - half, mean + half)
+    except Exception:
+        return (0, 0, *totals)
+    right = [0, 0]
+    try:
+        for key, value in values.items():
+            kind = kinds.get(key)
+            if kind == "numeric":
+                ok = bool(bounds[key][0] <= value) and bool(value <= bounds[key][1])
+            elif kind == "list":
+                ok = value == first[key]
+            elif kind == "string":
+                ok = str(value).lower() == str(first[key]).lower()
+            else:
+                continue
+            if ok:
+                right["fig" in key] += 1
+    except Exception:
+        pass
+    return (right[0], right[1], *totals)
+
+
+def ours(gold, report):
+    score = score_report(gold, report, upstream_abort=True)
+    return (score.correct_written, score.correct_figure, score.total_written, score.total_figure)
+
+
+DEEP = []
+for _ in range(5000):
+    DEEP = [DEEP]
+
+FIXED = [  # (gold, report, upstream's counts written here from its rules)
+    # one reference run: NaN interval, the numeric answer is wrong, the string still scores
+    ([{"acc": 0.5, "name": "Adam", "fig n": 3}], {"acc": 0.5, "name": "adam", "fig n": 3}, (1, 0, 2, 1)),
+    # a run lacks a numeric key: the interval fails, nothing is correct
+    ([{"acc": 1.0, "name": "x"}, {"name": "x"}, {"acc": 1.0, "name": "x"}], {"acc": 1.0, "name": "x"}, (0, 0, 2, 0)),
+    # mixed types in the runs: 0 on every question
+    ([{"acc": 1.0, "s": "a"}, {"acc": "1.0", "s": "a"}], {"acc": 1.0, "s": "a"}, (0, 0, 2, 0)),
+    # null and object gold values are not questions
+    ([{"a": None, "b": {"x": 1}, "c": "y"}, {"a": None, "b": {}, "c": "y"}], {"a": None, "b": {"x": 1}, "c": "Y"},
+     (1, 0, 1, 0)),
+    # gold integers too large for a float: upstream raises (OverflowError) in its interval: 0 correct
+    ([{"big": 10 ** 400, "s": "a"}] * 3, {"big": 10 ** 400, "s": "a"}, (0, 0, 2, 0)),
+    # a reported integer too large for a float: that comparison raises, scoring stops there
+    ([{"s": "a", "n": 1.0, "t": "b"}] * 3, {"s": "a", "n": 10 ** 400, "t": "b"}, (1, 0, 3, 0)),
+    # an integer beyond Python's str() digit limit for a string question: str() raises, scoring stops
+    ([{"s": "a", "t": "b"}] * 2, {"t": "b", "s": 10 ** 5000}, (1, 0, 2, 0)),
+    # a list nested thousands deep for a string question: str() raises RecursionError, scoring stops
+    ([{"s": "a", "t": "b"}] * 2, {"t": "b", "s": DEEP}, (1, 0, 2, 0)),
+    # text for a numeric question: comparison raises, later keys earn nothing
+    ([{"n": 1.0, "s": "a"}, {"n": 2.0, "s": "a"}, {"n": 3.0, "s": "a"}], {"n": "n/a", "s": "a"}, (0, 0, 2, 0)),
+    # a report that is not an object
+    ([{"s": "a"}] * 2, ["s", "a"], (0, 0, 1, 0)),
+    # empty report (what invalid UTF-8 gives)
+    ([{"s": "a", "fig": 1.0}] * 2, {}, (0, 0, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("gold, report, expected", FIXED)
+def test_fixed_cases_match_upstream(gold, report, expected):
+    assert upstream_counts(gold, report) == expected  # the transcription agrees with the rules as written
+    assert ours(gold, report) == expected
+    score_report(gold, report)  # the default mode gives a verdict too
+
+
+def _value(rng):
+    return rng.choice([
+        lambda: rng.choice([1.0, 2.0, 3.0, 2.5, -1.0, 0.0]), lambda: rng.randint(-3, 5),
+        lambda: rng.choice([True, False]), lambda: rng.choice(["a", "A", "b", "2.0", "50%", "n/a", " 2", ""]),
+        lambda: rng.choice([[1, 2], [1.0], [], ["a"], [[1]]]), lambda: None, lambda: {"x": 1},
+        lambda: rng.choice([10 ** 400, float("nan"), float("inf"), 2 ** 64]),
+    ])()
+
+
+def _pair(rng):
+    keys = rng.sample(["acc", "fig 1 value", "name", "count", "list", "Figure 2", "fig text", "other"],
+                      rng.randint(1, 5))
+    first = {k: _value(rng) for k in keys}
+    runs = [first]
+    for _ in range(rng.choice([0, 1, 2, 2, 2, 4])):
+        run = {}
+        for key, value in first.items():
+            roll = rng.random()
+            if roll < 0.05:
+                continue  # a run missing the key
+            run[key] = _value(rng) if roll < 0.15 else (value + rng.choice([-0.5, 0, 0.5])
+                                                        if isinstance(value, float) else value)
+        runs.append(run)
+    report = {}
+    for key in rng.sample(keys + ["extra"], rng.randint(0, len(keys) + 1)):
+        roll = rng.random()
+        report[key] = first.get(key) if roll < 0.4 else _value(rng)
+    return runs, report
+
+
+def test_differential_against_the_transcription_of_upstream():
+    rng = random.Random(12)
+    for _ in range(1500):
+        gold, report = _pair(rng)
+        assert ours(gold, report) == upstream_counts(gold, report), (gold, report)
+        score_report(gold, report)  # default mode never raises either
+
+
+def test_default_mode_fails_only_the_broken_question():
+    gold = [{"big": 10 ** 400, "s": "a"}] * 3
+    score = score_report(gold, {"big": 1, "s": "a"})
+    verdicts = {v.question: v for v in score.verdicts}
+    assert verdicts["s"].correct and not verdicts["big"].correct and "unusable" in verdicts["big"].note
+    assert question_totals([{"a": None, "b": {}, "c": 1}]) == (1, 0)
+    assert score_report([], {}).error and not score_report([], {}).all_correct
+
+
+@pytest.mark.parametrize("content, status", [
+    (b'{"a": ' + b"1" * 5000 + b"}", "invalid"),  # past Python's integer digit limit
+    (b"[" * 100000 + b"]" * 100000, "invalid"),  # nested far deeper than the recursion limit
+    (b'{"a": "\xff\xfe"}', "invalid"),  # not UTF-8: scored as an empty report
+    (b'{"a": 1e400}', "found"),  # inf: a number like any other
+    (b"x" * (10 * 1024 * 1024 + 1), "too large"),
+], ids=["digit-limit", "deep", "not-utf8", "inf", "too-large"])
+def test_report_discovery_gives_a_verdict_for_every_file(tmp_path, content, status):
+    (tmp_path / "report.json").write_bytes(content)
+    sub = load_submission(tmp_path, final_answer={"a": 1})
+    assert (sub.report_status, sub.submission_source, sub.report_path) == (status, "report", "report.json")
+    score_report([{"a": 1.0}, {"a": 2.0}], sub.report, upstream_abort=True)
+    missing = load_submission(tmp_path / "nothing-here", final_answer="[" * 100000)
+    assert missing.report_status == "missing" and missing.submission_source == "final_answer"
+
+
+# --------------------------------------------------------------------------- 6, 7, 8, 11: one capsule in plain Python
+
+def _run(tmp_path, sample, model, **cli):
+    bench = corebench.benchmark
+    opts = corebench_options(DATA, tmp_path / "cache", cli=cli)
+    spec = RunSpec(settings={"split": sample.split, **bench.configure(opts, sample.split)}, options=opts,
+                   tasks=(), selected=frozenset({sample.id}), run_dir=tmp_path / "run", data_dir=DATA,
+                   cache_dir=tmp_path / "cache")
+    return bench.open_run(spec, model, None).run_sample(sample)
+
+
+class Oracle:
+    is_oracle = True
+
+
+def _sample(tmp_path, **cli):
+    tasks = corebench.benchmark.load_tasks(corebench_options(DATA, tmp_path / "cache", cli=cli), "train")
+    return next(t.samples[0] for t in tasks if t.id == CID)
+
+
+def test_every_record_carries_its_scoring_evidence(tmp_path):
+    staged = tmp_path / "capsules"
+    build_capsule_archive(staged, CID)
+    record = _run(tmp_path, _sample(tmp_path), Oracle(), capsules_dir=str(staged), workspace_root="/work/x")
+    assert record["status"] == "pass"
+    assert (record["total_written"], record["total_figure"]) == (1, 0) and len(record["questions"]) == 1
+    assert record["questions"][0]["correct"] is True
+    assert (record["report_status"], record["report_path"], record["submission_source"]) == (
+        "found", "/work/x/report.json", "report")
+    assert (record["split"], record["difficulty"], record["dataset_revision"]) == ("train", "hard", dataset.UPSTREAM_REV)
+
+
+@pytest.mark.parametrize("raw, message", [("relative/path", "absolute"), ("/a/../b", "'..'"), ("/", "below /")])
+def test_workspace_root_must_be_absolute_without_dotdot(tmp_path, raw, message):
+    with pytest.raises(OptionError, match=message):
+        corebench_options(DATA, tmp_path, cli={"workspace_root": raw})
+
+
+def test_prompt_hints_name_the_workspace_root():
+    task = {"task_prompt": "do it", "results": [{"q": 1}]}
+    text = prepare.render_prompt({"codeocean_hard": "{task_prompt} {json_fields}"}, task, "hard", True,
+                                 root="/workspace/core-bench")
+    assert "/workspace/core-bench/report.json" in text
+
+
+def test_dataset_path_replaces_the_split_and_the_report_says_so(tmp_path):
+    official = dataset.load_split(DATA, "train")
+    custom = tmp_path / "mine.json"
+    custom.write_text(json.dumps(official[:2]))
+    opts = corebench_options(DATA, tmp_path / "cache", cli={"dataset_path": str(custom)})
+    settings = corebench.benchmark.configure(opts, "train")
+    tasks = corebench.benchmark.load_tasks(opts, "train")
+    assert [t.id for t in tasks] == [t["capsule_id"] for t in official[:2]]
+    assert settings["dataset_revision"].startswith("custom:") and settings["dataset_path"] == str(custom)
+    assert corebench.benchmark.data_hashes(opts, "train", settings) == {"metadata": settings["dataset_revision"]}
+    summary = corebench.benchmark.summarize([], {**settings, "split": "train"})
+    assert "custom metadata" in summary["terminal"][0]
+    custom.write_text(json.dumps([{"capsule_id": "x"}]))
+    with pytest.raises(Exception, match="mine.json"):
+        corebench.benchmark.load_tasks(opts, "train")
+
+
+def _preinstalled(tmp_path, **manifest):
+    folder = tmp_path / "image" / "inputs"
+    write_capsule_tree(folder, CID, gpu=True)
+    fields = {"schema_version": 1, "task_id": CID, "split": "train", "difficulty": "hard",
+              "dataset_revision": dataset.UPSTREAM_REV, "uses_gpu": False, **manifest}
+    (folder / "input.json").write_text(json.dumps(fields))
+    return folder
+
+
+def test_preinstalled_inputs_replace_the_download(tmp_path):
+    folder = _preinstalled(tmp_path)
+    empty = tmp_path / "no-capsules"
+    empty.mkdir()
+    record = _run(tmp_path, _sample(tmp_path), Oracle(), capsules_dir=str(empty), preinstalled_input_dir=str(folder))
+    assert record["status"] == "pass", record["message"]
+    assert record["gpu_required"] is False and "manifest wins" in record["gpu_note"]  # REPRODUCING.md said gpu
+
+
+@pytest.mark.parametrize("field, value", [("task_id", "capsule-1"), ("split", "test"), ("difficulty", "easy"),
+                                          ("dataset_revision", "abc"), ("schema_version", 2)])
+def test_a_manifest_that_does_not_fit_is_an_env_error_naming_the_field(tmp_path, field, value):
+    folder = _preinstalled(tmp_path, **{field: value})
+    record = _run(tmp_path, _sample(tmp_path), Oracle(), capsules_dir=str(tmp_path),
+                  preinstalled_input_dir=str(folder))
+    assert record["status"] == "env_error" and f"{field} is {value!r}" in record["message"]
+
+
+# --------------------------------------------------------------------------- 10: GPU capsules
+
+def test_local_gpu_capsules_are_marked_and_the_summary_counts_the_selection(pytester, tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
+    gpu_one, cpu_one = CID, "capsule-0201225"
+    staged = tmp_path / "staged"
+    write_capsule_tree(staged, gpu_one, gpu=True)
+    write_capsule_tree(staged, cpu_one)
+    result = pytester.runpytest_subprocess(
+        "--bench=core-bench", "--bench-split=train", f"--bench-ids={gpu_one},{cpu_one}", "--model=oracle",
+        f"--bench-capsules-dir={staged}", f"--bench-report-dir={tmp_path / 'r'}", "--bench-run-id=g",
+        "-m", "not gpu", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, deselected=1)
+    result.stdout.fnmatch_lines(["*1 of 45 selected*"])
+
+
+# --------------------------------------------------------------------------- 7 + 9: Docker, workspace root, nested daemon
+
+NESTED = ("pwd && docker info --format 'nested-daemon {{.Driver}}' && mkdir -p /tmp/r && "
+          "cp --parents /bin/dash $(ldd /bin/dash | grep -o '/[^ ]*') /tmp/r/ && "
+          "tar -C /tmp/r -c . | docker import - tiny >/dev/null && "
+          "docker run --rm --network none tiny /bin/dash -c 'echo hello-from-nested'")
+
+
+@pytest.mark.docker
+def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pytester, tmp_path, monkeypatch):
+    from capsule_factory import docker_test_image, labelled_containers
+    from fake_openai import FakeOpenAI
+
+    docker_test_image()  # skips (or fails in CI) without an engine
+    import docker
+
+    image = "agentbench-dind:bookworm"
+    try:
+        docker.from_env().images.get(image)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{image} is not built; run .ci/docker-setup")
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
+    staged = tmp_path / "staged"
+    build_capsule_archive(staged, CID)
+    answers = next(t for t in dataset.load_split(DATA, "train") if t["capsule_id"] == CID)["results"][0]
+    with FakeOpenAI() as server:
+        server.reply(tool_calls=[("bash", {"command": NESTED, "timeout": 300})])
+        server.reply(tool_calls=[("submit", {"answers": answers})])
+        pytester.runpytest_subprocess(
+            "--bench=core-bench", "--bench-split=train", f"--bench-ids={CID}", "--model=agent-model",
+            f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
+            "--bench-difficulty=medium", f"--bench-capsules-dir={staged}", "--bench-env=docker",
+            f"--bench-docker-image={image}", "--bench-docker-network=none", "--bench-docker-dind",
+            "--bench-workspace-root=/workspace/core-bench", f"--bench-report-dir={tmp_path / 'r'}",
+            "--bench-run-id=dind", "-p", "no:cacheprovider")
+        tools = [m["content"] for r in server.requests for m in r["body"].get("messages", []) if m["role"] == "tool"]
+    record = json.loads((tmp_path / "r" / "core-bench" / "agent-model" / "dind" / "records.jsonl").read_text())
+    assert record["isolation"] == "none (privileged)"
+    assert not labelled_containers()
+    if record["status"] == "env_error":
+        assert "refused a privileged container" in record["message"], record["message"]
+        pytest.skip(f"this engine refuses privileged containers (reported clearly): {record['message'][:300]}")
+    assert record["status"] == "pass", record["message"]
+    assert record["report_path"] == "/workspace/core-bench/report.json"
+    assert "/workspace/core-bench" in tools[0] and "nested-daemon vfs" in tools[0] and "hello-from-nested" in tools[0]
+
+
+@pytest.mark.docker
+def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytester, tmp_path, monkeypatch):
+    """Done-when: a train capsule under Docker with --bench-workspace-root /workspace/core-bench; its inputs
+    are preinstalled in the image (nothing downloaded or uploaded)."""
+    import io
+    import os
+    import tarfile
+
+    from capsule_factory import docker_test_image, labelled_containers
+    from fake_openai import FakeOpenAI
+
+    base = docker_test_image()
+    import docker
+
+    client = docker.from_env()
+    inputs = tmp_path / "inputs"
+    write_capsule_tree(inputs, CID)
+    (inputs / "input.json").write_text(json.dumps({
+        "schema_version": 1, "task_id": CID, "split": "train", "difficulty": "hard",
+        "dataset_revision": dataset.UPSTREAM_REV, "uses_gpu": False}))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(inputs, arcname="inputs")
+    builder = client.containers.create(base, ["true"])
+    image = f"agentbench-preinstalled:t{os.getpid()}"
+    try:
+        builder.put_archive("/opt", buffer.getvalue())
+        builder.commit(repository=image.split(":")[0], tag=image.split(":")[1])
+    finally:
+        builder.remove(force=True)
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
+    empty = tmp_path / "no-capsules"
+    empty.mkdir()
+    answers = next(t for t in dataset.load_split(DATA, "train") if t["capsule_id"] == CID)["results"][0]
+    try:
+        with FakeOpenAI() as server:
+            server.reply(tool_calls=[("bash", {"command": "pwd && ls -A"})])
+            server.reply(tool_calls=[("submit", {"answers": answers})])
+            pytester.runpytest_subprocess(
+                "--bench=core-bench", "--bench-split=train", f"--bench-ids={CID}", "--model=agent-model",
+                f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
+                f"--bench-capsules-dir={empty}", "--bench-env=docker", f"--bench-docker-image={image}",
+                "--bench-docker-network=none", "--bench-preinstalled-input-dir=/opt/inputs",
+                "--bench-workspace-root=/workspace/core-bench", f"--bench-report-dir={tmp_path / 'r'}",
+                "--bench-run-id=pre", "-p", "no:cacheprovider")
+            tools = [m["content"] for r in server.requests for m in r["body"].get("messages", [])
+                     if m["role"] == "tool"]
+    finally:
+        client.images.remove(image, force=True)
+    record = json.loads((tmp_path / "r" / "core-bench" / "agent-model" / "pre" / "records.jsonl").read_text())
+    assert record["status"] == "pass", record["message"]
+    assert record["report_path"] == "/workspace/core-bench/report.json" and record["gpu_required"] is False
+    listing = tools[0]
+    assert "/workspace/core-bench" in listing and "code" in listing and "data" in listing
+    assert "REPRODUCING.md" not in listing and "environment" not in listing  # hard, applied in the container
+    assert list(empty.iterdir()) == [] and not labelled_containers()
+
+
+def test_docker_dind_needs_the_docker_environment(tmp_path):
+    from pytest_agentbench.core.errors import ConfigError
+
+    opts = corebench_options(DATA, tmp_path, cli={"docker_dind": True})
+    with pytest.raises(ConfigError, match="--bench-env=docker"):
+        corebench.benchmark.configure(opts, "train")
+
+
+def test_fetch_capsules_unpacks_ahead_so_collection_marks_gpu(tmp_path, capsys):
+    from pytest_agentbench.__main__ import main
+
+    store = tmp_path / "store"
+    build_capsule_archive(store, CID, gpu=True)
+    cache = tmp_path / "cache"
+    assert main(["fetch-capsules", "--split", "train", "--data-dir", str(DATA), "--cache-dir", str(cache),
+                 "--capsules-dir", str(store), "--ids", CID]) == 0
+    out = capsys.readouterr().out
+    assert f"[1/1] {CID} ready" in out and "needs a GPU" in out and "1 of 1 capsules ready" in out
+    opts = corebench_options(DATA, cache, cli={"capsules_dir": str(store)})
+    task = next(t for t in corebench.benchmark.load_tasks(opts, "train") if t.id == CID)
+    assert "gpu" in task.samples[0].markers

@@ -1,0 +1,99 @@
+"""report.html: written by every run, self-contained, hostile output shown as text, readable in a real browser."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
+from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
+
+from bench_runs import run_dirs
+from cdp import Chromium, chromium_path
+from pytest_agentbench.report.html import render_html, wilson
+from scicode_builders import tiny_problems
+
+HOSTILE = "</script><script>alert(1)</script>"
+
+
+def test_wilson_interval():
+    low, high = wilson(2, 3)
+    assert round(low, 4) == 0.2077 and round(high, 4) == 0.9385
+    assert wilson(0, 0) is None and wilson(5, 5)[1] == 1.0
+
+
+def corebench_summary_and_record():
+    record = {"benchmark": "core-bench", "task": "capsule-1", "id": "capsule-1", "split": "test", "status": "fail",
+              "scored": True, "message": "1/2 questions correct", "questions": [
+                  {"question": "fig mean accuracy", "kind": "numeric", "figure": True, "answered": True,
+                   "submitted": 0.93, "expected": [0.9, 0.95], "correct": True, "note": None},
+                  {"question": "best <model>", "kind": "string", "figure": False, "answered": True,
+                   "submitted": HOSTILE, "expected": "resnet", "correct": False, "note": None}]}
+    summary = {"settings": {"benchmark": "core-bench", "model": "m", "split": "test", "run_id": "r",
+                            "data_hashes": {"core_test.json": "ab" * 32}},
+               "metrics": {"capsule_accuracy": 0.0}, "counts": {"fail": 1}, "usage": {},
+               "gate_metrics": {"accuracy": "capsule_accuracy"}, "headlines": {"accuracy": "item"}}
+    return summary, record
+
+
+def test_corebench_questions_trajectory_and_escaping(tmp_path):
+    summary, record = corebench_summary_and_record()
+    (tmp_path / "trajectories").mkdir()
+    (tmp_path / "trajectories" / "capsule-1.json").write_text(json.dumps({"capsule": "capsule-1", "messages": [
+        {"role": "user", "content": "Run the capsule"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "execute_bash", "arguments": '{"cmd": "ls <b>"}'}}]},
+        {"role": "tool", "name": "execute_bash", "content": [{"type": "text", "text": HOSTILE}]}]}))
+    record["trajectory"] = "trajectories/capsule-1.json"
+    page = render_html(summary, [record, {**record, "id": "capsule-2", "task": "capsule-2",
+                                          "trajectory": "../../etc/passwd"}], tmp_path)
+    assert "trajectory: 3 messages" in page and "execute_bash" in page and "ls &lt;b&gt;" in page
+    assert page.count("trajectory: ") == 1  # a record cannot name a file outside its run folder
+    assert HOSTILE not in page and "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert page.count("<script>") == 1  # only the page's own filter script
+    assert "[0.9, 0.95]" in page and "best &lt;model&gt;" in page and ">correct<" in page and ">wrong<" in page
+    assert "ab" * 32 in page  # data hashes
+    assert "0/2 · 95% CI 0.0% – 65.8%" in page  # Wilson over the scored capsules
+    assert "http://" not in page and "https://" not in page and " src=" not in page  # nothing fetched
+
+
+def test_report_html_in_a_browser(tiny, tmp_path):
+    # 3.1's code carries a script-closing comment: the page must show it as text
+    problems = tiny_problems(**{"3.1": f"def six():\n    return 6  # {HOSTILE}"})
+    (tiny.data / "scicode" / "problems_dev.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
+    result = tiny("-q", "--bench-run-id=html", broken="2.2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-2000:]
+    run_dir = next(p for p in run_dirs(tiny.data.parent) if p.name == "html")
+    page_file = run_dir / "report.html"
+    assert page_file.is_file()
+    text = page_file.read_text()
+    assert HOSTILE not in text and "return 6  # &lt;/script&gt;" in text
+    if chromium_path() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium is not installed: CI must `apt-get install chromium` for the report test")
+        pytest.skip("Chromium is not installed")
+    with Chromium() as browser:
+        page = browser.open(page_file.as_uri())
+        shown = page.text
+        assert "Headline metrics" in shown and re.search(r"main\s+66\.7%", shown), shown[:2000]
+        assert re.search(r"2/3 · 95% CI 20\.8% – 93\.9% \(Wilson\)", shown)  # problems resolved, with its interval
+        assert re.search(r"subproblem\s+80\.0%", shown)
+        assert "def add(a, b):" in shown  # the first step's code, shown after load
+        # the filters work: only problem 2 has a failed step
+        page.evaluate("var s=document.getElementById('f-status'); s.value='fail';"
+                      "s.dispatchEvent(new Event('change')); document.getElementById('f-open').click();")
+        assert page.evaluate("document.getElementById('f-count').textContent") == "1 of 3 shown"
+        page.evaluate("var s=document.getElementById('f-status'); s.value='';"
+                      "s.dispatchEvent(new Event('change')); document.getElementById('f-open').click();")
+        shown = page.text
+        assert HOSTILE in shown  # the hostile comment is text on the page, never a script
+        assert page.evaluate("document.scripts.length") == 1
+        shot = page.screenshot(tmp_path / "report.png")
+        assert page.errors == []
+    assert shot.stat().st_size > 10_000
+    keep = os.environ.get("AGENTBENCH_KEEP_SCREENSHOT")  # for a person to look at the page
+    if keep:
+        shutil.copyfile(shot, keep)

@@ -1,0 +1,114 @@
+"""Issue 12 item 3: the official targets from the data archive (--bench-data-url), served on 127.0.0.1 only."""
+from __future__ import annotations
+
+import functools
+import threading
+import zipfile
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from pytest_agentbench.benchmarks.scicode import archive, dataset
+from pytest_agentbench.core.data import DataError, sha256_of
+from scicode_builders import MODEL_CONFTEST, write_dataset
+
+
+class Served:
+    """Files of a folder served over HTTP on 127.0.0.1; ``paths`` lists the requested paths."""
+
+    def __init__(self, folder: Path) -> None:
+        self.paths: list[str] = []
+        served = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                served.paths.append(self.path)
+                super().do_GET()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(folder)))
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/scicode.zip"
+
+    def __enter__(self) -> "Served":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def archived(pytester, shared_data, tmp_path):
+    """The tiny problems as the test split, without any h5; the archive holds a hand-made h5 (and a hostile
+    member that must never be written)."""
+    pytester.makeconftest(MODEL_CONFTEST)
+    data, h5 = write_dataset(pytester.path, shared_data)
+    (data / "scicode" / "problems_test.jsonl").write_bytes((data / "scicode" / "problems_dev.jsonl").read_bytes())
+    www = tmp_path / "www"
+    www.mkdir()
+    with zipfile.ZipFile(www / "scicode.zip", "w") as zf:
+        zf.write(h5, "scicode/data/test_data.h5")
+        zf.writestr("../escaped.txt", "must not be written")
+    with Served(www) as served:
+        served.data = data
+        served.h5_sha = sha256_of(h5)
+        yield served
+
+
+def args(served: Served, *extra: str) -> list[str]:
+    return ["--bench=scicode", "--bench-split=test", "--model=mutant", f"--bench-data-dir={served.data}",
+            f"--bench-data-url={served.url}", "--bench-timeout=20", *extra]
+
+
+def test_archive_supplies_the_missing_targets(bench, pytester, archived, monkeypatch):
+    monkeypatch.delenv("AGENTBENCH_OFFLINE")
+    result = bench(*args(archived, "--bench-allow-custom-data"))
+    assert result.ret == 0, result.stdout.str()[-3000:] + result.stderr.str()[-2000:]
+    result.stdout.fnmatch_lines(["test: main problems resolved 3/3 (100.0%), subproblems passed 5/5 (100.0%)"])
+    extracted = archived.data / "scicode" / "test_data.h5"
+    assert sha256_of(extracted) == archived.h5_sha
+    assert archived.paths == ["/scicode.zip"]
+    assert not (archived.data / "scicode" / archive.ARCHIVE_NAME).exists()
+    assert not list(pytester.path.rglob("escaped.txt")) and not (archived.data / "escaped.txt").exists()
+    again = bench(*args(archived, "--bench-allow-custom-data", "--collect-only", "-q"))
+    assert again.ret == 0 and archived.paths == ["/scicode.zip"]  # found in the data dir: no second download
+
+
+def test_an_archive_h5_that_is_not_the_official_file_is_refused(bench, archived, monkeypatch):
+    monkeypatch.delenv("AGENTBENCH_OFFLINE")
+    result = bench(*args(archived, "--collect-only"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    text = result.stderr.str()
+    assert archived.h5_sha in text and dataset.H5_FILE.sha256 in text and "not the official file" in text
+    assert not (archived.data / "scicode" / "test_data.h5").exists()
+
+
+def test_offline_mode_forbids_the_archive_and_validation_runs_never_fetch_it(bench, archived, monkeypatch):
+    offline = bench(*args(archived, "--bench-allow-custom-data", "--bench-ids=3"))
+    assert offline.ret == 1 and archived.paths == []  # no download: the step says where to get the file
+    offline.stdout.fnmatch_lines(["*eval_error*the official test_data.h5 is missing*"])
+    with pytest.raises(DataError, match=r"downloads are off \(\$AGENTBENCH_OFFLINE\)"):
+        archive.fetch_h5(archived.url, archived.data, None, verified=False)
+    monkeypatch.delenv("AGENTBENCH_OFFLINE")
+    validation = bench("--bench=scicode", "--bench-split=validation", "--model=mutant",
+                       f"--bench-data-dir={archived.data}", f"--bench-data-url={archived.url}",
+                       "--bench-allow-custom-data", "--collect-only")
+    assert validation.ret == 0 and "targets=rebuilt" in validation.stdout.str()
+    assert archived.paths == []
+
+
+def test_a_read_only_data_dir_extracts_into_the_cache(archived, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(archive, "writable", lambda folder: not str(folder).startswith(str(archived.data)))
+    path = archive.fetch_h5(archived.url, archived.data, cache, verified=False)
+    assert path == cache / "scicode" / "test_data.h5" and sha256_of(path) == archived.h5_sha
+    with pytest.raises(DataError, match=f"sha256 {archived.h5_sha}, expected {dataset.H5_FILE.sha256}"):
+        archive.fetch_h5(archived.url, archived.data, tmp_path / "other-cache", verified=True)
