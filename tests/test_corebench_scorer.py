@@ -271,8 +271,11 @@ def _run(tmp_path, sample, model, **cli):
     return bench.open_run(spec, model, None).run_sample(sample)
 
 
-def test_oracle_passes_and_workspace_is_removed(tmp_path, item):
+def test_oracle_passes_and_workspace_is_removed(tmp_path, item, monkeypatch):
     sample, staged = item
+    # a temp folder of this test's own, so capsules of tests running beside it (xdist) are not counted
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     record = _run(tmp_path, sample, Oracle(), capsules_dir=str(staged))
     assert record["status"] == "pass" and record["message"] == ""
     assert record["benchmark"] == "core-bench" and record["id"] == CID and record["split"] == "train"

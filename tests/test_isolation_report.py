@@ -12,7 +12,7 @@ def test_a_run_without_isolation_says_so_in_header_and_summaries(pytester, tiny,
     monkeypatch.setenv("AGENTBENCH_ISOLATION", "off")
     result = tiny(subprocess=True)
     result.assert_outcomes(passed=5)
-    result.stdout.fnmatch_lines(["*isolation=none (turned off with $AGENTBENCH_ISOLATION=off)*"])
+    result.stdout.fnmatch_lines(["*isolation: none (turned off with $AGENTBENCH_ISOLATION=off)*"])
     [run] = run_dirs(pytester.path)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["settings"]["isolation"] == "none (turned off with $AGENTBENCH_ISOLATION=off)"

@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 import time
 
 import pytest
@@ -28,7 +30,8 @@ def summary_of(run) -> tuple[dict, dict]:
 
 
 def test_killed_run_resumed_matches_an_uninterrupted_run(pytester, bench, shared_data, shared_cache, monkeypatch):
-    flag = pytester.path / "block-step-3.1"
+    # Outside /tmp: an isolated scoring child has a private /tmp but sees the rest of the file system.
+    flag = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="agentbench-test-")) / "block-step-3.1"
     flag.write_text("")
     data, h5 = write_dataset(pytester.path, shared_data,
                              problems=tiny_problems(**{"3.1": BLOCKING_SIX.format(flag=str(flag))}))
@@ -51,6 +54,7 @@ def test_killed_run_resumed_matches_an_uninterrupted_run(pytester, bench, shared
     with open(records, "a") as fh:  # as if the kill had landed in the middle of a write
         fh.write('{"id": "3.1", "status": "pa')
     flag.unlink()
+    flag.parent.rmdir()
 
     resumed = bench(*args, "--bench-resume", str(records.parent), "-n", "2", "-rA")
     assert resumed.ret == pytest.ExitCode.TESTS_FAILED

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..sandbox.executors import run_python
-from ..sandbox.isolation import SANDBOX_UID, Isolation, bwrap_argv, give_to_sandbox_user, probe
+from ..sandbox.isolation import (MOUNT_RACE_TRIES, SANDBOX_UID, Isolation, bwrap_argv, give_to_sandbox_user,
+                                 mount_race, probe)
 from ..sandbox.jail import ProcessJail, group_members, kill_group, kill_tree, proc_table
 from ..sandbox.limits import DEFAULT_MEMORY_LIMIT, Limits, child_env, package_parent
 from ..sandbox.result import ExecResult
@@ -120,7 +121,13 @@ class HostEnvironment(Environment):
                       processes=self.processes, output=self.output_limit, output_cap=self.output_cap)
 
     def run(self, command: str, timeout: float) -> ExecResult:
-        return self._run(command, timeout, cwd=self.workspace)
+        for attempt in range(MOUNT_RACE_TRIES):
+            result = self._run(command, timeout, cwd=self.workspace)
+            # bwrap failed before the command started (a mount vanished under it): the command never ran
+            if not (self.holder is not None and result.exit_code == 1 and mount_race(result.stderr)):
+                break
+            time.sleep(0.2 * (attempt + 1))
+        return result
 
     def _run(self, command: str, timeout: float, cwd: Path) -> ExecResult:
         if self.stopped:

@@ -50,7 +50,7 @@ def preflight(opts: Mapping[str, Any]) -> str:
         if error.status_code in (401, 403):
             raise ConfigError(key_refused(url, error)) from None
         listed = None  # listing is not supported here: ask for one token instead
-    except openai.APIConnectionError as error:
+    except Exception as error:  # no answer at all (connection refused, DNS, TLS, timeout): the endpoint is unreachable
         raise ConfigError(unreachable(url, error)) from None
     if listed:
         if name not in listed:
@@ -70,7 +70,7 @@ def preflight(opts: Mapping[str, Any]) -> str:
                               f"and --model-base-url (it usually ends in /v1); {OFF_HINT}") from None
         # 400/422 (a parameter the server dislikes), 429, 5xx: the endpoint answers; the run's retries handle the rest
         return f"model preflight: {url} answered HTTP {status} to a 1-token request for {name}"
-    except openai.APIConnectionError as error:
+    except Exception as error:  # no answer at all: the endpoint is unreachable
         raise ConfigError(unreachable(url, error)) from None
     return f"model preflight: {url} answered a 1-token request for {name} ({time.monotonic() - started:.1f} s)"
 

@@ -13,6 +13,7 @@ outcome.
 from __future__ import annotations
 
 import threading
+import textwrap
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -30,7 +31,7 @@ LONG_RUNNING = 30.0  # seconds: an item running longer is listed with its age
 HEADER_WIDTH = 100  # the run header is wrapped to lines of about this many characters
 # settings shown on the header's first lines (the rest go in the wrapped block)
 HEADER_FIRST = ("benchmark", "split", "model", "run_id")
-HEADER_HIDDEN = ("notes", "data_hashes")
+HEADER_HIDDEN = ("notes", "data_hashes", "isolation")
 
 
 # ---- text (pure) --------------------------------------------------------------------------------
@@ -108,6 +109,9 @@ def header_lines(settings: Mapping[str, Any], run_dir: Path | str, notes: Iterab
         line += ("" if line.endswith(("settings:", "  ")) else ",") + " " + part
     if rest:
         lines.append(line)
+    if settings.get("isolation"):  # a sentence, not a key=value: its own wrapped lines
+        lines += textwrap.wrap(str(settings["isolation"]), width, initial_indent="agentbench: isolation: ",
+                               subsequent_indent="agentbench:   ")
     lines += [f"agentbench: note: {note}" for note in notes]
     return lines
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Mapping, Protocol
 
 from .forkserver import ForkServer
-from .isolation import Isolation, bwrap_argv, child_environment, probe
+from .isolation import MOUNT_RACE_TRIES, Isolation, bwrap_argv, child_environment, mount_race, probe
 from .jail import POLL_INTERVAL, ProcessJail
 from .limits import GiB, Limits, MiB, child_env, package_parent
 from .result import ExecResult
@@ -92,6 +92,15 @@ class SubprocessExecutor:
 
     def run(self, source: str, limits: Limits = Limits(), env: dict[str, str] | None = None,
             files: Mapping[str, bytes | str] | None = None, collect: Mapping[str, int] | None = None) -> ExecResult:
+        for attempt in range(MOUNT_RACE_TRIES):
+            result = self.run_once(source, limits, env, files, collect)
+            if not (self.isolation.active and result.exit_code == 1 and mount_race(result.stderr)):
+                break
+            time.sleep(0.2 * (attempt + 1))
+        return result
+
+    def run_once(self, source: str, limits: Limits, env: dict[str, str] | None,
+                 files: Mapping[str, bytes | str] | None, collect: Mapping[str, int] | None) -> ExecResult:
         isolated = self.isolation.active
         full_env = child_environment(child_env(env)) if isolated else child_env(env)
         with tempfile.TemporaryDirectory(prefix="agentbench-") as tmp:

@@ -37,7 +37,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .isolation import Isolation, RunNamespace, bwrap_argv, child_environment, enter_child, make_non_dumpable, \
+from .isolation import MOUNT_RACE_TRIES, Isolation, RunNamespace, mount_race, bwrap_argv, child_environment, enter_child, make_non_dumpable, \
     needed_paths, probe
 from .jail import POLL_INTERVAL, ProcessJail, descendants, kill_group, kill_pids
 from .limits import Limits, apply_child_limits, child_env, package_parent
@@ -231,6 +231,9 @@ def _child(sock: socket.socket, request: dict, work: Path, jail: ProcessJail, li
         sys.argv[:] = [SCRIPT_NAME]
         sys.path[0] = str(work)
         _restore_signals()
+        # The server's exit handlers are not the script's: matplotlib's removal of its temporary config
+        # folder (a path the isolated child cannot see) would print a traceback into every run's stderr.
+        atexit._clear()
         main = _fresh_main_module(script)
         source = (work / SCRIPT_NAME).read_bytes()
     except BaseException as exc:
@@ -365,6 +368,17 @@ class ForkServer:
     def _ensure_started(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             return
+        for attempt in range(MOUNT_RACE_TRIES):
+            try:
+                self._start_once()
+                return
+            except ForkServerError as exc:
+                log = str(exc).split("its log says:\n", 1)[-1]
+                if attempt == MOUNT_RACE_TRIES - 1 or not mount_race(log):
+                    raise
+            time.sleep(0.2 * (attempt + 1))
+
+    def _start_once(self) -> None:
         self._teardown()
         ours, theirs = socket.socketpair()
         fd, log = tempfile.mkstemp(prefix="agentbench-forkserver-", suffix=".log")

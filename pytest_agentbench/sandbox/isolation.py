@@ -455,3 +455,12 @@ def make_non_dumpable() -> None:
 def child_environment(env: Mapping[str, str]) -> dict[str, str]:
     """A child's environment under isolation: its home and temporary folder are the private /tmp."""
     return {**env, "HOME": "/tmp", "TMPDIR": "/tmp"}
+
+
+MOUNT_RACE_TRIES = 5
+
+
+def mount_race(text: str) -> bool:
+    """bwrap failed to remount a mount point that vanished while it copied the mount table (a container
+    of the same machine's Docker engine stopping, for example): a passing race, worth another try."""
+    return text.lstrip().startswith("bwrap: Can't") and "mount" in text.split("\n", 1)[0]
