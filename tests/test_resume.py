@@ -39,7 +39,9 @@ def test_killed_run_resumed_matches_an_uninterrupted_run(pytester, bench, shared
     args = ["--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}",
             f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-timeout=60"]
     monkeypatch.setenv("BREAK_STEPS", "2.2")
-    env = {**os.environ, "BREAK_STEPS": "2.2"}
+    # The blocking step waits on a file of this machine: its scoring child must see the real file system.
+    monkeypatch.setenv("AGENTBENCH_ISOLATION", "off")
+    env = {**os.environ, "BREAK_STEPS": "2.2", "AGENTBENCH_ISOLATION": "off"}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}",
                              *args, "--bench-run-id=killed"], cwd=pytester.path, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
