@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_agentbench.sandbox.executors import Limits, get_executor  # noqa: E402
-from pytest_agentbench.sandbox.integrity import integrity_check  # noqa: E402
+from pytest_agentbench.sandbox.integrity import run_failure  # noqa: E402
 from pytest_agentbench.sandbox.isolation import probe  # noqa: E402
 
 # Runs every script in one warm interpreter with the same libraries preloaded: the cost of the tests alone.
@@ -56,9 +56,8 @@ print(json.dumps(times))
 def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
     """The 50 validation steps as the plugin scores them (the child computes the operands, this process holds
     the targets rebuilt from ground truth and compares): child source, its plan and its targets per step."""
-    from pytest_agentbench.benchmarks.scicode import h5codec, script, split
+    from pytest_agentbench.benchmarks.scicode import h5codec, split
     from pytest_agentbench.benchmarks.scicode.run import CHANNEL
-    from pytest_agentbench.sandbox.integrity import integrity_epilogue, integrity_prelude
     from pytest_agentbench.benchmarks.scicode.targets import (ground_truth_prefix, find_problems_file,
                                                               load_problems, rebuild_targets)
 
@@ -78,13 +77,12 @@ def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
             if report.get(number) != "ok" or not step.get("test_cases"):
                 continue
             codes = [code for _, code in ground_truth_prefix(problem, index, data_dir / "scicode")]
-            token = script.new_token()
-            plan = split.split_step(step["test_cases"], number)
+            plan = split.split_step(step["test_cases"], number, code_names=split.names_bound_by(
+                problem.get("required_dependencies", ""), *codes))
             source = split.build_child_script(
                 plan, dependencies=problem.get("required_dependencies", ""), previous_code=codes[:-1],
-                code=codes[-1], channel=CHANNEL, prelude=integrity_prelude(guard_modules=script.GUARDED_MODULES),
-                epilogue=integrity_epilogue(token))
-            jobs.append({"name": number, "source": source, "env": {}, "token": token, "plan": plan,
+                code=codes[-1], channel=CHANNEL)
+            jobs.append({"name": number, "source": source, "env": {}, "plan": plan,
                          "targets": h5codec.read_step_targets(h5, number), "collect": {CHANNEL: plan.stream_cap()}})
     return jobs
 
@@ -94,12 +92,14 @@ def synthetic_jobs(count: int = 50) -> list[dict]:
             "import sympy\n"
             "x = np.linspace(0, 1, 1000)\n"
             "assert np.allclose(scipy.integrate.simpson(x, x=x), 0.5)\n"
-            "print('AGENTBENCH-COMPLETE ' + __import__('os').environ['TOKEN'])\n")
+            "print('done ' + __import__('os').environ['TOKEN'])\n")
     return [{"name": f"synthetic-{i}", "source": body, "env": {"TOKEN": f"t{i}"}, "token": f"t{i}"}
             for i in range(count)]
 
 
 def time_executor(kind: str, jobs: list[dict], limits: Limits) -> tuple[list[float], int]:
+    """Per-step wall time of the child's run (what the executor costs) and how many steps passed; the
+    parent's comparisons (a bounded fork of this process per step) are checked but not timed."""
     executor = get_executor(kind)
     if kind == "fork":
         executor.start()  # server start-up is paid once per worker; reported separately
@@ -111,26 +111,27 @@ def time_executor(kind: str, jobs: list[dict], limits: Limits) -> tuple[list[flo
         started = time.monotonic()
         result = executor.run(job["source"], limits=run_limits, env=job["env"], collect=collect)
         times.append(time.monotonic() - started)  # the child's run; the comparisons in this process are not timed
-        passed += job_passed(job, result)
+        passed += job_passed(job, result, run_limits)
     return times, passed
 
 
-def job_passed(job: dict, result) -> bool:
-    if "plan" not in job:  # a synthetic script: it prints the token last
-        return integrity_check(result, job["token"]) is None
+def job_passed(job: dict, result, limits: Limits) -> bool:
+    if "plan" not in job:  # a synthetic script: it prints its token last
+        return run_failure(result) is None and result.stdout.strip().endswith(f"done {job['token']}")
     from pytest_agentbench.benchmarks.scicode import split
     from pytest_agentbench.benchmarks.scicode.run import CHANNEL, split_verdict
 
     stream = result.files.get(CHANNEL, b"")
-    outcome = split.evaluate(job["plan"], stream, job["targets"])
-    return split_verdict(result, outcome, job["token"], len(stream))["status"] == "pass"
+    outcome = split.evaluate(job["plan"], stream, job["targets"], limits=limits)
+    return split_verdict(result, outcome, len(stream))["status"] == "pass"
 
 
 def time_floor(jobs: list[dict], work: Path) -> list[float]:
     jobs_file = work / "floor-jobs.json"
     jobs_file.write_text(json.dumps([{k: job[k] for k in ("name", "source", "env")} for job in jobs]))
     out = subprocess.run([sys.executable, "-c", FLOOR_RUNNER, str(jobs_file)], capture_output=True, text=True,
-                         cwd=work, env=dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1"), check=True)
+                         cwd=work, env=dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT)),
+                         check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -616,33 +616,55 @@ def _agentbench_redteam_perturb(value):
     if isinstance(value, float):
         return value + 0.5
     return value
-_agentbench_redteam_calls = [0]
-_agentbench_redteam_genuine = @NAME@
-def @NAME@(*args, **kwargs):
-    _agentbench_redteam_calls[0] += 1
-    value = _agentbench_redteam_genuine(*args, **kwargs)
-    return _agentbench_redteam_perturb(value) if _agentbench_redteam_calls[0] >= @FROM_CALL@ else value
+_agentbench_redteam_calls_@NAME@ = [0]
+_agentbench_redteam_genuine_@NAME@ = @NAME@
+def @NAME@(*args, **kwargs):  # names of its own: a later step's script also holds this step's code
+    _agentbench_redteam_calls_@NAME@[0] += 1
+    value = _agentbench_redteam_genuine_@NAME@(*args, **kwargs)
+    return _agentbench_redteam_perturb(value) if _agentbench_redteam_calls_@NAME@[0] >= @FROM_CALL@ else value
+'''
+
+# "Send equal values": every operand of an assertion goes out as the value of its first operand, so any
+# comparison of two operands the child sends holds. 78.1 compares the output with `expected_output`, which
+# depends on no model code: the parent computes it from the test text, and the child has nothing to send.
+EQUAL_OPERANDS = '''
+_agentbench_redteam_rt = globals().get("_agentbench_rt")
+if _agentbench_redteam_rt is not None:
+    _agentbench_redteam_send, _agentbench_redteam_first = _agentbench_redteam_rt.value, {}
+    def _agentbench_redteam_equal(t, a, k, value):
+        _agentbench_redteam_first.setdefault((t, a), value)
+        return _agentbench_redteam_send(t, a, k, _agentbench_redteam_first[(t, a)])
+    _agentbench_redteam_rt.value = _agentbench_redteam_equal
 '''
 
 SHAPES = {
-    # step: (function, perturbed from this call on, expected message pattern)
-    "29.3": ("orthogonalize", 1, "AssertionError in `assert *np.isclose(0*== target` (test 1 of *)"),
+    # step: (function, perturbed from this call on, expected message pattern, more attack code)
+    "29.3": ("orthogonalize", 1, "AssertionError in `assert *np.isclose(0*== target` (test 1 of *)", ""),
+    "78.1": ("pendulum_derivs", 1, "AssertionError: Test Case 1 Failed in `assert np.allclose(output, "
+             "expected_output), 'Test Case 1 Failed'` (test 1 of 3)", EQUAL_OPERANDS),
     "78.2": ("runge_kutta_4th_order", 1,
-             "AssertionError: Test Case 1 Failed in `assert np.isclose(final_state[[]0], expected_theta*` (test 1 of 3)"),
+             "AssertionError: Test Case 1 Failed in `assert np.isclose(final_state[[]0], expected_theta*` (test 1 of 3)",
+             ""),
 }
 
 
 def test_special_shapes_are_compared_in_the_trusted_process(redteam, shared_data):
     """Wrong values plus numpy's comparisons patched in place in the child: 29.3's `(np.isclose(..)) == target`
-    and 78.2's test function fail on the parent's comparison. (51.4's tuple of comparisons is test 4, after
-    three runs of 1000 MD steps: too slow here; step 220.1 of the batch has its shape.)"""
+    and 78.x's test functions fail on the parent's comparison; 78.1's child also sends equal values for every
+    operand, and fails since its expected value is the parent's own. (51.4's tuple of comparisons is test 4,
+    after three runs of 1000 MD steps: too slow here; step 220.1 of the batch has its shape.)"""
     problems = {p["problem_id"]: p for p in map(json.loads,
                 (shared_data / "scicode" / "problems_dev.jsonl").read_text().splitlines())}
     answers = {}
-    for number, (name, from_call, _) in SHAPES.items():
+    for number, (name, from_call, _, more) in SHAPES.items():
         steps = {s["step_number"]: s for s in problems[number.split(".")[0]]["sub_steps"]}
         answers[number] = (steps[number]["ground_truth_code"] + "\n" + PATCH_COMPARISONS_CODE
-                           + PERTURB.replace("@NAME@", name).replace("@FROM_CALL@", str(from_call)))
-    result, records = redteam(answers, "--bench-ids=29.3,78.2", data_dir=shared_data)
-    wrong = verdicts(records, {n: pattern for n, (_, _, pattern) in SHAPES.items()})
+                           + PERTURB.replace("@NAME@", name).replace("@FROM_CALL@", str(from_call)) + more)
+    records = {}
+    # 78.2's script holds 78.1's code: 78.1's attack runs alone (its hook would also reach 78.2's operands, whose
+    # expected value depends on `state`, which the model's function received: the child's, as upstream)
+    for ids in (["29.3", "78.2"], ["78.1"]):
+        _, got = redteam({n: answers[n] for n in ids}, "--bench-ids=" + ",".join(ids), data_dir=shared_data)
+        records.update({n: got.get(n) for n in ids})
+    wrong = verdicts({n: r for n, r in records.items() if r}, {n: pattern for n, (_, _, pattern, _) in SHAPES.items()})
     assert not wrong, "\n".join(f"{n}: {why}" for n, why in wrong.items())

@@ -1,4 +1,4 @@
-"""The sandbox executors: limits, isolation, identical behaviour, fake-pass detection, no leftovers."""
+"""The sandbox executors: limits, isolation, identical behaviour, how a run ended, no leftovers."""
 from __future__ import annotations
 
 import os
@@ -7,35 +7,29 @@ import time
 
 import pytest
 
+from executor_pairs import KINDS, executor_pair, wait_gone, wait_until
 from pytest_agentbench.core.io import trim
 from pytest_agentbench.sandbox.executors import Limits, MiB, SubprocessExecutor, get_executor, run_python
 from pytest_agentbench.sandbox.forkserver import ForkServer
-from pytest_agentbench.sandbox.integrity import integrity_check, integrity_epilogue, integrity_prelude, new_token
+from pytest_agentbench.sandbox.integrity import run_failure
 from pytest_agentbench.sandbox.jail import descendants
 from pytest_agentbench.sandbox.result import ExecResult
 from pytest_agentbench.sandbox.workdir import EXECUTOR_DIED
 
-KINDS = ["fork", "subprocess"]
-
 
 @pytest.fixture(scope="module")
 def executors():
-    fork = get_executor("fork")
-    fork.start()
-    return {"fork": fork, "subprocess": get_executor("subprocess")}
+    yield from executor_pair()
 
 
 @pytest.fixture(autouse=True)
 def no_process_left_behind(executors):
     yield
-    server = executors["fork"].own_pids  # the fork server's own processes (bwrap's too, under isolation)
-    deadline = time.monotonic() + 2
-    while True:  # a killed process may take a moment to be reaped
-        left = descendants(os.getpid()) - server
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    assert not left, f"processes left behind: {sorted(left)}"
+
+    def left() -> set[int]:  # (the fork server's own processes, bwrap's too under isolation, are not the test's)
+        return descendants(os.getpid()) - executors["fork"].own_pids
+
+    assert wait_until(lambda: not left(), 2), f"processes left behind: {sorted(left())}"
 
 
 def alive(pid: int) -> bool:
@@ -44,32 +38,6 @@ def alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
-
-
-def wait_no_process_with(marker: str, seconds: float = 2.0) -> bool:
-    """True once no process has ``marker`` in its command line (NUL-separated arguments)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        found = False
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                found = found or (marker.encode() in open(f"/proc/{pid}/cmdline", "rb").read() and alive(int(pid)))
-            except OSError:
-                pass
-        if not found:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-
-
-def wait_dead(pid: int, seconds: float = 2.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 # ---------------------------------------------------------------- limits
@@ -85,7 +53,7 @@ def test_wall_limit_kills_the_group_including_a_sleeping_grandchild(executors, k
     result = executors[kind].run(script, limits=Limits(timeout=1.0))
     assert time.monotonic() - started < 5
     assert result.timed_out and result.limit == "wall" and result.exit_code is None
-    assert wait_no_process_with(f"sleep\x00{marker}")
+    assert wait_gone(f"sleep\x00{marker}", 2.0)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -99,7 +67,7 @@ def test_wall_limit_also_kills_a_descendant_that_left_the_group_with_setsid(exec
               "time.sleep(60)\n")
     result = executors[kind].run(script, limits=Limits(timeout=1.0))
     assert result.limit == "wall"
-    assert wait_no_process_with(f"sleep\x00{marker}")
+    assert wait_gone(f"sleep\x00{marker}", 2.0)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -209,54 +177,25 @@ def test_both_executors_give_identical_results(executors, name):
     assert (fork.exit_code, fork.stdout, fork.stderr) == (sub.exit_code, sub.stdout, sub.stderr)
 
 
-# ---------------------------------------------------------------- fake passes
+# ---------------------------------------------------------------- how a run ended
+# (Fake passes are decided in the parent now: SciCode's comparisons never run in the child; see
+# tests/test_scicode_split.py and tests/test_redteam.py. What the executor observed is all a verdict reads here.)
 
-TESTS = "assert np.allclose(target(), 2.0)\nassert np.array_equal(np.arange(3), [0, 1, 2])\n"
-
-
-def scoring_script(generated: str, token: str) -> str:
-    return integrity_prelude() + "import numpy as np\n" + generated + "\n" + TESTS + integrity_epilogue(token)
-
-
-FAKE_PASSES = {
-    "honest": ("def target():\n    return 2.0\n", None),
-    "wrong": ("def target():\n    return 3.0\n", "script failed with exit code 1"),
-    "sys_exit": ("import sys\nsys.exit(0)\n", "exited before all tests ran"),
-    "os_exit": ("import os\nos._exit(0)\n", "exited before all tests ran"),
-    "allclose": ("np.allclose = lambda *a, **k: True\n"
-                 "def target():\n    return 3.0\n", "generated code replaced numpy.allclose"),
-    "isclose": ("import numpy\nnumpy.isclose = lambda *a, **k: True\ndef target():\n    return 2.0\n",
-                "generated code replaced numpy.isclose"),
-    "assertion_error": ("import builtins\nclass Quiet(Exception): pass\nbuiltins.AssertionError = Quiet\n"
-                        "def target():\n    return 2.0\n", "generated code tampered with builtins.AssertionError"),
-    "rebind_np": ("class FakeNp:\n    def __getattr__(self, name):\n        return lambda *a, **k: True\n"
-                  "np = FakeNp()\ndef target():\n    return 3.0\n", "generated code rebound np (expected numpy)"),
-}
-
-
-# every case under the fork executor; a few under the (slow) subprocess executor, where they behave alike
-FAKE_PASS_RUNS = [(case, "fork") for case in sorted(FAKE_PASSES)] + [
-    (case, "subprocess") for case in ("honest", "sys_exit", "allclose", "assertion_error")]
-
-
-@pytest.mark.parametrize("case,kind", FAKE_PASS_RUNS)
-def test_fake_pass_attempts_are_caught(executors, kind, case):
-    generated, reason = FAKE_PASSES[case]
-    token = new_token()
-    result = executors[kind].run(scoring_script(generated, token))
-    assert integrity_check(result, token) == reason, result
-
-
-def test_a_script_that_prints_a_guessed_token_does_not_pass(executors):
-    token = new_token()
-    result = executors["fork"].run(scoring_script(
-        "print('AGENTBENCH-COMPLETE ' + 'f' * 32)\nimport sys\nsys.exit(0)\n", token))
-    assert integrity_check(result, token) == "exited before all tests ran"
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("source, reason", [
+    ("print('ok')\n", None),
+    ("import sys\nsys.exit(0)\n", None),
+    ("raise SystemExit(3)\n", "script failed with exit code 3"),
+    ("import sys\nprint('AGENTBENCH-EXECUTOR-DIED', file=sys.stderr)\n",
+     None),  # a child cannot choose that reason: the marker counts only from the executor
+])
+def test_run_failure_reads_how_the_run_ended(executors, kind, source, reason):
+    assert run_failure(executors[kind].run(source)) == reason
 
 
 def test_limit_hit_is_a_failure_reason():
     result = ExecResult(exit_code=None, stdout="", stderr="", duration=1.0, timed_out=True, limit="wall")
-    assert integrity_check(result, "abc") == "wall limit hit"
+    assert run_failure(result) == "wall limit hit"
 
 
 @pytest.fixture
@@ -270,11 +209,9 @@ def light_fork_server():
 @pytest.mark.parametrize("kind", KINDS)
 def test_killing_the_parent_fails_the_step_and_the_executor_recovers(executors, light_fork_server, kind):
     executor = light_fork_server if kind == "fork" else executors[kind]
-    token = new_token()
-    script = scoring_script("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\n"
-                            "time.sleep(30)\ndef target():\n    return 2.0\n", token)
+    script = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(30)\n"
     result = executor.run(script, limits=Limits(timeout=20))
-    reason = integrity_check(result, token)
+    reason = run_failure(result)
     assert reason is not None and result.duration < 15
     if kind == "fork" and not executor.isolation.active:
         assert EXECUTOR_DIED in result.stderr and "killed the process running it" in reason
@@ -298,7 +235,7 @@ def test_fork_server_is_torn_down_on_close():
     pid = server.server_pid
     assert server.run("print(1)").stdout == "1\n"
     server.close()
-    assert wait_dead(pid)
+    assert wait_until(lambda: not alive(pid), 2.0)
 
 
 def test_subprocess_executor_is_available_through_run_python():

@@ -5,7 +5,8 @@ import ast
 
 import pytest
 
-from pytest_agentbench.benchmarks.scicode.extract import extract_code, function_name_of, strip_imports
+from pytest_agentbench.benchmarks.scicode.extract import extract_code, function_name_of, parses, strip_imports
+from pytest_agentbench.benchmarks.scicode.run import parses as run_parses
 
 
 def test_function_name_of_headers():
@@ -101,3 +102,21 @@ def test_background_comment_is_kept():
 def test_class_step():
     reply = "```python\nclass Maxwell:\n    def __init__(self):\n        from numpy import zeros\n        self.z = zeros(3)\n```"
     assert extract_code(reply, "Maxwell") == "class Maxwell:\n    def __init__(self):\n        self.z = zeros(3)\n"
+
+
+# Code CPython's parser cannot hold: it gives up with MemoryError (20000 unary minus) or RecursionError, not a
+# SyntaxError. For model text that is "does not parse" (the model's parse_error), never an exception.
+TOO_DEEP = ["x = " + "-" * 20000 + "1", "x = " + "not " * 100000 + "y", "x = " + "~" * 50000 + "1"]
+
+
+@pytest.mark.parametrize("expression", TOO_DEEP, ids=["unary-minus", "not-chain", "invert-chain"])
+def test_code_the_parser_cannot_hold_does_not_parse(expression):
+    code = f"def f(x):\n    return x\n{expression}\n"
+    assert not parses(code) and not run_parses(code)
+    assert strip_imports(code) is None
+    assert extract_code(f"```python\n{code}```", "f") is None  # extract_code raises nothing: no code
+    assert extract_code(code, "f") is None  # (an unfenced reply goes through the same parser)
+
+
+def test_code_with_a_null_byte_does_not_parse():
+    assert not parses("def f():\n    return '\x00'\x00\n") and extract_code("```python\ndef f(): pass\x00\n```", "f") is None

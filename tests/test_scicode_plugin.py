@@ -327,12 +327,14 @@ def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data):
 
 
 # ---- generated code that tries to fake a pass ----------------------------------------------------
-# One problem each (a step's script also runs the code of the steps before it). Every f() returns
-# the right answer, so each step fails only because of what its code does besides.
+# One problem each (a step's script also runs the code of the steps before it). Every f() returns the
+# right answer but 83.1's, whose wrong answer its replaced np.allclose would accept: each step fails only
+# because of what its code does besides, or, for 83.1, on the parent's genuine comparison.
 FAKES = {
     "81.1": ("import sys\nsys.exit(0)\ndef f():\n    return 1", "exited before all tests ran"),
     "82.1": ("import os\nos._exit(0)\ndef f():\n    return 1", "exited before all tests ran"),
-    "83.1": ("np.allclose = lambda *a, **k: True\ndef f():\n    return 1", "generated code replaced numpy.allclose"),
+    "83.1": ("np.allclose = lambda *a, **k: True\ndef f():\n    return 2",
+             "AssertionError in `assert np.allclose(f(), target)` (test 1 of 1)"),
     "84.1": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef f():\n    return 1",
              "killed the process running it"),
 }

@@ -116,6 +116,19 @@ def test_missing_targets_and_timeouts_have_their_own_status(tmp_path):
     assert missing["message"].startswith("agentbench: cannot read targets of step 6.1")
 
 
+def test_comparisons_that_run_past_the_steps_timeout_fail_the_step(tmp_path):
+    """The parent's side of a step (here a comparing helper of the test text that never returns on the value
+    the child sent) runs in a copy of this process bounded by the step's own limits."""
+    h5 = tmp_path / "t.h5"
+    write_step_targets(h5, "4.1", [1])
+    endless = "def same(a, b):\n    while a == b:\n        pass\n    return a == b\nassert same(f(), target)"
+    run = SciCodeRun(RunSettings(targets=TargetTable.file(h5)), OracleSolver(), env=None, limits=Limits(timeout=2),
+                     out_dir=tmp_path)
+    record = run.run_step(handmade("4.1", "def f():\n    return 1", [endless]), 0)
+    assert (record["status"], record["failure_kind"], record["message"]) == (
+        "fail", "limit", "comparisons exceeded the time limit of 2 s (--bench-timeout) (test 1 of 1)")
+
+
 def test_rebuilt_targets_say_which_step_could_not_be_rebuilt():
     table = TargetTable(Targets(None, "rebuilt"))
     targets = table.for_step("9.9")

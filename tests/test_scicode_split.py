@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,9 +37,12 @@ import scipy.sparse as sp
 import sympy
 
 from bench_runs import SHARED_DATA
-from pytest_agentbench.benchmarks.scicode import h5codec, split
+from pytest_agentbench.benchmarks.scicode import h5codec, script, split
 from pytest_agentbench.benchmarks.scicode.split import SplitError, evaluate, split_step
+from pytest_agentbench.benchmarks.scicode import run as scicode_run
 from pytest_agentbench.sandbox import codec
+from pytest_agentbench.sandbox.limits import Limits, MiB
+from pytest_agentbench.sandbox.result import ExecResult
 
 SCICODE = SHARED_DATA / "scicode"
 TIMEOUT = 900  # seconds per child (51.4 takes minutes on a busy machine)
@@ -143,8 +147,15 @@ def test_a_comparison_without_target_still_runs_in_the_parent():
 def test_test_functions_are_inlined_for_the_parent_and_keep_their_scope_in_the_child():
     plan = plan_of("78.1")
     for number, test in enumerate(plan.tests, 1):
-        assert [a.expression for a in test.asserts] == ["np.allclose(_agentbench_leaf(1), _agentbench_leaf(2))"]
+        # `expected_output` depends on no model code: the parent computes it, in the function's own scope
+        assert [a.expression for a in test.asserts] == ["np.allclose(_agentbench_leaf(1), expected_output)"]
+        assert leaves(plan, number) == ["output"]
+        [scope] = [part for part in test.parent if isinstance(part, split.FunctionScope)]
+        assert [set(part.binds) for part in scope.parts if isinstance(part, split.TrustedStatement)] == [
+            {"g"}, {"L"}, {"expected_output"}]  # only what the operand needs (state, t, beta, ... are the child's)
         assert test.asserts[0].message == f"Test Case {number} Failed"
+        # and the child never computes it: its code cannot read it from the test's frame and return it
+        assert "expected_output" not in test.child and "g = 9.81" in test.child
         child = ast.parse(test.child)
         [fn] = [n for n in child.body if isinstance(n, ast.FunctionDef)]
         assert fn.name == f"test_case_{number}"
@@ -199,10 +210,180 @@ def test_what_cannot_be_split_is_a_clear_error(tests, match):
 
 
 def test_the_parent_keeps_names_in_step_order():
-    plan = split_step(["a, b = target\nassert a == f(b_child)", "a = 3\nassert np.allclose(a, target)"], "9.9")
+    plan = split_step(["a, b = target\nassert a == f(b_child)", "a = f(3)\nassert np.allclose(a, target)",
+                       "a = 3\nassert np.allclose(a, target)"], "9.9")
     assert expression(plan, 1) == "a == _agentbench_leaf(1)"
     assert expression(plan, 2) == "np.allclose(_agentbench_leaf(1), target)"  # the child rebound `a`
     assert leaves(plan, 2) == ["a"]
+    assert expression(plan, 3) == "np.allclose(a, target)"  # the test text rebound it: both compute it
+
+
+# ---- operands that do not depend on the model's code are the parent's ------------------------------
+@pytest.mark.parametrize("test, expression, child", [
+    # constants and numpy on constants: the parent computes them from the test text
+    ("x = np.array([1.0, 2.0])\nexpected = 2 * x\nassert np.allclose(f(), expected)",
+     "np.allclose(_agentbench_leaf(1), expected)", ["f()"]),
+    ("assert np.isclose(f(), np.pi / 2)", "np.isclose(_agentbench_leaf(1), np.pi / 2)", ["f()"]),
+    ("import itertools\nexpected = list(itertools.product([0, 1], repeat=2))\nassert f() == expected",
+     "_agentbench_leaf(1) == expected", ["f()"]),
+    # a function of the test text whose globals depend on no model code when it is called
+    ("def h(v):\n    return v * 3\nassert np.isclose(f(), h(2.0))", "np.isclose(_agentbench_leaf(1), h(2.0))",
+     ["f()"]),
+    # passed to the model's code: it may have been changed in place, upstream sees the change
+    ("x = np.array([1.0])\ny = f(x)\nexpected = 2 * x\nassert np.allclose(y, expected)",
+     "np.allclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["y", "expected"]),
+    ("x = np.zeros(2)\nview = x[:1]\nout = f(x)\nassert np.allclose(out, view)",  # an alias of what was passed
+     "np.allclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["out", "view"]),
+    ("x = np.zeros(2)\nassert np.allclose(x, f(x))",  # passed within the assertion itself
+     "np.allclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["x", "f(x)"]),
+    # a number cannot change in place: passing it changes nothing
+    ("g = 9.81\nout = f(g)\nexpected = 2 * g\nassert np.isclose(out, expected)",
+     "np.isclose(_agentbench_leaf(1), expected)", ["out"]),
+    # what the parent cannot reproduce, or does not hold, is the child's
+    ("np.random.seed(0)\nexpected = np.random.rand(3)\nassert np.allclose(f(), expected)",
+     "np.allclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["f()", "expected"]),
+    ("expected = list({'a', 'b'})\nassert f() == expected", "_agentbench_leaf(1) == _agentbench_leaf(2)",
+     ["f()", "expected"]),
+    ("assert np.isclose(f(), simps([1, 2, 3]))", "np.isclose(_agentbench_leaf(1), _agentbench_leaf(2))",
+     ["f()", "simps([1, 2, 3])"]),
+    ("assert np.isclose(f(), HBAR)", "np.isclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["f()", "HBAR"]),
+    ("def h(v):\n    return v * scale\nscale = f()\nassert np.isclose(g(), h(2.0))",  # h reads the child's global
+     "np.isclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["g()", "h(2.0)"]),
+    ("def test_1():\n    np = f()\n    assert np.allclose(g(), 1)\ntest_1()",  # a local shadows the parent's np
+     "_agentbench_leaf(1)", ["np.allclose(g(), 1)"]),
+])
+def test_operands_that_do_not_depend_on_the_model_are_the_parents(test, expression, child):
+    plan = split_step([test], "9.9")
+    assert (expression_of(plan), leaves(plan)) == (expression, child)
+
+
+def expression_of(plan: split.StepPlan) -> str:
+    return plan.tests[0].asserts[0].expression
+
+
+def test_a_builtin_the_childs_code_rebinds_is_the_childs_in_the_test_text():
+    """Problems 26 and 56 depend on `from math import *` (it rebinds `pow`): upstream's tests then call math's."""
+    tests = ["x = pow(2, 3)\nassert f() == x"]
+    assert expression_of(split_step(tests, "9.9")) == "_agentbench_leaf(1) == x"
+    names = split.names_bound_by("import numpy as np\nfrom math import *")
+    assert expression_of(split_step(tests, "9.9", code_names=names)) == "_agentbench_leaf(1) == _agentbench_leaf(2)"
+    names = split.names_bound_by("import numpy as np", "def pow(a, b):\n    return 0", "np = None\n")
+    assert expression_of(split_step(tests, "9.9", code_names=names)) == "_agentbench_leaf(1) == _agentbench_leaf(2)"
+    # np stays the parent's numpy (its comparisons use it too)
+    assert expression_of(split_step(["x = np.ones(2)\nassert np.allclose(f(), x)"], "9.9", code_names=names)) == \
+        "np.allclose(_agentbench_leaf(1), x)"
+
+
+def test_model_independent_names_carry_across_a_steps_tests_until_the_child_binds_them():
+    plan = split_step(["k = 3\nassert f() == k", "assert f() == k", "k = f()\nassert g() == k"], "9.9")
+    assert [test.asserts[0].expression for test in plan.tests] == [
+        "_agentbench_leaf(1) == k", "_agentbench_leaf(1) == k", "_agentbench_leaf(1) == _agentbench_leaf(2)"]
+
+
+def test_the_parent_runs_only_the_statements_its_operands_need():
+    plan = split_step(["big = np.ones(10)\ny = f(big)\nn = 2\nassert np.allclose(y, target)"], "9.9")
+    # `big` only the child needs; `n` nobody: the parent runs it, since the child does without it
+    assert [p.source for p in plan.tests[0].parent if isinstance(p, split.TrustedStatement)] == ["n = 2"]
+    plan = split_step(["x = np.zeros(3)\nx[0] = 5\ny = g(x)\nassert np.allclose(f(), y)"], "9.9")
+    assert [p.source for p in plan.tests[0].parent if isinstance(p, split.TrustedStatement)] == []
+    plan = split_step(["x = np.zeros(3)\nx[0] = 5\nassert np.allclose(f(), x)"], "9.9")
+    assert [p.source for p in plan.tests[0].parent if isinstance(p, split.TrustedStatement)] == [
+        "x = np.zeros(3)", "x[0] = 5"]  # a change in place of what an operand needs
+
+
+def test_the_child_runs_only_the_model_independent_statements_its_own_code_needs():
+    plan = split_step(["x = np.ones(2)\nk = 2.0\nexpected = k * np.ones(2)\nunused = 1 / 0\nprint(k)\n"
+                       "assert np.allclose(f(x), expected)"], "9.9")
+    child = plan.tests[0].child
+    assert "x = np.ones(2)" in child and "k = 2.0" in child and "print(k)" in child
+    assert "expected =" not in child and "unused" not in child
+    # what the child does without, the parent runs, needed or not: an error in the test text still fails
+    outcome = evaluate(plan, stream(*full(1, np.ones(2) * 2)), [None])
+    assert (outcome.failure.kind, outcome.message) == (
+        "error", "ZeroDivisionError: division by zero (in `unused = 1 / 0`) (test 1 of 1)")
+
+
+def test_the_parent_computes_model_independent_operands_itself():
+    plan = split_step(["x = np.array([1.0, 2.0])\nexpected = 2 * x\nassert np.allclose(f(), expected)"], "9.9")
+    assert evaluate(plan, stream(*full(1, np.array([2.0, 4.0]))), [None]).passed
+    outcome = evaluate(plan, stream(*full(1, np.array([0.0, 0.0]))), [None])
+    assert (outcome.failure.kind, outcome.message) == (
+        "assertion", "AssertionError in `assert np.allclose(f(), expected)` (test 1 of 1)")
+    # a child that sends the expected value too: there is no such operand
+    frames = [("t", 1), ("v", 1, 1, 1, np.zeros(2)), ("v", 1, 1, 2, np.zeros(2)), ("a", 1, 1), ("z", 1)]
+    outcome = evaluate(plan, stream(*frames), [None])
+    assert outcome.failure.kind == "protocol" and "no such operand" in outcome.message
+    plan = split_step(["expected = 1 / 0\nassert f() == expected"], "9.9")  # the test text itself raises
+    outcome = evaluate(plan, stream(*full(1, 1.0)), [None])
+    assert (outcome.failure.kind, outcome.message) == (
+        "error", "ZeroDivisionError: division by zero (in `expected = 1 / 0`) (test 1 of 1)")
+
+
+@pytest.mark.parametrize("test, sent, target", [
+    ("assert np.allclose(f(), target)", np.empty((0, 1, 1)), np.ones(3)),
+    ("assert np.isclose(f(), target).all()", np.zeros((0,)), 2.5),
+    ("from scicode.compare.cmp import cmp_tuple_or_list\nassert cmp_tuple_or_list(f(), target)",
+     [np.empty((0, 1))] * 2, (np.ones(3), np.ones(2))),
+    ("assert np.allclose(f(), target)", sympy.zeros(0, 1), np.ones(3)),
+])
+def test_an_empty_operand_is_not_close_to_a_non_empty_one(test, sent, target):
+    """numpy broadcasts an empty array against anything to an empty result, and `all` of nothing is True:
+    code returning `np.empty((0, 1))` would pass every `np.allclose(x, target)` (held-out finding F1)."""
+    plan = split_step([test], "9.9")
+    outcome = evaluate(plan, stream(*full(1, codec.decode(codec.encode(sent)))), [target])
+    assert (outcome.passed, outcome.failure.kind) == (False, "assertion")
+    assert re.fullmatch(r"AssertionError: np\.(allclose|isclose) compared shapes \(0,[ 0-9,]*\) and \([0-9, ]*\), "
+                        r"which broadcast to \([0-9, ]*\): an empty operand is close to anything in `.*` "
+                        r"\(test 1 of 1\)", outcome.message), outcome.message
+    assert evaluate(split_step(["assert np.allclose(f(), target)"], "9.9"), stream(*full(1, np.zeros(0))),
+                    [np.zeros(0)]).passed  # empty against empty: as upstream
+
+
+def test_a_small_operand_that_blows_up_against_the_target_fails_at_once():
+    """A 64 KB operand of shape (8000, 1, 1) broadcasts against a (10001, 2) target to 160 million elements
+    (held-out finding F5): the parent refuses it before numpy allocates anything."""
+    plan = split_step(["assert np.allclose(f(), target)"], "9.9")
+    started = time.monotonic()
+    outcome = evaluate(plan, stream(*full(1, np.zeros((8000, 1, 1)))), [np.zeros((10001, 2))],
+                       limits=Limits(timeout=60, memory=256 * MiB))
+    assert time.monotonic() - started < 5
+    assert outcome.message == ("AssertionError: np.allclose compared shapes (8000, 1, 1) and (10001, 2), which "
+                               "broadcast to (8000, 10001, 2): larger than either in `assert np.allclose(f(), target)` "
+                               "(test 1 of 1)")
+    assert evaluate(plan, stream(*full(1, 0.0)), [np.zeros((10001, 2))]).passed  # a scalar against an array: as upstream
+
+
+# ---- the parent's comparisons are bounded ----------------------------------------------------------
+def test_comparisons_that_run_over_the_memory_limit_fail_the_step():
+    """A 32 MB operand (within the operand cap) compared with a target of its shape: decoding it and numpy's
+    temporaries need more than a 48 MiB budget, so the parent's copy runs out of memory."""
+    big = np.zeros((2000, 2000))
+    outcome = evaluate(split_step(["assert np.allclose(f(), target)"], "9.9"), stream(*full(1, big)),
+                       [np.zeros((2000, 2000))], limits=Limits(timeout=60, memory=48 * MiB))
+    assert (outcome.passed, outcome.failure.kind, outcome.message) == (
+        False, "limit", "comparisons exceeded the memory limit of 0.046875 GiB (--bench-memory-limit) (test 1 of 1)")
+    record = scicode_run.split_verdict(ExecResult(exit_code=0, stdout="", stderr="", duration=0.1), outcome, 10)
+    assert (record["status"], record["message"], record["failure_kind"]) == ("fail", outcome.message, "limit")
+
+
+def test_comparisons_that_run_over_the_time_limit_fail_the_step():
+    """10.6's are_equivalent is quadratic: a child that sends 20,000 points keeps the parent busy for minutes."""
+    plan = split_step(step_of("10.6")["test_cases"][:2], "10.6")
+    points = np.random.default_rng(0).random((20000, 3))
+    frames = [*full(1, points[:2]), *full(2, points)]
+    started = time.monotonic()
+    outcome = evaluate(plan, stream(*frames), [points[:2], points[::-1].copy()], limits=Limits(timeout=2))
+    assert time.monotonic() - started < 10
+    assert (outcome.passed, outcome.tests_passed, outcome.failure.kind, outcome.message) == (
+        False, 1, "limit", "comparisons exceeded the time limit of 2 s (--bench-timeout) (test 2 of 2)")
+
+
+def test_nothing_the_parents_copy_prints_reaches_this_process(capfd):
+    plan = split_step(["print('from the test text')\nx = np.ones(2)\nprint(x)\nassert np.allclose(f(), x)"], "9.9")
+    assert [p.source for p in plan.tests[0].parent if isinstance(p, split.TrustedStatement)][-1] == "print(x)"
+    assert evaluate(plan, stream(*full(1, np.ones(2))), [None]).passed
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
 
 
 # ---- the parent's evaluation on hand-made streams ---------------------------------------------------
@@ -342,8 +523,7 @@ def run_child(plan, *, targets, code: str = "", dependencies: str = "import nump
         work = Path(tmp)
         channel = str(work / "operands.bin")
         if child_code is not None:
-            source = split.CHILD_PREAMBLE.format(compare_path=split.COMPARE_PATH) + \
-                split.child_runtime(channel) + child_code
+            source = script.SHIMS + split.child_runtime(channel) + child_code
         else:
             source = split.build_child_script(plan, dependencies=dependencies, previous_code=list(previous),
                                               code=code, channel=channel)
@@ -568,7 +748,7 @@ def upstream_verdict(problem: dict, index: int, h5: Path, mutated: bool) -> bool
     """Upstream's composition: dependencies, earlier code, the step's code, then `target = targets[i]` and each
     test case, in one script; it passes when it exits with status 0."""
     step = problem["sub_steps"][index]
-    parts = [split.CHILD_PREAMBLE.format(compare_path=split.COMPARE_PATH),
+    parts = [script.SHIMS,
              UPSTREAM_TARGETS.format(codec=h5codec.__file__, h5=str(h5), step=step["step_number"]),
              problem["required_dependencies"], *[s["ground_truth_code"] for s in problem["sub_steps"][:index]],
              step_code(problem, index, mutated)]
@@ -598,7 +778,7 @@ def mutated_split(dev_targets):
 def mutated_upstream(dev_targets):
     """Upstream's verdicts on the mutated ground truth, cached with the targets they were computed on."""
     key = _digest(dev_targets.read_bytes(), (SCICODE / "problems_dev.jsonl").read_bytes(), MUTATION.encode(),
-                  (split.CHILD_PREAMBLE + UPSTREAM_TARGETS).encode(), Path(h5codec.__file__).read_bytes())
+                  (script.SHIMS + UPSTREAM_TARGETS).encode(), Path(h5codec.__file__).read_bytes())
     path = CACHE / f"scicode-dev-mutated-upstream-{key}.json"
     if path.is_file():
         cached = json.loads(path.read_text())
@@ -657,6 +837,34 @@ def test_a_genuine_answer_passes_with_the_same_runner():
     plan = split_step(["assert np.allclose(f(), target)"], "9.9")
     outcome, result = run_child(plan, targets=[1.0], code="def f():\n    return 1.0\n")
     assert outcome.passed and result.returncode == 0
+
+
+EQUAL_VALUES = """
+_send, _first = _agentbench_rt.value, {}
+def _equal(t, a, k, value):
+    _first.setdefault((t, a), value)
+    return _send(t, a, k, _first[(t, a)])
+_agentbench_rt.value = _equal
+"""
+
+
+def test_a_child_cannot_send_an_expected_value_that_depends_on_no_model_code():
+    """78.1 compares the output with `expected_output`, computed from constants and numpy: a child that sends
+    every operand equal to its (wrong) output used to pass; the parent now computes the expected value."""
+    problem = next(p for p in DEV if p["problem_id"] == "78")
+    step = problem["sub_steps"][0]
+    plan = split_step(step["test_cases"], "78.1")
+    wrong = step["ground_truth_code"] + "\n_genuine = pendulum_derivs\ndef pendulum_derivs(*args):\n" \
+                                        "    return _genuine(*args) + 1.0\n"
+    outcome, result = run_child(plan, targets=[None] * 3, code=wrong + EQUAL_VALUES,
+                                dependencies=problem["required_dependencies"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (outcome.passed, outcome.failure.kind, outcome.message) == (
+        False, "assertion", "AssertionError: Test Case 1 Failed in `assert np.allclose(output, expected_output), "
+                            "'Test Case 1 Failed'` (test 1 of 3)")
+    outcome, _ = run_child(plan, targets=[None] * 3, code=step["ground_truth_code"] + EQUAL_VALUES,
+                           dependencies=problem["required_dependencies"])
+    assert outcome.passed, outcome.message
 
 
 # ---- the plugin scores through the split ------------------------------------------------------------

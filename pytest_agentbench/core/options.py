@@ -36,7 +36,8 @@ class Option:
     Numbers are finite; ``minimum``/``maximum`` bound them (``exclusive_minimum`` for "> 0").
     ``check(value)`` may return a cleaned value or raise ``ValueError`` with the reason.
     ``negatable`` adds ``--no-<flag>`` for bools. ``owner`` is the benchmark that declared the
-    option, or None for options every run shares.
+    option, or None for options every run shares. ``secret`` values (an API key) are never written anywhere,
+    not even inside the command line a report records.
     """
 
     name: str
@@ -55,6 +56,7 @@ class Option:
     negatable: bool = False
     metavar: str | None = None
     check: Callable[[Any], Any] | None = None
+    secret: bool = False
     owner: str | None = None
 
     def __post_init__(self) -> None:

@@ -37,7 +37,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
            ini="agentbench_model_base_url", env="OPENAI_BASE_URL", metavar="URL"),
     Option("model_api_key", "--model-api-key",
            "API key (default: $OPENAI_API_KEY); never written to reports or the cache.",
-           env="OPENAI_API_KEY", metavar="KEY"),
+           env="OPENAI_API_KEY", metavar="KEY", secret=True),
     Option("model_protocol", "--model-protocol",
            "API to call: chat (Chat Completions) or responses (Responses API); default chat.",
            kind="choice", choices=PROTOCOLS, default="chat", ini="agentbench_model_protocol"),

@@ -16,6 +16,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..benchmarks.registry import available_benchmarks
+from .options import all_options
+
 PACKAGE = "pytest-agentbench"
 
 
@@ -39,13 +42,47 @@ def git_commit(folder: Path) -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
+REDACTED = "***"
+
+
 def command_line(args: Sequence[str]) -> str:
     """The command that started this session: the interpreter's own argv when it ran pytest with these
-    arguments, else ``pytest ARGS`` (pytest started in-process)."""
+    arguments, else ``pytest ARGS`` (pytest started in-process). Secret option values are replaced."""
     orig = list(getattr(sys, "orig_argv", []) or [])
     if orig and list(args) == orig[len(orig) - len(args):] and len(orig) > len(args):
-        return shlex.join(orig)
-    return shlex.join(["pytest", *args])
+        return shlex.join(redact(orig, option_flags()))
+    return shlex.join(["pytest", *redact(args, option_flags())])
+
+
+def option_flags() -> tuple[frozenset[str], frozenset[str]]:
+    """(flags of secret options, every other flag) of every registered benchmark's option set."""
+    options = all_options(available_benchmarks())
+    return (frozenset(o.flag for o in options if o.secret), frozenset(o.flag for o in options if not o.secret))
+
+
+def redact(argv: Sequence[str], flags: tuple[frozenset[str], frozenset[str]]) -> list[str]:
+    """``argv`` with the value of every secret flag replaced, in the ``--flag=V`` and ``--flag V`` forms and
+    for any prefix of the flag that is not another flag's name (argparse-style abbreviations)."""
+    secret, others = flags
+
+    def names_secret(word: str) -> bool:
+        return word.startswith("--") and word not in others and any(f.startswith(word) for f in secret) \
+            and len(word) > 2
+
+    out: list[str] = []
+    hide_next = False
+    for word in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        name, eq, _ = word.partition("=")
+        if names_secret(name):
+            out.append(f"{name}={REDACTED}" if eq else word)
+            hide_next = not eq
+            continue
+        out.append(word)
+    return out
 
 
 def utc(moment: datetime) -> str:

@@ -416,6 +416,8 @@ def _decode_frame(view: memoryview, start: int, max_bytes: int, max_depth: int):
         raise
     except RecursionError:
         raise CodecError(f"the value nests deeper than {max_depth} levels") from None
+    except MemoryError:  # not malformed: the decoding process ran out of its budget (it says so itself)
+        raise
     except Exception as exc:  # a constructor (numpy, scipy, sympy) refused the parts: malformed input
         raise CodecError(f"malformed value ({type(exc).__name__}: {str(exc)[:200]})") from None
     return value, body + header_len + buffer_len

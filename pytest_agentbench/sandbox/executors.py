@@ -13,6 +13,9 @@ replaced by ``.`` in the captured output so both report the same text (``File ".
 
 Limits (``Limits``, see ``limits.py``), enforced on every child:
 
+* the end: under isolation the script stops at the start of its exit (traced by its launcher or by the
+  fork server) until every other process of its run is killed and gone, so none can write the files the
+  caller reads after the script ended (``jail.wait_ending_namespace``);
 * wall time: the whole process group (and every process in the run's cgroup, see ``jail.py``) is killed;
 * memory: ``RLIMIT_AS``; CPU: ``RLIMIT_CPU`` (SIGXCPU);
 * processes: the run's own cgroup-v1 ``pids`` group with ``pids.max`` when ``/sys/fs/cgroup/pids`` is
@@ -58,6 +61,8 @@ class Executor(Protocol):
 
 # A tiny launcher between the plugin and the script: it applies the limits (no preexec_fn in a threaded
 # pytest), and it is the script's parent, so a script that kills its parent kills only the launcher.
+# Under isolation it is alone with the script in bwrap's PID namespace and traces it: at the script's exit
+# every other process of the run is killed and gone before the script may end (and the launcher with it).
 LAUNCHER = r"""
 import json, os, signal, sys
 spec = json.loads(sys.argv[1])
@@ -67,10 +72,17 @@ if spec.get("isolation"):
 else:
     from pytest_agentbench.sandbox.limits import enter_jail
     enter_jail(spec)
+if spec.get("isolation"):  # alone in the run's PID namespace: its end ends every process of the run
+    from pytest_agentbench.sandbox.jail import trace_me, wait_ending_namespace
 pid = os.fork()
 if pid == 0:
+    if spec.get("isolation"):
+        trace_me()
     os.execve(sys.executable, [sys.executable, "main.py"], spec["env"])
-_, status = os.waitpid(pid, 0)
+if spec.get("isolation"):
+    status = wait_ending_namespace(pid)
+else:
+    _, status = os.waitpid(pid, 0)
 if spec.get("status_fd") is not None:  # under bwrap our own exit status does not reach the executor as is
     os.write(spec["status_fd"], status.to_bytes(4, "little", signed=True))
 if os.WIFSIGNALED(status):

@@ -10,7 +10,11 @@ Because every child is forked from the same pristine server, nothing a child cha
 attribute, a global, a file) can be seen by the next one.
 
 The server is a child subreaper, so anything a script leaves behind (even after ``setsid()``) is
-re-parented to it and killed after the run. A script that kills the server (``os.getppid()`` is the
+re-parented to it and killed after the run. Under isolation the server also traces each child (ptrace,
+exit stops only; signals pass through, a stop signal does not stop it): the child stops at the start of
+its exit, still alive, and every other process of its PID namespace is killed and gone before it may
+finish. So nothing a script started can write its files after it ended: what the server reads is the
+script's own (a late writer can no longer tell the script ended before it is killed). A script that kills the server (``os.getppid()`` is the
 server) fails its run with ``EXECUTOR_DIED`` in stderr; the client kills what is left of the run and
 starts a new server for the next request.
 """
@@ -39,7 +43,8 @@ from typing import Mapping, Sequence
 
 from .isolation import MOUNT_RACE_TRIES, Isolation, RunNamespace, mount_race, bwrap_argv, child_environment, enter_child, make_non_dumpable, \
     needed_paths, probe
-from .jail import POLL_INTERVAL, ProcessJail, descendants, kill_group, kill_pids
+from .jail import POLL_INTERVAL, ProcessJail, continue_traced, descendants, end_namespace_of, end_namespace_peers, \
+    kill_group, kill_pids, trace_me
 from .limits import Limits, apply_child_limits, child_env, package_parent
 from .result import ExecResult
 from .workdir import EXECUTOR_DIED, SCRIPT_NAME, collect_result, prepare_workdir, read_collected, read_trimmed
@@ -101,6 +106,7 @@ def serve(fd: int, preload: Sequence[str] = DEFAULT_PRELOAD, isolation: str | No
         except Exception as exc:  # a missing optional library only costs speed in the child
             print(f"forkserver: could not preload {name}: {exc}", file=sys.stderr)
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    wake = _wake_on_children() if isolation else None
     _send(sock, {"ready": os.getpid()})
     while True:
         request = _recv(sock)
@@ -121,11 +127,15 @@ def serve(fd: int, preload: Sequence[str] = DEFAULT_PRELOAD, isolation: str | No
             continue
         pid = os.fork()
         if pid == 0:
+            if own_pidns is not None:
+                os.close(own_pidns)  # the server's PID namespace: not the child's to hold
+            if wake is not None:
+                _stop_for_tracing(wake)
             _child(sock, request, work, jail, limits, isolation)  # never returns
         if space is not None:
             space.leave()
         _send(sock, {"started": pid, "workdir": str(work), "cgroup": str(jail.cgroup or "")})
-        result = _supervise(sock, pid, work, jail, limits, space, request.get("collect"))
+        result = _supervise(sock, pid, work, jail, limits, space, request.get("collect"), wake)
         shutil.rmtree(work, ignore_errors=True)
         if result is None:  # the client went away mid-run
             return
@@ -151,18 +161,45 @@ def _flush_std() -> None:
             pass
 
 
+def _wake_on_children() -> int:
+    """A pipe that gets a byte whenever a child changes state (SIGCHLD): a traced child's stops, its exit."""
+    read, write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    return read
+
+
+def _stop_for_tracing(wake: int) -> None:
+    """In the child, first: no part of the server's wake-up pipe, then traced by the server (stopped until
+    it has set the tracing up), so its exit stops it while it is still alive (see ``_supervise``)."""
+    os.close(signal.set_wakeup_fd(-1))
+    os.close(wake)
+    if trace_me():
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, limits: Limits,
-               space: RunNamespace | None, collect: dict[str, int] | None) -> ExecResult | None:
+               space: RunNamespace | None, collect: dict[str, int] | None, wake: int | None = None) -> ExecResult | None:
+    """Wait for the run's end (or its limits), kill what is left, read what it wrote.
+
+    Under isolation the child is traced: it stops at the start of its exit, still alive, and every other
+    process of its PID namespace is killed and gone before it may finish, so nothing of the run can write
+    after the script ended (should a kernel not stop a script killed by SIGKILL, the namespace's init is
+    killed as soon as the exit is seen, and the files are read only once the namespace is gone)."""
     started = time.monotonic()
     deadline = started + limits.timeout
     timed_out = processes_hit = client_gone = False
     pidfd = os.pidfd_open(pid)
+    watched = [pidfd, sock] if wake is None else [pidfd, sock, wake]
+    first_stop = True
     try:
         while True:
             step = deadline - time.monotonic()
             if not jail.counts_processes:
                 step = min(step, POLL_INTERVAL)
-            ready, _, _ = select.select([pidfd, sock], [], [], max(0.0, step))
+            ready, _, _ = select.select(watched, [], [], max(0.0, step))
+            if wake is not None and wake in ready:
+                first_stop = _continue_stopped(pid, wake, first_stop, space)
             if pidfd in ready:
                 break
             if sock in ready:  # the client only writes between runs: this is EOF, it died
@@ -176,9 +213,11 @@ def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, lim
                 break
     finally:
         os.close(pidfd)
+    if space is not None:  # first the run's namespace (its init's end kills every process in it), then the rest
+        kill_pids([space.init.pid])
     # orphans of the run were re-parented to this server (a subreaper): everything below us belongs to it
     jail.kill_all(pid, extra_roots=[] if jail.cgroup else [os.getpid()])
-    _, status = os.waitpid(pid, 0)  # before closing the namespace: its init waits for every pid in it to be freed
+    status = _wait_exit(pid)  # before closing the namespace: its init waits for every pid in it to be freed
     if space is not None:
         space.close()  # the namespace's init: everything still in the namespace dies with it
     _reap_orphans()
@@ -191,6 +230,35 @@ def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, lim
                             processes_hit=processes_hit)
     result.files = read_collected(work, collect)
     return result
+
+
+def _continue_stopped(pid: int, wake: int, first: bool, space: RunNamespace | None) -> bool:
+    """Let the traced child go on from every stop it is in; whether its first stop is still to come."""
+    try:
+        while os.read(wake, 512):
+            pass
+    except BlockingIOError:
+        pass
+    while True:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOHANG)  # stops only: its exit stays to be reaped
+        except ChildProcessError:
+            return first
+        if info is None:
+            return first
+        init = space.init.pid if space is not None else None
+        continue_traced(pid, info.si_status << 8, first, lambda: init and end_namespace_of(init, spare=[pid]))
+        first = False
+
+
+def _wait_exit(pid: int) -> int:
+    """The killed child's exit status. A traced child may report a stop first, even its exit stop after
+    SIGKILL: it is let go on (it would wait there for ever, and the namespace's init with it)."""
+    while True:
+        _, status = os.waitpid(pid, 0)
+        if not os.WIFSTOPPED(status):
+            return status
+        continue_traced(pid, status, False, lambda: None)
 
 
 def _reap_orphans() -> None:
@@ -239,7 +307,7 @@ def _child(sock: socket.socket, request: dict, work: Path, jail: ProcessJail, li
     except BaseException as exc:
         os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
         os._exit(125)
-    _run_as_main(source, script, main)
+    _run_as_main(source, script, main, own_namespace=bool(isolation))
 
 
 def _redirect_fds(work: Path) -> None:
@@ -272,8 +340,13 @@ def _fresh_main_module(script: str):
     return main
 
 
-def _run_as_main(source: bytes, script: str, main) -> None:
-    """Execute the script, then exit the way CPython exits after running a file (never returns)."""
+def _run_as_main(source: bytes, script: str, main, own_namespace: bool = False) -> None:
+    """Execute the script, then exit the way CPython exits after running a file (never returns).
+
+    ``own_namespace``: the script runs in the run's own PID namespace (isolation); before it exits, every
+    other process of the run is killed and gone, so none outlives it to write after its end (the supervisor
+    reads the run's files once it has exited; a script that leaves by ``os._exit`` or a signal skips this,
+    and the supervisor kills the rest as soon as it sees the exit)."""
     code = 0
     interrupted = False
     try:
@@ -294,6 +367,11 @@ def _run_as_main(source: bytes, script: str, main) -> None:
             pass
         code = 1
     code = _finalize(code)
+    if own_namespace:
+        try:
+            end_namespace_peers()
+        except BaseException:  # (the script may have broken what it uses) never return into the server's code
+            pass
     if interrupted:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)

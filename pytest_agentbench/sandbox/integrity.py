@@ -1,136 +1,177 @@
-"""Detecting the usual ways generated code fakes a pass: early exit, replaced comparison functions,
-tampered builtins.
+"""What a verdict relies on besides its own comparisons: how a child's run ended, and a bounded process
+for trusted work on untrusted data.
 
-``integrity_prelude`` / ``integrity_epilogue`` wrap a scoring script; ``integrity_check`` reads the
-run's result. The threat model is a model gaming the tests, not an adversary that introspects the
-scoring script: code that reads its own source can find the completion token.
+``run_failure`` reads what the executor observed about a child (its exit status, a limit it hit, the
+executor dying under it); nothing the child prints or writes can make it say "ended normally".
+``run_bounded`` runs a trusted function (the parent's comparisons on the operands a child sent, which
+may be huge arrays, or deep structures, built to make comparing them slow) in a short-lived forked
+process with a time limit and a memory budget, and hands back only small JSON reports.
+
+There is no completion token and no tamper guard inside the child any more: whatever runs in the
+child's process can read or defeat them, so they never proved anything, and since the comparisons run
+in the parent there is nothing left in the child for them to protect.
 """
 from __future__ import annotations
 
 import json
-import secrets
-from typing import Mapping, Sequence
+import math
+import os
+import resource
+import select
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from .result import ExecResult
 from .workdir import EXECUTOR_DIED
 
-COMPLETION_PREFIX = "AGENTBENCH-COMPLETE"
-TAMPER_PREFIX = "AGENTBENCH-TAMPERED:"
-_STASH = "__agentbench_integrity__"
-DEFAULT_GUARDED_MODULES = ("numpy", "numpy.testing", "numpy.linalg", "math", "cmath")
-DEFAULT_GUARDED_GLOBALS = {"np": "numpy", "numpy": "numpy", "math": "math"}
+REPORT_BYTES = 1 << 20  # most bytes of reports a bounded process may hand back
+KILL_GRACE = 1.0  # seconds a bounded process gets past its time limit before it is killed
 
 
-def new_token() -> str:
-    return secrets.token_hex(16)
-
-
-def integrity_prelude(guard_modules: Sequence[str] = DEFAULT_GUARDED_MODULES,
-                      guard_globals: Mapping[str, str] = DEFAULT_GUARDED_GLOBALS) -> str:
-    """Source to put at the very top of a scoring script, before any generated code.
-
-    It records the genuine objects that the tests rely on: every attribute of ``guard_modules``
-    (e.g. ``numpy.allclose``, a module of comparison helpers), the ``builtins`` namespace, the
-    ``sys.modules`` entries, and the objects that global names in ``guard_globals`` (name -> dotted
-    path, e.g. ``{"np": "numpy", "cmp_tuple_or_list": "my.cmp.cmp_tuple_or_list"}``) must still be
-    bound to when the tests run. ``integrity_epilogue`` checks them after the tests.
-    """
-    spec = json.dumps({"modules": list(guard_modules), "globals": dict(guard_globals)})
-    return f'''\
-def _agentbench_capture(spec):
-    import builtins, importlib, json, os, sys
-    spec = json.loads(spec)
-    modules = {{}}
-    for name in spec["modules"]:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        modules[name] = (module, dict(vars(module)))
-    def resolve(dotted):
-        parts = dotted.split(".")
-        for cut in range(len(parts), 0, -1):
-            try:
-                obj = importlib.import_module(".".join(parts[:cut]))
-            except ImportError:
-                continue
-            for attr in parts[cut:]:
-                obj = getattr(obj, attr)
-            return obj
-        raise ImportError(dotted)
-    bound = {{}}
-    for name, dotted in spec["globals"].items():
-        try:
-            bound[name] = (dotted, resolve(dotted))
-        except (ImportError, AttributeError):
-            pass
-    return {{"modules": modules, "bound": bound, "builtins": dict(vars(builtins)), "builtins_module": builtins,
-            "sys": sys, "sys_modules": {{n: m for n, m in sys.modules.items()}}, "write": os.write,
-            "exit": os._exit, "flush": [sys.stdout.flush, sys.stderr.flush]}}
-{_STASH} = _agentbench_capture({spec!r})
-del _agentbench_capture
-'''
-
-
-def integrity_epilogue(token: str) -> str:
-    """Source to put after the last test: verify nothing was replaced, then print the completion token.
-
-    Printing the token is the script's last action, so a run that exits early (``sys.exit(0)``,
-    ``os._exit(0)``, a killed parent) never shows it. On tampering it prints a reason to stderr and exits 3.
-    """
-    if not token or not token.isalnum():
-        raise ValueError(f"completion token must be a non-empty alphanumeric string, got {token!r}")
-    return f'''\
-def _agentbench_verify(stash, scope):
-    problems = []
-    builtins = stash["builtins_module"]
-    for name, (module, attrs) in stash["modules"].items():
-        if stash["sys_modules"].get(name) is not stash["sys"].modules.get(name):
-            problems.append("generated code replaced the module " + name + " in sys.modules")
-        current = vars(module)
-        for attr, value in attrs.items():
-            if attr.startswith("__") or not callable(value):
-                continue
-            if current.get(attr) is not value:
-                problems.append("generated code replaced " + name + "." + attr)
-    for name, (dotted, value) in stash["bound"].items():
-        if name in scope and scope[name] is not value:
-            problems.append("generated code rebound " + name + " (expected " + dotted + ")")
-    current = vars(builtins)
-    for attr, value in stash["builtins"].items():
-        if attr == "_":
-            continue
-        if current.get(attr) is not value:
-            problems.append("generated code tampered with builtins." + attr)
-    return problems
-
-_agentbench_stash = globals()["{_STASH}"]
-_agentbench_problems = _agentbench_verify(_agentbench_stash, globals())
-for _agentbench_flush in _agentbench_stash["flush"]:
-    try:
-        _agentbench_flush()
-    except Exception:
-        pass
-if _agentbench_problems:
-    _agentbench_stash["write"](2, ("\\n{TAMPER_PREFIX} " + "; ".join(_agentbench_problems[:5]) + "\\n").encode())
-    _agentbench_stash["exit"](3)
-_agentbench_stash["write"](1, b"\\n{COMPLETION_PREFIX} {token}\\n")
-'''
-
-
-def integrity_check(result: ExecResult, token: str) -> str | None:
-    """Why a scoring run is not a genuine pass (None when every test ran and nothing was tampered with)."""
+def run_failure(result: ExecResult) -> str | None:
+    """Why a child's run did not end normally (None: it exited with status 0 within its limits)."""
     if result.limit:
         return f"{result.limit} limit hit"
-    if EXECUTOR_DIED in result.stderr:
+    if executor_died(result):
         return "generated code killed the process running it (its parent)"
-    for line in reversed(result.stderr.splitlines()):
-        if line.startswith(TAMPER_PREFIX):
-            return line[len(TAMPER_PREFIX):].strip()
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    completed = bool(lines) and lines[-1].strip() == f"{COMPLETION_PREFIX} {token}"
     if result.exit_code != 0:
         return f"script failed with exit code {result.exit_code}"
-    if not completed:
-        return "exited before all tests ran"
     return None
+
+
+def executor_died(result: ExecResult) -> bool:
+    """Whether the executor itself reported that it died under the run: its marker as the last line of
+    stderr of a run without an exit status. (A child can print the marker, but it cannot end without an
+    exit status and without a limit: then it was killed by whoever ran it.)"""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    return result.exit_code is None and not result.limit and bool(lines) and lines[-1].startswith(EXECUTOR_DIED)
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """How a bounded run ended: ``ended`` is "ok" (``result`` holds what the work returned), "time",
+    "memory", "error" (``why`` says which exception), "signal N" or "exit N"."""
+    ended: str
+    result: Any = None
+    reports: tuple[dict, ...] = ()
+    why: str = ""
+
+
+def run_bounded(work: Callable[[Callable[[dict], None]], Any], *, timeout: float, memory: int | None) -> Bounded:
+    """Run ``work(report)`` in a forked copy of this process, at most ``timeout`` seconds (wall and CPU) and
+    ``memory`` more bytes of address space than this process has now; ``report(dict)`` hands a small
+    JSON-able progress report back, and so does ``work``'s return value.
+
+    Only for trusted code (it runs with this process's files and sockets): the copy's standard streams
+    go to /dev/null, it never returns into the caller, and it is killed when it runs over."""
+    budget = None if memory is None else _address_space() + int(memory)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the bounded copy: never returns
+        os.close(read_end)
+        _run_copy(work, write_end, timeout, budget)
+    os.close(write_end)
+    try:
+        data, finished = _collect(read_end, pid, time.monotonic() + timeout + KILL_GRACE)
+    finally:
+        os.close(read_end)
+        status = _reap(pid)
+    return _bounded_from(data, finished, status)
+
+
+def _address_space() -> int:
+    """Bytes of address space this process uses now."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _run_copy(work, fd: int, timeout: float, budget: int | None) -> None:
+    code = 0
+    try:
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+            signal.signal(number, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDWR)
+        for std in (0, 1, 2):  # this process may talk to its controller over its standard streams
+            os.dup2(null, std)
+        sys.stdout = sys.stderr = open(os.devnull, "w")  # and they may be replaced (pytest's capture)
+        cpu = math.ceil(timeout) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        if budget is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
+        result = work(lambda report: _send(fd, report))
+        _send(fd, {"result": result})
+    except MemoryError:
+        code = 3
+        _send(fd, {"ended": "memory"})
+    except BaseException as exc:  # noqa: BLE001 - reported, never raised into the caller's copy
+        code = 4
+        _send(fd, {"ended": "error", "why": f"{type(exc).__name__}: {exc}"[:500]})
+    finally:
+        os._exit(code)
+
+
+def _send(fd: int, report: dict) -> None:
+    try:
+        data = (json.dumps(report) + "\n").encode()
+    except MemoryError:
+        data = b'{"ended": "memory"}\n'
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _collect(fd: int, pid: int, deadline: float) -> tuple[bytes, bool]:
+    """The bytes the copy wrote until it closed its end (True) or ran past ``deadline`` (False: killed)."""
+    chunks, size = [], 0
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            os.kill(pid, signal.SIGKILL)
+            return b"".join(chunks), False
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks), True
+        if size < REPORT_BYTES:
+            chunks.append(chunk[:REPORT_BYTES - size])
+            size += len(chunk)
+
+
+def _reap(pid: int) -> int:
+    """Wait for the copy (its wait status); kill it when it does not end by itself within the grace period."""
+    deadline = time.monotonic() + KILL_GRACE
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            return os.waitpid(pid, 0)[1]
+        time.sleep(0.002)
+
+
+def _bounded_from(data: bytes, finished: bool, status: int) -> Bounded:
+    reports = []
+    for line in data.decode(errors="replace").splitlines():
+        try:
+            report = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(report, dict):
+            reports.append(report)
+    progress = tuple(r for r in reports if "result" not in r and "ended" not in r)
+    if not finished:
+        return Bounded("time", reports=progress)
+    for report in reports:
+        if "result" in report:
+            return Bounded("ok", result=report["result"], reports=progress)
+        if report.get("ended") in ("memory", "error"):
+            return Bounded(report["ended"], reports=progress, why=str(report.get("why", "")))
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        return Bounded("time" if number == signal.SIGXCPU else f"signal {number}", reports=progress)
+    return Bounded(f"exit {os.waitstatus_to_exitcode(status)}", reports=progress)

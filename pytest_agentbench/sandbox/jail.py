@@ -96,6 +96,116 @@ def kill_tree(leader: int) -> None:
         time.sleep(0.005)
 
 
+def end_namespace_peers(spare: Iterable[int] = (), timeout: float = 5.0) -> None:
+    """Kill every other process of the caller's PID namespace and return once none is running.
+
+    Only for a process in a run's own PID namespace (the script at its exit, the subprocess launcher):
+    there ``kill(-1)`` reaches exactly the run's processes (never the namespace's init, never the
+    caller); anywhere else it would reach every process of the user. ``spare``: pids to leave alone (a
+    traced script stopped in its exit). Zombies count as gone: they cannot write anything any more."""
+    keep = {1, os.getpid(), *spare}
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = set(proc_table()) - keep  # (the table leaves zombies out)
+        if not alive or time.monotonic() >= deadline:
+            return
+        if spare:
+            kill_pids(alive)
+        else:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.001)
+
+
+PTRACE_TRACEME = 0
+PTRACE_CONT = 7
+PTRACE_SETOPTIONS = 0x4200
+PTRACE_GETSIGINFO = 0x4202
+PTRACE_O_TRACEEXEC = 0x10
+PTRACE_O_TRACEEXIT = 0x40
+PTRACE_O_EXITKILL = 0x100000
+PTRACE_EVENT_EXIT = 6
+STOP_SIGNALS = (signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+
+
+def _ptrace(request: int, pid: int, data: int = 0, addr: object = None) -> int:
+    import ctypes  # why: only the launcher of a traced script needs the C library
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.restype = ctypes.c_long
+    return libc.ptrace(ctypes.c_long(request), ctypes.c_long(pid), addr, ctypes.c_void_p(data))
+
+
+def trace_me() -> bool:
+    """In a child, before it runs the script: let its parent stop it at its exit (False: no ptrace here)."""
+    return _ptrace(PTRACE_TRACEME, 0) == 0
+
+
+def _group_stop(pid: int) -> bool:
+    import ctypes  # why: a siginfo buffer for PTRACE_GETSIGINFO (which fails for a group-stop)
+    info = ctypes.create_string_buffer(128)
+    return _ptrace(PTRACE_GETSIGINFO, pid, ctypes.addressof(info)) != 0
+
+
+def continue_traced(pid: int, status: int, first: bool, end_others) -> None:
+    """Let the traced script ``pid`` go on from the stop ``status`` (as ``waitpid`` gives it, or waitid's
+    ``si_status`` shifted by 8). ``first``: the stop right after ``trace_me`` (its options are set then);
+    at its exit stop ``end_others()`` runs first; an ordinary signal is handed on, a stop signal is not."""
+    sig, event = (status >> 8) & 0xFF, status >> 16
+    deliver = 0
+    if first:
+        _ptrace(PTRACE_SETOPTIONS, pid, PTRACE_O_TRACEEXIT | PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL)
+    elif event == PTRACE_EVENT_EXIT:
+        end_others()
+    elif event == 0 and not (sig in STOP_SIGNALS and _group_stop(pid)):
+        deliver = sig
+    _ptrace(PTRACE_CONT, pid, deliver)
+
+
+def namespace_of(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def end_namespace_of(init: int, spare: Iterable[int] = (), timeout: float = 5.0) -> None:
+    """From outside: kill every process of the PID namespace whose init is ``init`` (but the init and
+    ``spare``) and return once none is running."""
+    space = namespace_of(init)
+    keep = {init, *spare}
+    deadline = time.monotonic() + timeout
+    while space is not None:
+        alive = {pid for pid in proc_table() if pid not in keep and namespace_of(pid) == space}
+        if not alive or time.monotonic() >= deadline:
+            return
+        kill_pids(alive)
+        time.sleep(0.001)
+
+
+def wait_ending_namespace(pid: int) -> int:
+    """Wait for the traced script ``pid`` (see ``trace_me``) like ``waitpid``; the wait status.
+
+    The script stops at the start of its exit, while it is still alive: every other process of the
+    run's PID namespace is killed and gone (``end_namespace_peers``) before it is let go, so nothing
+    it started can write after it ended. (Should a kernel not stop a script killed by SIGKILL, the rest
+    is killed right after.) Signals reach the script as without tracing; a stop signal does not stop it."""
+    first = True
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:  # (cannot happen: it is our child) never report a clean exit we did not see
+            end_namespace_peers()
+            return signal.SIGKILL
+        if not os.WIFSTOPPED(status):
+            end_namespace_peers()
+            return status
+        # (the first stop is the one after the script's execve: from then on its exit stops it)
+        continue_traced(pid, status, first, lambda: end_namespace_peers(spare=[pid]))
+        first = False
+
+
 class ProcessJail:
     """The processes of one run: its process group, its descendants and, when possible, a pids cgroup."""
 

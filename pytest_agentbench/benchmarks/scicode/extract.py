@@ -18,6 +18,10 @@ FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)",
 PYTHON_TAGS = {"python", "py", "python3", "py3"}
 DEF_NAME = re.compile(r"\bdef\s+(\w+)\s*\(")
 CLASS_NAME = re.compile(r"\bclass\s+(\w+)\s*[(:]")
+# What CPython's parser may raise on text it cannot hold: a syntax error, a null byte (ValueError), and for
+# code nested too deep (20000 unary minus, a long chain of binary operators) MemoryError or RecursionError.
+# Model text that raises any of them does not parse: the model's parse_error, never an infrastructure error.
+PARSE_FAILURES = (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError)
 
 
 def function_name_of(header: str) -> str | None:
@@ -35,7 +39,7 @@ def defines(code: str, name: str) -> bool:
     """Whether ``code`` defines ``name`` at top level (by regex if the code does not parse)."""
     try:
         tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    except PARSE_FAILURES:
         return re.search(rf"^(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b", code, re.MULTILINE) is not None
     return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
                for node in tree.body)
@@ -55,16 +59,17 @@ def choose_block(text: str, function_name: str | None) -> str | None:
         return blocks[0][1]
     # no fence at all: accept the whole reply only if it is code that defines something
     stripped = (text or "").strip()
-    if stripped and _parses(stripped) and (
+    if stripped and parses(stripped) and (
             defines(stripped, function_name) if function_name else re.search(r"^(def|class)\s", stripped, re.M)):
         return stripped
     return None
 
 
-def _parses(code: str) -> bool:
+def parses(code: str) -> bool:
+    """Whether ``code`` parses as Python (whatever the parser raises on it counts as no)."""
     try:
         ast.parse(code)
-    except (SyntaxError, ValueError):
+    except PARSE_FAILURES:
         return False
     return True
 
@@ -86,7 +91,7 @@ def strip_imports(code: str) -> str | None:
     """
     try:
         tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    except PARSE_FAILURES:
         return None
     edits: list[tuple[ast.stmt, bool]] = []  # (import statement, leave a pass in its place?)
     for body in _statement_lists(tree):
@@ -98,7 +103,7 @@ def strip_imports(code: str) -> str | None:
     for node, keep_pass in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
         lines = _remove_statement(lines, node, keep_pass)
     result = "".join(lines)
-    return result if _parses(result) else None
+    return result if parses(result) else None
 
 
 def _remove_statement(lines: list[str], node: ast.stmt, keep_pass: bool) -> list[str]:

@@ -12,7 +12,7 @@ Plain Python, no pytest: a notebook can score one step::
     from pytest_agentbench.sandbox.executors import Limits
 
     run = SciCodeRun(RunSettings(targets=TargetTable.file("targets.h5")), OracleSolver(), env=None,
-                     limits=Limits(timeout=60), out_dir=Path("out"))
+                     limits=Limits(timeout=60), out_dir=Path("out"))  # or files=<a core.io.RunFiles>
     record = run.run_step(problem, 0)  # {"problem": ..., "step": ..., "status": "pass", ...}
 """
 from __future__ import annotations
@@ -25,14 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ...core.io import trim, write_atomic
+from ...core.io import DirectoryFiles, RunFiles, trim
+from ...core.text import printable
 from ...core.types import Sample
 from ...sandbox import codec
 from ...sandbox.executors import Limits, run_python
-from ...sandbox.integrity import integrity_check, integrity_epilogue, integrity_prelude
+from ...sandbox.integrity import run_failure
 from ...sandbox.result import ExecResult
-from . import dataset, h5codec, script, split
-from .locate import TargetTable
+from . import dataset, h5codec, split
+from .extract import PARSE_FAILURES
+from .locate import Targets, TargetTable
 from .solvers import Generated, Solver
 
 RECORD_OUTPUT_LIMIT = 4000  # characters of stdout/stderr kept in a record
@@ -55,16 +57,17 @@ class SciCodeRun:
     """One process's SciCode run (the ``BenchRun`` of ``SciCode.open_run``).
 
     ``env`` is the environment factory (the ``bench_env`` value) the chat solver's tool code runs in;
-    ``limits`` bound each scoring script; records are returned, trajectories written under ``out_dir``.
+    ``limits`` bound each scoring script; records are returned, trajectories written through ``files`` (the
+    run's ``RunSpec.files``; a notebook may give ``out_dir`` instead: a folder they are written to).
     ``problems`` (task id -> problem dict) lets ``run_sample`` find the problem of a sample."""
 
-    def __init__(self, settings: RunSettings, solver: Solver, env: Any, limits: Limits, out_dir: Path, *,
-                 problems: Mapping[str, dict[str, Any]] | None = None) -> None:
+    def __init__(self, settings: RunSettings, solver: Solver, env: Any, limits: Limits, out_dir: Path | None = None,
+                 *, problems: Mapping[str, dict[str, Any]] | None = None, files: RunFiles | None = None) -> None:
         self.settings = settings
         self.solver = solver
         self.env = env
         self.limits = limits
-        self.out_dir = Path(out_dir)
+        self.files = files if files is not None else DirectoryFiles(Path(out_dir or "."))
         self.problems = dict(problems or {})
         self.generated: dict[tuple[str, int, int], Generated | Future] = {}  # (problem, step index, attempt)
         self.pool: ThreadPoolExecutor | None = None
@@ -93,58 +96,58 @@ class SciCodeRun:
         previous = [self.code_of(problem, j, attempt) for j in range(index)]
         generated = self.generate(problem, index, previous, attempt)
         record: dict[str, Any] = {"problem": str(problem["problem_id"]), "step": number,
+                                  "category": dataset.category_of(problem),  # report.html filters on it
                                   "tests": len(step["test_cases"]), "code": generated.code,
                                   "generation": {"status": generated.status, **generated.accounting}}
         if generated.trajectory:
             name = number if attempt == 1 else f"{number}-attempt{attempt}"
-            record["trajectory"] = write_trajectory(self.out_dir, name, generated)
+            record["trajectory"] = write_trajectory(self.files, name, generated)
         # A reply cut off at the token limit is still scored when the code it holds parses, as upstream
         # scores whatever code it extracts; the record keeps generation.status "truncated".
         usable = generated.status in ("ok", "truncated") and parses(generated.code)
         if not usable:
             if generated.status == "model_error":
-                return {**record, "status": "model_error", "message": generated.message}
-            message = generated.message or f"the code for step {number} is not valid Python"
+                return {**record, "status": "model_error", "message": printable(generated.message)}
+            message = printable(generated.message) or f"the code for step {number} is not valid Python"
             return {**record, "status": "parse_error", "message": message}
         if generated.status == "truncated":
-            record["note"] = generated.message
+            record["note"] = printable(generated.message)
         self.prefetch_next(problem, index, [*previous, generated.code or ""], attempt)
         targets = self.settings.targets.for_step(number)
         record["targets"] = targets.kind
         if targets.path is None:
             return {**record, "status": "eval_error", "message": targets.message}
-        return {**record, **self.score(problem, index, previous, generated.code, targets.path)}
+        return {**record, **self.score(problem, index, previous, generated.code, targets)}
 
-    def score(self, problem: dict[str, Any], index: int, previous: list[str], code: str, h5_path: Path) -> dict:
+    def score(self, problem: dict[str, Any], index: int, previous: list[str], code: str, targets: Targets) -> dict:
         """Run the step's tests split in two (split.py): the child runs the code and sends the operands of
-        every assertion; this process reads the targets and evaluates the assertions."""
+        every assertion; this process reads the targets (checked against the digest it holds, as they are
+        read) and evaluates the assertions in a bounded copy of itself."""
         step = problem["sub_steps"][index]
         number = str(step["step_number"])
         n_tests = len(step["test_cases"])
         try:
-            values = h5codec.read_step_targets(h5_path, number)
+            values = targets.read_step(number)
         except h5codec.TargetsError as exc:
             return {"status": "eval_error", "message": f"agentbench: cannot read targets of step {number}: {exc}"}
         if len(values) < n_tests:
-            return {"status": "eval_error", "message": f"agentbench: {h5_path} has {len(values)} targets for step "
+            return {"status": "eval_error", "message": f"agentbench: {targets.path} has {len(values)} targets for step "
                                                        f"{number}, the step has {n_tests} tests"}
         try:
-            plan = split.split_step(step["test_cases"], number)
+            plan = split.split_step(step["test_cases"], number, code_names=split.names_bound_by(
+                problem.get("required_dependencies", ""), *previous, code))
         except split.SplitError as exc:
             return {"status": "eval_error", "message": f"agentbench: cannot split the tests: {exc}"}
         cap = self.settings.operand_cap
-        token = script.new_token()
-        # The tamper guard stays as a fail-only signal: it can fail a step, never pass one.
         source = split.build_child_script(
             plan, dependencies=problem.get("required_dependencies", ""), previous_code=previous, code=code,
-            channel=CHANNEL, max_bytes=cap, prelude=integrity_prelude(guard_modules=script.GUARDED_MODULES),
-            epilogue=integrity_epilogue(token))
+            channel=CHANNEL, max_bytes=cap)
         stream_cap = plan.stream_cap(cap)
         limits = dataclasses.replace(self.limits, output_cap=max(self.limits.output_cap, stream_cap + 1))
         result = run_python(source, limits=limits, executor=self.settings.executor, collect={CHANNEL: stream_cap})
         stream = result.files.get(CHANNEL, b"")
-        outcome = split.evaluate(plan, stream, values, max_bytes=cap)
-        return split_verdict(result, outcome, token, len(stream))
+        outcome = split.evaluate(plan, stream, values, max_bytes=cap, limits=self.limits)  # bounded like the child
+        return split_verdict(result, outcome, len(stream))
 
     # ---- code of steps ----------------------------------------------------------------------
     def code_of(self, problem: dict[str, Any], index: int, attempt: int = 1) -> str:
@@ -204,44 +207,17 @@ def parses(code: str | None) -> bool:
         return False
     try:
         ast.parse(code)
-    except (SyntaxError, ValueError):
+    except PARSE_FAILURES:  # (MemoryError, RecursionError: code nested too deep is code that does not parse)
         return False
     return True
 
 
-def verdict(result: ExecResult, token: str, n_tests: int) -> dict[str, Any]:
-    """Status of a scoring run. A pass needs exit 0 *and* the token printed after the last test."""
-    done = script.tests_completed(result.stdout)
-    out = {"returncode": result.exit_code, "tests_completed": min(done, n_tests),
-           # the token differs in every run; records of identical runs must be identical
-           "stdout": trim(result.stdout.replace(token, "<token>"), RECORD_OUTPUT_LIMIT),
-           "stderr": trim(result.stderr, RECORD_OUTPUT_LIMIT),
-           "exec_duration": round(result.duration, 3)}
-    if result.limit:
-        out["limit"] = result.limit
-    if result.timed_out:
-        return {**out, "status": "timeout", "message": f"scoring ran past {result.duration:.0f} s (--bench-timeout)"}
-    if result.exit_code == script.TARGETS_EXIT and ("agentbench: cannot read targets" in result.stderr
-                                                    or " targets for step " in result.stderr):
-        return {**out, "status": "eval_error", "message": last_line(result.stderr)}
-    problem = integrity_check(result, token)
-    if problem is None:
-        return {**out, "status": "pass", "message": ""}
-    where = f"test {done + 1} of {n_tests}" if done < n_tests else "after the tests"
-    if result.exit_code == 0 or result.limit or problem.startswith("generated code"):
-        detail = f"{problem} ({done} of {n_tests} tests completed)"
-    else:
-        detail = f"{last_line(result.stderr) or problem} ({where})"
-    return {**out, "status": "fail", "message": detail}
-
-
-def split_verdict(result: ExecResult, outcome: split.StepOutcome, token: str, operands_bytes: int) -> dict[str, Any]:
-    """Status of a split scoring run. A pass needs every assertion true in this process *and* the child's
-    run to end normally (exit 0, no limit, no tampering seen): the exit code alone never passes a step."""
+def split_verdict(result: ExecResult, outcome: split.StepOutcome, operands_bytes: int) -> dict[str, Any]:
+    """Status of a split scoring run. A pass needs every assertion true in the parent *and* the child's run
+    to end normally (exit 0, no limit, as the executor saw it): the exit code alone never passes a step."""
     n_tests = outcome.tests
     out: dict[str, Any] = {"returncode": result.exit_code, "tests_completed": outcome.tests_passed,
-                           # the token differs in every run; records of identical runs must be identical
-                           "stdout": trim(result.stdout.replace(token, "<token>"), RECORD_OUTPUT_LIMIT),
+                           "stdout": trim(result.stdout, RECORD_OUTPUT_LIMIT),
                            "stderr": trim(result.stderr, RECORD_OUTPUT_LIMIT),
                            "exec_duration": round(result.duration, 3), "operands_bytes": operands_bytes}
     if result.limit:
@@ -252,10 +228,10 @@ def split_verdict(result: ExecResult, outcome: split.StepOutcome, token: str, op
     if outcome.stream_error:
         out["stream_error"] = outcome.stream_error
     if failure is not None and failure.kind != "stopped":  # upstream's script stops at this first failure
-        return {**out, "status": "fail", "message": failure.message}
+        return {**out, "status": "fail", "message": printable(failure.message)}  # (text the child chose)
     if result.timed_out:
         return {**out, "status": "timeout", "message": f"scoring ran past {result.duration:.0f} s (--bench-timeout)"}
-    problem = integrity_check(result, token)
+    problem = run_failure(result)
     if problem is None and outcome.passed:
         return {**out, "status": "pass", "message": ""}
     problem = problem or "exited before all tests ran"
@@ -269,14 +245,14 @@ def split_verdict(result: ExecResult, outcome: split.StepOutcome, token: str, op
 
 
 def last_line(text: str) -> str:
+    """The child's last non-blank stderr line, its control characters made visible (no escape sequence of
+    the model's reaches a record message, the terminal or a report)."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
+    return printable(lines[-1].strip()) if lines else ""
 
 
-def write_trajectory(run_dir: Path, number: str, generated: Generated) -> str:
-    folder = Path(run_dir) / "trajectories"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{number}.json"
-    write_atomic(path, json.dumps({"step": number, "status": generated.status, "messages": generated.trajectory,
-                                   "response": generated.response_text}, indent=1, default=str))
-    return str(path.relative_to(run_dir))
+def write_trajectory(files: RunFiles, number: str, generated: Generated) -> str:
+    """``trajectories/<step>.json`` through the run's file sink; the relpath the record refers to."""
+    return files.write(f"trajectories/{number}.json", json.dumps(
+        {"step": number, "status": generated.status, "messages": generated.trajectory,
+         "response": generated.response_text}, indent=1, default=str))

@@ -4,11 +4,13 @@ A test case is Python run after the model's code: setup lines, calls to the step
 ``assert`` statements that compare with ``target``. Here each test case is split in two:
 
 * the **child** (the process that runs model code) runs the setup lines and, for every assertion,
-  evaluates only the *operands* of its comparisons (the arguments of ``np.allclose``,
-  ``np.isclose``, ``cmp_tuple_or_list``, ... and the operands of ``==``, ``<``, ``and``, ``not``,
-  ...), and sends each value through :mod:`pytest_agentbench.sandbox.codec`;
+  evaluates only the *model-dependent operands* of its comparisons (the arguments of
+  ``np.allclose``, ``np.isclose``, ``cmp_tuple_or_list``, ... and the operands of ``==``, ``<``,
+  ``and``, ``not``, ...), and sends each value through :mod:`pytest_agentbench.sandbox.codec`;
 * the **parent** (trusted, holding the targets, genuine numpy and the helpers of
-  :mod:`.compare`) evaluates each assertion on the received operand values and ``target``.
+  :mod:`.compare`) evaluates each assertion on the received operand values, ``target`` and the
+  operands it computes itself, in a short-lived process bounded in time and memory
+  (:func:`evaluate`).
 
 Rules, so every official test case splits the same way (see :func:`split_step`):
 
@@ -17,18 +19,22 @@ Rules, so every official test case splits the same way (see :func:`split_step`):
 * comparison calls and operators always run in the parent, also inside a part that does not use
   ``target`` (``(np.isclose(0, B[:, 0].T @ B[:, 3])) == target``, 51.4's tuple of comparisons,
   ``not np.isnan(x).any()``);
+* an operand that does not depend on the model's code (``expected = np.array([0.0, -(g / L) *
+  np.sin(0.1)])``, constants, ``np.pi``; see :mod:`.taint` for what depends on it) is computed by
+  the parent from the test text itself: the statements that define it run in the child (its code
+  may need them) *and* in the parent, so a child cannot fake it, e.g. by sending a value equal to
+  its own output;
 * an operand that mentions a parent name (``target[0]``, ``target.any()``, a name unpacked from
   ``target``, a comprehension variable of a parent-side ``all(... for i in A)``) is evaluated in the
-  parent, its parts that mention only child names (``A``) come from the child; an operand made of
-  constants only (``0``, ``(0, -1)``, ``10 ** 10``) stays in the parent;
+  parent, its parts that depend on the model's code (``A``) come from the child;
 * a function defined in the test text that compares and needs nothing but numpy, math and the
   builtins (10.6 ``are_equivalent``, 31.2 ``test_identity``) runs in the parent; any other
   (30.3 ``test_gradient(configs, wf, delta)``, 72.1 ``test_neighbor()``, which call the model's
   objects) runs in the child and only its result is compared;
 * a test function holding ``assert`` statements and called once with no arguments
   (78.1 ``def test_case_1(): ... assert ...`` then ``test_case_1()``) is inlined for the parent (its
-  assertions are the test's, at the call); in the child it stays a function, so its locals stay
-  local as upstream.
+  assertions are the test's, at the call, in a scope of their own); in the child it stays a
+  function, so its locals stay local as upstream.
 
 The child reports, per test, ``("t", test)`` when the test starts, one frame per operand
 (``("v", test, assertion, operand, value)``, or ``("e", ..., "TypeError: ...")`` when evaluating it
@@ -43,16 +49,17 @@ import ast
 import builtins
 import cmath
 import copy
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 from ...sandbox import codec
-
-# Loaded by path inside the child (importing it here would load numpy for nothing).
-COMPARE_PATH = str(Path(__file__).with_name("compare.py"))
+from ...sandbox.integrity import Bounded, run_bounded
+from ...sandbox.limits import GiB, Limits
+from . import script, taint
+from .taint import PARENT_MODULES, Trust, bound_names, canonical, dotted, target_names
 
 TARGET = "target"
 LEAF_FN = "_agentbench_leaf"
@@ -64,7 +71,6 @@ CONTROL_FRAME_BYTES = 8 * 1024  # cap of one control/error frame; they do not co
 STREAM_SLACK = 64 * 1024
 
 # names the parent's namespace provides: genuine modules, the cmp helpers, the builtins
-PARENT_MODULES = {"np": "numpy", "numpy": "numpy", "math": "math", "cmath": "cmath"}
 CMP_HELPERS = ("cmp_tuple_or_list", "are_dicts_close", "are_csc_matrix_close")
 BUILTIN_NAMES = frozenset(dir(builtins))
 # calls that compare (canonical dotted names): they always run in the parent
@@ -87,8 +93,8 @@ DATA_METHODS = frozenset({
     "toarray", "todense", "conj", "conjugate", "transpose", "dot", "item", "keys", "values", "items", "get",
     "round", "std", "var", "nonzero", "argmax", "argmin", "cumsum", "prod", "trace", "diagonal", "squeeze",
     "count", "index", "tocsr", "tocsc", "tocoo"})
-_CONSTANT_NODES = (ast.Constant, ast.Tuple, ast.List, ast.Set, ast.UnaryOp, ast.BinOp, ast.Load,
-                   ast.operator, ast.unaryop)
+# the parent's own objects: model-independent until the test text binds the name to something else
+PARENT_OBJECTS = frozenset(PARENT_MODULES) | taint.SAFE_BUILTINS | frozenset(CMP_HELPERS)
 
 
 class SplitError(Exception):
@@ -122,14 +128,43 @@ class ParentStatement:
 
 
 @dataclass(frozen=True)
+class TrustedStatement:
+    """A statement of the test text that does not depend on the model's code (``expected = np.array(
+    [0.0, -(g / L) * np.sin(0.1)])``): the child runs it (its own code may need the names) and the parent
+    runs it too, so the operands it defines are the parent's. Only those the parent's operands need
+    are kept in a plan."""
+    source: str
+    binds: frozenset[str] = frozenset()
+    reads: frozenset[str] = frozenset()
+    touches: frozenset[str] = frozenset()  # bound names whose objects it may change in place
+    calls: frozenset[str] = frozenset()  # it binds a function: the globals the function reads when called
+
+
+@dataclass(frozen=True)
+class FunctionScope:
+    """A test function inlined for the parent (78.1's ``test_case_1``): its parts run in a copy of the
+    namespace, so its locals stay local."""
+    name: str
+    local: frozenset[str]
+    parts: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
 class TestPlan:
     number: int  # 1-based within the step
     child: str  # the child's source for this test (setup lines, operand blocks, markers)
-    parent: tuple[ParentStatement | AssertPlan, ...]  # in the order they run
+    parent: tuple[Any, ...]  # ParentStatement, TrustedStatement, FunctionScope, AssertPlan, in the order they run
 
     @property
     def asserts(self) -> tuple[AssertPlan, ...]:
-        return tuple(part for part in self.parent if isinstance(part, AssertPlan))
+        return tuple(part for part in _flat(self.parent) if isinstance(part, AssertPlan))
+
+
+def _flat(parts) -> list:
+    out = []
+    for part in parts:
+        out.extend(_flat(part.parts) if isinstance(part, FunctionScope) else [part])
+    return out
 
 
 @dataclass(frozen=True)
@@ -153,117 +188,11 @@ class StepPlan:
 # names and scopes
 
 
-def _dotted(node: ast.AST) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
-
-
-def _canonical(name: str | None) -> str | None:
-    if name is None:
-        return None
-    head, _, rest = name.partition(".")
-    if head in PARENT_MODULES:
-        return PARENT_MODULES[head] + ("." + rest if rest else "")
-    return name
-
-
-def _target_names(node: ast.AST) -> set[str]:
-    """Names bound by an assignment target."""
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
-
-
-def _function_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
-    args = fn.args
-    names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
-    names |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-    if isinstance(fn, ast.Lambda):
-        return names
-    declared_global: set[str] = set()
-    for stmt in fn.body:
-        names |= _bound_names(stmt)
-        for node in _walk_scope(stmt):
-            if isinstance(node, (ast.Global, ast.Nonlocal)):
-                declared_global.update(node.names)
-    return names - declared_global
-
-
-def _walk_scope(node: ast.AST):
-    """ast.walk that does not enter nested function, lambda, class or comprehension scopes."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        for child in ast.iter_child_nodes(current):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
-                                  ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-                yield child  # the node itself (its name binds here), not its body
-                continue
-            stack.append(child)
-
-
-def _bound_names(stmt: ast.AST) -> set[str]:
-    """Names a statement binds in the scope it runs in."""
-    names: set[str] = set()
-    for node in _walk_scope(stmt):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                names.add((alias.asname or alias.name).split(".")[0])
-        elif isinstance(node, ast.NamedExpr):
-            names.add(node.target.id)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-    return names
-
-
 def _free_names(node: ast.AST, bound: frozenset[str] = frozenset()) -> set[str]:
-    """Names ``node`` reads from the scope around it (nested scopes resolved)."""
-    free: set[str] = set()
-
-    def visit(current: ast.AST, local: frozenset[str]) -> None:
-        if isinstance(current, ast.Name):
-            if isinstance(current.ctx, ast.Load) and current.id not in local:
-                free.add(current.id)
-            return
-        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            defaults = [*current.args.defaults, *[d for d in current.args.kw_defaults if d is not None]]
-            decorators = getattr(current, "decorator_list", [])
-            for part in (*defaults, *decorators):
-                visit(part, local)
-            inner = local | _function_locals(current)
-            body = current.body if isinstance(current.body, list) else [current.body]
-            for stmt in body:
-                visit(stmt, inner)
-            return
-        if isinstance(current, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            inner = local
-            for number, gen in enumerate(current.generators):
-                visit(gen.iter, local if number == 0 else inner)
-                inner = inner | _target_names(gen.target)
-                for cond in gen.ifs:
-                    visit(cond, inner)
-            if isinstance(current, ast.DictComp):
-                visit(current.key, inner)
-                visit(current.value, inner)
-            else:
-                visit(current.elt, inner)
-            return
-        if isinstance(current, ast.ClassDef):
-            raise SplitError("a class defined in a test case is not supported")
-        for child in ast.iter_child_nodes(current):
-            visit(child, local)
-
-    visit(node, bound)
-    return free
+    try:
+        return taint.free_names(node, bound)
+    except taint.ScopeError as exc:
+        raise SplitError(str(exc)) from exc
 
 
 # ----------------------------------------------------------------------------------------------
@@ -275,89 +204,151 @@ class _StepState:
     """What the parent owns so far in a step (a step's tests share one namespace, as upstream)."""
     parent_names: set[str] = field(default_factory=lambda: {TARGET})
     helpers: set[str] = field(default_factory=set)  # comparing helpers defined in the parent
+    trust: Trust = field(default_factory=lambda: Trust(PARENT_OBJECTS))
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Scope:
-    parent_names: frozenset[str]  # names whose value the parent holds (target, unpacked names, comp. vars)
-    visible: frozenset[str]  # names the parent can resolve to its own objects (np, builtins, helpers)
+    parent_names: frozenset[str]  # names whose value only the parent holds (target, unpacked names, comp. vars)
     helpers: frozenset[str]
+    trust: Trust  # which names hold model-independent values (the parent computes them itself)
     shadowed: frozenset[str] = frozenset()  # function locals of an inlined test function
 
 
-def split_step(test_cases: Sequence[str], step: str = "") -> StepPlan:
-    """The plan of a step: one :class:`TestPlan` per official test case. Raises :class:`SplitError`."""
-    state = _StepState()
-    tests = tuple(_split_test(code, number, state, step) for number, code in enumerate(test_cases, 1))
-    return StepPlan(step=str(step), tests=tests)
+def split_step(test_cases: Sequence[str], step: str = "", *, code_names: frozenset[str] = frozenset()) -> StepPlan:
+    """The plan of a step: one :class:`TestPlan` per official test case. Raises :class:`SplitError`.
+
+    ``code_names`` are the module-level names the child's code binds before the tests
+    (:func:`names_bound_by`): a builtin it rebinds (``from math import *`` rebinds ``pow``) is the
+    child's in the test text too, as upstream runs it. ``np``, ``math``, ``cmath`` and the comparison
+    helpers stay the parent's: its comparisons use its own."""
+    shadowed = (PARENT_OBJECTS if "*" in code_names else frozenset(code_names)) - frozenset(PARENT_MODULES) \
+        - frozenset(CMP_HELPERS)
+    state = _StepState(trust=Trust(PARENT_OBJECTS - shadowed))
+    split = [_split_test(code, number, state, step) for number, code in enumerate(test_cases, 1)]
+    kept, dropped = _child_keeps([piece for _, pieces in split for piece in pieces])
+    tests = [dataclasses.replace(test, child=_render(pieces, kept)) for test, pieces in split]
+    return StepPlan(step=str(step), tests=_prune(tests, forced=dropped))
+
+
+def names_bound_by(*sources: str) -> frozenset[str]:
+    """The module-level names ``sources`` bind (the problem's dependencies, earlier steps' code, the step's
+    code); ``"*"`` among them when a star import binds names nobody lists. A source that does not parse
+    binds nothing (its script fails anyway)."""
+    names: set[str] = set()
+    for source in sources:
+        try:
+            tree = ast.parse(source or "")
+        except (SyntaxError, ValueError):
+            continue
+        for stmt in tree.body:
+            names |= bound_names(stmt)
+    return frozenset(names)
 
 
 def _where(step: str, test: int) -> str:
     return f"step {step} test {test}" if step else f"test {test}"
 
 
-def _split_test(code: str, test: int, state: _StepState, step: str) -> TestPlan:
+def _scope(state: _StepState) -> _Scope:
+    return _Scope(frozenset(state.parent_names), frozenset(state.helpers), state.trust)
+
+
+def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[TestPlan, list["_Piece"]]:
     where = _where(step, test)
     try:
         tree = ast.parse(code)
     except SyntaxError as exc:
         raise SplitError(f"{where}: the test case does not parse ({exc})") from exc
     test_functions = _test_functions(tree, where)
-    child: list[str] = [f"\n# ---- test {test} ----\n{RUNTIME}.test({test})\n"]
-    parent: list[ParentStatement | AssertPlan] = []
+    child: list[_Piece] = [_Piece(f"\n# ---- test {test} ----\n{RUNTIME}.test({test})\n")]
+    parent: list[Any] = []
     counter = [0]
 
-    def add_assert(node: ast.Assert, scope: _Scope, indent: str) -> str:
+    def add_assert(node: ast.Assert, scope: _Scope, parts: list) -> str:
         counter[0] += 1
-        plan, block = _split_assert(node, test, counter[0], scope, where, indent)
-        parent.append(plan)
+        plan, block = _split_assert(node, test, counter[0], scope, where)
+        parts.append(plan)
         return block
 
     for stmt in tree.body:
-        scope = _Scope(frozenset(state.parent_names), _visible(state), frozenset(state.helpers))
         if isinstance(stmt, ast.FunctionDef) and stmt.name in test_functions:
             continue  # emitted at its call
         if isinstance(stmt, ast.Expr) and _called_test_function(stmt, test_functions):
             fn = test_functions[stmt.value.func.id]
-            child.append(_inline_for_child(fn, scope, add_assert, where) + "\n")
-            child.append(_segment(code, stmt) + "\n")
+            piece, scope_part = _inline_test_function(fn, state, add_assert, where)
+            child.append(piece)
+            child.append(_Piece(_segment(code, stmt) + "\n"))
+            parent.append(scope_part)
             continue
         if isinstance(stmt, ast.Assert):
-            child.append(add_assert(stmt, scope, ""))
+            child.append(_Piece(add_assert(stmt, _scope(state), parent)))
             continue
         if any(isinstance(node, ast.Assert) for node in ast.walk(stmt)):
             raise SplitError(f"{where}: line {stmt.lineno}: an assert inside a `{type(stmt).__name__.lower()}` "
                              "block is not supported (only at the top level of a test case or of a test function)")
-        free = _free_names(stmt)
-        bound = _bound_names(stmt)
-        if isinstance(stmt, ast.FunctionDef) and _is_comparing_helper(stmt, state):
-            source = _segment(code, stmt)
-            child.append(source + "\n")
-            parent.append(ParentStatement(source))
-            state.helpers.add(stmt.name)
-            state.parent_names.discard(stmt.name)
-            continue
-        uses_parent = free & state.parent_names
-        if uses_parent:
-            outside = free - state.parent_names - _visible(state)
-            if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or outside:
-                raise SplitError(
-                    f"{where}: line {stmt.lineno}: `{_short(ast.unparse(stmt))}` uses "
-                    f"{', '.join(sorted(uses_parent))} (the parent's) together with "
-                    f"{', '.join(sorted(outside)) or 'a construct'} the parent cannot evaluate")
-            parent.append(ParentStatement(_segment(code, stmt)))
-            state.parent_names |= bound
-            state.helpers -= bound
-            continue
-        child.append(_segment(code, stmt) + "\n")
-        state.parent_names -= bound
+        _split_statement(stmt, _segment(code, stmt), state, where, child, parent)
+    child.append(_Piece(f"{RUNTIME}.end({test})\n"))
+    return TestPlan(number=test, child="", parent=tuple(parent)), child
+
+
+def _split_statement(stmt: ast.stmt, source: str, state: _StepState, where: str, child: list, parent: list) -> None:
+    """A top-level statement other than an assertion: the child's, the parent's, or both."""
+    free = _free_names(stmt)
+    bound = bound_names(stmt)
+    if isinstance(stmt, ast.FunctionDef) and _is_comparing_helper(stmt, state):
+        child.append(_Piece(source + "\n"))
+        parent.append(ParentStatement(source))
+        state.helpers.add(stmt.name)
+        state.parent_names.discard(stmt.name)
+        state.trust.bind_parent(stmt.name)
+        return
+    uses_parent = free & state.parent_names
+    if uses_parent:
+        outside = {name for name in free - state.parent_names if not state.trust.name(name)}
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or outside or taint.forbidden(stmt):
+            raise SplitError(
+                f"{where}: line {stmt.lineno}: `{_short(ast.unparse(stmt))}` uses "
+                f"{', '.join(sorted(uses_parent))} (the parent's) together with "
+                f"{', '.join(sorted(outside)) or 'a construct'} the parent cannot evaluate")
+        parent.append(ParentStatement(source))
+        state.parent_names |= bound
         state.helpers -= bound
-    child.append(f"{RUNTIME}.end({test})\n")
-    return TestPlan(number=test, child="".join(child), parent=tuple(parent))
+        state.trust.untrust(bound)  # the parent's alone: the child never has them
+        return
+    state.parent_names -= bound
+    state.helpers -= bound
+    part = _trusted_part(stmt, source, state.trust)
+    child.append(_Piece(source + "\n", part=part))
+    if part is not None:
+        parent.append(part)
 
 
-def _visible(state: _StepState) -> frozenset[str]:
-    return frozenset(PARENT_MODULES) | BUILTIN_NAMES | frozenset(CMP_HELPERS) | frozenset(state.helpers)
+def _trusted_part(stmt: ast.stmt, source: str, trust: Trust) -> TrustedStatement | None:
+    """Follow ``stmt`` (which the child runs) in the analysis; the parent's copy of it when it does not
+    depend on the model's code."""
+    bound = bound_names(stmt)
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        effect, names = taint.import_effect(stmt, frozenset(CMP_HELPERS))
+        if effect == "parent":  # `import numpy as np`, the cmp helpers: the parent has its own
+            for name in names:
+                trust.reset(name)
+            return None
+        if effect == "run":
+            trust.bind(stmt, names)
+            return TrustedStatement(source, binds=frozenset(names))
+        trust.untrust(names)
+        return None
+    reads = _free_names(stmt)
+    if trust.statement(stmt):
+        touches = trust.closure(reads) if taint.may_mutate(stmt) else set()
+        calls = frozenset(reads) if trust.deferred(stmt) else frozenset()
+        trust.bind(stmt, bound)
+        return TrustedStatement(source, binds=frozenset(bound), reads=frozenset(reads), touches=frozenset(touches),
+                                calls=calls)
+    trust.expose(reads)  # the child's code read them: it may have changed them in place
+    trust.untrust(bound)
+    return None
 
 
 def _segment(code: str, node: ast.stmt) -> str:
@@ -370,6 +361,117 @@ def _segment(code: str, node: ast.stmt) -> str:
 def _short(text: str, limit: int = 160) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---- what the child keeps ----------------------------------------------------------------------
+
+
+@dataclass
+class _Piece:
+    """A piece of a test's child code: text, or an inlined test function (its node and its body's pieces).
+    ``part`` is set for a statement that depends on no model code: the parent computes what it binds, and
+    the child runs it only when its own code needs the names."""
+    source: str
+    part: TrustedStatement | None = None
+    function: tuple[ast.FunctionDef, list["_Piece"]] | None = None
+
+    def reads(self) -> set[str]:
+        if self.function is not None:
+            return {self.function[0].name}
+        return _free_names(ast.parse(self.source)) if self.source.strip() else set()
+
+
+def _child_keeps(pieces: list[_Piece]) -> tuple[set[int], set[int]]:
+    """The ids of the pieces the child runs, and of the parent's statements it does without: all but
+    model-independent statements binding names no other child code reads (78.1's ``expected_output``:
+    only the parent's assertion needs it, so a child cannot read it from the test's frame and return it).
+    Flow-insensitive over the step: a name read anywhere keeps every statement that binds or changes it.
+    The parent runs what the child does without, needed or not (an error in it fails the test, as
+    upstream)."""
+    flat: list[_Piece] = []
+    for piece in pieces:
+        flat.extend([piece, *piece.function[1]] if piece.function else [piece])
+    reads = {id(piece): piece.reads() for piece in flat}
+    kept = {id(piece) for piece in flat}
+    changed = True
+    while changed:
+        changed = False
+        for piece in flat:
+            if piece.part is None or not piece.part.binds or id(piece) not in kept:
+                continue
+            others = set().union(*(reads[i] for i in kept if i != id(piece)))
+            if not (piece.part.binds | piece.part.touches) & others:
+                kept.discard(id(piece))
+                changed = True
+    return kept, {id(piece.part) for piece in flat if id(piece) not in kept}
+
+
+def _render(pieces: list[_Piece], kept: set[int]) -> str:
+    out = []
+    for piece in pieces:
+        if piece.function is not None:
+            fn, body = piece.function
+            statements = [node for inner in body if id(inner) in kept for node in ast.parse(inner.source).body]
+            new_fn = copy.copy(fn)
+            new_fn.body = statements or [ast.Pass()]
+            out.append(ast.unparse(ast.fix_missing_locations(new_fn)) + "\n")
+        elif id(piece) in kept:
+            out.append(piece.source)
+    return "".join(out)
+
+
+# ---- what the parent keeps ---------------------------------------------------------------------
+
+
+def _prune(tests: list[TestPlan], forced: set[int] = frozenset()) -> tuple[TestPlan, ...]:
+    """Drop the parent's copies of model-independent statements that no parent-side part needs and the
+    child runs anyway (``forced``: the ids of those the child does without): a step's setup is computed
+    twice only where an operand depends on it."""
+    calls: dict[str, set[str]] = {}
+    for test in tests:
+        for part in _flat(test.parent):
+            if isinstance(part, TrustedStatement) and part.calls:
+                for name in part.binds:
+                    calls.setdefault(name, set()).update(part.calls)
+    needed: set[str] = set()
+    kept = []
+    for test in reversed(tests):
+        parts, needed = _prune_parts(test.parent, needed, calls, forced)
+        kept.append(dataclasses.replace(test, parent=parts))
+    return tuple(reversed(kept))
+
+
+def _prune_parts(parts: Sequence, needed: set[str], calls: dict[str, set[str]],
+                 forced: set[int]) -> tuple[tuple, set[str]]:
+    """Backwards over ``parts``: those to keep, and the names needed before them."""
+    kept: list = []
+    for part in reversed(parts):
+        if isinstance(part, TrustedStatement):
+            if not (part.binds & needed or part.touches & needed or id(part) in forced):
+                continue
+            needed = (needed - part.binds) | _with_calls(part.reads, calls)
+        elif isinstance(part, FunctionScope):
+            inner, inner_needed = _prune_parts(part.parts, needed - part.local, calls, forced)
+            part = dataclasses.replace(part, parts=inner)
+            needed = needed | (inner_needed - part.local)
+        elif isinstance(part, AssertPlan):
+            needed = needed | _with_calls(_free_names(ast.parse(part.expression, mode="eval")) - {LEAF_FN}, calls)
+        else:
+            statement = ast.parse(part.source).body[0]
+            needed = (needed - bound_names(statement)) | _with_calls(_free_names(statement), calls)
+        kept.append(part)
+    return tuple(reversed(kept)), needed
+
+
+def _with_calls(names, calls: dict[str, set[str]]) -> set[str]:
+    """``names`` and, for the functions among them, the globals they read when called (transitively)."""
+    out, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.add(name)
+            todo.extend(calls.get(name, ()))
+    return out
 
 
 # ---- test functions (def test_case_N(): ... assert ...; test_case_N()) -------------------------
@@ -416,26 +518,35 @@ def _function_locals_args(fn: ast.FunctionDef) -> bool:
     return bool(args.posonlyargs or args.args or args.kwonlyargs or args.vararg or args.kwarg)
 
 
-def _inline_for_child(fn: ast.FunctionDef, scope: _Scope, add_assert, where: str) -> str:
-    """The child's version of a test function: each assert replaced by its operand block."""
-    local = _function_locals(fn)
-    if TARGET in _free_names(fn) or _free_names(fn) & scope.parent_names:
+def _inline_test_function(fn: ast.FunctionDef, state: _StepState, add_assert, where: str) -> tuple["_Piece", FunctionScope]:
+    """The child's version of a test function (each assert replaced by its operand block) and the
+    parent's (its model-independent statements and its assertions, in a scope of their own)."""
+    local = taint.function_locals(fn)
+    free = _free_names(fn)
+    if TARGET in free or free & state.parent_names:
         raise SplitError(f"{where}: test function {fn.name} uses the parent's names "
-                         f"({', '.join(sorted(_free_names(fn) & scope.parent_names))})")
-    inner = _Scope(frozenset(), scope.visible - local, scope.helpers - local, shadowed=frozenset(local))
-    body: list[ast.stmt] = []
+                         f"({', '.join(sorted(free & (state.parent_names | {TARGET})))})")
+    trust = state.trust.enter_function(local)
+    scope = _Scope(frozenset(), frozenset(state.helpers) - local, trust, shadowed=frozenset(local))
+    body: list[_Piece] = []
+    parts: list = []
     for stmt in fn.body:
         if isinstance(stmt, ast.Assert):
-            block = add_assert(stmt, inner, "")
-            body.extend(ast.parse(block).body)
-        else:
-            body.append(stmt)
-    new_fn = copy.copy(fn)
-    new_fn.body = body
-    return ast.unparse(ast.fix_missing_locations(new_fn))
+            body.append(_Piece(add_assert(stmt, scope, parts)))
+            continue
+        part = _trusted_part(stmt, ast.unparse(stmt), trust)
+        body.append(_Piece(ast.unparse(stmt) + "\n", part=part))
+        if part is not None:
+            parts.append(part)
+    state.trust.leave_function(trust, local)
+    return _Piece("", function=(fn, body)), FunctionScope(fn.name, frozenset(local), tuple(parts))
 
 
 # ---- comparing helpers -----------------------------------------------------------------------
+
+
+def _visible(state: _StepState) -> frozenset[str]:
+    return frozenset(PARENT_MODULES) | BUILTIN_NAMES | frozenset(CMP_HELPERS) | frozenset(state.helpers)
 
 
 def _is_comparing_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
@@ -451,7 +562,7 @@ def _is_comparing_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
     allowed = _visible(state) | {fn.name}
     if not _free_names(fn) <= allowed:
         return False
-    params = _function_locals(fn) - _bound_names_in_body(fn)
+    params = taint.function_locals(fn) - _bound_names_in_body(fn)
     for node in ast.walk(fn):
         # a method call on an argument that is not a data method may call the model's objects
         # (30.3's wf.value): such a helper runs in the child
@@ -464,7 +575,7 @@ def _is_comparing_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
         if isinstance(node, ast.Compare):
             return True
         if isinstance(node, ast.Call):
-            name = _canonical(_dotted(node.func))
+            name = canonical(dotted(node.func))
             if name in COMPARISON_CALLS or name in helpers:
                 return True
     return False
@@ -473,7 +584,7 @@ def _is_comparing_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
 def _bound_names_in_body(fn: ast.FunctionDef) -> set[str]:
     names: set[str] = set()
     for stmt in fn.body:
-        names |= _bound_names(stmt)
+        names |= bound_names(stmt)
     return names
 
 
@@ -481,20 +592,21 @@ def _bound_names_in_body(fn: ast.FunctionDef) -> set[str]:
 
 
 class _AssertSplitter:
-    def __init__(self, scope: _Scope, where: str):
+    def __init__(self, scope: _Scope, where: str, exposed: frozenset[str] = frozenset()):
         self.scope = scope
         self.where = where
+        self.exposed = exposed  # model-independent until this assertion, whose child-side operands read them
         self.leaves: list[ast.expr] = []
 
     # which nodes the parent evaluates as comparisons
     def call_name(self, node: ast.Call) -> str | None:
-        name = _dotted(node.func)
+        name = dotted(node.func)
         if name is None:
             return None
         head = name.split(".")[0]
         if head in self.scope.shadowed:  # a local of a test function that shadows np/a helper
             return None
-        return _canonical(name)
+        return canonical(name)
 
     def is_comparison(self, node: ast.AST, comp_scope: frozenset[str]) -> bool:
         if isinstance(node, (ast.Compare, ast.BoolOp)):
@@ -549,37 +661,33 @@ class _AssertSplitter:
             if gen.is_async:
                 raise SplitError(f"{self.where}: async comprehensions are not supported")
             iterable = self.transform(gen.iter, comp_scope if number == 0 else inner)
-            inner = inner | frozenset(_target_names(gen.target))
+            inner = inner | frozenset(target_names(gen.target))
             ifs = [self.transform(cond, inner) for cond in gen.ifs]
             generators.append(ast.comprehension(target=gen.target, iter=iterable, ifs=ifs, is_async=0))
         return type(node)(elt=self.transform(node.elt, inner), generators=generators)
 
     def operand(self, node: ast.expr, comp_scope: frozenset[str]) -> ast.expr:
-        """An operand: the child's value, or, when it needs the parent's names, evaluated in the parent."""
+        """An operand: computed by the parent when it does not depend on the model's code or needs the
+        parent's names, else the child's value."""
         for inner in ast.walk(node):
             if isinstance(inner, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
                 raise SplitError(f"{self.where}: `{_short(ast.unparse(node))}` uses "
                                  f"{type(inner).__name__}, which cannot be split")
-        free = _free_names(node)
-        parent_refs = free & (self.scope.parent_names | comp_scope)
-        if not parent_refs:
-            return node if _is_constant(node) else self.leaf(node)
         return self.mixed(node, comp_scope)
 
+    def parent_computes(self, node: ast.expr) -> bool:
+        """Whether ``node`` does not depend on the model's code (the parent computes it from the test text)."""
+        return not (_free_names(node) & self.exposed) and self.scope.trust.expression(node)
+
     def mixed(self, node: ast.expr, comp_scope: frozenset[str]) -> ast.expr:
-        """An operand that needs the parent's names: the parent evaluates it, the child sends its
-        largest parts that need none (``target[idx]``: ``idx`` from the child)."""
+        """The parent evaluates ``node``; its largest parts that depend on the model's code and need none
+        of the parent's names come from the child (``target[idx]``: ``idx`` from the child)."""
         free = _free_names(node)
         if not free & (self.scope.parent_names | comp_scope):
-            if _is_constant(node) or (isinstance(node, (ast.Name, ast.Attribute))
-                                      and free <= self.scope.visible and _dotted(node) is not None):
-                return node
-            if isinstance(node, ast.Name) or not free <= self.scope.visible:
-                return self.leaf(node)
-            return node  # e.g. np.pi: the parent's own modules
+            return node if self.parent_computes(node) else self.leaf(node)
         if isinstance(node, ast.Call):
             func_free = _free_names(node.func)
-            if not func_free & (self.scope.parent_names | comp_scope) and not func_free <= self.scope.visible:
+            if not func_free & (self.scope.parent_names | comp_scope) and not self.parent_computes(node.func):
                 raise SplitError(f"{self.where}: `{_short(ast.unparse(node))}` calls "
                                  f"{_short(ast.unparse(node.func))} (the child's) on the parent's values")
         if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
@@ -604,23 +712,29 @@ class _AssertSplitter:
                         args=[ast.Constant(value=len(self.leaves))], keywords=[])
 
 
-def _is_constant(node: ast.AST) -> bool:
-    return all(isinstance(inner, _CONSTANT_NODES) for inner in ast.walk(node))
-
-
-def _split_assert(node: ast.Assert, test: int, number: int, scope: _Scope, where: str,
-                  indent: str) -> tuple[AssertPlan, str]:
-    splitter = _AssertSplitter(scope, f"{where} line {node.lineno}")
-    expression = splitter.transform(copy.deepcopy(node.test))
+def _split_assert(node: ast.Assert, test: int, number: int, scope: _Scope, where: str) -> tuple[AssertPlan, str]:
+    """The parent's assertion and the child's operand block. An operand the child evaluates may run the
+    model's code on the test's values: what may share their objects is the child's too, in this assertion
+    (as upstream evaluates it) and after it."""
+    exposed: frozenset[str] = frozenset()
+    while True:
+        splitter = _AssertSplitter(scope, f"{where} line {node.lineno}", exposed)
+        expression = splitter.transform(copy.deepcopy(node.test))
+        read = set().union(*(_free_names(leaf) for leaf in splitter.leaves))
+        reached = scope.trust.closure(read)
+        if reached <= exposed:
+            break
+        exposed = exposed | reached
+    scope.trust.expose(read)
     expression = ast.unparse(ast.fix_missing_locations(expression))
     leaves = tuple(Leaf(k, ast.unparse(leaf)) for k, leaf in enumerate(splitter.leaves, 1))
     message = node.msg.value if isinstance(node.msg, ast.Constant) and isinstance(node.msg.value, str) else None
     plan = AssertPlan(number=number, source=ast.unparse(node), expression=expression, leaves=leaves,
                       message=message)
-    return plan, _operand_block(test, number, leaves, indent)
+    return plan, _operand_block(test, number, leaves)
 
 
-def _operand_block(test: int, number: int, leaves: tuple[Leaf, ...], indent: str) -> str:
+def _operand_block(test: int, number: int, leaves: tuple[Leaf, ...]) -> str:
     lines = []
     for leaf in leaves:
         ids = f"{test}, {number}, {leaf.number}"
@@ -628,11 +742,12 @@ def _operand_block(test: int, number: int, leaves: tuple[Leaf, ...], indent: str
                   f"except Exception as {LEAF_EXC}:", f"    {RUNTIME}.raised({ids}, {LEAF_EXC})",
                   f"else:", f"    {RUNTIME}.value({ids}, {LEAF_VALUE})"]
     lines.append(f"{RUNTIME}.reached({test}, {number})")
-    return "".join(f"{indent}{line}\n" for line in lines)
+    return "".join(f"{line}\n" for line in lines)
 
 
 # ----------------------------------------------------------------------------------------------
 # the child's runtime
+
 
 
 CHILD_RUNTIME = '''\
@@ -694,55 +809,20 @@ def child_runtime(channel: int | str, *, max_bytes: int = codec.DEFAULT_MAX_BYTE
 
 # The child needs what upstream's script gives the tests: `scicode.compare.cmp` (test text imports it,
 # and child-side helpers may call it) and scipy's removed `simps` (problems 2 and 28).
-CHILD_PREAMBLE = '''\
-import sys as _agentbench_sys, types as _agentbench_types, importlib.util as _agentbench_util
-
-
-def _agentbench_load(name, path):
-    spec = _agentbench_util.spec_from_file_location(name, path)
-    module = _agentbench_util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_agentbench_cmp = _agentbench_load("scicode.compare.cmp", {compare_path!r})
-for _agentbench_name in ("scicode", "scicode.compare"):
-    _agentbench_sys.modules.setdefault(_agentbench_name, _agentbench_types.ModuleType(_agentbench_name))
-_agentbench_sys.modules["scicode.compare.cmp"] = _agentbench_cmp
-_agentbench_sys.modules["scicode"].compare = _agentbench_sys.modules["scicode.compare"]
-_agentbench_sys.modules["scicode.compare"].cmp = _agentbench_cmp
-try:
-    import scipy.integrate as _agentbench_integrate
-except ImportError:
-    pass
-else:
-    if not hasattr(_agentbench_integrate, "simps"):
-        def _agentbench_simps(y, x=None, dx=1.0, axis=-1, even=None):
-            return _agentbench_integrate.simpson(y, x=x, dx=dx, axis=axis)
-        _agentbench_integrate.simps = _agentbench_simps
-del _agentbench_load, _agentbench_name, _agentbench_cmp
-'''
-
-
-def section(title: str, body: str) -> str:
-    return f"\n# ---- {title} ----\n{body.rstrip()}\n"
 
 
 def build_child_script(plan: StepPlan, *, dependencies: str, previous_code: Sequence[str], code: str,
-                       channel: int | str, max_bytes: int = codec.DEFAULT_MAX_BYTES, prelude: str = "",
-                       epilogue: str = "") -> str:
-    """The whole child script of a step: shims, the operand runtime, ``prelude`` (e.g. a tamper guard),
-    the problem's dependencies, the earlier steps' code, the step's code, every test's child code, then
-    ``epilogue``. No target, no comparison."""
-    parts = [CHILD_PREAMBLE.format(compare_path=COMPARE_PATH),
-             child_runtime(channel, max_bytes=max_bytes), prelude,
-             section("dependencies", dependencies)]
+                       channel: int | str, max_bytes: int = codec.DEFAULT_MAX_BYTES) -> str:
+    """The whole child script of a step: the shims every SciCode script gets (``script.SHIMS``: the
+    comparison helpers under the name the tests import, scipy's removed ``simps``), the operand runtime,
+    the problem's dependencies, the earlier steps' code, the step's code, then every test's child code.
+    No target, no comparison."""
+    parts = [script.SHIMS, child_runtime(channel, max_bytes=max_bytes),
+             script.section("dependencies", dependencies)]
     for number, earlier in enumerate(previous_code, 1):
-        parts.append(section(f"earlier step {number}", earlier))
-    parts.append(section(f"step {plan.step}", code))
+        parts.append(script.section(f"earlier step {number}", earlier))
+    parts.append(script.section(f"step {plan.step}", code))
     parts.append(plan.child_source())
-    if epilogue:
-        parts.append("\n" + epilogue)
     return "".join(parts)
 
 
@@ -761,9 +841,10 @@ FAILURE_KINDS = {
     "assertion": "an assertion is false in the parent",
     "operand_error": "evaluating an operand the parent needs raised in the child",
     "unencodable": "an operand the parent needs could not be encoded",
-    "error": "evaluating the assertion (or a target statement) raised in the parent",
+    "error": "evaluating the assertion (or a statement of the test text) raised in the parent",
     "stopped": "the child stopped (crash, exit, limit) before the test's end",
     "protocol": "the child's operand data is malformed",
+    "limit": "the parent's comparisons ran over their time or memory limit",
 }
 
 
@@ -778,6 +859,15 @@ class StepOutcome:
     @property
     def message(self) -> str:
         return self.failure.message if self.failure else ""
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "StepOutcome":
+        failure = data.get("failure")
+        return cls(passed=bool(data["passed"]), tests=int(data["tests"]), tests_passed=int(data["tests_passed"]),
+                   failure=Failure(**failure) if failure else None, stream_error=data.get("stream_error"))
 
 
 class _OperandError(Exception):
@@ -796,12 +886,69 @@ class _Received:
     ended: set = field(default_factory=set)
 
 
-def parent_namespace() -> dict[str, Any]:
-    """A fresh namespace for a step's parent side: genuine numpy, math, cmath and the cmp helpers."""
+class BroadcastMismatch(Exception):
+    """A comparison whose two operands broadcast to a shape with another number of elements than the larger
+    of them: an empty array (numpy calls it close to anything: the broadcast is empty, and ``all`` of
+    nothing is True, so code returning ``np.empty((0, 1))`` would pass every ``np.allclose(x, target)``),
+    or a small array that blows up against the target (``(8000, 1, 1)`` against ``(10001, 2)``). Genuine
+    code returns the target's shape. Not a ValueError: the helpers of compare.py fall back to ``==`` on those."""
+
+
+# numpy's comparisons that broadcast their two operands: checked in the parent (BroadcastMismatch)
+GUARDED_NUMPY = ("allclose", "isclose", "array_equiv")
+
+
+def _guarded(function, label: str, numpy):
+    def compare(a, b, *args, **kwargs):
+        try:
+            shapes = (numpy.shape(a), numpy.shape(b))
+            joint = numpy.broadcast_shapes(*shapes)
+        except Exception:  # ragged, odd or incompatible values: numpy itself decides, as upstream
+            return function(a, b, *args, **kwargs)
+        sizes = [math.prod(shape) for shape in shapes]
+        if math.prod(joint) != max(sizes):
+            why = "an empty operand is close to anything" if 0 in sizes else "larger than either"
+            raise BroadcastMismatch(f"{label} compared shapes {shapes[0]} and {shapes[1]}, which broadcast to "
+                                    f"{joint}: {why}")
+        return function(a, b, *args, **kwargs)
+
+    compare.__name__ = compare.__qualname__ = function.__name__
+    return compare
+
+
+def parent_numpy():
+    """numpy as the parent's comparisons see it: genuine, but ``allclose``/``isclose``/``array_equiv`` refuse
+    operands that broadcast to another number of elements than the larger one has (:class:`BroadcastMismatch`).
+    A fresh module object per call."""
+    import types  # why: only the parent's evaluation builds this module
     import numpy  # why: only the parent's evaluation needs numpy; building plans and scripts does not
 
-    from . import compare  # why: it imports numpy at its top, as above
+    guarded = types.ModuleType("numpy", numpy.__doc__)
+    guarded.__dict__.update(vars(numpy))
+    for name in GUARDED_NUMPY:
+        setattr(guarded, name, _guarded(getattr(numpy, name), f"np.{name}", numpy))
+    return guarded
 
+
+def parent_compare(numpy_module):
+    """A fresh copy of compare.py whose helpers compare with ``numpy_module`` (``cmp_tuple_or_list`` and
+    ``are_dicts_close`` call ``np.allclose`` element by element)."""
+    import importlib.util  # why: only the parent's evaluation loads this copy
+
+    from . import compare  # why: it imports numpy at its top
+
+    spec = importlib.util.spec_from_file_location("agentbench_parent_compare", compare.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.np = numpy_module
+    return module
+
+
+def parent_namespace() -> dict[str, Any]:
+    """A fresh namespace for a step's parent side: numpy (:func:`parent_numpy`), math, cmath and the cmp
+    helpers."""
+    numpy = parent_numpy()
+    compare = parent_compare(numpy)
     ns: dict[str, Any] = {"__builtins__": builtins, "__name__": "agentbench_parent",
                           "np": numpy, "numpy": numpy, "math": math, "cmath": cmath}
     for name in CMP_HELPERS:
@@ -849,14 +996,54 @@ def read_stream(stream: bytes, plan: StepPlan, *, max_bytes: int = codec.DEFAULT
     return received, stream_error, None
 
 
-def evaluate(plan: StepPlan, stream: bytes, targets: Sequence, *,
-             max_bytes: int = codec.DEFAULT_MAX_BYTES) -> StepOutcome:
-    """Evaluate every test's assertions in this (trusted) process.
+def evaluate(plan: StepPlan, stream: bytes, targets: Sequence, *, max_bytes: int = codec.DEFAULT_MAX_BYTES,
+             limits: Limits | None = None) -> StepOutcome:
+    """Evaluate every test's assertions in a trusted process, bounded by ``limits`` (its timeout and
+    memory: by default those of a step, ``Limits()``).
 
-    ``stream`` is everything the child wrote to its channel, ``targets`` one value per test (from
-    the h5). Tests run in order in one namespace; the first failing test ends the evaluation, as
-    upstream's script stops at the first failing assert.
-    """
+    ``stream`` is everything the child wrote to its channel, ``targets`` one value per test (from the
+    h5). The operands are hostile data within the operand cap (arrays that broadcast to huge ones,
+    structures that make a comparing helper slow): the decoding and the comparisons run in a forked
+    copy of this process with a time limit and a memory budget, which hands back only the outcome.
+    Running over either fails the step with the reason. No model code ever runs there: operands are
+    data, and the statements it runs are the test text's own."""
+    n = len(plan.tests)
+    if len(targets) < n:
+        raise ValueError(f"step {plan.step}: {len(targets)} targets for {n} tests")
+    limits = limits or Limits()
+    parent_namespace()  # numpy and the helpers imported once here, not in every bounded copy
+
+    def work(report):
+        return evaluate_here(plan, stream, targets, max_bytes=max_bytes, progress=report).to_json()
+
+    bounded = run_bounded(work, timeout=limits.timeout, memory=limits.memory)
+    if bounded.ended == "ok":
+        return StepOutcome.from_json(bounded.result)
+    return _over_limit(bounded, limits, n)
+
+
+def _over_limit(bounded: Bounded, limits: Limits, n: int) -> StepOutcome:
+    """The outcome of a bounded evaluation that did not finish: the test it was in fails with the reason."""
+    test = max([r["test"] for r in bounded.reports if isinstance(r.get("test"), int)] or [1])
+    where = f"(test {test} of {n})"
+    if bounded.ended == "time":
+        what = f"comparisons exceeded the time limit of {limits.timeout:g} s (--bench-timeout)"
+    elif bounded.ended == "memory":
+        what = (f"comparisons exceeded the memory limit of {limits.memory / GiB:g} GiB (--bench-memory-limit)"
+                if limits.memory else "comparisons ran out of memory")
+    elif bounded.ended == "error":
+        what = f"comparisons failed: {bounded.why}"
+    else:
+        what = f"comparisons ended without a verdict ({bounded.ended})"
+    return StepOutcome(False, n, test - 1, Failure(test, "limit", f"{what} {where}"))
+
+
+def evaluate_here(plan: StepPlan, stream: bytes, targets: Sequence, *, max_bytes: int = codec.DEFAULT_MAX_BYTES,
+                  progress=None) -> StepOutcome:
+    """:func:`evaluate` without its bounds, in this process (``progress({"test": k})`` as each test starts).
+
+    Tests run in order in one namespace; the first failing test ends the evaluation, as upstream's
+    script stops at the first failing assert. A MemoryError is not a test's failure: it propagates."""
     import numpy  # why: only the parent's evaluation needs numpy; building plans and scripts does not
 
     n = len(plan.tests)
@@ -868,6 +1055,8 @@ def evaluate(plan: StepPlan, stream: bytes, targets: Sequence, *,
                                                                f"data ({protocol})"), stream_error)
     ns = parent_namespace()
     for test in plan.tests:
+        if progress is not None:
+            progress({"test": test.number})
         where = f"(test {test.number} of {n})"
         failure = None
         ns[TARGET] = targets[test.number - 1]
@@ -876,10 +1065,8 @@ def evaluate(plan: StepPlan, stream: bytes, targets: Sequence, *,
             if test.number not in received.started:
                 failure = Failure(test.number, "stopped", f"the scoring process stopped before test {test.number} "
                                                           f"{where}")
-            for part in test.parent if failure is None else ():
-                failure = _run_part(part, test, received, ns, where)
-                if failure is not None:
-                    break
+            else:
+                failure = _run_parts(test.parent, test, received, ns, where)
             if failure is None and test.number not in received.ended:
                 failure = Failure(test.number, "stopped", f"the scoring process stopped after the last assertion "
                                                           f"of test {test.number} {where}")
@@ -888,14 +1075,34 @@ def evaluate(plan: StepPlan, stream: bytes, targets: Sequence, *,
     return StepOutcome(True, n, n, None, stream_error)
 
 
-def _run_part(part, test: TestPlan, received: _Received, ns: dict, where: str) -> Failure | None:
+def _run_parts(parts: Sequence, test: TestPlan, received: _Received, ns: dict, where: str) -> Failure | None:
+    for part in parts:
+        if isinstance(part, FunctionScope):
+            failure = _run_parts(part.parts, test, received, dict(ns), where)  # its locals stay local
+        elif isinstance(part, AssertPlan):
+            failure = _run_assert(part, test, received, ns, where)
+        else:
+            failure = _run_statement(part, test, ns, where)
+        if failure is not None:
+            return failure
+    return None
+
+
+def _run_statement(part: ParentStatement | TrustedStatement, test: TestPlan, ns: dict, where: str) -> Failure | None:
     t = test.number
-    if isinstance(part, ParentStatement):
-        try:
-            exec(compile(part.source, f"<test {t}>", "exec"), ns)
-        except Exception as exc:
-            return Failure(t, "error", f"{_exception_text(exc)} {where}")
-        return None
+    try:
+        exec(compile(part.source, f"<test {t}>", "exec"), ns)
+    except MemoryError:
+        raise
+    except Exception as exc:
+        if isinstance(part, TrustedStatement):  # the test text itself raised: so does the child, as upstream
+            return Failure(t, "error", f"{_exception_text(exc)} (in `{_short(part.source, 120)}`) {where}")
+        return Failure(t, "error", f"{_exception_text(exc)} {where}")
+    return None
+
+
+def _run_assert(part: AssertPlan, test: TestPlan, received: _Received, ns: dict, where: str) -> Failure | None:
+    t = test.number
     if (t, part.number) not in received.reached:
         return Failure(t, "stopped", f"the scoring process stopped before assertion {part.number} of test {t} {where}")
 
@@ -921,6 +1128,10 @@ def _run_part(part, test: TestPlan, received: _Received, ns: dict, where: str) -
         if exc.kind == "unencodable":
             return Failure(t, exc.kind, f"cannot compare `{text}`: {exc.text} {where}")
         return Failure(t, exc.kind, f"the scoring process sent malformed operand data ({exc.text}: `{text}`) {where}")
+    except BroadcastMismatch as exc:
+        return Failure(t, "assertion", f"AssertionError: {exc} in `{_short(part.source, 200)}` {where}")
+    except MemoryError:
+        raise
     except Exception as exc:
         return Failure(t, "error", f"{_exception_text(exc)} {where}")
     finally:
@@ -936,6 +1147,7 @@ def _exception_text(exc: BaseException) -> str:
     return _short(text, 300)
 
 
-__all__ = ["SplitError", "Leaf", "AssertPlan", "ParentStatement", "TestPlan", "StepPlan", "StepOutcome", "Failure",
-           "FAILURE_KINDS", "split_step", "child_runtime", "build_child_script", "evaluate", "read_stream",
-           "parent_namespace"]
+__all__ = ["SplitError", "Leaf", "AssertPlan", "ParentStatement", "TrustedStatement", "FunctionScope", "TestPlan",
+           "StepPlan", "StepOutcome", "Failure", "FAILURE_KINDS", "split_step", "names_bound_by", "child_runtime",
+           "build_child_script", "evaluate", "evaluate_here", "read_stream", "parent_namespace", "parent_numpy",
+           "parent_compare", "BroadcastMismatch", "GUARDED_NUMPY"]
