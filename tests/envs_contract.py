@@ -60,6 +60,19 @@ def check_files(env, workspace: Path) -> None:
         raise AssertionError("reading a missing file must raise FileNotFoundError")
 
 
+def check_workspace_root(env, workspace: Path, root: str) -> None:
+    """An environment started with ``workdir=root``: commands start there, absolute paths under it are the
+    workspace's, and what the agent leaves there comes back with ``copy_out``."""
+    assert env.workdir == root
+    assert env.run("pwd; ls capsule/data", 10).stdout.split() == [root, "values.csv"]
+    assert env.read_file(f"{root}/capsule/data/values.csv") == b"1\n2\n3\n"
+    env.write_file(f"{root}/answers/report.json", "{}")
+    assert env.run(f"cat {root}/answers/report.json && echo made > {root}/made-at-root.txt", 10).stdout == "{}"
+    env.copy_out(workspace)
+    assert (workspace / "answers" / "report.json").read_text() == "{}"
+    assert (workspace / "made-at-root.txt").read_text() == "made\n"
+
+
 PYTHON_CASES = {
     "ok": "import numpy as np\nprint(float(np.arange(4).sum()))\n",
     "error": "print('before')\nraise ValueError('bad input')\n",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -62,9 +63,12 @@ def bench_model():
 '''
 
 
-def tiny_problems(**ground_truth: str) -> list[dict]:
-    """PROBLEMS with the ground-truth code of some steps replaced: tiny_problems(**{"3.1": code})."""
+def tiny_problems(categories: Sequence[str] = (), **ground_truth: str) -> list[dict]:
+    """PROBLEMS with the ground-truth code of some steps replaced: tiny_problems(**{"3.1": code}), and a
+    category per problem, in order, where ``categories`` are given (the official data has none)."""
     problems = copy.deepcopy(PROBLEMS)
+    for p, category in zip(problems, categories):
+        p["category"] = category
     for p in problems:
         for s in p["sub_steps"]:
             s["ground_truth_code"] = ground_truth.get(s["step_number"], s["ground_truth_code"])

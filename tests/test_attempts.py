@@ -1,8 +1,8 @@
 """Issue 12 items 1, 2, 4, 5: SciCode categories, run counts, repeated attempts, retried infrastructure failures."""
 from __future__ import annotations
 
-import copy
 import json
+import math
 import re
 from collections import Counter
 
@@ -11,10 +11,10 @@ import pytest
 from bench_runs import read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
 from pytest_agentbench.benchmarks.registry import get_benchmark
-from pytest_agentbench.report.attempts import pass_at_k, run_counts
+from pytest_agentbench.report.attempts import attempt_stats, pass_at_k, run_counts
 from pytest_agentbench.report.compare import compare
 from pytest_agentbench.report.summary import build_summary, render_markdown
-from scicode_builders import PROBLEMS, write_dataset
+from scicode_builders import MODEL_CONFTEST, tiny_problems, write_dataset
 
 
 def summary_of(pytester) -> dict:
@@ -29,16 +29,9 @@ def records_of(pytester) -> list[dict]:
 
 # ---------------------------------------------------------------- 1. categories
 
-def categorized() -> list[dict]:
-    problems = copy.deepcopy(PROBLEMS)
-    problems[0]["category"] = "physics"
-    problems[1]["category"] = "physics"
-    problems[2]["category"] = "chemistry"
-    return problems
-
-
 def test_categories_select_report_and_refuse_unknown_names(tiny, pytester, shared_data):
-    write_dataset(pytester.path, shared_data, problems=categorized())  # same folder as tiny's data
+    categorized = tiny_problems(categories=("physics", "physics", "chemistry"))
+    write_dataset(pytester.path, shared_data, problems=categorized)  # same folder as tiny's data
     only = tiny("--bench-category=chemistry", "--collect-only", "-q")
     assert only.ret == 0
     assert re.findall(r"scicode/\S+", only.stdout.str()) == ["scicode/3::3.1"]
@@ -109,6 +102,26 @@ def test_pass_at_k_estimator():
     assert pass_at_k(5, 0, 2) == 0.0 and pass_at_k(5, 5, 1) == 1.0
 
 
+def test_pass_at_k_standard_errors_over_attempts_by_hand():
+    """Two steps of one problem over 3 attempts: 1.1 passes on attempt 1 only, 1.2 on attempts 1 and 2."""
+    outcomes = {"1.1": [True, False, False], "1.2": [True, True, False]}
+    records = [{"task": "1", "id": step, "attempt": a + 1, "status": "pass" if ok else "fail"}
+               for step, oks in outcomes.items() for a, ok in enumerate(oks)]
+    per_attempt = {1: {"subproblem": 1.0}, 2: {"subproblem": 0.5}, 3: {"subproblem": 0.0}}
+    stats = attempt_stats(per_attempt, records)
+    item, task = stats["pass_at_k"]["item"], stats["pass_at_k"]["task"]
+    # pass@1 = (1/3 + 2/3) / 2 = 1/2; leaving out attempt 1, 2, 3: 1/4, 1/2, 3/4 -> sqrt(2/3 * 2/16) = sqrt(1/12),
+    # which is sd([1, 1/2, 0]) / sqrt(3), the headline metric's standard error
+    assert item["1"]["value"] == pytest.approx(0.5) and item["1"]["stderr"] == pytest.approx(math.sqrt(1 / 12))
+    assert stats["stderr"]["subproblem"] == pytest.approx(item["1"]["stderr"])
+    # pass@2 = (2/3 + 1) / 2 = 5/6; left out: 1/2, 1, 1 -> sqrt(2/3 * (1/9 + 1/36 + 1/36)) = 1/3
+    assert item["2"]["value"] == pytest.approx(5 / 6) and item["2"]["stderr"] == pytest.approx(1 / 3)
+    assert item["3"] == {"value": 1.0, "stderr": None, "n": 2}
+    # the problem is resolved on attempt 1 only: [pass, fail, fail]
+    assert [task[k]["value"] for k in "123"] == pytest.approx([1 / 3, 2 / 3, 1])
+    assert [task[k]["stderr"] for k in "12"] == pytest.approx([1 / 3, 2 / 3]) and task["3"]["stderr"] is None
+
+
 SIX = "def six():\n    return 6"
 
 
@@ -142,15 +155,26 @@ def test_three_attempts_of_a_model_right_once(bench, pytester, shared_data, tmp_
         assert result.ret == 1
         calls = server.count("/chat/completions")
         assert calls == 3
+        # standard errors over attempts, by hand: outcomes [fail, pass, fail].
+        # mean 1/3 ± sd([0, 1, 0]) / sqrt(3) = sqrt(1/3) / sqrt(3) = 1/3 (pass@1 and both headline metrics);
+        # pass@2 jackknife: leaving out attempt 1, 2, 3 gives pass@2 of [pass, fail] = 1, [fail, fail] = 0,
+        # [fail, pass] = 1: sqrt(2/3 * ((1/3)^2 + (2/3)^2 + (1/3)^2)) = 2/3; pass@3 uses every attempt: none
         result.stdout.fnmatch_lines(["main: mean over 3 attempts 33.3% ± 33.3% (standard error)",
-                                     "per task: pass@1 33.3% *, pass@2 66.7% *, pass@3 100.0% *",
-                                     "per item: pass@1 33.3% *, pass@2 66.7% *, pass@3 100.0% *"])
+                                     "subproblem: mean over 3 attempts 33.3% ± 33.3% (standard error)",
+                                     "per task: pass@1 33.3% ± 33.3%, pass@2 66.7% ± 66.7%, pass@3 100.0% ± n/a",
+                                     "per item: pass@1 33.3% ± 33.3%, pass@2 66.7% ± 66.7%, pass@3 100.0% ± n/a",
+                                     "(± standard error over the 3 attempts; pass@k's by the jackknife, "
+                                     "so pass@3 has none)"])
         first = json.loads((pytester.path / "reports/scicode/scripted/first/summary.json").read_text())
         stats = first["attempts"]
-        assert [stats["pass_at_k"]["item"][k]["value"] for k in "123"] == pytest.approx([1 / 3, 2 / 3, 1])
-        assert [stats["pass_at_k"]["task"][k]["value"] for k in "123"] == pytest.approx([1 / 3, 2 / 3, 1])
+        for unit in ("item", "task"):
+            assert [stats["pass_at_k"][unit][k]["value"] for k in "123"] == pytest.approx([1 / 3, 2 / 3, 1])
+            assert [stats["pass_at_k"][unit][k]["stderr"] for k in "12"] == pytest.approx([1 / 3, 2 / 3])
+            assert stats["pass_at_k"][unit]["3"]["stderr"] is None
         assert first["metrics"]["main"] == pytest.approx(1 / 3)
-        assert stats["stderr"]["main"] == pytest.approx(1 / 3)
+        assert stats["stderr"]["main"] == pytest.approx(1 / 3) and stats["stderr"]["subproblem"] == pytest.approx(1 / 3)
+        markdown = (pytester.path / "reports/scicode/scripted/first/summary.md").read_text()
+        assert "| per item | 33.3% ± 33.3% | 66.7% ± 66.7% | 100.0% ± n/a |" in markdown
         records = read_jsonl(pytester.path / "reports/scicode/scripted/first/steps.jsonl")
         assert sorted((r["attempt"], r["status"]) for r in records) == [(1, "fail"), (2, "pass"), (3, "fail")]
         assert [(i["id"], i["attempt"]) for i in first["items"]] == [("3.1", 1), ("3.1", 2), ("3.1", 3)]
@@ -183,38 +207,29 @@ def test_oracle_attempts_on_validation_data(bench, pytester):
     result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=3,4",
                    "--bench-attempts=3")
     assert result.ret == 0, result.stdout.str()[-3000:]
-    result.stdout.fnmatch_lines(["per task: pass@1 100.0% ± 0.0%, pass@2 100.0% ± 0.0%, pass@3 100.0% ± 0.0%",
-                                 "per item: pass@1 100.0% ± 0.0%, pass@2 100.0% ± 0.0%, pass@3 100.0% ± 0.0%"])
+    result.stdout.fnmatch_lines(["per task: pass@1 100.0% ± 0.0%, pass@2 100.0% ± 0.0%, pass@3 100.0% ± n/a",
+                                 "per item: pass@1 100.0% ± 0.0%, pass@2 100.0% ± 0.0%, pass@3 100.0% ± n/a"])
 
 
 # ---------------------------------------------------------------- 5. retries
 
-FLAKY_CONFTEST = '''
+# tiny's model (the ground truth, as BREAK_STEPS and ERROR_STEPS are empty), but the first answer to each step of
+# FLAKY_STEPS is a model-service failure; every call is logged in CALLS_FILE
+FLAKY_CONFTEST = MODEL_CONFTEST + '''
 import json
-import os
 from pathlib import Path
 
-import pytest
-
-class Flaky:
-    """Ground truth, but the first answer to each step of FLAKY_STEPS is a model-service failure."""
-    name = "flaky"
-    is_oracle = False
-
-    def answer_step(self, problem, index, previous_code):
-        step = problem["sub_steps"][index]
-        number = step["step_number"]
-        log = Path(os.environ["CALLS_FILE"])
-        calls = json.loads(log.read_text()) if log.exists() else []
-        calls.append(number)
-        log.write_text(json.dumps(calls))
-        if number in os.environ.get("FLAKY_STEPS", "").split(",") and calls.count(number) == 1:
-            raise ConnectionError("the model service is down")
-        return step["ground_truth_code"]
-
-@pytest.fixture(scope="session")
-def bench_model():
-    return Flaky()
+_answer = Mutant.answer_step
+def _flaky(self, problem, index, previous_code):
+    number = problem["sub_steps"][index]["step_number"]
+    log = Path(os.environ["CALLS_FILE"])
+    calls = json.loads(log.read_text()) if log.exists() else []
+    calls.append(number)
+    log.write_text(json.dumps(calls))
+    if number in os.environ.get("FLAKY_STEPS", "").split(",") and calls.count(number) == 1:
+        raise ConnectionError("the model service is down")
+    return _answer(self, problem, index, previous_code)
+Mutant.answer_step = _flaky
 '''
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import warnings
 from pathlib import Path
@@ -400,6 +401,80 @@ def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytes
     assert "/workspace/core-bench" in listing and "code" in listing and "data" in listing
     assert "REPRODUCING.md" not in listing and "environment" not in listing  # hard, applied in the container
     assert list(empty.iterdir()) == [] and not labelled_containers()
+
+
+# --------------------------------------------------------------------------- 7: the host environment at the root
+
+ROOT = "/workspace/core-bench"
+
+
+def _host_agent_run(pytester, tmp_path, server, run_id, *extra):
+    staged = tmp_path / "staged"
+    build_capsule_archive(staged, CID)
+    result = pytester.runpytest_subprocess(
+        "--bench=core-bench", "--bench-split=train", f"--bench-ids={CID}", "--model=agent-model",
+        f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
+        f"--bench-capsules-dir={staged}", "--bench-env=host", f"--bench-workspace-root={ROOT}",
+        f"--bench-report-dir={tmp_path / 'r'}", f"--bench-run-id={run_id}", "-p", "no:cacheprovider", *extra)
+    record = json.loads((tmp_path / "r" / "core-bench" / "agent-model" / run_id / "records.jsonl").read_text())
+    chats = [r["body"]["messages"] for r in server.requests if r["path"].endswith("/chat/completions")]
+    return result, record, chats
+
+
+def _answers():
+    return next(t for t in dataset.load_split(DATA, "train") if t["capsule_id"] == CID)["results"][0]
+
+
+def test_train_capsule_runs_on_the_host_at_a_custom_workspace_root(pytester, tmp_path, monkeypatch):
+    """The host environment maps --bench-workspace-root per item: the agent works at the root, writes
+    report.json there with bash, and the record's report_path is under it."""
+    from fake_openai import FakeOpenAI
+    from pytest_agentbench.sandbox.isolation import probe
+
+    if not probe().active:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI must be able to isolate: {probe().describe()}")
+        pytest.skip(f"this machine cannot isolate: {probe().why}")
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
+    write = f"pwd && ls -A && cat > {ROOT}/report.json <<'EOF'\n{json.dumps(_answers())}\nEOF"
+    with FakeOpenAI() as server:
+        server.reply(tool_calls=[("bash", {"command": write})])
+        server.reply(tool_calls=[("bash", {"command": "ls /workspace && cat report.json"})])
+        result, record, chats = _host_agent_run(pytester, tmp_path, server, "host-root", "--bench-agent-steps=2")
+    run_dir = tmp_path / "r" / "core-bench" / "agent-model" / "host-root"
+    messages = json.loads((run_dir / record["trajectory"]).read_text())["messages"]
+    tools = [m["content"] for m in messages if m["role"] == "tool"]
+    assert record["status"] == "pass", record["message"]
+    assert record["end_reason"] == "max_steps" and record["submission_source"] == "report"
+    assert (record["report_path"], record["workspace_root"], record["env"]) == (f"{ROOT}/report.json", ROOT, "host")
+    assert "workspace_root_note" not in record and record["isolation"].startswith("bwrap (")
+    assert f"--- stdout ---\n{ROOT}\n" in tools[0] and "code" in tools[0] and "REPRODUCING.md" not in tools[0]
+    assert "--- stdout ---\ncore-bench\n{" in tools[1]  # /workspace holds only this item's folder
+    assert f"({ROOT})" in chats[0][0]["content"] and f"{ROOT}/report.json" in chats[0][1]["content"]
+
+
+def test_without_isolation_the_host_names_the_folder_it_really_used(pytester, tmp_path, monkeypatch):
+    """No sandbox, no mount namespace: the root cannot be applied, so prompt, hints, report_path and the
+    header name the item's own folder instead, and the record says the root was not applied."""
+    from fake_openai import FakeOpenAI
+
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
+    monkeypatch.setenv("AGENTBENCH_ISOLATION", "off")
+    with FakeOpenAI() as server:
+        server.reply(tool_calls=[("bash", {"command": "pwd"})])
+        server.reply(tool_calls=[("submit", {"answers": _answers()})])
+        result, record, chats = _host_agent_run(pytester, tmp_path, server, "host-plain")
+    folder = record["workdir"]
+    assert record["status"] == "pass", record["message"]
+    assert folder != ROOT and Path(folder).name.startswith(f"corebench-{CID}-") and not Path(folder).exists()
+    assert record["report_path"] == f"{folder}/report.json" and record["workspace_root"] == ROOT
+    assert record["workspace_root_note"].startswith(f"{ROOT} not applied: without isolation")
+    assert f"--- stdout ---\n{folder}\n" in [m["content"] for m in chats[-1] if m["role"] == "tool"][0]
+    system, prompt = chats[0][0]["content"], chats[0][1]["content"]
+    assert f"({folder})" in system and f"{folder}/report.json" in prompt and ROOT not in prompt + system
+    summary = json.loads((tmp_path / "r" / "core-bench" / "agent-model" / "host-plain" / "summary.json").read_text())
+    assert summary["settings"]["isolation"].startswith("none (turned off")  # (the header prints the same line)
+    assert f"workspace root {ROOT} not applied" in summary["settings"]["isolation"]
 
 
 def test_docker_dind_needs_the_docker_environment(tmp_path):

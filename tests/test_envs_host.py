@@ -1,11 +1,31 @@
 """The host environment against the environment contract, plus its own clean-up."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
 import pytest
 
 import envs_contract as contract
-from pytest_agentbench.envs import EnvSkip
+from pytest_agentbench.envs import EnvError, EnvSkip
 from pytest_agentbench.envs.host import HostFactory
+from pytest_agentbench.sandbox.isolation import NO_ISOLATION, probe
+
+ROOT = "/workspace/core-bench"  # a workspace root this machine does not have
+
+
+@pytest.fixture
+def isolated():
+    """The host environment maps a workspace root only in its sandbox: no isolation, no mapping (CI must have it)."""
+    found = probe()
+    if not found.active:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI must be able to isolate (install bubblewrap): {found.describe()}")
+        pytest.skip(f"this machine cannot isolate: {found.why}")
+    return found
 
 
 @pytest.fixture
@@ -51,6 +71,137 @@ def test_gpu_needs_bench_gpus(workspace):
 def test_bad_timeout_is_refused(workspace):
     with HostFactory().start(workspace) as env, pytest.raises(ValueError, match="timeout must be positive"):
         env.run("true", 0)
+
+
+# ---------------------------------------------------------------- the workspace at a root path (isolated)
+
+def test_commands_work_at_the_requested_root(isolated, workspace):
+    with HostFactory(isolation=isolated).start(workspace, workdir=ROOT) as env:
+        assert not env.workdir_note
+        contract.check_workspace_root(env, workspace, ROOT)
+        assert env.run("ls /workspace", 30).stdout.split() == ["core-bench"]
+        contract.check_command_basics(env)  # pwd == env.workdir
+        contract.check_files(env, workspace)  # relative paths, copy_out into the item's own folder
+        # absolute paths are the sandbox's: the root, its /tmp (where the agent's tools put scratch files)
+        assert env.run(f"echo made > {ROOT}/at-root.txt && echo scratch > /tmp/s.txt", 30).exit_code == 0
+        assert env.read_file(f"{ROOT}/at-root.txt") == b"made\n" and env.read_file("/tmp/s.txt") == b"scratch\n"
+        env.write_file(f"{ROOT}/deep/er.txt", "w")
+        assert env.run(f"cat {ROOT}/deep/er.txt", 30).stdout == "w"
+        assert (workspace / "at-root.txt").is_file() and (workspace / "deep" / "er.txt").is_file()
+    assert not os.path.exists(ROOT)  # nothing was made on this machine
+
+
+def test_environments_at_the_same_root_at_once_see_only_their_own_files(isolated, tmp_path):
+    factory = HostFactory(isolation=isolated)
+    spaces = [tmp_path / name for name in ("one", "two")]
+    for space in spaces:
+        space.mkdir()
+        (space / "mine.txt").write_text(space.name)
+    envs = [factory.start(space, workdir=ROOT) for space in spaces]
+    try:
+        seen: dict[str, str] = {}
+
+        def work(env, name):  # both at once: each writes and lists at the same path in its own namespace
+            env.run(f"echo {name} > {ROOT}/wrote-{name}.txt; sleep 1", 30)
+            seen[name] = env.run(f"cat {ROOT}/mine.txt; ls {ROOT}", 30).stdout
+
+        threads = [threading.Thread(target=work, args=(env, space.name)) for env, space in zip(envs, spaces)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert seen == {"one": "onemine.txt\nwrote-one.txt\n", "two": "twomine.txt\nwrote-two.txt\n"}
+        assert envs[0].read_file("mine.txt") == b"one" and envs[1].read_file(f"{ROOT}/mine.txt") == b"two"
+        assert sorted(p.name for p in spaces[0].iterdir()) == ["mine.txt", "wrote-one.txt"]
+    finally:
+        for env in envs:
+            env.stop()
+
+
+@pytest.fixture
+def outside_tmp(tmp_path):
+    """A folder outside /tmp (the sandbox has its own /tmp, which would hide a folder there anyway)."""
+    if not str(tmp_path).startswith("/tmp/"):
+        yield tmp_path
+        return
+    base = Path(tempfile.mkdtemp(prefix="agentbench-envs-host-", dir="/var/tmp"))
+    base.chmod(0o755)  # readable by the sandbox's uid, as a folder on the machine normally is
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_host_folder_is_seen_only_at_the_root(isolated, outside_tmp):
+    space = outside_tmp / "space"
+    space.mkdir()
+    (space / "mine.txt").write_text("x")
+    (outside_tmp / "beside.txt").write_text("beside\n")
+    with HostFactory(isolation=isolated).start(space, workdir=ROOT) as env:
+        looks = (f"ls -A {space} | wc -l; cat {space}/mine.txt 2>/dev/null || echo unseen; "
+                 f"touch {space}/w 2>/dev/null || echo refused; cat {outside_tmp}/beside.txt; "
+                 f"touch {outside_tmp}/w 2>/dev/null || echo refused; touch /workspace/w 2>/dev/null || echo refused; "
+                 f"touch /w 2>/dev/null || echo refused; cat mine.txt")
+        assert env.run(looks, 30).stdout.split() == ["0", "unseen", "refused", "beside", "refused", "refused",
+                                                     "refused", "x"]
+        with pytest.raises(PermissionError, match="cannot be read from outside"):
+            env.read_file(f"{space}/mine.txt")  # the controller reads what the sandbox would see: nothing
+    assert sorted(p.name for p in outside_tmp.iterdir()) == ["beside.txt"]  # the workspace gone, nothing added
+
+
+def test_a_root_inside_a_hidden_folder_shows_only_the_workspace_there(isolated, tmp_path, outside_tmp):
+    (outside_tmp / "answers.json").write_text("{}")
+    space = tmp_path / "space"
+    space.mkdir()
+    (space / "mine.txt").write_text("mine\n")
+    root = f"{outside_tmp}/ws"
+    with HostFactory(isolation=isolated, hidden=[str(outside_tmp)]).start(space, workdir=root) as env:
+        looks = f"ls -A {outside_tmp}; cat mine.txt; touch {outside_tmp}/x 2>/dev/null || echo refused"
+        assert env.run(looks, 30).stdout.split() == ["ws", "mine", "refused"]
+        assert env.read_file(f"{root}/mine.txt") == b"mine\n"
+        with pytest.raises(PermissionError, match="cannot be read from outside"):
+            env.read_file(f"{outside_tmp}/answers.json")
+    assert sorted(p.name for p in outside_tmp.iterdir()) == ["answers.json"]
+
+
+def test_links_the_agent_plants_are_followed_as_in_the_sandbox(isolated, tmp_path, outside_tmp):
+    # outside /tmp: a link into /tmp reaches the sandbox's own /tmp, not the controller's files
+    space, secret = tmp_path / "space", outside_tmp / "secret"
+    space.mkdir()
+    secret.mkdir()
+    (secret / "answers.json").write_text("{}")
+    target = outside_tmp / "outside.txt"
+    target.write_text("controller's file")
+    with HostFactory(isolation=isolated, hidden=[str(secret)]).start(space, workdir=ROOT) as env:
+        env.run(f"echo inside > real.txt; ln -s {ROOT}/real.txt abs; ln -s ../../../..{ROOT}/real.txt rel; "
+                f"ln -s {target} out; ln -s {secret}/answers.json answers; ln -s /proc/self/environ environ", 30)
+        assert env.read_file("abs") == env.read_file("rel") == b"inside\n"  # resolved at the root, not on the host
+        env.write_file("abs", "rewritten")
+        assert (space / "real.txt").read_text() == "rewritten"
+        with pytest.raises(PermissionError, match="not in a writable folder"):
+            env.write_file("out", "overwritten by the controller")
+        with pytest.raises(PermissionError, match="cannot be read from outside"):
+            env.read_file("answers")
+        with pytest.raises(PermissionError, match="cannot be read from outside"):
+            env.read_file("environ")
+    assert target.read_text() == "controller's file"
+
+
+def test_a_root_the_sandbox_cannot_have_is_an_env_error(isolated, tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    for root, why in (("/proc/ws", "kernel"), (f"{tmp_path}/link/ws", "symbolic link")):
+        space = tmp_path / "space"
+        space.mkdir(exist_ok=True)
+        with pytest.raises(EnvError, match=why):
+            HostFactory(isolation=isolated).start(space, workdir=root)
+
+
+def test_without_isolation_the_root_is_not_applied_and_the_environment_says_so(workspace):
+    with HostFactory(isolation=NO_ISOLATION).start(workspace, workdir=ROOT) as env:
+        assert env.workdir == str(workspace.resolve())
+        assert env.run("pwd", 30).stdout.strip() == env.workdir
+        assert env.workdir_note.startswith(f"{ROOT} not applied: without isolation") and env.workdir in env.workdir_note
+        env.write_file("report.json", "{}")
+        assert (workspace / "report.json").read_text() == "{}"
 
 
 def resolved(cli=None, ini=None, env=None):

@@ -97,3 +97,46 @@ def test_report_html_in_a_browser(tiny, tmp_path):
     keep = os.environ.get("AGENTBENCH_KEEP_SCREENSHOT")  # for a person to look at the page
     if keep:
         shutil.copyfile(shot, keep)
+
+
+def test_scicode_categories_filter_and_summary_in_report_html(tiny, pytester, shared_data):
+    """A hand-made dataset with two categories (the official data has one): records carry the category,
+    report.html offers both in its category filter and shows both headline metrics per category."""
+    problems = tiny_problems()
+    for problem, category in zip(problems, ("physics", "physics", "chemistry")):
+        problem["category"] = category
+    (tiny.data / "scicode" / "problems_dev.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
+    result = tiny("-q", "--bench-run-id=cats", broken="1.2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-2000:]
+    run_dir = next(p for p in run_dirs(tiny.data.parent) if p.name == "cats")
+    records = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert {r["id"]: r["category"] for r in records} == {"1.1": "physics", "1.2": "physics", "2.1": "physics",
+                                                         "2.2": "physics", "3.1": "chemistry"}
+    page = (run_dir / "report.html").read_text()
+    select = re.search(r'<select id="f-category">(.*?)</select>', page)
+    assert select, page[:3000]
+    assert re.findall(r'<option value="([^"]*)">', select.group(1)) == ["", "chemistry", "physics"]
+    assert 'class=nocat' not in page
+    assert page.count('data-category="physics"') == 2 and page.count('data-category="chemistry"') == 1
+    assert "<h2>Categories</h2>" in page
+    assert "<tr><td>chemistry</td><td>1/1 (100.0%)</td><td>1/1 (100.0%)</td></tr>" in page
+    assert "<tr><td>physics</td><td>1/2 (50.0%)</td><td>3/4 (75.0%)</td></tr>" in page
+    if chromium_path() is None:
+        return  # the page itself is checked in a browser by test_report_html_in_a_browser
+    with Chromium() as browser:
+        view = browser.open((run_dir / "report.html").as_uri())
+        view.evaluate("var s=document.getElementById('f-category'); s.value='physics';"
+                      "s.dispatchEvent(new Event('change'));")
+        assert view.evaluate("document.getElementById('f-count').textContent") == "2 of 3 shown"
+        assert view.errors == []
+
+
+def test_official_scicode_records_are_unclassified(tiny, pytester):
+    result = tiny("-q", "--bench-ids=3", "--bench-run-id=plain")
+    assert result.ret == pytest.ExitCode.OK
+    run_dir = next(p for p in run_dirs(tiny.data.parent) if p.name == "plain")
+    [record] = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert record["category"] == "unclassified"
+    page = (run_dir / "report.html").read_text()
+    assert re.findall(r'<option value="([^"]*)">', re.search(r'<select id="f-category">(.*?)</select>',
+                                                             page).group(1)) == ["", "unclassified"]

@@ -9,63 +9,35 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
+from executor_pairs import KINDS, executor_pair, isolation_or_skip, process_with, wait_gone
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.envs.host import HostFactory
-from pytest_agentbench.sandbox.executors import SubprocessExecutor
 from pytest_agentbench.sandbox.forkserver import ForkServer
-from pytest_agentbench.sandbox.isolation import ISOLATION_ENV, NO_ISOLATION, SANDBOX_UID, probe
+from pytest_agentbench.sandbox.isolation import ISOLATION_ENV, NO_ISOLATION, SANDBOX_UID, bwrap_argv, probe
 from pytest_agentbench.sandbox.limits import Limits, MiB
 from pytest_agentbench.sandbox.options import isolation_from
 
-KINDS = ["fork", "subprocess"]
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def isolation():
-    found = probe()
-    if not found.active:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI must be able to isolate children (install bubblewrap): isolation {found.describe()}")
-        pytest.skip(f"this machine cannot isolate: {found.why}")
-    return found
+    return isolation_or_skip()
 
 
 @pytest.fixture(scope="module")
 def executors(isolation):
-    fork = ForkServer(preload=("numpy",), isolation=isolation)
-    yield {"fork": fork, "subprocess": SubprocessExecutor(isolation=isolation)}
-    fork.close()
+    yield from executor_pair(isolation, preload=("numpy",))
 
 
 def run(executors, kind: str, source: str, **kwargs):
     result = executors[kind].run(textwrap.dedent(source), limits=kwargs.pop("limits", Limits(timeout=60)), **kwargs)
     assert result.limit is None and result.exit_code == 0, result
     return result
-
-
-def process_with(marker: str) -> bool:
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return True
-        except OSError:
-            pass
-    return False
-
-
-def wait_gone(marker: str, seconds: float = 3.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while process_with(marker):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 # ---------------------------------------------------------------- who the child is
@@ -159,7 +131,7 @@ def test_a_daemon_that_setsids_and_forks_is_gone_after_the_step(executors, kind)
         time.sleep(0.3)
         print("daemon started")
     """)
-    assert wait_gone(f"sleep\0{marker}")
+    assert wait_gone(f"sleep\0{marker}", 3.0)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -261,25 +233,77 @@ def test_collected_files_come_back_capped(executors):
 
 # ---------------------------------------------------------------- the host environment
 
-def test_host_environment_commands_are_isolated_but_keep_the_network(isolation, tmp_path, listener):
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
+@pytest.fixture
+def hidden_data(tmp_path) -> Path:
+    """A private data folder (with an answer file) that the host environment must hide."""
     secret = tmp_path / "data"
     secret.mkdir()
     (secret / "answers.json").write_text("{}")
-    factory = HostFactory(hidden=[str(secret)], isolation=isolation)
-    with factory.start(workspace) as env:
+    return secret
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir()
+    return path
+
+
+def check_hidden_and_unseen_but_online(env, hidden_data: Path, listener: int) -> None:
+    """What every isolated host environment command gets: no private data, no sight of the controller (this
+    pytest process), but the network."""
+    assert env.run(f"ls {hidden_data} | wc -l; cat {hidden_data}/answers.json || true", 30).stdout.split()[0] == "0"
+    seen = env.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", 30).stdout
+    assert "test_isolation.py" not in seen
+    probe_net = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {listener}), 5); print('net')\""
+    assert env.run(probe_net, 30).stdout.strip() == "net"
+
+
+def test_host_environment_commands_are_isolated_but_keep_the_network(isolation, workspace, hidden_data, listener):
+    with HostFactory(hidden=[str(hidden_data)], isolation=isolation).start(workspace) as env:
         assert env.run("id -u; touch made.txt && echo written", 30).stdout.split() == [str(SANDBOX_UID), "written"]
-        assert env.run(f"ls {secret} | wc -l; cat {secret}/answers.json || true", 30).stdout.split()[0] == "0"
         assert env.run(f"echo x > {REPO}/agentbench-escape.txt", 30).exit_code != 0
-        seen = env.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", 30).stdout
-        assert "test_isolation.py" not in seen  # the controller (this pytest process) is out of sight
-        probe_net = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {listener}), 5); print('net')\""
-        assert env.run(probe_net, 30).stdout.strip() == "net"
+        check_hidden_and_unseen_but_online(env, hidden_data, listener)
         assert env.run("sleep 8181.5 > /dev/null 2>&1 &", 30).exit_code == 0
         assert process_with("sleep\x008181.5")  # a background job lives on between commands
-    assert wait_gone("sleep\x008181.5")  # and dies with the environment
+    assert wait_gone("sleep\x008181.5", 3.0)  # and dies with the environment
     assert not (REPO / "agentbench-escape.txt").exists()
+
+
+def test_host_environment_at_a_workspace_root_keeps_every_guarantee(isolation, workspace, hidden_data, listener):
+    root = "/capsule/environment"
+    with HostFactory(hidden=[str(hidden_data)], isolation=isolation).start(workspace, workdir=root) as env:
+        who = env.run("pwd; id -u; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status | awk '{print $2}' | sort -u; "
+                      "touch made.txt && echo written", 30).stdout.split()
+        assert who == [root, str(SANDBOX_UID), "0000000000000000", "written"]
+        assert (workspace / "made.txt").is_file()
+        for path in (f"{REPO}/agentbench-escape.txt", "/capsule/escape.txt", "/escape.txt", "/usr/escape.txt"):
+            assert env.run(f"echo x > {path}", 30).exit_code != 0, path
+        check_hidden_and_unseen_but_online(env, hidden_data, listener)
+        assert env.run("sleep 8282.5 > /dev/null 2>&1 &", 30).exit_code == 0
+        assert process_with("sleep\x008282.5")
+        listing = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
+        assert env.run(f"{listing} | grep -c '^sleep 8282.5'", 30).stdout.strip() == "1"  # one PID namespace
+    assert wait_gone("sleep\x008282.5", 3.0)
+    assert not (REPO / "agentbench-escape.txt").exists() and not os.path.exists("/capsule/escape.txt")
+
+
+def test_the_machine_is_rebuilt_read_only_around_a_relocated_folder(isolation, tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "in.txt").write_text("in\n")
+    # a root under an existing folder: its other entries stay (read-only), /usr keeps working
+    script = ("cat /usr/agentbench-ws/in.txt; ls /usr/bin/env; test -L /bin && echo link; "
+              "echo x > /usr/agentbench-ws/out.txt && echo written; touch /usr/w 2>/dev/null || echo refused")
+    argv = bwrap_argv(isolation, relocated=[(str(source), "/usr/agentbench-ws")]) + ["bash", "-c", script]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    expected = ["in", "/usr/bin/env", "written", "refused"]
+    if os.path.islink("/bin"):
+        expected.insert(2, "link")
+    assert done.stdout.split() == expected, done.stderr
+    assert (source / "out.txt").read_text() == "x\n" and not os.path.exists("/usr/agentbench-ws")
+    with pytest.raises(ValueError, match="kernel"):
+        bwrap_argv(isolation, relocated=[(str(source), "/proc/ws")])
 
 
 # ---------------------------------------------------------------- where isolation is impossible

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_agentbench.benchmarks.scicode import archive, dataset
 from pytest_agentbench.core.data import DataError, sha256_of
-from scicode_builders import MODEL_CONFTEST, write_dataset
+from scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
 
 
 class Served:
@@ -112,3 +112,106 @@ def test_a_read_only_data_dir_extracts_into_the_cache(archived, tmp_path, monkey
     assert path == cache / "scicode" / "test_data.h5" and sha256_of(path) == archived.h5_sha
     with pytest.raises(DataError, match=f"sha256 {archived.h5_sha}, expected {dataset.H5_FILE.sha256}"):
         archive.fetch_h5(archived.url, archived.data, tmp_path / "other-cache", verified=True)
+
+
+# ---------------------------------------------------------------- --bench-targets
+
+@pytest.fixture
+def wrong_on_3_1(pytester, shared_data, tmp_path):
+    """The tiny problems (validation split only, no h5 anywhere in the data dir); the served archive's h5
+    disagrees with the ground truth on step 3.1, so a run shows which targets it scored against."""
+    pytester.makeconftest(MODEL_CONFTEST)
+    data, _ = write_dataset(pytester.path, shared_data)
+    _, h5 = write_dataset(pytester.path, shared_data, targets={**TARGETS, "3.1": [7]})
+    www = tmp_path / "www"
+    www.mkdir()
+    with zipfile.ZipFile(www / "scicode.zip", "w") as zf:
+        zf.write(h5, "scicode/data/test_data.h5")
+    with Served(www) as served:
+        served.data = data
+        served.h5_sha = sha256_of(h5)
+        yield served
+
+
+def validation_args(served: Served, *extra: str) -> list[str]:
+    return ["--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={served.data}",
+            f"--bench-data-url={served.url}", "--bench-timeout=20", "--bench-allow-custom-data", *extra]
+
+
+def test_official_targets_are_fetched_for_a_validation_run(bench, pytester, wrong_on_3_1, monkeypatch):
+    monkeypatch.delenv("AGENTBENCH_OFFLINE")
+    auto = bench(*validation_args(wrong_on_3_1, "--collect-only"))  # auto: a validation run rebuilds
+    assert auto.ret == 0 and "targets=rebuilt" in auto.stdout.str() and wrong_on_3_1.paths == []
+
+    result = bench(*validation_args(wrong_on_3_1, "--bench-targets=official"))
+    assert result.ret == 1, result.stdout.str()[-3000:] + result.stderr.str()[-2000:]
+    assert wrong_on_3_1.paths == ["/scicode.zip"]
+    extracted = wrong_on_3_1.data / "scicode" / "test_data.h5"
+    assert sha256_of(extracted) == wrong_on_3_1.h5_sha  # into the data dir, and scored against it:
+    result.stdout.fnmatch_lines(["validation: main problems resolved 2/3 (66.7%), subproblems passed 4/5 (80.0%)",
+                                 "FAILED scicode/3::3.1 - *AssertionError*"])
+    assert not (wrong_on_3_1.data / "scicode" / archive.ARCHIVE_NAME).exists()
+
+    # the official file now present: auto scores against it too, rebuilt ignores it (ground truth: all pass)
+    present = bench(*validation_args(wrong_on_3_1, "--bench-ids=3"))
+    assert present.ret == 1 and "targets=custom" in present.stdout.str()
+    rebuilt = bench(*validation_args(wrong_on_3_1, "--bench-ids=3", "--bench-targets=rebuilt"))
+    assert rebuilt.ret == 0, rebuilt.stdout.str()[-3000:]
+    rebuilt.stdout.fnmatch_lines(["*targets=rebuilt*", "validation: main problems resolved 1/1 (100.0%), "
+                                  "subproblems passed 1/1 (100.0%)"])
+    assert wrong_on_3_1.paths == ["/scicode.zip"]
+
+
+def test_official_targets_of_a_read_only_data_dir_go_to_the_cache(bench, pytester, wrong_on_3_1, monkeypatch,
+                                                                  tmp_path):
+    monkeypatch.delenv("AGENTBENCH_OFFLINE")
+    # root writes anywhere: the data dir is made read-only to the plugin's writability probe
+    monkeypatch.setattr(archive, "writable", lambda folder: not str(folder).startswith(str(wrong_on_3_1.data)))
+    cache = tmp_path / "own-cache"  # not the session's shared cache: an h5 there would be found by other tests
+    args = validation_args(wrong_on_3_1, "--bench-targets=official", "--bench-ids=3", f"--bench-cache-dir={cache}")
+    result = bench(*args)
+    assert result.ret == 1, result.stdout.str()[-3000:] + result.stderr.str()[-2000:]
+    result.stdout.fnmatch_lines(["validation: main problems resolved 0/1 (0.0%), subproblems passed 0/1 (0.0%)"])
+    assert sha256_of(cache / "scicode" / "test_data.h5") == wrong_on_3_1.h5_sha
+    assert not (wrong_on_3_1.data / "scicode" / "test_data.h5").exists()
+    again = bench(*args, "--collect-only")
+    assert again.ret == 0 and wrong_on_3_1.paths == ["/scicode.zip"]  # found in the cache: no second download
+
+
+def test_official_targets_checked_against_the_pinned_sha256(bench, wrong_on_3_1, monkeypatch):
+    monkeypatch.delenv("AGENTBENCH_OFFLINE")
+    args = [a for a in validation_args(wrong_on_3_1, "--bench-targets=official", "--collect-only")
+            if a != "--bench-allow-custom-data"]
+    result = bench(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    text = result.stderr.str()
+    assert f"sha256 {wrong_on_3_1.h5_sha}, expected {dataset.H5_FILE.sha256}" in text and "--bench-targets=official" in text
+    assert not (wrong_on_3_1.data / "scicode" / "test_data.h5").exists()
+
+
+def test_official_targets_offline_are_a_usage_error(bench, pytester, wrong_on_3_1):
+    result = bench(*validation_args(wrong_on_3_1, "--bench-targets=official"))  # AGENTBENCH_OFFLINE=1
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--bench-targets=official: the official test_data.h5 is missing and downloads are "
+                                 "off ($AGENTBENCH_OFFLINE): download http://127.0.0.1:*/scicode.zip and extract*"])
+    assert "--bench-targets=auto rebuilds the targets" in result.stderr.str()
+    assert wrong_on_3_1.paths == [] and not list(pytester.path.glob("reports"))
+    pytester.makeini("[pytest]\nagentbench_targets = official\n")  # the ini key asks the same
+    from_ini = bench(*validation_args(wrong_on_3_1))
+    assert from_ini.ret == pytest.ExitCode.USAGE_ERROR and "--bench-targets=official" in from_ini.stderr.str()
+
+
+def test_rebuilt_targets_refuse_the_test_split_and_an_h5(bench, archived):
+    test = bench(*args(archived, "--bench-targets=rebuilt", "--collect-only"))
+    assert test.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--bench-targets=rebuilt: the test split has no public ground truth" in test.stderr.str()
+    h5 = bench(*validation_args(archived, "--bench-targets=rebuilt", f"--bench-h5={archived.data}/x.h5",
+                                "--collect-only"))
+    assert h5.ret == pytest.ExitCode.USAGE_ERROR and "leave out --bench-h5" in h5.stderr.str()
+    assert archived.paths == []
+
+
+def test_targets_option_in_help(bench):
+    shown = " ".join(bench("--help").stdout.str().split())
+    assert "--bench-targets={auto,official,rebuilt}" in shown and "agentbench_targets" in shown
+    assert "official (the official file even for a validation-only run" in shown

@@ -2,11 +2,13 @@
 
 An *environment factory* is the value of the ``bench_env`` fixture (one per pytest process). Its
 ``start(workspace, needs_gpu=..., name=...)`` returns an *environment* that works on a prepared
-workspace folder: the host environment works in that folder directly, the Docker environment
-copies it into a container at ``/capsule``. Either way the agent's commands start in the
-workspace root, ``read_file``/``write_file`` take paths relative to it (or absolute inside the
-environment), ``copy_out`` brings the workspace back, and ``stop`` ends everything (the workspace
-folder too, unless ``--bench-keep-workspaces``).
+workspace folder: the host environment works on that folder itself, the Docker environment copies it
+into a container. ``start(..., workdir=PATH)`` asks for the workspace at ``PATH`` inside the
+environment (the container's folder; the isolated host environment binds the item's folder there in
+its sandbox, each item in its own mount namespace); the environment's ``workdir`` says where it
+really is. The agent's commands start there, ``read_file``/``write_file`` take paths relative to it
+(or absolute inside the environment), ``copy_out`` brings the workspace back, and ``stop`` ends
+everything (the workspace folder too, unless ``--bench-keep-workspaces``).
 
 A new environment subclasses ``Environment`` and ``EnvFactory``; a user can also override ``bench_env``
 with any object that has the factory's ``start``/``run_python``/``close`` and returns something with
@@ -14,8 +16,12 @@ the ``Environment`` methods.
 """
 from __future__ import annotations
 
+import errno
+import os
+import posixpath
 import shutil
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +49,7 @@ def python_result(result: ExecResult) -> dict[str, Any]:
 class Environment(ABC):
     kind: str = "?"
     workdir: str = ""  # where commands start, as the environment sees it
+    workdir_note: str = ""  # why ``workdir`` is not the one ``start`` asked for (empty when it is)
 
     def __init__(self, workspace: Path, *, keep_workspace: bool = False, name: str = "") -> None:
         self.workspace = Path(workspace)
@@ -94,10 +101,81 @@ class Environment(ABC):
         self.stop()
 
 
-def resolve_inside(root: Path, path: str) -> Path:
-    """``path`` under ``root`` (host side); relative paths are taken from ``root``."""
-    candidate = Path(path)
-    return candidate if candidate.is_absolute() else root / candidate
+@dataclass(frozen=True)
+class PathView:
+    """How an environment's own paths map onto this machine, for reading and writing its files from outside.
+
+    ``mounts``: (path in the environment, host folder, writable) for every folder mounted elsewhere;
+    ``unreachable``: environment paths whose host counterpart must not be read from outside (masked in
+    the environment, or the environment's own kernel file systems). Any other absolute path is this
+    machine's own path, seen read-only."""
+
+    workdir: str
+    mounts: tuple[tuple[str, Path, bool], ...]
+    unreachable: tuple[str, ...] = ()
+
+    def mount_of(self, env_path: str) -> tuple[str, Path, bool] | None:
+        found = [m for m in self.mounts if env_path == m[0] or env_path.startswith(m[0].rstrip("/") + "/")]
+        return max(found, key=lambda m: len(m[0])) if found else None
+
+    def host(self, env_path: str, shown: str) -> Path:
+        """The host path of the (symlink-free, normalized) ``env_path``; ``shown`` names it in errors."""
+        mount = self.mount_of(env_path)
+        if mount is not None:
+            inner, folder, _ = mount
+            rest = env_path[len(inner):].lstrip("/")
+            return folder / rest if rest else folder
+        if any(env_path == u or env_path.startswith(u.rstrip("/") + "/") for u in self.unreachable):
+            raise PermissionError(f"{shown!r} cannot be read from outside the environment; copy it into "
+                                  f"{self.workdir} with a command first")
+        return Path(env_path)
+
+    def writable(self, env_path: str) -> bool:
+        mount = self.mount_of(env_path)
+        return mount is not None and mount[2]
+
+
+MAX_LINK_HOPS = 40  # as the kernel's ELOOP limit
+
+
+def resolve_inside(root: Path, path: str, view: PathView | None = None, *, write: bool = False) -> Path:
+    """The host path of ``path`` as the environment names it (relative paths from its working folder).
+
+    Without ``view`` the environment sees this machine's paths: relative paths are taken from ``root``,
+    absolute ones are used as they are. With a ``view`` the path is resolved as inside the environment:
+    symbolic links are followed in the environment's namespace (an absolute link target is an
+    environment path, so a link the agent planted cannot lead the controller to a host file), then
+    mapped to the host; ``write`` refuses paths outside the environment's writable folders."""
+    if view is None:
+        candidate = Path(path)
+        return candidate if candidate.is_absolute() else root / candidate
+    text = str(path)
+    pending = [p for p in posixpath.join(view.workdir, text).split("/") if p not in ("", ".")]
+    resolved, hops = "/", 0
+    while pending:
+        name = pending.pop(0)
+        if name == "..":
+            resolved = posixpath.dirname(resolved)
+            continue
+        candidate = posixpath.join(resolved, name)
+        try:
+            host = view.host(candidate, text)
+        except PermissionError:  # masked: an empty folder in the environment (or the way to a mount in it)
+            resolved = candidate
+            continue
+        if host.is_symlink():
+            hops += 1
+            if hops > MAX_LINK_HOPS:
+                raise OSError(errno.ELOOP, f"too many symbolic links resolving {text!r} in the environment")
+            target = os.readlink(host)
+            pending = [p for p in target.split("/") if p not in ("", ".")] + pending
+            if target.startswith("/"):
+                resolved = "/"
+            continue
+        resolved = candidate
+    if write and not view.writable(resolved):
+        raise PermissionError(f"{text!r} is not in a writable folder of the environment ({view.workdir} is)")
+    return view.host(resolved, text)
 
 
 def check_timeout(timeout: float) -> float:

@@ -12,8 +12,12 @@ the environment starts, so background jobs live on between commands and die at `
 command runs in a bwrap sandbox joined to it, as uid 65534 without capabilities, with a read-only
 view of the file system except the workspace and the environment's private home and /tmp, without
 sight of the run's private folders (data dir, cache, reports) or of any process outside the
-environment. The network stays (agents install packages). Without isolation the commands run as the
-same user and see the whole file system; ``--bench-env=docker`` isolates too.
+environment. The network stays (agents install packages). Started with ``workdir=PATH`` (CORE-Bench's
+``--bench-workspace-root``), the sandboxes see the item's own host folder at ``PATH`` (and only
+there): each sandbox has its own mount namespace, so items running at once at the same ``PATH`` never
+share a folder. Without isolation the commands run as the same user, see the whole file system and
+work in the host folder itself (``workdir_note`` says that ``PATH`` was not applied);
+``--bench-env=docker`` isolates too.
 """
 from __future__ import annotations
 
@@ -30,17 +34,19 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..sandbox.executors import run_python
-from ..sandbox.isolation import (MOUNT_RACE_TRIES, SANDBOX_UID, Isolation, bwrap_argv, give_to_sandbox_user,
-                                 mount_race, probe)
+from ..core.data import secret_path
+from ..sandbox.isolation import (MOUNT_RACE_TRIES, SANDBOX_UID, Isolation, bwrap_argv, check_relocation_target,
+                                 give_to_sandbox_user, mount_race, private_homes, probe)
 from ..sandbox.jail import ProcessJail, group_members, kill_group, kill_tree, proc_table
 from ..sandbox.limits import DEFAULT_MEMORY_LIMIT, Limits, child_env, package_parent
 from ..sandbox.result import ExecResult
 from ..sandbox.workdir import read_trimmed
 from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, EnvError, EnvFactory, Environment,
-                   EnvSkip, check_timeout, python_result, resolve_inside)
+                   EnvSkip, PathView, check_timeout, python_result, resolve_inside)
 
 DEFAULT_MEMORY = 8 << 30  # RLIMIT_AS of a command: generous, agents install and run real code
 DEFAULT_PROCESSES = 1024
+KERNEL_FOLDERS = ("/proc", "/sys", "/dev")  # the sandbox's own: the controller's are not what the agent saw
 
 # Between the plugin and bash: joins the cgroup, applies the rlimits, then becomes bash (no preexec_fn
 # in a threaded pytest process); under isolation it becomes bwrap, which starts INNER in the sandbox.
@@ -81,12 +87,25 @@ class HostEnvironment(Environment):
                  output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
                  gpus: str | None = None, executor: str = "fork",
                  python_memory: int | None = DEFAULT_MEMORY_LIMIT, isolation: Isolation | None = None,
-                 hidden: Sequence[str] = ()) -> None:
+                 hidden: Sequence[str] = (), workdir: str | None = None) -> None:
+        """``workdir``: where the commands see the workspace (None: at its host path); applied under
+        isolation only, else ``workdir_note`` says why not."""
         super().__init__(workspace, keep_workspace=keep_workspace, name=name)
         if not self.workspace.is_dir():
             raise EnvError(f"workspace {self.workspace} is not a folder; prepare it before starting the environment")
         self.workspace = self.workspace.resolve()
+        self.isolation = probe() if isolation is None else isolation
         self.workdir = str(self.workspace)
+        relocated = bool(workdir) and self.isolation.active and workdir != self.workdir
+        if relocated:
+            try:
+                self.workdir = check_relocation_target(str(workdir))
+            except ValueError as exc:
+                raise EnvError(f"cannot start the host environment with its workspace at {workdir}: {exc}") from None
+        elif workdir and workdir != self.workdir:
+            self.workdir_note = (f"{workdir} not applied: without isolation ({self.isolation.why}) the host "
+                                 f"environment cannot remap paths, so commands ran in the item's own folder "
+                                 f"{self.workdir}")
         self.memory, self.processes = memory, processes
         self.executor, self.python_memory = executor, python_memory
         self.output_limit, self.output_cap = output_limit, output_cap
@@ -103,15 +122,27 @@ class HostEnvironment(Environment):
         self.leaders: list[int] = []
         self.count = 0
         self.hidden = tuple(str(p) for p in hidden)
-        self.isolation = probe() if isolation is None else isolation
         self.holder: Holder | None = None
+        self.view: PathView | None = None
         if self.isolation.active:
+            self.view = self._sandbox_view(relocated)
             try:
                 self.holder = Holder(self.isolation, workspace=self.workspace, private=self.private,
-                                     hidden=hidden, gpus=gpus)
+                                     hidden=hidden, gpus=gpus, workdir=self.workdir if relocated else None)
             except BaseException:
                 self._release()
                 raise
+
+    def _sandbox_view(self, relocated: bool) -> PathView:
+        """The sandbox's paths as the controller finds them (for read_file/write_file)."""
+        home, tmp = self.private / "home", self.private / "tmp"
+        unreachable = [*KERNEL_FOLDERS, *private_homes(), str(secret_path()),
+                       *(os.path.realpath(p) for p in self.hidden)]
+        if relocated:  # masked in the sandbox where it would be visible
+            unreachable.append(str(self.workspace))
+        return PathView(workdir=self.workdir, mounts=((self.workdir, self.workspace, True), ("/tmp", tmp, True),
+                                                      (str(home), home, True)),
+                        unreachable=tuple(unreachable))
 
     # ---------------------------------------------------------------- commands
 
@@ -122,14 +153,14 @@ class HostEnvironment(Environment):
 
     def run(self, command: str, timeout: float) -> ExecResult:
         for attempt in range(MOUNT_RACE_TRIES):
-            result = self._run(command, timeout, cwd=self.workspace)
+            result = self._run(command, timeout, cwd=self.workdir)
             # bwrap failed before the command started (a mount vanished under it): the command never ran
             if not (self.holder is not None and result.exit_code == 1 and mount_race(result.stderr)):
                 break
             time.sleep(0.2 * (attempt + 1))
         return result
 
-    def _run(self, command: str, timeout: float, cwd: Path) -> ExecResult:
+    def _run(self, command: str, timeout: float, cwd: str) -> ExecResult:
         if self.stopped:
             raise EnvError(f"environment {self.name or self.workspace} is stopped")
         timeout = check_timeout(timeout)
@@ -172,18 +203,23 @@ class HostEnvironment(Environment):
 
     # ---------------------------------------------------------------- files
 
+    # Paths are the environment's (relative ones from ``workdir``), resolved as the sandbox sees them; the
+    # final open does not follow a link, so a link swapped in after the resolution cannot redirect it.
+
     def read_file(self, path: str) -> bytes:
-        target = resolve_inside(self.workspace, path)
+        target = resolve_inside(self.workspace, path, self.view)
         if not target.is_file():
             raise FileNotFoundError(f"no file {path!r} in the environment (looked at {target})")
         if target.stat().st_size > MAX_FILE_READ:
             raise ValueError(f"{path!r} is larger than {MAX_FILE_READ >> 20} MB; read a part of it with bash")
-        return target.read_bytes()
+        with open(os.open(target, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:
+            return fh.read(MAX_FILE_READ + 1)[:MAX_FILE_READ]
 
     def write_file(self, path: str, data: bytes | str) -> None:
-        target = resolve_inside(self.workspace, path)
+        target = resolve_inside(self.workspace, path, self.view, write=True)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data.encode() if isinstance(data, str) else data)
+        with open(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644), "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
         if self.holder is not None and self.isolation.mode == "root":  # the agent (uid 65534) may change it
             give_to_sandbox_user(target)
 
@@ -215,23 +251,51 @@ class Holder:
     """The PID (and, for a user, user) namespace of one isolated host environment.
 
     A bwrap sandbox running ``sleep infinity``: every command's sandbox joins its namespaces, so
-    background jobs outlive their command, and ``close`` (killing it) ends them all at once."""
+    background jobs outlive their command, and ``close`` (killing it) ends them all at once. Every
+    sandbox (the holder's and each command's) has its own mount namespace with the same layout: the
+    workspace at its host path, or at ``workdir`` when given."""
 
     def __init__(self, isolation: Isolation, *, workspace: Path, private: Path, hidden: Sequence[str],
-                 gpus: str | None) -> None:
+                 gpus: str | None, workdir: str | None = None) -> None:
         self.isolation = isolation
         if isolation.mode == "root":  # commands run as uid 65534: the workspace and private folders become theirs
             for folder in (workspace, private / "home", private / "tmp"):
                 give_to_sandbox_user(folder)
         devices = sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")) if gpus else []
-        self.layout = dict(network=True, writable=[str(workspace), str(private / "home")],
-                           tmp=str(private / "tmp"), hidden=list(hidden), devices=devices)
+        writable = [str(private / "home")] + ([] if workdir else [str(workspace)])
+        self.layout = dict(network=True, writable=writable, tmp=str(private / "tmp"), hidden=list(hidden),
+                           devices=devices, relocated=[(str(workspace), workdir)] if workdir else [])
+        self.fds: list[int] = []
+        for attempt in range(MOUNT_RACE_TRIES):
+            problem = self._start()
+            if problem is None:  # every command's sandbox: the same layout, in the holder's namespaces
+                try:
+                    self.prefix = self._argv(pidns_fd=self.fds[0],
+                                             userns_fd=self.fds[1] if len(self.fds) > 1 else None)
+                except BaseException:
+                    self.close()
+                    raise
+                return
+            if not mount_race(problem) or attempt == MOUNT_RACE_TRIES - 1:
+                raise EnvError(f"could not start the isolated host environment: {problem}")
+            time.sleep(0.2 * (attempt + 1))  # a mount vanished while bwrap copied the table: try again
+
+    def _argv(self, **namespaces: int | None) -> list[str]:
+        try:
+            return bwrap_argv(self.isolation, **namespaces, **self.layout)
+        except ValueError as exc:  # a layout the sandbox cannot have (e.g. a folder it cannot list)
+            raise EnvError(f"cannot start the isolated host environment: {exc}") from None
+
+    def _start(self) -> str | None:
+        """Start the holder's sandbox; None, or why it failed (bwrap's own message first)."""
         read, write = os.pipe()
         try:
-            self.proc = subprocess.Popen(bwrap_argv(isolation, info_fd=write, **self.layout)
-                                         + [shutil.which("sleep") or "/bin/sleep", "infinity"],
+            self.proc = subprocess.Popen(self._argv(info_fd=write) + [shutil.which("sleep") or "/bin/sleep", "infinity"],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                          pass_fds=[write], start_new_session=True)
+        except BaseException:
+            os.close(read)
+            raise
         finally:
             os.close(write)
         try:
@@ -239,18 +303,20 @@ class Holder:
                 info = json.loads(fh.read() or b"{}")
             child = info["child-pid"]
             self.fds = [os.open(f"/proc/{child}/ns/pid", os.O_RDONLY)]
-            if isolation.mode == "userns":
+            if self.isolation.mode == "userns":
                 self.fds.append(os.open(f"/proc/{child}/ns/user", os.O_RDONLY))
         except (OSError, KeyError, ValueError) as exc:
             self.proc.kill()
             _, err = self.proc.communicate()
-            raise EnvError(f"could not start the isolated host environment ({exc}): "
-                           f"{err.decode(errors='replace').strip()[-500:]}") from None
+            for fd in self.fds:
+                os.close(fd)
+            self.fds = []
+            return f"{err.decode(errors='replace').strip()[-500:]} ({type(exc).__name__}: {exc})"
+        return None
 
     def command_prefix(self) -> list[str]:
         """The bwrap command line of one command: the holder's namespaces, the same file system view."""
-        return bwrap_argv(self.isolation, pidns_fd=self.fds[0], userns_fd=self.fds[1] if len(self.fds) > 1 else None,
-                          **self.layout)
+        return self.prefix
 
     def close(self) -> None:
         kill_group(self.proc.pid)
@@ -290,13 +356,14 @@ class HostFactory(EnvFactory):
 
     def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "",
               workdir: str | None = None) -> HostEnvironment:
-        """``workdir`` (where the workspace should appear) is not applied yet: commands work in the
-        per-item host folder ``workspace`` itself, so concurrent items never share a path."""
+        """``workdir``: where the commands see the item's own folder ``workspace`` (isolated: bound there in
+        the item's sandboxes, so concurrent items never share a host path; without isolation not applied,
+        the environment's ``workdir_note`` says so)."""
         if needs_gpu and not self.gpus:
             raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
         return HostEnvironment(workspace, keep_workspace=self.keep_workspaces, name=name, gpus=self.gpus,
                                memory=self.memory, executor=self.executor, python_memory=self.python_memory,
-                               isolation=self.isolation, hidden=self.hidden)
+                               isolation=self.isolation, hidden=self.hidden, workdir=workdir)
 
     def describe_isolation(self) -> str:
         if not self.isolation.active:

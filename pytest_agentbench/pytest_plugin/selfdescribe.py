@@ -3,8 +3,8 @@ continues it and ``--bench-replay DIR`` re-scores it from the cache, with nothin
 
 settings.json (written with the run's first record) holds the effective settings and, under ``_run``,
 the options given for the run (every option not left at its default, except the API key and the
-session's own resume/replay options) and its pytest selection (``-k``, ``-m``). On resume these come
-back as if typed again. A command-line value that differs is refused with the difference, except for
+session's own resume/replay options) and its pytest selection (``-k``, ``-m``, ``--deselect``). On
+resume these come back as if typed again. A command-line value that differs is refused with the difference, except for
 free options (where reports go, progress, retries, the endpoint, ...); a different selection is refused
 too, or added to the run's with ``--bench-resume-merge``. Replay takes the run's options and forces
 ``--bench-cache replay``; what is typed on its command line wins (it is a new run).
@@ -34,7 +34,8 @@ FREE_ON_RESUME = frozenset({
     "memory_limit", "timeout", "fail_under", "baseline", "max_drop", "max_errors", "update_baseline",
     "significance", "keep_workspaces", "progress",
 })
-SELECTION = {"keyword": "-k", "markexpr": "-m"}
+SELECTION = {"keyword": "-k", "markexpr": "-m", "deselect": "--deselect"}
+LISTED = frozenset({"deselect"})  # selection options given as a list (repeatable flags)
 
 
 def jsonable(value: Any) -> Any:
@@ -52,9 +53,36 @@ def definition(config: pytest.Config, options: Iterable[Option], opts: Settings)
     return {
         "options": {o.name: jsonable(opts[o.name]) for o in options
                     if opts.origin(o.name) != "default" and o.name not in NOT_STORED},
-        "selection": {key: getattr(config.option, key, "") or "" for key in SELECTION},
+        "selection": {key: selection_of(config, key) for key in SELECTION},
         "cwd": str(config.invocation_params.dir),
     }
+
+
+def selection_of(config: pytest.Config, key: str) -> Any:
+    """This session's ``-k``/``-m`` expression ("" when none), or its ``--deselect`` node ids (a list)."""
+    value = getattr(config.option, key, None)
+    if key in LISTED:
+        return list(dict.fromkeys(str(v) for v in value or ()))
+    return value or ""
+
+
+def stored_selection(stored: dict[str, Any], key: str) -> Any:
+    value = stored.get("selection", {}).get(key)
+    if key in LISTED:
+        return [str(v) for v in value] if isinstance(value, list) else []
+    return value if isinstance(value, str) else ""
+
+
+def same_selection(key: str, was: Any, now: Any) -> bool:
+    return set(was) == set(now) if key in LISTED else was == now
+
+
+def merged_selection(key: str, was: Any, now: Any) -> Any:
+    """--bench-resume-merge: the run's selection and this command's together. An expression becomes
+    ``(was) or (now)``; an item stays deselected only when both deselect it."""
+    if key in LISTED:
+        return [v for v in was if v in now]
+    return f"({was}) or ({now})" if was else ""
 
 
 def stored_definition(folder: Path) -> dict[str, Any] | None:
@@ -117,12 +145,12 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings, 
             continue
         diffs.append(f"{option.flag}: {shown(was)} in the run, {shown(now)} now")
     for key, short in SELECTION.items():
-        was, now = stored.get("selection", {}).get(key, ""), getattr(config.option, key, "") or ""
+        was, now = stored_selection(stored, key), selection_of(config, key)
         if not now:
             setattr(config.option, key, was)
-        elif now != was and resuming:
+        elif not same_selection(key, was, now) and resuming:
             if merge:
-                setattr(config.option, key, f"({was}) or ({now})" if was else "")
+                setattr(config.option, key, merged_selection(key, was, now))
             else:
                 diffs.append(f"{short}: {shown(was)} in the run, {shown(now)} now")
     if diffs:

@@ -9,7 +9,11 @@ its own; the run's metrics are the mean over attempts (gates and compare read th
 standard error over attempts (sample standard deviation / sqrt(K)); pass@k for k = 1..K uses the
 unbiased estimator 1 - C(n-c, k) / C(n, k) (n attempts, c of them correct), averaged over items
 (steps, capsules: "item") and over tasks (a task attempt counts when all its scored items pass:
-"task"), each with its standard error over those items or tasks.
+"task"), each with its standard error over attempts too: the attempts are the independent samples,
+so the error is the jackknife over them (pass@k recomputed with each attempt left out in turn:
+sqrt((K-1)/K * sum((theta_i - mean)^2))). For pass@1 that is exactly the sample standard deviation of
+the per-attempt pass rates / sqrt(K), the headline metrics' error; pass@K uses every attempt, so no
+attempt can be left out and it has no standard error (None, shown "n/a").
 """
 from __future__ import annotations
 
@@ -68,40 +72,72 @@ def mean_stderr(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / len(values))
 
 
-def pass_at(units: Mapping[str, list[bool]], k_max: int) -> dict[str, dict[str, float]]:
-    """pass@k for k = 1..k_max over units (an item or a task) -> list of per-attempt outcomes."""
+Outcomes = Mapping[str, Mapping[int, bool]]  # unit (item or task) -> attempt -> passed
+
+
+def pass_at_mean(units: Outcomes, k: int, left_out: int | None = None) -> float | None:
+    """pass@k averaged over the units with at least k attempts (``left_out``: an attempt ignored);
+    None when no unit has k."""
+    values = []
+    for by_attempt in units.values():
+        outcomes = [ok for attempt, ok in by_attempt.items() if attempt != left_out]
+        if len(outcomes) >= k:
+            values.append(pass_at_k(len(outcomes), sum(outcomes), k))
+    return sum(values) / len(values) if values else None
+
+
+def jackknife_stderr(units: Outcomes, k: int) -> float | None:
+    """The standard error of pass@k over attempts: the jackknife, leaving out one attempt at a time;
+    None when it cannot be computed (fewer than two attempts, or k = K: no attempt can be left out)."""
+    attempts = sorted({a for by_attempt in units.values() for a in by_attempt})
+    if len(attempts) < 2:
+        return None
+    thetas = [pass_at_mean(units, k, left_out=a) for a in attempts]
+    if any(t is None for t in thetas):
+        return None
+    n = len(thetas)
+    mean = sum(thetas) / n
+    return math.sqrt((n - 1) / n * sum((t - mean) ** 2 for t in thetas))
+
+
+def pass_at(units: Outcomes, k_max: int) -> dict[str, dict[str, Any]]:
+    """pass@k for k = 1..k_max over units (an item or a task), each with its standard error over attempts."""
     out = {}
     for k in range(1, k_max + 1):
-        values = [pass_at_k(len(v), sum(v), k) for v in units.values() if len(v) >= k]
-        mean, err = mean_stderr(values)
-        out[str(k)] = {"value": mean, "stderr": err, "n": len(values)}
+        value = pass_at_mean(units, k)
+        out[str(k)] = {"value": value if value is not None else 0.0, "stderr": jackknife_stderr(units, k),
+                       "n": sum(1 for v in units.values() if len(v) >= k)}
     return out
 
 
 def attempt_stats(per_attempt: Mapping[int, Mapping[str, Any]], records: Iterable[Mapping[str, Any]]
                   ) -> dict[str, Any]:
     """The attempts block of summary.json: K, each attempt's metrics, their mean and standard error,
-    and pass@k per item and per task."""
+    and pass@k per item and per task (each with its standard error over attempts)."""
     metrics = [dict(m) for m in per_attempt.values()]
     names = [k for k in metrics[0] if all(isinstance(m.get(k), (int, float)) for m in metrics)] if metrics else []
     mean = {}
     stderr = {}
     for name in names:
         mean[name], stderr[name] = mean_stderr([float(m[name]) for m in metrics])
-    items: dict[str, list[bool]] = defaultdict(list)
-    tasks: dict[tuple[str, int], list[bool]] = defaultdict(list)
+    items: dict[str, dict[int, bool]] = defaultdict(dict)
+    tasks: dict[str, dict[int, bool]] = defaultdict(dict)
     for record in records:
         if not scored(record):
             continue
         attempt = int(record.get("attempt") or 1)
-        items[str(record["id"])].append(record.get("status") == PASS)
-        tasks[(str(record.get("task")), attempt)].append(record.get("status") == PASS)
-    by_task: dict[str, list[bool]] = defaultdict(list)
-    for (task, _attempt), outcomes in sorted(tasks.items()):
-        by_task[task].append(all(outcomes))
+        passed = record.get("status") == PASS
+        items[str(record["id"])][attempt] = passed
+        task = tasks[str(record.get("task"))]
+        task[attempt] = task.get(attempt, True) and passed  # a task attempt passes when all its items pass
     k = len(per_attempt)
     return {"k": k, "per_attempt": {str(a): dict(m) for a, m in per_attempt.items()}, "mean": mean,
-            "stderr": stderr, "pass_at_k": {"item": pass_at(items, k), "task": pass_at(by_task, k)}}
+            "stderr": stderr, "pass_at_k": {"item": pass_at(items, k), "task": pass_at(tasks, k)},
+            "pass_at_k_stderr": "jackknife over attempts"}
+
+
+def error_text(stderr: float | None) -> str:
+    return "n/a" if stderr is None else f"{stderr:.1%}"
 
 
 def attempt_lines(stats: Mapping[str, Any], headlines: Iterable[str]) -> list[str]:
@@ -113,8 +149,10 @@ def attempt_lines(stats: Mapping[str, Any], headlines: Iterable[str]) -> list[st
             lines.append(f"{name}: mean over {k} attempts {stats['mean'][name]:.1%} "
                          f"± {stats['stderr'][name]:.1%} (standard error)")
     for unit, label in (("task", "per task"), ("item", "per item")):
-        shown = ", ".join(f"pass@{n} {v['value']:.1%} ± {v['stderr']:.1%}" for n, v in stats["pass_at_k"][unit].items())
+        shown = ", ".join(f"pass@{n} {v['value']:.1%} ± {error_text(v['stderr'])}"
+                          for n, v in stats["pass_at_k"][unit].items())
         lines.append(f"{label}: {shown}")
+    lines.append(f"(± standard error over the {k} attempts; pass@k's by the jackknife, so pass@{k} has none)")
     return lines
 
 
@@ -130,6 +168,8 @@ def attempt_markdown(stats: Mapping[str, Any], headlines: Iterable[str]) -> str:
     out += ["", "| pass@k | " + " | ".join(f"k={n}" for n in range(1, k + 1)) + " |",
             "|---|" + "---|" * k]
     for unit, label in (("task", "per task"), ("item", "per item")):
-        row = " | ".join(f"{v['value']:.1%} ± {v['stderr']:.1%}" for v in stats["pass_at_k"][unit].values())
+        row = " | ".join(f"{v['value']:.1%} ± {error_text(v['stderr'])}" for v in stats["pass_at_k"][unit].values())
         out.append(f"| {label} | {row} |")
+    out += ["", f"± is the standard error over the {k} attempts (pass@k: jackknife, each attempt left out in turn; "
+                f"pass@{k} uses every attempt, so it has none)."]
     return "\n".join(out) + "\n"

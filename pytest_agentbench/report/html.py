@@ -4,9 +4,9 @@ Headline metrics with 95% Wilson intervals, the status counts, a per-task table 
 split, category when the records have one), and for every item its message, code, stdout/stderr,
 trajectory (model turns and tool calls, read from the run's ``trajectories/`` files) and, when the
 record has them, its questions (reported value, accepted value or interval, verdict); then the
-run's settings and data hashes. Plain HTML with inline CSS and a few lines of inline JavaScript that
-only filter rows: every value from a record is escaped (model output is hostile), none is put in a
-script.
+metrics (per category too, when the summary has them), the run's settings and data hashes. Plain
+HTML with inline CSS and a few lines of inline JavaScript that only filter rows: every value from a
+record is escaped (model output is hostile), none is put in a script.
 """
 from __future__ import annotations
 
@@ -239,7 +239,8 @@ def task_rows(records: list[Mapping[str, Any]], run_dir: Path | None) -> tuple[l
         items = sorted(by_task[task], key=rec.sort_key)
         statuses = sorted({str(r.get("status")) for r in items})
         split = str(items[0].get("split", ""))
-        category = str(items[0].get("category") or "")
+        # a prefilled (skipped) step's record carries no category: any item of the task names it
+        category = next((str(r["category"]) for r in items if r.get("category")), "")
         values["status"].update(statuses)
         values["split"].add(split)
         if category:
@@ -252,6 +253,11 @@ def task_rows(records: list[Mapping[str, Any]], run_dir: Path | None) -> tuple[l
                     f"<td>{esc(split)}</td><td class=cat>{esc(category)}</td><td>{passed}/{len(scored)}</td>"
                     f"<td>{' '.join(status_badge(s) for s in statuses)}</td><td>{body}</td></tr>")
     return rows, values
+
+
+def category_cell(metrics: Mapping[str, Any], passed: str, total: str, rate: str) -> str:
+    """``1/2 (50.0%)``: one headline metric of a category (summary.json's ``categories``)."""
+    return f"{metrics.get(passed, 0)}/{metrics.get(total, 0)} ({pct(float(metrics.get(rate) or 0.0))})"
 
 
 def options(values: Iterable[str]) -> str:
@@ -290,6 +296,10 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
     gates = summary.get("gates") or []
     gate_html = "".join(f"<li>{'<span class=ok>ok</span>' if g.get('ok') else '<span class=bad>FAILED</span>'} "
                         f"{esc(g.get('gate'))}: {esc(g.get('detail'))}</li>" for g in gates)
+    category_rows = "".join(
+        f"<tr><td>{esc(name)}</td><td>{esc(category_cell(m, 'problems_resolved', 'problems', 'main'))}</td>"
+        f"<td>{esc(category_cell(m, 'steps_passed', 'steps', 'subproblem'))}</td></tr>"
+        for name, m in (summary.get("categories") or {}).items() if isinstance(m, Mapping))
     category_filter = (f'<label>category <select id="f-category"><option value="">all</option>'
                        f'{options(values["category"])}</select></label>') if values["category"] else \
         '<select id="f-category" hidden><option value=""></option></select>'
@@ -315,6 +325,8 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         f"<table{'' if values['category'] else ' class=nocat'}><tr><th>task</th><th>split</th><th class=cat>category</th><th>passed</th><th>statuses</th><th>items</th></tr>",
         *rows, "</table>",
         f"<h2>Metrics</h2><table>{metric_rows}</table>",
+        ('<h2>Categories</h2><table class="categories"><tr><th>category</th><th>main problems resolved</th>'
+         f"<th>subproblems passed</th></tr>{category_rows}</table>") if category_rows else "",
         f"<h2>Settings</h2><table>{setting_rows}</table>",
         f"<h2>Run</h2><table>{run_rows}</table>" if run_rows else "",
         f"<h2>Data hashes (sha256)</h2><table>{hash_rows}</table>" if hash_rows else "",

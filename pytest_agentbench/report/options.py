@@ -69,8 +69,8 @@ REPORT_OPTIONS: tuple[Option, ...] = (
     Option("resume", "--bench-resume", RESUME_HELP, kind="path", check=check_run_folder, ini="agentbench_resume",
            metavar="RUN_DIR"),
     Option("resume_merge", "--bench-resume-merge",
-           "with --bench-resume: a selection (--bench-ids, -k, -m) other than the run's is added to it (the union "
-           "runs and is reported) instead of being refused.", kind="bool", default=False,
+           "with --bench-resume: a selection (--bench-ids, -k, -m, --deselect) other than the run's is added to "
+           "it (the union runs and is reported) instead of being refused.", kind="bool", default=False,
            ini="agentbench_resume_merge"),
     Option("replay", "--bench-replay",
            "re-score the run in RUN_DIR from its cached model responses only (--bench-cache replay), with its "

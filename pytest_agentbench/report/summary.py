@@ -53,12 +53,21 @@ def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings
         "run_counts": counts,
         "items": [{"id": r["id"], "task": r["task"], "status": r["status"], "scored": r.get("scored", True),
                    **({"attempt": r["attempt"]} if "attempt" in r else {})} for r in ordered],
-        "usage": rec.usage_totals(ordered),
+        "usage": usage_of_run(ordered),
         **{k: v for k, v in result.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")},
         **declared.to_summary(),
         "_terminal": list(result.get("terminal", [])),
         "_markdown": result.get("markdown", ""),
     }
+
+
+def usage_of_run(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Model usage totals. ``model_calls`` counts every call the harness made, a cache hit included;
+    ``endpoint_calls`` those that reached the model's endpoint (what the terminal and summary.md call
+    "model calls": 0 for a replay)."""
+    usage = rec.usage_totals(records)
+    usage["endpoint_calls"] = max(0, (usage.get("model_calls") or 0) - (usage.get("cache_hits") or 0))
+    return usage
 
 
 def summarize_attempts(records: list[dict[str, Any]], benchmark: Any, settings: Mapping[str, Any],

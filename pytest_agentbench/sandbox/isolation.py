@@ -8,7 +8,10 @@ What a child gets (both executors, tool scripts, and the host environment's comm
   replaced by empty ones in which only Python and the installed packages are visible again; paths
   the caller names (the data dir, the cache, the reports) are masked by empty folders;
 * a private, size-capped ``/tmp`` (tmpfs) holding its work folder (scoring and tool scripts), or the
-  environment's workspace and private folders (host environment: on disk, no total cap);
+  environment's workspace and private folders (host environment: on disk, no total cap); the host
+  environment can also have its workspace at another path (CORE-Bench's workspace root): then the
+  sandbox's root is a read-only tmpfs on which the machine's folders are bound again, read-only,
+  around that path (``mirror_root``), and the workspace's own host path is masked;
 * its own PID namespace: it sees only its own processes in ``/proc``, the process that forked it is
   out of sight (``getppid() == 0``) and everything left in the namespace dies with the run;
 * no network (scoring and tool scripts) or the host's network (host environment commands);
@@ -38,11 +41,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import posixpath
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Iterable, Mapping, Sequence
 
 from .limits import Limits, apply_child_limits, join_cgroup, package_parent
@@ -249,28 +253,46 @@ def needed_paths() -> list[str]:
 
 def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str] = (), readable: Iterable[str] = (),
                hidden: Iterable[str] = (), tmp: str | None = None, pidns_fd: int | None = None,
-               userns_fd: int | None = None, info_fd: int | None = None, devices: Iterable[str] = ()) -> list[str]:
+               userns_fd: int | None = None, info_fd: int | None = None, devices: Iterable[str] = (),
+               relocated: Iterable[tuple[str, str]] = ()) -> list[str]:
     """The bwrap command line of a sandbox process (the command follows it).
 
     ``tmp``: a host folder mounted on ``/tmp`` (default: a tmpfs); ``writable``: host folders bound
     read-write at the same path, ``readable`` read-only; ``hidden``: paths masked by an empty folder
     (or /dev/null); ``pidns_fd``/``userns_fd``: join an existing sandbox's namespaces instead of making
-    new ones; ``devices``: device files made visible (GPUs)."""
+    new ones; ``devices``: device files made visible (GPUs); ``relocated``: (host folder, sandbox path)
+    pairs bound read-write at another path (the host path is then masked where it would be visible).
+
+    The sandbox sees this machine's file system read-only: ``--ro-bind / /``, or, when folders are
+    relocated, a read-only tmpfs root on which the host's entries are bound again around the
+    relocated paths (see ``mirror_root``), since bwrap cannot make a mount point in a read-only ``/``."""
     if not iso.active or not iso.bwrap:
         raise ValueError(f"no isolation here: {iso.why}")
-    args = [iso.bwrap, "--ro-bind", "/", "/", "--dev", "/dev"]
+    relocated = [(str(source), check_relocation_target(target)) for source, target in relocated]
+    targets = [target for _, target in relocated]
+    homes = private_homes()
+    replaced = [*homes, "/tmp"]  # folders that start empty in the sandbox: what a child needs is bound in again
+    hidden = [os.path.realpath(path) for path in hidden]
+    # a hidden folder on the way to a relocated one is emptied by the mirror (a mask would be read-only too soon)
+    emptied = [path for path in hidden if any(under(target, [path]) for target in targets)]
+    hidden = [path for path in hidden if path not in emptied]
+    if relocated:
+        mirror, read_only_tops = mirror_root(targets, replaced, emptied)
+        args = [iso.bwrap, *mirror, "--dev", "/dev"]
+    else:
+        args, read_only_tops = [iso.bwrap, "--ro-bind", "/", "/", "--dev", "/dev"], []
     for device in devices:
         args += ["--dev-bind-try", device, device]
     args += ["--tmpfs", "/tmp"] if tmp is None else ["--bind", tmp, "/tmp"]
-    homes = private_homes()
     for home in homes:
         args += ["--tmpfs", home]
-    replaced = [*homes, "/tmp"]  # folders that start empty in the sandbox: what a child needs is bound in again
-    needed = [("--ro-bind", path) for path in needed_paths() if under(path, replaced)]
-    shared = [("--ro-bind", str(path)) for path in readable] + [("--bind", str(path)) for path in writable]
+    needed = [("--ro-bind", path, path) for path in needed_paths() if under(path, replaced)]
+    shared = ([("--ro-bind", str(path), str(path)) for path in readable]
+              + [("--bind", str(path), str(path)) for path in writable]
+              + [("--bind", source, target) for source, target in relocated])
     # bwrap would make the missing parents of a mount point private (0700): make them traversable for uid 65534
     parents: set[str] = set()
-    for _, path in needed + shared:
+    for _, _, path in needed + shared:
         roots = [root for root in replaced if under(path, [root])]
         parent = os.path.dirname(path)
         while roots and under(parent, roots) and parent not in roots:
@@ -278,15 +300,18 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
             parent = os.path.dirname(parent)
     for parent in sorted(parents):
         args += ["--perms", "0755", "--dir", parent]
-    for kind, path in needed:
-        args += [kind, path, path]
+    for kind, source, path in needed:
+        args += [kind, source, path]
     from ..core.data import secret_path  # why: core.data pulls in urllib; launchers import this module with -S
 
+    # a relocated folder is seen only where it was put, not also (read-only) at its host path
+    visible_sources = [source for source, _ in relocated if not under(os.path.realpath(source), replaced)]
     # the key that signs checksum stamps: never visible to a child, wherever $AGENTBENCH_SECRET_FILE points
     # (its default place is in the home folder, hidden anyway; the file is the controller's, mode 0600)
-    args += mask_args([*hidden, str(secret_path())])  # before the shared folders: those stay visible
-    for kind, path in shared:
-        args += [kind, path, path]
+    masked = [path for path in [*hidden, *visible_sources, str(secret_path())] if not under(path, emptied)]
+    args += mask_args(masked)  # before the shared folders: those stay visible
+    for kind, source, path in shared:
+        args += [kind, source, path]
     if iso.mode == "root" and PIDS_CGROUP_DIR.is_dir():  # the sandbox process puts each run into its own cgroup
         args += ["--bind", str(PIDS_CGROUP_DIR), str(PIDS_CGROUP_DIR)]
     args += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
@@ -297,9 +322,78 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
         args += ["--userns", str(userns_fd)] if userns_fd is not None else ["--unshare-user"]
         args += ["--uid", "0", "--gid", "0", "--cap-add", "ALL"]
     args += ["--proc", "/proc"]
+    for top in read_only_tops:  # last: every mount point in them is made (the mounts themselves keep their mode)
+        args += ["--remount-ro", top]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     return args + ["--die-with-parent", "--"]
+
+
+NOT_FROM_HOST = ("proc", "dev", "tmp")  # top-level folders every sandbox makes afresh
+NO_RELOCATION_UNDER = ("/proc", "/sys", "/dev")
+
+
+def check_relocation_target(path: str) -> str:
+    """A sandbox path a host folder may be bound at: absolute, normalized, below ``/``, outside the kernel's
+    file systems, and with real folders (no symbolic links of this machine) on the way to it."""
+    text = str(path)
+    if not text.startswith("/") or posixpath.normpath(text) != text or text in ("/", "//"):
+        raise ValueError(f"cannot put a folder at {text!r} in the sandbox: give a normalized absolute path below /")
+    if under(text, NO_RELOCATION_UNDER):
+        raise ValueError(f"cannot put a folder at {text} in the sandbox: /proc, /sys and /dev are the kernel's; "
+                         f"choose a path elsewhere")
+    parent = posixpath.dirname(text)
+    while parent != "/":
+        if os.path.islink(parent):
+            raise ValueError(f"cannot put a folder at {text} in the sandbox: {parent} is a symbolic link on this "
+                             f"machine (to {os.readlink(parent)}); choose a path whose parents are real folders")
+        parent = posixpath.dirname(parent)
+    return text
+
+
+def mirror_root(targets: Sequence[str], replaced: Sequence[str],
+                emptied: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """bwrap arguments rebuilding this machine's file system on the sandbox's (tmpfs) root, read-only, around
+    ``targets`` (sandbox paths other mounts will take; checked by ``check_relocation_target``).
+
+    Every folder on the way to a target gets its host entries bound read-only one by one (symbolic links made
+    again), except the entry leading on to the target: ``/`` itself, and below it a tmpfs where the host has
+    the folder, an empty folder where it has not. ``/proc``, ``/dev`` and ``/tmp`` are never taken from the
+    host, nor are folders under ``replaced`` (they are mounted afresh later); folders in ``emptied`` (hidden
+    ones) get none of their host entries. Returns the arguments and the tmpfs folders to remount read-only
+    once every mount point in them is made."""
+    on_the_way: dict[str, set[str]] = {}
+    for target in targets:
+        parts = PurePosixPath(target).parts[1:]
+        for depth, name in enumerate(parts):
+            on_the_way.setdefault("/" + "/".join(parts[:depth]), set()).add(name)
+    args: list[str] = []
+    tops = ["/"]
+    for level in sorted(on_the_way, key=lambda p: (len(PurePosixPath(p).parts), p)):
+        skip = on_the_way[level] | (set(NOT_FROM_HOST) if level == "/" else set())
+        if level != "/":
+            if under(level, [*replaced, *("/" + n for n in NOT_FROM_HOST)]):
+                continue  # made afresh later; bwrap makes the rest of the way to the mount point
+            if not os.path.isdir(level):
+                args += ["--perms", "0755", "--dir", level]
+                continue
+            args += ["--perms", "0755", "--tmpfs", level]
+            tops.append(level)
+            if level in emptied:
+                continue
+        try:
+            names = sorted(os.listdir(level))
+        except OSError as exc:
+            raise ValueError(f"cannot rebuild {level} in the sandbox around {', '.join(targets)}: {exc}") from None
+        for name in names:
+            path = posixpath.join(level, name)
+            if name in skip or path in replaced:
+                continue
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
+            else:  # -try: an entry may vanish between the listing and bwrap
+                args += ["--ro-bind-try", path, path]
+    return args, tops
 
 
 def mask_args(hidden: Iterable[str]) -> list[str]:

@@ -57,7 +57,8 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
     Option("workspace_root", "--bench-workspace-root", default=DEFAULT_WORKSPACE_ROOT, check=environment_path,
            ini="agentbench_workspace_root", owner=OWNER, metavar="/ABS/PATH",
            help=f"CORE-Bench: the folder inside the environment holding the capsule's folders (code/, data/, "
-                f"results/, ...), REPRODUCING.md and report.json (default {DEFAULT_WORKSPACE_ROOT})."),
+                f"results/, ...), REPRODUCING.md and report.json (default {DEFAULT_WORKSPACE_ROOT}); the host "
+                f"environment applies it only under isolation, else the item's own folder is used and reports say so."),
     Option("dataset_path", "--bench-dataset-path", kind="path", exists="file", ini="agentbench_dataset_path",
            owner=OWNER, metavar="FILE",
            help="CORE-Bench: a task metadata file (JSON, or GPG-encrypted like core_test.json.gpg) used instead of "
@@ -130,7 +131,12 @@ def describe_isolation(settings: Mapping[str, Any]) -> str:
         return "docker container (the engine's isolation)"
     from ...sandbox.isolation import probe  # why: probing runs bwrap once; only a host run needs it
 
-    return probe().describe()
+    found = probe()
+    if found.active:
+        return found.describe()
+    # the workspace root is a path in the sandbox's own mount namespace: without one it cannot be had
+    return (f"{found.describe()}; workspace root {settings.get('workspace_root', DEFAULT_WORKSPACE_ROOT)} "
+            f"not applied: commands run in each item's own host folder, which prompts and records name")
 
 
 def agent_limits(settings: Mapping[str, Any]) -> agent.AgentLimits:

@@ -1,14 +1,15 @@
 """The official targets from the reference system's data archive (``--bench-data-url``).
 
 When the official ``test_data.h5`` is absent and a run needs the official targets (a test-split item is
-selected), the ZIP at ``--bench-data-url`` is downloaded (``core.data.download``: resumable, retried,
+selected, or ``--bench-targets=official`` asks for them), the ZIP at ``--bench-data-url`` is downloaded (``core.data.download``: resumable, retried,
 with progress) and only its ``test_data.h5`` is extracted: streamed into a temporary file next to its
 destination, checked against the pinned sha256 (refused with both sums unless custom data is allowed),
 then renamed into place. No other member is written, so a hostile archive (absolute paths, ``..``,
 links) cannot write outside the data folder. The destination is ``<data dir>/scicode/``, or
 ``<cache dir>/scicode/`` when the data dir is read-only. Offline mode ($AGENTBENCH_OFFLINE) forbids it:
-the run then goes on without the file, as before (every step with code is an eval_error saying where
-to get it); ``fetch_h5`` itself refuses to download offline.
+with ``--bench-targets=auto`` the run then goes on without the file (every step with code is an
+eval_error saying where to get it); with ``--bench-targets=official`` it is a usage error (``fetch_h5``
+itself refuses to download offline).
 """
 from __future__ import annotations
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from .run import SciCodeRun
 
 OWNER = "scicode"
+AUTO, OFFICIAL, REBUILT = "auto", "official", "rebuilt"  # --bench-targets
+TARGET_CHOICES = (AUTO, OFFICIAL, REBUILT)
 ALL_CATEGORIES = "all"
 REBUILD_TIMEOUT_FACTOR = 10  # rebuilding one problem's targets may take this many tool timeouts
 
@@ -57,8 +59,15 @@ OPTIONS = (
     Option("data_url", "--bench-data-url", ini="agentbench_data_url", owner=OWNER, metavar="URL",
            default=DEFAULT_DATA_URL,
            help="SciCode: ZIP archive holding the official test_data.h5, downloaded (and only that file "
-                "extracted, checked against its pinned sha256) when the file is missing and a test-split item "
-                f"is selected (default {DEFAULT_DATA_URL})."),
+                "extracted, checked against its pinned sha256) when the file is missing and the official targets "
+                f"are needed (a test-split item is selected, or --bench-targets=official; default {DEFAULT_DATA_URL})."),
+    Option("targets", "--bench-targets", kind="choice", choices=TARGET_CHOICES, default=AUTO,
+           ini="agentbench_targets", owner=OWNER,
+           help="SciCode: where the targets come from: auto (default: the official test_data.h5 when it is "
+                "present or a test-split item is selected, fetched from --bench-data-url when missing; else rebuilt "
+                "from the ground truth), official (the official file even for a validation-only run, fetched when "
+                "missing; a usage error offline) or rebuilt (rebuilt from the ground truth even when the official "
+                "file is present; validation split only)."),
     Option("category", "--bench-category", kind="list", default=(ALL_CATEGORIES,), ini="agentbench_category",
            owner=OWNER, metavar="NAME[,NAME...]",
            help="SciCode: run only the problems of these categories (exact match on a problem's category "
@@ -123,14 +132,7 @@ class SciCode(Benchmark):
     def targets(self, opts: Settings, split: str) -> Targets:
         """Where this run's targets come from (checked once per run; ConfigError for a bad file)."""
         if self._located is None or self._located[0] is not opts or self._located[1] != split:
-            fetch = None
-            if needs_official(opts, split) and not offline():  # offline: missing, as any file (eval_error per step)
-                def fetch() -> Path:
-                    return fetch_h5(opts["data_url"], Path(opts["data_dir"]), opts.get("cache_dir"),
-                                    verified=verify_data(opts))
-            found = locate(opts.get("h5"), Path(opts["data_dir"]), opts.get("cache_dir"), split,
-                           verified=verify_data(opts), fetch=fetch)
-            self._located = (opts, split, found)
+            self._located = (opts, split, find_targets(opts, split))
         return self._located[2]
 
     # ---- data ------------------------------------------------------------------------------
@@ -178,7 +180,7 @@ class SciCode(Benchmark):
         settings = RunSettings(targets=table, executor=opts["executor"], overlap=bool(opts["overlap"]),
                                prefilled=prefilled, selected=frozenset(spec.selected),
                                operand_cap=int(opts["operand_cap"]))
-        return SciCodeRun(settings, solver, env, limits_from(opts, timeout=float(opts["timeout"])), spec.run_dir,
+        return SciCodeRun(settings, solver, env, limits_from(opts, timeout=float(opts["timeout"])), files=spec.files,
                           problems={t.id: t.data for t in spec.tasks})
 
     def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,6 +199,36 @@ def select_categories(problems: list[tuple[str, dict[str, Any]]], names: Any) ->
         raise ConfigError(f"unknown SciCode categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} in "
                           f"--bench-category; categories present: {', '.join(present)} (or all)")
     return [(split, p) for split, p in problems if dataset.category_of(p) in wanted]
+
+
+def find_targets(opts: Mapping[str, Any], split: str) -> Targets:
+    """The targets --bench-targets asks for (see ``locate``); ConfigError when they cannot be had."""
+    choice = opts.get("targets") or AUTO
+    data_dir, cache_dir, verified = Path(opts["data_dir"]), opts.get("cache_dir"), verify_data(opts)
+    if choice == REBUILT:
+        if opts.get("h5"):
+            raise ConfigError("--bench-targets=rebuilt rebuilds the targets from the ground truth: leave out "
+                              "--bench-h5, or use --bench-targets=auto to score against that file")
+        if needs_official(opts, split):
+            raise ConfigError("--bench-targets=rebuilt: the test split has no public ground truth to rebuild "
+                              "its targets from; select validation items (--bench-split=validation) or use "
+                              "--bench-targets=auto")
+        return Targets(None, "rebuilt")
+
+    def fetch() -> Path:
+        return fetch_h5(opts["data_url"], data_dir, cache_dir, verified=verified)
+
+    # auto, offline: a missing file stays missing (each step with code is an eval_error saying where to get
+    # it); official: fetched whatever the split, and offline fetch_h5 refuses (a usage error before any item)
+    if choice != OFFICIAL:
+        fetching = not offline() and needs_official(opts, split)
+        return locate(opts.get("h5"), data_dir, cache_dir, split, verified=verified, fetch=fetch if fetching else None)
+    try:
+        return locate(opts.get("h5"), data_dir, cache_dir, split, verified=verified, fetch=fetch)
+    except ConfigError as exc:
+        raise ConfigError(f"--bench-targets=official: {exc}" + (
+            "; for validation items alone, --bench-targets=auto rebuilds the targets from the ground truth"
+            if split == "validation" else "")) from None
 
 
 def needs_official(opts: Mapping[str, Any], split: str) -> bool:

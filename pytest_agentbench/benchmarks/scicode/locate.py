@@ -2,7 +2,9 @@
 
 * ``--bench-h5 PATH`` or a ``test_data.h5`` in the data dir: the official file (checksum verified once,
   remembered by size and mtime) or, with ``--bench-allow-custom-data``, a custom file;
-* neither, on the validation split: rebuilt from the ground truth, once per problem, into the cache
+* neither, when the official targets are needed (a test-split item, or ``--bench-targets=official``):
+  fetched from the data archive (archive.py; ``bench.find_targets`` decides, ``locate`` is given the fetch);
+* neither, on the validation split (or ``--bench-targets=rebuilt``): rebuilt from the ground truth, once per problem, into the cache
   folder, under a file lock so that xdist workers share the work and the result;
 * nothing a child could have written is trusted later: the official file's fingerprint (inode, size,
   mtime, ctime) is taken when its checksum is checked and compared again before every step (a change
@@ -129,7 +131,8 @@ def locate(h5: Path | None, data_dir: Path, cache_dir: Path | None, split: str, 
     """The targets file of a run (``path`` None when rebuilt or missing); ConfigError for a bad file.
 
     ``fetch``: when the official file is in neither the data dir nor the cache dir, get it this way
-    (``archive.fetch_h5`` from --bench-data-url; given only when the run needs the official targets)."""
+    (``archive.fetch_h5`` from --bench-data-url; given only when the run needs the official targets, so
+    a validation split given a fetch never falls back to the rebuild)."""
     if h5 is not None:
         path = Path(h5)
         if not path.is_file():
