@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Protocol
 
+from ..core.io import DirectoryFiles, RunFiles
 from ..core.options import Option, Settings
 from ..core.types import Sample, Task
 
@@ -32,9 +33,17 @@ class RunSpec:
     options: Settings  # every resolved option of this run
     tasks: tuple[Task, ...]  # the selected tasks
     selected: frozenset[str]  # ids of the samples this process will run (look-ahead never goes past them)
-    run_dir: Path  # this run's report folder (created by the first record written)
+    run_dir: Path  # this run's report folder (created by the first record written); on a worker, the controller's
     data_dir: Path
     cache_dir: Path
+    # Where the run's files (trajectories, artifacts) go: ``files.write(relpath, data) -> relpath``. A benchmark
+    # writes through it only, never into ``run_dir``: on an xdist worker the files travel to the controller, the
+    # only writer of the run. Default: ``DirectoryFiles(run_dir)`` (a notebook, a single process).
+    files: RunFiles = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.files is None:
+            object.__setattr__(self, "files", DirectoryFiles(self.run_dir))
 
 
 class BenchRun(Protocol):

@@ -1,8 +1,9 @@
 """Per-item records: plain JSON dicts, appended to the run's log as each item finishes.
 
 Every record has ``benchmark``, ``task``, ``id``, ``split``, ``status``, ``scored`` and ``message``;
-benchmarks add their own keys. Records travel from xdist workers to the controller in the test
-report's ``user_properties`` under ``RECORD_PROPERTY``.
+benchmarks add their own keys; ``host`` and ``worker`` say where the item ran. Records travel from xdist
+workers to the controller in the test report's ``user_properties`` under ``RECORD_PROPERTY``, with the item's
+run files and new model-cache entries under ``DELIVERY_PROPERTY``: the controller is the only writer of a run.
 """
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ from .io import natural_key, write_atomic
 from .types import attempt_key
 
 RECORD_PROPERTY = "agentbench_record"
+# what a worker hands the controller with a record: {"append", "files", "cache", "bytes"} (pytest_plugin/writer.py)
+DELIVERY_PROPERTY = "agentbench_delivery"
+# a record of an item whose worker died while running it: an error now, but not finished (--bench-resume runs it)
+LOST_FIELD = "lost"
 PASS = "pass"
 STATUSES = ("pass", "fail", "timeout", "parse_error", "eval_error", "model_error", "env_error", "error", "skipped")
 # Errors of the model service or the environment say nothing about the model's ability; summaries show them apart.
@@ -24,7 +29,7 @@ INFRA_STATUSES = ("model_error", "env_error", "error")
 # Outcomes that are no verdict on the model: the run counts' Error, and what --bench-max-retries runs again.
 ERROR_STATUSES = ("model_error", "eval_error", "env_error", "error")
 # Fields that legitimately differ between two runs of the same thing.
-VOLATILE_FIELDS = ("duration", "worker", "started", "finished", "latency", "exec_duration", "run_dir")
+VOLATILE_FIELDS = ("duration", "worker", "host", "started", "finished", "latency", "exec_duration", "run_dir")
 
 
 def to_json(record: dict[str, Any]) -> str:
@@ -45,7 +50,8 @@ def json_default(obj: Any):
 def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one record and make it durable before the next item starts.
 
-    The lock keeps lines whole when several xdist workers append to the same file.
+    Only the controller (or the only process) appends; the lock keeps lines whole should another process
+    (a second pytest on the same folder by mistake) append at the same time.
     """
     line = (to_json(record) + "\n").encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,6 +82,11 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             where = "torn last line" if number >= len(lines) - 1 else "corrupt line"
             warnings.warn(f"agentbench: dropped {where} {number} of {path} (an interrupted write)", stacklevel=2)
     return records
+
+
+def is_lost(record: Mapping[str, Any]) -> bool:
+    """True for the record the controller made when the item's worker died: the item has no result yet."""
+    return bool(record.get(LOST_FIELD))
 
 
 def comparable(record: dict[str, Any]) -> dict[str, Any]:

@@ -18,8 +18,9 @@ RUN_OPTIONS: tuple[Option, ...] = (
            kind="path", default="data", ini="agentbench_data_dir", env="AGENTBENCH_DATA_DIR", metavar="DIR"),
     Option("cache_dir", "--bench-cache-dir",
            "cache folder, relative to the rootdir: model responses, files a benchmark derives from its data, "
-           "checksum stamps (default .agentbench_cache/).",
-           kind="path", default=".agentbench_cache", relative_to="rootdir", ini="agentbench_cache_dir", metavar="DIR"),
+           "checksum stamps (default $AGENTBENCH_CACHE_DIR, else .agentbench_cache/).",
+           kind="path", default=".agentbench_cache", relative_to="rootdir", ini="agentbench_cache_dir",
+           env="AGENTBENCH_CACHE_DIR", metavar="DIR"),
     Option("report_dir", "--bench-report-dir",
            "folder for run reports: <dir>/<benchmark>/<model>/<run-id>/ (default reports/).",
            kind="path", default="reports", ini="agentbench_report_dir", metavar="DIR"),

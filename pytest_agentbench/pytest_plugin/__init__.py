@@ -5,9 +5,10 @@ frozen ``Settings`` (kept in ``config.stash``), builds the run's state (``state.
 benchmark's samples as items (``collect.py``), runs them (``run.py``, the ``bench_run`` fixture),
 writes their records (``writer.py``) and reports on the controller (``reporter.py``, ``progress.py``).
 The plugin is inert unless ``--bench`` (or the ``agentbench_bench`` ini key) names a benchmark.
-Roles are told apart once, in ``state.make_state``: every process that runs items gets a
-``RecordWriter``; the process that reports (the xdist controller, or the only process) gets a
-``Reporter``. Other plugins extend it through the hooks in ``hookspecs.py``.
+Roles are told apart once, in ``state.make_state``: the xdist controller (or the only process) is the one
+writer of the run (``ControllerWriter``) and reports (``Reporter``); an xdist worker (``WorkerWriter``)
+sends each record, the item's files and its new model-cache entries to it in the item's report.
+Other plugins extend it through the hooks in ``hookspecs.py``.
 """
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from ..benchmarks.registry import available_benchmarks
 from ..core.data import DataError
 from ..core.errors import ConfigError
 from ..core.options import Option, Settings
-from ..core.records import RECORD_PROPERTY
+from ..core.records import DELIVERY_PROPERTY, RECORD_PROPERTY
 from ..envs import build_env
+from ..models.cache import ResponseCache
 from ..models.options import build_model, model_settings
-from . import hookspecs
+from . import hookspecs, remote
 from .checks import before_items, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
 from .options import all_options, read, register
@@ -32,7 +34,7 @@ from .progress import Progress, header_lines
 from .run import SETTINGS, STATE, BenchState
 from .selfdescribe import DEFINITION, definition, restore
 from .state import make_state
-from .writer import RecordWriter
+from .writer import ControllerWriter, WorkerWriter
 from .xdist import XdistHooks
 
 GENERIC_MARKERS = {"docker": "needs a Docker engine (pytest-agentbench's own tests)"}
@@ -44,6 +46,10 @@ def usage_error(exc: Exception) -> pytest.UsageError:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
+    # remote xdist workers (remote.py); registered here rather than through ``pytest_plugins``, which would
+    # re-import a module the plugin already imported and warn that it cannot be assertion-rewritten
+    if not pluginmanager.is_registered(remote):
+        pluginmanager.register(remote, "agentbench-remote")
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -96,7 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except (ConfigError, DataError) as exc:
         raise usage_error(exc) from None
     config.stash[STATE] = state
-    config.pluginmanager.register(RecordWriter(config, state), "agentbench-writer")
+    writer = WorkerWriter if state.is_worker else ControllerWriter
+    config.pluginmanager.register(writer(config, state), "agentbench-writer")
     if state.is_worker:
         return
     from .reporter import Reporter  # why: the report layer imports numpy; only a benchmark run reports
@@ -158,7 +165,10 @@ def bench_run(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) 
     selected = frozenset(item.sample.id for item in request.session.items if isinstance(item, BenchItem))
     opts = state.options
     spec = RunSpec(settings=state.settings, options=opts, tasks=tuple(state.tasks), selected=selected,
-                   run_dir=state.run_dir, data_dir=opts.data_dir, cache_dir=opts.cache_dir)
+                   run_dir=state.run_dir, data_dir=opts.data_dir, cache_dir=opts.cache_dir, files=state.files)
+    cache = getattr(bench_model, "cache", None)
+    if state.journal is not None and isinstance(cache, ResponseCache):
+        cache.journal = state.journal  # on a worker: new entries also travel to the controller's cache
     try:
         state.run = state.benchmark.open_run(spec, bench_model, bench_env)
     except ConfigError as exc:
@@ -170,8 +180,9 @@ def bench_run(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_logreport(report: pytest.TestReport):
-    """Keep whole records out of junitxml, which writes str(value) of every teardown property."""
+    """Keep whole records (and deliveries) out of junitxml, which writes str(value) of every teardown property."""
     if report.when == "teardown":
-        report.user_properties = [(k, v) for k, v in report.user_properties if k != RECORD_PROPERTY]
+        report.user_properties = [(k, v) for k, v in report.user_properties
+                                  if k not in (RECORD_PROPERTY, DELIVERY_PROPERTY)]
     return (yield)
 

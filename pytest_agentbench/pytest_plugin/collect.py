@@ -87,6 +87,16 @@ class BenchCollector(pytest.Collector):
                                                 callobj=run_bench_item, sample=sample, benchmark=self.benchmark)
 
 
+def sample_nodeids(benchmark: Benchmark, tasks: list[Task], attempts: int) -> dict[str, Sample]:
+    """Node id -> sample of every item collection makes (the controller names a dead worker's item with it)."""
+    out: dict[str, Sample] = {}
+    for task in tasks:
+        for sample in with_attempts(task.samples, attempts):
+            prefix = f"{benchmark.name}/{task.id}::" if benchmark.group_items else f"{benchmark.name}/"
+            out[prefix + sample.key] = sample
+    return out
+
+
 def with_attempts(samples: list[Sample], attempts: int) -> list[Sample]:
     """A task's samples once (``attempts`` 1: today's items), else every attempt in turn, each named
     ``<id>[attemptN]`` (attempt 1 first: a task's steps run in order within an attempt)."""

@@ -12,7 +12,8 @@ def pytest_agentbench_record(record: dict[str, Any], item: Any) -> None:
 
     Called in the process that ran the item (an xdist worker, or the only process), once per record,
     with the ``BenchItem`` the record belongs to (``item.sample`` is the sample). The return value
-    is ignored: change ``record`` in place. Records reused by ``--bench-resume`` are not passed again.
+    is ignored: change ``record`` in place. Records reused by ``--bench-resume`` are not passed again, nor
+    is the error record the xdist controller makes for an item whose worker died (it has no item there).
     """
 
 

@@ -1,12 +1,13 @@
 """The run loop: one process's state, the body of every benchmark item, and records to outcomes.
 
 A process opens the benchmark's run once (the ``bench_run`` fixture, at its first item), runs
-each item's sample through it and keeps the record on the item; ``writer.RecordWriter`` appends it to
-disk and attaches it to the item's report.
+each item's sample through it and keeps the record on the item; ``writer.py`` attaches it to the item's
+report and, in the only process, appends it to disk (an xdist worker hands it to the controller instead).
 """
 from __future__ import annotations
 
 import os
+import socket
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -18,6 +19,7 @@ import pytest
 from ..benchmarks.base import Benchmark, BenchRun
 from ..core import records as rec
 from ..core.options import Settings
+from ..core.text import printable
 from ..core.types import Sample, Task
 
 
@@ -34,11 +36,14 @@ class BenchState:
     only_bench: bool  # no explicit paths: only the benchmark is collected
     records_path: Path
     is_worker: bool
+    files: Any = None  # core.io.RunFiles: DirectoryFiles(run_dir) here, CollectedFiles on an xdist worker
+    journal: Any = None  # models.cache.CacheJournal on an xdist worker: the model-cache entries made since the last item
     gates: Any = None  # report.options.GateConfig, controller only
     baseline: Any = None  # the baseline summary dict, when one is given and comparable
     resumed: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> finished record (--bench-resume)
     notes: list[str] = field(default_factory=list)  # shown in the header (resume, baseline)
     run: BenchRun | None = None  # opened by the bench_run fixture at the first item of this process
+    worker_hosts: dict[str, str] = field(default_factory=dict)  # controller: xdist worker id -> host, from its records
 
 
 class Streak:
@@ -75,6 +80,11 @@ def base_record(sample: Any, state: BenchState) -> dict[str, Any]:
     if sample.repeated:  # --bench-attempts K > 1: records of one sample are told apart by their attempt
         record["attempt"] = sample.attempt
     return record
+
+
+def where_ran() -> dict[str, str]:
+    """Which host and which worker ran an item (``main`` without xdist): volatile fields of every fresh record."""
+    return {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "host": socket.gethostname()}
 
 
 def run_once(run: BenchRun, sample: Sample) -> dict[str, Any]:
@@ -114,7 +124,7 @@ def run_item(item: pytest.Item, run: BenchRun) -> None:
         return
     record = base_record(sample, state)
     record.update(run_with_retries(run, sample, state.options.max_retries))
-    record["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    record.update(where_ran())
     item.stash[RECORD] = record
     outcome(record)
 
@@ -131,4 +141,5 @@ def outcome(record: dict[str, Any]) -> None:
         return
     if status == "skipped":
         pytest.skip(record.get("message") or "skipped")
-    pytest.fail(f"{status}: {record.get('message', '')}", pytrace=False)
+    # the one place a record's message reaches the terminal: model text may carry escape sequences
+    pytest.fail(f"{status}: {printable(str(record.get('message', '')))}", pytrace=False)

@@ -6,6 +6,7 @@ item runs, as a ``ConfigError`` / ``DataError`` the plugin shows as a usage erro
 """
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from datetime import datetime, timezone
@@ -17,19 +18,22 @@ import pytest
 from ..sandbox.options import isolation_from
 from ..benchmarks.base import Benchmark
 from ..benchmarks.registry import get_benchmark
+from ..core import records as rec
 from ..core.errors import ConfigError, choose
+from ..core.io import CollectedFiles, DirectoryFiles, natural_key
 from ..core.options import Settings
+from ..models.cache import CacheJournal
 from ..models.options import ORACLE, model_settings
 from ..report.baseline import baseline_for_run
 from ..report.options import gate_config
-from ..report.resume import load_for_worker, resume_controller
+from ..report.resume import resume_controller
 from .collect import select_ids
 from .run import BenchState
 
 # keys of config.workerinput the controller hands to its xdist workers
 RUN_DIR_KEY = "agentbench_run_dir"
 ONLY_BENCH_KEY = "agentbench_only_bench"
-RESUME_BYTES_KEY = "agentbench_resume_bytes"
+RESUMED_KEY = "agentbench_resumed"  # JSON text: the finished records a resumed run reuses (workers read no file)
 
 
 def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only: bool) -> dict[str, Any]:
@@ -70,13 +74,16 @@ def make_state(config: pytest.Config, opts: Settings) -> BenchState:
         run_dir = opts.resume or new_run_dir(opts, benchmark.name, settings.get("model") or "none")
         only_bench = config.args_source != pytest.Config.ArgsSource.ARGS
     settings["run_id"] = run_dir.name
+    # The controller is the only writer of the run: a worker keeps an item's files and new cache entries in
+    # memory until they travel with its record (writer.py); nothing of the run is written where a worker runs.
     state = BenchState(benchmark=benchmark, split=split, settings=settings, options=opts, tasks=tasks,
                        run_dir=run_dir, only_bench=only_bench, records_path=run_dir / benchmark.records_file,
-                       is_worker=is_worker)
+                       is_worker=is_worker, files=CollectedFiles() if is_worker else DirectoryFiles(run_dir),
+                       journal=CacheJournal() if is_worker else None)
     if not is_worker:
         prepare_controller(state)
-    elif workerinput.get(RESUME_BYTES_KEY):
-        state.resumed = load_for_worker(state.records_path, workerinput[RESUME_BYTES_KEY]).records
+    elif workerinput.get(RESUMED_KEY):
+        state.resumed = rec.latest_by_id(json.loads(workerinput[RESUMED_KEY]))
     return state
 
 
@@ -87,10 +94,27 @@ def prepare_controller(state: BenchState) -> None:
     state.gates = gate_config(opts, state.benchmark)
     if opts.resume:
         resumed = resume_controller(state.run_dir, state.records_path, state.settings, free)
-        state.resumed = resumed.records
+        state.resumed = drop_lost(state.records_path, resumed.records, resumed.notes)
         state.notes += resumed.notes
     state.baseline, notes = baseline_for_run(state.gates.baseline, state.gates.update_baseline, state.settings, free)
     state.notes += notes
+
+
+def drop_lost(records_path: Path, finished: dict[str, dict[str, Any]], notes: list[str]) -> dict[str, dict[str, Any]]:
+    """The records a resumed run reuses: not those of items whose worker died (``records.is_lost``), which run
+    again. Their lines leave the records file (rewritten atomically), so each item ends with one record."""
+    lines = rec.read_records(records_path)
+    if any(rec.is_lost(r) for r in lines):  # also those xdist ran again in the same run (a later record follows)
+        rec.rewrite_records(records_path, [r for r in lines if not rec.is_lost(r)])
+    lost = sorted((key for key, record in finished.items() if rec.is_lost(record)), key=natural_key)
+    if not lost:
+        return finished
+    kept = {key: record for key, record in finished.items() if key not in lost}
+    if notes and notes[0].startswith("resuming "):  # the count report/resume.py wrote includes the lost ones
+        notes[0] = f"resuming {records_path.parent}: {len(kept)} finished record(s) reused, the rest runs now"
+    notes.insert(1, f"{len(lost)} item(s) whose worker died run again: {', '.join(lost[:10])}"
+                    + (" ..." if len(lost) > 10 else ""))
+    return kept
 
 
 def safe_name(text: str) -> str:

@@ -1,18 +1,42 @@
-"""In every process that runs items: attach each record to its report and append it to disk.
+"""Records, files and cache entries of a run: the controller (or the only process) is their only writer.
 
-A record is appended (and fsynced) before the next item starts, so a killed run loses no finished
-record; plugins may add fields first through the ``pytest_agentbench_record`` hook.
+Roles are chosen once, in ``pytest_configure`` (``hasattr(config, "workerinput")``), as pytest-json-report does:
+
+* ``ControllerWriter``, the only process or the xdist controller. An item run here has its record appended
+  (and fsynced) before the next item starts, so a killed run loses no finished record; its files were written
+  by the run's ``DirectoryFiles``. A report from a worker carries the record (``RECORD_PROPERTY``) and a
+  delivery (``DELIVERY_PROPERTY``: the item's files and new model-cache entries, zlib-compressed): files are
+  written under the run folder (paths checked: they come from another process), entries are put into this
+  cache when absent, then the record is appended.
+* ``WorkerWriter``, an xdist worker (local ``-n`` or a remote ``--tx``): writes nothing of the run. It attaches
+  the record and the delivery to the item's report; over ``MAX_DELIVERY_BYTES`` (compressed) the files and
+  entries stay behind and the record becomes an error that says so.
+
+Both count model errors in a row (``Streak``) on the records of the items they run, as ``-x`` does; plugins
+may add fields to a record first through the ``pytest_agentbench_record`` hook.
 """
 from __future__ import annotations
+
+import warnings
+import zlib
+from pathlib import Path
+from typing import Any, Mapping
 
 import pytest
 
 from ..core import records as rec
+from ..core.io import UnsafePath, write_under
+from ..models.cache import ResponseCache
 from .collect import BenchItem
-from .run import RECORD, BenchState, Streak, base_record
+from .run import RECORD, BenchState, Streak, base_record, where_ran
+
+MAX_DELIVERY_BYTES = 64 * 2**20  # compressed files + cache entries one item may send to the controller
+MAX_UNPACKED_BYTES = 1024 * 2**20  # what one file or entry may expand to on the controller (a zlib bomb is refused)
 
 
 class RecordWriter:
+    """What both roles do in the process that runs an item: build its record and attach it to the report."""
+
     def __init__(self, config: pytest.Config, state: BenchState) -> None:
         self.config = config
         self.state = state
@@ -23,24 +47,14 @@ class RecordWriter:
         report = yield
         if not isinstance(item, BenchItem):
             return report
-        state = self.state
-        record = item.stash.get(RECORD, None)
-        if call.when == "call" and record is None:
-            record = {**base_record(item.sample, state), "status": "error", "message": "item ran without a record"}
-        if call.when == "setup" and not report.passed:
-            # A fixture failed (an unreachable model, an environment that did not start): still a record.
-            status = "skipped" if report.skipped else "error"
-            record = {**base_record(item.sample, state), "status": status, "message": short_reason(report),
-                      "duration": 0.0}
-        if call.when == "setup" and report.skipped and item.sample.key in state.resumed:
-            record = dict(state.resumed[item.sample.key])  # a skip marker fired: report the old record
+        record = record_of(item, call, report, self.state)
         if record is not None and (call.when == "call" or not report.passed):
-            resumed = rec.record_key(record) in state.resumed  # a resumed record is already in the file
-            if not resumed:
+            fresh = rec.record_key(record) not in self.state.resumed  # a resumed record is already in the file
+            if fresh:
                 self.config.hook.pytest_agentbench_record(record=record, item=item)
+            record = self.deliver(report, record, fresh)
             report.user_properties.append((rec.RECORD_PROPERTY, record))
-            if not resumed:
-                rec.append_record(state.records_path, record)
+            if fresh:
                 stop = self.streak.add(record)
                 if stop and not item.session.shouldstop:
                     item.session.shouldstop = stop  # as -x: the session ends after this item, reports complete
@@ -48,6 +62,142 @@ class RecordWriter:
             item.user_properties.extend(rec.junit_properties(record))
             item.stash[RECORD] = None  # written once
         return report
+
+    def deliver(self, report: pytest.TestReport, record: dict[str, Any], fresh: bool) -> dict[str, Any]:
+        """Make the record (and the item's files) durable, or hand them on; returns the record to report."""
+        raise NotImplementedError
+
+
+class ControllerWriter(RecordWriter):
+    """The only process or the xdist controller: the one writer of the records file, the run's files and the
+    cache entries that come from workers."""
+
+    def __init__(self, config: pytest.Config, state: BenchState) -> None:
+        super().__init__(config, state)
+        self.cache: ResponseCache | None = None  # this process's response cache, opened for the first entries
+
+    def deliver(self, report: pytest.TestReport, record: dict[str, Any], fresh: bool) -> dict[str, Any]:
+        if fresh:  # an item run here: its files are already in the run folder (DirectoryFiles)
+            rec.append_record(self.state.records_path, record)
+        return record
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A worker's report: write its files and cache entries, then append its record (the record last: a
+        record in the file means its files are there); the delivery is dropped from the report afterwards."""
+        delivery = next((v for k, v in report.user_properties if k == rec.DELIVERY_PROPERTY), None)
+        if delivery is None:
+            return
+        report.user_properties = [(k, v) for k, v in report.user_properties if k != rec.DELIVERY_PROPERTY]
+        record = next((v for k, v in report.user_properties if k == rec.RECORD_PROPERTY), None)
+        problems = store_delivery(self.state.run_dir, self.controller_cache(delivery), delivery)
+        if record is None:
+            return
+        if problems:
+            for problem in problems:
+                warnings.warn(f"agentbench: {rec.record_key(record)}: {problem}", stacklevel=1)
+            record["delivery_errors"] = problems
+        if record.get("worker") and record.get("host"):
+            self.state.worker_hosts[str(record["worker"])] = str(record["host"])
+        if delivery.get("append", True) and rec.record_key(record) not in self.state.resumed:
+            rec.append_record(self.state.records_path, record)
+
+    def controller_cache(self, delivery: Mapping[str, Any]) -> ResponseCache | None:
+        if not delivery.get("cache"):
+            return None
+        if self.cache is None:
+            opts = self.state.options
+            self.cache = ResponseCache(opts.cache_dir, opts.cache)
+        return self.cache
+
+
+class WorkerWriter(RecordWriter):
+    """An xdist worker: the record, the item's files and its new cache entries travel in the report."""
+
+    def deliver(self, report: pytest.TestReport, record: dict[str, Any], fresh: bool) -> dict[str, Any]:
+        files = self.state.files.take()
+        entries = self.state.journal.take() if self.state.journal is not None else {}
+        delivery = pack_delivery(files, entries, append=fresh)
+        if delivery["bytes"] > MAX_DELIVERY_BYTES:
+            record = over_cap(record, delivery["bytes"], files)
+            delivery = pack_delivery({}, {}, append=fresh)
+            report.outcome = "failed"
+            report.longrepr = f"error: {record['message']}"
+        report.user_properties.append((rec.DELIVERY_PROPERTY, delivery))
+        return record
+
+
+def record_of(item: BenchItem, call: pytest.CallInfo, report: pytest.TestReport,
+              state: BenchState) -> dict[str, Any] | None:
+    """The item's record for this phase of its run, or None (a phase that adds none)."""
+    record = item.stash.get(RECORD, None)
+    if call.when == "call" and record is None:
+        record = {**base_record(item.sample, state), "status": "error", "message": "item ran without a record",
+                  **where_ran()}
+    if call.when == "setup" and not report.passed:
+        # A fixture failed (an unreachable model, an environment that did not start): still a record.
+        status = "skipped" if report.skipped else "error"
+        record = {**base_record(item.sample, state), "status": status, "message": short_reason(report),
+                  "duration": 0.0, **where_ran()}
+    if call.when == "setup" and report.skipped and item.sample.key in state.resumed:
+        record = dict(state.resumed[item.sample.key])  # a skip marker fired: report the old record
+    return record
+
+
+# ---- the delivery: plain data execnet can carry ---------------------------------------------------------
+def pack_delivery(files: Mapping[str, bytes], entries: Mapping[str, str], *, append: bool = True) -> dict[str, Any]:
+    """``{"append", "files": [[relpath, zlib bytes], ...], "cache": [[key, zlib bytes], ...], "bytes"}``."""
+    packed_files = [[path, zlib.compress(data, 6)] for path, data in sorted(files.items())]
+    packed_cache = [[key, zlib.compress(text.encode("utf-8"), 6)] for key, text in sorted(entries.items())]
+    size = sum(len(blob) for _, blob in packed_files) + sum(len(blob) for _, blob in packed_cache)
+    return {"append": append, "files": packed_files, "cache": packed_cache, "bytes": size}
+
+
+def size_text(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size} bytes"
+
+
+def over_cap(record: dict[str, Any], size: int, files: Mapping[str, bytes]) -> dict[str, Any]:
+    """The record of an item whose delivery is over the cap: an error that says what was not kept and why."""
+    names = ", ".join(sorted(files)[:5]) + (" ..." if len(files) > 5 else "")
+    message = (f"agentbench: this item's files and model responses are {size_text(size)} compressed, over the "
+               f"{size_text(MAX_DELIVERY_BYTES)} an xdist worker may send to the controller; they were not kept "
+               f"({names or 'model responses only'}); run this item without -n/--tx to keep them")
+    kept = {k: v for k, v in record.items() if k != "trajectory"}  # it names a file that is not written
+    return {**kept, "status": "error", "message": message, "status_before_cap": record.get("status")}
+
+
+def unpack(blob: Any, what: str) -> bytes:
+    """A zlib blob from a worker, refused when it expands past MAX_UNPACKED_BYTES."""
+    inflater = zlib.decompressobj()
+    data = inflater.decompress(bytes(blob), MAX_UNPACKED_BYTES)
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise ValueError(f"{what}: expands past {MAX_UNPACKED_BYTES // 2**20} MiB or is not whole")
+    return data
+
+
+def store_delivery(run_dir: Path, cache: ResponseCache | None, delivery: Mapping[str, Any]) -> list[str]:
+    """Controller side: write a worker's files under ``run_dir`` and put its cache entries into ``cache`` (when
+    absent). Everything here came from another process: a path that would leave the run folder, a bad key or a
+    damaged blob is not written; the problems are returned (one line each)."""
+    problems: list[str] = []
+    for relpath, blob in delivery.get("files") or ():
+        try:
+            write_under(Path(run_dir), str(relpath), unpack(blob, f"run file {relpath!r}"))
+        except (UnsafePath, ValueError, zlib.error) as exc:
+            problems.append(f"refused a file from the worker: {exc}")
+        except OSError as exc:
+            problems.append(f"could not write run file {relpath!r}: {exc}")
+    for key, blob in delivery.get("cache") or ():
+        if cache is None:
+            break
+        try:
+            cache.add_entry(str(key), unpack(blob, f"cache entry {str(key)[:16]}").decode("utf-8"))
+        except (ValueError, zlib.error) as exc:
+            problems.append(f"refused a cache entry from the worker: {exc}")
+        except OSError as exc:
+            problems.append(f"could not write cache entry {str(key)[:16]}...: {exc}")
+    return problems
 
 
 def short_reason(report: pytest.TestReport) -> str:

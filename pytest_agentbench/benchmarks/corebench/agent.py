@@ -15,10 +15,9 @@ import json
 import shlex
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...core.io import write_atomic
+from ...core.text import printable
 from ...sandbox.result import ExecResult
 from . import scorer
 
@@ -158,7 +157,7 @@ class CoreAgent:
             try:
                 completion = self.model.complete(messages, tools=TOOLS, sample_index=self.sample_index)
             except ModelError as exc:
-                return "model_error", str(exc)
+                return "model_error", printable(exc)  # the server's text: no escape sequence reaches a record
             self._count(completion)
             messages.append(completion.assistant_message())
             if not completion.tool_calls:
@@ -305,13 +304,13 @@ def compact_trajectory(messages: list[dict]) -> list[dict]:
     return out
 
 
-def write_trajectory(run_dir: Any, capsule_id: str, result: AgentResult, extra: dict) -> str | None:
-    if run_dir is None:
+def write_trajectory(files: Any, key: str, result: AgentResult, extra: dict) -> str | None:
+    """``trajectories/<key>.json`` through the run's file sink (``core.io.RunFiles``; None: not kept); ``key`` is
+    the sample's (the capsule, ``capsule-1[attempt2]`` with --bench-attempts). Returns the relpath or None."""
+    if files is None:
         return None
-    folder = Path(run_dir) / "trajectories"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{capsule_id}.json"
-    write_atomic(path, json.dumps({"capsule": capsule_id, "end_reason": result.end_reason, "message": result.message,
-                                   "accounting": result.accounting, **extra,
-                                   "messages": compact_trajectory(result.trajectory)}, indent=1, default=str))
-    return str(path.relative_to(run_dir))
+    capsule_id = key.split("[", 1)[0]
+    return files.write(f"trajectories/{key}.json", json.dumps(
+        {"capsule": capsule_id, "end_reason": result.end_reason, "message": result.message,
+         "accounting": result.accounting, **extra, "messages": compact_trajectory(result.trajectory)},
+        indent=1, default=str))

@@ -77,7 +77,7 @@ class CoreBench(Benchmark):
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> CoreBenchRun:
         split = spec.settings.get("split", "")
         return CoreBenchRun(spec.settings, choose_solver(model, env), data_dir=spec.data_dir,
-                            cache_dir=spec.cache_dir, run_dir=spec.run_dir, model=model, env=env,
+                            cache_dir=spec.cache_dir, files=spec.files, model=model, env=env,
                             split_size=self.split_sizes.get(split))
 
     def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:

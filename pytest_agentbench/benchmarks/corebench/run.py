@@ -7,7 +7,7 @@ report found there is scored as upstream does. Plain Python: a notebook can run 
 
     bench = CoreBench()
     settings = bench.configure(opts, "train")
-    run = CoreBenchRun(settings, choose_solver(model, env), data_dir=..., cache_dir=..., run_dir=...)
+    run = CoreBenchRun(settings, choose_solver(model, env), data_dir=..., cache_dir=..., run_dir=...)  # or files=
     record = run.run_sample(sample)
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ...core.data import DataError
-from ...core.io import write_atomic
+from ...core.io import DirectoryFiles, RunFiles
 from ...core.types import Sample
 from ...envs import EnvError, EnvFactory, EnvSkip
 from . import agent as agent_mod
@@ -41,7 +41,7 @@ class CoreBenchRun:
 
     def __init__(self, settings: Mapping[str, Any], solver: "Solver", *, data_dir: Path, cache_dir: Path,
                  run_dir: Path | None = None, model: Any = None, env: Any = None,
-                 split_size: int | None = None) -> None:
+                 split_size: int | None = None, files: RunFiles | None = None) -> None:
         self.settings = dict(settings)
         self.settings.setdefault("workspace_root", DEFAULT_WORKSPACE_ROOT)
         self.settings.setdefault("dataset_revision", dataset.UPSTREAM_REV)
@@ -50,6 +50,8 @@ class CoreBenchRun:
         self.data_dir = Path(data_dir)
         self.cache_dir = Path(cache_dir)
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        # trajectories and artifacts go through the run's file sink only (RunSpec.files), never into run_dir
+        self.files = files if files is not None else (DirectoryFiles(self.run_dir) if self.run_dir is not None else None)
         self.model = model
         self.env = env
         capsules_dir = self.settings.get("capsules_dir")
@@ -97,8 +99,10 @@ class CoreBenchRun:
         return prepare.check_manifest(raw, task_id=sample.id, split=sample.split,
                                       difficulty=self.settings["difficulty"], revision=dataset.UPSTREAM_REV)
 
-    def score(self, task: Mapping[str, Any], submission: scorer.Submission, prompt: str) -> dict[str, Any]:
-        """The record fragment of a submission: verdicts, counts, status and message; saves the artifacts."""
+    def score(self, task: Mapping[str, Any], submission: scorer.Submission, prompt: str,
+              key: str | None = None) -> dict[str, Any]:
+        """The record fragment of a submission: verdicts, counts, status and message; saves the artifacts under
+        ``artifacts/<key>/`` (``key``: the sample's, ``capsule-1[attempt2]`` with --bench-attempts; default the capsule)."""
         capsule_id = task["capsule_id"]
         if submission.warning:
             warnings.warn(f"core-bench {capsule_id}: {submission.warning}", stacklevel=2)
@@ -109,7 +113,7 @@ class CoreBenchRun:
                "report_path": f"{root}/{submission.report_path}" if submission.report_path else None,
                "submission_source": submission.submission_source,
                "status": "pass" if score.all_correct else "fail", "message": failure_message(score, submission)}
-        save_artifacts(self.run_dir, capsule_id, prompt, submission)
+        save_artifacts(self.files, key or capsule_id, prompt, submission)
         return out
 
     def close(self) -> None:
@@ -156,7 +160,7 @@ class LocalSolver(Solver):
             if "status" in outcome:
                 return {**extra, **outcome}
             submission = scorer.load_submission(workspace, outcome.get("final_answer"))
-        return {**extra, **run.score(task, submission, prompt)}
+        return {**extra, **run.score(task, submission, prompt, key=sample.key)}
 
     def answer(self, run: CoreBenchRun, sample: Sample, workspace: Path, prompt: str) -> dict[str, Any]:
         """``{"final_answer": ...}`` (report.json in the workspace wins over it), or a status."""
@@ -257,6 +261,12 @@ class AgentSolver(Solver):
                     self.copy_preinstalled(run, sample, env)
         except EnvError as exc:
             return give_up("env_error", str(exc))
+        workdir = getattr(env, "workdir", "") or root
+        if workdir != root:  # not applied (the host without isolation): prompt and record name the real folder
+            base.update(workdir=workdir, workspace_root_note=getattr(env, "workdir_note", "")
+                        or f"{root} not applied by the {self.kind} environment; commands ran in {workdir}")
+            prompt = prepare.render_prompt(run.templates(), task, settings["difficulty"], settings["hints"],
+                                           root=workdir)
         questions = list(task["results"][0].keys())
         with env:  # stopped on every way out: the container removed, the host processes killed
             try:
@@ -265,13 +275,15 @@ class AgentSolver(Solver):
                 env.copy_out(workspace)  # report.json and whatever else the agent wrote
             except EnvError as exc:
                 return {**base, "status": "env_error", "message": f"environment failed: {exc}"}
-            trajectory = agent_mod.write_trajectory(run.run_dir, capsule_id, result,
+            trajectory = agent_mod.write_trajectory(run.files, sample.key, result,
                                                     {"env": base["env"], "prompt": prompt})
             base.update(end_reason=result.end_reason, generation=result.accounting, trajectory=trajectory)
             if result.end_reason == "model_error":
                 return {**base, "status": "model_error", "message": f"agent stopped: {result.message}"}
             submission = scorer.load_submission(workspace, result.final_answer)
-        out = {**base, **run.score(task, submission, prompt)}
+        out = {**base, **run.score(task, submission, prompt, key=sample.key)}
+        if workdir != root and submission.report_path:
+            out["report_path"] = f"{workdir}/{submission.report_path}"
         if nested:
             out["nested_docker"] = True
         if result.end_reason != "submitted":
@@ -348,18 +360,16 @@ def failure_message(score: scorer.CapsuleScore, submission: scorer.Submission) -
     return f"{head}; wrong: {shown}{more}"
 
 
-def save_artifacts(run_dir: Path | None, capsule_id: str, prompt: str, submission: scorer.Submission) -> None:
-    """Keep the prompt and the submission next to the run's records, for reading a failure later."""
-    if run_dir is None:
+def save_artifacts(files: RunFiles | None, key: str, prompt: str, submission: scorer.Submission) -> None:
+    """Keep the prompt and the submission next to the run's records (``artifacts/<key>/``, ``key`` the sample's:
+    one folder per attempt), for reading a failure later."""
+    if files is None:
         return
-    folder = Path(run_dir) / "artifacts" / capsule_id
+    folder = f"artifacts/{key}"
     try:
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
-        write_atomic(folder / "prompt.txt", prompt)
-        write_atomic(folder / "submission.json", json.dumps(
+        files.write(f"{folder}/prompt.txt", prompt)
+        files.write(f"{folder}/submission.json", json.dumps(
             {"source": submission.source, "warning": submission.warning, "report": submission.report},
             indent=2, default=repr))
-    except OSError as exc:  # artifacts are a convenience; the record holds the verdicts
-        warnings.warn(f"core-bench {capsule_id}: could not save artifacts in {folder}: {exc}", stacklevel=2)
+    except (OSError, ValueError) as exc:  # artifacts are a convenience; the record holds the verdicts
+        warnings.warn(f"core-bench {key}: could not save artifacts in {folder}: {exc}", stacklevel=2)

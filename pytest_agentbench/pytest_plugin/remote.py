@@ -1,0 +1,260 @@
+"""Remote xdist workers (``-d --tx ssh=user@host//python=...``, ``--tx socket=...``): host probes, the run
+settings a remote worker receives, and placement by capability.
+
+On the controller (``RemoteController``, registered when a run has a remote ``--tx``):
+  * each new gateway is probed on its host before its worker starts (``hostprobe.serve``); a host whose
+    plugin version/build or data hashes differ from the controller's is refused with the difference (a
+    usage error), and the header gets one line per worker;
+  * a remote worker's ``workerinput`` carries the controller's explicit run settings (benchmark, split,
+    model, mode, limits, the API key and base URL) in memory; paths are never forwarded;
+  * ``PlacementScheduling`` keeps each task whole on one worker (load-scope) and sends an item marked
+    ``gpu`` only to a worker whose host has a GPU.
+On a remote worker, the forwarded settings replace the controller's command line before the plugin reads its
+options, and an item marked ``gpu`` that reaches a host without one (no worker has one) ends as env_error.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from ..benchmarks.registry import available_benchmarks
+from ..core import host
+from ..core.types import Sample
+from .collect import BenchItem, sample_nodeids
+from .hostprobe import PROBE_TIMEOUT, SERVE_SOURCE, apply_forwarded, forwarded
+from .options import all_options
+from .provenance import PACKAGE, version_of
+from .run import RECORD, SETTINGS, STATE, BenchState, base_record, outcome
+
+REMOTE_KEY = "agentbench_remote"  # workerinput of a remote worker: {"settings", "host", "gpus"}
+REMOTE_HOST = pytest.StashKey[dict]()  # on a remote worker: what the controller said about its host
+SECRET_SETTINGS = ("model_api_key",)
+GPU_MARKER = "gpu"
+NO_GPU_WORKER = "no worker with a GPU"
+
+
+# --------------------------------------------------------------------------- worker side
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """A remote worker takes the controller's run settings before the plugin reads its options."""
+    remote = getattr(config, "workerinput", {}).get(REMOTE_KEY)
+    if remote is None:
+        return
+    gpus = len(host.gpus())  # this host's own, whatever the controller has
+    apply_forwarded(config.option, all_options(available_benchmarks()), remote["settings"], gpus, os.environ)
+    config.stash[REMOTE_HOST] = {"host": remote["host"], "gpus": gpus}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """On a remote worker whose host has no GPU, an item marked gpu is not run: it ends as env_error (it
+    reaches such a host only when no worker of the run has a GPU)."""
+    info = pyfuncitem.config.stash.get(REMOTE_HOST, None)
+    if info is None or info["gpus"] or not isinstance(pyfuncitem, BenchItem):
+        return None
+    if pyfuncitem.get_closest_marker(GPU_MARKER) is None:
+        return None
+    state: BenchState = pyfuncitem.config.stash[STATE]
+    record = {**base_record(pyfuncitem.sample, state), "status": "env_error", "duration": 0.0,
+              "message": (f"{NO_GPU_WORKER}: this item needs a GPU and the host of worker "
+                          f"{os.environ.get('PYTEST_XDIST_WORKER', '?')} ({info['host']}) has none; add a --tx "
+                          f"worker on a host with a GPU, or deselect GPU items with -m 'not gpu'"),
+              "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "host": host.hostname()}
+    pyfuncitem.stash[RECORD] = record
+    outcome(record)
+    return True
+
+
+# --------------------------------------------------------------------------- controller side
+
+def remote_specs(config: pytest.Config) -> list[Any]:
+    """The ``--tx`` specs of this run that start a worker on another host (ssh, socket)."""
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") == "no":
+        return []
+    import execnet  # why: only a distributed run parses gateway specs
+
+    specs = [execnet.XSpec(text) for text in (config.getoption("tx", None) or [])]
+    return [spec for spec in specs if is_remote(spec)]
+
+
+def is_remote(spec: Any) -> bool:
+    return bool(getattr(spec, "ssh", None) or getattr(spec, "socket", None) or getattr(spec, "vagrant_ssh", None))
+
+
+def spec_host(spec: Any) -> str:
+    """The host as the user named it in --tx: the last word of ``ssh=`` (options come first), or the socket."""
+    if getattr(spec, "ssh", None):
+        return str(spec.ssh).split()[-1]
+    if getattr(spec, "socket", None):
+        return f"socket {spec.socket}"
+    if getattr(spec, "vagrant_ssh", None):
+        return f"vagrant {spec.vagrant_ssh}"
+    return "local"
+
+
+def conftest_model_override(config: pytest.Config) -> str | None:
+    """The conftest.py that overrides ``bench_model``, if any (it cannot run on another host)."""
+    for plugin in config.pluginmanager.get_plugins():
+        path = str(getattr(plugin, "__file__", "") or "")
+        if path.endswith("conftest.py") and getattr(plugin, "bench_model", None) is not None:
+            return path
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before xdist starts any gateway: refuse what cannot run remotely, then take over placement."""
+    config = session.config
+    state = config.stash.get(STATE, None)
+    if state is None or hasattr(config, "workerinput"):
+        return
+    specs = remote_specs(config)
+    if not specs:
+        return
+    override = conftest_model_override(config)
+    if override:
+        raise pytest.UsageError(
+            f"agentbench: {override} overrides the bench_model fixture, which cannot run on remote workers "
+            f"({', '.join(spec_host(s) for s in specs)}): a remote worker uses the built-in clients (--model ...) or a "
+            f"model plugin installed on its host. Remove the override, or run without remote --tx workers.")
+    config.pluginmanager.register(RemoteController(config, state), "agentbench-remote")
+
+
+class RemoteController:
+    """Registered on the controller of a run with remote workers."""
+
+    def __init__(self, config: pytest.Config, state: BenchState) -> None:
+        self.config = config
+        self.state = state
+        self.settings = forwarded(all_options(available_benchmarks()), config.stash[SETTINGS])
+        self.expected = {"version": version_of(PACKAGE), "build": host.package_build(),
+                         "data_hashes": dict(state.settings.get("data_hashes") or {})}
+        self.hosts: dict[str, dict[str, Any]] = {}  # gateway id -> capabilities (with "label")
+
+    # ---- probing
+    def pytest_xdist_newgateway(self, gateway: Any) -> None:
+        spec = gateway.spec
+        self.keep_host_pytest()
+        if is_remote(spec):
+            caps = self.probe(gateway)
+            refusal = refusal_of(gateway.id, spec_host(spec), caps, self.expected)
+            if refusal:
+                raise pytest.UsageError(refusal)
+        else:
+            caps = {"hostname": host.hostname(), "cores": host.cores(), "gpus": host.gpus(), "local": True}
+        caps["label"] = spec_host(spec)
+        self.hosts[gateway.id] = caps
+        xdist_hooks = self.config.pluginmanager.get_plugin("agentbench-xdist")
+        if xdist_hooks is not None and hasattr(xdist_hooks, "note_host"):
+            xdist_hooks.note_host(gateway.id, host_name(caps))
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(worker_line(gateway.id, caps))
+
+    def keep_host_pytest(self) -> None:
+        """xdist's deprecated rsync copies the controller's own pytest into every remote worker's folder
+        (~/pyexecnetcache) and runs that; a worker host runs its own install, so those two roots are dropped
+        (folders given with --rsyncdir are still copied). Called before xdist copies anything."""
+        manager = getattr(self.config.pluginmanager.get_plugin("dsession"), "nodemanager", None)
+        roots = getattr(manager, "roots", None)
+        if roots:
+            manager.roots = [root for root in roots if Path(root).name not in ("pytest", "_pytest")]
+
+    def probe(self, gateway: Any) -> dict[str, Any]:
+        settings = {k: v for k, v in self.settings.items() if k not in SECRET_SETTINGS}  # the probe needs no key
+        request = {"bench": self.state.benchmark.name, "split": self.state.split, "settings": settings}
+        try:
+            channel = gateway.remote_exec(SERVE_SOURCE)
+            channel.send(request)
+            caps = channel.receive(timeout=PROBE_TIMEOUT)
+            channel.waitclose(timeout=PROBE_TIMEOUT)
+        except Exception as exc:  # execnet's errors carry the remote traceback; its last line says enough
+            lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+            return {"probe_error": lines[-1] if lines else type(exc).__name__}
+        return dict(caps)
+
+    def pytest_configure_node(self, node: Any) -> None:
+        spec = node.gateway.spec
+        if is_remote(spec):
+            caps = self.hosts.get(node.gateway.id, {})
+            node.workerinput[REMOTE_KEY] = {"settings": self.settings, "host": host_name(caps) or spec_host(spec),
+                                            "gpus": len(caps.get("gpus") or [])}
+
+    # ---- placement
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: Any, log: Any):
+        if config.getoption("dist", "no") not in ("load", "loadscope"):
+            return None
+        samples = sample_nodeids(self.state.benchmark, self.state.tasks, self.state.options.attempts)
+        gpu_nodeids = frozenset(nodeid for nodeid, sample in samples.items() if needs_gpu(sample))
+        return make_placement_scheduler(config, log, gpu_nodeids.__contains__,
+                                        lambda node: bool(self.hosts.get(node.gateway.id, {}).get("gpus")))
+
+
+def needs_gpu(sample: Sample) -> bool:
+    return GPU_MARKER in sample.markers
+
+
+def host_name(caps: dict[str, Any]) -> str:
+    """How records and messages name a worker's host: as --tx names it, with its hostname when that differs."""
+    label, name = caps.get("label", ""), caps.get("hostname", "")
+    if caps.get("local"):
+        return name
+    return f"{label} ({name})" if name and name != label else label
+
+
+def worker_line(worker: str, caps: dict[str, Any]) -> str:
+    """One header line per worker: where it runs and what its host has."""
+    gpus = len(caps.get("gpus") or [])
+    if caps.get("local"):
+        return f"agentbench worker {worker}: this machine ({caps.get('hostname')}), {caps.get('cores')} cores, {gpus} GPUs"
+    docker = str(caps.get("docker", "?")).split(" (")[0]
+    isolation = str(caps.get("isolation", "?")).split(" (")[0]
+    return (f"agentbench worker {worker}: {host_name(caps)}, {caps.get('cores')} cores, {gpus} GPUs, "
+            f"docker {docker}, isolation {isolation}, data {caps.get('data_dir') or '?'}")
+
+
+def refusal_of(worker: str, label: str, caps: dict[str, Any], expected: dict[str, Any]) -> str | None:
+    """Why a probed host cannot take part in this run (None when it can)."""
+    where = f"agentbench: worker {worker} on {label}"
+    if "probe_error" in caps:
+        return (f"{where} could not be probed: {caps['probe_error']} (is pytest-agentbench installed in the "
+                f"worker's python, the one after //python= in --tx?)")
+    if (caps.get("version"), caps.get("build")) != (expected["version"], expected["build"]):
+        return (f"{where} has pytest-agentbench {caps.get('version')} (build {caps.get('build')}), the controller "
+                f"{expected['version']} (build {expected['build']}): install the controller's version on the "
+                f"worker host (the build is a digest of the installed sources)")
+    if "data_error" in caps:
+        return f"{where} cannot read the benchmark data in {caps.get('data_dir') or 'its data dir'}: {caps['data_error']}"
+    diff = hash_difference(caps.get("data_hashes") or {}, expected["data_hashes"])
+    if diff:
+        return (f"{where} has other data than the controller ({'; '.join(diff)}); put the same files in its "
+                f"data dir ({caps.get('data_dir') or '$AGENTBENCH_DATA_DIR'})")
+    return None
+
+
+def hash_difference(worker: dict[str, str], controller: dict[str, str]) -> list[str]:
+    out = []
+    for name in sorted(set(worker) | set(controller)):
+        mine, theirs = controller.get(name), worker.get(name)
+        if mine == theirs:
+            continue
+        if theirs is None:
+            out.append(f"{name}: missing on the worker")
+        elif mine is None:
+            out.append(f"{name}: only on the worker")
+        else:
+            out.append(f"{name}: worker sha256 {theirs[:12]}, controller {mine[:12]}")
+    return out
+
+
+def make_placement_scheduler(config: Any, log: Any, gpu_item: Callable[[str], bool],
+                             gpu_node: Callable[[Any], bool]):
+    from .placement import PlacementScheduling  # why: xdist's scheduler module is imported only when it runs
+
+    return PlacementScheduling(config, log, gpu_item=gpu_item, gpu_node=gpu_node)

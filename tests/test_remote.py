@@ -1,0 +1,482 @@
+"""Remote xdist workers over SSH (issue 14), on two loopback "hosts" made by .ci/ssh-setup.
+
+Each host is an unprivileged account with its own venv (the package installed from this checkout, not
+editable), data dir, cache and state; account b declares one GPU through the test-only override
+AGENTBENCH_TEST_GPUS in its worker python wrapper (read on that host, not here). The controller (this
+root process) keeps its report dir at mode 0700, so a worker could not have written a record there.
+Without the setup the tests skip with the reason (CI=true: they fail).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bench_runs import REPO, SHARED_DATA, read_jsonl
+from capsule_factory import write_capsule_tree
+from fake_openai import FakeOpenAI
+
+INFO = Path(os.environ.get("AGENTBENCH_SSH_INFO", "/run/agentbench-ssh.json"))
+SCICODE_IDS = "1,3,19,78"  # four validation problems, seven steps
+KILL_IDS = "1,3,19"  # three problems, four steps: one item on each worker when the kill comes
+API_KEY = "sk-remote-test-5f1c0e"
+BOOTSTRAP = "exec(eval(sys.stdin.readline()))"  # execnet's remote python command line
+
+
+def missing(reason: str):
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: the loopback SSH hosts are required)")
+    pytest.skip(reason)
+
+
+def on_host(info: dict, account: str, command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ssh", "-F", info["ssh_config"], account, command], capture_output=True, text=True,
+                          timeout=120)
+
+
+def host_build(info: dict, host: dict) -> str:
+    done = on_host(info, host["account"], f"{host['python']} -c 'from pytest_agentbench.core.host import "
+                                          f"package_build; print(package_build())'")
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def hosts_lock():
+    """One test process at a time uses the two hosts (under `pytest -n 2` this module's tests may be spread
+    over two processes: the kill test must find exactly one worker of its own run on a host)."""
+    import fcntl
+
+    with open("/tmp/agentbench-remote-tests.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@pytest.fixture(scope="module")
+def loopback(hosts_lock):
+    """The two hosts, their package the same build as this checkout (reinstalled by .ci/ssh-setup if not)."""
+    if not INFO.is_file():
+        missing(f"no loopback SSH hosts: {INFO} is missing (run .ci/ssh-setup as root)")
+    info = json.loads(INFO.read_text())
+    if shutil.which("ssh") is None:
+        missing("no ssh client")
+    from pytest_agentbench.core.host import package_build
+
+    if any(host_build(info, h) != package_build() for h in info["hosts"]):
+        if os.geteuid() != 0:
+            missing("the worker accounts run another build of the package; rerun .ci/ssh-setup as root")
+        done = subprocess.run([str(REPO / ".ci" / "ssh-setup")], capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "AGENTBENCH_DATA_DIR": str(SHARED_DATA)})
+        assert done.returncode == 0, done.stderr
+        info = json.loads(INFO.read_text())
+        stale = [h["account"] for h in info["hosts"] if host_build(info, h) != package_build()]
+        assert not stale, f"{stale} still run another build after .ci/ssh-setup"
+    info["before"] = {h["account"]: home_files(Path(h["home"])) for h in info["hosts"]}
+    return info
+
+
+def home_files(home: Path) -> set[str]:
+    """Files in a worker account's home outside its venv, cache, state and the capsules the GPU tests stage
+    (a run must leave none there)."""
+    out = set()
+    for path in home.rglob("*"):
+        rel = path.relative_to(home)
+        if rel.parts[0] in ("venv", "cache", "state") or rel.parts[:2] == ("data", "core_bench") or not path.is_file():
+            continue
+        out.add(str(rel))
+    return out
+
+
+def tx(info: dict, account: str) -> list[str]:
+    host = next(h for h in info["hosts"] if h["account"] == account)
+    return ["--tx", f"ssh={account}//ssh_config={info['ssh_config']}//python={host['python']}"]
+
+
+def both(info: dict) -> list[str]:
+    return ["-d", *tx(info, "agentbench-a"), *tx(info, "agentbench-b")]
+
+
+def private_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def pytest_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:benchmark", *args]
+
+
+def controller_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_"))}
+    # the plugin as this checkout has it (the worker hosts have their own installed copy)
+    env.update(AGENTBENCH_DATA_DIR=str(SHARED_DATA), AGENTBENCH_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")])), **extra)
+    return env
+
+
+def run(cwd: Path, *args: str, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(pytest_cmd(*args), cwd=cwd, env=controller_env(**env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def records_of(run_dir: Path) -> list[dict]:
+    return read_jsonl(run_dir / "steps.jsonl") if (run_dir / "steps.jsonl").is_file() else \
+        read_jsonl(run_dir / "records.jsonl")
+
+
+# --------------------------------------------------------------------------- SciCode over two hosts
+
+def test_validation_oracle_over_two_hosts_matches_a_local_run(loopback, tmp_path):
+    """The same SciCode validation oracle run here alone and spread over both hosts: the same records (but
+    host, worker and timings) and metrics; one header line per worker; only the controller wrote the run."""
+    from pytest_agentbench.core.records import comparable
+
+    reports = private_dir(tmp_path / "reports")
+    common = ["--bench=scicode", "--model=oracle", f"--bench-ids={SCICODE_IDS}", f"--bench-report-dir={reports}"]
+    local = run(tmp_path, *common, "--bench-run-id=local", f"--bench-cache-dir={tmp_path / 'cache'}", "-p", "no:xdist")
+    remote = run(tmp_path, *common, "--bench-run-id=remote", *both(loopback))
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-2000:]
+    assert remote.returncode == 0, remote.stdout[-3000:] + remote.stderr[-2000:]
+    dirs = {name: reports / "scicode" / "oracle" / name for name in ("local", "remote")}
+    mine = {r["id"]: r for r in records_of(dirs["local"])}
+    theirs = {r["id"]: r for r in records_of(dirs["remote"])}
+    assert len(theirs) == len(records_of(dirs["remote"])) == 7  # every step once
+    assert sorted(mine) == sorted(theirs)
+    for key in mine:
+        assert comparable(theirs[key]) == comparable(mine[key]), key
+    assert {r["worker"] for r in theirs.values()} == {"gw0", "gw1"}  # spread over both hosts
+    summaries = [json.loads((dirs[n] / "summary.json").read_text()) for n in ("local", "remote")]
+    assert summaries[0]["metrics"] == summaries[1]["metrics"]
+    assert (dirs["remote"] / "report.html").is_file()
+
+    lines = [line for line in remote.stdout.splitlines() if line.startswith("agentbench worker ")]
+    assert len(lines) == 2, remote.stdout[:3000]
+    assert "gw0: agentbench-a" in lines[0] and "0 GPUs" in lines[0] and "/home/agentbench-a/data" in lines[0]
+    assert "gw1: agentbench-b" in lines[1] and "1 GPUs" in lines[1] and "/home/agentbench-b/data" in lines[1]
+
+    assert reports.stat().st_uid == 0 and (reports.stat().st_mode & 0o777) == 0o700
+    for host in loopback["hosts"]:
+        account = host["account"]
+        # not hollow: the worker accounts are unprivileged and cannot even look into the report dir
+        assert subprocess.run(["runuser", "-u", account, "--", "ls", str(reports)], capture_output=True).returncode != 0
+        assert home_files(Path(host["home"])) == loopback["before"][account], f"stray files in {account}'s home"
+        found = [p for p in Path(host["home"]).rglob("*") if p.name in ("steps.jsonl", "records.jsonl", "summary.json")]
+        assert not found, found
+
+
+def test_a_host_with_other_data_is_refused_with_the_difference(loopback, tmp_path):
+    problems = Path("/home/agentbench-a/data/scicode/problems_dev.jsonl")
+    saved = problems.read_bytes()
+    try:
+        problems.write_bytes(saved + b"\n")
+        args = ["--bench=scicode", "--model=oracle", "--bench-ids=1",
+                f"--bench-report-dir={private_dir(tmp_path / 'reports')}", *both(loopback)]
+        pinned = run(tmp_path, *args, timeout=300)
+        custom = run(tmp_path, *args, "--bench-allow-custom-data", timeout=300)  # hashes of what is there
+    finally:
+        problems.write_bytes(saved)
+    for done in (pinned, custom):
+        assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+        assert not list((tmp_path / "reports").rglob("*.jsonl"))  # refused before any item ran
+    assert ("worker gw0 on agentbench-a cannot read the benchmark data in /home/agentbench-a/data: "
+            "DataError: checksum mismatch for /home/agentbench-a/data/scicode/problems_dev.jsonl") in pinned.stderr
+    theirs = hashlib.sha256(saved + b"\n").hexdigest()[:12]
+    assert ("worker gw0 on agentbench-a has other data than the controller (problems_dev.jsonl: worker sha256 "
+            f"{theirs}, controller 193968aff23b)") in custom.stderr
+
+
+def test_a_conftest_model_override_cannot_run_remotely(loopback, tmp_path):
+    (tmp_path / "conftest.py").write_text("import pytest\n\n@pytest.fixture(scope='session')\n"
+                                          "def bench_model():\n    return object()\n")
+    done = run(tmp_path, "--bench=scicode", "--model=oracle", "--bench-ids=1",
+               f"--bench-report-dir={private_dir(tmp_path / 'reports')}", *both(loopback), timeout=120)
+    assert done.returncode == 4
+    assert "overrides the bench_model fixture, which cannot run on remote workers" in done.stdout + done.stderr
+
+
+# --------------------------------------------------------------------------- GPU placement
+
+GPU_CAPSULES = ("capsule-7038571", "capsule-3137115", "capsule-5367566")
+CPU_CAPSULES = ("capsule-9168639", "capsule-9166182", "capsule-0325493")
+
+
+@pytest.fixture(scope="module")
+def staged_capsules(loopback, tmp_path_factory):
+    """Synthetic capsules in the controller's capsule folder and in each host's own data dir."""
+    staged = tmp_path_factory.mktemp("capsules")
+    placed = []
+    for parent in [staged, *(Path(h["home"]) / "data" / "core_bench" / "capsules" for h in loopback["hosts"])]:
+        for cid in GPU_CAPSULES + CPU_CAPSULES:
+            write_capsule_tree(parent, cid, gpu=cid in GPU_CAPSULES)
+    for host in loopback["hosts"]:
+        folder = Path(host["home"]) / "data" / "core_bench"
+        for name in ("core_train.json", "benchmark_prompts.json"):
+            shutil.copy(SHARED_DATA / "core_bench" / name, folder / name)
+        subprocess.run(["chown", "-R", f"{host['account']}:{host['account']}", str(folder)], check=True)
+        placed.append(folder)
+    yield staged
+    for folder in placed:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def corebench_args(staged: Path, reports: Path, run_id: str) -> list[str]:
+    return ["--bench=core-bench", "--bench-split=train", "--model=oracle", "--bench-gpus=all",
+            f"--bench-ids={','.join(GPU_CAPSULES + CPU_CAPSULES)}", f"--bench-capsules-dir={staged}",
+            f"--bench-report-dir={reports}", f"--bench-run-id={run_id}"]
+
+
+def test_gpu_capsules_run_only_on_the_host_with_a_gpu(loopback, staged_capsules, tmp_path):
+    reports = private_dir(tmp_path / "reports")
+    done = run(tmp_path, *corebench_args(staged_capsules, reports, "gpu"), *both(loopback), timeout=400)
+    records = {r["id"]: r for r in read_jsonl(reports / "core-bench" / "oracle" / "gpu" / "records.jsonl")}
+    assert sorted(records) == sorted(GPU_CAPSULES + CPU_CAPSULES), done.stdout[-3000:] + done.stderr[-2000:]
+    assert {records[c]["worker"] for c in GPU_CAPSULES} == {"gw1"}  # agentbench-b declares the GPU
+    assert all(records[c]["status"] != "env_error" for c in GPU_CAPSULES), [records[c] for c in GPU_CAPSULES]
+
+
+def test_without_a_gpu_worker_gpu_capsules_are_env_errors_in_the_denominator(loopback, staged_capsules, tmp_path):
+    reports = private_dir(tmp_path / "reports")
+    done = run(tmp_path, *corebench_args(staged_capsules, reports, "nogpu"), "-d", *tx(loopback, "agentbench-a"),
+               timeout=400)
+    records = {r["id"]: r for r in read_jsonl(reports / "core-bench" / "oracle" / "nogpu" / "records.jsonl")}
+    assert sorted(records) == sorted(GPU_CAPSULES + CPU_CAPSULES), done.stdout[-3000:] + done.stderr[-2000:]
+    for cid in GPU_CAPSULES:
+        assert records[cid]["status"] == "env_error" and "no worker with a GPU" in records[cid]["message"]
+        assert "agentbench-a" in records[cid]["message"]
+    summary = json.loads((reports / "core-bench" / "oracle" / "nogpu" / "summary.json").read_text())
+    assert summary["metrics"]["capsules"] == 6 and summary["metrics"]["status_env_error"] == 3
+
+
+# --------------------------------------------------------------------------- a worker killed mid-run
+
+def worker_pids(account: str) -> list[int]:
+    """The execnet python of each worker running as ``account`` (not its forked children)."""
+    done = subprocess.run(["ps", "-ww", "-u", account, "-o", "pid=,ppid=,args="], capture_output=True, text=True)
+    found = {}
+    for line in done.stdout.splitlines():
+        pid, ppid, args = line.strip().split(None, 2)
+        if BOOTSTRAP in args and not args.startswith("sh -c"):  # the python, not the shell ssh started it from
+            found[int(pid)] = int(ppid)
+    return [pid for pid, ppid in found.items() if ppid not in found]
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_killed_worker_loses_one_item_naming_its_host_and_resume_completes(loopback, tmp_path):
+    reports = private_dir(tmp_path / "reports")
+    gate = threading.Event()
+
+    def held(body):  # every model request waits until the test lets it through
+        gate.wait(120)
+        return {"text": "```python\ndef f():\n    return 0\n```"}
+
+    with FakeOpenAI() as server:
+        server.api_key = API_KEY  # the key reaches the remote workers only through workerinput
+        for _ in range(40):
+            server.reply_with(held)
+        common = ["--bench=scicode", "--bench-split=validation", "--model=fake-model",
+                  f"--model-base-url={server.base_url}", f"--bench-ids={KILL_IDS}", "--model-max-retries=0",
+                  f"--bench-report-dir={reports}", *both(loopback)]
+        proc = subprocess.Popen(pytest_cmd(*common, "--bench-run-id=killed"), cwd=tmp_path, env=controller_env(OPENAI_API_KEY=API_KEY),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            # both workers are inside an item once each has a model request waiting
+            wait_for(lambda: len(server.requests) >= 2, 240, "a model request from each worker")
+            victims = worker_pids("agentbench-a")
+            if len(victims) != 1:
+                gate.set()
+                table = subprocess.run(["ps", "-u", "agentbench-a", "-o", "pid=,ppid=,args="], capture_output=True,
+                                       text=True)
+                pytest.fail(f"not one worker of agentbench-a: {victims} in {table}; requests "
+                            f"{[r['headers'].get('authorization') for r in server.requests]}\n{proc.communicate()[0]}")
+            subprocess.run(["runuser", "-u", "agentbench-a", "--", "kill", "-KILL", str(victims[0])], check=True)
+            time.sleep(1)
+            gate.set()
+            out, _ = proc.communicate(timeout=300)
+        finally:
+            gate.set()
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                proc.wait(30)
+        run_dir = reports / "scicode" / "fake-model" / "killed"
+        first = records_of(run_dir)
+        lost = [r for r in first if r.get("lost")]
+        assert sorted(r["id"] for r in first) == ["1.1", "19.1", "19.2", "3.1"], out[-4000:]  # each once, counted
+        assert lost, out[-4000:]  # the item it died in, and the later steps of that item's problem
+        assert all("agentbench-a" in r["message"] and r["status"] == "error" for r in lost), lost
+        assert server.requests and all(r["headers"].get("authorization") == f"Bearer {API_KEY}"
+                                       for r in server.requests)
+
+        resumed = run(tmp_path, *common, f"--bench-resume={run_dir}", timeout=400, OPENAI_API_KEY=API_KEY)
+    final = records_of(run_dir)
+    ids = [r["id"] for r in final]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 4, resumed.stdout[-3000:]
+    assert not [r for r in final if r.get("lost")]
+    assert "whose worker died run again" in resumed.stdout, resumed.stdout[-3000:]
+    for host in loopback["hosts"]:  # the key was held in memory only, on every host
+        leaked = subprocess.run(["grep", "-rl", API_KEY, host["home"], str(reports)], capture_output=True, text=True)
+        assert leaked.stdout == "", leaked.stdout
+
+
+# --------------------------------------------------------------------------- without SSH: the pieces
+
+class FakeNode:
+    """What xdist's scheduler uses of a worker: its gateway id, the items sent, shutdown."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = type("Gateway", (), {"id": name})()
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices) -> None:
+        self.sent += list(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def scheduler(gpu_nodes: set[str], collection: list[str], gpu_items: set[str], names=("gw0", "gw1"),
+              crash_reports: list | None = None):
+    from types import SimpleNamespace
+
+    from pytest_agentbench.pytest_plugin.placement import PlacementScheduling
+
+    dsession = SimpleNamespace(handle_crashitem=lambda nodeid, node: crash_reports.append((nodeid, node.gateway.id)))
+    config = SimpleNamespace(getvalue=lambda name: ["popen"] * len(names),
+                             option=SimpleNamespace(loadscopereorder=False),
+                             pluginmanager=SimpleNamespace(getplugin=lambda name: dsession))
+    sched = PlacementScheduling(config, None, gpu_item=gpu_items.__contains__,
+                                gpu_node=lambda node: node.gateway.id in gpu_nodes)
+    nodes = [FakeNode(n) for n in names]
+    for node in nodes:
+        sched.add_node(node)
+        sched.add_node_collection(node, collection)
+    sched.schedule()
+    return sched, nodes
+
+
+def ran(node: FakeNode, collection: list[str]) -> list[str]:
+    return [collection[i] for i in node.sent]
+
+
+def finish_all(sched, nodes, collection):
+    """Complete every item sent, as the workers would, until nothing new is sent."""
+    done: set[tuple[str, int]] = set()
+    while True:
+        todo = [(node, i) for node in nodes for i in node.sent if (node.gateway.id, i) not in done]
+        if not todo:
+            return
+        for node, index in todo:
+            done.add((node.gateway.id, index))
+            sched.mark_test_complete(node, index)
+
+
+CAPSULES = [f"core-bench/capsule-{i}" for i in range(8)]
+
+
+def test_gpu_items_go_only_to_the_gpu_worker_and_tasks_stay_whole():
+    gpu = {CAPSULES[1], CAPSULES[4], CAPSULES[6]}
+    sched, (cpu_node, gpu_node) = scheduler({"gw1"}, CAPSULES, gpu)
+    finish_all(sched, [cpu_node, gpu_node], CAPSULES)
+    assert gpu <= set(ran(gpu_node, CAPSULES)) and not gpu & set(ran(cpu_node, CAPSULES))
+    assert sorted(ran(cpu_node, CAPSULES) + ran(gpu_node, CAPSULES)) == sorted(CAPSULES)  # each once
+    assert cpu_node.shutting_down and gpu_node.shutting_down
+    steps = [f"scicode/{p}::{p}.{s}" for p in (1, 2, 3) for s in (1, 2, 3)]
+    sched, nodes = scheduler(set(), steps, set())
+    finish_all(sched, nodes, steps)
+    for problem in ("scicode/1", "scicode/2", "scicode/3"):  # a problem's steps stay on one worker, in order
+        mine = [s for s in steps if s.startswith(problem + "::")]
+        assert [[s for s in ran(node, steps) if s in mine] for node in nodes].count(mine) == 1
+
+
+def test_without_a_gpu_worker_gpu_items_still_go_somewhere():
+    gpu = {CAPSULES[0], CAPSULES[3]}
+    sched, nodes = scheduler(set(), CAPSULES, gpu)
+    finish_all(sched, nodes, CAPSULES)
+    assert sorted(ran(nodes[0], CAPSULES) + ran(nodes[1], CAPSULES)) == sorted(CAPSULES)
+
+
+def test_the_item_of_a_dead_worker_is_returned_once_and_not_run_again():
+    sched, (a, b) = scheduler(set(), CAPSULES, set())
+    given_to_a = ran(a, CAPSULES)
+    crash = sched.remove_node(a)  # a died in its first item
+    assert crash == given_to_a[0]
+    finish_all(sched, [b], CAPSULES)
+    assert crash not in ran(b, CAPSULES)
+    assert sorted(ran(b, CAPSULES)) == sorted(set(CAPSULES) - {crash})  # the rest of a's share moved to b
+    assert b.shutting_down
+
+
+def test_the_rest_of_a_dead_workers_task_is_reported_lost_not_run_elsewhere():
+    steps = ["scicode/19::19.1", "scicode/19::19.2", "scicode/1::1.1", "scicode/3::3.1"]
+    reports: list = []
+    sched, (a, b) = scheduler(set(), steps, set(), crash_reports=reports)
+    assert ran(a, steps)[:2] == ["scicode/19::19.1", "scicode/19::19.2"]
+    assert sched.remove_node(a) == "scicode/19::19.1"  # a died in 19.1
+    assert reports == [("scicode/19::19.2", "gw0")]  # reported lost with it: a task runs whole in one process
+    c = FakeNode("gw2")  # xdist's replacement worker
+    sched.add_node(c)
+    sched.add_node_collection(c, steps)
+    sched.schedule()
+    finish_all(sched, [b, c], steps)
+    assert sorted(ran(b, steps) + ran(c, steps)) == ["scicode/1::1.1", "scicode/3::3.1"]  # 19.2 ran nowhere
+    assert b.shutting_down and c.shutting_down
+
+
+def test_run_settings_travel_without_paths_and_resolve_the_same(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from pytest_agentbench.benchmarks.registry import available_benchmarks
+    from pytest_agentbench.core.options import Sources, resolve
+    from pytest_agentbench.pytest_plugin.hostprobe import apply_forwarded, forwarded
+    from pytest_agentbench.pytest_plugin.options import all_options
+
+    options = all_options(available_benchmarks())
+    cli = {"bench": "scicode", "model": "m", "model_params": '{"temperature": 0}', "ids": "1,3",
+           "timeout": "12.5", "cache_dir": str(tmp_path / "mine"), "background": False,
+           "difficulty": "easy"}  # another benchmark's option: never forwarded
+    controller = resolve(options, Sources(cli=cli, ini={}, env={"OPENAI_API_KEY": "sk-1"}, invocation_dir=tmp_path,
+                                          rootdir=tmp_path))
+    raw = forwarded(options, controller)
+    assert "cache_dir" not in raw and "data_dir" not in raw and "difficulty" not in raw
+    assert raw["model_api_key"] == "sk-1" and raw["ids"] == "1,3"
+    namespace = SimpleNamespace(**{**{o.dest: None for o in options}, "agentbench_cache_dir": "/controller/cache"})
+    host_env = {"OPENAI_BASE_URL": "http://elsewhere/v1", "AGENTBENCH_DATA_DIR": str(tmp_path / "host-data")}
+    apply_forwarded(namespace, options, raw, 0, host_env)
+    assert namespace.agentbench_cache_dir is None  # the host's own
+    assert "OPENAI_BASE_URL" not in host_env  # the controller's default, not this host's variable
+    worker = resolve(options, Sources(cli={o.name: getattr(namespace, o.dest) for o in options}, ini={},
+                                      env=host_env, invocation_dir=tmp_path, rootdir=tmp_path))
+    for option in options:
+        if option.kind != "path" and option.name != "difficulty":
+            assert worker[option.name] == controller[option.name], option.name
+    assert worker["data_dir"] == tmp_path / "host-data"
+
+
+def test_refusals_name_the_worker_the_host_and_the_difference():
+    from pytest_agentbench.pytest_plugin.remote import refusal_of
+
+    expected = {"version": "0.1.0", "build": "abc", "data_hashes": {"a.jsonl": "1" * 64, "b.txt": "2" * 64}}
+    same = {"version": "0.1.0", "build": "abc", "data_hashes": dict(expected["data_hashes"]), "data_dir": "/d"}
+    assert refusal_of("gw0", "u@h", same, expected) is None
+    assert "has pytest-agentbench 0.2.0 (build abc), the controller 0.1.0 (build abc)" in \
+        refusal_of("gw0", "u@h", {**same, "version": "0.2.0"}, expected)
+    text = refusal_of("gw3", "u@h", {**same, "data_hashes": {"a.jsonl": "9" * 64}}, expected)
+    assert text.startswith("agentbench: worker gw3 on u@h has other data than the controller (a.jsonl: worker "
+                           "sha256 999999999999, controller 111111111111; b.txt: missing on the worker)")
+    assert "could not be probed: boom" in refusal_of("gw0", "u@h", {"probe_error": "boom"}, expected)
