@@ -66,21 +66,28 @@ def write_baseline(path: str | Path, summary: Mapping[str, Any]) -> Path:
     return file
 
 
-def settings_differences(a: Mapping[str, Any], b: Mapping[str, Any], free: Iterable[str] = ()) -> list[str]:
-    """``key: A vs B`` for each setting that makes two runs incomparable (nested dicts compared key by key).
-
-    ``free``: the benchmark's own settings that may differ, beyond ``COMMON_FREE_SETTINGS``."""
-    allowed = COMMON_FREE_SETTINGS | frozenset(free)
-    out = []
+def settings_diff(a: Mapping[str, Any], b: Mapping[str, Any],
+                  skip: frozenset[str] = frozenset()) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, A, B)`` for every setting whose value differs (nested dicts key by key), keys in
+    ``skip`` ignored at every level."""
+    out: list[tuple[str, Any, Any]] = []
     for key in sorted(set(a) | set(b)):
-        if key in allowed:
+        if key in skip:
             continue
         left, right = a.get(key), b.get(key)
         if isinstance(left, dict) and isinstance(right, dict):
-            out += [f"{key}.{d}" for d in settings_differences(left, right, allowed)]
+            out += [(f"{key}.{k}", x, y) for k, x, y in settings_diff(left, right, skip)]
         elif left != right:
-            out.append(f"{key}: {short(left)} vs {short(right)}")
+            out.append((key, left, right))
     return out
+
+
+def settings_differences(a: Mapping[str, Any], b: Mapping[str, Any], free: Iterable[str] = ()) -> list[str]:
+    """``key: A vs B`` for each setting that makes two runs incomparable.
+
+    ``free``: the benchmark's own settings that may differ, beyond ``COMMON_FREE_SETTINGS``."""
+    allowed = COMMON_FREE_SETTINGS | frozenset(free)
+    return [f"{key}: {short(left)} vs {short(right)}" for key, left, right in settings_diff(a, b, allowed)]
 
 
 def short(value: Any) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 from ..core.io import natural_key
 from ..core.records import PASS, record_key
 from ..core.types import attempt_key
-from .baseline import BaselineError, load_summary, settings_differences
+from .baseline import BaselineError, load_summary, settings_diff, settings_differences
 from .declared import Declared, declared_in
 
 SEED = 20240607
@@ -100,16 +100,10 @@ HIDDEN_SETTINGS = frozenset({"run_id", "notes", "cache_dir", "_run"})
 
 def settings_table(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """Every setting whose value differs between the two runs (nested dicts key by key), as text."""
-    rows = []
-    for key in sorted(set(a) | set(b)):
-        if key in HIDDEN_SETTINGS:
-            continue
-        left, right = a.get(key), b.get(key)
-        if isinstance(left, dict) and isinstance(right, dict):
-            rows += [(f"{key}.{k}", x, y) for k, x, y in settings_table(left, right)]
-        elif left != right:
-            rows.append((key, "(not set)" if left is None else str(left), "(not set)" if right is None else str(right)))
-    return rows
+    def text(value: Any) -> str:
+        return "(not set)" if value is None else str(value)
+
+    return [(key, text(left), text(right)) for key, left, right in settings_diff(a, b, HIDDEN_SETTINGS)]
 
 
 def min_flips(alpha: float) -> int:
