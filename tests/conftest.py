@@ -20,6 +20,10 @@ import scipy.stats  # noqa: F401
 import pytest
 
 from bench_runs import SHARED_DATA
+
+# The SDK's HTTP transport imports its connection library on the first client. Were that inside an in-process
+# pytester run, pytester would unload it afterwards, and later connection errors would escape their handlers.
+openai.OpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1").close()
 from scicode_builders import tiny  # noqa: F401  (a fixture, offered to every test module)
 
 

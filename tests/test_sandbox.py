@@ -24,10 +24,12 @@ def executors():
 
 @pytest.fixture(autouse=True)
 def no_process_left_behind(executors):
+    # processes that were there before (another module's shared fork server in this worker) are not the test's
+    before = descendants(os.getpid())
     yield
 
     def left() -> set[int]:  # (the fork server's own processes, bwrap's too under isolation, are not the test's)
-        return descendants(os.getpid()) - executors["fork"].own_pids
+        return descendants(os.getpid()) - executors["fork"].own_pids - before
 
     assert wait_until(lambda: not left(), 2), f"processes left behind: {sorted(left())}"
 

@@ -355,11 +355,12 @@ def test_a_small_operand_that_blows_up_against_the_target_fails_at_once():
 
 # ---- the parent's comparisons are bounded ----------------------------------------------------------
 def test_comparisons_that_run_over_the_memory_limit_fail_the_step():
-    """A 32 MB operand (within the operand cap) compared with a target of its shape: decoding it and numpy's
-    temporaries need more than a 48 MiB budget, so the parent's copy runs out of memory."""
-    big = np.zeros((2000, 2000))
+    """A 64 MB operand (within the operand cap) compared with a target of its shape: decoding it needs more
+    than a 48 MiB budget, so the parent's copy runs out of memory. (Above malloc's largest mmap threshold,
+    32 MiB, so the array is new address space even in a process with much freed heap.)"""
+    big = np.zeros((4000, 2000))
     outcome = evaluate(split_step(["assert np.allclose(f(), target)"], "9.9"), stream(*full(1, big)),
-                       [np.zeros((2000, 2000))], limits=Limits(timeout=60, memory=48 * MiB))
+                       [np.zeros((4000, 2000))], limits=Limits(timeout=60, memory=48 * MiB))
     assert (outcome.passed, outcome.failure.kind, outcome.message) == (
         False, "limit", "comparisons exceeded the memory limit of 0.046875 GiB (--bench-memory-limit) (test 1 of 1)")
     record = scicode_run.split_verdict(ExecResult(exit_code=0, stdout="", stderr="", duration=0.1), outcome, 10)

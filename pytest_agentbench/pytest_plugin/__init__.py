@@ -49,7 +49,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     # remote xdist workers (remote.py); registered here rather than through ``pytest_plugins``, which would
     # re-import a module the plugin already imported and warn that it cannot be assertion-rewritten
     if not pluginmanager.is_registered(remote):
-        pluginmanager.register(remote, "agentbench-remote")
+        pluginmanager.register(remote, "agentbench-remote-module")
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
