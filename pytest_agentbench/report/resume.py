@@ -1,11 +1,11 @@
 """Resume an interrupted run in its own folder.
 
 The controller reads the run's records file (a torn last line is dropped with a warning and cut off
-the file, so new records start on a clean line), checks that the settings are those of the
-interrupted run (``settings.json``, written with the first record), and hands the finished records'
-byte length (``records_size``) to xdist workers, which read exactly that prefix: later lines are this
-run's own. Finished items are then reported from their records, not run again (the plugin's run loop).
-Plain functions: the plugin passes the byte length to its workers and turns ConfigError into a usage error.
+the file, so new records start on a clean line) and checks that the settings are those of the
+interrupted run (``settings.json``, written with the first record). Only the controller reads or writes
+the file: the plugin hands the finished records to its xdist workers in ``workerinput``. Finished items
+are then reported from their records, not run again (the plugin's run loop). Plain functions: the
+plugin turns ConfigError into a usage error.
 """
 from __future__ import annotations
 
@@ -84,20 +84,6 @@ def resume_controller(run_dir: Path, records_path: Path, settings: Mapping[str, 
     """Both controller steps: check the settings (ConfigError), then read the finished records."""
     check_settings(run_dir, settings, free)
     return load_for_controller(records_path)
-
-
-def load_for_worker(records_path: Path, size: int) -> Resumed:
-    """The records the controller saw: the first ``size`` bytes of the file (whole lines only)."""
-    out = Resumed(size=size)
-    if not size:
-        return out
-    with open(records_path, "rb") as fh:
-        head = fh.read(size)
-    for line in head.split(b"\n"):
-        if line.strip():
-            record = json.loads(line)
-            out.records[rec.record_key(record)] = record
-    return out
 
 
 def write_settings_once(run_dir: Path, settings: Mapping[str, Any]) -> None:
