@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -190,6 +191,7 @@ def test_gpu_capsule_is_an_env_error_without_bench_gpus(pytester, tmp_path, serv
     record = json.loads((tmp_path / "reports" / "core-bench" / "agent-model" / "gpu" / "records.jsonl").read_text())
     assert record["status"] == "env_error" and record["gpu_required"] is True  # counted, not skipped
     assert "needs a GPU and --bench-gpus is not set" in record["message"] and 'not gpu' in record["message"]
+    assert f"(host {socket.gethostname()})" in record["message"]
     assert server.requests == []
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import socket
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -300,7 +301,9 @@ class AgentSolver(Solver):
         try:
             return self.factory.start(workspace, needs_gpu=needs_gpu, name=f"core-bench/{capsule_id}", **options)
         except EnvSkip as exc:
-            raise EnvError(f"{capsule_id} {exc}; deselect GPU capsules with -m \"not gpu\"") from None
+            # the host is named: under remote workers, which machine lacked the GPU
+            raise EnvError(f"{capsule_id} {exc} (host {socket.gethostname()}); "
+                           f"deselect GPU capsules with -m \"not gpu\"") from None
 
     @staticmethod
     def copy_preinstalled(run: CoreBenchRun, sample: Sample, env: Any) -> tuple[bool, str | None, dict[str, Any]]:
