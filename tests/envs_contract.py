@@ -1,10 +1,10 @@
 """Checks every environment must pass; test_envs_host.py and test_envs_docker.py run them on theirs."""
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
+from executor_pairs import process_with
 from pytest_agentbench.sandbox.result import ExecResult
 
 
@@ -94,10 +94,4 @@ def check_python(results: dict) -> None:
 
 
 def no_process_with(marker: str) -> bool:
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return False
-        except OSError:
-            pass
-    return True
+    return not process_with(marker)

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 import envs_contract as contract
+from executor_pairs import isolation_or_skip
 from pytest_agentbench.envs import EnvError, EnvSkip
 from pytest_agentbench.envs.host import HostFactory
-from pytest_agentbench.sandbox.isolation import NO_ISOLATION, probe
+from pytest_agentbench.sandbox.isolation import NO_ISOLATION
 
 ROOT = "/workspace/core-bench"  # a workspace root this machine does not have
 
@@ -20,12 +21,7 @@ ROOT = "/workspace/core-bench"  # a workspace root this machine does not have
 @pytest.fixture
 def isolated():
     """The host environment maps a workspace root only in its sandbox: no isolation, no mapping (CI must have it)."""
-    found = probe()
-    if not found.active:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI must be able to isolate (install bubblewrap): {found.describe()}")
-        pytest.skip(f"this machine cannot isolate: {found.why}")
-    return found
+    return isolation_or_skip()
 
 
 @pytest.fixture

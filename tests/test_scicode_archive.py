@@ -45,6 +45,19 @@ class Served:
         self.server.server_close()
 
 
+def serve_archive(www: Path, data: Path, h5: Path, extra: dict[str, str] | None = None):
+    """Serve ``www/scicode.zip`` holding ``h5`` as the official file (and ``extra`` members) for a fixture."""
+    www.mkdir()
+    with zipfile.ZipFile(www / "scicode.zip", "w") as zf:
+        zf.write(h5, "scicode/data/test_data.h5")
+        for name, text in (extra or {}).items():
+            zf.writestr(name, text)
+    with Served(www) as served:
+        served.data = data
+        served.h5_sha = sha256_of(h5)
+        yield served
+
+
 @pytest.fixture
 def archived(pytester, shared_data, tmp_path):
     """The tiny problems as the test split, without any h5; the archive holds a hand-made h5 (and a hostile
@@ -52,15 +65,7 @@ def archived(pytester, shared_data, tmp_path):
     pytester.makeconftest(MODEL_CONFTEST)
     data, h5 = write_dataset(pytester.path, shared_data)
     (data / "scicode" / "problems_test.jsonl").write_bytes((data / "scicode" / "problems_dev.jsonl").read_bytes())
-    www = tmp_path / "www"
-    www.mkdir()
-    with zipfile.ZipFile(www / "scicode.zip", "w") as zf:
-        zf.write(h5, "scicode/data/test_data.h5")
-        zf.writestr("../escaped.txt", "must not be written")
-    with Served(www) as served:
-        served.data = data
-        served.h5_sha = sha256_of(h5)
-        yield served
+    yield from serve_archive(tmp_path / "www", data, h5, {"../escaped.txt": "must not be written"})
 
 
 def args(served: Served, *extra: str) -> list[str]:
@@ -123,14 +128,7 @@ def wrong_on_3_1(pytester, shared_data, tmp_path):
     pytester.makeconftest(MODEL_CONFTEST)
     data, _ = write_dataset(pytester.path, shared_data)
     _, h5 = write_dataset(pytester.path, shared_data, targets={**TARGETS, "3.1": [7]})
-    www = tmp_path / "www"
-    www.mkdir()
-    with zipfile.ZipFile(www / "scicode.zip", "w") as zf:
-        zf.write(h5, "scicode/data/test_data.h5")
-    with Served(www) as served:
-        served.data = data
-        served.h5_sha = sha256_of(h5)
-        yield served
+    yield from serve_archive(tmp_path / "www", data, h5)
 
 
 def validation_args(served: Served, *extra: str) -> list[str]:

@@ -443,12 +443,16 @@ class _Decoder:
             _fail(f"a payload slice ({offset!r}, {length!r}) lies outside the {len(self.buffer)}-byte buffer")
         return bytes(self.buffer[offset:offset + length])
 
-    def value(self, node, depth: int):
+    def checked_node(self, node, depth: int, malformed: str) -> tuple[str, list]:
+        """``(tag, args)`` of a ``[tag, ...]`` node within the depth cap, else the frame is refused."""
         if depth > self.max_depth:
             _fail(f"the value nests deeper than {self.max_depth} levels")
         if type(node) is not list or not node or type(node[0]) is not str:
-            _fail("malformed node: expected [tag, ...]")
-        tag, args = node[0], node[1:]
+            _fail(malformed)
+        return node[0], node[1:]
+
+    def value(self, node, depth: int):
+        tag, args = self.checked_node(node, depth, "malformed node: expected [tag, ...]")
         handler = _HANDLERS.get(tag)
         if handler is None:
             _fail(f"unknown node tag {tag[:20]!r}")
@@ -661,11 +665,7 @@ class _Decoder:
         return self.sympy_node(args[0], depth + 1)
 
     def sympy_node(self, node, depth: int):
-        if depth > self.max_depth:
-            _fail(f"the value nests deeper than {self.max_depth} levels")
-        if type(node) is not list or not node or type(node[0]) is not str:
-            _fail("malformed sympy node")
-        name, args = node[0], node[1:]
+        name, args = self.checked_node(node, depth, "malformed sympy node")
         try:
             table = _sympy_table()
         except ImportError:
