@@ -233,6 +233,9 @@ def docker_test_image() -> str:
     return image
 
 
+STAGED_BY_LABEL = "agentbench.test-staged-by"  # the test process that made a container look like a dead run's
+
+
 def labelled_containers() -> list:
     """Labelled containers made by this process, or left by a process that is gone.
 
@@ -242,6 +245,9 @@ def labelled_containers() -> list:
     import docker
 
     def orphan_or_mine(container) -> bool:
+        staged_by = container.labels.get(STAGED_BY_LABEL)
+        if staged_by is not None and staged_by != str(os.getpid()):
+            return False  # a fake orphan another worker's test made on purpose (and removes itself)
         try:
             pid = int(container.labels.get("agentbench.pid", "0"))
             os.kill(pid, 0)

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 import envs_contract as contract
-from capsule_factory import docker_test_image, labelled_containers
+from capsule_factory import STAGED_BY_LABEL, docker_test_image, labelled_containers
 from pytest_agentbench.envs import EnvError, EnvSkip
 from pytest_agentbench.envs.docker import DockerFactory, remove_stale_containers
 from pytest_agentbench.envs.host import HostFactory
@@ -56,7 +56,7 @@ def test_stale_container_of_a_dead_worker_is_removed(factory, workspace):
     client = factory.client()
     dead = client.containers.run(docker_test_image(), ["sleep", "300"], detach=True, network_mode="none",
                                  labels={"agentbench": "1", "agentbench.host": socket.gethostname(),
-                                         "agentbench.pid": "999999999"})
+                                         "agentbench.pid": "999999999", STAGED_BY_LABEL: str(os.getpid())})
     alive = client.containers.run(docker_test_image(), ["sleep", "300"], detach=True, network_mode="none",
                                   labels={"agentbench": "1", "agentbench.host": socket.gethostname(),
                                           "agentbench.pid": str(os.getpid())})

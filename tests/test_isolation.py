@@ -18,6 +18,7 @@ from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.envs.host import HostFactory
 from pytest_agentbench.sandbox.forkserver import ForkServer
 from pytest_agentbench.sandbox.isolation import ISOLATION_ENV, NO_ISOLATION, SANDBOX_UID, bwrap_argv, probe
+from pytest_agentbench.sandbox import isolation as sandbox_isolation
 from pytest_agentbench.sandbox.limits import Limits, MiB
 from pytest_agentbench.sandbox.options import isolation_from
 
@@ -217,12 +218,31 @@ def test_no_network(executors, kind, listener):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_private_folders_are_hidden(executors, kind, tmp_path):
-    data = REPO / "tests"  # any folder the child could otherwise read
+    data = REPO / "pytest_agentbench" / "report"  # a folder the child sees otherwise (the package is bound in)
     result = run(executors, kind, f"""
         import os
         print(sorted(os.listdir({str(data)!r})))
     """, limits=Limits(timeout=60, hidden=(str(data),)))
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_only_system_folders_python_and_the_package_exist(executors, kind):
+    """A copy of the ground truth can lie anywhere on a machine (a second checkout, a download folder): the
+    child sees the system's folders, Python and this package, and no other folder of the machine. Here:
+    neither the project around the package nor the world-readable files beside the data dir."""
+    data = Path(os.environ.get("AGENTBENCH_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
+    probes = [str(REPO / "README.md"), str(REPO / "tests"), str(data.parent / "README.md"),
+              str(data / "scicode" / "problems_dev.jsonl")]
+    result = run(executors, kind, f"""
+        import json, os, numpy, pytest_agentbench
+        print(json.dumps([p for p in {probes!r} if os.path.exists(p)]))
+        print(json.dumps(sorted(set(os.listdir("/")) - {set(sandbox_isolation.SYSTEM_TOPS)!r})))
+    """)
+    visible, extra_tops = map(json.loads, result.stdout.splitlines())
+    assert visible == [], visible
+    allowed = {"dev", "proc", "tmp", *(p.split("/")[1] for p in sandbox_isolation.needed_paths())}
+    assert set(extra_tops) <= allowed, extra_tops
 
 
 def test_collected_files_come_back_capped(executors):

@@ -4,9 +4,11 @@ What a child gets (both executors, tool scripts, and the host environment's comm
 
 * an unprivileged uid (``SANDBOX_UID``, 65534) with no capabilities, an empty bounding set and
   ``no_new_privs``; never root;
-* a read-only view of the file system; the controller's home folders (``/root``, ``$HOME``) are
-  replaced by empty ones in which only Python and the installed packages are visible again; paths
-  the caller names (the data dir, the cache, the reports) are masked by empty folders;
+* a read-only view of the machine's system folders (``/usr``, ``/etc``, ``/opt``, ... see ``SYSTEM_TOPS``),
+  the Python installation, its installed packages and this package, and nothing else: data folders
+  (``/home``, ``/root``, ``/srv``, ``/var``, a checkout, a stray copy of the ground truth) do not exist
+  there; paths the caller names (the data dir, the cache, the reports) are masked by empty folders
+  wherever they would be visible;
 * a private, size-capped ``/tmp`` (tmpfs) holding its work folder (scoring and tool scripts), or the
   environment's workspace and private folders (host environment: on disk, no total cap); the host
   environment can also have its workspace at another path (CORE-Bench's workspace root): then the
@@ -237,13 +239,56 @@ def under(path: str, roots: Iterable[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
+# The top-level folders that hold a machine's software: programs, libraries, configuration, the kernel's views.
+# A sandbox sees these read-only and, of everything else, only what it needs to run Python and the folders its
+# caller names: data folders (/home, /root, /srv, /mnt, /var, /run, a checkout or a copy of a benchmark's ground
+# truth wherever it lies) are not there at all, so nothing depends on knowing where such copies are.
+SYSTEM_TOPS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "sys", "nix", "snap")
+
+
+def system_folders() -> list[str]:
+    return ["/" + name for name in SYSTEM_TOPS]
+
+
+def package_dir() -> str:
+    """This package's own folder (not its parent: in a checkout that is the whole project)."""
+    return os.path.join(package_parent(), "pytest_agentbench")
+
+
+def pth_folders(site_dirs: Iterable[str]) -> set[str]:
+    """Folders that ``.pth`` files in ``site_dirs`` put on ``sys.path`` (other packages installed in place)."""
+    out: set[str] = set()
+    for folder in site_dirs:
+        try:
+            names = [n for n in os.listdir(folder) if n.endswith(".pth")]
+        except OSError:
+            continue
+        for name in names:
+            try:
+                lines = Path(folder, name).read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            out.update(os.path.join(folder, line.strip()) for line in lines
+                       if line.strip() and not line.startswith(("#", "import ", "import\t")))
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def needed_paths() -> list[str]:
-    """What a child needs to run Python: the interpreter, its libraries and the installed packages."""
-    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-              package_parent()}
-    wanted.update(p for p in sys.path if p)
-    real = sorted({os.path.realpath(p) for p in wanted if os.path.isdir(p)})
+    """What a child needs to run Python: the interpreter, its libraries, the installed packages and this package.
+
+    Not every ``sys.path`` entry: the current folder and the folders pytest adds (rootdir, conftest folders)
+    are a user's project, with its files, reports and perhaps keys; only installed locations are kept
+    (site folders, what their ``.pth`` files add, ``$PYTHONPATH``)."""
+    import site  # why: only here; the launchers import this module with -S and never call this
+
+    site_dirs = {*site.getsitepackages(), site.getusersitepackages()}
+    installed = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                 os.path.dirname(os.path.realpath(sys.executable)), *site_dirs, *pth_folders(site_dirs),
+                 *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)}
+    installed.discard(package_parent())  # the package's parent may be a checkout: only the package itself
+    installed.add(package_dir())
+    real = sorted({os.path.realpath(p) for p in installed if os.path.isdir(p)})
     out: list[str] = []
     for path in real:  # drop paths inside another kept path
         if not under(path, out):
@@ -263,9 +308,9 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
     new ones; ``devices``: device files made visible (GPUs); ``relocated``: (host folder, sandbox path)
     pairs bound read-write at another path (the host path is then masked where it would be visible).
 
-    The sandbox sees this machine's file system read-only: ``--ro-bind / /``, or, when folders are
-    relocated, a read-only tmpfs root on which the host's entries are bound again around the
-    relocated paths (see ``mirror_root``), since bwrap cannot make a mount point in a read-only ``/``."""
+    The sandbox's root is a read-only tmpfs holding the machine's system folders (``SYSTEM_TOPS``, read-only),
+    what Python needs (``needed_paths``) and the folders named here; nothing else of the machine exists in it
+    (see ``mirror_root``, which also makes the way to relocated paths)."""
     if not iso.active or not iso.bwrap:
         raise ValueError(f"no isolation here: {iso.why}")
     relocated = [(str(source), check_relocation_target(target)) for source, target in relocated]
@@ -276,26 +321,29 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
     # a hidden folder on the way to a relocated one is emptied by the mirror (a mask would be read-only too soon)
     emptied = [path for path in hidden if any(under(target, [path]) for target in targets)]
     hidden = [path for path in hidden if path not in emptied]
-    if relocated:
-        mirror, read_only_tops = mirror_root(targets, replaced, emptied)
-        args = [iso.bwrap, *mirror, "--dev", "/dev"]
-    else:
-        args, read_only_tops = [iso.bwrap, "--ro-bind", "/", "/", "--dev", "/dev"], []
+    mirror, read_only_tops = mirror_root(targets, replaced, emptied)
+    args = [iso.bwrap, *mirror, "--dev", "/dev"]
     for device in devices:
         args += ["--dev-bind-try", device, device]
     args += ["--tmpfs", "/tmp"] if tmp is None else ["--bind", tmp, "/tmp"]
     for home in homes:
         args += ["--tmpfs", home]
-    needed = [("--ro-bind", path, path) for path in needed_paths() if under(path, replaced)]
-    shared = ([("--ro-bind", str(path), str(path)) for path in readable]
+    system = [path for path in system_folders() if not under(path, replaced)]
+    readable = [str(path) for path in readable]
+    if network:  # the resolver's configuration may be a link into /run (systemd-resolved)
+        resolver = os.path.realpath("/etc/resolv.conf")
+        if os.path.isfile(resolver) and not under(resolver, system):
+            readable.append(resolver)
+    needed = [("--ro-bind", path, path) for path in needed_paths()
+              if under(path, replaced) or not under(path, system)]
+    shared = ([("--ro-bind", path, path) for path in readable]
               + [("--bind", str(path), str(path)) for path in writable]
               + [("--bind", source, target) for source, target in relocated])
     # bwrap would make the missing parents of a mount point private (0700): make them traversable for uid 65534
     parents: set[str] = set()
     for _, _, path in needed + shared:
-        roots = [root for root in replaced if under(path, [root])]
         parent = os.path.dirname(path)
-        while roots and under(parent, roots) and parent not in roots:
+        while parent != "/" and (under(parent, replaced) or not under(parent, system)) and parent not in replaced:
             parents.add(parent)
             parent = os.path.dirname(parent)
     for parent in sorted(parents):
@@ -308,7 +356,9 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
     visible_sources = [source for source, _ in relocated if not under(os.path.realpath(source), replaced)]
     # the key that signs checksum stamps: never visible to a child, wherever $AGENTBENCH_SECRET_FILE points
     # (its default place is in the home folder, hidden anyway; the file is the controller's, mode 0600)
-    masked = [path for path in [*hidden, *visible_sources, str(secret_path())] if not under(path, emptied)]
+    seen = [*system, *(path for _, path, _ in needed), *(source for _, source, _ in shared)]
+    masked = [path for path in [*hidden, *visible_sources, str(secret_path())]
+              if not under(path, emptied) and under(os.path.realpath(path), seen)]  # (the rest is not there)
     args += mask_args(masked)  # before the shared folders: those stay visible
     for kind, source, path in shared:
         args += [kind, source, path]
@@ -353,16 +403,17 @@ def check_relocation_target(path: str) -> str:
 
 def mirror_root(targets: Sequence[str], replaced: Sequence[str],
                 emptied: Sequence[str] = ()) -> tuple[list[str], list[str]]:
-    """bwrap arguments rebuilding this machine's file system on the sandbox's (tmpfs) root, read-only, around
-    ``targets`` (sandbox paths other mounts will take; checked by ``check_relocation_target``).
+    """bwrap arguments building the sandbox's (tmpfs) root, read-only: the machine's system folders
+    (``SYSTEM_TOPS``) and nothing else of it, made around ``targets`` (sandbox paths other mounts will take;
+    checked by ``check_relocation_target``).
 
-    Every folder on the way to a target gets its host entries bound read-only one by one (symbolic links made
-    again), except the entry leading on to the target: ``/`` itself, and below it a tmpfs where the host has
-    the folder, an empty folder where it has not. ``/proc``, ``/dev`` and ``/tmp`` are never taken from the
+    Every system folder on the way to a target gets its host entries bound read-only one by one (symbolic links
+    made again), except the entry leading on to the target: ``/`` itself, and below it a tmpfs where the host
+    has the folder; an empty folder where it has not, or where it is not a system folder. ``/proc``, ``/dev`` and ``/tmp`` are never taken from the
     host, nor are folders under ``replaced`` (they are mounted afresh later); folders in ``emptied`` (hidden
     ones) get none of their host entries. Returns the arguments and the tmpfs folders to remount read-only
     once every mount point in them is made."""
-    on_the_way: dict[str, set[str]] = {}
+    on_the_way: dict[str, set[str]] = {"/": set()}
     for target in targets:
         parts = PurePosixPath(target).parts[1:]
         for depth, name in enumerate(parts):
@@ -374,8 +425,8 @@ def mirror_root(targets: Sequence[str], replaced: Sequence[str],
         if level != "/":
             if under(level, [*replaced, *("/" + n for n in NOT_FROM_HOST)]):
                 continue  # made afresh later; bwrap makes the rest of the way to the mount point
-            if not os.path.isdir(level):
-                args += ["--perms", "0755", "--dir", level]
+            if not os.path.isdir(level) or not under(level, system_folders()):
+                args += ["--perms", "0755", "--dir", level]  # (a data folder of the host shows none of its entries)
                 continue
             args += ["--perms", "0755", "--tmpfs", level]
             tops.append(level)
@@ -387,7 +438,7 @@ def mirror_root(targets: Sequence[str], replaced: Sequence[str],
             raise ValueError(f"cannot rebuild {level} in the sandbox around {', '.join(targets)}: {exc}") from None
         for name in names:
             path = posixpath.join(level, name)
-            if name in skip or path in replaced:
+            if name in skip or path in replaced or (level == "/" and name not in SYSTEM_TOPS):
                 continue
             if os.path.islink(path):
                 args += ["--symlink", os.readlink(path), path]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import re
 
+from ...core import pyast
+
 # opening fence with an optional language tag, the body, and the closing fence (or end of text,
 # so a reply cut off inside its code block still yields that block)
 FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.MULTILINE | re.DOTALL)
@@ -38,7 +40,7 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
 def defines(code: str, name: str) -> bool:
     """Whether ``code`` defines ``name`` at top level (by regex if the code does not parse)."""
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except PARSE_FAILURES:
         return re.search(rf"^(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b", code, re.MULTILINE) is not None
     return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
@@ -68,7 +70,7 @@ def choose_block(text: str, function_name: str | None) -> str | None:
 def parses(code: str) -> bool:
     """Whether ``code`` parses as Python (whatever the parser raises on it counts as no)."""
     try:
-        ast.parse(code)
+        pyast.parse(code)
     except PARSE_FAILURES:
         return False
     return True
@@ -90,7 +92,7 @@ def strip_imports(code: str) -> str | None:
     ``try:``/``if``/``def`` blocks stay valid.
     """
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except PARSE_FAILURES:
         return None
     edits: list[tuple[ast.stmt, bool]] = []  # (import statement, leave a pass in its place?)

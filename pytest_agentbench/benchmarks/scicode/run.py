@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ...core import pyast
 from ...core.io import DirectoryFiles, RunFiles, trim
 from ...core.text import printable
 from ...core.types import Sample
@@ -206,7 +207,7 @@ def parses(code: str | None) -> bool:
     if not code or not code.strip():
         return False
     try:
-        ast.parse(code)
+        pyast.parse(code)
     except PARSE_FAILURES:  # (MemoryError, RecursionError: code nested too deep is code that does not parse)
         return False
     return True

@@ -55,6 +55,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ...core import pyast
 from ...sandbox import codec
 from ...sandbox.integrity import Bounded, run_bounded
 from ...sandbox.limits import GiB, Limits
@@ -238,7 +239,7 @@ def names_bound_by(*sources: str) -> frozenset[str]:
     names: set[str] = set()
     for source in sources:
         try:
-            tree = ast.parse(source or "")
+            tree = pyast.parse(source or "")
         except (SyntaxError, ValueError):
             continue
         for stmt in tree.body:
@@ -257,7 +258,7 @@ def _scope(state: _StepState) -> _Scope:
 def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[TestPlan, list["_Piece"]]:
     where = _where(step, test)
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except SyntaxError as exc:
         raise SplitError(f"{where}: the test case does not parse ({exc})") from exc
     test_functions = _test_functions(tree, where)
@@ -378,7 +379,7 @@ class _Piece:
     def reads(self) -> set[str]:
         if self.function is not None:
             return {self.function[0].name}
-        return _free_names(ast.parse(self.source)) if self.source.strip() else set()
+        return _free_names(pyast.parse(self.source)) if self.source.strip() else set()
 
 
 def _child_keeps(pieces: list[_Piece]) -> tuple[set[int], set[int]]:
@@ -411,7 +412,7 @@ def _render(pieces: list[_Piece], kept: set[int]) -> str:
     for piece in pieces:
         if piece.function is not None:
             fn, body = piece.function
-            statements = [node for inner in body if id(inner) in kept for node in ast.parse(inner.source).body]
+            statements = [node for inner in body if id(inner) in kept for node in pyast.parse(inner.source).body]
             new_fn = copy.copy(fn)
             new_fn.body = statements or [ast.Pass()]
             out.append(ast.unparse(ast.fix_missing_locations(new_fn)) + "\n")
@@ -455,9 +456,9 @@ def _prune_parts(parts: Sequence, needed: set[str], calls: dict[str, set[str]],
             part = dataclasses.replace(part, parts=inner)
             needed = needed | (inner_needed - part.local)
         elif isinstance(part, AssertPlan):
-            needed = needed | _with_calls(_free_names(ast.parse(part.expression, mode="eval")) - {LEAF_FN}, calls)
+            needed = needed | _with_calls(_free_names(pyast.parse(part.expression, mode="eval")) - {LEAF_FN}, calls)
         else:
-            statement = ast.parse(part.source).body[0]
+            statement = pyast.parse(part.source).body[0]
             needed = (needed - bound_names(statement)) | _with_calls(_free_names(statement), calls)
         kept.append(part)
     return tuple(reversed(kept)), needed

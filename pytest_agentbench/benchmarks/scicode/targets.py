@@ -32,6 +32,7 @@ from typing import Callable, Iterable
 
 import h5py
 
+from ...core import pyast
 from ...core.data import DATA_DIR_ENV, DataError, find
 from ...sandbox.executors import GiB, Limits, run_python
 from . import dataset, h5codec, script
@@ -165,7 +166,7 @@ def rewrite_test_for_recording(test_code: str, where: str = "test") -> str:
     value would be ambiguous), naming the line.
     """
     try:
-        tree = ast.parse(test_code)
+        tree = pyast.parse(test_code)
     except SyntaxError as exc:
         raise RebuildError(f"{where}: test code does not parse ({exc})") from exc
     tree = ast.fix_missing_locations(_TargetRewriter().visit(tree))
