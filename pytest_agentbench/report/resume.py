@@ -29,7 +29,6 @@ RUN_KEY = "_run"  # in settings.json: how the run was asked for (its options and
 class Resumed:
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    size: int = 0
 
 
 def resume_dir(path: str | Path, invocation_dir: str | Path | None = None) -> Path:
@@ -56,11 +55,6 @@ def check_settings(run_dir: Path, settings: Mapping[str, Any], free: Iterable[st
                           f"interrupted run's: {'; '.join(diffs)}; resume with the same options")
 
 
-def records_size(records_path: Path) -> int:
-    """Bytes of the records file now: what the controller hands to its workers."""
-    return records_path.stat().st_size if records_path.exists() else 0
-
-
 def load_for_controller(records_path: Path) -> Resumed:
     """Read the finished records; cut a torn or corrupt line off the file so appends stay whole."""
     out = Resumed()
@@ -73,7 +67,6 @@ def load_for_controller(records_path: Path) -> Resumed:
     if caught:
         rec.rewrite_records(records_path, records)
     out.records = rec.latest_by_id(records)
-    out.size = records_size(records_path)
     out.notes.insert(0, f"resuming {records_path.parent}: {len(out.records)} finished record(s) reused, "
                         f"the rest runs now")
     return out
