@@ -223,6 +223,31 @@ def test_report_symlinked_outside_workspace_is_ignored(tmp_path):
     assert load_submission(workspace, {"a": "final"}).report == {"a": "final"}
 
 
+
+def test_a_report_swapped_after_it_was_found_is_read_only_as_a_regular_file(tmp_path):
+    """The agent owns the workspace: between find_report and the read it could put a link to a host file, a
+    FIFO (a read that never ends) or an endless device there. Only a regular file itself is read, and never
+    more than the cap."""
+    from pytest_agentbench.benchmarks.corebench.scorer import MAX_REPORT_BYTES, read_report
+
+    outside = tmp_path / "secret.json"
+    _write(outside, {"a": "secret"})
+    swapped = tmp_path / "link.json"
+    os.symlink(outside, swapped)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    device = tmp_path / "zero.json"
+    os.symlink("/dev/zero", device)
+    for path in (swapped, fifo, device):
+        submission = read_report(path, path.name)
+        assert submission.report == {} and submission.report_status == "invalid", (path, submission)
+        assert "cannot be read" in submission.warning, submission.warning
+    big = tmp_path / "big.json"
+    big.write_text(" " * (MAX_REPORT_BYTES + 10) + "{}")
+    assert read_report(big, "big.json").report_status == "too large"
+    assert read_report(outside, "secret.json").report == {"a": "secret"}  # an ordinary file reads as before
+
+
 # --------------------------------------------------------------------------- whole items (open_run + run_sample)
 
 CID = "capsule-7038571"

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -235,3 +237,51 @@ def test_bad_environment_settings_name_their_source():
         resolved(ini={"env_memory": "lots"})
     with pytest.raises(OptionError, match="--bench-memory-limit.*positive.*'0'"):
         resolved(cli={"memory_limit": "0"})
+
+
+@pytest.mark.parametrize("workdir", [None, ROOT])
+def test_the_agents_file_tools_read_only_what_its_commands_could(isolated, workspace, workdir):
+    """read_file (and view_image, which uses it) runs in the controller, perhaps as root: it must not reach
+    what the agent's own commands cannot: folders outside the sandbox's view, files uid 65534 cannot read."""
+    project_file = Path(__file__).resolve().parents[1] / "pyproject.toml"  # a folder of the machine, not a system one
+    unreadable = next((p for p in ("/etc/shadow", "/etc/gshadow") if os.path.exists(p)
+                       and not os.stat(p).st_mode & 0o004), None)
+    with HostFactory(isolation=isolated).start(workspace, workdir=workdir) as env:
+        assert env.read_file("/etc/hostname") == Path("/etc/hostname").read_bytes()  # a system folder: as seen
+        assert env.run(f"cat {project_file} 2>/dev/null || echo unseen", 30).stdout.split() == ["unseen"]
+        with pytest.raises((PermissionError, FileNotFoundError), match="pyproject.toml"):
+            env.read_file(str(project_file))
+        if unreadable:
+            assert env.run(f"cat {unreadable} 2>/dev/null || echo denied", 30).stdout.split() == ["denied"]
+            with pytest.raises(PermissionError, match="permission denied"):
+                env.read_file(unreadable)
+        env.write_file("mine.txt", "x")
+        assert env.read_file("mine.txt") == b"x"  # the agent's own files stay readable
+        # ... and writable by the agent's commands (as root the controller wrote it; uid 65534 must own it)
+        assert env.run("echo y >> mine.txt && cat mine.txt", 30).stdout.split() == ["xy"]
+
+
+def test_end_processes_stops_background_jobs_and_keeps_the_files(workspace):
+    """Before the controller reads the agent's report, every process of the environment is gone (a loop left
+    in the background could otherwise swap the file under the reader); the files stay for scoring."""
+    with HostFactory(isolation=isolation_or_skip()).start(workspace) as env:
+        env.run("(while true; do date +%s%N > ticker.txt; sleep 0.05; done) >/dev/null 2>&1 &", 30)
+        deadline = time.monotonic() + 10
+        while not (workspace / "ticker.txt").is_file() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        env.end_processes()
+        before = (workspace / "ticker.txt").read_text()
+        time.sleep(0.5)
+        assert (workspace / "ticker.txt").read_text() == before
+    assert not workspace.exists()  # stop still removes the workspace afterwards
+
+
+def test_temporary_files_and_shared_memory_work_for_the_agent(workspace):
+    """Tools that trust $TMPDIR (mktemp, sort -T) and POSIX shared memory (multiprocessing, joblib) work for
+    the agent's commands (uid 65534 under isolation)."""
+    with HostFactory(isolation=isolation_or_skip()).start(workspace) as env:
+        made = env.run('f=$(mktemp) && echo ok > "$f" && cat "$f"', 30)
+        assert made.stdout.strip() == "ok", made
+        pool = env.run(f"{sys.executable} -c 'import multiprocessing as m; print(sum(m.Pool(2).map(abs, [-1, -2])))'",
+                       60)
+        assert pool.stdout.strip() == "3", pool

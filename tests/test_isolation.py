@@ -354,3 +354,20 @@ def test_the_runs_private_folders_are_hidden_from_scoring_children(tmp_path):
     limits = limits_from(opts, timeout=5)
     assert limits.hidden == tuple(str(tmp_path / name) for name in ("data", "cache", "reports"))
     assert limits.memory == 1 << 30 and limits.timeout == 5
+
+
+@pytest.mark.parametrize("pythonpath", [".", f"{REPO}/", str(REPO.parent)])
+def test_a_checkout_on_the_python_path_binds_only_the_package(pythonpath):
+    """Run from a checkout with the project on PYTHONPATH (spelt relatively, with a trailing slash, or a folder
+    around it): the sandbox still gets only the package's own folder, never the project (its reports, its
+    cache of rebuilt targets) nor a folder around it."""
+    code = "import json; from pytest_agentbench.sandbox import isolation as I; print(json.dumps(I.needed_paths()))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": pythonpath})
+    assert done.returncode == 0, done.stderr
+    paths = json.loads(done.stdout)
+    package = str(REPO / "pytest_agentbench")
+    if not any(package.startswith(p.rstrip("/") + "/") for p in paths if p != package):  # an editable checkout
+        assert package in paths, paths
+        around = [p for p in paths if p == str(REPO) or str(REPO).startswith(p.rstrip("/") + "/")]
+        assert around == [], paths

@@ -1,6 +1,7 @@
 """The sandbox executors: limits, isolation, identical behaviour, how a run ended, no leftovers."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -156,6 +157,20 @@ def test_files_and_env_reach_the_script(executors):
     for kind in KINDS:
         result = executors[kind].run(script, env={"MY_VAR": "v"}, files={"data/in.txt": b"payload"})
         assert result.stdout == "payload v None\n", kind
+
+
+def test_credentials_of_any_provider_stay_out_of_the_child(monkeypatch):
+    """A key passed as --model-api-key=$TOGETHER_API_KEY is still in the environment under its own name; such
+    variables (and the cloud SDKs' usual ones) never reach a child; ordinary ones do."""
+    secrets = {"TOGETHER_API_KEY": "t-1", "HF_TOKEN": "hf-2", "AWS_SECRET_ACCESS_KEY": "a-3", "DB_PASSWORD": "p-4",
+               "GOOGLE_APPLICATION_CREDENTIALS": "/x.json", "SSH_AUTH_SOCK": "/s", "MY_SECRET": "m-5"}
+    for name, value in {**secrets, "PLAIN_SETTING": "kept"}.items():
+        monkeypatch.setenv(name, value)
+    script = "import json, os\nprint(json.dumps(dict(os.environ)))\n"
+    result = SubprocessExecutor().run(script, limits=Limits(timeout=60))
+    assert result.exit_code == 0, result
+    seen = json.loads(result.stdout)
+    assert [name for name in secrets if name in seen] == [] and seen.get("PLAIN_SETTING") == "kept", seen
 
 
 PARITY_SCRIPTS = {

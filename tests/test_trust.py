@@ -132,7 +132,7 @@ def fake_rebuild(monkeypatch):
 
 def build(folder: Path) -> dict[str, Targets]:
     folder.mkdir(parents=True, exist_ok=True)
-    return build_problem(PROBLEM, folder, data_dir=None, limits=None, timeout=10, executor="fork", wait=True)
+    return build_problem(PROBLEM, folder, data_dir=None, limits=None, timeout=10, wait=True)
 
 
 def test_rebuilt_targets_are_reused_only_with_a_signed_manifest(tmp_path, fake_rebuild):
@@ -229,3 +229,54 @@ def test_a_run_that_cannot_isolate_says_so(tmp_path, monkeypatch):
     finally:
         monkeypatch.delenv("AGENTBENCH_ISOLATION")
         isolation.probe(refresh=True)
+
+
+SCAN_OWN_MEMORY = r'''
+import ctypes, json
+# each slice is looked for as two halves, so the whole slice never exists in this process's own objects
+halves = [(bytes.fromhex(h[:24]), bytes.fromhex(h[24:])) for h in WANTED]
+found = 0
+for line in open("/proc/self/maps"):
+    fields = line.split()
+    if "r" not in fields[1] or (len(fields) > 5 and fields[5].startswith("[v")):
+        continue
+    start, end = (int(x, 16) for x in fields[0].split("-"))
+    if end - start > 512 << 20:
+        continue
+    try:
+        region = ctypes.string_at(start, end - start)
+    except Exception:
+        continue
+    for head, tail in halves:
+        at = region.find(head)
+        while at >= 0:
+            found += region[at + len(head):at + len(head) + len(tail)] == tail
+            at = region.find(head, at + 1)
+print(json.dumps(found))
+'''
+
+
+def test_a_scoring_child_cannot_find_rebuilt_targets_in_its_inherited_memory(tmp_path):
+    """Targets are rebuilt by running ground truth and taking back the file it recorded. Were that done by the
+    fork server that later forks the model's scoring children, the recorded bytes would stay in its heap and
+    every later child could read them from its own memory. A child forked after a rebuild finds none."""
+    import h5py
+    import numpy as np
+
+    from pytest_agentbench.sandbox.executors import Limits, run_python
+
+    assert run_python("print('up')", limits=Limits(timeout=60), executor="fork").stdout.strip() == "up"
+    data_dir = Path(os.environ["AGENTBENCH_DATA_DIR"]) / "scicode"
+    problems = [json.loads(line) for line in (data_dir / "problems_dev.jsonl").read_text().splitlines()]
+    problem = next(p for p in problems if str(p["problem_id"]) == "1")
+    table = locate.rebuilt_table([problem], tmp_path / "cache", data_dir=data_dir, limits=None, timeout=120)
+    path = table.steps["1.1"].path
+    values: list[bytes] = []
+    with h5py.File(path, "r") as h5:
+        h5.visititems(lambda _n, o: values.append(np.asarray(o[()]).tobytes()) if isinstance(o, h5py.Dataset)
+                      else None)
+    wanted = [v[:24].hex() for v in values if len(v) >= 24 and len(set(v[:24])) > 8]  # distinctive slices
+    assert wanted, [len(v) for v in values]
+    found = run_python(f"WANTED = {wanted!r}\n" + SCAN_OWN_MEMORY, limits=Limits(timeout=120), executor="fork")
+    assert found.exit_code == 0, found
+    assert json.loads(found.stdout) == 0

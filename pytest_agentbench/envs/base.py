@@ -56,6 +56,7 @@ class Environment(ABC):
         self.keep_workspace = keep_workspace
         self.name = name
         self.stopped = False
+        self.released = False
 
     @abstractmethod
     def run(self, command: str, timeout: float) -> ExecResult:
@@ -83,13 +84,21 @@ class Environment(ABC):
     def _release(self) -> None:
         """Kill what is running and free the environment's resources (subclasses)."""
 
+    def end_processes(self) -> None:
+        """End every process of the environment (and free its resources), keeping the workspace's files: what
+        is read from them afterwards cannot change under the reader. Idempotent."""
+        if self.released:
+            return
+        self.released = True
+        self._release()
+
     def stop(self) -> None:
         """End every process of the environment and remove the workspace unless it is kept. Idempotent."""
         if self.stopped:
             return
         self.stopped = True
         try:
-            self._release()
+            self.end_processes()
         finally:
             if not self.keep_workspace:
                 shutil.rmtree(self.workspace, ignore_errors=True)
@@ -107,12 +116,14 @@ class PathView:
 
     ``mounts``: (path in the environment, host folder, writable) for every folder mounted elsewhere;
     ``unreachable``: environment paths whose host counterpart must not be read from outside (masked in
-    the environment, or the environment's own kernel file systems). Any other absolute path is this
-    machine's own path, seen read-only."""
+    the environment, or the environment's own kernel file systems); ``visible``: the host folders the
+    environment sees at their own paths, read-only (None: all of this machine). Any other absolute path
+    under ``visible`` is this machine's own path, seen read-only; the rest does not exist there."""
 
     workdir: str
     mounts: tuple[tuple[str, Path, bool], ...]
     unreachable: tuple[str, ...] = ()
+    visible: tuple[str, ...] | None = None
 
     def mount_of(self, env_path: str) -> tuple[str, Path, bool] | None:
         found = [m for m in self.mounts if env_path == m[0] or env_path.startswith(m[0].rstrip("/") + "/")]
@@ -128,7 +139,15 @@ class PathView:
         if any(env_path == u or env_path.startswith(u.rstrip("/") + "/") for u in self.unreachable):
             raise PermissionError(f"{shown!r} cannot be read from outside the environment; copy it into "
                                   f"{self.workdir} with a command first")
+        if self.visible is not None and not any(env_path == v or env_path.startswith(v.rstrip("/") + "/")
+                                                for v in self.visible):
+            raise PermissionError(f"{shown!r} is not in the environment")
         return Path(env_path)
+
+    def from_a_mount(self, host_path: Path) -> bool:
+        """Whether ``host_path`` (as ``host`` returned it) lies in one of the environment's own folders."""
+        text = str(host_path)
+        return any(text == str(folder) or text.startswith(str(folder).rstrip("/") + "/") for _, folder, _ in self.mounts)
 
     def writable(self, env_path: str) -> bool:
         mount = self.mount_of(env_path)

@@ -25,6 +25,7 @@ import glob
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,7 @@ from typing import Any, Sequence
 from ..sandbox.executors import run_python
 from ..core.data import secret_path
 from ..sandbox.isolation import (MOUNT_RACE_TRIES, SANDBOX_UID, Isolation, bwrap_argv, check_relocation_target,
-                                 give_to_sandbox_user, mount_race, private_homes, probe)
+                                 give_to_sandbox_user, mount_race, private_homes, probe, sandbox_visible_folders)
 from ..sandbox.jail import ProcessJail, group_members, kill_group, kill_tree, proc_table
 from ..sandbox.limits import DEFAULT_MEMORY_LIMIT, Limits, child_env, package_parent
 from ..sandbox.result import ExecResult
@@ -70,6 +71,10 @@ drop_privileges(spec["isolation"])
 os.chdir(spec["cwd"])
 os.execve(spec["bash"], ["bash", "-c", spec["command"]], spec["env"])
 """
+
+
+def world_readable(path: Path) -> bool:
+    return bool(path.stat().st_mode & stat.S_IROTH)
 
 
 def _bash() -> str:
@@ -114,7 +119,9 @@ class HostEnvironment(Environment):
         self.private = Path(tempfile.mkdtemp(prefix="agentbench-host-"))
         for sub in ("home", "tmp", "out"):
             (self.private / sub).mkdir()
-        extra = {"HOME": str(self.private / "home"), "TMPDIR": str(self.private / "tmp")}
+        # isolated, the private tmp folder is the sandbox's /tmp (its host path does not exist there)
+        tmpdir = "/tmp" if self.isolation.active else str(self.private / "tmp")
+        extra = {"HOME": str(self.private / "home"), "TMPDIR": tmpdir}
         if gpus and gpus != "all":
             extra["CUDA_VISIBLE_DEVICES"] = gpus
         self.env = child_env(extra)
@@ -142,7 +149,7 @@ class HostEnvironment(Environment):
             unreachable.append(str(self.workspace))
         return PathView(workdir=self.workdir, mounts=((self.workdir, self.workspace, True), ("/tmp", tmp, True),
                                                       (str(home), home, True)),
-                        unreachable=tuple(unreachable))
+                        unreachable=tuple(unreachable), visible=tuple(sandbox_visible_folders()))
 
     # ---------------------------------------------------------------- commands
 
@@ -210,6 +217,9 @@ class HostEnvironment(Environment):
         target = resolve_inside(self.workspace, path, self.view)
         if not target.is_file():
             raise FileNotFoundError(f"no file {path!r} in the environment (looked at {target})")
+        if self.view is not None and not self.view.from_a_mount(target) and not world_readable(target):
+            # the controller may be root; the agent's commands (uid 65534) could not read it
+            raise PermissionError(f"{path!r} cannot be read in the environment (permission denied)")
         if target.stat().st_size > MAX_FILE_READ:
             raise ValueError(f"{path!r} is larger than {MAX_FILE_READ >> 20} MB; read a part of it with bash")
         with open(os.open(target, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:

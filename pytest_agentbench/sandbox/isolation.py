@@ -250,6 +250,12 @@ def system_folders() -> list[str]:
     return ["/" + name for name in SYSTEM_TOPS]
 
 
+def sandbox_visible_folders() -> list[str]:
+    """The host folders a sandbox sees at their own paths (read-only): for the controller, reading a file the
+    way a sandboxed agent would."""
+    return [*(p for p in system_folders() if os.path.exists(p)), *needed_paths()]
+
+
 def package_dir() -> str:
     """This package's own folder (not its parent: in a checkout that is the whole project)."""
     return os.path.join(package_parent(), "pytest_agentbench")
@@ -285,10 +291,13 @@ def needed_paths() -> list[str]:
     site_dirs = {*site.getsitepackages(), site.getusersitepackages()}
     installed = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                  os.path.dirname(os.path.realpath(sys.executable)), *site_dirs, *pth_folders(site_dirs),
-                 *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)}
-    installed.discard(package_parent())  # the package's parent may be a checkout: only the package itself
-    installed.add(package_dir())
-    real = sorted({os.path.realpath(p) for p in installed if os.path.isdir(p)})
+                 *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p))}
+    real = {os.path.realpath(p) for p in installed if os.path.isabs(p) and os.path.isdir(p)}
+    parent = os.path.realpath(package_parent())
+    prefixes = [os.path.realpath(p) for p in (*site_dirs, sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    if not under(parent, prefixes):  # a checkout (a project, its reports, its cache), not an installed location:
+        real = {p for p in real if not under(parent, [p])}  # of it and of every folder around it, only the package
+    real = sorted(real | {os.path.realpath(package_dir())})
     out: list[str] = []
     for path in real:  # drop paths inside another kept path
         if not under(path, out):
@@ -322,7 +331,8 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
     emptied = [path for path in hidden if any(under(target, [path]) for target in targets)]
     hidden = [path for path in hidden if path not in emptied]
     mirror, read_only_tops = mirror_root(targets, replaced, emptied)
-    args = [iso.bwrap, *mirror, "--dev", "/dev"]
+    # bwrap's /dev/shm is root's 0755: POSIX shared memory (multiprocessing, joblib) would fail for uid 65534
+    args = [iso.bwrap, *mirror, "--dev", "/dev", "--perms", "1777", "--size", str(SHM_SIZE), "--tmpfs", "/dev/shm"]
     for device in devices:
         args += ["--dev-bind-try", device, device]
     args += ["--tmpfs", "/tmp"] if tmp is None else ["--bind", tmp, "/tmp"]
@@ -379,6 +389,7 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
     return args + ["--die-with-parent", "--"]
 
 
+SHM_SIZE = 1 << 30  # a sandbox's /dev/shm (tmpfs: RAM that no rlimit counts)
 NOT_FROM_HOST = ("proc", "dev", "tmp")  # top-level folders every sandbox makes afresh
 NO_RELOCATION_UNDER = ("/proc", "/sys", "/dev")
 
@@ -583,7 +594,13 @@ def drop_privileges(mode: str) -> None:
 
 
 def give_to_sandbox_user(root: str | os.PathLike) -> None:
-    """Make a folder tree the children's (root mode: they run as uid 65534 and must write there)."""
+    """Make a folder tree (or one file) the children's (root mode: they run as uid 65534 and must write there)."""
+    if not os.path.isdir(root) or os.path.islink(root):  # (os.walk yields nothing for a file)
+        try:
+            os.lchown(root, SANDBOX_UID, SANDBOX_GID)
+        except FileNotFoundError:
+            pass
+        return
     for folder, dirs, names in os.walk(root):
         for name in (folder, *(os.path.join(folder, n) for n in dirs + names)):
             try:

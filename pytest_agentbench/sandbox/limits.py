@@ -5,6 +5,7 @@ Plain standard library only: the subprocess launchers import this module with ``
 from __future__ import annotations
 
 import os
+import re
 import resource
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +18,15 @@ DEFAULT_OUTPUT_CAP = 256 * MiB  # bytes a stream may reach before the script is 
 DEFAULT_MAX_PROCESSES = 256
 DEFAULT_DISK_LIMIT = 1 * GiB  # size of an isolated child's private /tmp (its work folder included)
 LIMIT_NAMES = ("wall", "memory", "cpu", "processes", "output")
-# environment variables a child never inherits: the model's key, the test runner's and the plugin's settings
-HIDDEN_ENV_PREFIXES = ("OPENAI_", "PYTEST_", "AGENTBENCH_")
+# environment variables a child never inherits: the model's key, the test runner's and the plugin's settings,
+# and whatever looks like a credential of another provider or service (a key given as
+# --model-api-key=$TOGETHER_API_KEY is still in the environment under its own name)
+HIDDEN_ENV_PREFIXES = ("OPENAI_", "PYTEST_", "AGENTBENCH_", "AWS_", "AZURE_", "GOOGLE_APPLICATION_")
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+def hidden_from_children(name: str) -> bool:
+    return name.startswith(HIDDEN_ENV_PREFIXES) or bool(SECRET_NAME.search(name))
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,7 @@ def package_parent() -> str:
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a child: ours without secrets and plugin settings, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(HIDDEN_ENV_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if not hidden_from_children(k)}
     env.update({"MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
                 "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1")})
     if extra:

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import stat
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -328,14 +329,24 @@ def _why(exc: BaseException) -> str:
     return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
 
 
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``path``, which must be a regular file itself (not a link, a FIFO or a
+    device): the agent owns the workspace and may swap what ``find_report`` saw."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        return fh.read(limit)
+
+
 def read_report(path: Path, source: str) -> Submission:
     """A found report.json as a submission; unreadable, oversized or malformed ones score as empty."""
     found = dict(source=source, report_path=source)
     try:
-        if path.stat().st_size > MAX_REPORT_BYTES:
+        raw = read_regular_file(path, MAX_REPORT_BYTES + 1)
+        if len(raw) > MAX_REPORT_BYTES:
             return Submission({}, warning=f"{source} is larger than {MAX_REPORT_BYTES} bytes; scored as empty",
                               report_status="too large", **found)
-        raw = path.read_bytes()
     except OSError as exc:
         return Submission({}, warning=f"{source} cannot be read ({exc}); scored as an empty submission",
                           report_status="invalid", **found)

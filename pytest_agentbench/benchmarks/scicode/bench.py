@@ -167,8 +167,7 @@ class SciCode(Benchmark):
         if targets.kind == "rebuilt":  # built now, for the problems this process scores, not inside scoring
             limits = limits_from(opts, timeout=float(opts["tool_timeout"]) * REBUILD_TIMEOUT_FACTOR)
             scored = [t.data for t in selected if any(s.id in spec.selected and s.scored for s in t.samples)]
-            table = rebuilt_table(scored, spec.cache_dir, data_dir=spec.data_dir, limits=limits,
-                                  executor=opts["executor"])
+            table = rebuilt_table(scored, spec.cache_dir, data_dir=spec.data_dir, limits=limits)
         else:
             table = TargetTable(targets)
         prefilled = {}

@@ -167,7 +167,7 @@ def locate(h5: Path | None, data_dir: Path, cache_dir: Path | None, split: str, 
 
 
 def rebuilt_table(problems: Iterable[dict[str, Any]], cache_dir: Path, *, data_dir: Path | None,
-                  limits: Limits | None = None, timeout: float = 1800, executor: str = "fork") -> TargetTable:
+                  limits: Limits | None = None, timeout: float = 1800) -> TargetTable:
     """Targets of ``problems`` rebuilt from their ground truth (each problem once, shared through the cache).
 
     Problems another process is building are left for last, so xdist workers build different problems
@@ -177,20 +177,19 @@ def rebuilt_table(problems: Iterable[dict[str, Any]], cache_dir: Path, *, data_d
     steps: dict[str, Targets] = {}
     busy = []
     for problem in problems:
-        built = build_problem(problem, folder, data_dir=data_dir, limits=limits, timeout=timeout,
-                              executor=executor, wait=False)
+        built = build_problem(problem, folder, data_dir=data_dir, limits=limits, timeout=timeout, wait=False)
         if built is None:
             busy.append(problem)
         else:
             steps.update(built)
     for problem in busy:
         steps.update(build_problem(problem, folder, data_dir=data_dir, limits=limits, timeout=timeout,
-                                   executor=executor, wait=True) or {})
+                                   wait=True) or {})
     return TargetTable(Targets(None, "rebuilt"), steps)
 
 
 def build_problem(problem: dict[str, Any], folder: Path, *, data_dir: Path | None, limits: Limits | None,
-                  timeout: float, executor: str, wait: bool) -> dict[str, Targets] | None:
+                  timeout: float, wait: bool) -> dict[str, Targets] | None:
     """The rebuilt targets of each step of ``problem`` (built now unless the cache has them); None when
     ``wait`` is false and another process holds the problem's lock."""
     from .targets import RebuildError, rebuild_targets  # why: it loads h5py and numpy; only a rebuild needs them
@@ -209,8 +208,7 @@ def build_problem(problem: dict[str, Any], folder: Path, *, data_dir: Path | Non
         else:
             path.unlink(missing_ok=True)  # never merge into a file that is not ours
             try:
-                report = rebuild_targets([problem], path, timeout=timeout, limits=limits, executor=executor,
-                                         data_dir=data_dir)
+                report = rebuild_targets([problem], path, timeout=timeout, limits=limits, data_dir=data_dir)
             except RebuildError as exc:  # e.g. a problem without steps: every step says why
                 report = {str(s["step_number"]): str(exc) for s in problem.get("sub_steps", [])}
             digest = sha256_of(path) if path.is_file() else None

@@ -45,7 +45,10 @@ STDERR_TAIL_LINES = 25
 TARGETS_FILE_CAP = 4 * GiB
 # One BLAS thread per child: reproducible sums and no oversubscription when jobs > 1.
 CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-DEFAULT_EXECUTOR = "subprocess"  # a fresh interpreter per step, so --jobs steps really run in parallel
+# Ground truth runs in a fresh interpreter per step, never on the fork server that later forks the model's
+# scoring children: the server keeps the bytes it hands back (the recorded targets) in its heap, which every
+# later child inherits. (A fresh process per step also lets --jobs steps really run in parallel.)
+GROUND_TRUTH_EXECUTOR = "subprocess"
 
 Progress = Callable[[str, str, float], None]
 
@@ -306,7 +309,7 @@ CHILD_TARGETS = "targets.h5"
 RESULT_CAP = 1 << 20
 
 
-def run_child_script(source: str, *, limits: Limits, executor: str, targets_in: bytes | None = None,
+def run_child_script(source: str, *, limits: Limits, targets_in: bytes | None = None,
                      targets_out: Path | None = None) -> str:
     """Run ``source`` in the sandbox; ``"ok"`` or a message saying what failed. ``targets_in`` is put in the
     child's folder as ``targets.h5``; with ``targets_out`` the ``targets.h5`` the child wrote is saved there."""
@@ -314,7 +317,8 @@ def run_child_script(source: str, *, limits: Limits, executor: str, targets_in: 
     if targets_out is not None:
         collect[CHILD_TARGETS] = limits.output_cap
     files = {CHILD_TARGETS: targets_in} if targets_in is not None else None
-    result = run_python(source, limits=limits, env=CHILD_ENV, executor=executor, files=files, collect=collect)
+    result = run_python(source, limits=limits, env=CHILD_ENV, executor=GROUND_TRUTH_EXECUTOR, files=files,
+                        collect=collect)
     if result.timed_out:
         return f"timed out after {limits.timeout:g} s"
     raw = result.files.get(CHILD_RESULT, b"")
@@ -342,14 +346,14 @@ def run_child_script(source: str, *, limits: Limits, executor: str, targets_in: 
 # public API
 
 
-def _run_steps(selected, make_script, jobs, progress, workroot: Path, limits: Limits, executor: str) -> dict:
+def _run_steps(selected, make_script, jobs, progress, workroot: Path, limits: Limits) -> dict:
     def run_one(item):
         problem, index = item
         number = problem["sub_steps"][index]["step_number"]
         started = time.monotonic()
         try:
             source, targets_in, targets_out = make_script(problem, index, workroot / f"{number}.h5")
-            status = run_child_script(source, limits=limits, executor=executor, targets_in=targets_in,
+            status = run_child_script(source, limits=limits, targets_in=targets_in,
                                       targets_out=targets_out)
         except (RebuildError, h5codec.TargetsError, OSError) as exc:
             status = str(exc)
@@ -367,8 +371,7 @@ def _run_steps(selected, make_script, jobs, progress, workroot: Path, limits: Li
 
 def rebuild_targets(problems: list[dict], out_path: Path, *, timeout: float = 600, jobs: int = 1,
                     progress: Progress | None = None, steps: Iterable[str] | None = None,
-                    data_dir: Path | None = None, limits: Limits | None = None,
-                    executor: str = DEFAULT_EXECUTOR) -> dict:
+                    data_dir: Path | None = None, limits: Limits | None = None) -> dict:
     """Recompute targets of ``steps`` (default all) from ground truth into ``out_path``.
 
     Returns ``{step_number: "ok" | error message}``. Steps that succeed are written (replacing
@@ -389,7 +392,7 @@ def rebuild_targets(problems: list[dict], out_path: Path, *, timeout: float = 60
             return (recording_script(problem, index, CHILD_TARGETS, data_dir, result_path=CHILD_RESULT),
                     None, step_file)
 
-        report = _run_steps(selected, make_script, jobs, progress, workroot, limits, executor)
+        report = _run_steps(selected, make_script, jobs, progress, workroot, limits)
         _merge_step_files(workroot, [s for s, status in report.items() if status == "ok"], out_path)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
@@ -398,8 +401,7 @@ def rebuild_targets(problems: list[dict], out_path: Path, *, timeout: float = 60
 
 def verify_targets(problems: list[dict], h5_path: Path, timeout: float = 600, *, jobs: int = 1,
                    progress: Progress | None = None, steps: Iterable[str] | None = None,
-                   data_dir: Path | None = None, limits: Limits | None = None,
-                   executor: str = DEFAULT_EXECUTOR) -> dict:
+                   data_dir: Path | None = None, limits: Limits | None = None) -> dict:
     """Run each step's original tests with its ground truth against ``h5_path``.
 
     Returns ``{step_number: "ok" | error message}``.
@@ -419,7 +421,7 @@ def verify_targets(problems: list[dict], h5_path: Path, timeout: float = 600, *,
             return (verification_script(problem, index, CHILD_TARGETS, data_dir, result_path=CHILD_RESULT),
                     step_file.read_bytes(), None)
 
-        return _run_steps(selected, make_script, jobs, progress, workroot, limits, executor)
+        return _run_steps(selected, make_script, jobs, progress, workroot, limits)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
 
