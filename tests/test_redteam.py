@@ -661,8 +661,7 @@ def test_special_shapes_are_compared_in_the_trusted_process(redteam, shared_data
         answers[number] = (steps[number]["ground_truth_code"] + "\n" + PATCH_COMPARISONS_CODE
                            + PERTURB.replace("@NAME@", name).replace("@FROM_CALL@", str(from_call)) + more)
     records = {}
-    # 78.2's script holds 78.1's code: 78.1's attack runs alone (its hook would also reach 78.2's operands, whose
-    # expected value depends on `state`, which the model's function received: the child's, as upstream)
+    # 78.2's script holds 78.1's code: 78.1's attack runs alone (its hook would also reach 78.2's operands)
     for ids in (["29.3", "78.2"], ["78.1"]):
         _, got = redteam({n: answers[n] for n in ids}, "--bench-ids=" + ",".join(ids), data_dir=shared_data)
         records.update({n: got.get(n) for n in ids})

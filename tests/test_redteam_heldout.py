@@ -38,11 +38,8 @@ DOS_TIMEOUT = 300  # seconds for a one-step run (--bench-timeout=20): a backstop
 OUTPUT_FILE = "pytest-output.txt"  # in the run's project folder
 DOS_MEMORY = 1 << 30  # most bytes of resident memory the scoring process may reach on a 64 KB operand
 
-# Attacks that still get a `pass`, as they do upstream (strict: a change turns them into failures).
-OPEN_FINDINGS: dict[str, str] = {
-    "A32": "held-out attack A32 (finding F2b), kept as upstream scores it: 78.2's expectations are computed from "
-           "the test's own input after the call, and the function mutates that input",
-}
+# Attacks that still get a `pass`, as they do upstream (strict: a change turns them into failures). None today.
+OPEN_FINDINGS: dict[str, str] = {}
 
 # The wrapper reports the peak resident memory of the pytest process it waits for.
 RUSAGE_WRAPPER = ("import resource, subprocess, sys\n"

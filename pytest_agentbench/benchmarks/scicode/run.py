@@ -228,6 +228,8 @@ def split_verdict(result: ExecResult, outcome: split.StepOutcome, operands_bytes
         out.update(failed_test=failure.test, failure_kind=failure.kind)
     if outcome.stream_error:
         out["stream_error"] = outcome.stream_error
+    if outcome.inputs_mutated:  # a note (the child's word): the parent computed from its own copies of these
+        out["inputs_mutated"] = list(outcome.inputs_mutated)
     if failure is not None and failure.kind != "stopped":  # upstream's script stops at this first failure
         return {**out, "status": "fail", "message": printable(failure.message)}  # (text the child chose)
     if result.timed_out:

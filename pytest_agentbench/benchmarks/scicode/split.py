@@ -23,7 +23,10 @@ Rules, so every official test case splits the same way (see :func:`split_step`):
   np.sin(0.1)])``, constants, ``np.pi``; see :mod:`.taint` for what depends on it) is computed by
   the parent from the test text itself: the statements that define it run in the child (its code
   may need them) *and* in the parent, so a child cannot fake it, e.g. by sending a value equal to
-  its own output;
+  its own output. That holds also for an input the test passed to a model call before reading it
+  (78.2's ``state[0] * np.cos(...)`` after ``runge_kutta_4th_order(..., state, ...)``): the parent
+  reads its own pristine copy, and the child notes whether the call changed its copy in place
+  (``StepOutcome.inputs_mutated``, a note only, never part of the verdict);
 * an operand that mentions a parent name (``target[0]``, ``target.any()``, a name unpacked from
   ``target``, a comprehension variable of a parent-side ``all(... for i in A)``) is evaluated in the
   parent, its parts that depend on the model's code (``A``) come from the child;
@@ -39,7 +42,8 @@ Rules, so every official test case splits the same way (see :func:`split_step`):
 The child reports, per test, ``("t", test)`` when the test starts, one frame per operand
 (``("v", test, assertion, operand, value)``, or ``("e", ..., "TypeError: ...")`` when evaluating it
 raised, or ``("x", ..., reason)`` when it cannot be encoded), ``("a", test, assertion)`` once every
-operand of an assertion was attempted, and ``("z", test)`` at the end of the test. An operand that
+operand of an assertion was attempted, ``("m", test, name)`` when a model call changed in place an
+input the parent computes from (a note), and ``("z", test)`` at the end of the test. An operand that
 raised fails its test only if the parent needs its value (as a short-circuited operand upstream is
 never evaluated). A step passes only when every test's every assertion holds in the parent.
 """
@@ -70,6 +74,7 @@ LEAF_EXC = "_agentbench_exc"
 MESSAGE_CHARS = 500  # characters of a child's exception text kept in a frame
 CONTROL_FRAME_BYTES = 8 * 1024  # cap of one control/error frame; they do not count against the step cap
 STREAM_SLACK = 64 * 1024
+DIGEST_BYTES = 64 * 1024 * 1024  # largest encoded input the child digests to note a change in place (a note only)
 
 # names the parent's namespace provides: genuine modules, the cmp helpers, the builtins
 CMP_HELPERS = ("cmp_tuple_or_list", "are_dicts_close", "are_csc_matrix_close")
@@ -155,10 +160,17 @@ class TestPlan:
     number: int  # 1-based within the step
     child: str  # the child's source for this test (setup lines, operand blocks, markers)
     parent: tuple[Any, ...]  # ParentStatement, TrustedStatement, FunctionScope, AssertPlan, in the order they run
+    # per check in the child (numbered from 1): the model-independent names passed to model calls there that
+    # the parent reads; the child notes ("m", test, name) when a call changed one in place
+    watched: tuple[tuple[str, ...], ...] = ()
 
     @property
     def asserts(self) -> tuple[AssertPlan, ...]:
         return tuple(part for part in _flat(self.parent) if isinstance(part, AssertPlan))
+
+    def notes(self) -> int:
+        """Most ``("m", ...)`` notes a genuine child sends in this test."""
+        return sum(len(names) for names in self.watched)
 
 
 def _flat(parts) -> list:
@@ -178,7 +190,8 @@ class StepPlan:
         return "".join(test.child for test in self.tests)
 
     def expected_frames(self) -> int:
-        return sum(2 + len(test.asserts) + sum(len(a.leaves) for a in test.asserts) for test in self.tests)
+        return sum(2 + len(test.asserts) + sum(len(a.leaves) for a in test.asserts) + test.notes()
+                   for test in self.tests)
 
     def stream_cap(self, max_bytes: int = codec.DEFAULT_MAX_BYTES) -> int:
         """Most bytes a genuine child sends: operand values within ``max_bytes`` plus control frames."""
@@ -228,8 +241,13 @@ def split_step(test_cases: Sequence[str], step: str = "", *, code_names: frozens
     state = _StepState(trust=Trust(PARENT_OBJECTS - shadowed))
     split = [_split_test(code, number, state, step) for number, code in enumerate(test_cases, 1)]
     kept, dropped = _child_keeps([piece for _, pieces in split for piece in pieces])
-    tests = [dataclasses.replace(test, child=_render(pieces, kept)) for test, pieces in split]
-    return StepPlan(step=str(step), tests=_prune(tests, forced=dropped))
+    tests, reads = _prune([test for test, _ in split], forced=dropped)
+    out = []
+    for test, (_, pieces), parent_reads in zip(tests, split, reads):
+        watcher = _Watcher(test.number, frozenset(parent_reads))
+        child = _render(pieces, kept, watcher)
+        out.append(dataclasses.replace(test, child=child, watched=tuple(watcher.checks)))
+    return StepPlan(step=str(step), tests=tuple(out))
 
 
 def names_bound_by(*sources: str) -> frozenset[str]:
@@ -266,11 +284,11 @@ def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[Tes
     parent: list[Any] = []
     counter = [0]
 
-    def add_assert(node: ast.Assert, scope: _Scope, parts: list) -> str:
+    def add_assert(node: ast.Assert, scope: _Scope, parts: list) -> "_Piece":
         counter[0] += 1
-        plan, block = _split_assert(node, test, counter[0], scope, where)
+        plan, block, watch = _split_assert(node, test, counter[0], scope, where)
         parts.append(plan)
-        return block
+        return _Piece(block, watch=watch)
 
     for stmt in tree.body:
         if isinstance(stmt, ast.FunctionDef) and stmt.name in test_functions:
@@ -283,7 +301,7 @@ def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[Tes
             parent.append(scope_part)
             continue
         if isinstance(stmt, ast.Assert):
-            child.append(_Piece(add_assert(stmt, _scope(state), parent)))
+            child.append(add_assert(stmt, _scope(state), parent))
             continue
         if any(isinstance(node, ast.Assert) for node in ast.walk(stmt)):
             raise SplitError(f"{where}: line {stmt.lineno}: an assert inside a `{type(stmt).__name__.lower()}` "
@@ -319,37 +337,40 @@ def _split_statement(stmt: ast.stmt, source: str, state: _StepState, where: str,
         return
     state.parent_names -= bound
     state.helpers -= bound
-    part = _trusted_part(stmt, source, state.trust)
-    child.append(_Piece(source + "\n", part=part))
+    part, watch = _trusted_part(stmt, source, state.trust)
+    child.append(_Piece(source + "\n", part=part, watch=watch))
     if part is not None:
         parent.append(part)
 
 
-def _trusted_part(stmt: ast.stmt, source: str, trust: Trust) -> TrustedStatement | None:
-    """Follow ``stmt`` (which the child runs) in the analysis; the parent's copy of it when it does not
-    depend on the model's code."""
+def _trusted_part(stmt: ast.stmt, source: str, trust: Trust) -> tuple[TrustedStatement | None, frozenset[str]]:
+    """Follow ``stmt`` (which the child runs) in the analysis: the parent's copy of it when it does not
+    depend on the model's code, and the model-independent names whose objects it passes to model calls
+    (the parent keeps its own pristine copies; the child notes whether the call changed them)."""
     bound = bound_names(stmt)
     if isinstance(stmt, (ast.Import, ast.ImportFrom)):
         effect, names = taint.import_effect(stmt, frozenset(CMP_HELPERS))
         if effect == "parent":  # `import numpy as np`, the cmp helpers: the parent has its own
             for name in names:
                 trust.reset(name)
-            return None
+            return None, frozenset()
         if effect == "run":
             trust.bind(stmt, names)
-            return TrustedStatement(source, binds=frozenset(names))
+            return TrustedStatement(source, binds=frozenset(names)), frozenset()
         trust.untrust(names)
-        return None
+        return None, frozenset()
     reads = _free_names(stmt)
     if trust.statement(stmt):
         touches = trust.closure(reads) if taint.may_mutate(stmt) else set()
         calls = frozenset(reads) if trust.deferred(stmt) else frozenset()
         trust.bind(stmt, bound)
         return TrustedStatement(source, binds=frozenset(bound), reads=frozenset(reads), touches=frozenset(touches),
-                                calls=calls)
-    trust.expose(reads)  # the child's code read them: it may have changed them in place
+                                calls=calls), frozenset()
+    passed = trust.passed(stmt)  # only arguments of model calls: the parent's copies stay pristine
+    trust.expose(reads - passed)  # read otherwise by code that runs the child's: it may have changed them
+    watch = frozenset(trust.closure(passed) - bound)
     trust.untrust(bound)
-    return None
+    return None, watch
 
 
 def _segment(code: str, node: ast.stmt) -> str:
@@ -375,11 +396,36 @@ class _Piece:
     source: str
     part: TrustedStatement | None = None
     function: tuple[ast.FunctionDef, list["_Piece"]] | None = None
+    watch: frozenset[str] = frozenset()  # model-independent names it passes to model calls
 
     def reads(self) -> set[str]:
         if self.function is not None:
             return {self.function[0].name}
         return _free_names(pyast.parse(self.source)) if self.source.strip() else set()
+
+    def text(self, watcher: "_Watcher") -> str:
+        """The child's source of the piece, wrapped in the runtime's before/after notes for the watched
+        names the parent reads (:class:`_Watcher`)."""
+        return watcher.wrap(self.source, self.watch)
+
+
+@dataclass
+class _Watcher:
+    """Numbers a test's checks of model-independent inputs passed to model calls, for the names the parent
+    reads (it computes from its own copies of them, whatever the call did to the child's)."""
+    test: int
+    parent_reads: frozenset[str]
+    checks: list[tuple[str, ...]] = field(default_factory=list)
+
+    def wrap(self, source: str, watch: frozenset[str]) -> str:
+        names = tuple(sorted(watch & self.parent_reads))
+        if not names:
+            return source
+        self.checks.append(names)
+        ids = f"{self.test}, {len(self.checks)}"
+        getters = "(" + "".join(f"lambda: {name}, " for name in names) + ")"
+        return (f"{RUNTIME}.before({ids}, {getters})\n{source}"
+                f"{RUNTIME}.after({ids}, {names!r}, {getters})\n")
 
 
 def _child_keeps(pieces: list[_Piece]) -> tuple[set[int], set[int]]:
@@ -407,27 +453,29 @@ def _child_keeps(pieces: list[_Piece]) -> tuple[set[int], set[int]]:
     return kept, {id(piece.part) for piece in flat if id(piece) not in kept}
 
 
-def _render(pieces: list[_Piece], kept: set[int]) -> str:
+def _render(pieces: list[_Piece], kept: set[int], watcher: _Watcher) -> str:
     out = []
     for piece in pieces:
         if piece.function is not None:
             fn, body = piece.function
-            statements = [node for inner in body if id(inner) in kept for node in pyast.parse(inner.source).body]
+            statements = [node for inner in body if id(inner) in kept
+                          for node in pyast.parse(inner.text(watcher)).body]
             new_fn = copy.copy(fn)
             new_fn.body = statements or [ast.Pass()]
             out.append(ast.unparse(ast.fix_missing_locations(new_fn)) + "\n")
         elif id(piece) in kept:
-            out.append(piece.source)
+            out.append(piece.text(watcher))
     return "".join(out)
 
 
 # ---- what the parent keeps ---------------------------------------------------------------------
 
 
-def _prune(tests: list[TestPlan], forced: set[int] = frozenset()) -> tuple[TestPlan, ...]:
+def _prune(tests: list[TestPlan], forced: set[int] = frozenset()) -> tuple[tuple[TestPlan, ...], list[set[str]]]:
     """Drop the parent's copies of model-independent statements that no parent-side part needs and the
     child runs anyway (``forced``: the ids of those the child does without): a step's setup is computed
-    twice only where an operand depends on it."""
+    twice only where an operand depends on it. Also, per test, the names the parent reads in it or needs
+    from it for later tests."""
     calls: dict[str, set[str]] = {}
     for test in tests:
         for part in _flat(test.parent):
@@ -436,10 +484,26 @@ def _prune(tests: list[TestPlan], forced: set[int] = frozenset()) -> tuple[TestP
                     calls.setdefault(name, set()).update(part.calls)
     needed: set[str] = set()
     kept = []
+    reads = []
     for test in reversed(tests):
+        later = needed
         parts, needed = _prune_parts(test.parent, needed, calls, forced)
         kept.append(dataclasses.replace(test, parent=parts))
-    return tuple(reversed(kept))
+        reads.append(later | _parent_reads(parts, calls))
+    return tuple(reversed(kept)), list(reversed(reads))
+
+
+def _parent_reads(parts: Sequence, calls: dict[str, set[str]]) -> set[str]:
+    """The names the parent's ``parts`` read (and the globals of the test text's functions they call)."""
+    names: set[str] = set()
+    for part in _flat(parts):
+        if isinstance(part, TrustedStatement):
+            names |= part.reads
+        elif isinstance(part, AssertPlan):
+            names |= _free_names(pyast.parse(part.expression, mode="eval")) - {LEAF_FN}
+        else:
+            names |= _free_names(pyast.parse(part.source))
+    return _with_calls(names, calls)
 
 
 def _prune_parts(parts: Sequence, needed: set[str], calls: dict[str, set[str]],
@@ -533,10 +597,10 @@ def _inline_test_function(fn: ast.FunctionDef, state: _StepState, add_assert, wh
     parts: list = []
     for stmt in fn.body:
         if isinstance(stmt, ast.Assert):
-            body.append(_Piece(add_assert(stmt, scope, parts)))
+            body.append(add_assert(stmt, scope, parts))
             continue
-        part = _trusted_part(stmt, ast.unparse(stmt), trust)
-        body.append(_Piece(ast.unparse(stmt) + "\n", part=part))
+        part, watch = _trusted_part(stmt, ast.unparse(stmt), trust)
+        body.append(_Piece(ast.unparse(stmt) + "\n", part=part, watch=watch))
         if part is not None:
             parts.append(part)
     state.trust.leave_function(trust, local)
@@ -713,26 +777,30 @@ class _AssertSplitter:
                         args=[ast.Constant(value=len(self.leaves))], keywords=[])
 
 
-def _split_assert(node: ast.Assert, test: int, number: int, scope: _Scope, where: str) -> tuple[AssertPlan, str]:
-    """The parent's assertion and the child's operand block. An operand the child evaluates may run the
-    model's code on the test's values: what may share their objects is the child's too, in this assertion
-    (as upstream evaluates it) and after it."""
+def _split_assert(node: ast.Assert, test: int, number: int, scope: _Scope,
+                  where: str) -> tuple[AssertPlan, str, frozenset[str]]:
+    """The parent's assertion, the child's operand block and the model-independent names its operands pass
+    to model calls (they stay the parent's). An operand the child evaluates may otherwise expose the test's
+    values to the model's code: what may share their objects is the child's too, in this assertion (as
+    upstream evaluates it) and after it."""
     exposed: frozenset[str] = frozenset()
     while True:
         splitter = _AssertSplitter(scope, f"{where} line {node.lineno}", exposed)
         expression = splitter.transform(copy.deepcopy(node.test))
-        read = set().union(*(_free_names(leaf) for leaf in splitter.leaves))
+        passed = set().union(*(scope.trust.passed(leaf) for leaf in splitter.leaves))
+        read = set().union(*(_free_names(leaf) - scope.trust.passed(leaf) for leaf in splitter.leaves))
         reached = scope.trust.closure(read)
         if reached <= exposed:
             break
         exposed = exposed | reached
     scope.trust.expose(read)
+    watch = frozenset(scope.trust.closure(passed))
     expression = ast.unparse(ast.fix_missing_locations(expression))
     leaves = tuple(Leaf(k, ast.unparse(leaf)) for k, leaf in enumerate(splitter.leaves, 1))
     message = node.msg.value if isinstance(node.msg, ast.Constant) and isinstance(node.msg.value, str) else None
     plan = AssertPlan(number=number, source=ast.unparse(node), expression=expression, leaves=leaves,
                       message=message)
-    return plan, _operand_block(test, number, leaves)
+    return plan, _operand_block(test, number, leaves), watch
 
 
 def _operand_block(test: int, number: int, leaves: tuple[Leaf, ...]) -> str:
@@ -753,11 +821,19 @@ def _operand_block(test: int, number: int, leaves: tuple[Leaf, ...]) -> str:
 
 CHILD_RUNTIME = '''\
 def _agentbench_runtime(codec_path, channel, max_bytes, control_bytes):
+    import hashlib
     import importlib.util
     spec = importlib.util.spec_from_file_location("_agentbench_codec", codec_path)
     codec = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(codec)
     writer = codec.FrameWriter(channel, max_bytes=max_bytes)
+    digests = {{}}
+
+    def digest(getter):
+        try:
+            return hashlib.sha256(codec.encode(getter(), max_bytes={digest_bytes})).digest()
+        except Exception:  # unbound, unencodable or too large: no note
+            return None
 
     def control(frame):
         writer.write_frame(codec.encode(frame, max_bytes=control_bytes))
@@ -792,6 +868,14 @@ def _agentbench_runtime(codec_path, channel, max_bytes, control_bytes):
         def end(self, t):
             control(("z", t))
 
+        def before(self, t, k, getters):
+            digests[(t, k)] = [digest(getter) for getter in getters]
+
+        def after(self, t, k, names, getters):
+            for name, first, getter in zip(names, digests.pop((t, k), ()), getters):
+                if first is not None and digest(getter) != first:
+                    control(("m", t, name))
+
     return Runtime()
 
 
@@ -805,7 +889,8 @@ def child_runtime(channel: int | str, *, max_bytes: int = codec.DEFAULT_MAX_BYTE
     frames to ``channel`` (an inherited file descriptor number, or a file path). Put it before the
     model's code; the tests' child code (:meth:`StepPlan.child_source`) goes after it."""
     return CHILD_RUNTIME.format(codec_path=codec_path or codec.__file__, channel=channel, max_bytes=int(max_bytes),
-                                control_bytes=CONTROL_FRAME_BYTES, message_chars=MESSAGE_CHARS)
+                                control_bytes=CONTROL_FRAME_BYTES, message_chars=MESSAGE_CHARS,
+                                digest_bytes=min(int(max_bytes), DIGEST_BYTES))
 
 
 # The child needs what upstream's script gives the tests: `scicode.compare.cmp` (test text imports it,
@@ -856,6 +941,9 @@ class StepOutcome:
     tests_passed: int  # tests passed in a row from the first
     failure: Failure | None = None
     stream_error: str | None = None  # the stream ended inside a frame or was over its cap
+    # model-independent inputs the child noted as changed in place by a model call (the parent computed
+    # from its own copies): a note of where the verdict may differ from upstream's, never part of it
+    inputs_mutated: tuple[str, ...] = ()
 
     @property
     def message(self) -> str:
@@ -868,7 +956,8 @@ class StepOutcome:
     def from_json(cls, data: dict) -> "StepOutcome":
         failure = data.get("failure")
         return cls(passed=bool(data["passed"]), tests=int(data["tests"]), tests_passed=int(data["tests_passed"]),
-                   failure=Failure(**failure) if failure else None, stream_error=data.get("stream_error"))
+                   failure=Failure(**failure) if failure else None, stream_error=data.get("stream_error"),
+                   inputs_mutated=tuple(data.get("inputs_mutated", ())))
 
 
 class _OperandError(Exception):
@@ -885,6 +974,10 @@ class _Received:
     operands: dict = field(default_factory=dict)  # (t, a, k) -> (tag, payload)
     reached: set = field(default_factory=set)
     ended: set = field(default_factory=set)
+    notes: dict = field(default_factory=dict)  # test -> names noted as changed in place, in order
+
+    def inputs_mutated(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(name for test in sorted(self.notes) for name in self.notes[test]))
 
 
 class BroadcastMismatch(Exception):
@@ -963,6 +1056,7 @@ def read_stream(stream: bytes, plan: StepPlan, *, max_bytes: int = codec.DEFAULT
     stream_error = str(error) if error else None
     received = _Received()
     shape = {test.number: {a.number: len(a.leaves) for a in test.asserts} for test in plan.tests}
+    watched = {test.number: (set().union(*test.watched), test.notes()) for test in plan.tests}
 
     def bad(frame, why):
         return received, stream_error, f"{why}: {_short(repr(frame), 120)}"
@@ -971,15 +1065,22 @@ def read_stream(stream: bytes, plan: StepPlan, *, max_bytes: int = codec.DEFAULT
         if type(frame) is not tuple or not frame or type(frame[0]) is not str:
             return bad(frame, "a frame is not a tagged tuple")
         tag, ids = frame[0], frame[1:]
-        arity = {"t": 1, "z": 1, "a": 2, "v": 4, "e": 4, "x": 4}.get(tag)
+        arity = {"t": 1, "z": 1, "a": 2, "v": 4, "e": 4, "x": 4, "m": 2}.get(tag)
         if arity is None or len(ids) != arity:
             return bad(frame, "unknown frame")
-        numbers = ids[:3] if tag in "vex" else ids
+        numbers = ids[:3] if tag in "vex" else ids[:1] if tag == "m" else ids
         if any(type(n) is not int for n in numbers):
             return bad(frame, "frame ids must be ints")
         test = numbers[0]
         if test not in shape:
             return bad(frame, "no such test")
+        if tag == "m":
+            names, most = watched[test]
+            notes = received.notes.setdefault(test, [])
+            if type(ids[1]) is not str or ids[1] not in names or len(notes) >= most:
+                return bad(frame, "no such input to note")
+            notes.append(ids[1])
+            continue
         if tag in "vexa" and numbers[1] not in shape[test]:
             return bad(frame, "no such assertion")
         if tag in "vex":
@@ -1072,8 +1173,8 @@ def evaluate_here(plan: StepPlan, stream: bytes, targets: Sequence, *, max_bytes
                 failure = Failure(test.number, "stopped", f"the scoring process stopped after the last assertion "
                                                           f"of test {test.number} {where}")
         if failure is not None:
-            return StepOutcome(False, n, test.number - 1, failure, stream_error)
-    return StepOutcome(True, n, n, None, stream_error)
+            return StepOutcome(False, n, test.number - 1, failure, stream_error, received.inputs_mutated())
+    return StepOutcome(True, n, n, None, stream_error, received.inputs_mutated())
 
 
 def _run_parts(parts: Sequence, test: TestPlan, received: _Received, ns: dict, where: str) -> Failure | None:

@@ -13,11 +13,21 @@ A name is **model-dependent** (the child's) when it
 * is bound by a statement that reads a model-dependent name, calls anything the parent does not
   hold, or does something a second run cannot reproduce (``np.random``, uninitialised memory, files,
   set iteration order, ``id``/``hash``, ...);
-* was **passed to model-dependent code** (read by a statement or an operand that runs the child's
-  code): that code may have changed it in place, and upstream's test then sees the changed value, so
-  it comes from the child from then on. The same holds for every name that may share the object
+* was **exposed to model-dependent code** by the test text itself (read by a statement or an operand
+  that runs the child's code other than as an argument of a model call: ``x[0] = f()``,
+  ``np.copyto(x, f())``, ``[f(), x]``, a call of a function of the test text or of a method of an
+  object the test text bound): the test's own code may have stored the child's values in it, so it
+  comes from the child from then on. The same holds for every name that may share the object
   (``y = x``, ``y = x.T``: an *alias class*). Values that cannot change in place (numbers, strings,
-  tuples of those) are never exposed this way.
+  tuples of those) are never exposed this way, nor is code of the test text that holds no test data
+  (modules, 51.4's ``total_energy``: :meth:`Trust.pure`).
+
+A name only **passed to a model call** (an argument of a call whose callee the test text does not bind:
+the step's function, earlier steps' functions, the dependencies' ``f(state)``) stays model-independent
+(:meth:`Trust.passed`): an expression of the test text reading it is the test author's expectation, a
+function of the inputs as written, and the parent computes it from its own pristine copy. The model's
+call contributes its return value only; a change it makes in place to its arguments is not seen by the
+parent (upstream's test would see it: the child notes such a change, see ``split``).
 
 Everything else, including functions the test text defines whose globals are model-independent when
 they are called, is model-independent. When unsure, the analysis says model-dependent.
@@ -237,6 +247,7 @@ class Binding:
     """A model-independent value bound by the test text."""
     immutable: bool = False  # a number, a string or a tuple of those: it cannot change in place
     calls: frozenset[str] | None = None  # a function of the test text: the globals its body reads
+    code: bool = False  # a module, or a ``def`` whose defaults cannot change in place (see Trust.pure)
 
 
 class Trust:
@@ -288,7 +299,23 @@ class Trust:
 
     def mutable(self, name: str) -> bool:
         binding = self.bound.get(name)
-        return binding is not None and not binding.immutable
+        return binding is not None and not binding.immutable and not self.pure(name)
+
+    def pure(self, name: str, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether ``name`` is code of the test text that holds no test data: a module it imports, or a ``def``
+        whose defaults cannot change in place and whose body reads only the parent's objects and such code
+        (51.4's ``total_energy``). Calling it on the child's values cannot change a value of the test text
+        except through its arguments, and it shares no object with one: it is never exposed."""
+        binding = self.bound.get(name)
+        if binding is None or not binding.code or binding.calls is None:
+            return False
+        for inner in binding.calls - {name} - seen:
+            if inner in self.bound:
+                if not self.pure(inner, seen | {name}):
+                    return False
+            elif inner not in self.base:
+                return False
+        return True
 
     def closure(self, names) -> set[str]:
         """The bound, model-independent, mutable names that may share an object with one of ``names``."""
@@ -324,6 +351,49 @@ class Trust:
             return numeric and all(self.immutable(a) for a in node.args)
         return False
 
+    def model_call(self, call: ast.Call) -> bool:
+        """Whether ``call`` calls code the test text does not bind (the step's function, earlier steps'
+        functions, the dependencies' names, a builtin the child's code rebinds): only its return value is
+        the child's. A callee the test text binds (its own function, an object it made) may store the
+        child's values in its arguments: such a call is not a model call here."""
+        name = dotted(call.func)
+        if name is None:
+            return False
+        head = name.split(".")[0]
+        return head not in self.bound and head not in self.base
+
+    def passed(self, node: ast.AST) -> set[str]:
+        """The names ``node`` reads only as arguments of model calls (:meth:`model_call`), directly or inside an
+        expression that calls nothing else (``f(x)``, ``f(x[0], x.T, 2 * x, *x)``): model-dependent
+        code that changes them in place does not make them the child's (the parent uses its own copy).
+        A name read anywhere else in ``node`` (a store into it, a method call on it, an argument of a call
+        the parent holds or the test text binds, a nested scope) is not among them."""
+        passed: set[str] = set()
+        other: set[str] = set()
+
+        def visit(current: ast.AST, argument: bool) -> None:
+            if isinstance(current, ast.Name):
+                (passed if argument and isinstance(current.ctx, ast.Load) else other).add(current.id)
+                return
+            if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
+                                    ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                other.update(n.id for n in ast.walk(current) if isinstance(n, ast.Name))
+                return
+            if isinstance(current, ast.Call):
+                if self.model_call(current):
+                    visit(current.func, False)
+                    for part in (*current.args, *current.keywords):
+                        visit(part, True)
+                    return
+                for part in ast.iter_child_nodes(current):  # any other call may change what it reads in place
+                    visit(part, False)
+                return
+            for part in ast.iter_child_nodes(current):
+                visit(part, argument)
+
+        visit(node, False)
+        return passed - other
+
     def deferred(self, stmt: ast.stmt) -> bool:
         """Whether ``stmt`` binds a function (or something that calls one later): its globals are read when
         it is called, so it is model-independent only while they are."""
@@ -354,9 +424,13 @@ class Trust:
         value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
         fixed = value is not None and self.immutable(value)
         calls = frozenset(free_names(stmt)) if self.deferred(stmt) else None
+        code = isinstance(stmt, ast.FunctionDef) and not stmt.decorator_list and all(
+            self.immutable(d) for d in (*stmt.args.defaults, *stmt.args.kw_defaults) if d is not None)
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):  # a module the parent imports too (import_effect "run")
+            code, calls = True, frozenset()
         self.forget(names)
         for name in names:
-            self.bound[name] = Binding(immutable=fixed, calls=calls)
+            self.bound[name] = Binding(immutable=fixed, calls=calls, code=code)
         if not fixed:
             group = frozenset(shared)
             for name in group:
