@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench_runs import SHARED_DATA
 from executor_pairs import KINDS, executor_pair, isolation_or_skip, process_with, wait_gone
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.envs.host import HostFactory
@@ -231,7 +232,7 @@ def test_only_system_folders_python_and_the_package_exist(executors, kind):
     """A copy of the ground truth can lie anywhere on a machine (a second checkout, a download folder): the
     child sees the system's folders, Python and this package, and no other folder of the machine. Here:
     neither the project around the package nor the world-readable files beside the data dir."""
-    data = Path(os.environ.get("AGENTBENCH_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
+    data = Path(SHARED_DATA).resolve()
     probes = [str(REPO / "README.md"), str(REPO / "tests"), str(data.parent / "README.md"),
               str(data / "scicode" / "problems_dev.jsonl")]
     result = run(executors, kind, f"""
