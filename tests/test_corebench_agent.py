@@ -192,7 +192,15 @@ def test_gpu_capsule_is_an_env_error_without_bench_gpus(pytester, tmp_path, serv
     assert record["status"] == "env_error" and record["gpu_required"] is True  # counted, not skipped
     assert "needs a GPU and --bench-gpus is not set" in record["message"] and 'not gpu' in record["message"]
     assert f"(host {socket.gethostname()})" in record["message"]
+    assert record["unplaced"] == "gpu"  # another host may have one: a resume runs it again
     assert server.requests == []
+
+    run_dir = tmp_path / "reports" / "core-bench" / "agent-model" / "gpu"
+    resumed = pytester.runpytest_subprocess(f"--bench-resume={run_dir}", f"--bench-capsules-dir={staged}",
+                                            "--model-api-key=x", "-p", "no:cacheprovider")
+    resumed.stdout.fnmatch_lines([f"*1 item(s) whose host lacked what they need run again: {CAPSULE}*"])
+    lines = (run_dir / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["unplaced"] == "gpu", lines  # run again, one record
 
 
 def test_bad_agent_option_is_a_usage_error(pytester, tmp_path, server):

@@ -22,6 +22,9 @@ RECORD_PROPERTY = "agentbench_record"
 DELIVERY_PROPERTY = "agentbench_delivery"
 # a record of an item whose worker died while running it: an error now, but not finished (--bench-resume runs it)
 LOST_FIELD = "lost"
+# a record of an item whose host lacked what it needs (its value, e.g. "gpu"): an env_error that counts in this
+# run, run again by --bench-resume (with such a host among the workers it is placed there)
+UNPLACED_FIELD = "unplaced"
 PASS = "pass"
 STATUSES = ("pass", "fail", "timeout", "parse_error", "eval_error", "model_error", "env_error", "error", "skipped")
 # Errors of the model service or the environment say nothing about the model's ability; summaries show them apart.
@@ -87,6 +90,14 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 def is_lost(record: Mapping[str, Any]) -> bool:
     """True for the record the controller made when the item's worker died: the item has no result yet."""
     return bool(record.get(LOST_FIELD))
+
+
+def is_unplaced(record: Mapping[str, Any]) -> bool:
+    return bool(record.get(UNPLACED_FIELD))
+
+
+def runs_again_on_resume(record: Mapping[str, Any]) -> bool:
+    return is_lost(record) or is_unplaced(record)
 
 
 def comparable(record: dict[str, Any]) -> dict[str, Any]:

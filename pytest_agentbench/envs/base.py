@@ -33,7 +33,14 @@ MAX_FILE_READ = 64 << 20  # read_file refuses bigger files: they are never meant
 
 
 class EnvError(Exception):
-    """The environment could not be started or used (no engine, a missing image, ...): an env_error."""
+    """The environment could not be started or used (no engine, a missing image, ...): an env_error.
+
+    ``unplaced``: what this host lacked that another may have (``"gpu"``); the record says so and
+    ``--bench-resume`` runs the item again (on a run with such a host)."""
+
+    def __init__(self, *args: object, unplaced: str = "") -> None:
+        super().__init__(*args)
+        self.unplaced = unplaced
 
 
 class EnvSkip(Exception):

@@ -22,6 +22,7 @@ import pytest
 
 from ..benchmarks.registry import available_benchmarks
 from ..core import host
+from ..core import records as rec
 from ..core.types import Sample
 from .collect import BenchItem, sample_nodeids
 from .hostprobe import PROBE_TIMEOUT, SERVE_SOURCE, apply_forwarded, forwarded
@@ -63,7 +64,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
               "message": (f"{NO_GPU_WORKER}: this item needs a GPU and the host of worker "
                           f"{os.environ.get('PYTEST_XDIST_WORKER', '?')} ({info['host']}) has none; add a --tx "
                           f"worker on a host with a GPU, or deselect GPU items with -m 'not gpu'"),
-              "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "host": host.hostname()}
+              "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "host": host.hostname(),
+              rec.UNPLACED_FIELD: "gpu"}  # a resume with a GPU host runs it
     pyfuncitem.stash[RECORD] = record
     outcome(record)
     return True

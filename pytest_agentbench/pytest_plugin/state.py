@@ -94,26 +94,30 @@ def prepare_controller(state: BenchState) -> None:
     state.gates = gate_config(opts, state.benchmark)
     if opts.resume:
         resumed = resume_controller(state.run_dir, state.records_path, state.settings, free)
-        state.resumed = drop_lost(state.records_path, resumed.records, resumed.notes)
+        state.resumed = drop_rerun(state.records_path, resumed.records, resumed.notes)
         state.notes += resumed.notes
     state.baseline, notes = baseline_for_run(state.gates.baseline, state.gates.update_baseline, state.settings, free)
     state.notes += notes
 
 
-def drop_lost(records_path: Path, finished: dict[str, dict[str, Any]], notes: list[str]) -> dict[str, dict[str, Any]]:
-    """The records a resumed run reuses: not those of items whose worker died (``records.is_lost``), which run
-    again. Their lines leave the records file (rewritten atomically), so each item ends with one record."""
+def drop_rerun(records_path: Path, finished: dict[str, dict[str, Any]], notes: list[str]) -> dict[str, dict[str, Any]]:
+    """The records a resumed run reuses: not those of items whose worker died (``records.is_lost``) or whose
+    host lacked what they need (``records.is_unplaced``), which run again. Their lines leave the records file
+    (rewritten atomically), so each item ends with one record."""
     lines = rec.read_records(records_path)
-    if any(rec.is_lost(r) for r in lines):  # also those xdist ran again in the same run (a later record follows)
-        rec.rewrite_records(records_path, [r for r in lines if not rec.is_lost(r)])
+    if any(rec.runs_again_on_resume(r) for r in lines):  # (also lost ones xdist ran again: a later record follows)
+        rec.rewrite_records(records_path, [r for r in lines if not rec.runs_again_on_resume(r)])
     lost = sorted((key for key, record in finished.items() if rec.is_lost(record)), key=natural_key)
-    if not lost:
+    unplaced = sorted((key for key, record in finished.items() if rec.is_unplaced(record)), key=natural_key)
+    if not lost and not unplaced:
         return finished
-    kept = {key: record for key, record in finished.items() if key not in lost}
-    if notes and notes[0].startswith("resuming "):  # the count report/resume.py wrote includes the lost ones
+    kept = {key: record for key, record in finished.items() if key not in lost and key not in unplaced}
+    if notes and notes[0].startswith("resuming "):  # the count report/resume.py wrote includes these
         notes[0] = f"resuming {records_path.parent}: {len(kept)} finished record(s) reused, the rest runs now"
-    notes.insert(1, f"{len(lost)} item(s) whose worker died run again: {', '.join(lost[:10])}"
-                    + (" ..." if len(lost) > 10 else ""))
+    for keys, why in ((unplaced, "whose host lacked what they need"), (lost, "whose worker died")):
+        if keys:
+            notes.insert(1, f"{len(keys)} item(s) {why} run again: {', '.join(keys[:10])}"
+                            + (" ..." if len(keys) > 10 else ""))
     return kept
 
 

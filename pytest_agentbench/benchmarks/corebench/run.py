@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from ...core import records as rec
 from ...core.data import DataError
 from ...core.io import DirectoryFiles, RunFiles
 from ...core.types import Sample
@@ -233,12 +234,12 @@ class AgentSolver(Solver):
         if kept:
             base["workspace"] = str(workspace)
 
-        def give_up(status: str, message: str, env: Any = None) -> dict[str, Any]:
+        def give_up(status: str, message: str, env: Any = None, unplaced: str = "") -> dict[str, Any]:
             if env is not None:
                 env.stop()
             elif not kept:
                 shutil.rmtree(workspace, ignore_errors=True)
-            return {**base, "status": status, "message": message}
+            return {**base, "status": status, "message": message, **({rec.UNPLACED_FIELD: unplaced} if unplaced else {})}
 
         if capsule_root is not None:
             try:
@@ -261,7 +262,7 @@ class AgentSolver(Solver):
                     env = self.start(workspace, True, capsule_id, root, nested)
                     self.copy_preinstalled(run, sample, env)
         except EnvError as exc:
-            return give_up("env_error", str(exc))
+            return give_up("env_error", str(exc), unplaced=exc.unplaced)
         workdir = getattr(env, "workdir", "") or root
         if workdir != root:  # not applied (the host without isolation): prompt and record name the real folder
             base.update(workdir=workdir, workspace_root_note=getattr(env, "workdir_note", "")
@@ -303,8 +304,8 @@ class AgentSolver(Solver):
             return self.factory.start(workspace, needs_gpu=needs_gpu, name=f"core-bench/{capsule_id}", **options)
         except EnvSkip as exc:
             # the host is named: under remote workers, which machine lacked the GPU
-            raise EnvError(f"{capsule_id} {exc} (host {socket.gethostname()}); "
-                           f"deselect GPU capsules with -m \"not gpu\"") from None
+            raise EnvError(f"{capsule_id} {exc} (host {socket.gethostname()}); deselect GPU capsules with "
+                           f"-m \"not gpu\", or resume the run with a host that has one", unplaced="gpu") from None
 
     @staticmethod
     def copy_preinstalled(run: CoreBenchRun, sample: Sample, env: Any) -> tuple[bool, str | None, dict[str, Any]]:
