@@ -89,11 +89,21 @@ def test_archive_supplies_the_missing_targets(bench, pytester, archived, monkeyp
 
 def test_an_archive_h5_that_is_not_the_official_file_is_refused(bench, archived, monkeypatch):
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
-    result = bench(*args(archived, "--collect-only"))
+    result = bench(*args(archived))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     text = result.stderr.str()
     assert archived.h5_sha in text and dataset.H5_FILE.sha256 in text and "not the official file" in text
     assert not (archived.data / "scicode" / "test_data.h5").exists()
+
+
+def test_listing_the_items_never_fetches_the_archive(bench, archived, monkeypatch):
+    """--collect-only lists the test split's items without the official targets: nothing is scored, so the
+    1 GB archive is not downloaded for it (online, with the file missing)."""
+    monkeypatch.delenv("AGENTBENCH_OFFLINE")
+    listed = bench(*args(archived, "--bench-allow-custom-data", "--collect-only", "-q"))
+    assert listed.ret == 0, listed.stdout.str()[-3000:] + listed.stderr.str()[-2000:]
+    assert archived.paths == [] and not (archived.data / "scicode" / "test_data.h5").exists()
+    assert len([line for line in listed.stdout.lines if "::" in line]) == 5  # the 5 steps of the tiny problems
 
 
 def test_offline_mode_forbids_the_archive_and_validation_runs_never_fetch_it(bench, archived, monkeypatch):
@@ -178,7 +188,7 @@ def test_official_targets_of_a_read_only_data_dir_go_to_the_cache(bench, pyteste
 
 def test_official_targets_checked_against_the_pinned_sha256(bench, wrong_on_3_1, monkeypatch):
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
-    args = [a for a in validation_args(wrong_on_3_1, "--bench-targets=official", "--collect-only")
+    args = [a for a in validation_args(wrong_on_3_1, "--bench-targets=official")
             if a != "--bench-allow-custom-data"]
     result = bench(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -96,6 +96,11 @@ class Sources:
     ini_dir: Path | None = None  # folder of the ini file: relative ini paths are resolved there
 
 
+# A run-wide value in the settings a benchmark reads: True under --collect-only (nothing is scored, so nothing
+# has to be fetched or built for it)
+LISTING_ONLY = "listing_only"
+
+
 class Settings(Mapping[str, Any]):
     """Resolved settings: read-only, by key or attribute, plus where each value came from."""
 
@@ -123,6 +128,10 @@ class Settings(Mapping[str, Any]):
             object.__setattr__(self, key, value)
             return
         raise AttributeError("settings are frozen")
+
+    def with_values(self, **values: Any) -> "Settings":
+        """These settings plus ``values`` (run-wide facts a benchmark reads, such as ``LISTING_ONLY``)."""
+        return Settings({**self._values, **values}, self._origins)
 
     def origin(self, key: str) -> str:
         """'command line', 'environment', 'ini' or 'default'."""

@@ -154,7 +154,8 @@ class PathView:
     def from_a_mount(self, host_path: Path) -> bool:
         """Whether ``host_path`` (as ``host`` returned it) lies in one of the environment's own folders."""
         text = str(host_path)
-        return any(text == str(folder) or text.startswith(str(folder).rstrip("/") + "/") for _, folder, _ in self.mounts)
+        return any(text == str(folder) or text.startswith(str(folder).rstrip("/") + "/")
+                   for _, folder, _ in self.mounts)
 
     def writable(self, env_path: str) -> bool:
         mount = self.mount_of(env_path)

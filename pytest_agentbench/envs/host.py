@@ -379,8 +379,8 @@ class HostFactory(EnvFactory):
         if not self.isolation.active:
             return self.isolation.describe()
         how = "privileged" if self.isolation.mode == "root" else "user namespace"
-        return (f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, read-only file system but the workspace, "
-                f"one PID namespace per item, data dir, cache and reports hidden, network kept")
+        return (f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, system folders only (read-only) and the "
+                f"workspace, one PID namespace per item, data dir, cache and reports hidden, network kept")
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
         """A tool script on the host: the sandbox's executor and memory limit, like a scoring script."""

@@ -150,8 +150,8 @@ class Isolation:
         if not self.active:
             return f"none ({self.why})"
         how = "privileged" if self.mode == "root" else "user namespace"
-        return (f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, read-only file system, private /tmp, "
-                f"own PID namespace, no network for scripts")
+        return (f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, system folders only (read-only), "
+                f"private /tmp, own PID namespace, no network for scripts")
 
 
 NO_ISOLATION = Isolation("none", "not requested")

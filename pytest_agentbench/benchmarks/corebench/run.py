@@ -239,7 +239,8 @@ class AgentSolver(Solver):
                 env.stop()
             elif not kept:
                 shutil.rmtree(workspace, ignore_errors=True)
-            return {**base, "status": status, "message": message, **({rec.UNPLACED_FIELD: unplaced} if unplaced else {})}
+            out = {**base, "status": status, "message": message}
+            return {**out, rec.UNPLACED_FIELD: unplaced} if unplaced else out
 
         if capsule_root is not None:
             try:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ...core.data import DataError, find, sha256_of
 from ...core.errors import ConfigError
-from ...core.options import Option, Settings
+from ...core.options import LISTING_ONLY, Option, Settings
 from ...core.types import Task
 from ...sandbox.codec import DEFAULT_MAX_BYTES
 from ...sandbox.options import limits_from
@@ -218,9 +218,11 @@ def find_targets(opts: Mapping[str, Any], split: str) -> Targets:
         return fetch_h5(opts["data_url"], data_dir, cache_dir, verified=verified)
 
     # auto, offline: a missing file stays missing (each step with code is an eval_error saying where to get
-    # it); official: fetched whatever the split, and offline fetch_h5 refuses (a usage error before any item)
-    if choice != OFFICIAL:
-        fetching = not offline() and needs_official(opts, split)
+    # it); official: fetched whatever the split, and offline fetch_h5 refuses (a usage error before any item);
+    # listing the items (--collect-only) never fetches: what is there is reported, nothing is scored
+    listing = bool(opts.get(LISTING_ONLY))
+    if choice != OFFICIAL or listing:
+        fetching = not listing and not offline() and needs_official(opts, split)
         return locate(opts.get("h5"), data_dir, cache_dir, split, verified=verified, fetch=fetch if fetching else None)
     try:
         return locate(opts.get("h5"), data_dir, cache_dir, split, verified=verified, fetch=fetch)
