@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..sandbox.isolation import under
 from ..sandbox.result import ExecResult
 
 DEFAULT_OUTPUT_LIMIT = 16 * 1024  # bytes of a stream kept for the caller: half head, half tail
@@ -133,7 +134,7 @@ class PathView:
     visible: tuple[str, ...] | None = None
 
     def mount_of(self, env_path: str) -> tuple[str, Path, bool] | None:
-        found = [m for m in self.mounts if env_path == m[0] or env_path.startswith(m[0].rstrip("/") + "/")]
+        found = [m for m in self.mounts if under(env_path, [m[0]])]
         return max(found, key=lambda m: len(m[0])) if found else None
 
     def host(self, env_path: str, shown: str) -> Path:
@@ -143,19 +144,16 @@ class PathView:
             inner, folder, _ = mount
             rest = env_path[len(inner):].lstrip("/")
             return folder / rest if rest else folder
-        if any(env_path == u or env_path.startswith(u.rstrip("/") + "/") for u in self.unreachable):
+        if under(env_path, self.unreachable):
             raise PermissionError(f"{shown!r} cannot be read from outside the environment; copy it into "
                                   f"{self.workdir} with a command first")
-        if self.visible is not None and not any(env_path == v or env_path.startswith(v.rstrip("/") + "/")
-                                                for v in self.visible):
+        if self.visible is not None and not under(env_path, self.visible):
             raise PermissionError(f"{shown!r} is not in the environment")
         return Path(env_path)
 
     def from_a_mount(self, host_path: Path) -> bool:
         """Whether ``host_path`` (as ``host`` returned it) lies in one of the environment's own folders."""
-        text = str(host_path)
-        return any(text == str(folder) or text.startswith(str(folder).rstrip("/") + "/")
-                   for _, folder, _ in self.mounts)
+        return under(str(host_path), [str(folder) for _, folder, _ in self.mounts])
 
     def writable(self, env_path: str) -> bool:
         mount = self.mount_of(env_path)
