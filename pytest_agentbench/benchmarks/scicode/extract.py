@@ -20,6 +20,9 @@ FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)",
 PYTHON_TAGS = {"python", "py", "python3", "py3"}
 DEF_NAME = re.compile(r"\bdef\s+(\w+)\s*\(")
 CLASS_NAME = re.compile(r"\bclass\s+(\w+)\s*[(:]")
+# A class step's header holds its first method too (`class Maxwell:` then `def __init__(...)`), and some
+# docstrings say `env: class Block`: the name is the first definition at column 0 (upstream SciCode#49/#59).
+TOP_LEVEL_DEF = re.compile(r"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.MULTILINE)
 # What CPython's parser may raise on text it cannot hold: a syntax error, a null byte (ValueError), and for
 # code nested too deep (20000 unary minus, a long chain of binary operators) MemoryError or RecursionError.
 # Model text that raises any of them does not parse: the model's parse_error, never an infrastructure error.
@@ -27,8 +30,9 @@ PARSE_FAILURES = (SyntaxError, ValueError, MemoryError, RecursionError, Overflow
 
 
 def function_name_of(header: str) -> str | None:
-    """The function (or class) a SciCode step header declares."""
-    match = DEF_NAME.search(header or "") or CLASS_NAME.search(header or "")
+    """The function (or class) a SciCode step header declares: its first top-level definition."""
+    header = header or ""
+    match = TOP_LEVEL_DEF.search(header) or DEF_NAME.search(header) or CLASS_NAME.search(header)
     return match.group(1) if match else None
 
 
