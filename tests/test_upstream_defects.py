@@ -9,7 +9,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 import scipy.integrate
 
 from bench_runs import SHARED_DATA, read_jsonl, run_dirs

@@ -2,7 +2,7 @@
 
 Every setting of the plugin is an ``Option``: its command-line flag, ini key, environment variable,
 type, default, help text and check live in one place. ``resolve`` turns the raw values of one run
-into a frozen ``Settings`` with the precedence command line > environment > ini > default, and a
+into a frozen ``Settings`` with the precedence command line > environment > run file > ini > default, and a
 bad value is an ``OptionError`` that names where it came from (``--bench-timeout 'x'``,
 ``ini agentbench_timeout``, ``$AGENTBENCH_DATA_DIR``). Nothing here knows pytest: the plugin package
 registers the options with pytest's parser and hands their raw values to ``resolve``.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -35,6 +35,7 @@ class Option:
       size (``8g``, ``512m``, bytes: an int).
     Numbers are finite; ``minimum``/``maximum`` bound them (``exclusive_minimum`` for "> 0").
     ``check(value)`` may return a cleaned value or raise ``ValueError`` with the reason.
+    ``runfile_group`` is the section of a run file (core/runfile.py) that may set it.
     ``negatable`` adds ``--no-<flag>`` for bools. ``owner`` is the benchmark that declared the
     option, or None for options every run shares. ``secret`` values (an API key) are never written anywhere,
     not even inside the command line a report records.
@@ -58,6 +59,7 @@ class Option:
     check: Callable[[Any], Any] | None = None
     secret: bool = False
     owner: str | None = None
+    runfile_group: str | None = "bench"  # the run file section that may set it ("bench", "models", "gates"; None: none)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -94,7 +96,11 @@ class Sources:
     invocation_dir: Path
     rootdir: Path
     ini_dir: Path | None = None  # folder of the ini file: relative ini paths are resolved there
+    file: Mapping[str, tuple[Any, str]] = field(default_factory=dict)  # option name -> (value, where) from a run file
+    file_dir: Path | None = None  # folder of the run file: relative paths in it are resolved there
 
+
+FILE_ORIGIN = "file "  # how a value from a run file names its origin: "file agentbench.yaml:12"
 
 # A run-wide value in the settings a benchmark reads: True under --collect-only (nothing is scored, so nothing
 # has to be fetched or built for it)
@@ -134,7 +140,7 @@ class Settings(Mapping[str, Any]):
         return Settings({**self._values, **values}, self._origins)
 
     def origin(self, key: str) -> str:
-        """'command line', 'environment', 'ini' or 'default'."""
+        """'command line', 'environment', 'file NAME:LINE' (a run file), 'ini' or 'default'."""
         return self._origins.get(key, "default")
 
     def explicit(self, key: str) -> bool:
@@ -145,13 +151,16 @@ class Settings(Mapping[str, Any]):
 
 
 def resolve(options: Iterable[Option], sources: Sources) -> Settings:
-    """Every option's value: command line, else environment, else ini, else default, checked."""
+    """Every option's value: command line, else environment, else run file, else ini, else default, checked."""
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for option in options:
         raw, where, origin = pick(option, sources)
-        base = sources.ini_dir if origin == "ini" and sources.ini_dir else (
-            sources.rootdir if option.relative_to == "rootdir" else sources.invocation_dir)
+        base = sources.rootdir if option.relative_to == "rootdir" else sources.invocation_dir
+        if origin == "ini" and sources.ini_dir:
+            base = sources.ini_dir
+        elif origin.startswith(FILE_ORIGIN) and sources.file_dir:
+            base = sources.file_dir
         values[option.name] = convert(option, raw, where, base) if raw is not None else _default(option, base)
         origins[option.name] = origin
     return Settings(values, origins)
@@ -165,6 +174,10 @@ def pick(option: Option, sources: Sources) -> tuple[Any, str, str]:
         return cli, str(shown), "command line"
     if option.env and sources.env.get(option.env, "") != "":
         return sources.env[option.env], f"${option.env}", "environment"
+    if option.name in sources.file:
+        value, where = sources.file[option.name]
+        if value is not None:
+            return value, where, where if where.startswith(FILE_ORIGIN) else FILE_ORIGIN.strip()
     if option.ini:
         value = sources.ini.get(option.name)
         if value not in (None, "", []):

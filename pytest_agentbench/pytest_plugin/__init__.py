@@ -28,7 +28,7 @@ from ..models.options import build_model, model_settings
 from . import hookspecs, remote
 from .checks import before_items, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
-from .options import all_options, read, register
+from .options import all_options, read, register, run_file_arguments
 from .pathargs import space_form_error
 from .progress import Progress, header_lines
 from .run import SETTINGS, STATE, BenchState
@@ -58,10 +58,14 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    """Refuse an option value that pytest took for a test path before it knew the plugin's options."""
-    error = space_form_error(early_config, args, all_options(available_benchmarks()))
+    """Refuse an option value that pytest took for a test path before it knew the plugin's options; add the
+    pytest flags a run file gives (pytest reads ``args`` again after this hook, as pytest-xdist's ``-n auto``
+    documentation does it)."""
+    options = all_options(available_benchmarks())
+    error = space_form_error(early_config, args, options)
     if error:
         raise pytest.UsageError(error)
+    args += run_file_arguments(early_config, options)
 
 
 def settings_of(config: pytest.Config) -> Settings:

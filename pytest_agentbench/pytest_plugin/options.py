@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from ..benchmarks.base import Registered
+from ..core import runfile
 from ..core.options import Option, OptionError, Settings, Sources, by_name, help_text, resolve
 from ..core.run_options import RUN_OPTIONS
 from ..envs import ENV_OPTIONS
@@ -74,12 +75,51 @@ def register(parser: pytest.Parser, options: tuple[Option, ...]) -> None:
 
 
 def sources(config: pytest.Config, options: tuple[Option, ...]) -> Sources:
-    """The raw values of this run: command line, ini file, environment and the folders paths are relative to."""
+    """The raw values of this run: command line, environment, run file, ini file and the folders paths are
+    relative to."""
     cli: dict[str, Any] = {o.name: config.getoption(o.dest) for o in options}
     ini: dict[str, Any] = {o.name: config.getini(o.ini) for o in options if o.ini}
     inipath = config.inipath
-    return Sources(cli=cli, ini=ini, env=dict(os.environ), invocation_dir=Path(config.invocation_params.dir),
-                   rootdir=Path(config.rootpath), ini_dir=inipath.parent if inipath else None)
+    found = Sources(cli=cli, ini=ini, env=dict(os.environ), invocation_dir=Path(config.invocation_params.dir),
+                    rootdir=Path(config.rootpath), ini_dir=inipath.parent if inipath else None)
+    run_file = load_run_file(found, options)
+    if run_file is None:
+        return found
+    return replace(found, file=run_file.values_for(cli.get("model"), found.env), file_dir=run_file.folder)
+
+
+def load_run_file(found: Sources, options: tuple[Option, ...]) -> runfile.RunFile | None:
+    """The run file --bench-config (or its ini key or $AGENTBENCH_CONFIG) names, read and checked."""
+    config_option = by_name(options).get("config")
+    if config_option is None:
+        return None
+    path = resolve([config_option], found)["config"]
+    return runfile.load(path, options) if path is not None else None
+
+
+def run_file_arguments(early_config: pytest.Config, options: tuple[Option, ...]) -> list[str]:
+    """pytest flags (-k, -m, --deselect, -n) a run file gives that the command line did not."""
+    namespace = early_config.known_args_namespace
+    config_option = by_name(options)["config"]
+    inipath = early_config.inipath
+    found = Sources(cli={"config": getattr(namespace, config_option.dest, None)},
+                    ini={"config": early_config.getini(config_option.ini)}, env=dict(os.environ),
+                    invocation_dir=Path(early_config.invocation_params.dir), rootdir=Path(early_config.rootpath),
+                    ini_dir=inipath.parent if inipath else None)
+    try:
+        run_file = load_run_file(found, options)
+    except OptionError as exc:
+        raise pytest.UsageError(f"agentbench: {exc}") from None
+    if run_file is None:
+        return []
+    given = {"k": bool(getattr(namespace, "keyword", "")), "m": bool(getattr(namespace, "markexpr", "")),
+             "deselect": bool(getattr(namespace, "deselect", None)),
+             "n": getattr(namespace, "numprocesses", None) is not None}
+    if not hasattr(namespace, "numprocesses") and "n" in run_file.pytest_args:
+        line = run_file.pytest_args["n"].line
+        raise pytest.UsageError(f"agentbench: {run_file.where(line)}: pytest: n needs pytest-xdist, which is not "
+                                f"active (pip install pytest-xdist, or remove -p no:xdist)")
+    return runfile.pytest_arguments(run_file, given)
 
 
 def read(config: pytest.Config, options: tuple[Option, ...]) -> Settings:

@@ -25,7 +25,7 @@ from ..report.resume import RUN_KEY, SETTINGS_FILE
 from .options import sources
 
 DEFINITION = pytest.StashKey[dict]()
-NOT_STORED = frozenset({"model_api_key", "resume", "resume_merge", "replay", "run_id"})
+NOT_STORED = frozenset({"model_api_key", "resume", "resume_merge", "replay", "run_id", "config"})
 # Options that may change when a run is resumed: where things go, how progress shows, how scoring and
 # model calls are run, the gates. Everything else defines the run's questions and answers.
 FREE_ON_RESUME = frozenset({
@@ -54,6 +54,9 @@ def definition(config: pytest.Config, options: Iterable[Option], opts: Settings)
         "options": {o.name: jsonable(opts[o.name]) for o in options
                     if opts.origin(o.name) != "default" and o.name not in NOT_STORED},
         "selection": {key: selection_of(config, key) for key in SELECTION},
+        # where each of those values came from: command line, environment, a run file's line, ini
+        "sources": {o.name: opts.origin(o.name) for o in options
+                    if opts.origin(o.name) != "default" and o.name not in NOT_STORED},
         "cwd": str(config.invocation_params.dir),
     }
 

@@ -56,16 +56,16 @@ def check_run_folder(path: Path) -> Path:
 # Help texts may contain "%": escaping them for argparse is the plugin's business.
 REPORT_OPTIONS: tuple[Option, ...] = (
     Option("fail_under", "--bench-fail-under", FAIL_UNDER_HELP, kind="multi", ini="agentbench_fail_under",
-           metavar="METRIC=VALUE"),
-    Option("baseline", "--bench-baseline", BASELINE_HELP, kind="path", ini="agentbench_baseline", metavar="PATH"),
+           metavar="METRIC=VALUE", runfile_group="gates"),
+    Option("baseline", "--bench-baseline", BASELINE_HELP, kind="path", ini="agentbench_baseline", metavar="PATH", runfile_group="gates"),
     Option("max_drop", "--bench-max-drop", MAX_DROP_HELP, kind="multi", ini="agentbench_max_drop",
-           metavar="METRIC=VALUE"),
+           metavar="METRIC=VALUE", runfile_group="gates"),
     Option("max_errors", "--bench-max-errors", MAX_ERRORS_HELP, kind="int", minimum=0, ini="agentbench_max_errors",
-           metavar="N"),
+           metavar="N", runfile_group="gates"),
     Option("update_baseline", "--bench-update-baseline", UPDATE_HELP, kind="bool", default=False,
-           ini="agentbench_update_baseline"),
+           ini="agentbench_update_baseline", runfile_group="gates"),
     Option("significance", "--bench-significance", SIGNIFICANCE_HELP, kind="float", check=check_level,
-           ini="agentbench_significance", metavar="ALPHA"),
+           ini="agentbench_significance", metavar="ALPHA", runfile_group="gates"),
     Option("resume", "--bench-resume", RESUME_HELP, kind="path", check=check_run_folder, ini="agentbench_resume",
            metavar="RUN_DIR"),
     Option("resume_merge", "--bench-resume-merge",
@@ -144,10 +144,16 @@ def parse_thresholds(entries: tuple[str, ...] | list[str], option: str, benchmar
     return out
 
 
+def named(opts: Mapping[str, Any], name: str, flag: str) -> str:
+    """``--bench-fail-under``, or ``--bench-fail-under (file agentbench.yaml:12)`` where another source gave it."""
+    origin = opts.origin(name) if hasattr(opts, "origin") else "command line"
+    return flag if origin in ("command line", "default") else f"{flag} ({origin})"
+
+
 def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
     """The gates of this run from the resolved REPORT_OPTIONS, checked now so a typo costs no model calls."""
-    fail_under = parse_thresholds(opts["fail_under"] or (), "--bench-fail-under", benchmark)
-    max_drop = parse_thresholds(opts["max_drop"] or (), "--bench-max-drop", benchmark)
+    fail_under = parse_thresholds(opts["fail_under"] or (), named(opts, "fail_under", "--bench-fail-under"), benchmark)
+    max_drop = parse_thresholds(opts["max_drop"] or (), named(opts, "max_drop", "--bench-max-drop"), benchmark)
     baseline = opts["baseline"]
     update = bool(opts["update_baseline"])
     if max_drop and not baseline:
