@@ -167,11 +167,12 @@ def test_max_drop_within_the_limit_holds(tmp_path):
 
 def test_max_drop_counts_only_a_significant_drop_in_the_metrics_unit(tmp_path):
     a, b = drop_pair()
-    cfg = gates(tmp_path, max_drop=["solved=10%"], baseline="b.json", significance="0.05")
+    # 10 tasks cannot show a 10-point drop (tests/test_gate_power.py): allowed here, to test significance alone
+    cfg = gates(tmp_path, max_drop=["solved=10%"], baseline="b.json", significance="0.05", allow_underpowered=True)
     [result] = evaluate(cfg, b, compare(a, b))
     assert result.ok  # two tasks flipped: p = 0.5 over tasks
     assert result.detail.endswith("not significant (McNemar over tasks p = 0.5 >= 0.05), so not counted")
-    cfg = gates(tmp_path, max_drop=["solved=10%"], baseline="b.json", significance="0.6")
+    cfg = gates(tmp_path, max_drop=["solved=10%"], baseline="b.json", significance="0.6", allow_underpowered=True)
     [result] = evaluate(cfg, b, compare(a, b))
     assert not result.ok and result.detail.endswith("significant (McNemar over tasks p = 0.5 < 0.6)")
 
@@ -273,7 +274,7 @@ def test_baseline_written_on_purpose_and_a_drop_beyond_the_limit_fails(tiny, pyt
 
     # Two flipped steps out of five are within noise: counted only when significant, the drop passes.
     noisy = tiny(f"--bench-baseline={baseline}", "--bench-max-drop=main=10%", "--bench-significance=0.05",
-                 broken="2.2,3.1")
+                 "--bench-allow-underpowered", broken="2.2,3.1")
     assert noisy.ret == pytest.ExitCode.OK
     assert "not significant (McNemar over tasks p = 0.5 >= 0.05), so not counted" in noisy.stdout.str()
 

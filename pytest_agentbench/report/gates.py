@@ -11,6 +11,7 @@ from typing import Any
 from ..core.records import INFRA_STATUSES
 from .compare import Comparison, drop_p_value
 from .options import GateConfig, Threshold
+from .power import detectable_drop
 
 # pytest's exit codes (pytest.ExitCode values; this layer does not import pytest).
 OK, TESTS_FAILED = 0, 1
@@ -76,6 +77,12 @@ def drop_gate(cfg: GateConfig, t: Threshold, metrics: dict[str, Any], comparison
         return GateResult(gate, False, f"metric {t.name} is missing from {'the baseline' if after is not None else 'this run'}")
     drop = before - after
     text = f"{t.name} {before:.1%} -> {after:.1%} (drop {drop * 100:.1f} pp, limit {t.value * 100:.1f} pp)"
+    if cfg.significance is not None:
+        underpowered = power_note(cfg, t, comparison)
+        if underpowered is not None:
+            text += f"; {underpowered.detail}"
+            if not underpowered.ok:
+                return GateResult(gate, False, f"underpowered: {text}")
     if drop <= t.value + EPSILON:
         return GateResult(gate, True, text)
     if cfg.significance is not None:
@@ -86,6 +93,23 @@ def drop_gate(cfg: GateConfig, t: Threshold, metrics: dict[str, Any], comparison
                                           f"{cfg.significance:g}), so not counted")
         text += f"; significant (McNemar over {unit}s p = {p:.3g} < {cfg.significance:g})"
     return GateResult(gate, False, text)
+
+
+def power_note(cfg: GateConfig, t: Threshold, comparison: Comparison) -> GateResult | None:
+    """Whether the gate's paired test could detect a drop as small as its limit (checked with a significance)."""
+    unit = comparison.unit_of(t.name)
+    counts = comparison.mcnemar.get(unit) or {}
+    units = int(counts.get("n", 0))
+    if not units:
+        return None
+    found = detectable_drop(units, int(counts.get("worse", 0)) + int(counts.get("better", 0)), cfg.alpha, unit)
+    detail = found.text(cfg.alpha)
+    if found.drop is not None and found.drop <= t.value + EPSILON:
+        return GateResult("power", True, detail)
+    if cfg.allow_underpowered:
+        return GateResult("power", True, f"{detail} (underpowered, allowed by --bench-allow-underpowered)")
+    return GateResult("power", False, f"{detail} > the limit; select more {unit}s or attempts, raise the "
+                                      f"limit, or pass --bench-allow-underpowered")
 
 
 def decide_exit(exitstatus: int, results: list[GateResult], other_failures: int) -> int:

@@ -27,7 +27,11 @@ MAX_ERRORS_HELP = "gate: fail when more than N items ended in a model or environ
 UPDATE_HELP = ("write this run's summary to --bench-baseline (a .json path, else <path>/summary.json). "
                "A run never updates its baseline otherwise.")
 SIGNIFICANCE_HELP = ("with --bench-max-drop: count a drop only when it is significant at this level "
-                     "(exact McNemar test over the metric's units, e.g. 0.05).")
+                     "(exact McNemar test over the metric's units, e.g. 0.05); the gate then also fails as "
+                     "underpowered when the smallest drop the test could detect (80% power) exceeds its limit.")
+UNDERPOWERED_HELP = ("with --bench-max-drop and --bench-significance: an underpowered gate (its test cannot detect a "
+                     "drop as small as its limit) passes on its other merits instead of failing; the report still "
+                     "gives the detectable drop.")
 RESUME_HELP = ("continue an interrupted run in RUN_DIR: its settings and selection are read from RUN_DIR/settings.json "
                "(a command-line value that differs is refused), its finished records are reused (reported, not run "
                "again), the missing items run, and complete reports are written into RUN_DIR.")
@@ -66,6 +70,8 @@ REPORT_OPTIONS: tuple[Option, ...] = (
            ini="agentbench_update_baseline", runfile_group="gates"),
     Option("significance", "--bench-significance", SIGNIFICANCE_HELP, kind="float", check=check_level,
            ini="agentbench_significance", metavar="ALPHA", runfile_group="gates"),
+    Option("allow_underpowered", "--bench-allow-underpowered", UNDERPOWERED_HELP, kind="bool", default=False,
+           ini="agentbench_allow_underpowered", runfile_group="gates"),
     Option("resume", "--bench-resume", RESUME_HELP, kind="path", check=check_run_folder, ini="agentbench_resume",
            metavar="RUN_DIR"),
     Option("resume_merge", "--bench-resume-merge",
@@ -97,6 +103,7 @@ class GateConfig:
     baseline: Path | None
     update_baseline: bool
     significance: float | None
+    allow_underpowered: bool = False
 
     @property
     def any_gate(self) -> bool:
@@ -160,4 +167,5 @@ def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
         raise ConfigError("--bench-max-drop needs --bench-baseline PATH (an earlier summary.json)")
     if update and not baseline:
         raise ConfigError("--bench-update-baseline needs --bench-baseline PATH (where to write it)")
-    return GateConfig(fail_under, max_drop, opts["max_errors"], baseline, update, opts["significance"])
+    return GateConfig(fail_under, max_drop, opts["max_errors"], baseline, update, opts["significance"],
+                      allow_underpowered=bool(opts.get("allow_underpowered")))
