@@ -167,3 +167,15 @@ def test_init_writes_an_example_that_loads_and_never_overwrites(tmp_path):
     assert loaded.pytest_args["n"].value == 2
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert second.returncode == 1 and "exists" in second.stderr
+
+
+def test_listing_the_items_of_a_gated_run_file_is_not_judged(pytester, tiny_data):
+    data, h5 = tiny_data
+    write(pytester.path / "agentbench.yaml", f"""
+        bench: {{bench: scicode, split: validation, data_dir: {data.name}, h5: {h5.name}, allow_custom_data: true}}
+        models: [{{name: mutant}}]
+        gates: {{fail_under: ["main=90%"], max_errors: 0}}
+        """)
+    listed = pytester.runpytest("-p", "no:cacheprovider", "--bench-config=agentbench.yaml", "--collect-only", "-q")
+    assert listed.ret == pytest.ExitCode.OK, listed.stdout.str()
+    assert "gates" not in listed.stdout.str() and "5 tests collected" in listed.stdout.str()

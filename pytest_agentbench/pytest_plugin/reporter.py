@@ -75,7 +75,9 @@ class Reporter:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         state = self.state
         if not self.records:
-            self.verdict = judge_without_items(state.gates, session.exitstatus)
+            # listing items (--collect-only) runs none by design: the gates judge runs, not listings
+            gates = None if self.config.option.collectonly else state.gates
+            self.verdict = judge_without_items(gates, session.exitstatus)
             session.exitstatus = self.verdict.exit_code
             return
         for record in state.resumed.values():  # a resumed run's summary never narrows to what ran now
