@@ -42,6 +42,8 @@ class Comparison:
     mcnemar: dict[str, dict[str, Any]]  # unit -> {worse, better, p}
     bootstrap: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> {unit, a, b, delta}
     shared: int = 0  # scored items both runs have: the metrics are compared on these when the selections differ
+    same_responses: int = 0  # shared items scored on the very same model responses in both runs
+    replayed: int = 0  # shared items whose answers this run (B) took from the response cache
     settings_table: list[tuple[str, str, str]] = field(default_factory=list)  # every setting that differs: key, A, B
     declared: Declared = field(default_factory=Declared)  # the benchmark's gate metrics, headlines, free settings
 
@@ -89,6 +91,9 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, declared: Declared | None =
     comparison.mcnemar["task"] = mcnemar_counts([(t["ra"], t["rb"]) for t in tasks])
     comparison.bootstrap = bootstrap(tasks, declared.units, seed=seed, resamples=resamples)
     comparison.shared = len(common)
+    comparison.same_responses = sum(1 for i in common if items_a[i].get("responses")
+                                    and items_a[i].get("responses") == items_b[i].get("responses"))
+    comparison.replayed = sum(1 for i in common if items_b[i].get("answers") == "replayed")
     comparison.settings_table = settings_table(a["settings"], b["settings"])
     if comparison.only_a or comparison.only_b:  # other selections: score both on the items they share
         comparison.metrics = [(name, boot["a"], boot["b"]) for name, boot in comparison.bootstrap.items()]
@@ -229,6 +234,20 @@ def shared_line(c: Comparison) -> str | None:
             f"(A has {len(c.only_a)} more, B has {len(c.only_b)} more)")
 
 
+def responses_lines(c: Comparison) -> list[str]:
+    """How many shared items were scored on the same answers, and a warning when most were: such a
+    comparison re-scores old generations and measures nothing new about the model."""
+    if not c.shared:
+        return []
+    lines = [f"{c.same_responses} of {c.shared} shared items have the same model responses in both runs; "
+             f"{c.replayed} of B's were replayed from the response cache"]
+    if 2 * max(c.same_responses, c.replayed) > c.shared:
+        lines.append("WARNING: this comparison rests mostly on replayed answers: it re-scores old generations "
+                     "and says little about the model (run with --bench-cache=off or a new --bench-attempts "
+                     "sample for fresh answers)")
+    return lines
+
+
 def units_of(c: Comparison) -> dict[str, int]:
     return {"item": c.mcnemar["item"]["n"], "task": c.mcnemar["task"]["n"]}
 
@@ -244,6 +263,7 @@ def render_text(c: Comparison, alpha: float = 0.05) -> list[str]:
     shared = shared_line(c)
     if shared:
         lines.append(shared)
+    lines += responses_lines(c)
     lines += [f"WARNING: {w}" for w in too_small(units_of(c), alpha)]
     lines.append("")
     lines.append(f"{'metric':<24}{'A':>9}{'B':>9}{'B - A':>12}")
@@ -280,6 +300,7 @@ def render_markdown(c: Comparison, alpha: float = 0.05, title: str = "## Compari
         out += ["**Settings differ:** " + "; ".join(c.settings_diff), ""]
     if shared_line(c):
         out += [f"Scores are {shared_line(c)}.", ""]
+    out += [f"{line.replace('WARNING:', '**Warning:**')}  " for line in responses_lines(c)]
     out += [f"**Warning:** {w}" for w in too_small(units_of(c), alpha)]
     out += ["| metric | A | B | B − A | 95% CI of B − A (tasks resampled) |", "|---|---|---|---|---|"]
     for name, left, right in c.metrics:

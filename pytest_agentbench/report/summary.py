@@ -52,7 +52,7 @@ def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings
         "counts": rec.count_statuses(ordered),
         "run_counts": counts,
         "items": [{"id": r["id"], "task": r["task"], "status": r["status"], "scored": r.get("scored", True),
-                   **({"attempt": r["attempt"]} if "attempt" in r else {})} for r in ordered],
+                   **({"attempt": r["attempt"]} if "attempt" in r else {}), **answers_of(r)} for r in ordered],
         "usage": usage_of_run(ordered),
         **{k: v for k, v in result.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")},
         **declared.to_summary(),
@@ -67,7 +67,16 @@ def usage_of_run(records: list[dict[str, Any]]) -> dict[str, float]:
     "model calls": 0 for a replay)."""
     usage = rec.usage_totals(records)
     usage["endpoint_calls"] = max(0, (usage.get("model_calls") or 0) - (usage.get("cache_hits") or 0))
+    labels = [answers_of(r).get("answers") for r in records]
+    for label in ("fresh", "replayed", "mixed"):  # items whose answers came from the endpoint, the cache, both
+        usage[f"{label}_items"] = labels.count(label)
     return usage
+
+
+def answers_of(record: Mapping[str, Any]) -> dict[str, str]:
+    """Where an item's answers came from (fresh, replayed, mixed) and their digest, when it asked a model."""
+    generation = record.get("generation") or {}
+    return {k: generation[k] for k in ("answers", "responses") if isinstance(generation.get(k), str)}
 
 
 def summarize_attempts(records: list[dict[str, Any]], benchmark: Any, settings: Mapping[str, Any],

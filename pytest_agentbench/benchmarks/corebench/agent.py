@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...core.text import printable
+from ...models.usage import count_completion
 from ...sandbox.result import ExecResult
 from . import scorer
 
@@ -173,11 +174,7 @@ class CoreAgent:
                 return "submitted", ""
 
     def _count(self, completion: Completion) -> None:
-        acc = self.accounting
-        acc["model_calls"] += 1
-        acc["cache_hits"] += int(completion.cached)
-        acc["prompt_tokens"] += completion.prompt_tokens
-        acc["completion_tokens"] += completion.completion_tokens
+        count_completion(self.accounting, completion)
 
     # ---------------------------------------------------------------- tools
 

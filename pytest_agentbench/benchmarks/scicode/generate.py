@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from .extract import extract_code, function_name_of
+from ...models.usage import count_completion
 from .prompts import build_prompt
 
 if TYPE_CHECKING:
@@ -68,11 +69,7 @@ class GenResult:
 
 
 def count_call(accounting: dict, completion: Completion) -> None:
-    accounting["model_calls"] += 1
-    accounting["prompt_tokens"] += completion.prompt_tokens
-    accounting["completion_tokens"] += completion.completion_tokens
-    accounting["latency"] += completion.latency
-    accounting["cache_hits"] += int(completion.cached)
+    count_completion(accounting, completion)
 
 
 def format_tool_output(result: dict) -> str:

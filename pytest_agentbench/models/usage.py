@@ -1,0 +1,40 @@
+"""Counting a harness's model calls: tokens, cache hits, and whether an item's answers are fresh.
+
+Both benchmarks' harnesses keep an accounting dict per item (``record["generation"]``). Besides the
+counts, it holds ``responses``, a running sha256 over every reply's text and tool calls (two runs whose
+item has the same digest were scored on the same answers), and ``answers``: ``fresh`` when every call
+reached the endpoint, ``replayed`` when every call came from the response cache, ``mixed`` otherwise.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+FRESH, REPLAYED, MIXED = "fresh", "replayed", "mixed"
+
+
+def count_completion(accounting: dict[str, Any], completion: Any) -> None:
+    """Add one call (a ``models.client.Completion``) to ``accounting``."""
+    accounting["model_calls"] = accounting.get("model_calls", 0) + 1
+    accounting["cache_hits"] = accounting.get("cache_hits", 0) + int(completion.cached)
+    accounting["prompt_tokens"] = accounting.get("prompt_tokens", 0) + completion.prompt_tokens
+    accounting["completion_tokens"] = accounting.get("completion_tokens", 0) + completion.completion_tokens
+    if "latency" in accounting:
+        accounting["latency"] += completion.latency
+    accounting["responses"] = chained_digest(accounting.get("responses", ""), completion)
+    accounting["answers"] = answers_label(accounting)
+
+
+def chained_digest(previous: str, completion: Any) -> str:
+    calls = [[c.get("name"), c.get("arguments")] for c in completion.tool_calls]
+    payload = json.dumps([previous, completion.text, calls], ensure_ascii=True)
+    return hashlib.sha256(payload.encode("ascii")).hexdigest()
+
+
+def answers_label(accounting: dict[str, Any]) -> str | None:
+    """fresh, replayed or mixed; None when the item made no model call."""
+    calls, hits = accounting.get("model_calls", 0) or 0, accounting.get("cache_hits", 0) or 0
+    if not calls:
+        return None
+    return REPLAYED if hits >= calls else FRESH if not hits else MIXED
