@@ -5,6 +5,7 @@ from collections import defaultdict
 from typing import Any, Mapping
 
 from ...core.records import INFRA_STATUSES, PASS, count_statuses, sort_key
+from . import timelimits
 from .dataset import UNCLASSIFIED
 
 ORDER = ("validation", "test")
@@ -54,13 +55,15 @@ def summarize(records: list[dict[str, Any]], settings: dict[str, Any],
         metrics[f"{name}.subproblem"] = m["subproblem"]
     rows = problem_rows(records)
     by_category = category_metrics(records, categories or {})
+    limits = timelimits.sensitivity(records)
     raw = {"main_problem_resolved": overall["problems_resolved"], "main_problem_total": overall["problems"],
            "subproblem_correct": overall["steps_passed"], "subproblem_total": overall["steps"]}
     return {"metrics": metrics, "splits": splits, "overall": overall, "problems": rows,
             "categories": {name: {k: m[k] for k in CATEGORY_KEYS} for name, m in by_category.items()},
-            "raw_counts": raw,
-            "terminal": terminal_lines(splits, overall, records) + category_lines(by_category),
-            "markdown": markdown(splits, overall, rows, records, by_category)}
+            "raw_counts": raw, "time_limits": limits,
+            "terminal": terminal_lines(splits, overall, records) + category_lines(by_category)
+            + timelimits.terminal_lines(limits),
+            "markdown": markdown(splits, overall, rows, records, by_category) + timelimits.markdown(limits)}
 
 
 CATEGORY_KEYS = ("problems", "problems_resolved", "main", "steps", "steps_passed", "subproblem")
