@@ -90,3 +90,111 @@ def test_a_lone_surrogate_in_a_model_reply(bench, pytester, tiny_data, tmp_path,
     assert records["2.1"]["status"] == "parse_error" and records["2.1"]["text_repaired"] == 2
     assert "text_repaired" not in records["1.2"]
     assert result.ret == 1  # 2.1 did not pass
+
+
+@pytest.mark.parametrize("reply,status,in_message", [
+    # the exception text of the model's function (raised in the scoring child) travels into the failure message
+    (fenced("def add(a, b):\n    raise ValueError('caf' + chr(0xdc80))"), "fail", f"ValueError: caf{FFFD}"),
+    # undecodable bytes on the child's stdout
+    (fenced("def add(a, b):\n    out = __import__('sys').stdout\n    out.buffer.write(b'caf\\x80\\xff\\n')\n"
+            "    out.flush()\n    return a + b"), "pass", ""),
+], ids=["exception-text", "stdout"])
+def test_hostile_text_from_the_scoring_child(bench, pytester, tiny_data, tmp_path, reply, status, in_message):
+    with FakeOpenAI() as server:
+        for _ in range(10):
+            server.reply_with(answering({"1.1": reply}))
+        result = run_tiny(bench, server, tiny_data, tmp_path)
+    records = assert_complete(result, pytester)
+    first = records["1.1"]
+    assert first["status"] == status, first
+    assert in_message in first["message"]
+    assert first["text_repaired"] >= 1
+    if status == "pass":
+        assert first["stdout"] == f"caf{FFFD}{FFFD}\n" and first["text_repaired"] == 2
+
+
+CLIENT_CONFTEST = '''
+import pytest
+
+class Hostile:
+    """A user's own client: a lone surrogate in the code of 1.1, in the text of the exception it raises for 2.1."""
+    name = "hostile-client"
+    is_oracle = False
+
+    def answer_step(self, problem, index, previous_code):
+        step = problem["sub_steps"][index]
+        if step["step_number"] == "2.1":
+            raise ConnectionError("the service said caf" + chr(0xdc80))
+        code = step["ground_truth_code"]
+        if step["step_number"] == "1.1":
+            code = code.replace("return", "# caf" + chr(0xdc80) + chr(0xdc81) + "\\n    return")
+        return code
+
+@pytest.fixture(scope="session")
+def bench_model():
+    return Hostile()
+'''
+
+
+def test_hostile_text_from_a_users_own_client(bench, pytester, tiny_data):
+    pytester.makeconftest(CLIENT_CONFTEST)
+    data, h5 = tiny_data
+    result = bench("--bench=scicode", "--bench-split=validation", "--model=hostile-client", f"--bench-data-dir={data}",
+                   f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-timeout=20", subprocess=True)
+    records = assert_complete(result, pytester)
+    assert records["1.1"]["status"] == "pass" and f"# caf{FFFD}{FFFD}" in records["1.1"]["code"]
+    assert records["1.1"]["text_repaired"] == 2
+    error = records["2.1"]
+    assert error["status"] == "model_error" and f"caf{FFFD}" in error["message"], error
+    assert error["text_repaired"] == 1
+
+
+# ---- CORE-Bench: an agent's tool output and its report.json ----------------------------------------------
+def core_bench_answers() -> tuple[str, dict]:
+    from bench_runs import SHARED_DATA
+    from pytest_agentbench.benchmarks.corebench import dataset
+
+    task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
+    return CAPSULE, task["results"][0]
+
+
+CAPSULE = "capsule-7038571"
+
+
+def test_hostile_text_in_a_core_bench_report_and_tool_output(pytester, tmp_path, monkeypatch, shared_data):
+    import base64
+
+    from capsule_factory import build_capsule_archive
+
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(shared_data))
+    capsule, answers = core_bench_answers()
+    first = next(iter(answers))
+    # report.json written by the agent's own code: json.dump escapes the lone surrogate as "\udc80"
+    maker = (f"import json\nanswers = json.loads({json.dumps(json.dumps(answers))})\n"
+             f"answers[{first!r}] = 'caf' + chr(0xdc80)\njson.dump(answers, open('report.json', 'w'))\n")
+    encoded = base64.b64encode(maker.encode()).decode()
+    staged = tmp_path / "staged"
+    build_capsule_archive(staged, capsule)
+    with FakeOpenAI() as server:
+        server.reply(tool_calls=[("bash", {"command": "printf 'caf\\200\\377\\n'"})])  # undecodable tool output
+        server.reply(tool_calls=[("bash", {"command": f"echo {encoded} | base64 -d > /tmp/mk.py && python3 /tmp/mk.py"
+                                                      f" && cat report.json"})])
+        # no submit (the submit tool would write report.json itself): the agent's steps run out
+        result = pytester.runpytest_subprocess(
+            "--bench=core-bench", "--bench-split=train", f"--bench-ids={capsule}", "--model=agent-model",
+            f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off", "--model-max-retries=0",
+            "--bench-difficulty=hard", f"--bench-capsules-dir={staged}", "--bench-env=host", "--bench-agent-steps=2",
+            f"--bench-report-dir={tmp_path / 'reports'}", "--bench-run-id=hostile", "-p", "no:cacheprovider")
+        requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret not in (3, 4) and "INTERNALERROR" not in out, out[-3000:]
+    run = tmp_path / "reports" / "core-bench" / "agent-model" / "hostile"
+    [record] = read_jsonl(run / "records.jsonl")
+    assert (run / "summary.json").is_file()
+    tool_output = [m["content"] for m in requests[1]["body"]["messages"] if m["role"] == "tool"][0]
+    assert f"caf{FFFD}{FFFD}" in tool_output  # what the model was shown: the repaired output
+    assert record["report_source"].endswith("report.json"), record
+    assert record["status"] == "fail"  # the repaired answer is not the reference
+    assert record["text_repaired"] == 3, record  # two bytes of tool output, one character of the report
+    submission = json.loads((run / "artifacts" / capsule / "submission.json").read_text(encoding="utf-8"))
+    assert submission["report"][first] == f"caf{FFFD}"

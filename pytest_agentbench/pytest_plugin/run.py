@@ -180,7 +180,7 @@ def run_item(item: pytest.Item, run: BenchRun) -> None:
         record = base_record(sample, state)
         record.update(run_with_retries(run, sample, state.options.max_retries))
         record.update(where_ran())
-        record = count_repaired(record)
+        record = repair_record(count_repaired(record))  # before its message reaches the terminal
     except Exception as exc:  # whatever fails while one item is scored is that item's error, never the run's
         identity = {**base_record(sample, state), **where_ran(), "duration": round(time.monotonic() - started, 3)}
         record = error_record(identity, "score", exc)

@@ -67,11 +67,17 @@ class ClientSolver:
         try:
             answer = self.client.answer_step(problem, index, previous, **extra)
         except Exception as exc:
-            return Generated(None, "model_error", f"{type(exc).__name__}: {repair(str(exc))[0]}")
+            text, repaired = repair(str(exc))  # the client's words: valid UTF-8 from here on, counted
+            return Generated(None, "model_error", f"{type(exc).__name__}: {text}", accounting=counted(repaired))
         if not isinstance(answer, str):
             return Generated(answer, accounting={"model_calls": 1})
         code, repaired = repair(answer)  # the code scored (and recorded) is the repaired code
-        return Generated(code, accounting={"model_calls": 1, **({"text_repaired": repaired} if repaired else {})})
+        return Generated(code, accounting={"model_calls": 1, **counted(repaired)})
+
+
+def counted(repaired: int) -> dict[str, int]:
+    """The accounting entry of characters replaced by U+FFFD: none when nothing was (records stay as they were)."""
+    return {"text_repaired": repaired} if repaired else {}
 
 
 RunPython = Callable[[str, float], dict[str, Any]]  # (source, timeout) -> {status, exit_code, stdout, stderr}
