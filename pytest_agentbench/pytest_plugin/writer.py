@@ -56,6 +56,8 @@ class RecordWriter:
             return report
         try:
             self.finish(item, call, report)
+        except pytest.exit.Exception:  # the records file cannot be appended to: the run stops (it is an Exception)
+            raise
         except Exception as exc:  # a bug here must not end the session (an INTERNALERROR): the item's error
             self.last_resort(item, report, exc)
         return report
@@ -92,6 +94,8 @@ class RecordWriter:
         """``step(record)``; when it raises, the item's error record for ``stage`` (and a failed report)."""
         try:
             return step(record)
+        except pytest.exit.Exception:
+            raise
         except Exception as exc:
             failed = error_record(record, stage, exc)
             fail_report(report, failed)
@@ -109,6 +113,8 @@ class RecordWriter:
             fail_report(report, record)
             fresh = rec.record_key(record) not in self.state.resumed
             self.attach(item, report, self.deliver(item, report, record, fresh), fresh)
+        except pytest.exit.Exception:
+            raise
         except Exception as again:  # nothing more can be done for this item; the run goes on
             warnings.warn(f"agentbench: {item.nodeid}: no record could be made: {again!r}", stacklevel=1)
 
