@@ -26,6 +26,34 @@ GROUND_TRUTH = {"1.1": "def add(a, b):\n    return a + b", "1.2": "def twice(a):
                 "3.1": "def six():\n    return 6"}
 
 
+# ---- the repair itself -------------------------------------------------------------------------------------
+def test_repair_replaces_lone_surrogates_and_nothing_else():
+    from pytest_agentbench.core.text import decode, repair, repair_value
+
+    assert repair(f"caf{LONE}\x1b[31m\u00e9\u0301") == (f"caf{FFFD}\x1b[31m\u00e9\u0301", 1)  # no normalisation
+    assert repair("\ud83d\ude00") == (FFFD + FFFD, 2)  # a pair spelled as two lone halves is two lone halves
+    assert repair("plain") == ("plain", 0)
+    assert decode(b"ok \x80\xff \xef\xbf\xbd") == (f"ok {FFFD}{FFFD} {FFFD}", 2)  # an own U+FFFD is not counted
+    value, count = repair_value({f"k{LONE}": [LONE, 1, (LONE, None)], "n": 2.5})
+    assert value == {f"k{FFFD}": [FFFD, 1, (FFFD, None)], "n": 2.5} and count == 3
+    clean = {"a": ["b"]}
+    assert repair_value(clean) == (clean, 0) and repair_value(clean)[0] is clean
+
+
+def test_a_reply_is_repaired_where_it_is_parsed_and_its_count_survives_the_cache():
+    from pytest_agentbench.models.client import Completion, parse_chat_reply
+
+    # what the SDK hands over after parsing {"content": "x\udc80", ... "name": "n\udc80"}
+    reply = {"choices": [{"message": {"content": f"x{LONE}", "tool_calls": [
+        {"id": "c1", "function": {"name": f"n{LONE}", "arguments": "{}"}}]}, "finish_reason": "stop"}]}
+    completion = parse_chat_reply(reply)
+    assert completion.text == f"x{FFFD}" and completion.tool_calls[0]["name"] == f"n{FFFD}"
+    assert completion.text_repaired == 2
+    json.dumps(completion.to_record(), ensure_ascii=False).encode("utf-8")  # a cache entry can be written
+    again = Completion.from_record(completion.to_record())
+    assert again.text == completion.text and again.text_repaired == completion.text_repaired and again.cached
+
+
 def fenced(code: str) -> str:
     return f"Here it is.\n```python\n{code}\n```\n"
 
