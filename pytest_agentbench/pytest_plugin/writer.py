@@ -219,15 +219,15 @@ class WorkerWriter(RecordWriter):
         try:
             self.config.hook.pytest_agentbench_test_fault(stage="deliver", nodeid=item.nodeid)
             delivery = pack_delivery(files, entries, append=fresh)
+            if delivery["bytes"] > MAX_DELIVERY_BYTES:
+                record = over_cap(record, delivery["bytes"], files)
+                delivery = pack_delivery({}, {}, append=fresh)
+                fail_report(report, record)
             check_sendable(record, delivery)
         except Exception as exc:  # the files and entries stay behind; the record says why
             record = error_record(record, "deliver", exc)
             fail_report(report, record)
             delivery = pack_delivery({}, {}, append=fresh)
-        if delivery["bytes"] > MAX_DELIVERY_BYTES:
-            record = over_cap(record, delivery["bytes"], files)
-            delivery = pack_delivery({}, {}, append=fresh)
-            fail_report(report, record)
         report.user_properties.append((rec.DELIVERY_PROPERTY, delivery))
         return record
 
