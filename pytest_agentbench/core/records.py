@@ -50,19 +50,38 @@ def json_default(obj: Any):
     return repr(obj)
 
 
+def record_line(record: dict[str, Any]) -> bytes:
+    """One record as the line the records file holds. Raises for a record that cannot be written (a value that
+    refers to itself, text that is not valid UTF-8): that is the item's problem, not the file's."""
+    return (to_json(record) + "\n").encode("utf-8")
+
+
+def plain(record: dict[str, Any]) -> dict[str, Any]:
+    """The record exactly as the records file will hold it (JSON types only: what an xdist report can carry and
+    what a later read gives back). Raises as ``record_line`` does."""
+    return json.loads(record_line(record))
+
+
 def append_record(path: Path, record: dict[str, Any]) -> None:
-    """Append one record and make it durable before the next item starts.
+    """Append one record and make it durable before the next item starts (``record_line`` + ``append_line``)."""
+    append_line(path, record_line(record))
+
+
+def append_line(path: Path, line: bytes) -> None:
+    """Append one record's line and make it durable before the next item starts.
 
     Only the controller (or the only process) appends; the lock keeps lines whole should another process
-    (a second pytest on the same folder by mistake) append at the same time.
+    (a second pytest on the same folder by mistake) append at the same time. The run folder is not created
+    here: it was made when the run started, and a folder removed since is an error of the run (OSError), not
+    something to hide by starting an empty records file.
     """
-    line = (to_json(record) + "\n").encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            os.write(fd, line)
+            written = os.write(fd, line)
+            if written != len(line):  # a full disk may take part of the line
+                raise OSError(f"only {written} of {len(line)} bytes of the record were written")
             os.fsync(fd)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)

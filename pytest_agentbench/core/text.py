@@ -22,3 +22,58 @@ def printable(text: object) -> str:
     (ESC -> ``\\x1b``, CR -> ``\\x0d``), so no escape sequence survives; other text is kept as is.
     Backslashes are left alone: the result is for reading, not for decoding back."""
     return _CONTROL.sub(_visible, text if isinstance(text, str) else str(text))
+
+
+# ---- repair: text from outside made valid UTF-8, once, where it enters ------------------------------------
+# A lone UTF-16 surrogate (what a JSON "\udc80" escape decodes to, or what surrogateescape makes of a byte)
+# cannot be encoded as UTF-8: one such character in a record, a cache entry or an xdist report would end the
+# run. Repair replaces exactly those (and undecodable bytes) by U+FFFD and says how many it replaced.
+REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def repair(text: str) -> tuple[str, int]:
+    """``text`` with every lone surrogate replaced by U+FFFD, and how many were replaced. Nothing else
+    changes (no normalisation, no control characters touched: that is ``printable``'s job)."""
+    if text.isascii():
+        return text, 0
+    fixed, count = _SURROGATE.subn(REPLACEMENT, text)
+    return fixed, count
+
+
+def repaired(text: str) -> str:
+    """``repair(text)`` without the count (for text whose count is kept elsewhere or does not matter)."""
+    return repair(text)[0]
+
+
+def decode(data: bytes) -> tuple[str, int]:
+    """UTF-8 ``data`` as text, every undecodable byte sequence replaced by U+FFFD, and how many were replaced
+    (replacement characters the bytes spelled themselves are not counted)."""
+    text = bytes(data).decode("utf-8", "replace")
+    if REPLACEMENT not in text:
+        return text, 0
+    return text, text.count(REPLACEMENT) - bytes(data).count(REPLACEMENT.encode("utf-8"))
+
+
+def repair_value(value: object) -> tuple[object, int]:
+    """A JSON-like value (dicts, lists, tuples, strings; keys too) with every string repaired, and the total
+    number of characters replaced. Other values are returned as they are."""
+    if isinstance(value, str):
+        return repair(value)
+    if isinstance(value, dict):
+        total = 0
+        out = {}
+        for key, item in value.items():
+            key, n_key = repair_value(key)
+            item, n_item = repair_value(item)
+            out[key] = item
+            total += n_key + n_item
+        return (out, total) if total else (value, 0)
+    if isinstance(value, (list, tuple)):
+        parts = [repair_value(item) for item in value]
+        total = sum(n for _, n in parts)
+        if not total:
+            return value, 0
+        items = [item for item, _ in parts]
+        return (items if isinstance(value, list) else tuple(items)), total
+    return value, 0

@@ -51,7 +51,10 @@ class EnvSkip(Exception):
 def python_result(result: ExecResult) -> dict[str, Any]:
     """A tool run as the model sees it: the same keys and statuses on every environment."""
     status = "timeout" if result.timed_out else ("ok" if result.exit_code == 0 else "error")
-    return {"status": status, "exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}
+    out = {"status": status, "exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}
+    if result.text_repaired:  # undecodable bytes of the output, shown as U+FFFD (counted in the item's record)
+        out["text_repaired"] = result.text_repaired
+    return out
 
 
 class Environment(ABC):

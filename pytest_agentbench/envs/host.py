@@ -41,7 +41,7 @@ from ..sandbox.isolation import (MOUNT_RACE_TRIES, SANDBOX_UID, Isolation, bwrap
 from ..sandbox.jail import ProcessJail, group_members, kill_group, kill_tree, proc_table
 from ..sandbox.limits import DEFAULT_MEMORY_LIMIT, Limits, child_env, package_parent
 from ..sandbox.result import ExecResult
-from ..sandbox.workdir import read_trimmed
+from ..sandbox.workdir import read_output
 from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, EnvError, EnvFactory, Environment,
                    EnvSkip, PathView, check_timeout, python_result, resolve_inside)
 
@@ -196,12 +196,13 @@ class HostEnvironment(Environment):
             proc.wait()
             raise
         duration = time.monotonic() - started
-        stdout, out_size = read_trimmed(out, self.output_limit)
-        stderr, err_size = read_trimmed(err, self.output_limit)
+        stdout, out_size, out_repaired = read_output(out, self.output_limit)
+        stderr, err_size, err_repaired = read_output(err, self.output_limit)
         for path in (out, err):  # a background job may still write to them; unlinking is fine
             path.unlink(missing_ok=True)
         return ExecResult(exit_code=None if timed_out else proc.returncode, stdout=stdout, stderr=stderr,
-                          timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size)
+                          timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size,
+                          text_repaired=out_repaired + err_repaired)
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
         """A tool script in the sandbox, as the factory runs it (a fresh folder, not the workspace)."""

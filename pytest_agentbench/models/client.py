@@ -16,6 +16,7 @@ from pathlib import Path
 
 import openai
 
+from ..core.text import repair, repaired
 from .cache import DEFAULT_CACHE_DIR, ResponseCache, cache_key
 
 from .defaults import (DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY,  # noqa: F401
@@ -37,6 +38,7 @@ class Completion:
     completion_tokens: int = 0
     latency: float = 0.0  # seconds of the call that produced the reply (kept as-is on cache hits)
     cached: bool = False
+    text_repaired: int = 0  # characters of the reply replaced by U+FFFD (lone surrogates): see repair_reply
 
     @property
     def is_empty(self) -> bool:
@@ -58,13 +60,38 @@ class Completion:
     def to_record(self) -> dict:
         record = asdict(self)
         record.pop("cached")
+        if not record["text_repaired"]:  # cache entries of clean replies stay as they always were
+            record.pop("text_repaired")
         return record
 
     @classmethod
     def from_record(cls, record: dict) -> "Completion":
         known = {k: record[k] for k in ("text", "tool_calls", "finish_reason", "prompt_tokens",
-                                        "completion_tokens", "latency") if k in record}
-        return cls(**known, cached=True)
+                                        "completion_tokens", "latency", "text_repaired") if k in record}
+        # an entry written before replies were repaired (or by another tool) is repaired here, counted too
+        return repair_reply(cls(**known, cached=True))
+
+
+def repair_reply(completion: Completion) -> Completion:
+    """The reply made valid UTF-8 where it enters: every lone surrogate (a JSON ``"\\udc80"`` escape) in its
+    text and tool calls becomes U+FFFD, and ``text_repaired`` adds how many were replaced. Nothing else changes:
+    the code extracted from the reply, scored and recorded is this repaired text."""
+    text, count = repair(completion.text)
+    calls = []
+    for call in completion.tool_calls:
+        fixed = {}
+        for key, value in call.items():
+            if isinstance(value, str):
+                value, n = repair(value)
+                count += n
+            fixed[key] = value
+        calls.append(fixed)
+    completion.finish_reason = repaired(completion.finish_reason)  # a word of the protocol: not counted
+    if not count:
+        return completion
+    completion.text, completion.tool_calls = text, calls
+    completion.text_repaired += count
+    return completion
 
 
 def tool_result_message(call: dict, content: str) -> dict:
@@ -164,12 +191,12 @@ def parse_chat_reply(reply) -> Completion:
         for i, call in enumerate(message.get("tool_calls") or [])
     ]
     usage = data.get("usage") or {}
-    return Completion(
+    return repair_reply(Completion(
         text=message.get("content") or "", tool_calls=calls,
-        finish_reason=choice.get("finish_reason") or ("tool_calls" if calls else "stop"),
+        finish_reason=repaired(choice.get("finish_reason") or ("tool_calls" if calls else "stop")),
         prompt_tokens=usage.get("prompt_tokens") or 0,
         completion_tokens=usage.get("completion_tokens") or 0,
-    )
+    ))
 
 
 def parse_responses_reply(reply) -> Completion:
@@ -193,9 +220,9 @@ def parse_responses_reply(reply) -> Completion:
     else:
         finish = "stop"
     usage = data.get("usage") or {}
-    return Completion(text="".join(texts), tool_calls=calls, finish_reason=finish,
-                      prompt_tokens=usage.get("input_tokens") or 0,
-                      completion_tokens=usage.get("output_tokens") or 0)
+    return repair_reply(Completion(text="".join(texts), tool_calls=calls, finish_reason=repaired(finish),
+                                   prompt_tokens=usage.get("input_tokens") or 0,
+                                   completion_tokens=usage.get("output_tokens") or 0))
 
 
 # ---------------------------------------------------------------- retries
@@ -233,11 +260,12 @@ def is_retryable(error: Exception) -> bool:
 
 
 def describe_error(error: Exception) -> str:
+    """One line for a failed call; the server's own words in it are repaired (they came from outside)."""
     if isinstance(error, openai.APITimeoutError):
         return "request timed out"
     if isinstance(error, openai.APIStatusError):
-        return f"HTTP {error.status_code}: {str(error)[:500]}"
-    return f"{type(error).__name__}: {str(error)[:500]}"
+        return f"HTTP {error.status_code}: {repaired(str(error)[:500])}"
+    return f"{type(error).__name__}: {repaired(str(error)[:500])}"
 
 
 def fix_hint(error: Exception | None) -> str:

@@ -19,7 +19,7 @@ import pytest
 from ..benchmarks.base import Benchmark, BenchRun
 from ..core import records as rec
 from ..core.options import Settings
-from ..core.text import printable
+from ..core.text import printable, repair_value, repaired
 from ..core.types import Sample, Task
 
 
@@ -87,13 +87,65 @@ def where_ran() -> dict[str, str]:
     return {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "host": socket.gethostname()}
 
 
+# What each stage of an item's life is called in the error record of an item that failed there.
+STAGES = {"score": "scoring this item", "record": "building this item's record",
+          "write": "writing this item's record", "deliver": "delivering this item's record from its worker"}
+# The fields an error record keeps of the record (or sample) it replaces: which item it is, and where it ran.
+IDENTITY_FIELDS = ("benchmark", "task", "id", "split", "scored", "model", "attempt", "worker", "host", "duration")
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: text`` of an exception, repaired (its text may quote the model's); never raises."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:  # an exception whose __str__ fails
+        text = type(exc).__name__
+    return repaired(text)
+
+
+def error_record(record: dict[str, Any], stage: str, exc: BaseException) -> dict[str, Any]:
+    """The record of an item whose ``stage`` (a key of STAGES) failed with ``exc``: an ``error`` naming the
+    stage and the cause, with the item's identity from ``record``. What ``record`` held beyond that is dropped:
+    it may be what failed (a value that cannot be written, a field a plugin broke)."""
+    kept = {k: record[k] for k in IDENTITY_FIELDS if k in record}
+    out = {**kept, "status": "error", "message": f"agentbench: {STAGES[stage]} failed: {describe(exc)}",
+           "error_stage": stage, "traceback": repaired("".join(traceback.format_exception(exc, limit=20)))}
+    if isinstance(record.get("status"), str):
+        out["status_before_error"] = record["status"]
+    out.setdefault("duration", 0.0)
+    return out
+
+
+def count_repaired(record: dict[str, Any]) -> dict[str, Any]:
+    """The item's ``text_repaired``: what its benchmark counted where text entered (the record's own count,
+    its generation's: model replies, tool arguments and output) as one total, kept only when above 0."""
+    generation = record.get("generation")
+    parts = [record.get("text_repaired"), generation.get("text_repaired") if isinstance(generation, dict) else 0]
+    total = sum(n for n in parts if isinstance(n, int))
+    record.pop("text_repaired", None)
+    if total:
+        record["text_repaired"] = total
+    return record
+
+
+def repair_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with every string valid UTF-8: text a boundary did not repair (a plugin's field, a message
+    built from a child's words) is repaired here, where the record is finished, and added to ``text_repaired``."""
+    fixed, count = repair_value(record)
+    if not count:
+        return record
+    fixed = dict(fixed)
+    fixed["text_repaired"] = int(fixed.get("text_repaired") or 0) + count
+    return fixed
+
+
 def run_once(run: BenchRun, sample: Sample) -> dict[str, Any]:
     started = time.monotonic()
     try:
         result = dict(run.run_sample(sample))
     except Exception as exc:  # a bug or an unexpected failure must still leave a record
-        result = {"status": "error", "message": f"{type(exc).__name__}: {exc}",
-                  "traceback": traceback.format_exc(limit=20)}
+        result = {"status": "error", "message": describe(exc),
+                  "traceback": repaired(traceback.format_exc(limit=20))}
     result.setdefault("message", "")
     result["duration"] = round(time.monotonic() - started, 3)
     return result
@@ -122,9 +174,16 @@ def run_item(item: pytest.Item, run: BenchRun) -> None:
     if sample.key in state.resumed:  # finished in the interrupted run: reported from its record, not run again
         replay(item, dict(state.resumed[sample.key]))
         return
-    record = base_record(sample, state)
-    record.update(run_with_retries(run, sample, state.options.max_retries))
-    record.update(where_ran())
+    started = time.monotonic()
+    try:
+        item.config.hook.pytest_agentbench_test_fault(stage="score", nodeid=item.nodeid)
+        record = base_record(sample, state)
+        record.update(run_with_retries(run, sample, state.options.max_retries))
+        record.update(where_ran())
+        record = repair_record(count_repaired(record))  # before its message reaches the terminal
+    except Exception as exc:  # whatever fails while one item is scored is that item's error, never the run's
+        identity = {**base_record(sample, state), **where_ran(), "duration": round(time.monotonic() - started, 3)}
+        record = error_record(identity, "score", exc)
     item.stash[RECORD] = record
     outcome(record)
 

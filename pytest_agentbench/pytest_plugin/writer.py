@@ -14,9 +14,16 @@ Roles are chosen once, in ``pytest_configure`` (``hasattr(config, "workerinput")
 
 Both count model errors in a row (``Streak``) on the records of the items they run, as ``-x`` does; plugins
 may add fields to a record first through the ``pytest_agentbench_record`` hook.
+
+No item can end the run: whatever fails while its record is built (``record``), written (``write``) or handed to
+the controller (``deliver``) makes that item's record an ``error`` naming the stage and the cause
+(``run.error_record``), and the item's report a failure; the other items and the reports go on. Only a records
+file that cannot be appended to (a full disk, a removed run folder) stops the run: exit 3 naming the file and
+the last record written (no item's record could say so).
 """
 from __future__ import annotations
 
+import traceback
 import warnings
 import zlib
 from pathlib import Path
@@ -28,7 +35,7 @@ from ..core import records as rec
 from ..core.io import UnsafePath, write_under
 from ..models.cache import ResponseCache
 from .collect import BenchItem
-from .run import RECORD, BenchState, Streak, base_record, where_ran
+from .run import RECORD, BenchState, Streak, base_record, error_record, repair_record, where_ran
 
 MAX_DELIVERY_BYTES = 64 * 2**20  # compressed files + cache entries one item may send to the controller
 MAX_UNPACKED_BYTES = 1024 * 2**20  # what one file or entry may expand to on the controller (a zlib bomb is refused)
@@ -47,25 +54,80 @@ class RecordWriter:
         report = yield
         if not isinstance(item, BenchItem):
             return report
-        record = record_of(item, call, report, self.state)
-        if record is not None and (call.when == "call" or not report.passed):
-            fresh = rec.record_key(record) not in self.state.resumed  # a resumed record is already in the file
-            if fresh:
-                self.config.hook.pytest_agentbench_record(record=record, item=item)
-            record = self.deliver(report, record, fresh)
-            report.user_properties.append((rec.RECORD_PROPERTY, record))
-            if fresh:
-                stop = self.streak.add(record)
-                if stop and not item.session.shouldstop:
-                    item.session.shouldstop = stop  # as -x: the session ends after this item, reports complete
-            # junitxml writes the teardown report's properties: the item's list is copied into it.
-            item.user_properties.extend(rec.junit_properties(record))
-            item.stash[RECORD] = None  # written once
+        try:
+            self.finish(item, call, report)
+        except pytest.exit.Exception:  # the records file cannot be appended to: the run stops (it is an Exception)
+            raise
+        except Exception as exc:  # a bug here must not end the session (an INTERNALERROR): the item's error
+            self.last_resort(item, report, exc)
         return report
 
-    def deliver(self, report: pytest.TestReport, record: dict[str, Any], fresh: bool) -> dict[str, Any]:
+    def finish(self, item: BenchItem, call: pytest.CallInfo, report: pytest.TestReport) -> None:
+        """Build the item's record for this phase (when it has one), write or hand it on, attach it to the report."""
+        record = record_of(item, call, report, self.state)
+        if record is None or not (call.when == "call" or not report.passed):
+            return
+        fresh = rec.record_key(record) not in self.state.resumed  # a resumed record is already in the file
+        if fresh:
+            record = self.guarded("record", item.nodeid, report, record, lambda r: self.build(item, r))
+        record = self.deliver(item, report, record, fresh)
+        self.attach(item, report, record, fresh)
+
+    def build(self, item: BenchItem, record: dict[str, Any]) -> dict[str, Any]:
+        """The finished record: plugins' fields added, every string valid UTF-8, plain JSON data."""
+        self.config.hook.pytest_agentbench_test_fault(stage="record", nodeid=item.nodeid)
+        self.config.hook.pytest_agentbench_record(record=record, item=item)
+        return rec.plain(repair_record(record))
+
+    def attach(self, item: BenchItem, report: pytest.TestReport, record: dict[str, Any], fresh: bool) -> None:
+        report.user_properties.append((rec.RECORD_PROPERTY, record))
+        if fresh:
+            stop = self.streak.add(record)
+            if stop and not item.session.shouldstop:
+                item.session.shouldstop = stop  # as -x: the session ends after this item, reports complete
+        # junitxml writes the teardown report's properties: the item's list is copied into it.
+        item.user_properties.extend(rec.junit_properties(record))
+        item.stash[RECORD] = None  # written once
+
+    def guarded(self, stage: str, nodeid: str, report: pytest.TestReport, record: dict[str, Any],
+                step) -> dict[str, Any]:
+        """``step(record)``; when it raises, the item's error record for ``stage`` (and a failed report)."""
+        try:
+            return step(record)
+        except pytest.exit.Exception:
+            raise
+        except Exception as exc:
+            failed = error_record(record, stage, exc)
+            fail_report(report, failed)
+            return failed
+
+    def last_resort(self, item: BenchItem, report: pytest.TestReport, exc: Exception) -> None:
+        """An unexpected failure of ``finish``: the item still gets an error record when one can be made."""
+        warnings.warn(f"agentbench: {item.nodeid}: {''.join(traceback.format_exception(exc, limit=5))}",
+                      stacklevel=1)
+        if report.when != "call" and report.passed:
+            return
+        try:
+            identity = {**base_record(item.sample, self.state), **where_ran()}
+            record = error_record(identity, "record", exc)
+            fail_report(report, record)
+            fresh = rec.record_key(record) not in self.state.resumed
+            self.attach(item, report, self.deliver(item, report, record, fresh), fresh)
+        except pytest.exit.Exception:
+            raise
+        except Exception as again:  # nothing more can be done for this item; the run goes on
+            warnings.warn(f"agentbench: {item.nodeid}: no record could be made: {again!r}", stacklevel=1)
+
+    def deliver(self, item: BenchItem, report: pytest.TestReport, record: dict[str, Any],
+                fresh: bool) -> dict[str, Any]:
         """Make the record (and the item's files) durable, or hand them on; returns the record to report."""
         raise NotImplementedError
+
+
+def fail_report(report: Any, record: dict[str, Any]) -> None:
+    """Show an item whose record became an error as failed, with the record's message."""
+    report.outcome = "failed"
+    report.longrepr = f"error: {record['message']}"
 
 
 class ControllerWriter(RecordWriter):
@@ -75,11 +137,41 @@ class ControllerWriter(RecordWriter):
     def __init__(self, config: pytest.Config, state: BenchState) -> None:
         super().__init__(config, state)
         self.cache: ResponseCache | None = None  # this process's response cache, opened for the first entries
+        self.last_written: str | None = None  # key of the last record this run appended
 
-    def deliver(self, report: pytest.TestReport, record: dict[str, Any], fresh: bool) -> dict[str, Any]:
+    def deliver(self, item: BenchItem, report: pytest.TestReport, record: dict[str, Any],
+                fresh: bool) -> dict[str, Any]:
         if fresh:  # an item run here: its files are already in the run folder (DirectoryFiles)
-            rec.append_record(self.state.records_path, record)
+            record = self.write(item.nodeid, report, record)
         return record
+
+    def write(self, nodeid: str, report: Any, record: dict[str, Any]) -> dict[str, Any]:
+        """Append the record; one that cannot be written becomes the item's error record (written instead)."""
+        try:
+            self.config.hook.pytest_agentbench_test_fault(stage="write", nodeid=nodeid)
+            line = rec.record_line(record)
+        except Exception as exc:
+            record = error_record(record, "write", exc)
+            fail_report(report, record)
+            line = rec.record_line(record)
+        self.append(line, record)
+        return record
+
+    def append(self, line: bytes, record: dict[str, Any]) -> None:
+        """Append one line to the records file; when that fails no item's record can say so: the run stops
+        (exit 3) naming the file, the cause and the last record written."""
+        path = self.state.records_path
+        try:
+            if self.last_written is None:
+                path.parent.mkdir(parents=True, exist_ok=True)  # the run folder, at the first record
+            rec.append_line(path, line)
+        except OSError as exc:
+            last = f"the last record written is {self.last_written}" if self.last_written else \
+                "no record of this run was written"
+            pytest.exit(f"agentbench: cannot append to the records file {path} ({exc}); {last}; the record of "
+                        f"{rec.record_key(record)} and those after it are not written. Free space or restore the "
+                        f"folder, then --bench-resume {self.state.run_dir} runs the rest", returncode=3)
+        self.last_written = rec.record_key(record)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -90,8 +182,11 @@ class ControllerWriter(RecordWriter):
             return
         report.user_properties = [(k, v) for k, v in report.user_properties if k != rec.DELIVERY_PROPERTY]
         record = next((v for k, v in report.user_properties if k == rec.RECORD_PROPERTY), None)
-        problems = store_delivery(self.state.run_dir, self.controller_cache(delivery), delivery)
-        if record is None:
+        try:
+            problems = store_delivery(self.state.run_dir, self.controller_cache(delivery), delivery)
+        except Exception as exc:  # a damaged delivery: the item's files are missing, its record says why
+            problems = [f"could not store the worker's delivery: {type(exc).__name__}: {exc}"]
+        if not isinstance(record, dict):
             return
         if problems:
             for problem in problems:
@@ -100,7 +195,10 @@ class ControllerWriter(RecordWriter):
         if record.get("worker") and record.get("host"):
             self.state.worker_hosts[str(record["worker"])] = str(record["host"])
         if delivery.get("append", True) and rec.record_key(record) not in self.state.resumed:
-            rec.append_record(self.state.records_path, record)
+            written = self.write(report.nodeid, report, record)
+            if written is not record:  # it became the item's error record: the report carries that one
+                report.user_properties = [(k, written if k == rec.RECORD_PROPERTY else v)
+                                          for k, v in report.user_properties]
 
     def controller_cache(self, delivery: Mapping[str, Any]) -> ResponseCache | None:
         if not delivery.get("cache"):
@@ -114,17 +212,32 @@ class ControllerWriter(RecordWriter):
 class WorkerWriter(RecordWriter):
     """An xdist worker: the record, the item's files and its new cache entries travel in the report."""
 
-    def deliver(self, report: pytest.TestReport, record: dict[str, Any], fresh: bool) -> dict[str, Any]:
+    def deliver(self, item: BenchItem, report: pytest.TestReport, record: dict[str, Any],
+                fresh: bool) -> dict[str, Any]:
         files = self.state.files.take()
         entries = self.state.journal.take() if self.state.journal is not None else {}
-        delivery = pack_delivery(files, entries, append=fresh)
-        if delivery["bytes"] > MAX_DELIVERY_BYTES:
-            record = over_cap(record, delivery["bytes"], files)
+        try:
+            self.config.hook.pytest_agentbench_test_fault(stage="deliver", nodeid=item.nodeid)
+            delivery = pack_delivery(files, entries, append=fresh)
+            if delivery["bytes"] > MAX_DELIVERY_BYTES:
+                record = over_cap(record, delivery["bytes"], files)
+                delivery = pack_delivery({}, {}, append=fresh)
+                fail_report(report, record)
+            check_sendable(record, delivery)
+        except Exception as exc:  # the files and entries stay behind; the record says why
+            record = error_record(record, "deliver", exc)
+            fail_report(report, record)
             delivery = pack_delivery({}, {}, append=fresh)
-            report.outcome = "failed"
-            report.longrepr = f"error: {record['message']}"
         report.user_properties.append((rec.DELIVERY_PROPERTY, delivery))
         return record
+
+
+def check_sendable(record: dict[str, Any], delivery: dict[str, Any]) -> None:
+    """Raise unless execnet can carry the record and the delivery to the controller: a value it refuses
+    (text that is not UTF-8, a type it does not know) would otherwise stop the worker, and with it the run."""
+    import execnet  # why: only an xdist worker delivers, and xdist brings execnet
+
+    execnet.dumps([record, delivery])
 
 
 def record_of(item: BenchItem, call: pytest.CallInfo, report: pytest.TestReport,

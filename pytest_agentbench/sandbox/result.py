@@ -16,6 +16,7 @@ class ExecResult:
     stdout_bytes: int = 0
     stderr_bytes: int = 0
     files: dict[str, bytes] = field(default_factory=dict)  # files the run was asked to hand back (``collect``)
+    text_repaired: int = 0  # undecodable bytes of stdout/stderr shown as U+FFFD (core.text.decode)
 
     @property
     def trimmed(self) -> bool:

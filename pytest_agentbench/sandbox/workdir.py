@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..core.io import trim_parts
+from ..core.text import decode
 from .limits import Limits
 from .result import ExecResult
 
@@ -40,21 +41,29 @@ def prepare_workdir(work: Path, source: str, files: Mapping[str, bytes | str] | 
 
 
 def read_trimmed(path: Path, limit: int) -> tuple[str, int]:
-    """The text of an output file, only its head and tail when longer than ``limit`` bytes, and its size.
+    """The text of an output file, only its head and tail when longer than ``limit`` bytes, and its size."""
+    text, size, _ = read_output(path, limit)
+    return text, size
+
+
+def read_output(path: Path, limit: int) -> tuple[str, int, int]:
+    """``read_trimmed`` and how many characters were repaired: a child's output is text from outside, made
+    valid UTF-8 where it is read (undecodable bytes become U+FFFD, counted).
 
     Only the head and the tail are read: a flood may be hundreds of MB."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
-        return "", 0
+        return "", 0, 0
     with open(path, "rb") as fh:
         if size <= limit:
-            return fh.read().decode("utf-8", "replace"), size
+            text, repaired = decode(fh.read())
+            return text, size, repaired
         half = limit // 2
         head = fh.read(half)
         fh.seek(size - half)
         tail = fh.read(half)
-    return trim_parts(head, tail, size), size
+    return trim_parts(head, tail, size), size, decode(head)[1] + decode(tail)[1]
 
 
 def read_collected(work: Path, collect: Mapping[str, int] | None) -> dict[str, bytes]:
@@ -96,15 +105,15 @@ def collect_result(work: Path, limits: Limits, exit_code: int | None, started: f
                    limit: str | None = None, processes_hit: bool = False) -> ExecResult:
     """Read the output files of a finished run and build its ExecResult (shared by both executors)."""
     duration = time.monotonic() - started
-    stdout, out_size = read_trimmed(work / ".stdout", limits.output)
-    stderr, err_size = read_trimmed(work / ".stderr", limits.output)
+    stdout, out_size, out_repaired = read_output(work / ".stdout", limits.output)
+    stderr, err_size, err_repaired = read_output(work / ".stderr", limits.output)
     stdout, stderr = hide_workdir(stdout, work), hide_workdir(stderr, work)
     output_hit = max(out_size, err_size) >= limits.output_cap
     if limit is None:
         limit = classify(exit_code, stderr, timed_out, processes_hit=processes_hit, output_hit=output_hit)
     return ExecResult(exit_code=None if timed_out else exit_code, stdout=stdout, stderr=stderr,
                       duration=duration, timed_out=timed_out, limit=limit,
-                      stdout_bytes=out_size, stderr_bytes=err_size)
+                      stdout_bytes=out_size, stderr_bytes=err_size, text_repaired=out_repaired + err_repaired)
 
 
 def hide_workdir(text: str, work: Path | str) -> str:

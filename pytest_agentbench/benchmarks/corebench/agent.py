@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...core.text import printable
+from ...core.text import printable, repair_value
 from ...models.usage import count_completion
 from ...sandbox.result import ExecResult
 from . import scorer
@@ -175,6 +175,12 @@ class CoreAgent:
 
     def _count(self, completion: Completion) -> None:
         count_completion(self.accounting, completion)
+        self._count_repaired(completion.text_repaired)
+
+    def _count_repaired(self, count: int) -> None:
+        """Characters of text from outside (replies, tool arguments, command output) replaced by U+FFFD."""
+        if count:
+            self.accounting["text_repaired"] = self.accounting.get("text_repaired", 0) + count
 
     # ---------------------------------------------------------------- tools
 
@@ -183,7 +189,8 @@ class CoreAgent:
         acc["tool_calls"] += 1
         name = call.get("name")
         try:
-            args = json.loads(call.get("arguments") or "{}")
+            args, repaired = repair_value(json.loads(call.get("arguments") or "{}"))
+            self._count_repaired(repaired)  # a JSON "\\udc80" escape in the arguments is a lone surrogate
             if not isinstance(args, dict):
                 raise ToolError("the arguments must be a JSON object")
             if self.submitted is not None:
@@ -216,6 +223,7 @@ class CoreAgent:
         timeout = max(1.0, min(timeout, self.limits.command_timeout * 10, self.time_left()))
         result = self.env.run(command, timeout)
         self.accounting["commands_timed_out"] += int(result.timed_out)
+        self._count_repaired(result.text_repaired)
         return format_command_result(result, timeout)
 
     def view_image(self, args: dict) -> str:

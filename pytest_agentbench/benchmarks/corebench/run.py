@@ -115,6 +115,8 @@ class CoreBenchRun:
                "report_path": f"{root}/{submission.report_path}" if submission.report_path else None,
                "submission_source": submission.submission_source,
                "status": "pass" if score.all_correct else "fail", "message": failure_message(score, submission)}
+        if submission.text_repaired:
+            out["text_repaired"] = submission.text_repaired
         save_artifacts(self.files, key or capsule_id, prompt, submission)
         return out
 

@@ -32,6 +32,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ...core.text import repair_value
+
 REPORT_NAME = "report.json"
 MAX_REPORT_BYTES = 10 * 1024 * 1024  # a report is a handful of answers; refuse runaway files
 
@@ -269,6 +271,7 @@ class Submission:
     warning: str | None = None
     report_status: str = "missing"  # one of REPORT_STATUSES: what became of report.json
     report_path: str | None = None  # relative to the workspace root, when one was found
+    text_repaired: int = 0  # characters of the answers replaced by U+FFFD (a JSON "\\udc80" is a lone surrogate)
 
     @property
     def submission_source(self) -> str:
@@ -361,7 +364,9 @@ def read_report(path: Path, source: str) -> Submission:
         return Submission({}, warning=f"{source} is not valid JSON ({_why(exc)}); scored as an empty submission",
                           report_status="invalid", **found)
     report, warning = _as_object(value, source)
-    return Submission(report, warning=warning, report_status="invalid" if warning else "found", **found)
+    report, repaired = repair_value(report)  # the answers are text from outside: valid UTF-8 from here on
+    return Submission(report, warning=warning, report_status="invalid" if warning else "found",
+                      text_repaired=repaired, **found)
 
 
 def load_submission(workspace: Path, final_answer: Any = None) -> Submission:
@@ -381,4 +386,5 @@ def load_submission(workspace: Path, final_answer: Any = None) -> Submission:
             return Submission({}, "final_answer",
                               f"final answer holds no JSON object ({_why(exc)}); scored as an empty submission")
     report, warning = _as_object(final_answer, "final answer")
-    return Submission(report, "final_answer", warning)
+    report, repaired = repair_value(report)
+    return Submission(report, "final_answer", warning, text_repaired=repaired)

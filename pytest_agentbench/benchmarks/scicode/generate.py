@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from ...core.text import repair_value
 from .extract import extract_code, function_name_of
 from ...models.usage import count_completion
 from .prompts import build_prompt
@@ -70,6 +71,14 @@ class GenResult:
 
 def count_call(accounting: dict, completion: Completion) -> None:
     count_completion(accounting, completion)
+    count_repaired(accounting, completion.text_repaired)
+
+
+def count_repaired(accounting: dict, count: int) -> None:
+    """Characters of text from outside (replies, tool arguments and output) replaced by U+FFFD; the key is there
+    only when some were, so records of clean runs are unchanged."""
+    if count:
+        accounting["text_repaired"] = accounting.get("text_repaired", 0) + count
 
 
 def format_tool_output(result: dict) -> str:
@@ -81,21 +90,28 @@ def format_tool_output(result: dict) -> str:
     return "\n".join(parts)
 
 
-def run_tool_call(call: dict, run_code: Callable[[str, float], dict], tool_timeout: float) -> str:
-    """Execute one tool call; malformed calls get an explanation back instead of an exception."""
+def run_tool_call(call: dict, run_code: Callable[[str, float], dict], tool_timeout: float,
+                  accounting: dict | None = None) -> str:
+    """Execute one tool call; malformed calls get an explanation back instead of an exception. Repaired
+    characters of its arguments (a JSON ``\\udc80`` escape decodes to a lone surrogate) and of its output are
+    counted in ``accounting``."""
+    accounting = accounting if accounting is not None else {}
     if call["name"] != TOOL_NAME:
         return f"error: unknown tool {call['name']!r}; the only tool is {TOOL_NAME}(code)"
     try:
-        arguments = json.loads(call["arguments"] or "{}")
+        arguments, repaired = repair_value(json.loads(call["arguments"] or "{}"))
     except ValueError as error:
         return f"error: the arguments are not valid JSON ({error}); pass {{\"code\": \"...\"}}"
+    count_repaired(accounting, repaired)
     code = arguments.get("code") if isinstance(arguments, dict) else None
     if not isinstance(code, str) or not code.strip():
         return "error: missing the 'code' argument (a string of Python source)"
     try:
-        return format_tool_output(run_code(code, tool_timeout))
+        result = run_code(code, tool_timeout)
     except Exception as error:  # a runner failure is reported to the model, not fatal to the step
         return f"error: the code could not be run: {type(error).__name__}: {error}"
+    count_repaired(accounting, int(result.get("text_repaired") or 0))
+    return format_tool_output(result)
 
 
 def finish(completion: Completion, function_name: str | None, trajectory: list[dict],
@@ -170,5 +186,5 @@ def tool_use_loop(model, trajectory: list[dict], function_name: str | None, acco
             return finish(completion, function_name, trajectory, accounting)
         for call in completion.tool_calls:
             accounting["tool_calls"] += 1
-            trajectory.append(tool_result_message(call, run_tool_call(call, run_code, tool_timeout)))
+            trajectory.append(tool_result_message(call, run_tool_call(call, run_code, tool_timeout, accounting)))
         rounds += 1

@@ -223,6 +223,8 @@ def split_verdict(result: ExecResult, outcome: split.StepOutcome, operands_bytes
                            "exec_duration": round(result.duration, 3), "operands_bytes": operands_bytes}
     if result.limit:
         out["limit"] = result.limit
+    if result.text_repaired:  # undecodable bytes of the child's stdout/stderr, shown as U+FFFD
+        out["text_repaired"] = result.text_repaired
     failure = outcome.failure
     if failure is not None:
         out.update(failed_test=failure.test, failure_kind=failure.kind)

@@ -13,6 +13,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from ...core.text import repair
 from ...models.oracle import OracleModel
 from . import script
 
@@ -64,9 +65,19 @@ class ClientSolver:
         # A client whose answer_step takes ``attempt`` is told which attempt (1-based) it answers.
         extra = {"attempt": sample_index + 1} if self.takes_attempt else {}
         try:
-            return Generated(self.client.answer_step(problem, index, previous, **extra), accounting={"model_calls": 1})
+            answer = self.client.answer_step(problem, index, previous, **extra)
         except Exception as exc:
-            return Generated(None, "model_error", f"{type(exc).__name__}: {exc}")
+            text, repaired = repair(str(exc))  # the client's words: valid UTF-8 from here on, counted
+            return Generated(None, "model_error", f"{type(exc).__name__}: {text}", accounting=counted(repaired))
+        if not isinstance(answer, str):
+            return Generated(answer, accounting={"model_calls": 1})
+        code, repaired = repair(answer)  # the code scored (and recorded) is the repaired code
+        return Generated(code, accounting={"model_calls": 1, **counted(repaired)})
+
+
+def counted(repaired: int) -> dict[str, int]:
+    """The accounting entry of characters replaced by U+FFFD: none when nothing was (records stay as they were)."""
+    return {"text_repaired": repaired} if repaired else {}
 
 
 RunPython = Callable[[str, float], dict[str, Any]]  # (source, timeout) -> {status, exit_code, stdout, stderr}
