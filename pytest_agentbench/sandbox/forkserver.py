@@ -215,8 +215,9 @@ def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, lim
         os.close(pidfd)
     if space is not None:  # first the run's namespace (its init's end kills every process in it), then the rest
         kill_pids([space.init.pid])
-    # orphans of the run were re-parented to this server (a subreaper): everything below us belongs to it
-    jail.kill_all(pid, extra_roots=[] if jail.cgroup else [os.getpid()])
+    # orphans of the run were re-parented to this server (a subreaper): everything below us belongs to it.
+    # Without a PID namespace the cgroup is not enough: an unisolated script runs as our user and may leave it.
+    jail.kill_all(pid, extra_roots=[] if jail.cgroup and space is not None else [os.getpid()])
     status = _wait_exit(pid)  # before closing the namespace: its init waits for every pid in it to be freed
     if space is not None:
         space.close()  # the namespace's init: everything still in the namespace dies with it
