@@ -12,10 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import socket
-import subprocess
-import threading
 import uuid
 from pathlib import Path
 
@@ -24,60 +21,10 @@ import pytest
 import envs_contract as contract
 from capsule_factory import build_capsule_archive
 from executor_pairs import isolation_or_skip
+from network_listeners import Listener, machine_addresses, outbound_address, user_network_or_skip
 from pytest_agentbench.envs.host import HostFactory
 
 SLIRP_GATEWAY = "10.0.2.2"
-
-
-def machine_addresses() -> list[str]:
-    """This machine's IPv4 addresses other than loopback (``ip -4 addr``)."""
-    try:
-        out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True,
-                             text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3]
-
-
-def outbound_address() -> str:
-    found = machine_addresses()
-    if not found:
-        message = "this machine has no non-loopback IPv4 address to stand in for the internet"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true: {message}")
-        pytest.skip(message)
-    return found[0]
-
-
-def user_network_or_skip() -> None:
-    if shutil.which("slirp4netns") is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI=true and slirp4netns is not installed (apt-get install -y slirp4netns)")
-        pytest.skip("slirp4netns is not installed")
-
-
-class Listener:
-    """A listening socket on this machine that greets and counts whoever connects."""
-
-    def __init__(self, family: int, address) -> None:
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
-        self.sock.bind(address)
-        self.sock.listen(8)
-        self.accepted = 0
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            conn.sendall(b"HELLO")
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture
