@@ -180,3 +180,41 @@ def test_a_daemon_of_one_step_is_gone_when_the_next_step_runs(daemon_run, execut
     assert watcher.saw_step, "the watcher never saw step 1.2's script run"
     assert not watcher.overlaps, f"the daemon of step 1.1 was alive while step 1.2 ran: pids {watcher.overlaps[0]}"
     assert not live_by_name(GHOST)[GHOST], "the daemon of step 1.1 is alive after the run"
+
+
+# A process made with clone(CLONE_PARENT) is the child of the script's parent (the fork server, the launcher),
+# though it lives in the run's PID namespace: the namespace's end waited for its parent to reap it, and the
+# fork server, waiting for that end, hung until the client gave up on it (EXECUTOR_DIED, the step failed).
+CLONE_PARENT_SCRIPT = '''
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+pid = libc.syscall(56, 0x00008000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT | SIGCHLD) on x86_64
+if pid == 0:
+    libc.prctl(15, b"@GHOST@", 0, 0, 0)
+    while True:
+        time.sleep(0.05)
+time.sleep(0.3)
+print("made", pid > 0)
+'''
+
+
+@pytest.fixture(scope="module", params=["isolated", "not-isolated"])
+def executors(request):
+    from executor_pairs import executor_pair
+    from pytest_agentbench.sandbox.isolation import NO_ISOLATION
+
+    if request.param == "isolated":
+        isolation_or_skip()
+    yield from executor_pair(None if request.param == "isolated" else NO_ISOLATION, preload=("numpy",))
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the raw clone call of the script is x86_64's")
+@pytest.mark.parametrize("kind", ["fork", "subprocess"])
+def test_a_clone_parent_process_ends_with_its_step_and_the_step_with_it(executors, kind):
+    from pytest_agentbench.sandbox.limits import Limits
+
+    started = time.monotonic()
+    result = executors[kind].run(CLONE_PARENT_SCRIPT.replace("@GHOST@", GHOST), Limits(timeout=30))
+    assert (result.exit_code, result.stdout.strip()) == (0, "made True"), result.stderr
+    assert time.monotonic() - started < 20, "the run waited for its own end"
+    assert not live_by_name(GHOST)[GHOST], "the clone(CLONE_PARENT) process outlived its step"
