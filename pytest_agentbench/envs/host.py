@@ -384,8 +384,8 @@ class Holder:
 
 class UserNetwork:
     """slirp4netns serving the network namespace of the process ``pid``: a tap device with a default route
-    through a user-mode TCP/IP stack of this process's namespace, so connections leave as ordinary sockets of
-    the controller. ``--disable-host-loopback``: its gateway address (10.0.2.2) does not lead to this machine's
+    through a user-mode TCP/IP stack in this machine's namespace, so connections leave as ordinary sockets of
+    the machine. ``--disable-host-loopback``: its gateway address (10.0.2.2) does not lead to this machine's
     loopback. It ends when its exit pipe closes (``close``, or the controller's end)."""
 
     def __init__(self, pid: int, timeout: float = 30.0) -> None:
@@ -396,7 +396,9 @@ class UserNetwork:
         self.exit_read, self.exit_write = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [program, "--configure", "--mtu=65520", "--disable-host-loopback", f"--ready-fd={ready_write}",
+                # --enable-sandbox: it runs in a mount namespace of its own, without capabilities but binding ports
+                [program, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                 f"--ready-fd={ready_write}",
                  f"--exit-fd={self.exit_read}", str(pid), "tap0"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                 pass_fds=[ready_write, self.exit_read], start_new_session=True)
