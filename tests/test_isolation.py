@@ -15,6 +15,7 @@ import pytest
 
 from bench_runs import SHARED_DATA
 from executor_pairs import KINDS, executor_pair, isolation_or_skip, process_with, wait_gone
+from network_listeners import Listener, outbound_address, user_network_or_skip
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.envs.host import HostFactory
 from pytest_agentbench.sandbox.forkserver import ForkServer
@@ -272,15 +273,22 @@ def workspace(tmp_path) -> Path:
 
 def check_hidden_and_unseen_but_online(env, hidden_data: Path, listener: int) -> None:
     """What every isolated host environment command gets: no private data, no sight of the controller (this
-    pytest process), but the network."""
+    pytest process) nor of its loopback listeners, but outbound network (test_host_network.py tries every way)."""
     assert env.run(f"ls {hidden_data} | wc -l; cat {hidden_data}/answers.json || true", 30).stdout.split()[0] == "0"
     seen = env.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", 30).stdout
     assert "test_isolation.py" not in seen
-    probe_net = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {listener}), 5); print('net')\""
-    assert env.run(probe_net, 30).stdout.strip() == "net"
+    user_network_or_skip()
+    outbound = Listener(socket.AF_INET, (outbound_address(), 0))
+    try:
+        for (host, port), expected in (((outbound_address(), outbound.sock.getsockname()[1]), "net"),
+                                       (("127.0.0.1", listener), "")):
+            probe_net = f"python3 -c \"import socket; socket.create_connection(('{host}', {port}), 5); print('net')\""
+            assert env.run(probe_net, 30).stdout.strip() == expected, (host, port)
+    finally:
+        outbound.close()
 
 
-def test_host_environment_commands_are_isolated_but_keep_the_network(isolation, workspace, hidden_data, listener):
+def test_host_environment_commands_are_isolated_with_outbound_network_only(isolation, workspace, hidden_data, listener):
     with HostFactory(hidden=[str(hidden_data)], isolation=isolation).start(workspace) as env:
         assert env.run("id -u; touch made.txt && echo written", 30).stdout.split() == [str(SANDBOX_UID), "written"]
         assert env.run(f"echo x > {REPO}/agentbench-escape.txt", 30).exit_code != 0

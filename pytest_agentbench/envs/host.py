@@ -12,7 +12,11 @@ the environment starts, so background jobs live on between commands and die at `
 command runs in a bwrap sandbox joined to it, as uid 65534 without capabilities, with a read-only
 view of the file system except the workspace and the environment's private home and /tmp, without
 sight of the run's private folders (data dir, cache, reports) or of any process outside the
-environment. The network stays (agents install packages). Started with ``workdir=PATH`` (CORE-Bench's
+environment. The environment has its own network namespace (``--bench-host-network``): ``user`` (default)
+gives outbound access through a user-mode network stack (slirp4netns, its mapping of the gateway to this
+machine's loopback turned off), so agents can install packages but reach none of this machine's loopback
+listeners nor its abstract unix sockets (those belong to a network namespace); ``none`` gives only the
+namespace's own loopback. Started with ``workdir=PATH`` (CORE-Bench's
 ``--bench-workspace-root``), the sandboxes see the item's own host folder at ``PATH`` (and only
 there): each sandbox has its own mount namespace, so items running at once at the same ``PATH`` never
 share a folder. Without isolation the commands run as the same user, see the whole file system and
@@ -21,6 +25,7 @@ work in the host folder itself (``workdir_note`` says that ``PATH`` was not appl
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -36,6 +41,7 @@ from typing import Any, Sequence
 
 from ..sandbox.executors import run_python
 from ..core.data import secret_path
+from ..core.errors import ConfigError
 from ..sandbox.isolation import (MOUNT_RACE_TRIES, SANDBOX_UID, Isolation, bwrap_argv, check_relocation_target,
                                  give_to_sandbox_user, mount_race, private_homes, probe, sandbox_visible_folders)
 from ..sandbox.jail import ProcessJail, group_members, kill_group, kill_tree, proc_table
@@ -48,6 +54,10 @@ from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, EnvE
 DEFAULT_MEMORY = 8 << 30  # RLIMIT_AS of a command: generous, agents install and run real code
 DEFAULT_PROCESSES = 1024
 KERNEL_FOLDERS = ("/proc", "/sys", "/dev")  # the sandbox's own: the controller's are not what the agent saw
+HOST_NETWORKS = ("user", "none")  # --bench-host-network: outbound through slirp4netns, or no network at all
+USER_NETWORK_STACK = "slirp4netns"
+USER_NETWORK_HINT = "install it, e.g. apt-get install -y slirp4netns, or pass --bench-host-network=none"
+SLIRP_DNS = "10.0.2.3"  # slirp4netns's resolver address in the namespace (its gateway 10.0.2.2 maps to nothing here)
 
 # Between the plugin and bash: joins the cgroup, applies the rlimits, then becomes bash (no preexec_fn
 # in a threaded pytest process); under isolation it becomes bwrap, which starts INNER in the sandbox.
@@ -56,6 +66,13 @@ import json, os, sys
 spec = json.loads(sys.argv[1])
 from pytest_agentbench.sandbox.limits import enter_jail
 enter_jail(spec)
+if spec.get("netns_fd") is not None:  # the environment's network namespace (bwrap has no option to join one)
+    from pytest_agentbench.sandbox.isolation import CLONE_NEWNET, CLONE_NEWUSER, setns
+    if spec.get("userns_fd") is not None:  # (a user: first its user namespace, which owns the network's)
+        setns(spec["userns_fd"], CLONE_NEWUSER)
+        os.close(spec["userns_fd"])
+    setns(spec["netns_fd"], CLONE_NEWNET)
+    os.close(spec["netns_fd"])
 if spec.get("sandbox"):
     argv = spec["sandbox"] + [sys.executable, "-S", "-c", spec["inner"], json.dumps(spec)]
     os.execv(argv[0], argv)
@@ -92,9 +109,10 @@ class HostEnvironment(Environment):
                  output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
                  gpus: str | None = None, executor: str = "fork",
                  python_memory: int | None = DEFAULT_MEMORY_LIMIT, isolation: Isolation | None = None,
-                 hidden: Sequence[str] = (), workdir: str | None = None) -> None:
+                 hidden: Sequence[str] = (), workdir: str | None = None, network: str = "user") -> None:
         """``workdir``: where the commands see the workspace (None: at its host path); applied under
-        isolation only, else ``workdir_note`` says why not."""
+        isolation only, else ``workdir_note`` says why not. ``network`` (isolated only): ``user`` or ``none``
+        (see ``HOST_NETWORKS``)."""
         super().__init__(workspace, keep_workspace=keep_workspace, name=name)
         if not self.workspace.is_dir():
             raise EnvError(f"workspace {self.workspace} is not a folder; prepare it before starting the environment")
@@ -135,7 +153,8 @@ class HostEnvironment(Environment):
             self.view = self._sandbox_view(relocated)
             try:
                 self.holder = Holder(self.isolation, workspace=self.workspace, private=self.private,
-                                     hidden=hidden, gpus=gpus, workdir=self.workdir if relocated else None)
+                                     hidden=hidden, gpus=gpus, workdir=self.workdir if relocated else None,
+                                     network=network)
             except BaseException:
                 self._release()
                 raise
@@ -176,7 +195,8 @@ class HostEnvironment(Environment):
         spec = {"limits": asdict(self._limits(timeout)), "env": self.env, "command": command,
                 "bash": self.bash, "cwd": str(cwd), "cgroup": str(self.jail.cgroup) if self.jail.cgroup else ""}
         if self.holder is not None:
-            spec.update(sandbox=self.holder.command_prefix(), inner=INNER, isolation=self.isolation.mode)
+            spec.update(sandbox=self.holder.command_prefix(), inner=INNER, isolation=self.isolation.mode,
+                        netns_fd=self.holder.netns_fd, userns_fd=self.holder.userns_fd)
         launcher_env = dict(self.env, PYTHONPATH=package_parent())
         started = time.monotonic()
         with open(out, "wb") as out_fh, open(err, "wb") as err_fh:
@@ -259,30 +279,47 @@ class HostEnvironment(Environment):
 
 
 class Holder:
-    """The PID (and, for a user, user) namespace of one isolated host environment.
+    """The PID, network (and, for a user, user) namespaces of one isolated host environment.
 
     A bwrap sandbox running ``sleep infinity``: every command's sandbox joins its namespaces, so
     background jobs outlive their command, and ``close`` (killing it) ends them all at once. Every
     sandbox (the holder's and each command's) has its own mount namespace with the same layout: the
-    workspace at its host path, or at ``workdir`` when given."""
+    workspace at its host path, or at ``workdir`` when given. The network namespace is the holder's own
+    (bwrap --unshare-net): with ``network="user"`` a slirp4netns process gives it outbound access (see
+    ``UserNetwork``); with ``"none"`` it has only its own loopback."""
 
     def __init__(self, isolation: Isolation, *, workspace: Path, private: Path, hidden: Sequence[str],
-                 gpus: str | None, workdir: str | None = None) -> None:
+                 gpus: str | None, workdir: str | None = None, network: str = "user") -> None:
+        if network not in HOST_NETWORKS:
+            raise EnvError(f"unknown host network {network!r} (--bench-host-network); valid: {', '.join(HOST_NETWORKS)}")
         self.isolation = isolation
+        self.network = network
+        self.user_network: UserNetwork | None = None
+        self.netns_fd: int | None = None
+        self.userns_fd: int | None = None
         if isolation.mode == "root":  # commands run as uid 65534: the workspace and private folders become theirs
             for folder in (workspace, private / "home", private / "tmp"):
                 give_to_sandbox_user(folder)
         devices = sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")) if gpus else []
         writable = [str(private / "home")] + ([] if workdir else [str(workspace)])
-        self.layout = dict(network=True, writable=writable, tmp=str(private / "tmp"), hidden=list(hidden),
+        self.layout = dict(writable=writable, tmp=str(private / "tmp"), hidden=list(hidden),
                            devices=devices, relocated=[(str(workspace), workdir)] if workdir else [])
+        self.resolver = private / "resolv.conf"  # the commands' resolver: slirp4netns's, not this machine's
+        self.resolver.write_text(f"nameserver {SLIRP_DNS}\n")
+        self.resolver.chmod(0o644)
         self.fds: list[int] = []
         for attempt in range(MOUNT_RACE_TRIES):
             problem = self._start()
             if problem is None:  # every command's sandbox: the same layout, in the holder's namespaces
                 try:
-                    self.prefix = self._argv(pidns_fd=self.fds[0],
-                                             userns_fd=self.fds[1] if len(self.fds) > 1 else None)
+                    if network == "user":
+                        self.user_network = UserNetwork(self.sandbox_pid)
+                    # network=True: the command's bwrap keeps the network namespace its launcher joined, the
+                    # holder's. A user's launcher has joined the holder's user namespace first (to be allowed
+                    # into its network namespace), as its uid 0: there bwrap runs as it does for root.
+                    prefix = self._argv(pidns_fd=self.fds[0], network=True,
+                                        isolation=dataclasses.replace(isolation, mode="root"))
+                    self.prefix = prefix[:-2] + ["--ro-bind", str(self.resolver), "/etc/resolv.conf"] + prefix[-2:]
                 except BaseException:
                     self.close()
                     raise
@@ -291,9 +328,9 @@ class Holder:
                 raise EnvError(f"could not start the isolated host environment: {problem}")
             time.sleep(0.2 * (attempt + 1))  # a mount vanished while bwrap copied the table: try again
 
-    def _argv(self, **namespaces: int | None) -> list[str]:
+    def _argv(self, network: bool = False, isolation: Isolation | None = None, **namespaces: int | None) -> list[str]:
         try:
-            return bwrap_argv(self.isolation, **namespaces, **self.layout)
+            return bwrap_argv(isolation or self.isolation, network=network, **namespaces, **self.layout)
         except ValueError as exc:  # a layout the sandbox cannot have (e.g. a folder it cannot list)
             raise EnvError(f"cannot start the isolated host environment: {exc}") from None
 
@@ -313,9 +350,11 @@ class Holder:
             with os.fdopen(read, "rb") as fh:
                 info = json.loads(fh.read() or b"{}")
             child = info["child-pid"]
-            self.fds = [os.open(f"/proc/{child}/ns/pid", os.O_RDONLY)]
+            self.fds = [os.open(f"/proc/{child}/ns/pid", os.O_RDONLY), os.open(f"/proc/{child}/ns/net", os.O_RDONLY)]
+            self.netns_fd, self.sandbox_pid = self.fds[1], child
             if self.isolation.mode == "userns":
                 self.fds.append(os.open(f"/proc/{child}/ns/user", os.O_RDONLY))
+                self.userns_fd = self.fds[2]
         except (OSError, KeyError, ValueError) as exc:
             self.proc.kill()
             _, err = self.proc.communicate()
@@ -335,9 +374,73 @@ class Holder:
         self.proc.wait()
         if self.proc.stderr is not None:
             self.proc.stderr.close()
+        if self.user_network is not None:
+            self.user_network.close()
+            self.user_network = None
         for fd in self.fds:
             os.close(fd)
         self.fds = []
+        self.netns_fd = self.userns_fd = None
+
+
+class UserNetwork:
+    """slirp4netns serving the network namespace of the process ``pid``: a tap device with a default route
+    through a user-mode TCP/IP stack in this machine's namespace, so connections leave as ordinary sockets of
+    the machine. ``--disable-host-loopback``: its gateway address (10.0.2.2) does not lead to this machine's
+    loopback. It ends when its exit pipe closes (``close``, or the controller's end)."""
+
+    def __init__(self, pid: int, timeout: float = 30.0) -> None:
+        program = shutil.which(USER_NETWORK_STACK)
+        if program is None:
+            raise EnvError(f"the host environment's outbound network needs {USER_NETWORK_STACK}: {USER_NETWORK_HINT}")
+        ready_read, ready_write = os.pipe()
+        self.exit_read, self.exit_write = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                # --enable-sandbox: it runs in a mount namespace of its own, without capabilities but binding ports
+                [program, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                 f"--ready-fd={ready_write}",
+                 f"--exit-fd={self.exit_read}", str(pid), "tap0"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                pass_fds=[ready_write, self.exit_read], start_new_session=True)
+        finally:
+            os.close(ready_write)
+            os.close(self.exit_read)
+        with os.fdopen(ready_read, "rb") as fh:  # "1" once the device is configured; EOF if it failed
+            ready = fh.read(1)
+        if ready != b"1":
+            self.close()
+            raise EnvError(f"{USER_NETWORK_STACK} could not give the host environment its network: "
+                           f"{self.error or 'no reason given'}")
+
+    def close(self) -> None:
+        if self.exit_write is not None:
+            os.close(self.exit_write)  # asks it to exit
+            self.exit_write = None
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.error = self.proc.stderr.read().decode(errors="replace").strip()[-500:] if self.proc.stderr else ""
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+def check_host_network(network: str, isolation: Isolation, needed: bool = True) -> None:
+    """Refuse a run whose host environment needs the user-mode network stack when it is not installed
+    (``needed``: a real model runs; the oracle runs no command)."""
+    if network == "user" and needed and isolation.active and shutil.which(USER_NETWORK_STACK) is None:
+        raise ConfigError(f"--bench-host-network=user: the host environment's outbound network needs "
+                          f"{USER_NETWORK_STACK}, which is not installed; {USER_NETWORK_HINT}")
+
+
+def describe_host_network(network: str) -> str:
+    """The network part of the host environment's isolation line."""
+    if network == "none":
+        return "own network namespace without network"
+    return (f"own network namespace, outbound through {USER_NETWORK_STACK} (no way to this machine's loopback "
+            f"or abstract sockets)")
 
 
 def run_tool_script(source: str, timeout: float, *, executor: str, memory: int | None,
@@ -356,8 +459,13 @@ class HostFactory(EnvFactory):
     def __init__(self, *, keep_workspaces: bool = False, gpus: str | None = None,
                  memory: int | None = DEFAULT_MEMORY, executor: str = "fork",
                  python_memory: int | None = DEFAULT_MEMORY_LIMIT, hidden: Sequence[str] = (),
-                 isolation: Isolation | None = None) -> None:
-        """``hidden``: folders no command or tool script may see (the data dir, the cache, the reports)."""
+                 isolation: Isolation | None = None, network: str = "user") -> None:
+        """``hidden``: folders no command or tool script may see (the data dir, the cache, the reports);
+        ``network``: the isolated commands' network, ``user`` or ``none`` (``HOST_NETWORKS``)."""
+        if network not in HOST_NETWORKS:
+            raise ConfigError(f"unknown host network {network!r} (--bench-host-network); valid: "
+                              f"{', '.join(HOST_NETWORKS)}")
+        self.network = network
         self.keep_workspaces = keep_workspaces
         self.gpus = gpus
         self.memory = memory
@@ -374,14 +482,15 @@ class HostFactory(EnvFactory):
             raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
         return HostEnvironment(workspace, keep_workspace=self.keep_workspaces, name=name, gpus=self.gpus,
                                memory=self.memory, executor=self.executor, python_memory=self.python_memory,
-                               isolation=self.isolation, hidden=self.hidden, workdir=workdir)
+                               isolation=self.isolation, hidden=self.hidden, workdir=workdir, network=self.network)
 
     def describe_isolation(self) -> str:
         if not self.isolation.active:
             return self.isolation.describe()
         how = "privileged" if self.isolation.mode == "root" else "user namespace"
         return (f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, system folders only (read-only) and the "
-                f"workspace, one PID namespace per item, data dir, cache and reports hidden, network kept")
+                f"workspace, one PID namespace per item, data dir, cache and reports hidden, "
+                f"{describe_host_network(self.network)}")
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
         """A tool script on the host: the sandbox's executor and memory limit, like a scoring script."""

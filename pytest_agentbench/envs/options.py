@@ -9,7 +9,7 @@ from ..sandbox.limits import DEFAULT_MEMORY_LIMIT
 from ..sandbox.options import limits_from, private_paths
 from .base import EnvFactory
 from .docker import DEFAULT_IMAGE, DEFAULT_NETWORK, DockerFactory
-from .host import HostFactory
+from .host import HOST_NETWORKS, HostFactory
 
 ENV_KINDS = ("host", "docker")
 DEFAULT_ENV_MEMORY = 8 << 30
@@ -28,6 +28,11 @@ ENV_OPTIONS = (
            help="GPUs for items that need one: all, or comma-separated device ids. Without it such items are skipped."),
     Option("env_memory", "--bench-env-memory", kind="size", default=DEFAULT_ENV_MEMORY, ini="agentbench_env_memory",
            help="memory limit of an environment (docker mem_limit; address-space limit of a host command), e.g. 8g."),
+    Option("host_network", "--bench-host-network", kind="choice", choices=HOST_NETWORKS, default="user",
+           ini="agentbench_host_network",
+           help="network of the isolated host environment's commands, in a network namespace of their own: user "
+                "(default; outbound access through slirp4netns, none to this machine's loopback listeners or "
+                "abstract unix sockets) or none (no network)."),
     Option("keep_workspaces", "--bench-keep-workspaces", kind="bool", default=False, ini="agentbench_keep_workspaces",
            help="keep each item's workspace folder after the run (its path is in the record)."),
 )
@@ -37,7 +42,8 @@ def env_settings(opts: Mapping[str, Any], default: str = "host") -> dict[str, An
     """The environment part of resolved settings, as plain values (for records and reports); ``default``
     is the environment when ``--bench-env`` is not given (the benchmark's choice)."""
     return {"env": opts["env"] or default, "docker_image": opts["docker_image"], "docker_network": opts["docker_network"],
-            "gpus": opts["gpus"] or None, "memory": opts["env_memory"], "keep_workspaces": bool(opts["keep_workspaces"])}
+            "gpus": opts["gpus"] or None, "memory": opts["env_memory"], "keep_workspaces": bool(opts["keep_workspaces"]),
+            "host_network": opts.get("host_network") or "user"}
 
 
 def build_env(opts: Mapping[str, Any], default: str = "host") -> EnvFactory:
@@ -58,4 +64,5 @@ def build_env(opts: Mapping[str, Any], default: str = "host") -> EnvFactory:
                           f"valid: {', '.join(ENV_KINDS)}")
     python = limits_from(opts, timeout=1.0).memory if "memory_limit" in opts else DEFAULT_MEMORY_LIMIT
     return HostFactory(keep_workspaces=settings["keep_workspaces"], gpus=settings["gpus"], memory=settings["memory"],
-                       executor=opts.get("executor", "fork"), python_memory=python, hidden=private_paths(opts))
+                       executor=opts.get("executor", "fork"), python_memory=python, hidden=private_paths(opts),
+                       network=settings["host_network"])

@@ -69,9 +69,11 @@ spec = json.loads(sys.argv[1])
 if spec.get("isolation"):
     from pytest_agentbench.sandbox.isolation import enter_isolated_jail
     enter_isolated_jail(spec)
-else:
+else:  # no PID namespace: a subreaper, so whatever the script orphans stays ours to end
     from pytest_agentbench.sandbox.limits import enter_jail
+    from pytest_agentbench.sandbox.jail import become_subreaper, end_descendants
     enter_jail(spec)
+    become_subreaper()
 if spec.get("isolation"):  # alone in the run's PID namespace: its end ends every process of the run
     from pytest_agentbench.sandbox.jail import trace_me, wait_ending_namespace
 pid = os.fork()
@@ -83,6 +85,7 @@ if spec.get("isolation"):
     status = wait_ending_namespace(pid)
 else:
     _, status = os.waitpid(pid, 0)
+    end_descendants()
 if spec.get("status_fd") is not None:  # under bwrap our own exit status does not reach the executor as is
     os.write(spec["status_fd"], status.to_bytes(4, "little", signed=True))
 if os.WIFSIGNALED(status):

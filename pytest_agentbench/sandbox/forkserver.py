@@ -215,11 +215,12 @@ def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, lim
         os.close(pidfd)
     if space is not None:  # first the run's namespace (its init's end kills every process in it), then the rest
         kill_pids([space.init.pid])
-    # orphans of the run were re-parented to this server (a subreaper): everything below us belongs to it
-    jail.kill_all(pid, extra_roots=[] if jail.cgroup else [os.getpid()])
+    # orphans of the run were re-parented to this server (a subreaper): everything below us belongs to it.
+    # Without a PID namespace the cgroup is not enough: an unisolated script runs as our user and may leave it.
+    jail.kill_all(pid, extra_roots=[] if jail.cgroup and space is not None else [os.getpid()])
     status = _wait_exit(pid)  # before closing the namespace: its init waits for every pid in it to be freed
     if space is not None:
-        space.close()  # the namespace's init: everything still in the namespace dies with it
+        _close_namespace(space)  # the namespace's init: everything still in the namespace dies with it
     _reap_orphans()
     processes_hit = processes_hit or jail.hit_process_limit()
     jail.close()
@@ -259,6 +260,15 @@ def _wait_exit(pid: int) -> int:
         if not os.WIFSTOPPED(status):
             return status
         continue_traced(pid, status, False, lambda: None)
+
+
+def _close_namespace(space: RunNamespace) -> None:
+    """Kill the run namespace's init and wait for its end, reaping our other children meanwhile: a process
+    of the run made with clone(CLONE_PARENT) is our child, and the init's end waits until it is reaped."""
+    space.init.kill()
+    while space.init.poll() is None:
+        _reap_orphans()
+        time.sleep(0.0005)
 
 
 def _reap_orphans() -> None:

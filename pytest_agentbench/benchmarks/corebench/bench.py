@@ -49,7 +49,8 @@ class CoreBench(Benchmark):
         if settings["docker_dind"] and settings["env"] != "docker":
             raise ConfigError("--bench-docker-dind runs medium items in a privileged Docker container: "
                               "add --bench-env=docker (and an image with docker.io, --bench-docker-image)")
-        settings["isolation"] = describe_isolation({**settings, "model": opts.get("model")})
+        settings["isolation"] = describe_isolation({**settings, "model": opts.get("model"),
+                                                    "host_network": opts.get("host_network")})
         custom = opts["dataset_path"]
         settings["dataset_revision"] = dataset.dataset_revision(Path(custom) if custom else None)
         return settings

@@ -131,9 +131,13 @@ def describe_isolation(settings: Mapping[str, Any]) -> str:
         return "docker container (the engine's isolation)"
     from ...sandbox.isolation import probe  # why: probing runs bwrap once; only a host run needs it
 
+    from ...envs.host import check_host_network, describe_host_network  # why: with the probe, host runs only
+
     found = probe()
     if found.active:
-        return found.describe()
+        network = settings.get("host_network") or "user"
+        check_host_network(network, found)  # (the oracle returned above: it runs no command)
+        return f"{found.describe()}; agent commands: {describe_host_network(network)}"
     # the workspace root is a path in the sandbox's own mount namespace: without one it cannot be had
     return (f"{found.describe()}; workspace root {settings.get('workspace_root', DEFAULT_WORKSPACE_ROOT)} "
             f"not applied: commands run in each item's own host folder, which prompts and records name")

@@ -1,0 +1,220 @@
+"""Issue 21 point 2: every process a SciCode step starts ends when the step ends, wherever it moved itself.
+
+Step 1.1's answer starts a daemon when its function is called by the step's test: it double-forks, calls
+``setsid``, leaves the run's cgroup where it can (unisolated it runs as the controller's user), renames
+itself (``prctl(PR_SET_NAME)`` and ``/proc/self/comm``) and sleeps. Step 1.2's answer scans ``/proc`` for
+that name at import (before any function of step 1.1 is called again: a step's script holds the code of the
+steps before it) and returns the wrong value when it finds it, so the step's verdict says whether the
+daemon outlived step 1.1; then it renames itself too and waits a moment. Under isolation the step sees only
+its own PID namespace, so this test also watches the machine's /proc during the run: the daemon must never
+be alive while step 1.2's script is. Zombies are not alive (they run nothing; their parent has not reaped
+them yet). Under both executors, with isolation on and off (``AGENTBENCH_ISOLATION=off``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench_runs import read_jsonl, run_dirs
+from executor_pairs import isolation_or_skip
+from scicode_builders import CLOSE, TARGETS, problem, step, write_dataset
+
+GHOST = "agb" + uuid.uuid4().hex[:10]  # the daemon's name (15 bytes at most: the kernel's comm length)
+WATCHED = GHOST[:-1] + "-"  # the name step 1.2's script takes while it runs
+
+STARTS_DAEMON = '''
+import ctypes, os, time
+def add(a, b):
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            for procs in ("/sys/fs/cgroup/pids/cgroup.procs", "/sys/fs/cgroup/unified/cgroup.procs",
+                          "/sys/fs/cgroup/cgroup.procs"):
+                try:  # out of the run's cgroup (only an existing cgroup file: never create one)
+                    fd = os.open(procs, os.O_WRONLY)
+                    os.write(fd, str(os.getpid()).encode())
+                    os.close(fd)
+                except OSError:
+                    pass
+            ctypes.CDLL(None).prctl(15, b"@GHOST@", 0, 0, 0)  # PR_SET_NAME
+            try:
+                with open("/proc/self/comm", "w") as fh:
+                    fh.write("@GHOST@")
+            except OSError:
+                pass
+            os.closerange(0, 3)
+            while True:
+                time.sleep(0.05)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    time.sleep(0.3)  # the daemon is renamed and settled before the step ends
+    return a + b
+'''
+
+FINDS_DAEMON = '''
+import ctypes, os, time
+def _ghosts():
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    stat = fh.read()
+                if stat[stat.rfind(")") + 2] != "Z" and stat[stat.find("(") + 1:stat.rfind(")")] == "@GHOST@":
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+_FOUND = _ghosts()
+print("ghosts:", _FOUND, flush=True)
+ctypes.CDLL(None).prctl(15, b"@WATCHED@", 0, 0, 0)  # the machine-wide watcher knows step 1.2 runs now
+time.sleep(1.0)
+def twice(a):
+    return 2 * a + (1000 if _FOUND else 0)
+'''
+
+MODEL = '''
+import json, os
+import pytest
+
+class Daemons:
+    name = "daemons"
+    is_oracle = False
+
+    def answer_step(self, problem, index, previous_code):
+        step = problem["sub_steps"][index]
+        answers = json.loads(os.environ["DAEMON_ANSWERS"])
+        return answers.get(step["step_number"], step["ground_truth_code"])
+
+@pytest.fixture(scope="session")
+def bench_model():
+    return Daemons()
+'''
+
+
+def live_by_name(*names: str) -> dict[str, list[int]]:
+    """Live (not zombie) processes of this machine with one of ``names``, by name."""
+    found: dict[str, list[int]] = {name: [] for name in names}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.find("(") + 1:stat.rfind(")")]
+            if name in found and stat[stat.rfind(")") + 2] != "Z":
+                found[name].append(int(entry))
+    return found
+
+
+class Watcher:
+    """Polls the machine's /proc while a run goes on: was the daemon ever alive while step 1.2's script was?"""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.overlaps: list[list[int]] = []
+        self.saw_step = False
+        self.thread = threading.Thread(target=self.watch, daemon=True)
+
+    def watch(self) -> None:
+        while not self.stop.is_set():
+            found = live_by_name(GHOST, WATCHED)
+            if found[WATCHED]:
+                self.saw_step = True
+                if found[GHOST]:
+                    self.overlaps.append(found[GHOST])
+            time.sleep(0.02)
+
+
+@pytest.fixture
+def daemon_run(pytester, bench, shared_data, monkeypatch):
+    pytester.makeconftest(MODEL)
+    problems = [problem("1", [step("1.1", "def add(a, b):\n    return a + b", [CLOSE.format(call="add(1, 2)")]),
+                              step("1.2", "def twice(a):\n    return 2 * a", [CLOSE.format(call="twice(3)")])])]
+    data, h5 = write_dataset(pytester.path, shared_data, targets={n: TARGETS[n] for n in ("1.1", "1.2")},
+                             problems=problems)
+    answers = {"1.1": STARTS_DAEMON.replace("@GHOST@", GHOST),
+               "1.2": FINDS_DAEMON.replace("@GHOST@", GHOST).replace("@WATCHED@", WATCHED)}
+    monkeypatch.setenv("DAEMON_ANSWERS", json.dumps(answers))
+
+    def run(executor: str, isolated: bool):
+        if isolated:
+            isolation_or_skip()
+            monkeypatch.delenv("AGENTBENCH_ISOLATION", raising=False)
+        else:
+            monkeypatch.setenv("AGENTBENCH_ISOLATION", "off")
+        watcher = Watcher()
+        watcher.thread.start()
+        try:
+            result = bench("--bench=scicode", "--bench-split=validation", "--model=daemons", f"--bench-data-dir={data}",
+                           f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-timeout=30",
+                           f"--bench-executor={executor}", subprocess=True)
+        finally:
+            watcher.stop.set()
+            watcher.thread.join()
+        runs = run_dirs(pytester.path)
+        assert runs, f"the run wrote no records:\n{result.stdout.str()[-3000:]}\n{result.stderr.str()[-3000:]}"
+        return {r["id"]: r for r in read_jsonl(runs[-1] / "steps.jsonl")}, watcher
+
+    yield run
+    for pid in live_by_name(GHOST)[GHOST]:  # what a failed check left running
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["isolated", "not-isolated"])
+@pytest.mark.parametrize("executor", ["fork", "subprocess"])
+def test_a_daemon_of_one_step_is_gone_when_the_next_step_runs(daemon_run, executor, isolated):
+    records, watcher = daemon_run(executor, isolated)
+    first, second = records["1.1"], records["1.2"]
+    assert first["status"] == "pass", first  # the daemon really started (its step ran to its end)
+    assert "ghosts: []" in (second.get("stdout") or ""), second
+    assert second["status"] == "pass", second
+    assert watcher.saw_step, "the watcher never saw step 1.2's script run"
+    assert not watcher.overlaps, f"the daemon of step 1.1 was alive while step 1.2 ran: pids {watcher.overlaps[0]}"
+    assert not live_by_name(GHOST)[GHOST], "the daemon of step 1.1 is alive after the run"
+
+
+# A process made with clone(CLONE_PARENT) is the child of the script's parent (the fork server, the launcher),
+# though it lives in the run's PID namespace: the namespace's end waited for its parent to reap it, and the
+# fork server, waiting for that end, hung until the client gave up on it (EXECUTOR_DIED, the step failed).
+CLONE_PARENT_SCRIPT = '''
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+pid = libc.syscall(56, 0x00008000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT | SIGCHLD) on x86_64
+if pid == 0:
+    libc.prctl(15, b"@GHOST@", 0, 0, 0)
+    while True:
+        time.sleep(0.05)
+time.sleep(0.3)
+print("made", pid > 0)
+'''
+
+
+@pytest.fixture(scope="module", params=["isolated", "not-isolated"])
+def executors(request):
+    from executor_pairs import executor_pair
+    from pytest_agentbench.sandbox.isolation import NO_ISOLATION
+
+    if request.param == "isolated":
+        isolation_or_skip()
+    yield from executor_pair(None if request.param == "isolated" else NO_ISOLATION, preload=("numpy",))
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the raw clone call of the script is x86_64's")
+@pytest.mark.parametrize("kind", ["fork", "subprocess"])
+def test_a_clone_parent_process_ends_with_its_step_and_the_step_with_it(executors, kind):
+    from pytest_agentbench.sandbox.limits import Limits
+
+    started = time.monotonic()
+    result = executors[kind].run(CLONE_PARENT_SCRIPT.replace("@GHOST@", GHOST), Limits(timeout=30))
+    assert (result.exit_code, result.stdout.strip()) == (0, "made True"), result.stderr
+    assert time.monotonic() - started < 20, "the run waited for its own end"
+    assert not live_by_name(GHOST)[GHOST], "the clone(CLONE_PARENT) process outlived its step"
