@@ -174,6 +174,9 @@ def test_gpu_units_go_to_the_gpu_worker_before_cost_order():
     assert gpu <= set(ran(gpu_worker, CAPSULES)) and not gpu & set(ran(cpu, CAPSULES))
     assert sorted(ran(cpu, CAPSULES) + ran(gpu_worker, CAPSULES)) == sorted(CAPSULES)  # each once
     assert cpu.shutting_down and gpu_worker.shutting_down and sched.tests_finished
+    for worker in (cpu, gpu_worker):  # they finish and leave, in either order: the session still ends
+        assert sched.remove_node(worker) is None
+        assert sched.tests_finished and not sched.has_pending
 
 
 def test_without_a_gpu_worker_gpu_units_still_go_somewhere():

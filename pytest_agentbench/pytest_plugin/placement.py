@@ -57,7 +57,9 @@ class PlacementScheduling:
 
     @property
     def collection_is_completed(self) -> bool:
-        return len(self.collections) >= self.numnodes
+        # once scheduled it stays complete: workers that finish leave, and xdist ends the session only when
+        # ``tests_finished`` (which needs this) holds after an event
+        return self.collection is not None or len(self.collections) >= self.numnodes
 
     @property
     def tests_finished(self) -> bool:
@@ -98,7 +100,6 @@ class PlacementScheduling:
 
     def remove_node(self, node: Any) -> str | None:
         units = self.assigned.pop(node)
-        self.collections.pop(node, None)
         running = next((unit for unit in units.values() if not all(unit.values())), None)
         if running is None:
             return None
