@@ -1,7 +1,7 @@
 """Expected cost of each scheduling unit, and ``<cache dir>/durations.json`` that feeds it.
 
 The controller (or the only process) writes durations.json at the end of every session from the run's
-records: ``{"format": 1, "durations": {benchmark: {executor: {task: {sample id: seconds}}}}}`` (merged into
+records (not with ``--bench-cache=ro``, which writes nothing to the cache dir): ``{"format": 1, "durations": {benchmark: {executor: {task: {sample id: seconds}}}}}`` (merged into
 what is there; a lost record, which has no real duration, is left out). The scheduler (placement.py) orders
 units by the sum of their samples' last durations under the run's benchmark and executor; a sample never
 measured gets the benchmark's declared estimate (``Benchmark.expected_cost``) scaled to seconds by the
@@ -102,8 +102,8 @@ class DurationsWriter:
         self.state = state
 
     def pytest_sessionfinish(self, session: Any) -> None:
-        if session.config.option.collectonly:
-            return
+        if session.config.option.collectonly or self.state.options["cache"] == "ro":
+            return  # nothing ran, or the cache dir is not to be written
         try:
             records = rec.latest_by_id(rec.read_records(self.state.records_path)).values()
             write_durations(self.state, records)
