@@ -240,7 +240,7 @@ def pytest_sessionfinish(session):
 """
 
 
-def time_distributed(data_dir: Path, work: Path, workers: int, repeat: int = 3) -> float | None:
+def time_distributed(data_dir: Path, work: Path, workers: int, repeat: int = 3, ids: str = "") -> float | None:
     """The warm validation oracle with ``-n workers``, end to end, against the bound
     ``max(longest problem, total / workers) + start-up``: the longest problem and the total are the sums of
     the records' durations per problem of the same run; start-up is what lies outside the scoring window
@@ -260,7 +260,8 @@ def time_distributed(data_dir: Path, work: Path, workers: int, repeat: int = 3) 
         done = subprocess.run([sys.executable, "-m", "pytest", "--bench=scicode", "--bench-split=validation",
                                "--model=oracle", "-n", str(workers), "-q", "-p", "no:cacheprovider",
                                f"--bench-cache-dir={work / 'cache'}", f"--bench-report-dir={work / 'reports'}",
-                               f"--bench-run-id={run_id}"], cwd=project, env=env, capture_output=True, text=True)
+                               f"--bench-run-id={run_id}", *([f"--bench-ids={ids}"] if ids else [])],
+                              cwd=project, env=env, capture_output=True, text=True)
         wall = time.time() - started
         if done.returncode != 0:
             print(f"distributed run failed (exit {done.returncode}): {done.stdout[-800:]}{done.stderr[-400:]}")
@@ -303,10 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-collect", action="store_true", help="skip timing --collect-only")
     parser.add_argument("--distributed", type=int, metavar="N", default=0,
                         help="only time the warm validation oracle end to end with -n N against its bound")
+    parser.add_argument("--ids", default="", help="with --distributed: only these problems (--bench-ids)")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     if args.distributed:
-        return 0 if time_distributed(args.data_dir.resolve(), args.work, args.distributed) is not None else 1
+        ratio = time_distributed(args.data_dir.resolve(), args.work, args.distributed, ids=args.ids)
+        return 0 if ratio is not None else 1
     jobs = synthetic_jobs() if args.synthetic else scicode_jobs(args.data_dir.resolve(), args.work)
     limits = Limits(timeout=600)
     print(f"{len(jobs)} scripts ({'synthetic' if args.synthetic else 'SciCode validation oracle'}); "

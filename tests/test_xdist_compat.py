@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import re
 from importlib.metadata import version
 from pathlib import Path
@@ -123,8 +124,6 @@ def test_the_adapter_works_on_xdists_own_objects(pytester, tmp_path, monkeypatch
     pytester.makeconftest(PROBE_CONFTEST)
     pytester.makepyfile(test_crash="import os\ndef test_ok():\n    pass\ndef test_dies():\n    os._exit(3)\n")
     result = pytester.runpytest_subprocess("-n", "1", "-p", "no:cacheprovider", "--max-worker-restart=0")
-    import json
-
     seen = json.loads(seen_file.read_text())
     assert seen == {"spec_of": seen["spec_of"], "worker_id": "gw0", "worker_spec": seen["spec_of"],
                     "is_shutting_down": False, "callable": [True, True], "expected_workers": 1,

@@ -7,7 +7,7 @@ On the controller (``RemoteController``, registered when a run has a remote ``--
     usage error), and the header gets one line per worker;
   * a remote worker's ``workerinput`` carries the controller's explicit run settings (benchmark, split,
     model, mode, limits, the API key and base URL) in memory; paths are never forwarded;
-  * ``PlacementScheduling`` keeps each task whole on one worker (load-scope) and sends an item marked
+  * ``PlacementScheduling`` (placement.py) keeps each task whole on one worker and sends an item marked
     ``gpu`` only to a worker whose host has a GPU.
 On a remote worker, the forwarded settings replace the controller's command line before the plugin reads its
 options, and an item marked ``gpu`` that reaches a host without one (no worker has one) ends as env_error.
