@@ -5,10 +5,12 @@ with the floor (the same scripts executed one after another in one warm process,
 then times collecting all SciCode items.
 
     python benchmarks/scoring_speed.py [--data-dir ../shared/data] [--work /tmp/agentbench-speed]
-                                      [--synthetic]
+                                      [--synthetic] [--distributed N]
 
 The targets of the validation split are rebuilt from the ground truth once into ``--work``.
 ``--synthetic`` skips SciCode and times a set of numpy/scipy import-heavy scripts instead.
+``--distributed N`` only times the warm validation oracle run end to end with ``-n N`` (a warm-up run, then
+3 timed runs) against ``max(longest problem, total / N) + start-up`` (docs/scheduling.md).
 """
 from __future__ import annotations
 
@@ -220,6 +222,72 @@ def time_overlap(work: Path, steps: int = 6, latency: float = 1.5, test_seconds:
           f"(model time alone {steps * latency:.1f} s; both include pytest start-up)")
 
 
+TIMING_CONFTEST = """
+import json, os, time
+
+TIMES = {"start": {}, "finish": {}}
+
+def pytest_runtest_logstart(nodeid, location):
+    TIMES["start"].setdefault(nodeid, time.time())
+
+def pytest_runtest_logfinish(nodeid, location):
+    TIMES["finish"][nodeid] = time.time()
+
+def pytest_sessionfinish(session):
+    if not hasattr(session.config, "workerinput"):  # the controller sees every item start and finish
+        with open(os.environ["AGENTBENCH_SPEED_TIMES"], "w") as f:
+            json.dump(TIMES, f)
+"""
+
+
+def time_distributed(data_dir: Path, work: Path, workers: int, repeat: int = 3, ids: str = "") -> float | None:
+    """The warm validation oracle with ``-n workers``, end to end, against the bound
+    ``max(longest problem, total / workers) + start-up``: the longest problem and the total are the sums of
+    the records' durations per problem of the same run; start-up is what lies outside the scoring window
+    (pytest and worker start-up before the first item starts, and the reports after the last one ends).
+    Prints each run and returns the median ratio wall / bound."""
+    project = work / "distributed"
+    project.mkdir(parents=True, exist_ok=True)
+    (project / "pytest.ini").write_text("[pytest]\n")
+    (project / "conftest.py").write_text(TIMING_CONFTEST)
+    times_file = project / "times.json"
+    env = dict(os.environ, AGENTBENCH_DATA_DIR=str(data_dir), AGENTBENCH_SPEED_TIMES=str(times_file),
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    ratios = []
+    for attempt in range(repeat + 1):  # the first run warms the cache (targets, durations.json)
+        run_id = f"speed-{attempt}"
+        started = time.time()
+        done = subprocess.run([sys.executable, "-m", "pytest", "--bench=scicode", "--bench-split=validation",
+                               "--model=oracle", "-n", str(workers), "-q", "-p", "no:cacheprovider",
+                               f"--bench-cache-dir={work / 'cache'}", f"--bench-report-dir={work / 'reports'}",
+                               f"--bench-run-id={run_id}", *([f"--bench-ids={ids}"] if ids else [])],
+                              cwd=project, env=env, capture_output=True, text=True)
+        wall = time.time() - started
+        if done.returncode != 0:
+            print(f"distributed run failed (exit {done.returncode}): {done.stdout[-800:]}{done.stderr[-400:]}")
+            return None
+        if attempt == 0:
+            print(f"-n {workers} warm-up run: {wall:.1f} s")
+            continue
+        records = [json.loads(line) for line in
+                   (work / "reports" / "scicode" / "oracle" / run_id / "steps.jsonl").read_text().splitlines() if line]
+        per_task: dict[str, float] = {}
+        for record in records:
+            per_task[record["task"]] = per_task.get(record["task"], 0.0) + float(record.get("duration") or 0.0)
+        longest, total = max(per_task.values()), sum(per_task.values())
+        times = json.loads(times_file.read_text())
+        startup = min(times["start"].values()) - started + (started + wall - max(times["finish"].values()))
+        bound = max(longest, total / workers) + startup
+        ratios.append(wall / bound)
+        heaviest = sorted(per_task, key=lambda t: -per_task[t])[:2]
+        print(f"-n {workers} run {attempt}: {wall:.1f} s end to end; problems sum {total:.1f} s, longest "
+              f"{longest:.1f} s (heaviest {', '.join(heaviest)}); start-up + wind-down {startup:.1f} s; bound "
+              f"{bound:.1f} s; ratio {wall / bound:.2f}")
+    median = statistics.median(ratios)
+    print(f"-n {workers}: median ratio end-to-end / bound {median:.2f} over {repeat} runs (target <= 1.15)")
+    return median
+
+
 def summary(label: str, times: list[float], floor: list[float], passed: int | None = None) -> None:
     overhead = [t - f for t, f in zip(times, floor)]
     extra = "" if passed is None else f", {passed}/{len(times)} passed"
@@ -234,8 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/agentbench-speed"))
     parser.add_argument("--synthetic", action="store_true", help="time import-heavy synthetic scripts only")
     parser.add_argument("--no-collect", action="store_true", help="skip timing --collect-only")
+    parser.add_argument("--distributed", type=int, metavar="N", default=0,
+                        help="only time the warm validation oracle end to end with -n N against its bound")
+    parser.add_argument("--ids", default="", help="with --distributed: only these problems (--bench-ids)")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.distributed:
+        ratio = time_distributed(args.data_dir.resolve(), args.work, args.distributed, ids=args.ids)
+        return 0 if ratio is not None else 1
     jobs = synthetic_jobs() if args.synthetic else scicode_jobs(args.data_dir.resolve(), args.work)
     limits = Limits(timeout=600)
     print(f"{len(jobs)} scripts ({'synthetic' if args.synthetic else 'SciCode validation oracle'}); "

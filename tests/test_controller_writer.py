@@ -96,7 +96,8 @@ def answer(body: dict) -> dict:
 
 
 def entries(cache_dir: Path) -> dict[str, str]:
-    return {p.stem: p.read_text() for p in cache_dir.rglob("*.json")}
+    # model responses; durations.json beside them holds the scheduler's timings (docs/scheduling.md)
+    return {p.stem: p.read_text() for p in cache_dir.rglob("*.json") if p.name != "durations.json"}
 
 
 def trajectories(run: Path) -> dict[str, dict]:

@@ -85,6 +85,11 @@ class Benchmark:
         """sha256 of the data files this run reads, so a baseline made from other data is not compared."""
         return {}
 
+    def expected_cost(self, sample: Sample) -> float:
+        """How long ``sample`` is expected to take, in any unit common to the benchmark's samples: the
+        scheduler runs the heaviest tasks first when no earlier run measured them (durations.json)."""
+        return 0.0 if sample.skip_reason else 1.0
+
     def default_env(self, opts: Settings) -> str:
         """The environment (``--bench-env`` value) the ``bench_env`` fixture builds when none is given."""
         return "host"

@@ -28,6 +28,7 @@ from ..models.options import build_model, model_settings
 from . import hookspecs, remote
 from .checks import before_items, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
+from .durations import DurationsWriter
 from .options import all_options, read, register, run_file_arguments
 from .pathargs import space_form_error
 from .progress import Progress, header_lines
@@ -114,6 +115,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.pluginmanager.register(Reporter(config, state), "agentbench-reporter")
     config.pluginmanager.register(Progress(config, opts.progress_interval), "agentbench-progress")
+    config.pluginmanager.register(DurationsWriter(state), "agentbench-durations")  # the scheduler's costs
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(state, config.getoption("dist", None)), "agentbench-xdist")
 

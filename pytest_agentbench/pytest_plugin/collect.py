@@ -1,13 +1,15 @@
 """Collection: BenchCollector -> TaskCollector -> one pytest.Function per sample.
 
-Node ids are ``<bench>/<task>::<sample>`` (a task's samples share the part before ``::``, which is
-what xdist's load-scope scheduling groups on), or ``<bench>/<sample>`` for a benchmark that does not
-group its samples (``Benchmark.group_items``).
+Node ids are ``<bench>/<task>::<sample>`` (SciCode: ``scicode/77::77.3``), or ``<bench>::<sample>`` for a
+benchmark that does not group its samples (``Benchmark.group_items``; CORE-Bench: ``core-bench::capsule-X``).
+Only collectors are given an id (``from_parent(..., nodeid=...)``, honoured by pytest 8.0 to 9.2); an item's
+id is the one pytest builds, ``<parent id>::<name>`` (pytest 9.2 ignores an id set on a Function by hand).
+Runs written before this form (``core-bench/capsule-X``) still resume: ``current_nodeid`` translates.
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterable
 
 import pytest
 
@@ -26,12 +28,10 @@ def run_bench_item(request: pytest.FixtureRequest, bench_run: BenchRun) -> None:
 class BenchItem(pytest.Function):
     """A step or capsule. It is a real ``pytest.Function`` so fixtures (and their overrides) apply."""
 
-    def __init__(self, *, sample: Sample, benchmark: Benchmark, nodeid: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, sample: Sample, benchmark: Benchmark, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sample = sample
         self.benchmark = benchmark
-        if nodeid is not None:
-            self._nodeid = nodeid
         for marker in (marker_name(benchmark), *sample.markers):
             self.add_marker(marker)
         if sample.split:
@@ -83,8 +83,7 @@ class BenchCollector(pytest.Collector):
                                                 benchmark=self.benchmark, samples=samples)
             else:
                 for sample in samples:
-                    yield BenchItem.from_parent(self, name=sample.key, nodeid=f"{name}/{sample.key}",
-                                                callobj=run_bench_item, sample=sample, benchmark=self.benchmark)
+                    yield BenchItem.from_parent(self, name=sample.key, callobj=run_bench_item, sample=sample, benchmark=self.benchmark)
 
 
 def sample_nodeids(benchmark: Benchmark, tasks: list[Task], attempts: int) -> dict[str, Sample]:
@@ -92,9 +91,34 @@ def sample_nodeids(benchmark: Benchmark, tasks: list[Task], attempts: int) -> di
     out: dict[str, Sample] = {}
     for task in tasks:
         for sample in with_attempts(task.samples, attempts):
-            prefix = f"{benchmark.name}/{task.id}::" if benchmark.group_items else f"{benchmark.name}/"
-            out[prefix + sample.key] = sample
+            out[item_nodeid(benchmark, task.id, sample.key)] = sample
     return out
+
+
+def item_nodeid(benchmark: Benchmark, task_id: str, key: str) -> str:
+    """The node id pytest gives the item of sample ``key`` (see the module docstring)."""
+    return f"{benchmark.name}/{task_id}::{key}" if benchmark.group_items else f"{benchmark.name}::{key}"
+
+
+def task_of_nodeid(nodeid: str, benchmarks: Iterable[Benchmark]) -> str | None:
+    """The task a benchmark item's node id belongs to (``scicode/77::77.3`` -> ``77``), else None. For an
+    ungrouped benchmark each sample is its own task: ``core-bench::capsule-X`` -> ``capsule-X``."""
+    for bench in benchmarks:
+        if bench.group_items and nodeid.startswith(f"{bench.name}/") and "::" in nodeid:
+            return nodeid[len(bench.name) + 1:].split("::", 1)[0]
+        if not bench.group_items and nodeid.startswith(f"{bench.name}::"):
+            return nodeid[len(bench.name) + 2:].split("[", 1)[0]
+    return None
+
+
+def current_nodeid(nodeid: str, benchmarks: Iterable[Benchmark]) -> str:
+    """A node id in today's form: ``core-bench/capsule-X`` (written by runs before pytest 9.2 made items
+    take their parent's id) becomes ``core-bench::capsule-X``; anything else is returned as it is."""
+    for bench in benchmarks:
+        old = f"{bench.name}/"
+        if not bench.group_items and nodeid.startswith(old) and "::" not in nodeid:
+            return f"{bench.name}::{nodeid[len(old):]}"
+    return nodeid
 
 
 def with_attempts(samples: list[Sample], attempts: int) -> list[Sample]:

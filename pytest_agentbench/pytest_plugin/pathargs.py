@@ -10,6 +10,7 @@ wrong ini file.
 """
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -28,10 +29,12 @@ def space_form_values(args: Sequence[str], options: Iterable[Option]) -> list[tu
 def setup_without_option_values(config: pytest.Config, args: Sequence[str]) -> tuple[Path, Path | None]:
     """rootdir and ini file as pytest would find them had it known the plugin's options."""
     ns = config._parser.parse_known_args(list(args))
-    rootpath, inipath, _, _ = determine_setup(
-        inifile=ns.inifilename, override_ini=ns.override_ini, args=ns.file_or_dir,
-        rootdir_cmd_arg=ns.rootdir or None, invocation_dir=config.invocation_params.dir)
-    return rootpath, inipath
+    given = {"inifile": ns.inifilename, "override_ini": getattr(ns, "override_ini", None), "args": ns.file_or_dir,
+             "rootdir_cmd_arg": ns.rootdir or None, "invocation_dir": config.invocation_params.dir}
+    # pytest 8.0 takes no override_ini and returns 3 values, later releases take it (keyword-only) and return 4
+    accepted = inspect.signature(determine_setup).parameters
+    found = determine_setup(**{name: value for name, value in given.items() if name in accepted})
+    return found[0], found[1]
 
 
 def space_form_error(config: pytest.Config, args: Sequence[str], options: Iterable[Option]) -> str | None:

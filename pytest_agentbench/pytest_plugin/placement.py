@@ -1,116 +1,222 @@
-"""Placement by capability: xdist's load-scope scheduling (each task whole on one worker, in order) that
-sends a work unit holding an item which needs a GPU only to a worker whose host has one.
+"""Placement: which xdist worker runs which task, heaviest first, GPU tasks on GPU hosts.
 
-When no live worker has a GPU, such units go to any worker, whose plugin ends them as env_error ("no
-worker with a GPU", see remote.py), so they stay in the run's denominator. A worker that can take no
-remaining unit waits idle and is shut down when the queue is empty.
+``PlacementScheduling`` implements xdist's documented scheduler interface (``xdist.scheduler.protocol.
+Scheduling``; returned from ``pytest_xdist_make_scheduler``) on its own, touching xdist only through
+``xdist_compat``. Its rules:
+
+* a unit is a task (a SciCode problem: its steps run in order on one worker), or one item for a benchmark
+  that does not group its items (a CORE-Bench capsule), or a test module/class for other tests;
+* units go out heaviest first (``durations.plan_costs``: the previous run's durations from
+  ``<cache dir>/durations.json``, else the benchmark's declared estimate), each to the first worker that is
+  free; a worker is free when it waits on its last item (xdist runs an item only once it knows the next one,
+  so a worker always gets its next unit as it starts its last item);
+* GPU placement comes before cost: a worker whose host has a GPU takes GPU units first; a worker without one
+  never takes them while some live worker has one (when none has, they go anywhere and end as env_error
+  "no worker with a GPU", see remote.py, so they stay in the run's denominator);
+* a worker that can take nothing more is told to finish, so it never waits on its last item;
+* a worker that dies: the item it was running is returned to xdist (its crash report becomes a ``lost``
+  record), the later items of its task are reported lost too (a task runs whole in one process, so
+  ``--bench-resume`` runs them together), and its units not begun go back to the queue.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import difflib
+from typing import Any, Callable, Sequence
 
-from xdist.scheduler import LoadScopeScheduling
+import pytest
+
+from . import xdist_compat as xc
+from .durations import plan_costs
+from .run import STATE
+
+Unit = dict[str, bool]  # node id -> done, in collection order
 
 
-class PlacementScheduling(LoadScopeScheduling):
+class PlacementScheduling:
     def __init__(self, config: Any, log: Any = None, *, gpu_item: Callable[[str], bool],
-                 gpu_node: Callable[[Any], bool]) -> None:
-        super().__init__(config, log)
+                 gpu_node: Callable[[Any], bool], unit_of: Callable[[str], str] | None = None,
+                 unit_cost: Callable[[str, list[str]], float] | None = None) -> None:
+        self.config = config
+        self.log = log if log is not None else (lambda *args: None)
         self.gpu_item = gpu_item  # node id -> whether the item needs a GPU
         self.gpu_node = gpu_node  # worker -> whether its host has a GPU
+        self.unit_of = unit_of or default_unit
+        self.unit_cost = unit_cost or (lambda unit, nodeids: float(len(nodeids)))
+        self.numnodes = xc.expected_workers(config)
+        self.collection: list[str] | None = None
+        self.collections: dict[Any, list[str]] = {}  # worker -> its collection
+        self.assigned: dict[Any, dict[str, Unit]] = {}  # live worker -> its units, in the order given
+        self.queue: list[tuple[str, Unit]] = []  # units not given out, heaviest first
+        self.costs: dict[str, float] = {}
+        self.order: list[str] = []  # every unit given out, in order (for the log and the tests)
 
-    def unit_needs_gpu(self, work_unit: dict[str, bool]) -> bool:
-        return any(self.gpu_item(nodeid) for nodeid in work_unit)
+    # ---- xdist's Scheduling interface
+    @property
+    def nodes(self) -> list[Any]:
+        return list(self.assigned)
 
-    def pick_scope(self, node: Any) -> str | None:
-        """The next unit for ``node``: a GPU worker takes GPU units first; a worker without one never takes
-        them while some live worker has a GPU."""
-        gpu_here = self.gpu_node(node)
-        gpu_somewhere = gpu_here or any(self.gpu_node(n) for n in self.nodes if not n.shutting_down)
-        fallback = None
-        for scope, unit in self.workqueue.items():
-            needs = self.unit_needs_gpu(unit)
-            if needs and gpu_here:
-                return scope
-            if (not needs or not gpu_somewhere) and fallback is None:
-                fallback = scope
-                if not gpu_here:
-                    return scope
-        return fallback
+    @property
+    def collection_is_completed(self) -> bool:
+        # once scheduled it stays complete: workers that finish leave, and xdist ends the session only when
+        # ``tests_finished`` (which needs this) holds after an event
+        return self.collection is not None or len(self.collections) >= self.numnodes
 
-    def _assign_work_unit(self, node: Any) -> None:
-        scope = self.pick_scope(node) if self.workqueue else None
-        if scope is None:
+    @property
+    def tests_finished(self) -> bool:
+        if not self.collection_is_completed or self.queue:
+            return False
+        return all(pending(units) < 2 for units in self.assigned.values())
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self.queue) or any(pending(units) for units in self.assigned.values())
+
+    def add_node(self, node: Any) -> None:
+        assert node not in self.assigned
+        self.assigned[node] = {}
+
+    def add_node_collection(self, node: Any, collection: Sequence[str]) -> None:
+        if self.collection is not None and list(collection) != self.collection:
+            self.log(f"worker {xc.worker_id(node)} collected other items than the run; it gets no work")
             return
-        work_unit = self.workqueue.pop(scope)
-        self.assigned_work.setdefault(node, {})[scope] = work_unit
-        worker_collection = self.registered_collections[node]
-        node.send_runtest_some([worker_collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
+        self.collections[node] = list(collection)
+
+    def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+        nodeid = self.collections[node][item_index]
+        for unit in self.assigned[node].values():
+            if nodeid in unit:
+                unit[nodeid] = True
+                break
+        self.feed(node)
+
+    def mark_test_pending(self, item: str) -> None:
+        """A plugin's ``pytest_handlecrashitem`` asks for an item to run again: it is queued as its own unit."""
+        self.enqueue([(f"{item} (again)", {item: False})])
+        for node in self.nodes:
+            self.feed(node)
+
+    def remove_pending_tests_from_node(self, node: Any, indices: Sequence[int]) -> None:
+        raise NotImplementedError("placement scheduling never steals items")
 
     def remove_node(self, node: Any) -> str | None:
-        """A worker left; if it died mid-item, return that item (xdist reports it, the plugin records it as
-        lost) and hand its units not begun to the others. Unlike load-scope, the lost item is not queued
-        again (it may be what killed its worker), nor are the later items of its task: a task runs whole in
-        one process, so they are reported lost too and ``--bench-resume`` runs them together."""
-        workload = self.assigned_work.pop(node)
-        pending = [nodeid for unit in workload.values() for nodeid, done in unit.items() if not done]
-        if not pending:
+        units = self.assigned.pop(node)
+        running = next((unit for unit in units.values() if not all(unit.values())), None)
+        if running is None:
             return None
-        crashitem = pending[0]
-        rest: list[str] = []
-        for unit in workload.values():
-            if crashitem in unit:
-                rest = [nodeid for nodeid, done in unit.items() if not done and nodeid != crashitem]
-                unit.update((nodeid, True) for nodeid in unit)
-        self.workqueue.update((scope, unit) for scope, unit in workload.items() if not all(unit.values()))
+        left = [nodeid for nodeid, done in running.items() if not done]
+        crashitem, rest = left[0], left[1:]
+        running.update((nodeid, True) for nodeid in running)
+        self.enqueue([(scope, unit) for scope, unit in units.items() if not any(unit.values())])
         self.report_lost(rest, node)
-        for other in self.assigned_work:
-            self._reschedule(other)
-        self.shut_down_idle()
+        for other in self.nodes:
+            self.feed(other)
         return crashitem
 
-    def report_lost(self, nodeids: list[str], node: Any) -> None:
-        """Items of a dead worker's task that will not run in this session get xdist's crash report (and so a
-        lost record), as the item it died in does."""
-        dsession = self.config.pluginmanager.getplugin("dsession") if nodeids else None
-        for nodeid in nodeids:
-            dsession.handle_crashitem(nodeid, node)
-
-    def _reschedule(self, node: Any) -> None:
-        super()._reschedule(node)
-        self.shut_down_idle()
-
     def schedule(self) -> None:
-        first = self.collection is None
-        if not first:
-            super().schedule()
+        assert self.collection_is_completed
+        if self.collection is not None:  # a worker joined later (a replacement): give it work
+            for node in self.nodes:
+                self.feed(node)
             return
-        # The first distribution, as load-scope's, but without its "more workers than units" shortcut,
-        # which would shut down the last workers whatever their host has.
-        if not self._check_nodes_have_same_collection():
-            self.log("**Different tests collected, aborting run**")
+        if not self.same_collections():
             return
-        self.collection = list(next(iter(self.registered_collections.values())))
-        if not self.collection:
-            return
-        units: dict[str, dict[str, bool]] = {}
+        self.collection = list(next(iter(self.collections.values())))
+        units: dict[str, Unit] = {}
         for nodeid in self.collection:
-            units.setdefault(self._split_scope(nodeid), {})[nodeid] = False
-        ordered = units.items()
-        if self.config.option.loadscopereorder:  # as load-scope: the largest units first
-            ordered = sorted(ordered, key=lambda item: -len(item[1]))
-        self.workqueue.update(ordered)
+            units.setdefault(self.unit_of(nodeid), {})[nodeid] = False
+        self.enqueue(list(units.items()))
+        for node in self.nodes:  # one unit each first, so the heaviest start at once on every worker
+            self.give(node)
         for node in self.nodes:
-            self._assign_work_unit(node)
-        for node in self.nodes:
-            self._reschedule(node)
-        self.shut_down_idle()
+            self.feed(node)
 
-    def shut_down_idle(self) -> None:
-        """Once nothing is left to hand out, workers with no pending items stop (load-scope stops a worker
-        only when it finishes an item, and a worker that could take nothing never does)."""
-        if self.workqueue:
+    # ---- placement
+    def enqueue(self, units: list[tuple[str, Unit]]) -> None:
+        for scope, unit in units:
+            if scope not in self.costs:
+                self.costs[scope] = float(self.unit_cost(scope, list(unit)))
+        # heaviest first; equal costs keep collection order (sorted is stable)
+        self.queue = sorted([*self.queue, *units], key=lambda entry: -self.costs[entry[0]])
+
+    def feed(self, node: Any) -> None:
+        """Give ``node`` its next unit when it is down to its last item; tell it to finish when nothing it may
+        take is left."""
+        if node not in self.assigned or xc.is_shutting_down(node) or pending(self.assigned[node]) > 1:
             return
-        for node in self.nodes:
-            if not node.shutting_down and not self._pending_of(self.assigned_work.get(node, {})):
-                node.shutdown()
+        if not self.give(node):
+            xc.shut_down(node)
+
+    def give(self, node: Any) -> bool:
+        index = self.pick(node)
+        if index is None:
+            return False
+        scope, unit = self.queue.pop(index)
+        self.assigned[node][scope] = unit
+        self.order.append(scope)
+        self.log(f"{xc.worker_id(node)} <- {scope} (expected cost {self.costs[scope]:.3g})")
+        collection = self.collections[node]
+        xc.send_items(node, [collection.index(nodeid) for nodeid, done in unit.items() if not done])
+        return True
+
+    def pick(self, node: Any) -> int | None:
+        """The queue index of ``node``'s next unit: a GPU worker's heaviest GPU unit, else the heaviest unit it
+        may take (a GPU unit only when no live worker has a GPU)."""
+        if node not in self.collections:
+            return None
+        gpu_here = self.gpu_node(node)
+        gpu_somewhere = gpu_here or any(self.gpu_node(n) for n in self.nodes if not xc.is_shutting_down(n))
+        first_allowed = None
+        for index, (_scope, unit) in enumerate(self.queue):
+            needs = any(self.gpu_item(nodeid) for nodeid in unit)
+            if needs and gpu_here:
+                return index
+            if (not needs or not gpu_somewhere) and first_allowed is None:
+                first_allowed = index
+                if not gpu_here:
+                    break
+        return first_allowed
+
+    def report_lost(self, nodeids: list[str], node: Any) -> None:
+        """Items of a dead worker's task that will not run in this session get the report xdist makes for the
+        item a worker died in (and so a lost record), through xdist's public hooks."""
+        for nodeid in nodeids:
+            path = nodeid.split("::")[0]
+            report = xc.with_worker(pytest.TestReport(
+                nodeid=nodeid, location=(path, None, path), keywords={}, outcome="failed", when="call",
+                longrepr=f"worker {xc.worker_id(node)!r} died while running an earlier item of {nodeid!r}'s task"),
+                node)
+            self.config.hook.pytest_handlecrashitem(crashitem=nodeid, report=report, sched=self)
+            self.config.hook.pytest_runtest_logreport(report=report)
+
+    def same_collections(self) -> bool:
+        """Whether every worker collected the same items; else the difference is reported as a collection
+        error (as xdist's own schedulers do) and nothing runs."""
+        (first, expected), *others = self.collections.items()
+        for node, got in others:
+            if got == expected:
+                continue
+            diff = "\n".join(difflib.unified_diff(expected, got, xc.worker_id(first), xc.worker_id(node), lineterm=""))
+            message = f"different tests were collected between {xc.worker_id(first)} and {xc.worker_id(node)}:\n{diff}"
+            self.log(message)
+            self.config.hook.pytest_collectreport(
+                report=pytest.CollectReport("", "failed", longrepr=message, result=[]))
+            return False
+        return True
+
+
+def placement_scheduler(config: Any, log: Any, gpu_item: Callable[[str], bool],
+                        gpu_node: Callable[[Any], bool]) -> PlacementScheduling:
+    """The run's scheduler: units and their costs from the run's state (durations.py) when it has one."""
+    state = config.stash.get(STATE, None)
+    unit_of, unit_cost = plan_costs(state) if state is not None else (None, None)
+    return PlacementScheduling(config, log, gpu_item=gpu_item, gpu_node=gpu_node, unit_of=unit_of,
+                               unit_cost=unit_cost)
+
+
+def pending(units: dict[str, Unit]) -> int:
+    return sum(1 for unit in units.values() for done in unit.values() if not done)
+
+
+def default_unit(nodeid: str) -> str:
+    """A test that is no benchmark item is grouped as xdist's load-scope does: by module, or by class."""
+    return nodeid.rsplit("::", 1)[0]

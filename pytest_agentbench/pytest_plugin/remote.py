@@ -7,7 +7,7 @@ On the controller (``RemoteController``, registered when a run has a remote ``--
     usage error), and the header gets one line per worker;
   * a remote worker's ``workerinput`` carries the controller's explicit run settings (benchmark, split,
     model, mode, limits, the API key and base URL) in memory; paths are never forwarded;
-  * ``PlacementScheduling`` keeps each task whole on one worker (load-scope) and sends an item marked
+  * ``PlacementScheduling`` (placement.py) keeps each task whole on one worker and sends an item marked
     ``gpu`` only to a worker whose host has a GPU.
 On a remote worker, the forwarded settings replace the controller's command line before the plugin reads its
 options, and an item marked ``gpu`` that reaches a host without one (no worker has one) ends as env_error.
@@ -15,7 +15,6 @@ options, and an item marked ``gpu`` that reaches a host without one (no worker h
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -24,6 +23,7 @@ from ..benchmarks.registry import available_benchmarks
 from ..core import host
 from ..core import records as rec
 from ..core.types import Sample
+from . import xdist_compat as xc
 from .collect import BenchItem, sample_nodeids
 from .hostprobe import PROBE_TIMEOUT, SERVE_SOURCE, apply_forwarded, forwarded
 from .options import all_options
@@ -139,7 +139,7 @@ class RemoteController:
 
     # ---- probing
     def pytest_xdist_newgateway(self, gateway: Any) -> None:
-        spec = gateway.spec
+        spec = xc.spec_of(gateway)
         self.keep_host_pytest()
         if is_remote(spec):
             caps = self.probe(gateway)
@@ -162,10 +162,7 @@ class RemoteController:
         """xdist's deprecated rsync copies the controller's own pytest into every remote worker's folder
         (~/pyexecnetcache) and runs that; a worker host runs its own install, so those two roots are dropped
         (folders given with --rsyncdir are still copied). Called before xdist copies anything."""
-        manager = getattr(self.config.pluginmanager.get_plugin("dsession"), "nodemanager", None)
-        roots = getattr(manager, "roots", None)
-        if roots:
-            manager.roots = [root for root in roots if Path(root).name not in ("pytest", "_pytest")]
+        xc.drop_rsync_roots(self.config, lambda root: root.name in ("pytest", "_pytest"))
 
     def probe(self, gateway: Any) -> dict[str, Any]:
         settings = {k: v for k, v in self.settings.items() if k not in SECRET_SETTINGS}  # the probe needs no key
@@ -181,9 +178,9 @@ class RemoteController:
         return dict(caps)
 
     def pytest_configure_node(self, node: Any) -> None:
-        spec = node.gateway.spec
+        spec = xc.worker_spec(node)
         if is_remote(spec):
-            caps = self.hosts.get(node.gateway.id, {})
+            caps = self.hosts.get(xc.worker_id(node), {})
             node.workerinput[REMOTE_KEY] = {"settings": self.settings, "host": host_name(caps) or spec_host(spec),
                                             "gpus": len(caps.get("gpus") or [])}
 
@@ -195,7 +192,7 @@ class RemoteController:
         samples = sample_nodeids(self.state.benchmark, self.state.tasks, self.state.options.attempts)
         gpu_nodeids = frozenset(nodeid for nodeid, sample in samples.items() if needs_gpu(sample))
         return make_placement_scheduler(config, log, gpu_nodeids.__contains__,
-                                        lambda node: bool(self.hosts.get(node.gateway.id, {}).get("gpus")))
+                                        lambda node: bool(self.hosts.get(xc.worker_id(node), {}).get("gpus")))
 
 
 def needs_gpu(sample: Sample) -> bool:
@@ -257,6 +254,6 @@ def hash_difference(worker: dict[str, str], controller: dict[str, str]) -> list[
 
 def make_placement_scheduler(config: Any, log: Any, gpu_item: Callable[[str], bool],
                              gpu_node: Callable[[Any], bool]):
-    from .placement import PlacementScheduling  # why: xdist's scheduler module is imported only when it runs
+    from .placement import placement_scheduler  # why: only a distributed run schedules
 
-    return PlacementScheduling(config, log, gpu_item=gpu_item, gpu_node=gpu_node)
+    return placement_scheduler(config, log, gpu_item, gpu_node)

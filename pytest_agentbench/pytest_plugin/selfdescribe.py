@@ -18,10 +18,12 @@ from typing import Any, Iterable
 
 import pytest
 
+from ..benchmarks.registry import available_benchmarks
 from ..core.io import write_atomic
 from ..core.options import Option, OptionError, Settings, resolve
 from ..report.baseline import json_text
 from ..report.resume import RUN_KEY, SETTINGS_FILE
+from .collect import current_nodeid
 from .options import sources
 
 DEFINITION = pytest.StashKey[dict]()
@@ -70,10 +72,24 @@ def selection_of(config: pytest.Config, key: str) -> Any:
 
 
 def stored_selection(stored: dict[str, Any], key: str) -> Any:
+    """A selection as the run stored it, its node ids in today's form (a run written before CORE-Bench items
+    were ``core-bench::capsule-X`` stored ``core-bench/capsule-X``, which would match nothing now)."""
     value = stored.get("selection", {}).get(key)
     if key in LISTED:
-        return [str(v) for v in value] if isinstance(value, list) else []
+        return current_nodeids([str(v) for v in value]) if isinstance(value, list) else []
     return value if isinstance(value, str) else ""
+
+
+def current_nodeids(nodeids: Iterable[str]) -> list[str]:
+    benches = list(available_benchmarks().found.values())
+    return list(dict.fromkeys(current_nodeid(nodeid, benches) for nodeid in nodeids))
+
+
+def translate_deselect(config: pytest.Config) -> None:
+    """``--deselect core-bench/capsule-X`` (the form before pytest 9.2) deselects ``core-bench::capsule-X``."""
+    given = getattr(config.option, "deselect", None)
+    if given:
+        config.option.deselect = current_nodeids(str(v) for v in given)
 
 
 def same_selection(key: str, was: Any, now: Any) -> bool:
@@ -119,6 +135,7 @@ def shown(value: Any) -> str:
 def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings, free: Iterable[str] = ()) -> Settings:
     """The settings of ``--bench-resume DIR`` / ``--bench-replay DIR``: the run's own, from its settings.json,
     checked against what this command line gives (pytest.UsageError naming every difference)."""
+    translate_deselect(config)
     folder = opts.resume or opts.replay
     stored = stored_definition(folder) if folder else None
     if stored is None:

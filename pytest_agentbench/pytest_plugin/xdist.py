@@ -14,6 +14,7 @@ import socket
 from typing import Any
 
 from ..core import records as rec
+from . import xdist_compat as xc
 from .collect import sample_nodeids
 from .remote import make_placement_scheduler
 from .run import BenchState, base_record
@@ -36,9 +37,9 @@ class XdistHooks:
             node.workerinput[RESUMED_KEY] = self.resumed
 
     def pytest_xdist_make_scheduler(self, config: Any, log: Any):
-        # Node ids are "<bench>/<task>::<sample>": load-scope scheduling sends each task whole. The placement
-        # scheduler (remote.py) is load-scope that survives a dead worker: xdist's own queues the dead worker's
-        # finished tasks again and then hangs, and would run the item that killed it again (resume runs it).
+        # The placement scheduler (placement.py) sends each task whole, heaviest first, and survives a dead
+        # worker: xdist's load-scope queues the dead worker's finished tasks again and then hangs, and would run
+        # the item that killed it again (resume runs it).
         if self.dist in ("load", "loadscope"):
             return make_placement_scheduler(config, log, lambda nodeid: False, lambda node: False)
         return None
@@ -55,8 +56,8 @@ class XdistHooks:
         sample = self.samples.get(crashitem)
         if sample is None:  # not a benchmark item (a user's test in the same session)
             return
-        node = getattr(report, "node", None)
-        worker = str(getattr(getattr(node, "gateway", None), "id", "") or "?")
+        node = xc.crashed_worker(report)
+        worker = xc.worker_id(node) if node is not None else "?"
         host = self.state.worker_hosts.get(worker) or gateway_host(node)
         record = {**base_record(sample, self.state), "status": "error",
                   "message": lost_message(worker, host), rec.LOST_FIELD: True, "duration": 0.0,
@@ -73,7 +74,7 @@ def lost_message(worker: str, host: str | None) -> str:
 
 def gateway_host(node: Any) -> str | None:
     """The host of an xdist worker from its gateway spec: the ssh or socket address, this machine for popen."""
-    spec = getattr(getattr(node, "gateway", None), "spec", None)
+    spec = xc.worker_spec(node) if node is not None else None
     if spec is None:
         return None
     if getattr(spec, "ssh", None):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ...core.data import DataError, find, sha256_of
 from ...core.errors import ConfigError
 from ...core.options import LISTING_ONLY, Option, Settings
-from ...core.types import Task
+from ...core.types import Sample, Task
 from ...sandbox.codec import DEFAULT_MAX_BYTES
 from ...sandbox.options import limits_from
 from ..base import Benchmark, RunSpec
@@ -141,6 +141,13 @@ class SciCode(Benchmark):
                                          stamp_dir=opts.get("cache_dir"))
         self.categories.update({str(p["problem_id"]): dataset.category_of(p) for _, p in problems})
         return dataset.to_tasks(select_categories(problems, opts.get("category") or ()))
+
+    def expected_cost(self, sample: Sample) -> float:
+        """A step costs its test cases (each runs the step's code once); a prefilled step is never run."""
+        if sample.skip_reason:
+            return 0.0
+        step = (sample.data or {}).get("step") or {}
+        return float(max(1, len(step.get("test_cases") or [])))
 
     def data_hashes(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, str]:
         """sha256 of the problems, prefilled code and targets this run reads (baselines compare them)."""
