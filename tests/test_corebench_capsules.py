@@ -48,7 +48,8 @@ def test_download_and_extract(served, monkeypatch):
         # a second call uses the unpacked copy: no new request
         assert ensure_capsule(CID, store, extracted, backoff=0.01) == folder
         assert len(server.requests) == 1
-    assert folder == extracted / CID
+    digest = hashlib.sha256((store / f"{CID}.tar.gz").read_bytes()).hexdigest()
+    assert folder == extracted / capsules.entry_name(CID, digest)  # keyed by the tarball's sha256
     assert _files_under(folder) == set(capsule_files())
     assert (store / f"{CID}.tar.gz").is_file()
     assert not list(extracted.glob(".capsule-*"))  # no staging folder left behind
@@ -100,7 +101,7 @@ def test_bad_checksum_is_an_error_and_leaves_nothing(served, monkeypatch):
             ensure_capsule(CID, store, extracted, sha256="0" * 64, backoff=0.01)
         assert f"{server.url}/{CID}.tar.gz" in str(info.value)
     assert not (store / f"{CID}.tar.gz").exists()
-    assert not (extracted / CID).exists()
+    assert not list(extracted.glob(f"{CID}*"))
 
 
 def test_missing_capsule_names_url_and_folder(served, monkeypatch):

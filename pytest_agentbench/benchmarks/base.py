@@ -55,6 +55,9 @@ class BenchRun(Protocol):
     def close(self) -> None:
         """Release what the run holds (threads, servers); called once at the end of the session."""
 
+    # Optional: ``prepare_sample(sample) -> None``, called before ``run_sample`` outside its timing (the item's
+    # ``duration``), for work a sample needs that is not its own (SciCode: rebuilding its problem's targets).
+
 
 class Benchmark:
     """Base class of a benchmark. Subclasses set the class attributes and implement the methods."""

@@ -31,8 +31,10 @@ STATUSES = ("pass", "fail", "timeout", "parse_error", "eval_error", "model_error
 INFRA_STATUSES = ("model_error", "env_error", "error")
 # Outcomes that are no verdict on the model: the run counts' Error, and what --bench-max-retries runs again.
 ERROR_STATUSES = ("model_error", "eval_error", "env_error", "error")
-# Fields that legitimately differ between two runs of the same thing.
-VOLATILE_FIELDS = ("duration", "worker", "host", "started", "finished", "latency", "exec_duration", "run_dir")
+# Fields that legitimately differ between two runs of the same thing (``*_source``: built now or taken from the
+# cache, see docs/cache.md).
+VOLATILE_FIELDS = ("duration", "worker", "host", "started", "finished", "latency", "exec_duration", "run_dir",
+                   "targets_source", "capsule_source")
 
 
 def to_json(record: dict[str, Any]) -> str:

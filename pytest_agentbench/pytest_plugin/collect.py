@@ -17,12 +17,21 @@ from ..benchmarks.base import Benchmark, BenchRun
 from ..core.errors import ConfigError
 from ..core.io import natural_key
 from ..core.types import Sample, Task
-from .run import run_item
+from .run import STATE, run_item
 
 
 def run_bench_item(request: pytest.FixtureRequest, bench_run: BenchRun) -> None:
     """The body of every benchmark item: fixtures are resolved by pytest, the work by the run loop."""
+    prepare_item(request.node, bench_run)
     run_item(request.node, bench_run)
+
+
+def prepare_item(item: pytest.Item, run: BenchRun) -> None:
+    """What the item needs before it is timed (``BenchRun.prepare_sample``, optional: SciCode's targets of the
+    item's problem), so it is part of no item's ``duration``; not for an item a resumed run already has."""
+    prepare = getattr(run, "prepare_sample", None)
+    if prepare is not None and item.sample.key not in item.config.stash[STATE].resumed:
+        prepare(item.sample)
 
 
 class BenchItem(pytest.Function):

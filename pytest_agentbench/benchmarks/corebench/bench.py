@@ -86,7 +86,7 @@ class CoreBench(Benchmark):
 
 
 def local_capsule_folders(opts: Mapping[str, Any]) -> list[Path]:
-    """Where unpacked capsules may already be (the store and the extraction cache)."""
+    """Where unpacked capsules may already be: the store and the extraction cache."""
     data_dir, cache_dir = Path(opts.get("data_dir") or "data"), Path(opts.get("cache_dir") or ".agentbench_cache")
     chosen = opts.get("capsules_dir")
     store = capsules.archive_store(data_dir, cache_dir, Path(chosen) if chosen else None)
@@ -94,11 +94,10 @@ def local_capsule_folders(opts: Mapping[str, Any]) -> list[Path]:
 
 
 def known_gpu(capsule_id: str, folders: list[Path]) -> bool:
-    """Whether a capsule already unpacked locally asks for a GPU (unknown ones: decided at run time)."""
-    for folder in folders:
-        if (folder / capsule_id).is_dir():
-            return bool(prepare.capsule_needs_gpu(folder / capsule_id))
-    return False
+    """Whether a capsule already unpacked locally (staged, or unpacked from its tarball as it is now) asks for a
+    GPU (unknown ones: decided at run time)."""
+    folder = capsules.unpacked_capsule(capsule_id, *folders)
+    return folder is not None and bool(prepare.capsule_needs_gpu(folder))
 
 
 def tasks_entry(task: dict[str, Any], split: str, gpu: bool = False) -> Task:

@@ -1,13 +1,15 @@
 """Fetching and unpacking CORE-Bench capsules (one tar.gz per task, a few MB to several GB).
 
 Archives come from the upstream host (overridable with ``$AGENTBENCH_CAPSULE_URL`` for mirrors
-and tests) into a store folder; they are unpacked once into a cache folder and copied from
-there into a fresh workspace per item. Archives are untrusted input: every member is checked
+and tests) into a store folder; they are unpacked once into a cache folder, one entry per tarball content
+(keyed by its sha256, so a replaced tarball is unpacked again), and copied from there into a fresh workspace
+per item. A capsule staged as an unpacked folder in the store is used as is. Archives are untrusted input: every member is checked
 before anything is written (no absolute paths, no ``..``, links stay inside the capsule, no
 device files), and ``tarfile``'s ``data`` filter is applied on top where Python has it.
 """
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import re
@@ -15,8 +17,10 @@ import shutil
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
-from ...core.data import DataError, download, sha256_of
+from ...core.data import DataError, download, fingerprint, sha256_of, sign, signed
+from ...core.io import write_atomic
 
 DEFAULT_CAPSULE_URL = "https://corebench.cs.princeton.edu/capsules"
 CAPSULE_URL_ENV = "AGENTBENCH_CAPSULE_URL"
@@ -109,13 +113,13 @@ def member_problem(member: tarfile.TarInfo, top: str) -> str | None:
     return None
 
 
-def safe_extract(archive: Path, dest: Path, capsule_id: str) -> Path:
-    """Unpack ``archive`` into ``dest/<capsule_id>`` atomically and return that folder.
+def safe_extract(archive: Path, dest: Path, capsule_id: str, name: str | None = None) -> Path:
+    """Unpack ``archive`` into ``dest/<name>`` (default ``dest/<capsule_id>``) atomically and return that folder.
 
     Every member is checked first; one bad member rejects the whole archive, naming it.
     """
     archive, dest = Path(archive), Path(dest)
-    final = dest / capsule_id
+    final = dest / (name or capsule_id)
     dest.mkdir(parents=True, exist_ok=True)
     try:
         tar = tarfile.open(archive, "r:*")
@@ -158,29 +162,106 @@ def _unavailable(capsule_id: str, url: str, store: Path, why: str) -> CapsuleErr
     )
 
 
-def ensure_capsule(capsule_id: str, store: Path, extract_root: Path, *, sha256: str | None = None,
-                   retries: int = 3, backoff: float = 1.0, timeout: float = 60) -> Path:
-    """The unpacked capsule folder (``code/``, ``data/``, ``results/``, ...), fetched when needed.
+STAGED, CACHED, EXTRACTED = "staged", "cached", "extracted"  # a record's capsule_source
 
-    Looked up, in order: an already unpacked ``<store>/<id>/`` (upstream's own layout), the
-    unpacked copy in ``extract_root``, the archive ``<store>/<id>.tar.gz``, a download.
-    """
+
+class Capsule(NamedTuple):
+    folder: Path  # the unpacked capsule (code/, data/, results/, ...)
+    source: str  # staged (the user's unpacked folder), cached (unpacked by an earlier run) or extracted (now)
+    sha256: str | None  # of the tarball it was unpacked from (None for a staged folder)
+
+
+def prepare_capsule(capsule_id: str, store: Path, extract_root: Path, *, sha256: str | None = None,
+                    retries: int = 3, backoff: float = 1.0, timeout: float = 60) -> Capsule:
+    """The unpacked capsule and where it came from, fetched and unpacked when needed.
+
+    A folder ``<store>/<id>/`` (upstream's own layout, staged by the user) is used as is. Otherwise the
+    tarball ``<store>/<id>.tar.gz`` (downloaded when missing) is unpacked into ``<extract_root>/<id>-<sha>/``,
+    keyed by its sha256: a replaced tarball is unpacked again, and the copies of other tarballs of the capsule
+    are removed. A failure (download, unsafe or corrupt archive) leaves nothing behind and raises."""
     check_capsule_id(capsule_id)
     store, extract_root = Path(store), Path(extract_root)
     url = capsule_url(capsule_id)
-    for ready in (store / capsule_id, extract_root / capsule_id):
-        if ready.is_dir():
-            return ready
+    if (store / capsule_id).is_dir():
+        return Capsule(store / capsule_id, STAGED, None)
     archive = store / f"{capsule_id}.tar.gz"
-    if archive.is_file():
-        if sha256 is not None and sha256_of(archive) != sha256:
-            raise _unavailable(capsule_id, url, store, f"{archive} does not match its sha256 {sha256}; delete it")
-    else:
+    if not archive.is_file():
         try:
             download(url, archive, sha256, retries=retries, backoff=backoff, timeout=timeout)
         except (DataError, OSError) as exc:
             raise _unavailable(capsule_id, url, store, f"download failed ({exc})") from exc
+    digest = archive_sha256(archive, extract_root)
+    if sha256 is not None and digest != sha256:
+        raise _unavailable(capsule_id, url, store, f"{archive} does not match its sha256 {sha256}; delete it")
+    entry = extract_root / entry_name(capsule_id, digest)
+    if entry.is_dir():
+        return Capsule(entry, CACHED, digest)
     try:
-        return safe_extract(archive, extract_root, capsule_id)
+        folder = safe_extract(archive, extract_root, capsule_id, name=entry.name)
     except CapsuleError as exc:
         raise _unavailable(capsule_id, url, store, str(exc)) from exc
+    remove_other_copies(extract_root, capsule_id, keep=entry)
+    return Capsule(folder, EXTRACTED, digest)
+
+
+def ensure_capsule(capsule_id: str, store: Path, extract_root: Path, **kwargs) -> Path:
+    """The unpacked capsule folder (see :func:`prepare_capsule`)."""
+    return prepare_capsule(capsule_id, store, extract_root, **kwargs).folder
+
+
+def entry_name(capsule_id: str, digest: str) -> str:
+    """The folder, under the extraction cache, of the capsule unpacked from the tarball of sha256 ``digest``."""
+    return f"{capsule_id}-{digest[:24]}"
+
+
+def remove_other_copies(extract_root: Path, capsule_id: str, keep: Path) -> None:
+    """Copies of the capsule unpacked from other tarballs (and the unkeyed copy of older versions): stale."""
+    for path in Path(extract_root).glob(f"{capsule_id}*"):
+        if path != keep and path.is_dir() and (path.name == capsule_id or path.name.startswith(capsule_id + "-")):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def digest_stamp(archive: Path, extract_root: Path) -> Path:
+    return Path(extract_root) / f"{archive.name}.sha256"
+
+
+def archive_sha256(archive: Path, extract_root: Path) -> str:
+    """The tarball's sha256, remembered by its fingerprint (path, inode, size, mtime, ctime: a replaced or
+    rewritten tarball has another) in a stamp signed with the machine secret, so a tarball of several GB is
+    hashed once, not once per run."""
+    remembered = stamped_sha256(archive, extract_root)
+    if remembered is not None:
+        return remembered
+    digest = sha256_of(archive)
+    message = "|".join(str(part) for part in fingerprint(archive)) + "|" + digest
+    mac = sign(message)
+    if mac is not None:
+        try:
+            Path(extract_root).mkdir(parents=True, exist_ok=True)
+            write_atomic(digest_stamp(archive, extract_root), json.dumps({"sha256": digest, "mac": mac}))
+        except OSError:
+            pass  # a read-only cache only costs a re-hash next time
+    return digest
+
+
+def stamped_sha256(archive: Path, extract_root: Path) -> str | None:
+    """The sha256 the stamp remembers for the tarball as it is now; None when there is no valid stamp."""
+    try:
+        data = json.loads(digest_stamp(archive, extract_root).read_text())
+        digest = data["sha256"]
+        message = "|".join(str(part) for part in fingerprint(archive)) + "|" + str(digest)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return digest if isinstance(digest, str) and signed(message, data.get("mac")) else None
+
+
+def unpacked_capsule(capsule_id: str, store: Path, extract_root: Path) -> Path | None:
+    """The capsule's folder when it is at hand without hashing or unpacking anything (staged, or unpacked from
+    the tarball as it is now): what collection may look at. None otherwise."""
+    staged = Path(store) / capsule_id
+    if staged.is_dir():
+        return staged
+    archive = Path(store) / f"{capsule_id}.tar.gz"
+    digest = stamped_sha256(archive, extract_root) if archive.is_file() else None
+    entry = Path(extract_root) / entry_name(capsule_id, digest) if digest else None
+    return entry if entry is not None and entry.is_dir() else None

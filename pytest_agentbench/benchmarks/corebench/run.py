@@ -86,10 +86,14 @@ class CoreBenchRun:
         try:
             templates = self.templates()
             # preinstalled inputs: the capsule is inside the environment image, nothing is fetched or uploaded
-            capsule_root = None if preinstalled else capsules.ensure_capsule(task["capsule_id"], self.store,
-                                                                              self.extract_root)
-        except (capsules.CapsuleError, dataset.DatasetError, DataError) as exc:
+            capsule = None if preinstalled else capsules.prepare_capsule(task["capsule_id"], self.store,
+                                                                          self.extract_root)
+        except (capsules.CapsuleError, dataset.DatasetError, DataError, OSError) as exc:
             return {**record, "status": "env_error", "message": str(exc)}
+        capsule_root = None if capsule is None else capsule.folder
+        record["capsule_source"] = "preinstalled" if capsule is None else capsule.source
+        if capsule is not None and capsule.sha256 is not None:
+            record["capsule_sha256"] = capsule.sha256
         if capsule_root is not None:
             record["gpu_required"] = prepare.capsule_needs_gpu(capsule_root)
         prompt = prepare.render_prompt(templates, task, self.settings["difficulty"], self.settings["hints"],

@@ -19,7 +19,7 @@ from ..base import Benchmark, RunSpec
 from . import dataset
 from .archive import DEFAULT_URL as DEFAULT_DATA_URL
 from .archive import fetch_h5, offline
-from .locate import TargetTable, Targets, locate, rebuilt_table
+from .locate import RebuiltTable, TargetTable, Targets, locate
 from .metrics import summarize
 from .prompts import load_templates
 from .solvers import MODES, choose_solver
@@ -171,10 +171,10 @@ class SciCode(Benchmark):
         split = spec.settings["split"]
         selected = [t for t in spec.tasks if any(s.id in spec.selected for s in t.samples)]
         targets = self.targets(opts, split)
-        if targets.kind == "rebuilt":  # built now, for the problems this process scores, not inside scoring
+        table: TargetTable | RebuiltTable
+        if targets.kind == "rebuilt":  # each problem built when its first step reaches this process, untimed
             limits = limits_from(opts, timeout=float(opts["tool_timeout"]) * REBUILD_TIMEOUT_FACTOR)
-            scored = [t.data for t in selected if any(s.id in spec.selected and s.scored for s in t.samples)]
-            table = rebuilt_table(scored, spec.cache_dir, data_dir=spec.data_dir, limits=limits)
+            table = RebuiltTable([t.data for t in selected], spec.cache_dir, data_dir=spec.data_dir, limits=limits)
         else:
             table = TargetTable(targets)
         prefilled = {}

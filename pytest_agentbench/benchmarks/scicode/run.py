@@ -35,7 +35,7 @@ from ...sandbox.integrity import run_failure
 from ...sandbox.result import ExecResult
 from . import dataset, h5codec, split
 from .extract import PARSE_FAILURES
-from .locate import Targets, TargetTable
+from .locate import RebuiltTable, Targets, TargetTable
 from .solvers import Generated, Solver
 
 RECORD_OUTPUT_LIMIT = 4000  # characters of stdout/stderr kept in a record
@@ -46,7 +46,7 @@ CHANNEL = "operands.bin"  # the file in the child's work folder its operand valu
 class RunSettings:
     """What scoring needs besides the solver, the environment and the limits."""
 
-    targets: TargetTable
+    targets: TargetTable | RebuiltTable
     executor: str = "fork"  # sandbox executor of the scoring scripts: fork or subprocess
     overlap: bool = True  # generate the next step while the current one is scored
     prefilled: Mapping[str, str] = field(default_factory=dict)  # official code of the prefilled steps
@@ -78,6 +78,18 @@ class SciCodeRun:
         return self.run_step(self.problems[sample.task_id], sample.data["index"], attempt=sample.attempt,
                              retry=sample.retry)
 
+    def prepare_sample(self, sample: Sample) -> None:
+        """Have the targets of the sample's step (its problem's targets rebuilt when they must be) before the
+        sample is timed: the rebuild is in no step's duration or timeout. Never raises: a failure here happens
+        again, and is recorded, when the step asks for its targets."""
+        problem = self.problems.get(sample.task_id)
+        if problem is None:
+            return
+        try:
+            self.settings.targets.prepare_step(str(problem["sub_steps"][sample.data["index"]]["step_number"]))
+        except Exception:  # noqa: BLE001 - see the docstring
+            pass
+
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
@@ -94,6 +106,7 @@ class SciCodeRun:
         number = str(step["step_number"])
         if retry:
             self.forget_failures(str(problem["problem_id"]), attempt)
+            self.settings.targets.forget_failures(str(problem["problem_id"]))
         previous = [self.code_of(problem, j, attempt) for j in range(index)]
         generated = self.generate(problem, index, previous, attempt)
         record: dict[str, Any] = {"problem": str(problem["problem_id"]), "step": number,
@@ -117,7 +130,8 @@ class SciCodeRun:
         targets = self.settings.targets.for_step(number)
         record["targets"] = targets.kind
         if targets.path is None:
-            return {**record, "status": "eval_error", "message": targets.message}
+            return {**record, "status": targets.status, "message": targets.message}
+        record["targets_source"] = targets.source  # rebuilt (by this process), cached, official or custom
         return {**record, **self.score(problem, index, previous, generated.code, targets)}
 
     def score(self, problem: dict[str, Any], index: int, previous: list[str], code: str, targets: Targets) -> dict:

@@ -57,6 +57,22 @@ class RebuildError(Exception):
     """The rebuild cannot start (bad input); the message names the thing to fix."""
 
 
+class EnvironmentFailure(str):
+    """A step's status when its rebuild failed because of the environment, not the ground truth: the child
+    could not start, was killed, hit a limit (time, memory, ...) or lacked a module. Such an outcome says
+    nothing about what the same inputs give, so it is never cached, and the step is an ``env_error``.
+    (A ``str``, so a report of statuses still reads and compares as text.)"""
+
+
+# What the ground truth raised when the fault is the environment's (a missing module, memory, the file
+# system), not the code's: the same inputs elsewhere give another outcome.
+ENVIRONMENT_EXCEPTIONS = frozenset({"ImportError", "ModuleNotFoundError", "MemoryError", "OSError"})
+
+
+def is_environment_failure(status: str) -> bool:
+    return isinstance(status, EnvironmentFailure)
+
+
 # ----------------------------------------------------------------------------------------------
 # problems (found by core/data.py, read by dataset.py)
 
@@ -187,9 +203,9 @@ def rewrite_test_for_recording(test_code: str, where: str = "test") -> str:
 # Run in the sandbox; they report through a result file outside its throw-away folder.
 _HELPERS = r'''
 
-def _agentbench_finish(ok, error=""):
+def _agentbench_finish(ok, error="", kind=""):
     with open(_AGENTBENCH_RESULT, "w") as _fh:
-        _agentbench_json.dump({"ok": ok, "error": error}, _fh)
+        _agentbench_json.dump({"ok": ok, "error": error, "kind": kind}, _fh)
     _ab_sys.exit(0 if ok else 1)
 
 
@@ -198,7 +214,9 @@ def _agentbench_run(code, label):
         exec(compile(code, label, "exec"), globals())
     except BaseException as exc:  # report which block failed, then stop
         _agentbench_tb.print_exc()
-        _agentbench_finish(False, label + ": " + type(exc).__name__ + ": " + str(exc)[:500])
+        _kinds = [k.__name__ for k in type(exc).__mro__]
+        _agentbench_finish(False, label + ": " + type(exc).__name__ + ": " + str(exc)[:500],
+                           next((k for k in _kinds if k in _AGENTBENCH_ENV_KINDS), ""))
 '''
 
 _RECORDER = r'''
@@ -239,6 +257,7 @@ def _script_header(problem: dict, index: int, data_dir: Path | None, result_path
         script.LOADER, "\n", script.COMPARE_BLOCK, "\n",
         f"_agentbench_h5codec = _ab_load('agentbench_h5codec', {codec_path!r})\n",
         f"_AGENTBENCH_RESULT = {str(result_path)!r}\n",
+        f"_AGENTBENCH_ENV_KINDS = {sorted(ENVIRONMENT_EXCEPTIONS)!r}\n",
         _HELPERS,
     ]
     gt_parts = ground_truth_prefix(problem, index, data_dir)
@@ -311,35 +330,45 @@ RESULT_CAP = 1 << 20
 
 def run_child_script(source: str, *, limits: Limits, targets_in: bytes | None = None,
                      targets_out: Path | None = None) -> str:
-    """Run ``source`` in the sandbox; ``"ok"`` or a message saying what failed. ``targets_in`` is put in the
-    child's folder as ``targets.h5``; with ``targets_out`` the ``targets.h5`` the child wrote is saved there."""
+    """Run ``source`` in the sandbox; ``"ok"`` or a message saying what failed (an :class:`EnvironmentFailure`
+    when the environment, not the ground truth, is at fault). ``targets_in`` is put in the child's folder as
+    ``targets.h5``; with ``targets_out`` the ``targets.h5`` the child wrote is saved there."""
     collect = {CHILD_RESULT: RESULT_CAP}
     if targets_out is not None:
         collect[CHILD_TARGETS] = limits.output_cap
     files = {CHILD_TARGETS: targets_in} if targets_in is not None else None
-    result = run_python(source, limits=limits, env=CHILD_ENV, executor=GROUND_TRUTH_EXECUTOR, files=files,
-                        collect=collect)
+    try:
+        result = run_python(source, limits=limits, env=CHILD_ENV, executor=GROUND_TRUTH_EXECUTOR, files=files,
+                            collect=collect)
+    except OSError as exc:  # the interpreter (or the sandbox around it) could not be started
+        return EnvironmentFailure(f"the child could not start: {exc}")
     if result.timed_out:
-        return f"timed out after {limits.timeout:g} s"
-    raw = result.files.get(CHILD_RESULT, b"")
-    if raw:
-        try:
-            outcome = json.loads(raw.decode("utf-8"))
-        except ValueError:
-            outcome = {}
-        if outcome.get("ok") and result.exit_code == 0:
-            if targets_out is not None:
-                written = result.files.get(CHILD_TARGETS, b"")
-                if not written:
-                    return "the child reported success but wrote no targets"
-                targets_out.write_bytes(written)
-            return "ok"
-        if outcome.get("error"):
-            return outcome["error"]
+        return EnvironmentFailure(f"timed out after {limits.timeout:g} s")
+    outcome = child_outcome(result.files.get(CHILD_RESULT, b""))
     tail = "\n".join(result.stderr.splitlines()[-STDERR_TAIL_LINES:])
+    if outcome.get("ok") and result.exit_code == 0:
+        if targets_out is not None:
+            written = result.files.get(CHILD_TARGETS, b"")
+            if not written:
+                return EnvironmentFailure("the child reported success but wrote no targets")
+            targets_out.write_bytes(written)
+        return "ok"
     if result.limit:
-        return f"{result.limit} limit hit: {tail}".strip()
-    return f"child exited with code {result.exit_code}: {tail}".strip()
+        return EnvironmentFailure(f"{result.limit} limit hit: {outcome.get('error') or tail}".strip())
+    if outcome.get("error"):
+        error = str(outcome["error"])
+        return EnvironmentFailure(error) if outcome.get("kind") else error
+    # no word from the child: it never started (a hidden interpreter, a sandbox that failed) or was killed
+    return EnvironmentFailure(f"child exited with code {result.exit_code}: {tail}".strip())
+
+
+def child_outcome(raw: bytes) -> dict:
+    """What the child wrote to its result file (empty when nothing, or not JSON)."""
+    try:
+        outcome = json.loads(raw.decode("utf-8")) if raw else {}
+    except ValueError:
+        return {}
+    return outcome if isinstance(outcome, dict) else {}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -355,8 +384,10 @@ def _run_steps(selected, make_script, jobs, progress, workroot: Path, limits: Li
             source, targets_in, targets_out = make_script(problem, index, workroot / f"{number}.h5")
             status = run_child_script(source, limits=limits, targets_in=targets_in,
                                       targets_out=targets_out)
-        except (RebuildError, h5codec.TargetsError, OSError) as exc:
+        except (RebuildError, h5codec.TargetsError) as exc:
             status = str(exc)
+        except OSError as exc:  # a file of the rebuild's own could not be written or read
+            status = EnvironmentFailure(str(exc))
         if progress is not None:
             progress(number, status, time.monotonic() - started)
         return number, status
