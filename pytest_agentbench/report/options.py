@@ -31,6 +31,9 @@ SIGNIFICANCE_HELP = ("with --bench-max-drop: count a drop only when it is signif
 RESUME_HELP = ("continue an interrupted run in RUN_DIR: its settings and selection are read from RUN_DIR/settings.json "
                "(a command-line value that differs is refused), its finished records are reused (reported, not run "
                "again), the missing items run, and complete reports are written into RUN_DIR.")
+ALLOW_INCOMPLETE_HELP = ("accept a run in which some selected items did not run (interrupted, stopped early, a "
+                         "lost worker): its gates are decided on the metrics alone (the items not run still count "
+                         "as not passed). Without it such a run fails its gates, and without gates ends with exit 1.")
 PROGRESS_HELP = ("seconds between the progress lines (done/total, statuses, elapsed, ETA, model usage, items "
                  "running over 30 s); 0 = after every item.")
 
@@ -64,6 +67,8 @@ REPORT_OPTIONS: tuple[Option, ...] = (
            metavar="N"),
     Option("update_baseline", "--bench-update-baseline", UPDATE_HELP, kind="bool", default=False,
            ini="agentbench_update_baseline"),
+    Option("allow_incomplete", "--bench-allow-incomplete", ALLOW_INCOMPLETE_HELP, kind="bool", default=False,
+           ini="agentbench_allow_incomplete"),
     Option("significance", "--bench-significance", SIGNIFICANCE_HELP, kind="float", check=check_level,
            ini="agentbench_significance", metavar="ALPHA"),
     Option("resume", "--bench-resume", RESUME_HELP, kind="path", check=check_run_folder, ini="agentbench_resume",
@@ -97,6 +102,7 @@ class GateConfig:
     baseline: Path | None
     update_baseline: bool
     significance: float | None
+    allow_incomplete: bool = False  # --bench-allow-incomplete: an incomplete run does not fail the gates
 
     @property
     def any_gate(self) -> bool:
@@ -154,4 +160,5 @@ def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
         raise ConfigError("--bench-max-drop needs --bench-baseline PATH (an earlier summary.json)")
     if update and not baseline:
         raise ConfigError("--bench-update-baseline needs --bench-baseline PATH (where to write it)")
-    return GateConfig(fail_under, max_drop, opts["max_errors"], baseline, update, opts["significance"])
+    return GateConfig(fail_under, max_drop, opts["max_errors"], baseline, update, opts["significance"],
+                      bool(opts.get("allow_incomplete")))

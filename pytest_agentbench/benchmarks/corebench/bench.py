@@ -16,7 +16,7 @@ from ...core.records import counts_text as records_counts_text
 from ...core.options import Settings
 from ...core.types import Sample, Task
 from ..base import Benchmark, RunSpec
-from . import capsules, dataset, prepare
+from . import capsules, dataset, prepare, scorer
 from .options import CORE_BENCH_OPTIONS, default_env, describe_isolation, effective_settings
 from .run import NAME, CoreBenchRun, choose_solver
 
@@ -82,6 +82,12 @@ class CoreBench(Benchmark):
 
     def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, settings)
+
+    def not_run_fields(self, sample: Sample) -> dict[str, Any]:
+        """A capsule that never ran (an incomplete run) still has its questions: counted as not answered."""
+        written, figure = scorer.question_totals(sample.data["results"])
+        return {"correct_written": 0, "total_written": written, "correct_figure": 0, "total_figure": figure,
+                "split_size": self.split_sizes.get(sample.split)}
 
 
 def local_capsule_folders(opts: Mapping[str, Any]) -> list[Path]:
