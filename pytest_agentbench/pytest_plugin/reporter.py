@@ -33,6 +33,7 @@ from ..models.options import ORACLE
 from .collect import BenchItem, sample_nodeids
 from .progress import status_line
 from .provenance import command_line, run_info
+from .replaycheck import stop_replay_without_cache
 from .run import BenchState, Streak, base_record
 from .selfdescribe import settings_file_content
 
@@ -61,6 +62,8 @@ class Reporter:
             self.select(samples)
 
     def select(self, samples: list[Sample]) -> None:
+        if self.config.option.collectonly:  # listing the items runs none: nothing is missing
+            return
         selected = []
         for sample in samples:
             item = {**base_record(sample, self.state), **not_run_fields(self.state.benchmark, sample)}
@@ -68,6 +71,7 @@ class Reporter:
                 item.update(status="skipped", message=sample.skip_reason)
             selected.append(item)
         self.selection = selected
+        stop_replay_without_cache(self.config, self.state, samples)  # before any item runs
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         found = False
@@ -130,7 +134,7 @@ class Reporter:
         if not self.records and not gate_results and not self.selection:
             return
         terminalreporter.write_sep("=", f"agentbench: {self.state.benchmark.name} results")
-        if not self.records and self.selection:
+        if not self.records and self.selection and exitstatus in (0, 1, 2):
             terminalreporter.write_line(f"incomplete: none of the {len(self.selection)} selected items finished; "
                                         f"nothing was written: run it again", red=True)
         if self.records:

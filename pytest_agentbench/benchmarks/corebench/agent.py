@@ -87,6 +87,7 @@ class AgentResult:
 def new_accounting() -> dict[str, Any]:
     return {"steps": 0, "model_calls": 0, "cache_hits": 0, "tool_calls": 0, "tool_errors": 0,
             "prompt_tokens": 0, "completion_tokens": 0, "submit_rejections": 0, "commands_timed_out": 0,
+            "request_retries": 0,
             "tools": {"bash": 0, "view_image": 0, "submit": 0}}
 
 
@@ -178,6 +179,7 @@ class CoreAgent:
         acc["cache_hits"] += int(completion.cached)
         acc["prompt_tokens"] += completion.prompt_tokens
         acc["completion_tokens"] += completion.completion_tokens
+        acc["request_retries"] += getattr(completion, "request_retries", 0)  # a custom client's may lack it
 
     # ---------------------------------------------------------------- tools
 

@@ -54,7 +54,7 @@ CODE_INTERPRETER_TOOL = {
 
 def new_accounting() -> dict:
     return {"model_calls": 0, "tool_calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
-            "latency": 0.0, "cache_hits": 0}
+            "latency": 0.0, "cache_hits": 0, "request_retries": 0}
 
 
 @dataclass
@@ -73,6 +73,7 @@ def count_call(accounting: dict, completion: Completion) -> None:
     accounting["completion_tokens"] += completion.completion_tokens
     accounting["latency"] += completion.latency
     accounting["cache_hits"] += int(completion.cached)
+    accounting["request_retries"] += getattr(completion, "request_retries", 0)  # a custom client's may lack it
 
 
 def format_tool_output(result: dict) -> str:
