@@ -15,9 +15,22 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from bench_runs import read_jsonl, run_dirs
+from bench_runs import SHARED_DATA, read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
-from test_scicode_models import ground_truth_model, model_args
+
+
+def model_args(server: FakeOpenAI, *extra: str) -> list[str]:
+    return ["--bench=scicode", "--bench-split=validation", "--model=gt-player", f"--model-base-url={server.base_url}",
+            "--model-api-key=test-key", *extra]
+
+
+def ground_truth_reply(number: str) -> str:
+    """A naive-mode reply holding the ground truth of validation step ``number``."""
+    for line in (SHARED_DATA / "scicode" / "problems_dev.jsonl").read_text().splitlines():
+        for step in json.loads(line)["sub_steps"]:
+            if step["step_number"] == number:
+                return f"Here it is.\n```python\n{step['ground_truth_code']}\n```\n"
+    raise AssertionError(f"no validation step {number}")
 
 
 @pytest.fixture
@@ -88,7 +101,7 @@ def test_item_retries_wait_with_the_clients_backoff(bench, pytester, cache_dir):
 def test_request_retries_are_counted_in_the_record_and_the_usage_line(bench, pytester, cache_dir):
     with FakeOpenAI() as fake:
         fake.fail(times=2, status=429, retry_after=0)
-        fake.reply_with(ground_truth_model)
+        fake.reply(ground_truth_reply("1.1"))
         pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
         result = bench(*model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={cache_dir}", "--bench-mode=naive"),
                        subprocess=True)
@@ -105,11 +118,11 @@ def test_request_retries_are_counted_in_the_record_and_the_usage_line(bench, pyt
 # ---- replay ----------------------------------------------------------------------------------------------
 def test_replay_without_the_cached_first_calls_stops_naming_the_tasks(bench, pytester, cache_dir, tmp_path):
     with FakeOpenAI() as fake:
-        for _ in range(20):
-            fake.reply_with(ground_truth_model)
+        for _ in range(20):  # the answers' verdicts do not matter here: only what the cache holds
+            fake.reply("```python\ndef f():\n    return 1\n```")
         recorded = bench(*model_args(fake, "--bench-ids=1,3.1", f"--bench-cache-dir={cache_dir}",
                                      "--bench-mode=naive", "--bench-run-id=recorded"), subprocess=True)
-        assert recorded.ret == 0, recorded.stdout.str()[-2000:]
+        assert recorded.ret == 1 and "model_error" not in recorded.stdout.str(), recorded.stdout.str()[-2000:]
         run = pytester.path / "reports" / "scicode" / "gt-player" / "recorded"
         asked = fake.count()
 
@@ -123,5 +136,5 @@ def test_replay_without_the_cached_first_calls_stops_naming_the_tasks(bench, pyt
             assert "passed" not in out.splitlines()[-1] and "model_error" not in out
         # the cache of the recorded run holds them: the replay runs, still without a request
         replay = bench("--bench-replay", str(run), f"--bench-cache-dir={cache_dir}", subprocess=True)
-        assert replay.ret == 0, replay.stdout.str()[-2000:]
+        assert replay.ret == 1 and "model_error" not in replay.stdout.str(), replay.stdout.str()[-2000:]
         assert fake.count() == asked
