@@ -138,3 +138,34 @@ def test_replay_without_the_cached_first_calls_stops_naming_the_tasks(bench, pyt
         replay = bench("--bench-replay", str(run), f"--bench-cache-dir={cache_dir}", subprocess=True)
         assert replay.ret == 1 and "model_error" not in replay.stdout.str(), replay.stdout.str()[-2000:]
         assert fake.count() == asked
+
+
+CAPSULE = "capsule-7038571"
+
+
+def test_corebench_replay_without_the_cached_first_call_stops_naming_the_capsule(pytester, tmp_path, monkeypatch):
+    from capsule_factory import build_capsule_archive
+    from pytest_agentbench.benchmarks.corebench import dataset
+
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(SHARED_DATA))
+    staged = tmp_path / "staged"
+    build_capsule_archive(staged, CAPSULE)
+    answers = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)["results"][0]
+    cache, empty = tmp_path / "cache", tmp_path / "empty-cache"
+    empty.mkdir()
+    common = ["-p", "no:cacheprovider", f"--bench-report-dir={tmp_path / 'r'}"]
+    with FakeOpenAI() as server:
+        server.reply(tool_calls=[("submit", {"answers": answers})])
+        recorded = pytester.runpytest_subprocess(
+            "--bench=core-bench", "--bench-split=train", f"--bench-ids={CAPSULE}", "--model=agent-model",
+            f"--model-base-url={server.base_url}", "--model-api-key=x", f"--bench-cache-dir={cache}",
+            f"--bench-capsules-dir={staged}", "--bench-env=host", "--bench-run-id=recorded", *common)
+        assert recorded.ret == 0, recorded.stdout.str()[-2000:]
+        run = tmp_path / "r" / "core-bench" / "agent-model" / "recorded"
+        asked = len(server.requests)
+        missing = pytester.runpytest_subprocess(f"--bench-replay={run}", f"--bench-cache-dir={empty}", *common)
+        assert missing.ret == pytest.ExitCode.USAGE_ERROR, missing.stdout.str()[-2000:]
+        assert f"lacks the first model call of 1 selected task(s): {CAPSULE}" in missing.stdout.str() + missing.stderr.str()
+        replay = pytester.runpytest_subprocess(f"--bench-replay={run}", f"--bench-cache-dir={cache}", *common)
+        assert replay.ret == 0, replay.stdout.str()[-2000:]
+        assert len(server.requests) == asked

@@ -133,33 +133,3 @@ class ResponseCache:
                 pass
             raise
 
-
-class FirstCallSeen(Exception):
-    """Raised by ``FirstCallProbe`` at the first model call a harness makes: whether the cache holds it."""
-
-    def __init__(self, found: bool, detail: str = "") -> None:
-        super().__init__(detail or ("in the cache" if found else "not in the cache"))
-        self.found = found
-
-
-class FirstCallProbe:
-    """Stands in for a replaying model (``--bench-replay``) to find, before any item runs, whether the cache
-    holds the first call a harness would make: the harness is driven with the real prompt building, and its
-    first ``complete`` asks the real model (in replay mode: the cache only, never the endpoint), then stops
-    the harness with ``FirstCallSeen``. Nothing is run and nothing is sent."""
-
-    is_oracle = False
-
-    def __init__(self, model) -> None:
-        self.model = model
-        self.name = getattr(model, "name", "")
-        self.settings = getattr(model, "settings", {})
-
-    def complete(self, messages, **kwargs):
-        from .client import ModelError  # why: the client loads openai; a replay has a real client anyway
-
-        try:
-            self.model.complete(messages, **kwargs)
-        except ModelError as error:
-            raise FirstCallSeen(False, str(error)) from None
-        raise FirstCallSeen(True)

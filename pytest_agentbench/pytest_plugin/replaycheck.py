@@ -2,7 +2,7 @@
 first model call of a selected task would spend the whole run on ``model_error`` items.
 
 Once the controller knows the selection (``Reporter.select``), a benchmark that can say where its tasks start
-(``first_call_misses(opts, tasks, samples, model)``: SciCode) is asked with the run's real model in replay
+(``first_call_misses(opts, settings, tasks, samples, model)``: SciCode, CORE-Bench) is asked with the run's real model in replay
 mode, which only reads the cache. Tasks whose first call is missing end the session with exit 4, named.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ def replay_misses(config: pytest.Config, state: BenchState, samples: list[Any]) 
         model = build_model(opts)
     except ConfigError:
         return []  # the session reports it where the model is built
-    return list(check(opts, state.tasks, samples, model))
+    return list(check(opts, state.settings, state.tasks, samples, model))
 
 
 def stop_replay_without_cache(config: pytest.Config, state: BenchState, samples: list[Any]) -> None:

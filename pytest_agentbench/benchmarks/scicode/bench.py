@@ -185,11 +185,12 @@ class SciCode(Benchmark):
     def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, dict(settings), self.categories)
 
-    def first_call_misses(self, opts: Mapping[str, Any], tasks: list[Task], samples: list[Any], model: Any) -> list[str]:
+    def first_call_misses(self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task],
+                          samples: list[Any], model: Any) -> list[str]:
         """--bench-replay, before any item: the selected problems whose first model call (the first step that is
         not prefilled, with the prompt this run would build) is not in the response cache."""
-        from ...models.cache import FirstCallProbe, FirstCallSeen
-        from .solvers import ChatSolver
+        from ...models.probe import FirstCallProbe, FirstCallSeen  # why: it loads openai; only a replay needs it
+        from .solvers import ChatSolver  # why: as above (the chat harness imports the client when used)
 
         wanted = {s.task_id for s in samples if not s.skip_reason}
         chosen = [t for t in tasks if t.id in wanted]
