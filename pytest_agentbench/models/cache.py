@@ -132,4 +132,3 @@ class ResponseCache:
             except FileNotFoundError:
                 pass
             raise
-
