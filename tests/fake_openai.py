@@ -8,7 +8,7 @@ every request, and can be told to fail (429 with Retry-After, persistent 500) or
         server.reply(tool_calls=[("code_interpreter", {"code": "print(1)"})])
         server.fail(times=1, status=429, retry_after=0)
         ... OpenAIModel("m", base_url=server.base_url, ...)
-        server.requests  # [{"path", "body", "headers" (lower-cased names)}, ...]
+        server.requests  # [{"path", "body", "headers" (lower-cased names), "at" (monotonic time)}, ...]
 
 For the model preflight: GET /v1/models lists ``server.models`` (empty by default: any model is
 served; ``list_models = False`` answers 404 as a server without listing does); ``known_models``
@@ -133,7 +133,7 @@ class FakeOpenAI:
                     "completion_tokens": 1}
             return 200, {}, (self._chat(body, spec) if path.endswith("/chat/completions") else self._responses(body, spec))
         with self._lock:
-            self.requests.append({"path": path, "body": body, "headers": headers})
+            self.requests.append({"path": path, "body": body, "headers": headers, "at": time.monotonic()})
         time.sleep(self.delay)
         with self._lock:
             if self.always_status is not None:

@@ -143,7 +143,10 @@ def test_run_stops_after_consecutive_model_errors_with_complete_reports(tiny, py
     records = read_jsonl(run / "steps.jsonl")
     assert [(r["id"], r["status"]) for r in records] == [("1.1", "model_error"), ("1.2", "model_error")]
     summary = json.loads((run / "summary.json").read_text())
-    assert [i["id"] for i in summary["items"]] == ["1.1", "1.2"]
+    # the items the stop left out are in the summary as not run (never in the records file)
+    assert [(i["id"], i["status"]) for i in summary["items"]] == [
+        ("1.1", "model_error"), ("1.2", "model_error"), ("2.1", "not_run"), ("2.2", "not_run"), ("3.1", "not_run")]
+    assert summary["incomplete"]["items"] == ["2.1", "2.2", "3.1"]
     assert "stopped after 2 model errors in a row" in (run / "summary.md").read_text()
 
 
@@ -182,6 +185,9 @@ def test_stop_under_xdist_counts_per_worker(tiny, pytester):
     [run] = run_dirs(pytester.path)
     records = read_jsonl(run / "steps.jsonl")
     summary = json.loads((run / "summary.json").read_text())
-    assert sorted(i["id"] for i in summary["items"]) == sorted(r["id"] for r in records)  # complete for what finished
+    ran = sorted(i["id"] for i in summary["items"] if i["status"] != "not_run")
+    assert ran == sorted(r["id"] for r in records)  # complete for what finished, the rest not run
+    assert sorted(summary.get("incomplete", {}).get("items", [])) == sorted(
+        i["id"] for i in summary["items"] if i["status"] == "not_run")
     assert all(r["status"] == "model_error" for r in records) and len(records) >= 2
     assert "stopped after 2 model errors in a row" in (run / "summary.md").read_text()

@@ -157,7 +157,7 @@ def rewrite_records(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 # Accounting keys read from ``record["generation"]`` (every benchmark's harness uses these names).
-USAGE_KEYS = ("model_calls", "tool_calls", "prompt_tokens", "completion_tokens", "cache_hits")
+USAGE_KEYS = ("model_calls", "tool_calls", "prompt_tokens", "completion_tokens", "cache_hits", "request_retries")
 
 
 def usage_of(record: dict[str, Any]) -> dict[str, float]:
@@ -191,6 +191,8 @@ def usage_text(totals: Mapping[str, float]) -> str:
     parts = [f"{calls:g} model calls", f"{totals.get('tokens', 0) or 0:g} tokens", f"{hits:g} cache hits"]
     if totals.get("tool_calls"):
         parts.append(f"{totals['tool_calls']:g} tool calls")
+    if totals.get("request_retries"):  # requests the client retried (429, 5xx): a strained endpoint
+        parts.append(f"{totals['request_retries']:g} request retries")
     return ", ".join(parts)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import email.utils
 import json
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from ..core.text import repair, repaired
 from .cache import DEFAULT_CACHE_DIR, ResponseCache, cache_key
 
 from .defaults import (DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY,  # noqa: F401
-                       DEFAULT_RETRY_MAX_DELAY, DEFAULT_TIMEOUT, PROTOCOLS)
+                       DEFAULT_RETRY_MAX_DELAY, DEFAULT_TIMEOUT, PROTOCOLS, backoff_delay)
 # statuses worth another try, as in OpenAI's own client: timeout, conflict, rate limit, server errors
 RETRYABLE_STATUSES = {408, 409, 429}
 
@@ -39,6 +38,7 @@ class Completion:
     latency: float = 0.0  # seconds of the call that produced the reply (kept as-is on cache hits)
     cached: bool = False
     text_repaired: int = 0  # characters of the reply replaced by U+FFFD (lone surrogates): see repair_reply
+    request_retries: int = 0  # requests retried (429, 5xx, ...) before this reply came; never cached
 
     @property
     def is_empty(self) -> bool:
@@ -62,6 +62,7 @@ class Completion:
         record.pop("cached")
         if not record["text_repaired"]:  # cache entries of clean replies stay as they always were
             record.pop("text_repaired")
+        record.pop("request_retries")  # how this call went, not part of the reply
         return record
 
     @classmethod
@@ -357,6 +358,7 @@ class OpenAIModel:
                 last_error = error
                 break
             completion.latency = time.monotonic() - started
+            completion.request_retries = attempt
             return completion
         tried = f"{attempt + 1} attempt{'s' if attempt else ''}"
         raise ModelError(
@@ -368,9 +370,7 @@ class OpenAIModel:
         requested = retry_after_seconds(error)
         if requested is not None:
             return min(self.retry_max_delay, max(0.0, requested))
-        delay = min(self.retry_max_delay, self.retry_base_delay * (2 ** attempt))
-        # full jitter spreads the retries of many xdist workers hitting the same rate limit
-        return random.uniform(delay / 2, delay)
+        return backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay)
 
     def _call_once(self, messages, tools, tool_choice) -> Completion:
         extra = {"extra_body": self.params} if self.params else {}

@@ -20,6 +20,8 @@ def count_completion(accounting: dict[str, Any], completion: Any) -> None:
     accounting["cache_hits"] = accounting.get("cache_hits", 0) + int(completion.cached)
     accounting["prompt_tokens"] = accounting.get("prompt_tokens", 0) + completion.prompt_tokens
     accounting["completion_tokens"] = accounting.get("completion_tokens", 0) + completion.completion_tokens
+    # requests the client retried (429, 5xx, ...) before this reply; a custom client's reply may not say
+    accounting["request_retries"] = accounting.get("request_retries", 0) + getattr(completion, "request_retries", 0)
     if "latency" in accounting:
         accounting["latency"] += completion.latency
     accounting["responses"] = chained_digest(accounting.get("responses", ""), completion)

@@ -5,7 +5,9 @@
 ``preflight_note``: one cheap request to the model endpoint (``models/preflight.py``), unless the run
 needs no endpoint or a conftest supplies its own ``bench_model``. ``other_benchmark_options``: a
 benchmark's own option given on the command line of a run of another benchmark is a mistake.
-``check_report_dir``: the report folder can be created (found now, not after the work is done).
+``check_report_dir``: the report folder can be created (found now, not after the work is done);
+``probe_report_dir``: a file can really be written there (a pseudo file system, a read-only mount, a folder of
+another user: permission bits say nothing for root, so a probe file is created, fsynced and removed).
 """
 from __future__ import annotations
 
@@ -64,6 +66,45 @@ def check_report_dir(path: Path, shown: Path) -> None:
         raise ConfigError(f"--bench-report-dir {shown} cannot be created: {existing} is not writable")
 
 
+PROBE_NAME = ".agentbench-write-probe"
+
+
+def probe_report_dir(path: Path, shown: Path) -> None:
+    """ConfigError unless a file can be created, written, fsynced and removed in the run folder ``path``; the
+    folders made for the probe are removed again (the run folder appears with the first record)."""
+    target = Path(path).absolute()
+    missing = []
+    folder = target
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    made: list[Path] = []
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.append(folder)
+        write_probe(target / f"{PROBE_NAME}-{os.getpid()}")
+    except OSError as exc:
+        raise ConfigError(f"--bench-report-dir {shown} cannot be written: {exc.strerror or exc} "
+                          f"({exc.filename or target}); choose a folder you can write to") from None
+    finally:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass  # something else appeared in it meanwhile: leave it
+
+
+def write_probe(file: Path) -> None:
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"agentbench")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    file.unlink()
+
+
 def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> None:
     """The controller's checks and notes before any item runs (ConfigError: the plugin shows a usage error)."""
     if opts.resume and opts.resume_merge:
@@ -77,6 +118,7 @@ def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> No
         state.notes += [f"--bench-significance {opts.significance:g}: {w}" for w in too_small(units, opts.significance)]
     if not config.option.collectonly:
         check_report_dir(state.run_dir, opts.report_dir)
+        probe_report_dir(state.run_dir, opts.report_dir)
         note = preflight_note(config, opts)  # one cheap request: a dead endpoint costs no items
         if note:
             state.notes.append(note)

@@ -4,10 +4,15 @@ At the end of the session (see ``report/summary.py`` for the pure steps): the su
 (comparison with the baseline, the gates and, when any gate is given, the exit code they decide);
 the ``pytest_agentbench_summary`` hook; then the picture, summary.json, summary.md, the baseline
 when asked to update it, and GITHUB_STEP_SUMMARY when CI sets it.
+
+The controller knows the session's selection (its own collection, or under xdist the workers'
+collections, which already had ``-k``/``-m``/``--deselect`` applied): a selected item without a record is
+reported as not run (``report/summary.py``), and the terminal prints the command that resumes the run.
 """
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,11 +26,15 @@ from ..report.baseline import public
 from ..report.compare import render_text
 from ..report.html import write_html
 from ..report.resume import write_settings_once
-from ..report.summary import Verdict, Written, build_summary, judge, judge_without_items, write_reports
+from ..report.summary import (Verdict, Written, build_summary, incomplete_text, judge, judge_without_items,
+                              write_reports)
+from ..core.types import Sample
 from ..models.options import ORACLE
+from .collect import BenchItem, sample_nodeids
 from .progress import status_line
-from .provenance import run_info
-from .run import BenchState, Streak
+from .provenance import command_line, run_info
+from .replaycheck import stop_replay_without_cache
+from .run import BenchState, Streak, base_record
 from .selfdescribe import settings_file_content
 
 
@@ -42,6 +51,27 @@ class Reporter:
         self.written: Written | None = None
         self.html = None  # report.html, once written
         self.streaks: dict[str, Streak] = {}  # per worker: the same count the worker stops on
+        self.selection: list[dict[str, Any]] | None = None  # the session's benchmark items, once collected
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(XdistSelection(self), "agentbench-reporter-xdist")
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The selection, after -k, -m and --deselect (without xdist: this process collected)."""
+        samples = [item.sample for item in session.items if isinstance(item, BenchItem)]
+        if samples:
+            self.select(samples)
+
+    def select(self, samples: list[Sample]) -> None:
+        if self.config.option.collectonly:  # listing the items runs none: nothing is missing
+            return
+        selected = []
+        for sample in samples:
+            item = {**base_record(sample, self.state), **not_run_fields(self.state.benchmark, sample)}
+            if sample.skip_reason:  # a prefilled step: a skipped record whether or not the session reached it
+                item.update(status="skipped", message=sample.skip_reason)
+            selected.append(item)
+        self.selection = selected
+        stop_replay_without_cache(self.config, self.state, samples)  # before any item runs
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         found = False
@@ -67,7 +97,11 @@ class Reporter:
 
     def summary(self) -> dict[str, Any]:
         if self._summary is None:
-            self._summary = build_summary(self.records.values(), self.state.benchmark, self.state.settings)
+            self._summary = build_summary(self.records.values(), self.state.benchmark, self.state.settings,
+                                          self.selection)
+            if self._summary.get("incomplete"):
+                self._summary["incomplete"]["resume"] = resume_command(self.config.invocation_params.args,
+                                                                       self.state.run_dir)
         return self._summary
 
     # ---- end of session ----------------------------------------------------------------------
@@ -76,8 +110,10 @@ class Reporter:
         state = self.state
         if not self.records:
             # listing items (--collect-only) runs none by design: the gates judge runs, not listings
-            gates = None if self.config.option.collectonly else state.gates
-            self.verdict = judge_without_items(gates, session.exitstatus)
+            listing = self.config.option.collectonly
+            self.verdict = judge_without_items(None if listing else state.gates, session.exitstatus)
+            if self.selection and not listing and self.verdict.exit_code == 0 and not state.gates.allow_incomplete:
+                self.verdict.exit_code = 1  # items were selected and none ran: never a passing run
             session.exitstatus = self.verdict.exit_code
             return
         for record in state.resumed.values():  # a resumed run's summary never narrows to what ran now
@@ -91,16 +127,23 @@ class Reporter:
         self.written = write_reports(summary, self.verdict, state.run_dir, gates=state.gates,
                                      baseline=state.baseline, notes=state.notes,
                                      step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
-        self.html = write_html(state.run_dir, public(summary), self.records.values(), notes=state.notes)
+        self.html = write_html(state.run_dir, public(summary), [*self.records.values(), *summary["_not_run"]],
+                               notes=state.notes)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         verdict = self.verdict
         gate_results = verdict.gate_results if verdict is not None else []
-        if not self.records and not gate_results:
+        if not self.records and not gate_results and not self.selection:
             return
         terminalreporter.write_sep("=", f"agentbench: {self.state.benchmark.name} results")
+        if not self.records and self.selection and exitstatus in (0, 1, 2):
+            terminalreporter.write_line(f"incomplete: none of the {len(self.selection)} selected items finished; "
+                                        f"nothing was written: run it again", red=True)
         if self.records:
             summary = self.summary()
+            incomplete = summary.get("incomplete")
+            if incomplete:
+                terminalreporter.write_line(incomplete_text(incomplete), red=True, bold=True)
             for line in summary["_terminal"]:
                 terminalreporter.write_line(line)
             terminalreporter.write_line(f"run counts: {counts_line(summary['run_counts'])}")
@@ -123,7 +166,55 @@ class Reporter:
         if self.records:
             terminalreporter.write_line(f"report: {self.state.run_dir}"
                                         + (f" (open {self.html.name} in a browser)" if self.html else ""))
+            incomplete = self.summary().get("incomplete")
+            if incomplete:  # last, where it is seen: the exact command that runs the rest
+                terminalreporter.write_line(f"incomplete run: {incomplete['not_run']} item(s) not run; resume with:",
+                                            yellow=True)
+                terminalreporter.write_line(f"  {incomplete['resume']}", bold=True)
 
 
 def is_bench_node(nodeid: str, state: BenchState) -> bool:
     return nodeid.startswith(f"{state.benchmark.name}/") or nodeid.startswith(f"{state.benchmark.name}::")
+
+
+class XdistSelection:
+    """Under xdist the controller collects nothing itself: the selection is a worker's collection (every
+    worker collects the same items, with -k/-m/--deselect applied)."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.reporter = reporter
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if self.reporter.selection is not None:
+            return
+        state = self.reporter.state
+        samples = sample_nodeids(state.benchmark, state.tasks, state.options.attempts)
+        self.reporter.select([samples[nodeid] for nodeid in ids if nodeid in samples])
+
+
+def not_run_fields(benchmark: Any, sample: Sample) -> dict[str, Any]:
+    """What a benchmark knows of an item before it runs (CORE-Bench: its question counts), so the item's
+    questions count as not answered when it never runs."""
+    fields = getattr(benchmark, "not_run_fields", None)
+    return dict(fields(sample)) if callable(fields) else {}
+
+
+# options of this session that a resume command leaves out: it names the run folder itself
+NOT_REPEATED = ("--bench-resume", "--bench-replay", "--bench-run-id")
+
+
+def resume_command(args: tuple[str, ...] | list[str], run_dir: Path) -> str:
+    """The command that continues this run: this session's command line (``-n``, paths and plugins kept), without
+    its own resume/replay/run id, plus ``--bench-resume RUN_DIR`` (settings.json restores the rest)."""
+    kept: list[str] = []
+    skip_next = False
+    for word in shlex.split(command_line(args)):
+        if skip_next:
+            skip_next = False
+            continue
+        name, eq, _ = word.partition("=")
+        if name in NOT_REPEATED:
+            skip_next = not eq
+            continue
+        kept.append(word)
+    return shlex.join([*kept, "--bench-resume", str(run_dir)])

@@ -21,6 +21,7 @@ from ..core import records as rec
 from ..core.options import Settings
 from ..core.text import printable, repair_value, repaired
 from ..core.types import Sample, Task
+from ..models.defaults import backoff_delay
 
 
 @dataclass
@@ -151,14 +152,16 @@ def run_once(run: BenchRun, sample: Sample) -> dict[str, Any]:
     return result
 
 
-def run_with_retries(run: BenchRun, sample: Sample, max_retries: int) -> dict[str, Any]:
+def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay: float = 0.0) -> dict[str, Any]:
     """The sample's result; an infrastructure failure (``records.ERROR_STATUSES``) is run again up to
-    ``max_retries`` times (the run reuses the model answers it has). A result that took more than one try
-    keeps every try's result in ``tries`` (in order) and says which one counted (``counted_try``, 1-based:
-    the last); its own fields are the counted try's, its duration the sum of all."""
+    ``max_retries`` times (the run reuses the model answers it has), after the model client's backoff
+    (``base_delay`` doubling, with jitter: a failing endpoint gets time to recover). A result that took more
+    than one try keeps every try's result in ``tries`` (in order) and says which one counted (``counted_try``,
+    1-based: the last); its own fields are the counted try's, its duration the sum of all."""
     result = run_once(run, sample)
     tries = [result]
     while result["status"] in rec.ERROR_STATUSES and len(tries) <= max_retries:
+        time.sleep(backoff_delay(len(tries) - 1, base_delay))
         result = run_once(run, replace(sample, retry=len(tries)))
         tries.append(result)
     if len(tries) == 1:
@@ -178,7 +181,7 @@ def run_item(item: pytest.Item, run: BenchRun) -> None:
     try:
         item.config.hook.pytest_agentbench_test_fault(stage="score", nodeid=item.nodeid)
         record = base_record(sample, state)
-        record.update(run_with_retries(run, sample, state.options.max_retries))
+        record.update(run_with_retries(run, sample, state.options.max_retries, state.options.model_retry_delay))
         record.update(where_ran())
         record = repair_record(count_repaired(record))  # before its message reaches the terminal
     except Exception as exc:  # whatever fails while one item is scored is that item's error, never the run's

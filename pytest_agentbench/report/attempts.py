@@ -2,7 +2,7 @@
 
 Run counts: Total (selected tasks), Evaluated (tasks with a verdict) and Error (tasks with any item
 that ended in an infrastructure failure: ``records.ERROR_STATUSES``), stated next to the benchmark's
-raw counts.
+raw counts; Not run (tasks with an item that never ran, no error) when the run is incomplete.
 
 Attempts: with K > 1 every record carries ``attempt`` (1..K). The benchmark summarizes each attempt on
 its own; the run's metrics are the mean over attempts (gates and compare read them), each with its
@@ -23,6 +23,8 @@ from typing import Any, Iterable, Mapping
 
 from ..core.records import ERROR_STATUSES, PASS
 
+NOT_RUN = "not_run"  # the status of a selected item without a record (report/summary.py)
+
 
 def scored(record: Mapping[str, Any]) -> bool:
     return bool(record.get("scored", True)) and record.get("status") != "skipped"
@@ -34,13 +36,20 @@ def run_counts(records: Iterable[Mapping[str, Any]], raw: Mapping[str, int] | No
     for record in records:
         tasks[str(record.get("task"))].append(record)
     error = {t for t, rs in tasks.items() if any(r.get("status") in ERROR_STATUSES for r in rs)}
-    evaluated = {t for t, rs in tasks.items() if t not in error and any(scored(r) for r in rs)}
-    return {"total": len(tasks), "evaluated": len(evaluated), "error": len(error), **dict(raw or {})}
+    # a task with an item that never ran (report/summary.py's stand-ins) has no verdict yet
+    not_run = {t for t, rs in tasks.items() if t not in error and any(r.get("status") == NOT_RUN for r in rs)}
+    evaluated = {t for t, rs in tasks.items() if t not in error and t not in not_run and any(scored(r) for r in rs)}
+    out = {"total": len(tasks), "evaluated": len(evaluated), "error": len(error)}
+    if not_run:
+        out["not_run"] = len(not_run)
+    return {**out, **dict(raw or {})}
 
 
 def counts_line(counts: Mapping[str, int]) -> str:
     head = f"Total {counts['total']}, Evaluated {counts['evaluated']}, Error {counts['error']}"
-    raw = ", ".join(f"{k} {v}" for k, v in counts.items() if k not in ("total", "evaluated", "error"))
+    if counts.get("not_run"):
+        head += f", Not run {counts['not_run']}"
+    raw = ", ".join(f"{k} {v}" for k, v in counts.items() if k not in ("total", "evaluated", "error", "not_run"))
     return head + (f" ({raw})" if raw else "")
 
 

@@ -2,6 +2,9 @@
 
 Only exit codes 0 and 1 are ever rewritten; 2 (interrupted), 3 (internal error), 4 (usage error) and
 5 (no tests) say the run itself did not complete and stay as pytest set them.
+
+An incomplete run (selected items not run: ``summary["incomplete"]``) fails its gates (the ``incomplete``
+gate) unless ``--bench-allow-incomplete``; without gates, one that ended normally ends with exit 1.
 """
 from __future__ import annotations
 
@@ -37,6 +40,8 @@ def infra_errors(summary: dict[str, Any]) -> int:
 def evaluate(cfg: GateConfig, summary: dict[str, Any], comparison: Comparison | None,
              baseline_note: str | None = None) -> list[GateResult]:
     results: list[GateResult] = []
+    if summary.get("incomplete"):
+        results.append(incomplete_gate(summary["incomplete"], cfg.allow_incomplete))
     metrics = summary.get("metrics", {})
     for t in cfg.fail_under:
         gate = f"--bench-fail-under {t.name}={t.text}"
@@ -55,6 +60,20 @@ def evaluate(cfg: GateConfig, summary: dict[str, Any], comparison: Comparison | 
     for t in cfg.max_drop:
         results.append(drop_gate(cfg, t, metrics, comparison, baseline_note))
     return results
+
+
+def incomplete_gate(incomplete: dict[str, Any], allowed: bool) -> GateResult:
+    """The gate every incomplete run has: failed, unless --bench-allow-incomplete accepts it."""
+    text = f"{incomplete['not_run']} of {incomplete['selected']} items not run (counted as not passed)"
+    if allowed:
+        return GateResult("incomplete", True, f"{text}; accepted by --bench-allow-incomplete")
+    return GateResult("incomplete", False, f"{text}; resume the run, or accept it with --bench-allow-incomplete")
+
+
+def incomplete_exit(exitstatus: int) -> int:
+    """Without gates: an incomplete run that ended normally (a lost host, a crashed worker) is a failed run;
+    2-5 stay."""
+    return TESTS_FAILED if exitstatus == OK else int(exitstatus)
 
 
 def no_items_results() -> list[GateResult]:

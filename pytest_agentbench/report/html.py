@@ -99,6 +99,8 @@ white-space:pre-wrap;word-break:break-word;font:12px/1.4 ui-monospace,SFMono-Reg
 .st-pass{background:#2e7d32}.st-fail{background:#c62828}.st-timeout{background:#ef6c00}
 .st-parse_error{background:#6a1b9a}.st-eval_error{background:#757575}.st-model_error{background:#212121}
 .st-env_error{background:#455a64}.st-error{background:#000}.st-skipped{background:#9e9e9e}
+.st-not_run{background:#fff;color:#c62828;border:1px dashed #c62828}
+.incomplete{background:#fdecea;border:1px solid #c62828;border-radius:8px;padding:8px 14px}
 .filters{margin:8px 0;display:flex;gap:14px;align-items:center;flex-wrap:wrap}
 details.item{margin:6px 0 10px;border-left:3px solid #d0d7de;padding-left:10px}
 details.item>summary{cursor:pointer}.msg{color:#8b1a1a}.turn{margin:4px 0}.role{font-weight:600}
@@ -255,6 +257,17 @@ def task_rows(records: list[Mapping[str, Any]], run_dir: Path | None) -> tuple[l
     return rows, values
 
 
+def incomplete_html(incomplete: Any) -> str:
+    """The banner of an incomplete run: how many selected items did not run, which, and how to resume."""
+    if not isinstance(incomplete, Mapping):
+        return ""
+    items = ", ".join(str(i) for i in incomplete.get("items") or [])
+    resume = (f"<div>resume with:</div>{pre(incomplete['resume'])}") if incomplete.get("resume") else ""
+    return (f'<div class="incomplete"><p><b>incomplete: {esc(incomplete.get("not_run"))} of '
+            f'{esc(incomplete.get("selected"))} items not run</b>: {esc(items)}</p><p>Every metric is over the '
+            f"whole selection: an item not run counts as not passed.</p>{resume}</div>")
+
+
 def category_cell(metrics: Mapping[str, Any], passed: str, total: str, rate: str) -> str:
     """``1/2 (50.0%)``: one headline metric of a category (summary.json's ``categories``)."""
     return f"{metrics.get(passed, 0)}/{metrics.get(total, 0)} ({pct(float(metrics.get(rate) or 0.0))})"
@@ -313,6 +326,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         f"<header><h1>{esc(title)}</h1><div class=\"sub\">{len(records)} items · "
         f"{esc(', '.join(f'{n} {s}' for s, n in counts.items()))}"
         f"{' · ' + esc(usage_text) if usage_text else ''}</div></header><main>",
+        incomplete_html(summary.get("incomplete")),
         *[f"<p><b>Note:</b> {esc(n)}</p>" for n in notes],
         f'<h2>Headline metrics</h2><div class="cards">{"".join(cards) or "<p>no headline metric</p>"}</div>',
         f"<ul>{gate_html}</ul>" if gate_html else "",

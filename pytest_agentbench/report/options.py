@@ -35,6 +35,9 @@ UNDERPOWERED_HELP = ("with --bench-max-drop and --bench-significance: an underpo
 RESUME_HELP = ("continue an interrupted run in RUN_DIR: its settings and selection are read from RUN_DIR/settings.json "
                "(a command-line value that differs is refused), its finished records are reused (reported, not run "
                "again), the missing items run, and complete reports are written into RUN_DIR.")
+ALLOW_INCOMPLETE_HELP = ("accept a run in which some selected items did not run (interrupted, stopped early, a "
+                         "lost worker): its gates are decided on the metrics alone (the items not run still count "
+                         "as not passed). Without it such a run fails its gates, and without gates ends with exit 1.")
 PROGRESS_HELP = ("seconds between the progress lines (done/total, statuses, elapsed, ETA, model usage, items "
                  "running over 30 s); 0 = after every item.")
 
@@ -68,6 +71,8 @@ REPORT_OPTIONS: tuple[Option, ...] = (
            metavar="N", runfile_group="gates"),
     Option("update_baseline", "--bench-update-baseline", UPDATE_HELP, kind="bool", default=False,
            ini="agentbench_update_baseline", runfile_group="gates"),
+    Option("allow_incomplete", "--bench-allow-incomplete", ALLOW_INCOMPLETE_HELP, kind="bool", default=False,
+           ini="agentbench_allow_incomplete", runfile_group="gates"),
     Option("significance", "--bench-significance", SIGNIFICANCE_HELP, kind="float", check=check_level,
            ini="agentbench_significance", metavar="ALPHA", runfile_group="gates"),
     Option("allow_underpowered", "--bench-allow-underpowered", UNDERPOWERED_HELP, kind="bool", default=False,
@@ -104,6 +109,7 @@ class GateConfig:
     update_baseline: bool
     significance: float | None
     allow_underpowered: bool = False
+    allow_incomplete: bool = False  # --bench-allow-incomplete: an incomplete run does not fail the gates
 
     @property
     def any_gate(self) -> bool:
@@ -168,4 +174,5 @@ def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
     if update and not baseline:
         raise ConfigError("--bench-update-baseline needs --bench-baseline PATH (where to write it)")
     return GateConfig(fail_under, max_drop, opts["max_errors"], baseline, update, opts["significance"],
-                      allow_underpowered=bool(opts.get("allow_underpowered")))
+                      allow_underpowered=bool(opts.get("allow_underpowered")),
+                      allow_incomplete=bool(opts.get("allow_incomplete")))

@@ -2,7 +2,7 @@
 
 The plugin's reporter gathers the records and calls, at the end of the session:
 
-    summary = build_summary(records, benchmark, settings)      # metrics, counts, items, usage
+    summary = build_summary(records, benchmark, settings, selection)   # metrics, counts, items, usage
     verdict = judge(summary, gates, baseline, exit_status, other_failures)   # comparison, gates, exit code
     ... (hooks may add fields to ``summary`` here)
     written = write_reports(summary, verdict, run_dir, gates=gates, baseline=baseline, notes=notes,
@@ -10,6 +10,12 @@ The plugin's reporter gathers the records and calls, at the end of the session:
 
 (``judge_without_items`` when no benchmark item ran). Keys starting with "_" stay in memory
 (``_terminal``, ``_markdown``: the benchmark's own lines); summary.json holds the rest.
+
+``selection``: the items the session selected (one dict per item, as ``base_record`` makes it). A selected
+item without a record (the run was interrupted, stopped early or lost a worker) is ``not_run``: it is put
+into the metrics as an item that did not pass (in memory only: the records file never holds one), and the
+summary says ``incomplete`` with the items to resume. Records of items that run again on resume (lost,
+unplaced) count as not run for that label too.
 """
 from __future__ import annotations
 
@@ -18,13 +24,14 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..core import records as rec
-from ..core.io import write_atomic
-from .attempts import attempt_lines, attempt_markdown, attempt_stats, attempts_of, counts_line, run_counts
+from ..core.io import natural_key, write_atomic
+from .attempts import (NOT_RUN, attempt_lines, attempt_markdown, attempt_stats, attempts_of, counts_line,
+                       run_counts)
 from .baseline import json_text, public, write_baseline
 from .compare import Comparison, compare
 from .compare import render_markdown as comparison_markdown
 from .declared import Declared, declared_in
-from .gates import GateResult, decide_exit, evaluate, no_items_results
+from .gates import GateResult, decide_exit, evaluate, incomplete_exit, no_items_results
 from .gates import render_markdown as gates_markdown
 from .options import GateConfig
 from .html import REPORT_HTML
@@ -35,11 +42,47 @@ SUMMARY_MD = "summary.md"
 PICTURE = "summary.png"
 
 
-def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings: Mapping[str, Any]
-                  ) -> dict[str, Any]:
+# NOT_RUN (attempts.py): a selected item without a record: not passed, not an error, never in the records file
+LISTED_NOT_RUN = 30  # ids named in a report line; summary.json lists them all
+
+
+def not_run_records(selection: Iterable[Mapping[str, Any]], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stand-ins for the selected items that have no record: ``not_run`` (a prefilled step the session never
+    reached stays ``skipped``, as its record would say)."""
+    have = {rec.record_key(r) for r in records}
+    return [{"message": "not run", **item, "status": item.get("status") or NOT_RUN}
+            for item in selection if rec.record_key(item) not in have]
+
+
+def incomplete_of(selection: list[dict[str, Any]], records: list[dict[str, Any]],
+                  stand_ins: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``{"not_run": K, "selected": N, "items": [...]}`` when some selected item did not run (no record, or a
+    record of an item that runs again on resume: lost, unplaced), else None."""
+    missing = {rec.record_key(r) for r in stand_ins if r["status"] == NOT_RUN}
+    missing |= {rec.record_key(r) for r in records if rec.runs_again_on_resume(r)}
+    if not missing:
+        return None
+    selected = {rec.record_key(r) for r in [*selection, *records]}
+    return {"not_run": len(missing), "selected": len(selected), "items": sorted(missing, key=natural_key)}
+
+
+def incomplete_text(incomplete: Mapping[str, Any], limit: int = LISTED_NOT_RUN) -> str:
+    """``incomplete: 2 of 5 items not run: 2.2, 3.1``."""
+    items = list(incomplete.get("items") or [])
+    shown = ", ".join(items[:limit]) + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+    return f"incomplete: {incomplete['not_run']} of {incomplete['selected']} items not run: {shown}"
+
+
+def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings: Mapping[str, Any],
+                  selection: Iterable[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The summary of a run from its records and ``benchmark.summarize``; it also stores the benchmark's
-    gate metrics, headlines and free settings, so two summary.json files can be compared on their own."""
-    ordered = sorted((dict(r) for r in records), key=rec.sort_key)
+    gate metrics, headlines and free settings, so two summary.json files can be compared on their own.
+    With ``selection`` (the session's items) the metrics are over every selected item, those not run included."""
+    ran = [dict(r) for r in records]
+    chosen = [dict(item) for item in selection or ()]
+    stand_ins = not_run_records(chosen, ran)
+    incomplete = incomplete_of(chosen, ran, stand_ins) if selection is not None else None
+    ordered = sorted([*ran, *stand_ins], key=rec.sort_key)
     declared = Declared.of(benchmark)
     if any("attempt" in r for r in ordered):
         result = summarize_attempts(ordered, benchmark, settings, list(declared.units))
@@ -54,8 +97,11 @@ def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings
         "items": [{"id": r["id"], "task": r["task"], "status": r["status"], "scored": r.get("scored", True),
                    **({"attempt": r["attempt"]} if "attempt" in r else {}), **answers_of(r)} for r in ordered],
         "usage": usage_of_run(ordered),
+        **({"complete": incomplete is None} if selection is not None else {}),
+        **({"incomplete": incomplete} if incomplete else {}),
         **{k: v for k, v in result.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")},
         **declared.to_summary(),
+        "_not_run": stand_ins,  # the records report.html shows for items without one
         "_terminal": list(result.get("terminal", [])),
         "_markdown": result.get("markdown", ""),
     }
@@ -138,6 +184,8 @@ def judge(summary: dict[str, Any], gates: GateConfig | None, baseline: Mapping[s
         verdict.exit_code = decide_exit(verdict.exit_before, verdict.gate_results, other_failures)
         summary["gates"] = [{"gate": r.gate, "ok": r.ok, "detail": r.detail} for r in verdict.gate_results]
         summary["gates_passed"] = verdict.gates_passed
+    elif summary.get("incomplete") and not (gates is not None and gates.allow_incomplete):
+        verdict.exit_code = incomplete_exit(verdict.exit_before)  # a run that ended normally still fails
     summary["exit_code"] = verdict.exit_code
     return verdict
 
@@ -156,6 +204,12 @@ def render_markdown(summary: Mapping[str, Any], verdict: Verdict | None = None, 
     """summary.md: notes, gates, picture, the benchmark's own Markdown, usage, comparison, settings."""
     settings = summary["settings"]
     lines = [f"# {settings['benchmark']} — {settings.get('model')} — run {settings.get('run_id')}", ""]
+    incomplete = summary.get("incomplete")
+    if incomplete:  # first: every number below is over the whole selection, the items not run counted as failed
+        lines += [f"> **{incomplete_text(incomplete)}**", ">",
+                  "> Every metric is over the whole selection: an item not run counts as not passed.", ""]
+        if incomplete.get("resume"):
+            lines += ["Resume it with:", "", "```", str(incomplete["resume"]), "```", ""]
     for note in [*settings.get("notes", []), *notes, *summary.get("notes", [])]:
         lines += [f"> **Note:** {note}", ""]
     if verdict is not None and verdict.gate_results:
@@ -223,12 +277,16 @@ def write_reports(summary: dict[str, Any], verdict: Verdict, run_dir: Path, *, g
     (and the run completed); append the Markdown to ``step_summary`` (GITHUB_STEP_SUMMARY) when given."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    update = gates is not None and gates.update_baseline and gates.baseline and verdict.exit_before in (0, 1)
+    if update and summary.get("incomplete"):  # a partial run is no baseline: later comparisons would be skewed
+        update = False
+        summary.setdefault("notes", []).append("baseline not updated: the run is incomplete")
     picture = draw_picture(summary, run_dir, baseline)
     write_atomic(run_dir / SUMMARY_JSON, json_text(public(summary)))
     markdown = render_markdown(summary, verdict, notes=notes, picture=picture is not None)
     write_atomic(run_dir / SUMMARY_MD, markdown)
     written = Written(markdown=markdown, picture=picture)
-    if gates is not None and gates.update_baseline and gates.baseline and verdict.exit_before in (0, 1):
+    if update:
         written.baseline = write_baseline(gates.baseline, summary)
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:

@@ -88,6 +88,7 @@ class AgentResult:
 def new_accounting() -> dict[str, Any]:
     return {"steps": 0, "model_calls": 0, "cache_hits": 0, "tool_calls": 0, "tool_errors": 0,
             "prompt_tokens": 0, "completion_tokens": 0, "submit_rejections": 0, "commands_timed_out": 0,
+            "request_retries": 0,
             "tools": {"bash": 0, "view_image": 0, "submit": 0}}
 
 

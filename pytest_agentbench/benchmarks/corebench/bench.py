@@ -16,8 +16,9 @@ from ...core.records import counts_text as records_counts_text
 from ...core.options import Settings
 from ...core.types import Sample, Task
 from ..base import Benchmark, RunSpec
-from . import capsules, dataset, prepare
-from .options import CORE_BENCH_OPTIONS, default_env, describe_isolation, effective_settings
+from . import capsules, dataset, prepare, scorer
+from .agent import CoreAgent
+from .options import CORE_BENCH_OPTIONS, agent_limits, default_env, describe_isolation, effective_settings
 from .run import NAME, CoreBenchRun, choose_solver
 
 
@@ -83,6 +84,46 @@ class CoreBench(Benchmark):
 
     def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, settings)
+
+    def first_call_misses(self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task],
+                          samples: list[Any], model: Any) -> list[str]:
+        """--bench-replay, before any item: the selected capsules whose agent's first model call (system prompt,
+        the capsule's prompt, the tools) is not in the response cache. The workspace is where the run asks for it
+        (--bench-workspace-root): an environment that cannot apply it names a temporary folder in the prompt, so
+        such a run could never be replayed anyway."""
+        from ...models.probe import FirstCallProbe, FirstCallSeen  # why: it loads openai; only a replay needs it
+
+        wanted = {s.task_id for s in samples}
+        chosen = [t for t in tasks if t.id in wanted]
+        if not chosen:
+            return []
+        templates = dataset.load_prompts(Path(opts.get("data_dir") or "data"))
+        root = str(settings["workspace_root"])
+        stand_in = WorkspaceAt(root)
+        probe = FirstCallProbe(model)
+        missing = []
+        for task in chosen:
+            prompt = prepare.render_prompt(templates, task.data, settings["difficulty"], settings["hints"], root=root)
+            questions = list(task.data["results"][0].keys())
+            try:
+                CoreAgent(probe, stand_in, questions, agent_limits(settings)).run(prompt)
+            except FirstCallSeen as seen:
+                if not seen.found:
+                    missing.append(task.id)
+        return missing
+
+    def not_run_fields(self, sample: Sample) -> dict[str, Any]:
+        """A capsule that never ran (an incomplete run) still has its questions: counted as not answered."""
+        written, figure = scorer.question_totals(sample.data["results"])
+        return {"correct_written": 0, "total_written": written, "correct_figure": 0, "total_figure": figure,
+                "split_size": self.split_sizes.get(sample.split)}
+
+
+class WorkspaceAt:
+    """What the agent reads of its environment before its first model call: where the workspace is."""
+
+    def __init__(self, workdir: str) -> None:
+        self.workdir = workdir
 
 
 def local_capsule_folders(opts: Mapping[str, Any]) -> list[Path]:

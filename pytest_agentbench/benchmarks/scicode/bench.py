@@ -192,6 +192,39 @@ class SciCode(Benchmark):
     def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, dict(settings), self.categories)
 
+    def first_call_misses(self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task],
+                          samples: list[Any], model: Any) -> list[str]:
+        """--bench-replay, before any item: the selected problems whose first model call (the first step that is
+        not prefilled, with the prompt this run would build) is not in the response cache."""
+        from ...models.probe import FirstCallProbe, FirstCallSeen  # why: it loads openai; only a replay needs it
+        from .solvers import ChatSolver  # why: as above (the chat harness imports the client when used)
+
+        wanted = {s.task_id for s in samples if not s.skip_reason}
+        chosen = [t for t in tasks if t.id in wanted]
+        if not chosen:
+            return []
+        solver = ChatSolver(FirstCallProbe(model), templates=load_templates(Path(opts["data_dir"])), run_python=None,
+                            mode=opts["mode"], background=bool(opts["background"]),
+                            tool_loops=int(opts["tool_loops"]), tool_timeout=float(opts["tool_timeout"]))
+        prefilled = None
+        missing = []
+        for task in chosen:
+            previous: list[str] = []
+            for step in task.data["sub_steps"]:
+                number = str(step["step_number"])
+                if number not in dataset.PREFILLED_FILES:
+                    break
+                if prefilled is None:
+                    prefilled = dataset.load_prefilled(Path(opts["data_dir"]), verify=verify_data(opts),
+                                                       stamp_dir=opts.get("cache_dir"))
+                previous.append(prefilled[number])
+            try:
+                solver.solve(task.data, len(previous), previous)
+            except FirstCallSeen as seen:
+                if not seen.found:
+                    missing.append(task.id)
+        return missing
+
 
 def select_categories(problems: list[tuple[str, dict[str, Any]]], names: Any) -> list[tuple[str, dict[str, Any]]]:
     """The problems of the categories ``names`` (--bench-category; "all" or nothing keeps every problem).

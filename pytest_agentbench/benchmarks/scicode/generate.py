@@ -56,7 +56,7 @@ CODE_INTERPRETER_TOOL = {
 
 def new_accounting() -> dict:
     return {"model_calls": 0, "tool_calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
-            "latency": 0.0, "cache_hits": 0}
+            "latency": 0.0, "cache_hits": 0, "request_retries": 0}
 
 
 @dataclass
