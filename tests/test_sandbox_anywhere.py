@@ -147,6 +147,47 @@ def test_every_sandbox_kind_runs_an_interpreter_under_tmp(venv, spelling):
     assert out["self_test"][0] is True and spelt in out["self_test"][1], out["self_test"]
 
 
+INSIDE_A_HIDDEN_FOLDER = r"""
+import json, sys, tempfile
+from pathlib import Path
+from pytest_agentbench.envs.host import HostFactory
+from pytest_agentbench.sandbox.executors import SubprocessExecutor
+from pytest_agentbench.sandbox.forkserver import ForkServer
+from pytest_agentbench.sandbox.limits import Limits
+
+hidden = sys.argv[1]
+CHECK = ("import os, sys, numpy; print(os.path.exists(sys.executable), sorted(os.listdir(%r)))" % hidden)
+limits = Limits(timeout=120, hidden=(hidden,))
+fork = ForkServer(preload=("numpy",))
+try:
+    runs = {"fork": fork.run(CHECK, limits=limits), "subprocess": SubprocessExecutor().run(CHECK, limits=limits)}
+finally:
+    fork.close()
+out = {kind: [r.exit_code, r.stdout.strip(), r.stderr[-1500:]] for kind, r in runs.items()}
+env = HostFactory(hidden=(hidden,)).start(Path(tempfile.mkdtemp()))
+try:
+    done = env.run(sys.executable + " -c " + json.dumps(CHECK), 120)
+    out["host"] = [done.exit_code, done.stdout.strip(), done.stderr[-1500:]]
+finally:
+    env.stop()
+print(json.dumps(out))
+"""
+
+
+def test_python_inside_a_hidden_folder_is_bound_again_on_top_of_its_mask(venv):
+    """The folder around the venv is hidden (as a cache or report folder would be), with a secret beside the venv:
+    in every sandbox the interpreter runs and imports numpy, and of the hidden folder only the venv (and the
+    folders on the way to it) can be seen, never the secret."""
+    (venv.root / "secret.txt").write_text("the answers")
+    argv0, cwd = venv.argv0("tmp")
+    done = subprocess.run([argv0, "-c", INSIDE_A_HIDDEN_FOLDER, str(venv.root)], cwd=cwd, env=venv.env(),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for kind in ("fork", "subprocess", "host"):
+        assert out[kind] == [0, "True ['venv']", ""], (kind, out[kind])
+
+
 # ---------------------------------------------------------------- as a user runs it
 
 @pytest.mark.parametrize("spelling", SPELLINGS)

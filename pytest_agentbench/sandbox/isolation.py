@@ -8,7 +8,10 @@ What a child gets (both executors, tool scripts, and the host environment's comm
   the Python installation, its installed packages and this package, and nothing else: data folders
   (``/home``, ``/root``, ``/srv``, ``/var``, a checkout, a stray copy of the ground truth) do not exist
   there; paths the caller names (the data dir, the cache, the reports) are masked by empty folders
-  wherever they would be visible;
+  wherever they would be visible; Python is visible wherever it is installed (a venv under /tmp, a home
+  folder, /srv, reached through links): its folders are bound after every mount that could cover them
+  (the private /tmp and /dev/shm, a mask it lies strictly inside) and the links on the way to them are
+  made again (``python_links``), so nothing mounted later hides them; ``selftest.py`` checks it for real;
 * a private, size-capped ``/tmp`` (tmpfs) holding its work folder (scoring and tool scripts), or the
   environment's workspace and private folders (host environment: on disk, no total cap); the host
   environment can also have its workspace at another path (CORE-Bench's workspace root): then the

@@ -17,14 +17,15 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from .executors import SubprocessExecutor
 from .isolation import ISOLATION_ENV, SANDBOX_UID, Isolation, needed_paths, probe, python_links, site_folders, under
 from .limits import Limits, package_parent
 
 MODULES = ("numpy", "scipy", "h5py", "pytest_agentbench")  # what every scoring child imports
 TIMEOUT = 60.0  # seconds; it takes about one on a loaded machine
 EXPECTED_FILE = "expected.json"
-# Runs as main.py in the sandbox: which expected paths it cannot see (a folder that must hold entries and holds
-# none is masked), which it cannot read, and what it cannot import.
+# Runs as main.py in the sandbox: what it cannot import (the verdict) and, to say why, which expected paths it
+# cannot see (a folder that must hold entries and holds none is masked) or cannot read.
 SCRIPT = r"""
 import importlib, json, os, sys
 expected = json.load(open("expected.json"))
@@ -93,8 +94,6 @@ def run_self_test(isolation: Isolation | None = None,
 
 
 def _run(iso: Isolation, hidden: Sequence[str], labels: Mapping[str, str]) -> SelfTest:
-    from .executors import SubprocessExecutor  # why: executors imports this module's neighbours only when tested
-
     modules = [name for name in MODULES if importable(name)]  # what is missing here is no sandbox's fault
     paths = expected_paths()
     files = {EXPECTED_FILE: json.dumps({"paths": paths, "modules": modules})}
@@ -114,8 +113,8 @@ def _run(iso: Isolation, hidden: Sequence[str], labels: Mapping[str, str]) -> Se
                    f"{explain([sys.executable, *masked_python(hidden)], hidden, labels)}{FIX}")
         return SelfTest(False, seconds, sys.executable, problem)
     failed = {name: error for name, error in found["imports"].items() if error != "ok"}
-    if not failed and not found["missing"] and not found["unreadable"] and result.exit_code == 0:
-        return SelfTest(True, seconds, sys.executable)
+    if not failed and result.exit_code == 0:  # (a folder it cannot see that nothing needed: a $PYTHONPATH
+        return SelfTest(True, seconds, sys.executable)  # entry only root may read is skipped, as outside)
     parts = []
     if found["missing"]:
         parts.append(f"not visible: {', '.join(found['missing'])}")
