@@ -8,6 +8,7 @@ benchmark's own option given on the command line of a run of another benchmark i
 ``check_report_dir``: the report folder can be created (found now, not after the work is done);
 ``probe_report_dir``: a file can really be written there (a pseudo file system, a read-only mount, a folder of
 another user: permission bits say nothing for root, so a probe file is created, fsynced and removed).
+``sandbox_self_test``: this interpreter runs in the sandbox with the run's binds (``sandbox/selftest.py``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from ..core.errors import ConfigError
 from ..core.options import Option, Settings
 from ..models.options import ORACLE, check_api_key, model_settings
 from ..models.preflight import preflight, skip_reason
+from ..sandbox.options import PRIVATE_PATH_SETTINGS
+from ..sandbox.selftest import run_self_test
 from .run import BenchState
 from .selfdescribe import rewrite_definition
 
@@ -105,6 +108,22 @@ def write_probe(file: Path) -> None:
     file.unlink()
 
 
+def sandbox_self_test(opts: Settings, state: BenchState) -> None:
+    """ConfigError when this interpreter cannot run in the sandbox with the run's hidden folders (what is hidden
+    and how to fix it); when it can, the run's isolation line says so. Nothing to test without isolation."""
+    hidden = {str(opts[key]): f"--bench-{key.replace('_', '-')}" for key in PRIVATE_PATH_SETTINGS if opts.get(key)}
+    outcome = run_self_test(hidden=hidden)
+    if outcome is None:
+        return
+    if not outcome.ok:
+        raise ConfigError(outcome.describe())
+    line = str(state.settings.get("isolation") or "")
+    if line.startswith("bwrap"):  # the line of the sandbox tested
+        state.settings["isolation"] = f"{line}; sandbox {outcome.describe()}"
+    else:  # the line says how the agent is kept apart (a container): the scoring sandbox's test is a note
+        state.notes.append(f"sandbox {outcome.describe()}")
+
+
 def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> None:
     """The controller's checks and notes before any item runs (ConfigError: the plugin shows a usage error)."""
     if opts.resume and opts.resume_merge:
@@ -119,6 +138,7 @@ def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> No
     if not config.option.collectonly:
         check_report_dir(state.run_dir, opts.report_dir)
         probe_report_dir(state.run_dir, opts.report_dir)
+        sandbox_self_test(opts, state)  # a hidden interpreter would fail every item: found before any
         note = preflight_note(config, opts)  # one cheap request: a dead endpoint costs no items
         if note:
             state.notes.append(note)

@@ -3,7 +3,8 @@ worker receives from its controller (``forwarded`` / ``apply_forwarded``).
 
 The controller runs ``SERVE_SOURCE`` on each new xdist gateway before its worker starts (execnet's
 ``remote_exec``, see remote.py), which runs ``main`` in a child python on the host: the host's name, cores, GPUs (``nvidia-smi -L``, or the test-only
-``AGENTBENCH_TEST_GPUS`` read there), whether a Docker engine answers, how children can be isolated, the
+``AGENTBENCH_TEST_GPUS`` read there), whether a Docker engine answers, how children can be isolated and
+whether that host's interpreter runs in its sandbox (the self-test, ``sandbox/selftest.py``), the
 installed plugin's version and build, and the data hashes of the selected benchmark and split computed
 from the host's own data dir. Per-host paths (every path option: data, cache, capsules, ...) are never
 forwarded: a host uses its own ``AGENTBENCH_*`` environment or the defaults.
@@ -22,6 +23,8 @@ from ..core.errors import ConfigError
 from ..core.data import DataError
 from ..core.options import Option, OptionError, Settings, Sources, resolve
 from ..sandbox.isolation import probe as isolation_probe
+from ..sandbox.options import PRIVATE_PATH_SETTINGS
+from ..sandbox.selftest import run_self_test
 from .options import all_options
 from .provenance import PACKAGE, version_of
 
@@ -119,18 +122,22 @@ def docker_engine() -> str:
 
 
 def probe(request: Mapping[str, Any]) -> dict[str, Any]:
-    """This host's capabilities and, for ``request["bench"]``/``["split"]``, its data hashes."""
+    """This host's capabilities and, for ``request["bench"]``/``["split"]``, its data hashes; a ``probe_error``
+    (the controller refuses the host by name) when this host's Python cannot run in its sandbox."""
     out: dict[str, Any] = {
         "hostname": host.hostname(), "cores": host.cores(), "gpus": host.gpus(),
         "docker": docker_engine(), "isolation": isolation_probe().describe(),
         "version": version_of(PACKAGE), "build": host.package_build(),
         "data_dir": os.environ.get("AGENTBENCH_DATA_DIR", ""),
     }
+    hidden: dict[str, str] = {}
     bench = request.get("bench")
     if bench:
         options = all_options(available_benchmarks())
         try:
             opts = host_settings(options, request.get("settings") or {})
+            hidden = {str(opts[key]): f"--bench-{key.replace('_', '-')}" for key in PRIVATE_PATH_SETTINGS
+                      if opts.get(key)}
             benchmark = get_benchmark(bench)
             split = request["split"]
             settings = benchmark.configure(opts, split)
@@ -139,6 +146,11 @@ def probe(request: Mapping[str, Any]) -> dict[str, Any]:
             out["data_hashes"] = benchmark.data_hashes(opts, split, settings)
         except (ConfigError, DataError, OptionError, KeyError) as exc:
             out["data_error"] = f"{type(exc).__name__}: {exc}"
+    outcome = run_self_test(hidden=hidden)  # this host's interpreter in this host's sandbox, its own folders hidden
+    if outcome is not None:
+        out["self_test"] = outcome.describe()
+        if not outcome.ok:
+            out["probe_error"] = f"on {out['hostname']}: {outcome.describe()}"
     return out
 
 

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Mapping, Protocol
 
 from .forkserver import ForkServer
-from .isolation import MOUNT_RACE_TRIES, Isolation, bwrap_argv, child_environment, mount_race, probe
+from .isolation import MOUNT_RACE_TRIES, Isolation, bwrap_argv, child_environment, mount_race, needed_paths, probe, \
+    python_links
 from .jail import POLL_INTERVAL, ProcessJail
 from .limits import GiB, Limits, MiB, child_env, package_parent
 from .result import ExecResult
@@ -126,8 +127,11 @@ class SubprocessExecutor:
             spec = {"limits": asdict(limits), "env": full_env, "cgroup": str(jail.cgroup) if jail.cgroup else ""}
             argv = [sys.executable, "-S", "-c", LAUNCHER]
             if isolated:
+                # Python's folders as this (fully started) interpreter knows them: the -S launcher cannot
+                # tell a venv's site folders, and its child must find them under its fresh /tmp too
                 spec.update(isolation=self.isolation.mode, work=str(work), status_fd=status_write,
-                            bind=[".stdout", ".stderr", *(collect or {})])
+                            bind=[".stdout", ".stderr", *(collect or {})], needed=needed_paths(),
+                            links=python_links())
                 argv = bwrap_argv(self.isolation, writable=[str(work)]) + argv
             launcher_env = dict(full_env, PYTHONPATH=package_parent())
             started = time.monotonic()

@@ -8,7 +8,10 @@ What a child gets (both executors, tool scripts, and the host environment's comm
   the Python installation, its installed packages and this package, and nothing else: data folders
   (``/home``, ``/root``, ``/srv``, ``/var``, a checkout, a stray copy of the ground truth) do not exist
   there; paths the caller names (the data dir, the cache, the reports) are masked by empty folders
-  wherever they would be visible;
+  wherever they would be visible; Python is visible wherever it is installed (a venv under /tmp, a home
+  folder, /srv, reached through links): its folders are bound after every mount that could cover them
+  (the private /tmp and /dev/shm, a mask it lies strictly inside) and the links on the way to them are
+  made again (``python_links``), so nothing mounted later hides them; ``selftest.py`` checks it for real;
 * a private, size-capped ``/tmp`` (tmpfs) holding its work folder (scoring and tool scripts), or the
   environment's workspace and private folders (host environment: on disk, no total cap); the host
   environment can also have its workspace at another path (CORE-Bench's workspace root): then the
@@ -279,6 +282,78 @@ def pth_folders(site_dirs: Iterable[str]) -> set[str]:
     return out
 
 
+def venv_folder() -> str | None:
+    """The virtual environment ``sys.executable`` belongs to (the folder with its ``pyvenv.cfg``), found as
+    Python itself finds it: next to the executable or one folder up. Also in a ``python -S`` launcher, where
+    ``sys.prefix`` is the base installation's (``site`` is what switches it to the venv)."""
+    if not sys.executable:
+        return None
+    folder = os.path.dirname(os.path.abspath(sys.executable))
+    for candidate in (folder, os.path.dirname(folder)):
+        if os.path.isfile(os.path.join(candidate, "pyvenv.cfg")):
+            return candidate
+    return None
+
+
+def site_folders() -> set[str]:
+    import site  # why: only here; a -S launcher gets these paths from its spec (computed by its caller)
+
+    return {*site.getsitepackages(), site.getusersitepackages()}
+
+
+def spelled_python_paths() -> list[str]:
+    """The paths by which Python and its packages are reached, as spelt (links not resolved): the interpreter,
+    its prefixes, the site folders, what their ``.pth`` files add and ``$PYTHONPATH``. A fresh interpreter in a
+    sandbox finds its prefix and site folders from its own spelt path, so each of these must resolve there too."""
+    site_dirs = site_folders()
+    paths = [sys.executable, sys.prefix, sys.exec_prefix, sys.base_prefix, venv_folder() or "", *sorted(site_dirs),
+             *sorted(pth_folders(site_dirs)), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    out: list[str] = []
+    for path in paths:
+        if path and os.path.isabs(path) and os.path.normpath(path) not in out:
+            out.append(os.path.normpath(path))
+    return out
+
+
+def links_on_the_way(path: str, limit: int = 40) -> list[tuple[str, str]]:
+    """Every symbolic link met while resolving the absolute ``path`` (as ``realpath`` does): (where the link is,
+    with real folders above it; what it says). Made again in a sandbox, they let the same spelling resolve there."""
+    found: list[tuple[str, str]] = []
+    current, todo = "/", list(PurePosixPath(path).parts[1:])
+    while todo:
+        name = todo.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        if not os.path.islink(candidate):
+            current = candidate
+            continue
+        if len(found) >= limit:  # a loop of links: realpath gives up the same way
+            break
+        target = os.readlink(candidate)
+        found.append((candidate, target))
+        if target.startswith("/"):
+            current = "/"
+        todo = [*PurePosixPath(target).parts[1 if target.startswith("/") else 0:], *todo]
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def python_links() -> list[tuple[str, str]]:
+    """The symbolic links on the way to Python and its packages (``spelled_python_paths``): a venv reached
+    through a linked folder, ``/opt/py -> /srv/python``. A sandbox makes each again where the machine's folder
+    holding it is not visible whole (a folder under /tmp, a home, /srv)."""
+    out: list[tuple[str, str]] = []
+    for path in spelled_python_paths():
+        for link in links_on_the_way(path):
+            if link not in out:
+                out.append(link)
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def needed_paths() -> list[str]:
     """What a child needs to run Python: the interpreter, its libraries, the installed packages and this package.
@@ -286,10 +361,8 @@ def needed_paths() -> list[str]:
     Not every ``sys.path`` entry: the current folder and the folders pytest adds (rootdir, conftest folders)
     are a user's project, with its files, reports and perhaps keys; only installed locations are kept
     (site folders, what their ``.pth`` files add, ``$PYTHONPATH``)."""
-    import site  # why: only here; the launchers import this module with -S and never call this
-
-    site_dirs = {*site.getsitepackages(), site.getusersitepackages()}
-    installed = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+    site_dirs = site_folders()
+    installed = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, venv_folder() or "",
                  os.path.dirname(os.path.realpath(sys.executable)), *site_dirs, *pth_folders(site_dirs),
                  *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p))}
     real = {os.path.realpath(p) for p in installed if os.path.isabs(p) and os.path.isdir(p)}
@@ -303,6 +376,11 @@ def needed_paths() -> list[str]:
         if not under(path, out):
             out.append(path)
     return out
+
+
+def inside(path: str, roots: Iterable[str]) -> bool:
+    """``path`` lies strictly below one of ``roots`` (not one of them)."""
+    return any(path != root and under(path, [root]) for root in roots)
 
 
 def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str] = (), readable: Iterable[str] = (),
@@ -349,17 +427,24 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
     shared = ([("--ro-bind", path, path) for path in readable]
               + [("--bind", str(path), str(path)) for path in writable]
               + [("--bind", source, target) for source, target in relocated])
+    whole = [*system, *(path for _, _, path in needed + shared)]  # (the folders visible with all they hold)
+    links = [(link, text) for link, text in python_links() if not under(link, whole)]
+    if tmp is not None:  # /tmp is a host folder that outlives this sandbox: its links are made there, once
+        make_links_in(tmp, [(link, text) for link, text in links if under(link, ["/tmp"])])
+        links = [(link, text) for link, text in links if not under(link, ["/tmp"])]
     # bwrap would make the missing parents of a mount point private (0700): make them traversable for uid 65534
     parents: set[str] = set()
-    for _, _, path in needed + shared:
+    for path in [*(path for _, _, path in needed + shared), *(link for link, _ in links)]:
         parent = os.path.dirname(path)
         while parent != "/" and (under(parent, replaced) or not under(parent, system)) and parent not in replaced:
             parents.add(parent)
             parent = os.path.dirname(parent)
     for parent in sorted(parents):
         args += ["--perms", "0755", "--dir", parent]
-    for kind, source, path in needed:
+    for kind, source, path in needed:  # after the tmpfs on /tmp and the homes: nothing mounted later covers them
         args += [kind, source, path]
+    for link, text in links:  # (a venv reached through a linked folder: the interpreter's own spelling resolves)
+        args += ["--symlink", text, link]
     from ..core.data import secret_path  # why: core.data pulls in urllib; launchers import this module with -S
 
     # a relocated folder is seen only where it was put, not also (read-only) at its host path
@@ -370,6 +455,15 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
     masked = [path for path in [*hidden, *visible_sources, str(secret_path())]
               if not under(path, emptied) and under(os.path.realpath(path), seen)]  # (the rest is not there)
     args += mask_args(masked)  # before the shared folders: those stay visible
+    # Python inside a masked folder (a venv in the cache folder, the interpreter below a hidden /opt/data) is
+    # bound again on top of the mask: only it, not the folder's other files (a mask on Python itself stays)
+    masked_real = [os.path.realpath(path) for path in masked]
+    for path in needed_paths():
+        if inside(path, masked_real):
+            args += ["--ro-bind", path, path]
+    for link, text in python_links():
+        if inside(link, masked_real) and not under(link, needed_paths()):
+            args += ["--symlink", text, link]
     for kind, source, path in shared:
         args += [kind, source, path]
     if iso.mode == "root" and PIDS_CGROUP_DIR.is_dir():  # the sandbox process puts each run into its own cgroup
@@ -387,6 +481,23 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     return args + ["--die-with-parent", "--"]
+
+
+def make_links_in(folder: str, links: Iterable[tuple[str, str]]) -> None:
+    """Make the ``/tmp`` links of ``links`` in ``folder``, the host folder a sandbox gets as its ``/tmp``: bwrap
+    (0.8) cannot make a link that exists already, and the folder keeps them for the next sandbox. Called before
+    any command runs there; still, nothing found there is followed (a link on the way: that link is left out)."""
+    for link, text in links:
+        here = folder
+        for name in PurePosixPath(link).relative_to("/tmp").parts[:-1]:
+            here = os.path.join(here, name)
+            if not os.path.lexists(here):
+                os.mkdir(here, 0o755)
+            if os.path.islink(here) or not os.path.isdir(here):
+                break
+        else:
+            if not os.path.lexists(os.path.join(here, os.path.basename(link))):
+                os.symlink(text, os.path.join(here, os.path.basename(link)))
 
 
 SHM_SIZE = 1 << 30  # a sandbox's /dev/shm (tmpfs: RAM that no rlimit counts)
@@ -496,20 +607,32 @@ class RunNamespace:
         self.init.wait()
 
 
+FRESH_MOUNTS = ("/tmp", "/dev/shm")  # what every child gets afresh: anything of Python there is bound again
+
+
 def enter_child(mode: str, *, work: str | os.PathLike, disk: int | None, hidden: Sequence[str] = (),
-                bind: Sequence[str] = (".stdout", ".stderr")) -> None:
+                bind: Sequence[str] = (".stdout", ".stderr"), needed: Sequence[str] | None = None,
+                links: Sequence[Sequence[str]] | None = None) -> None:
     """In the child, before any model code: private mounts, the work folder, then no privileges.
 
     The work folder is made again at the same path inside the new private ``/tmp``, with a copy of
     what the original holds, except the names in ``bind`` (the output files), which are bound there:
-    the child sees the files its output goes to, as without isolation."""
+    the child sees the files its output goes to, as without isolation. ``needed``/``links``: Python's
+    folders and the links on the way to them (``needed_paths``/``python_links``, the default; a ``-S``
+    launcher gets its caller's, since it cannot tell a venv's site folders itself): those the fresh
+    ``/tmp`` and ``/dev/shm`` or a mask of ``hidden`` would cover are bound (made) again on top."""
+    needed = needed_paths() if needed is None else [str(path) for path in needed]
+    links = python_links() if links is None else [(str(link), str(text)) for link, text in links]
+    links = [(link, text) for link, text in links if not under(link, needed)]  # (those come with their folder)
     unshare(CLONE_NEWNS | CLONE_NEWIPC)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     work = Path(work)
+    masks = [os.path.realpath(path) for path in hidden]
     # opened in the new mount namespace, before /tmp is covered: the sources of the copy and the binds
     original = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
     outputs = {name: os.open(work / name, os.O_PATH) for name in bind}
-    keep = {path: os.open(path, os.O_PATH) for path in needed_paths() if under(path, ["/tmp"])}
+    keep = {path: os.open(path, os.O_PATH) for path in needed
+            if (under(path, FRESH_MOUNTS) or inside(path, masks)) and os.path.exists(path)}
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     tmpfs_options = "mode=1777"
     if disk:
@@ -517,17 +640,18 @@ def enter_child(mode: str, *, work: str | os.PathLike, disk: int | None, hidden:
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
     if os.path.isdir("/dev/shm"):
         mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
-    for path, fd in keep.items():  # Python or the package may live under /tmp (a venv, a test's site folder)
-        os.makedirs(path, exist_ok=True)
-        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-        os.close(fd)
-    for path in hidden:
-        real = os.path.realpath(path)
+    # Python or the package under /tmp (a venv, a test's site folder) and the links to it, again: after the
+    # fresh tmpfs, before the masks (a hidden folder that is Python's folder, or in it, stays hidden) ...
+    _python_again(keep, links, lambda path: under(path, FRESH_MOUNTS) and not inside(path, masks))
+    for real in masks:
         if os.path.isdir(real):
-            mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV, "size=4096,nr_inodes=16,mode=0555")
+            mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV, "size=4096,nr_inodes=64,mode=0555")
         elif os.path.exists(real):
             mount("/dev/null", real, None, MS_BIND)
+    # ... and, after them, what lies strictly inside a hidden folder (a venv in the cache folder): only it
+    _python_again(keep, links, lambda path: inside(path, masks))
+    for fd in keep.values():
+        os.close(fd)
     work.mkdir(parents=True)
     _copy_tree(original, work, skip=set(bind))
     os.close(original)
@@ -543,6 +667,20 @@ def enter_child(mode: str, *, work: str | os.PathLike, disk: int | None, hidden:
     drop_privileges(mode)
 
 
+def _python_again(keep: Mapping[str, int], links: Sequence[tuple[str, str]], where) -> None:
+    """Bind the folders ``keep`` (path -> an O_PATH descriptor of it) and make the ``links`` for which
+    ``where(path)`` holds, read-only, at their own paths (in a child's fresh mounts)."""
+    for path, fd in keep.items():
+        if where(path):
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+    for link, text in links:
+        if where(link) and not os.path.lexists(link):
+            os.makedirs(os.path.dirname(link), mode=0o755, exist_ok=True)
+            os.symlink(text, link)
+
+
 def enter_isolated_jail(spec: dict) -> None:
     """The isolated form of ``limits.enter_jail``, for a launcher running in a bwrap sandbox: join the
     run's cgroup, take on the rlimits, make the child's private mounts and drop the privileges."""
@@ -551,7 +689,7 @@ def enter_isolated_jail(spec: dict) -> None:
     if mode == "root":  # as root no RLIMIT_NPROC (the cgroup counts); as uid 65534 it would count every worker
         apply_child_limits(limits)
     enter_child(mode, work=spec["work"], disk=limits.disk, hidden=limits.hidden,
-                bind=spec.get("bind", (".stdout", ".stderr")))
+                bind=spec.get("bind", (".stdout", ".stderr")), needed=spec.get("needed"), links=spec.get("links"))
     if mode != "root":  # in its own user namespace RLIMIT_NPROC counts this run only
         apply_child_limits(limits)
     os.chdir(spec["work"])
