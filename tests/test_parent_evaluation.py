@@ -151,13 +151,16 @@ ANSWERS = {
     # right answers, same lines
     "4.1": REBIND + "def f(x):\n    return 18.0",
     "5.1": PATCH_NUMPY + "def Nbody(uin, mass, dt, t0, t1):\n    return uin.copy()",
+    # a right answer on a test case the parent cannot evaluate: `cannot verify`, never a pass
+    "6.1": "def f(x):\n    return 1.0",
 }
+TESTS = {"6.1": "assert np.allclose(f(target), 1)"}
 
 
 @pytest.fixture
 def custom(pytester, bench, shared_data):
     pytester.makeconftest(MODEL_CONFTEST)  # answers each step with its "ground truth": here ANSWERS
-    problems = [problem(n.split(".")[0], [step(n, code, [NBODY_TEST if "Nbody" in code else SUM_TEST],
+    problems = [problem(n.split(".")[0], [step(n, code, [TESTS.get(n, NBODY_TEST if "Nbody" in code else SUM_TEST)],
                                                header=NBODY_HEADER if "Nbody" in code else "def f(x):")])
                 for n, code in ANSWERS.items()]
     data, h5 = write_dataset(pytester.path, shared_data, targets={n: [True] for n in ANSWERS}, problems=problems)
@@ -170,5 +173,6 @@ def test_rebound_builtins_and_patched_libraries_do_not_make_a_wrong_answer_pass(
     result = custom()
     out = result.stdout.str()
     failed = {n for n in ANSWERS if any(line.startswith("FAILED") and f"{n}" in line for line in out.splitlines())}
-    assert failed == {"1.1", "2.1", "3.1"}, out[-3000:]
-    result.assert_outcomes(passed=2, failed=3)
+    assert failed == {"1.1", "2.1", "3.1", "6.1"}, out[-3000:]
+    assert "6 done (2 pass, 3 fail, 1 eval_error)" in out, out[-3000:]
+    assert "eval_error: agentbench: cannot verify the tests: step 6.1 test 1 line 1: `f(target)` calls f" in out
