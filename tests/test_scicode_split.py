@@ -184,7 +184,8 @@ def test_helpers_that_only_compare_run_in_the_parent_others_in_the_child():
     assert not [p for p in plan.tests[0].parent if isinstance(p, split.ParentStatement)]
     assert leaves(plan)[0].startswith("test_gradient(np.random.randn(5, 2, 3), MultiplyWF(")
     assert leaves(plan_of("72.1"), 4) == ["test_neighbor()"]  # calls the model's neighbor_list
-    assert expression(plan_of("32.3"), 4) == "(_agentbench_leaf(1) < 1e-06, is_symmetric(_agentbench_leaf(2))) == target"
+    # `diff` the parent computes from the model's values with the test's own code (issue 21)
+    assert expression(plan_of("32.3"), 4) == "(abs(diff) < 1e-06, is_symmetric(_agentbench_leaf(1))) == target"
 
 
 def test_operands_that_need_the_parent_are_evaluated_there():
@@ -466,10 +467,11 @@ def test_an_operand_the_parent_does_not_need_may_fail_as_upstream_never_evaluate
 
 def test_a_parent_side_statement_that_fails_fails_its_test():
     plan = plan_of("31.2")
-    frames = [("t", 1), ("v", 1, 1, 1, np.zeros((2, 3))), ("a", 1, 1), ("z", 1)]
-    outcome = evaluate(plan, stream(*frames), [(True, np.zeros(2), "extra")] * 3)
+    z = np.array([[1.0, -1.0, 0.0], [1.0, 1.0, -2.0]]) / np.sqrt([[1.0], [3.0]])  # np.cov(z) is the identity
+    frames = [("t", 1), ("v", 1, 1, 1, z), ("a", 1, 1), ("z", 1)]
+    outcome = evaluate(plan, stream(*frames), [(True, z, "extra")] * 3)
     assert outcome.failure.kind == "error" and outcome.message.startswith("ValueError: too many values to unpack")
-    assert evaluate(plan, stream(*frames), [(True, np.zeros(2))] * 3).failure.test == 2  # test 1 passed
+    assert evaluate(plan, stream(*frames), [(True, z)] * 3).failure.test == 2  # test 1 passed
 
 
 @pytest.mark.parametrize("frames, why", [
