@@ -30,10 +30,20 @@ Rules, so every official test case splits the same way (see :func:`split_step`):
 * an operand that mentions a parent name (``target[0]``, ``target.any()``, a name unpacked from
   ``target``, a comprehension variable of a parent-side ``all(... for i in A)``) is evaluated in the
   parent, its parts that depend on the model's code (``A``) come from the child;
+* no comparison is decided by the child's values alone (issue 21): the child computes only the model's
+  calls and what reads the model's objects (attributes, items and methods of values the test text did not
+  bind). What the test text does with those values runs in the parent on the decoded values: operators,
+  slices and data attributes (``B[:, 0].T @ B[:, 3]`` with ``B`` from the child), numpy/math calls and
+  reproducible builtins, and the functions the test text defines that read nothing but those
+  (:func:`_is_runnable_helper`: 49.4's ``Nbody_Etot``, 51.4's ``total_energy``). A statement that applies
+  them to the child's values (``Etot1 = Nbody_Etot(uout, mass)``) is a :class:`MixedStatement`: the child
+  sends its operands (``uout``), the parent runs it and holds the names it binds;
+* the test text sees the genuine builtins and modules whatever the model's code binds (``range = range``,
+  ``from math import *``), unless the name is a function the model was asked to write (``required``);
 * a function defined in the test text that compares and needs nothing but numpy, math and the
-  builtins (10.6 ``are_equivalent``, 31.2 ``test_identity``) runs in the parent; any other
-  (30.3 ``test_gradient(configs, wf, delta)``, 72.1 ``test_neighbor()``, which call the model's
-  objects) runs in the child and only its result is compared;
+  builtins (10.6 ``are_equivalent``, 31.2 ``test_identity``) runs in the parent; one that calls the
+  model's objects (30.3 ``test_gradient(configs, wf, delta)``, 72.1 ``test_neighbor()``) runs in the
+  child and only its result is compared (with the target, in the parent);
 * a test function holding ``assert`` statements and called once with no arguments
   (78.1 ``def test_case_1(): ... assert ...`` then ``test_case_1()``) is inlined for the parent (its
   assertions are the test's, at the call, in a scope of their own); in the child it stays a
