@@ -745,9 +745,9 @@ def _is_runnable_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
     ``total_energy``): it reads only the parent's modules, reproducible builtins and such functions, and
     calls no method of its arguments but those of data values (30.3's ``test_gradient`` calls
     ``wf.value``, the model's object: it stays in the child)."""
-    if fn.decorator_list or taint.forbidden(fn) or any(isinstance(d, ast.AST) and not isinstance(d, ast.Constant)
-                                                        for d in (*fn.args.defaults, *fn.args.kw_defaults)):
-        return False
+    defaults = [d for d in (*fn.args.defaults, *fn.args.kw_defaults) if d is not None]
+    if fn.decorator_list or taint.forbidden(fn) or not all(isinstance(d, ast.Constant) for d in defaults):
+        return False  # a default that can change in place is data the child's values may be stored in
     allowed = frozenset(PARENT_MODULES) | taint.SAFE_BUILTINS | frozenset(CMP_HELPERS) | frozenset(state.helpers) \
         | frozenset(state.runnable) | {fn.name}
     if not _free_names(fn) <= allowed or not all(state.trust.name(name) for name in _free_names(fn) - {fn.name}):
