@@ -176,10 +176,10 @@ def plan_of(step: str) -> split.StepPlan:
 def test_the_parent_computes_expectations_from_inputs_the_model_received():
     plan = plan_of("78.2")
     assert [a.expression for a in plan.tests[0].asserts] == [
-        "np.isclose(_agentbench_leaf(1), expected_theta, atol=0.1)"]
-    assert [a.expression for a in plan.tests[1].asserts] == ["_agentbench_leaf(1) < state[0]"]
+        "np.isclose(_agentbench_leaf(1)[0], expected_theta, atol=0.1)"]  # the parent takes the item (issue 21)
+    assert [a.expression for a in plan.tests[1].asserts] == ["_agentbench_leaf(1)[0] < state[0]"]
     assert [[leaf.source for leaf in a.leaves] for t in plan.tests[:2] for a in t.asserts] == [
-        ["final_state[0]"], ["final_state[0]"]]
+        ["final_state"], ["final_state"]]
     assert [t.watched for t in plan.tests] == [(("state",),), (("state",),), ()]
     [scope] = [part for part in plan.tests[0].parent if isinstance(part, split.FunctionScope)]
     assert [part.source for part in scope.parts if isinstance(part, split.TrustedStatement)] == [
@@ -188,10 +188,13 @@ def test_the_parent_computes_expectations_from_inputs_the_model_received():
     assert "_agentbench_rt.before(1, 1, (lambda: state,))" in plan.tests[0].child
     plan = plan_of("51.4")
     assert plan.tests[3].asserts[0].expression == (
-        "(np.isclose(_agentbench_leaf(1), initial_energy), np.allclose(_agentbench_leaf(2), "
-        "initial_linear_momentum), np.allclose(_agentbench_leaf(3), initial_angular_momentum)) == target")
-    assert [leaf.source for leaf in plan.tests[3].asserts[0].leaves] == [
-        "final_energy", "final_linear_momentum", "final_angular_momentum"]
+        "(np.isclose(final_energy, initial_energy), np.allclose(final_linear_momentum, initial_linear_momentum), "
+        "np.allclose(final_angular_momentum, initial_angular_momentum)) == target")
+    # the final values too: the parent runs the test's own functions on the model's positions (issue 21)
+    assert [(m.expression, [leaf.source for leaf in m.leaves]) for m in plan.tests[3].parent
+            if isinstance(m, split.MixedStatement)][0] == (
+        "final_energy = total_energy(_agentbench_leaf(1), _agentbench_leaf(2), m, epsilon, sigma)",
+        ["positions", "velocities"])
     assert [t.watched for t in plan.tests] == [(), (), (), (("init_positions", "init_velocities"),)]
 
 
@@ -208,7 +211,8 @@ def leaves_of(test: str) -> list[str]:
     # the test's own code stores the child's values in it: the child's from then on
     ("x = np.zeros(2)\nx[0] = f()\nassert np.allclose(g(), x)", ["g()", "x"]),
     ("x = np.zeros(2)\nnp.copyto(x, f())\nassert np.allclose(g(), x)", ["g()", "x"]),
-    ("x = np.zeros(2)\nlst = [f(), x]\nassert np.allclose(g(), x)", ["g()", "x"]),
+    # the parent builds the list itself (issue 21): x is never read by the child's code
+    ("x = np.zeros(2)\nlst = [f(), x]\nassert np.allclose(g(), x)", ["g()"]),
     # a method of an object the test made from the model's code, a function of the test text calling it
     ("x = np.zeros(2)\nobj = f()\nobj.run(x)\nassert np.allclose(g(), x)", ["g()", "x"]),
     ("x = np.zeros(2)\ndef h(v):\n    return f(v)\nh(x)\nassert np.allclose(g(), x)", ["g()", "x"]),
@@ -223,7 +227,10 @@ def test_a_function_of_the_test_text_that_holds_no_data_is_not_exposed_by_a_call
     """51.4's total_energy is called on the child's positions too: that does not make what it computed
     from the test's own values the child's."""
     helpers = "def e(p):\n    return np.sum(p ** 2)\nx = np.ones(3)\nstart = e(x)\ny = f(x)\nend = e(y)\n"
-    assert leaves_of(helpers + "assert np.isclose(end, start)") == ["end"]
+    assert leaves_of(helpers + "assert np.isclose(end, start)") == []  # end = e(y) runs in the parent (issue 21)
+    plan = split.split_step([helpers + "assert np.isclose(end, start)"], "9.9")
+    [mixed] = [m for m in plan.tests[0].parent if isinstance(m, split.MixedStatement)]
+    assert (mixed.expression, [leaf.source for leaf in mixed.leaves]) == ("end = e(_agentbench_leaf(1))", ["y"])
     # a default that can change in place is data: the call may have stored the child's values in it
     helpers = "def e(p, seen=[]):\n    return np.sum(p ** 2)\nx = np.ones(3)\nstart = e(x)\ny = f(x)\nend = e(y)\n"
     assert leaves_of(helpers + "assert np.isclose(end, start)") == ["end", "start"]

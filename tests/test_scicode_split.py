@@ -129,19 +129,24 @@ def expression(plan: split.StepPlan, test: int = 1, assertion: int = 1) -> str:
 
 def test_a_comparison_without_target_still_runs_in_the_parent():
     plan = plan_of("29.3")
-    assert expression(plan) == "np.isclose(0, _agentbench_leaf(1)) == target"
-    assert leaves(plan) == ["B[:, 0].T @ B[:, 3]"]
+    # the test text's own arithmetic on the model's value runs in the parent too (issue 21)
+    assert expression(plan) == "np.isclose(0, _agentbench_leaf(1)[:, 0].T @ _agentbench_leaf(1)[:, 3]) == target"
+    assert leaves(plan) == ["B"]
     plan = plan_of("51.4")
-    # the initial values come from the test's own inputs as written (the parent's pristine copy, issue 11 A32)
-    assert expression(plan, 4) == ("(np.isclose(_agentbench_leaf(1), initial_energy), np.allclose("
-                                   "_agentbench_leaf(2), initial_linear_momentum), np.allclose(_agentbench_leaf(3), "
+    # the initial values come from the test's own inputs as written (the parent's pristine copy, issue 11 A32);
+    # the final ones the parent computes with the test's own total_energy from the model's positions (issue 21)
+    assert expression(plan, 4) == ("(np.isclose(final_energy, initial_energy), np.allclose(final_linear_momentum, "
+                                   "initial_linear_momentum), np.allclose(final_angular_momentum, "
                                    "initial_angular_momentum)) == target")
-    assert leaves(plan, 4) == ["final_energy", "final_linear_momentum", "final_angular_momentum"]
+    mixed = [p for p in plan.tests[3].parent if isinstance(p, split.MixedStatement)]
+    assert {name for p in mixed for name in p.binds} >= {"final_energy", "final_linear_momentum",
+                                                          "final_angular_momentum"}
     assert expression(plan_of("78.2"), 3) == "not np.isnan(_agentbench_leaf(1)).any()"
-    assert expression(plan_of("66.6"), 4) == "np.abs(_agentbench_leaf(1) < 2) == target"
-    assert expression(plan_of("61.5"), 4) == "np.equal(_agentbench_leaf(1), 0).all() == target"
-    assert expression(plan_of("48.4"), 4) == "(_agentbench_leaf(1) > 0).all() == target"
-    assert leaves(plan_of("48.4"), 4) == ["chi[omega > omega_res]"]  # a mask computes an operand
+    assert expression(plan_of("66.6"), 4) == "np.abs(_agentbench_leaf(1) - energy_ref < 2) == target"
+    assert expression(plan_of("61.5"), 4) == ("np.equal(np.mod(np.round(_agentbench_leaf(1), decimals=decimal), 1), "
+                                              "0).all() == target")
+    assert expression(plan_of("48.4"), 4) == "(_agentbench_leaf(1)[omega > omega_res] > 0).all() == target"
+    assert leaves(plan_of("48.4"), 4) == ["chi"]  # the parent applies the mask
 
 
 def test_test_functions_are_inlined_for_the_parent_and_keep_their_scope_in_the_child():
@@ -161,7 +166,7 @@ def test_test_functions_are_inlined_for_the_parent_and_keep_their_scope_in_the_c
         assert fn.name == f"test_case_{number}"
         assert any(isinstance(s, ast.Try) for s in fn.body)  # the operands are evaluated inside the function
         assert ast.unparse(child.body[-2]) == f"test_case_{number}()"
-    assert leaves(plan_of("78.2"), 2) == ["final_state[0]"]
+    assert leaves(plan_of("78.2"), 2) == ["final_state"]
 
 
 def test_helpers_that_only_compare_run_in_the_parent_others_in_the_child():
@@ -171,24 +176,27 @@ def test_helpers_that_only_compare_run_in_the_parent_others_in_the_child():
     assert expression(plan) == "are_equivalent(_agentbench_leaf(1), target)"
     plan = plan_of("31.2")
     assert [p.source for p in plan.tests[0].parent][1:] == ["s, v = target", plan.tests[0].asserts[0].source]
-    assert expression(plan) == "test_identity(_agentbench_leaf(1)) == s and np.allclose(_agentbench_leaf(2), v)"
-    assert leaves(plan) == ["np.cov(Z)", "Z"]
+    # np.cov runs in the parent; Z crosses once
+    assert expression(plan) == "test_identity(np.cov(_agentbench_leaf(1))) == s and np.allclose(_agentbench_leaf(1), v)"
+    assert leaves(plan) == ["Z"]
     # 30.3: test_gradient calls the model's wavefunction object: it runs in the child
     plan = plan_of("30.3")
     assert not [p for p in plan.tests[0].parent if isinstance(p, split.ParentStatement)]
     assert leaves(plan)[0].startswith("test_gradient(np.random.randn(5, 2, 3), MultiplyWF(")
     assert leaves(plan_of("72.1"), 4) == ["test_neighbor()"]  # calls the model's neighbor_list
-    assert expression(plan_of("32.3"), 4) == "(_agentbench_leaf(1) < 1e-06, is_symmetric(_agentbench_leaf(2))) == target"
+    # `diff` the parent computes from the model's values with the test's own code (issue 21)
+    assert expression(plan_of("32.3"), 4) == "(abs(diff) < 1e-06, is_symmetric(_agentbench_leaf(1))) == target"
 
 
 def test_operands_that_need_the_parent_are_evaluated_there():
-    assert expression(plan_of("52.4"), 3) == "np.isclose(_agentbench_leaf(1), (0, -1)).any() == target.any()"
+    assert expression(plan_of("52.4"), 3) == "np.isclose(_agentbench_leaf(1)[0], (0, -1)).any() == target.any()"
     assert expression(plan_of("35.3")) == "all((i > 10 ** 10 for i in _agentbench_leaf(1))) == target"
     assert leaves(plan_of("35.3")) == ["A"]
-    assert expression(plan_of("50.4")) == "a == _agentbench_leaf(1) and np.allclose((b, c), _agentbench_leaf(2))"
+    assert expression(plan_of("50.4")) == ("a == _agentbench_leaf(1) and np.allclose((b, c), (_agentbench_leaf(2), "
+                                          "_agentbench_leaf(3)))")
     assert expression(plan_of("76.4"), 3) == "_agentbench_leaf(1) == None"
-    assert expression(plan_of("80.7")) == "_agentbench_leaf(1) == target"
-    assert leaves(plan_of("80.7")) == ["(s1, v1)"]  # a tuple stays a tuple (exact types cross)
+    assert expression(plan_of("80.7")) == "(_agentbench_leaf(1), _agentbench_leaf(2)) == target"
+    assert leaves(plan_of("80.7")) == ["s1", "v1"]  # the parent builds the tuple (exact types cross)
 
 
 @pytest.mark.parametrize("tests, match", [
@@ -264,14 +272,20 @@ def expression_of(plan: split.StepPlan) -> str:
     return plan.tests[0].asserts[0].expression
 
 
-def test_a_builtin_the_childs_code_rebinds_is_the_childs_in_the_test_text():
-    """Problems 26 and 56 depend on `from math import *` (it rebinds `pow`): upstream's tests then call math's."""
+def test_a_builtin_the_childs_code_rebinds_stays_genuine_in_the_test_text():
+    """Names the model's code binds never change what the test text's names mean (issue 21): `from math
+    import *` (problems 26 and 56 depend on it) or `def pow` leave the test's `pow` the builtin, unless pow
+    is a function the model was asked to write."""
     tests = ["x = pow(2, 3)\nassert f() == x"]
     assert expression_of(split_step(tests, "9.9")) == "_agentbench_leaf(1) == x"
     names = split.names_bound_by("import numpy as np\nfrom math import *")
-    assert expression_of(split_step(tests, "9.9", code_names=names)) == "_agentbench_leaf(1) == _agentbench_leaf(2)"
+    assert expression_of(split_step(tests, "9.9", code_names=names)) == "_agentbench_leaf(1) == x"
     names = split.names_bound_by("import numpy as np", "def pow(a, b):\n    return 0", "np = None\n")
-    assert expression_of(split_step(tests, "9.9", code_names=names)) == "_agentbench_leaf(1) == _agentbench_leaf(2)"
+    assert expression_of(split_step(tests, "9.9", code_names=names)) == "_agentbench_leaf(1) == x"
+    asked = split.required_names("def pow(a, b):\n    pass")
+    assert asked == {"pow"}
+    assert expression_of(split_step(tests, "9.9", code_names=names, required=asked)) == \
+        "_agentbench_leaf(1) == _agentbench_leaf(2)"
     # np stays the parent's numpy (its comparisons use it too)
     assert expression_of(split_step(["x = np.ones(2)\nassert np.allclose(f(), x)"], "9.9", code_names=names)) == \
         "np.allclose(_agentbench_leaf(1), x)"
@@ -453,10 +467,11 @@ def test_an_operand_the_parent_does_not_need_may_fail_as_upstream_never_evaluate
 
 def test_a_parent_side_statement_that_fails_fails_its_test():
     plan = plan_of("31.2")
-    frames = [("t", 1), ("v", 1, 1, 1, np.eye(2)), ("v", 1, 1, 2, np.zeros(2)), ("a", 1, 1), ("z", 1)]
-    outcome = evaluate(plan, stream(*frames), [(True, np.zeros(2), "extra")] * 3)
+    z = np.array([[1.0, -1.0, 0.0], [1.0, 1.0, -2.0]]) / np.sqrt([[1.0], [3.0]])  # np.cov(z) is the identity
+    frames = [("t", 1), ("v", 1, 1, 1, z), ("a", 1, 1), ("z", 1)]
+    outcome = evaluate(plan, stream(*frames), [(True, z, "extra")] * 3)
     assert outcome.failure.kind == "error" and outcome.message.startswith("ValueError: too many values to unpack")
-    assert evaluate(plan, stream(*frames), [(True, np.zeros(2))] * 3).failure.test == 2  # test 1 passed
+    assert evaluate(plan, stream(*frames), [(True, z)] * 3).failure.test == 2  # test 1 passed
 
 
 @pytest.mark.parametrize("frames, why", [

@@ -150,9 +150,10 @@ class SciCodeRun:
                                                        f"{number}, the step has {n_tests} tests"}
         try:
             plan = split.split_step(step["test_cases"], number, code_names=split.names_bound_by(
-                problem.get("required_dependencies", ""), *previous, code))
+                problem.get("required_dependencies", ""), *previous, code), required=split.required_names(
+                *(s.get("function_header", "") for s in problem["sub_steps"][:index + 1])))
         except split.SplitError as exc:
-            return {"status": "eval_error", "message": f"agentbench: cannot split the tests: {exc}"}
+            return {"status": "eval_error", "message": f"agentbench: cannot verify the tests: {exc}"}
         cap = self.settings.operand_cap
         source = split.build_child_script(
             plan, dependencies=problem.get("required_dependencies", ""), previous_code=previous, code=code,

@@ -30,10 +30,20 @@ Rules, so every official test case splits the same way (see :func:`split_step`):
 * an operand that mentions a parent name (``target[0]``, ``target.any()``, a name unpacked from
   ``target``, a comprehension variable of a parent-side ``all(... for i in A)``) is evaluated in the
   parent, its parts that depend on the model's code (``A``) come from the child;
+* no comparison is decided by the child's values alone (issue 21): the child computes only the model's
+  calls and what reads the model's objects (attributes, items and methods of values the test text did not
+  bind). What the test text does with those values runs in the parent on the decoded values: operators,
+  slices and data attributes (``B[:, 0].T @ B[:, 3]`` with ``B`` from the child), numpy/math calls and
+  reproducible builtins, and the functions the test text defines that read nothing but those
+  (:func:`_is_runnable_helper`: 49.4's ``Nbody_Etot``, 51.4's ``total_energy``). A statement that applies
+  them to the child's values (``Etot1 = Nbody_Etot(uout, mass)``) is a :class:`MixedStatement`: the child
+  sends its operands (``uout``), the parent runs it and holds the names it binds;
+* the test text sees the genuine builtins and modules whatever the model's code binds (``range = range``,
+  ``from math import *``), unless the name is a function the model was asked to write (``required``);
 * a function defined in the test text that compares and needs nothing but numpy, math and the
-  builtins (10.6 ``are_equivalent``, 31.2 ``test_identity``) runs in the parent; any other
-  (30.3 ``test_gradient(configs, wf, delta)``, 72.1 ``test_neighbor()``, which call the model's
-  objects) runs in the child and only its result is compared;
+  builtins (10.6 ``are_equivalent``, 31.2 ``test_identity``) runs in the parent; one that calls the
+  model's objects (30.3 ``test_gradient(configs, wf, delta)``, 72.1 ``test_neighbor()``) runs in the
+  child and only its result is compared (with the target, in the parent);
 * a test function holding ``assert`` statements and called once with no arguments
   (78.1 ``def test_case_1(): ... assert ...`` then ``test_case_1()``) is inlined for the parent (its
   assertions are the test's, at the call, in a scope of their own); in the child it stays a
@@ -99,6 +109,16 @@ DATA_METHODS = frozenset({
     "toarray", "todense", "conj", "conjugate", "transpose", "dot", "item", "keys", "values", "items", "get",
     "round", "std", "var", "nonzero", "argmax", "argmin", "cumsum", "prod", "trace", "diagonal", "squeeze",
     "count", "index", "tocsr", "tocsc", "tocoo"})
+# builtins the parent applies to the child's values (reproducible, and they run no code of those values but
+# their data methods)
+PARENT_BUILTIN_CALLS = frozenset({"abs", "all", "any", "bool", "complex", "dict", "divmod", "float", "int", "len",
+                                  "list", "max", "min", "pow", "round", "sorted", "sum", "tuple", "zip", "enumerate",
+                                  "range"})
+# attributes of the test's data values the parent reads itself (arrays, sparse matrices, complex numbers)
+DATA_ATTRIBUTES = frozenset({"shape", "ndim", "size", "T", "real", "imag", "dtype"})
+# library calls that call back a function they are given (a model's function stays in the child with them)
+CALLBACK_CALLS = frozenset({"numpy.vectorize", "numpy.frompyfunc", "numpy.apply_along_axis", "numpy.apply_over_axes",
+                            "numpy.fromfunction", "numpy.piecewise"})
 # the parent's own objects: model-independent until the test text binds the name to something else
 PARENT_OBJECTS = frozenset(PARENT_MODULES) | taint.SAFE_BUILTINS | frozenset(CMP_HELPERS)
 
@@ -125,6 +145,20 @@ class AssertPlan:
     expression: str  # what the parent evaluates; operand k appears as ``_agentbench_leaf(k)``
     leaves: tuple[Leaf, ...]
     message: str | None = None  # the assertion's own message, when it is a constant
+
+
+@dataclass(frozen=True)
+class MixedStatement:
+    """A statement of the test text that applies the test's own code (a helper it defines, a library call,
+    an operator) to the child's values (49.4's ``Etot1 = Nbody_Etot(uout, mass)``): the parent runs it on
+    the decoded operands, so the names it binds are the parent's. Numbered with the assertions (its
+    operands travel in the same frames); the child evaluates each operand once, sends it, then runs the
+    statement with the operands it computed."""
+    number: int
+    source: str  # the original statement (for messages)
+    expression: str  # what the parent runs; operand k appears as ``_agentbench_leaf(k)``
+    leaves: tuple[Leaf, ...]
+    binds: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -168,6 +202,11 @@ class TestPlan:
     def asserts(self) -> tuple[AssertPlan, ...]:
         return tuple(part for part in _flat(self.parent) if isinstance(part, AssertPlan))
 
+    @property
+    def evaluated(self) -> tuple[AssertPlan | MixedStatement, ...]:
+        """The parts whose operands the child sends: assertions and mixed statements, by number."""
+        return tuple(part for part in _flat(self.parent) if isinstance(part, (AssertPlan, MixedStatement)))
+
     def notes(self) -> int:
         """Most ``("m", ...)`` notes a genuine child sends in this test."""
         return sum(len(names) for names in self.watched)
@@ -190,7 +229,7 @@ class StepPlan:
         return "".join(test.child for test in self.tests)
 
     def expected_frames(self) -> int:
-        return sum(2 + len(test.asserts) + sum(len(a.leaves) for a in test.asserts) + test.notes()
+        return sum(2 + len(test.evaluated) + sum(len(a.leaves) for a in test.evaluated) + test.notes()
                    for test in self.tests)
 
     def stream_cap(self, max_bytes: int = codec.DEFAULT_MAX_BYTES) -> int:
@@ -219,6 +258,7 @@ class _StepState:
     parent_names: set[str] = field(default_factory=lambda: {TARGET})
     helpers: set[str] = field(default_factory=set)  # comparing helpers defined in the parent
     trust: Trust = field(default_factory=lambda: Trust(PARENT_OBJECTS))
+    runnable: set[str] = field(default_factory=set)  # functions of the test text the parent runs on the child's values
 
 
 @dataclass(frozen=True)
@@ -227,17 +267,24 @@ class _Scope:
     helpers: frozenset[str]
     trust: Trust  # which names hold model-independent values (the parent computes them itself)
     shadowed: frozenset[str] = frozenset()  # function locals of an inlined test function
+    runnable: frozenset[str] = frozenset()  # see _StepState.runnable
 
 
-def split_step(test_cases: Sequence[str], step: str = "", *, code_names: frozenset[str] = frozenset()) -> StepPlan:
-    """The plan of a step: one :class:`TestPlan` per official test case. Raises :class:`SplitError`.
+def split_step(test_cases: Sequence[str], step: str = "", *, code_names: frozenset[str] = frozenset(),
+               required: frozenset[str] = frozenset()) -> StepPlan:
+    """The plan of a step: one :class:`TestPlan` per official test case. Raises :class:`SplitError`
+    (the step cannot be verified).
 
-    ``code_names`` are the module-level names the child's code binds before the tests
-    (:func:`names_bound_by`): a builtin it rebinds (``from math import *`` rebinds ``pow``) is the
-    child's in the test text too, as upstream runs it. ``np``, ``math``, ``cmath`` and the comparison
-    helpers stay the parent's: its comparisons use its own."""
-    shadowed = (PARENT_OBJECTS if "*" in code_names else frozenset(code_names)) - frozenset(PARENT_MODULES) \
-        - frozenset(CMP_HELPERS)
+    Names the model's code binds never change what the test text's own names mean: the test text sees
+    the genuine builtins and modules (``range = range``, ``len = len`` or ``from math import *`` in the
+    model's code change nothing here). The one exception is a function the model was asked to write
+    (``required``: the names the step's and earlier steps' function headers define, see
+    :func:`required_names`) that has a builtin's name and that the child's code binds (``code_names``,
+    :func:`names_bound_by`): the test text then calls the model's. ``np``, ``math``, ``cmath`` and the
+    comparison helpers always stay the parent's: its comparisons use its own."""
+    asked = frozenset(required)
+    bound = asked if "*" in code_names else frozenset(code_names)  # a star import may bind any of them
+    shadowed = (bound & asked & PARENT_OBJECTS) - frozenset(PARENT_MODULES) - frozenset(CMP_HELPERS)
     state = _StepState(trust=Trust(PARENT_OBJECTS - shadowed))
     split = [_split_test(code, number, state, step) for number, code in enumerate(test_cases, 1)]
     kept, dropped = _child_keeps([piece for _, pieces in split for piece in pieces])
@@ -248,6 +295,22 @@ def split_step(test_cases: Sequence[str], step: str = "", *, code_names: frozens
         child = _render(pieces, kept, watcher)
         out.append(dataclasses.replace(test, child=child, watched=tuple(watcher.checks)))
     return StepPlan(step=str(step), tests=tuple(out))
+
+
+def required_names(*headers: str) -> frozenset[str]:
+    """The functions and classes the model was asked to write: the names the function headers define (a
+    header is a ``def`` or ``class`` line with its docstring, and no body)."""
+    names: set[str] = set()
+    for header in headers:
+        for source in (header or "", (header or "") + "\n    pass"):
+            try:
+                tree = pyast.parse(source)
+            except (SyntaxError, ValueError):
+                continue
+            names |= {node.name for node in tree.body
+                      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+            break
+    return frozenset(names)
 
 
 def names_bound_by(*sources: str) -> frozenset[str]:
@@ -270,7 +333,8 @@ def _where(step: str, test: int) -> str:
 
 
 def _scope(state: _StepState) -> _Scope:
-    return _Scope(frozenset(state.parent_names), frozenset(state.helpers), state.trust)
+    return _Scope(frozenset(state.parent_names), frozenset(state.helpers), state.trust,
+                  runnable=frozenset(state.runnable))
 
 
 def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[TestPlan, list["_Piece"]]:
@@ -290,6 +354,20 @@ def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[Tes
         parts.append(plan)
         return _Piece(block, watch=watch)
 
+    def add_mixed(stmt: ast.Assign, source: str) -> bool:
+        """``stmt`` as a :class:`MixedStatement` when the parent can run it on the child's operands."""
+        mixed = _split_mixed(stmt, source, test, counter[0] + 1, _scope(state), where)
+        if mixed is None:
+            return False
+        counter[0] += 1
+        plan, block, watch = mixed
+        parent.append(plan)
+        child.append(_Piece(block, watch=watch))
+        state.parent_names -= plan.binds
+        state.helpers -= plan.binds
+        state.runnable -= plan.binds
+        return True
+
     for stmt in tree.body:
         if isinstance(stmt, ast.FunctionDef) and stmt.name in test_functions:
             continue  # emitted at its call
@@ -306,6 +384,8 @@ def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[Tes
         if any(isinstance(node, ast.Assert) for node in ast.walk(stmt)):
             raise SplitError(f"{where}: line {stmt.lineno}: an assert inside a `{type(stmt).__name__.lower()}` "
                              "block is not supported (only at the top level of a test case or of a test function)")
+        if isinstance(stmt, ast.Assign) and add_mixed(stmt, _segment(code, stmt)):
+            continue
         _split_statement(stmt, _segment(code, stmt), state, where, child, parent)
     child.append(_Piece(f"{RUNTIME}.end({test})\n"))
     return TestPlan(number=test, child="", parent=tuple(parent)), child
@@ -337,7 +417,10 @@ def _split_statement(stmt: ast.stmt, source: str, state: _StepState, where: str,
         return
     state.parent_names -= bound
     state.helpers -= bound
+    state.runnable -= bound
     part, watch = _trusted_part(stmt, source, state.trust)
+    if part is not None and isinstance(stmt, ast.FunctionDef) and _is_runnable_helper(stmt, state):
+        state.runnable.add(stmt.name)
     child.append(_Piece(source + "\n", part=part, watch=watch))
     if part is not None:
         parent.append(part)
@@ -501,6 +584,8 @@ def _parent_reads(parts: Sequence, calls: dict[str, set[str]]) -> set[str]:
             names |= part.reads
         elif isinstance(part, AssertPlan):
             names |= _free_names(pyast.parse(part.expression, mode="eval")) - {LEAF_FN}
+        elif isinstance(part, MixedStatement):
+            names |= _free_names(pyast.parse(part.expression)) - {LEAF_FN}
         else:
             names |= _free_names(pyast.parse(part.source))
     return _with_calls(names, calls)
@@ -521,6 +606,8 @@ def _prune_parts(parts: Sequence, needed: set[str], calls: dict[str, set[str]],
             needed = needed | (inner_needed - part.local)
         elif isinstance(part, AssertPlan):
             needed = needed | _with_calls(_free_names(pyast.parse(part.expression, mode="eval")) - {LEAF_FN}, calls)
+        elif isinstance(part, MixedStatement):
+            needed = (needed - part.binds) | _with_calls(_free_names(pyast.parse(part.expression)) - {LEAF_FN}, calls)
         else:
             statement = pyast.parse(part.source).body[0]
             needed = (needed - bound_names(statement)) | _with_calls(_free_names(statement), calls)
@@ -653,6 +740,27 @@ def _bound_names_in_body(fn: ast.FunctionDef) -> set[str]:
     return names
 
 
+def _is_runnable_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
+    """A function of the test text the parent runs on the child's values (49.4's ``Nbody_Etot``, 51.4's
+    ``total_energy``): it reads only the parent's modules, reproducible builtins and such functions, and
+    calls no method of its arguments but those of data values (30.3's ``test_gradient`` calls
+    ``wf.value``, the model's object: it stays in the child)."""
+    defaults = [d for d in (*fn.args.defaults, *fn.args.kw_defaults) if d is not None]
+    if fn.decorator_list or taint.forbidden(fn) or not all(isinstance(d, ast.Constant) for d in defaults):
+        return False  # a default that can change in place is data the child's values may be stored in
+    allowed = frozenset(PARENT_MODULES) | taint.SAFE_BUILTINS | frozenset(CMP_HELPERS) | frozenset(state.helpers) \
+        | frozenset(state.runnable) | {fn.name}
+    if not _free_names(fn) <= allowed or not all(state.trust.name(name) for name in _free_names(fn) - {fn.name}):
+        return False
+    params = taint.function_locals(fn) - _bound_names_in_body(fn)
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in params \
+                and node.func.attr not in DATA_METHODS:
+            return False
+    return True
+
+
 # ---- assertions ------------------------------------------------------------------------------
 
 
@@ -749,7 +857,10 @@ class _AssertSplitter:
         of the parent's names come from the child (``target[idx]``: ``idx`` from the child)."""
         free = _free_names(node)
         if not free & (self.scope.parent_names | comp_scope):
-            return node if self.parent_computes(node) else self.leaf(node)
+            if self.parent_computes(node):
+                return node
+            if not self.parent_applies(node):
+                return self.leaf(node)
         if isinstance(node, ast.Call):
             func_free = _free_names(node.func)
             if not func_free & (self.scope.parent_names | comp_scope) and not self.parent_computes(node.func):
@@ -766,15 +877,58 @@ class _AssertSplitter:
                                      self._mixed_keyword(v, comp_scope) for v in value])
         return node
 
+    def parent_applies(self, node: ast.expr) -> bool:
+        """Whether the parent evaluates ``node`` itself on the child's values of its parts: an operator, a
+        tuple or list display, a call of a library function, a reproducible builtin or a function of the
+        test text it runs (:func:`_is_runnable_helper`). Only the model's calls (and what reads the model's
+        objects: attributes, items, methods) come from the child. A part that is a name the test text
+        never bound (a function or constant of the model's code) keeps the whole call in the child."""
+        if isinstance(node, ast.Slice):
+            return True
+        if isinstance(node, (ast.BinOp, ast.Tuple, ast.List)) or \
+                isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
+            return not isinstance(node, (ast.Tuple, ast.List)) or not any(isinstance(e, ast.Starred) for e in node.elts)
+        if isinstance(node, (ast.Subscript, ast.Attribute)):  # of a value the test text bound: data
+            base = node.value
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                if isinstance(base, ast.Attribute) and base.attr not in DATA_ATTRIBUTES:
+                    return False
+                base = base.value
+            return isinstance(base, ast.Name) and base.id in self.scope.trust.bound and base.id not in self.exposed \
+                and (not isinstance(node, ast.Attribute) or node.attr in DATA_ATTRIBUTES)
+        if not isinstance(node, ast.Call) or not self.parent_callable(node.func):
+            return False
+        parts = [*node.args, *(k.value for k in node.keywords)]
+        parts = [p.value if isinstance(p, ast.Starred) else p for p in parts]
+        return not any(isinstance(p, ast.Name) and p.id not in self.scope.trust.bound and not self.scope.trust.name(p.id)
+                       for p in parts)
+
+    def parent_callable(self, func: ast.expr) -> bool:
+        name = dotted(func)
+        if name is None:
+            return False
+        head = name.split(".")[0]
+        if head in self.scope.shadowed or not self.scope.trust.name(head) or head in self.exposed:
+            return False
+        if "." not in name:
+            return name in PARENT_BUILTIN_CALLS or name in self.scope.runnable
+        full = canonical(name)
+        module = full.split(".")[0]
+        return module in ("numpy", "math", "cmath") and head in PARENT_MODULES and not taint.forbidden(func) \
+            and full not in CALLBACK_CALLS
+
     def _mixed_keyword(self, value, comp_scope):
         if isinstance(value, ast.keyword):
             value.value = self.mixed(value.value, comp_scope)
         return value
 
     def leaf(self, node: ast.expr) -> ast.expr:
-        self.leaves.append(node)
-        return ast.Call(func=ast.Name(id=LEAF_FN, ctx=ast.Load()),
-                        args=[ast.Constant(value=len(self.leaves))], keywords=[])
+        number = next((k for k, leaf in enumerate(self.leaves, 1) if isinstance(node, ast.Name)
+                       and isinstance(leaf, ast.Name) and leaf.id == node.id), None)  # a name crosses once
+        if number is None:
+            self.leaves.append(node)
+            number = len(self.leaves)
+        return ast.Call(func=ast.Name(id=LEAF_FN, ctx=ast.Load()), args=[ast.Constant(value=number)], keywords=[])
 
 
 def _split_assert(node: ast.Assert, test: int, number: int, scope: _Scope,
@@ -801,6 +955,71 @@ def _split_assert(node: ast.Assert, test: int, number: int, scope: _Scope,
     plan = AssertPlan(number=number, source=ast.unparse(node), expression=expression, leaves=leaves,
                       message=message)
     return plan, _operand_block(test, number, leaves), watch
+
+
+# what a mixed statement's value never holds: constructs that evaluate parts lazily, in a scope of their
+# own, or that bind names
+_UNMIXED = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.IfExp, ast.BoolOp,
+            ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Starred)
+
+
+def _split_mixed(stmt: ast.Assign, source: str, test: int, number: int, scope: _Scope,
+                 where: str) -> tuple[MixedStatement, str, frozenset[str]] | None:
+    """``name = expression`` that applies the test's own code to the child's values (49.4's ``Etot1 =
+    Nbody_Etot(uout, mass)``): the parent runs it on the decoded operands, the child computes only the
+    operands. None when the statement is the parent's anyway, the child's alone (its value is one operand,
+    ``uout = Nbody(...)``), or has a shape the parent does not run this way."""
+    if not all(isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Store)) for target in stmt.targets
+               for n in ast.walk(target)):
+        return None
+    free = _free_names(stmt)
+    if free & scope.parent_names or scope.trust.statement(stmt) or taint.forbidden(stmt) \
+            or any(isinstance(n, _UNMIXED) for n in ast.walk(stmt.value)):
+        return None
+    exposed: frozenset[str] = frozenset()
+    while True:
+        splitter = _AssertSplitter(scope, f"{where} line {stmt.lineno}", exposed)
+        value = splitter.mixed(copy.deepcopy(stmt.value), frozenset())
+        if not splitter.leaves or isinstance(value, ast.Call) and dotted(value.func) == LEAF_FN:
+            return None  # nothing for the parent to apply
+        passed = set().union(*(scope.trust.passed(leaf) for leaf in splitter.leaves))
+        read = set().union(*(_free_names(leaf) - scope.trust.passed(leaf) for leaf in splitter.leaves))
+        reached = scope.trust.closure(read)
+        if reached <= exposed:
+            break
+        exposed = exposed | reached
+    scope.trust.expose(read)
+    watch = frozenset(scope.trust.closure(passed))
+    bound = frozenset(bound_names(stmt))
+    parent_stmt = ast.fix_missing_locations(ast.Assign(targets=stmt.targets, value=value, lineno=stmt.lineno))
+    scope.trust.bind(parent_stmt, set(bound))
+    leaves = tuple(Leaf(k, ast.unparse(leaf)) for k, leaf in enumerate(splitter.leaves, 1))
+    plan = MixedStatement(number=number, source=_short(source, 200), expression=ast.unparse(parent_stmt),
+                          leaves=leaves, binds=bound)
+    return plan, _mixed_block(test, number, leaves, parent_stmt), watch
+
+
+def _mixed_block(test: int, number: int, leaves: tuple[Leaf, ...], parent_stmt: ast.Assign) -> str:
+    """The child's code of a mixed statement: each operand evaluated once and sent, then the statement run
+    on those values (its own code may need the names). An operand that raises is reported, then raised
+    again, as upstream's script stops there."""
+    lines = []
+    for leaf in leaves:
+        ids = f"{test}, {number}, {leaf.number}"
+        lines += [f"try:", f"    {LEAF_VALUE}_{number}_{leaf.number} = ({leaf.source})",
+                  f"except Exception as {LEAF_EXC}:", f"    {RUNTIME}.raised({ids}, {LEAF_EXC})",
+                  f"    {RUNTIME}.reached({test}, {number})", f"    raise",
+                  f"else:", f"    {RUNTIME}.value({ids}, {LEAF_VALUE}_{number}_{leaf.number})"]
+    lines.append(f"{RUNTIME}.reached({test}, {number})")
+
+    class Substitute(ast.NodeTransformer):
+        def visit_Call(self, node):
+            if isinstance(node.func, ast.Name) and node.func.id == LEAF_FN:
+                return ast.Name(id=f"{LEAF_VALUE}_{number}_{node.args[0].value}", ctx=ast.Load())
+            return self.generic_visit(node)
+
+    lines.append(ast.unparse(ast.fix_missing_locations(Substitute().visit(copy.deepcopy(parent_stmt)))))
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _operand_block(test: int, number: int, leaves: tuple[Leaf, ...]) -> str:
@@ -1055,7 +1274,7 @@ def read_stream(stream: bytes, plan: StepPlan, *, max_bytes: int = codec.DEFAULT
     frames, error = codec.decode_stream(stream, max_bytes=plan.stream_cap(max_bytes))
     stream_error = str(error) if error else None
     received = _Received()
-    shape = {test.number: {a.number: len(a.leaves) for a in test.asserts} for test in plan.tests}
+    shape = {test.number: {a.number: len(a.leaves) for a in test.evaluated} for test in plan.tests}
     watched = {test.number: (set().union(*test.watched), test.notes()) for test in plan.tests}
 
     def bad(frame, why):
@@ -1181,7 +1400,7 @@ def _run_parts(parts: Sequence, test: TestPlan, received: _Received, ns: dict, w
     for part in parts:
         if isinstance(part, FunctionScope):
             failure = _run_parts(part.parts, test, received, dict(ns), where)  # its locals stay local
-        elif isinstance(part, AssertPlan):
+        elif isinstance(part, (AssertPlan, MixedStatement)):
             failure = _run_assert(part, test, received, ns, where)
         else:
             failure = _run_statement(part, test, ns, where)
@@ -1203,10 +1422,13 @@ def _run_statement(part: ParentStatement | TrustedStatement, test: TestPlan, ns:
     return None
 
 
-def _run_assert(part: AssertPlan, test: TestPlan, received: _Received, ns: dict, where: str) -> Failure | None:
+def _run_assert(part: AssertPlan | MixedStatement, test: TestPlan, received: _Received, ns: dict,
+                where: str) -> Failure | None:
     t = test.number
+    statement = isinstance(part, MixedStatement)
     if (t, part.number) not in received.reached:
-        return Failure(t, "stopped", f"the scoring process stopped before assertion {part.number} of test {t} {where}")
+        what = f"`{_short(part.source, 120)}`" if statement else f"assertion {part.number}"
+        return Failure(t, "stopped", f"the scoring process stopped before {what} of test {t} {where}")
 
     def leaf(k: int):
         tag, payload = received.operands.get((t, part.number, k), (None, None))
@@ -1221,6 +1443,9 @@ def _run_assert(part: AssertPlan, test: TestPlan, received: _Received, ns: dict,
 
     ns[LEAF_FN] = leaf
     try:
+        if statement:
+            exec(compile(part.expression, f"<test {t} statement {part.number}>", "exec"), ns)
+            return None
         verdict = eval(compile(part.expression, f"<test {t} assertion {part.number}>", "eval"), ns)
         holds = bool(verdict)
     except _OperandError as exc:
@@ -1235,7 +1460,8 @@ def _run_assert(part: AssertPlan, test: TestPlan, received: _Received, ns: dict,
     except MemoryError:
         raise
     except Exception as exc:
-        return Failure(t, "error", f"{_exception_text(exc)} {where}")
+        inside = f" (in `{_short(part.source, 120)}`)" if statement else ""
+        return Failure(t, "error", f"{_exception_text(exc)}{inside} {where}")
     finally:
         ns.pop(LEAF_FN, None)
     if not holds:
@@ -1249,7 +1475,7 @@ def _exception_text(exc: BaseException) -> str:
     return _short(text, 300)
 
 
-__all__ = ["SplitError", "Leaf", "AssertPlan", "ParentStatement", "TrustedStatement", "FunctionScope", "TestPlan",
-           "StepPlan", "StepOutcome", "Failure", "FAILURE_KINDS", "split_step", "names_bound_by", "child_runtime",
+__all__ = ["SplitError", "Leaf", "AssertPlan", "MixedStatement", "ParentStatement", "TrustedStatement", "FunctionScope", "TestPlan",
+           "StepPlan", "StepOutcome", "Failure", "FAILURE_KINDS", "split_step", "names_bound_by", "required_names", "child_runtime",
            "build_child_script", "evaluate", "evaluate_here", "read_stream", "parent_namespace", "parent_numpy",
            "parent_compare", "BroadcastMismatch", "GUARDED_NUMPY"]

@@ -1,0 +1,178 @@
+"""No comparison is decided by the child's values alone (issue 21, point 1).
+
+The trusted parent evaluates the test text itself: the helpers the test text defines, library calls,
+operators and the comparisons run in the parent on decoded values; only the model's calls (and what reads
+the model's objects) come from the child. Names the model's code binds never change what the test text's
+own names mean.
+
+* every one of the 1,082 official test cases is verified this way (none is `cannot verify`), and no
+  comparison of two or more operands takes them all from the child, except the model's own returned values
+  compared with each other (34.3's ``xn == xp``); the count of parent-evaluated helper calls is printed;
+* end to end, on hand-made data files (``--bench-allow-custom-data``): a model whose code rebinds builtins
+  (``range = range``, ``len = len``, ``from math import *``) and answers wrongly fails, also when its ``len``
+  fakes the test's expectation; a wrong 49.4-style answer that patches numpy inside the child so that the
+  test's own ``Nbody_Etot`` gives equal energies fails, where a correct one passes with the same patches.
+"""
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from bench_runs import SHARED_DATA
+from pytest_agentbench.benchmarks.scicode import split
+from pytest_agentbench.benchmarks.scicode.taint import canonical, dotted
+from scicode_builders import MODEL_CONFTEST, problem, step, write_dataset
+
+
+def official_steps() -> list[dict]:
+    steps = []
+    for name in ("problems_dev.jsonl", "problems_test.jsonl"):
+        path = SHARED_DATA / "scicode" / name
+        if not path.is_file():
+            pytest.fail(f"{path} is missing; set AGENTBENCH_DATA_DIR to the staged upstream data")
+        for line in path.read_text().splitlines():
+            if line.strip():
+                steps.extend(json.loads(line)["sub_steps"])
+    return steps
+
+
+def is_leaf(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == split.LEAF_FN
+
+
+def comparisons(expression: str):
+    """(node, operands) of every comparison of two or more operands in a parent expression."""
+    for node in ast.walk(ast.parse(expression, mode="eval")):
+        if isinstance(node, ast.Compare):
+            yield node, [node.left, *node.comparators]
+        elif isinstance(node, ast.Call) and canonical(dotted(node.func)) in split.COMPARISON_CALLS \
+                and len(node.args) >= 2:
+            yield node, list(node.args)
+
+
+def helper_calls(source: str, mode: str, helpers: set[str]) -> int:
+    """Calls of a function the test text defines, on an operand from the child, in a parent part."""
+    return sum(1 for node in ast.walk(ast.parse(source, mode=mode))
+               if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in helpers
+               and any(is_leaf(inner) for inner in ast.walk(node)))
+
+
+def test_every_official_test_case_is_verified_by_the_parent(capsys):
+    steps = official_steps()
+    cases = 0
+    child_only: list[str] = []
+    helpers_in_parent = 0
+    mixed = 0
+    for s in steps:
+        number = s["step_number"]
+        plan = split.split_step(s["test_cases"], number)  # SplitError would be `cannot verify`
+        defined = {node.name for code in s["test_cases"] for node in ast.walk(ast.parse(code))
+                   if isinstance(node, ast.FunctionDef)}
+        for test in plan.tests:
+            cases += 1
+            assert test.asserts, f"{number} test {test.number}: nothing for the parent to verify"
+            for part in test.evaluated:
+                statement = isinstance(part, split.MixedStatement)
+                mixed += statement
+                helpers_in_parent += helper_calls(part.expression, "exec" if statement else "eval", defined)
+                if statement:
+                    continue
+                for node, operands in comparisons(part.expression):
+                    if all(is_leaf(o) for o in operands):
+                        sources = {part.leaves[o.args[0].value - 1].source for o in operands}
+                        child_only.append(f"{number}/{test.number}: {ast.unparse(node)} {sorted(sources)}")
+    assert cases == 1082
+    # the one exception: two values 34.3's model call returned, compared with each other (then with target)
+    assert child_only == ["34.3/1: _agentbench_leaf(1) == _agentbench_leaf(2) ['xn', 'xp']"], child_only
+    assert helpers_in_parent >= 10 and mixed >= 30
+    with capsys.disabled():
+        print(f"\nparent-evaluated helper calls on the child's values: {helpers_in_parent}; "
+              f"statements the parent runs on the child's values: {mixed}")
+
+
+def test_the_energy_check_of_49_4_runs_in_the_parent():
+    [s] = [s for s in official_steps() if s["step_number"] == "49.4"]
+    plan = split.split_step(s["test_cases"], "49.4")
+    test = plan.tests[3]
+    [mixed] = [p for p in test.parent if isinstance(p, split.MixedStatement)]
+    assert mixed.expression == "Etot1 = Nbody_Etot(_agentbench_leaf(1), mass)"
+    assert [leaf.source for leaf in mixed.leaves] == ["uout"]
+    assert [a.expression for a in test.asserts] == ["np.isclose(Etot0, Etot1) == target"]
+    assert any(isinstance(p, split.TrustedStatement) and p.source.startswith("Etot0 =") for p in test.parent)
+
+
+def test_builtins_the_models_code_rebinds_leave_the_expectations_in_the_parent():
+    """51.4: `range = range`, `len = len` or `from math import *` change nothing in the test's names."""
+    [s] = [s for s in official_steps() if s["step_number"] == "51.4"]
+    names = split.names_bound_by("import numpy as np", "range = range\nlen = len\nfrom math import *\n"
+                                 "def MD(*a):\n    return 0")
+    plain = split.split_step(s["test_cases"], "51.4")
+    rebound = split.split_step(s["test_cases"], "51.4", code_names=names, required=split.required_names(
+        s["function_header"]))
+    assert [a.expression for t in rebound.tests for a in t.asserts] == \
+        [a.expression for t in plain.tests for a in t.asserts]
+    assert "initial_energy)" in rebound.tests[3].asserts[0].expression
+
+
+# ---- end to end, on hand-made data ------------------------------------------------------------------
+REBIND = "range = range\nlen = len\nfrom math import *\n"
+SUM_TEST = "x = np.array([1.0, 2.0, 3.0])\nexpected = np.sum(x[:len(x)]) * len(range(3))\n" \
+           "assert np.isclose(f(x), expected)"
+NBODY_TEST = '''def Nbody_Etot(uin, mass):
+    Ekin = 0.5*np.sum(mass * (uin[:,3]**2 + uin[:,4]**2 + uin[:,5]**2))
+    ggrav = 6.67430e-11
+    Epot = 0.
+    for i in range(len(mass)):
+        for j in range(i+1, len(mass)):
+            rij = np.sqrt((uin[i,0] - uin[j,0])**2 + (uin[i,1] - uin[j,1])**2 + (uin[i,2] - uin[j,2])**2)
+            Epot += -2. * ggrav * mass[i] * mass[j] / rij
+    Etot = Ekin + Epot
+    return Etot
+mass = np.array([1.98855e30, 5.97219e24])
+uin = np.array([[0.,0.,0.,0.,0.,0.],[1.49598261e11,0.,0.,0.,29.78e3,0.]])
+t0 = 0.
+t1 = 365.*24.*60.*60.
+dt = 60.*60.
+Nbody(uin, mass, dt, t0, t1)
+Etot0 = Nbody_Etot(uin, mass)
+uout = Nbody(uin, mass, dt, t0, t1)
+Etot1 = Nbody_Etot(uout, mass)
+assert (np.isclose(Etot0, Etot1)) == target'''
+# inside the child, Nbody_Etot then gives 0.0 for any input: equal energies for the child's copy of the test
+PATCH_NUMPY = "np.sum = lambda *a, **k: 0.0\nnp.sqrt = lambda *a, **k: float('inf')\n"
+NBODY_HEADER = "def Nbody(uin, mass, dt, t0, t1):\n    '''n-body'''"
+ANSWERS = {
+    # wrong answers
+    "1.1": REBIND + "def f(x):\n    return 7.0",
+    "2.1": REBIND + "def len(x):\n    return 0\ndef f(x):\n    return 0.0",  # fakes the child's expectation
+    "3.1": PATCH_NUMPY + "def Nbody(uin, mass, dt, t0, t1):\n    return uin * 2.0",
+    # right answers, same lines
+    "4.1": REBIND + "def f(x):\n    return 18.0",
+    "5.1": PATCH_NUMPY + "def Nbody(uin, mass, dt, t0, t1):\n    return uin.copy()",
+    # a right answer on a test case the parent cannot evaluate: `cannot verify`, never a pass
+    "6.1": "def f(x):\n    return 1.0",
+}
+TESTS = {"6.1": "assert np.allclose(f(target), 1)"}
+
+
+@pytest.fixture
+def custom(pytester, bench, shared_data):
+    pytester.makeconftest(MODEL_CONFTEST)  # answers each step with its "ground truth": here ANSWERS
+    problems = [problem(n.split(".")[0], [step(n, code, [TESTS.get(n, NBODY_TEST if "Nbody" in code else SUM_TEST)],
+                                               header=NBODY_HEADER if "Nbody" in code else "def f(x):")])
+                for n, code in ANSWERS.items()]
+    data, h5 = write_dataset(pytester.path, shared_data, targets={n: [True] for n in ANSWERS}, problems=problems)
+    return lambda *args: bench("--bench=scicode", "--bench-split=validation", "--model=mutant",
+                               f"--bench-data-dir={data}", f"--bench-h5={h5}", "--bench-allow-custom-data",
+                               "--bench-timeout=60", *args)
+
+
+def test_rebound_builtins_and_patched_libraries_do_not_make_a_wrong_answer_pass(custom):
+    result = custom()
+    out = result.stdout.str()
+    failed = {n for n in ANSWERS if any(line.startswith("FAILED") and f"{n}" in line for line in out.splitlines())}
+    assert failed == {"1.1", "2.1", "3.1", "6.1"}, out[-3000:]
+    assert "6 done (2 pass, 3 fail, 1 eval_error)" in out, out[-3000:]
+    assert "eval_error: agentbench: cannot verify the tests: step 6.1 test 1 line 1: `f(target)` calls f" in out
