@@ -20,6 +20,9 @@ def check_command_basics(env) -> None:
     assert isinstance(result, ExecResult)
     assert (result.exit_code, result.stdout, result.stderr, result.timed_out) == (3, "values.csv\n", "oops\n", False)
     assert env.run("pwd", 10).stdout.strip() == env.workdir
+    # bytes that are not UTF-8 arrive as U+FFFD, counted for the record's text_repaired
+    broken = env.run("printf 'a\\377b\\376'; printf '\\377' >&2", 10)
+    assert (broken.stdout, broken.stderr, broken.text_repaired) == ("a\ufffdb\ufffd", "\ufffd", 3)
 
 
 def check_timeout_kills_the_group(env, marker: str) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import atexit
 import io
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -32,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..core.io import trim_parts
+from ..core.text import decode
 from ..sandbox.result import ExecResult
 from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, EnvError, EnvFactory, Environment,
                    EnvSkip, check_timeout, python_result)
@@ -208,9 +208,10 @@ class DockerEnvironment(Environment):
                 pass
             raise
         duration = time.monotonic() - started
-        stdout, out_size, stderr, err_size = self._read_outputs(base)
+        stdout, out_size, stderr, err_size, repaired = self._read_outputs(base)
         return ExecResult(exit_code=None if timed_out else info.get("ExitCode"), stdout=stdout, stderr=stderr,
-                          timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size)
+                          timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size,
+                          text_repaired=repaired)
 
     def _wait_exec(self, exec_id: str, deadline: float) -> dict | None:
         """The exec's final state, or None at the deadline."""
@@ -225,8 +226,9 @@ class DockerEnvironment(Environment):
             time.sleep(min(delay, left))
             delay = min(delay * 1.5, 0.25)
 
-    def _read_outputs(self, base: str) -> tuple[str, int, str, int]:
-        """Head and tail of both streams in one exec; a 100 MB output never leaves the container."""
+    def _read_outputs(self, base: str) -> tuple[str, int, str, int, int]:
+        """Head and tail of both streams in one exec; a 100 MB output never leaves the container. Last: how many
+        characters of the kept bytes were not UTF-8 and became U+FFFD (the record's ``text_repaired``)."""
         limit, half = self.output_limit, self.output_limit // 2
         script = (
             f'so=$(wc -c < {base}.out 2>/dev/null || echo 0); se=$(wc -c < {base}.err 2>/dev/null || echo 0); '
@@ -242,13 +244,14 @@ class DockerEnvironment(Environment):
         except ValueError:
             raise EnvError(f"could not read a command's output in container {self.container.short_id}: "
                            f"{output[:200]!r}") from None
-        texts = []
+        texts, repaired = [], 0
         for size in (out_size, err_size):
             taken = size if size <= limit else 2 * half
             chunk, rest = rest[:taken], rest[taken:]
             head, tail = (chunk, b"") if size <= limit else (chunk[:half], chunk[half:])
             texts.append(trim_parts(head, tail, size))
-        return texts[0], out_size, texts[1], err_size
+            repaired += decode(head)[1] + decode(tail)[1]
+        return texts[0], out_size, texts[1], err_size, repaired
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
         """``source`` as ``main.py`` in a fresh folder with python3, as the host sandbox runs it."""
