@@ -86,6 +86,18 @@ def xdist_finish(dsession: Any) -> None:
     dsession.triggershutdown()
 
 
+def xdist_count_out(sched: Any, node: Any) -> None:
+    """A worker that died before it sent its collection will never send one: the scheduler stops waiting for
+    it (xdist waits for ``numnodes`` collections before the first distribution and before it calls the run
+    finished), and distributes now if the others' collections are all in."""
+    registered = getattr(sched, "registered_collections", None)
+    if registered is None or node in registered or not hasattr(sched, "numnodes"):
+        return
+    sched.numnodes -= 1
+    if sched.numnodes and sched.collection_is_completed and getattr(sched, "collection", None) is None:
+        sched.schedule()
+
+
 def xdist_report_lost(dsession: Any, nodeid: str, node: Any) -> None:
     """xdist's crash report for ``nodeid`` (the plugin's pytest_handlecrashitem turns it into a lost record)."""
     dsession.handle_crashitem(nodeid, node)
@@ -348,7 +360,7 @@ class RemoteController:
         self.allow_skew = bool(config.stash[SETTINGS]["allow_version_skew"])
         self.heartbeats: dict[str, Heartbeat] = {}
         self.silent: dict[str, float] = {}  # gateway id -> seconds without an answer when declared lost
-        self.lost: dict[str, str] = {}  # gateway id -> how the run lost that host's worker
+        self.lost: dict[str, tuple[str, str]] = {}  # gateway id -> (host, how the run lost its worker)
         dsession = xdist_session(config)
         if dsession is not None:
             xdist_route_node_down(dsession, self.remote_node_down)
@@ -436,9 +448,10 @@ class RemoteController:
             crashitem, started = None, False
         if crashitem:
             xdist_report_lost(dsession, crashitem, node)
+        xdist_count_out(sched, node)
         why = (f"no answer for {self.silent[gid]:.0f} s" if gid in self.silent
                else "its worker could not start" if not started else "its connection ended")
-        self.lost[gid] = f"{label} ({why})"
+        self.lost[gid] = (label, why)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.ensure_newline()
@@ -462,9 +475,9 @@ class RemoteController:
             session.exitstatus = 1  # a lost host makes the run incomplete even if no item was in flight
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        for gid, what in self.lost.items():
-            terminalreporter.write_line(f"agentbench: lost host {what}, worker {gid}: --bench-resume runs its "
-                                        f"lost items again", red=True)
+        for gid, (label, why) in self.lost.items():
+            terminalreporter.write_line(f"agentbench: lost host {label}, worker {gid}: {why}; --bench-resume runs "
+                                        f"its lost items again", red=True)
 
     # ---- placement
     @pytest.hookimpl(tryfirst=True)
