@@ -702,13 +702,20 @@ def test_a_silent_host_is_lost_within_the_bound_and_the_run_finishes_on_the_othe
                 gate.set()
                 pytest.fail(f"{exc}\n{proc.communicate(timeout=300)[0][-4000:]}")
             silent_at = time.monotonic()
+            ended: list[float] = []  # when the cut-off worker's process ended, watched from the side
+
+            def watch_worker():
+                while any(alive(pid) for pid in workers) and time.monotonic() - silent_at < 300:
+                    time.sleep(0.2)
+                ended.append(time.monotonic() - silent_at)
+
+            watcher = threading.Thread(target=watch_worker, daemon=True)
+            watcher.start()
             gate.set()
             out, _ = proc.communicate(timeout=300)
             took = time.monotonic() - silent_at
-            # the cut-off worker ends by itself: it heard no heartbeat for the host timeout
-            wait_for(lambda: not any(alive(pid) for pid in workers), SILENT_TIMEOUT * 1.25 + 15,
-                     f"the cut-off worker {workers} to stop")
-            worker_stopped = time.monotonic() - silent_at
+            watcher.join(300)
+            worker_stopped = ended[0]
         finally:
             gate.set()
             for pid in stopped:  # the stopped sshd session: it serves nothing any more
@@ -726,7 +733,8 @@ def test_a_silent_host_is_lost_within_the_bound_and_the_run_finishes_on_the_othe
         assert ", worker gw1: no answer for" in out or ", worker gw1: its connection ended" in out, out[-4000:]
         # the bound: declared lost within the host timeout (+ one heartbeat), then the rest ran on agentbench-a
         assert took < SILENT_TIMEOUT * 1.25 + 60, (took, out[-3000:])
-        assert worker_stopped < SILENT_TIMEOUT * 1.25 + 15, worker_stopped
+        # the cut-off worker ended by itself: it heard no heartbeat for the host timeout
+        assert worker_stopped < SILENT_TIMEOUT * 1.25 + 10, worker_stopped
         run_dir = reports / "scicode" / "fake-model" / "silent"
         first = records_of(run_dir)
         assert sorted(r["id"] for r in first) == ["1.1", "19.1", "19.2", "3.1"], out[-4000:]  # each once
@@ -739,7 +747,8 @@ def test_a_silent_host_is_lost_within_the_bound_and_the_run_finishes_on_the_othe
         assert all(r["worker"] == "gw0" for r in first if not r.get("lost")), first  # the rest moved to a
 
         resumed = run(tmp_path, *common, f"--bench-resume={run_dir}", timeout=400, OPENAI_API_KEY=API_KEY)
-    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert resumed.returncode == 1 and "INTERNALERROR" not in resumed.stdout, resumed.stdout[-3000:]  # wrong code fails
+    assert "whose worker died run again" in resumed.stdout, resumed.stdout[-3000:]
     final = records_of(run_dir)
     ids = [r["id"] for r in final]
     assert sorted(ids) == ["1.1", "19.1", "19.2", "3.1"], resumed.stdout[-3000:]
