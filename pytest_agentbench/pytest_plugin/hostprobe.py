@@ -10,9 +10,11 @@ forwarded: a host uses its own ``AGENTBENCH_*`` environment or the defaults.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
+from importlib.metadata import PackageNotFoundError, version as dist_version
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping
 
@@ -168,8 +170,6 @@ def worker_readiness() -> dict[str, Any]:
 
 def import_failures(modules: tuple[str, ...]) -> str:
     """'execnet: ModuleNotFoundError: No module named ...; ...' for each module this python cannot import."""
-    import importlib
-
     failures = []
     for name in modules:
         try:
@@ -182,12 +182,10 @@ def import_failures(modules: tuple[str, ...]) -> str:
 def installed_versions(environ: Mapping[str, str]) -> dict[str, str | None]:
     """The installed version of each agreed distribution (None when not installed), with the test-only
     override applied."""
-    from importlib.metadata import PackageNotFoundError, version
-
     out: dict[str, str | None] = {}
     for dist in PROTOCOL_DISTS + VERDICT_DISTS:
         try:
-            out[dist] = version(dist)
+            out[dist] = dist_version(dist)
         except PackageNotFoundError:
             out[dist] = None
     for pair in filter(None, (environ.get(TEST_VERSIONS_ENV) or "").split(",")):
