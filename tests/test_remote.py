@@ -848,3 +848,4 @@ def test_version_differences_name_each_package():
     theirs = installed_versions({"AGENTBENCH_TEST_VERSIONS": "h5py=1.0,execnet="})
     assert version_differences(theirs, mine) == [f"execnet: worker not installed, controller {mine['execnet']}",
                                                  f"h5py: worker 1.0, controller {mine['h5py']}"]
+

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -121,9 +122,16 @@ def execnet_cut(gateway: Any) -> None:
         return
     if hasattr(io, "kill"):
         io.kill()
-    else:
-        io.close_read()
-        io.close_write()
+        return
+    sock = getattr(io, "sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)  # both ways: a shut read side alone does not wake every recv
+        else:
+            io.close_read()
+            io.close_write()
+    except OSError:  # already closed
+        pass
 
 
 # --------------------------------------------------------------------------- liveness
