@@ -227,6 +227,26 @@ def test_the_rest_of_a_dead_workers_task_is_reported_lost_and_its_units_not_begu
     assert b.shutting_down and c.shutting_down and sched.tests_finished
 
 
+def test_a_worker_that_dies_before_its_collection_is_counted_out_and_queued_units_can_be_taken():
+    # remote.py: a lost host's worker is not replaced, so the scheduler must stop waiting for its collection
+    reports: list = []
+    sched = PlacementScheduling(stand_in_config(2, reports), None, gpu_item=lambda n: False,
+                                gpu_node=lambda node: False, unit_of=lambda nodeid: nodeid)  # a capsule: a unit
+    a, b = Worker("gw0"), Worker("gw1")
+    sched.add_node(a)
+    sched.add_node(b)
+    sched.add_node_collection(a, CAPSULES)
+    assert not sched.collection_is_completed  # still waiting for b's
+    assert sched.remove_node(b) is None  # b died before it sent its collection
+    sched.count_out(b)
+    assert sched.collection_is_completed and ran(a, CAPSULES)  # a got work at once
+    sched.count_out(a)  # a worker whose collection arrived is never counted out
+    assert sched.numnodes == 1
+    queued = sched.take_queued()  # a is busy; nobody else is left for the rest
+    assert sorted(queued + ran(a, CAPSULES)) == sorted(CAPSULES) and queued
+    assert sched.take_queued() == [] and not sched.queue
+
+
 def test_workers_that_collected_different_items_get_nothing_and_the_difference_is_reported():
     reports: list = []
     sched = PlacementScheduling(stand_in_config(2, reports), None, gpu_item=lambda n: False,

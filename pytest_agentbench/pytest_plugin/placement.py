@@ -112,6 +112,23 @@ class PlacementScheduling:
             self.feed(other)
         return crashitem
 
+    # ---- a worker that never ran (remote.py: a lost host is not replaced)
+    def count_out(self, node: Any) -> None:
+        """A worker that died before it sent its collection will never send one: stop waiting for it (the first
+        distribution waits for every expected collection), and distribute now if the others' are all in."""
+        if node in self.collections or self.collection is not None or self.numnodes <= 0:
+            return
+        self.numnodes -= 1
+        if self.numnodes and self.collections and self.collection_is_completed:
+            self.schedule()
+
+    def take_queued(self) -> list[str]:
+        """The node ids of the units no worker took yet, removed from the queue (no worker is left to take
+        them: the caller reports them lost)."""
+        out = [nodeid for _scope, unit in self.queue for nodeid, done in unit.items() if not done]
+        self.queue = []
+        return out
+
     def schedule(self) -> None:
         assert self.collection_is_completed
         if self.collection is not None:  # a worker joined later (a replacement): give it work
