@@ -247,6 +247,40 @@ def test_a_worker_that_dies_before_its_collection_is_counted_out_and_queued_unit
     assert sched.take_queued() == [] and not sched.queue
 
 
+def test_with_keep_free_a_free_worker_waits_while_another_holds_units_not_begun_and_takes_them_if_it_dies():
+    # remote workers are not replaced: gw0, done with the queue, is not told to finish while gw1 still holds
+    # a unit it has not begun, so when gw1's host is lost that unit runs on gw0 instead of being lost
+    steps = ["scicode/19::19.1", "scicode/19::19.2", "scicode/1::1.1", "scicode/3::3.1"]
+    cost = {"scicode/19": 9.0, "scicode/1": 3.0, "scicode/3": 2.0}
+
+    def run(lose_b: bool):
+        reports: list = []
+        sched = PlacementScheduling(stand_in_config(2, reports), None, gpu_item=lambda n: False,
+                                    gpu_node=lambda node: False, unit_of=lambda n: n.rsplit("::", 1)[0],
+                                    unit_cost=lambda unit, nodeids: cost[unit], keep_free=True)
+        a, b = Worker("gw0"), Worker("gw1")
+        for worker in (a, b):
+            sched.add_node(worker)
+            sched.add_node_collection(worker, steps)
+        sched.schedule()
+        assert ran(a, steps) == ["scicode/19::19.1", "scicode/19::19.2"]
+        assert ran(b, steps) == ["scicode/1::1.1", "scicode/3::3.1"]  # 3.1 not begun while 1.1 runs
+        complete(sched, a, steps)  # a is on its last item, the queue is empty, b holds 3 not begun
+        assert not a.shutting_down
+        if lose_b:
+            assert sched.remove_node(b) == "scicode/1::1.1"  # only the item in flight
+            assert ran(a, steps)[2:] == ["scicode/3::3.1"] and not reports
+        else:
+            complete(sched, b, steps)  # b begins 3.1, its last: nobody holds work not begun any more
+            assert a.shutting_down and b.shutting_down
+        return sched, a
+
+    run(lose_b=False)
+    sched, a = run(lose_b=True)
+    finish_all(sched, [a], steps)
+    assert a.shutting_down and sched.tests_finished
+
+
 def test_workers_that_collected_different_items_get_nothing_and_the_difference_is_reported():
     reports: list = []
     sched = PlacementScheduling(stand_in_config(2, reports), None, gpu_item=lambda n: False,

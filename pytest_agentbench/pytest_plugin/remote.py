@@ -401,7 +401,8 @@ class RemoteController:
         samples = sample_nodeids(self.state.benchmark, self.state.tasks, self.state.options.attempts)
         gpu_nodeids = frozenset(nodeid for nodeid, sample in samples.items() if needs_gpu(sample))
         return make_placement_scheduler(config, log, gpu_nodeids.__contains__,
-                                        lambda node: bool(self.hosts.get(xc.worker_id(node), {}).get("gpus")))
+                                        lambda node: bool(self.hosts.get(xc.worker_id(node), {}).get("gpus")),
+                                        keep_free=True)  # remote hosts are not replaced: keep room for their work
 
 
 def needs_gpu(sample: Sample) -> bool:
@@ -485,7 +486,7 @@ def hash_difference(worker: dict[str, str], controller: dict[str, str]) -> list[
 
 
 def make_placement_scheduler(config: Any, log: Any, gpu_item: Callable[[str], bool],
-                             gpu_node: Callable[[Any], bool]):
+                             gpu_node: Callable[[Any], bool], keep_free: bool = False):
     from .placement import placement_scheduler  # why: only a distributed run schedules
 
-    return placement_scheduler(config, log, gpu_item, gpu_node)
+    return placement_scheduler(config, log, gpu_item, gpu_node, keep_free)
