@@ -227,6 +227,60 @@ def test_the_rest_of_a_dead_workers_task_is_reported_lost_and_its_units_not_begu
     assert b.shutting_down and c.shutting_down and sched.tests_finished
 
 
+def test_a_worker_that_dies_before_its_collection_is_counted_out_and_queued_units_can_be_taken():
+    # remote.py: a lost host's worker is not replaced, so the scheduler must stop waiting for its collection
+    reports: list = []
+    sched = PlacementScheduling(stand_in_config(2, reports), None, gpu_item=lambda n: False,
+                                gpu_node=lambda node: False, unit_of=lambda nodeid: nodeid)  # a capsule: a unit
+    a, b = Worker("gw0"), Worker("gw1")
+    sched.add_node(a)
+    sched.add_node(b)
+    sched.add_node_collection(a, CAPSULES)
+    assert not sched.collection_is_completed  # still waiting for b's
+    assert sched.remove_node(b) is None  # b died before it sent its collection
+    sched.count_out(b)
+    assert sched.collection_is_completed and ran(a, CAPSULES)  # a got work at once
+    sched.count_out(a)  # a worker whose collection arrived is never counted out
+    assert sched.numnodes == 1
+    queued = sched.take_queued()  # a is busy; nobody else is left for the rest
+    assert sorted(queued + ran(a, CAPSULES)) == sorted(CAPSULES) and queued
+    assert sched.take_queued() == [] and not sched.queue
+
+
+def test_with_keep_free_a_free_worker_waits_while_another_holds_units_not_begun_and_takes_them_if_it_dies():
+    # remote workers are not replaced: gw0, done with the queue, is not told to finish while gw1 still holds
+    # a unit it has not begun, so when gw1's host is lost that unit runs on gw0 instead of being lost
+    steps = ["scicode/19::19.1", "scicode/19::19.2", "scicode/1::1.1", "scicode/3::3.1"]
+    cost = {"scicode/19": 9.0, "scicode/1": 3.0, "scicode/3": 2.0}
+
+    def run(lose_b: bool):
+        reports: list = []
+        sched = PlacementScheduling(stand_in_config(2, reports), None, gpu_item=lambda n: False,
+                                    gpu_node=lambda node: False, unit_of=lambda n: n.rsplit("::", 1)[0],
+                                    unit_cost=lambda unit, nodeids: cost[unit], keep_free=True)
+        a, b = Worker("gw0"), Worker("gw1")
+        for worker in (a, b):
+            sched.add_node(worker)
+            sched.add_node_collection(worker, steps)
+        sched.schedule()
+        assert ran(a, steps) == ["scicode/19::19.1", "scicode/19::19.2"]
+        assert ran(b, steps) == ["scicode/1::1.1", "scicode/3::3.1"]  # 3.1 not begun while 1.1 runs
+        complete(sched, a, steps)  # a is on its last item, the queue is empty, b holds 3 not begun
+        assert not a.shutting_down
+        if lose_b:
+            assert sched.remove_node(b) == "scicode/1::1.1"  # only the item in flight
+            assert ran(a, steps)[2:] == ["scicode/3::3.1"] and not reports
+        else:
+            complete(sched, b, steps)  # b begins 3.1, its last: nobody holds work not begun any more
+            assert a.shutting_down and b.shutting_down
+        return sched, a
+
+    run(lose_b=False)
+    sched, a = run(lose_b=True)
+    finish_all(sched, [a], steps)
+    assert a.shutting_down and sched.tests_finished
+
+
 def test_workers_that_collected_different_items_get_nothing_and_the_difference_is_reported():
     reports: list = []
     sched = PlacementScheduling(stand_in_config(2, reports), None, gpu_item=lambda n: False,

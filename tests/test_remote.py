@@ -478,7 +478,10 @@ def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopb
             assert record["status"] == "error" and record["worker"] == gateway, record
             assert f"worker '{gateway}' on host {account}" in record["message"], record["message"]
         assert len(lost) < len(first), out[-4000:]  # the other worker's items ran: the run went on
-        assert f"replacing crashed worker {gateway}" in out, out[-4000:]  # xdist's restart
+        # a remote host's worker is never restarted (xdist's restart blocked or crashed the run): named once
+        assert "replacing crashed worker" not in out and "INTERNALERROR" not in out, out[-4000:]
+        assert out.count(f"agentbench: host {account} (") == 1 and f"of worker {gateway} lost (" in out, out[-4000:]
+        assert proc.returncode == 1, out[-4000:]
         assert server.requests and all(r["headers"].get("authorization") == f"Bearer {API_KEY}"
                                        for r in server.requests)
 
@@ -502,107 +505,8 @@ def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopb
 
 # --------------------------------------------------------------------------- without SSH: the pieces
 
-class FakeNode:
-    """What xdist's scheduler uses of a worker: its gateway id, the items sent, shutdown."""
-
-    def __init__(self, name: str) -> None:
-        self.gateway = type("Gateway", (), {"id": name})()
-        self.sent: list[int] = []
-        self.shutting_down = False
-
-    def send_runtest_some(self, indices) -> None:
-        self.sent += list(indices)
-
-    def shutdown(self) -> None:
-        self.shutting_down = True
-
-
-def scheduler(gpu_nodes: set[str], collection: list[str], gpu_items: set[str], names=("gw0", "gw1"),
-              crash_reports: list | None = None):
-    from types import SimpleNamespace
-
-    from pytest_agentbench.pytest_plugin.placement import PlacementScheduling
-
-    dsession = SimpleNamespace(handle_crashitem=lambda nodeid, node: crash_reports.append((nodeid, node.gateway.id)))
-    config = SimpleNamespace(getvalue=lambda name: ["popen"] * len(names),
-                             option=SimpleNamespace(loadscopereorder=False),
-                             pluginmanager=SimpleNamespace(getplugin=lambda name: dsession))
-    sched = PlacementScheduling(config, None, gpu_item=gpu_items.__contains__,
-                                gpu_node=lambda node: node.gateway.id in gpu_nodes)
-    nodes = [FakeNode(n) for n in names]
-    for node in nodes:
-        sched.add_node(node)
-        sched.add_node_collection(node, collection)
-    sched.schedule()
-    return sched, nodes
-
-
-def ran(node: FakeNode, collection: list[str]) -> list[str]:
-    return [collection[i] for i in node.sent]
-
-
-def finish_all(sched, nodes, collection):
-    """Complete every item sent, as the workers would, until nothing new is sent."""
-    done: set[tuple[str, int]] = set()
-    while True:
-        todo = [(node, i) for node in nodes for i in node.sent if (node.gateway.id, i) not in done]
-        if not todo:
-            return
-        for node, index in todo:
-            done.add((node.gateway.id, index))
-            sched.mark_test_complete(node, index)
-
-
-CAPSULES = [f"core-bench/capsule-{i}" for i in range(8)]
-
-
-def test_gpu_items_go_only_to_the_gpu_worker_and_tasks_stay_whole():
-    gpu = {CAPSULES[1], CAPSULES[4], CAPSULES[6]}
-    sched, (cpu_node, gpu_node) = scheduler({"gw1"}, CAPSULES, gpu)
-    finish_all(sched, [cpu_node, gpu_node], CAPSULES)
-    assert gpu <= set(ran(gpu_node, CAPSULES)) and not gpu & set(ran(cpu_node, CAPSULES))
-    assert sorted(ran(cpu_node, CAPSULES) + ran(gpu_node, CAPSULES)) == sorted(CAPSULES)  # each once
-    assert cpu_node.shutting_down and gpu_node.shutting_down
-    steps = [f"scicode/{p}::{p}.{s}" for p in (1, 2, 3) for s in (1, 2, 3)]
-    sched, nodes = scheduler(set(), steps, set())
-    finish_all(sched, nodes, steps)
-    for problem in ("scicode/1", "scicode/2", "scicode/3"):  # a problem's steps stay on one worker, in order
-        mine = [s for s in steps if s.startswith(problem + "::")]
-        assert [[s for s in ran(node, steps) if s in mine] for node in nodes].count(mine) == 1
-
-
-def test_without_a_gpu_worker_gpu_items_still_go_somewhere():
-    gpu = {CAPSULES[0], CAPSULES[3]}
-    sched, nodes = scheduler(set(), CAPSULES, gpu)
-    finish_all(sched, nodes, CAPSULES)
-    assert sorted(ran(nodes[0], CAPSULES) + ran(nodes[1], CAPSULES)) == sorted(CAPSULES)
-
-
-def test_the_item_of_a_dead_worker_is_returned_once_and_not_run_again():
-    sched, (a, b) = scheduler(set(), CAPSULES, set())
-    given_to_a = ran(a, CAPSULES)
-    crash = sched.remove_node(a)  # a died in its first item
-    assert crash == given_to_a[0]
-    finish_all(sched, [b], CAPSULES)
-    assert crash not in ran(b, CAPSULES)
-    assert sorted(ran(b, CAPSULES)) == sorted(set(CAPSULES) - {crash})  # the rest of a's share moved to b
-    assert b.shutting_down
-
-
-def test_the_rest_of_a_dead_workers_task_is_reported_lost_not_run_elsewhere():
-    steps = ["scicode/19::19.1", "scicode/19::19.2", "scicode/1::1.1", "scicode/3::3.1"]
-    reports: list = []
-    sched, (a, b) = scheduler(set(), steps, set(), crash_reports=reports)
-    assert ran(a, steps)[:2] == ["scicode/19::19.1", "scicode/19::19.2"]
-    assert sched.remove_node(a) == "scicode/19::19.1"  # a died in 19.1
-    assert reports == [("scicode/19::19.2", "gw0")]  # reported lost with it: a task runs whole in one process
-    c = FakeNode("gw2")  # xdist's replacement worker
-    sched.add_node(c)
-    sched.add_node_collection(c, steps)
-    sched.schedule()
-    finish_all(sched, [b, c], steps)
-    assert sorted(ran(b, steps) + ran(c, steps)) == ["scicode/1::1.1", "scicode/3::3.1"]  # 19.2 ran nowhere
-    assert b.shutting_down and c.shutting_down
+# The scheduler itself (GPU placement, a dead worker's item returned once, the rest of its task lost, its
+# units not begun moved) is tested without SSH in tests/test_placement.py.
 
 
 def test_run_settings_travel_without_paths_and_resolve_the_same(tmp_path, monkeypatch):
@@ -647,3 +551,202 @@ def test_refusals_name_the_worker_the_host_and_the_difference():
     assert text.startswith("agentbench: worker gw3 on u@h has other data than the controller (a.jsonl: worker "
                            "sha256 999999999999, controller 111111111111; b.txt: missing on the worker)")
     assert "could not be probed: boom" in refusal_of("gw0", "u@h", {"probe_error": "boom"}, expected)
+
+
+# --------------------------------------------------------------------------- a host that goes silent (issue 20)
+
+SILENT_TIMEOUT = 8.0  # --bench-host-timeout for the silent-host test: a lost host is declared within 10 s
+
+
+def stop_connection(account: str) -> tuple[list[int], list[int]]:
+    """The host goes silent without closing anything: the sshd processes serving its connection are stopped
+    (SIGSTOP), so its TCP connection stays open but nothing answers on it; the worker's python goes on
+    running on its host, cut off. Returns (stopped sshd pids, worker pids)."""
+    workers = worker_pids(account)
+    assert len(workers) == 1, f"not one worker of {account}: {workers}"
+    sessions = sshd_session_pids(account)
+    assert sessions, f"no sshd session of {account}"
+    for pid in sessions:
+        os.kill(pid, signal.SIGSTOP)
+    return sessions, workers
+
+
+def test_a_silent_host_is_lost_within_the_bound_and_the_run_finishes_on_the_other(loopback, tmp_path):
+    """agentbench-b's connection goes silent mid-item (its sshd stopped, the connection left open): within the
+    host timeout the run declares it lost, records its in-flight task as lost naming the host, finishes the rest
+    on agentbench-a without restarting anything there, and exits 1 naming the host; the cut-off worker stops
+    on its own within the same bound; a resume completes every item exactly once."""
+    reports = private_dir(tmp_path / "reports")
+    gate = threading.Event()
+
+    def held(body):
+        gate.wait(120)
+        return {"text": "```python\ndef f():\n    return 0\n```"}
+
+    stopped: list[int] = []
+    workers: list[int] = []
+    with FakeOpenAI() as server:
+        server.api_key = API_KEY
+        for _ in range(40):
+            server.reply_with(held)
+        common = ["--bench=scicode", "--bench-split=validation", "--model=fake-model",
+                  f"--model-base-url={server.base_url}", f"--bench-ids={KILL_IDS}", "--model-max-retries=0",
+                  f"--bench-host-timeout={SILENT_TIMEOUT}", f"--bench-report-dir={reports}", *both(loopback)]
+        proc = subprocess.Popen(pytest_cmd(*common, "--bench-run-id=silent"), cwd=tmp_path,
+                                env=controller_env(OPENAI_API_KEY=API_KEY), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_for(lambda: len(server.requests) >= 2, 240, "a model request from each worker")
+            try:
+                stopped, workers = stop_connection("agentbench-b")
+            except AssertionError as exc:
+                gate.set()
+                pytest.fail(f"{exc}\n{proc.communicate(timeout=300)[0][-4000:]}")
+            silent_at = time.monotonic()
+            ended: list[float] = []  # when the cut-off worker's process ended, watched from the side
+
+            def watch_worker():
+                while any(alive(pid) for pid in workers) and time.monotonic() - silent_at < 300:
+                    time.sleep(0.2)
+                ended.append(time.monotonic() - silent_at)
+
+            watcher = threading.Thread(target=watch_worker, daemon=True)
+            watcher.start()
+            gate.set()
+            out, _ = proc.communicate(timeout=300)
+            took = time.monotonic() - silent_at
+            watcher.join(300)
+            worker_stopped = ended[0]
+        finally:
+            gate.set()
+            for pid in stopped:  # the stopped sshd session: it serves nothing any more
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        assert proc.returncode == 1, out[-4000:]
+        assert "INTERNALERROR" not in out and "replacing crashed worker" not in out, out[-4000:]
+        # declared by the heartbeat ("no answer for N s") or by ssh's keep-alive ("its connection ended")
+        assert "agentbench: lost host agentbench-b (" in out, out[-4000:]
+        assert ", worker gw1: no answer for" in out or ", worker gw1: its connection ended" in out, out[-4000:]
+        # the bound: declared lost within the host timeout (+ one heartbeat), then the rest ran on agentbench-a
+        assert took < SILENT_TIMEOUT * 1.25 + 60, (took, out[-3000:])
+        # the cut-off worker ended by itself: it heard no heartbeat for the host timeout
+        assert worker_stopped < SILENT_TIMEOUT * 1.25 + 10, worker_stopped
+        run_dir = reports / "scicode" / "fake-model" / "silent"
+        first = records_of(run_dir)
+        assert sorted(r["id"] for r in first) == ["1.1", "19.1", "19.2", "3.1"], out[-4000:]  # each once
+        lost = [r for r in first if r.get("lost")]
+        assert lost, out[-4000:]
+        assert len({r["id"].split(".")[0] for r in lost}) == 1, lost  # the in-flight task only
+        for record in lost:
+            assert record["status"] == "error" and record["worker"] == "gw1", record
+            assert "worker 'gw1' on host agentbench-b" in record["message"], record["message"]
+        assert all(r["worker"] == "gw0" for r in first if not r.get("lost")), first  # the rest moved to a
+
+        resumed = run(tmp_path, *common, f"--bench-resume={run_dir}", timeout=400, OPENAI_API_KEY=API_KEY)
+    assert resumed.returncode == 1 and "INTERNALERROR" not in resumed.stdout, resumed.stdout[-3000:]  # wrong code fails
+    assert "whose worker died run again" in resumed.stdout, resumed.stdout[-3000:]
+    final = records_of(run_dir)
+    ids = [r["id"] for r in final]
+    assert sorted(ids) == ["1.1", "19.1", "19.2", "3.1"], resumed.stdout[-3000:]
+    assert not [r for r in final if r.get("lost")]
+
+
+def shadow_module_dir(name: str) -> Path:
+    """A folder (readable by the worker accounts) whose ``<name>`` package fails to import, as on a host where
+    it is not installed."""
+    folder = Path(f"/tmp/agentbench-no-{name}-{os.getpid()}")
+    (folder / name).mkdir(parents=True, exist_ok=True)
+    (folder / name / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{name}'\")\n")
+    for path in (folder, folder / name, folder / name / "__init__.py"):
+        path.chmod(0o755)
+    return folder
+
+
+def test_a_host_whose_python_lacks_execnet_is_refused_by_name_once(loopback, tmp_path):
+    folder = shadow_module_dir("execnet")
+    try:
+        host = next(h for h in loopback["hosts"] if h["account"] == "agentbench-a")
+        broken = ["--tx", f"ssh=agentbench-a//ssh_config={loopback['ssh_config']}"
+                          f"//python=env PYTHONPATH={folder} {host['python']}"]
+        started = time.monotonic()
+        done = run(tmp_path, "--bench=scicode", "--model=oracle", "--bench-ids=1",
+                   f"--bench-report-dir={private_dir(tmp_path / 'reports')}", "-d", *broken,
+                   *tx(loopback, "agentbench-b"), timeout=300)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    text = done.stdout + done.stderr
+    assert done.returncode == 4, text[-3000:]
+    assert text.count("worker gw0 on agentbench-a cannot start a pytest-xdist worker: its python cannot import "
+                      "execnet: ModuleNotFoundError") == 1, text[-3000:]
+    assert "replacing crashed worker" not in text and time.monotonic() - started < 120
+
+
+def test_a_host_whose_worker_cannot_start_is_lost_once_and_the_other_host_runs_everything(loopback, tmp_path):
+    """The probe passes but the worker dies at start (a plugin its pytest cannot import): the host is named
+    once, nothing is restarted there, the other host runs every item, exit 1."""
+    host = next(h for h in loopback["hosts"] if h["account"] == "agentbench-a")
+    broken = ["--tx", f"ssh=agentbench-a//ssh_config={loopback['ssh_config']}"
+                      f"//python=env PYTEST_PLUGINS=agentbench_no_such_plugin {host['python']}"]
+    reports = private_dir(tmp_path / "reports")
+    done = run(tmp_path, "--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1,3",
+               f"--bench-report-dir={reports}", "--bench-run-id=nostart", "-d", *broken,
+               *tx(loopback, "agentbench-b"), timeout=300)
+    text = done.stdout + done.stderr
+    assert done.returncode == 1, text[-3000:]
+    assert "replacing crashed worker" not in text and "INTERNALERROR" not in text, text[-3000:]
+    assert text.count("agentbench: host agentbench-a (") == 1, text[-3000:]  # named once, with its hostname
+    assert "of worker gw0 lost (its worker could not start)" in text, text[-3000:]
+    records = records_of(reports / "scicode" / "oracle" / "nostart")
+    assert sorted(r["id"] for r in records) == ["1.1", "3.1"] and {r["worker"] for r in records} == {"gw1"}
+    assert all(r["status"] == "pass" for r in records), records
+
+
+def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, tmp_path):
+    """The controller reports numpy 0.0.1 (the test-only AGENTBENCH_TEST_VERSIONS, read where the probe runs:
+    here, on the controller), so each host's real numpy differs from it."""
+    import numpy
+
+    args = ["--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1",
+            f"--bench-report-dir={private_dir(tmp_path / 'reports')}", "-d", *tx(loopback, "agentbench-a")]
+    refused = run(tmp_path, *args, timeout=300, AGENTBENCH_TEST_VERSIONS="numpy=0.0.1")
+    assert refused.returncode == 4, refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert (f"worker gw0 on agentbench-a has other package versions than the controller (numpy: worker "
+            f"{numpy.__version__}, controller 0.0.1)") in refused.stderr, refused.stderr[-2000:]
+    assert "--bench-allow-version-skew" in refused.stderr
+    assert not list((tmp_path / "reports").rglob("*.jsonl"))
+    allowed = run(tmp_path, *args, "--bench-allow-version-skew", timeout=300, AGENTBENCH_TEST_VERSIONS="numpy=0.0.1")
+    assert allowed.returncode == 0, allowed.stdout[-3000:] + allowed.stderr[-2000:]
+
+
+def test_ssh_liveness_options_are_added_only_where_the_users_config_leaves_them_unset(tmp_path):
+    from pytest_agentbench.pytest_plugin.remote import ssh_liveness_options, with_liveness
+
+    if shutil.which("ssh") is None:
+        missing("no ssh client")
+    plain = tmp_path / "plain_config"
+    plain.write_text("Host worker\n    HostName 127.0.0.1\n")
+    own = tmp_path / "own_config"
+    own.write_text("Host worker\n    HostName 127.0.0.1\n    ServerAliveInterval 7\n    ConnectTimeout 9\n")
+    assert ssh_liveness_options("worker", str(plain), 40) == ["-o", "ServerAliveInterval=10", "-o", "ConnectTimeout=40"]
+    assert ssh_liveness_options("worker", str(own), 40) == []  # the user's ssh_config wins
+    assert ssh_liveness_options("-o ConnectTimeout=3 worker", str(plain), 40) == ["-o", "ServerAliveInterval=10"]
+    assert with_liveness(f"2*ssh=worker//ssh_config={plain}//python=py", 20) == \
+        f"2*ssh=-o ServerAliveInterval=5 -o ConnectTimeout=20 worker//ssh_config={plain}//python=py"
+    assert with_liveness("socket=127.0.0.1:8888", 20) == "socket=127.0.0.1:8888"
+
+
+def test_version_differences_name_each_package():
+    from pytest_agentbench.pytest_plugin.hostprobe import installed_versions, version_differences
+
+    mine = installed_versions({})
+    assert set(mine) == {"pytest", "pytest-xdist", "execnet", "numpy", "scipy", "h5py"}
+    assert version_differences(mine, mine) == []
+    theirs = installed_versions({"AGENTBENCH_TEST_VERSIONS": "h5py=1.0,execnet="})
+    assert version_differences(theirs, mine) == [f"execnet: worker not installed, controller {mine['execnet']}",
+                                                 f"h5py: worker 1.0, controller {mine['h5py']}"]
+

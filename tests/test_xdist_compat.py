@@ -103,10 +103,20 @@ def pytest_testnodeready(node):
     SEEN["worker_spec"] = str(xc.worker_spec(node))
     SEEN["is_shutting_down"] = xc.is_shutting_down(node)
     SEEN["callable"] = [callable(node.send_runtest_some), callable(node.shutdown)]
+    SEEN["active"] = node in xc.active_workers(node.config)
+    SEEN["scheduler"] = callable(xc.current_scheduler(node.config).remove_node)
+    channel = xc.new_channel(node)
+    SEEN["channel"] = not channel.isclosed()
+    channel.close()
+
+def seen_down(node, error):
+    SEEN["down"] = xc.worker_id(node)
+    return False  # xdist's own handling follows
 
 def pytest_xdist_setupnodes(config, specs):
     xc.drop_rsync_roots(config, lambda root: False)  # nodemanager.roots must be readable and settable
     SEEN["expected_workers"] = xc.expected_workers(config)
+    SEEN["routed"] = xc.route_worker_down(config, seen_down)
 
 def pytest_handlecrashitem(crashitem, report, sched):
     SEEN["crashed_worker"] = xc.worker_id(xc.crashed_worker(report))
@@ -127,5 +137,6 @@ def test_the_adapter_works_on_xdists_own_objects(pytester, tmp_path, monkeypatch
     seen = json.loads(seen_file.read_text())
     assert seen == {"spec_of": seen["spec_of"], "worker_id": "gw0", "worker_spec": seen["spec_of"],
                     "is_shutting_down": False, "callable": [True, True], "expected_workers": 1,
-                    "crashed_worker": "gw0"}, (seen, result.stdout.str()[-2000:])
+                    "crashed_worker": "gw0", "active": True, "scheduler": True, "channel": True, "routed": True,
+                    "down": "gw0"}, (seen, result.stdout.str()[-2000:])
     assert "popen" in seen["spec_of"]

@@ -46,6 +46,16 @@ RUN_OPTIONS: tuple[Option, ...] = (
            "accept data files whose sha256 differs from the pinned upstream files (a hand-made dataset, "
            "a custom test_data.h5); the report says so.", kind="bool", default=False,
            ini="agentbench_allow_custom_data"),
+    Option("allow_version_skew", "--bench-allow-version-skew",
+           "let a remote worker host take part although its pytest, pytest-xdist, execnet, numpy, scipy or h5py "
+           "version differs from the controller's (by default such a host is refused with the difference "
+           "named: the first three speak the worker protocol, the last three can change verdicts).",
+           kind="bool", default=False, ini="agentbench_allow_version_skew"),
+    Option("host_timeout", "--bench-host-timeout",
+           "seconds after which a remote worker host that stopped answering is declared lost (default 40): its "
+           "in-flight items get lost records and its tasks not begun go to the other hosts; a worker that hears "
+           "nothing from its controller for as long stops, its sandboxes with it.",
+           kind="float", default=40.0, minimum=4, maximum=600, ini="agentbench_host_timeout", metavar="SECONDS"),
     Option("attempts", "--bench-attempts",
            "run every task K times as independent samples (default 1): items are named <id>[attemptN], "
            "attempt N replays the same cached responses, and the summary gives the mean of each headline "

@@ -11,9 +11,11 @@ forwarded: a host uses its own ``AGENTBENCH_*`` environment or the defaults.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
+from importlib.metadata import PackageNotFoundError, version as dist_version
 from pathlib import Path
 from typing import Any, Mapping, MutableMapping
 
@@ -151,6 +153,67 @@ def probe(request: Mapping[str, Any]) -> dict[str, Any]:
         out["self_test"] = outcome.describe()
         if not outcome.ok:
             out["probe_error"] = f"on {out['hostname']}: {outcome.describe()}"
+    out.update(worker_readiness())
+    return out
+
+
+# --------------------------------------------------------------------------- what the worker needs, and versions
+
+# What an xdist worker imports before the plugin can report anything: a host lacking one of these would pass
+# a probe that does not look, then see its worker die at start-up (xdist used to replace it in a loop).
+WORKER_IMPORTS = ("execnet", "xdist", "pytest", "pytest_agentbench")
+# Distributions whose versions must agree between hosts: the first three speak the worker protocol, the last
+# three compute the values verdicts compare.
+PROTOCOL_DISTS = ("pytest", "pytest-xdist", "execnet")
+VERDICT_DISTS = ("numpy", "scipy", "h5py")
+# test-only: "numpy=1.0,h5py=2.0" reported instead of the installed versions (the tests simulate a skewed host
+# with it; a real deployment never sets it)
+TEST_VERSIONS_ENV = "AGENTBENCH_TEST_VERSIONS"
+
+
+def worker_readiness() -> dict[str, Any]:
+    """What this host's python can import of what the worker needs, and its versions of the agreed packages."""
+    out: dict[str, Any] = {"versions": installed_versions(os.environ)}
+    missing = import_failures(WORKER_IMPORTS)
+    if missing:
+        out["import_error"] = missing
+    return out
+
+
+def import_failures(modules: tuple[str, ...]) -> str:
+    """'execnet: ModuleNotFoundError: No module named ...; ...' for each module this python cannot import."""
+    failures = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # any import failure means the worker cannot start here
+            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+    return "; ".join(failures)
+
+
+def installed_versions(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """The installed version of each agreed distribution (None when not installed), with the test-only
+    override applied."""
+    out: dict[str, str | None] = {}
+    for dist in PROTOCOL_DISTS + VERDICT_DISTS:
+        try:
+            out[dist] = dist_version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    for pair in filter(None, (environ.get(TEST_VERSIONS_ENV) or "").split(",")):
+        name, _, value = pair.partition("=")
+        if name.strip() in out:
+            out[name.strip()] = value.strip() or None
+    return out
+
+
+def version_differences(worker: Mapping[str, str | None], controller: Mapping[str, str | None]) -> list[str]:
+    """'numpy: worker 1.26.4, controller 2.0.1' for each agreed distribution whose versions differ."""
+    out = []
+    for dist in PROTOCOL_DISTS + VERDICT_DISTS:
+        mine, theirs = controller.get(dist), worker.get(dist)
+        if mine != theirs:
+            out.append(f"{dist}: worker {theirs or 'not installed'}, controller {mine or 'not installed'}")
     return out
 
 

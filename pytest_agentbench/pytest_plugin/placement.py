@@ -13,7 +13,9 @@ Scheduling``; returned from ``pytest_xdist_make_scheduler``) on its own, touchin
 * GPU placement comes before cost: a worker whose host has a GPU takes GPU units first; a worker without one
   never takes them while some live worker has one (when none has, they go anywhere and end as env_error
   "no worker with a GPU", see remote.py, so they stay in the run's denominator);
-* a worker that can take nothing more is told to finish, so it never waits on its last item;
+* a worker that can take nothing more is told to finish, so it never waits on its last item; except with
+  ``keep_free`` (remote workers, which are never replaced): then it is kept while another worker holds a
+  unit it has not begun, so that unit has a live worker to go to if the other one's host is lost;
 * a worker that dies: the item it was running is returned to xdist (its crash report becomes a ``lost``
   record), the later items of its task are reported lost too (a task runs whole in one process, so
   ``--bench-resume`` runs them together), and its units not begun go back to the queue.
@@ -35,8 +37,12 @@ Unit = dict[str, bool]  # node id -> done, in collection order
 class PlacementScheduling:
     def __init__(self, config: Any, log: Any = None, *, gpu_item: Callable[[str], bool],
                  gpu_node: Callable[[Any], bool], unit_of: Callable[[str], str] | None = None,
-                 unit_cost: Callable[[str, list[str]], float] | None = None) -> None:
+                 unit_cost: Callable[[str, list[str]], float] | None = None, keep_free: bool = False) -> None:
         self.config = config
+        # remote workers are never replaced (remote.py): a free worker is then kept, not told to finish, while
+        # another worker holds units it has not begun, so they have a live worker to go to if that one's host
+        # is lost (it waits on its last item meanwhile; xdist ends the run once no worker holds more than one)
+        self.keep_free = keep_free
         self.log = log if log is not None else (lambda *args: None)
         self.gpu_item = gpu_item  # node id -> whether the item needs a GPU
         self.gpu_node = gpu_node  # worker -> whether its host has a GPU
@@ -88,6 +94,9 @@ class PlacementScheduling:
                 unit[nodeid] = True
                 break
         self.feed(node)
+        for other in self.nodes:  # a worker kept free may now be told to finish
+            if other is not node:
+                self.feed(other)
 
     def mark_test_pending(self, item: str) -> None:
         """A plugin's ``pytest_handlecrashitem`` asks for an item to run again: it is queued as its own unit."""
@@ -111,6 +120,23 @@ class PlacementScheduling:
         for other in self.nodes:
             self.feed(other)
         return crashitem
+
+    # ---- a worker that never ran (remote.py: a lost host is not replaced)
+    def count_out(self, node: Any) -> None:
+        """A worker that died before it sent its collection will never send one: stop waiting for it (the first
+        distribution waits for every expected collection), and distribute now if the others' are all in."""
+        if node in self.collections or self.collection is not None or self.numnodes <= 0:
+            return
+        self.numnodes -= 1
+        if self.numnodes and self.collections and self.collection_is_completed:
+            self.schedule()
+
+    def take_queued(self) -> list[str]:
+        """The node ids of the units no worker took yet, removed from the queue (no worker is left to take
+        them: the caller reports them lost)."""
+        out = [nodeid for _scope, unit in self.queue for nodeid, done in unit.items() if not done]
+        self.queue = []
+        return out
 
     def schedule(self) -> None:
         assert self.collection_is_completed
@@ -143,8 +169,13 @@ class PlacementScheduling:
         take is left."""
         if node not in self.assigned or xc.is_shutting_down(node) or pending(self.assigned[node]) > 1:
             return
-        if not self.give(node):
+        if not self.give(node) and not (self.keep_free and self.held_elsewhere(node)):
             xc.shut_down(node)
+
+    def held_elsewhere(self, node: Any) -> bool:
+        """Whether another live worker holds a unit it has not begun (what remove_node would requeue)."""
+        return any(not_begun(units) for other, units in self.assigned.items()
+                   if other is not node and not xc.is_shutting_down(other))
 
     def give(self, node: Any) -> bool:
         index = self.pick(node)
@@ -205,16 +236,22 @@ class PlacementScheduling:
 
 
 def placement_scheduler(config: Any, log: Any, gpu_item: Callable[[str], bool],
-                        gpu_node: Callable[[Any], bool]) -> PlacementScheduling:
+                        gpu_node: Callable[[Any], bool], keep_free: bool = False) -> PlacementScheduling:
     """The run's scheduler: units and their costs from the run's state (durations.py) when it has one."""
     state = config.stash.get(STATE, None)
     unit_of, unit_cost = plan_costs(state) if state is not None else (None, None)
     return PlacementScheduling(config, log, gpu_item=gpu_item, gpu_node=gpu_node, unit_of=unit_of,
-                               unit_cost=unit_cost)
+                               unit_cost=unit_cost, keep_free=keep_free)
 
 
 def pending(units: dict[str, Unit]) -> int:
     return sum(1 for unit in units.values() for done in unit.values() if not done)
+
+
+def not_begun(units: dict[str, Unit]) -> list[str]:
+    """A worker's units after the one it is running, none of whose items is done."""
+    running = next((scope for scope, unit in units.items() if not all(unit.values())), None)
+    return [scope for scope, unit in units.items() if scope != running and not any(unit.values())]
 
 
 def default_unit(nodeid: str) -> str:

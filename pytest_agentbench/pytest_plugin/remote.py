@@ -14,7 +14,12 @@ options, and an item marked ``gpu`` that reaches a host without one (no worker h
 """
 from __future__ import annotations
 
+import _thread
 import os
+import subprocess
+import sys
+import threading
+import time
 from typing import Any, Callable
 
 import pytest
@@ -25,7 +30,7 @@ from ..core import records as rec
 from ..core.types import Sample
 from . import xdist_compat as xc
 from .collect import BenchItem, sample_nodeids
-from .hostprobe import PROBE_TIMEOUT, SERVE_SOURCE, apply_forwarded, forwarded
+from .hostprobe import PROBE_TIMEOUT, SERVE_SOURCE, apply_forwarded, forwarded, installed_versions, version_differences
 from .options import all_options
 from .provenance import PACKAGE, version_of
 from .run import RECORD, SETTINGS, STATE, BenchState, base_record, outcome
@@ -35,6 +40,133 @@ REMOTE_HOST = pytest.StashKey[dict]()  # on a remote worker: what the controller
 SECRET_SETTINGS = ("model_api_key",)
 GPU_MARKER = "gpu"
 NO_GPU_WORKER = "no worker with a GPU"
+HEARTBEAT_KEY = "agentbench_heartbeat"  # workerinput of a remote worker: an execnet channel to its controller
+PINGS_PER_TIMEOUT = 4  # heartbeats (and ssh keep-alives) per --bench-host-timeout
+
+
+# --------------------------------------------------------------------------- liveness
+
+def ssh_liveness_options(spec_ssh: str, ssh_config: str | None, timeout: float) -> list[str]:
+    """``-o`` options for an ``ssh=`` gateway so a host that stops answering ends its connection within
+    ``timeout``: ServerAliveInterval (with OpenSSH's ServerAliveCountMax of 3) and ConnectTimeout, each only
+    when the user's own configuration (ssh_config, or -o in the spec) leaves it at OpenSSH's default."""
+    interval = max(1, int(timeout / PINGS_PER_TIMEOUT))
+    wanted = {"serveraliveinterval": f"ServerAliveInterval={interval}",
+              "connecttimeout": f"ConnectTimeout={max(1, int(timeout))}"}
+    effective = ssh_effective_config(spec_ssh, ssh_config)
+    # OpenSSH's defaults as ``ssh -G`` prints them (BatchMode turns an unset ServerAliveInterval into 300)
+    unset = {"serveraliveinterval": ("0", "300") if (effective or {}).get("batchmode") == "yes" else ("0",),
+             "connecttimeout": ("none",)}
+    out: list[str] = []
+    for key, option in wanted.items():
+        if effective is None or effective.get(key, unset[key][0]) in unset[key]:
+            out += ["-o", option]
+    return out
+
+
+def ssh_effective_config(spec_ssh: str, ssh_config: str | None) -> dict[str, str] | None:
+    """What ssh would use for this destination (``ssh -G``), or None when it cannot say."""
+    args = ["ssh", "-G", *(["-F", ssh_config] if ssh_config else []), *spec_ssh.split()]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    out = {}
+    for line in done.stdout.splitlines():
+        key, _, value = line.strip().partition(" ")
+        out[key.lower()] = value.strip()
+    return out
+
+
+def with_liveness(text: str, timeout: float) -> str:
+    """A ``--tx`` spec text with the ssh liveness options added (other specs unchanged)."""
+    import execnet  # why: only a distributed run parses gateway specs
+
+    count, star, body = text.partition("*")
+    if not star or not count.isdigit():
+        count, star, body = "", "", text
+    spec = execnet.XSpec(body)
+    if not getattr(spec, "ssh", None):
+        return text
+    extra = ssh_liveness_options(str(spec.ssh), getattr(spec, "ssh_config", None), timeout)
+    if not extra:
+        return text
+    parts = body.split("//")
+    for i, part in enumerate(parts):
+        if part.startswith("ssh="):
+            parts[i] = "ssh=" + " ".join([*extra, part[len("ssh="):]])
+    return f"{count}{star}" + "//".join(parts)
+
+
+class Heartbeat:
+    """The controller's side of one remote worker's heartbeat channel: a ping every timeout/4; a host that
+    sent nothing back for ``timeout`` (after a start-up grace of as long) is declared lost and its transport
+    cut, so xdist sees the worker down whatever the transport (ssh or socket) would notice by itself."""
+
+    def __init__(self, node: Any, channel: Any, timeout: float, on_silent: Callable[[Any, float], None]) -> None:
+        self.node, self.channel, self.timeout, self.on_silent = node, channel, timeout, on_silent
+        self.last = time.monotonic() + timeout  # the worker's python is still starting
+        self.stopped = threading.Event()
+        channel.setcallback(self.heard)
+        self.thread = threading.Thread(target=self.beat, name=f"agentbench-heartbeat-{xc.worker_id(node)}",
+                                       daemon=True)
+        self.thread.start()
+
+    def heard(self, _message: Any) -> None:
+        self.last = time.monotonic()
+
+    def beat(self) -> None:
+        while not self.stopped.wait(self.timeout / PINGS_PER_TIMEOUT):
+            silent = time.monotonic() - self.last
+            if silent > self.timeout:
+                self.on_silent(self.node, silent)
+                xc.cut_worker(self.node)
+                return
+            try:
+                self.channel.send("ping")
+            except Exception:  # the channel or its gateway closed: the worker ended one way or the other
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+def watch_controller(channel: Any, timeout: float, stop: Callable[[], None]) -> threading.Thread:
+    """On a remote worker: answer each ping, and call ``stop`` once the controller has been silent for
+    ``timeout`` (its host lost the link, or it died without closing the connection)."""
+    heard = [time.monotonic()]
+
+    def on_ping(_message: Any) -> None:
+        heard[0] = time.monotonic()
+        try:
+            channel.send("pong")
+        except Exception:  # the controller is gone; the watch below ends the worker
+            pass
+
+    channel.setcallback(on_ping)
+
+    def watch() -> None:
+        while True:
+            time.sleep(timeout / PINGS_PER_TIMEOUT)
+            if time.monotonic() - heard[0] > timeout:
+                stop()
+                return
+
+    thread = threading.Thread(target=watch, name="agentbench-controller-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_orphaned_worker(timeout: float) -> None:
+    """The controller is gone: interrupt the running item (its sandboxes are torn down as on Ctrl-C, and
+    die with this process in any case), then end the process if it has not ended within a quarter of the
+    timeout (it may be blocked writing to a connection nobody reads)."""
+    sys.stderr.write(f"agentbench: no word from the controller for {timeout:.0f} s; this worker stops\n")
+    _thread.interrupt_main()
+    time.sleep(max(1.0, timeout / PINGS_PER_TIMEOUT))
+    os._exit(3)
 
 
 # --------------------------------------------------------------------------- worker side
@@ -48,6 +180,10 @@ def pytest_configure(config: pytest.Config) -> None:
     gpus = len(host.gpus())  # this host's own, whatever the controller has
     apply_forwarded(config.option, all_options(available_benchmarks()), remote["settings"], gpus, os.environ)
     config.stash[REMOTE_HOST] = {"host": remote["host"], "gpus": gpus}
+    channel = config.workerinput.get(HEARTBEAT_KEY)
+    if channel is not None:
+        timeout = float(remote.get("host_timeout") or 40.0)
+        watch_controller(channel, timeout, lambda: stop_orphaned_worker(timeout))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -123,6 +259,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"agentbench: {override} overrides the bench_model fixture, which cannot run on remote workers "
             f"({', '.join(spec_host(s) for s in specs)}): a remote worker uses the built-in clients (--model ...) or a "
             f"model plugin installed on its host. Remove the override, or run without remote --tx workers.")
+    timeout = float(config.stash[SETTINGS]["host_timeout"])
+    config.option.tx = [with_liveness(text, timeout) for text in (config.getoption("tx", None) or [])]
     config.pluginmanager.register(RemoteController(config, state), "agentbench-remote")
 
 
@@ -136,6 +274,13 @@ class RemoteController:
         self.expected = {"version": version_of(PACKAGE), "build": host.package_build(),
                          "data_hashes": dict(state.settings.get("data_hashes") or {})}
         self.hosts: dict[str, dict[str, Any]] = {}  # gateway id -> capabilities (with "label")
+        self.timeout = float(config.stash[SETTINGS]["host_timeout"])
+        self.versions = installed_versions(os.environ)
+        self.allow_skew = bool(config.stash[SETTINGS]["allow_version_skew"])
+        self.heartbeats: dict[str, Heartbeat] = {}
+        self.silent: dict[str, float] = {}  # gateway id -> seconds without an answer when declared lost
+        self.lost: dict[str, tuple[str, str]] = {}  # gateway id -> (host, how the run lost its worker)
+        xc.route_worker_down(config, self.remote_node_down)
 
     # ---- probing
     def pytest_xdist_newgateway(self, gateway: Any) -> None:
@@ -143,7 +288,9 @@ class RemoteController:
         self.keep_host_pytest()
         if is_remote(spec):
             caps = self.probe(gateway)
-            refusal = refusal_of(gateway.id, spec_host(spec), caps, self.expected)
+            refusal = (refusal_of(gateway.id, spec_host(spec), caps, self.expected)
+                       or readiness_refusal(gateway.id, spec_host(spec), caps)
+                       or version_refusal(gateway.id, spec_host(spec), caps, self.versions, self.allow_skew))
             if refusal:
                 raise pytest.UsageError(refusal)
         else:
@@ -182,7 +329,69 @@ class RemoteController:
         if is_remote(spec):
             caps = self.hosts.get(xc.worker_id(node), {})
             node.workerinput[REMOTE_KEY] = {"settings": self.settings, "host": host_name(caps) or spec_host(spec),
-                                            "gpus": len(caps.get("gpus") or [])}
+                                            "gpus": len(caps.get("gpus") or []), "host_timeout": self.timeout}
+            channel = xc.new_channel(node)  # sent along with workerinput: execnet passes channels by reference
+            node.workerinput[HEARTBEAT_KEY] = channel
+            self.heartbeats[xc.worker_id(node)] = Heartbeat(node, channel, self.timeout, self.host_silent)
+
+    # ---- a lost host
+    def host_silent(self, node: Any, seconds: float) -> None:
+        self.silent[xc.worker_id(node)] = seconds
+
+    def remote_node_down(self, node: Any, error: Any) -> bool:
+        """A remote worker's connection ended before it finished. Its item in flight and the later items of
+        that task get lost records naming the host (the scheduler returns and reports them); its tasks not
+        begun go to the other workers; no worker is started there again (--max-worker-restart is for local
+        workers). When no worker is left to take queued tasks, those are recorded lost too. Returns False
+        for a local worker (xdist's own handling, with its restarts)."""
+        spec = xc.worker_spec(node)
+        if not is_remote(spec):
+            return False
+        from .placement import PlacementScheduling  # why: only a distributed run schedules
+
+        gid = xc.worker_id(node)
+        beat = self.heartbeats.pop(gid, None)
+        if beat is not None:
+            beat.stop()
+        label = host_name(self.hosts.get(gid, {})) or spec_host(spec)
+        self.config.hook.pytest_testnodedown(node=node, error=error)
+        sched = xc.current_scheduler(self.config)
+        started = node in sched.nodes  # else it died before it was ready: its worker could not start there
+        crashitem = sched.remove_node(node) if started else None  # reports the rest of its task lost
+        if crashitem:
+            xc.report_crash(self.config, crashitem, node)
+        placement = isinstance(sched, PlacementScheduling)
+        if placement:
+            sched.count_out(node)
+        why = (f"no answer for {self.silent[gid]:.0f} s" if gid in self.silent
+               else "its worker could not start" if not started else "its connection ended")
+        self.lost[gid] = (label, why)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(f"agentbench: host {label} of worker {gid} lost ({why}): its items in flight are "
+                                f"recorded lost, its tasks not begun go to the other workers; no worker is "
+                                f"started there again", red=True)
+        xc.forget_worker(self.config, node)
+        remaining = xc.active_workers(self.config)
+        if all(xc.is_shutting_down(other) for other in remaining):  # no worker left to take the tasks not begun
+            for nodeid in (sched.take_queued() if placement else []):
+                xc.report_crash(self.config, nodeid, node)
+            if not remaining:
+                xc.finish_session(self.config)
+        return True
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        for beat in self.heartbeats.values():
+            beat.stop()
+        if self.lost and session.exitstatus == 0:
+            session.exitstatus = 1  # a lost host makes the run incomplete even if no item was in flight
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for gid, (label, why) in self.lost.items():
+            terminalreporter.write_line(f"agentbench: lost host {label}, worker {gid}: {why}; --bench-resume runs "
+                                        f"its lost items again", red=True)
 
     # ---- placement
     @pytest.hookimpl(tryfirst=True)
@@ -192,7 +401,8 @@ class RemoteController:
         samples = sample_nodeids(self.state.benchmark, self.state.tasks, self.state.options.attempts)
         gpu_nodeids = frozenset(nodeid for nodeid, sample in samples.items() if needs_gpu(sample))
         return make_placement_scheduler(config, log, gpu_nodeids.__contains__,
-                                        lambda node: bool(self.hosts.get(xc.worker_id(node), {}).get("gpus")))
+                                        lambda node: bool(self.hosts.get(xc.worker_id(node), {}).get("gpus")),
+                                        keep_free=True)  # remote hosts are not replaced: keep room for their work
 
 
 def needs_gpu(sample: Sample) -> bool:
@@ -237,6 +447,29 @@ def refusal_of(worker: str, label: str, caps: dict[str, Any], expected: dict[str
     return None
 
 
+def readiness_refusal(worker: str, label: str, caps: dict[str, Any]) -> str | None:
+    """A host whose python cannot import what an xdist worker imports is refused before its worker starts."""
+    if not caps.get("import_error"):
+        return None
+    return (f"agentbench: worker {worker} on {label} cannot start a pytest-xdist worker: its python cannot import "
+            f"{caps['import_error']}; install pytest-xdist and pytest-agentbench in the python after //python= "
+            f"in --tx")
+
+
+def version_refusal(worker: str, label: str, caps: dict[str, Any], controller: dict[str, str | None],
+                    allow_skew: bool) -> str | None:
+    """A host whose protocol (pytest, pytest-xdist, execnet) or verdict (numpy, scipy, h5py) packages differ
+    from the controller's is refused with the differences, unless --bench-allow-version-skew."""
+    if allow_skew or "versions" not in caps:
+        return None
+    diff = version_differences(caps["versions"], controller)
+    if not diff:
+        return None
+    return (f"agentbench: worker {worker} on {label} has other package versions than the controller "
+            f"({'; '.join(diff)}): install the controller's versions on the worker host, or pass "
+            f"--bench-allow-version-skew to run anyway (verdicts may then differ between hosts)")
+
+
 def hash_difference(worker: dict[str, str], controller: dict[str, str]) -> list[str]:
     out = []
     for name in sorted(set(worker) | set(controller)):
@@ -253,7 +486,7 @@ def hash_difference(worker: dict[str, str], controller: dict[str, str]) -> list[
 
 
 def make_placement_scheduler(config: Any, log: Any, gpu_item: Callable[[str], bool],
-                             gpu_node: Callable[[Any], bool]):
+                             gpu_node: Callable[[Any], bool], keep_free: bool = False):
     from .placement import placement_scheduler  # why: only a distributed run schedules
 
-    return placement_scheduler(config, log, gpu_item, gpu_node)
+    return placement_scheduler(config, log, gpu_item, gpu_node, keep_free)

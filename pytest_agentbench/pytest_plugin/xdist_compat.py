@@ -11,6 +11,7 @@ removed, so a bound in pyproject.toml can be set before users meet it.
 """
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -24,6 +25,17 @@ INTERNALS: tuple[tuple[str, str], ...] = (
     ("xdist.workermanage.NodeManager", "roots"),                   # drop_rsync_roots
     ("execnet.gateway.Gateway", "spec"),                           # spec_of (set by execnet's makegateway)
     ("xdist.dsession.DSession.worker_testreport", "rep.node"),     # crashed_worker: the report's worker
+    ("xdist.dsession.DSession", "worker_errordown"),               # route_worker_down
+    ("xdist.dsession.DSession", "_active_nodes"),                  # forget_worker, active_workers
+    ("xdist.dsession.DSession", "sched"),                          # current_scheduler
+    ("xdist.dsession.DSession", "triggershutdown"),                # finish_session
+    ("xdist.dsession.DSession", "handle_crashitem"),               # report_crash
+    ("execnet.gateway_base.BaseGateway", "newchannel"),            # new_channel
+    ("execnet.gateway_base.BaseGateway", "_io"),                   # cut_worker
+    ("execnet.gateway_io.Popen2IOMaster", "kill"),                 # cut_worker (popen, ssh)
+    ("execnet.gateway_socket.SocketIO", "sock"),                   # cut_worker (socket)
+    ("execnet.gateway_base.Popen2IO", "close_read"),               # cut_worker (other transports)
+    ("execnet.gateway_base.Popen2IO", "close_write"),              # cut_worker (other transports)
 )
 
 
@@ -85,3 +97,79 @@ def expected_workers(config: Any) -> int:
         times, star, _rest = str(spec).partition("*")
         count += int(times) if star and times.isdigit() else 1
     return count
+
+
+# ---- a lost remote host (remote.py): xdist replaces a worker whose channel ends, and no public hook stops it
+
+def dsession(config: Any) -> Any:
+    """xdist's controller plugin (``DSession``), or None when the run is not distributed."""
+    return config.pluginmanager.get_plugin("dsession")
+
+
+def route_worker_down(config: Any, handler: Callable[[Any, Any], bool]) -> bool:
+    """xdist calls ``DSession.worker_errordown(node, error)`` when a worker's channel ends unexpectedly, and
+    replaces the worker there. ``handler`` sees it first and returns True when it dealt with the worker
+    itself (a remote host: never restarted); xdist's own handling runs otherwise. False when not distributed."""
+    session = dsession(config)
+    if session is None:
+        return False
+    original = session.worker_errordown
+
+    def worker_errordown(node: Any, error: Any) -> None:
+        if not handler(node, error):
+            original(node, error)
+
+    session.worker_errordown = worker_errordown
+    return True
+
+
+def forget_worker(config: Any, node: Any) -> None:
+    """The worker no longer counts as active (xdist's loop ends when no active worker is left)."""
+    dsession(config)._active_nodes.discard(node)
+
+
+def active_workers(config: Any) -> list[Any]:
+    """The workers xdist still waits for (started, running, or finishing)."""
+    return list(dsession(config)._active_nodes)
+
+
+def current_scheduler(config: Any) -> Any:
+    """The run's scheduler (used through xdist's documented scheduler interface only)."""
+    return dsession(config).sched
+
+
+def finish_session(config: Any) -> None:
+    """Stop handing out work and shut every worker down; xdist's loop ends once no active worker is left."""
+    dsession(config).triggershutdown()
+
+
+def report_crash(config: Any, nodeid: str, node: Any) -> None:
+    """xdist's own crash report for ``nodeid`` on ``node`` (``pytest_handlecrashitem`` and a failed report
+    follow, as when a worker dies in that item)."""
+    dsession(config).handle_crashitem(nodeid, node)
+
+
+def new_channel(node: Any) -> Any:
+    """A new execnet channel on a worker's gateway (it can travel in ``workerinput``: execnet passes channels
+    by reference)."""
+    return node.gateway.newchannel()
+
+
+def cut_worker(node: Any) -> None:
+    """End a worker's transport so its receiver sees end-of-file (and xdist the worker down): the ssh (or
+    popen) process is killed, a socket is shut down both ways. Used when its host stopped answering."""
+    io = getattr(node.gateway, "_io", None)
+    if io is None:
+        return
+    if hasattr(io, "kill"):
+        io.kill()
+        return
+    sock = getattr(io, "sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)  # both ways: a shut read side alone does not wake every recv
+        else:
+            io.close_read()
+            io.close_write()
+    except OSError:  # already closed
+        pass
