@@ -6,6 +6,7 @@ REPRODUCING.md, environment/ and metadata/, in the official layout, packed as
 """
 from __future__ import annotations
 
+import gzip
 import http.server
 import io
 import tarfile
@@ -78,7 +79,8 @@ def build_capsule_archive(dest_dir: Path, capsule_id: str, gpu: bool = False,
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     path = dest_dir / f"{capsule_id}.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
+    # gzip stamps its header with the time: mtime=0 makes the same capsule the same bytes (and sha256) every time
+    with gzip.GzipFile(path, "wb", mtime=0) as packed, tarfile.open(fileobj=packed, mode="w") as tar:
         _add_special(tar, capsule_id, tarfile.DIRTYPE)
         for rel, text in {**capsule_files(gpu, figure), **(extra or {})}.items():
             _add_bytes(tar, f"{capsule_id}/{rel}", text.encode(), 0o755 if rel.startswith("code/run") else 0o644)

@@ -19,7 +19,7 @@ from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noq
 
 DATA = SHARED_DATA
 CAPSULE = "capsule-7038571"  # a train capsule; its questions come from core_train.json
-VOLATILE = {"duration", "worker", "trajectory_seconds", "env", "isolation"}
+VOLATILE = {"duration", "worker", "trajectory_seconds", "env", "isolation", "capsule_source"}  # extracted, then cached
 VOLATILE_AGENT = {"agent_seconds"}
 
 

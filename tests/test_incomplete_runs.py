@@ -174,7 +174,7 @@ def test_a_run_that_ended_normally_with_items_missing_ends_with_exit_1(tmp_path)
     summary = build_summary(records, get_benchmark("scicode"), {"benchmark": "scicode"}, SELECTION)
     assert summary["incomplete"]["items"] == ["2.1", "2.2", "3.1"]  # the lost item is not run too
     assert judge(dict(summary), None, None, exit_status=0).exit_code == 1
-    assert judge(dict(summary), GateConfig([], [], None, None, False, None, True), None, 0).exit_code == 0
+    assert judge(dict(summary), GateConfig([], [], None, None, False, None, allow_incomplete=True), None, 0).exit_code == 0
     assert judge(dict(summary), gates(tmp_path), None, exit_status=0).exit_code == 1
     assert judge(dict(summary), gates(tmp_path, allow=True), None, exit_status=0).exit_code == 0
     for status in (2, 3, 4, 5):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -96,6 +97,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     if not path.exists():
         return records
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a device (a link to /dev/full reads zeros without end) or a FIFO
+        raise OSError(f"the records file {path} is not a regular file")
     lines = path.read_bytes().split(b"\n")
     for number, raw in enumerate(lines, 1):
         if not raw.strip():

@@ -108,8 +108,8 @@ class GateConfig:
     baseline: Path | None
     update_baseline: bool
     significance: float | None
-    allow_underpowered: bool = False
     allow_incomplete: bool = False  # --bench-allow-incomplete: an incomplete run does not fail the gates
+    allow_underpowered: bool = False  # --bench-allow-underpowered: a max-drop gate that cannot see its limit passes
 
     @property
     def any_gate(self) -> bool:
