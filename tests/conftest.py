@@ -1,7 +1,7 @@
 """Shared fixtures of the project's own tests.
 
 Helpers live in modules the tests import by name (bench_runs.py, scicode_builders.py, fake_openai.py,
-capsule_factory.py); the fixtures every module may use are here: ``shared_data``, ``shared_cache``,
+capsule_factory.py); the fixtures every module may use are here: ``shared_data``, ``shared_cache``, ``cache_dir``,
 ``bench`` (run pytest as a user does) and ``tiny`` (the tiny hand-made SciCode dataset, see
 scicode_builders.py).
 """
@@ -44,6 +44,16 @@ def shared_cache(tmp_path_factory) -> Path:
     root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     path = root / "agentbench-cache"
     path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def cache_dir(tmp_path, shared_cache) -> Path:
+    """A response cache of the test's own, sharing the session's rebuilt targets (minutes to build)."""
+    path = tmp_path / "cache"
+    path.mkdir()
+    (shared_cache / "scicode").mkdir(exist_ok=True)
+    (path / "scicode").symlink_to(shared_cache / "scicode")
     return path
 
 

@@ -414,16 +414,22 @@ def kill_worker(account: str) -> list[int]:
     return victims
 
 
-def cut_connection(account: str) -> list[int]:
-    """The host drops off the network, as the controller sees it: the ssh connection of its worker ends
-    mid-item (its sshd session processes are killed), while the worker's python is left running there."""
+def signal_connection(account: str, signum: int) -> tuple[list[int], list[int]]:
+    """``signum`` to the sshd session processes serving the one worker of ``account`` (not to the worker).
+    Returns (sshd session pids, worker pids)."""
     workers = worker_pids(account)
     assert len(workers) == 1, f"not one worker of {account}: {workers}"
     sessions = sshd_session_pids(account)
     assert sessions, f"no sshd session of {account}"
     for pid in sessions:
-        os.kill(pid, signal.SIGKILL)
-    return workers
+        os.kill(pid, signum)
+    return sessions, workers
+
+
+def cut_connection(account: str) -> list[int]:
+    """The host drops off the network, as the controller sees it: the ssh connection of its worker ends
+    mid-item (its sshd session processes are killed), while the worker's python is left running there."""
+    return signal_connection(account, signal.SIGKILL)[1]
 
 
 FAULTS = {"worker killed": ("agentbench-a", "gw0", kill_worker),
@@ -562,13 +568,7 @@ def stop_connection(account: str) -> tuple[list[int], list[int]]:
     """The host goes silent without closing anything: the sshd processes serving its connection are stopped
     (SIGSTOP), so its TCP connection stays open but nothing answers on it; the worker's python goes on
     running on its host, cut off. Returns (stopped sshd pids, worker pids)."""
-    workers = worker_pids(account)
-    assert len(workers) == 1, f"not one worker of {account}: {workers}"
-    sessions = sshd_session_pids(account)
-    assert sessions, f"no sshd session of {account}"
-    for pid in sessions:
-        os.kill(pid, signal.SIGSTOP)
-    return sessions, workers
+    return signal_connection(account, signal.SIGSTOP)
 
 
 def test_a_silent_host_is_lost_within_the_bound_and_the_run_finishes_on_the_other(loopback, tmp_path):

@@ -64,16 +64,6 @@ def ground_truth_model(body: dict) -> dict:
 
 
 @pytest.fixture
-def cache_dir(tmp_path, shared_cache) -> Path:
-    """A response cache of the test's own, sharing the session's rebuilt targets (minutes to build)."""
-    path = tmp_path / "cache"
-    path.mkdir()
-    (shared_cache / "scicode").mkdir(exist_ok=True)
-    (path / "scicode").symlink_to(shared_cache / "scicode")
-    return path
-
-
-@pytest.fixture
 def server():
     with FakeOpenAI() as fake:
         for _ in range(400):

@@ -33,16 +33,6 @@ def ground_truth_reply(number: str) -> str:
     raise AssertionError(f"no validation step {number}")
 
 
-@pytest.fixture
-def cache_dir(tmp_path, shared_cache) -> Path:
-    """A response cache of the test's own, sharing the session's rebuilt targets."""
-    path = tmp_path / "cache"
-    path.mkdir()
-    (shared_cache / "scicode").mkdir(exist_ok=True)
-    (path / "scicode").symlink_to(shared_cache / "scicode")
-    return path
-
-
 ORACLE = ["--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1.1"]
 
 

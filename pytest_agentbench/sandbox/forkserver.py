@@ -44,7 +44,7 @@ from typing import Mapping, Sequence
 from .isolation import MOUNT_RACE_TRIES, Isolation, RunNamespace, mount_race, bwrap_argv, child_environment, enter_child, make_non_dumpable, \
     needed_paths, probe
 from .jail import POLL_INTERVAL, ProcessJail, continue_traced, descendants, end_namespace_of, end_namespace_peers, \
-    kill_group, kill_pids, trace_me
+    kill_group, kill_pids, reap_children, trace_me
 from .limits import Limits, apply_child_limits, child_env, package_parent
 from .result import ExecResult
 from .workdir import EXECUTOR_DIED, SCRIPT_NAME, collect_result, prepare_workdir, read_collected, read_trimmed
@@ -221,7 +221,7 @@ def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, lim
     status = _wait_exit(pid)  # before closing the namespace: its init waits for every pid in it to be freed
     if space is not None:
         _close_namespace(space)  # the namespace's init: everything still in the namespace dies with it
-    _reap_orphans()
+    reap_children()
     processes_hit = processes_hit or jail.hit_process_limit()
     jail.close()
     if client_gone:
@@ -267,18 +267,8 @@ def _close_namespace(space: RunNamespace) -> None:
     of the run made with clone(CLONE_PARENT) is our child, and the init's end waits until it is reaped."""
     space.init.kill()
     while space.init.poll() is None:
-        _reap_orphans()
+        reap_children()
         time.sleep(0.0005)
-
-
-def _reap_orphans() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 def _child(sock: socket.socket, request: dict, work: Path, jail: ProcessJail, limits: Limits,

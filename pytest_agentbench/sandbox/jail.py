@@ -141,13 +141,13 @@ def end_descendants(timeout: float = 5.0) -> None:
     while True:
         victims = descendants(me)  # (zombies are not in it: they are reaped below)
         kill_pids(victims)
-        children_left = _reap_children()
+        children_left = reap_children()
         if (not victims and not children_left) or time.monotonic() >= deadline:
             return
         time.sleep(0.001)
 
 
-def _reap_children() -> bool:
+def reap_children() -> bool:
     """Reap every child that has ended; whether any child is left."""
     while True:
         try:

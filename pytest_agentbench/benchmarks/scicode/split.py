@@ -67,7 +67,7 @@ import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ...core import pyast
 from ...sandbox import codec
@@ -937,24 +937,35 @@ def _split_assert(node: ast.Assert, test: int, number: int, scope: _Scope,
     to model calls (they stay the parent's). An operand the child evaluates may otherwise expose the test's
     values to the model's code: what may share their objects is the child's too, in this assertion (as
     upstream evaluates it) and after it."""
-    exposed: frozenset[str] = frozenset()
-    while True:
-        splitter = _AssertSplitter(scope, f"{where} line {node.lineno}", exposed)
-        expression = splitter.transform(copy.deepcopy(node.test))
-        passed = set().union(*(scope.trust.passed(leaf) for leaf in splitter.leaves))
-        read = set().union(*(_free_names(leaf) - scope.trust.passed(leaf) for leaf in splitter.leaves))
-        reached = scope.trust.closure(read)
-        if reached <= exposed:
-            break
-        exposed = exposed | reached
-    scope.trust.expose(read)
-    watch = frozenset(scope.trust.closure(passed))
+    splitter, expression, watch = _split_until_stable(
+        scope, f"{where} line {node.lineno}", lambda splitter: splitter.transform(copy.deepcopy(node.test)))
     expression = ast.unparse(ast.fix_missing_locations(expression))
     leaves = tuple(Leaf(k, ast.unparse(leaf)) for k, leaf in enumerate(splitter.leaves, 1))
     message = node.msg.value if isinstance(node.msg, ast.Constant) and isinstance(node.msg.value, str) else None
     plan = AssertPlan(number=number, source=ast.unparse(node), expression=expression, leaves=leaves,
                       message=message)
     return plan, _operand_block(test, number, leaves), watch
+
+
+def _split_until_stable(scope: _Scope, where: str, split: Callable[["_AssertSplitter"], Any]
+                        ) -> tuple["_AssertSplitter", Any, frozenset[str]] | None:
+    """Split again until what the child's operands read is all exposed to the model's code (reading a name
+    exposes what may share its objects, which may move more into the child); then mark it exposed.
+    ``split(splitter)`` gives the transformed node, or None to give up. Returns the splitter, that node and
+    the names passed to model calls whose objects the parent watches."""
+    exposed: frozenset[str] = frozenset()
+    while True:
+        splitter = _AssertSplitter(scope, where, exposed)
+        result = split(splitter)
+        if result is None:
+            return None
+        passed = set().union(*(scope.trust.passed(leaf) for leaf in splitter.leaves))
+        read = set().union(*(_free_names(leaf) - scope.trust.passed(leaf) for leaf in splitter.leaves))
+        reached = scope.trust.closure(read)
+        if reached <= exposed:
+            scope.trust.expose(read)
+            return splitter, result, frozenset(scope.trust.closure(passed))
+        exposed = exposed | reached
 
 
 # what a mixed statement's value never holds: constructs that evaluate parts lazily, in a scope of their
@@ -976,20 +987,16 @@ def _split_mixed(stmt: ast.Assign, source: str, test: int, number: int, scope: _
     if free & scope.parent_names or scope.trust.statement(stmt) or taint.forbidden(stmt) \
             or any(isinstance(n, _UNMIXED) for n in ast.walk(stmt.value)):
         return None
-    exposed: frozenset[str] = frozenset()
-    while True:
-        splitter = _AssertSplitter(scope, f"{where} line {stmt.lineno}", exposed)
+    def applied(splitter: _AssertSplitter) -> ast.expr | None:
         value = splitter.mixed(copy.deepcopy(stmt.value), frozenset())
         if not splitter.leaves or isinstance(value, ast.Call) and dotted(value.func) == LEAF_FN:
             return None  # nothing for the parent to apply
-        passed = set().union(*(scope.trust.passed(leaf) for leaf in splitter.leaves))
-        read = set().union(*(_free_names(leaf) - scope.trust.passed(leaf) for leaf in splitter.leaves))
-        reached = scope.trust.closure(read)
-        if reached <= exposed:
-            break
-        exposed = exposed | reached
-    scope.trust.expose(read)
-    watch = frozenset(scope.trust.closure(passed))
+        return value
+
+    split = _split_until_stable(scope, f"{where} line {stmt.lineno}", applied)
+    if split is None:
+        return None
+    splitter, value, watch = split
     bound = frozenset(bound_names(stmt))
     parent_stmt = ast.fix_missing_locations(ast.Assign(targets=stmt.targets, value=value, lineno=stmt.lineno))
     scope.trust.bind(parent_stmt, set(bound))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ...core.io import natural_key
 from ...core.records import PASS
 
 COMMON_LIMITS = (60, 120, 180, 300)
@@ -18,14 +19,10 @@ COMMON_LIMITS = (60, 120, 180, 300)
 def sensitivity(records: list[dict[str, Any]], limits: tuple[int, ...] = COMMON_LIMITS) -> dict[str, Any]:
     """``{"limits": {"60": [ids...], ...}, "cores": N, "timed": K}`` over passing steps with a duration."""
     timed = [r for r in records if r.get("status") == PASS and isinstance(r.get("exec_duration"), (int, float))]
-    over = {str(limit): sorted((r["id"] for r in timed if r["exec_duration"] > limit), key=_natural)
+    over = {str(limit): sorted((r["id"] for r in timed if r["exec_duration"] > limit), key=natural_key)
             for limit in limits}
     return {"limits": over, "cores": os.cpu_count() or 1, "timed": len(timed),
             "slowest": max((float(r["exec_duration"]) for r in timed), default=0.0)}
-
-
-def _natural(step_id: str) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in str(step_id).replace("[", ".").split(".")]
 
 
 def terminal_lines(found: dict[str, Any]) -> list[str]:
