@@ -14,7 +14,7 @@ commands:
   fetch-capsules    download and unpack CORE-Bench capsules ahead of a run, with progress
                     (local capsules get their `gpu` marker at collection)
   compare           compare two runs (run folders or summary.json files): metric deltas, flipped
-                    items, McNemar test and bootstrap intervals
+                    items, McNemar test and bootstrap intervals; --html OUT writes the page
   init [FILE]       write a commented example run file (default agentbench.yaml) for --bench-config
   resume RUN_DIR    continue an interrupted run with its own settings and selection (its settings.json);
                     further arguments go to pytest (e.g. -n 4)
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     elif command == "init":
         return init(rest)
     elif command == "compare":
-        from .report.compare import main as run  # why: load only the command that runs (numpy, scipy)
+        from .report.compare_view import main as run  # why: load only the command that runs (numpy, scipy)
     else:
         print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ from ..core import records as rec
 from ..report.attempts import counts_line
 from ..report.baseline import public
 from ..report.compare import render_text
+from ..report.compare_view import comparison_for_run
 from ..report.html import write_html
 from ..report.resume import write_settings_once
 from ..report.summary import (Verdict, Written, build_summary, incomplete_text, judge, judge_without_items,
@@ -127,8 +128,13 @@ class Reporter:
         self.written = write_reports(summary, self.verdict, state.run_dir, gates=state.gates,
                                      baseline=state.baseline, notes=state.notes,
                                      step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
-        self.html = write_html(state.run_dir, public(summary), [*self.records.values(), *summary["_not_run"]],
-                               notes=state.notes)
+        records = [*self.records.values(), *summary["_not_run"]]
+        sections = []
+        if self.verdict.comparison is not None:  # metrics side by side, gates, flipped items linked to both runs
+            sections.append(comparison_for_run(self.verdict.comparison, state.run_dir, records,
+                                               alpha=self.verdict.alpha, gates=state.gates,
+                                               gate_results=self.verdict.gate_results))
+        self.html = write_html(state.run_dir, public(summary), records, notes=state.notes, sections=sections)
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         verdict = self.verdict

@@ -337,25 +337,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resamples", type=int, default=RESAMPLES, help=f"bootstrap resamples (default {RESAMPLES})")
     parser.add_argument("--markdown", action="store_true", help="print markdown instead of text")
     parser.add_argument("--force", action="store_true", help="compare even runs of different splits")
+    parser.add_argument("--html", metavar="OUT", help="also write the comparison as a self-contained HTML page "
+                        "(metrics with deltas, tests, flipped items linked to both runs' transcripts)")
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run_command(args: argparse.Namespace) -> tuple[int, Comparison | None]:
+    """``compare A B`` without its page: prints the comparison; the exit code and the comparison (None on
+    an error). ``compare_view.main`` is the command, which also writes ``--html``."""
     try:
         a, b = load_summary(args.run_a), load_summary(args.run_b)
     except BaselineError as exc:
         print(f"compare: {exc}", file=sys.stderr)
-        return 2
+        return 2, None
     if a["settings"].get("benchmark") != b["settings"].get("benchmark"):
         print(f"compare: the runs are of different benchmarks ({a['settings'].get('benchmark')} vs "
               f"{b['settings'].get('benchmark')})", file=sys.stderr)
-        return 2
+        return 2, None
     split_a, split_b = a["settings"].get("split"), b["settings"].get("split")
     if split_a != split_b and not args.force:
         print(f"compare: the runs are of different splits ({split_a} vs {split_b}); their items are other "
               f"questions (add --force to compare the items they share anyway)", file=sys.stderr)
-        return 2
+        return 2, None
     c = compare(a, b, seed=args.seed, resamples=args.resamples)
     print(render_markdown(c, args.alpha, "# Comparison") if args.markdown else "\n".join(render_text(c, args.alpha)))
-    return 0
+    return 0, c

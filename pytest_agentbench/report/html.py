@@ -132,6 +132,29 @@ JS = """
 })();
 """
 
+# Opens the item a link names (``report.html#item-ID``, from a comparison of two runs): its details and the
+# details around it, and shows its task row even when a filter hid it.
+ANCHOR_JS = """
+(function(){
+  function show(){
+    var id=decodeURIComponent(location.hash.slice(1)), el=id&&document.getElementById(id);
+    if(!el){return;}
+    for(var n=el;n;n=n.parentElement){
+      if(n.tagName==='DETAILS'){n.open=true;}
+      if(n.tagName==='TR'&&n.style.display==='none'){n.style.display='';}
+    }
+    el.scrollIntoView();
+  }
+  window.addEventListener('hashchange',show); show();
+})();
+"""
+
+
+def item_anchor(key: str) -> str:
+    """The id of an item's transcript on its run's page (``key``: ``record_key``), the target of
+    ``report.html#item-ID`` links."""
+    return f"item-{key}"
+
 
 def status_badge(status: Any) -> str:
     return f'<span class="st st-{esc(status)}">{esc(status)}</span>'
@@ -207,9 +230,11 @@ SHOWN_ELSEWHERE = {"code", "stdout", "stderr", "message", "trajectory", "questio
                    "benchmark", "traceback"}
 
 
-def item_html(record: Mapping[str, Any], run_dir: Path | None, open_: bool = False) -> str:
+def item_html(record: Mapping[str, Any], run_dir: Path | None, open_: bool = False, anchor: bool = True) -> str:
+    """An item's transcript; ``anchor``: with its id (``item_anchor``), which only one copy on a page has."""
     rid = record.get("id")
-    out = [f'<details class="item"{" open" if open_ else ""}><summary>{status_badge(record.get("status"))} '
+    target = f' id="{esc(item_anchor(rec.record_key(record)))}"' if anchor else ""
+    out = [f'<details class="item"{target}{" open" if open_ else ""}><summary>{status_badge(record.get("status"))} '
            f'<b>{esc(rid)}</b> {esc(clip(record.get("message"), 200))}</summary>']
     facts = ", ".join(f"{esc(k)}={esc(v)}" for k, v in record.items()
                       if k not in SHOWN_ELSEWHERE and not isinstance(v, (dict, list)) and v not in (None, ""))
@@ -278,8 +303,9 @@ def options(values: Iterable[str]) -> str:
 
 
 def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]], run_dir: Path | str | None = None,
-                notes: Iterable[str] = ()) -> str:
-    """The page of a run from its summary (summary.json's content) and its records."""
+                notes: Iterable[str] = (), sections: Iterable[str] = ()) -> str:
+    """The page of a run from its summary (summary.json's content) and its records. ``sections``: HTML
+    placed after the gates (the comparison with a baseline: ``compare_view.comparison_for_run``)."""
     records = sorted((dict(r) for r in records), key=rec.sort_key)
     run_dir = Path(run_dir) if run_dir is not None else None
     settings = summary.get("settings", {})
@@ -330,6 +356,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         *[f"<p><b>Note:</b> {esc(n)}</p>" for n in notes],
         f'<h2>Headline metrics</h2><div class="cards">{"".join(cards) or "<p>no headline metric</p>"}</div>',
         f"<ul>{gate_html}</ul>" if gate_html else "",
+        *sections,
         '<h2>Tasks</h2><div class="filters">'
         f'<label>status <select id="f-status"><option value="">all</option>{options(values["status"])}</select></label>'
         f'<label>split <select id="f-split"><option value="">all</option>{options(values["split"])}</select></label>'
@@ -344,14 +371,14 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         f"<h2>Settings</h2><table>{setting_rows}</table>",
         f"<h2>Run</h2><table>{run_rows}</table>" if run_rows else "",
         f"<h2>Data hashes (sha256)</h2><table>{hash_rows}</table>" if hash_rows else "",
-        f"</main><script>{JS}</script></body></html>",
+        f"</main><script>{JS}{ANCHOR_JS}</script></body></html>",
     ]
     return "\n".join(p for p in parts if p)
 
 
 def write_html(run_dir: Path | str, summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]],
-               notes: Iterable[str] = ()) -> Path:
+               notes: Iterable[str] = (), sections: Iterable[str] = ()) -> Path:
     """Write report.html into the run folder; returns its path."""
     path = Path(run_dir) / REPORT_HTML
-    write_atomic(path, render_html(summary, records, run_dir, notes))
+    write_atomic(path, render_html(summary, records, run_dir, notes, sections))
     return path
