@@ -74,12 +74,10 @@ def records_file_of(run_dir: Path, benchmark: str) -> Path | None:
     """The run's records file: the benchmark's ``records_file``, else the folder's only ``*.jsonl``."""
     try:
         named = run_dir / get_benchmark(benchmark).records_file
-        if named.is_file():
-            return named
-    except ConfigError:
-        pass  # a benchmark not installed here: its records file is the run's only JSONL file, if any
-    found = [p for p in run_dir.glob("*.jsonl") if p.is_file()]
-    return found[0] if len(found) == 1 else None
+    except ConfigError:  # a benchmark not installed here: its records file is the run's only JSONL file, if any
+        found = [p for p in run_dir.glob("*.jsonl") if p.is_file()]
+        return found[0] if len(found) == 1 else None
+    return named if named.is_file() else None
 
 
 def read_run_records(run_dir: Path | None, benchmark: str) -> dict[str, dict[str, Any]]:
@@ -92,7 +90,7 @@ def read_run_records(run_dir: Path | None, benchmark: str) -> dict[str, dict[str
     try:
         with warnings.catch_warnings():  # a torn last line is the run's business; the page shows the rest
             warnings.simplefilter("ignore")
-            return rec.latest_by_id(rec.read_records(path))
+            return rec.latest_by_id(r for r in rec.read_records(path) if isinstance(r, dict) and "id" in r)
     except OSError:
         return {}
 
@@ -295,11 +293,17 @@ def comparison_section(c: Comparison, a: RunSide, b: RunSide, page_dir: Path, al
 def comparison_for_run(c: Comparison, run_dir: Path | str, records: Iterable[Mapping[str, Any]], *,
                        alpha: float = 0.05, gates: GateConfig | None = None,
                        gate_results: Iterable[GateResult] = ()) -> str:
-    """The section of a run's own report.html: A is its baseline (read from disk), B this run."""
+    """The section of a run's own report.html: A is its baseline (read from disk), B this run. A baseline
+    folder that cannot be shown costs the section, never the page (the comparison is in summary.md too)."""
     run_dir = Path(run_dir)
-    a = side_of("A", c.a)
-    b = side_of("B", c.b, run_dir, records, in_page=True)
-    return comparison_section(c, a, b, run_dir, alpha, gates, gate_results, title="Comparison with the baseline")
+    try:
+        a = side_of("A", c.a)
+        b = side_of("B", c.b, run_dir, records, in_page=True)
+        return comparison_section(c, a, b, run_dir, alpha, gates, gate_results,
+                                  title="Comparison with the baseline")
+    except Exception as exc:  # noqa: BLE001  (anything in a baseline folder written by another run)
+        return (f"<p><b>Note:</b> the comparison with the baseline is not shown here ({esc(type(exc).__name__)}: "
+                f"{esc(exc)}); summary.md has it</p>")
 
 
 def render_compare_page(c: Comparison, out: Path | str, alpha: float = 0.05) -> str:
