@@ -17,6 +17,7 @@ from cdp import Chromium, chromium_path
 from pytest_agentbench.__main__ import main as cli
 from pytest_agentbench.report.compare import compare
 from pytest_agentbench.report.compare_view import render_compare_page
+from pytest_agentbench.report.html import write_html
 
 HOSTILE = "</script><script>alert(1)</script>"
 BROKEN = "return 100 + "  # what the mutant model writes into a broken step (scicode_builders.MODEL_CONFTEST)
@@ -145,3 +146,36 @@ def test_compare_html_of_lone_summaries_says_what_is_missing_and_escapes(tmp_pat
     assert direct == page
     assert cli(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--html", str(tmp_path / "b" / "summary.json"
                                                                                    / "x.html")]) == 2
+
+
+def attempt_run(folder: Path, run_id: str, failing: set[str]) -> None:
+    """A run of two attempts of step 1.1 written as a run writes it: records, summary.json, report.html."""
+    records = [{"id": "1.1", "task": "1", "attempt": n, "status": "fail" if f"{n}" in failing else "pass",
+                "scored": True, "code": f"def f():\n    return {run_id!r}  # attempt {n}"} for n in (1, 2)]
+    summary = {"settings": {"benchmark": "scicode", "split": "validation", "model": "m", "run_id": run_id},
+               "metrics": {"main": 0.5}, "items": [{k: r[k] for k in ("id", "task", "attempt", "status", "scored")}
+                                                   for r in records],
+               "gate_metrics": {"main": "main"}, "headlines": {"main": "task"}, "free_settings": []}
+    folder.mkdir(parents=True)
+    (folder / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "summary.json").write_text(json.dumps(summary))
+    write_html(folder, summary, records)
+
+
+def test_attempts_link_to_their_own_transcripts(tmp_path):
+    """With --bench-attempts an item is ``ID[attemptN]``: its link names that attempt's transcript."""
+    attempt_run(tmp_path / "a", "a", failing={"2"})
+    attempt_run(tmp_path / "b", "b", failing={"1"})
+    out = tmp_path / "cmp.html"
+    assert cli(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--html", str(out)]) == 0
+    page = out.read_text()
+    assert 'href="a/report.html#item-1.1%5Battempt1%5D"' in page
+    need_chromium()
+    with Chromium() as browser:
+        view = browser.open(out.as_uri())
+        assert flipped_ids(view) == [["1.1[attempt1]", "flip pf"], ["1.1[attempt2]", "flip fp"]]
+        link = href(view, 'tr.flip[data-id="1.1[attempt2]"] a[href^="b/"]')
+        target = browser.open(link)
+        state = item_state(target, "1.1[attempt2]")
+        assert state["open"] is True and "return 'b'  # attempt 2" in state["text"]
+        assert target.errors == []
