@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -131,14 +132,14 @@ def test_a_silent_socket_host_is_lost_and_the_run_finishes_on_the_other(pytester
         proc = pytester.popen([sys.executable, "-m", "pytest", *args], stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            wait_for(lambda: len(server.requests) >= 2 or proc.poll() is not None, 120,
+            wait_for(lambda: len(server.requests) >= 2 or proc.poll() is not None, 240,
                      "a model request from each worker")
             assert proc.poll() is None, proc.communicate()[0][-4000:]
             os.kill(host_b.proc.pid, signal.SIGSTOP)  # gw1's host goes silent; its connection stays open
             silent_at = time.monotonic()
             gate.set()
             try:
-                out, _ = proc.communicate(timeout=120)
+                out, _ = proc.communicate(timeout=240)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 pytest.fail("the run hung after its socket host went silent:\n" + proc.communicate(timeout=30)[0][-4000:])
@@ -153,8 +154,11 @@ def test_a_silent_socket_host_is_lost_and_the_run_finishes_on_the_other(pytester
     assert proc.returncode == 1, tail
     assert "INTERNALERROR" not in out and "replacing crashed worker" not in out, tail
     label = f"socket {host_b.address}"
-    assert f"agentbench: lost host {label}" in out and ", worker gw1: no answer for" in out, tail
-    assert took < HOST_TIMEOUT * 1.25 + 60, (took, tail)  # declared within the bound, then the rest ran
+    declared = re.search(rf"agentbench: lost host {re.escape(label)} \(.*\), worker gw1: no answer for (\d+) s", out)
+    assert declared, tail
+    # declared by the heartbeat within the bound (timeout + one ping interval; a little slack for a busy machine)
+    assert int(declared.group(1)) <= HOST_TIMEOUT * 1.25 + 2, tail
+    assert took < HOST_TIMEOUT * 1.25 + 60, (took, tail)  # then the rest ran on host-a
 
     run_dir = reports / "scicode" / "fake-model" / "silent"
     records = read_jsonl(run_dir / "records.jsonl") if (run_dir / "records.jsonl").is_file() \
