@@ -7,9 +7,16 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -140,3 +147,32 @@ def test_the_adapter_works_on_xdists_own_objects(pytester, tmp_path, monkeypatch
                     "crashed_worker": "gw0", "active": True, "scheduler": True, "channel": True, "routed": True,
                     "down": "gw0"}, (seen, result.stdout.str()[-2000:])
     assert "popen" in seen["spec_of"]
+
+
+def test_cut_worker_ends_a_socket_gateway_whose_host_went_silent(tmp_path):
+    """A socket gateway whose host stopped answering (its server stopped: no FIN, no RST) has a receive blocked
+    on it; ``cut_worker`` (what the heartbeat calls on a lost host) must end it at once, as end-of-file. execnet's
+    ``SocketIO.kill`` does nothing, so a cut that only called it left the run waiting forever (issue 20)."""
+    import execnet
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = "127.0.0.1:%d" % probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-u", "-m", "execnet.script.socketserver", address], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert "Entering Accept loop" in server.stdout.readline()
+        gateway = execnet.makegateway(f"socket={address}")
+        channel = gateway.remote_exec("channel.send(channel.receive())")
+        os.kill(server.pid, signal.SIGSTOP)
+        with pytest.raises(execnet.TimeoutError):  # silent: nothing ends the wait by itself
+            channel.receive(timeout=1)
+        started = time.monotonic()
+        xdist_compat.cut_worker(SimpleNamespace(gateway=gateway))  # a worker is a WorkerController; it has .gateway
+        with pytest.raises(EOFError):
+            channel.receive(timeout=10)
+        assert time.monotonic() - started < 5
+        gateway.exit()
+    finally:
+        server.kill()
+        server.wait(30)

@@ -42,6 +42,7 @@ GPU_MARKER = "gpu"
 NO_GPU_WORKER = "no worker with a GPU"
 HEARTBEAT_KEY = "agentbench_heartbeat"  # workerinput of a remote worker: an execnet channel to its controller
 PINGS_PER_TIMEOUT = 4  # heartbeats (and ssh keep-alives) per --bench-host-timeout
+CHANNEL_CLOSED = object()  # what a heartbeat channel's callback gets once the channel closes (execnet's endmarker)
 
 
 # --------------------------------------------------------------------------- liveness
@@ -135,21 +136,28 @@ class Heartbeat:
 
 def watch_controller(channel: Any, timeout: float, stop: Callable[[], None]) -> threading.Thread:
     """On a remote worker: answer each ping, and call ``stop`` once the controller has been silent for
-    ``timeout`` (its host lost the link, or it died without closing the connection)."""
-    heard = [time.monotonic()]
+    ``timeout`` (its host lost the link, or it died without closing the connection).
 
-    def on_ping(_message: Any) -> None:
+    The watch ends when the channel closes: the controller ended the gateway (the run is over) or the
+    connection ended (execnet then ends the worker itself). That matters on a socket host, whose server
+    process outlives its worker to serve the next run: a watch left running would stop the server."""
+    heard = [time.monotonic()]
+    closed = threading.Event()
+
+    def on_message(message: Any) -> None:
+        if message is CHANNEL_CLOSED:
+            closed.set()
+            return
         heard[0] = time.monotonic()
         try:
             channel.send("pong")
         except Exception:  # the controller is gone; the watch below ends the worker
             pass
 
-    channel.setcallback(on_ping)
+    channel.setcallback(on_message, endmarker=CHANNEL_CLOSED)
 
     def watch() -> None:
-        while True:
-            time.sleep(timeout / PINGS_PER_TIMEOUT)
+        while not closed.wait(timeout / PINGS_PER_TIMEOUT):
             if time.monotonic() - heard[0] > timeout:
                 stop()
                 return

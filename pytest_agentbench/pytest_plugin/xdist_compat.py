@@ -156,18 +156,21 @@ def new_channel(node: Any) -> Any:
 
 
 def cut_worker(node: Any) -> None:
-    """End a worker's transport so its receiver sees end-of-file (and xdist the worker down): the ssh (or
-    popen) process is killed, a socket is shut down both ways. Used when its host stopped answering."""
+    """End a worker's transport so its receiver sees end-of-file (and xdist the worker down): a socket is shut
+    down both ways, the ssh (or popen) process is killed. Used when its host stopped answering.
+
+    The socket comes first: execnet's ``SocketIO`` has a ``kill`` too, but it does nothing, and a read blocked
+    on a silent peer (no FIN, no RST) ends only when the socket is shut down here (Linux wakes a blocked
+    ``recv`` with end-of-file; ``close`` alone would not: the receiver thread holds the descriptor)."""
     io = getattr(node.gateway, "_io", None)
     if io is None:
-        return
-    if hasattr(io, "kill"):
-        io.kill()
         return
     sock = getattr(io, "sock", None)
     try:
         if sock is not None:
-            sock.shutdown(socket.SHUT_RDWR)  # both ways: a shut read side alone does not wake every recv
+            sock.shutdown(socket.SHUT_RDWR)  # both ways: the read ends, and a write blocked on a full buffer too
+        elif hasattr(io, "kill"):
+            io.kill()
         else:
             io.close_read()
             io.close_write()

@@ -1,0 +1,187 @@
+"""Issue 20, a lost socket-gateway host: ``--tx socket=HOST:PORT`` workers (execnet's own socket server,
+``python -m execnet.script.socketserver``) on 127.0.0.1, one of which goes silent mid-item without closing its
+connection (its server process, in which the worker runs, is stopped with SIGSTOP: no FIN, no RST, as when a
+host drops off the network). The run must end like one that lost an ssh host: lost records for the silent
+host's items in flight, every other item run on the other host, the incomplete-run message with the resume
+command, exit 1 naming the host; the other host's server stays up for the next run.
+
+The socket servers run as this user with this checkout (PYTHONPATH) and the staged data, so the host probe
+finds the same build and data; no ssh set-up is needed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import execnet
+import pytest
+
+from bench_runs import REPO, SHARED_DATA, read_jsonl
+from fake_openai import FakeOpenAI
+
+IDS = "1,3,19"  # three validation problems, four steps (19 has two): each worker is in an item when one stops
+STEPS = ["1.1", "19.1", "19.2", "3.1"]
+HOST_TIMEOUT = 8  # --bench-host-timeout: the silent host is declared lost within 10 s (a healthy one answers in time)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def host_env(home: Path, cache: Path) -> dict[str, str]:
+    """A worker host's environment: this checkout first on the path, the staged data, the session's cache of
+    rebuilt targets (and its machine secret, which signs them); nothing of the test run's own pytest/xdist."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_", "AGENTBENCH_"))}
+    env.update(HOME=str(home), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               AGENTBENCH_DATA_DIR=str(SHARED_DATA), AGENTBENCH_OFFLINE="1", AGENTBENCH_CACHE_DIR=str(cache),
+               AGENTBENCH_SECRET_FILE=os.environ["AGENTBENCH_SECRET_FILE"])
+    return env
+
+
+class SocketHost:
+    """One ``execnet.script.socketserver`` on 127.0.0.1: the worker it serves runs inside its process."""
+
+    def __init__(self, home: Path, cache: Path) -> None:
+        home.mkdir(parents=True)
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-u", "-m", "execnet.script.socketserver", self.address],
+                                     cwd=home, env=host_env(home, cache), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.output: list[str] = []
+        threading.Thread(target=lambda: self.output.extend(iter(self.proc.stdout.readline, "")), daemon=True).start()
+        wait_for(lambda: any("Entering Accept loop" in line for line in self.output) or self.proc.poll() is not None,
+                 60, f"the socket server on {self.address} to listen")
+        assert self.proc.poll() is None, "".join(self.output)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()  # works on a stopped process too
+        self.proc.wait(30)
+
+
+@pytest.fixture
+def socket_hosts(tmp_path, shared_cache):
+    hosts: list[SocketHost] = []
+    try:
+        for name in ("host-a", "host-b"):
+            hosts.append(SocketHost(tmp_path / name, shared_cache))
+        yield hosts
+    finally:
+        for host in hosts:
+            host.stop()
+
+
+def ground_truth_replies() -> dict[str, str]:
+    """Each selected step's ground-truth code by the text of its step description (what its prompt asks)."""
+    problems = read_jsonl(SHARED_DATA / "scicode" / "problems_dev.jsonl")
+    wanted = set(IDS.split(","))
+    return {s["step_description_prompt"]: s["ground_truth_code"]
+            for p in problems if str(p["problem_id"]) in wanted for s in p["sub_steps"]}
+
+
+def answer_of(body: dict, truths: dict[str, str]) -> str:
+    """The ground truth of the step a request asks for: the step whose description comes last in its prompt
+    (the prompt repeats the earlier steps before the one asked)."""
+    prompt = json.dumps(body)
+    asked = max(truths, key=lambda description: prompt.rfind(json.dumps(description)[1:-1]))
+    return f"```python\n{truths[asked]}\n```"
+
+
+def test_a_silent_socket_host_is_lost_and_the_run_finishes_on_the_other(pytester, socket_hosts, shared_cache):
+    """Both socket workers are inside an item (their model request is held) when host-b's server is stopped;
+    the heartbeat declares it lost within the host timeout, its in-flight task gets lost records naming the
+    host, the rest runs (and passes) on host-a, and the session ends with the incomplete-run message, the
+    resume command and exit 1 naming the lost host."""
+    host_a, host_b = socket_hosts
+    truths = ground_truth_replies()
+    gate = threading.Event()
+
+    def held(body):  # every model request waits until the test lets it through, then answers right
+        gate.wait(120)
+        return {"text": answer_of(body, truths)}
+
+    reports = pytester.path / "reports"
+    with FakeOpenAI() as server:
+        for _ in range(len(STEPS) * 3):
+            server.reply_with(held)
+        args = ["-p", "no:cacheprovider", "--bench=scicode", "--bench-split=validation", "--model=fake-model",
+                f"--model-base-url={server.base_url}", "--model-api-key=sk-socket-test", "--model-max-retries=0",
+                f"--bench-ids={IDS}", f"--bench-host-timeout={HOST_TIMEOUT}", f"--bench-report-dir={reports}",
+                f"--bench-cache-dir={shared_cache}", "--bench-run-id=silent",
+                "-d", "--tx", f"socket={host_a.address}", "--tx", f"socket={host_b.address}"]
+        proc = pytester.popen([sys.executable, "-m", "pytest", *args], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_for(lambda: len(server.requests) >= 2 or proc.poll() is not None, 240,
+                     "a model request from each worker")
+            assert proc.poll() is None, proc.communicate()[0][-4000:]
+            os.kill(host_b.proc.pid, signal.SIGSTOP)  # gw1's host goes silent; its connection stays open
+            silent_at = time.monotonic()
+            gate.set()
+            try:
+                out, _ = proc.communicate(timeout=240)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                pytest.fail("the run hung after its socket host went silent:\n" + proc.communicate(timeout=30)[0][-4000:])
+            ended_at = time.monotonic()
+            took = ended_at - silent_at
+        finally:
+            gate.set()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+    tail = out[-4000:] + "".join(host_a.output)[-1500:]
+    assert proc.returncode == 1, tail
+    assert "INTERNALERROR" not in out and "replacing crashed worker" not in out, tail
+    label = f"socket {host_b.address}"
+    declared = re.search(rf"agentbench: lost host {re.escape(label)} \(.*\), worker gw1: no answer for (\d+) s", out)
+    assert declared, tail
+    # declared by the heartbeat within the bound (timeout + one ping interval; a little slack for a busy machine)
+    assert int(declared.group(1)) <= HOST_TIMEOUT * 1.25 + 2, tail
+    assert took < HOST_TIMEOUT * 1.25 + 60, (took, tail)  # then the rest ran on host-a
+
+    run_dir = reports / "scicode" / "fake-model" / "silent"
+    records = read_jsonl(run_dir / "records.jsonl") if (run_dir / "records.jsonl").is_file() \
+        else read_jsonl(run_dir / "steps.jsonl")
+    assert sorted(r["id"] for r in records) == STEPS, tail  # every selected item once
+    lost = [r for r in records if r.get("lost")]
+    assert lost and len({r["id"].split(".")[0] for r in lost}) == 1, (lost, tail)  # the in-flight task only
+    for record in lost:
+        assert record["status"] == "error" and record["worker"] == "gw1", record
+        assert f"worker 'gw1' on host {label}" in record["message"], record["message"]
+    others = [r for r in records if not r.get("lost")]
+    assert others and all(r["worker"] == "gw0" and r["status"] == "pass" for r in others), (others, tail)
+
+    # the session ends as an incomplete run does: what is missing, and the command that runs it
+    assert f"incomplete run: {len(lost)} item(s) not run; resume with:" in out, tail
+    assert f"--bench-resume {run_dir}" in out, tail
+
+    # the healthy host's server outlives its worker and serves the next run, also once the worker's watch on
+    # its controller would have run out (it ends with the gateway, not by stopping the server)
+    time.sleep(max(0.0, ended_at + HOST_TIMEOUT * 1.25 + 2 - time.monotonic()))
+    assert host_a.proc.poll() is None, "".join(host_a.output)[-3000:]
+    gateway = execnet.makegateway(f"socket={host_a.address}")
+    try:
+        assert gateway.remote_exec("channel.send(6 * 7)").receive(timeout=30) == 42
+    finally:
+        gateway.exit()
