@@ -11,10 +11,11 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from bench_runs import run_dirs
+from bench_runs import read_jsonl, run_dirs
 from cdp import Chromium, chromium_path
+from fake_openai import FakeOpenAI
 from pytest_agentbench.report.html import render_html, wilson
-from scicode_builders import tiny_problems
+from scicode_builders import CLOSE, problem, step, tiny_problems, write_dataset
 
 HOSTILE = "</script><script>alert(1)</script>"
 
@@ -50,8 +51,9 @@ def test_corebench_questions_trajectory_and_escaping(tmp_path):
     record["trajectory"] = "trajectories/capsule-1.json"
     page = render_html(summary, [record, {**record, "id": "capsule-2", "task": "capsule-2",
                                           "trajectory": "../../etc/passwd"}], tmp_path)
-    assert "trajectory: 3 messages" in page and "execute_bash" in page and "ls &lt;b&gt;" in page
-    assert page.count("trajectory: ") == 1  # a record cannot name a file outside its run folder
+    assert "transcript: 3 messages" in page and "execute_bash" in page
+    assert "ls &lt;b&gt;" in re.sub(r"<[^>]+>", "", page)  # the command, highlighted, is the text sent
+    assert page.count("transcript: ") == 1  # a record cannot name a file outside its run folder
     assert HOSTILE not in page and "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert page.count("<script>") == 1  # only the page's own filter script
     assert "[0.9, 0.95]" in page and "best &lt;model&gt;" in page and ">correct<" in page and ">wrong<" in page
@@ -70,7 +72,8 @@ def test_report_html_in_a_browser(tiny, tmp_path):
     page_file = run_dir / "report.html"
     assert page_file.is_file()
     text = page_file.read_text()
-    assert HOSTILE not in text and "return 6  # &lt;/script&gt;" in text
+    assert HOSTILE not in text and "return 6  # &lt;/script&gt;" in re.sub(r"<[^>]+>", "", text)
+    assert '<span class="c"># &lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;</span>' in text  # a comment
     if chromium_path() is None:
         if os.environ.get("CI") == "true":
             pytest.fail("Chromium is not installed: CI must `apt-get install chromium` for the report test")
@@ -140,3 +143,62 @@ def test_official_scicode_records_are_unclassified(tiny, pytester):
     page = (run_dir / "report.html").read_text()
     assert re.findall(r'<option value="([^"]*)">', re.search(r'<select id="f-category">(.*?)</select>',
                                                              page).group(1)) == ["", "unclassified"]
+
+
+TOOL_CODE = 'import math\n\n\ndef six():\n    """Six, checked."""\n    return 6  # the answer\n\nprint(six(), math.pi)'
+
+
+def test_tool_calls_render_as_code_with_tokens_per_turn(bench, pytester, shared_data):
+    """A tool-use run against a scripted endpoint: the transcript shows the tool call's code decoded from its JSON
+    arguments, as numbered, highlighted lines, its output beneath it, and each model turn's tokens and latency."""
+    problems = [problem("3", [step("3.1", "def six():\n    return 6", [CLOSE.format(call="six()")],
+                                   header="def six():")])]
+    data, h5 = write_dataset(pytester.path, shared_data, targets={"3.1": [6]}, problems=problems)
+    with FakeOpenAI() as server:
+        server.reply("Let me check it first.", tool_calls=[("code_interpreter", {"code": TOOL_CODE})],
+                     prompt_tokens=1234, completion_tokens=56)
+        server.reply("Done:\n```python\ndef six():\n    return 6\n```\n", prompt_tokens=1400, completion_tokens=21)
+        result = bench("--bench=scicode", "--bench-split=validation", "--model=scripted", "--bench-mode=tool_use",
+                       f"--model-base-url={server.base_url}", "--model-api-key=k", f"--bench-data-dir={data}",
+                       f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-cache=off", "--bench-run-id=tools")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    run_dir = next(p for p in run_dirs(pytester.path) if p.name == "tools")
+    [record] = read_jsonl(run_dir / "steps.jsonl")
+    turns = json.loads((run_dir / record["trajectory"]).read_text())["turns"]
+    assert [(t["message"], t["prompt_tokens"], t["completion_tokens"]) for t in turns] == [(2, 1234, 56), (4, 1400, 21)]
+    assert all(t["latency"] > 0 and t["cached"] is False for t in turns)
+    page_file = run_dir / "report.html"
+    assert "\\n" not in page_file.read_text().split('class="call"', 1)[1].split("</pre>", 1)[0]  # no JSON escapes
+    with Chromium() as browser:
+        page = browser.open(page_file.as_uri())
+        page.evaluate("document.querySelector('details.transcript').open=true")
+        call = page.evaluate("""(function(){var c=document.querySelector('.call');
+            var pre=c.querySelector('pre.code');
+            return {name: c.querySelector('.th b').textContent, code: pre.innerText, lang: pre.dataset.lang,
+                    lines: pre.querySelectorAll('.l').length,
+                    numbers: Array.prototype.map.call(pre.querySelectorAll('.l'), function(l){
+                        return getComputedStyle(l, '::before').content;}),
+                    keyword: pre.querySelector('.k').textContent, defined: pre.querySelector('.f').textContent,
+                    comment: pre.querySelector('.c').textContent, string: pre.querySelector('.s').textContent,
+                    colours: [getComputedStyle(pre.querySelector('.k')).color,
+                              getComputedStyle(pre.querySelector('.c')).color],
+                    output: c.querySelector('pre.out').innerText};})()""")
+        assert call["name"] == "code_interpreter" and call["lang"] == "python"
+        assert call["code"] == TOOL_CODE and call["lines"] == 8  # the numbers are not part of the text
+        assert call["numbers"] == ["counter(ln)"] * 8, call["numbers"]  # numbered by the page's CSS
+        assert (call["keyword"], call["defined"], call["comment"]) == ("import", "six", "# the answer")
+        assert call["string"] == '"""Six, checked."""' and call["colours"][0] != call["colours"][1]
+        assert "status: ok" in call["output"] and "6 3.14159" in call["output"]
+        turns_shown = page.evaluate("Array.prototype.map.call(document.querySelectorAll('.turn.model'),"
+                                    "function(t){return t.querySelector('.th').innerText;})")
+        assert len(turns_shown) == 2
+        assert re.fullmatch(r"model · turn 1\s+1,234 \+ 56 tokens · \d+\.\d\d s", turns_shown[0]), turns_shown
+        assert re.fullmatch(r"model · turn 2\s+1,400 \+ 21 tokens · \d+\.\d\d s", turns_shown[1]), turns_shown
+        # the final answer's fenced block and the record's code are code too
+        assert page.evaluate("document.querySelectorAll('.turn.model')[1].querySelector('pre.code').innerText") == \
+            "def six():\n    return 6"
+        summary_line = page.evaluate("document.querySelector('details.item>summary').innerText")
+        assert re.search(r"2,711 tokens \(2 model calls, \d+\.\d\d s\)", summary_line), summary_line
+        head = page.evaluate("document.querySelector('details.transcript>summary').innerText")
+        assert re.search(r"2 model turns · 1 tool call · 2,634 \+ 77 tokens · \d+\.\d\d s in model calls$", head), head
+        assert page.errors == []
