@@ -197,8 +197,103 @@ def test_tool_calls_render_as_code_with_tokens_per_turn(bench, pytester, shared_
         # the final answer's fenced block and the record's code are code too
         assert page.evaluate("document.querySelectorAll('.turn.model')[1].querySelector('pre.code').innerText") == \
             "def six():\n    return 6"
+        assert page.evaluate("getComputedStyle(document.querySelector('#tasks th.cost')).display") == "none"  # unknown
         summary_line = page.evaluate("document.querySelector('details.item>summary').innerText")
         assert re.search(r"2,711 tokens \(2 model calls, \d+\.\d\d s\)", summary_line), summary_line
         head = page.evaluate("document.querySelector('details.transcript>summary').innerText")
         assert re.search(r"2 model turns · 1 tool call · 2,634 \+ 77 tokens · \d+\.\d\d s in model calls$", head), head
+        assert page.errors == []
+
+
+LONG_QUESTION = ("Report the test accuracy of the ResNet-50 model trained with the augmented data, as shown in the "
+                 "second panel of Figure 3.")
+
+
+def capsule_record(number: int, status: str, duration: float, tokens: int, cost: float | None, **extra) -> dict:
+    generation = {"model_calls": 2, "prompt_tokens": tokens - 10, "completion_tokens": 10}
+    if cost is not None:
+        generation["cost_usd"] = cost
+    return {"benchmark": "core-bench", "task": f"capsule-{number}", "id": f"capsule-{number}", "split": "test",
+            "status": status, "scored": True, "difficulty": "hard", "duration": duration, "generation": generation,
+            "message": "", **extra}
+
+
+def three_capsules(run_dir: Path) -> tuple[dict, list[dict]]:
+    """Three capsules of a hard run: sizes and costs that sort differently, one wrong numeric answer to a long
+    question, and a transcript whose tool output holds a word found nowhere else."""
+    (run_dir / "trajectories").mkdir()
+    (run_dir / "trajectories" / "capsule-3.json").write_text(json.dumps({"messages": [
+        {"role": "user", "content": "Run the capsule"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "grep -r x ."}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "exit code: 0\n--- stdout ---\nNEEDLE-42\n"}],
+        "turns": [{"message": 1, "prompt_tokens": 30, "completion_tokens": 20, "latency": 1.5, "cached": True}]}))
+    wrong = {"question": LONG_QUESTION, "kind": "numeric", "figure": True, "answered": True, "submitted": 0.5,
+             "expected": [0.9, 0.95], "correct": False, "note": None}
+    right = {**wrong, "question": "How many epochs?", "submitted": 10, "expected": [10, 10], "correct": True}
+    records = [
+        capsule_record(1, "pass", 30.0, 500, 0.02),
+        capsule_record(2, "fail", 5.0, 2000, None, questions=[right, wrong],
+                       message=f"1/2 questions correct; wrong: {LONG_QUESTION[:60]!r}: got 0.5"),
+        capsule_record(3, "fail", 100.0, 50, 0.5, trajectory="trajectories/capsule-3.json"),
+    ]
+    summary = {"settings": {"benchmark": "core-bench", "model": "m", "split": "test", "run_id": "r"},
+               "metrics": {"capsule_accuracy": 1 / 3, "capsules": 3, "correct_capsules": 1, "question_accuracy": 0.5,
+                           "questions": 2, "status_fail": 2},
+               "counts": {"pass": 1, "fail": 2}, "usage": {},
+               "gate_metrics": {"accuracy": "capsule_accuracy", "questions": "question_accuracy"},
+               "headlines": {"accuracy": "item"}}
+    return summary, records
+
+
+def test_task_table_sorts_and_searches_and_failures_show_question_and_interval(tmp_path):
+    summary, records = three_capsules(tmp_path)
+    page_file = tmp_path / "report.html"
+    page_file.write_text(render_html(summary, records, tmp_path))
+    order = "Array.prototype.map.call(document.querySelectorAll('#tasks>tbody>tr'), function(r){return r.dataset.id;})"
+    with Chromium() as browser:
+        page = browser.open(page_file.as_uri())
+
+        def click(column: str) -> list[str]:
+            page.evaluate(f"Array.prototype.find.call(document.querySelectorAll('#tasks th'), function(th){{"
+                          f"return th.textContent === '{column}';}}).click()")
+            return [i.split("-")[1] for i in page.evaluate(order)]
+
+        assert click("duration") == ["2", "1", "3"] and click("duration") == ["3", "1", "2"]
+        assert click("tokens") == ["3", "1", "2"]
+        assert click("cost") == ["1", "3", "2"] and click("cost") == ["3", "1", "2"]  # unknown last both ways
+        assert click("status")[0] == "1"  # pass before fail
+        assert click("task") == ["1", "2", "3"]
+        assert page.evaluate("getComputedStyle(document.querySelector('#tasks th.cost')).display") != "none"
+
+        def search(text: str) -> tuple[str, list[str]]:
+            page.evaluate(f"var s=document.getElementById('f-text'); s.value={json.dumps(text)};"
+                          "s.dispatchEvent(new Event('input'));")
+            shown = page.evaluate("Array.prototype.filter.call(document.querySelectorAll('#tasks>tbody>tr'),"
+                                  "function(r){return r.style.display !== 'none';}).map(function(r){return r.dataset.id;})")
+            return page.evaluate("document.getElementById('f-count').textContent"), shown
+
+        assert search("needle-42") == ("1 of 3 shown", ["capsule-3"])  # found in a folded transcript's output
+        assert search("second panel of figure") == ("1 of 3 shown", ["capsule-2"])  # in a question
+        assert search("capsule-1") == ("1 of 3 shown", ["capsule-1"])
+        assert search("")[0] == "3 of 3 shown"
+
+        page.evaluate("document.getElementById('item-capsule-2').open = true")
+        line = page.evaluate("document.querySelector('#item-capsule-2 li.wrong').innerText")
+        assert line == f"wrong: {LONG_QUESTION} — reported 0.5, accepted interval [0.9, 0.95]"
+        card = page.evaluate("document.querySelector('.card').innerText")
+        assert re.search(r"accuracy\s+33\.3%\s+1/3 · 95% CI 6\.1% – 79\.2% \(Wilson\)\s+difficulty hard: 1/3 passed",
+                         card), card
+        metrics = page.evaluate("Array.prototype.map.call(document.getElementById('metrics').rows,"
+                                "function(r){return r.innerText;})")
+        assert "capsule_accuracy\t33.3%" in metrics and "question_accuracy\t50.0%" in metrics
+        assert "capsules\t3" in metrics and "correct_capsules\t1" in metrics
+        summary_line = page.evaluate("document.querySelector('#item-capsule-3>summary').innerText")
+        assert summary_line == "fail capsule-3 100.0 s · 50 tokens (2 model calls, 1.50 s) · $0.5000"
+        assert page.errors == []
+        # a link to an item opens it, even when the filters hid its row
+        search("capsule-1")
+        page.evaluate("location.hash = '#item-capsule-3'")
+        assert page.evaluate("document.getElementById('item-capsule-3').open") is True
+        assert page.evaluate("document.querySelector('tr[data-id=\"capsule-3\"]').style.display") == ""
         assert page.errors == []

@@ -167,7 +167,9 @@ JS = """
   sel('f-close').addEventListener('click',function(){
     var all=document.querySelectorAll('details');for(var i=0;i<all.length;i++){all[i].open=false;}});
   function reveal(){  // report.html#item-ID opens that item, showing its row whatever the filters
-    var target=location.hash?document.getElementById(decodeURIComponent(location.hash.slice(1))):null;
+    var target=null;
+    try{target=location.hash?document.getElementById(decodeURIComponent(location.hash.slice(1))):null;}
+    catch(e){return;}  // a malformed link opens nothing
     if(!target){return;}
     for(var p=target;p;p=p.parentElement){
       if(p.tagName==='DETAILS'){p.open=true;}
@@ -530,7 +532,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         '</button><span id="f-count"></span></div>',
         tasks_table_head(bool(values["category"]), has_cost),
         *rows, "</tbody></table>",
-        f"<h2>Metrics</h2><table>{metric_rows}</table>",
+        f"<h2>Metrics</h2><table id=\"metrics\">{metric_rows}</table>",
         ('<h2>Categories</h2><table class="categories"><tr><th>category</th><th>main problems resolved</th>'
          f"<th>subproblems passed</th></tr>{category_rows}</table>") if category_rows else "",
         f"<h2>Settings</h2><table>{setting_rows}</table>",
