@@ -1,6 +1,7 @@
 """report.html: written by every run, self-contained, hostile output shown as text, readable in a real browser."""
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 from bench_runs import read_jsonl, run_dirs
 from cdp import Chromium, chromium_path
 from fake_openai import FakeOpenAI
+from pytest_agentbench.report.highlight import JSON, SHELL, code_html, python_segments, regex_segments
 from pytest_agentbench.report.html import render_html, wilson
 from scicode_builders import CLOSE, problem, step, tiny_problems, write_dataset
 
@@ -297,3 +299,31 @@ def test_task_table_sorts_and_searches_and_failures_show_question_and_interval(t
         assert page.evaluate("document.getElementById('item-capsule-3').open") is True
         assert page.evaluate("document.querySelector('tr[data-id=\"capsule-3\"]').style.display") == ""
         assert page.errors == []
+
+
+@pytest.mark.parametrize("source", [
+    'def f(x):\n    """doc\n    more"""\n    return x + 1  # c\n',
+    "if x:\n  y\n y\n",  # bad indentation: highlighted up to there
+    "x = (1,\n    2", "s = '''cut off\nhere", "a = '\\\n", "\tclass A: pass\r\nprint(A)\r",
+    "-" * 5000 + "1", "(" * 300 + ")" * 300, "é = 1; ok \u2028 \x00 \x1b[31m", "",
+    f"print('{HOSTILE}')  # {HOSTILE}",
+])
+def test_highlighted_code_is_exactly_the_source(source):
+    """Whatever the model wrote, the highlighted pieces add up to its text (line ends made one kind), escaped."""
+    pieces = python_segments(source)
+    assert "".join(text for _, text in pieces) == source
+    shown = code_html(source, "python")
+    assert HOSTILE not in shown and "<script" not in shown
+    inner = shown[shown.index(">") + 1:shown.rindex("</pre>")]
+    expected = source.replace("\r\n", "\n").replace("\r", "\n")
+    expected = expected[:-1] if expected.endswith("\n") else expected  # a final line end starts no line
+    assert html.unescape(re.sub(r"<[^>]+>", "", inner)) == expected
+    assert inner.count('<span class="l">') == (expected.count("\n") + 1 if source else 0)  # one number a line
+
+
+def test_shell_and_json_highlighting():
+    pieces = regex_segments('cd code && python3 main.py --config "a b.json" | tee $OUT  # run', SHELL)
+    assert [(c, t) for c, t in pieces if c] == [("k", "cd"), ("o", "&&"), ("a", "--config"), ("s", '"a b.json"'),
+                                                 ("o", "|"), ("v", "$OUT"), ("c", "# run")]
+    assert [(c, t) for c, t in regex_segments('{"k": [1, -2.5e3, true, "v"]}', JSON) if c] == [
+        ("f", '"k"'), ("m", "1"), ("m", "-2.5e3"), ("k", "true"), ("s", '"v"')]

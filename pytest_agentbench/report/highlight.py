@@ -76,7 +76,7 @@ def python_segments(source: str) -> list[Segment]:
                 out.append(("", source[pos:start]))
             out.append((cls, source[start:end]))
             pos = end
-    except (tokenize.TokenError, SyntaxError):  # cut-off or badly indented code: the rest is plain text
+    except Exception:  # noqa: BLE001  cut-off, badly indented or absurd code (the model's): the rest is plain text
         pass
     if pos < len(source):
         out.append(("", source[pos:]))
