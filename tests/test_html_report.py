@@ -327,3 +327,17 @@ def test_shell_and_json_highlighting():
                                                  ("o", "|"), ("v", "$OUT"), ("c", "# run")]
     assert [(c, t) for c, t in regex_segments('{"k": [1, -2.5e3, true, "v"]}', JSON) if c] == [
         ("f", '"k"'), ("m", "1"), ("m", "-2.5e3"), ("k", "true"), ("s", '"v"')]
+
+
+def test_odd_records_and_trajectory_files_still_render(tmp_path):
+    """A record whose fields have unexpected types, or a trajectory file of another shape, costs its details only."""
+    (tmp_path / "t.json").write_text('{"messages": 5, "turns": 7}')
+    (tmp_path / "u.json").write_text(json.dumps({"messages": [{"role": "assistant", "tool_calls": [
+        {"id": "x", "function": {"name": "bash", "arguments": "{not json"}}, 3]}], "turns": [{"message": "0"}]}))
+    records = [{"id": "a", "status": "pass", "generation": "weird", "duration": "x", "cost_usd": float("nan"),
+                "questions": [1, {"question": "q", "expected": None}], "trajectory": "t.json"},
+               {"id": "b", "status": "fail", "trajectory": "u.json"}]
+    page = render_html({"settings": {"benchmark": "x"}}, records, tmp_path)
+    assert "transcript: 0 messages" in page and "0/1 questions correct" in page
+    assert "arguments (not valid JSON, shown as sent)" in page and "{not json" in page
+    assert "nocost" in page.split('id="tasks"', 1)[1].split(">", 1)[0]  # a NaN cost is no cost

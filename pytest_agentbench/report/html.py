@@ -227,11 +227,19 @@ def cost_of(record: Mapping[str, Any]) -> float | None:
 
 def model_seconds(record: Mapping[str, Any], trajectory: Mapping[str, Any] | None) -> float | None:
     """Seconds the item's model calls took: from the transcript's turns, else the record's ``latency``."""
-    turns = [t for t in (trajectory or {}).get("turns") or [] if isinstance(t, Mapping)]
+    turns = (trajectory or {}).get("turns")
+    turns = [t for t in turns if isinstance(t, Mapping)] if isinstance(turns, list) else []
     if turns:
         return sum(float(t["latency"]) for t in turns if is_number(t.get("latency")))
     generation = record.get("generation") if isinstance(record.get("generation"), Mapping) else {}
     return float(generation["latency"]) if is_number(generation.get("latency")) else None
+
+
+def usage_of(record: Mapping[str, Any]) -> dict[str, float]:
+    """The record's model accounting (``records.usage_of``); none for a ``generation`` that is not an object."""
+    if not isinstance(record.get("generation", {}), Mapping):
+        return {"tokens": 0}
+    return rec.usage_of(dict(record))
 
 
 def dollars(value: float) -> str:
@@ -243,7 +251,7 @@ def item_facts(record: Mapping[str, Any], trajectory: Mapping[str, Any] | None) 
     parts = []
     if is_number(record.get("duration")):
         parts.append(f"{record['duration']:.1f} s")
-    usage = rec.usage_of(dict(record))
+    usage = usage_of(record)
     if usage.get("model_calls") or usage.get("tokens"):
         spent = model_seconds(record, trajectory)
         calls = f"{usage.get('model_calls', 0):g} model call{'s' if usage.get('model_calls') != 1 else ''}"
@@ -390,7 +398,7 @@ def task_rows(records: list[Mapping[str, Any]], run_dir: Path | None) -> tuple[l
         passed = sum(1 for r in scored if r.get("status") == rec.PASS)
         durations = [float(r["duration"]) for r in items if is_number(r.get("duration"))]
         duration = sum(durations) if durations else None
-        tokens = sum(rec.usage_of(dict(r))["tokens"] for r in items)
+        tokens = sum(usage_of(r)["tokens"] for r in items)
         costs = [c for c in (cost_of(r) for r in items) if c is not None]
         cost = sum(costs) if costs else None
         worst = max((STATUS_RANK.get(s, len(STATUS_RANK)) for s in statuses), default=0)

@@ -95,10 +95,14 @@ def number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
+def listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def turns_of(data: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
     """The file's ``turns`` by the index of the assistant message each produced."""
     out = {}
-    for turn in data.get("turns") or []:
+    for turn in listed(data.get("turns")):
         if isinstance(turn, Mapping) and isinstance(turn.get("message"), int):
             out[turn["message"]] = turn
     return out
@@ -128,7 +132,7 @@ def tool_outputs(messages: list[Any]) -> dict[str, int]:
 
 def transcript_html(data: Mapping[str, Any]) -> str:
     """The ``<details>`` of one trajectory file: the conversation as turns."""
-    messages = [m for m in data.get("messages") or [] if isinstance(m, dict)]
+    messages = [m for m in listed(data.get("messages")) if isinstance(m, dict)]
     turns = turns_of(data)
     outputs = tool_outputs(messages)
     shown_outputs: set[int] = set()
