@@ -101,7 +101,13 @@ def entries(cache_dir: Path) -> dict[str, str]:
 
 
 def trajectories(run: Path) -> dict[str, dict]:
-    return {p.name: json.loads(p.read_text()) for p in sorted((run / "trajectories").iterdir())}
+    """The run's trajectory files, each model call's latency left out (it differs between two runs)."""
+    out = {}
+    for path in sorted((run / "trajectories").iterdir()):
+        data = json.loads(path.read_text())
+        data["turns"] = [{k: v for k, v in turn.items() if k != "latency"} for turn in data.get("turns", [])]
+        out[path.name] = data
+    return out
 
 
 def test_workers_write_nothing_yet_records_files_and_cache_arrive_once(bench, pytester, shared_data, monkeypatch):

@@ -109,6 +109,10 @@ def test_scripted_agent_solves_the_capsule(pytester, tmp_path, server, kind, dif
     trajectory = json.loads((run_dir / record["trajectory"]).read_text())
     assert trajectory["end_reason"] == "submitted" and len(trajectory["messages"]) >= 12
     assert "base64 chars" in json.dumps(trajectory["messages"])  # images kept out of the file
+    # each model call's tokens and latency, beside the assistant message it produced (report.html shows them)
+    turns = trajectory["turns"]
+    assert len(turns) == 5 and all(trajectory["messages"][t["message"]]["role"] == "assistant" for t in turns)
+    assert sum(t["prompt_tokens"] for t in turns) == 55 and all(t["latency"] > 0 for t in turns)
     if kind == "docker":
         assert labelled_containers() == []
 

@@ -1,6 +1,7 @@
 """report.html: written by every run, self-contained, hostile output shown as text, readable in a real browser."""
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -11,10 +12,12 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from bench_runs import run_dirs
+from bench_runs import read_jsonl, run_dirs
 from cdp import Chromium, chromium_path
+from fake_openai import FakeOpenAI
+from pytest_agentbench.report.highlight import JSON, SHELL, code_html, python_segments, regex_segments
 from pytest_agentbench.report.html import render_html, wilson
-from scicode_builders import tiny_problems
+from scicode_builders import CLOSE, problem, step, tiny_problems, write_dataset
 
 HOSTILE = "</script><script>alert(1)</script>"
 
@@ -50,8 +53,9 @@ def test_corebench_questions_trajectory_and_escaping(tmp_path):
     record["trajectory"] = "trajectories/capsule-1.json"
     page = render_html(summary, [record, {**record, "id": "capsule-2", "task": "capsule-2",
                                           "trajectory": "../../etc/passwd"}], tmp_path)
-    assert "trajectory: 3 messages" in page and "execute_bash" in page and "ls &lt;b&gt;" in page
-    assert page.count("trajectory: ") == 1  # a record cannot name a file outside its run folder
+    assert "transcript: 3 messages" in page and "execute_bash" in page
+    assert "ls &lt;b&gt;" in re.sub(r"<[^>]+>", "", page)  # the command, highlighted, is the text sent
+    assert page.count("transcript: ") == 1  # a record cannot name a file outside its run folder
     assert HOSTILE not in page and "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert page.count("<script>") == 1  # only the page's own filter script
     assert "[0.9, 0.95]" in page and "best &lt;model&gt;" in page and ">correct<" in page and ">wrong<" in page
@@ -70,7 +74,8 @@ def test_report_html_in_a_browser(tiny, tmp_path):
     page_file = run_dir / "report.html"
     assert page_file.is_file()
     text = page_file.read_text()
-    assert HOSTILE not in text and "return 6  # &lt;/script&gt;" in text
+    assert HOSTILE not in text and "return 6  # &lt;/script&gt;" in re.sub(r"<[^>]+>", "", text)
+    assert '<span class="c"># &lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;</span>' in text  # a comment
     if chromium_path() is None:
         if os.environ.get("CI") == "true":
             pytest.fail("Chromium is not installed: CI must `apt-get install chromium` for the report test")
@@ -140,3 +145,199 @@ def test_official_scicode_records_are_unclassified(tiny, pytester):
     page = (run_dir / "report.html").read_text()
     assert re.findall(r'<option value="([^"]*)">', re.search(r'<select id="f-category">(.*?)</select>',
                                                              page).group(1)) == ["", "unclassified"]
+
+
+TOOL_CODE = 'import math\n\n\ndef six():\n    """Six, checked."""\n    return 6  # the answer\n\nprint(six(), math.pi)'
+
+
+def test_tool_calls_render_as_code_with_tokens_per_turn(bench, pytester, shared_data):
+    """A tool-use run against a scripted endpoint: the transcript shows the tool call's code decoded from its JSON
+    arguments, as numbered, highlighted lines, its output beneath it, and each model turn's tokens and latency."""
+    problems = [problem("3", [step("3.1", "def six():\n    return 6", [CLOSE.format(call="six()")],
+                                   header="def six():")])]
+    data, h5 = write_dataset(pytester.path, shared_data, targets={"3.1": [6]}, problems=problems)
+    with FakeOpenAI() as server:
+        server.reply("Let me check it first.", tool_calls=[("code_interpreter", {"code": TOOL_CODE})],
+                     prompt_tokens=1234, completion_tokens=56)
+        server.reply("Done:\n```python\ndef six():\n    return 6\n```\n", prompt_tokens=1400, completion_tokens=21)
+        result = bench("--bench=scicode", "--bench-split=validation", "--model=scripted", "--bench-mode=tool_use",
+                       f"--model-base-url={server.base_url}", "--model-api-key=k", f"--bench-data-dir={data}",
+                       f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-cache=off", "--bench-run-id=tools")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    run_dir = next(p for p in run_dirs(pytester.path) if p.name == "tools")
+    [record] = read_jsonl(run_dir / "steps.jsonl")
+    turns = json.loads((run_dir / record["trajectory"]).read_text())["turns"]
+    assert [(t["message"], t["prompt_tokens"], t["completion_tokens"]) for t in turns] == [(2, 1234, 56), (4, 1400, 21)]
+    assert all(t["latency"] > 0 and t["cached"] is False for t in turns)
+    page_file = run_dir / "report.html"
+    assert "\\n" not in page_file.read_text().split('class="call"', 1)[1].split("</pre>", 1)[0]  # no JSON escapes
+    with Chromium() as browser:
+        page = browser.open(page_file.as_uri())
+        page.evaluate("document.querySelector('details.transcript').open=true")
+        call = page.evaluate("""(function(){var c=document.querySelector('.call');
+            var pre=c.querySelector('pre.code');
+            return {name: c.querySelector('.th b').textContent, code: pre.innerText, lang: pre.dataset.lang,
+                    lines: pre.querySelectorAll('.l').length,
+                    numbers: Array.prototype.map.call(pre.querySelectorAll('.l'), function(l){
+                        return getComputedStyle(l, '::before').content;}),
+                    keyword: pre.querySelector('.k').textContent, defined: pre.querySelector('.f').textContent,
+                    comment: pre.querySelector('.c').textContent, string: pre.querySelector('.s').textContent,
+                    colours: [getComputedStyle(pre.querySelector('.k')).color,
+                              getComputedStyle(pre.querySelector('.c')).color],
+                    output: c.querySelector('pre.out').innerText};})()""")
+        assert call["name"] == "code_interpreter" and call["lang"] == "python"
+        assert call["code"] == TOOL_CODE and call["lines"] == 8  # the numbers are not part of the text
+        assert call["numbers"] == ["counter(ln)"] * 8, call["numbers"]  # numbered by the page's CSS
+        assert (call["keyword"], call["defined"], call["comment"]) == ("import", "six", "# the answer")
+        assert call["string"] == '"""Six, checked."""' and call["colours"][0] != call["colours"][1]
+        assert "status: ok" in call["output"] and "6 3.14159" in call["output"]
+        turns_shown = page.evaluate("Array.prototype.map.call(document.querySelectorAll('.turn.model'),"
+                                    "function(t){return t.querySelector('.th').innerText;})")
+        assert len(turns_shown) == 2
+        assert re.fullmatch(r"model · turn 1\s+1,234 \+ 56 tokens · \d+\.\d\d s", turns_shown[0]), turns_shown
+        assert re.fullmatch(r"model · turn 2\s+1,400 \+ 21 tokens · \d+\.\d\d s", turns_shown[1]), turns_shown
+        # the final answer's fenced block and the record's code are code too
+        assert page.evaluate("document.querySelectorAll('.turn.model')[1].querySelector('pre.code').innerText") == \
+            "def six():\n    return 6"
+        assert page.evaluate("getComputedStyle(document.querySelector('#tasks th.cost')).display") == "none"  # unknown
+        summary_line = page.evaluate("document.querySelector('details.item>summary').innerText")
+        assert re.search(r"2,711 tokens \(2 model calls, \d+\.\d\d s\)", summary_line), summary_line
+        head = page.evaluate("document.querySelector('details.transcript>summary').innerText")
+        assert re.search(r"2 model turns · 1 tool call · 2,634 \+ 77 tokens · \d+\.\d\d s in model calls$", head), head
+        assert page.errors == []
+
+
+LONG_QUESTION = ("Report the test accuracy of the ResNet-50 model trained with the augmented data, as shown in the "
+                 "second panel of Figure 3.")
+
+
+def capsule_record(number: int, status: str, duration: float, tokens: int, cost: float | None, **extra) -> dict:
+    generation = {"model_calls": 2, "prompt_tokens": tokens - 10, "completion_tokens": 10}
+    if cost is not None:
+        generation["cost_usd"] = cost
+    return {"benchmark": "core-bench", "task": f"capsule-{number}", "id": f"capsule-{number}", "split": "test",
+            "status": status, "scored": True, "difficulty": "hard", "duration": duration, "generation": generation,
+            "message": "", **extra}
+
+
+def three_capsules(run_dir: Path) -> tuple[dict, list[dict]]:
+    """Three capsules of a hard run: sizes and costs that sort differently, one wrong numeric answer to a long
+    question, and a transcript whose tool output holds a word found nowhere else."""
+    (run_dir / "trajectories").mkdir()
+    (run_dir / "trajectories" / "capsule-3.json").write_text(json.dumps({"messages": [
+        {"role": "user", "content": "Run the capsule"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "grep -r x ."}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "exit code: 0\n--- stdout ---\nNEEDLE-42\n"}],
+        "turns": [{"message": 1, "prompt_tokens": 30, "completion_tokens": 20, "latency": 1.5, "cached": True}]}))
+    wrong = {"question": LONG_QUESTION, "kind": "numeric", "figure": True, "answered": True, "submitted": 0.5,
+             "expected": [0.9, 0.95], "correct": False, "note": None}
+    right = {**wrong, "question": "How many epochs?", "submitted": 10, "expected": [10, 10], "correct": True}
+    records = [
+        capsule_record(1, "pass", 30.0, 500, 0.02),
+        capsule_record(2, "fail", 5.0, 2000, None, questions=[right, wrong],
+                       message=f"1/2 questions correct; wrong: {LONG_QUESTION[:60]!r}: got 0.5"),
+        capsule_record(3, "fail", 100.0, 50, 0.5, trajectory="trajectories/capsule-3.json"),
+    ]
+    summary = {"settings": {"benchmark": "core-bench", "model": "m", "split": "test", "run_id": "r"},
+               "metrics": {"capsule_accuracy": 1 / 3, "capsules": 3, "correct_capsules": 1, "question_accuracy": 0.5,
+                           "questions": 2, "status_fail": 2},
+               "counts": {"pass": 1, "fail": 2}, "usage": {},
+               "gate_metrics": {"accuracy": "capsule_accuracy", "questions": "question_accuracy"},
+               "headlines": {"accuracy": "item"}}
+    return summary, records
+
+
+def test_task_table_sorts_and_searches_and_failures_show_question_and_interval(tmp_path):
+    summary, records = three_capsules(tmp_path)
+    page_file = tmp_path / "report.html"
+    page_file.write_text(render_html(summary, records, tmp_path))
+    order = "Array.prototype.map.call(document.querySelectorAll('#tasks>tbody>tr'), function(r){return r.dataset.id;})"
+    with Chromium() as browser:
+        page = browser.open(page_file.as_uri())
+
+        def click(column: str) -> list[str]:
+            page.evaluate(f"Array.prototype.find.call(document.querySelectorAll('#tasks th'), function(th){{"
+                          f"return th.textContent === '{column}';}}).click()")
+            return [i.split("-")[1] for i in page.evaluate(order)]
+
+        assert click("duration") == ["2", "1", "3"] and click("duration") == ["3", "1", "2"]
+        assert click("tokens") == ["3", "1", "2"]
+        assert click("cost") == ["1", "3", "2"] and click("cost") == ["3", "1", "2"]  # unknown last both ways
+        assert click("status")[0] == "1"  # pass before fail
+        assert click("task") == ["1", "2", "3"]
+        assert page.evaluate("getComputedStyle(document.querySelector('#tasks th.cost')).display") != "none"
+
+        def search(text: str) -> tuple[str, list[str]]:
+            page.evaluate(f"var s=document.getElementById('f-text'); s.value={json.dumps(text)};"
+                          "s.dispatchEvent(new Event('input'));")
+            shown = page.evaluate("Array.prototype.filter.call(document.querySelectorAll('#tasks>tbody>tr'),"
+                                  "function(r){return r.style.display !== 'none';}).map(function(r){return r.dataset.id;})")
+            return page.evaluate("document.getElementById('f-count').textContent"), shown
+
+        assert search("needle-42") == ("1 of 3 shown", ["capsule-3"])  # found in a folded transcript's output
+        assert search("second panel of figure") == ("1 of 3 shown", ["capsule-2"])  # in a question
+        assert search("capsule-1") == ("1 of 3 shown", ["capsule-1"])
+        assert search("")[0] == "3 of 3 shown"
+
+        page.evaluate("document.getElementById('item-capsule-2').open = true")
+        line = page.evaluate("document.querySelector('#item-capsule-2 li.wrong').innerText")
+        assert line == f"wrong: {LONG_QUESTION} — reported 0.5, accepted interval [0.9, 0.95]"
+        card = page.evaluate("document.querySelector('.card').innerText")
+        assert re.search(r"accuracy\s+33\.3%\s+1/3 · 95% CI 6\.1% – 79\.2% \(Wilson\)\s+difficulty hard: 1/3 passed",
+                         card), card
+        metrics = page.evaluate("Array.prototype.map.call(document.getElementById('metrics').rows,"
+                                "function(r){return r.innerText;})")
+        assert "capsule_accuracy\t33.3%" in metrics and "question_accuracy\t50.0%" in metrics
+        assert "capsules\t3" in metrics and "correct_capsules\t1" in metrics
+        summary_line = page.evaluate("document.querySelector('#item-capsule-3>summary').innerText")
+        assert summary_line == "fail capsule-3 100.0 s · 50 tokens (2 model calls, 1.50 s) · $0.5000"
+        assert page.errors == []
+        # a link to an item opens it, even when the filters hid its row
+        search("capsule-1")
+        page.evaluate("location.hash = '#item-capsule-3'")
+        assert page.evaluate("document.getElementById('item-capsule-3').open") is True
+        assert page.evaluate("document.querySelector('tr[data-id=\"capsule-3\"]').style.display") == ""
+        assert page.errors == []
+
+
+@pytest.mark.parametrize("source", [
+    'def f(x):\n    """doc\n    more"""\n    return x + 1  # c\n',
+    "if x:\n  y\n y\n",  # bad indentation: highlighted up to there
+    "x = (1,\n    2", "s = '''cut off\nhere", "a = '\\\n", "\tclass A: pass\r\nprint(A)\r",
+    "-" * 5000 + "1", "(" * 300 + ")" * 300, "é = 1; ok \u2028 \x00 \x1b[31m", "",
+    f"print('{HOSTILE}')  # {HOSTILE}",
+])
+def test_highlighted_code_is_exactly_the_source(source):
+    """Whatever the model wrote, the highlighted pieces add up to its text (line ends made one kind), escaped."""
+    pieces = python_segments(source)
+    assert "".join(text for _, text in pieces) == source
+    shown = code_html(source, "python")
+    assert HOSTILE not in shown and "<script" not in shown
+    inner = shown[shown.index(">") + 1:shown.rindex("</pre>")]
+    expected = source.replace("\r\n", "\n").replace("\r", "\n")
+    expected = expected[:-1] if expected.endswith("\n") else expected  # a final line end starts no line
+    assert html.unescape(re.sub(r"<[^>]+>", "", inner)) == expected
+    assert inner.count('<span class="l">') == (expected.count("\n") + 1 if source else 0)  # one number a line
+
+
+def test_shell_and_json_highlighting():
+    pieces = regex_segments('cd code && python3 main.py --config "a b.json" | tee $OUT  # run', SHELL)
+    assert [(c, t) for c, t in pieces if c] == [("k", "cd"), ("o", "&&"), ("a", "--config"), ("s", '"a b.json"'),
+                                                 ("o", "|"), ("v", "$OUT"), ("c", "# run")]
+    assert [(c, t) for c, t in regex_segments('{"k": [1, -2.5e3, true, "v"]}', JSON) if c] == [
+        ("f", '"k"'), ("m", "1"), ("m", "-2.5e3"), ("k", "true"), ("s", '"v"')]
+
+
+def test_odd_records_and_trajectory_files_still_render(tmp_path):
+    """A record whose fields have unexpected types, or a trajectory file of another shape, costs its details only."""
+    (tmp_path / "t.json").write_text('{"messages": 5, "turns": 7}')
+    (tmp_path / "u.json").write_text(json.dumps({"messages": [{"role": "assistant", "tool_calls": [
+        {"id": "x", "function": {"name": "bash", "arguments": "{not json"}}, 3]}], "turns": [{"message": "0"}]}))
+    records = [{"id": "a", "status": "pass", "generation": "weird", "duration": "x", "cost_usd": float("nan"),
+                "questions": [1, {"question": "q", "expected": None}], "trajectory": "t.json"},
+               {"id": "b", "status": "fail", "trajectory": "u.json"}]
+    page = render_html({"settings": {"benchmark": "x"}}, records, tmp_path)
+    assert "transcript: 0 messages" in page and "0/1 questions correct" in page
+    assert "arguments (not valid JSON, shown as sent)" in page and "{not json" in page
+    assert "nocost" in page.split('id="tasks"', 1)[1].split(">", 1)[0]  # a NaN cost is no cost

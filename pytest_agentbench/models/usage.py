@@ -28,6 +28,15 @@ def count_completion(accounting: dict[str, Any], completion: Any) -> None:
     accounting["answers"] = answers_label(accounting)
 
 
+def turn_of(completion: Any, message: int) -> dict[str, Any]:
+    """What one model call cost, for a trajectory file's ``turns``: ``message`` is the index of the assistant
+    message the call produced. Kept beside the messages, never in them: the messages are the next request (and
+    its cache key). ``latency`` is the call's wall clock, the first call's when the reply came from the cache."""
+    return {"message": message, "prompt_tokens": completion.prompt_tokens,
+            "completion_tokens": completion.completion_tokens, "latency": round(float(getattr(completion, "latency", 0.0) or 0.0), 3),
+            "cached": bool(getattr(completion, "cached", False))}
+
+
 def chained_digest(previous: str, completion: Any) -> str:
     calls = [[c.get("name"), c.get("arguments")] for c in completion.tool_calls]
     payload = json.dumps([previous, completion.text, calls], ensure_ascii=True)

@@ -6,4 +6,5 @@ which every summary.json also stores. Imports inside the package point one way:
 
     options, declared, baseline  <-  compare  <-  gates  <-  summary  (-> picture)
     baseline, options            <-  resume
+    highlight  <-  transcript  <-  html  (report.html: code highlighting, transcripts, the page)
 """

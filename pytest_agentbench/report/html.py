@@ -10,7 +10,6 @@ record is escaped (model output is hostile), none is put in a script.
 """
 from __future__ import annotations
 
-import html
 import json
 import math
 from collections import defaultdict
@@ -20,9 +19,10 @@ from typing import Any, Iterable, Mapping
 from ..core import records as rec
 from ..core.io import natural_key, write_atomic
 from .declared import declared_in
+from .highlight import clip, code_html, esc
+from .transcript import transcript_html
 
 REPORT_HTML = "report.html"
-TEXT_LIMIT = 20_000  # characters of one code, output or message shown (the files keep everything)
 Z95 = 1.959963984540054
 
 
@@ -35,15 +35,6 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def clip(text: Any, limit: int = TEXT_LIMIT) -> str:
-    text = "" if text is None else text if isinstance(text, str) else json.dumps(text, indent=1, default=str)
-    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters in the run's files)"
 
 
 def pct(value: float) -> str:
@@ -75,26 +66,44 @@ def headlines(summary: Mapping[str, Any], records: list[Mapping[str, Any]]) -> l
         value = metrics.get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
-        k, n = rate_counts(records, declared.unit_of(gate))
-        if n and abs(k / n - value) > 1e-9:  # a rate over other units: the interval uses its value on n units
+        unit = declared.unit_of(gate)
+        k, n = rate_counts(records, unit)
+        exact = not n or abs(k / n - value) <= 1e-9
+        if not exact:  # a rate over other units: the interval uses its value on n units
             k = round(value * n)
-        out.append({"name": gate, "key": key, "value": float(value), "k": k, "n": n, "interval": wilson(k, n)})
+        out.append({"name": gate, "key": key, "value": float(value), "k": k, "n": n, "interval": wilson(k, n),
+                    "by_difficulty": by_difficulty(records, unit) if exact else {}})
     return out
 
 
+def by_difficulty(records: list[Mapping[str, Any]], unit: str) -> dict[str, tuple[int, int]]:
+    """(passed, total) per ``difficulty`` of the records, when they carry one (a benchmark run at a level)."""
+    levels = sorted({str(r["difficulty"]) for r in records if r.get("difficulty") not in (None, "")}, key=natural_key)
+    return {level: rate_counts([r for r in records if str(r.get("difficulty")) == level], unit) for level in levels}
+
+
 # ---- pieces ------------------------------------------------------------------------------------
-CSS = """
+CSS = r"""
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1c1e21;background:#f6f7f9}
 header{background:#1f2937;color:#fff;padding:14px 24px}header h1{margin:0;font-size:20px}
 header .sub{color:#cbd5e1;font-size:13px}main{padding:16px 24px;max-width:1400px}
 .cards{display:flex;flex-wrap:wrap;gap:12px;margin:8px 0 16px}
 .card{background:#fff;border:1px solid #d0d7de;border-radius:8px;padding:10px 16px;min-width:180px}
 .card .v{font-size:26px;font-weight:600}.n{color:#57606a;font-size:12px}
-.nocat .cat{display:none}
+.nocat .cat{display:none}.nocost .cost{display:none}
 table{border-collapse:collapse;background:#fff;width:100%}th,td{border:1px solid #d0d7de;padding:4px 8px;
-text-align:left;vertical-align:top}th{background:#eef1f4}
+text-align:left;vertical-align:top}th{background:#eef1f4}td.num{text-align:right;white-space:nowrap}
+#tasks>tbody>tr>td:last-child{max-width:0;width:62%}#tasks .prose,#tasks .msg{overflow-wrap:anywhere}
+th.sort{cursor:pointer;user-select:none;white-space:nowrap}th.sort::after{content:" \2195";color:#8c959f}
+th.sort[data-dir=asc]::after{content:" \25B2";color:#1c1e21}th.sort[data-dir=desc]::after{content:" \25BC";color:#1c1e21}
 pre{background:#0d1117;color:#e6edf3;padding:8px;border-radius:6px;overflow:auto;max-height:420px;
-white-space:pre-wrap;word-break:break-word;font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
+white-space:pre-wrap;word-break:break-word;font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace;margin:4px 0}
+pre.code{white-space:pre;word-break:normal;counter-reset:ln;max-height:600px}
+pre.code .l::before{counter-increment:ln;content:counter(ln);display:inline-block;width:3.2em;padding-right:.8em;
+margin-right:.6em;text-align:right;color:#6e7681;border-right:1px solid #30363d;user-select:none}
+pre .k{color:#ff7b72}pre .b{color:#79c0ff}pre .s{color:#a5d6ff}pre .c{color:#8b949e;font-style:italic}
+pre .m{color:#79c0ff}pre .f{color:#d2a8ff}pre .v{color:#ffa657}pre .a{color:#7ee787}pre .o{color:#ff7b72}
+pre.out{background:#161b22;color:#c9d1d9;max-height:320px}
 .st{display:inline-block;padding:0 6px;border-radius:4px;color:#fff;font-size:12px;font-weight:600}
 .st-pass{background:#2e7d32}.st-fail{background:#c62828}.st-timeout{background:#ef6c00}
 .st-parse_error{background:#6a1b9a}.st-eval_error{background:#757575}.st-model_error{background:#212121}
@@ -103,32 +112,74 @@ white-space:pre-wrap;word-break:break-word;font:12px/1.4 ui-monospace,SFMono-Reg
 .incomplete{background:#fdecea;border:1px solid #c62828;border-radius:8px;padding:8px 14px}
 .filters{margin:8px 0;display:flex;gap:14px;align-items:center;flex-wrap:wrap}
 details.item{margin:6px 0 10px;border-left:3px solid #d0d7de;padding-left:10px}
-details.item>summary{cursor:pointer}.msg{color:#8b1a1a}.turn{margin:4px 0}.role{font-weight:600}
+details.item>summary{cursor:pointer}.msg{color:#8b1a1a;white-space:pre-wrap}.role{font-weight:600}
+.turn{margin:8px 0;padding:6px 10px;border:1px solid #d0d7de;border-radius:6px;background:#fff}
+.turn.model{border-left:4px solid #0969da}.th{font-size:12px;color:#57606a;margin:4px 0 2px}
+.call{margin:6px 0 2px 10px;padding-left:8px;border-left:3px solid #8250df}
+.usage{margin-left:8px;color:#0969da}.prose{white-space:pre-wrap;word-break:break-word;margin:4px 0}
+.arg{font-size:12px;color:#57606a;font-weight:600}.args{margin:2px 0}
+details.prompt .prose{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:6px 8px;max-height:420px;
+overflow:auto}details.prompt,details.meta{margin:4px 0}details.prompt>summary,details.meta>summary{cursor:pointer;color:#57606a}
+table.meta{width:auto;max-width:100%;font-size:12px}table.meta td:first-child{color:#57606a;white-space:nowrap}
+table.meta td{word-break:break-word}ul.wrong{margin:4px 0;padding-left:20px}ul.wrong li{margin:2px 0}
 .ok{color:#2e7d32;font-weight:600}.bad{color:#c62828;font-weight:600}h2{margin-top:26px}
 """
 
 JS = """
 (function(){
   var sel=function(id){return document.getElementById(id);};
+  var rows=Array.prototype.slice.call(document.querySelectorAll('tr.task'));
+  function text(r){if(r._text===undefined){r._text=(r.dataset.id+' '+r.textContent).toLowerCase();}return r._text;}
   function apply(){
-    var st=sel('f-status').value, sp=sel('f-split').value, ca=sel('f-category').value, q=sel('f-text').value.toLowerCase();
-    var rows=document.querySelectorAll('tr.task'), shown=0;
-    for(var i=0;i<rows.length;i++){
-      var r=rows[i], d=r.dataset;
+    var st=sel('f-status').value, sp=sel('f-split').value, ca=sel('f-category').value,
+        q=sel('f-text').value.toLowerCase().trim(), shown=0;
+    rows.forEach(function(r){
+      var d=r.dataset;
       var ok=(!st||(' '+d.statuses+' ').indexOf(' '+st+' ')>=0)&&(!sp||d.split===sp)&&(!ca||d.category===ca)
-             &&(!q||d.id.toLowerCase().indexOf(q)>=0);
+             &&(!q||text(r).indexOf(q)>=0);
       r.style.display=ok?'':'none'; if(ok){shown++;}
-    }
+    });
     sel('f-count').textContent=shown+' of '+rows.length+' shown';
   }
+  function key(cell,kind){var v=cell?cell.getAttribute('data-sort'):null;
+    if(kind==='num'){var x=parseFloat(v);return isNaN(x)?null:x;} return v===null?(cell?cell.textContent:''):v;}
+  function sortBy(th){
+    var heads=th.parentNode.children, col=Array.prototype.indexOf.call(heads,th);
+    var dir=th.dataset.dir==='asc'?'desc':'asc', kind=th.dataset.kind, body=th.closest('table').tBodies[0];
+    for(var i=0;i<heads.length;i++){heads[i].removeAttribute('data-dir');}
+    th.dataset.dir=dir;
+    var sorted=Array.prototype.slice.call(body.rows).sort(function(a,b){
+      var x=key(a.cells[col],kind), y=key(b.cells[col],kind);
+      if(x===null||y===null){return x===y?0:(x===null?1:-1);}  // unknown values last either way
+      var c=kind==='num'?x-y:String(x).localeCompare(String(y),undefined,{numeric:true});
+      return dir==='asc'?c:-c;});
+    sorted.forEach(function(r){body.appendChild(r);});
+  }
+  document.querySelectorAll('th.sort').forEach(function(th){
+    th.addEventListener('click',function(){sortBy(th);});
+    th.addEventListener('keydown',function(e){if(e.key==='Enter'){sortBy(th);}});});
   ['f-status','f-split','f-category','f-text'].forEach(function(id){
     sel(id).addEventListener('input',apply); sel(id).addEventListener('change',apply);});
   sel('f-open').addEventListener('click',function(){
-    var all=document.querySelectorAll('tr.task:not([style*="none"]) details');
+    var all=document.querySelectorAll('tr.task:not([style*="none"]) details.item, '+
+                                      'tr.task:not([style*="none"]) details.transcript');
     for(var i=0;i<all.length;i++){all[i].open=true;}});
   sel('f-close').addEventListener('click',function(){
     var all=document.querySelectorAll('details');for(var i=0;i<all.length;i++){all[i].open=false;}});
-  apply();
+  function reveal(){  // report.html#item-ID opens that item, showing its row whatever the filters
+    var target=null;
+    try{target=location.hash?document.getElementById(decodeURIComponent(location.hash.slice(1))):null;}
+    catch(e){return;}  // a malformed link opens nothing
+    if(!target){return;}
+    for(var p=target;p;p=p.parentElement){
+      if(p.tagName==='DETAILS'){p.open=true;}
+      if(p.classList&&p.classList.contains('task')&&p.style.display==='none'){
+        ['f-status','f-split','f-category','f-text'].forEach(function(id){sel(id).value='';}); apply();}
+    }
+    target.scrollIntoView();
+  }
+  window.addEventListener('hashchange',reveal);
+  apply(); reveal();
 })();
 """
 
@@ -150,10 +201,9 @@ ANCHOR_JS = """
 """
 
 
-def item_anchor(key: str) -> str:
-    """The id of an item's transcript on its run's page (``key``: ``record_key``), the target of
-    ``report.html#item-ID`` links."""
-    return f"item-{key}"
+# worst last: the status column sorts a task by its worst item
+STATUS_RANK = {s: i for i, s in enumerate(("pass", "skipped", "fail", "timeout", "parse_error", "eval_error",
+                                           "model_error", "env_error", "error", "not_run"))}
 
 
 def status_badge(status: Any) -> str:
@@ -179,31 +229,72 @@ def read_trajectory(run_dir: Path | None, ref: Any) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def content_text(content: Any) -> str:
-    if isinstance(content, list):  # parts (text, images described by size and hash)
-        return "\n".join(str(p.get("text", json.dumps(p, default=str))) if isinstance(p, dict) else str(p)
-                         for p in content)
-    return "" if content is None else str(content)
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def trajectory_html(data: Mapping[str, Any]) -> str:
-    messages = data.get("messages") or []
-    out = [f"<details><summary>trajectory: {len(messages)} messages</summary>"]
-    for message in messages:
-        if not isinstance(message, dict):
-            continue
-        role = message.get("role", "?")
-        out.append(f'<div class="turn"><span class="role">{esc(role)}</span>'
-                   f'{" (" + esc(message.get("name")) + ")" if message.get("name") else ""}')
-        text = content_text(message.get("content"))
-        if text:
-            out.append(pre(text))
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function", call) if isinstance(call, dict) else {}
-            out.append(f"<div>tool call <b>{esc(fn.get('name'))}</b></div>{pre(fn.get('arguments'))}")
-        out.append("</div>")
-    out.append("</details>")
-    return "".join(out)
+def cost_of(record: Mapping[str, Any]) -> float | None:
+    """The item's cost in US dollars where the run recorded one (``cost_usd``, in the record or its
+    ``generation``); None when it is not known (no price, the oracle, an older run)."""
+    generation = record.get("generation") if isinstance(record.get("generation"), Mapping) else {}
+    for value in (record.get("cost_usd"), generation.get("cost_usd")):
+        if is_number(value):
+            return float(value)
+    return None
+
+
+def model_seconds(record: Mapping[str, Any], trajectory: Mapping[str, Any] | None) -> float | None:
+    """Seconds the item's model calls took: from the transcript's turns, else the record's ``latency``."""
+    turns = (trajectory or {}).get("turns")
+    turns = [t for t in turns if isinstance(t, Mapping)] if isinstance(turns, list) else []
+    if turns:
+        return sum(float(t["latency"]) for t in turns if is_number(t.get("latency")))
+    generation = record.get("generation") if isinstance(record.get("generation"), Mapping) else {}
+    return float(generation["latency"]) if is_number(generation.get("latency")) else None
+
+
+def usage_of(record: Mapping[str, Any]) -> dict[str, float]:
+    """The record's model accounting (``records.usage_of``); none for a ``generation`` that is not an object."""
+    if not isinstance(record.get("generation", {}), Mapping):
+        return {"tokens": 0}
+    return rec.usage_of(dict(record))
+
+
+def dollars(value: float) -> str:
+    return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def item_facts(record: Mapping[str, Any], trajectory: Mapping[str, Any] | None) -> str:
+    """``1.7 s · 90 tokens (5 model calls, 2.1 s) · $0.0123``: what the item took, for its summary line."""
+    parts = []
+    if is_number(record.get("duration")):
+        parts.append(f"{record['duration']:.1f} s")
+    usage = usage_of(record)
+    if usage.get("model_calls") or usage.get("tokens"):
+        spent = model_seconds(record, trajectory)
+        calls = f"{usage.get('model_calls', 0):g} model call{'s' if usage.get('model_calls') != 1 else ''}"
+        parts.append(f"{usage.get('tokens', 0):,.0f} tokens ({calls}"
+                     f"{f', {spent:.2f} s' if spent is not None else ''})")
+    cost = cost_of(record)
+    if cost is not None:
+        parts.append(dollars(cost))
+    return " · ".join(parts)
+
+
+def accepted_text(question: Mapping[str, Any]) -> str:
+    """The accepted answer: an interval for a numeric question, else the expected value."""
+    expected = question.get("expected")
+    if question.get("kind") == "numeric" and isinstance(expected, list) and len(expected) == 2:
+        if all(is_number(x) for x in expected):
+            return f"[{expected[0]:.6g}, {expected[1]:.6g}]"
+        return str(expected)
+    return json.dumps(expected, default=str, ensure_ascii=False)
+
+
+def reported_text(question: Mapping[str, Any]) -> str:
+    if not question.get("answered", True):
+        return "(not answered)"
+    return json.dumps(question.get("submitted"), default=str, ensure_ascii=False)
 
 
 def questions_html(questions: list[Any]) -> str:
@@ -211,49 +302,101 @@ def questions_html(questions: list[Any]) -> str:
     for q in questions:
         if not isinstance(q, dict):
             continue
-        expected = q.get("expected")
-        if q.get("kind") == "numeric" and isinstance(expected, list) and len(expected) == 2:
-            accepted = f"[{expected[0]:.6g}, {expected[1]:.6g}]" if all(
-                isinstance(x, (int, float)) for x in expected) else str(expected)
-        else:
-            accepted = json.dumps(expected, default=str)
-        reported = json.dumps(q.get("submitted"), default=str) if q.get("answered", True) else "(not answered)"
         verdict = '<span class="ok">correct</span>' if q.get("correct") else '<span class="bad">wrong</span>'
         note = f" — {esc(q['note'])}" if q.get("note") else ""
-        rows.append(f"<tr><td>{esc(q.get('question'))}</td><td>{esc(reported)}</td><td>{esc(accepted)}</td>"
-                    f"<td>{verdict}{note}</td></tr>")
+        rows.append(f"<tr><td>{esc(q.get('question'))}</td><td>{esc(reported_text(q))}</td>"
+                    f"<td>{esc(accepted_text(q))}</td><td>{verdict}{note}</td></tr>")
     rows.append("</table>")
     return "".join(rows)
+
+
+def wrong_questions_html(questions: list[Any]) -> str:
+    """One line per wrong answer: the whole question, the reported value and the accepted value or interval."""
+    lines = []
+    for q in questions:
+        if not isinstance(q, dict) or q.get("correct"):
+            continue
+        what = "interval" if q.get("kind") == "numeric" and isinstance(q.get("expected"), list) else "value"
+        note = f" ({esc(q['note'])})" if q.get("note") else ""
+        lines.append(f'<li class="wrong"><span class="bad">wrong:</span> {esc(q.get("question"))} — reported '
+                     f"<code>{esc(reported_text(q))}</code>, accepted {what} <code>{esc(accepted_text(q))}</code>"
+                     f"{note}</li>")
+    return f'<ul class="wrong">{"".join(lines)}</ul>' if lines else ""
+
+
+def questions_summary(questions: list[Any]) -> str:
+    graded = [q for q in questions if isinstance(q, dict)]
+    return f"{sum(1 for q in graded if q.get('correct'))}/{len(graded)} questions correct"
 
 
 SHOWN_ELSEWHERE = {"code", "stdout", "stderr", "message", "trajectory", "questions", "status", "id", "task",
                    "benchmark", "traceback"}
 
 
+def meta_value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k} {meta_value(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def meta_html(record: Mapping[str, Any]) -> str:
+    """The record's other fields as a two-column table; a nested object (``generation``) one row per key."""
+    rows = []
+    for key, value in record.items():
+        if key in SHOWN_ELSEWHERE or value in (None, "", [], {}):
+            continue
+        if isinstance(value, Mapping):
+            rows += [(f"{key}.{k}", v) for k, v in value.items() if v not in (None, "", [], {})]
+        else:
+            rows.append((str(key), value))
+    if not rows:
+        return ""
+    body = "".join(f"<tr><td>{esc(k)}</td><td>{esc(clip(meta_value(v), 2000))}</td></tr>" for k, v in rows)
+    return (f'<details class="meta"><summary>record: {len(rows)} fields</summary>'
+            f'<table class="meta">{body}</table></details>')
+
+
+def item_anchor(key: str) -> str:
+    """The id of an item's transcript on its run's page (``key``: ``record_key``, so each attempt has its own):
+    ``report.html#item-<key>`` opens that item's transcript."""
+    return f"item-{key}"
+
+
 def item_html(record: Mapping[str, Any], run_dir: Path | None, open_: bool = False, anchor: bool = True) -> str:
     """An item's transcript; ``anchor``: with its id (``item_anchor``), which only one copy on a page has."""
     rid = record.get("id")
     target = f' id="{esc(item_anchor(rec.record_key(record)))}"' if anchor else ""
-    out = [f'<details class="item"{target}{" open" if open_ else ""}><summary>{status_badge(record.get("status"))} '
-           f'<b>{esc(rid)}</b> {esc(clip(record.get("message"), 200))}</summary>']
-    facts = ", ".join(f"{esc(k)}={esc(v)}" for k, v in record.items()
-                      if k not in SHOWN_ELSEWHERE and not isinstance(v, (dict, list)) and v not in (None, ""))
-    if facts:
-        out.append(f"<div class=\"n\">{facts}</div>")
+    trajectory = read_trajectory(run_dir, record.get("trajectory"))
+    questions = record.get("questions") if isinstance(record.get("questions"), list) else []
+    facts = item_facts(record, trajectory)
+    headline = questions_summary(questions) if questions else clip(record.get("message"), 200)
+    out = [f'<details class="item"{target}{" open" if open_ else ""}><summary>'
+           f'{status_badge(record.get("status"))} <b>{esc(rid)}</b> '
+           f'{f"<span class=n>{esc(facts)}</span> " if facts else ""}{esc(headline)}</summary>']
     if record.get("message"):
         out.append(f'<div class="msg">{esc(clip(record.get("message")))}</div>')
+    if questions:
+        out.append(wrong_questions_html(questions))
+        out.append(questions_html(questions))
     if record.get("code"):
-        out.append(f"<div>code</div>{pre(record['code'], 'code')}")
+        out.append(f'<div class="th">code</div>{code_html(clip(record["code"]), "python")}')
     for stream in ("stdout", "stderr", "traceback"):
         if record.get(stream):
-            out.append(f"<div>{stream}</div>{pre(record[stream])}")
-    if isinstance(record.get("questions"), list) and record["questions"]:
-        out.append(questions_html(record["questions"]))
-    trajectory = read_trajectory(run_dir, record.get("trajectory"))
+            out.append(f'<div class="th">{stream}</div>{pre(record[stream], "out")}')
     if trajectory is not None:
-        out.append(trajectory_html(trajectory))
+        out.append(transcript_html(trajectory))
+    out.append(meta_html(record))
     out.append("</details>")
     return "".join(out)
+
+
+def number_cell(value: float | None, text: str, cls: str = "num") -> str:
+    """A cell the table sorts by ``value`` (empty: unknown, sorted last)."""
+    return f'<td class="{cls}" data-sort="{value if value is not None else ""}">{esc(text)}</td>'
 
 
 def task_rows(records: list[Mapping[str, Any]], run_dir: Path | None) -> tuple[list[str], dict[str, set[str]]]:
@@ -274,12 +417,34 @@ def task_rows(records: list[Mapping[str, Any]], run_dir: Path | None) -> tuple[l
             values["category"].add(category)
         scored = scored_items(items)
         passed = sum(1 for r in scored if r.get("status") == rec.PASS)
+        durations = [float(r["duration"]) for r in items if is_number(r.get("duration"))]
+        duration = sum(durations) if durations else None
+        tokens = sum(usage_of(r)["tokens"] for r in items)
+        costs = [c for c in (cost_of(r) for r in items) if c is not None]
+        cost = sum(costs) if costs else None
+        worst = max((STATUS_RANK.get(s, len(STATUS_RANK)) for s in statuses), default=0)
         body = "".join(item_html(r, run_dir, open_=number == 0 and i == 0) for i, r in enumerate(items))
         rows.append(f'<tr class="task" data-id="{esc(task)}" data-statuses="{esc(" ".join(statuses))}" '
                     f'data-split="{esc(split)}" data-category="{esc(category)}"><td><b>{esc(task)}</b></td>'
-                    f"<td>{esc(split)}</td><td class=cat>{esc(category)}</td><td>{passed}/{len(scored)}</td>"
-                    f"<td>{' '.join(status_badge(s) for s in statuses)}</td><td>{body}</td></tr>")
+                    f"<td>{esc(split)}</td><td class=cat>{esc(category)}</td>"
+                    f'<td class="num" data-sort="{passed / len(scored) if scored else ""}">{passed}/{len(scored)}</td>'
+                    f'<td data-sort="{worst}">{" ".join(status_badge(s) for s in statuses)}</td>'
+                    f"{number_cell(duration, f'{duration:.1f} s' if duration is not None else '')}"
+                    f"{number_cell(tokens, f'{tokens:,.0f}' if tokens else '')}"
+                    f"{number_cell(cost, dollars(cost) if cost is not None else '', 'num cost')}"
+                    f"<td>{body}</td></tr>")
     return rows, values
+
+
+def tasks_table_head(categories: bool, cost: bool) -> str:
+    """The task table's head: click a column (or press Enter on it) to sort, again to reverse."""
+    classes = " ".join(c for c, hidden in (("nocat", not categories), ("nocost", not cost)) if hidden)
+    sortable = [("task", "text", ""), ("split", "text", ""), ("category", "text", "cat"), ("passed", "num", ""),
+                ("status", "num", ""), ("duration", "num", ""), ("tokens", "num", ""), ("cost", "num", "cost")]
+    heads = "".join(f'<th class="sort {cls}" data-kind="{kind}" tabindex="0">{name}</th>'
+                    for name, kind, cls in sortable)
+    return (f'<table id="tasks"{f" class={classes!r}" if classes else ""}><thead><tr>{heads}<th>items</th></tr>'
+            "</thead><tbody>")
 
 
 def incomplete_html(incomplete: Any) -> str:
@@ -291,6 +456,30 @@ def incomplete_html(incomplete: Any) -> str:
     return (f'<div class="incomplete"><p><b>incomplete: {esc(incomplete.get("not_run"))} of '
             f'{esc(incomplete.get("selected"))} items not run</b>: {esc(items)}</p><p>Every metric is over the '
             f"whole selection: an item not run counts as not passed.</p>{resume}</div>")
+
+
+def rate_keys(summary: Mapping[str, Any]) -> set[str]:
+    """The metrics that are rates: the benchmark's gate metrics (``physics.main`` like ``main``), and any
+    fraction named ``*accuracy`` or ``*rate``."""
+    gated = set(declared_in(summary).gate_metrics.values())
+    out = set()
+    for key, value in (summary.get("metrics") or {}).items():
+        if not is_number(value) or not 0 <= value <= 1:
+            continue
+        if key in gated or key.rsplit(".", 1)[-1] in gated or key.endswith(("accuracy", "rate")):
+            out.add(key)
+    return out
+
+
+def metric_text(value: Any, rate: bool) -> str:
+    """A metric as the Metrics table shows it: a rate as a percentage, a count as a count."""
+    if rate:
+        return pct(float(value))
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.4g}"
+    if isinstance(value, float):
+        return f"{value:.0f}"
+    return str(value)
 
 
 def category_cell(metrics: Mapping[str, Any], passed: str, total: str, rate: str) -> str:
@@ -314,8 +503,10 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
     for h in headlines(summary, records):
         ci = h["interval"]
         ci_text = f"95% CI {pct(ci[0])} – {pct(ci[1])}" if ci else "no interval (nothing scored)"
+        levels = "".join(f'<div class="n">difficulty {esc(level)}: {k}/{n} passed</div>'
+                         for level, (k, n) in h["by_difficulty"].items())
         cards.append(f'<div class="card"><div>{esc(h["name"])}</div><div class="v">{esc(pct(h["value"]))}</div>'
-                     f'<div class="n">{h["k"]}/{h["n"]} · {esc(ci_text)} (Wilson)</div></div>')
+                     f'<div class="n">{h["k"]}/{h["n"]} · {esc(ci_text)} (Wilson)</div>{levels}</div>')
     counts = summary.get("counts") or rec.count_statuses(records)
     usage = summary.get("usage") or {}
     hits = usage.get("cache_hits", 0) or 0
@@ -323,8 +514,14 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
                   f"tokens, {hits:g} cache hits, {usage.get('tool_calls', 0) or 0:g} tool calls") \
         if usage and (any(usage.values()) or settings.get("model") != "oracle") else ""  # the oracle calls no model
     rows, values = task_rows(records, run_dir)
-    metric_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(f'{v:.4g}' if isinstance(v, float) else v)}</td></tr>"
-                          for k, v in (summary.get("metrics") or {}).items())
+    costs = [c for c in (cost_of(r) for r in records) if c is not None]
+    has_cost = bool(costs)
+    if has_cost:  # where known: an item without a recorded cost counts as unknown, not as free
+        usage_text += f"{', ' if usage_text else ''}{dollars(sum(costs))} over {len(costs)} of {len(records)} items"
+    metrics = summary.get("metrics") or {}
+    rates = rate_keys(summary)
+    metric_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(metric_text(v, k in rates))}</td></tr>"
+                          for k, v in metrics.items())
     setting_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in settings.items()
                            if k not in ("data_hashes", "notes"))
     hashes = settings.get("data_hashes") or {}
@@ -360,18 +557,19 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         '<h2>Tasks</h2><div class="filters">'
         f'<label>status <select id="f-status"><option value="">all</option>{options(values["status"])}</select></label>'
         f'<label>split <select id="f-split"><option value="">all</option>{options(values["split"])}</select></label>'
-        f'{category_filter}<label>id <input id="f-text" size="10"></label>'
+        f'{category_filter}<label>search <input id="f-text" type="search" size="24" '
+        'placeholder="id, question, code, output"></label>'
         '<button id="f-open" type="button">expand shown</button><button id="f-close" type="button">collapse all'
         '</button><span id="f-count"></span></div>',
-        f"<table{'' if values['category'] else ' class=nocat'}><tr><th>task</th><th>split</th><th class=cat>category</th><th>passed</th><th>statuses</th><th>items</th></tr>",
-        *rows, "</table>",
-        f"<h2>Metrics</h2><table>{metric_rows}</table>",
+        tasks_table_head(bool(values["category"]), has_cost),
+        *rows, "</tbody></table>",
+        f"<h2>Metrics</h2><table id=\"metrics\">{metric_rows}</table>",
         ('<h2>Categories</h2><table class="categories"><tr><th>category</th><th>main problems resolved</th>'
          f"<th>subproblems passed</th></tr>{category_rows}</table>") if category_rows else "",
         f"<h2>Settings</h2><table>{setting_rows}</table>",
         f"<h2>Run</h2><table>{run_rows}</table>" if run_rows else "",
         f"<h2>Data hashes (sha256)</h2><table>{hash_rows}</table>" if hash_rows else "",
-        f"</main><script>{JS}{ANCHOR_JS}</script></body></html>",
+        f"</main><script>{JS}</script></body></html>",
     ]
     return "\n".join(p for p in parts if p)
 

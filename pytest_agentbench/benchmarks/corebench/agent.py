@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...core.text import printable, repair_value
-from ...models.usage import count_completion
+from ...models.usage import count_completion, turn_of
 from ...sandbox.result import ExecResult
 from . import scorer
 
@@ -83,6 +83,7 @@ class AgentResult:
     message: str = ""
     accounting: dict = field(default_factory=dict)
     trajectory: list[dict] = field(default_factory=list)
+    turns: list[dict] = field(default_factory=list)  # tokens and latency of each model call (usage.turn_of)
 
 
 def new_accounting() -> dict[str, Any]:
@@ -127,6 +128,7 @@ class CoreAgent:
         self.started = 0.0
         self.submitted: dict | None = None
         self.pending_images: list[dict] = []
+        self.turns: list[dict] = []
 
     # ---------------------------------------------------------------- the loop
 
@@ -141,7 +143,7 @@ class CoreAgent:
         reason, message = self._loop(messages)
         self.accounting["agent_seconds"] = round(time.monotonic() - self.started, 3)
         return AgentResult(end_reason=reason, final_answer=self.submitted, message=message,
-                           accounting=self.accounting, trajectory=messages)
+                           accounting=self.accounting, trajectory=messages, turns=self.turns)
 
     def _loop(self, messages: list[dict]) -> tuple[str, str]:
         from ...models.client import ModelError, tool_result_message  # why: it imports the openai SDK (slow)
@@ -161,6 +163,7 @@ class CoreAgent:
             except ModelError as exc:
                 return "model_error", printable(exc)  # the server's text: no escape sequence reaches a record
             self._count(completion)
+            self.turns.append(turn_of(completion, len(messages)))
             messages.append(completion.assistant_message())
             if not completion.tool_calls:
                 messages.append({"role": "user", "content": "Continue with the tools. When you have the answers, "
@@ -318,5 +321,6 @@ def write_trajectory(files: Any, key: str, result: AgentResult, extra: dict) -> 
     capsule_id = key.split("[", 1)[0]
     return files.write(f"trajectories/{key}.json", json.dumps(
         {"capsule": capsule_id, "end_reason": result.end_reason, "message": result.message,
-         "accounting": result.accounting, **extra, "messages": compact_trajectory(result.trajectory)},
+         "accounting": result.accounting, **extra, "messages": compact_trajectory(result.trajectory),
+         "turns": result.turns},
         indent=1, default=str))

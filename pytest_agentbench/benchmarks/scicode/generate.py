@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ...core.text import repair_value
 from .extract import extract_code, function_name_of
-from ...models.usage import count_completion
+from ...models.usage import count_completion, turn_of
 from .prompts import build_prompt
 
 if TYPE_CHECKING:
@@ -67,11 +67,19 @@ class GenResult:
     response_text: str = ""
     trajectory: list[dict] = field(default_factory=list)
     accounting: dict = field(default_factory=new_accounting)
+    turns: list[dict] = field(default_factory=list)  # tokens and latency of each model call (usage.turn_of)
 
 
 def count_call(accounting: dict, completion: Completion) -> None:
     count_completion(accounting, completion)
     count_repaired(accounting, completion.text_repaired)
+
+
+def add_reply(trajectory: list[dict], turns: list[dict], accounting: dict, completion: Completion) -> None:
+    """Count a model call, note its tokens and latency in ``turns``, and append its reply to the trajectory."""
+    count_call(accounting, completion)
+    turns.append(turn_of(completion, len(trajectory)))
+    trajectory.append(completion.assistant_message())
 
 
 def count_repaired(accounting: dict, count: int) -> None:
@@ -148,20 +156,23 @@ def generate_step(model, problem: dict, step_index: int, previous_code: list[str
     system = NAIVE_SYSTEM if mode == "naive" else TOOL_SYSTEM
     trajectory = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
     accounting = new_accounting()
+    turns: list[dict] = []
     try:
         if mode == "naive":
             completion = model.complete(trajectory, sample_index=sample_index)
-            count_call(accounting, completion)
-            trajectory.append(completion.assistant_message())
-            return finish(completion, function_name, trajectory, accounting)
-        return tool_use_loop(model, trajectory, function_name, accounting, run_code=run_code,
-                             tool_loops=tool_loops, tool_timeout=tool_timeout, sample_index=sample_index)
+            add_reply(trajectory, turns, accounting, completion)
+            result = finish(completion, function_name, trajectory, accounting)
+        else:
+            result = tool_use_loop(model, trajectory, turns, function_name, accounting, run_code=run_code,
+                                   tool_loops=tool_loops, tool_timeout=tool_timeout, sample_index=sample_index)
     except ModelError as error:
-        return GenResult(code=None, status="model_error", message=str(error),
-                         trajectory=trajectory, accounting=accounting)
+        result = GenResult(code=None, status="model_error", message=str(error),
+                           trajectory=trajectory, accounting=accounting)
+    result.turns = turns
+    return result
 
 
-def tool_use_loop(model, trajectory: list[dict], function_name: str | None, accounting: dict, *,
+def tool_use_loop(model, trajectory: list[dict], turns: list[dict], function_name: str | None, accounting: dict, *,
                   run_code, tool_loops: int, tool_timeout: float, sample_index: int) -> GenResult:
     from ...models.client import tool_result_message  # why: as in generate_step, openai loads only when used
 
@@ -175,8 +186,7 @@ def tool_use_loop(model, trajectory: list[dict], function_name: str | None, acco
         # tool calls, which some servers reject without the tool definitions
         completion = model.complete(trajectory, tools=tools, sample_index=sample_index,
                                     tool_choice=None if budget_left else "none")
-        count_call(accounting, completion)
-        trajectory.append(completion.assistant_message())
+        add_reply(trajectory, turns, accounting, completion)
         if not completion.tool_calls or completion.finish_reason == "length":
             return finish(completion, function_name, trajectory, accounting)
         if not budget_left:

@@ -275,4 +275,4 @@ def write_trajectory(files: RunFiles, number: str, generated: Generated) -> str:
     """``trajectories/<step>.json`` through the run's file sink; the relpath the record refers to."""
     return files.write(f"trajectories/{number}.json", json.dumps(
         {"step": number, "status": generated.status, "messages": generated.trajectory,
-         "response": generated.response_text}, indent=1, default=str))
+         "response": generated.response_text, "turns": generated.turns}, indent=1, default=str))

@@ -30,6 +30,7 @@ class Generated:
     accounting: dict[str, Any] = field(default_factory=dict)
     trajectory: list[dict[str, Any]] = field(default_factory=list)
     response_text: str = ""
+    turns: list[dict[str, Any]] = field(default_factory=list)  # tokens and latency per model call
 
 
 class Solver(Protocol):
@@ -114,7 +115,7 @@ class ChatSolver:
                                     sample_index=sample_index)
         return Generated(code=result.code, status=result.status, message=result.message,
                          accounting=dict(result.accounting), trajectory=list(result.trajectory),
-                         response_text=result.response_text)
+                         response_text=result.response_text, turns=list(result.turns))
 
 
 def accepts_keyword(func: Callable[..., Any], name: str) -> bool:
