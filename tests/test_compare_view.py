@@ -139,7 +139,7 @@ def test_compare_html_of_lone_summaries_says_what_is_missing_and_escapes(tmp_pat
     page = (tmp_path / "out.html").read_text()
     assert HOSTILE not in page and page.count("<script>") == 1
     assert "A: no report.html on disk" in page and "A: no record of this item on disk" in page
-    assert "x = &#x27;&lt;/script&gt;" in page  # B's record, embedded and escaped
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in page  # B's record, embedded and escaped
     assert page.index('data-id="1.2"') < page.index('data-id="2.1"')  # pass -> fail before fail -> pass
     direct = render_compare_page(compare(dict(a, _path=str(tmp_path / "a" / "summary.json")),
                                          dict(b, _path=str(tmp_path / "b" / "summary.json"))), tmp_path / "out.html")
