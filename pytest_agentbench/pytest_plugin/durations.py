@@ -74,7 +74,7 @@ def plan_costs(state: BenchState) -> tuple[Callable[[str], str], Callable[[str, 
     """``unit_of(nodeid)`` and ``unit_cost(unit, nodeids)`` for the scheduler: a grouped benchmark's unit is a
     task, an ungrouped one's an item; other tests are grouped as xdist's load-scope does."""
     bench = state.benchmark
-    samples = sample_nodeids(bench, state.tasks, state.options.attempts)
+    samples = sample_nodeids(bench, state.tasks, state.options.attempts, state.models)
     known = measured(state)
     estimate = {nodeid: float(bench.expected_cost(sample)) for nodeid, sample in samples.items()}
     seconds = {nodeid: known[sample.task_id][sample.id] for nodeid, sample in samples.items()
