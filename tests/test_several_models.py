@@ -110,6 +110,14 @@ def test_two_models_get_their_own_runs_a_table_across_them_and_their_own_gates(p
     page = (compared / "report.html").read_text()
     assert 'href="../../righty/both/report.html"' in page and "wrongy" in page
 
+    # --bench-resume takes one model's run folder: that model's run, with its entry of the run file
+    resumed = pytester.runpytest("-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}",
+                                 "--bench-config=agentbench.yaml", f"--bench-resume={reports / 'wrongy' / 'both'}")
+    text = resumed.stdout.str()
+    assert resumed.ret == 1, text  # its gate still fails; its finished records are reused
+    assert "model wrongy" in text and "model righty" not in text and "models compared" not in text
+    assert len(completions(wrong)) == 2 and len(completions(right)) == 2  # nothing asked again
+
 
 def test_k_selects_a_model_by_its_name(pytester, shared_cache, two_models):
     _, right, wrong = two_models
@@ -137,3 +145,20 @@ def test_several_models_under_xdist_collect_the_same_ids_and_write_both_runs(pyt
         records = read_jsonl(reports / model / "both" / "steps.jsonl")
         assert sorted((r["id"], r["status"]) for r in records) == [("1.1", status), ("3.1", status)]
     assert (reports / "_models" / "both" / "summary.md").is_file()
+
+
+def test_the_table_shows_cost_when_a_summary_has_it_and_a_dash_otherwise():
+    from pytest_agentbench.report.models_table import model_row, render_markdown, render_text
+
+    records = [{"id": "1.1", "task": "1", "status": "pass"}, {"id": "1.2", "task": "1", "status": "fail"}]
+    base = {"settings": {"benchmark": "scicode"}, "metrics": {"subproblem": 0.5, "main": 0.0},
+            "gate_metrics": {"subproblem": "subproblem", "main": "main"}, "headlines": {"subproblem": "item"},
+            "counts": {"pass": 1, "fail": 1}, "usage": {"tokens": 30, "prompt_tokens": 20, "completion_tokens": 10}}
+    priced = model_row("priced", {**base, "cost": {"total_usd": 0.01234}, "gates_passed": False}, records, "r/p")
+    unpriced = model_row("free", base, records, "r/f")
+    lines = render_text([priced, unpriced])
+    assert lines[0].split() == ["model", "subproblem", "items", "tokens", "cost", "gates"]
+    assert "$0.0123" in lines[2] and "FAILED" in lines[2] and "50.0% (1/2, 95% CI" in lines[2]
+    assert lines[3].split()[-2:] == ["—", "—"]  # no cost, no gate
+    markdown = render_markdown([priced, unpriced])
+    assert "| priced | 50.0% (1/2, 95% CI 9.5%–90.5%) | 1 pass, 1 fail | 30 (20 in, 10 out) | $0.0123 | FAILED |" in markdown
