@@ -127,6 +127,13 @@ def test_k_selects_a_model_by_its_name(pytester, shared_cache, two_models):
     assert [r["id"] for r in read_jsonl(reports / "righty" / "both" / "steps.jsonl")] == ["3.1"]
     assert not (reports / "wrongy" / "both").exists()
     assert completions(wrong) == [] and len(completions(right)) == 1
+    # the resume command of that model's folder keeps the -k: a run of one model matches its name too
+    resumed = pytester.runpytest("-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}",
+                                 "--bench-config=agentbench.yaml", "-k", "righty and 3.1",
+                                 f"--bench-resume={reports / 'righty' / 'both'}")
+    assert resumed.ret == 0, resumed.stdout.str()
+    resumed.assert_outcomes(passed=1)
+    assert len(completions(right)) == 1  # reused, not asked again
 
 
 def test_a_conftest_bench_model_with_several_models_is_a_usage_error(pytester, shared_cache, two_models):
@@ -138,12 +145,13 @@ def test_a_conftest_bench_model_with_several_models_is_a_usage_error(pytester, s
 
 
 def test_several_models_under_xdist_collect_the_same_ids_and_write_both_runs(pytester, shared_cache, two_models):
-    result = run(pytester, shared_cache, "-n", "2")
+    result = run(pytester, shared_cache, "-n", "2", "-k", "3.1")
     assert result.ret == 1, result.stdout.str()
     reports = pytester.path / "reports" / "scicode"
     for model, status in (("righty", "pass"), ("wrongy", "fail")):
         records = read_jsonl(reports / model / "both" / "steps.jsonl")
-        assert sorted((r["id"], r["status"]) for r in records) == [("1.1", status), ("3.1", status)]
+        assert [(r["id"], r["status"]) for r in records] == [("3.1", status)]
+        assert records[0]["worker"].startswith("gw")
     assert (reports / "_models" / "both" / "summary.md").is_file()
 
 

@@ -124,8 +124,9 @@ def pytest_configure(config: pytest.Config) -> None:
     reporters = [Reporter(config, each) for each in runs]
     for reporter in reversed(reporters):  # the terminal calls the last registered first: models in the file's order
         config.pluginmanager.register(reporter, plugin_name("agentbench-reporter", reporter.state))
-        config.pluginmanager.register(DurationsWriter(reporter.state), plugin_name("agentbench-durations", reporter.state))
-    if len(reporters) > 1 or state.model is not None:
+        durations = DurationsWriter(reporter.state)  # the scheduler's costs
+        config.pluginmanager.register(durations, plugin_name("agentbench-durations", reporter.state))
+    if state.model is not None:  # a run of several models: one verdict and one table across them
         config.pluginmanager.register(ModelsReport(config, reporters), "agentbench-models")
     config.pluginmanager.register(Progress(config, opts.progress_interval), "agentbench-progress")
     if config.pluginmanager.hasplugin("xdist"):
@@ -137,7 +138,8 @@ def plugin_name(base: str, state: BenchState) -> str:
     return base if state.model is None else f"{base}-{state.model}"
 
 
-def model_states(config: pytest.Config, options: tuple[Option, ...], several: dict[str, Settings]) -> dict[str, BenchState]:
+def model_states(config: pytest.Config, options: tuple[Option, ...],
+                 several: dict[str, Settings]) -> dict[str, BenchState]:
     """One state per model of a run file that lists several (each with its own settings, run folder and checks),
     sharing one run id; a conftest's own ``bench_model`` cannot stand for several models (ConfigError)."""
     names = tuple(several)
@@ -166,7 +168,8 @@ def pytest_make_collect_report(collector: pytest.Collector):
         return report
     root = BenchCollector.from_parent(collector, name=state.benchmark.name, nodeid=state.benchmark.name,
                                       benchmark=state.benchmark, tasks=state.tasks,
-                                      attempts=state.options.attempts, models=state.models)
+                                      attempts=state.options.attempts, models=state.models,
+                                      model_name=state.settings.get("model"))
     # With --bench and no explicit paths only the benchmark runs, never a user's tests/ by accident.
     report.result = [root] if state.only_bench else [*report.result, root]
     return report

@@ -39,11 +39,16 @@ def prepare_item(item: pytest.Item, run: BenchRun) -> None:
 class BenchItem(pytest.Function):
     """A step or capsule. It is a real ``pytest.Function`` so fixtures (and their overrides) apply."""
 
-    def __init__(self, *, sample: Sample, benchmark: Benchmark, model: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, sample: Sample, benchmark: Benchmark, model: str | None = None,
+                 model_name: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sample = sample
         self.benchmark = benchmark
         self.model = model  # a run of several models: whose item this is (None: the session's one model)
+        if model is None and model_name:
+            # -k matches the model's name in a run of one model too: a run of several models resumed one
+            # model's folder at a time keeps its -k "gpt-4o and ..."
+            self.extra_keyword_matches.add(model_name)
         for marker in (marker_name(benchmark), *sample.markers):
             self.add_marker(marker)
         if sample.split:
@@ -66,28 +71,30 @@ def marker_name(benchmark: Benchmark) -> str:
 
 class TaskCollector(pytest.Collector):
     def __init__(self, *, task: Task, benchmark: Benchmark, samples: list[tuple[str | None, Sample]],
-                 **kwargs: Any) -> None:
+                 model_name: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.task = task
         self.benchmark = benchmark
         self.samples = samples  # (model or None, sample), in the order they run
+        self.model_name = model_name
 
     def collect(self):
         for model, sample in self.samples:
             yield BenchItem.from_parent(self, name=item_name(sample, model), callobj=run_bench_item, sample=sample,
-                                        benchmark=self.benchmark, model=model)
+                                        benchmark=self.benchmark, model=model, model_name=self.model_name)
 
 
 class BenchCollector(pytest.Collector):
     """The root of a benchmark's items; ``tasks`` are already filtered by ``--bench-ids``."""
 
     def __init__(self, *, benchmark: Benchmark, tasks: list[Task], attempts: int = 1, models: tuple[str, ...] = (),
-                 **kwargs: Any) -> None:
+                 model_name: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.benchmark = benchmark
         self.tasks = tasks
         self.attempts = attempts
         self.models = models  # a run of several models: every sample once per model
+        self.model_name = model_name  # a run of one model: its name, which -k matches
 
     def collect(self):
         name = self.benchmark.name
@@ -95,11 +102,12 @@ class BenchCollector(pytest.Collector):
             samples = per_model(with_attempts(task.samples, self.attempts), self.models, self.benchmark.group_items)
             if self.benchmark.group_items:
                 yield TaskCollector.from_parent(self, name=task.id, nodeid=f"{name}/{task.id}", task=task,
-                                                benchmark=self.benchmark, samples=samples)
+                                                benchmark=self.benchmark, samples=samples, model_name=self.model_name)
             else:
                 for model, sample in samples:
                     yield BenchItem.from_parent(self, name=item_name(sample, model), callobj=run_bench_item,
-                                                sample=sample, benchmark=self.benchmark, model=model)
+                                                sample=sample, benchmark=self.benchmark, model=model,
+                                                model_name=self.model_name)
 
 
 def per_model(samples: list[Sample], models: tuple[str, ...], grouped: bool) -> list[tuple[str | None, Sample]]:
