@@ -7,8 +7,9 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("bench", "--bench", "benchmark to run (an installed benchmark's name); without it the plugin does nothing.",
            ini="agentbench_bench", metavar="NAME"),
     Option("config", "--bench-config",
-           "run file (YAML or JSON) with the run's options, model, gates and pytest selection "
+           "run file (YAML or JSON) with the run's options, models, gates and pytest selection "
            "(sections bench, models, gates, pytest; `python -m pytest_agentbench init` writes an example); "
+           "several models run in one session, each its own run, unless --model picks one; "
            "the command line and the environment win over it, it wins over the ini file.",
            kind="path", exists="file", ini="agentbench_config", env="AGENTBENCH_CONFIG", metavar="FILE",
            runfile_group=None),

@@ -66,7 +66,8 @@ class RunFile:
         return [m.name for m in self.models]
 
     def values_for(self, model: str | None, env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
-        """Option name -> (raw value, where) for the resolver, with the model ``model`` (or the only one)."""
+        """Option name -> (raw value, where) for the resolver, with the model ``model`` (or the only one; with
+        several and none picked, the values every model shares)."""
         out = {name: (located.value, self.where(located.line)) for name, located in self.options.items()}
         entry = self.pick_model(model)
         if entry is not None:
@@ -77,17 +78,18 @@ class RunFile:
                 out["model_api_key"] = self.api_key(entry, env)
         return out
 
+    def several(self, model: str | None) -> bool:
+        """Whether this run runs every listed model (more than one, and no --model picks one of them)."""
+        return model is None and len(self.models) > 1
+
     def pick_model(self, model: str | None) -> ModelEntry | None:
+        """The entry of ``model`` (or the only one); None when the file lists none, or several and none is
+        picked (a run of several models resolves each entry on its own: ``values_for(name, ...)``)."""
         if not self.models:
             return None
         if model is not None:
             return next((m for m in self.models if m.name == model), None)
-        if len(self.models) == 1:
-            return self.models[0]
-        raise OptionError(
-            f"{self.where(self.models[0].line)}: {len(self.models)} models are listed "
-            f"({', '.join(self.model_names())}); several models in one run are not supported yet: pick one "
-            f"with --model=NAME")
+        return self.models[0] if len(self.models) == 1 else None
 
     def api_key(self, entry: ModelEntry, env: Mapping[str, str]) -> tuple[Any, str]:
         located = entry.values[KEY_ENV]

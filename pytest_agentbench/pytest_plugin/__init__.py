@@ -26,15 +26,15 @@ from ..envs import build_env
 from ..models.cache import ResponseCache
 from ..models.options import build_model, model_settings
 from . import hookspecs, remote
-from .checks import before_items, other_benchmark_options
+from .checks import before_items, bench_model_overridden, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
 from .durations import DurationsWriter
-from .options import all_options, read, register, run_file_arguments
+from .options import all_options, read, register, run_file_arguments, several_models
 from .pathargs import space_form_error
 from .progress import Progress, header_lines
-from .run import SETTINGS, STATE, BenchState
+from .run import MODEL_STATES, SETTINGS, STATE, BenchState, ModelRuns, states_of
 from .selfdescribe import DEFINITION, definition, restore
-from .state import make_state
+from .state import make_state, new_run_id
 from .writer import ControllerWriter, WorkerWriter
 from .xdist import XdistHooks
 
@@ -101,23 +101,63 @@ def pytest_configure(config: pytest.Config) -> None:
         if not opts.bench:
             return
         other_benchmark_options(options, opts, opts.bench)
-        state = make_state(config, opts)
-        if not state.is_worker:
-            before_items(config, opts, state)  # report dir, model preflight, resume merge, significance
+        several = several_models(config, options, opts)  # a run file listing several models, none picked
+        if several:
+            states = model_states(config, options, several)
+            state = next(iter(states.values()))
+            config.stash[MODEL_STATES] = states
+        else:
+            state = make_state(config, opts)
+            if not state.is_worker:
+                before_items(config, opts, state)  # report dir, model preflight, resume merge, significance
     except (ConfigError, DataError) as exc:
         raise usage_error(exc) from None
     config.stash[STATE] = state
+    runs = states_of(config)
     writer = WorkerWriter if state.is_worker else ControllerWriter
-    config.pluginmanager.register(writer(config, state), "agentbench-writer")
+    for each in runs:
+        config.pluginmanager.register(writer(config, each), plugin_name("agentbench-writer", each))
     if state.is_worker:
         return
-    from .reporter import Reporter  # why: the report layer imports numpy; only a benchmark run reports
+    from .reporter import ModelsReport, Reporter  # why: the report layer imports numpy; only a benchmark run reports
 
-    config.pluginmanager.register(Reporter(config, state), "agentbench-reporter")
+    reporters = [Reporter(config, each) for each in runs]
+    for reporter in reversed(reporters):  # the terminal calls the last registered first: models in the file's order
+        config.pluginmanager.register(reporter, plugin_name("agentbench-reporter", reporter.state))
+        durations = DurationsWriter(reporter.state)  # the scheduler's costs
+        config.pluginmanager.register(durations, plugin_name("agentbench-durations", reporter.state))
+    if state.model is not None:  # a run of several models: one verdict and one table across them
+        config.pluginmanager.register(ModelsReport(config, reporters), "agentbench-models")
     config.pluginmanager.register(Progress(config, opts.progress_interval), "agentbench-progress")
-    config.pluginmanager.register(DurationsWriter(state), "agentbench-durations")  # the scheduler's costs
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(state, config.getoption("dist", None)), "agentbench-xdist")
+        config.pluginmanager.register(XdistHooks(state, config.getoption("dist", None), runs), "agentbench-xdist")
+
+
+def plugin_name(base: str, state: BenchState) -> str:
+    """A plugin's name: one per run, so each model of a run of several models has its own."""
+    return base if state.model is None else f"{base}-{state.model}"
+
+
+def model_states(config: pytest.Config, options: tuple[Option, ...],
+                 several: dict[str, Settings]) -> dict[str, BenchState]:
+    """One state per model of a run file that lists several (each with its own settings, run folder and checks),
+    sharing one run id; a conftest's own ``bench_model`` cannot stand for several models (ConfigError)."""
+    names = tuple(several)
+    if bench_model_overridden(config):
+        raise ConfigError(f"a conftest.py overrides the bench_model fixture, and the run file lists {len(names)} "
+                          f"models ({', '.join(names)}): a run of several models uses the built-in clients; pick "
+                          f"one model with --model=NAME, or remove the override")
+    run_id = new_run_id()
+    states: dict[str, BenchState] = {}
+    for name, opts in several.items():
+        if not opts.run_id:  # every model's run folder has the session's run id
+            opts = opts.with_values(run_id=run_id)
+        state = make_state(config, opts, names)
+        state.definition = definition(config, options, opts)  # settings.json: resumable as that model's run
+        if not state.is_worker:
+            before_items(config, opts, state)
+        states[name] = state
+    return states
 
 
 @pytest.hookimpl(wrapper=True)
@@ -128,23 +168,30 @@ def pytest_make_collect_report(collector: pytest.Collector):
         return report
     root = BenchCollector.from_parent(collector, name=state.benchmark.name, nodeid=state.benchmark.name,
                                       benchmark=state.benchmark, tasks=state.tasks,
-                                      attempts=state.options.attempts)
+                                      attempts=state.options.attempts, models=state.models,
+                                      model_name=state.settings.get("model"))
     # With --bench and no explicit paths only the benchmark runs, never a user's tests/ by accident.
     report.result = [root] if state.only_bench else [*report.result, root]
     return report
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    state = config.stash.get(STATE, None)
-    if state is None:
+    runs = states_of(config)
+    if not runs:
         return None
-    return header_lines(state.settings, state.run_dir, [*state.settings.get("notes", []), *state.notes])
+    lines: list[str] = []
+    for state in runs:  # several models: one block each
+        lines += header_lines(state.settings, state.run_dir, [*state.settings.get("notes", []), *state.notes])
+    return lines
 
 
 @pytest.fixture(scope="session")
 def bench_model(pytestconfig: pytest.Config):
     """The model under evaluation. Override this fixture in a conftest.py to plug in another client."""
     try:
+        several = pytestconfig.stash.get(MODEL_STATES, None)
+        if several:  # a run of several models: each model's client, by name
+            return {name: build_model(state.options) for name, state in several.items()}
         return build_model(settings_of(pytestconfig))
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -167,21 +214,33 @@ def bench_env(pytestconfig: pytest.Config):
 def bench_run(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) -> Iterator[BenchRun]:
     """This process's run of the benchmark, opened once at its first item with the model and environment
     (the solver is chosen here) and closed at the end of the session, before the environment."""
+    several = request.config.stash.get(MODEL_STATES, None)
+    if several:  # each model's run opens at its first item
+        runs = ModelRuns(lambda name: open_run(request, several[name], bench_model[name], bench_env))
+        yield runs
+        runs.close()
+        return
     state: BenchState = request.config.stash[STATE]
-    selected = frozenset(item.sample.id for item in request.session.items if isinstance(item, BenchItem))
+    yield open_run(request, state, bench_model, bench_env)
+    state.run.close()
+    state.run = None
+
+
+def open_run(request: pytest.FixtureRequest, state: BenchState, model: Any, env: Any) -> BenchRun:
+    """The benchmark's run of ``state`` with ``model``: over the session's items of that run."""
+    selected = frozenset(item.sample.id for item in request.session.items
+                         if isinstance(item, BenchItem) and item.model == state.model)
     opts = state.options
     spec = RunSpec(settings=state.settings, options=opts, tasks=tuple(state.tasks), selected=selected,
                    run_dir=state.run_dir, data_dir=opts.data_dir, cache_dir=opts.cache_dir, files=state.files)
-    cache = getattr(bench_model, "cache", None)
+    cache = getattr(model, "cache", None)
     if state.journal is not None and isinstance(cache, ResponseCache):
         cache.journal = state.journal  # on a worker: new entries also travel to the controller's cache
     try:
-        state.run = state.benchmark.open_run(spec, bench_model, bench_env)
+        state.run = state.benchmark.open_run(spec, model, env)
     except ConfigError as exc:
         raise usage_error(exc) from None
-    yield state.run
-    state.run.close()
-    state.run = None
+    return state.run
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -17,30 +17,38 @@ from ..benchmarks.base import Benchmark, BenchRun
 from ..core.errors import ConfigError
 from ..core.io import natural_key
 from ..core.types import Sample, Task
-from .run import STATE, run_item
+from .run import ModelRuns, run_item, state_of
 
 
 def run_bench_item(request: pytest.FixtureRequest, bench_run: BenchRun) -> None:
     """The body of every benchmark item: fixtures are resolved by pytest, the work by the run loop."""
-    prepare_item(request.node, bench_run)
-    run_item(request.node, bench_run)
+    item = request.node
+    run = bench_run[item.model] if isinstance(bench_run, ModelRuns) else bench_run
+    prepare_item(item, run)
+    run_item(item, run)
 
 
 def prepare_item(item: pytest.Item, run: BenchRun) -> None:
     """What the item needs before it is timed (``BenchRun.prepare_sample``, optional: SciCode's targets of the
     item's problem), so it is part of no item's ``duration``; not for an item a resumed run already has."""
     prepare = getattr(run, "prepare_sample", None)
-    if prepare is not None and item.sample.key not in item.config.stash[STATE].resumed:
+    if prepare is not None and item.sample.key not in state_of(item).resumed:
         prepare(item.sample)
 
 
 class BenchItem(pytest.Function):
     """A step or capsule. It is a real ``pytest.Function`` so fixtures (and their overrides) apply."""
 
-    def __init__(self, *, sample: Sample, benchmark: Benchmark, **kwargs: Any) -> None:
+    def __init__(self, *, sample: Sample, benchmark: Benchmark, model: str | None = None,
+                 model_name: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sample = sample
         self.benchmark = benchmark
+        self.model = model  # a run of several models: whose item this is (None: the session's one model)
+        if model is None and model_name:
+            # -k matches the model's name in a run of one model too: a run of several models resumed one
+            # model's folder at a time keeps its -k "gpt-4o and ..."
+            self.extra_keyword_matches.add(model_name)
         for marker in (marker_name(benchmark), *sample.markers):
             self.add_marker(marker)
         if sample.split:
@@ -50,7 +58,7 @@ class BenchItem(pytest.Function):
         self.user_properties.append(("agentbench_sample", sample.id))
 
     def reportinfo(self):
-        return self.path, 0, f"{self.benchmark.name} {self.sample.key}"
+        return self.path, 0, f"{self.benchmark.name} {self.name}"
 
     def _prunetraceback(self, excinfo) -> None:  # tracebacks through the plugin are not the user's concern
         excinfo.traceback = excinfo.traceback.cut(path=__file__) or excinfo.traceback
@@ -62,46 +70,79 @@ def marker_name(benchmark: Benchmark) -> str:
 
 
 class TaskCollector(pytest.Collector):
-    def __init__(self, *, task: Task, benchmark: Benchmark, samples: list[Sample], **kwargs: Any) -> None:
+    def __init__(self, *, task: Task, benchmark: Benchmark, samples: list[tuple[str | None, Sample]],
+                 model_name: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.task = task
         self.benchmark = benchmark
-        self.samples = samples
+        self.samples = samples  # (model or None, sample), in the order they run
+        self.model_name = model_name
 
     def collect(self):
-        for sample in self.samples:
-            yield BenchItem.from_parent(self, name=sample.key, callobj=run_bench_item, sample=sample,
-                                        benchmark=self.benchmark)
+        for model, sample in self.samples:
+            yield BenchItem.from_parent(self, name=item_name(sample, model), callobj=run_bench_item, sample=sample,
+                                        benchmark=self.benchmark, model=model, model_name=self.model_name)
 
 
 class BenchCollector(pytest.Collector):
     """The root of a benchmark's items; ``tasks`` are already filtered by ``--bench-ids``."""
 
-    def __init__(self, *, benchmark: Benchmark, tasks: list[Task], attempts: int = 1, **kwargs: Any) -> None:
+    def __init__(self, *, benchmark: Benchmark, tasks: list[Task], attempts: int = 1, models: tuple[str, ...] = (),
+                 model_name: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.benchmark = benchmark
         self.tasks = tasks
         self.attempts = attempts
+        self.models = models  # a run of several models: every sample once per model
+        self.model_name = model_name  # a run of one model: its name, which -k matches
 
     def collect(self):
         name = self.benchmark.name
         for task in self.tasks:
-            samples = with_attempts(task.samples, self.attempts)
+            samples = per_model(with_attempts(task.samples, self.attempts), self.models, self.benchmark.group_items)
             if self.benchmark.group_items:
                 yield TaskCollector.from_parent(self, name=task.id, nodeid=f"{name}/{task.id}", task=task,
-                                                benchmark=self.benchmark, samples=samples)
+                                                benchmark=self.benchmark, samples=samples, model_name=self.model_name)
             else:
-                for sample in samples:
-                    yield BenchItem.from_parent(self, name=sample.key, callobj=run_bench_item, sample=sample, benchmark=self.benchmark)
+                for model, sample in samples:
+                    yield BenchItem.from_parent(self, name=item_name(sample, model), callobj=run_bench_item,
+                                                sample=sample, benchmark=self.benchmark, model=model,
+                                                model_name=self.model_name)
 
 
-def sample_nodeids(benchmark: Benchmark, tasks: list[Task], attempts: int) -> dict[str, Sample]:
-    """Node id -> sample of every item collection makes (the controller names a dead worker's item with it)."""
-    out: dict[str, Sample] = {}
+def per_model(samples: list[Sample], models: tuple[str, ...], grouped: bool) -> list[tuple[str | None, Sample]]:
+    """(model, sample) of each item: the samples as they are (model None) in a run of one model; else a task's
+    steps in order for each model in turn (grouped: a step needs the model's earlier steps), or each sample
+    once per model (ungrouped)."""
+    if not models:
+        return [(None, sample) for sample in samples]
+    if grouped:
+        return [(model, sample) for model in models for sample in samples]
+    return [(model, sample) for sample in samples for model in models]
+
+
+def item_name(sample: Sample, model: str | None) -> str:
+    """An item's name: the sample's key (``77.3``, ``77.3[attempt2]``) in a run of one model; with several,
+    the model in the brackets: ``77.3[gpt-4o]``, ``77.3[gpt-4o-attempt2]`` (``-k gpt-4o`` selects a model)."""
+    if model is None:
+        return sample.key
+    return f"{sample.id}[{model}-attempt{sample.attempt}]" if sample.repeated else f"{sample.id}[{model}]"
+
+
+def item_entries(benchmark: Benchmark, tasks: list[Task], attempts: int,
+                 models: tuple[str, ...] = ()) -> dict[str, tuple[str | None, Sample]]:
+    """Node id -> (model, sample) of every item collection makes (model None in a run of one model)."""
+    out: dict[str, tuple[str | None, Sample]] = {}
     for task in tasks:
-        for sample in with_attempts(task.samples, attempts):
-            out[item_nodeid(benchmark, task.id, sample.key)] = sample
+        for model, sample in per_model(with_attempts(task.samples, attempts), models, benchmark.group_items):
+            out[item_nodeid(benchmark, task.id, item_name(sample, model))] = (model, sample)
     return out
+
+
+def sample_nodeids(benchmark: Benchmark, tasks: list[Task], attempts: int,
+                   models: tuple[str, ...] = ()) -> dict[str, Sample]:
+    """Node id -> sample of every item collection makes (the controller names a dead worker's item with it)."""
+    return {nodeid: sample for nodeid, (_, sample) in item_entries(benchmark, tasks, attempts, models).items()}
 
 
 def item_nodeid(benchmark: Benchmark, task_id: str, key: str) -> str:

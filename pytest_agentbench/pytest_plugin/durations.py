@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 
 from ..core import records as rec
 from ..core.io import write_atomic
-from .collect import sample_nodeids, task_of_nodeid
+from .collect import item_entries, task_of_nodeid
 from .run import BenchState
 
 DURATIONS_FILE = "durations.json"
@@ -72,9 +72,11 @@ def write_durations(state: BenchState, records: Iterable[dict[str, Any]]) -> int
 
 def plan_costs(state: BenchState) -> tuple[Callable[[str], str], Callable[[str, list[str]], float]]:
     """``unit_of(nodeid)`` and ``unit_cost(unit, nodeids)`` for the scheduler: a grouped benchmark's unit is a
-    task, an ungrouped one's an item; other tests are grouped as xdist's load-scope does."""
+    task (one model's, in a run of several), an ungrouped one's an item; other tests are grouped as xdist's
+    load-scope does."""
     bench = state.benchmark
-    samples = sample_nodeids(bench, state.tasks, state.options.attempts)
+    entries = item_entries(bench, state.tasks, state.options.attempts, state.models)
+    samples = {nodeid: sample for nodeid, (_, sample) in entries.items()}
     known = measured(state)
     estimate = {nodeid: float(bench.expected_cost(sample)) for nodeid, sample in samples.items()}
     seconds = {nodeid: known[sample.task_id][sample.id] for nodeid, sample in samples.items()
@@ -87,7 +89,8 @@ def plan_costs(state: BenchState) -> tuple[Callable[[str], str], Callable[[str, 
             return nodeid.rsplit("::", 1)[0]
         if not bench.group_items:
             return nodeid
-        return f"{bench.name}/{task_of_nodeid(nodeid, [bench])}"
+        model = entries[nodeid][0]  # several models: a task's steps in order per model, the models apart
+        return f"{bench.name}/{task_of_nodeid(nodeid, [bench])}" + (f"[{model}]" if model is not None else "")
 
     def unit_cost(unit: str, nodeids: list[str]) -> float:
         return sum(seconds.get(n, estimate.get(n, 1.0) * scale) for n in nodeids)

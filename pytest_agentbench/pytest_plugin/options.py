@@ -74,9 +74,9 @@ def register(parser: pytest.Parser, options: tuple[Option, ...]) -> None:
             parser.addini(option.ini, help=text, type="linelist" if option.kind == "multi" else "string")
 
 
-def sources(config: pytest.Config, options: tuple[Option, ...]) -> Sources:
+def sources(config: pytest.Config, options: tuple[Option, ...], model: str | None = None) -> Sources:
     """The raw values of this run: command line, environment, run file, ini file and the folders paths are
-    relative to."""
+    relative to. ``model``: the run file's entry to take (default: the one --model names, or the only one)."""
     cli: dict[str, Any] = {o.name: config.getoption(o.dest) for o in options}
     ini: dict[str, Any] = {o.name: config.getini(o.ini) for o in options if o.ini}
     inipath = config.inipath
@@ -85,7 +85,21 @@ def sources(config: pytest.Config, options: tuple[Option, ...]) -> Sources:
     run_file = load_run_file(found, options)
     if run_file is None:
         return found
-    return replace(found, file=run_file.values_for(cli.get("model"), found.env), file_dir=run_file.folder)
+    picked = model if model is not None else cli.get("model")
+    return replace(found, file=run_file.values_for(picked, found.env), file_dir=run_file.folder)
+
+
+def several_models(config: pytest.Config, options: tuple[Option, ...], opts: Settings) -> dict[str, Settings]:
+    """Model name -> that model's settings, when the run file lists several models and the command line picks
+    none (a run of several models); else {}. A resumed or replayed run is one model's run folder."""
+    found = sources(config, options)
+    run_file = load_run_file(found, options)
+    if run_file is None or not run_file.several(found.cli.get("model")) or opts.resume or opts.replay:
+        return {}
+    try:
+        return {name: resolve(options, sources(config, options, name)) for name in run_file.model_names()}
+    except OptionError as exc:
+        raise pytest.UsageError(f"agentbench: {exc}") from None
 
 
 def load_run_file(found: Sources, options: tuple[Option, ...]) -> runfile.RunFile | None:

@@ -33,7 +33,7 @@ from .collect import BenchItem, sample_nodeids
 from .hostprobe import PROBE_TIMEOUT, SERVE_SOURCE, apply_forwarded, forwarded, installed_versions, version_differences
 from .options import all_options
 from .provenance import PACKAGE, version_of
-from .run import RECORD, SETTINGS, STATE, BenchState, base_record, outcome
+from .run import RECORD, SETTINGS, STATE, BenchState, base_record, outcome, state_of
 
 REMOTE_KEY = "agentbench_remote"  # workerinput of a remote worker: {"settings", "host", "gpus"}
 REMOTE_HOST = pytest.StashKey[dict]()  # on a remote worker: what the controller said about its host
@@ -203,7 +203,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         return None
     if pyfuncitem.get_closest_marker(GPU_MARKER) is None:
         return None
-    state: BenchState = pyfuncitem.config.stash[STATE]
+    state: BenchState = state_of(pyfuncitem)
     record = {**base_record(pyfuncitem.sample, state), "status": "env_error", "duration": 0.0,
               "message": (f"{NO_GPU_WORKER}: this item needs a GPU and the host of worker "
                           f"{os.environ.get('PYTEST_XDIST_WORKER', '?')} ({info['host']}) has none; add a --tx "

@@ -26,16 +26,19 @@ from ..report.baseline import public
 from ..report.compare import render_text
 from ..report.compare_view import comparison_for_run
 from ..report.html import write_html
+from ..report.models_table import MODELS_FOLDER, model_row, write_models_reports
+from ..report.models_table import render_text as render_models
 from ..report.resume import write_settings_once
 from ..report.summary import (Verdict, Written, build_summary, incomplete_text, judge, judge_without_items,
                               write_reports)
 from ..core.types import Sample
 from ..models.options import ORACLE
-from .collect import BenchItem, sample_nodeids
+from .collect import BenchItem, item_entries
 from .progress import status_line
 from .provenance import command_line, run_info
 from .replaycheck import stop_replay_without_cache
 from .run import BenchState, Streak, base_record
+from .writer import owns
 from .selfdescribe import settings_file_content
 
 
@@ -53,12 +56,16 @@ class Reporter:
         self.html = None  # report.html, once written
         self.streaks: dict[str, Streak] = {}  # per worker: the same count the worker stops on
         self.selection: list[dict[str, Any]] | None = None  # the session's benchmark items, once collected
+        self.session_exit: int | None = None  # several models: the exit status before the gates (ModelsReport)
+        self.finished = lambda session: None  # several models: ModelsReport's call once this model is judged
         if config.pluginmanager.hasplugin("xdist"):
-            config.pluginmanager.register(XdistSelection(self), "agentbench-reporter-xdist")
+            suffix = "" if state.model is None else f"-{state.model}"
+            config.pluginmanager.register(XdistSelection(self), f"agentbench-reporter-xdist{suffix}")
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The selection, after -k, -m and --deselect (without xdist: this process collected)."""
-        samples = [item.sample for item in session.items if isinstance(item, BenchItem)]
+        samples = [item.sample for item in session.items
+                   if isinstance(item, BenchItem) and item.model == self.state.model]
         if samples:
             self.select(samples)
 
@@ -79,8 +86,11 @@ class Reporter:
         for name, value in report.user_properties:
             if name == rec.RECORD_PROPERTY:
                 found = True
+                if not owns(self.state, value):  # another model's record (a run of several models)
+                    continue
                 if not self.records:  # the run folder exists from its first record on
-                    write_settings_once(self.state.run_dir, settings_file_content(self.state.settings, self.config))
+                    write_settings_once(self.state.run_dir, settings_file_content(self.state.settings, self.config,
+                                                                                  self.state.definition))
                 self.records[rec.record_key(value)] = value
                 self.count_errors(value)
         if report.failed and not found and not is_bench_node(report.nodeid, self.state):
@@ -110,19 +120,21 @@ class Reporter:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         state = self.state
         if not self.records:
-            # listing items (--collect-only) runs none by design: the gates judge runs, not listings
-            listing = self.config.option.collectonly
-            self.verdict = judge_without_items(None if listing else state.gates, session.exitstatus)
+            # listing items (--collect-only) runs none by design: the gates judge runs, not listings; nor are the
+            # gates of a model none of whose items was selected (-k picked other models of the run file)
+            listing = self.config.option.collectonly or (state.model is not None and not self.selection)
+            self.verdict = judge_without_items(None if listing else state.gates, self.exit_before(session))
             if self.selection and not listing and self.verdict.exit_code == 0 and not state.gates.allow_incomplete:
                 self.verdict.exit_code = 1  # items were selected and none ran: never a passing run
             session.exitstatus = self.verdict.exit_code
+            self.finished(session)
             return
         for record in state.resumed.values():  # a resumed run's summary never narrows to what ran now
             self.records.setdefault(rec.record_key(record), record)
         summary = self.summary()
         params = self.config.invocation_params
         summary["run"] = run_info(self.started_at, datetime.now(timezone.utc), params.args, Path(params.dir))
-        self.verdict = judge(summary, state.gates, state.baseline, session.exitstatus, self.other_failures)
+        self.verdict = judge(summary, state.gates, state.baseline, self.exit_before(session), self.other_failures)
         session.exitstatus = self.verdict.exit_code
         self.config.hook.pytest_agentbench_summary(summary=summary)
         self.written = write_reports(summary, self.verdict, state.run_dir, gates=state.gates,
@@ -135,13 +147,19 @@ class Reporter:
                                                alpha=self.verdict.alpha, gates=state.gates,
                                                gate_results=self.verdict.gate_results))
         self.html = write_html(state.run_dir, public(summary), records, notes=state.notes, sections=sections)
+        self.finished(session)
+
+    def exit_before(self, session: pytest.Session) -> int:
+        """The session's exit status before any gate judged it (several models: each model's gates judge that)."""
+        return self.session_exit if self.session_exit is not None else session.exitstatus
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         verdict = self.verdict
         gate_results = verdict.gate_results if verdict is not None else []
         if not self.records and not gate_results and not self.selection:
             return
-        terminalreporter.write_sep("=", f"agentbench: {self.state.benchmark.name} results")
+        model = f" ({self.state.model})" if self.state.model is not None else ""
+        terminalreporter.write_sep("=", f"agentbench: {self.state.benchmark.name} results{model}")
         if not self.records and self.selection and exitstatus in (0, 1, 2):
             terminalreporter.write_line(f"incomplete: none of the {len(self.selection)} selected items finished; "
                                         f"nothing was written: run it again", red=True)
@@ -179,6 +197,55 @@ class Reporter:
                 terminalreporter.write_line(f"  {incomplete['resume']}", bold=True)
 
 
+class ModelsReport:
+    """A run of several models: each model's gates judge the session's own exit status (not another model's
+    verdict), the exit code is the worst of theirs, and the session ends with one table across the models
+    (terminal, and ``summary.md`` and ``report.html`` in ``<report dir>/<bench>/_models/<run id>/``)."""
+
+    def __init__(self, config: pytest.Config, reporters: list[Reporter]) -> None:
+        self.config = config
+        self.reporters = reporters
+        self.rows: list[Any] = []
+        self.written: tuple[Path, Path] | None = None
+        self.exit_code = 0
+        first = reporters[0].state
+        self.folder = Path(first.options.report_dir) / first.benchmark.name / MODELS_FOLDER / first.run_dir.name
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Before any model's reporter (trylast) judges: the status each judges, and the call when all have."""
+        for reporter in self.reporters:
+            reporter.session_exit = session.exitstatus
+            reporter.finished = self.one_finished
+
+    def one_finished(self, session: pytest.Session) -> None:
+        if any(r.verdict is None for r in self.reporters):
+            return  # not every model has been judged yet
+        self.exit_code = max(r.verdict.exit_code for r in self.reporters)
+        session.exitstatus = self.exit_code
+        self.rows = [model_row(str(r.state.model), r.summary(), [*r.records.values(), *r.summary()["_not_run"]],
+                               r.state.run_dir) for r in self.reporters if r.records]
+        if self.rows:
+            first = self.reporters[0].state
+            title = f"{first.benchmark.name} · {first.split} · run {first.run_dir.name}"
+            self.written = write_models_reports(self.folder, self.rows, title)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+        if not self.rows:
+            return
+        terminalreporter.write_sep("=", f"agentbench: {len(self.rows)} models compared")
+        for line in render_models(self.rows):
+            terminalreporter.write_line(line)
+        failed = [r.state.model for r in self.reporters
+                  if r.verdict is not None and r.verdict.gate_results and not all(g.ok for g in r.verdict.gate_results)]
+        if failed:
+            terminalreporter.write_line(f"agentbench gates FAILED for model(s): {', '.join(map(str, failed))} "
+                                        f"(exit code {self.exit_code})", red=True, bold=True)
+        if self.written is not None:
+            terminalreporter.write_line(f"models compared: {self.written[0]} (and {self.written[1].name})")
+
+
 def is_bench_node(nodeid: str, state: BenchState) -> bool:
     return nodeid.startswith(f"{state.benchmark.name}/") or nodeid.startswith(f"{state.benchmark.name}::")
 
@@ -194,8 +261,9 @@ class XdistSelection:
         if self.reporter.selection is not None:
             return
         state = self.reporter.state
-        samples = sample_nodeids(state.benchmark, state.tasks, state.options.attempts)
-        self.reporter.select([samples[nodeid] for nodeid in ids if nodeid in samples])
+        entries = item_entries(state.benchmark, state.tasks, state.options.attempts, state.models)
+        self.reporter.select([entries[nodeid][1] for nodeid in ids
+                              if nodeid in entries and entries[nodeid][0] == state.model])
 
 
 def not_run_fields(benchmark: Any, sample: Sample) -> dict[str, Any]:

@@ -45,6 +45,11 @@ class BenchState:
     notes: list[str] = field(default_factory=list)  # shown in the header (resume, baseline)
     run: BenchRun | None = None  # opened by the bench_run fixture at the first item of this process
     worker_hosts: dict[str, str] = field(default_factory=dict)  # controller: xdist worker id -> host, from its records
+    # A run of several models (a run file's list): one state per model; ``model`` names this state's model (its
+    # items are named ``<id>[<model>]``), ``models`` every model of the session, in the file's order.
+    model: str | None = None
+    models: tuple[str, ...] = ()
+    definition: dict[str, Any] | None = None  # this model's settings.json ``_run`` (None: the session's)
 
 
 class Streak:
@@ -71,8 +76,44 @@ class Streak:
 
 
 STATE = pytest.StashKey[BenchState]()
+MODEL_STATES = pytest.StashKey[dict]()  # model name -> BenchState, in a run of several models
 SETTINGS = pytest.StashKey[Settings]()
 RECORD = pytest.StashKey[dict]()
+
+
+def state_of(item: pytest.Item) -> BenchState:
+    """The state of the run an item belongs to: its model's in a run of several models, else the session's."""
+    model = getattr(item, "model", None)
+    if model is not None:
+        return item.config.stash[MODEL_STATES][model]
+    return item.config.stash[STATE]
+
+
+def states_of(config: pytest.Config) -> list[BenchState]:
+    """Every run of this session: one per model in a run of several models, else the one (none: no --bench)."""
+    several = config.stash.get(MODEL_STATES, None)
+    if several:
+        return list(several.values())
+    state = config.stash.get(STATE, None)
+    return [state] if state is not None else []
+
+
+class ModelRuns:
+    """The ``bench_run`` of a run of several models: each model's run, opened at that model's first item (a
+    ``-k`` that selects one model opens one) and closed at the end of the session."""
+
+    def __init__(self, open_run) -> None:
+        self.open_run = open_run  # model name -> BenchRun
+        self.runs: dict[str, BenchRun] = {}
+
+    def __getitem__(self, model: str) -> BenchRun:
+        if model not in self.runs:
+            self.runs[model] = self.open_run(model)
+        return self.runs[model]
+
+    def close(self) -> None:
+        for run in self.runs.values():
+            run.close()
 
 
 def base_record(sample: Any, state: BenchState) -> dict[str, Any]:
@@ -172,7 +213,7 @@ def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay
 
 def run_item(item: pytest.Item, run: BenchRun) -> None:
     """Run one sample, keep its record on the item, and turn its status into the pytest outcome."""
-    state = item.config.stash[STATE]
+    state = state_of(item)
     sample = item.sample
     if sample.key in state.resumed:  # finished in the interrupted run: reported from its record, not run again
         replay(item, dict(state.resumed[sample.key]))

@@ -180,15 +180,19 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings, 
             + (", or add --bench-resume-merge to add a selection to the run's" if resuming else ""))
     if not resuming:
         cli["cache"] = "replay"  # only the run's cached responses: no model is called
+    if cli.get("model") and not raw.cli.get("model"):  # a run file of several models: this run's model entry
+        raw = sources(config, options, str(cli["model"]))
     try:
         return resolve(options, replace(raw, cli=cli))
     except OptionError as exc:
         raise pytest.UsageError(f"agentbench: {flag} {folder}: {exc}") from None
 
 
-def settings_file_content(settings: dict[str, Any], config: pytest.Config) -> dict[str, Any]:
-    """What settings.json holds: the effective settings and, under ``_run``, how the run was asked for."""
-    found = config.stash.get(DEFINITION, None)
+def settings_file_content(settings: dict[str, Any], config: pytest.Config,
+                          found: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What settings.json holds: the effective settings and, under ``_run``, how the run was asked for
+    (``found``: one model's definition in a run of several models; else the session's)."""
+    found = found if found is not None else config.stash.get(DEFINITION, None)
     return {**settings, RUN_KEY: found} if found is not None else dict(settings)
 
 

@@ -34,6 +34,7 @@ from .run import BenchState
 RUN_DIR_KEY = "agentbench_run_dir"
 ONLY_BENCH_KEY = "agentbench_only_bench"
 RESUMED_KEY = "agentbench_resumed"  # JSON text: the finished records a resumed run reuses (workers read no file)
+MODEL_RUN_DIRS_KEY = "agentbench_model_run_dirs"  # JSON text: model -> run folder, in a run of several models
 
 
 def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only: bool) -> dict[str, Any]:
@@ -52,8 +53,9 @@ def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only:
     return out
 
 
-def make_state(config: pytest.Config, opts: Settings) -> BenchState:
-    """This process's state; raises ConfigError or DataError (the caller turns them into usage errors)."""
+def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = ()) -> BenchState:
+    """This process's state (of its model ``opts.model`` when ``models`` lists the several models of the
+    session); raises ConfigError or DataError (the caller turns them into usage errors)."""
     benchmark = get_benchmark(opts.bench)
     split = choose(benchmark.splits, opts.split or benchmark.default_split,
                    f"{benchmark.name} split (--bench-split)")
@@ -68,7 +70,10 @@ def make_state(config: pytest.Config, opts: Settings) -> BenchState:
     settings.setdefault("isolation", isolation_from(opts).describe())
     is_worker = hasattr(config, "workerinput")  # the one place roles are told apart
     workerinput: dict[str, Any] = config.workerinput if is_worker else {}
-    if RUN_DIR_KEY in workerinput:
+    if models and MODEL_RUN_DIRS_KEY in workerinput:
+        run_dir = Path(json.loads(workerinput[MODEL_RUN_DIRS_KEY])[opts.model])
+        only_bench = bool(workerinput[ONLY_BENCH_KEY])
+    elif RUN_DIR_KEY in workerinput:
         run_dir = Path(workerinput[RUN_DIR_KEY])
         only_bench = bool(workerinput[ONLY_BENCH_KEY])
     else:
@@ -81,7 +86,8 @@ def make_state(config: pytest.Config, opts: Settings) -> BenchState:
     state = BenchState(benchmark=benchmark, split=split, settings=settings, options=opts, tasks=tasks,
                        run_dir=run_dir, only_bench=only_bench, records_path=run_dir / benchmark.records_file,
                        is_worker=is_worker, files=CollectedFiles() if is_worker else DirectoryFiles(run_dir),
-                       journal=CacheJournal() if is_worker else None)
+                       journal=CacheJournal() if is_worker else None,
+                       model=opts.model if models else None, models=tuple(models))
     if not is_worker:
         prepare_controller(state)
     elif workerinput.get(RESUMED_KEY):
@@ -127,7 +133,11 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "model"
 
 
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
+
+
 def new_run_dir(opts: Settings, bench: str, model: str) -> Path:
-    run_id = opts.run_id or (datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2))
+    run_id = opts.run_id or new_run_id()
     # Created by the first record written, so --collect-only leaves no empty folders behind.
     return Path(opts.report_dir) / bench / safe_name(model) / safe_name(run_id)

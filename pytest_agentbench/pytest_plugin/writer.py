@@ -52,7 +52,7 @@ class RecordWriter:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
-        if not isinstance(item, BenchItem):
+        if not isinstance(item, BenchItem) or item.model != self.state.model:  # another model's item: its writer's
             return report
         try:
             self.finish(item, call, report)
@@ -180,8 +180,10 @@ class ControllerWriter(RecordWriter):
         delivery = next((v for k, v in report.user_properties if k == rec.DELIVERY_PROPERTY), None)
         if delivery is None:
             return
-        report.user_properties = [(k, v) for k, v in report.user_properties if k != rec.DELIVERY_PROPERTY]
         record = next((v for k, v in report.user_properties if k == rec.RECORD_PROPERTY), None)
+        if not owns(self.state, record):  # a run of several models: another model's writer stores it
+            return
+        report.user_properties = [(k, v) for k, v in report.user_properties if k != rec.DELIVERY_PROPERTY]
         try:
             problems = store_delivery(self.state.run_dir, self.controller_cache(delivery), delivery)
         except Exception as exc:  # a damaged delivery: the item's files are missing, its record says why
@@ -230,6 +232,12 @@ class WorkerWriter(RecordWriter):
             delivery = pack_delivery({}, {}, append=fresh)
         report.user_properties.append((rec.DELIVERY_PROPERTY, delivery))
         return record
+
+
+def owns(state: BenchState, record: Any) -> bool:
+    """Whether a record from a report belongs to ``state``'s run: always in a run of one model; in a run of
+    several, when the record names the state's model."""
+    return state.model is None or (isinstance(record, dict) and record.get("model") == state.model)
 
 
 def check_sendable(record: dict[str, Any], delivery: dict[str, Any]) -> None:

@@ -15,17 +15,18 @@ from typing import Any
 
 from ..core import records as rec
 from . import xdist_compat as xc
-from .collect import sample_nodeids
+from .collect import item_entries
 from .remote import make_placement_scheduler
 from .run import BenchState, base_record
-from .state import ONLY_BENCH_KEY, RESUMED_KEY, RUN_DIR_KEY
+from .state import MODEL_RUN_DIRS_KEY, ONLY_BENCH_KEY, RESUMED_KEY, RUN_DIR_KEY
 
 
 class XdistHooks:
     """Registered on the controller when pytest-xdist is active."""
 
-    def __init__(self, state: BenchState, dist: str | None) -> None:
+    def __init__(self, state: BenchState, dist: str | None, runs: list[BenchState] | None = None) -> None:
         self.state = state
+        self.runs = {run.model: run for run in runs or [state]}  # several models: each model's state
         self.dist = dist  # xdist's --dist, read at configure time
         self.resumed = json.dumps(list(state.resumed.values()), default=rec.json_default) if state.resumed else ""
         self.samples: dict[str, Any] | None = None  # node id -> sample, built at the first crash
@@ -33,6 +34,8 @@ class XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[RUN_DIR_KEY] = str(self.state.run_dir)
         node.workerinput[ONLY_BENCH_KEY] = self.state.only_bench
+        if self.state.models:
+            node.workerinput[MODEL_RUN_DIRS_KEY] = json.dumps({m: str(s.run_dir) for m, s in self.runs.items()})
         if self.resumed:
             node.workerinput[RESUMED_KEY] = self.resumed
 
@@ -46,20 +49,23 @@ class XdistHooks:
 
     def note_host(self, worker: str, host: str) -> None:
         """What host a worker runs on (its records say so; a host probe may say so earlier)."""
-        self.state.worker_hosts[worker] = host
+        for state in self.runs.values():
+            state.worker_hosts[worker] = host
 
     def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
         """xdist's report of the item a dead worker was running becomes that item's record: an error naming the
         worker and its host, marked lost (``--bench-resume`` runs it again). It is written like any other."""
         if self.samples is None:
-            self.samples = sample_nodeids(self.state.benchmark, self.state.tasks, self.state.options.attempts)
-        sample = self.samples.get(crashitem)
-        if sample is None:  # not a benchmark item (a user's test in the same session)
+            self.samples = item_entries(self.state.benchmark, self.state.tasks, self.state.options.attempts,
+                                        self.state.models)
+        if crashitem not in self.samples:  # not a benchmark item (a user's test in the same session)
             return
+        model, sample = self.samples[crashitem]
+        state = self.runs.get(model, self.state)
         node = xc.crashed_worker(report)
         worker = xc.worker_id(node) if node is not None else "?"
-        host = self.state.worker_hosts.get(worker) or gateway_host(node)
-        record = {**base_record(sample, self.state), "status": "error",
+        host = state.worker_hosts.get(worker) or gateway_host(node)
+        record = {**base_record(sample, state), "status": "error",
                   "message": lost_message(worker, host), rec.LOST_FIELD: True, "duration": 0.0,
                   "worker": worker, "host": host}
         report.user_properties.append((rec.RECORD_PROPERTY, record))

@@ -1,0 +1,184 @@
+"""The comparison of the models of one run (a run file that lists several models): one row per model.
+
+Pure: from each model's summary and records to a table, as terminal lines, Markdown (the session's
+``summary.md``) and HTML (a fragment, and the session's small ``report.html`` page that links each model's
+own report). A row holds the benchmark's headline metrics with their 95% Wilson intervals (as each model's
+report.html shows them), the item counts, the tokens, the cost (``summary["cost"]["total_usd"]`` when the
+summary has one, "—" otherwise) and the model's gates.
+
+    rows = [model_row("gpt-4o", summary, records, run_dir), ...]
+    render_text(rows); render_markdown(rows); html_fragment(rows); write_models_reports(folder, rows, title)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..core import records as rec
+from ..core.io import write_atomic
+from .html import CSS, esc, headlines, pct
+from .summary import SUMMARY_MD
+
+MODELS_FOLDER = "_models"  # <report dir>/<bench>/_models/<run id>/: no model's folder can be named so
+REPORT_HTML = "report.html"
+NONE = "—"
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    model: str
+    metrics: list[dict[str, Any]]  # html.headlines: name, value, k, n, interval
+    counts: Mapping[str, int] = field(default_factory=dict)
+    usage: Mapping[str, float] = field(default_factory=dict)
+    cost_usd: float | None = None
+    gates: bool | None = None  # None: no gate given
+    run_dir: str = ""
+    not_run: int = 0
+
+
+def model_row(model: str, summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]],
+              run_dir: Path | str = "") -> ModelRow:
+    """One model's row from its summary (in memory or summary.json) and its records (with the not-run stand-ins)."""
+    records = list(records)
+    cost = summary.get("cost")
+    total = cost.get("total_usd") if isinstance(cost, Mapping) else None
+    incomplete = summary.get("incomplete")
+    return ModelRow(
+        model=model, metrics=headlines(summary, records),
+        counts=dict(summary.get("counts") or rec.count_statuses(records)),
+        usage=dict(summary.get("usage") or {}),
+        cost_usd=float(total) if isinstance(total, (int, float)) and not isinstance(total, bool) else None,
+        gates=summary.get("gates_passed") if "gates_passed" in summary else None,
+        run_dir=str(run_dir),
+        not_run=int(incomplete.get("not_run", 0)) if isinstance(incomplete, Mapping) else 0)
+
+
+def metric_names(rows: Iterable[ModelRow]) -> list[str]:
+    """The headline metrics of every row, in their first-seen order."""
+    return list(dict.fromkeys(m["name"] for row in rows for m in row.metrics))
+
+
+def metric_cell(row: ModelRow, name: str) -> str:
+    """``60.0% (3/5, 95% CI 23.1%–88.2%)``, or "—" when the model has no such metric."""
+    found = next((m for m in row.metrics if m["name"] == name), None)
+    if found is None:
+        return NONE
+    ci = found["interval"]
+    interval = f", 95% CI {pct(ci[0])}–{pct(ci[1])}" if ci else ""
+    return f"{pct(found['value'])} ({found['k']}/{found['n']}{interval})"
+
+
+def tokens_cell(row: ModelRow) -> str:
+    usage = row.usage
+    total = usage.get("tokens", 0) or 0
+    parts = [f"{total:g}"]
+    if usage.get("prompt_tokens") or usage.get("completion_tokens"):
+        parts.append(f"({usage.get('prompt_tokens', 0) or 0:g} in, {usage.get('completion_tokens', 0) or 0:g} out)")
+    return " ".join(parts)
+
+
+def cost_cell(row: ModelRow) -> str:
+    return NONE if row.cost_usd is None else f"${row.cost_usd:.4f}"
+
+
+def gates_cell(row: ModelRow) -> str:
+    return NONE if row.gates is None else ("passed" if row.gates else "FAILED")
+
+
+def items_cell(row: ModelRow) -> str:
+    text = rec.counts_text(row.counts)
+    return text + (f" ({row.not_run} not run)" if row.not_run and "not_run" not in row.counts else "")
+
+
+def header(rows: list[ModelRow]) -> list[str]:
+    return ["model", *metric_names(rows), "items", "tokens", "cost", "gates"]
+
+
+def cells(row: ModelRow, names: list[str]) -> list[str]:
+    return [row.model, *(metric_cell(row, n) for n in names), items_cell(row), tokens_cell(row), cost_cell(row),
+            gates_cell(row)]
+
+
+def table(rows: Iterable[ModelRow]) -> list[list[str]]:
+    """Header and one list of cells per model."""
+    rows = list(rows)
+    names = metric_names(rows)
+    return [header(rows), *(cells(row, names) for row in rows)]
+
+
+def render_text(rows: Iterable[ModelRow]) -> list[str]:
+    """The table as aligned terminal lines."""
+    grid = table(rows)
+    widths = [max(len(line[i]) for line in grid) for i in range(len(grid[0]))]
+    out = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in grid]
+    out.insert(1, "  ".join("-" * width for width in widths))
+    return out
+
+
+def md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(rows: Iterable[ModelRow], title: str = "Models compared") -> str:
+    """The table in Markdown, with each model's run folder below it."""
+    rows = list(rows)
+    grid = table(rows)
+    lines = [f"## {title}", "", "| " + " | ".join(md_cell(c) for c in grid[0]) + " |",
+             "|" + "---|" * len(grid[0])]
+    lines += ["| " + " | ".join(md_cell(c) for c in line) + " |" for line in grid[1:]]
+    lines += ["", "Metrics: value (passed/units, 95% Wilson interval). Each model's own summary and report are in "
+                  "its run folder:", ""]
+    lines += [f"- {row.model}: `{row.run_dir}`" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def html_fragment(rows: Iterable[ModelRow], links: Mapping[str, str] | None = None) -> str:
+    """The table as an HTML ``<table>``; ``links``: model -> the address of its report.html."""
+    rows = list(rows)
+    grid = table(rows)
+    links = links or {}
+    head = "".join(f"<th>{esc(c)}</th>" for c in grid[0])
+    body = []
+    for row, line in zip(rows, grid[1:]):
+        name = (f'<a href="{esc(links[row.model])}">{esc(row.model)}</a>' if row.model in links
+                else esc(row.model))
+        rest = "".join(f"<td>{esc(c)}</td>" for c in line[1:-1])
+        gate = line[-1]
+        gate_html = f'<span class="{"bad" if gate == "FAILED" else "ok"}">{esc(gate)}</span>' if gate != NONE else NONE
+        body.append(f"<tr><td>{name}</td>{rest}<td>{gate_html}</td></tr>")
+    return f'<table class="models"><tr>{head}</tr>{"".join(body)}</table>'
+
+
+def render_page(rows: Iterable[ModelRow], title: str, links: Mapping[str, str] | None = None) -> str:
+    """The session's report.html: the table, each model linked to its own report."""
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">",
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f"<header><h1>{esc(title)}</h1><div class=\"sub\">models compared</div></header><main>",
+        "<h2>Models compared</h2>", html_fragment(rows, links),
+        "<p class=\"n\">Metrics: value (passed/units, 95% Wilson interval). Each model's name opens its own "
+        "report.</p>", "</main></body></html>"])
+
+
+def relative_link(folder: Path, run_dir: str) -> str:
+    """The address of a model's report.html from the session folder (both under the same report folder)."""
+    target = Path(run_dir) / REPORT_HTML
+    try:
+        return Path("..", "..", *target.relative_to(folder.parent.parent).parts).as_posix()
+    except ValueError:
+        return target.absolute().as_uri() if target.is_absolute() else target.as_posix()
+
+
+def write_models_reports(folder: Path | str, rows: Iterable[ModelRow], title: str) -> tuple[Path, Path]:
+    """``summary.md`` and ``report.html`` of the comparison in ``folder``; returns their paths."""
+    folder = Path(folder)
+    rows = list(rows)
+    folder.mkdir(parents=True, exist_ok=True)
+    markdown = folder / SUMMARY_MD
+    write_atomic(markdown, f"# {title}\n\n" + render_markdown(rows))
+    page = folder / REPORT_HTML
+    links = {row.model: relative_link(folder, row.run_dir) for row in rows if row.run_dir}
+    write_atomic(page, render_page(rows, title, links))
+    return markdown, page
