@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 from ..core import records as rec
 from ..core.io import natural_key, write_atomic
 from .declared import declared_in
+from .review_html import REVIEW_CSS, REVIEW_JS, review_mark, review_section
 
 REPORT_HTML = "report.html"
 TEXT_LIMIT = 20_000  # characters of one code, output or message shown (the files keep everything)
@@ -198,7 +199,7 @@ def questions_html(questions: list[Any]) -> str:
         verdict = '<span class="ok">correct</span>' if q.get("correct") else '<span class="bad">wrong</span>'
         note = f" — {esc(q['note'])}" if q.get("note") else ""
         rows.append(f"<tr><td>{esc(q.get('question'))}</td><td>{esc(reported)}</td><td>{esc(accepted)}</td>"
-                    f"<td>{verdict}{note}</td></tr>")
+                    f"<td>{verdict}{note}{review_mark(q)}</td></tr>")
     rows.append("</table>")
     return "".join(rows)
 
@@ -322,7 +323,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         # nothing is fetched: no network, and no script but the inline one below
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">",
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f"<title>{esc(title)}</title><style>{CSS}{REVIEW_CSS}</style></head><body>",
         f"<header><h1>{esc(title)}</h1><div class=\"sub\">{len(records)} items · "
         f"{esc(', '.join(f'{n} {s}' for s, n in counts.items()))}"
         f"{' · ' + esc(usage_text) if usage_text else ''}</div></header><main>",
@@ -330,6 +331,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         *[f"<p><b>Note:</b> {esc(n)}</p>" for n in notes],
         f'<h2>Headline metrics</h2><div class="cards">{"".join(cards) or "<p>no headline metric</p>"}</div>',
         f"<ul>{gate_html}</ul>" if gate_html else "",
+        review_section(summary, records),  # both scores and the review-file export (CORE-Bench)
         '<h2>Tasks</h2><div class="filters">'
         f'<label>status <select id="f-status"><option value="">all</option>{options(values["status"])}</select></label>'
         f'<label>split <select id="f-split"><option value="">all</option>{options(values["split"])}</select></label>'
@@ -344,7 +346,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         f"<h2>Settings</h2><table>{setting_rows}</table>",
         f"<h2>Run</h2><table>{run_rows}</table>" if run_rows else "",
         f"<h2>Data hashes (sha256)</h2><table>{hash_rows}</table>" if hash_rows else "",
-        f"</main><script>{JS}</script></body></html>",
+        f"</main><script>{JS}{REVIEW_JS}</script></body></html>",
     ]
     return "\n".join(p for p in parts if p)
 
