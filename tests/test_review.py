@@ -180,7 +180,7 @@ def test_a_malformed_review_is_exit_4_naming_file_and_line(core_run, tmp_path, t
 def test_an_override_outside_the_selection_is_ignored_with_a_warning(core_run, tmp_path):
     other = next(iter(train_task(OTHER)["results"][0]))
     review = write(tmp_path, review_yaml(flip(), flip(OTHER, other)))
-    result, run = core_run(f"--bench-review={review}")
+    result, run = core_run(f"--bench-review={review}", "-n", "2")  # records from xdist workers are reviewed too
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([f"*warning: review *review.yaml: 1 override(s) name capsules outside this run's "
                                  f"selection and are ignored: {OTHER} (*review.yaml:7 (entry 2))*"])
@@ -188,6 +188,8 @@ def test_an_override_outside_the_selection_is_ignored_with_a_warning(core_run, t
     assert summary["scores"]["reviewed"]["ignored"] == [{"capsule": OTHER, "question": other, "line": 7}]
     assert summary["scores"]["reviewed"]["metrics"]["capsule_accuracy"] == 1.0  # the other override still applies
     assert any(OTHER in note for note in summary["notes"])
+    assert {r["id"]: r.get("review", {}).get("status") for r in read_jsonl(run / "records.jsonl")} == \
+        {WRONG: "pass", RIGHT: None}
 
 
 def test_resuming_a_finished_run_with_a_review_rewrites_its_reports(core_run, tmp_path):
@@ -242,3 +244,14 @@ def test_the_export_button_yields_a_review_file_that_loads(core_run, tmp_path):
     scores = json.loads((run2 / "summary.json").read_text())["scores"]
     assert scores["reviewed"]["metrics"]["capsule_accuracy"] == 0.0  # RIGHT judged wrong, WRONG still wrong
     assert scores["automatic"]["metrics"]["capsule_accuracy"] == 0.5
+
+
+def test_a_run_of_several_attempts_carries_the_mean_reviewed_score(core_run, tmp_path):
+    review = write(tmp_path, review_yaml(flip()))
+    result, run = core_run(f"--bench-review={review}", "--bench-attempts=2", "--bench-fail-under=accuracy=100%",
+                           "--bench-gate-score=reviewed")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["metrics"]["capsule_accuracy"] == 0.5  # the automatic mean over the two attempts
+    assert summary["scores"]["reviewed"]["metrics"]["capsule_accuracy"] == 1.0
+    assert summary["scores"]["reviewed"]["overrides"] == 2  # one per attempt

@@ -39,7 +39,7 @@ ALLOW_INCOMPLETE_HELP = ("accept a run in which some selected items did not run 
                          "lost worker): its gates are decided on the metrics alone (the items not run still count "
                          "as not passed). Without it such a run fails its gates, and without gates ends with exit 1.")
 GATE_SCORE_HELP = ("which score the gates judge: automatic (the grader's verdicts, the default) or reviewed (with "
-                   "--bench-review's human verdicts applied; CORE-Bench). The summary always carries both.")
+                   "--bench-review's human verdicts applied, for a benchmark that takes a review). A reviewed summary carries both.")
 SCORES = ("automatic", "reviewed")
 PROGRESS_HELP = ("seconds between the progress lines (done/total, statuses, elapsed, ETA, model usage, items "
                  "running over 30 s); 0 = after every item.")
@@ -182,7 +182,7 @@ def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
     score = opts.get("gate_score") or "automatic"
     if score == "reviewed" and not opts.get("review"):
         raise ConfigError("--bench-gate-score=reviewed judges the score with human verdicts applied: give them with "
-                          "--bench-review FILE.yaml (CORE-Bench; see docs/review.md), or leave the gates on the "
+                          "--bench-review FILE.yaml (see docs/review.md), or leave the gates on the "
                           "automatic score")
     return GateConfig(fail_under, max_drop, opts["max_errors"], baseline, update, opts["significance"],
                       allow_underpowered=bool(opts.get("allow_underpowered")),

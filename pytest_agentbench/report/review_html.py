@@ -56,6 +56,15 @@ def one_line(value: Any, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def accepted_text(question: Mapping[str, Any]) -> str:
+    """The accepted value, or a numeric question's interval as ``[low, high]``."""
+    expected = question.get("expected")
+    if (question.get("kind") == "numeric" and isinstance(expected, list) and len(expected) == 2
+            and all(isinstance(x, (int, float)) for x in expected)):
+        return f"[{expected[0]:.6g}, {expected[1]:.6g}]"
+    return one_line(expected)
+
+
 def review_mark(question: Mapping[str, Any]) -> str:
     """The reviewer's verdict on a question, shown beside the automatic one (empty when not reviewed)."""
     found = question.get("review")
@@ -80,7 +89,7 @@ def stub_entries(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, dict[s
             if found is None and q.get("correct"):
                 continue
             reported = one_line(q.get("submitted")) if q.get("answered", True) else "(not answered)"
-            comment = f"{capsule}: reported {reported}; accepted {one_line(q.get('expected'))}"
+            comment = f"{capsule}: reported {reported}; accepted {accepted_text(q)}"
             if found is not None:
                 entry = {"capsule": capsule, "question": q["question"], "verdict": str(found.get("verdict")),
                          "reviewer": str(found.get("reviewer")), "reason": str(found.get("reason"))}

@@ -145,8 +145,24 @@ def summarize_attempts(records: list[dict[str, Any]], benchmark: Any, settings: 
         markdown += [f"## Attempt {attempt}", "", body, ""]
     per_attempt = {str(a): {k: v for k, v in r.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")}
                    for a, r in results.items()}
+    notes = list(dict.fromkeys(n for r in results.values() for n in r.get("notes", [])))  # each attempt's, once
     return {"metrics": dict(stats["mean"]), "attempts": stats, "attempt_results": per_attempt,
-            "raw_counts": raw, "terminal": terminal, "markdown": "\n".join(markdown)}
+            "raw_counts": raw, "terminal": terminal, "markdown": "\n".join(markdown),
+            **({"notes": notes} if notes else {}), **mean_scores(results, stats["mean"])}
+
+
+def mean_scores(results: Mapping[int, Mapping[str, Any]], automatic: Mapping[str, Any]) -> dict[str, Any]:
+    """``scores`` of a run of several attempts whose benchmark reviewed each: the means over attempts of the
+    reviewed metrics beside the automatic ones (the overrides counted over all attempts)."""
+    reviewed = [r["scores"]["reviewed"] for r in results.values() if isinstance(r.get("scores"), Mapping)]
+    if not reviewed or len(reviewed) != len(results):
+        return {}
+    means = attempt_stats({i: s.get("metrics") or {} for i, s in enumerate(reviewed, start=1)}, [])["mean"]
+    first = reviewed[0]
+    return {"scores": {AUTOMATIC: {"metrics": dict(automatic)}, REVIEWED: {
+        **{k: first[k] for k in ("file", "sha256") if k in first}, "metrics": means,
+        "overrides": sum(int(s.get("overrides") or 0) for s in reviewed),
+        "changed": sum(int(s.get("changed") or 0) for s in reviewed)}}}
 
 
 @dataclass

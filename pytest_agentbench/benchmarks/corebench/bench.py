@@ -83,18 +83,17 @@ class CoreBench(Benchmark):
 
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> CoreBenchRun:
         split = spec.settings.get("split", "")
-        run = CoreBenchRun(spec.settings, choose_solver(model, env), data_dir=spec.data_dir,
-                           cache_dir=spec.cache_dir, files=spec.files, model=model, env=env,
-                           split_size=self.split_sizes.get(split))
-        run.review = self.review
-        return run
+        return CoreBenchRun(spec.settings, choose_solver(model, env), data_dir=spec.data_dir,
+                            cache_dir=spec.cache_dir, files=spec.files, model=model, env=env,
+                            split_size=self.split_sizes.get(split))
 
     def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, settings, self.review)
 
     def revise_record(self, record: dict[str, Any]) -> dict[str, Any]:
-        """A finished record of an earlier session (--bench-resume) with this run's review applied instead of
-        the one it was written with (none: the record as the automatic grader left it)."""
+        """A finished record with this run's review applied (instead of any it was written with; none: the
+        record as the automatic grader left it). The controller calls it for every record it writes and for the
+        records a resumed run reuses, so workers (remote ones get no paths) need no review file."""
         return review.apply_review(record, self.review)
 
     def first_call_misses(self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task],
