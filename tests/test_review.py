@@ -255,3 +255,40 @@ def test_a_run_of_several_attempts_carries_the_mean_reviewed_score(core_run, tmp
     assert summary["metrics"]["capsule_accuracy"] == 0.5  # the automatic mean over the two attempts
     assert summary["scores"]["reviewed"]["metrics"]["capsule_accuracy"] == 1.0
     assert summary["scores"]["reviewed"]["overrides"] == 2  # one per attempt
+
+
+def scored_record(capsule: str, wrong: set[str] = frozenset()) -> dict:
+    """The record the grader leaves for ``capsule`` when the questions in ``wrong`` were answered wrong."""
+    questions = [{"question": q, "kind": "numeric", "figure": "fig" in q, "answered": True, "submitted": 1.0,
+                  "expected": [0.0, 2.0], "correct": q not in wrong, "note": None}
+                 for q in train_task(capsule)["results"][0]]
+    written = [q for q in questions if not q["figure"]]
+    return {"benchmark": "core-bench", "id": capsule, "task": capsule, "split": "train", "scored": True,
+            "status": "fail" if wrong else "pass", "questions": questions,
+            "correct_written": sum(q["correct"] for q in written), "total_written": len(written),
+            "correct_figure": 0, "total_figure": len(questions) - len(written)}
+
+
+def test_max_drop_against_a_baseline_reads_the_reviewed_statuses(tmp_path):
+    """--bench-max-drop with --bench-gate-score=reviewed compares the reviewed item statuses with the baseline's."""
+    from pytest_agentbench.benchmarks.corebench import bench as corebench
+    from pytest_agentbench.benchmarks.corebench.review import apply_review
+    from pytest_agentbench.report.options import GateConfig, parse_thresholds
+    from pytest_agentbench.report.summary import build_summary, judge
+
+    settings = {"benchmark": "core-bench", "split": "train", "model": "m", "run_id": "r"}
+    baseline = build_summary([scored_record(WRONG), scored_record(RIGHT)], corebench.benchmark, settings)
+    review = load_review(write(tmp_path, review_yaml(flip())), dataset.load_split(SHARED_DATA, "train"), "train")
+    records = [apply_review(scored_record(WRONG, {wrong_question()}), review), apply_review(scored_record(RIGHT), review)]
+    verdicts = {}
+    for score in ("automatic", "reviewed"):
+        summary = build_summary(records, corebench.benchmark, {**settings, "review": review.file})
+        gates = GateConfig([], parse_thresholds(["accuracy=10%"], "--bench-max-drop", corebench.benchmark), None,
+                           tmp_path / "baseline.json", False, None, score=score)
+        verdicts[score] = judge(summary, gates, {**baseline, "_path": "baseline"}, 1)
+    automatic, reviewed = verdicts["automatic"], verdicts["reviewed"]
+    assert [r.ok for r in automatic.gate_results] == [False] and automatic.exit_code == 1
+    assert automatic.comparison.flipped[0]["direction"] == "pass -> fail"
+    assert [r.ok for r in reviewed.gate_results] == [True] and reviewed.exit_code == 0
+    assert reviewed.gate_results[0].gate.endswith("[reviewed score]") and reviewed.comparison.flipped == []
+    assert "accuracy 100.0% -> 100.0%" in reviewed.gate_results[0].detail
