@@ -1,7 +1,7 @@
 """Human review of CORE-Bench verdicts (--bench-review, --bench-gate-score): runs as a user starts them.
 
 A scripted client (a user's own ``run_agent``) answers two train capsules with their reference answers, except
-one number of capsule-0201225, which it reports 1000 too high: the automatic grader marks that question wrong.
+one number of capsule-0201225, for which it reports hostile text: the automatic grader marks that question wrong.
 A review file then says it is correct.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from cdp import Chromium, chromium_path
 from pytest_agentbench.benchmarks.corebench import capsules, dataset
 from pytest_agentbench.benchmarks.corebench.review import load_review
 
+HOSTILE = "</textarea><script>alert(1)</script>\x1b[31m\n# not: a key"
 WRONG, RIGHT = "capsule-0201225", "capsule-7038571"  # 8 questions (one answered wrong), 1 question
 OTHER = "capsule-5367566"  # a train capsule outside the runs' selection
 
@@ -33,7 +34,7 @@ class Scripted:
         answers = dict(sample.data["results"][0])
         if sample.id == {WRONG!r}:
             first = next(iter(answers))
-            answers[first] = answers[first] + 1000  # far outside the accepted interval
+            answers[first] = {HOSTILE!r}  # text for a number: wrong, and hostile in the page and the stub
         return answers
 
 
@@ -228,6 +229,7 @@ def test_the_export_button_yields_a_review_file_that_loads(core_run, tmp_path):
         assert page.evaluate("document.scripts.length") == 1
         assert page.errors == []
     assert urllib.parse.unquote(href.split(",", 1)[1]) == text
+    assert "alert(1)" in text and "\x1b" not in text  # the reported value, in a comment YAML accepts
     stub = yaml.safe_load(text)
     entries = {(e["capsule"], e["question"]): e for e in stub["overrides"]}
     # the one question marked wrong, ready to be judged, and the override already made

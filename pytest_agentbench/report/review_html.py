@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any, Iterable, Mapping
 
 REVIEWER_SLOT = "__REVIEWER__"  # replaced by the page's script with the name typed in (JSON-quoted)
 PENDING_REASON = "to review: set verdict to correct where the grader was wrong, and say why"
 STUB_FILE = "review.yaml"
+# what YAML 1.1 does not allow anywhere in a stream (its c-printable set, complemented)
+NOT_YAML = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 REVIEW_CSS = """
 .reviewed{background:#fff3cd;border:1px solid #d39e00;border-radius:4px;padding:0 4px;margin-left:4px}
@@ -28,7 +31,8 @@ REVIEW_JS = """
 (function(){
   var button=document.getElementById('rv-copy'); if(!button){return;}
   function stub(){
-    var name=document.getElementById('rv-reviewer').value.trim()||'reviewer';
+    var name=document.getElementById('rv-reviewer').value
+      .replace(/[^\\t\\x20-\\x7e\\xa0-\\ud7ff\\ue000-\\ufffd\\u{10000}-\\u{10ffff}]/gu,'').trim()||'reviewer';
     return document.getElementById('rv-template').value.split('__REVIEWER__').join(JSON.stringify(name));
   }
   button.addEventListener('click',function(){
@@ -50,9 +54,10 @@ def esc(value: Any) -> str:
 
 
 def one_line(value: Any, limit: int = 100) -> str:
-    """A value for a YAML comment: one line, clipped (a model's answer may hold anything)."""
+    """A value for a YAML comment: one line of characters YAML accepts, clipped (a model's answer may hold
+    anything; YAML refuses control characters even in a comment)."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    text = " ".join(text.split())
+    text = NOT_YAML.sub("?", " ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
