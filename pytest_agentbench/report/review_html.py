@@ -24,7 +24,7 @@ NOT_YAML = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\
 
 REVIEW_CSS = """
 .reviewed{background:#fff3cd;border:1px solid #d39e00;border-radius:4px;padding:0 4px;margin-left:4px}
-.review textarea{width:100%;font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
+.review table{margin:8px 0}.review textarea{width:100%;font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
 """
 
 REVIEW_JS = """
