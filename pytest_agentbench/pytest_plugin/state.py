@@ -103,9 +103,24 @@ def prepare_controller(state: BenchState) -> None:
     if opts.resume:
         resumed = resume_controller(state.run_dir, state.records_path, state.settings, free)
         state.resumed = drop_rerun(state.records_path, resumed.records, resumed.notes)
+        state.resumed = revise_resumed(state.benchmark, state.records_path, state.resumed)
         state.notes += resumed.notes
     state.baseline, notes = baseline_for_run(state.gates.baseline, state.gates.update_baseline, state.settings, free)
     state.notes += notes
+
+
+def revise_resumed(benchmark: Benchmark, records_path: Path,
+                   finished: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The reused records as this run's settings derive them (CORE-Bench: its --bench-review applied to the
+    automatic verdicts, which stay); the records file is rewritten (atomically) when that changes a line."""
+    revise = getattr(benchmark, "revise_record", None)
+    if not callable(revise) or not finished:
+        return finished
+    lines = rec.read_records(records_path)
+    revised = [revise(r) for r in lines]
+    if revised != lines:
+        rec.rewrite_records(records_path, revised)
+    return {key: revise(record) for key, record in finished.items()}
 
 
 def drop_rerun(records_path: Path, finished: dict[str, dict[str, Any]], notes: list[str]) -> dict[str, dict[str, Any]]:

@@ -124,6 +124,20 @@ class RecordWriter:
         raise NotImplementedError
 
 
+def revised(benchmark: Any, record: dict[str, Any]) -> dict[str, Any]:
+    """The record as this run's settings derive it on the controller (CORE-Bench: ``--bench-review`` applied beside
+    the automatic verdicts); a failure there keeps the record as it came, with a warning."""
+    revise = getattr(benchmark, "revise_record", None)
+    if not callable(revise):
+        return record
+    try:
+        return revise(record)
+    except Exception as exc:  # a bug in a benchmark's revision must not cost the item its record
+        warnings.warn(f"agentbench: {rec.record_key(record)}: record not revised: {type(exc).__name__}: {exc}",
+                      stacklevel=1)
+        return record
+
+
 def fail_report(report: Any, record: dict[str, Any]) -> None:
     """Show an item whose record became an error as failed, with the record's message."""
     report.outcome = "failed"
@@ -147,6 +161,7 @@ class ControllerWriter(RecordWriter):
 
     def write(self, nodeid: str, report: Any, record: dict[str, Any]) -> dict[str, Any]:
         """Append the record; one that cannot be written becomes the item's error record (written instead)."""
+        record = revised(self.state.benchmark, record)
         try:
             self.config.hook.pytest_agentbench_test_fault(stage="write", nodeid=nodeid)
             line = rec.record_line(record)

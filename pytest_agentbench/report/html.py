@@ -21,6 +21,7 @@ from ..core.io import natural_key, write_atomic
 from .declared import declared_in
 from .highlight import clip, code_html, esc
 from .transcript import transcript_html
+from .review_html import REVIEW_CSS, REVIEW_JS, review_mark, review_section
 
 REPORT_HTML = "report.html"
 Z95 = 1.959963984540054
@@ -305,7 +306,7 @@ def questions_html(questions: list[Any]) -> str:
         verdict = '<span class="ok">correct</span>' if q.get("correct") else '<span class="bad">wrong</span>'
         note = f" — {esc(q['note'])}" if q.get("note") else ""
         rows.append(f"<tr><td>{esc(q.get('question'))}</td><td>{esc(reported_text(q))}</td>"
-                    f"<td>{esc(accepted_text(q))}</td><td>{verdict}{note}</td></tr>")
+                    f"<td>{esc(accepted_text(q))}</td><td>{verdict}{note}{review_mark(q)}</td></tr>")
     rows.append("</table>")
     return "".join(rows)
 
@@ -545,7 +546,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         # nothing is fetched: no network, and no script but the inline one below
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">",
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f"<title>{esc(title)}</title><style>{CSS}{REVIEW_CSS}</style></head><body>",
         f"<header><h1>{esc(title)}</h1><div class=\"sub\">{len(records)} items · "
         f"{esc(', '.join(f'{n} {s}' for s, n in counts.items()))}"
         f"{' · ' + esc(usage_text) if usage_text else ''}</div></header><main>",
@@ -553,6 +554,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         *[f"<p><b>Note:</b> {esc(n)}</p>" for n in notes],
         f'<h2>Headline metrics</h2><div class="cards">{"".join(cards) or "<p>no headline metric</p>"}</div>',
         f"<ul>{gate_html}</ul>" if gate_html else "",
+        review_section(summary, records),  # both scores and the review-file export (CORE-Bench)
         *sections,
         '<h2>Tasks</h2><div class="filters">'
         f'<label>status <select id="f-status"><option value="">all</option>{options(values["status"])}</select></label>'
@@ -569,7 +571,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         f"<h2>Settings</h2><table>{setting_rows}</table>",
         f"<h2>Run</h2><table>{run_rows}</table>" if run_rows else "",
         f"<h2>Data hashes (sha256)</h2><table>{hash_rows}</table>" if hash_rows else "",
-        f"</main><script>{JS}</script></body></html>",
+        f"</main><script>{JS}{REVIEW_JS}</script></body></html>",
     ]
     return "\n".join(p for p in parts if p)
 

@@ -38,6 +38,9 @@ RESUME_HELP = ("continue an interrupted run in RUN_DIR: its settings and selecti
 ALLOW_INCOMPLETE_HELP = ("accept a run in which some selected items did not run (interrupted, stopped early, a "
                          "lost worker): its gates are decided on the metrics alone (the items not run still count "
                          "as not passed). Without it such a run fails its gates, and without gates ends with exit 1.")
+GATE_SCORE_HELP = ("which score the gates judge: automatic (the grader's verdicts, the default) or reviewed (with "
+                   "--bench-review's human verdicts applied, for a benchmark that takes a review). A reviewed summary carries both.")
+SCORES = ("automatic", "reviewed")
 PROGRESS_HELP = ("seconds between the progress lines (done/total, statuses, elapsed, ETA, model usage, items "
                  "running over 30 s); 0 = after every item.")
 
@@ -77,6 +80,8 @@ REPORT_OPTIONS: tuple[Option, ...] = (
            ini="agentbench_significance", metavar="ALPHA", runfile_group="gates"),
     Option("allow_underpowered", "--bench-allow-underpowered", UNDERPOWERED_HELP, kind="bool", default=False,
            ini="agentbench_allow_underpowered", runfile_group="gates"),
+    Option("gate_score", "--bench-gate-score", GATE_SCORE_HELP, kind="choice", choices=SCORES, default="automatic",
+           ini="agentbench_gate_score", runfile_group="gates"),
     Option("resume", "--bench-resume", RESUME_HELP, kind="path", check=check_run_folder, ini="agentbench_resume",
            metavar="RUN_DIR"),
     Option("resume_merge", "--bench-resume-merge",
@@ -110,6 +115,7 @@ class GateConfig:
     significance: float | None
     allow_incomplete: bool = False  # --bench-allow-incomplete: an incomplete run does not fail the gates
     allow_underpowered: bool = False  # --bench-allow-underpowered: a max-drop gate that cannot see its limit passes
+    score: str = "automatic"  # --bench-gate-score: the score the gates and the baseline comparison read
 
     @property
     def any_gate(self) -> bool:
@@ -173,6 +179,11 @@ def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
         raise ConfigError("--bench-max-drop needs --bench-baseline PATH (an earlier summary.json)")
     if update and not baseline:
         raise ConfigError("--bench-update-baseline needs --bench-baseline PATH (where to write it)")
+    score = opts.get("gate_score") or "automatic"
+    if score == "reviewed" and not opts.get("review"):
+        raise ConfigError("--bench-gate-score=reviewed judges the score with human verdicts applied: give them with "
+                          "--bench-review FILE.yaml (see docs/review.md), or leave the gates on the "
+                          "automatic score")
     return GateConfig(fail_under, max_drop, opts["max_errors"], baseline, update, opts["significance"],
                       allow_underpowered=bool(opts.get("allow_underpowered")),
-                      allow_incomplete=bool(opts.get("allow_incomplete")))
+                      allow_incomplete=bool(opts.get("allow_incomplete")), score=score)

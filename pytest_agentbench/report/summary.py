@@ -36,6 +36,7 @@ from .gates import render_markdown as gates_markdown
 from .options import GateConfig
 from .html import REPORT_HTML
 from .picture import draw
+from .scores import AUTOMATIC, REVIEWED, reviewed_status_of, score_view
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -95,7 +96,8 @@ def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings
         "counts": rec.count_statuses(ordered),
         "run_counts": counts,
         "items": [{"id": r["id"], "task": r["task"], "status": r["status"], "scored": r.get("scored", True),
-                   **({"attempt": r["attempt"]} if "attempt" in r else {}), **answers_of(r)} for r in ordered],
+                   **({"attempt": r["attempt"]} if "attempt" in r else {}), **answers_of(r),
+                   **reviewed_status_of(r)} for r in ordered],
         "usage": usage_of_run(ordered),
         **({"complete": incomplete is None} if selection is not None else {}),
         **({"incomplete": incomplete} if incomplete else {}),
@@ -143,8 +145,24 @@ def summarize_attempts(records: list[dict[str, Any]], benchmark: Any, settings: 
         markdown += [f"## Attempt {attempt}", "", body, ""]
     per_attempt = {str(a): {k: v for k, v in r.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")}
                    for a, r in results.items()}
+    notes = list(dict.fromkeys(n for r in results.values() for n in r.get("notes", [])))  # each attempt's, once
     return {"metrics": dict(stats["mean"]), "attempts": stats, "attempt_results": per_attempt,
-            "raw_counts": raw, "terminal": terminal, "markdown": "\n".join(markdown)}
+            "raw_counts": raw, "terminal": terminal, "markdown": "\n".join(markdown),
+            **({"notes": notes} if notes else {}), **mean_scores(results, stats["mean"])}
+
+
+def mean_scores(results: Mapping[int, Mapping[str, Any]], automatic: Mapping[str, Any]) -> dict[str, Any]:
+    """``scores`` of a run of several attempts whose benchmark reviewed each: the means over attempts of the
+    reviewed metrics beside the automatic ones (the overrides counted over all attempts)."""
+    reviewed = [r["scores"]["reviewed"] for r in results.values() if isinstance(r.get("scores"), Mapping)]
+    if not reviewed or len(reviewed) != len(results):
+        return {}
+    means = attempt_stats({i: s.get("metrics") or {} for i, s in enumerate(reviewed, start=1)}, [])["mean"]
+    first = reviewed[0]
+    return {"scores": {AUTOMATIC: {"metrics": dict(automatic)}, REVIEWED: {
+        **{k: first[k] for k in ("file", "sha256") if k in first}, "metrics": means,
+        "overrides": sum(int(s.get("overrides") or 0) for s in reviewed),
+        "changed": sum(int(s.get("changed") or 0) for s in reviewed)}}}
 
 
 @dataclass
@@ -170,8 +188,11 @@ def judge(summary: dict[str, Any], gates: GateConfig | None, baseline: Mapping[s
     ``other_failures``: failed tests of the session that are not benchmark items (they still fail the run)."""
     verdict = Verdict(exit_before=int(exit_status), exit_code=int(exit_status),
                       alpha=gates.alpha if gates is not None else 0.05)
+    score = gates.score if gates is not None else AUTOMATIC
+    judged = score_view(summary, score)  # --bench-gate-score=reviewed: the human verdicts applied
     if baseline is not None:
-        verdict.comparison = compare(dict(baseline), public(summary), declared=declared_in(summary))
+        verdict.comparison = compare(score_view(baseline, score) if (baseline.get("scores") or {}).get(score)
+                                     else dict(baseline), public(judged), declared=declared_in(summary))
         summary["comparison"] = {
             "baseline": baseline.get("_path"),
             "flipped": verdict.comparison.flipped,
@@ -180,7 +201,10 @@ def judge(summary: dict[str, Any], gates: GateConfig | None, baseline: Mapping[s
         }
     if gates is not None and gates.any_gate:
         note = None if baseline is not None else "no comparable baseline yet (this run writes it)"
-        verdict.gate_results = evaluate(gates, summary, verdict.comparison, note)
+        verdict.gate_results = evaluate(gates, judged, verdict.comparison, note)
+        if score == REVIEWED:  # every line says which score it judged
+            verdict.gate_results = [GateResult(f"{r.gate} [reviewed score]", r.ok, r.detail)
+                                    for r in verdict.gate_results]
         verdict.exit_code = decide_exit(verdict.exit_before, verdict.gate_results, other_failures)
         summary["gates"] = [{"gate": r.gate, "ok": r.ok, "detail": r.detail} for r in verdict.gate_results]
         summary["gates_passed"] = verdict.gates_passed

@@ -16,7 +16,7 @@ from ...core.records import counts_text as records_counts_text
 from ...core.options import Settings
 from ...core.types import Sample, Task
 from ..base import Benchmark, RunSpec
-from . import capsules, dataset, prepare, scorer
+from . import capsules, dataset, prepare, review, scorer
 from .agent import CoreAgent
 from .options import CORE_BENCH_OPTIONS, agent_limits, default_env, describe_isolation, effective_settings
 from .run import NAME, CoreBenchRun, choose_solver
@@ -37,10 +37,12 @@ class CoreBench(Benchmark):
     gate_metrics = {"accuracy": "capsule_accuracy", "written": "written_task_accuracy",
                     "vision": "figure_task_accuracy", "questions": "question_accuracy"}
     headlines = {"accuracy": "item"}  # capsule accuracy: passed capsules over scored ones
-    free_settings = frozenset({"env", "docker_dind", "workspace_root", "isolation"})  # where commands ran
+    # where commands ran; and the review file, which changes no automatic verdict (a resumed run may add one)
+    free_settings = frozenset({"env", "docker_dind", "workspace_root", "isolation", "review"})
 
     def __init__(self) -> None:
         self.split_sizes: dict[str, int] = {}  # capsules per split, from load_tasks (for "N of 45 selected")
+        self.review: review.Review | None = None  # --bench-review, checked against the split by load_tasks
 
     def configure(self, opts: Settings, split: str) -> dict[str, Any]:
         """The effective settings of a run, from options already checked by their declarations."""
@@ -73,6 +75,9 @@ class CoreBench(Benchmark):
         except dataset.DatasetError as exc:
             raise ConfigError(str(exc)) from None
         self.split_sizes[split] = len(tasks)
+        # checked against the whole split (a capsule outside the selection is ignored later, with a warning)
+        path = opts.get("review")
+        self.review = review.load_review(path, tasks, split) if path else None
         folders = local_capsule_folders(opts)
         return [tasks_entry(task, split, gpu=known_gpu(task["capsule_id"], folders)) for task in tasks]
 
@@ -83,7 +88,13 @@ class CoreBench(Benchmark):
                             split_size=self.split_sizes.get(split))
 
     def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
-        return summarize(records, settings)
+        return summarize(records, settings, self.review)
+
+    def revise_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A finished record with this run's review applied (instead of any it was written with; none: the
+        record as the automatic grader left it). The controller calls it for every record it writes and for the
+        records a resumed run reuses, so workers (remote ones get no paths) need no review file."""
+        return review.apply_review(record, self.review)
 
     def first_call_misses(self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task],
                           samples: list[Any], model: Any) -> list[str]:
@@ -209,7 +220,11 @@ def _fraction(metrics: dict[str, Any], num: str, den: str) -> str:
     return f"{metrics[num]}/{metrics[den]} ({100 * metrics[num] / metrics[den]:.1f}%)"
 
 
-def summarize(records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+def summarize(records: list[dict[str, Any]], settings: Mapping[str, Any],
+              reviewed: review.Review | None = None) -> dict[str, Any]:
+    """The metrics, terminal lines and Markdown of a run; with a review (``settings["review"]``), ``scores``
+    holds the automatic and the reviewed metrics (``metrics`` stays the automatic one) and ``notes`` the
+    overrides this run's selection left out."""
     m = compute_metrics(records)
     statuses = records_counts_text(count_statuses(records)) or "none"  # the format of every report
     head = (f"CORE-Bench {settings.get('split', '?')} split, difficulty {settings.get('difficulty', '?')}, "
@@ -233,7 +248,53 @@ def summarize(records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dic
         f"questions correct:       {_fraction(m, 'correct_questions', 'questions')}",
         f"statuses: {statuses}",
     ]
-    return {"metrics": m, "terminal": lines, "markdown": render_markdown(records, m, lines)}
+    out: dict[str, Any] = {"metrics": m, "terminal": lines}
+    scores = None
+    if settings.get("review"):
+        scores, notes = review_scores(records, settings, m, reviewed)
+        out["scores"] = scores
+        lines += review_lines(scores["reviewed"])
+        if notes:
+            out["notes"] = notes
+            lines += [f"warning: {note}" for note in notes]
+    out["markdown"] = render_markdown(records, m, lines, scores)
+    return out
+
+
+def review_scores(records: list[dict[str, Any]], settings: Mapping[str, Any], automatic: dict[str, Any],
+                  reviewed: review.Review | None) -> tuple[dict[str, Any], list[str]]:
+    """``{"automatic": {"metrics"}, "reviewed": {"metrics", file, overrides, changed, ...}}`` and the warnings:
+    overrides naming capsules outside this run's selection (ignored) or capsules that were never scored."""
+    views = [review.reviewed_view(r) for r in records]
+    file = settings.get("review")
+    applied = [r["review"] for r in records if isinstance(r.get("review"), dict)]
+    notes = []
+    out = {"file": file, "metrics": compute_metrics(views),
+           "overrides": sum(int(a.get("overrides") or 0) for a in applied),
+           "changed": sum(int(a.get("changed") or 0) for a in applied),
+           "changed_items": sorted((str(r.get("id")) for r in records if isinstance(r.get("review"), dict)
+                                    and r["review"].get("status") != r.get("status")), key=natural_key)}
+    if reviewed is not None:
+        out["sha256"] = reviewed.sha256
+        outside = reviewed.outside(str(r.get("task", r.get("id"))) for r in records)
+        if outside:
+            out["ignored"] = [{"capsule": o.capsule, "question": o.question, "line": o.line} for o in outside]
+            named = ", ".join(f"{o.capsule} ({o.where(reviewed.file)})" for o in outside[:10])
+            notes.append(f"review {reviewed.file}: {len(outside)} override(s) name capsules outside this run's "
+                         f"selection and are ignored: {named}{' ...' if len(outside) > 10 else ''}")
+    unscored = [f"{r.get('id')} ({r['review']['why']})" for r in records
+                if isinstance(r.get("review"), dict) and r["review"].get("not_applied")]
+    if unscored:
+        notes.append(f"review {file}: overrides not applied to capsules without scored answers: {', '.join(unscored)}")
+    return {"automatic": {"metrics": automatic}, "reviewed": out}, notes
+
+
+def review_lines(scored: Mapping[str, Any]) -> list[str]:
+    m = scored["metrics"]
+    return [f"reviewed score ({scored.get('file')}: {scored.get('overrides', 0)} override(s), "
+            f"{scored.get('changed', 0)} verdict(s) changed):",
+            f"  capsules correct:        {_fraction(m, 'correct_capsules', 'capsules')}",
+            f"  questions correct:       {_fraction(m, 'correct_questions', 'questions')}"]
 
 
 def _cell(value: Any, limit: int = 80) -> str:
@@ -249,12 +310,42 @@ def _expected_cell(question: dict[str, Any]) -> str:
     return _cell(expected)
 
 
-def render_markdown(records: list[dict[str, Any]], metrics: dict[str, Any], lines: list[str]) -> str:
+SCORE_ROWS = (("capsules correct", "correct_capsules", "capsules"),
+              ("written-question tasks", "correct_written_tasks", "written_tasks"),
+              ("figure-question tasks", "correct_figure_tasks", "figure_tasks"),
+              ("questions correct", "correct_questions", "questions"))
+
+
+def scores_markdown(scores: Mapping[str, Any]) -> list[str]:
+    """Both scores side by side: the automatic grader's and the reviewed one."""
+    auto, rev = scores["automatic"]["metrics"], scores["reviewed"]["metrics"]
+    out = ["### Scores: automatic and reviewed", "", f"Review file: `{scores['reviewed'].get('file')}`", "",
+           "| metric | automatic | reviewed |", "|---|---|---|"]
+    out += [f"| {name} | {_fraction(auto, num, den)} | {_fraction(rev, num, den)} |" for name, num, den in SCORE_ROWS]
+    return out + [""]
+
+
+def verdict_cell(question: Mapping[str, Any]) -> str:
+    verdict = "correct" if question.get("correct") else "wrong" + (
+        f": {_cell(question['note'], 60)}" if question.get("note") else "")
+    found = question.get("review")
+    if isinstance(found, Mapping):
+        verdict += (f" → reviewed {found.get('verdict')} ({_cell(found.get('reviewer'), 40)}: "
+                    f"{_cell(found.get('reason'), 120)})")
+    return verdict
+
+
+def render_markdown(records: list[dict[str, Any]], metrics: dict[str, Any], lines: list[str],
+                    scores: Mapping[str, Any] | None = None) -> str:
     out = ["## CORE-Bench", "", *[f"- {line.strip()}" for line in lines], ""]
+    if scores:
+        out += scores_markdown(scores)
     for record in sorted(records, key=lambda r: natural_key(r.get("id", ""))):
         status = record.get("status", "?")
         gpu = " (GPU)" if record.get("gpu_required") else ""
-        out.append(f"### {record.get('id', '?')}{gpu}: {status}")
+        found = record.get("review") if isinstance(record.get("review"), dict) else {}
+        reviewed = f" (reviewed: {found['status']})" if found.get("overrides") else ""
+        out.append(f"### {record.get('id', '?')}{gpu}: {status}{reviewed}")
         if record.get("message"):
             out += ["", _cell(record["message"], 300)]
         questions = record.get("questions") or []
@@ -263,8 +354,8 @@ def render_markdown(records: list[dict[str, Any]], metrics: dict[str, Any], line
             for q in questions:
                 kind = q.get("kind", "?") + (", figure" if q.get("figure") else "")
                 submitted = _cell(q.get("submitted")) if q.get("answered") else "(missing)"
-                verdict = "correct" if q.get("correct") else "wrong" + (f": {_cell(q['note'], 60)}" if q.get("note") else "")
-                out.append(f"| {_cell(q.get('question', ''))} | {kind} | {submitted} | {_expected_cell(q)} | {verdict} |")
+                out.append(f"| {_cell(q.get('question', ''))} | {kind} | {submitted} | {_expected_cell(q)} | "
+                           f"{verdict_cell(q)} |")
         out.append("")
     return "\n".join(out)
 

@@ -71,6 +71,11 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
            owner=OWNER,
            help="CORE-Bench with --bench-env=docker: medium items run in a PRIVILEGED container with its own "
                 "Docker daemon (the image needs docker.io); such a run is not isolated."),
+    Option("review", "--bench-review", kind="path", exists="file", ini="agentbench_review", owner=OWNER,
+           metavar="FILE.yaml",
+           help="CORE-Bench: a YAML file of human verdicts that override the automatic one for single questions "
+                "(capsule, question, verdict, reviewer, reason; see docs/review.md). Summaries then carry an "
+                "automatic and a reviewed score; records keep the automatic verdict beside the override."),
     Option("agent_steps", "--bench-agent-steps", kind="int", default=agent.DEFAULT_STEPS, minimum=0,
            exclusive_minimum=True, ini="agentbench_agent_steps", owner=OWNER,
            help=f"CORE-Bench agent: most model turns per capsule (default {agent.DEFAULT_STEPS})."),
@@ -110,6 +115,7 @@ def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
         "agent_time": float(opts["agent_time"]),
         "agent_tokens": opts["agent_tokens"],
         "agent_command_timeout": float(opts["agent_command_timeout"]),
+        **({"review": str(opts["review"])} if opts.get("review") else {}),  # only when given: older runs match
     }
 
 

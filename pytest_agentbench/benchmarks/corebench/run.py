@@ -28,7 +28,7 @@ from ...core.io import DirectoryFiles, RunFiles
 from ...core.types import Sample
 from ...envs import EnvError, EnvFactory, EnvSkip
 from . import agent as agent_mod
-from . import capsules, dataset, prepare, scorer
+from . import capsules, dataset, prepare, review, scorer
 from .options import DEFAULT_WORKSPACE_ROOT, agent_limits
 
 NAME = "core-bench"
@@ -48,6 +48,7 @@ class CoreBenchRun:
         self.settings.setdefault("workspace_root", DEFAULT_WORKSPACE_ROOT)
         self.settings.setdefault("dataset_revision", dataset.UPSTREAM_REV)
         self.split_size = split_size
+        self.review: review.Review | None = None  # --bench-review (set by the benchmark when it opens the run)
         self.solver = solver
         self.data_dir = Path(data_dir)
         self.cache_dir = Path(cache_dir)
@@ -98,7 +99,8 @@ class CoreBenchRun:
             record["gpu_required"] = prepare.capsule_needs_gpu(capsule_root)
         prompt = prepare.render_prompt(templates, task, self.settings["difficulty"], self.settings["hints"],
                                        root=self.settings["workspace_root"])
-        return {**record, **self.solver.solve(self, sample, capsule_root, prompt)}
+        # --bench-review: the overrides of this capsule beside the automatic verdicts
+        return review.apply_review({**record, **self.solver.solve(self, sample, capsule_root, prompt)}, self.review)
 
     def manifest_check(self, sample: Sample, raw: bytes) -> tuple[bool, str | None]:
         """(uses_gpu, None) when the preinstalled manifest fits this item, else (False, why not)."""
