@@ -13,6 +13,8 @@ Scheduling``; returned from ``pytest_xdist_make_scheduler``) on its own, touchin
 * GPU placement comes before cost: a worker whose host has a GPU takes GPU units first; a worker without one
   never takes them while some live worker has one (when none has, they go anywhere and end as env_error
   "no worker with a GPU", see remote.py, so they stay in the run's denominator);
+* once the run budget is spent (``--bench-max-cost``, counted on the records delivered: ``state.budget_stop``)
+  no unit goes out any more: the queue is dropped, its items are reported not run;
 * a worker that can take nothing more is told to finish, so it never waits on its last item; except with
   ``keep_free`` (remote workers, which are never replaced): then it is kept while another worker holds a
   unit it has not begun, so that unit has a live worker to go to if the other one's host is lost;
@@ -178,6 +180,10 @@ class PlacementScheduling:
                    if other is not node and not xc.is_shutting_down(other))
 
     def give(self, node: Any) -> bool:
+        state = self.config.stash.get(STATE, None)
+        if state is not None and state.budget_stop:  # the run budget is spent: nothing new starts
+            self.queue = []
+            return False
         index = self.pick(node)
         if index is None:
             return False

@@ -24,6 +24,7 @@ from ..core import records as rec
 from ..report.attempts import counts_line
 from ..report.baseline import public
 from ..report.compare import render_text
+from ..report.cost import terminal_lines as cost_terminal_lines
 from ..report.html import write_html
 from ..report.resume import write_settings_once
 from ..report.summary import (Verdict, Written, build_summary, incomplete_text, judge, judge_without_items,
@@ -150,6 +151,8 @@ class Reporter:
             usage = summary["usage"] if self.state.settings.get("model") != ORACLE else None
             terminalreporter.write_line(status_line(len(self.records), None, summary["counts"],
                                                     time.monotonic() - self.started, usage))
+            for line in cost_terminal_lines(summary.get("cost") or {}):
+                terminalreporter.write_line(line)
         if verdict is not None and verdict.comparison is not None:
             for line in render_text(verdict.comparison, verdict.alpha):
                 terminalreporter.write_line(line)

@@ -45,6 +45,7 @@ class BenchState:
     notes: list[str] = field(default_factory=list)  # shown in the header (resume, baseline)
     run: BenchRun | None = None  # opened by the bench_run fixture at the first item of this process
     worker_hosts: dict[str, str] = field(default_factory=dict)  # controller: xdist worker id -> host, from its records
+    budget_stop: str | None = None  # why no new item starts: the run budget (--bench-max-cost) is spent
 
 
 class Streak:
