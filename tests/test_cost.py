@@ -134,3 +134,39 @@ def test_a_budget_needs_a_price_and_a_price_is_checked(pytester, bench, shared_d
     assert bad.ret == 4
     bad.stderr.fnmatch_lines(["*--model-price '2' is not a price; give USD per million tokens as PROMPT,COMPLETION*"])
     assert not server.requests
+
+
+def test_a_per_item_budget_stops_the_scicode_harness(pytester, bench, shared_data, server):
+    for _ in range(4):  # each step's first reply asks for a tool call ($0.007): its budget is then spent
+        server.reply(tool_calls=[("code_interpreter", {"code": "print(1)"})], prompt_tokens=1000,
+                     completion_tokens=500)
+    args = scicode_args(pytester, shared_data, server, "--model=m", f"--model-price={PRICE}", "--bench-cache=off",
+                        "--bench-max-cost-per-item=0.005", "--bench-max-errors=0", "--bench-ids=1,2")
+    result = bench(*[a for a in args if a != "--bench-mode=naive"], "--bench-mode=tool_use")
+    assert result.ret == 0, result.stdout.str()  # the error gate holds: budget is a verdict, not an error
+    assert len(server.requests) == 2
+    records = read_jsonl(run_dirs(pytester.path)[0] / "steps.jsonl")
+    assert [r["status"] for r in records] == ["budget", "budget"]
+    assert "the harness spent $0.0070 of its budget of $0.005" in records[0]["message"]
+    assert records[0]["generation"]["tool_calls"] == 1
+
+
+def test_a_run_budget_holds_across_workers(pytester, bench, shared_data, server):
+    problems = [problem(str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")],
+                                      header=f"def f{k}():")]) for k in range(1, 9)]
+    data, h5 = write_dataset(pytester.path, shared_data, targets={f"{k}.1": [k] for k in range(1, 9)},
+                             problems=problems)
+    for _ in range(8):
+        server.reply_with(right_answer())
+    result = bench("--bench=scicode", "--bench-split=validation", "--model=m", f"--model-base-url={server.base_url}",
+                   "--model-api-key=k", "--bench-mode=naive", f"--bench-data-dir={data}", f"--bench-h5={h5}",
+                   "--bench-allow-custom-data", "--bench-cache=off", f"--model-price={PRICE}", "--bench-max-cost=0.01",
+                   "-n", "2", subprocess=True)
+    assert result.ret == 1, result.stdout.str()
+    run_dir = run_dirs(pytester.path)[0]
+    ran = read_jsonl(run_dir / "steps.jsonl")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # each worker holds the item after the one it runs (xdist needs it): at most two per worker start
+    assert 2 <= len(ran) <= 4 and len(server.requests) == len(ran)
+    assert summary["complete"] is False and summary["incomplete"]["not_run"] == 8 - len(ran)
+    assert "run budget spent" in (run_dir / "summary.md").read_text()

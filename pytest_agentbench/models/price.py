@@ -89,8 +89,8 @@ PRICE_OPTION = Option(
 
 BUDGET_OPTIONS: tuple[Option, ...] = (
     Option("max_cost_per_item", "--bench-max-cost-per-item",
-           "budget in USD of one item (a CORE-Bench capsule's agent, a SciCode step's harness): once its fresh "
-           "model calls have cost this much, it stops with the status budget (not passed, not retried, no error). "
+           "budget in USD of one item (the agent or harness that answers it): once its fresh model calls have "
+           "cost this much, it stops with the status budget (not passed, not retried, no error). "
            "Needs --model-price.", kind="float", minimum=0, exclusive_minimum=True,
            ini="agentbench_max_cost_per_item", metavar="USD"),
     Option("max_cost", "--bench-max-cost",
