@@ -133,6 +133,11 @@ def test_a_budget_needs_a_price_and_a_price_is_checked(pytester, bench, shared_d
     bad = bench(*args, "--model-price=2")
     assert bad.ret == 4
     bad.stderr.fnmatch_lines(["*--model-price '2' is not a price; give USD per million tokens as PROMPT,COMPLETION*"])
+    (pytester.path / "agentbench.yaml").write_text("models:\n  - name: m\n    price: {prompt_per_mtok: 2}\n")
+    in_file = bench(*args, "--bench-config=agentbench.yaml")
+    assert in_file.ret == 4
+    in_file.stderr.fnmatch_lines(["*file agentbench.yaml:3 '{\"prompt_per_mtok\": 2}' is not a price: it needs "
+                                  "exactly the keys prompt_per_mtok and completion_per_mtok*"])
     assert not server.requests
 
 

@@ -49,8 +49,8 @@ def parse_price(value: Any) -> Price:
     if isinstance(value, Mapping):
         unknown = sorted(set(map(str, value)) - {PROMPT_KEY, COMPLETION_KEY})
         if unknown or PROMPT_KEY not in value or COMPLETION_KEY not in value:
-            raise ValueError(f"must have exactly the keys {PROMPT_KEY} and {COMPLETION_KEY} (USD per million "
-                             f"tokens)" + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+            raise ValueError(f"is not a price: it needs exactly the keys {PROMPT_KEY} and {COMPLETION_KEY} (USD per "
+                             f"million tokens)" + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
         parts = [value[PROMPT_KEY], value[COMPLETION_KEY]]
     else:
         parts = [p.strip() for p in str(value).split(",")]
@@ -63,7 +63,8 @@ def parse_price(value: Any) -> Price:
         except (TypeError, ValueError):
             number = math.nan
         if isinstance(part, bool) or not math.isfinite(number) or number < 0:
-            raise ValueError(f"must be two finite numbers >= 0 (USD per million tokens); {PRICE_FORMAT}")
+            raise ValueError("must be two finite numbers >= 0: USD per million prompt and completion tokens, "
+                             "e.g. 2.5,10")
         numbers.append(number)
     return Price(*numbers)
 
@@ -142,47 +143,31 @@ def over_budget(accounting: Mapping[str, Any], budget: float | None) -> str | No
     return f"spent ${spent(accounting):.4f} of its budget of ${budget:g} (--bench-max-cost-per-item)"
 
 
-def record_cost(record: Mapping[str, Any]) -> tuple[float | None, float | None, bool]:
-    """(spent, replayed, priced) of a record: its generation's cost fields (None: unknown)."""
-    generation = record.get("generation") or {}
-    if not isinstance(generation, Mapping) or COST_KEY not in generation:
-        return None, None, False
-    fresh, replayed = generation.get(COST_KEY), generation.get(REPLAYED_COST_KEY)
-    return (float(fresh) if isinstance(fresh, (int, float)) else None,
-            float(replayed) if isinstance(replayed, (int, float)) else None, True)
-
-
 def item_spent(record: Mapping[str, Any]) -> float | None:
     """What an item's fresh calls cost, every try of a retried item included (``tries``); None when some of it
-    is unknown (a reply without usage, a client that reports no tokens) or the record is not costed."""
-    tries = record.get("tries")
-    parts = tries if isinstance(tries, list) and tries else [record]
-    total = 0.0
-    for part in parts:
-        fresh, _, priced = record_cost(part) if isinstance(part, Mapping) else (None, None, False)
-        if fresh is None and (priced or model_calls(part)):
-            return None
-        total += fresh or 0.0
-    return round(total, 9)
+    is unknown (a reply without usage, a client that reports no tokens)."""
+    return summed(record, COST_KEY)
 
 
 def item_replayed(record: Mapping[str, Any]) -> float | None:
     """What an item's replayed calls would have cost (every try), None when unknown."""
+    return summed(record, REPLAYED_COST_KEY)
+
+
+def summed(record: Mapping[str, Any], key: str) -> float | None:
+    """``generation[key]`` over the record's tries (or the record itself): 0 for a part that asked no model, None
+    when a part that did has no amount (unknown, or not costed)."""
     tries = record.get("tries")
-    parts = tries if isinstance(tries, list) and tries else [record]
     total = 0.0
-    for part in parts:
-        _, replayed, priced = record_cost(part) if isinstance(part, Mapping) else (None, None, False)
-        if replayed is None and (priced or model_calls(part)):
+    for part in tries if isinstance(tries, list) and tries else [record]:
+        generation = part.get("generation") if isinstance(part, Mapping) else None
+        generation = generation if isinstance(generation, Mapping) else {}
+        value = generation.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            total += value
+        elif key in generation or generation.get("model_calls"):
             return None
-        total += replayed or 0.0
     return round(total, 9)
-
-
-def model_calls(record: Any) -> int:
-    generation = record.get("generation") if isinstance(record, Mapping) else None
-    calls = generation.get("model_calls") if isinstance(generation, Mapping) else 0
-    return int(calls) if isinstance(calls, int) else 0
 
 
 class RunBudget:
@@ -204,4 +189,5 @@ class RunBudget:
         return self.limit is not None and self.spent >= self.limit
 
     def text(self) -> str:
-        return f"run budget spent: ${self.spent:.4f} of --bench-max-cost=${self.limit:g}; no new item started"
+        unknown = f" ({self.unknown} item(s) of unknown cost counted as $0)" if self.unknown else ""
+        return f"run budget spent: ${self.spent:.4f} of --bench-max-cost=${self.limit:g}{unknown}; no new item started"
