@@ -120,7 +120,8 @@ def test_a_run_budget_leaves_items_not_run(pytester, bench, shared_data, server)
     assert summary["complete"] is False and summary["incomplete"]["items"] == ["3.1", "4.1"]
     assert summary["counts"] == {"pass": 2, "not_run": 2}
     assert summary["cost"]["total_usd"] == pytest.approx(2 * CALL_COST) and summary["cost"]["max_cost"] == 0.01
-    result.stdout.fnmatch_lines(["incomplete: 2 of 4 items not run: 3.1, 4.1"])
+    result.stdout.fnmatch_lines(["incomplete: 2 of 4 items not run: 3.1, 4.1",
+                                 "run budget spent: $0.0140 of --bench-max-cost=$0.01; no new item started"])
     assert "run budget spent: $0.0140 of --bench-max-cost=$0.01; no new item started" in \
         (run_dir / "summary.md").read_text()
 

@@ -153,6 +153,8 @@ class Reporter:
                                                     time.monotonic() - self.started, usage))
             for line in cost_terminal_lines(summary.get("cost") or {}):
                 terminalreporter.write_line(line)
+            if self.state.budget_stop:  # why the items not run did not start
+                terminalreporter.write_line(self.state.budget_stop, yellow=True)
         if verdict is not None and verdict.comparison is not None:
             for line in render_text(verdict.comparison, verdict.alpha):
                 terminalreporter.write_line(line)

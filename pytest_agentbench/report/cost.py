@@ -121,7 +121,7 @@ def markdown(cost: Mapping[str, Any], items: list[Mapping[str, Any]]) -> str:
     line = cost_line(cost)
     if line is None:
         return ""
-    out = ["## Cost", "", line, ""]
+    out = ["## Cost", "", line.removeprefix("cost: "), ""]
     per_task = cost.get("per_task") or {}
     if per_task:
         out += ["| task | cost | items |", "|---|---|---|"]
@@ -144,4 +144,4 @@ def html_section(cost: Mapping[str, Any], items: list[Mapping[str, Any]]) -> str
                           if str(i.get("task")) == task and "cost_usd" in i)
         rows.append(f"<tr><td>{esc(task)}</td><td>{esc(usd(value))}</td><td>{esc(parts)}</td></tr>")
     table = f"<table class=cost><tr><th>task</th><th>cost</th><th>items</th></tr>{''.join(rows)}</table>" if rows else ""
-    return f"<h2>Cost</h2><p>{esc(line)}</p>{table}"
+    return f"<h2>Cost</h2><p>{esc(line.removeprefix('cost: '))}</p>{table}"
