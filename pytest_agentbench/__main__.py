@@ -67,6 +67,7 @@ models:
     base_url: https://api.openai.com/v1   # --model-base-url
     api_key_env: OPENAI_API_KEY           # the variable that holds the key; never the key itself
     params: {temperature: 0}              # --model-params
+    # price: {prompt_per_mtok: 2.5, completion_per_mtok: 10}   # USD per million tokens (--model-price)
 
 gates:
   fail_under: ["main=40%"]    # --bench-fail-under

@@ -49,7 +49,7 @@ class FakeOpenAI:
     def reply(self, text: str = "", *, tool_calls=(), finish_reason: str | None = None,
               prompt_tokens: int = 11, completion_tokens: int = 7, delay: float = 0.0) -> None:
         """Queue one reply. tool_calls: (name, arguments dict or JSON text) pairs.
-        finish_reason 'length' renders as a cut-off reply in both protocols."""
+        finish_reason 'length' renders as a cut-off reply in both protocols; prompt_tokens=None sends no usage."""
         self._replies.append({"text": text, "tool_calls": list(tool_calls), "finish_reason": finish_reason,
                               "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                               "delay": delay})
@@ -178,8 +178,9 @@ class FakeOpenAI:
             "id": f"chatcmpl-{next(self._ids)}", "object": "chat.completion", "created": 0,
             "model": body.get("model"),
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            "usage": {"prompt_tokens": spec["prompt_tokens"], "completion_tokens": spec["completion_tokens"],
-                      "total_tokens": spec["prompt_tokens"] + spec["completion_tokens"]},
+            **({} if spec["prompt_tokens"] is None else {"usage": {
+                "prompt_tokens": spec["prompt_tokens"], "completion_tokens": spec["completion_tokens"],
+                "total_tokens": spec["prompt_tokens"] + spec["completion_tokens"]}}),
         }
 
     def _responses(self, body: dict, spec: dict) -> dict:

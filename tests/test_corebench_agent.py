@@ -177,6 +177,22 @@ def test_time_and_token_limits_end_the_capsule(pytester, tmp_path, server, optio
     assert record["generation"]["model_calls"] == (1 if reason == "time_limit" else 2)
 
 
+def test_a_per_item_budget_stops_the_agent_with_budget(pytester, tmp_path, server):
+    for _ in range(3):  # $0.007 a call at $2 / $10 per million tokens: the third is never asked
+        server.reply(tool_calls=[("bash", {"command": "ls"})], prompt_tokens=1000, completion_tokens=500)
+    result, record, run_dir = run_bench(pytester, tmp_path, server, "host", "easy", "--model-price=2,10",
+                                        "--bench-max-cost-per-item=0.01", "--bench-max-retries=2",
+                                        "--bench-max-errors=0")
+    assert record["status"] == "budget" and record["end_reason"] == "budget", record["message"]
+    assert "spent $0.0140 of its budget of $0.01 (--bench-max-cost-per-item)" in record["message"]
+    assert record["generation"]["model_calls"] == 2 and record["generation"]["cost_usd"] == pytest.approx(0.014)
+    assert len(server.requests) == 2 and "tries" not in record  # a verdict: never retried
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["metrics"]["capsule_accuracy"] == 0 and summary["cost"]["budget_stopped"] == 1
+    assert summary["gates"][0]["ok"]  # --bench-max-errors does not count it
+    assert result.ret == 0
+
+
 def test_model_failure_is_a_model_error(pytester, tmp_path, server):
     server.always_status = 500
     _, record, _ = run_bench(pytester, tmp_path, server, "host", "easy")

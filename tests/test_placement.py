@@ -125,13 +125,14 @@ def stand_in_config(workers: int, reports: list):
                            hook=hook)
 
 
-def scheduler(collection, *, gpu_items=(), gpu_workers=(), names=("gw0", "gw1"), cost=None, reports=None):
+def scheduler(collection, *, gpu_items=(), gpu_workers=(), names=("gw0", "gw1"), cost=None, reports=None,
+              stopped=None):
     reports = [] if reports is None else reports
     # as durations.plan_costs makes them: a capsule is its own unit, a SciCode problem's steps one unit
     unit_of = lambda nodeid: nodeid if nodeid.startswith("core-bench::") else nodeid.rsplit("::", 1)[0]  # noqa: E731
     sched = PlacementScheduling(stand_in_config(len(names), reports), None, gpu_item=set(gpu_items).__contains__,
                                 gpu_node=lambda node: node.gateway.id in gpu_workers, unit_of=unit_of,
-                                unit_cost=(lambda unit, nodeids: cost[unit]) if cost else None)
+                                unit_cost=(lambda unit, nodeids: cost[unit]) if cost else None, stopped=stopped)
     workers = [Worker(n) for n in names]
     for worker in workers:
         sched.add_node(worker)
@@ -293,3 +294,13 @@ def test_workers_that_collected_different_items_get_nothing_and_the_difference_i
     assert a.sent == b.sent == []
     [(kind, message)] = reports
     assert kind == "collection" and "gw0" in message and "gw1" in message and CAPSULES[-1] in message
+
+
+def test_once_the_run_budget_is_spent_no_unit_goes_out():
+    spent = []
+    sched, workers = scheduler(CAPSULES, stopped=lambda: bool(spent))
+    assert [len(w.sent) for w in workers] == [2, 2]  # the unit each runs and the next one xdist needs
+    spent.append(True)  # the controller counted the delivered records past --bench-max-cost
+    finish_all(sched, workers, CAPSULES)
+    assert sum(len(w.sent) for w in workers) == 4 and not sched.queue  # the other 4 capsules are not run
+    assert all(w.shutting_down for w in workers) and sched.tests_finished

@@ -27,7 +27,10 @@ LOST_FIELD = "lost"
 # run, run again by --bench-resume (with such a host among the workers it is placed there)
 UNPLACED_FIELD = "unplaced"
 PASS = "pass"
-STATUSES = ("pass", "fail", "timeout", "parse_error", "eval_error", "model_error", "env_error", "error", "skipped")
+# An item stopped by its cost budget (--bench-max-cost-per-item): not passed, a verdict (never retried, no error).
+BUDGET = "budget"
+STATUSES = ("pass", "fail", "timeout", "parse_error", "eval_error", "model_error", "env_error", "error", BUDGET,
+            "skipped")
 # Errors of the model service or the environment say nothing about the model's ability; summaries show them apart.
 INFRA_STATUSES = ("model_error", "env_error", "error")
 # Outcomes that are no verdict on the model: the run counts' Error, and what --bench-max-retries runs again.

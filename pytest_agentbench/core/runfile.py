@@ -26,7 +26,7 @@ PYTEST_KEYS = {"k": "-k", "m": "-m", "deselect": "--deselect", "n": "-n"}
 # keys of one entry of ``models:`` -> the model option each sets
 MODEL_KEYS = {"name": "model", "base_url": "model_base_url", "protocol": "model_protocol", "params": "model_params",
               "timeout": "model_timeout", "max_retries": "model_max_retries", "retry_delay": "model_retry_delay",
-              "preflight": "model_preflight"}
+              "preflight": "model_preflight", "price": "model_price"}
 KEY_ENV = "api_key_env"
 MODEL_GROUP = "models"
 
@@ -228,7 +228,7 @@ def as_raw(option: Option, value: Any) -> Any:
         return ",".join(str(v) for v in value)
     if option.kind == "multi":
         return [str(v) for v in value] if isinstance(value, list) else [str(value)]
-    if option.kind == "json":
+    if option.kind == "json" or isinstance(value, dict):  # a mapping (a model's price) reaches its check as JSON
         return value if isinstance(value, str) else json.dumps(value)
     if option.kind in ("str", "choice", "path", "size") and value is not None:
         return str(value)

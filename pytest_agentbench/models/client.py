@@ -39,6 +39,7 @@ class Completion:
     cached: bool = False
     text_repaired: int = 0  # characters of the reply replaced by U+FFFD (lone surrogates): see repair_reply
     request_retries: int = 0  # requests retried (429, 5xx, ...) before this reply came; never cached
+    usage_reported: bool = True  # False: the reply had no token usage, so its cost is unknown (models/price.py)
 
     @property
     def is_empty(self) -> bool:
@@ -63,6 +64,9 @@ class Completion:
         if not record["text_repaired"]:  # cache entries of clean replies stay as they always were
             record.pop("text_repaired")
         record.pop("request_retries")  # how this call went, not part of the reply
+        record.pop("usage_reported")
+        if not self.usage_reported:  # kept only when missing: cache entries of replies with usage stay as they were
+            record["usage_missing"] = True
         return record
 
     @classmethod
@@ -70,7 +74,11 @@ class Completion:
         known = {k: record[k] for k in ("text", "tool_calls", "finish_reason", "prompt_tokens",
                                         "completion_tokens", "latency", "text_repaired") if k in record}
         # an entry written before replies were repaired (or by another tool) is repaired here, counted too
-        return repair_reply(cls(**known, cached=True))
+        completion = repair_reply(cls(**known, cached=True))
+        # an entry written before usage was tracked says nothing: zero tokens both ways is no usage report
+        completion.usage_reported = not record.get("usage_missing") and bool(
+            completion.prompt_tokens or completion.completion_tokens)
+        return completion
 
 
 def repair_reply(completion: Completion) -> Completion:
@@ -197,7 +205,13 @@ def parse_chat_reply(reply) -> Completion:
         finish_reason=repaired(choice.get("finish_reason") or ("tool_calls" if calls else "stop")),
         prompt_tokens=usage.get("prompt_tokens") or 0,
         completion_tokens=usage.get("completion_tokens") or 0,
+        usage_reported=has_usage(usage, "prompt_tokens", "completion_tokens"),
     ))
+
+
+def has_usage(usage: dict, *keys: str) -> bool:
+    """Whether a reply's ``usage`` gives a token count (a server that sends none leaves the cost unknown)."""
+    return any(isinstance(usage.get(key), int) and not isinstance(usage.get(key), bool) for key in keys)
 
 
 def parse_responses_reply(reply) -> Completion:
@@ -223,7 +237,8 @@ def parse_responses_reply(reply) -> Completion:
     usage = data.get("usage") or {}
     return repair_reply(Completion(text="".join(texts), tool_calls=calls, finish_reason=repaired(finish),
                                    prompt_tokens=usage.get("input_tokens") or 0,
-                                   completion_tokens=usage.get("output_tokens") or 0))
+                                   completion_tokens=usage.get("output_tokens") or 0,
+                                   usage_reported=has_usage(usage, "input_tokens", "output_tokens")))
 
 
 # ---------------------------------------------------------------- retries

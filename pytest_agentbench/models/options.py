@@ -12,6 +12,7 @@ from ..core.options import Option, Settings
 from .cache import CACHE_MODES
 from .defaults import DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_TIMEOUT, PROTOCOLS
 from .oracle import OracleModel
+from .price import BUDGET_OPTIONS, PRICE_OPTION, price_of
 
 ORACLE = "oracle"
 # request fields the client sets itself; letting --model-params override them would break the harness
@@ -66,6 +67,8 @@ MODEL_OPTIONS: tuple[Option, ...] = (
            "1-token completion): a missing key, a dead endpoint or an unknown model is then one usage error "
            "(exit 4) before any item runs. Skipped for the oracle and with --bench-cache replay|ro "
            "(default on).", kind="choice", choices=("on", "off"), default="on", ini="agentbench_model_preflight", runfile_group="models"),
+    PRICE_OPTION,
+    *BUDGET_OPTIONS,
 )
 
 
@@ -85,8 +88,9 @@ def parse_model_params(text: str | None) -> dict:
 
 
 def model_settings(opts: Settings) -> dict:
-    """The model settings a run records (never the API key), checked."""
+    """The model settings a run records (never the API key), checked; ``price`` only when one is given."""
     base_url = opts["model_base_url"] or DEFAULT_BASE_URL
+    price = price_of(opts.get("model_price"))
     return {
         "model": opts["model"] or None,
         "base_url": base_url.rstrip("/"),
@@ -97,6 +101,7 @@ def model_settings(opts: Settings) -> dict:
         "retry_base_delay": float(opts["model_retry_delay"]),
         "cache_dir": str(opts["cache_dir"]),
         "cache_mode": opts["cache"],
+        **({"price": price.to_settings()} if price is not None else {}),
     }
 
 

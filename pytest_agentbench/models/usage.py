@@ -3,7 +3,9 @@
 Both benchmarks' harnesses keep an accounting dict per item (``record["generation"]``). Besides the
 counts, it holds ``responses``, a running sha256 over every reply's text and tool calls (two runs whose
 item has the same digest were scored on the same answers), and ``answers``: ``fresh`` when every call
-reached the endpoint, ``replayed`` when every call came from the response cache, ``mixed`` otherwise.
+reached the endpoint, ``replayed`` when every call came from the response cache, ``mixed`` otherwise. With a
+price (``models/price.py``) it also holds ``cost_usd`` (fresh calls) and ``replayed_cost_usd`` (cache hits: what
+they would have cost); ``usage_missing`` counts replies that reported no token usage.
 """
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import hashlib
 import json
 from typing import Any
 
+from .price import Price, add_call_cost
+
 FRESH, REPLAYED, MIXED = "fresh", "replayed", "mixed"
 
 
-def count_completion(accounting: dict[str, Any], completion: Any) -> None:
-    """Add one call (a ``models.client.Completion``) to ``accounting``."""
+def count_completion(accounting: dict[str, Any], completion: Any, price: Price | None = None) -> None:
+    """Add one call (a ``models.client.Completion``) to ``accounting``, with its cost when ``price`` is given."""
     accounting["model_calls"] = accounting.get("model_calls", 0) + 1
     accounting["cache_hits"] = accounting.get("cache_hits", 0) + int(completion.cached)
     accounting["prompt_tokens"] = accounting.get("prompt_tokens", 0) + completion.prompt_tokens
@@ -24,6 +28,7 @@ def count_completion(accounting: dict[str, Any], completion: Any) -> None:
     accounting["request_retries"] = accounting.get("request_retries", 0) + getattr(completion, "request_retries", 0)
     if "latency" in accounting:
         accounting["latency"] += completion.latency
+    add_call_cost(accounting, completion, price)
     accounting["responses"] = chained_digest(accounting.get("responses", ""), completion)
     accounting["answers"] = answers_label(accounting)
 

@@ -13,6 +13,8 @@ Scheduling``; returned from ``pytest_xdist_make_scheduler``) on its own, touchin
 * GPU placement comes before cost: a worker whose host has a GPU takes GPU units first; a worker without one
   never takes them while some live worker has one (when none has, they go anywhere and end as env_error
   "no worker with a GPU", see remote.py, so they stay in the run's denominator);
+* once the run budget is spent (``--bench-max-cost``, counted on the records delivered: ``state.budget_stop``)
+  no unit goes out any more: the queue is dropped, its items are reported not run;
 * a worker that can take nothing more is told to finish, so it never waits on its last item; except with
   ``keep_free`` (remote workers, which are never replaced): then it is kept while another worker holds a
   unit it has not begun, so that unit has a live worker to go to if the other one's host is lost;
@@ -37,8 +39,10 @@ Unit = dict[str, bool]  # node id -> done, in collection order
 class PlacementScheduling:
     def __init__(self, config: Any, log: Any = None, *, gpu_item: Callable[[str], bool],
                  gpu_node: Callable[[Any], bool], unit_of: Callable[[str], str] | None = None,
-                 unit_cost: Callable[[str, list[str]], float] | None = None, keep_free: bool = False) -> None:
+                 unit_cost: Callable[[str, list[str]], float] | None = None, keep_free: bool = False,
+                 stopped: Callable[[], bool] | None = None) -> None:
         self.config = config
+        self.stopped = stopped or (lambda: False)  # True once no new unit may start (the run budget is spent)
         # remote workers are never replaced (remote.py): a free worker is then kept, not told to finish, while
         # another worker holds units it has not begun, so they have a live worker to go to if that one's host
         # is lost (it waits on its last item meanwhile; xdist ends the run once no worker holds more than one)
@@ -178,6 +182,9 @@ class PlacementScheduling:
                    if other is not node and not xc.is_shutting_down(other))
 
     def give(self, node: Any) -> bool:
+        if self.stopped():  # the run budget is spent: nothing new starts, what was not given out is not run
+            self.queue = []
+            return False
         index = self.pick(node)
         if index is None:
             return False
@@ -240,8 +247,9 @@ def placement_scheduler(config: Any, log: Any, gpu_item: Callable[[str], bool],
     """The run's scheduler: units and their costs from the run's state (durations.py) when it has one."""
     state = config.stash.get(STATE, None)
     unit_of, unit_cost = plan_costs(state) if state is not None else (None, None)
+    stopped = (lambda: bool(state.budget_stop)) if state is not None else None
     return PlacementScheduling(config, log, gpu_item=gpu_item, gpu_node=gpu_node, unit_of=unit_of,
-                               unit_cost=unit_cost, keep_free=keep_free)
+                               unit_cost=unit_cost, keep_free=keep_free, stopped=stopped)
 
 
 def pending(units: dict[str, Unit]) -> int:

@@ -25,6 +25,7 @@ from ..report.attempts import counts_line
 from ..report.baseline import public
 from ..report.compare import render_text
 from ..report.compare_view import comparison_for_run
+from ..report.cost import terminal_lines as cost_terminal_lines
 from ..report.html import write_html
 from ..report.models_table import MODELS_FOLDER, model_row, write_models_reports
 from ..report.models_table import render_text as render_models
@@ -174,6 +175,10 @@ class Reporter:
             usage = summary["usage"] if self.state.settings.get("model") != ORACLE else None
             terminalreporter.write_line(status_line(len(self.records), None, summary["counts"],
                                                     time.monotonic() - self.started, usage))
+            for line in cost_terminal_lines(summary.get("cost") or {}):
+                terminalreporter.write_line(line)
+            if self.state.budget_stop:  # why the items not run did not start
+                terminalreporter.write_line(self.state.budget_stop, yellow=True)
         if verdict is not None and verdict.comparison is not None:
             for line in render_text(verdict.comparison, verdict.alpha):
                 terminalreporter.write_line(line)

@@ -50,6 +50,7 @@ class BenchState:
     model: str | None = None
     models: tuple[str, ...] = ()
     definition: dict[str, Any] | None = None  # this model's settings.json ``_run`` (None: the session's)
+    budget_stop: str | None = None  # why no new item starts: the run budget (--bench-max-cost) is spent
 
 
 class Streak:

@@ -34,7 +34,7 @@ FREE_ON_RESUME = frozenset({
     "report_dir", "progress_interval", "cache_dir", "data_dir", "model_base_url", "model_timeout",
     "model_max_retries", "model_retry_delay", "model_preflight", "max_consecutive_errors", "executor",
     "memory_limit", "timeout", "fail_under", "baseline", "max_drop", "max_errors", "update_baseline",
-    "significance", "keep_workspaces", "progress", "allow_incomplete", "gate_score",
+    "significance", "keep_workspaces", "progress", "allow_incomplete", "gate_score", "fail_over", "model_price", "max_cost",
 })
 SELECTION = {"keyword": "-k", "markexpr": "-m", "deselect": "--deselect"}
 LISTED = frozenset({"deselect"})  # selection options given as a list (repeatable flags)

@@ -50,7 +50,19 @@ def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only:
         out["attempts"] = opts.attempts
     if opts.max_retries:
         out["item_retries"] = opts.max_retries
+    out.update(budget_settings(opts, out))
     return out
+
+
+def budget_settings(opts: Settings, settings: dict[str, Any]) -> dict[str, Any]:
+    """The run's budgets (only those given); a budget needs a price to count against (not the oracle's: it
+    calls no model)."""
+    budgets = {name: opts[name] for name in ("max_cost_per_item", "max_cost") if opts.get(name) is not None}
+    if budgets and "price" not in settings and settings.get("model") != ORACLE:
+        flag = "--bench-max-cost-per-item" if "max_cost_per_item" in budgets else "--bench-max-cost"
+        raise ConfigError(f"{flag} needs the model's price to count against: pass --model-price=PROMPT,COMPLETION "
+                          f"(USD per million tokens) or give the model a price: in the run file")
+    return budgets
 
 
 def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = ()) -> BenchState:

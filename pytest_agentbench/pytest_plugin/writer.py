@@ -13,7 +13,10 @@ Roles are chosen once, in ``pytest_configure`` (``hasattr(config, "workerinput")
   entries stay behind and the record becomes an error that says so.
 
 Both count model errors in a row (``Streak``) on the records of the items they run, as ``-x`` does; plugins
-may add fields to a record first through the ``pytest_agentbench_record`` hook.
+may add fields to a record first through the ``pytest_agentbench_record`` hook. Both count what the fresh records
+cost against ``--bench-max-cost`` (``RunBudget``): once it is spent, no further item of this process starts (its
+protocol is skipped: no report, no record, so the summary reports it ``not run``). The controller counts every
+record delivered to it too, and then hands out no more work (placement.py reads ``state.budget_stop``).
 
 No item can end the run: whatever fails while its record is built (``record``), written (``write``) or handed to
 the controller (``deliver``) makes that item's record an ``error`` naming the stage and the cause
@@ -34,6 +37,7 @@ import pytest
 from ..core import records as rec
 from ..core.io import UnsafePath, write_under
 from ..models.cache import ResponseCache
+from ..models.price import RunBudget
 from .collect import BenchItem
 from .run import RECORD, BenchState, Streak, base_record, error_record, repair_record, where_ran
 
@@ -48,6 +52,28 @@ class RecordWriter:
         self.config = config
         self.state = state
         self.streak = Streak(state.options.max_consecutive_errors)
+        self.budget = RunBudget(state.options.get("max_cost"))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        """Once the run budget is spent, a benchmark item does not start: it gets no report and no record, so it
+        is reported not run (a finished item of a resumed run is still reported: it costs nothing)."""
+        if not isinstance(item, BenchItem) or not (self.budget.exhausted or self.state.budget_stop):
+            return None
+        if item.sample.key in self.state.resumed:
+            return None
+        self.note_budget()
+        return True
+
+    def count_cost(self, record: dict[str, Any]) -> None:
+        self.budget.add(record)
+        if self.budget.exhausted:
+            self.note_budget()
+
+    def note_budget(self) -> None:
+        if self.state.budget_stop is None:
+            self.state.budget_stop = self.budget.text()
+            self.state.notes.append(self.state.budget_stop)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -82,6 +108,7 @@ class RecordWriter:
     def attach(self, item: BenchItem, report: pytest.TestReport, record: dict[str, Any], fresh: bool) -> None:
         report.user_properties.append((rec.RECORD_PROPERTY, record))
         if fresh:
+            self.count_cost(record)
             stop = self.streak.add(record)
             if stop and not item.session.shouldstop:
                 item.session.shouldstop = stop  # as -x: the session ends after this item, reports complete
@@ -212,6 +239,7 @@ class ControllerWriter(RecordWriter):
         if record.get("worker") and record.get("host"):
             self.state.worker_hosts[str(record["worker"])] = str(record["host"])
         if delivery.get("append", True) and rec.record_key(record) not in self.state.resumed:
+            self.count_cost(record)  # what every worker spent: past the budget, no more work goes out
             written = self.write(report.nodeid, report, record)
             if written is not record:  # it became the item's error record: the report carries that one
                 report.user_properties = [(k, written if k == rec.RECORD_PROPERTY else v)

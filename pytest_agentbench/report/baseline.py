@@ -20,7 +20,7 @@ from ..core.records import json_default
 COMMON_FREE_SETTINGS = frozenset({
     "run_id", "model", "base_url", "protocol", "params", "timeout", "max_retries", "retry_base_delay",
     "cache_dir", "cache_mode", "executor", "memory_limit_gib", "item_timeout", "notes",
-    "resumed_from", "env", "docker_image", "item_retries", "isolation",
+    "resumed_from", "env", "docker_image", "item_retries", "isolation", "price", "max_cost",
 })
 
 

@@ -59,7 +59,22 @@ def evaluate(cfg: GateConfig, summary: dict[str, Any], comparison: Comparison | 
                                   f"({'within' if ok else 'over'} the budget of {cfg.max_errors})"))
     for t in cfg.max_drop:
         results.append(drop_gate(cfg, t, metrics, comparison, baseline_note))
+    results += [cost_gate(t, summary.get("cost") or {}) for t in cfg.fail_over]
     return results
+
+
+def cost_gate(t: Threshold, cost: dict[str, Any]) -> GateResult:
+    """``--bench-fail-over cost=USD``: what the run spent (or spent per solved task) must not exceed the limit;
+    an unknown amount fails (no price, or replies without token usage)."""
+    gate = f"--bench-fail-over {t.name}={t.text}"
+    value = cost.get(t.metric)
+    if not isinstance(value, (int, float)):
+        why = ("the run has no price (--model-price)" if not cost.get("priced")
+               else "no task was solved" if t.metric == "per_solved_usd" and not cost.get("solved")
+               else "some model replies reported no token usage")
+        return GateResult(gate, False, f"{t.name} is unknown: {why}")
+    ok = value <= t.value + EPSILON
+    return GateResult(gate, ok, f"{t.name} = ${value:.4f} {'<=' if ok else '>'} ${t.value:g}")
 
 
 def incomplete_gate(incomplete: dict[str, Any], allowed: bool) -> GateResult:

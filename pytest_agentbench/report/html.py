@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 
 from ..core import records as rec
 from ..core.io import natural_key, write_atomic
+from .cost import html_section as html_cost_section
 from .declared import declared_in
 from .highlight import clip, code_html, esc
 from .transcript import transcript_html
@@ -108,7 +109,7 @@ pre.out{background:#161b22;color:#c9d1d9;max-height:320px}
 .st{display:inline-block;padding:0 6px;border-radius:4px;color:#fff;font-size:12px;font-weight:600}
 .st-pass{background:#2e7d32}.st-fail{background:#c62828}.st-timeout{background:#ef6c00}
 .st-parse_error{background:#6a1b9a}.st-eval_error{background:#757575}.st-model_error{background:#212121}
-.st-env_error{background:#455a64}.st-error{background:#000}.st-skipped{background:#9e9e9e}
+.st-env_error{background:#455a64}.st-error{background:#000}.st-skipped{background:#9e9e9e}.st-budget{background:#8d6e00}
 .st-not_run{background:#fff;color:#c62828;border:1px dashed #c62828}
 .incomplete{background:#fdecea;border:1px solid #c62828;border-radius:8px;padding:8px 14px}
 .filters{margin:8px 0;display:flex;gap:14px;align-items:center;flex-wrap:wrap}
@@ -566,6 +567,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         tasks_table_head(bool(values["category"]), has_cost),
         *rows, "</tbody></table>",
         f"<h2>Metrics</h2><table id=\"metrics\">{metric_rows}</table>",
+        html_cost_section(summary.get("cost") or {}, summary.get("items") or []),  # report/cost.py
         ('<h2>Categories</h2><table class="categories"><tr><th>category</th><th>main problems resolved</th>'
          f"<th>subproblems passed</th></tr>{category_rows}</table>") if category_rows else "",
         f"<h2>Settings</h2><table>{setting_rows}</table>",

@@ -41,6 +41,10 @@ ALLOW_INCOMPLETE_HELP = ("accept a run in which some selected items did not run 
 GATE_SCORE_HELP = ("which score the gates judge: automatic (the grader's verdicts, the default) or reviewed (with "
                    "--bench-review's human verdicts applied, for a benchmark that takes a review). A reviewed summary carries both.")
 SCORES = ("automatic", "reviewed")
+FAIL_OVER_HELP = ("gate: fail the run (exit 1) when what it cost is above a limit in USD: cost=USD (the run's "
+                  "fresh model calls), cost_per_solved=USD (that over the tasks solved); repeatable. An unknown cost "
+                  "(no --model-price, or replies without token usage) fails the gate.")
+COST_GATES = {"cost": "total_usd", "cost_per_solved": "per_solved_usd"}  # gate name -> key of summary["cost"]
 PROGRESS_HELP = ("seconds between the progress lines (done/total, statuses, elapsed, ETA, model usage, items "
                  "running over 30 s); 0 = after every item.")
 
@@ -70,6 +74,8 @@ REPORT_OPTIONS: tuple[Option, ...] = (
     Option("baseline", "--bench-baseline", BASELINE_HELP, kind="path", ini="agentbench_baseline", metavar="PATH", runfile_group="gates"),
     Option("max_drop", "--bench-max-drop", MAX_DROP_HELP, kind="multi", ini="agentbench_max_drop",
            metavar="METRIC=VALUE", runfile_group="gates"),
+    Option("fail_over", "--bench-fail-over", FAIL_OVER_HELP, kind="multi", ini="agentbench_fail_over",
+           metavar="cost=USD", runfile_group="gates"),
     Option("max_errors", "--bench-max-errors", MAX_ERRORS_HELP, kind="int", minimum=0, ini="agentbench_max_errors",
            metavar="N", runfile_group="gates"),
     Option("update_baseline", "--bench-update-baseline", UPDATE_HELP, kind="bool", default=False,
@@ -116,10 +122,11 @@ class GateConfig:
     allow_incomplete: bool = False  # --bench-allow-incomplete: an incomplete run does not fail the gates
     allow_underpowered: bool = False  # --bench-allow-underpowered: a max-drop gate that cannot see its limit passes
     score: str = "automatic"  # --bench-gate-score: the score the gates and the baseline comparison read
+    fail_over: tuple[Threshold, ...] = ()  # --bench-fail-over: cost bounds (Threshold.value in USD)
 
     @property
     def any_gate(self) -> bool:
-        return bool(self.fail_under or self.max_drop or self.max_errors is not None)
+        return bool(self.fail_under or self.max_drop or self.max_errors is not None or self.fail_over)
 
     @property
     def alpha(self) -> float:
@@ -163,6 +170,25 @@ def parse_thresholds(entries: tuple[str, ...] | list[str], option: str, benchmar
     return out
 
 
+def parse_cost_bounds(entries: tuple[str, ...] | list[str], option: str) -> tuple[Threshold, ...]:
+    """``cost=USD`` / ``cost_per_solved=USD`` entries (``$`` allowed) as thresholds in USD."""
+    out = []
+    for entry in entries:
+        for part in (p for p in re.split(r"[,\s]+", entry) if p):
+            name, sep, value = part.partition("=")
+            name = name.strip()
+            if not sep or name not in COST_GATES:
+                raise ConfigError(f"{option} takes cost=USD or cost_per_solved=USD (e.g. cost=5), got {part!r}")
+            try:
+                limit = float(value.strip().lstrip("$"))
+            except ValueError:
+                limit = math.nan
+            if not math.isfinite(limit) or limit < 0:
+                raise ConfigError(f"{option} {name}: {value!r} is not an amount in USD; write e.g. {name}=5 or {name}=0.25")
+            out.append(Threshold(name, COST_GATES[name], limit, value.strip()))
+    return tuple(out)
+
+
 def named(opts: Mapping[str, Any], name: str, flag: str) -> str:
     """``--bench-fail-under``, or ``--bench-fail-under (file agentbench.yaml:12)`` where another source gave it."""
     origin = opts.origin(name) if hasattr(opts, "origin") else "command line"
@@ -184,6 +210,7 @@ def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
         raise ConfigError("--bench-gate-score=reviewed judges the score with human verdicts applied: give them with "
                           "--bench-review FILE.yaml (see docs/review.md), or leave the gates on the "
                           "automatic score")
+    fail_over = parse_cost_bounds(opts.get("fail_over") or (), named(opts, "fail_over", "--bench-fail-over"))
     return GateConfig(fail_under, max_drop, opts["max_errors"], baseline, update, opts["significance"],
                       allow_underpowered=bool(opts.get("allow_underpowered")),
-                      allow_incomplete=bool(opts.get("allow_incomplete")), score=score)
+                      allow_incomplete=bool(opts.get("allow_incomplete")), score=score, fail_over=fail_over)

@@ -11,6 +11,7 @@ from typing import Any
 STATUS_COLOURS = {
     "pass": "#2e7d32", "fail": "#c62828", "timeout": "#ef6c00", "parse_error": "#6a1b9a",
     "eval_error": "#757575", "model_error": "#212121", "env_error": "#455a64", "error": "#000000",
+    "budget": "#8d6e00",
 }
 OTHER_COLOUR = "#bdbdbd"
 BASELINE_COLOUR = "#0d47a1"

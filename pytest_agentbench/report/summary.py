@@ -27,6 +27,7 @@ from ..core import records as rec
 from ..core.io import natural_key, write_atomic
 from .attempts import (NOT_RUN, attempt_lines, attempt_markdown, attempt_stats, attempts_of, counts_line,
                        run_counts)
+from . import cost as run_cost
 from .baseline import json_text, public, write_baseline
 from .compare import Comparison, compare
 from .compare import render_markdown as comparison_markdown
@@ -97,8 +98,9 @@ def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings
         "run_counts": counts,
         "items": [{"id": r["id"], "task": r["task"], "status": r["status"], "scored": r.get("scored", True),
                    **({"attempt": r["attempt"]} if "attempt" in r else {}), **answers_of(r),
-                   **reviewed_status_of(r)} for r in ordered],
+                   **reviewed_status_of(r), **run_cost.item_cost(r, settings)} for r in ordered],
         "usage": usage_of_run(ordered),
+        "cost": run_cost.cost_summary(ordered, settings),
         **({"complete": incomplete is None} if selection is not None else {}),
         **({"incomplete": incomplete} if incomplete else {}),
         **{k: v for k, v in result.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")},
@@ -246,6 +248,9 @@ def render_markdown(summary: Mapping[str, Any], verdict: Verdict | None = None, 
     usage = summary.get("usage")
     if usage and (any(usage.values()) or settings.get("model") != "oracle"):  # the oracle calls no model
         lines += ["", "Usage: " + rec.usage_text(usage)]
+    cost_md = run_cost.markdown(summary.get("cost") or {}, summary.get("items") or [])
+    if cost_md:
+        lines += ["", cost_md.rstrip()]
     if verdict is not None and verdict.comparison is not None:
         lines += ["", comparison_markdown(verdict.comparison, verdict.alpha).rstrip()]
     run = summary.get("run") or {}

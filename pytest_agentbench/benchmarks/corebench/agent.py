@@ -5,7 +5,8 @@ tool message can only carry text, so an image is announced in the tool result an
 message with an ``image_url`` data URL right after the tool results of that turn. ``submit``
 accepts only the exact question texts as keys; on success it writes ``report.json`` at the
 workspace root and ends the run. Step, time and token limits end the run with what is in the
-workspace so far; ``end_reason`` says why it ended.
+workspace so far; ``end_reason`` says why it ended. A cost budget (``AgentLimits.cost``, USD, counted with
+``AgentLimits.price``) ends it with ``budget``: an item status of its own, as upstream's cost cap did.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...core.text import printable, repair_value
+from ...models.price import Price, over_budget, start_costs
 from ...models.usage import count_completion, turn_of
 from ...sandbox.result import ExecResult
 from . import scorer
@@ -32,7 +34,7 @@ DEFAULT_COMMAND_TIMEOUT = 600.0
 MAX_IMAGE_BYTES = 20 << 20
 IMAGE_TYPES = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg", b"GIF87a": "image/gif",
                b"GIF89a": "image/gif"}
-END_REASONS = ("submitted", "max_steps", "time_limit", "token_limit", "model_error")
+END_REASONS = ("submitted", "max_steps", "time_limit", "token_limit", "model_error", "budget")
 
 SYSTEM_PROMPT = """You are an expert research engineer reproducing the results of a scientific code capsule.
 You work in a Linux shell through tools. The capsule is in the folder you start in ({workdir}).
@@ -74,6 +76,8 @@ class AgentLimits:
     time: float = DEFAULT_TIME
     tokens: int | None = None
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT
+    cost: float | None = None  # USD the capsule's fresh model calls may cost (--bench-max-cost-per-item)
+    price: Price | None = None  # the model's price (--model-price): without it nothing is costed
 
 
 @dataclass
@@ -124,7 +128,7 @@ class CoreAgent:
         self.env = env
         self.questions = list(questions)
         self.limits = limits
-        self.accounting = new_accounting()
+        self.accounting = start_costs(new_accounting(), limits.price)
         self.started = 0.0
         self.submitted: dict | None = None
         self.pending_images: list[dict] = []
@@ -157,6 +161,9 @@ class CoreAgent:
             used = acc["prompt_tokens"] + acc["completion_tokens"]
             if self.limits.tokens is not None and used >= self.limits.tokens:
                 return "token_limit", f"the agent used {used} tokens of its budget of {self.limits.tokens}"
+            spent = over_budget(acc, self.limits.cost)
+            if spent:
+                return "budget", f"the agent {spent}"
             acc["steps"] += 1
             try:
                 completion = self.model.complete(messages, tools=TOOLS, sample_index=self.sample_index)
@@ -178,7 +185,7 @@ class CoreAgent:
                 return "submitted", ""
 
     def _count(self, completion: Completion) -> None:
-        count_completion(self.accounting, completion)
+        count_completion(self.accounting, completion, self.limits.price)
         self._count_repaired(completion.text_repaired)
 
     def _count_repaired(self, count: int) -> None:

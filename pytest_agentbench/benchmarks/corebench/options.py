@@ -10,6 +10,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from ...core.options import Option
+from ...models.price import price_of
 from . import agent, capsules, prepare
 
 OWNER = "core-bench"
@@ -150,5 +151,7 @@ def describe_isolation(settings: Mapping[str, Any]) -> str:
 
 
 def agent_limits(settings: Mapping[str, Any]) -> agent.AgentLimits:
+    """The agent's limits from the run settings (its price and cost budget are there when given)."""
     return agent.AgentLimits(steps=settings["agent_steps"], time=settings["agent_time"],
-                             tokens=settings["agent_tokens"], command_timeout=settings["agent_command_timeout"])
+                             tokens=settings["agent_tokens"], command_timeout=settings["agent_command_timeout"],
+                             cost=settings.get("max_cost_per_item"), price=price_of(settings.get("price")))

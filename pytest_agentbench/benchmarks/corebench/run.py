@@ -291,6 +291,8 @@ class AgentSolver(Solver):
             base.update(end_reason=result.end_reason, generation=result.accounting, trajectory=trajectory)
             if result.end_reason == "model_error":
                 return {**base, "status": "model_error", "message": f"agent stopped: {result.message}"}
+            if result.end_reason == rec.BUDGET:  # not scored: upstream's cost cap ended the task unsolved
+                return {**base, "status": rec.BUDGET, "message": f"agent stopped: {result.message}"}
             env.end_processes()  # the agent's background jobs could otherwise swap report.json while it is read
             submission = scorer.load_submission(workspace, result.final_answer)
         out = {**base, **run.score(task, submission, prompt, key=sample.key)}

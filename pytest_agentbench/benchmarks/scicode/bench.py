@@ -13,6 +13,7 @@ from ...core.data import DataError, find, sha256_of
 from ...core.errors import ConfigError
 from ...core.options import LISTING_ONLY, Option, Settings
 from ...core.types import Sample, Task
+from ...models.price import price_of
 from ...sandbox.codec import DEFAULT_MAX_BYTES
 from ...sandbox.options import limits_from
 from ..base import Benchmark, RunSpec
@@ -182,7 +183,8 @@ class SciCode(Benchmark):
             prefilled = dataset.load_prefilled(spec.data_dir, verify=verify_data(opts), stamp_dir=spec.cache_dir)
         solver = choose_solver(model, env=env, templates=lambda: load_templates(spec.data_dir), mode=opts["mode"],
                                background=bool(opts["background"]), tool_loops=int(opts["tool_loops"]),
-                               tool_timeout=float(opts["tool_timeout"]))
+                               tool_timeout=float(opts["tool_timeout"]), price=price_of(spec.settings.get("price")),
+                               budget=spec.settings.get("max_cost_per_item"))
         settings = RunSettings(targets=table, executor=opts["executor"], overlap=bool(opts["overlap"]),
                                prefilled=prefilled, selected=frozenset(spec.selected),
                                operand_cap=int(opts["operand_cap"]))

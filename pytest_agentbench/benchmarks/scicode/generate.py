@@ -3,7 +3,9 @@
 Tool-use mode gives the model one tool, ``code_interpreter(code)``, that runs Python in the
 benchmark's sandbox (the problem's dependencies and the earlier steps' code already loaded), so it
 can test its function before answering. After ``tool_loops`` rounds of tool calls the tools are
-switched off and the model is asked for its final code block.
+switched off and the model is asked for its final code block. With a cost budget
+(--bench-max-cost-per-item) and a price, the loop checks before each call what the step's fresh calls
+have cost, and stops with the status ``budget`` once they reached it (a call is never cut off midway).
 
 Nothing here raises for model misbehaviour: every outcome is a GenResult with a status.
 """
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ...core.text import repair_value
 from .extract import extract_code, function_name_of
+from ...models.price import Price, over_budget, start_costs
 from ...models.usage import count_completion, turn_of
 from .prompts import build_prompt
 
@@ -62,7 +65,7 @@ def new_accounting() -> dict:
 @dataclass
 class GenResult:
     code: str | None
-    status: str  # "ok", "parse_error", "model_error", "truncated"
+    status: str  # "ok", "parse_error", "model_error", "truncated", "budget"
     message: str = ""
     response_text: str = ""
     trajectory: list[dict] = field(default_factory=list)
@@ -70,14 +73,16 @@ class GenResult:
     turns: list[dict] = field(default_factory=list)  # tokens and latency of each model call (usage.turn_of)
 
 
-def count_call(accounting: dict, completion: Completion) -> None:
-    count_completion(accounting, completion)
+def count_call(accounting: dict, completion: Completion, price: Price | None = None) -> None:
+    count_completion(accounting, completion, price)
     count_repaired(accounting, completion.text_repaired)
 
 
-def add_reply(trajectory: list[dict], turns: list[dict], accounting: dict, completion: Completion) -> None:
-    """Count a model call, note its tokens and latency in ``turns``, and append its reply to the trajectory."""
-    count_call(accounting, completion)
+def add_reply(trajectory: list[dict], turns: list[dict], accounting: dict, completion: Completion,
+              price: Price | None = None) -> None:
+    """Count (and cost) a model call, note its tokens and latency in ``turns``, and append its reply to the
+    trajectory."""
+    count_call(accounting, completion, price)
     turns.append(turn_of(completion, len(trajectory)))
     trajectory.append(completion.assistant_message())
 
@@ -144,8 +149,10 @@ def finish(completion: Completion, function_name: str | None, trajectory: list[d
 def generate_step(model, problem: dict, step_index: int, previous_code: list[str], *,
                   mode: str = "tool_use", with_background: bool, templates: dict,
                   run_code: Callable[[str, float], dict], tool_loops: int = 15,
-                  tool_timeout: float = 180, sample_index: int = 0) -> GenResult:
-    """Ask ``model`` for the code of step ``step_index`` (0-based) of ``problem``."""
+                  tool_timeout: float = 180, sample_index: int = 0, price: Price | None = None,
+                  budget: float | None = None) -> GenResult:
+    """Ask ``model`` for the code of step ``step_index`` (0-based) of ``problem``; ``price`` costs its calls,
+    ``budget`` (USD) bounds what they may cost."""
     from ...models.client import ModelError  # why: the client loads openai (2 s); importing SciCode stays light
 
     if mode not in MODES:
@@ -155,16 +162,18 @@ def generate_step(model, problem: dict, step_index: int, previous_code: list[str
     function_name = function_name_of(problem["sub_steps"][step_index]["function_header"])
     system = NAIVE_SYSTEM if mode == "naive" else TOOL_SYSTEM
     trajectory = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
-    accounting = new_accounting()
+    accounting = start_costs(new_accounting(), price)
     turns: list[dict] = []
     try:
         if mode == "naive":
-            completion = model.complete(trajectory, sample_index=sample_index)
-            add_reply(trajectory, turns, accounting, completion)
+            completion = model.complete(trajectory, sample_index=sample_index,
+                                   price=price, budget=budget)
+            add_reply(trajectory, turns, accounting, completion, price)
             result = finish(completion, function_name, trajectory, accounting)
         else:
             result = tool_use_loop(model, trajectory, turns, function_name, accounting, run_code=run_code,
-                                   tool_loops=tool_loops, tool_timeout=tool_timeout, sample_index=sample_index)
+                                   tool_loops=tool_loops, tool_timeout=tool_timeout, sample_index=sample_index,
+                                   price=price, budget=budget)
     except ModelError as error:
         result = GenResult(code=None, status="model_error", message=str(error),
                            trajectory=trajectory, accounting=accounting)
@@ -173,12 +182,17 @@ def generate_step(model, problem: dict, step_index: int, previous_code: list[str
 
 
 def tool_use_loop(model, trajectory: list[dict], turns: list[dict], function_name: str | None, accounting: dict, *,
-                  run_code, tool_loops: int, tool_timeout: float, sample_index: int) -> GenResult:
+                  run_code, tool_loops: int, tool_timeout: float, sample_index: int, price: Price | None = None,
+                  budget: float | None = None) -> GenResult:
     from ...models.client import tool_result_message  # why: as in generate_step, openai loads only when used
 
     tools = [CODE_INTERPRETER_TOOL]
     rounds = 0
     while True:
+        spent = over_budget(accounting, budget)
+        if spent:
+            return GenResult(code=None, status="budget", message=f"the harness {spent}", trajectory=trajectory,
+                             accounting=accounting)
         budget_left = rounds < tool_loops
         if not budget_left:
             trajectory.append({"role": "user", "content": FINAL_REQUEST})
@@ -186,7 +200,7 @@ def tool_use_loop(model, trajectory: list[dict], turns: list[dict], function_nam
         # tool calls, which some servers reject without the tool definitions
         completion = model.complete(trajectory, tools=tools, sample_index=sample_index,
                                     tool_choice=None if budget_left else "none")
-        add_reply(trajectory, turns, accounting, completion)
+        add_reply(trajectory, turns, accounting, completion, price)
         if not completion.tool_calls or completion.finish_reason == "length":
             return finish(completion, function_name, trajectory, accounting)
         if not budget_left:

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 from ...core import pyast
 from ...core.io import DirectoryFiles, RunFiles, trim
+from ...core.records import BUDGET
 from ...core.text import printable
 from ...core.types import Sample
 from ...sandbox import codec
@@ -120,8 +121,8 @@ class SciCodeRun:
         # scores whatever code it extracts; the record keeps generation.status "truncated".
         usable = generated.status in ("ok", "truncated") and parses(generated.code)
         if not usable:
-            if generated.status == "model_error":
-                return {**record, "status": "model_error", "message": printable(generated.message)}
+            if generated.status in ("model_error", BUDGET):
+                return {**record, "status": generated.status, "message": printable(generated.message)}
             message = printable(generated.message) or f"the code for step {number} is not valid Python"
             return {**record, "status": "parse_error", "message": message}
         if generated.status == "truncated":

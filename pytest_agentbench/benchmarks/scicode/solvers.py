@@ -25,7 +25,7 @@ class Generated:
     """The code for one step and how it was obtained."""
 
     code: str | None
-    status: str = "ok"  # ok, parse_error, model_error, truncated
+    status: str = "ok"  # ok, parse_error, model_error, truncated, budget
     message: str = ""
     accounting: dict[str, Any] = field(default_factory=dict)
     trajectory: list[dict[str, Any]] = field(default_factory=list)
@@ -90,7 +90,8 @@ class ChatSolver:
     overlaps = True
 
     def __init__(self, model: Any, *, templates: dict, run_python: RunPython, mode: str = "tool_use",
-                 background: bool = True, tool_loops: int = 15, tool_timeout: float = 180.0) -> None:
+                 background: bool = True, tool_loops: int = 15, tool_timeout: float = 180.0,
+                 price: Any = None, budget: float | None = None) -> None:
         from .generate import generate_step  # why: it loads openai (2 s), which the other solvers never need
 
         self.generate_step = generate_step
@@ -101,6 +102,8 @@ class ChatSolver:
         self.background = background
         self.tool_loops = tool_loops
         self.tool_timeout = tool_timeout
+        self.price = price  # models.price.Price: the step's calls are costed (None: not)
+        self.budget = budget  # USD one step's calls may cost (--bench-max-cost-per-item)
 
     def solve(self, problem: dict[str, Any], index: int, previous: list[str], *, sample_index: int = 0) -> Generated:
         dependencies = problem.get("required_dependencies", "")
@@ -112,7 +115,7 @@ class ChatSolver:
         result = self.generate_step(self.model, problem, index, previous, mode=self.mode,
                                     with_background=self.background, templates=self.templates,
                                     run_code=run_code, tool_loops=self.tool_loops, tool_timeout=self.tool_timeout,
-                                    sample_index=sample_index)
+                                    sample_index=sample_index, price=self.price, budget=self.budget)
         return Generated(code=result.code, status=result.status, message=result.message,
                          accounting=dict(result.accounting), trajectory=list(result.trajectory),
                          response_text=result.response_text, turns=list(result.turns))
@@ -129,7 +132,8 @@ def accepts_keyword(func: Callable[..., Any], name: str) -> bool:
 
 
 def choose_solver(model: Any, *, env: Any, templates: Callable[[], dict], mode: str = "tool_use",
-                  background: bool = True, tool_loops: int = 15, tool_timeout: float = 180.0) -> Solver:
+                  background: bool = True, tool_loops: int = 15, tool_timeout: float = 180.0,
+                  price: Any = None, budget: float | None = None) -> Solver:
     """The solver for ``model`` (the ``bench_model`` value), chosen once per run.
 
     ``env`` is the environment factory whose ``run_python`` runs tool code; ``templates()`` loads the
@@ -139,4 +143,4 @@ def choose_solver(model: Any, *, env: Any, templates: Callable[[], dict], mode: 
     if callable(getattr(model, "answer_step", None)):  # the documented way to plug in one's own client
         return ClientSolver(model)
     return ChatSolver(model, templates=templates(), run_python=env.run_python, mode=mode, background=background,
-                      tool_loops=tool_loops, tool_timeout=tool_timeout)
+                      tool_loops=tool_loops, tool_timeout=tool_timeout, price=price, budget=budget)
