@@ -166,8 +166,7 @@ def generate_step(model, problem: dict, step_index: int, previous_code: list[str
     turns: list[dict] = []
     try:
         if mode == "naive":
-            completion = model.complete(trajectory, sample_index=sample_index,
-                                   price=price, budget=budget)
+            completion = model.complete(trajectory, sample_index=sample_index)
             add_reply(trajectory, turns, accounting, completion, price)
             result = finish(completion, function_name, trajectory, accounting)
         else:
