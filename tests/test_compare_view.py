@@ -179,3 +179,40 @@ def test_attempts_link_to_their_own_transcripts(tmp_path):
         state = item_state(target, "1.1[attempt2]")
         assert state["open"] is True and "return 'b'  # attempt 2" in state["text"]
         assert target.errors == []
+
+
+
+def two_runs(tmp_path: Path, trajectory: str) -> Path:
+    """Runs a (item passes) and b (it fails), the record naming a trajectory file holding ``trajectory``;
+    returns their comparison page."""
+    runs = {}
+    for name, status in (("a", "pass"), ("b", "fail")):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "t.json").write_text(trajectory)
+        record = {"benchmark": "scicode", "id": "1.1", "task": "1", "status": status, "trajectory": "t.json"}
+        settings = {"benchmark": "scicode", "model": name, "run_id": name, "split": "dev"}
+        (run / "summary.json").write_text(json.dumps({"settings": settings, "metrics": {"main": 0.5},
+                                                      "items": [record]}))
+        (run / "steps.jsonl").write_text(json.dumps(record) + "\n")
+        runs[name] = run
+    out = tmp_path / "cmp.html"
+    assert cli(["compare", str(runs["a"]), str(runs["b"]), "--html", str(out)]) == 0
+    return out
+
+
+def test_odd_baseline_record_costs_only_its_transcript(tmp_path, capsys):
+    """A record whose trajectory file cannot be read (nested too deep) shows a line saying so on the comparison
+    page; the rest is written, and no traceback is printed."""
+    page = two_runs(tmp_path, "[" * 100_000 + "]" * 100_000).read_text()
+    assert page.count("could not show this item (RecursionError") == 2 and page.rstrip().endswith("</html>")
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_malformed_link_in_the_address_opens_nothing(tmp_path):
+    """``cmp.html#item-%E0%A4%A`` (not valid percent-encoding) is no script error."""
+    out = two_runs(tmp_path, json.dumps({"messages": [{"role": "assistant", "content": "hi"}]}))
+    need_chromium()
+    with Chromium() as browser:
+        view = browser.open(out.as_uri() + "#item-%E0%A4%A")
+        assert view.errors == []

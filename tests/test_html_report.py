@@ -22,6 +22,14 @@ from scicode_builders import CLOSE, problem, step, tiny_problems, write_dataset
 HOSTILE = "</script><script>alert(1)</script>"
 
 
+def need_chromium() -> None:
+    """Under CI=true a missing Chromium fails the test; elsewhere it skips it."""
+    if chromium_path() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium is not installed: CI must `apt-get install chromium` for the report tests")
+        pytest.skip("Chromium is not installed")
+
+
 def test_wilson_interval():
     low, high = wilson(2, 3)
     assert round(low, 4) == 0.2077 and round(high, 4) == 0.9385
@@ -76,10 +84,7 @@ def test_report_html_in_a_browser(tiny, tmp_path):
     text = page_file.read_text()
     assert HOSTILE not in text and "return 6  # &lt;/script&gt;" in re.sub(r"<[^>]+>", "", text)
     assert '<span class="c"># &lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;</span>' in text  # a comment
-    if chromium_path() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Chromium is not installed: CI must `apt-get install chromium` for the report test")
-        pytest.skip("Chromium is not installed")
+    need_chromium()
     with Chromium() as browser:
         page = browser.open(page_file.as_uri())
         shown = page.text
@@ -128,6 +133,7 @@ def test_scicode_categories_filter_and_summary_in_report_html(tiny, pytester, sh
     assert "<tr><td>physics</td><td>1/2 (50.0%)</td><td>3/4 (75.0%)</td></tr>" in page
     if chromium_path() is None:
         return  # the page itself is checked in a browser by test_report_html_in_a_browser
+    need_chromium()
     with Chromium() as browser:
         view = browser.open((run_dir / "report.html").as_uri())
         view.evaluate("var s=document.getElementById('f-category'); s.value='physics';"
@@ -171,6 +177,7 @@ def test_tool_calls_render_as_code_with_tokens_per_turn(bench, pytester, shared_
     assert all(t["latency"] > 0 and t["cached"] is False for t in turns)
     page_file = run_dir / "report.html"
     assert "\\n" not in page_file.read_text().split('class="call"', 1)[1].split("</pre>", 1)[0]  # no JSON escapes
+    need_chromium()
     with Chromium() as browser:
         page = browser.open(page_file.as_uri())
         page.evaluate("document.querySelector('details.transcript').open=true")
@@ -253,6 +260,7 @@ def test_task_table_sorts_and_searches_and_failures_show_question_and_interval(t
     page_file = tmp_path / "report.html"
     page_file.write_text(render_html(summary, records, tmp_path))
     order = "Array.prototype.map.call(document.querySelectorAll('#tasks>tbody>tr'), function(r){return r.dataset.id;})"
+    need_chromium()
     with Chromium() as browser:
         page = browser.open(page_file.as_uri())
 
@@ -341,3 +349,111 @@ def test_odd_records_and_trajectory_files_still_render(tmp_path):
     assert "transcript: 0 messages" in page and "0/1 questions correct" in page
     assert "arguments (not valid JSON, shown as sent)" in page and "{not json" in page
     assert "nocost" in page.split('id="tasks"', 1)[1].split(">", 1)[0]  # a NaN cost is no cost
+    # a number of tool calls instead of a list, integers no float holds, a file nested too deep to read
+    (tmp_path / "v.json").write_text(json.dumps({"messages": [{"role": "assistant", "content": "hi", "tool_calls": 5}],
+                                                 "turns": [{"message": 0, "prompt_tokens": 10**400, "latency": 10**400,
+                                                            "completion_tokens": 2}]}))
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    odd = [{"id": "c", "status": "pass", "trajectory": "v.json", "duration": 10**400,
+            "generation": {"total_tokens": 10**400, "model_calls": 10**400, "cost_usd": 10**400}},
+           {"id": "d", "status": "fail", "trajectory": "deep.json", "attempt": 2}]
+    page = render_html({"settings": {"benchmark": "x"}, "usage": {"tokens": 10**400, "model_calls": 10**400}},
+                       records + odd, tmp_path)
+    assert "0 + 2 tokens" in page and "0 tool calls" in page  # what cannot be a number counts as none
+    fallback = re.search(r'<details class="item" id="item-d\[attempt2\]"><summary>d: could not show this item '
+                         r"\((\w+Error)", page)
+    assert fallback and fallback.group(1) == "RecursionError", page[-3000:]  # the anchor stays, the page is written
+    assert page.rstrip().endswith("</html>")
+
+
+def test_tool_outputs_follow_their_own_call_when_ids_repeat(tmp_path):
+    """A server that sends no call ids gets made-up ones (``call_0`` every turn): each call shows the output
+    that answered it, not the last one with that id."""
+    messages = [{"role": "user", "content": "go"}]
+    for turn in range(3):
+        arguments = json.dumps({"cmd": f"echo {turn}"})
+        messages += [{"role": "assistant", "content": f"turn {turn}", "tool_calls": [
+                         {"id": "call_0", "function": {"name": "bash", "arguments": arguments}}]},
+                     {"role": "tool", "tool_call_id": "call_0", "content": f"OUTPUT-{turn}"}]
+    (tmp_path / "t.json").write_text(json.dumps({"messages": messages}))
+    page = render_html({"settings": {"benchmark": "x"}}, [{"id": "a", "status": "pass", "trajectory": "t.json"}],
+                       tmp_path)
+    calls = page.split('<div class="call">')[1:]
+    assert len(calls) == 3
+    for turn, call in enumerate(calls):
+        assert f"OUTPUT-{turn}" in call and all(f"OUTPUT-{other}" not in call for other in range(3) if other != turn)
+    assert "tool output</span>" not in page  # every output is shown once, under its call
+
+
+def test_turn_usage_counts_positions_in_the_file(tmp_path):
+    """``turns[].message`` counts positions in the file's list, an entry that is not an object included."""
+    (tmp_path / "t.json").write_text(json.dumps({
+        "messages": [5, {"role": "assistant", "content": "one"}],
+        "turns": [{"message": 1, "prompt_tokens": 11, "completion_tokens": 3, "latency": 2.0}]}))
+    page = render_html({"settings": {"benchmark": "x"}}, [{"id": "a", "status": "pass", "trajectory": "t.json"}],
+                       tmp_path)
+    turn_one = page.split("model · turn 1</span>", 1)[1].split("</div>", 1)[0]
+    assert "11 + 3 tokens" in turn_one and "2.00 s" in turn_one
+    assert "transcript: 1 messages" in page
+
+
+def test_replayed_turns_take_no_model_time(tmp_path):
+    """A turn replayed from the response cache took no model time in this run: the transcript's seconds in
+    model calls leave it out and say how many turns were replayed."""
+    (tmp_path / "t.json").write_text(json.dumps({
+        "messages": [{"role": "assistant", "content": "one"}, {"role": "user", "content": "more"},
+                     {"role": "assistant", "content": "two"}],
+        "turns": [{"message": 0, "prompt_tokens": 11, "completion_tokens": 3, "latency": 2.0},
+                  {"message": 2, "prompt_tokens": 17, "completion_tokens": 4, "latency": 5.0, "cached": True}]}))
+    page = render_html({"settings": {"benchmark": "x"}}, [{"id": "a", "status": "pass", "trajectory": "t.json"}],
+                       tmp_path)
+    assert "28 + 7 tokens · 2.00 s in model calls · 1 turn replayed from the cache" in page
+
+
+def test_incomplete_corebench_card_counts_not_run_capsules_by_difficulty_and_questions(tmp_path):
+    """A capsule that never ran still has the run's difficulty and its questions: the card's per-difficulty
+    line agrees with the headline, and the written and figure question counts include it as not answered."""
+    from types import SimpleNamespace
+
+    from pytest_agentbench.benchmarks.registry import get_benchmark
+    from pytest_agentbench.core.types import Sample
+    from pytest_agentbench.pytest_plugin.reporter import not_run_fields
+    from pytest_agentbench.report.summary import not_run_records
+
+    summary, record = corebench_summary_and_record()
+    ran = {**record, "status": "pass", "difficulty": "hard", "correct_written": 1, "total_written": 1,
+           "correct_figure": 1, "total_figure": 1}
+    sample = Sample(id="capsule-2", task_id="capsule-2", split="test",
+                    data={"results": [{"fig mean accuracy": 0.9, "best model": "resnet", "epochs": 3}]})
+    selected = {"benchmark": "core-bench", "task": "capsule-2", "id": "capsule-2", "split": "test", "scored": True,
+                **not_run_fields(SimpleNamespace(benchmark=get_benchmark("core-bench"),  # the reporter's call
+                                                 settings={"difficulty": "hard"}), sample)}
+    stand_ins = not_run_records([selected], [ran])
+    assert stand_ins[0]["difficulty"] == "hard"
+    summary["metrics"]["capsule_accuracy"] = 0.5
+    page = render_html(summary, [ran, *stand_ins], tmp_path)
+    card = page.split('<div class="cards">', 1)[1].split("</div></div>", 1)[0]
+    assert "1/2 · 95% CI" in card and "difficulty hard: 1/2 passed" in card, card
+    assert "written questions: 1/3 correct" in card and "figure questions: 1/2 correct" in card, card
+
+
+def test_a_link_to_an_item_opens_it_and_its_transcript_on_every_click(tmp_path):
+    """An in-page link to an item opens the item and its transcript, also when the address already names it
+    (a click then changes no hash)."""
+    (tmp_path / "t.json").write_text(json.dumps({"messages": [{"role": "assistant", "content": "THE REPLY"}]}))
+    records = [{"id": "a", "task": "a", "status": "pass"}, {"id": "b", "task": "b", "status": "fail",
+                                                            "trajectory": "t.json"}]
+    page_file = tmp_path / "report.html"
+    page_file.write_text(render_html({"settings": {"benchmark": "x"}}, records, tmp_path,
+                                     sections=['<a id="to-b" href="#item-b">b</a>']))
+    state = ("(function(){var e=document.getElementById('item-b');"
+             "return [e.open, e.querySelector('details.transcript').open];})()")
+    need_chromium()
+    with Chromium() as browser:
+        view = browser.open(page_file.as_uri())
+        for _ in range(2):  # the first click changes the hash, the second does not
+            view.evaluate("document.getElementById('f-close').click(); document.getElementById('to-b').click();"
+                          "new Promise(function(done){setTimeout(done, 100);})")
+            assert view.evaluate(state) == [True, True]
+        assert view.errors == []
+

@@ -75,7 +75,7 @@ class Reporter:
             return
         selected = []
         for sample in samples:
-            item = {**base_record(sample, self.state), **not_run_fields(self.state.benchmark, sample)}
+            item = {**base_record(sample, self.state), **not_run_fields(self.state, sample)}
             if sample.skip_reason:  # a prefilled step: a skipped record whether or not the session reached it
                 item.update(status="skipped", message=sample.skip_reason)
             selected.append(item)
@@ -271,11 +271,11 @@ class XdistSelection:
                               if nodeid in entries and entries[nodeid][0] == state.model])
 
 
-def not_run_fields(benchmark: Any, sample: Sample) -> dict[str, Any]:
-    """What a benchmark knows of an item before it runs (CORE-Bench: its question counts), so the item's
-    questions count as not answered when it never runs."""
-    fields = getattr(benchmark, "not_run_fields", None)
-    return dict(fields(sample)) if callable(fields) else {}
+def not_run_fields(state: BenchState, sample: Sample) -> dict[str, Any]:
+    """What a benchmark knows of an item before it runs, from the run's settings (CORE-Bench: its question
+    counts and the difficulty), so the item's questions count as not answered when it never runs."""
+    fields = getattr(state.benchmark, "not_run_fields", None)
+    return dict(fields(sample, state.settings)) if callable(fields) else {}
 
 
 # options of this session that a resume command leaves out: it names the run folder itself

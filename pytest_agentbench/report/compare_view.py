@@ -29,7 +29,7 @@ from ..core.io import write_atomic
 from .compare import (Comparison, build_parser, drop_p_value, responses_lines, run_command, shared_line,
                       too_small, units_of)
 from .gates import GateResult
-from .html import ANCHOR_JS, CSS, REPORT_HTML, esc, item_anchor, item_html, status_badge
+from .html import ANCHOR_JS, CSS, REPORT_HTML, esc, item_anchor, item_or_fallback, status_badge
 from .options import GateConfig
 from .power import detectable_drop
 
@@ -242,8 +242,8 @@ def transcript(side: RunSide, key: str) -> str:
     record = side.records.get(key)
     if record is None:
         return f'<p class="n">{side.name}: no record of this item on disk</p>'
-    return f"<div class=\"n\">{side.name} ({esc(side.label)})</div>" + item_html(record, side.run_dir, open_=True,
-                                                                                    anchor=False)
+    head = f"<div class=\"n\">{side.name} ({esc(side.label)})</div>"
+    return head + item_or_fallback(record, side.run_dir, open_=True, anchor=False)  # an odd record costs only itself
 
 
 def flipped_html(c: Comparison, a: RunSide, b: RunSide, page_dir: Path) -> str:

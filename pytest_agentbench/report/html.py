@@ -21,7 +21,7 @@ from ..core.io import natural_key, write_atomic
 from .cost import html_section as html_cost_section
 from .declared import declared_in
 from .highlight import clip, code_html, esc
-from .transcript import transcript_html
+from .transcript import number, transcript_html
 from .review_html import REVIEW_CSS, REVIEW_JS, review_mark, review_section
 
 REPORT_HTML = "report.html"
@@ -82,6 +82,20 @@ def by_difficulty(records: list[Mapping[str, Any]], unit: str) -> dict[str, tupl
     """(passed, total) per ``difficulty`` of the records, when they carry one (a benchmark run at a level)."""
     levels = sorted({str(r["difficulty"]) for r in records if r.get("difficulty") not in (None, "")}, key=natural_key)
     return {level: rate_counts([r for r in records if str(r.get("difficulty")) == level], unit) for level in levels}
+
+
+QUESTION_KINDS = (("written", "correct_written", "total_written"), ("figure", "correct_figure", "total_figure"))
+
+
+def question_counts(records: list[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
+    """(correct, total) questions per kind over the scored records that count them (CORE-Bench: written and
+    figure questions; an item not run counts its questions as not answered)."""
+    out = {}
+    for kind, correct, total in QUESTION_KINDS:
+        counted = [r for r in scored_items(records) if is_number(r.get(total))]
+        if counted:
+            out[kind] = (int(sum(number(r.get(correct)) for r in counted)), int(sum(number(r[total]) for r in counted)))
+    return out
 
 
 # ---- pieces ------------------------------------------------------------------------------------
@@ -168,11 +182,12 @@ JS = """
     for(var i=0;i<all.length;i++){all[i].open=true;}});
   sel('f-close').addEventListener('click',function(){
     var all=document.querySelectorAll('details');for(var i=0;i<all.length;i++){all[i].open=false;}});
-  function reveal(){  // report.html#item-ID opens that item, showing its row whatever the filters
+  function reveal(){  // report.html#item-ID opens that item and its transcript, showing its row whatever the filters
     var target=null;
     try{target=location.hash?document.getElementById(decodeURIComponent(location.hash.slice(1))):null;}
     catch(e){return;}  // a malformed link opens nothing
     if(!target){return;}
+    var transcript=target.querySelector('details.transcript'); if(transcript){transcript.open=true;}
     for(var p=target;p;p=p.parentElement){
       if(p.tagName==='DETAILS'){p.open=true;}
       if(p.classList&&p.classList.contains('task')&&p.style.display==='none'){
@@ -181,6 +196,9 @@ JS = """
     target.scrollIntoView();
   }
   window.addEventListener('hashchange',reveal);
+  // a link to the item the address already names changes no hash: open it again on the click
+  document.querySelectorAll('a[href^="#item-"]').forEach(function(a){
+    a.addEventListener('click',function(){setTimeout(reveal,0);});});
   apply(); reveal();
 })();
 """
@@ -190,7 +208,9 @@ JS = """
 ANCHOR_JS = """
 (function(){
   function show(){
-    var id=decodeURIComponent(location.hash.slice(1)), el=id&&document.getElementById(id);
+    var id='';
+    try{id=decodeURIComponent(location.hash.slice(1));}catch(e){return;}  // a malformed link opens nothing
+    var el=id&&document.getElementById(id);
     if(!el){return;}
     for(var n=el;n;n=n.parentElement){
       if(n.tagName==='DETAILS'){n.open=true;}
@@ -232,7 +252,13 @@ def read_trajectory(run_dir: Path | None, ref: Any) -> dict[str, Any] | None:
 
 
 def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number (a JSON integer too large for a float is not one)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def cost_of(record: Mapping[str, Any]) -> float | None:
@@ -259,7 +285,7 @@ def usage_of(record: Mapping[str, Any]) -> dict[str, float]:
     """The record's model accounting (``records.usage_of``); none for a ``generation`` that is not an object."""
     if not isinstance(record.get("generation", {}), Mapping):
         return {"tokens": 0}
-    return rec.usage_of(dict(record))
+    return {key: number(value) for key, value in rec.usage_of(dict(record)).items()}  # finite, for the page
 
 
 def dollars(value: float) -> str:
@@ -396,6 +422,18 @@ def item_html(record: Mapping[str, Any], run_dir: Path | None, open_: bool = Fal
     return "".join(out)
 
 
+def item_or_fallback(record: Mapping[str, Any], run_dir: Path | None, open_: bool = False,
+                     anchor: bool = True) -> str:
+    """``item_html``, or when an odd record or trajectory file breaks it, a line saying so (with the item's
+    anchor, so links to it still land): one item never costs the page."""
+    try:
+        return item_html(record, run_dir, open_, anchor)
+    except Exception as exc:  # noqa: BLE001 - whatever the record holds, the rest of the page is written
+        target = f' id="{esc(item_anchor(rec.record_key(record)))}"' if anchor else ""
+        return (f'<details class="item"{target}><summary>{esc(record.get("id"))}: could not show this item '
+                f"({esc(type(exc).__name__)}: {esc(clip(str(exc), 300))})</summary></details>")
+
+
 def number_cell(value: float | None, text: str, cls: str = "num") -> str:
     """A cell the table sorts by ``value`` (empty: unknown, sorted last)."""
     return f'<td class="{cls}" data-sort="{value if value is not None else ""}">{esc(text)}</td>'
@@ -425,7 +463,7 @@ def task_rows(records: list[Mapping[str, Any]], run_dir: Path | None) -> tuple[l
         costs = [c for c in (cost_of(r) for r in items) if c is not None]
         cost = sum(costs) if costs else None
         worst = max((STATUS_RANK.get(s, len(STATUS_RANK)) for s in statuses), default=0)
-        body = "".join(item_html(r, run_dir, open_=number == 0 and i == 0) for i, r in enumerate(items))
+        body = "".join(item_or_fallback(r, run_dir, open_=number == 0 and i == 0) for i, r in enumerate(items))
         rows.append(f'<tr class="task" data-id="{esc(task)}" data-statuses="{esc(" ".join(statuses))}" '
                     f'data-split="{esc(split)}" data-category="{esc(category)}"><td><b>{esc(task)}</b></td>'
                     f"<td>{esc(split)}</td><td class=cat>{esc(category)}</td>"
@@ -507,13 +545,15 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
         ci_text = f"95% CI {pct(ci[0])} – {pct(ci[1])}" if ci else "no interval (nothing scored)"
         levels = "".join(f'<div class="n">difficulty {esc(level)}: {k}/{n} passed</div>'
                          for level, (k, n) in h["by_difficulty"].items())
+        levels += "".join(f'<div class="n">{kind} questions: {k}/{n} correct</div>'
+                          for kind, (k, n) in question_counts(records).items())
         cards.append(f'<div class="card"><div>{esc(h["name"])}</div><div class="v">{esc(pct(h["value"]))}</div>'
                      f'<div class="n">{h["k"]}/{h["n"]} · {esc(ci_text)} (Wilson)</div>{levels}</div>')
     counts = summary.get("counts") or rec.count_statuses(records)
     usage = summary.get("usage") or {}
-    hits = usage.get("cache_hits", 0) or 0
-    usage_text = (f"{max(0, (usage.get('model_calls', 0) or 0) - hits):g} model calls, {usage.get('tokens', 0) or 0:g} "
-                  f"tokens, {hits:g} cache hits, {usage.get('tool_calls', 0) or 0:g} tool calls") \
+    hits = number(usage.get("cache_hits"))
+    usage_text = (f"{max(0, number(usage.get('model_calls')) - hits):g} model calls, {number(usage.get('tokens')):g} "
+                  f"tokens, {hits:g} cache hits, {number(usage.get('tool_calls')):g} tool calls") \
         if usage and (any(usage.values()) or settings.get("model") != "oracle") else ""  # the oracle calls no model
     rows, values = task_rows(records, run_dir)
     costs = [c for c in (cost_of(r) for r in records) if c is not None]

@@ -9,6 +9,7 @@ a reply are shown as code too. Every text is escaped: the model and its tools wr
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping
 
 from .highlight import clip, code_html, esc, fenced_parts
@@ -85,14 +86,21 @@ def usage_html(turn: Mapping[str, Any] | None) -> str:
     parts = [f"{prompt:,.0f} + {completion:,.0f} tokens"]
     latency = turn.get("latency")
     if isinstance(latency, (int, float)) and not isinstance(latency, bool):
-        parts.append(f"{latency:.2f} s")
+        parts.append(f"{number(latency):.2f} s")
     if turn.get("cached"):
-        parts.append("from the cache")
+        parts.append("from the cache (replayed: no model time)")
     return f'<span class="usage" title="prompt + completion tokens, latency of the call">{" · ".join(parts)}</span>'
 
 
 def number(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+    """A count or a duration as a finite float; 0 for anything else (a huge JSON integer overflows a float)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return 0.0
+    try:
+        out = float(value)
+    except OverflowError:
+        return 0.0
+    return out if math.isfinite(out) else 0.0
 
 
 def listed(value: Any) -> list[Any]:
@@ -114,8 +122,12 @@ def totals_text(turns: Mapping[int, Mapping[str, Any]], model_turns: int, calls:
     if turns:
         prompt = sum(number(t.get("prompt_tokens")) for t in turns.values())
         completion = sum(number(t.get("completion_tokens")) for t in turns.values())
-        latency = sum(number(t.get("latency")) for t in turns.values())
+        # a replayed turn came from the response cache: its latency is the original call's, not this run's
+        latency = sum(number(t.get("latency")) for t in turns.values() if not t.get("cached"))
+        replayed = sum(1 for t in turns.values() if t.get("cached"))
         head += [f"{prompt:,.0f} + {completion:,.0f} tokens", f"{latency:.2f} s in model calls"]
+        if replayed:
+            head.append(f"{replayed} turn{'s' if replayed != 1 else ''} replayed from the cache")
     return " · ".join(head)
 
 
@@ -124,20 +136,39 @@ def folded(title: str, text: str) -> str:
             f'<div class="prose">{esc(clip(text))}</div></details>')
 
 
-def tool_outputs(messages: list[Any]) -> dict[str, int]:
-    """Tool messages by the id of the call they answer."""
-    return {str(m["tool_call_id"]): i for i, m in enumerate(messages)
-            if isinstance(m, dict) and m.get("role") == "tool" and m.get("tool_call_id") is not None}
+def tool_outputs(messages: list[Any], index: int) -> list[int]:
+    """The tool messages answering the assistant message at ``index``: those after it, up to the next
+    assistant message (ids repeat across turns: a client makes up ``call_0`` when the server sends none)."""
+    out = []
+    for later in range(index + 1, len(messages)):
+        message = messages[later]
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant":
+            break
+        if message.get("role") == "tool" and message.get("tool_call_id") is not None:
+            out.append(later)
+    return out
+
+
+def answer_of(call: Mapping[str, Any], messages: list[Any], candidates: list[int], shown: set[int]) -> int | None:
+    """The first tool message among ``candidates`` with the call's id that is not shown yet."""
+    for later in candidates:
+        if later not in shown and str(messages[later].get("tool_call_id")) == str(call.get("id")):
+            return later
+    return None
 
 
 def transcript_html(data: Mapping[str, Any]) -> str:
     """The ``<details>`` of one trajectory file: the conversation as turns."""
-    messages = [m for m in listed(data.get("messages")) if isinstance(m, dict)]
+    # indexed as in the file: ``turns[].message`` counts every entry, one that is not an object included
+    messages = listed(data.get("messages"))
     turns = turns_of(data)
-    outputs = tool_outputs(messages)
     shown_outputs: set[int] = set()
     body, model_turn, calls, seen_model = [], 0, 0, False
     for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
         role = str(message.get("role", "?"))
         text = content_text(message.get("content"))
         if role == "system" or (role == "user" and not seen_model):
@@ -147,7 +178,8 @@ def transcript_html(data: Mapping[str, Any]) -> str:
             model_turn += 1
             out = [f'<div class="turn model"><div class="th"><span class="role">model · turn {model_turn}</span> '
                    f"{usage_html(turns.get(index))}</div>", prose_html(text)]
-            for call in message.get("tool_calls") or []:
+            candidates = tool_outputs(messages, index)
+            for call in listed(message.get("tool_calls")):
                 if not isinstance(call, dict):
                     continue
                 calls += 1
@@ -155,8 +187,8 @@ def transcript_html(data: Mapping[str, Any]) -> str:
                 name = str(fn.get("name") or "?")
                 out.append(f'<div class="call"><div class="th">tool call <b>{esc(name)}</b></div>'
                            f"{arguments_html(name, fn.get('arguments'))}")
-                answer = outputs.get(str(call.get("id")))
-                if answer is not None and answer not in shown_outputs:
+                answer = answer_of(call, messages, candidates, shown_outputs)
+                if answer is not None:
                     shown_outputs.add(answer)
                     out.append(f'<div class="th">output</div><pre class="out">'
                                f"{esc(clip(content_text(messages[answer].get('content'))))}</pre>")
@@ -171,5 +203,6 @@ def transcript_html(data: Mapping[str, Any]) -> str:
         else:
             body.append(f'<div class="turn"><div class="th"><span class="role">{esc(role)}</span></div>'
                         f"{prose_html(text)}</div>")
-    return (f'<details class="transcript"><summary>transcript: {len(messages)} messages · '
+    shown = sum(isinstance(m, dict) for m in messages)
+    return (f'<details class="transcript"><summary>transcript: {shown} messages · '
             f"{esc(totals_text(turns, model_turn, calls))}</summary>{''.join(body)}</details>")

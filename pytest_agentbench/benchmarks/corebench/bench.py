@@ -123,11 +123,12 @@ class CoreBench(Benchmark):
                     missing.append(task.id)
         return missing
 
-    def not_run_fields(self, sample: Sample) -> dict[str, Any]:
-        """A capsule that never ran (an incomplete run) still has its questions: counted as not answered."""
+    def not_run_fields(self, sample: Sample, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """A capsule that never ran (an incomplete run) still has its questions: counted as not answered; and
+        its difficulty (the run's), so report.html's per-difficulty line counts it as the headline does."""
         written, figure = scorer.question_totals(sample.data["results"])
         return {"correct_written": 0, "total_written": written, "correct_figure": 0, "total_figure": figure,
-                "split_size": self.split_sizes.get(sample.split)}
+                "split_size": self.split_sizes.get(sample.split), "difficulty": settings.get("difficulty")}
 
 
 class WorkspaceAt:
