@@ -35,6 +35,7 @@ from .progress import Progress, header_lines
 from .run import SETTINGS, STATE, BenchState
 from .selfdescribe import DEFINITION, definition, restore
 from .state import make_state
+from .taskpackage import CollectSession, PackageCollector, plugin_of
 from .writer import ControllerWriter, WorkerWriter
 from .xdist import XdistHooks
 
@@ -118,6 +119,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(DurationsWriter(state), "agentbench-durations")  # the scheduler's costs
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(state, config.getoption("dist", None)), "agentbench-xdist")
+    if plugin_of(config, PackageCollector) is not None:  # python -m pytest_agentbench collect
+        config.pluginmanager.register(CollectSession(config, state), "agentbench-collect-session")
 
 
 @pytest.hookimpl(wrapper=True)
