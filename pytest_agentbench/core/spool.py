@@ -24,6 +24,7 @@ from .io import write_atomic
 SPOOL_DIR = "spool"
 TAKEN_DIR = "taken"
 SUFFIX = ".package.json"
+SECRET_FILE = "api-key"  # the run's API key for its jobs, mode 0600, removed by collect
 FORMAT = 1
 MAX_PACKAGE_BYTES = 256 * 2**20  # a package file larger than this is refused unread
 

@@ -34,6 +34,7 @@ from .pathargs import space_form_error
 from .progress import Progress, header_lines
 from .run import SETTINGS, STATE, BenchState
 from .selfdescribe import DEFINITION, definition, restore
+from .slurm import SlurmBackend, collect_ended
 from .state import make_state
 from .taskpackage import CollectSession, PackageCollector, plugin_of
 from .writer import ControllerWriter, WorkerWriter
@@ -120,7 +121,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(state, config.getoption("dist", None)), "agentbench-xdist")
     if plugin_of(config, PackageCollector) is not None:  # python -m pytest_agentbench collect
-        config.pluginmanager.register(CollectSession(config, state), "agentbench-collect-session")
+        ended = collect_ended(state.run_dir)  # a Slurm run's jobs that ended without a package are lost
+        config.pluginmanager.register(CollectSession(config, state, ended), "agentbench-collect-session")
+    elif opts.backend == "slurm":
+        if config.getoption("dist", "no") != "no":
+            raise usage_error(ConfigError("--bench-backend=slurm runs every task as a Slurm job: leave out "
+                                          "-n/--dist/--tx (pytest-xdist) for this run"))
+        config.pluginmanager.register(SlurmBackend(config, state), "agentbench-slurm")
 
 
 @pytest.hookimpl(wrapper=True)

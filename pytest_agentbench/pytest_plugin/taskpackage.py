@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -31,7 +32,6 @@ from .collect import BenchItem
 from .run import STATE, BenchState, base_record
 from .selfdescribe import settings_file_content
 
-SECRET_FILE = "api-key"  # in the spool: the run's API key, mode 0600, removed by collect
 SECRET_ENV = "OPENAI_API_KEY"
 
 
@@ -286,13 +286,21 @@ def session_args(run_dir: Path, extra: list[str]) -> list[str]:
 
 def read_secret(run_dir: Path) -> None:
     """The run's API key from its 0600 file into this process's own environment (never a job's)."""
-    file = spool.spool_dir(run_dir) / SECRET_FILE
+    file = spool.spool_dir(run_dir) / spool.SECRET_FILE
     try:
         key = file.read_text(encoding="utf-8").strip()
     except OSError:
         return
     if key:
         os.environ[SECRET_ENV] = key
+
+
+def interrupted(signum: int, _frame: Any) -> None:
+    """SIGTERM (Slurm's scancel or time limit, before its SIGKILL) ends the task as Ctrl-C would: pytest tears
+    down the session's fixtures, so the environment removes its containers and sandboxes; no package is
+    written, the task is lost and a resume runs it again."""
+    signal.signal(signum, signal.SIG_DFL)
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def run_task(argv: list[str]) -> int:
@@ -319,6 +327,7 @@ def run_task(argv: list[str]) -> int:
     cwd = stored_cwd(run_dir)
     if cwd:
         os.chdir(cwd)
+    signal.signal(signal.SIGTERM, interrupted)  # scancel, a time limit: tear down what the task started
     packager = TaskPackager(run_dir, unit)
     code = pytest.main(session_args(run_dir, rest), plugins=[packager])
     if packager.written is None:
@@ -344,7 +353,7 @@ def collect(argv: list[str]) -> int:
     try:
         return int(pytest.main(session_args(run_dir, argv[1:]), plugins=[PackageCollector(run_dir)]))
     finally:
-        (spool.spool_dir(run_dir) / SECRET_FILE).unlink(missing_ok=True)
+        (spool.spool_dir(run_dir) / spool.SECRET_FILE).unlink(missing_ok=True)
 
 
 class CollectSession:
