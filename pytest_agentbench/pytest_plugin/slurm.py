@@ -75,6 +75,7 @@ class SlurmBackend:
         cwd = str(self.config.invocation_params.dir)
         try:
             self.check_shared_folder(folder, before, env, cwd)
+            started = time.monotonic()  # the submission itself, after the check job
             groups: dict[slurm.Request, list[str]] = {}
             for unit, items in pending.items():
                 request = state.benchmark.job_request([i.sample for i in items], opts)
@@ -87,7 +88,8 @@ class SlurmBackend:
             raise pytest.UsageError(f"agentbench: Slurm refused the run's jobs: {exc}") from None
         slurm.save_jobs(folder, self.arrays)
         ids = [a["job"] for a in self.arrays]
-        self.say(f"agentbench: submitted {len(pending)} task(s) to Slurm as job array(s) {', '.join(ids)}")
+        self.say(f"agentbench: submitted {len(pending)} task(s) to Slurm as job array(s) {', '.join(ids)} "
+                 f"in {time.monotonic() - started:.2f} s")
         if opts["detach"]:
             self.detach(folder, ids, before, env, cwd)
 

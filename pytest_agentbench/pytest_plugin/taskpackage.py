@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -375,7 +376,10 @@ class CollectSession:
         pending = self.loop.pending_units(units)
         self.loop.report_resumed(units, pending)
         items = {i.nodeid: i for its in pending.values() for i in its}
-        self.loop.take_waiting(items, pending)
+        started = time.monotonic()
+        taken = self.loop.take_waiting(items, pending)
+        warn_once(self.config, f"agentbench: took in {len(taken)} package(s) "
+                               f"({sum(len(units[u]) for u in taken)} item(s)) in {time.monotonic() - started:.2f} s")
         if pending and self.ended is not None:
             for unit, (message, worker, host) in sorted(self.ended(set(pending)).items()):
                 if unit in pending:
