@@ -108,9 +108,11 @@ def common_args(partition: str | None, account: str | None, extra: str | None) -
     return before, shlex.split(extra or "")
 
 
-def job_script(python: str, run_dir: Path, unit_list: Path) -> str:
-    """The array's job script: names only the run folder and the unit list (never a secret)."""
-    return ("#!/bin/sh\n# pytest-agentbench: one element of this array runs one task of the run\n"
+def job_script(python: str, run_dir: Path, unit_list: Path, login: bool = False) -> str:
+    """The array's job script: names only the run folder and the unit list (never a secret). ``login``
+    (``--bench-slurm-key=node-env``): a login shell, so the user's own start-up files on the node set the key."""
+    shell = "#!/bin/bash -l" if login else "#!/bin/sh"
+    return (f"{shell}\n# pytest-agentbench: one element of this array runs one task of the run\n"
             f"exec {shlex.quote(python)} -m pytest_agentbench run-task {shlex.quote(str(run_dir))} "
             f"--list {shlex.quote(str(unit_list))} --index \"$SLURM_ARRAY_TASK_ID\"\n")
 

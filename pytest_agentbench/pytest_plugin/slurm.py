@@ -99,7 +99,8 @@ class SlurmBackend:
         unit_list = folder / f"units-{tag}-{number}.txt"
         unit_list.write_text("\n".join(units) + "\n", encoding="utf-8")
         script = folder / f"job-{tag}-{number}.sh"
-        script.write_text(slurm.job_script(sys.executable, self.state.run_dir, unit_list), encoding="utf-8")
+        script.write_text(slurm.job_script(sys.executable, self.state.run_dir, unit_list,
+                                                login=self.opts["slurm_key"] == "node-env"), encoding="utf-8")
         job = slurm.submit_array(script, len(units), request, name=f"agentbench-{self.state.run_dir.name}",
                                  log_dir=folder / "logs", cwd=cwd, max_running=self.opts["slurm_max_running"],
                                  before=before, after=after, env=env)
