@@ -178,3 +178,78 @@ def test_gpu_capsules_run_on_the_gpu_node(cluster, bench, pytester: pytest.Pytes
     requests = {tuple(a["units"]): a["request"] for a in slurm.load_jobs(spool.spool_dir(run_dir))}
     assert "--gres=gpu:1" in requests[(GPU_CAPSULE,)]
     assert "--gres=gpu:1" not in requests[(CPU_CAPSULE,)]
+
+
+HOLD_CONFTEST = """
+import os, pathlib, time
+
+def pytest_agentbench_record(record, item):
+    # in a Slurm job only: task 3 waits while the flag file exists (the test kills its node meanwhile)
+    flag = pathlib.Path(os.environ["H25_HOLD_FLAG"])
+    if os.environ.get("SLURM_JOB_ID") and record.get("task") == "3":
+        while flag.is_file():
+            time.sleep(0.5)
+"""
+
+
+def element_of(run_dir: Path, unit: str) -> tuple[str, str, str] | None:
+    """(job label, state, node) of the unit's latest array element."""
+    arrays = slurm.load_jobs(spool.spool_dir(run_dir))
+    where = slurm.latest_elements(arrays).get(unit)
+    if where is None:
+        return None
+    state = slurm.element_states([where[0]]).get(where)
+    return (f"{where[0]}_{where[1]}", *state[:2]) if state else None
+
+
+def kill_node(node: str, job_label: str) -> None:
+    """The node's slurmd and the task's processes die, as when a machine is lost."""
+    pid = int((SLURM_STATE / f"slurmd-{node}.pid").read_text())
+    os.kill(pid, 9)
+    job = subprocess.run(["squeue", "-h", "-j", job_label, "-o", "%A"], capture_output=True, text=True).stdout.strip()
+    steps = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{job}\\."], capture_output=True, text=True).stdout.split()
+    for step in steps:
+        children = subprocess.run(["pgrep", "-P", step], capture_output=True, text=True).stdout.split()
+        for child in children:
+            subprocess.run(["pkill", "-9", "-P", child], check=False)  # the forkserver and sandboxes under it
+            os.kill(int(child), 9)
+        os.kill(int(step), 9)
+
+
+def test_a_lost_node_requeues_the_task_and_the_run_completes(cluster, pytester: pytest.Pytester, shared_data,
+                                                               shared_cache) -> None:
+    import sys
+    import time
+
+    flag = pytester.path / "hold-flag"
+    flag.write_text("")
+    pytester.makeconftest(HOLD_CONFTEST)
+    pytester.makeini("[pytest]\n")
+    env = {**os.environ, "AGENTBENCH_DATA_DIR": str(shared_data), "AGENTBENCH_OFFLINE": "1", "H25_HOLD_FLAG": str(flag)}
+    run_dir = pytester.path / "reports" / "scicode" / "oracle" / "nodeloss"
+    controller = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                                   f"--bench-cache-dir={shared_cache}", *scicode_args("nodeloss"),
+                                   "--bench-backend=slurm"], cwd=pytester.path, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        element = None
+        while time.monotonic() < deadline:  # task 3 running (its record is being held)
+            element = element_of(run_dir, "3") if run_dir.is_dir() else None
+            if element and element[1] == "RUNNING" and any((spool.spool_dir(run_dir) / "logs").glob("*")):
+                break
+            time.sleep(1)
+        assert element and element[1] == "RUNNING", element
+        time.sleep(8)  # the task is inside its item
+        kill_node(element[2], element[0])
+        flag.unlink()
+        out, _ = controller.communicate(timeout=420)
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+        subprocess.run([str(Path(__file__).resolve().parents[1] / ".ci" / "slurm-setup")], check=False,
+                       capture_output=True)  # the killed node comes back for the other tests
+    assert controller.returncode == 0, out[-4000:]
+    records = {r["id"]: r for r in read_jsonl(run_dir / "steps.jsonl")}
+    assert sorted(records) == ["1.1", "3.1"] and {r["status"] for r in records.values()} == {"pass"}, out[-3000:]
+    assert records["3.1"]["host"] != element[2]  # run again on the node that is left
