@@ -272,3 +272,18 @@ def test_a_lost_node_requeues_the_task_and_the_run_completes(cluster, pytester: 
     records = {r["id"]: r for r in read_jsonl(run_dir / "steps.jsonl")}
     assert sorted(records) == ["1.1", "3.1"] and {r["status"] for r in records.values()} == {"pass"}, out[-3000:]
     assert records["3.1"]["host"] != element[2]  # run again on the node that is left
+
+
+def test_a_node_that_cannot_isolate_model_code_is_a_lost_task_saying_why(cluster, bench, pytester: pytest.Pytester,
+                                                                         monkeypatch) -> None:
+    from pytest_agentbench.sandbox.isolation import ISOLATION_ENV
+
+    monkeypatch.setenv(ISOLATION_ENV, "off")  # exported to the jobs: their nodes cannot isolate
+    done = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1",
+                 "--bench-run-id=noiso", *SMALL, "--bench-backend=slurm")
+    assert done.ret == 1, done.stdout.str()
+    (record,) = records_of(pytester, "noiso").values()
+    assert record[rec.LOST_FIELD] is True and "ended FAILED" in record["message"], record
+    assert f"on Slurm node {record['host']}: --bench-require-isolation: this machine cannot isolate" in \
+        record["message"], record
+    assert "bubblewrap" in record["message"]

@@ -176,7 +176,23 @@ def element_states(job_ids: Iterable[str]) -> dict[tuple[str, int], tuple[str, s
     return found
 
 
-def ended_without_package(units: set[str], arrays: list[dict[str, Any]]) -> dict[str, tuple[str, str, str]]:
+def log_says(log_dir: Path | None, label: str) -> str:
+    """The last error line of an element's job log (a usage error on the node, Slurm's own cancel line), or ""."""
+    if log_dir is None:
+        return ""
+    try:
+        with open(Path(log_dir) / f"{label}.out", "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 65536))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    found = [line.strip() for line in lines if line.startswith("ERROR:") or "error: " in line]
+    return f"; its log says: {found[-1][:400]}" if found else ""
+
+
+def ended_without_package(units: set[str], arrays: list[dict[str, Any]],
+                          log_dir: Path | None = None) -> dict[str, tuple[str, str, str]]:
     """unit -> (lost message, worker, host) for each of ``units`` whose job element has ended (or is no longer
     known to Slurm); the caller has checked that no package came."""
     latest = {u: e for u, e in latest_elements(arrays).items() if u in units}
@@ -195,7 +211,8 @@ def ended_without_package(units: set[str], arrays: list[dict[str, Any]]) -> dict
             why = WHY.get(base, base.lower())
             message = (f"Slurm job {label} ended {base} on node {node or '?'} ({why}"
                        + (f"; reason {reason}" if reason and reason != "None" else "")
-                       + ") without a package; no result reached the controller: --bench-resume submits it again")
+                       + f") without a package{log_says(log_dir, label)}; no result reached the controller: "
+                         f"--bench-resume submits it again")
         out[unit] = (message, f"slurm {label}", node or "?")
     return out
 

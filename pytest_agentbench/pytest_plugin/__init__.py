@@ -26,7 +26,7 @@ from ..envs import build_env
 from ..models.cache import ResponseCache
 from ..models.options import build_model, model_settings
 from . import hookspecs, remote
-from .checks import before_items, other_benchmark_options
+from .checks import before_items, node_checks, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
 from .durations import DurationsWriter
 from .options import all_options, read, register, run_file_arguments
@@ -36,7 +36,7 @@ from .run import SETTINGS, STATE, BenchState
 from .selfdescribe import DEFINITION, definition, restore
 from .slurm import SlurmBackend, collect_ended
 from .state import make_state
-from .taskpackage import CollectSession, PackageCollector, plugin_of
+from .taskpackage import CollectSession, PackageCollector, TaskPackager, plugin_of
 from .writer import ControllerWriter, WorkerWriter
 from .xdist import XdistHooks
 
@@ -106,6 +106,8 @@ def pytest_configure(config: pytest.Config) -> None:
         state = make_state(config, opts)
         if not state.is_worker:
             before_items(config, opts, state)  # report dir, model preflight, resume merge, significance
+        elif plugin_of(config, TaskPackager) is not None and not config.option.collectonly:
+            node_checks(opts, state)  # a Slurm job: isolation and the sandbox self-test on its node
     except (ConfigError, DataError) as exc:
         raise usage_error(exc) from None
     config.stash[STATE] = state

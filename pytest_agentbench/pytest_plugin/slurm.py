@@ -138,7 +138,7 @@ class SlurmBackend:
             return {}
         self.last_look = now
         try:
-            return slurm.ended_without_package(units, self.arrays)
+            return slurm.ended_without_package(units, self.arrays, spool.spool_dir(self.state.run_dir) / "logs")
         except slurm.SlurmError as exc:  # squeue did not answer this time: ask again later
             self.say(f"agentbench: squeue: {exc}")
             return {}
@@ -175,7 +175,7 @@ def collect_ended(run_dir: Path):
 
     def ended(units: set[str]) -> dict[str, tuple[str, str, str]]:
         try:
-            return slurm.ended_without_package(units, arrays)
+            return slurm.ended_without_package(units, arrays, spool.spool_dir(run_dir) / "logs")
         except slurm.SlurmError:
             return {}
     return ended
