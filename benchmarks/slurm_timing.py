@@ -13,7 +13,6 @@ that takes packages in.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -36,7 +35,8 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, subproc
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("AGENTBENCH_DATA_DIR") or str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--data-dir",
+                        default=os.environ.get("AGENTBENCH_DATA_DIR") or str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--work", default="/tmp/agentbench-slurm-timing")
     args = parser.parse_args()
     work = Path(args.work)

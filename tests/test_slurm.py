@@ -10,11 +10,13 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
+from bench_runs import read_jsonl
 from capsule_factory import write_capsule_tree
 from pytest_agentbench.core import records as rec
 from pytest_agentbench.core import slurm, spool
@@ -112,8 +114,6 @@ def test_detached_run_then_collect_gives_the_waiting_runs_summary(cluster, bench
 
 
 def wait_for_job(job: str, timeout: float = 180.0) -> None:
-    import time
-
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         out = subprocess.run(["squeue", "-h", "--states=all", "-j", job, "-o", "%T"], capture_output=True,
@@ -219,8 +219,6 @@ def kill_node(node: str, job_label: str) -> None:
 def hurry_requeued(run_dir: Path, controller: subprocess.Popen, timeout: float = 240) -> None:
     """Slurm holds a requeued job back for about two minutes (reason BeginTime); the test lets it start as soon
     as it is requeued (the requeue itself is Slurm's, asked for by the job's --requeue)."""
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and controller.poll() is None:
         label = slurm.latest_elements(slurm.load_jobs(spool.spool_dir(run_dir)))["3"]
@@ -236,9 +234,6 @@ def hurry_requeued(run_dir: Path, controller: subprocess.Popen, timeout: float =
 
 def test_a_lost_node_requeues_the_task_and_the_run_completes(cluster, pytester: pytest.Pytester, shared_data,
                                                                shared_cache) -> None:
-    import sys
-    import time
-
     flag = pytester.path / "hold-flag"
     flag.write_text("")
     pytester.makeconftest(HOLD_CONFTEST)

@@ -71,7 +71,8 @@ def test_run_task_packages_and_collect_gives_the_local_records(bench, pytester: 
         "task-1.package.json", "task-3.package.json"]
 
     # A package taken in already (a requeued job that finished twice) is ignored.
-    spool.write_package(run_dir, "1", spool.read_package(spool.spool_dir(run_dir) / "taken" / "task-1.package.json")["items"], {})
+    taken = spool.read_package(spool.spool_dir(run_dir) / spool.TAKEN_DIR / "task-1.package.json")
+    spool.write_package(run_dir, "1", taken["items"], {})
     again = command(pytester, "collect", str(run_dir))
     assert again.ret == 0, again.stdout.str()
     assert len(read_jsonl(run_dir / "steps.jsonl")) == 2

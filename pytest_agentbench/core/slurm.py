@@ -149,7 +149,9 @@ def load_jobs(spool: Path) -> list[dict[str, Any]]:
         data = json.loads((Path(spool) / JOBS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
-    return [a for a in data if isinstance(a, dict) and isinstance(a.get("units"), list)] if isinstance(data, list) else []
+    if not isinstance(data, list):
+        return []
+    return [a for a in data if isinstance(a, dict) and isinstance(a.get("units"), list)]
 
 
 def latest_elements(arrays: list[dict[str, Any]]) -> dict[str, tuple[str, int]]:

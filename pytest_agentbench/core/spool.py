@@ -104,7 +104,8 @@ def read_package(path: Path) -> dict[str, Any]:
         raise PackageError(f"{path.name}: not a package of format {FORMAT}")
     items = []
     for item in data["items"]:
-        if not (isinstance(item, dict) and isinstance(item.get("nodeid"), str) and isinstance(item.get("phases"), list)):
+        if not (isinstance(item, dict) and isinstance(item.get("nodeid"), str)
+                and isinstance(item.get("phases"), list)):
             raise PackageError(f"{path.name}: an item without a node id or phases")
         if item.get("record") is not None and not isinstance(item["record"], dict):
             raise PackageError(f"{path.name}: {item['nodeid']}: the record is not an object")

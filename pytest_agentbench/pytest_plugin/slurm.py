@@ -12,6 +12,7 @@ A task whose job ended without a package gets a ``lost`` record naming the job, 
 from __future__ import annotations
 
 import secrets
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -110,7 +111,8 @@ class SlurmBackend:
         """One small job writes a file into the spool; without it the nodes do not share the run folder."""
         probe = folder / f".write-check-{secrets.token_hex(4)}"
         try:
-            slurm.submit_wrap(f"touch {probe}", name="agentbench-write-check", output="/dev/null", cwd=cwd,
+            slurm.submit_wrap(f"touch {shlex.quote(str(probe))}", name="agentbench-write-check", output="/dev/null",
+                              cwd=cwd,
                               before=before, env=env, wait=True, timeout=CHECK_TIMEOUT)
         except slurm.SlurmError as exc:
             raise slurm.SlurmError(f"the check job that writes into the run folder failed: {exc}") from None
@@ -121,7 +123,7 @@ class SlurmBackend:
         probe.unlink()
 
     def detach(self, folder: Path, ids: list[str], before: list[str], env: dict[str, str], cwd: str) -> None:
-        command = f"{sys.executable} -m pytest_agentbench collect {self.state.run_dir}"
+        command = f"{shlex.quote(sys.executable)} -m pytest_agentbench collect {shlex.quote(str(self.state.run_dir))}"
         try:
             job = slurm.submit_wrap(f"exec {command}", name=f"agentbench-collect-{self.state.run_dir.name}",
                                     output=str(folder / "logs" / "collect-%j.out"), cwd=cwd, before=before,
