@@ -78,6 +78,16 @@ class Request:
         return args + (["--gres=gpu:1"] if self.gpu else [])
 
 
+def group_requests(requests: Mapping[str, Request]) -> dict[Request, list[str]]:
+    """Units by the array they go out in: one array per CPUs/memory/GPU shape (so --bench-slurm-max-running
+    limits as few arrays as possible), each with the longest time any of its tasks needs."""
+    shapes: dict[tuple[int, int, bool], list[str]] = {}
+    for unit, request in requests.items():
+        shapes.setdefault((request.cpus, request.memory_mib, request.gpu), []).append(unit)
+    return {Request(cpus, memory, gpu, max(requests[u].seconds for u in units)): units
+            for (cpus, memory, gpu), units in shapes.items()}
+
+
 def run(args: list[str], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> str:
     """A Slurm command's stdout; SlurmError with its stderr when it fails or is missing."""
     try:

@@ -77,11 +77,9 @@ class SlurmBackend:
         try:
             self.check_shared_folder(folder, before, env, cwd)
             started = time.monotonic()  # the submission itself, after the check job
-            groups: dict[slurm.Request, list[str]] = {}
-            for unit, items in pending.items():
-                request = state.benchmark.job_request([i.sample for i in items], opts)
-                groups.setdefault(request, []).append(unit)
-            for number, (request, units) in enumerate(groups.items()):
+            for number, (request, units) in enumerate(slurm.group_requests(
+                    {unit: state.benchmark.job_request([i.sample for i in items], opts)
+                     for unit, items in pending.items()}).items()):
                 self.arrays.append(self.submit_group(folder, number, request, units, before, after, env, cwd))
         except slurm.SlurmError as exc:
             if self.arrays:  # some arrays went out: keep what they do, say what did not
