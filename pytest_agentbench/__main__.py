@@ -18,6 +18,11 @@ commands:
   init [FILE]       write a commented example run file (default agentbench.yaml) for --bench-config
   resume RUN_DIR    continue an interrupted run with its own settings and selection (its settings.json);
                     further arguments go to pytest (e.g. -n 4)
+  run-task RUN_DIR TASK
+                    run one task of a run (a SciCode problem, a CORE-Bench capsule; TASK@N for attempt N)
+                    with the run's settings and write its package into RUN_DIR/spool (a Slurm job does this)
+  collect RUN_DIR   take in every package waiting in RUN_DIR/spool, write the run's records and summaries,
+                    and remove the run's API key file
 
 Run a benchmark with pytest itself, e.g.:
   pytest --bench=scicode --bench-split=validation --model=oracle -n 2
@@ -36,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         from .benchmarks.corebench.fetch import main as run  # why: load only the command that runs
     elif command == "resume":
         return resume(rest)
+    elif command in ("run-task", "collect"):
+        from .pytest_plugin import taskpackage  # why: load only the command that runs
+
+        return taskpackage.run_task(rest) if command == "run-task" else taskpackage.collect(rest)
     elif command == "init":
         return init(rest)
     elif command == "compare":

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Mapping, Protocol
 
 from ..core.io import DirectoryFiles, RunFiles
 from ..core.options import Option, Settings
+from ..core.slurm import HARNESS_MIB, TIME_MARGIN, Request
 from ..core.types import Sample, Task
 
 
@@ -96,6 +97,15 @@ class Benchmark:
     def default_env(self, opts: Settings) -> str:
         """The environment (``--bench-env`` value) the ``bench_env`` fixture builds when none is given."""
         return "host"
+
+    def job_request(self, samples: list[Sample], opts: Settings) -> Request:
+        """What a scheduler job running these samples (one task, in order) asks for: one CPU, the memory its
+        children may use plus the harness's, a GPU when a sample is marked ``gpu``, and time for every
+        sample's limit plus a margin (``--bench-backend=slurm``)."""
+        run = [s for s in samples if not s.skip_reason]
+        return Request(cpus=1, memory_mib=int(float(opts["memory_limit"]) * 1024) + HARNESS_MIB,
+                       gpu=any("gpu" in s.markers for s in samples),
+                       seconds=len(run) * float(opts["timeout"]) + TIME_MARGIN)
 
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> BenchRun:
         """Start this process's run with the model and environment (the bench_model and bench_env

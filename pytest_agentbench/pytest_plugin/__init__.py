@@ -26,7 +26,7 @@ from ..envs import build_env
 from ..models.cache import ResponseCache
 from ..models.options import build_model, model_settings
 from . import hookspecs, remote
-from .checks import before_items, bench_model_overridden, other_benchmark_options
+from .checks import before_items, bench_model_overridden, node_checks, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
 from .durations import DurationsWriter
 from .options import all_options, read, register, run_file_arguments, several_models
@@ -34,7 +34,9 @@ from .pathargs import space_form_error
 from .progress import Progress, header_lines
 from .run import MODEL_STATES, SETTINGS, STATE, BenchState, ModelRuns, states_of
 from .selfdescribe import DEFINITION, definition, restore
+from .slurm import SlurmBackend, collect_ended
 from .state import make_state, new_run_id
+from .taskpackage import CollectSession, PackageCollector, TaskPackager, plugin_of
 from .writer import ControllerWriter, WorkerWriter
 from .xdist import XdistHooks
 
@@ -103,6 +105,9 @@ def pytest_configure(config: pytest.Config) -> None:
         other_benchmark_options(options, opts, opts.bench)
         several = several_models(config, options, opts)  # a run file listing several models, none picked
         if several:
+            if opts.backend == "slurm":
+                raise ConfigError(f"--bench-backend=slurm runs one model per session, and the run file lists "
+                                  f"{len(several)} models ({', '.join(several)}): pick one with --model=NAME")
             states = model_states(config, options, several)
             state = next(iter(states.values()))
             config.stash[MODEL_STATES] = states
@@ -110,6 +115,8 @@ def pytest_configure(config: pytest.Config) -> None:
             state = make_state(config, opts)
             if not state.is_worker:
                 before_items(config, opts, state)  # report dir, model preflight, resume merge, significance
+            elif plugin_of(config, TaskPackager) is not None and not config.option.collectonly:
+                node_checks(opts, state)  # a Slurm job: isolation and the sandbox self-test on its node
     except (ConfigError, DataError) as exc:
         raise usage_error(exc) from None
     config.stash[STATE] = state
@@ -131,6 +138,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(Progress(config, opts.progress_interval), "agentbench-progress")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(state, config.getoption("dist", None), runs), "agentbench-xdist")
+    if plugin_of(config, PackageCollector) is not None:  # python -m pytest_agentbench collect
+        ended = collect_ended(state.run_dir)  # a Slurm run's jobs that ended without a package are lost
+        config.pluginmanager.register(CollectSession(config, state, ended), "agentbench-collect-session")
+    elif opts.backend == "slurm":
+        if config.getoption("dist", "no") != "no":
+            raise usage_error(ConfigError("--bench-backend=slurm runs every task as a Slurm job: leave out "
+                                          "-n/--dist/--tx (pytest-xdist) for this run"))
+        config.pluginmanager.register(SlurmBackend(config, state), "agentbench-slurm")
 
 
 def plugin_name(base: str, state: BenchState) -> str:

@@ -23,7 +23,8 @@ from ..core.errors import ConfigError
 from ..core.options import Option, Settings
 from ..models.options import ORACLE, check_api_key, model_settings
 from ..models.preflight import preflight, skip_reason
-from ..sandbox.options import PRIVATE_PATH_SETTINGS
+from ..core.host import hostname
+from ..sandbox.options import PRIVATE_PATH_SETTINGS, isolation_from
 from ..sandbox.selftest import run_self_test
 from .run import BenchState
 from .selfdescribe import rewrite_definition
@@ -142,3 +143,20 @@ def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> No
         note = preflight_note(config, opts)  # one cheap request: a dead endpoint costs no items
         if note:
             state.notes.append(note)
+
+
+def node_checks(opts: Settings, state: BenchState) -> None:
+    """A task run on a Slurm node (``run-task``): model code runs there only in bubblewrap sandboxes, so a node
+    without unprivileged user namespaces (or bwrap) is a clear error before the task starts, and the sandbox
+    self-test runs on the node itself (ConfigError; the job ends without a package and its task is lost)."""
+    if opts["backend"] != "slurm":
+        return
+    node = os.environ.get("SLURMD_NODENAME") or hostname()
+    try:
+        isolation_from(opts.with_values(require_isolation=True))
+        sandbox_self_test(opts, state)
+    except ConfigError as exc:
+        raise ConfigError(f"on Slurm node {node}: {exc}. With --bench-backend=slurm model code runs only in "
+                          f"bubblewrap sandboxes: install bubblewrap and allow unprivileged user namespaces on "
+                          f"the nodes, or leave this node out (--bench-slurm-args='--exclude={node}'); see "
+                          f"docs/slurm.md") from None

@@ -19,6 +19,7 @@ from ..benchmarks.base import Registered
 from ..core import runfile
 from ..core.options import Option, OptionError, Settings, Sources, by_name, help_text, resolve
 from ..core.run_options import RUN_OPTIONS
+from ..core.slurm import SLURM_OPTIONS
 from ..envs import ENV_OPTIONS
 from ..models.options import MODEL_OPTIONS
 from ..report.options import REPORT_OPTIONS
@@ -32,7 +33,7 @@ METAVARS = {"int": "N", "float": "NUMBER", "path": "PATH", "list": "A,B", "multi
 
 def all_options(registered: Registered) -> tuple[Option, ...]:
     """The options of every layer and of every registered benchmark, each once, in a stable order."""
-    options: list[Option] = [*RUN_OPTIONS, *SANDBOX_OPTIONS, *MODEL_OPTIONS, *ENV_OPTIONS, *REPORT_OPTIONS]
+    options: list[Option] = [*RUN_OPTIONS, *SANDBOX_OPTIONS, *MODEL_OPTIONS, *ENV_OPTIONS, *REPORT_OPTIONS, *SLURM_OPTIONS]
     for name in sorted(registered.found):
         options += registered.found[name].options
     options = [with_choices(o, registered) for o in options]

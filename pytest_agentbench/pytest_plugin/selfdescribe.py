@@ -35,6 +35,7 @@ FREE_ON_RESUME = frozenset({
     "model_max_retries", "model_retry_delay", "model_preflight", "max_consecutive_errors", "executor",
     "memory_limit", "timeout", "fail_under", "baseline", "max_drop", "max_errors", "update_baseline",
     "significance", "keep_workspaces", "progress", "allow_incomplete", "gate_score", "fail_over", "model_price", "max_cost",
+    "backend", "slurm_partition", "slurm_account", "slurm_max_running", "slurm_args", "slurm_key", "detach",
 })
 SELECTION = {"keyword": "-k", "markexpr": "-m", "deselect": "--deselect"}
 LISTED = frozenset({"deselect"})  # selection options given as a list (repeatable flags)

@@ -29,6 +29,7 @@ from ..report.options import gate_config
 from ..report.resume import resume_controller
 from .collect import select_ids
 from .run import BenchState
+from .taskpackage import TaskPackager, plugin_of
 
 # keys of config.workerinput the controller hands to its xdist workers
 RUN_DIR_KEY = "agentbench_run_dir"
@@ -80,9 +81,14 @@ def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = 
     settings["data_hashes"] = benchmark.data_hashes(opts, split, settings)
     # How children that run model code are isolated here; a benchmark may say more (CORE-Bench: its agent's env).
     settings.setdefault("isolation", isolation_from(opts).describe())
-    is_worker = hasattr(config, "workerinput")  # the one place roles are told apart
-    workerinput: dict[str, Any] = config.workerinput if is_worker else {}
-    if models and MODEL_RUN_DIRS_KEY in workerinput:
+    # The one place roles are told apart: a ``run-task`` session (its TaskPackager) is a worker as well,
+    # whose deliveries go into the task's package instead of reports sent to a controller.
+    packager = plugin_of(config, TaskPackager)
+    is_worker = hasattr(config, "workerinput") or packager is not None
+    workerinput: dict[str, Any] = getattr(config, "workerinput", {}) if is_worker else {}
+    if packager is not None:
+        run_dir, only_bench = packager.run_dir, True
+    elif models and MODEL_RUN_DIRS_KEY in workerinput:
         run_dir = Path(json.loads(workerinput[MODEL_RUN_DIRS_KEY])[opts.model])
         only_bench = bool(workerinput[ONLY_BENCH_KEY])
     elif RUN_DIR_KEY in workerinput:

@@ -7,6 +7,7 @@ headlines, free settings); ``configure`` checks the options once, ``load_tasks``
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -14,6 +15,7 @@ from ...core.errors import ConfigError
 from ...core.io import natural_key
 from ...core.records import counts_text as records_counts_text
 from ...core.options import Settings
+from ...core.slurm import HARNESS_MIB, TIME_MARGIN, Request
 from ...core.types import Sample, Task
 from ..base import Benchmark, RunSpec
 from . import capsules, dataset, prepare, review, scorer
@@ -60,6 +62,13 @@ class CoreBench(Benchmark):
 
     def default_env(self, opts: Settings) -> str:
         return default_env(opts)
+
+    def job_request(self, samples: list[Sample], opts: Settings) -> Request:
+        """A capsule's job: the agent's time and the scoring's, the environment's memory, a GPU when marked."""
+        request = super().job_request(samples, opts)
+        seconds = float(opts["agent_time"]) + float(opts["timeout"]) + TIME_MARGIN
+        return replace(request, seconds=seconds, memory_mib=max(request.memory_mib,
+                       int(opts["env_memory"]) // 2**20 + HARNESS_MIB) if opts["env_memory"] else request.memory_mib)
 
     def data_hashes(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, str]:
         revision = settings.get("dataset_revision", dataset.UPSTREAM_REV)

@@ -123,7 +123,10 @@ def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
 def default_env(opts: Mapping[str, Any]) -> str:
     """Where the agent runs when ``--bench-env`` is not given: with a real model in Docker, so the agent
     never sees the answers, the data dir or the controller's files (``--bench-env=host`` given explicitly
-    runs it in the isolated host sandbox instead); the oracle runs no agent (the host, unused)."""
+    runs it in the isolated host sandbox instead); the oracle runs no agent (the host, unused). With
+    ``--bench-backend=slurm`` the host sandbox (bubblewrap) is the default: Slurm nodes rarely allow Docker."""
+    if opts.get("backend") == "slurm":  # Docker is rarely allowed on Slurm nodes: bubblewrap on the host
+        return "host"
     return "host" if opts.get("model") in (None, "oracle") else "docker"
 
 

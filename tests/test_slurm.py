@@ -1,0 +1,284 @@
+"""``--bench-backend=slurm`` on a real two-node Slurm cluster on this machine (.ci/slurm-setup: node1 has a
+pretend GPU, node2 runs in its own UTS namespace). Without the cluster the tests skip with the reason
+(CI=true: they fail).
+
+Kept small (two one-step SciCode problems, two synthetic capsules): the whole module takes a few minutes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench_runs import read_jsonl
+from capsule_factory import write_capsule_tree
+from pytest_agentbench.core import records as rec
+from pytest_agentbench.core import slurm, spool
+
+IDS = "1,3"
+SLURM_STATE = Path(os.environ.get("AGENTBENCH_SLURM_STATE", "/var/lib/agentbench-slurm"))
+SMALL = ("--bench-memory-limit=2",)  # 3 GiB jobs: two fit on each 8 GB node
+
+
+def cluster_problem() -> str | None:
+    if shutil.which("sbatch") is None:
+        return "the Slurm commands are not installed (run .ci/slurm-setup as root)"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t %G"], capture_output=True, text=True,
+                             timeout=20).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"sinfo failed: {exc}"
+    states = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split()}
+    if not all(states.get(n, "").startswith(("idle", "mix", "alloc", "comp")) for n in ("node1", "node2")):
+        return f"the two-node test cluster is not up (sinfo: {out.strip() or 'nothing'}; run .ci/slurm-setup)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster() -> None:
+    problem = cluster_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{problem} (CI=true: the Slurm cluster is required)")
+    pytest.skip(problem)
+
+
+def comparable(record: dict) -> dict:
+    return {k: v for k, v in rec.comparable(record).items() if k != "targets_source"}
+
+
+def scicode_args(run_id: str) -> list[str]:
+    return ["--bench=scicode", "--bench-split=validation", "--model=oracle", f"--bench-ids={IDS}",
+            f"--bench-run-id={run_id}", *SMALL]
+
+
+def records_of(pytester: pytest.Pytester, run_id: str) -> dict[str, dict]:
+    run_dir = pytester.path / "reports" / "scicode" / "oracle" / run_id
+    return {r["id"]: r for r in read_jsonl(run_dir / "steps.jsonl")}
+
+
+def test_validation_oracle_through_slurm_gives_the_local_records(cluster, bench, pytester: pytest.Pytester) -> None:
+    local = bench(*scicode_args("local"))
+    assert local.ret == 0, local.stdout.str()
+    through = bench(*scicode_args("slurm"), "--bench-backend=slurm")
+    assert through.ret == 0, through.stdout.str()
+    through.stdout.fnmatch_lines(["*submitted 2 task(s) to Slurm as job array(s) *", "*2 passed*"])
+    want, got = records_of(pytester, "local"), records_of(pytester, "slurm")
+    assert {k: comparable(v) for k, v in got.items()} == {k: comparable(v) for k, v in want.items()}
+    for record in got.values():  # each record names its job and node
+        assert record["worker"].startswith("slurm "), record
+        assert record["host"] in ("node1", "node2"), record
+
+
+def test_an_impossible_request_is_a_usage_error_with_slurms_message(cluster, bench) -> None:
+    done = bench(*scicode_args("impossible"), "--bench-backend=slurm", "--bench-slurm-args=--gres=gpu:2")
+    assert done.ret == 4
+    assert "Requested node configuration is not available" in done.stderr.str() + done.stdout.str()
+
+
+def test_detached_run_then_collect_gives_the_waiting_runs_summary(cluster, bench, pytester: pytest.Pytester,
+                                                                  monkeypatch) -> None:
+    secret = "sk-h25-never-in-slurm-0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    waiting = bench(*scicode_args("waiting"), "--bench-backend=slurm")
+    assert waiting.ret == 0, waiting.stdout.str()
+    detached = bench(*scicode_args("detached"), "--bench-backend=slurm", "--bench-detach")
+    assert detached.ret == 0, detached.stdout.str()
+    detached.stdout.fnmatch_lines(["*detached; collect job * runs *collect*", "collect: *pytest_agentbench collect *"])
+    run_dir = pytester.path / "reports" / "scicode" / "oracle" / "detached"
+    key_file = spool.spool_dir(run_dir) / spool.SECRET_FILE
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    # Slurm keeps job scripts and exported environments in its state: the key is in none of them.
+    arrays = slurm.load_jobs(spool.spool_dir(run_dir))
+    for array in arrays:
+        script = subprocess.run(["scontrol", "write", "batch_script", array["job"], "-"], capture_output=True,
+                                text=True).stdout
+        assert secret not in script
+    found = subprocess.run(["grep", "-rl", secret, str(SLURM_STATE)], capture_output=True, text=True).stdout
+    assert not found, f"the API key is in Slurm's state: {found}"
+    collect_job = detached.stdout.str().split("collect job ")[1].split()[0]
+    wait_for_job(collect_job)
+    assert not key_file.exists()  # removed by collect
+    summary = json.loads((run_dir / "summary.json").read_text())
+    reference = json.loads((pytester.path / "reports" / "scicode" / "oracle" / "waiting" / "summary.json").read_text())
+    assert summary["metrics"] == reference["metrics"] and summary["counts"] == reference["counts"] == {"pass": 2}
+    assert {k: comparable(v) for k, v in records_of(pytester, "detached").items()} == \
+        {k: comparable(v) for k, v in records_of(pytester, "waiting").items()}
+
+
+def wait_for_job(job: str, timeout: float = 180.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        out = subprocess.run(["squeue", "-h", "--states=all", "-j", job, "-o", "%T"], capture_output=True,
+                             text=True).stdout.strip()
+        if out and out.split()[0] in slurm.ENDED_STATES:
+            return
+        time.sleep(1)
+    pytest.fail(f"job {job} did not end within {timeout:.0f} s")
+
+
+SLOW_CONFTEST = """
+import os, pathlib, time
+
+def pytest_agentbench_record(record, item):
+    # in a Slurm job only, while the flag file exists: task 3 outlives its job's time limit
+    flag = pathlib.Path(os.environ["H25_SLOW_FLAG"])
+    if os.environ.get("SLURM_JOB_ID") and record.get("task") == "3" and flag.is_file():
+        time.sleep(600)
+"""
+
+
+def test_a_task_over_its_time_limit_is_lost_and_resume_submits_exactly_it(cluster, bench, pytester: pytest.Pytester,
+                                                                           monkeypatch) -> None:
+    flag = pytester.path / "slow-flag"
+    flag.write_text("")
+    monkeypatch.setenv("H25_SLOW_FLAG", str(flag))
+    pytester.makeconftest(SLOW_CONFTEST)
+    first = bench(*scicode_args("late"), "--bench-backend=slurm", "--bench-slurm-args=--time=1")
+    assert first.ret == 1, first.stdout.str()
+    records = records_of(pytester, "late")
+    assert records["1.1"]["status"] == "pass"
+    lost = records["3.1"]
+    assert lost["status"] == "error" and lost[rec.LOST_FIELD] is True
+    assert "ended TIMEOUT" in lost["message"] and "time limit" in lost["message"], lost
+    assert lost["worker"].startswith("slurm ") and lost["host"] in ("node1", "node2")
+
+    flag.unlink()
+    run_dir = pytester.path / "reports" / "scicode" / "oracle" / "late"
+    before = len(slurm.load_jobs(spool.spool_dir(run_dir)))
+    resumed = bench(f"--bench-resume={run_dir}")
+    assert resumed.ret == 0, resumed.stdout.str()
+    arrays = slurm.load_jobs(spool.spool_dir(run_dir))
+    assert [a["units"] for a in arrays[before:]] == [["3"]]  # exactly the lost task went out again
+    final = records_of(pytester, "late")
+    assert {r["status"] for r in final.values()} == {"pass"} and sorted(final) == ["1.1", "3.1"]
+
+
+GPU_CAPSULE, CPU_CAPSULE = "capsule-7038571", "capsule-9168639"
+
+
+def test_gpu_capsules_run_on_the_gpu_node(cluster, bench, pytester: pytest.Pytester, tmp_path) -> None:
+    capsules = tmp_path / "capsules"
+    write_capsule_tree(capsules, GPU_CAPSULE, gpu=True)
+    write_capsule_tree(capsules, CPU_CAPSULE, gpu=False)
+    done = bench("--bench=core-bench", "--bench-split=train", "--model=oracle", "--bench-gpus=all",
+                 f"--bench-ids={GPU_CAPSULE},{CPU_CAPSULE}", f"--bench-capsules-dir={capsules}",
+                 "--bench-run-id=gpu", "--bench-env-memory=2g", *SMALL, "--bench-backend=slurm")
+    run_dir = pytester.path / "reports" / "core-bench" / "oracle" / "gpu"
+    records = {r["id"]: r for r in read_jsonl(run_dir / "records.jsonl")}
+    assert sorted(records) == sorted([GPU_CAPSULE, CPU_CAPSULE]), done.stdout.str()
+    assert records[GPU_CAPSULE]["host"] == "node1", records[GPU_CAPSULE]  # the node with the GPU
+    requests = {tuple(a["units"]): a["request"] for a in slurm.load_jobs(spool.spool_dir(run_dir))}
+    assert "--gres=gpu:1" in requests[(GPU_CAPSULE,)]
+    assert "--gres=gpu:1" not in requests[(CPU_CAPSULE,)]
+
+
+HOLD_CONFTEST = """
+import os, pathlib, time
+
+def pytest_agentbench_record(record, item):
+    # in a Slurm job only: task 3 waits while the flag file exists (the test kills its node meanwhile)
+    flag = pathlib.Path(os.environ["H25_HOLD_FLAG"])
+    if os.environ.get("SLURM_JOB_ID") and record.get("task") == "3":
+        while flag.is_file():
+            time.sleep(0.5)
+"""
+
+
+def element_of(run_dir: Path, unit: str) -> tuple[str, str, str] | None:
+    """(job label, state, node) of the unit's latest array element."""
+    arrays = slurm.load_jobs(spool.spool_dir(run_dir))
+    where = slurm.latest_elements(arrays).get(unit)
+    if where is None:
+        return None
+    state = slurm.element_states([where[0]]).get(where)
+    return (f"{where[0]}_{where[1]}", *state[:2]) if state else None
+
+
+def kill_node(node: str, job_label: str) -> None:
+    """The node's slurmd and the task's processes die, as when a machine is lost."""
+    pid = int((SLURM_STATE / f"slurmd-{node}.pid").read_text())
+    os.kill(pid, 9)
+    job = subprocess.run(["squeue", "-h", "-j", job_label, "-o", "%A"], capture_output=True, text=True).stdout.strip()
+    steps = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{job}\\."], capture_output=True, text=True).stdout.split()
+    for step in steps:
+        children = subprocess.run(["pgrep", "-P", step], capture_output=True, text=True).stdout.split()
+        for child in children:
+            subprocess.run(["pkill", "-9", "-P", child], check=False)  # the forkserver and sandboxes under it
+            os.kill(int(child), 9)
+        os.kill(int(step), 9)
+
+
+def hurry_requeued(run_dir: Path, controller: subprocess.Popen, timeout: float = 240) -> None:
+    """Slurm holds a requeued job back for about two minutes (reason BeginTime); the test lets it start as soon
+    as it is requeued (the requeue itself is Slurm's, asked for by the job's --requeue)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and controller.poll() is None:
+        label = slurm.latest_elements(slurm.load_jobs(spool.spool_dir(run_dir)))["3"]
+        out = subprocess.run(["squeue", "-h", "-j", f"{label[0]}_{label[1]}", "-o", "%T %r"], capture_output=True,
+                             text=True).stdout.split()
+        if out[:1] == ["PENDING"] and "BeginTime" in out[1:]:
+            subprocess.run(["scontrol", "update", f"jobid={label[0]}_{label[1]}", "StartTime=now"], check=False)
+            return
+        if out[:1] == ["RUNNING"] and time.monotonic() > deadline - timeout + 60:
+            return  # started again already
+        time.sleep(1)
+
+
+def test_a_lost_node_requeues_the_task_and_the_run_completes(cluster, pytester: pytest.Pytester, shared_data,
+                                                               shared_cache) -> None:
+    flag = pytester.path / "hold-flag"
+    flag.write_text("")
+    pytester.makeconftest(HOLD_CONFTEST)
+    pytester.makeini("[pytest]\n")
+    env = {**os.environ, "AGENTBENCH_DATA_DIR": str(shared_data), "AGENTBENCH_OFFLINE": "1", "H25_HOLD_FLAG": str(flag)}
+    run_dir = pytester.path / "reports" / "scicode" / "oracle" / "nodeloss"
+    controller = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                                   f"--bench-cache-dir={shared_cache}", *scicode_args("nodeloss"),
+                                   "--bench-backend=slurm"], cwd=pytester.path, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        element = None
+        while time.monotonic() < deadline:  # task 3 running (its record is being held)
+            element = element_of(run_dir, "3") if run_dir.is_dir() else None
+            if element and element[1] == "RUNNING" and any((spool.spool_dir(run_dir) / "logs").glob("*")):
+                break
+            time.sleep(1)
+        assert element and element[1] == "RUNNING", element
+        time.sleep(8)  # the task is inside its item
+        kill_node(element[2], element[0])
+        flag.unlink()
+        hurry_requeued(run_dir, controller)
+        out, _ = controller.communicate(timeout=420)
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+        subprocess.run([str(Path(__file__).resolve().parents[1] / ".ci" / "slurm-setup")], check=False,
+                       capture_output=True)  # the killed node comes back for the other tests
+    assert controller.returncode == 0, out[-4000:]
+    records = {r["id"]: r for r in read_jsonl(run_dir / "steps.jsonl")}
+    assert sorted(records) == ["1.1", "3.1"] and {r["status"] for r in records.values()} == {"pass"}, out[-3000:]
+    assert records["3.1"]["host"] != element[2]  # run again on the node that is left
+
+
+def test_a_node_that_cannot_isolate_model_code_is_a_lost_task_saying_why(cluster, bench, pytester: pytest.Pytester,
+                                                                         monkeypatch) -> None:
+    from pytest_agentbench.sandbox.isolation import ISOLATION_ENV
+
+    monkeypatch.setenv(ISOLATION_ENV, "off")  # exported to the jobs: their nodes cannot isolate
+    done = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1",
+                 "--bench-run-id=noiso", *SMALL, "--bench-backend=slurm")
+    assert done.ret == 1, done.stdout.str()
+    (record,) = records_of(pytester, "noiso").values()
+    assert record[rec.LOST_FIELD] is True and "ended FAILED" in record["message"], record
+    assert f"on Slurm node {record['host']}: --bench-require-isolation: this machine cannot isolate" in \
+        record["message"], record
+    assert "bubblewrap" in record["message"]
