@@ -227,9 +227,12 @@ ANSWERS = {
     "8.1": NEIGHBOR_FAKE,  # wrong
     "9.1": PATCH_SQRT + GAUSS_WRONG,  # wrong
     "10.1": PATCH_SQRT + GAUSS_RIGHT,
+    # a statement binding what a traced helper returns: the parent's, and the child's own code still has it
+    "11.1": "def scale():\n    return 2.0\ndef f(x):\n    return x",
 }
 TESTS = {"6.1": "assert np.allclose(f(target), 1)", "7.1": NEIGHBOR_TEST, "8.1": NEIGHBOR_TEST, "9.1": GRADIENT_TEST,
-         "10.1": GRADIENT_TEST}
+         "10.1": GRADIENT_TEST,
+         "11.1": "def h(v):\n    return v * scale()\nx = h(2.0)\nassert np.isclose(f(x), x)"}
 HEADERS = {"7.1": NEIGHBOR_HEADER, "8.1": NEIGHBOR_HEADER, "9.1": GAUSS_HEADER, "10.1": GAUSS_HEADER}
 
 
@@ -250,5 +253,6 @@ def test_rebound_builtins_and_patched_libraries_do_not_make_a_wrong_answer_pass(
     out = result.stdout.str()
     failed = {n for n in ANSWERS if any(line.startswith("FAILED") and f"::{n} " in line for line in out.splitlines())}
     assert failed == {"1.1", "2.1", "3.1", "6.1", "8.1", "9.1"}, out[-3000:]
-    assert "10 done (4 pass, 5 fail, 1 eval_error)" in out, out[-3000:]
+    assert "11 done (5 pass, 5 fail, 1 eval_error)" in out, out[-3000:]
+    assert "AssertionError in `assert test_neighbor() == target`" in out  # the parent's comparison, not the child's
     assert "eval_error: agentbench: cannot verify the tests: step 6.1 test 1 line 1: `f(target)` calls f" in out

@@ -41,9 +41,12 @@ Rules, so every official test case splits the same way (see :func:`split_step`):
 * the test text sees the genuine builtins and modules whatever the model's code binds (``range = range``,
   ``from math import *``), unless the name is a function the model was asked to write (``required``);
 * a function defined in the test text that compares and needs nothing but numpy, math and the
-  builtins (10.6 ``are_equivalent``, 31.2 ``test_identity``) runs in the parent; one that calls the
-  model's objects (30.3 ``test_gradient(configs, wf, delta)``, 72.1 ``test_neighbor()``) runs in the
-  child and only its result is compared (with the target, in the parent);
+  builtins (10.6 ``are_equivalent``, 31.2 ``test_identity``) runs in the parent; one that calls into the
+  model's objects (30.3 ``test_gradient(configs, wf, delta)`` calls ``wf.value``, 72.1 ``test_neighbor()``
+  calls ``neighbor_list``) is *traced* (:func:`_is_traced_helper`): the child runs it with the model's
+  objects wrapped and records every call into them (arguments and results, encoded), and the parent runs
+  the helper's own code, answering each call into a model's object from the record after checking that
+  its encoded arguments are the recorded ones (:func:`_replay`; a mismatch fails the test);
 * a test function holding ``assert`` statements and called once with no arguments
   (78.1 ``def test_case_1(): ... assert ...`` then ``test_case_1()``) is inlined for the parent (its
   assertions are the test's, at the call, in a scope of their own); in the child it stays a
@@ -1468,6 +1471,9 @@ class _Handle:
         if name.startswith("__"):  # protocol lookups (numpy's __array__ ...) are not calls into the model
             raise AttributeError(name)
         return self._record.take("get", self._handle, name)
+
+    def __bool__(self):
+        raise TypeError("the truth of one of the model's objects is not data the test can compare")
 
     def __call__(self, *args, **kwargs):
         def mark(value):
