@@ -7,11 +7,16 @@ own names mean.
 
 * every one of the 1,082 official test cases is verified this way (none is `cannot verify`), and no
   comparison of two or more operands takes them all from the child, except the model's own returned values
-  compared with each other (34.3's ``xn == xp``); the count of parent-evaluated helper calls is printed;
+  compared with each other (34.3's ``xn == xp``), and no function of the test text runs whole in the child
+  (30.3's ``test_gradient`` and 72.1's ``test_neighbor`` call into the model's objects: the parent replays them
+  with those calls answered from the child's record); the count of parent-evaluated helper calls is printed;
 * end to end, on hand-made data files (``--bench-allow-custom-data``): a model whose code rebinds builtins
   (``range = range``, ``len = len``, ``from math import *``) and answers wrongly fails, also when its ``len``
   fakes the test's expectation; a wrong 49.4-style answer that patches numpy inside the child so that the
-  test's own ``Nbody_Etot`` gives equal energies fails, where a correct one passes with the same patches.
+  test's own ``Nbody_Etot`` gives equal energies fails, where a correct one passes with the same patches;
+  72.1's helper with a neighbour list whose ``!=`` always says equal fails (the parent compares the decoded
+  list), and a 30.3-style gradient check whose model patches ``np.sqrt`` in the child fails when the gradient
+  is wrong and passes when it is right.
 """
 from __future__ import annotations
 
@@ -90,6 +95,10 @@ def test_every_official_test_case_is_verified_by_the_parent(capsys):
                 # a function of the test text run whole in the child would decide its comparisons there
                 in_child += [f"{number}/{test.number}: {leaf.source}" for leaf in part.leaves
                              if leaf.trace is None and calls_test_function(leaf.source, defined)]
+                # nor inside a replayed helper: what it reaches through the child's record is the model's
+                in_child += [f"{number}/{test.number}: {leaf.source} reaches {sorted(reached)}" for leaf in part.leaves
+                             if leaf.trace and (reached := set(ast.literal_eval(
+                                 ast.parse(leaf.trace, mode="eval").body.args[-1])) & defined)]
                 if statement:
                     continue
                 for node, operands in comparisons(part.expression):

@@ -787,7 +787,8 @@ def _is_traced_helper(fn: ast.FunctionDef) -> bool:
     defaults = [d for d in (*fn.args.defaults, *fn.args.kw_defaults) if d is not None]
     if fn.decorator_list or taint.forbidden(fn) or not all(isinstance(d, ast.Constant) for d in defaults):
         return False
-    return not any(isinstance(node, (ast.Try, ast.With, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef))
+    return not any(isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.Lambda,
+                                     ast.FunctionDef, ast.AsyncFunctionDef))
                    or isinstance(node, ast.Name) and node.id.startswith("_agentbench")
                    for node in ast.walk(fn) if node is not fn)
 
