@@ -265,3 +265,35 @@ def test_rebound_builtins_and_patched_libraries_do_not_make_a_wrong_answer_pass(
     assert "11 done (5 pass, 5 fail, 1 eval_error)" in out, out[-3000:]
     assert "AssertionError in `assert test_neighbor() == target`" in out  # the parent's comparison, not the child's
     assert "eval_error: agentbench: cannot verify the tests: step 6.1 test 1 line 1: `f(target)` calls f" in out
+
+
+# ---- the parent's replay of a traced helper, fed a hand-made record --------------------------------
+def neighbor_stream(calls: list[tuple]) -> bytes:
+    """A child's stream for NEIGHBOR_TEST whose record says `neighbor_list` was called with each of ``calls``
+    ((arguments, returned value)), handle 1 being the model's function."""
+    from pytest_agentbench.sandbox import codec
+
+    events = [("global", "neighbor_list", ("h", 1))]
+    events += [("call", 1, codec.encode((args, {})), ("d", codec.encode(value))) for args, value in calls]
+    frames = [("t", 1), ("v", 1, 1, 1, events), ("a", 1, 1), ("z", 1)]
+    return b"".join(codec.encode(frame) for frame in frames)
+
+
+RIGHT_NEIGHBORS = [(((0, 0), 10), [(9, 0), (0, 1), (1, 0), (0, 9)]), (((9, 9), 10), [(8, 9), (9, 0), (0, 9), (9, 8)]),
+                   (((0, 5), 10), [(9, 5), (0, 6), (1, 5), (0, 4)])]
+
+
+@pytest.mark.parametrize("calls, verdict", [
+    (RIGHT_NEIGHBORS, "pass"),  # what a right model returns: the record supplies nothing but the model's outputs
+    (RIGHT_NEIGHBORS[:1] + [(((9, 9), 10), [(0, 0)])] + RIGHT_NEIGHBORS[2:], "AssertionError"),
+    # a record of other calls than the helper makes (another site), or of too few
+    ([(((1, 1), 10), RIGHT_NEIGHBORS[0][1])] + RIGHT_NEIGHBORS[1:], "ReplayMismatch: event 2"),
+    (RIGHT_NEIGHBORS[:2], "ReplayMismatch: the helper made more calls"),
+], ids=["right", "wrong-answer", "other-arguments", "too-few-calls"])
+def test_the_parent_answers_a_traced_helper_only_from_a_matching_record(calls, verdict):
+    plan = split.split_step([NEIGHBOR_TEST], "7.1")
+    outcome = split.evaluate_here(plan, neighbor_stream(calls), [True])
+    if verdict == "pass":
+        assert outcome.passed, outcome
+    else:
+        assert not outcome.passed and verdict in outcome.message, outcome
