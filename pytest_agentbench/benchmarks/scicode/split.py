@@ -1184,6 +1184,18 @@ def _agentbench_runtime(codec_path, channel, max_bytes, control_bytes):
                 if first is not None and digest(getter) != first:
                     control(("m", t, name))
 
+{trace_methods}    returned = {{}}
+    return Runtime()
+
+
+_agentbench_rt = _agentbench_runtime({codec_path!r}, {channel!r}, {max_bytes!r}, {control_bytes!r})
+del _agentbench_runtime
+'''
+
+
+# the Runtime's methods for traced helpers, in a child script only when its plan has one (compiling them
+# costs every step)
+CHILD_TRACE_METHODS = '''\
         def trace(self, fn, args, kwargs, keys, names):
             """Run the test's helper ``fn`` with the model's objects (the arguments at ``keys``, the globals
             ``names``) wrapped: the record of every call into them, for the parent to replay."""
@@ -1200,7 +1212,7 @@ def _agentbench_runtime(codec_path, channel, max_bytes, control_bytes):
                     return ("h", handles[0]), Recorder(value, handles[0])
 
             def mark(value):
-                return ("{handle_mark}", value._agentbench_h) if type(value) is Recorder else value
+                return ("@HANDLE_MARK@", value._agentbench_h) if type(value) is Recorder else value
 
             def unwrap(value):
                 return value._agentbench_obj if type(value) is Recorder else value
@@ -1220,9 +1232,9 @@ def _agentbench_runtime(codec_path, channel, max_bytes, control_bytes):
                     return out
 
                 def __call__(self, *a, **k):
-                    data = codec.encode((tuple(mark(x) for x in a), {{n: mark(v) for n, v in k.items()}}),
+                    data = codec.encode((tuple(mark(x) for x in a), {n: mark(v) for n, v in k.items()}),
                                         max_bytes=max_bytes)
-                    tag, out = wrap(self._agentbench_obj(*[unwrap(x) for x in a], **{{n: unwrap(v) for n, v in k.items()}}))
+                    tag, out = wrap(self._agentbench_obj(*[unwrap(x) for x in a], **{n: unwrap(v) for n, v in k.items()}))
                     events.append(("call", self._agentbench_h, data, tag))
                     return out
 
@@ -1234,7 +1246,7 @@ def _agentbench_runtime(codec_path, channel, max_bytes, control_bytes):
             scope = dict(fn.__globals__)
             for name in names:
                 if name not in scope and not hasattr(builtins, name):
-                    raise NameError(f"name {{name!r}} is not defined")
+                    raise NameError(f"name {name!r} is not defined")
                 tag, scope[name] = wrap(scope[name] if name in scope else getattr(builtins, name))
                 events.append(("global", name, tag))
             run = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
@@ -1246,23 +1258,18 @@ def _agentbench_runtime(codec_path, channel, max_bytes, control_bytes):
             """What the helper returned in the child (its own code after the statement may need it)."""
             return returned[id(events)][1]
 
-    returned = {{}}
-    return Runtime()
-
-
-_agentbench_rt = _agentbench_runtime({codec_path!r}, {channel!r}, {max_bytes!r}, {control_bytes!r})
-del _agentbench_runtime
 '''
 
 
-def child_runtime(channel: int | str, *, max_bytes: int = codec.DEFAULT_MAX_BYTES, codec_path: str | None = None) -> str:
+def child_runtime(channel: int | str, *, max_bytes: int = codec.DEFAULT_MAX_BYTES, codec_path: str | None = None,
+                  traced: bool = False) -> str:
     """Source that defines ``_agentbench_rt`` in the child: it loads the codec by file path and writes
     frames to ``channel`` (an inherited file descriptor number, or a file path). Put it before the
     model's code; the tests' child code (:meth:`StepPlan.child_source`) goes after it."""
+    methods = CHILD_TRACE_METHODS.replace("@HANDLE_MARK@", HANDLE_MARK.encode("unicode_escape").decode()) if traced else ""
     return CHILD_RUNTIME.format(codec_path=codec_path or codec.__file__, channel=channel, max_bytes=int(max_bytes),
                                 control_bytes=CONTROL_FRAME_BYTES, message_chars=MESSAGE_CHARS,
-                                digest_bytes=min(int(max_bytes), DIGEST_BYTES), handle_mark=HANDLE_MARK.encode(
-                                    "unicode_escape").decode())
+                                digest_bytes=min(int(max_bytes), DIGEST_BYTES), trace_methods=methods)
 
 
 # The child needs what upstream's script gives the tests: `scicode.compare.cmp` (test text imports it,
@@ -1275,7 +1282,8 @@ def build_child_script(plan: StepPlan, *, dependencies: str, previous_code: Sequ
     comparison helpers under the name the tests import, scipy's removed ``simps``), the operand runtime,
     the problem's dependencies, the earlier steps' code, the step's code, then every test's child code.
     No target, no comparison."""
-    parts = [script.SHIMS, child_runtime(channel, max_bytes=max_bytes),
+    traced = any(leaf.trace for test in plan.tests for part in test.evaluated for leaf in part.leaves)
+    parts = [script.SHIMS, child_runtime(channel, max_bytes=max_bytes, traced=traced),
              script.section("dependencies", dependencies)]
     for number, earlier in enumerate(previous_code, 1):
         parts.append(script.section(f"earlier step {number}", earlier))
