@@ -7,11 +7,16 @@ own names mean.
 
 * every one of the 1,082 official test cases is verified this way (none is `cannot verify`), and no
   comparison of two or more operands takes them all from the child, except the model's own returned values
-  compared with each other (34.3's ``xn == xp``); the count of parent-evaluated helper calls is printed;
+  compared with each other (34.3's ``xn == xp``), and no function of the test text runs whole in the child
+  (30.3's ``test_gradient`` and 72.1's ``test_neighbor`` call into the model's objects: the parent replays them
+  with those calls answered from the child's record); the count of parent-evaluated helper calls is printed;
 * end to end, on hand-made data files (``--bench-allow-custom-data``): a model whose code rebinds builtins
   (``range = range``, ``len = len``, ``from math import *``) and answers wrongly fails, also when its ``len``
   fakes the test's expectation; a wrong 49.4-style answer that patches numpy inside the child so that the
-  test's own ``Nbody_Etot`` gives equal energies fails, where a correct one passes with the same patches.
+  test's own ``Nbody_Etot`` gives equal energies fails, where a correct one passes with the same patches;
+  72.1's helper with a neighbour list whose ``!=`` always says equal fails (the parent compares the decoded
+  list), and a 30.3-style gradient check whose model patches ``np.sqrt`` in the child fails when the gradient
+  is wrong and passes when it is right.
 """
 from __future__ import annotations
 
@@ -53,10 +58,17 @@ def comparisons(expression: str):
 
 
 def helper_calls(source: str, mode: str, helpers: set[str]) -> int:
-    """Calls of a function the test text defines, on an operand from the child, in a parent part."""
+    """Calls of a function the test text defines, on an operand from the child, in a parent part (a replayed
+    helper, :func:`split._replay`, counts too)."""
     return sum(1 for node in ast.walk(ast.parse(source, mode=mode))
-               if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in helpers
+               if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+               and (node.func.id in helpers or node.func.id == split.REPLAY_FN)
                and any(is_leaf(inner) for inner in ast.walk(node)))
+
+
+def calls_test_function(source: str, defined: set[str]) -> bool:
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defined
+               for node in ast.walk(ast.parse(source, mode="eval")))
 
 
 def test_every_official_test_case_is_verified_by_the_parent(capsys):
@@ -64,6 +76,8 @@ def test_every_official_test_case_is_verified_by_the_parent(capsys):
     cases = 0
     child_only: list[str] = []
     helpers_in_parent = 0
+    replayed = 0
+    in_child: list[str] = []
     mixed = 0
     for s in steps:
         number = s["step_number"]
@@ -77,6 +91,14 @@ def test_every_official_test_case_is_verified_by_the_parent(capsys):
                 statement = isinstance(part, split.MixedStatement)
                 mixed += statement
                 helpers_in_parent += helper_calls(part.expression, "exec" if statement else "eval", defined)
+                replayed += part.expression.count(split.REPLAY_FN + "(")
+                # a function of the test text run whole in the child would decide its comparisons there
+                in_child += [f"{number}/{test.number}: {leaf.source}" for leaf in part.leaves
+                             if leaf.trace is None and calls_test_function(leaf.source, defined)]
+                # nor inside a replayed helper: what it reaches through the child's record is the model's
+                in_child += [f"{number}/{test.number}: {leaf.source} reaches {sorted(reached)}" for leaf in part.leaves
+                             if leaf.trace and (reached := set(ast.literal_eval(
+                                 ast.parse(leaf.trace, mode="eval").body.args[-1])) & defined)]
                 if statement:
                     continue
                 for node, operands in comparisons(part.expression):
@@ -86,10 +108,12 @@ def test_every_official_test_case_is_verified_by_the_parent(capsys):
     assert cases == 1082
     # the one exception: two values 34.3's model call returned, compared with each other (then with target)
     assert child_only == ["34.3/1: _agentbench_leaf(1) == _agentbench_leaf(2) ['xn', 'xp']"], child_only
-    assert helpers_in_parent >= 10 and mixed >= 30
+    assert in_child == [], in_child
+    assert helpers_in_parent >= 10 and mixed >= 30 and replayed >= 7  # 30.3's six tests, 72.1's test 4
     with capsys.disabled():
-        print(f"\nparent-evaluated helper calls on the child's values: {helpers_in_parent}; "
-              f"statements the parent runs on the child's values: {mixed}")
+        print(f"\nparent-evaluated helper calls on the child's values: {helpers_in_parent} ({replayed} replayed "
+              f"with the model's calls from the child's record); statements the parent runs on the child's values: "
+              f"{mixed}")
 
 
 def test_the_energy_check_of_49_4_runs_in_the_parent():
@@ -143,6 +167,60 @@ assert (np.isclose(Etot0, Etot1)) == target'''
 # inside the child, Nbody_Etot then gives 0.0 for any input: equal energies for the child's copy of the test
 PATCH_NUMPY = "np.sum = lambda *a, **k: 0.0\nnp.sqrt = lambda *a, **k: float('inf')\n"
 NBODY_HEADER = "def Nbody(uin, mass, dt, t0, t1):\n    '''n-body'''"
+# 72.1's helper calls the model's function and compares inside itself
+NEIGHBOR_TEST = '''def test_neighbor():
+    N = 10
+    inputs = [(0, 0), (9, 9), (0, 5)]
+    corrects = [
+        [(9, 0), (0, 1), (1, 0), (0, 9)],
+        [(8, 9), (9, 0), (0, 9), (9, 8)],
+        [(9, 5), (0, 6), (1, 5), (0, 4)]
+    ]
+    for (i, j), correct in zip(inputs, corrects):
+        if neighbor_list((i, j), N) != correct:
+            return False
+    return True
+assert (test_neighbor()) == target'''
+NEIGHBOR_HEADER = "def neighbor_list(site, N):\n    '''neighbours'''"
+NEIGHBOR_RIGHT = """def neighbor_list(site, N):
+    i, j = site
+    return [((i - 1) % N, j), (i, (j + 1) % N), ((i + 1) % N, j), (i, (j - 1) % N)]"""
+# a list whose `!=` says "equal" to anything: the child's copy of the helper then returns True
+NEIGHBOR_FAKE = """class _Agrees(list):
+    def __ne__(self, other):
+        return False
+    def __eq__(self, other):
+        return True
+def neighbor_list(site, N):
+    return _Agrees([(0, 0)])"""
+# 30.3's helper calls methods of the model's object, then computes an RMSE with numpy
+GRADIENT_TEST = '''np.random.seed(0)
+def test_gradient(configs, wf, delta):
+    nconf, nelec, ndim = configs.shape
+    wf_val = wf.value(configs)
+    grad_analytic = wf.gradient(configs)
+    grad_numeric = np.zeros(grad_analytic.shape)
+    for i in range(nelec):
+        for d in range(ndim):
+            shift = np.zeros(configs.shape)
+            shift[:, i, d] += delta
+            wf_val_shifted = wf.value(configs + shift)
+            grad_numeric[:, i, d] = (wf_val_shifted - wf_val)/(wf_val*delta)
+    rmse = np.sqrt(np.sum((grad_numeric - grad_analytic)**2)/(nconf*nelec*ndim))
+    return rmse
+assert (test_gradient(np.random.randn(5, 2, 3), Gauss(0.5), 1e-6) < 1e-3) == target'''
+GAUSS_HEADER = "class Gauss:\n    '''exp(-alpha r^2)'''"
+GAUSS = """class Gauss:
+    def __init__(self, alpha):
+        self.alpha = alpha
+    def value(self, configs):
+        return np.exp(-self.alpha * np.sum(configs**2, axis=(1, 2)))
+    def gradient(self, configs):
+        return @GRADIENT@"""
+GAUSS_RIGHT = GAUSS.replace("@GRADIENT@", "-2 * self.alpha * configs")
+GAUSS_WRONG = GAUSS.replace("@GRADIENT@", "np.zeros(configs.shape)")
+# inside the child, the helper's RMSE is then 0.0 whatever the gradient
+PATCH_SQRT = "np.sqrt = lambda *a, **k: 0.0\n"
 ANSWERS = {
     # wrong answers
     "1.1": REBIND + "def f(x):\n    return 7.0",
@@ -153,15 +231,25 @@ ANSWERS = {
     "5.1": PATCH_NUMPY + "def Nbody(uin, mass, dt, t0, t1):\n    return uin.copy()",
     # a right answer on a test case the parent cannot evaluate: `cannot verify`, never a pass
     "6.1": "def f(x):\n    return 1.0",
+    # helpers that call into the model's objects (72.1, 30.3): replayed in the parent
+    "7.1": NEIGHBOR_RIGHT,
+    "8.1": NEIGHBOR_FAKE,  # wrong
+    "9.1": PATCH_SQRT + GAUSS_WRONG,  # wrong
+    "10.1": PATCH_SQRT + GAUSS_RIGHT,
+    # a statement binding what a traced helper returns: the parent's, and the child's own code still has it
+    "11.1": "def scale():\n    return 2.0\ndef f(x):\n    return x",
 }
-TESTS = {"6.1": "assert np.allclose(f(target), 1)"}
+TESTS = {"6.1": "assert np.allclose(f(target), 1)", "7.1": NEIGHBOR_TEST, "8.1": NEIGHBOR_TEST, "9.1": GRADIENT_TEST,
+         "10.1": GRADIENT_TEST,
+         "11.1": "def h(v):\n    return v * scale()\nx = h(2.0)\nassert np.isclose(f(x), x)"}
+HEADERS = {"7.1": NEIGHBOR_HEADER, "8.1": NEIGHBOR_HEADER, "9.1": GAUSS_HEADER, "10.1": GAUSS_HEADER}
 
 
 @pytest.fixture
 def custom(pytester, bench, shared_data):
     pytester.makeconftest(MODEL_CONFTEST)  # answers each step with its "ground truth": here ANSWERS
     problems = [problem(n.split(".")[0], [step(n, code, [TESTS.get(n, NBODY_TEST if "Nbody" in code else SUM_TEST)],
-                                               header=NBODY_HEADER if "Nbody" in code else "def f(x):")])
+                                               header=HEADERS.get(n, NBODY_HEADER if "Nbody" in code else "def f(x):"))])
                 for n, code in ANSWERS.items()]
     data, h5 = write_dataset(pytester.path, shared_data, targets={n: [True] for n in ANSWERS}, problems=problems)
     return lambda *args: bench("--bench=scicode", "--bench-split=validation", "--model=mutant",
@@ -172,7 +260,40 @@ def custom(pytester, bench, shared_data):
 def test_rebound_builtins_and_patched_libraries_do_not_make_a_wrong_answer_pass(custom):
     result = custom()
     out = result.stdout.str()
-    failed = {n for n in ANSWERS if any(line.startswith("FAILED") and f"{n}" in line for line in out.splitlines())}
-    assert failed == {"1.1", "2.1", "3.1", "6.1"}, out[-3000:]
-    assert "6 done (2 pass, 3 fail, 1 eval_error)" in out, out[-3000:]
+    failed = {n for n in ANSWERS if any(line.startswith("FAILED") and f"::{n} " in line for line in out.splitlines())}
+    assert failed == {"1.1", "2.1", "3.1", "6.1", "8.1", "9.1"}, out[-3000:]
+    assert "11 done (5 pass, 5 fail, 1 eval_error)" in out, out[-3000:]
+    assert "AssertionError in `assert test_neighbor() == target`" in out  # the parent's comparison, not the child's
     assert "eval_error: agentbench: cannot verify the tests: step 6.1 test 1 line 1: `f(target)` calls f" in out
+
+
+# ---- the parent's replay of a traced helper, fed a hand-made record --------------------------------
+def neighbor_stream(calls: list[tuple]) -> bytes:
+    """A child's stream for NEIGHBOR_TEST whose record says `neighbor_list` was called with each of ``calls``
+    ((arguments, returned value)), handle 1 being the model's function."""
+    from pytest_agentbench.sandbox import codec
+
+    events = [("global", "neighbor_list", ("h", 1))]
+    events += [("call", 1, codec.encode((args, {})), ("d", codec.encode(value))) for args, value in calls]
+    frames = [("t", 1), ("v", 1, 1, 1, events), ("a", 1, 1), ("z", 1)]
+    return b"".join(codec.encode(frame) for frame in frames)
+
+
+RIGHT_NEIGHBORS = [(((0, 0), 10), [(9, 0), (0, 1), (1, 0), (0, 9)]), (((9, 9), 10), [(8, 9), (9, 0), (0, 9), (9, 8)]),
+                   (((0, 5), 10), [(9, 5), (0, 6), (1, 5), (0, 4)])]
+
+
+@pytest.mark.parametrize("calls, verdict", [
+    (RIGHT_NEIGHBORS, "pass"),  # what a right model returns: the record supplies nothing but the model's outputs
+    (RIGHT_NEIGHBORS[:1] + [(((9, 9), 10), [(0, 0)])] + RIGHT_NEIGHBORS[2:], "AssertionError"),
+    # a record of other calls than the helper makes (another site), or of too few
+    ([(((1, 1), 10), RIGHT_NEIGHBORS[0][1])] + RIGHT_NEIGHBORS[1:], "ReplayMismatch: event 2"),
+    (RIGHT_NEIGHBORS[:2], "ReplayMismatch: the helper made more calls"),
+], ids=["right", "wrong-answer", "other-arguments", "too-few-calls"])
+def test_the_parent_answers_a_traced_helper_only_from_a_matching_record(calls, verdict):
+    plan = split.split_step([NEIGHBOR_TEST], "7.1")
+    outcome = split.evaluate_here(plan, neighbor_stream(calls), [True])
+    if verdict == "pass":
+        assert outcome.passed, outcome
+    else:
+        assert not outcome.passed and verdict in outcome.message, outcome

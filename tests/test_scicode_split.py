@@ -179,11 +179,19 @@ def test_helpers_that_only_compare_run_in_the_parent_others_in_the_child():
     # np.cov runs in the parent; Z crosses once
     assert expression(plan) == "test_identity(np.cov(_agentbench_leaf(1))) == s and np.allclose(_agentbench_leaf(1), v)"
     assert leaves(plan) == ["Z"]
-    # 30.3: test_gradient calls the model's wavefunction object: it runs in the child
+    # 30.3: test_gradient calls the model's wavefunction object: the child records those calls, the parent
+    # runs the helper's own logic and answers the calls from the record (issue 21)
     plan = plan_of("30.3")
     assert not [p for p in plan.tests[0].parent if isinstance(p, split.ParentStatement)]
     assert leaves(plan)[0].startswith("test_gradient(np.random.randn(5, 2, 3), MultiplyWF(")
+    assert expression(plan) == ("np.allclose(_agentbench_replay(_agentbench_leaf(1), test_gradient, [None, None, 0.0001], "
+                                "{}, (0, 1), (), ()), target)")
+    assert plan.tests[0].asserts[0].leaves[0].trace.startswith("_agentbench_rt.trace(test_gradient, [np.random.randn(")
     assert leaves(plan_of("72.1"), 4) == ["test_neighbor()"]  # calls the model's neighbor_list
+    assert expression(plan_of("72.1"), 4) == ("_agentbench_replay(_agentbench_leaf(1), test_neighbor, [], {}, (), "
+                                              "('neighbor_list',), ()) == target")
+    # 64.6's helper reads the module the dependencies import: the parent's own itertools
+    assert expression(plan_of("64.6")).startswith("(abs(np.average(")
     # `diff` the parent computes from the model's values with the test's own code (issue 21)
     assert expression(plan_of("32.3"), 4) == "(abs(diff) < 1e-06, is_symmetric(_agentbench_leaf(1))) == target"
 
@@ -258,8 +266,10 @@ def test_the_parent_keeps_names_in_step_order():
     ("assert np.isclose(f(), simps([1, 2, 3]))", "np.isclose(_agentbench_leaf(1), _agentbench_leaf(2))",
      ["f()", "simps([1, 2, 3])"]),
     ("assert np.isclose(f(), HBAR)", "np.isclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["f()", "HBAR"]),
-    ("def h(v):\n    return v * scale\nscale = f()\nassert np.isclose(g(), h(2.0))",  # h reads the child's global
-     "np.isclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["g()", "h(2.0)"]),
+    # h reads the child's global: the child sends it (recording h's run), the parent runs h (issue 21)
+    ("def h(v):\n    return v * scale\nscale = f()\nassert np.isclose(g(), h(2.0))",
+     "np.isclose(_agentbench_leaf(1), _agentbench_replay(_agentbench_leaf(2), h, [2.0], {}, (), ('scale',), ()))",
+     ["g()", "h(2.0)"]),
     ("def test_1():\n    np = f()\n    assert np.allclose(g(), 1)\ntest_1()",  # a local shadows the parent's np
      "_agentbench_leaf(1)", ["np.allclose(g(), 1)"]),
 ])

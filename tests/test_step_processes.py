@@ -7,7 +7,12 @@ that name at import (before any function of step 1.1 is called again: a step's s
 steps before it) and returns the wrong value when it finds it, so the step's verdict says whether the
 daemon outlived step 1.1; then it renames itself too and waits a moment. Under isolation the step sees only
 its own PID namespace, so this test also watches the machine's /proc during the run: the daemon must never
-be alive while step 1.2's script is. Zombies are not alive (they run nothing; their parent has not reaped
+be alive while step 1.2's script is. A daemon is step 1.1's when it started before step 1.2's script (by the
+processes' start times), so a daemon that step 1.2 started itself (step 1.1's code run again) cannot pass for
+one that survived, nor hide one. Each step runs in its own PID namespace under isolation (the fork server's
+``RunNamespace`` per run, bubblewrap's ``--unshare-pid`` per fresh interpreter: killing its init ends every
+process in it); without isolation the launcher is a child subreaper and ends every descendant before the
+step's result is read. Zombies are not alive (they run nothing; their parent has not reaped
 them yet). Under both executors, with isolation on and off (``AGENTBENCH_ISOLATION=off``).
 """
 from __future__ import annotations
@@ -61,14 +66,19 @@ def add(a, b):
 
 FINDS_DAEMON = '''
 import ctypes, os, time
+def _started(stat):
+    return int(stat[stat.rfind(")") + 2:].split()[19])  # field 22: start time, clock ticks after boot
 def _ghosts():
+    with open("/proc/self/stat") as fh:
+        me = _started(fh.read())
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as fh:
                     stat = fh.read()
-                if stat[stat.rfind(")") + 2] != "Z" and stat[stat.find("(") + 1:stat.rfind(")")] == "@GHOST@":
+                if stat[stat.rfind(")") + 2] != "Z" and stat[stat.find("(") + 1:stat.rfind(")")] == "@GHOST@" \
+                        and _started(stat) <= me:  # started before this script: by an earlier step
                     found.append(int(entry))
             except OSError:
                 pass
@@ -102,7 +112,12 @@ def bench_model():
 
 def live_by_name(*names: str) -> dict[str, list[int]]:
     """Live (not zombie) processes of this machine with one of ``names``, by name."""
-    found: dict[str, list[int]] = {name: [] for name in names}
+    return {name: [pid for pid, _ in found] for name, found in live_with_start(*names).items()}
+
+
+def live_with_start(*names: str) -> dict[str, list[tuple[int, int]]]:
+    """Live (not zombie) processes of this machine with one of ``names``: (pid, start time in clock ticks)."""
+    found: dict[str, list[tuple[int, int]]] = {name: [] for name in names}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -111,26 +126,35 @@ def live_by_name(*names: str) -> dict[str, list[int]]:
                 continue
             name = stat[stat.find("(") + 1:stat.rfind(")")]
             if name in found and stat[stat.rfind(")") + 2] != "Z":
-                found[name].append(int(entry))
+                found[name].append((int(entry), int(stat[stat.rfind(")") + 2:].split()[19])))
     return found
 
 
 class Watcher:
-    """Polls the machine's /proc while a run goes on: was the daemon ever alive while step 1.2's script was?"""
+    """Polls the machine's /proc while a run goes on: was the daemon ever alive while step 1.2's script was?
+    A daemon started before step 1.2's script is step 1.1's (it outlived its step); one started after would
+    be step 1.2's own (step 1.1's code run again there), which would say nothing about step 1.1: they are
+    told apart by their start times."""
 
     def __init__(self) -> None:
         self.stop = threading.Event()
-        self.overlaps: list[list[int]] = []
+        self.overlaps: list[list[int]] = []  # daemons of step 1.1 alive while step 1.2 ran
+        self.reruns: list[list[int]] = []  # daemons step 1.2 started itself
         self.saw_step = False
         self.thread = threading.Thread(target=self.watch, daemon=True)
 
     def watch(self) -> None:
         while not self.stop.is_set():
-            found = live_by_name(GHOST, WATCHED)
+            found = live_with_start(GHOST, WATCHED)
             if found[WATCHED]:
                 self.saw_step = True
-                if found[GHOST]:
-                    self.overlaps.append(found[GHOST])
+                step_started = min(start for _, start in found[WATCHED])
+                earlier = [pid for pid, start in found[GHOST] if start <= step_started]
+                later = [pid for pid, start in found[GHOST] if start > step_started]
+                if earlier:
+                    self.overlaps.append(earlier)
+                if later:
+                    self.reruns.append(later)
             time.sleep(0.02)
 
 
@@ -178,6 +202,7 @@ def test_a_daemon_of_one_step_is_gone_when_the_next_step_runs(daemon_run, execut
     assert "ghosts: []" in (second.get("stdout") or ""), second
     assert second["status"] == "pass", second
     assert watcher.saw_step, "the watcher never saw step 1.2's script run"
+    assert not watcher.reruns, f"step 1.2 started a daemon itself (the test is broken): pids {watcher.reruns[0]}"
     assert not watcher.overlaps, f"the daemon of step 1.1 was alive while step 1.2 ran: pids {watcher.overlaps[0]}"
     assert not live_by_name(GHOST)[GHOST], "the daemon of step 1.1 is alive after the run"
 

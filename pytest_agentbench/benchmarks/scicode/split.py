@@ -41,9 +41,12 @@ Rules, so every official test case splits the same way (see :func:`split_step`):
 * the test text sees the genuine builtins and modules whatever the model's code binds (``range = range``,
   ``from math import *``), unless the name is a function the model was asked to write (``required``);
 * a function defined in the test text that compares and needs nothing but numpy, math and the
-  builtins (10.6 ``are_equivalent``, 31.2 ``test_identity``) runs in the parent; one that calls the
-  model's objects (30.3 ``test_gradient(configs, wf, delta)``, 72.1 ``test_neighbor()``) runs in the
-  child and only its result is compared (with the target, in the parent);
+  builtins (10.6 ``are_equivalent``, 31.2 ``test_identity``) runs in the parent; one that calls into the
+  model's objects (30.3 ``test_gradient(configs, wf, delta)`` calls ``wf.value``, 72.1 ``test_neighbor()``
+  calls ``neighbor_list``) is *traced* (:func:`_is_traced_helper`): the child runs it with the model's
+  objects wrapped and records every call into them (arguments and results, encoded), and the parent runs
+  the helper's own code, answering each call into a model's object from the record after checking that
+  its encoded arguments are the recorded ones (:func:`_replay`; a mismatch fails the test);
 * a test function holding ``assert`` statements and called once with no arguments
   (78.1 ``def test_case_1(): ... assert ...`` then ``test_case_1()``) is inlined for the parent (its
   assertions are the test's, at the call, in a scope of their own); in the child it stays a
@@ -80,6 +83,8 @@ TARGET = "target"
 LEAF_FN = "_agentbench_leaf"
 RUNTIME = "_agentbench_rt"
 LEAF_VALUE = "_agentbench_value"
+REPLAY_FN = "_agentbench_replay"
+HANDLE_MARK = "\x00agentbench-handle"  # an argument that is one of the model's objects, in a recorded call
 LEAF_EXC = "_agentbench_exc"
 MESSAGE_CHARS = 500  # characters of a child's exception text kept in a frame
 CONTROL_FRAME_BYTES = 8 * 1024  # cap of one control/error frame; they do not count against the step cap
@@ -135,7 +140,14 @@ class SplitError(Exception):
 class Leaf:
     """One operand the child evaluates and sends."""
     number: int  # 1-based within its assertion
-    source: str  # the expression, as the child evaluates it
+    source: str  # the expression, as the test text writes it (for messages)
+    # a call of a traced helper (30.3's ``test_gradient(configs, wf, delta)``): what the child evaluates
+    # instead, its record of the calls into the model's objects (see :func:`_replay`)
+    trace: str | None = None
+
+    @property
+    def child(self) -> str:
+        return self.trace or self.source
 
 
 @dataclass(frozen=True)
@@ -259,6 +271,7 @@ class _StepState:
     helpers: set[str] = field(default_factory=set)  # comparing helpers defined in the parent
     trust: Trust = field(default_factory=lambda: Trust(PARENT_OBJECTS))
     runnable: set[str] = field(default_factory=set)  # functions of the test text the parent runs on the child's values
+    traced: set[str] = field(default_factory=set)  # functions of the test text the parent replays (:func:`_is_traced_helper`)
 
 
 @dataclass(frozen=True)
@@ -268,6 +281,7 @@ class _Scope:
     trust: Trust  # which names hold model-independent values (the parent computes them itself)
     shadowed: frozenset[str] = frozenset()  # function locals of an inlined test function
     runnable: frozenset[str] = frozenset()  # see _StepState.runnable
+    traced: frozenset[str] = frozenset()  # see _StepState.traced
 
 
 def split_step(test_cases: Sequence[str], step: str = "", *, code_names: frozenset[str] = frozenset(),
@@ -334,7 +348,7 @@ def _where(step: str, test: int) -> str:
 
 def _scope(state: _StepState) -> _Scope:
     return _Scope(frozenset(state.parent_names), frozenset(state.helpers), state.trust,
-                  runnable=frozenset(state.runnable))
+                  runnable=frozenset(state.runnable), traced=frozenset(state.traced))
 
 
 def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[TestPlan, list["_Piece"]]:
@@ -366,6 +380,7 @@ def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[Tes
         state.parent_names -= plan.binds
         state.helpers -= plan.binds
         state.runnable -= plan.binds
+        state.traced -= plan.binds
         return True
 
     for stmt in tree.body:
@@ -418,9 +433,12 @@ def _split_statement(stmt: ast.stmt, source: str, state: _StepState, where: str,
     state.parent_names -= bound
     state.helpers -= bound
     state.runnable -= bound
+    state.traced -= bound
     part, watch = _trusted_part(stmt, source, state.trust)
     if part is not None and isinstance(stmt, ast.FunctionDef) and _is_runnable_helper(stmt, state):
         state.runnable.add(stmt.name)
+    elif part is not None and isinstance(stmt, ast.FunctionDef) and _is_traced_helper(stmt):
+        state.traced.add(stmt.name)
     child.append(_Piece(source + "\n", part=part, watch=watch))
     if part is not None:
         parent.append(part)
@@ -761,6 +779,20 @@ def _is_runnable_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
     return True
 
 
+def _is_traced_helper(fn: ast.FunctionDef) -> bool:
+    """A function of the test text that calls into the model's objects (30.3's ``test_gradient(configs, wf,
+    delta)`` calls ``wf.value``; 72.1's ``test_neighbor()`` calls ``neighbor_list``) and that the parent can
+    replay (:func:`_replay`): plain Python with constant defaults, no handler that could hide a failed call,
+    nothing that binds outside its scope or reads state a second run cannot reproduce."""
+    defaults = [d for d in (*fn.args.defaults, *fn.args.kw_defaults) if d is not None]
+    if fn.decorator_list or taint.forbidden(fn) or not all(isinstance(d, ast.Constant) for d in defaults):
+        return False
+    return not any(isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.Lambda,
+                                     ast.FunctionDef, ast.AsyncFunctionDef))
+                   or isinstance(node, ast.Name) and node.id.startswith("_agentbench")
+                   for node in ast.walk(fn) if node is not fn)
+
+
 # ---- assertions ------------------------------------------------------------------------------
 
 
@@ -770,6 +802,7 @@ class _AssertSplitter:
         self.where = where
         self.exposed = exposed  # model-independent until this assertion, whose child-side operands read them
         self.leaves: list[ast.expr] = []
+        self.traces: dict[int, str] = {}  # leaf number -> the child's recording call (a traced helper's call)
 
     # which nodes the parent evaluates as comparisons
     def call_name(self, node: ast.Call) -> str | None:
@@ -860,7 +893,7 @@ class _AssertSplitter:
             if self.parent_computes(node):
                 return node
             if not self.parent_applies(node):
-                return self.leaf(node)
+                return self.traced(node) or self.leaf(node)
         if isinstance(node, ast.Call):
             func_free = _free_names(node.func)
             if not func_free & (self.scope.parent_names | comp_scope) and not self.parent_computes(node.func):
@@ -922,6 +955,51 @@ class _AssertSplitter:
             value.value = self.mixed(value.value, comp_scope)
         return value
 
+    def traced(self, node: ast.expr) -> ast.expr | None:
+        """A call of a traced helper (:func:`_is_traced_helper`) on operands the child has, or None. The child
+        runs the helper with the model's objects wrapped so it records every call into them (arguments and
+        results); the parent runs the helper's own logic itself on the operands it computes, on the decoded
+        record's values for the others, and answers each call into the model's objects from the record,
+        after checking it is the call the record says (:func:`_replay`)."""
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            return None
+        name = node.func.id
+        binding = self.scope.trust.bound.get(name)
+        if name not in self.scope.traced or name in self.scope.shadowed or binding is None or binding.calls is None:
+            return None
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            return None
+        names = sorted(n for n in binding.calls - {name} if not self.scope.trust.name(n))
+        # a module the dependencies import (64.6's itertools): the parent's own, as for the test text's names
+        modules = tuple(n for n in names if n in taint.IMPORTABLE_MODULES)
+        names = [n for n in names if n not in modules]
+        for other in names:  # another function of the test text would run whole in the child: not traced
+            inner = self.scope.trust.bound.get(other)
+            if other in self.scope.parent_names or other in self.scope.helpers or (
+                    inner is not None and inner.calls is not None) or other.startswith("_agentbench"):
+                return None
+        parts = [(k, a) for k, a in enumerate(node.args)] + [(k.arg, k.value) for k in node.keywords]
+        keys = tuple(key for key, arg in parts if not self.parent_computes(arg))
+        self.leaves.append(node)
+        number = len(self.leaves)
+
+        def call(func: str, first: ast.expr, parent: bool) -> ast.expr:
+            def value(key, arg):
+                return ast.Constant(value=None) if parent and key in keys else copy.deepcopy(arg)
+            return ast.Call(func=ast.Name(id=func, ctx=ast.Load()), args=[
+                first, ast.Name(id=name, ctx=ast.Load()),
+                ast.List(elts=[value(k, a) for k, a in enumerate(node.args)], ctx=ast.Load()),
+                ast.Dict(keys=[ast.Constant(value=k.arg) for k in node.keywords],
+                         values=[value(k.arg, k.value) for k in node.keywords]),
+                ast.Constant(value=keys), ast.Constant(value=tuple(names)),
+                *([ast.Constant(value=modules)] if parent else [])], keywords=[])
+
+        child = call(f"{RUNTIME}.trace", ast.Constant(value=None), False)
+        child.args = child.args[1:]
+        self.traces[number] = ast.unparse(ast.fix_missing_locations(child))
+        leaf = ast.Call(func=ast.Name(id=LEAF_FN, ctx=ast.Load()), args=[ast.Constant(value=number)], keywords=[])
+        return call(REPLAY_FN, leaf, True)
+
     def leaf(self, node: ast.expr) -> ast.expr:
         number = next((k for k, leaf in enumerate(self.leaves, 1) if isinstance(node, ast.Name)
                        and isinstance(leaf, ast.Name) and leaf.id == node.id), None)  # a name crosses once
@@ -940,7 +1018,7 @@ def _split_assert(node: ast.Assert, test: int, number: int, scope: _Scope,
     splitter, expression, watch = _split_until_stable(
         scope, f"{where} line {node.lineno}", lambda splitter: splitter.transform(copy.deepcopy(node.test)))
     expression = ast.unparse(ast.fix_missing_locations(expression))
-    leaves = tuple(Leaf(k, ast.unparse(leaf)) for k, leaf in enumerate(splitter.leaves, 1))
+    leaves = tuple(Leaf(k, ast.unparse(leaf), splitter.traces.get(k)) for k, leaf in enumerate(splitter.leaves, 1))
     message = node.msg.value if isinstance(node.msg, ast.Constant) and isinstance(node.msg.value, str) else None
     plan = AssertPlan(number=number, source=ast.unparse(node), expression=expression, leaves=leaves,
                       message=message)
@@ -1000,7 +1078,7 @@ def _split_mixed(stmt: ast.Assign, source: str, test: int, number: int, scope: _
     bound = frozenset(bound_names(stmt))
     parent_stmt = ast.fix_missing_locations(ast.Assign(targets=stmt.targets, value=value, lineno=stmt.lineno))
     scope.trust.bind(parent_stmt, set(bound))
-    leaves = tuple(Leaf(k, ast.unparse(leaf)) for k, leaf in enumerate(splitter.leaves, 1))
+    leaves = tuple(Leaf(k, ast.unparse(leaf), splitter.traces.get(k)) for k, leaf in enumerate(splitter.leaves, 1))
     plan = MixedStatement(number=number, source=_short(source, 200), expression=ast.unparse(parent_stmt),
                           leaves=leaves, binds=bound)
     return plan, _mixed_block(test, number, leaves, parent_stmt), watch
@@ -1013,7 +1091,7 @@ def _mixed_block(test: int, number: int, leaves: tuple[Leaf, ...], parent_stmt: 
     lines = []
     for leaf in leaves:
         ids = f"{test}, {number}, {leaf.number}"
-        lines += [f"try:", f"    {LEAF_VALUE}_{number}_{leaf.number} = ({leaf.source})",
+        lines += [f"try:", f"    {LEAF_VALUE}_{number}_{leaf.number} = ({leaf.child})",
                   f"except Exception as {LEAF_EXC}:", f"    {RUNTIME}.raised({ids}, {LEAF_EXC})",
                   f"    {RUNTIME}.reached({test}, {number})", f"    raise",
                   f"else:", f"    {RUNTIME}.value({ids}, {LEAF_VALUE}_{number}_{leaf.number})"]
@@ -1023,6 +1101,10 @@ def _mixed_block(test: int, number: int, leaves: tuple[Leaf, ...], parent_stmt: 
         def visit_Call(self, node):
             if isinstance(node.func, ast.Name) and node.func.id == LEAF_FN:
                 return ast.Name(id=f"{LEAF_VALUE}_{number}_{node.args[0].value}", ctx=ast.Load())
+            if isinstance(node.func, ast.Name) and node.func.id == REPLAY_FN:  # the helper's own return value
+                record = self.visit(node.args[0])
+                return ast.Call(func=ast.Attribute(value=ast.Name(id=RUNTIME, ctx=ast.Load()), attr="returned",
+                                                   ctx=ast.Load()), args=[record], keywords=[])
             return self.generic_visit(node)
 
     lines.append(ast.unparse(ast.fix_missing_locations(Substitute().visit(copy.deepcopy(parent_stmt)))))
@@ -1033,7 +1115,7 @@ def _operand_block(test: int, number: int, leaves: tuple[Leaf, ...]) -> str:
     lines = []
     for leaf in leaves:
         ids = f"{test}, {number}, {leaf.number}"
-        lines += [f"try:", f"    {LEAF_VALUE} = ({leaf.source})",
+        lines += [f"try:", f"    {LEAF_VALUE} = ({leaf.child})",
                   f"except Exception as {LEAF_EXC}:", f"    {RUNTIME}.raised({ids}, {LEAF_EXC})",
                   f"else:", f"    {RUNTIME}.value({ids}, {LEAF_VALUE})"]
     lines.append(f"{RUNTIME}.reached({test}, {number})")
@@ -1102,6 +1184,7 @@ def _agentbench_runtime(codec_path, channel, max_bytes, control_bytes):
                 if first is not None and digest(getter) != first:
                     control(("m", t, name))
 
+{trace_methods}    returned = {{}}
     return Runtime()
 
 
@@ -1110,13 +1193,83 @@ del _agentbench_runtime
 '''
 
 
-def child_runtime(channel: int | str, *, max_bytes: int = codec.DEFAULT_MAX_BYTES, codec_path: str | None = None) -> str:
+# the Runtime's methods for traced helpers, in a child script only when its plan has one (compiling them
+# costs every step)
+CHILD_TRACE_METHODS = '''\
+        def trace(self, fn, args, kwargs, keys, names):
+            """Run the test's helper ``fn`` with the model's objects (the arguments at ``keys``, the globals
+            ``names``) wrapped: the record of every call into them, for the parent to replay."""
+            import builtins
+            import types
+            events = []
+            handles = [0]
+
+            def wrap(value):
+                try:
+                    return ("d", codec.encode(value, max_bytes=max_bytes)), value
+                except Exception:  # not data: one of the model's objects, called through a handle
+                    handles[0] += 1
+                    return ("h", handles[0]), Recorder(value, handles[0])
+
+            def mark(value):
+                return ("@HANDLE_MARK@", value._agentbench_h) if type(value) is Recorder else value
+
+            def unwrap(value):
+                return value._agentbench_obj if type(value) is Recorder else value
+
+            class Recorder:
+                __slots__ = ("_agentbench_obj", "_agentbench_h")
+
+                def __init__(self, obj, handle):
+                    self._agentbench_obj = obj
+                    self._agentbench_h = handle
+
+                def __getattr__(self, name):
+                    if name.startswith("__"):
+                        raise AttributeError(name)
+                    tag, out = wrap(getattr(self._agentbench_obj, name))
+                    events.append(("get", self._agentbench_h, name, tag))
+                    return out
+
+                def __call__(self, *a, **k):
+                    data = codec.encode((tuple(mark(x) for x in a), {n: mark(v) for n, v in k.items()}),
+                                        max_bytes=max_bytes)
+                    tag, out = wrap(self._agentbench_obj(*[unwrap(x) for x in a], **{n: unwrap(v) for n, v in k.items()}))
+                    events.append(("call", self._agentbench_h, data, tag))
+                    return out
+
+            args, kwargs = list(args), dict(kwargs)
+            for key in keys:
+                where = args if type(key) is int else kwargs
+                tag, where[key] = wrap(where[key])
+                events.append(("arg", key, tag))
+            scope = dict(fn.__globals__)
+            for name in names:
+                if name not in scope and not hasattr(builtins, name):
+                    raise NameError(f"name {name!r} is not defined")
+                tag, scope[name] = wrap(scope[name] if name in scope else getattr(builtins, name))
+                events.append(("global", name, tag))
+            run = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+            run.__kwdefaults__ = fn.__kwdefaults__
+            returned[id(events)] = (events, run(*args, **kwargs))
+            return events
+
+        def returned(self, events):
+            """What the helper returned in the child (its own code after the statement may need it)."""
+            return returned[id(events)][1]
+
+'''
+
+
+def child_runtime(channel: int | str, *, max_bytes: int = codec.DEFAULT_MAX_BYTES, codec_path: str | None = None,
+                  traced: bool = False) -> str:
     """Source that defines ``_agentbench_rt`` in the child: it loads the codec by file path and writes
     frames to ``channel`` (an inherited file descriptor number, or a file path). Put it before the
     model's code; the tests' child code (:meth:`StepPlan.child_source`) goes after it."""
+    methods = CHILD_TRACE_METHODS.replace("@HANDLE_MARK@", HANDLE_MARK.encode("unicode_escape").decode()) if traced else ""
     return CHILD_RUNTIME.format(codec_path=codec_path or codec.__file__, channel=channel, max_bytes=int(max_bytes),
                                 control_bytes=CONTROL_FRAME_BYTES, message_chars=MESSAGE_CHARS,
-                                digest_bytes=min(int(max_bytes), DIGEST_BYTES))
+                                digest_bytes=min(int(max_bytes), DIGEST_BYTES), trace_methods=methods)
 
 
 # The child needs what upstream's script gives the tests: `scicode.compare.cmp` (test text imports it,
@@ -1129,7 +1282,8 @@ def build_child_script(plan: StepPlan, *, dependencies: str, previous_code: Sequ
     comparison helpers under the name the tests import, scipy's removed ``simps``), the operand runtime,
     the problem's dependencies, the earlier steps' code, the step's code, then every test's child code.
     No target, no comparison."""
-    parts = [script.SHIMS, child_runtime(channel, max_bytes=max_bytes),
+    traced = any(leaf.trace for test in plan.tests for part in test.evaluated for leaf in part.leaves)
+    parts = [script.SHIMS, child_runtime(channel, max_bytes=max_bytes, traced=traced),
              script.section("dependencies", dependencies)]
     for number, earlier in enumerate(previous_code, 1):
         parts.append(script.section(f"earlier step {number}", earlier))
@@ -1273,7 +1427,96 @@ def parent_namespace() -> dict[str, Any]:
                           "np": numpy, "numpy": numpy, "math": math, "cmath": cmath}
     for name in CMP_HELPERS:
         ns[name] = getattr(compare, name)
+    ns[REPLAY_FN] = _replay
     return ns
+
+
+class ReplayMismatch(Exception):
+    """The child's record of a traced helper's calls into the model's objects does not match the calls the
+    helper makes when the parent runs it: the child ran other code than the test text's."""
+
+
+class _Record:
+    """The child's record of one traced helper's run, consumed in order by the parent's run of it."""
+
+    def __init__(self, events):
+        if type(events) is not list or not all(type(e) is tuple and e and type(e[0]) is str for e in events):
+            raise ReplayMismatch("the record of the model's calls is malformed")
+        self.events = events
+        self.position = 0
+
+    def take(self, kind: str, *ids):
+        """The result of the next recorded event, which must be ``kind`` with ``ids``."""
+        if self.position >= len(self.events):
+            raise ReplayMismatch(f"the helper made more calls into the model's objects than the child recorded "
+                                 f"({len(self.events)} events)")
+        event = self.events[self.position]
+        self.position += 1
+        if len(event) != 2 + len(ids) or event[0] != kind or any(
+                type(got) is not type(want) or got != want for got, want in zip(event[1:-1], ids)):
+            raise ReplayMismatch(f"event {self.position} of the child's record is {_short(repr(event[:-1]), 120)}, "
+                                 f"the helper made {_short(repr((kind, *ids)), 120)}")
+        return self.result(event[-1])
+
+    def result(self, tag):
+        if type(tag) is tuple and len(tag) == 2 and tag[0] == "d" and type(tag[1]) is bytes:
+            return codec.decode(tag[1])
+        if type(tag) is tuple and len(tag) == 2 and tag[0] == "h" and type(tag[1]) is int:
+            return _Handle(self, tag[1])
+        raise ReplayMismatch(f"malformed result in the child's record: {_short(repr(tag), 120)}")
+
+
+class _Handle:
+    """One of the model's objects (or functions), as the parent's run of a traced helper sees it: reading an
+    attribute or calling it answers from the child's record, after checking it is the recorded event (the
+    arguments compared as their encodings, bit for bit)."""
+    __slots__ = ("_record", "_handle")
+
+    def __init__(self, record: _Record, handle: int):
+        self._record = record
+        self._handle = handle
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # protocol lookups (numpy's __array__ ...) are not calls into the model
+            raise AttributeError(name)
+        return self._record.take("get", self._handle, name)
+
+    def __bool__(self):
+        raise TypeError("the truth of one of the model's objects is not data the test can compare")
+
+    def __call__(self, *args, **kwargs):
+        def mark(value):
+            return (HANDLE_MARK, value._handle) if type(value) is _Handle else value
+
+        data = codec.encode((tuple(mark(a) for a in args), {n: mark(v) for n, v in kwargs.items()}))
+        return self._record.take("call", self._handle, data)
+
+
+def _replay(events, fn, args: list, kwargs: dict, keys: tuple, names: tuple, modules: tuple = ()):
+    """The parent's run of a traced helper ``fn`` (the test text's own function, defined in the parent):
+    the arguments at ``keys`` and the globals ``names`` are the child's (data decoded from the record, or
+    handles of the model's objects), the globals ``modules`` the parent's own modules; the helper's logic runs here with genuine numpy and builtins, and every
+    call into the model's objects is answered from the record. A record that does not match (other calls,
+    other arguments, too few calls) fails the assertion (:class:`ReplayMismatch`)."""
+    import importlib  # why: only the parent's replay imports the modules a helper reads
+    import types  # why: only the parent's replay rebuilds functions
+
+    record = _Record(events)
+    if type(fn) is not types.FunctionType:
+        raise ReplayMismatch(f"{fn!r} is not the test's function")
+    args, kwargs = list(args), dict(kwargs)
+    for key in keys:
+        (args if type(key) is int else kwargs)[key] = record.take("arg", key)
+    scope = dict(fn.__globals__)
+    for name in names:
+        scope[name] = record.take("global", name)
+    for name in modules:
+        scope[name] = importlib.import_module(name)
+    run = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    run.__kwdefaults__ = fn.__kwdefaults__
+    # events left over are not checked: the parent's own run decides (72.1's helper returns at the first
+    # neighbour list that differs in the parent, where a child's copy of it may have gone on)
+    return run(*args, **kwargs)
 
 
 def read_stream(stream: bytes, plan: StepPlan, *, max_bytes: int = codec.DEFAULT_MAX_BYTES):
