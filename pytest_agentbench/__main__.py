@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     elif command == "init":
         return init(rest)
     elif command == "compare":
-        from .report.compare_view import main as run  # why: load only the command that runs (numpy, scipy)
+        from .report.comparison.runs import main as run  # why: load only the command that runs (numpy, scipy)
     else:
         print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ from bench_runs import run_dirs
 from cdp import Chromium, chromium_path
 from pytest_agentbench.__main__ import main as cli
 from pytest_agentbench.report.compare import compare
-from pytest_agentbench.report.compare_view import render_compare_page
+from pytest_agentbench.report.comparison import render_compare_page
 from pytest_agentbench.report.html import write_html
 
 HOSTILE = "</script><script>alert(1)</script>"

@@ -109,6 +109,14 @@ def test_two_models_get_their_own_runs_a_table_across_them_and_their_own_gates(p
     assert "| FAILED |" in markdown and "| — |" in markdown  # no price: no cost
     page = (compared / "report.html").read_text()
     assert 'href="../../righty/both/report.html"' in page and "wrongy" in page
+    # the later model compared with the first as two runs are: deltas, McNemar, flipped items linking both pages
+    pairwise = page[page.index('id="compared-wrongy"'):]
+    assert "wrongy compared with righty" in pairwise and "-100.0 pp" in pairwise and "McNemar p" in pairwise
+    flipped = pairwise[pairwise.index('data-id="1.1"'):pairwise.index("</tr>", pairwise.index('data-id="1.1"'))]
+    assert "pass -&gt; fail" in flipped  # escaped, as every value on the page
+    assert 'href="../../righty/both/report.html#item-1.1"' in flipped
+    assert 'href="../../wrongy/both/report.html#item-1.1"' in flipped
+    assert "## wrongy compared with righty" in markdown and "flipped items (2):" in markdown
 
     # --bench-resume takes one model's run folder: that model's run, with its entry of the run file
     resumed = pytester.runpytest("-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}",
@@ -156,7 +164,7 @@ def test_several_models_under_xdist_collect_the_same_ids_and_write_both_runs(pyt
 
 
 def test_the_table_shows_cost_when_a_summary_has_it_and_a_dash_otherwise():
-    from pytest_agentbench.report.models_table import model_row, render_markdown, render_text
+    from pytest_agentbench.report.comparison.models import model_row, render_markdown, render_text
 
     records = [{"id": "1.1", "task": "1", "status": "pass"}, {"id": "1.2", "task": "1", "status": "fail"}]
     base = {"settings": {"benchmark": "scicode"}, "metrics": {"subproblem": 0.5, "main": 0.0},

@@ -24,11 +24,11 @@ from ..core import records as rec
 from ..report.attempts import counts_line
 from ..report.baseline import public
 from ..report.compare import render_text
-from ..report.compare_view import comparison_for_run
+from ..report.comparison import (MODELS_FOLDER, ModelRun, comparison_for_run, compared_with_first, model_row,
+                                 write_models_reports)
+from ..report.comparison import render_text as render_models
 from ..report.cost import terminal_lines as cost_terminal_lines
 from ..report.html import write_html
-from ..report.models_table import MODELS_FOLDER, model_row, write_models_reports
-from ..report.models_table import render_text as render_models
 from ..report.resume import write_settings_once
 from ..report.summary import (Verdict, Written, build_summary, incomplete_text, judge, judge_without_items,
                               write_reports)
@@ -228,12 +228,14 @@ class ModelsReport:
             return  # not every model has been judged yet
         self.exit_code = max(r.verdict.exit_code for r in self.reporters)
         session.exitstatus = self.exit_code
-        self.rows = [model_row(str(r.state.model), r.summary(), [*r.records.values(), *r.summary()["_not_run"]],
-                               r.state.run_dir) for r in self.reporters if r.records]
+        runs = [ModelRun(str(r.state.model), r.summary(), [*r.records.values(), *r.summary()["_not_run"]],
+                         r.state.run_dir) for r in self.reporters if r.records]
+        self.rows = [model_row(run.model, run.summary, run.records, run.run_dir) for run in runs]
         if self.rows:
             first = self.reporters[0].state
             title = f"{first.benchmark.name} · {first.split} · run {first.run_dir.name}"
-            self.written = write_models_reports(self.folder, self.rows, title)
+            alpha = first.gates.alpha if first.gates is not None else 0.05
+            self.written = write_models_reports(self.folder, self.rows, title, compared_with_first(runs), alpha)
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(args: argparse.Namespace) -> tuple[int, Comparison | None]:
     """``compare A B`` without its page: prints the comparison; the exit code and the comparison (None on
-    an error). ``compare_view.main`` is the command, which also writes ``--html``."""
+    an error). ``comparison.runs.main`` is the command, which also writes ``--html``."""
     try:
         a, b = load_summary(args.run_a), load_summary(args.run_b)
     except BaselineError as exc:

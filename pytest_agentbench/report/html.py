@@ -534,7 +534,7 @@ def options(values: Iterable[str]) -> str:
 def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]], run_dir: Path | str | None = None,
                 notes: Iterable[str] = (), sections: Iterable[str] = ()) -> str:
     """The page of a run from its summary (summary.json's content) and its records. ``sections``: HTML
-    placed after the gates (the comparison with a baseline: ``compare_view.comparison_for_run``)."""
+    placed after the gates (the comparison with a baseline: ``comparison.runs.comparison_for_run``)."""
     records = sorted((dict(r) for r in records), key=rec.sort_key)
     run_dir = Path(run_dir) if run_dir is not None else None
     settings = summary.get("settings", {})

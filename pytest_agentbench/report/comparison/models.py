@@ -1,13 +1,17 @@
-"""The comparison of the models of one run (a run file that lists several models): one row per model.
+"""The comparison of the models of one run (a run file that lists several models): one row per model, and
+each model after the first compared with the first.
 
 Pure: from each model's summary and records to a table, as terminal lines, Markdown (the session's
-``summary.md``) and HTML (a fragment, and the session's small ``report.html`` page that links each model's
-own report). A row holds the benchmark's headline metrics with their 95% Wilson intervals (as each model's
+``summary.md``) and HTML (a fragment, and the session's ``report.html`` page that links each model's own
+report). A row holds the benchmark's headline metrics with their 95% Wilson intervals (as each model's
 report.html shows them), the item counts, the tokens, the cost (``summary["cost"]["total_usd"]`` when the
-summary has one, "—" otherwise) and the model's gates.
+summary has one, "—" otherwise) and the model's gates. Below the table, each later model is compared with the
+first as two runs are (``runs.py``: metrics with deltas and bootstrap intervals, McNemar tests, flipped items
+linked to both models' report.html); summary.md holds the same comparisons as text (``compare.render_text``).
 
     rows = [model_row("gpt-4o", summary, records, run_dir), ...]
-    render_text(rows); render_markdown(rows); html_fragment(rows); write_models_reports(folder, rows, title)
+    pairs = compared_with_first([ModelRun("gpt-4o", summary, records, run_dir), ...])
+    render_text(rows); render_markdown(rows, pairs=pairs); write_models_reports(folder, rows, title, pairs)
 """
 from __future__ import annotations
 
@@ -15,14 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..core import records as rec
-from ..core.io import write_atomic
-from .html import CSS, esc, headlines, pct
-from .summary import SUMMARY_MD
+from ...core import records as rec
+from ...core.io import write_atomic
+from ..baseline import public
+from ..compare import Comparison, compare, render_text as comparison_text
+from ..html import ANCHOR_JS, REPORT_HTML, esc, headlines
+from ..summary import SUMMARY_JSON, SUMMARY_MD
+from .format import NONE, page, wilson_text
+from .runs import RunSide, comparison_section, side_of
 
 MODELS_FOLDER = "_models"  # <report dir>/<bench>/_models/<run id>/: no model's folder can be named so
-REPORT_HTML = "report.html"
-NONE = "—"
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,78 @@ def model_row(model: str, summary: Mapping[str, Any], records: Iterable[Mapping[
         not_run=int(incomplete.get("not_run", 0)) if isinstance(incomplete, Mapping) else 0)
 
 
+@dataclass(frozen=True)
+class ModelRun:
+    """One model's run as the session holds it: its summary (in memory), records and run folder."""
+
+    model: str
+    summary: Mapping[str, Any]
+    records: list[Mapping[str, Any]]
+    run_dir: Path | str
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A later model (B) compared with the first one (A); ``error`` when that comparison cannot be made."""
+
+    first: str
+    model: str
+    comparison: Comparison | None = None
+    a: RunSide | None = None
+    b: RunSide | None = None
+    error: str = ""
+
+    @property
+    def title(self) -> str:
+        return f"{self.model} compared with {self.first}"
+
+
+def as_run(run: ModelRun) -> dict[str, Any]:
+    """The summary as compare reads a run from disk: what summary.json holds, and where it is (its label)."""
+    return {**public(run.summary), "_path": str(Path(run.run_dir) / SUMMARY_JSON)}
+
+
+def compared_with_first(runs: Iterable[ModelRun]) -> list[Pair]:
+    """Each model after the first compared with the first (A the first, B the later one), from what is in
+    memory. A comparison that cannot be made costs only its own section, never the table."""
+    runs = list(runs)
+    if len(runs) < 2:
+        return []
+    first, pairs = runs[0], []
+    summary_a = as_run(first)
+    for run in runs[1:]:
+        try:
+            summary_b = as_run(run)
+            c = compare(summary_a, summary_b)
+            a = side_of("A", summary_a, Path(first.run_dir), first.records)
+            b = side_of("B", summary_b, Path(run.run_dir), run.records)
+            pairs.append(Pair(first.model, run.model, c, a, b))
+        except Exception as exc:  # noqa: BLE001  (one model's odd summary costs its comparison only)
+            pairs.append(Pair(first.model, run.model, error=f"{type(exc).__name__}: {exc}"))
+    return pairs
+
+
+def pair_markdown(pair: Pair, alpha: float = 0.05) -> str:
+    """A pair in summary.md: the comparison as ``compare A B`` prints it."""
+    if pair.comparison is None:
+        return f"## {pair.title}\n\nNot compared ({pair.error}).\n"
+    return f"## {pair.title}\n\n```\n" + "\n".join(comparison_text(pair.comparison, alpha)) + "\n```\n"
+
+
+def pair_html(pair: Pair, page_dir: Path, alpha: float = 0.05) -> str:
+    """A pair on the session page: the section a run's comparison with its baseline shows."""
+    section_id = f"compared-{pair.model}"
+    if pair.comparison is None or pair.a is None or pair.b is None:
+        return (f'<section class="comparison" id="{esc(section_id)}"><h2>{esc(pair.title)}</h2>'
+                f"<p>Not compared ({esc(pair.error)}).</p></section>")
+    try:
+        return comparison_section(pair.comparison, pair.a, pair.b, page_dir, alpha, title=pair.title,
+                                  section_id=section_id)
+    except Exception as exc:  # noqa: BLE001  (records written by a model's run: the page is shown without it)
+        return (f'<section class="comparison" id="{esc(section_id)}"><h2>{esc(pair.title)}</h2>'
+                f"<p>Not shown here ({esc(type(exc).__name__)}: {esc(exc)}); summary.md has it.</p></section>")
+
+
 def metric_names(rows: Iterable[ModelRow]) -> list[str]:
     """The headline metrics of every row, in their first-seen order."""
     return list(dict.fromkeys(m["name"] for row in rows for m in row.metrics))
@@ -64,9 +142,7 @@ def metric_cell(row: ModelRow, name: str) -> str:
     found = next((m for m in row.metrics if m["name"] == name), None)
     if found is None:
         return NONE
-    ci = found["interval"]
-    interval = f", 95% CI {pct(ci[0])}–{pct(ci[1])}" if ci else ""
-    return f"{pct(found['value'])} ({found['k']}/{found['n']}{interval})"
+    return wilson_text(found["value"], found["k"], found["n"], found["interval"])
 
 
 def tokens_cell(row: ModelRow) -> str:
@@ -120,8 +196,9 @@ def md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_markdown(rows: Iterable[ModelRow], title: str = "Models compared") -> str:
-    """The table in Markdown, with each model's run folder below it."""
+def render_markdown(rows: Iterable[ModelRow], title: str = "Models compared", pairs: Iterable[Pair] = (),
+                    alpha: float = 0.05) -> str:
+    """The table in Markdown, with each model's run folder below it, then each pair's comparison."""
     rows = list(rows)
     grid = table(rows)
     lines = [f"## {title}", "", "| " + " | ".join(md_cell(c) for c in grid[0]) + " |",
@@ -130,7 +207,7 @@ def render_markdown(rows: Iterable[ModelRow], title: str = "Models compared") ->
     lines += ["", "Metrics: value (passed/units, 95% Wilson interval). Each model's own summary and report are in "
                   "its run folder:", ""]
     lines += [f"- {row.model}: `{row.run_dir}`" for row in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + "".join("\n" + pair_markdown(pair, alpha) for pair in pairs)
 
 
 def html_fragment(rows: Iterable[ModelRow], links: Mapping[str, str] | None = None) -> str:
@@ -150,16 +227,16 @@ def html_fragment(rows: Iterable[ModelRow], links: Mapping[str, str] | None = No
     return f'<table class="models"><tr>{head}</tr>{"".join(body)}</table>'
 
 
-def render_page(rows: Iterable[ModelRow], title: str, links: Mapping[str, str] | None = None) -> str:
-    """The session's report.html: the table, each model linked to its own report."""
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">",
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
-        f"<header><h1>{esc(title)}</h1><div class=\"sub\">models compared</div></header><main>",
+def render_page(rows: Iterable[ModelRow], title: str, links: Mapping[str, str] | None = None,
+                pairs: Iterable[Pair] = (), page_dir: Path | str = ".", alpha: float = 0.05) -> str:
+    """The session's report.html: the table, each model linked to its own report, then each later model
+    compared with the first (``page_dir``: the page's folder, from which the transcripts are linked)."""
+    sections = [pair_html(pair, Path(page_dir), alpha) for pair in pairs]
+    body = "".join([
         "<h2>Models compared</h2>", html_fragment(rows, links),
         "<p class=\"n\">Metrics: value (passed/units, 95% Wilson interval). Each model's name opens its own "
-        "report.</p>", "</main></body></html>"])
+        "report.</p>", *sections])
+    return page(title, "models compared", body, script=ANCHOR_JS if sections else "")
 
 
 def relative_link(folder: Path, run_dir: str) -> str:
@@ -171,14 +248,15 @@ def relative_link(folder: Path, run_dir: str) -> str:
         return target.absolute().as_uri() if target.is_absolute() else target.as_posix()
 
 
-def write_models_reports(folder: Path | str, rows: Iterable[ModelRow], title: str) -> tuple[Path, Path]:
+def write_models_reports(folder: Path | str, rows: Iterable[ModelRow], title: str, pairs: Iterable[Pair] = (),
+                         alpha: float = 0.05) -> tuple[Path, Path]:
     """``summary.md`` and ``report.html`` of the comparison in ``folder``; returns their paths."""
     folder = Path(folder)
-    rows = list(rows)
+    rows, pairs = list(rows), list(pairs)
     folder.mkdir(parents=True, exist_ok=True)
     markdown = folder / SUMMARY_MD
-    write_atomic(markdown, f"# {title}\n\n" + render_markdown(rows))
-    page = folder / REPORT_HTML
+    write_atomic(markdown, f"# {title}\n\n" + render_markdown(rows, pairs=pairs, alpha=alpha))
+    html_page = folder / REPORT_HTML
     links = {row.model: relative_link(folder, row.run_dir) for row in rows if row.run_dir}
-    write_atomic(page, render_page(rows, title, links))
-    return markdown, page
+    write_atomic(html_page, render_page(rows, title, links, pairs, folder, alpha))
+    return markdown, html_page

@@ -1,5 +1,6 @@
-"""The comparison of two runs as HTML: in a run's report.html (a run with ``--bench-baseline``) and as the
-page ``python -m pytest_agentbench compare A B --html OUT`` writes.
+"""The comparison of two runs as HTML: in a run's report.html (a run with ``--bench-baseline``), as the page
+``python -m pytest_agentbench compare A B --html OUT`` writes, and on the session page of a run of several
+models (``models.py``: each model after the first compared with the first).
 
 What it shows comes from ``compare.Comparison`` (A the reference, B the run compared with it): the
 headline metrics side by side with their deltas and 95% bootstrap intervals (tasks resampled), the
@@ -22,16 +23,17 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import quote
 
-from ..benchmarks.registry import get_benchmark
-from ..core import records as rec
-from ..core.errors import ConfigError
-from ..core.io import write_atomic
-from .compare import (Comparison, build_parser, drop_p_value, responses_lines, run_command, shared_line,
-                      too_small, units_of)
-from .gates import GateResult
-from .html import ANCHOR_JS, CSS, REPORT_HTML, esc, item_anchor, item_or_fallback, status_badge
-from .options import GateConfig
-from .power import detectable_drop
+from ...benchmarks.registry import get_benchmark
+from ...core import records as rec
+from ...core.errors import ConfigError
+from ...core.io import write_atomic
+from ..compare import (Comparison, build_parser, drop_p_value, responses_lines, run_command, shared_line,
+                       too_small, units_of)
+from ..gates import GateResult
+from ..html import ANCHOR_JS, REPORT_HTML, esc, item_anchor, item_or_fallback, status_badge
+from ..options import GateConfig
+from ..power import detectable_drop
+from .format import delta_class, interval, page, pct, pp
 
 EMBEDDED = 100  # flipped items whose two transcripts are embedded; the rest are linked only
 PASS_TO_FAIL, FAIL_TO_PASS = "pass -> fail", "fail -> pass"
@@ -108,24 +110,6 @@ def side_of(name: str, summary: Mapping[str, Any], run_dir: Path | None = None,
 
 
 # ---- pieces ------------------------------------------------------------------------------------
-def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1%}"
-
-
-def pp(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:+.1f} pp"
-
-
-def interval(pair: Any, points: bool = False) -> str:
-    if not pair:
-        return ""
-    return f"[{pp(pair[0])[:-3]}, {pp(pair[1])}]" if points else f"[{pct(pair[0])}, {pct(pair[1])}]"
-
-
-def delta_class(value: float | None) -> str:
-    return "" if value is None or abs(value) < 1e-12 else (" down" if value < 0 else " up")
-
-
 def link(side: RunSide, key: str, page_dir: Path) -> str:
     """A link to the item's transcript on ``side``'s page, or a word saying why there is none."""
     anchor = "#" + quote(item_anchor(key), safe="")
@@ -277,10 +261,11 @@ def only_html(c: Comparison) -> str:
 
 def comparison_section(c: Comparison, a: RunSide, b: RunSide, page_dir: Path, alpha: float = 0.05,
                        gates: GateConfig | None = None, gate_results: Iterable[GateResult] = (),
-                       title: str = "Comparison") -> str:
-    """The comparison as one ``<section>``: headers, metrics with deltas, tests, gates, flipped items."""
+                       title: str = "Comparison", section_id: str = "comparison") -> str:
+    """The comparison as one ``<section>``: headers, metrics with deltas, tests, gates, flipped items
+    (``section_id``: its id, one per section when a page holds several)."""
     return "".join([
-        f"<style>{COMPARE_CSS}</style><section class=\"comparison\" id=\"comparison\"><h2>{esc(title)}</h2>",
+        f"<style>{COMPARE_CSS}</style><section class=\"comparison\" id=\"{esc(section_id)}\"><h2>{esc(title)}</h2>",
         header_html(a, b, c, alpha, page_dir),
         "<h3>Metrics</h3>", metrics_html(c),
         "<h3>Paired tests</h3>", tests_html(c, alpha),
@@ -311,18 +296,8 @@ def render_compare_page(c: Comparison, out: Path | str, alpha: float = 0.05) -> 
     out = Path(out)
     a, b = side_of("A", c.a), side_of("B", c.b)
     title = (f"{c.benchmark} · A {a.label} vs B {b.label}")
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        # nothing is fetched: no network, and no script but the inline one below
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-        "script-src 'unsafe-inline'; img-src data:\">",
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
-        f"<header><h1>{esc(title)}</h1><div class=\"sub\">{len(c.flipped)} flipped items · "
-        f"{c.shared} shared items</div></header><main>",
-        comparison_section(c, a, b, out.parent, alpha),
-        f"</main><script>{ANCHOR_JS}</script></body></html>",
-    ])
+    return page(title, f"{len(c.flipped)} flipped items · {c.shared} shared items",
+                comparison_section(c, a, b, out.parent, alpha), script=ANCHOR_JS)
 
 
 def write_compare_page(c: Comparison, out: Path | str, alpha: float = 0.05) -> Path:
