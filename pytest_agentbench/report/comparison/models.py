@@ -122,14 +122,18 @@ def pair_html(pair: Pair, page_dir: Path, alpha: float = 0.05) -> str:
     """A pair on the session page: the section a run's comparison with its baseline shows."""
     section_id = f"compared-{pair.model}"
     if pair.comparison is None or pair.a is None or pair.b is None:
-        return (f'<section class="comparison" id="{esc(section_id)}"><h2>{esc(pair.title)}</h2>'
-                f"<p>Not compared ({esc(pair.error)}).</p></section>")
+        return note_section(pair, section_id, f"Not compared ({pair.error}).")
     try:
         return comparison_section(pair.comparison, pair.a, pair.b, page_dir, alpha, title=pair.title,
                                   section_id=section_id)
     except Exception as exc:  # noqa: BLE001  (records written by a model's run: the page is shown without it)
-        return (f'<section class="comparison" id="{esc(section_id)}"><h2>{esc(pair.title)}</h2>'
-                f"<p>Not shown here ({esc(type(exc).__name__)}: {esc(exc)}); summary.md has it.</p></section>")
+        return note_section(pair, section_id, f"Not shown here ({type(exc).__name__}: {exc}); summary.md has it.")
+
+
+def note_section(pair: Pair, section_id: str, note: str) -> str:
+    """The pair's section when it has no comparison to show: why not."""
+    return (f'<section class="comparison" id="{esc(section_id)}"><h2>{esc(pair.title)}</h2>'
+            f"<p>{esc(note)}</p></section>")
 
 
 def metric_names(rows: Iterable[ModelRow]) -> list[str]:
