@@ -47,6 +47,7 @@ def test_options_keep_their_flags_ini_keys_and_defaults():
         "preinstalled_input_dir": ("--bench-preinstalled-input-dir", "agentbench_preinstalled_input_dir", None,
                                    "core-bench"),
         "docker_dind": ("--bench-docker-dind", "agentbench_docker_dind", False, "core-bench"),
+        "review": ("--bench-review", "agentbench_review", None, "core-bench"),
         "agent_steps": ("--bench-agent-steps", "agentbench_agent_steps", 40, "core-bench"),
         "agent_time": ("--bench-agent-time", "agentbench_agent_time", 8100.0, "core-bench"),
         "agent_tokens": ("--bench-agent-tokens", "agentbench_agent_tokens", None, "core-bench"),
