@@ -307,6 +307,12 @@ class DockerEnvironment(Environment):
                 for child in sorted(self.workspace.iterdir()):
                     tar.add(child, arcname=child.name)
             fh.seek(0)
+            # why: the engine makes the working dir when the container starts, but one run of the suite found it
+            # missing at this point under load (404 "Could not find the file"); made here, it is always there
+            made = self.container.exec_run(["mkdir", "-p", self.workdir], workdir="/")  # not in the dir it makes
+            if made.exit_code != 0:
+                raise EnvError(f"cannot create {self.workdir} in container {self.container.short_id}: "
+                               f"{(made.output or b'')[:200]!r}")
             if not self.container.put_archive(self.workdir, fh):
                 raise EnvError(f"copying the workspace into container {self.container.short_id} failed")
         self.container.put_archive("/tmp", _tar_bytes({}, dirs=(".agentbench",)))
