@@ -255,7 +255,7 @@ def time_distributed(data_dir: Path, work: Path, workers: int, repeat: int = 3, 
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     ratios = []
     for attempt in range(repeat + 1):  # the first run warms the cache (targets, durations.json)
-        run_id = f"speed-{attempt}"
+        run_id = f"speed-{os.getpid()}-{attempt}"  # own folder per invocation: a reused --work keeps old records
         started = time.time()
         done = subprocess.run([sys.executable, "-m", "pytest", "--bench=scicode", "--bench-split=validation",
                                "--model=oracle", "-n", str(workers), "-q", "-p", "no:cacheprovider",
