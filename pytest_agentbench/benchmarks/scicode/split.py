@@ -732,14 +732,8 @@ def _is_comparing_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
     allowed = _visible(state) | {fn.name}
     if not _free_names(fn) <= allowed:
         return False
-    params = taint.function_locals(fn) - _bound_names_in_body(fn)
-    for node in ast.walk(fn):
-        # a method call on an argument that is not a data method may call the model's objects
-        # (30.3's wf.value): such a helper runs in the child
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id in params \
-                and node.func.attr not in DATA_METHODS:
-            return False
+    if _calls_methods_of_arguments(fn):  # may call the model's objects (30.3's wf.value): runs in the child
+        return False
     helpers = state.helpers | {fn.name}
     for node in ast.walk(fn):
         if isinstance(node, ast.Compare):
@@ -749,6 +743,15 @@ def _is_comparing_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
             if name in COMPARISON_CALLS or name in helpers:
                 return True
     return False
+
+
+def _calls_methods_of_arguments(fn: ast.FunctionDef) -> bool:
+    """Whether ``fn`` calls a method of one of its arguments other than a data value's (``DATA_METHODS``):
+    such a call may reach the model's objects."""
+    params = taint.function_locals(fn) - _bound_names_in_body(fn)
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and isinstance(node.func.value, ast.Name) and node.func.value.id in params
+               and node.func.attr not in DATA_METHODS for node in ast.walk(fn))
 
 
 def _bound_names_in_body(fn: ast.FunctionDef) -> set[str]:
@@ -770,13 +773,7 @@ def _is_runnable_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
         | frozenset(state.runnable) | {fn.name}
     if not _free_names(fn) <= allowed or not all(state.trust.name(name) for name in _free_names(fn) - {fn.name}):
         return False
-    params = taint.function_locals(fn) - _bound_names_in_body(fn)
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id in params \
-                and node.func.attr not in DATA_METHODS:
-            return False
-    return True
+    return not _calls_methods_of_arguments(fn)
 
 
 def _is_traced_helper(fn: ast.FunctionDef) -> bool:
