@@ -1,8 +1,11 @@
-"""Helpers for reading what a pytester run of a benchmark left behind (plain functions, no fixtures)."""
+"""Helpers for reading what a pytester run of a benchmark left behind, and for the runs over hosts (a free
+loopback port, waiting for a condition): plain functions, no fixtures."""
 from __future__ import annotations
 
 import json
 import os
+import socket
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,3 +19,19 @@ def read_jsonl(path: Path) -> list[dict]:
 def run_dirs(root: Path, bench: str = "scicode") -> list[Path]:
     """The run folders under ``root/reports/<bench>/<model>/``, sorted."""
     return sorted(p for p in (Path(root) / "reports" / bench).glob("*/*") if p.is_dir())
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (a socket server or scripted endpoint binds it next)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")

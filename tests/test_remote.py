@@ -16,7 +16,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import REPO, SHARED_DATA, read_jsonl
+from bench_runs import REPO, SHARED_DATA, free_port, read_jsonl, wait_for
 from capsule_factory import write_capsule_tree
 from fake_openai import FakeOpenAI
 
@@ -202,19 +201,8 @@ def test_validation_oracle_over_two_hosts_matches_a_local_run(loopback, local_va
         assert not found, found
 
 
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

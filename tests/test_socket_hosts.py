@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ from pathlib import Path
 import execnet
 import pytest
 
-from bench_runs import REPO, SHARED_DATA, read_jsonl
+from bench_runs import REPO, SHARED_DATA, free_port, read_jsonl, wait_for
 from fake_openai import FakeOpenAI
 
 IDS = "1,3,19"  # three validation problems, four steps (19 has two): each worker is in an item when one stops
@@ -32,19 +31,8 @@ STEPS = ["1.1", "19.1", "19.2", "3.1"]
 HOST_TIMEOUT = 8  # --bench-host-timeout: the silent host is declared lost within 10 s (a healthy one answers in time)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def host_env(home: Path, cache: Path) -> dict[str, str]:
