@@ -1,0 +1,193 @@
+"""The README and every docs/*.md page name only what exists: each agentbench option (``--bench-*``,
+``--model*``, ``--no-bench-*``) and ini key (``agentbench_*``) is one ``pytest --help`` lists, each
+``python -m pytest_agentbench COMMAND`` is one its usage lists, each relative link reaches a file (and a heading,
+when it names an anchor), every page is reachable from the README, docs/options.md lists exactly the options
+``pytest --help`` shows, and the README stays a ten-minute read (issue 22)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench_runs import REPO
+
+README_MAX_BYTES = 12 * 1024
+HELP_GROUP = "agent/code benchmarks (pytest-agentbench):"
+
+# An agentbench option anywhere in a page: prose, code spans and command lines alike. `--benchmark-*`
+# (pytest-benchmark) and a bare `--bench-` prefix are not matches.
+OPTION = re.compile(r"(?<![\w-])--(?:no-)?(?:bench|model)(?:-[a-z0-9]+)*(?![\w-])")
+INI_KEY = re.compile(r"(?<![\w.$])agentbench_[a-z][a-z0-9_]*")
+COMMAND = re.compile(r"python3? -m pytest_agentbench ([a-z][a-z|-]*)")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+# ---------------------------------------------------------------- what exists
+
+
+def help_options(help_text: str) -> tuple[set[str], set[str]]:
+    """The options and ini keys of the plugin's group in ``pytest --help``."""
+    assert HELP_GROUP in help_text, f"pytest --help has no group {HELP_GROUP!r}: is the plugin loaded?"
+    group = help_text.split(HELP_GROUP, 1)[1]
+    group = re.split(r"^\S.*:\s*$", group, maxsplit=1, flags=re.M)[0]  # up to the next group's title
+    options = set(re.findall(r"^ {2}(--[a-z0-9-]+)", group, re.M))
+    ini_keys = set(re.findall(r"\[ini (agentbench_[a-z0-9_]+)", " ".join(group.split())))
+    return options, ini_keys
+
+
+def usage_commands(usage: str) -> set[str]:
+    """The commands ``python -m pytest_agentbench --help`` lists under "commands:"."""
+    listing = usage.split("commands:", 1)[1]
+    listing = re.split(r"^\S", listing, maxsplit=1, flags=re.M)[0]
+    return set(re.findall(r"^ {2}([a-z][a-z-]+)", listing, re.M))
+
+
+@pytest.fixture(scope="session")
+def pytest_help(tmp_path_factory) -> str:
+    """``pytest --help`` as a user runs it (the plugin loads through its entry point), once."""
+    where = tmp_path_factory.mktemp("help")
+    done = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=where,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "100"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="session")
+def command_usage(tmp_path_factory) -> str:
+    done = subprocess.run([sys.executable, "-m", "pytest_agentbench", "--help"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path_factory.mktemp("usage"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+# ---------------------------------------------------------------- the checker
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but '-' and '_' dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    found: set[str] = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", FENCE.sub("", text), re.M):
+        base, n = slug(heading), 0
+        name = base
+        while name in found:  # a repeated heading gets -1, -2, ... as on GitHub
+            n += 1
+            name = f"{base}-{n}"
+        found.add(name)
+    return found
+
+
+def page_problems(page: Path, options: set[str], ini_keys: set[str], commands: set[str]) -> list[str]:
+    """Every name on ``page`` that does not exist, and every relative link that leads nowhere."""
+    text = page.read_text(encoding="utf-8")
+    problems = [f"{page.name}: option {o} is not in pytest --help" for o in sorted(set(OPTION.findall(text)) - options)]
+    problems += [f"{page.name}: ini key {k} is not in pytest --help"
+                 for k in sorted(set(INI_KEY.findall(text)) - ini_keys)]
+    named = {c for found in COMMAND.findall(text) for c in found.split("|") if c}
+    problems += [f"{page.name}: `python -m pytest_agentbench {c}` is not a command of its usage"
+                 for c in sorted(named - commands)]
+    for target in LINK.findall(FENCE.sub("", text)):
+        if re.match(r"[a-z]+:", target):  # https:, mailto: ... (not checked: no network in tests)
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            problems.append(f"{page.name}: link {target} leads to no file ({linked})")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked.read_text(encoding="utf-8")):
+            problems.append(f"{page.name}: link {target} names no heading of {linked.name}")
+    return problems
+
+
+def unreachable_pages(readme: Path, pages: list[Path]) -> list[Path]:
+    """The pages no chain of relative links from the README reaches."""
+    seen, todo = {readme.resolve()}, [readme.resolve()]
+    while todo:
+        page = todo.pop()
+        for target in LINK.findall(FENCE.sub("", page.read_text(encoding="utf-8"))):
+            path = target.partition("#")[0]
+            if path and not re.match(r"[a-z]+:", path):
+                linked = (page.parent / path).resolve()
+                if linked.suffix == ".md" and linked.is_file() and linked not in seen:
+                    seen.add(linked)
+                    todo.append(linked)
+    return [p for p in pages if p.resolve() not in seen]
+
+
+def options_page_problems(page: Path, options: set[str]) -> list[str]:
+    """docs/options.md lists every option of ``pytest --help`` and no other."""
+    listed = set(OPTION.findall(page.read_text(encoding="utf-8")))
+    return ([f"{page.name} does not list {o}" for o in sorted(options - listed)]
+            + [f"{page.name} lists {o}, which pytest --help does not" for o in sorted(listed - options)])
+
+
+# ---------------------------------------------------------------- the repository's pages
+
+
+def doc_pages() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", doc_pages(), ids=lambda p: p.name)
+def test_a_page_names_only_options_commands_and_files_that_exist(page, pytest_help, command_usage):
+    options, ini_keys = help_options(pytest_help)
+    assert page_problems(page, options, ini_keys, usage_commands(command_usage)) == []
+
+
+def test_the_options_page_lists_every_option_of_pytest_help(pytest_help):
+    options, _ = help_options(pytest_help)
+    assert len(options) > 80, sorted(options)  # the whole group was read, not a part of it
+    assert options_page_problems(REPO / "docs" / "options.md", options) == []
+
+
+def test_every_docs_page_is_reachable_from_the_readme():
+    assert unreachable_pages(REPO / "README.md", doc_pages()[1:]) == []
+
+
+def test_the_readme_is_a_ten_minute_read():
+    size = len((REPO / "README.md").read_bytes())
+    assert size <= README_MAX_BYTES, f"README.md is {size} bytes; move detail to a docs/ page"
+
+
+# ---------------------------------------------------------------- the checker can fail
+
+
+def test_the_checker_names_what_a_fabricated_page_gets_wrong(tmp_path, pytest_help, command_usage):
+    options, ini_keys = help_options(pytest_help)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "real.md").write_text("# Real page\n\n## Comparing runs\n")
+    page = tmp_path / "README.md"
+    page.write_text(
+        "# Fabricated\n\n## Use it\n\n"
+        "Run `pytest --bench=scicode --bench-no-such-option=3 --model=oracle` with ini key `agentbench_nope` "
+        "beside `agentbench_split`; `--benchmark-skip` belongs to another plugin.\n\n"
+        "```bash\npython -m pytest_agentbench compare A B\npython -m pytest_agentbench frobnicate RUN\n"
+        "pytest --no-bench-hints --model-made-up=1\n```\n\n"
+        "[ok](docs/real.md#comparing-runs), [here](#use-it), [gone](docs/missing.md), "
+        "[bad anchor](docs/real.md#no-such-heading), [web](https://example.org/x)\n")
+    assert page_problems(page, options, ini_keys, usage_commands(command_usage)) == [
+        "README.md: option --bench-no-such-option is not in pytest --help",
+        "README.md: option --model-made-up is not in pytest --help",
+        "README.md: ini key agentbench_nope is not in pytest --help",
+        "README.md: `python -m pytest_agentbench frobnicate` is not a command of its usage",
+        f"README.md: link docs/missing.md leads to no file ({tmp_path / 'docs' / 'missing.md'})",
+        "README.md: link docs/real.md#no-such-heading names no heading of real.md",
+    ]
+    orphan = tmp_path / "docs" / "orphan.md"
+    orphan.write_text("# Nobody links here\n")
+    assert unreachable_pages(page, [tmp_path / "docs" / "real.md", orphan]) == [orphan]
+
+
+def test_the_options_check_fails_both_ways(tmp_path, pytest_help):
+    options, _ = help_options(pytest_help)
+    page = tmp_path / "options.md"
+    page.write_text("\n".join(f"`{o}`" for o in sorted(options - {"--bench-timeout"})) + "\n`--bench-gone`\n")
+    assert options_page_problems(page, options) == [
+        "options.md does not list --bench-timeout", "options.md lists --bench-gone, which pytest --help does not"]
