@@ -1,8 +1,9 @@
 """The README and every docs/*.md page name only what exists: each agentbench option (``--bench-*``,
 ``--model*``, ``--no-bench-*``) and ini key (``agentbench_*``) is one ``pytest --help`` lists, each
-``python -m pytest_agentbench COMMAND`` is one its usage lists, each relative link reaches a file (and a heading,
-when it names an anchor), every page is reachable from the README, docs/options.md lists exactly the options
-``pytest --help`` shows, and the README stays a ten-minute read (issue 22)."""
+``python -m pytest_agentbench COMMAND`` is one its usage lists, each repository file named in a code span
+exists, each relative link reaches a file (and a heading, when it names an anchor), every page is reachable
+from the README, docs/options.md lists exactly the options ``pytest --help`` shows, and the README stays a
+ten-minute read (issue 22)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bench_runs import REPO
 
 README_MAX_BYTES = 12 * 1024
@@ -24,7 +24,7 @@ OPTION = re.compile(r"(?<![\w-])--(?:no-)?(?:bench|model)(?:-[a-z0-9]+)*(?![\w-]
 INI_KEY = re.compile(r"(?<![\w.$])agentbench_[a-z][a-z0-9_]*")
 COMMAND = re.compile(r"python3? -m pytest_agentbench ([a-z][a-z|-]*)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
 
 
 # ---------------------------------------------------------------- what exists
@@ -34,8 +34,8 @@ def help_options(help_text: str) -> tuple[set[str], set[str]]:
     """The options and ini keys of the plugin's group in ``pytest --help``."""
     assert HELP_GROUP in help_text, f"pytest --help has no group {HELP_GROUP!r}: is the plugin loaded?"
     group = help_text.split(HELP_GROUP, 1)[1]
-    group = re.split(r"^\S.*:\s*$", group, maxsplit=1, flags=re.M)[0]  # up to the next group's title
-    options = set(re.findall(r"^ {2}(--[a-z0-9-]+)", group, re.M))
+    group = re.split(r"^\S.*:\s*$", group, maxsplit=1, flags=re.MULTILINE)[0]  # up to the next group's title
+    options = set(re.findall(r"^ {2}(--[a-z0-9-]+)", group, re.MULTILINE))
     ini_keys = set(re.findall(r"\[ini (agentbench_[a-z0-9_]+)", " ".join(group.split())))
     return options, ini_keys
 
@@ -43,15 +43,15 @@ def help_options(help_text: str) -> tuple[set[str], set[str]]:
 def usage_commands(usage: str) -> set[str]:
     """The commands ``python -m pytest_agentbench --help`` lists under "commands:"."""
     listing = usage.split("commands:", 1)[1]
-    listing = re.split(r"^\S", listing, maxsplit=1, flags=re.M)[0]
-    return set(re.findall(r"^ {2}([a-z][a-z-]+)", listing, re.M))
+    listing = re.split(r"^\S", listing, maxsplit=1, flags=re.MULTILINE)[0]
+    return set(re.findall(r"^ {2}([a-z][a-z-]+)", listing, re.MULTILINE))
 
 
 @pytest.fixture(scope="session")
 def pytest_help(tmp_path_factory) -> str:
     """``pytest --help`` as a user runs it (the plugin loads through its entry point), once."""
     where = tmp_path_factory.mktemp("help")
-    done = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=where,
+    done = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=where, check=False,
                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "100"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout
@@ -60,7 +60,7 @@ def pytest_help(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def command_usage(tmp_path_factory) -> str:
     done = subprocess.run([sys.executable, "-m", "pytest_agentbench", "--help"], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path_factory.mktemp("usage"))
+                          check=False, timeout=300, cwd=tmp_path_factory.mktemp("usage"))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout
 
@@ -75,7 +75,7 @@ def slug(heading: str) -> str:
 
 def anchors(text: str) -> set[str]:
     found: set[str] = set()
-    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", FENCE.sub("", text), re.M):
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", FENCE.sub("", text), re.MULTILINE):
         base, n = slug(heading), 0
         name = base
         while name in found:  # a repeated heading gets -1, -2, ... as on GitHub
@@ -85,7 +85,20 @@ def anchors(text: str) -> set[str]:
     return found
 
 
-def page_problems(page: Path, options: set[str], ini_keys: set[str], commands: set[str]) -> list[str]:
+def repository_paths_named(text: str, repo: Path) -> set[str]:
+    """The code spans that name a path in the repository (``tests/test_redteam.py``, ``.ci/run``,
+    ``sandbox/jail.py`` inside the package): spans whose first folder is one of the repository's or the
+    package's folders. ``data/`` and ``reports/`` are where runs put their files, not the repository's."""
+    package = repo / "pytest_agentbench"
+    folders = {p.name for p in repo.iterdir() if p.is_dir() and (p.name == ".ci" or not p.name.startswith("."))}
+    folders |= {p.name for p in package.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    folders -= {"data", "reports"}
+    spans = {span.split("::")[0] for span in re.findall(r"`([\w./-]+)`", text)}
+    return {s for s in spans if "/" in s and s.split("/")[0] in folders}
+
+
+def page_problems(page: Path, options: set[str], ini_keys: set[str], commands: set[str],
+                  repo: Path = REPO) -> list[str]:
     """Every name on ``page`` that does not exist, and every relative link that leads nowhere."""
     text = page.read_text(encoding="utf-8")
     problems = [f"{page.name}: option {o} is not in pytest --help" for o in sorted(set(OPTION.findall(text)) - options)]
@@ -94,6 +107,9 @@ def page_problems(page: Path, options: set[str], ini_keys: set[str], commands: s
     named = {c for found in COMMAND.findall(text) for c in found.split("|") if c}
     problems += [f"{page.name}: `python -m pytest_agentbench {c}` is not a command of its usage"
                  for c in sorted(named - commands)]
+    problems += [f"{page.name}: {path} is not a file or folder of the repository"
+                 for path in sorted(repository_paths_named(text, repo))
+                 if not ((repo / path).exists() or (repo / "pytest_agentbench" / path).exists())]
     for target in LINK.findall(FENCE.sub("", text)):
         if re.match(r"[a-z]+:", target):  # https:, mailto: ... (not checked: no network in tests)
             continue
@@ -167,7 +183,8 @@ def test_the_checker_names_what_a_fabricated_page_gets_wrong(tmp_path, pytest_he
     page.write_text(
         "# Fabricated\n\n## Use it\n\n"
         "Run `pytest --bench=scicode --bench-no-such-option=3 --model=oracle` with ini key `agentbench_nope` "
-        "beside `agentbench_split`; `--benchmark-skip` belongs to another plugin.\n\n"
+        "beside `agentbench_split`; `--benchmark-skip` belongs to another plugin. `tests/test_docs.py`, "
+        "`sandbox/jail.py` and `.ci/run` exist, `tests/test_gone.py` does not; `data/scicode/` is a run's.\n\n"
         "```bash\npython -m pytest_agentbench compare A B\npython -m pytest_agentbench frobnicate RUN\n"
         "pytest --no-bench-hints --model-made-up=1\n```\n\n"
         "[ok](docs/real.md#comparing-runs), [here](#use-it), [gone](docs/missing.md), "
@@ -177,6 +194,7 @@ def test_the_checker_names_what_a_fabricated_page_gets_wrong(tmp_path, pytest_he
         "README.md: option --model-made-up is not in pytest --help",
         "README.md: ini key agentbench_nope is not in pytest --help",
         "README.md: `python -m pytest_agentbench frobnicate` is not a command of its usage",
+        "README.md: tests/test_gone.py is not a file or folder of the repository",
         f"README.md: link docs/missing.md leads to no file ({tmp_path / 'docs' / 'missing.md'})",
         "README.md: link docs/real.md#no-such-heading names no heading of real.md",
     ]
