@@ -40,6 +40,12 @@ def help_options(help_text: str) -> tuple[set[str], set[str]]:
     return options, ini_keys
 
 
+def help_environment_variables(help_text: str) -> set[str]:
+    """The environment variables the plugin's options read, as ``pytest --help`` names them (``[... env $X]``)."""
+    group = help_text.split(HELP_GROUP, 1)[1]
+    return set(re.findall(r"env (\$[A-Z][A-Z0-9_]*)", " ".join(group.split())))
+
+
 def usage_commands(usage: str) -> set[str]:
     """The commands ``python -m pytest_agentbench --help`` lists under "commands:"."""
     listing = usage.split("commands:", 1)[1]
@@ -137,11 +143,15 @@ def unreachable_pages(readme: Path, pages: list[Path]) -> list[Path]:
     return [p for p in pages if p.resolve() not in seen]
 
 
-def options_page_problems(page: Path, options: set[str]) -> list[str]:
-    """docs/options.md lists every option of ``pytest --help`` and no other."""
-    listed = set(OPTION.findall(page.read_text(encoding="utf-8")))
+def options_page_problems(page: Path, options: set[str], environment: set[str] = frozenset()) -> list[str]:
+    """docs/options.md lists every option of ``pytest --help`` and no other, and every environment variable
+    an option reads."""
+    text = page.read_text(encoding="utf-8")
+    listed = set(OPTION.findall(text))
     return ([f"{page.name} does not list {o}" for o in sorted(options - listed)]
-            + [f"{page.name} lists {o}, which pytest --help does not" for o in sorted(listed - options)])
+            + [f"{page.name} lists {o}, which pytest --help does not" for o in sorted(listed - options)]
+            + [f"{page.name} does not name {v}" for v in sorted(environment)
+               if not re.search(re.escape(v) + r"\b", text)])
 
 
 # ---------------------------------------------------------------- the repository's pages
@@ -157,10 +167,12 @@ def test_a_page_names_only_options_commands_and_files_that_exist(page, pytest_he
     assert page_problems(page, options, ini_keys, usage_commands(command_usage)) == []
 
 
-def test_the_options_page_lists_every_option_of_pytest_help(pytest_help):
+def test_the_options_page_lists_every_option_and_variable_of_pytest_help(pytest_help):
     options, _ = help_options(pytest_help)
     assert len(options) > 80, sorted(options)  # the whole group was read, not a part of it
-    assert options_page_problems(REPO / "docs" / "options.md", options) == []
+    environment = help_environment_variables(pytest_help)
+    assert {"$AGENTBENCH_DATA_DIR", "$OPENAI_API_KEY"} <= environment, environment
+    assert options_page_problems(REPO / "docs" / "options.md", options, environment) == []
 
 
 def test_every_docs_page_is_reachable_from_the_readme():
@@ -207,5 +219,6 @@ def test_the_options_check_fails_both_ways(tmp_path, pytest_help):
     options, _ = help_options(pytest_help)
     page = tmp_path / "options.md"
     page.write_text("\n".join(f"`{o}`" for o in sorted(options - {"--bench-timeout"})) + "\n`--bench-gone`\n")
-    assert options_page_problems(page, options) == [
-        "options.md does not list --bench-timeout", "options.md lists --bench-gone, which pytest --help does not"]
+    assert options_page_problems(page, options, {"$OPENAI_API_KEY", "$AGENTBENCH_DATA_DIR"}) == [
+        "options.md does not list --bench-timeout", "options.md lists --bench-gone, which pytest --help does not",
+        "options.md does not name $AGENTBENCH_DATA_DIR", "options.md does not name $OPENAI_API_KEY"]
