@@ -47,10 +47,14 @@ def help_environment_variables(help_text: str) -> set[str]:
 
 
 def usage_commands(usage: str) -> set[str]:
-    """The commands ``python -m pytest_agentbench --help`` lists under "commands:"."""
-    listing = usage.split("commands:", 1)[1]
-    listing = re.split(r"^\S", listing, maxsplit=1, flags=re.MULTILINE)[0]
-    return set(re.findall(r"^ {2}([a-z][a-z-]+)", listing, re.MULTILINE))
+    """The commands ``python -m pytest_agentbench --help`` lists: the names under "commands:", or an argparse
+    parser's sub-command choices (``{compare,init,...}``)."""
+    found = {name for choices in re.findall(r"\{([a-z][a-z,-]*)\}", usage) for name in choices.split(",")}
+    if "commands:" in usage:
+        listing = re.split(r"^\S", usage.split("commands:", 1)[1], maxsplit=1, flags=re.MULTILINE)[0]
+        found |= set(re.findall(r"^ {2}([a-z][a-z-]+)", listing, re.MULTILINE))
+    assert found, f"no command found in the usage:\n{usage}"
+    return found
 
 
 @pytest.fixture(scope="session")
