@@ -40,6 +40,11 @@ def help_options(help_text: str) -> tuple[set[str], set[str]]:
     return options, ini_keys
 
 
+def help_long_options(help_text: str) -> set[str]:
+    """Every long option ``pytest --help`` names, of pytest and of every plugin loaded."""
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", help_text))
+
+
 def help_environment_variables(help_text: str) -> set[str]:
     """The environment variables the plugin's options read, as ``pytest --help`` names them (``[... env $X]``)."""
     group = help_text.split(HELP_GROUP, 1)[1]
@@ -61,7 +66,7 @@ def usage_commands(usage: str) -> set[str]:
 def pytest_help(tmp_path_factory) -> str:
     """``pytest --help`` as a user runs it (the plugin loads through its entry point), once."""
     where = tmp_path_factory.mktemp("help")
-    done = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=where, check=False,
+    done = subprocess.run([sys.executable, "-m", "pytest", "--help"], cwd=where, check=False,
                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "100"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout
@@ -107,11 +112,29 @@ def repository_paths_named(text: str, repo: Path) -> set[str]:
     return {s for s in spans if "/" in s and s.split("/")[0] in folders}
 
 
+def pytest_command_options(text: str) -> set[str]:
+    """The long options of the pytest command lines a page shows (``pytest ...``, ``python -m pytest ...``, with
+    ``VAR=value`` before them), in code blocks and code spans; comments after `` #`` left out."""
+    lines = [line for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
+             for line in block.replace("\\\n", " ").splitlines()]
+    lines += re.findall(r"`([^`\n]+)`", FENCE.sub("", text))
+    found: set[str] = set()
+    for line in lines:
+        line = re.split(r"\s#", line, maxsplit=1)[0]
+        if re.match(r"\s*([A-Z_][A-Z0-9_]*=\S+\s+)*(python3? -m )?pytest\s", line + " "):
+            found |= set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", line))
+    return found
+
+
 def page_problems(page: Path, options: set[str], ini_keys: set[str], commands: set[str],
-                  repo: Path = REPO) -> list[str]:
-    """Every name on ``page`` that does not exist, and every relative link that leads nowhere."""
+                  repo: Path = REPO, pytest_options: set[str] | None = None) -> list[str]:
+    """Every name on ``page`` that does not exist, and every relative link that leads nowhere. With
+    ``pytest_options`` (every long option ``pytest --help`` names), the pytest command lines' options too."""
     text = page.read_text(encoding="utf-8")
     problems = [f"{page.name}: option {o} is not in pytest --help" for o in sorted(set(OPTION.findall(text)) - options)]
+    if pytest_options is not None:
+        problems += [f"{page.name}: a pytest command line gives {o}, which pytest --help does not list"
+                     for o in sorted(pytest_command_options(text) - pytest_options - set(OPTION.findall(text)))]
     problems += [f"{page.name}: ini key {k} is not in pytest --help"
                  for k in sorted(set(INI_KEY.findall(text)) - ini_keys)]
     named = {c for found in COMMAND.findall(text) for c in found.split("|") if c}
@@ -168,7 +191,8 @@ def doc_pages() -> list[Path]:
 @pytest.mark.parametrize("page", doc_pages(), ids=lambda p: p.name)
 def test_a_page_names_only_options_commands_and_files_that_exist(page, pytest_help, command_usage):
     options, ini_keys = help_options(pytest_help)
-    assert page_problems(page, options, ini_keys, usage_commands(command_usage)) == []
+    assert page_problems(page, options, ini_keys, usage_commands(command_usage),
+                         pytest_options=help_long_options(pytest_help)) == []
 
 
 def test_the_options_page_lists_every_option_and_variable_of_pytest_help(pytest_help):
@@ -202,12 +226,17 @@ def test_the_checker_names_what_a_fabricated_page_gets_wrong(tmp_path, pytest_he
         "beside `agentbench_split`; `--benchmark-skip` belongs to another plugin. `tests/test_docs.py`, "
         "`sandbox/jail.py` and `.ci/run` exist, `tests/test_gone.py` does not; `data/scicode/` is a run's.\n\n"
         "```bash\npython -m pytest_agentbench compare A B\npython -m pytest_agentbench frobnicate RUN\n"
-        "pytest --no-bench-hints --model-made-up=1\n```\n\n"
+        "pytest --no-bench-hints --model-made-up=1\nDOCKER_HOST=ssh://h pytest -d --tx 2*popen --lf \\\n"
+        "    --maxfial=2  # --not-an-option in a comment\ndocker run --rm image\n```\n\n"
+        "Or `python -m pytest --junit-xml=out.xml --colour=yes`.\n\n"
         "[ok](docs/real.md#comparing-runs), [here](#use-it), [gone](docs/missing.md), "
         "[bad anchor](docs/real.md#no-such-heading), [web](https://example.org/x)\n")
-    assert page_problems(page, options, ini_keys, usage_commands(command_usage)) == [
+    assert page_problems(page, options, ini_keys, usage_commands(command_usage),
+                         pytest_options=help_long_options(pytest_help)) == [
         "README.md: option --bench-no-such-option is not in pytest --help",
         "README.md: option --model-made-up is not in pytest --help",
+        "README.md: a pytest command line gives --colour, which pytest --help does not list",
+        "README.md: a pytest command line gives --maxfial, which pytest --help does not list",
         "README.md: ini key agentbench_nope is not in pytest --help",
         "README.md: `python -m pytest_agentbench frobnicate` is not a command of its usage",
         "README.md: tests/test_gone.py is not a file or folder of the repository",
