@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from ..benchmarks.registry import available_benchmarks
 from ..core import slurm
 from ..core import spool
 from .collect import BenchItem
+from .options import all_options
 from .run import BenchState
 from .taskpackage import PackageLoop, units_of, write_run_settings
 
@@ -71,7 +73,8 @@ class SlurmBackend:
         api_key = opts["model_api_key"]
         if api_key and opts["slurm_key"] == "file":
             slurm.write_secret(folder, api_key)
-        env = slurm.clean_env([api_key])
+        secret = [o for o in all_options(available_benchmarks()) if o.secret]
+        env = slurm.clean_env([opts.get(o.name) for o in secret], [o.env for o in secret if o.env])
         before, after = slurm.common_args(opts["slurm_partition"], opts["slurm_account"], opts["slurm_args"])
         cwd = str(self.config.invocation_params.dir)
         try:
