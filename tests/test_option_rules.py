@@ -35,7 +35,7 @@ from pytest_agentbench.core.options import (
     secret_names,
     stored_options,
 )
-from pytest_agentbench.pytest_plugin.hostprobe import forwarded, probe_settings
+from pytest_agentbench.pytest_plugin.hostprobe import apply_forwarded, forwarded, probe_settings
 from pytest_agentbench.pytest_plugin.options import all_options
 
 TOYBENCH = REPO / "tests" / "toybench"
@@ -210,6 +210,37 @@ def test_forwarded_settings_carry_a_secret_to_workers_but_not_to_the_probe():
     assert sent == {"bench": "toy", "toy_token": TOKEN, "plain": "yes"}  # a path is each host's own
     assert probe_settings(options, sent) == {"bench": "toy", "plain": "yes"}
     assert [o.name for o in stored_options(options)] == ["bench", "toy_dir", "plain"]
+
+
+def test_a_worker_host_applies_each_options_hosts_rule():
+    """forwarded: the controller's value wins and the host's variable for an option left at its default is
+    ignored; own: the host's own (None on the namespace: its environment or default); gpu: only with a GPU."""
+    from types import SimpleNamespace
+
+    options = (Option("url", "--url", "h", env="THE_URL"), Option("dir", "--dir", "h", kind="path"),
+               Option("gpus", "--gpus", "h", hosts=HOST_GPU), Option("plain", "--plain", "h"))
+    sent = {"gpus": "all", "plain": "yes"}
+    for host_gpus, expected in ((0, None), (1, "all")):
+        namespace = SimpleNamespace(**{o.dest: "from the controller's argv" for o in options})
+        environ = {"THE_URL": "http://host-only"}
+        apply_forwarded(namespace, options, sent, host_gpus, environ)
+        assert namespace.agentbench_gpus == expected
+        assert namespace.agentbench_dir is None and namespace.agentbench_plain == "yes"
+        assert "THE_URL" not in environ
+
+
+def test_a_layers_typed_view_names_exactly_its_options():
+    """``view(SlurmOptions, opts)``: one typed field per option of the layer, filled from resolved settings."""
+    from dataclasses import fields
+
+    from pytest_agentbench.core.options import Sources, resolve, view
+    from pytest_agentbench.core.slurm import SLURM_OPTIONS, SlurmOptions
+
+    assert [f.name for f in fields(SlurmOptions)] == [o.name for o in SLURM_OPTIONS]
+    opts = resolve(SLURM_OPTIONS, Sources(cli={"slurm_max_running": "3", "detach": True}, ini={},
+                                          env={}, invocation_dir=Path.cwd(), rootdir=Path.cwd()))
+    typed = view(SlurmOptions, opts)
+    assert (typed.slurm_max_running, typed.detach, typed.slurm_key, typed.backend) == (3, True, "file", "local")
 
 
 @pytest.fixture

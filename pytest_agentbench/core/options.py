@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 KINDS = ("str", "int", "float", "bool", "choice", "path", "list", "multi", "json", "size")
 # What a remote worker host gets of an option (``Option.hosts``)
@@ -224,6 +224,15 @@ class Settings(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"Settings({dict(self._values)!r})"
+
+
+View = TypeVar("View")
+
+
+def view(cls: type[View], opts: Mapping[str, Any]) -> View:
+    """A layer's typed view of resolved settings: the frozen dataclass ``cls``, whose fields are named after the
+    layer's options, filled with their values (e.g. ``view(SlurmOptions, opts).slurm_key``)."""
+    return cls(**{f.name: opts[f.name] for f in fields(cls)})  # type: ignore[arg-type]
 
 
 def resolve(options: Iterable[Option], sources: Sources) -> Settings:

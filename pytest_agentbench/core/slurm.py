@@ -63,6 +63,19 @@ SLURM_OPTIONS: tuple[Option, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class SlurmOptions:
+    """The backend's settings, typed (``view(SlurmOptions, opts)``); one field per option of SLURM_OPTIONS."""
+
+    backend: str
+    slurm_partition: str | None
+    slurm_account: str | None
+    slurm_max_running: int | None
+    slurm_args: str | None
+    slurm_key: str
+    detach: bool
+
+
 class SlurmError(RuntimeError):
     """A Slurm command failed; the message is Slurm's own."""
 
