@@ -30,6 +30,7 @@ from pytest_agentbench.core.options import (
     HOST_OWN,
     HOST_RULES,
     Option,
+    RunFacts,
     Settings,
     rule_conflict,
     secret_names,
@@ -262,3 +263,17 @@ def test_the_registry_is_read_once_and_a_class_entry_point_is_one_instance(class
     assert type(toy).__name__ == "SecretToy"
     assert registry.get_benchmark("toy") is toy is first.found["toy"]  # one instance, its caches kept
     assert "toy_token" in {o.name for o in all_options(registry.available_benchmarks())}
+
+
+def test_listing_only_is_a_run_fact_not_an_option(bench):
+    """--collect-only reaches SciCode as ``opts.facts.listing_only``: listing the test split with official
+    targets fetches nothing (offline, no test_data.h5 here), while a run of the same items refuses; no option
+    is named after the fact."""
+    args = ("--bench=scicode", "--bench-split=test", "--bench-targets=official", "--model=m")
+    listed = bench(*args, "--collect-only", "-q")
+    assert listed.ret == pytest.ExitCode.OK, listed.stderr.str()
+    assert "291 tests collected" in listed.stdout.str()
+    run = bench(*args, "--bench-ids=1")
+    assert run.ret == pytest.ExitCode.USAGE_ERROR and "the official test_data.h5 is missing" in run.stderr.str()
+    assert "listing_only" not in {o.name for o in all_options(registry.available_benchmarks())}
+    assert Settings({"a": 1}).facts == RunFacts() and "listing_only" not in Settings({"a": 1})

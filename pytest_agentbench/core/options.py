@@ -164,6 +164,7 @@ class Sources:
 
 FILE_ORIGIN = "file "  # how a value from a run file names its origin: "file agentbench.yaml:12"
 
+
 @dataclass(frozen=True)
 class RunFacts:
     """What the plugin knows about a run that no option says; it travels beside the settings (``Settings.facts``),

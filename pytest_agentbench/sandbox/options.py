@@ -24,6 +24,7 @@ SANDBOX_OPTIONS = (
                 "(bubblewrap and user namespaces, or root); without it such a run says 'isolation: none'."),
 )
 
+
 def private_folders(opts: Mapping[str, Any]) -> dict[str, str]:
     """Folder -> the flag that names it, for the run's folders that children must not see: the options declared
     ``private`` (the data dir, the cache and the reports: targets, checksum stamps, cached data, reports)."""
