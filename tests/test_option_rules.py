@@ -18,7 +18,9 @@ import subprocess
 import sys
 import textwrap
 import threading
+from dataclasses import fields
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from bench_runs import REPO, SHARED_DATA, free_port, wait_for
@@ -32,11 +34,19 @@ from pytest_agentbench.core.options import (
     Option,
     RunFacts,
     Settings,
+    Sources,
+    resolve,
     rule_conflict,
     secret_names,
     stored_options,
+    view,
 )
-from pytest_agentbench.pytest_plugin.hostprobe import apply_forwarded, forwarded, probe_settings
+from pytest_agentbench.core.slurm import SLURM_OPTIONS, SlurmOptions
+from pytest_agentbench.pytest_plugin.hostprobe import (
+    apply_forwarded,
+    forwarded,
+    probe_settings,
+)
 from pytest_agentbench.pytest_plugin.options import all_options
 
 TOYBENCH = REPO / "tests" / "toybench"
@@ -216,8 +226,6 @@ def test_forwarded_settings_carry_a_secret_to_workers_but_not_to_the_probe():
 def test_a_worker_host_applies_each_options_hosts_rule():
     """forwarded: the controller's value wins and the host's variable for an option left at its default is
     ignored; own: the host's own (None on the namespace: its environment or default); gpu: only with a GPU."""
-    from types import SimpleNamespace
-
     options = (Option("url", "--url", "h", env="THE_URL"), Option("dir", "--dir", "h", kind="path"),
                Option("gpus", "--gpus", "h", hosts=HOST_GPU), Option("plain", "--plain", "h"))
     sent = {"gpus": "all", "plain": "yes"}
@@ -232,11 +240,6 @@ def test_a_worker_host_applies_each_options_hosts_rule():
 
 def test_a_layers_typed_view_names_exactly_its_options():
     """``view(SlurmOptions, opts)``: one typed field per option of the layer, filled from resolved settings."""
-    from dataclasses import fields
-
-    from pytest_agentbench.core.options import Sources, resolve, view
-    from pytest_agentbench.core.slurm import SLURM_OPTIONS, SlurmOptions
-
     assert [f.name for f in fields(SlurmOptions)] == [o.name for o in SLURM_OPTIONS]
     opts = resolve(SLURM_OPTIONS, Sources(cli={"slurm_max_running": "3", "detach": True}, ini={},
                                           env={}, invocation_dir=Path.cwd(), rootdir=Path.cwd()))
