@@ -1,6 +1,13 @@
-"""Benchmarks are found through the ``pytest_agentbench.benchmarks`` entry-point group."""
+"""Benchmarks are found through the ``pytest_agentbench.benchmarks`` entry-point group, once per process.
+
+The entry points are read on the first call of ``available_benchmarks`` and kept: every later caller (the
+options, the plugin, the host probe, the reports) gets the same ``Registered`` and the same benchmark
+objects, so an entry point that names a class is instantiated once and keeps its per-run caches.
+``reload`` reads the entry points again: for tests that install a benchmark after the first read.
+"""
 from __future__ import annotations
 
+from functools import cache
 from importlib.metadata import entry_points
 
 from ..core.errors import ConfigError, choose
@@ -10,11 +17,22 @@ ENTRY_POINT_GROUP = "pytest_agentbench.benchmarks"
 
 
 def available_benchmarks() -> Registered:
-    """Benchmarks keyed by ``--bench`` name, and the ones that failed to load.
+    """Benchmarks keyed by ``--bench`` name, and the ones that failed to load (read once per process).
 
     The plugin is active in every pytest run of an environment it is installed in, so a broken
     benchmark package must not break unrelated runs: it is only an error when it is asked for.
     """
+    return _scan()
+
+
+def reload() -> Registered:
+    """Tests only: forget what was read and read the entry points again (a benchmark installed since)."""
+    _scan.cache_clear()
+    return _scan()
+
+
+@cache
+def _scan() -> Registered:
     out = Registered()
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 KINDS = ("str", "int", "float", "bool", "choice", "path", "list", "multi", "json", "size")
+# What a remote worker host gets of an option (``Option.hosts``)
+HOST_FORWARDED = "forwarded"  # the controller's value, when it was set explicitly
+HOST_OWN = "own"  # nothing: each host uses its own environment and defaults (paths differ between hosts)
+HOST_GPU = "gpu"  # forwarded, and used only by a host that has a GPU
+HOST_RULES = (HOST_FORWARDED, HOST_OWN, HOST_GPU)
 
 
 class OptionError(ValueError):
@@ -37,8 +42,22 @@ class Option:
     ``check(value)`` may return a cleaned value or raise ``ValueError`` with the reason.
     ``runfile_group`` is the section of a run file (core/runfile.py) that may set it.
     ``negatable`` adds ``--no-<flag>`` for bools. ``owner`` is the benchmark that declared the
-    option, or None for options every run shares. ``secret`` values (an API key) are never written anywhere,
-    not even inside the command line a report records.
+    option, or None for options every run shares.
+
+    The option's rules, which every consumer reads from here (never from a list of names):
+      ``secret``: the value (an API key) is never written anywhere, not even inside the command line a report
+        records, and never sent to a host probe; it reaches remote workers only in their in-memory worker input.
+      ``stored``: a value given for the run is kept in settings.json (how the run was asked for), so
+        ``--bench-resume DIR`` / ``--bench-replay DIR`` need nothing retyped. Default: True, False for a secret
+        (a secret option that says ``stored=True`` is refused).
+      ``free_on_resume``: the value may differ when the run is resumed (where output goes, how items are run,
+        the gates); otherwise a different value on the resume's command line is refused. Only a stored option
+        can be free.
+      ``hosts``: what a remote worker host gets: ``"forwarded"`` (the controller's value, if set explicitly),
+        ``"own"`` (each host uses its own environment and defaults: every path option, the default for kind
+        path), ``"gpu"`` (forwarded, but only a host with a GPU uses it).
+      ``private``: a folder of the run (data, cache, reports) that the children running model code never see
+        (sandbox/options.py hides it). Only a path option every run shares (no ``owner``) can be private.
     """
 
     name: str
@@ -60,12 +79,24 @@ class Option:
     secret: bool = False
     owner: str | None = None
     runfile_group: str | None = "bench"  # the run file section that may set it ("bench", "models", "gates"; None: none)
+    stored: bool | None = None  # None: True unless secret
+    free_on_resume: bool = False
+    hosts: str | None = None  # one of HOST_RULES; None: "own" for a path, else "forwarded"
+    private: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"option {self.flag}: unknown kind {self.kind!r}")
         if not self.flag.startswith("--"):
             raise ValueError(f"option {self.name}: flag {self.flag!r} must start with --")
+        # the derived defaults become plain values, so every consumer reads a bool / a rule name
+        if self.stored is None:
+            object.__setattr__(self, "stored", not self.secret)
+        if self.hosts is None:
+            object.__setattr__(self, "hosts", HOST_OWN if self.kind == "path" else HOST_FORWARDED)
+        problem = rule_conflict(self)
+        if problem:
+            raise ValueError(f"option {self.flag}: {problem}")
 
     @property
     def dest(self) -> str:
@@ -86,6 +117,37 @@ class Option:
         return self.takes_value
 
 
+def rule_conflict(option: Option) -> str | None:
+    """Why the option's rules contradict each other (a programming error in its declaration), or None."""
+    if option.hosts not in HOST_RULES:
+        return f"hosts must be one of {', '.join(HOST_RULES)}, not {option.hosts!r}"
+    if option.secret and option.stored:
+        return "a secret option is never stored in settings.json (leave out stored=True)"
+    if option.free_on_resume and not option.stored:
+        return "free_on_resume needs a stored option (an option not stored is never compared on resume)"
+    if option.kind == "path" and option.hosts != HOST_OWN:
+        return "a path names a folder of this host: its hosts rule is 'own'"
+    if option.private and (option.kind != "path" or option.owner is not None):
+        return "only a path option every run shares (no owner) can be private"
+    return None
+
+
+def secret_names(options: Iterable[Option]) -> frozenset[str]:
+    """The names of the secret options: their values are never written, logged or sent to a host probe."""
+    return frozenset(o.name for o in options if o.secret)
+
+
+def without_secrets(options: Iterable[Option], values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` (option name -> value) without the secret options' values."""
+    hidden = secret_names(options)
+    return {name: value for name, value in values.items() if name not in hidden}
+
+
+def stored_options(options: Iterable[Option]) -> tuple[Option, ...]:
+    """The options settings.json keeps when a run gives them (``Option.stored``)."""
+    return tuple(o for o in options if o.stored)
+
+
 @dataclass(frozen=True)
 class Sources:
     """The raw values of one run, as the plugin found them (strings; None where a source is silent)."""
@@ -102,17 +164,23 @@ class Sources:
 
 FILE_ORIGIN = "file "  # how a value from a run file names its origin: "file agentbench.yaml:12"
 
-# A run-wide value in the settings a benchmark reads: True under --collect-only (nothing is scored, so nothing
-# has to be fetched or built for it)
-LISTING_ONLY = "listing_only"
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the plugin knows about a run that no option says; it travels beside the settings (``Settings.facts``),
+    never among them: it is not resolved, stored, forwarded or shown as an option."""
+
+    listing_only: bool = False  # --collect-only: nothing is scored, so nothing has to be fetched or built for it
 
 
 class Settings(Mapping[str, Any]):
-    """Resolved settings: read-only, by key or attribute, plus where each value came from."""
+    """Resolved settings: read-only, by key or attribute, plus where each value came from and the run's facts."""
 
-    def __init__(self, values: Mapping[str, Any], origins: Mapping[str, str] | None = None) -> None:
+    def __init__(self, values: Mapping[str, Any], origins: Mapping[str, str] | None = None,
+                 facts: RunFacts | None = None) -> None:
         self._values = MappingProxyType(dict(values))
         self._origins = MappingProxyType(dict(origins or {}))
+        self._facts = facts or RunFacts()
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -135,9 +203,18 @@ class Settings(Mapping[str, Any]):
             return
         raise AttributeError("settings are frozen")
 
-    def with_values(self, **values: Any) -> "Settings":
-        """These settings plus ``values`` (run-wide facts a benchmark reads, such as ``LISTING_ONLY``)."""
-        return Settings({**self._values, **values}, self._origins)
+    @property
+    def facts(self) -> RunFacts:
+        """The run's facts (``RunFacts``): what is true of this run that no option says."""
+        return self._facts
+
+    def with_values(self, **values: Any) -> Settings:
+        """These settings with some options' values replaced (their origins kept)."""
+        return Settings({**self._values, **values}, self._origins, self._facts)
+
+    def with_facts(self, facts: RunFacts) -> Settings:
+        """The same settings for a run with these facts."""
+        return Settings(self._values, self._origins, facts)
 
     def origin(self, key: str) -> str:
         """'command line', 'environment', 'file NAME:LINE' (a run file), 'ini' or 'default'."""
@@ -148,6 +225,15 @@ class Settings(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"Settings({dict(self._values)!r})"
+
+
+View = TypeVar("View")
+
+
+def view(cls: type[View], opts: Mapping[str, Any]) -> View:
+    """A layer's typed view of resolved settings: the frozen dataclass ``cls``, whose fields are named after the
+    layer's options, filled with their values (e.g. ``view(SlurmOptions, opts).slurm_key``)."""
+    return cls(**{f.name: opts[f.name] for f in fields(cls)})  # type: ignore[arg-type]
 
 
 def resolve(options: Iterable[Option], sources: Sources) -> Settings:

@@ -12,7 +12,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
            "several models run in one session, each its own run, unless --model picks one; "
            "the command line and the environment win over it, it wins over the ini file.",
            kind="path", exists="file", ini="agentbench_config", env="AGENTBENCH_CONFIG", metavar="FILE",
-           runfile_group=None),
+           runfile_group=None, stored=False),
     Option("split", "--bench-split",
            "benchmark split (default: the benchmark's own default split).",
            ini="agentbench_split", metavar="SPLIT"),
@@ -22,27 +22,28 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("data_dir", "--bench-data-dir",
            "folder holding the upstream data files (default $AGENTBENCH_DATA_DIR, else ./data); "
            "missing files are downloaded into it from pinned URLs and checked by sha256.",
-           kind="path", default="data", ini="agentbench_data_dir", env="AGENTBENCH_DATA_DIR", metavar="DIR"),
+           kind="path", default="data", ini="agentbench_data_dir", env="AGENTBENCH_DATA_DIR", metavar="DIR",
+           free_on_resume=True, private=True),
     Option("cache_dir", "--bench-cache-dir",
            "cache folder, relative to the rootdir: model responses, files a benchmark derives from its data, "
            "checksum stamps (default $AGENTBENCH_CACHE_DIR, else .agentbench_cache/).",
            kind="path", default=".agentbench_cache", relative_to="rootdir", ini="agentbench_cache_dir",
-           env="AGENTBENCH_CACHE_DIR", metavar="DIR"),
+           env="AGENTBENCH_CACHE_DIR", metavar="DIR", free_on_resume=True, private=True),
     Option("report_dir", "--bench-report-dir",
            "folder for run reports: <dir>/<benchmark>/<model>/<run-id>/ (default reports/).",
-           kind="path", default="reports", ini="agentbench_report_dir", metavar="DIR"),
+           kind="path", default="reports", ini="agentbench_report_dir", metavar="DIR", free_on_resume=True, private=True),
     Option("run_id", "--bench-run-id",
            "name of this run's report folder (default: UTC timestamp plus a random suffix).",
-           ini="agentbench_run_id", metavar="ID"),
+           ini="agentbench_run_id", metavar="ID", stored=False),
     Option("timeout", "--bench-timeout",
            "seconds allowed for scoring one item in its child process (default 1800, as upstream).",
            kind="float", default=1800.0, minimum=0, exclusive_minimum=True, ini="agentbench_timeout",
-           metavar="SECONDS"),
+           metavar="SECONDS", free_on_resume=True),
     Option("max_consecutive_errors", "--bench-max-consecutive-errors",
            "stop the run (as -x does, writing complete reports of what finished) after N items in a row ended in "
            "model_error on one process (per worker under -n); eval_error and env_error never stop a run; "
            "0 never stops (default 10).", kind="int", default=10, minimum=0,
-           ini="agentbench_max_consecutive_errors", metavar="N"),
+           ini="agentbench_max_consecutive_errors", metavar="N", free_on_resume=True),
     Option("allow_custom_data", "--bench-allow-custom-data",
            "accept data files whose sha256 differs from the pinned upstream files (a hand-made dataset, "
            "a custom test_data.h5); the report says so.", kind="bool", default=False,

@@ -37,26 +37,43 @@ SLURM_OPTIONS: tuple[Option, ...] = (
     Option("backend", "--bench-backend", kind="choice", choices=BACKENDS, default="local",
            ini="agentbench_backend", env="AGENTBENCH_BACKEND", metavar="BACKEND",
            help="where tasks run: local (this pytest session and its xdist workers) or slurm (one job array "
-                "element per task; the run folder must be on a file system the nodes share; see docs/slurm.md)."),
+                "element per task; the run folder must be on a file system the nodes share; see docs/slurm.md).",
+                free_on_resume=True),
     Option("slurm_partition", "--bench-slurm-partition", ini="agentbench_slurm_partition", metavar="NAME",
-           help="Slurm partition for the run's jobs (sbatch --partition; default: the cluster's)."),
+           help="Slurm partition for the run's jobs (sbatch --partition; default: the cluster's).",
+           free_on_resume=True),
     Option("slurm_account", "--bench-slurm-account", ini="agentbench_slurm_account", metavar="NAME",
-           help="Slurm account charged for the run's jobs (sbatch --account)."),
+           help="Slurm account charged for the run's jobs (sbatch --account).", free_on_resume=True),
     Option("slurm_max_running", "--bench-slurm-max-running", kind="int", default=None, minimum=1,
            ini="agentbench_slurm_max_running", metavar="N",
-           help="at most N of the run's tasks run at once (the job array's %N; default: no limit)."),
+           help="at most N of the run's tasks run at once (the job array's %N; default: no limit).",
+           free_on_resume=True),
     Option("slurm_args", "--bench-slurm-args", ini="agentbench_slurm_args", metavar="ARGS",
            help="further sbatch arguments for every task's job, shell-quoted (e.g. '--qos=long --constraint=a100'); "
-                "they come after the requests pytest-agentbench makes, so they win."),
+                "they come after the requests pytest-agentbench makes, so they win.", free_on_resume=True),
     Option("slurm_key", "--bench-slurm-key", kind="choice", choices=KEY_SOURCES, default="file",
            ini="agentbench_slurm_key",
            help="how a job gets the API key: file (a file in the run's spool only you can read, mode 0600, "
                 "removed by collect) or node-env (the job's own $OPENAI_API_KEY on the node; nothing is written). "
-                "The key is never in a job script or in the environment Slurm stores."),
+                "The key is never in a job script or in the environment Slurm stores.", free_on_resume=True),
     Option("detach", "--bench-detach", kind="bool", default=False, negatable=True, ini="agentbench_detach",
            help="with --bench-backend=slurm: exit 0 once the tasks are submitted, printing the job ids and the "
-                "collect command; a dependent job runs `python -m pytest_agentbench collect RUN_DIR` when they end."),
+                "collect command; a dependent job runs `python -m pytest_agentbench collect RUN_DIR` when they end.",
+                free_on_resume=True),
 )
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """The backend's settings, typed (``view(SlurmOptions, opts)``); one field per option of SLURM_OPTIONS."""
+
+    backend: str
+    slurm_partition: str | None
+    slurm_account: str | None
+    slurm_max_running: int | None
+    slurm_args: str | None
+    slurm_key: str
+    detach: bool
 
 
 class SlurmError(RuntimeError):
@@ -104,9 +121,9 @@ def run(args: list[str], *, env: Mapping[str, str] | None = None, timeout: float
     return done.stdout
 
 
-def clean_env(secrets: Iterable[str | None], names: Iterable[str] = ("OPENAI_API_KEY",)) -> dict[str, str]:
-    """This process's environment without the API key (by name, and any variable holding a secret's value):
-    what sbatch exports is stored by Slurm."""
+def clean_env(secrets: Iterable[str | None], names: Iterable[str]) -> dict[str, str]:
+    """This process's environment without the secret options' variables (``names``) and any variable holding a
+    secret's value: what sbatch exports is stored by Slurm."""
     values = {s for s in secrets if s}
     drop = set(names)
     return {k: v for k, v in os.environ.items() if k not in drop and v not in values}

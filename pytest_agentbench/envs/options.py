@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..core.errors import ConfigError
-from ..core.options import Option
+from ..core.options import HOST_GPU, Option
 from ..sandbox.limits import DEFAULT_MEMORY_LIMIT
 from ..sandbox.options import limits_from, private_paths
 from .base import EnvFactory
@@ -19,13 +19,14 @@ ENV_OPTIONS = (
            help="where agent commands and tool code run: host (a sandboxed workspace on this machine) or "
                 "docker (one container per item through the Docker SDK; DOCKER_HOST selects a remote engine). "
                 "Default: the benchmark's choice (docker where a real model's agent must not reach the answers, "
-                "host otherwise)."),
+                "host otherwise).", free_on_resume=True),
     Option("docker_image", "--bench-docker-image", default=DEFAULT_IMAGE, ini="agentbench_docker_image",
            help=f"image of the Docker environment (default {DEFAULT_IMAGE}, pulled when missing)."),
     Option("docker_network", "--bench-docker-network", default=DEFAULT_NETWORK, ini="agentbench_docker_network",
            help="network mode of the containers: bridge (default), none, host or a network name."),
     Option("gpus", "--bench-gpus", ini="agentbench_gpus",
-           help="GPUs for items that need one: all, or comma-separated device ids. Without it such items are skipped."),
+           help="GPUs for items that need one: all, or comma-separated device ids. Without it such items are skipped.",
+           hosts=HOST_GPU),
     Option("env_memory", "--bench-env-memory", kind="size", default=DEFAULT_ENV_MEMORY, ini="agentbench_env_memory",
            help="memory limit of an environment (docker mem_limit; address-space limit of a host command), e.g. 8g."),
     Option("host_network", "--bench-host-network", kind="choice", choices=HOST_NETWORKS, default="user",
@@ -34,7 +35,7 @@ ENV_OPTIONS = (
                 "(default; outbound access through slirp4netns, none to this machine's loopback listeners or "
                 "abstract unix sockets) or none (no network)."),
     Option("keep_workspaces", "--bench-keep-workspaces", kind="bool", default=False, ini="agentbench_keep_workspaces",
-           help="keep each item's workspace folder after the run (its path is in the record)."),
+           help="keep each item's workspace folder after the run (its path is in the record).", free_on_resume=True),
 )
 
 

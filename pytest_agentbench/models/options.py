@@ -35,7 +35,8 @@ MODEL_OPTIONS: tuple[Option, ...] = (
                                "the benchmarks' ground truth.", ini="agentbench_model", metavar="NAME", runfile_group="models"),
     Option("model_base_url", "--model-base-url",
            f"base URL of the OpenAI-compatible API (default: $OPENAI_BASE_URL, else {DEFAULT_BASE_URL}).",
-           ini="agentbench_model_base_url", env="OPENAI_BASE_URL", metavar="URL", runfile_group="models"),
+           ini="agentbench_model_base_url", env="OPENAI_BASE_URL", metavar="URL", runfile_group="models",
+           free_on_resume=True),
     Option("model_api_key", "--model-api-key",
            "API key (default: $OPENAI_API_KEY); never written to reports or the cache.",
            env="OPENAI_API_KEY", metavar="KEY", secret=True, runfile_group="models"),
@@ -49,15 +50,16 @@ MODEL_OPTIONS: tuple[Option, ...] = (
     Option("model_timeout", "--model-timeout",
            f"timeout of one model request in seconds (default {DEFAULT_TIMEOUT:g}).",
            kind="float", default=DEFAULT_TIMEOUT, minimum=0, exclusive_minimum=True,
-           ini="agentbench_model_timeout", metavar="SECONDS", runfile_group="models"),
+           ini="agentbench_model_timeout", metavar="SECONDS", runfile_group="models", free_on_resume=True),
     Option("model_max_retries", "--model-max-retries",
            "retries of a model request on rate limits, server errors, timeouts and connection errors, "
            f"with exponential backoff (default {DEFAULT_MAX_RETRIES}).",
-           kind="int", default=DEFAULT_MAX_RETRIES, minimum=0, ini="agentbench_model_max_retries", metavar="N", runfile_group="models"),
+           kind="int", default=DEFAULT_MAX_RETRIES, minimum=0, ini="agentbench_model_max_retries", metavar="N", runfile_group="models",
+           free_on_resume=True),
     Option("model_retry_delay", "--model-retry-delay",
            f"base delay in seconds of the exponential retry backoff (default {DEFAULT_RETRY_BASE_DELAY:g}).",
            kind="float", default=DEFAULT_RETRY_BASE_DELAY, minimum=0, ini="agentbench_model_retry_delay",
-           metavar="SECONDS", runfile_group="models"),
+           metavar="SECONDS", runfile_group="models", free_on_resume=True),
     Option("cache", "--bench-cache",
            "response cache mode: rw (read and write, default), ro (read only), off, "
            "replay (only cached replies; a miss is an error, to re-score without a model).",
@@ -66,7 +68,8 @@ MODEL_OPTIONS: tuple[Option, ...] = (
            "at session start, prove the endpoint answers with one cheap request (list the models, else a "
            "1-token completion): a missing key, a dead endpoint or an unknown model is then one usage error "
            "(exit 4) before any item runs. Skipped for the oracle and with --bench-cache replay|ro "
-           "(default on).", kind="choice", choices=("on", "off"), default="on", ini="agentbench_model_preflight", runfile_group="models"),
+           "(default on).", kind="choice", choices=("on", "off"), default="on", ini="agentbench_model_preflight", runfile_group="models",
+           free_on_resume=True),
     PRICE_OPTION,
     *BUDGET_OPTIONS,
 )

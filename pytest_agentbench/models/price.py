@@ -86,7 +86,7 @@ PRICE_OPTION = Option(
     "the model's price in USD per million tokens, PROMPT,COMPLETION (e.g. 2.5,10): records, summaries and "
     f"report.html then show what the run cost (a run file's model takes price: {{{PROMPT_KEY}: ..., "
     f"{COMPLETION_KEY}: ...}}). Nothing fetches prices.", check=check_price, ini="agentbench_model_price",
-    metavar="PROMPT,COMPLETION", runfile_group="models")
+    metavar="PROMPT,COMPLETION", runfile_group="models", free_on_resume=True)
 
 BUDGET_OPTIONS: tuple[Option, ...] = (
     Option("max_cost_per_item", "--bench-max-cost-per-item",
@@ -97,7 +97,8 @@ BUDGET_OPTIONS: tuple[Option, ...] = (
     Option("max_cost", "--bench-max-cost",
            "budget in USD of the run: once its fresh model calls have cost this much, no new item starts; the "
            "rest is reported not run and the run is incomplete (resume it to go on). Needs --model-price.",
-           kind="float", minimum=0, exclusive_minimum=True, ini="agentbench_max_cost", metavar="USD"),
+           kind="float", minimum=0, exclusive_minimum=True, ini="agentbench_max_cost", metavar="USD",
+           free_on_resume=True),
 )
 
 

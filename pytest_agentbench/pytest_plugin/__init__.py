@@ -94,8 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {description}")
     options: tuple[Option, ...] = all_options(registered)
     opts = read(config, options)
-    free = frozenset().union(*(b.free_settings for b in registered.found.values()))
-    opts = restore(config, options, opts, free)  # --bench-resume/--bench-replay DIR: the run's own settings
+    opts = restore(config, options, opts)  # --bench-resume/--bench-replay DIR: the run's own settings
     config.stash[SETTINGS] = opts
     config.stash[DEFINITION] = definition(config, options, opts)
     try:

@@ -24,7 +24,7 @@ from ..core.options import Option, Settings
 from ..models.options import ORACLE, check_api_key, model_settings
 from ..models.preflight import preflight, skip_reason
 from ..core.host import hostname
-from ..sandbox.options import PRIVATE_PATH_SETTINGS, isolation_from
+from ..sandbox.options import isolation_from, private_folders
 from ..sandbox.selftest import run_self_test
 from .run import BenchState
 from .selfdescribe import rewrite_definition
@@ -112,8 +112,7 @@ def write_probe(file: Path) -> None:
 def sandbox_self_test(opts: Settings, state: BenchState) -> None:
     """ConfigError when this interpreter cannot run in the sandbox with the run's hidden folders (what is hidden
     and how to fix it); when it can, the run's isolation line says so. Nothing to test without isolation."""
-    hidden = {str(opts[key]): f"--bench-{key.replace('_', '-')}" for key in PRIVATE_PATH_SETTINGS if opts.get(key)}
-    outcome = run_self_test(hidden=hidden)
+    outcome = run_self_test(hidden=private_folders(opts))
     if outcome is None:
         return
     if not outcome.ok:

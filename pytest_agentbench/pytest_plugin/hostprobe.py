@@ -6,8 +6,10 @@ The controller runs ``SERVE_SOURCE`` on each new xdist gateway before its worker
 ``AGENTBENCH_TEST_GPUS`` read there), whether a Docker engine answers, how children can be isolated and
 whether that host's interpreter runs in its sandbox (the self-test, ``sandbox/selftest.py``), the
 installed plugin's version and build, and the data hashes of the selected benchmark and split computed
-from the host's own data dir. Per-host paths (every path option: data, cache, capsules, ...) are never
-forwarded: a host uses its own ``AGENTBENCH_*`` environment or the defaults.
+from the host's own data dir. What a host gets of each option is the option's ``hosts`` rule: per-host paths
+(every path option: data, cache, capsules, ...) are never forwarded, a host uses its own ``AGENTBENCH_*``
+environment or the defaults; a GPU option is used only by a host with a GPU. A secret option's value reaches a
+worker in its in-memory worker input, never the probe (``probe_settings``).
 """
 from __future__ import annotations
 
@@ -23,15 +25,13 @@ from ..benchmarks.registry import available_benchmarks, get_benchmark
 from ..core import host
 from ..core.errors import ConfigError
 from ..core.data import DataError
-from ..core.options import Option, OptionError, Settings, Sources, resolve
+from ..core.options import HOST_GPU, HOST_OWN, Option, OptionError, Settings, Sources, resolve, without_secrets
 from ..sandbox.isolation import probe as isolation_probe
-from ..sandbox.options import PRIVATE_PATH_SETTINGS
+from ..sandbox.options import private_folders
 from ..sandbox.selftest import run_self_test
 from .options import all_options
 from .provenance import PACKAGE, version_of
 
-# the one option a host decides itself besides paths: GPUs exist there or not
-HOST_DECIDES = ("gpus",)
 PROBE_TIMEOUT = 300.0  # seconds: the first probe of a host may hash its data files
 # execnet remote_exec source (stdlib only): the probe runs in a child of the worker's python, so the worker
 # process imports nothing of the plugin before pytest starts in it; the request (run settings) goes in on
@@ -55,11 +55,12 @@ except Exception as exc:
 
 
 def forwarded(options: tuple[Option, ...], opts: Settings) -> dict[str, Any]:
-    """The controller's explicitly set run settings as command-line values (paths left out): what a remote
-    worker uses instead of the ini file and environment it does not share. Held in memory only."""
+    """The controller's explicitly set run settings as command-line values (the options each host decides,
+    ``hosts="own"``, left out): what a remote worker uses instead of the ini file and environment it does not
+    share. Held in memory only; it holds the secret options' values (``probe_settings`` leaves them out)."""
     out: dict[str, Any] = {}
     for option in options:
-        if option.kind == "path" or not opts.explicit(option.name):
+        if option.hosts == HOST_OWN or not opts.explicit(option.name):
             continue
         if option.owner and option.owner != opts["bench"]:  # another benchmark's ini key: ignored here too
             continue
@@ -67,6 +68,11 @@ def forwarded(options: tuple[Option, ...], opts: Settings) -> dict[str, Any]:
         if raw is not None:
             out[option.name] = raw
     return out
+
+
+def probe_settings(options: tuple[Option, ...], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The forwarded settings a host probe receives: no secret option's value (the probe needs none)."""
+    return without_secrets(options, settings)
 
 
 def raw_value(option: Option, value: Any) -> Any:
@@ -91,14 +97,14 @@ def apply_forwarded(namespace: Any, options: tuple[Option, ...], raw: Mapping[st
     A setting the controller left at its default stays at the default here: this host's variables for it
     (``$OPENAI_API_KEY``, ``$OPENAI_BASE_URL``) are ignored."""
     for option in options:
-        if option.kind == "path":
+        if option.hosts == HOST_OWN:
             setattr(namespace, option.dest, None)
             continue
         if option.name in raw:
             setattr(namespace, option.dest, raw[option.name])
         elif option.env:
             environ.pop(option.env, None)
-        if option.name in HOST_DECIDES and not host_gpus:
+        if option.hosts == HOST_GPU and not host_gpus:
             setattr(namespace, option.dest, None)
 
 
@@ -138,8 +144,7 @@ def probe(request: Mapping[str, Any]) -> dict[str, Any]:
         options = all_options(available_benchmarks())
         try:
             opts = host_settings(options, request.get("settings") or {})
-            hidden = {str(opts[key]): f"--bench-{key.replace('_', '-')}" for key in PRIVATE_PATH_SETTINGS
-                      if opts.get(key)}
+            hidden = private_folders(opts)
             benchmark = get_benchmark(bench)
             split = request["split"]
             settings = benchmark.configure(opts, split)

@@ -31,13 +31,13 @@ from ..core.types import Sample
 from . import xdist_compat as xc
 from .collect import BenchItem, sample_nodeids
 from .hostprobe import PROBE_TIMEOUT, SERVE_SOURCE, apply_forwarded, forwarded, installed_versions, version_differences
+from .hostprobe import probe_settings
 from .options import all_options
 from .provenance import PACKAGE, version_of
 from .run import RECORD, SETTINGS, STATE, BenchState, base_record, outcome, state_of
 
 REMOTE_KEY = "agentbench_remote"  # workerinput of a remote worker: {"settings", "host", "gpus"}
 REMOTE_HOST = pytest.StashKey[dict]()  # on a remote worker: what the controller said about its host
-SECRET_SETTINGS = ("model_api_key",)
 GPU_MARKER = "gpu"
 NO_GPU_WORKER = "no worker with a GPU"
 HEARTBEAT_KEY = "agentbench_heartbeat"  # workerinput of a remote worker: an execnet channel to its controller
@@ -320,7 +320,7 @@ class RemoteController:
         xc.drop_rsync_roots(self.config, lambda root: root.name in ("pytest", "_pytest"))
 
     def probe(self, gateway: Any) -> dict[str, Any]:
-        settings = {k: v for k, v in self.settings.items() if k not in SECRET_SETTINGS}  # the probe needs no key
+        settings = probe_settings(all_options(available_benchmarks()), self.settings)  # no secret option's value
         request = {"bench": self.state.benchmark.name, "split": self.state.split, "settings": settings}
         try:
             channel = gateway.remote_exec(SERVE_SOURCE)

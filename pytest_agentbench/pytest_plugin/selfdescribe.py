@@ -2,11 +2,11 @@
 continues it and ``--bench-replay DIR`` re-scores it from the cache, with nothing retyped.
 
 settings.json (written with the run's first record) holds the effective settings and, under ``_run``,
-the options given for the run (every option not left at its default, except the API key and the
-session's own resume/replay options) and its pytest selection (``-k``, ``-m``, ``--deselect``). On
-resume these come back as if typed again. A command-line value that differs is refused with the difference, except for
-free options (where reports go, progress, retries, the endpoint, ...); a different selection is refused
-too, or added to the run's with ``--bench-resume-merge``. Replay takes the run's options and forces
+the options given for the run (every option not left at its default whose ``Option.stored`` is true: not
+a secret, not the session's own resume/replay options) and its pytest selection (``-k``, ``-m``,
+``--deselect``). On resume these come back as if typed again. A command-line value that differs is refused
+with the difference, except for options declared ``free_on_resume`` (where reports go, progress, retries,
+the endpoint, ...); a different selection is refused too, or added to the run's with ``--bench-resume-merge``. Replay takes the run's options and forces
 ``--bench-cache replay``; what is typed on its command line wins (it is a new run).
 """
 from __future__ import annotations
@@ -20,23 +20,13 @@ import pytest
 
 from ..benchmarks.registry import available_benchmarks
 from ..core.io import write_atomic
-from ..core.options import Option, OptionError, Settings, resolve
+from ..core.options import Option, OptionError, Settings, resolve, stored_options
 from ..report.baseline import json_text
 from ..report.resume import RUN_KEY, SETTINGS_FILE
 from .collect import current_nodeid
 from .options import sources
 
 DEFINITION = pytest.StashKey[dict]()
-NOT_STORED = frozenset({"model_api_key", "resume", "resume_merge", "replay", "run_id", "config"})
-# Options that may change when a run is resumed: where things go, how progress shows, how scoring and
-# model calls are run, the gates. Everything else defines the run's questions and answers.
-FREE_ON_RESUME = frozenset({
-    "report_dir", "progress_interval", "cache_dir", "data_dir", "model_base_url", "model_timeout",
-    "model_max_retries", "model_retry_delay", "model_preflight", "max_consecutive_errors", "executor",
-    "memory_limit", "timeout", "fail_under", "baseline", "max_drop", "max_errors", "update_baseline",
-    "significance", "keep_workspaces", "progress", "allow_incomplete", "gate_score", "fail_over", "model_price", "max_cost",
-    "backend", "slurm_partition", "slurm_account", "slurm_max_running", "slurm_args", "slurm_key", "detach",
-})
 SELECTION = {"keyword": "-k", "markexpr": "-m", "deselect": "--deselect"}
 LISTED = frozenset({"deselect"})  # selection options given as a list (repeatable flags)
 
@@ -53,13 +43,12 @@ def jsonable(value: Any) -> Any:
 
 def definition(config: pytest.Config, options: Iterable[Option], opts: Settings) -> dict[str, Any]:
     """How this run was asked for: what settings.json keeps under ``_run``."""
+    given = [o for o in stored_options(options) if opts.origin(o.name) != "default"]
     return {
-        "options": {o.name: jsonable(opts[o.name]) for o in options
-                    if opts.origin(o.name) != "default" and o.name not in NOT_STORED},
+        "options": {o.name: jsonable(opts[o.name]) for o in given},
         "selection": {key: selection_of(config, key) for key in SELECTION},
         # where each of those values came from: command line, environment, a run file's line, ini
-        "sources": {o.name: opts.origin(o.name) for o in options
-                    if opts.origin(o.name) != "default" and o.name not in NOT_STORED},
+        "sources": {o.name: opts.origin(o.name) for o in given},
         "cwd": str(config.invocation_params.dir),
     }
 
@@ -133,9 +122,10 @@ def shown(value: Any) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings, free: Iterable[str] = ()) -> Settings:
+def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings) -> Settings:
     """The settings of ``--bench-resume DIR`` / ``--bench-replay DIR``: the run's own, from its settings.json,
-    checked against what this command line gives (pytest.UsageError naming every difference)."""
+    checked against what this command line gives (pytest.UsageError naming every difference; an option
+    ``free_on_resume`` may differ)."""
     translate_deselect(config)
     folder = opts.resume or opts.replay
     stored = stored_definition(folder) if folder else None
@@ -146,18 +136,15 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings, 
     raw = sources(config, options)
     cli = dict(raw.cli)
     kept = stored.get("options", {})
-    free_names = FREE_ON_RESUME | frozenset(free)
     diffs: list[str] = []
-    for option in options:
-        if option.name in NOT_STORED:
-            continue
+    for option in stored_options(options):
         given = opts.origin(option.name) == "command line"
         was = kept.get(option.name)
         if not given:
             cli[option.name] = as_given(option, was) if option.name in kept else None
             continue
         now = jsonable(opts[option.name])
-        if not resuming or option.name in free_names or now == was:
+        if not resuming or option.free_on_resume or now == was:
             continue
         if option.name not in kept and option.name != "ids":
             continue  # left at its default by the run: report.resume.check_settings compares the effective settings

@@ -20,9 +20,12 @@ from typing import Any
 
 import pytest
 
+from ..benchmarks.registry import available_benchmarks
 from ..core import slurm
 from ..core import spool
+from ..core.options import view
 from .collect import BenchItem
+from .options import all_options
 from .run import BenchState
 from .taskpackage import PackageLoop, units_of, write_run_settings
 
@@ -36,6 +39,7 @@ class SlurmBackend:
     def __init__(self, config: pytest.Config, state: BenchState) -> None:
         self.config, self.state = config, state
         self.opts = state.options
+        self.slurm = view(slurm.SlurmOptions, state.options)
         self.loop = PackageLoop(config, state)
         self.detached: list[str] = []
         self.last_look = 0.0
@@ -58,21 +62,22 @@ class SlurmBackend:
         if not pending:
             return True
         self.submit(pending)
-        if self.opts["detach"]:
+        if self.slurm.detach:
             return True
         self.loop.wait(session, pending, self.ended, time.sleep)
         return True
 
     def submit(self, pending: dict[str, list[BenchItem]]) -> None:
-        state, opts = self.state, self.opts
+        state, opts, mine = self.state, self.opts, self.slurm
         write_run_settings(self.config, state)
         folder = spool.spool_dir(state.run_dir)
         (folder / "logs").mkdir(parents=True, exist_ok=True)
         api_key = opts["model_api_key"]
-        if api_key and opts["slurm_key"] == "file":
+        if api_key and mine.slurm_key == "file":
             slurm.write_secret(folder, api_key)
-        env = slurm.clean_env([api_key])
-        before, after = slurm.common_args(opts["slurm_partition"], opts["slurm_account"], opts["slurm_args"])
+        secret = [o for o in all_options(available_benchmarks()) if o.secret]
+        env = slurm.clean_env([opts.get(o.name) for o in secret], [o.env for o in secret if o.env])
+        before, after = slurm.common_args(mine.slurm_partition, mine.slurm_account, mine.slurm_args)
         cwd = str(self.config.invocation_params.dir)
         try:
             self.check_shared_folder(folder, before, env, cwd)
@@ -89,7 +94,7 @@ class SlurmBackend:
         ids = [a["job"] for a in self.arrays]
         self.say(f"agentbench: submitted {len(pending)} task(s) to Slurm as job array(s) {', '.join(ids)} "
                  f"in {time.monotonic() - started:.2f} s")
-        if opts["detach"]:
+        if mine.detach:
             self.detach(folder, ids, before, env, cwd)
 
     def submit_group(self, folder: Path, number: int, request: slurm.Request, units: list[str],
@@ -99,9 +104,9 @@ class SlurmBackend:
         unit_list.write_text("\n".join(units) + "\n", encoding="utf-8")
         script = folder / f"job-{tag}-{number}.sh"
         script.write_text(slurm.job_script(sys.executable, self.state.run_dir, unit_list,
-                                                login=self.opts["slurm_key"] == "node-env"), encoding="utf-8")
+                                                login=self.slurm.slurm_key == "node-env"), encoding="utf-8")
         job = slurm.submit_array(script, len(units), request, name=f"agentbench-{self.state.run_dir.name}",
-                                 log_dir=folder / "logs", cwd=cwd, max_running=self.opts["slurm_max_running"],
+                                 log_dir=folder / "logs", cwd=cwd, max_running=self.slurm.slurm_max_running,
                                  before=before, after=after, env=env)
         return {"job": job, "units": units, "request": request.sbatch_args()}
 

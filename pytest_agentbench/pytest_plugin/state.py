@@ -21,7 +21,7 @@ from ..benchmarks.registry import get_benchmark
 from ..core import records as rec
 from ..core.errors import ConfigError, choose
 from ..core.io import CollectedFiles, DirectoryFiles, natural_key
-from ..core.options import LISTING_ONLY, Settings
+from ..core.options import RunFacts, Settings
 from ..models.cache import CacheJournal
 from ..models.options import ORACLE, model_settings
 from ..report.baseline import baseline_for_run
@@ -74,7 +74,7 @@ def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = 
                    f"{benchmark.name} split (--bench-split)")
     settings = run_settings(benchmark, opts, split, bool(config.option.collectonly))
     if config.option.collectonly:  # listing the items needs none of the data only scoring reads
-        opts = opts.with_values(**{LISTING_ONLY: True})
+        opts = opts.with_facts(RunFacts(listing_only=True))
     settings.update(benchmark.configure(opts, split))
     split = settings["split"]  # a benchmark may narrow the default split (SciCode's oracle: validation)
     tasks = select_ids(benchmark.load_tasks(opts, split), opts.ids, benchmark.name)

@@ -5,6 +5,7 @@ from typing import Any, Mapping
 
 from ..core.errors import ConfigError
 from ..core.options import Option
+from ..core.run_options import RUN_OPTIONS
 from .executors import EXECUTORS
 from .isolation import Isolation, probe
 from .limits import GiB, Limits
@@ -13,23 +14,26 @@ SANDBOX_OPTIONS = (
     Option("executor", "--bench-executor", kind="choice", choices=EXECUTORS, default="fork",
            ini="agentbench_executor",
            help="how scoring scripts run: fork (default; a warm fork server) or subprocess "
-                "(a fresh interpreter per step)."),
+                "(a fresh interpreter per step).", free_on_resume=True),
     Option("memory_limit", "--bench-memory-limit", kind="float", default=4.0, minimum=0, exclusive_minimum=True,
            ini="agentbench_memory_limit", metavar="GIB",
-           help="address-space limit of each child process in GiB (default 4)."),
+           help="address-space limit of each child process in GiB (default 4).", free_on_resume=True),
     Option("require_isolation", "--bench-require-isolation", kind="bool", default=False,
            ini="agentbench_require_isolation",
            help="refuse to run when this machine cannot isolate the children that run model code "
                 "(bubblewrap and user namespaces, or root); without it such a run says 'isolation: none'."),
 )
 
-# Settings naming folders a child must never see (targets, checksum stamps, cached data, reports).
-PRIVATE_PATH_SETTINGS = ("data_dir", "cache_dir", "report_dir")
+
+def private_folders(opts: Mapping[str, Any]) -> dict[str, str]:
+    """Folder -> the flag that names it, for the run's folders that children must not see: the options declared
+    ``private`` (the data dir, the cache and the reports: targets, checksum stamps, cached data, reports)."""
+    return {str(opts[o.name]): o.flag for o in RUN_OPTIONS if o.private and opts.get(o.name)}
 
 
 def private_paths(opts: Mapping[str, Any]) -> tuple[str, ...]:
-    """The folders of the run that children must not see: the data dir, the cache and the reports."""
-    return tuple(str(opts[key]) for key in PRIVATE_PATH_SETTINGS if opts.get(key))
+    """The folders of the run that children must not see (``private_folders``)."""
+    return tuple(private_folders(opts))
 
 
 def limits_from(opts: Mapping[str, Any], timeout: float) -> Limits:

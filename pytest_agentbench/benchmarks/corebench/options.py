@@ -59,7 +59,8 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
            ini="agentbench_workspace_root", owner=OWNER, metavar="/ABS/PATH",
            help=f"CORE-Bench: the folder inside the environment holding the capsule's folders (code/, data/, "
                 f"results/, ...), REPRODUCING.md and report.json (default {DEFAULT_WORKSPACE_ROOT}); the host "
-                f"environment applies it only under isolation, else the item's own folder is used and reports say so."),
+                f"environment applies it only under isolation, else the item's own folder is used and reports say so.",
+                free_on_resume=True),
     Option("dataset_path", "--bench-dataset-path", kind="path", exists="file", ini="agentbench_dataset_path",
            owner=OWNER, metavar="FILE",
            help="CORE-Bench: a task metadata file (JSON, or GPG-encrypted like core_test.json.gpg) used instead of "
@@ -71,12 +72,13 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
     Option("docker_dind", "--bench-docker-dind", kind="bool", default=False, ini="agentbench_docker_dind",
            owner=OWNER,
            help="CORE-Bench with --bench-env=docker: medium items run in a PRIVILEGED container with its own "
-                "Docker daemon (the image needs docker.io); such a run is not isolated."),
+                "Docker daemon (the image needs docker.io); such a run is not isolated.", free_on_resume=True),
     Option("review", "--bench-review", kind="path", exists="file", ini="agentbench_review", owner=OWNER,
            metavar="FILE.yaml",
            help="CORE-Bench: a YAML file of human verdicts that override the automatic one for single questions "
                 "(capsule, question, verdict, reviewer, reason; see docs/review.md). Summaries then carry an "
-                "automatic and a reviewed score; records keep the automatic verdict beside the override."),
+                "automatic and a reviewed score; records keep the automatic verdict beside the override.",
+                free_on_resume=True),
     Option("agent_steps", "--bench-agent-steps", kind="int", default=agent.DEFAULT_STEPS, minimum=0,
            exclusive_minimum=True, ini="agentbench_agent_steps", owner=OWNER,
            help=f"CORE-Bench agent: most model turns per capsule (default {agent.DEFAULT_STEPS})."),

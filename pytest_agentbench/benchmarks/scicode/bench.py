@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ...core.data import DataError, find, sha256_of
 from ...core.errors import ConfigError
-from ...core.options import LISTING_ONLY, Option, Settings
+from ...core.options import Option, Settings
 from ...core.types import Sample, Task
 from ...models.price import price_of
 from ...sandbox.codec import DEFAULT_MAX_BYTES
@@ -48,7 +48,7 @@ OPTIONS = (
            owner=OWNER, help="SciCode tool_use: most rounds of tool calls per step (default 15)."),
     Option("tool_timeout", "--bench-tool-timeout", kind="float", default=180.0, minimum=0, exclusive_minimum=True,
            ini="agentbench_tool_timeout", owner=OWNER,
-           help="SciCode tool_use: seconds per code_interpreter call (default 180)."),
+           help="SciCode tool_use: seconds per code_interpreter call (default 180).", free_on_resume=True),
     Option("overlap", "--bench-overlap", kind="bool", default=True, negatable=True, ini="agentbench_overlap",
            owner=OWNER,
            help="SciCode: generate the next step while the current one is scored (default on; "
@@ -242,7 +242,7 @@ def select_categories(problems: list[tuple[str, dict[str, Any]]], names: Any) ->
     return [(split, p) for split, p in problems if dataset.category_of(p) in wanted]
 
 
-def find_targets(opts: Mapping[str, Any], split: str) -> Targets:
+def find_targets(opts: Settings, split: str) -> Targets:
     """The targets --bench-targets asks for (see ``locate``); ConfigError when they cannot be had."""
     choice = opts.get("targets") or AUTO
     data_dir, cache_dir, verified = Path(opts["data_dir"]), opts.get("cache_dir"), verify_data(opts)
@@ -262,7 +262,7 @@ def find_targets(opts: Mapping[str, Any], split: str) -> Targets:
     # auto, offline: a missing file stays missing (each step with code is an eval_error saying where to get
     # it); official: fetched whatever the split, and offline fetch_h5 refuses (a usage error before any item);
     # listing the items (--collect-only) never fetches: what is there is reported, nothing is scored
-    listing = bool(opts.get(LISTING_ONLY))
+    listing = opts.facts.listing_only
     if choice != OFFICIAL or listing:
         fetching = not listing and not offline() and needs_official(opts, split)
         return locate(opts.get("h5"), data_dir, cache_dir, split, verified=verified, fetch=fetch if fetching else None)

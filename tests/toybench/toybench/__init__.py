@@ -31,7 +31,8 @@ QUESTIONS: dict[str, list[tuple[str, str]]] = {
 SAMPLE_IDS = tuple(f"{task}.{n}" for task, items in QUESTIONS.items() for n in range(1, len(items) + 1))
 
 WRONG = Option(name="toy_wrong", flag="--toy-wrong", kind="list", ini="agentbench_toy_wrong", metavar="IDS",
-               owner=NAME, help="toy benchmark: sample ids (e.g. t2.1) answered wrongly on purpose, comma separated.")
+               owner=NAME, help="toy benchmark: sample ids (e.g. t2.1) answered wrongly on purpose, comma separated.",
+               free_on_resume=True)
 
 
 class ToyRun:

@@ -1,0 +1,282 @@
+"""Issue 22: an option carries its rules (``secret``, ``stored``, ``free_on_resume``, ``hosts``, ``private``),
+and every consumer asks the options, not a list of names.
+
+The proof is a SECOND secret option, declared the way any benchmark declares an option: the toy benchmark
+(tests/toybench) subclassed with ``--toy-token`` (``secret=True``) and installed through a real entry point in a
+temporary site folder. A run with a remote worker (execnet's socket server on 127.0.0.1, no ssh needed) shows
+that the token is redacted from the recorded command line, not stored in settings.json, not sent to the host
+probe, reaches the worker only in its in-memory worker input (not its environment or command line), and is
+never written to any file nor printed. The benchmark itself notes, in each process that configures it, whether
+it got the token (a hash, never the value) and where else the value appears.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from dataclasses import fields
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from bench_runs import REPO, SHARED_DATA, free_port, wait_for
+
+from pytest_agentbench.benchmarks import registry
+from pytest_agentbench.core.options import (
+    HOST_FORWARDED,
+    HOST_GPU,
+    HOST_OWN,
+    HOST_RULES,
+    Option,
+    RunFacts,
+    Settings,
+    Sources,
+    resolve,
+    rule_conflict,
+    secret_names,
+    stored_options,
+    view,
+)
+from pytest_agentbench.core.slurm import SLURM_OPTIONS, SlurmOptions
+from pytest_agentbench.pytest_plugin.hostprobe import (
+    apply_forwarded,
+    forwarded,
+    probe_settings,
+)
+from pytest_agentbench.pytest_plugin.options import all_options
+
+TOYBENCH = REPO / "tests" / "toybench"
+TOKEN = "tok-9f3c61d2e8a4b7"  # the second secret's value: must appear in no file and no output
+TOKEN_SHA = hashlib.sha256(TOKEN.encode()).hexdigest()
+
+# The toy benchmark plus a second secret option; ``configure`` runs in the controller, the host probe and the
+# worker, and notes what that process got (written to $SECRETTOY_SEEN, outside the run's folders).
+SECRET_TOY = '''
+    import hashlib, json, os, sys
+    from pathlib import Path
+
+    from pytest_agentbench.core.options import Option
+    from toybench import NAME, Toy
+
+    TOKEN = Option("toy_token", "--toy-token", "toy benchmark: a token of a made-up service (a second secret).",
+                   secret=True, owner=NAME, metavar="TOKEN")
+
+
+    def role():
+        if sys.argv[:1] == ["-c"]:  # hostprobe's child: python -c "... hostprobe import main; main()"
+            return "probe"
+        return "worker" if "PYTEST_XDIST_WORKER" in os.environ else "controller"
+
+
+    class SecretToy(Toy):
+        options = (*Toy.options, TOKEN)
+
+        def configure(self, opts, split):
+            value = opts["toy_token"]
+            seen = {"role": role(),
+                    "sha256": hashlib.sha256(value.encode()).hexdigest() if value else None,
+                    "in_environ": bool(value) and any(value in v for v in os.environ.values()),
+                    "in_cmdline": bool(value) and value.encode() in Path("/proc/self/cmdline").read_bytes()}
+            with open(os.environ["SECRETTOY_SEEN"], "a", encoding="utf-8") as out:
+                out.write(json.dumps(seen) + "\\n")
+            return super().configure(opts, split)
+
+
+    benchmark = SecretToy()
+'''
+
+
+def install_secret_toy(site: Path, entry: str = "secrettoy:benchmark") -> Path:
+    """The secret toy as an installed distribution: its module and a dist-info with the entry point."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "secrettoy.py").write_text(textwrap.dedent(SECRET_TOY), encoding="utf-8")
+    dist = site / "secrettoy-0.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: secrettoy\nVersion: 0.1.0\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text(f"[pytest_agentbench.benchmarks]\ntoy = {entry}\n", encoding="utf-8")
+    return site
+
+
+def python_path(site: Path) -> str:
+    return os.pathsep.join([str(site), str(TOYBENCH), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+class SocketHost:
+    """``python -m execnet.script.socketserver`` on 127.0.0.1 (the worker runs in its process), with the toy
+    installed, this checkout and the staged data, and none of the test run's own variables."""
+
+    def __init__(self, home: Path, site: Path, seen: Path) -> None:
+        home.mkdir(parents=True)
+        self.address = f"127.0.0.1:{free_port()}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_", "AGENTBENCH_"))}
+        env.update(HOME=str(home), PYTHONPATH=python_path(site), AGENTBENCH_DATA_DIR=str(SHARED_DATA),
+                   AGENTBENCH_OFFLINE="1", AGENTBENCH_CACHE_DIR=str(home / "cache"), SECRETTOY_SEEN=str(seen),
+                   AGENTBENCH_SECRET_FILE=os.environ["AGENTBENCH_SECRET_FILE"])
+        self.proc = subprocess.Popen([sys.executable, "-u", "-m", "execnet.script.socketserver", self.address],
+                                     cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.output: list[str] = []
+        threading.Thread(target=lambda: self.output.extend(iter(self.proc.stdout.readline, "")), daemon=True).start()
+        wait_for(lambda: any("Entering Accept loop" in line for line in self.output) or self.proc.poll() is not None,
+                 60, f"the socket server on {self.address} to listen")
+        assert self.proc.poll() is None, "".join(self.output)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(30)
+
+
+def files_containing(folder: Path, text: str) -> list[Path]:
+    """Every file under ``folder`` whose bytes contain ``text``."""
+    needle = text.encode()
+    return [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and needle in p.read_bytes()]
+
+
+def test_a_second_secret_option_is_never_stored_sent_to_the_probe_or_written(tmp_path):
+    site = install_secret_toy(tmp_path / "site")
+    seen = tmp_path / "seen.jsonl"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n", encoding="utf-8")
+    host = SocketHost(tmp_path / "host", site, seen)
+    try:
+        env = {**os.environ, "PYTHONPATH": python_path(site), "SECRETTOY_SEEN": str(seen), "AGENTBENCH_OFFLINE": "1"}
+        args = [sys.executable, "-m", "pytest", "--bench=toy", "--model=oracle", f"--toy-token={TOKEN}",
+                "--bench-run-id=secret", f"--bench-cache-dir={tmp_path / 'cache'}", "-d", "--tx",
+                f"socket={host.address}", "-v"]
+        done = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=600,
+                              check=False)
+    finally:
+        host.stop()
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert "4 passed" in output, output[-3000:]
+    run_dir = project / "reports" / "toy" / "oracle" / "secret"
+
+    # the recorded command line names the flag with its value redacted
+    command = json.loads((run_dir / "summary.json").read_text())["run"]["command"]
+    assert "--toy-token=***" in command and "--bench=toy" in command, command
+
+    # settings.json keeps the run's other options, not the secret
+    stored = json.loads((run_dir / "settings.json").read_text())
+    assert stored["_run"]["options"]["model"] == "oracle"
+    assert "toy_token" not in stored["_run"]["options"] and "toy_token" not in stored["_run"]["sources"]
+    assert "toy_token" not in stored
+
+    # where the token went: the controller had it (its own command line), the probe did not, the worker got it
+    # in memory only (neither its environment nor its command line holds it)
+    notes = [json.loads(line) for line in seen.read_text().splitlines()]
+    by_role = {role: [n for n in notes if n["role"] == role] for role in ("controller", "probe", "worker")}
+    assert by_role["probe"] and all(n["sha256"] is None for n in by_role["probe"]), notes
+    assert by_role["worker"] and all(n["sha256"] == TOKEN_SHA for n in by_role["worker"]), notes
+    assert not any(n["in_environ"] or n["in_cmdline"] for n in by_role["worker"]), notes
+    assert by_role["controller"] and all(n["sha256"] == TOKEN_SHA for n in by_role["controller"]), notes
+
+    # nothing written or printed holds it: the run's folders, the caches, the worker host's home, the output
+    assert files_containing(tmp_path, TOKEN) == []
+    assert TOKEN not in output and TOKEN not in "".join(host.output)
+    assert len(list(run_dir.iterdir())) >= 4  # the run wrote its files (records, settings, summaries, ...)
+
+
+def test_every_option_declares_consistent_rules():
+    """The rules of every option of every layer and installed benchmark agree with each other, and a
+    declaration that breaks one is refused where it is written."""
+    options = all_options(registry.available_benchmarks())
+    for option in options:
+        assert rule_conflict(option) is None, option.flag
+        assert option.hosts in HOST_RULES, option.flag
+        assert not (option.secret and option.stored), option.flag
+        assert not option.free_on_resume or option.stored, option.flag
+        assert option.kind != "path" or option.hosts == HOST_OWN, option.flag
+    assert secret_names(options) == {"model_api_key"}  # the built-in secret (the toy adds the second one)
+    assert {o.name for o in options if not o.stored} == {"model_api_key", "config", "run_id", "resume",
+                                                        "resume_merge", "replay"}
+    assert {o.name for o in options if o.hosts == HOST_GPU} == {"gpus"}
+    assert {o.name for o in options if o.private} == {"data_dir", "cache_dir", "report_dir"}
+    assert "progress" not in {o.name for o in options}
+    # derived defaults: a secret is not stored, a path stays on its host
+    secret = Option("t", "--t", "h", secret=True)
+    assert (secret.stored, secret.hosts) == (False, HOST_FORWARDED)
+    assert Option("p", "--p", "h", kind="path").hosts == HOST_OWN
+    for bad, words in [({"secret": True, "stored": True}, "never stored"),
+                       ({"stored": False, "free_on_resume": True}, "free_on_resume"),
+                       ({"kind": "path", "hosts": HOST_FORWARDED}, "'own'"),
+                       ({"hosts": "everywhere"}, "hosts must be one of"),
+                       ({"private": True}, "private")]:
+        with pytest.raises(ValueError, match=words):
+            Option("x", "--x", "h", **bad)
+
+
+def test_forwarded_settings_carry_a_secret_to_workers_but_not_to_the_probe():
+    token = Option("toy_token", "--toy-token", "h", secret=True, owner="toy")
+    path = Option("toy_dir", "--toy-dir", "h", kind="path", owner="toy")
+    options = (Option("bench", "--bench", "h"), token, path, Option("plain", "--plain", "h"))
+    given = {"bench": "toy", "toy_token": TOKEN, "toy_dir": Path("/somewhere"), "plain": "yes"}
+    opts = Settings(given, {name: "command line" for name in given})
+    sent = forwarded(options, opts)
+    assert sent == {"bench": "toy", "toy_token": TOKEN, "plain": "yes"}  # a path is each host's own
+    assert probe_settings(options, sent) == {"bench": "toy", "plain": "yes"}
+    assert [o.name for o in stored_options(options)] == ["bench", "toy_dir", "plain"]
+
+
+def test_a_worker_host_applies_each_options_hosts_rule():
+    """forwarded: the controller's value wins and the host's variable for an option left at its default is
+    ignored; own: the host's own (None on the namespace: its environment or default); gpu: only with a GPU."""
+    options = (Option("url", "--url", "h", env="THE_URL"), Option("dir", "--dir", "h", kind="path"),
+               Option("gpus", "--gpus", "h", hosts=HOST_GPU), Option("plain", "--plain", "h"))
+    sent = {"gpus": "all", "plain": "yes"}
+    for host_gpus, expected in ((0, None), (1, "all")):
+        namespace = SimpleNamespace(**{o.dest: "from the controller's argv" for o in options})
+        environ = {"THE_URL": "http://host-only"}
+        apply_forwarded(namespace, options, sent, host_gpus, environ)
+        assert namespace.agentbench_gpus == expected
+        assert namespace.agentbench_dir is None and namespace.agentbench_plain == "yes"
+        assert "THE_URL" not in environ
+
+
+def test_a_layers_typed_view_names_exactly_its_options():
+    """``view(SlurmOptions, opts)``: one typed field per option of the layer, filled from resolved settings."""
+    assert [f.name for f in fields(SlurmOptions)] == [o.name for o in SLURM_OPTIONS]
+    opts = resolve(SLURM_OPTIONS, Sources(cli={"slurm_max_running": "3", "detach": True}, ini={},
+                                          env={}, invocation_dir=Path.cwd(), rootdir=Path.cwd()))
+    typed = view(SlurmOptions, opts)
+    assert (typed.slurm_max_running, typed.detach, typed.slurm_key, typed.backend) == (3, True, "file", "local")
+
+
+@pytest.fixture
+def class_entry_point(tmp_path, monkeypatch):
+    """The secret toy installed with an entry point naming its CLASS, seen by this process's registry."""
+    install_secret_toy(tmp_path / "site", entry="secrettoy:SecretToy")
+    monkeypatch.syspath_prepend(str(TOYBENCH))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("SECRETTOY_SEEN", str(tmp_path / "seen.jsonl"))
+    yield registry.reload()
+    monkeypatch.undo()
+    registry.reload()
+
+
+def test_the_registry_is_read_once_and_a_class_entry_point_is_one_instance(class_entry_point):
+    first = registry.available_benchmarks()
+    assert first is class_entry_point and registry.available_benchmarks() is first
+    toy = registry.get_benchmark("toy")
+    assert type(toy).__name__ == "SecretToy"
+    assert registry.get_benchmark("toy") is toy is first.found["toy"]  # one instance, its caches kept
+    assert "toy_token" in {o.name for o in all_options(registry.available_benchmarks())}
+
+
+def test_listing_only_is_a_run_fact_not_an_option(bench):
+    """--collect-only reaches SciCode as ``opts.facts.listing_only``: listing the test split with official
+    targets fetches nothing (offline, no test_data.h5 here), while a run of the same items refuses; no option
+    is named after the fact."""
+    args = ("--bench=scicode", "--bench-split=test", "--bench-targets=official", "--model=m")
+    listed = bench(*args, "--collect-only", "-q")
+    assert listed.ret == pytest.ExitCode.OK, listed.stderr.str()
+    assert "291 tests collected" in listed.stdout.str()
+    run = bench(*args, "--bench-ids=1")
+    assert run.ret == pytest.ExitCode.USAGE_ERROR and "the official test_data.h5 is missing" in run.stderr.str()
+    assert "listing_only" not in {o.name for o in all_options(registry.available_benchmarks())}
+    assert Settings({"a": 1}).facts == RunFacts() and "listing_only" not in Settings({"a": 1})
