@@ -80,11 +80,6 @@ class Option:
     def takes_value(self) -> bool:
         return self.kind != "bool"
 
-    @property
-    def may_name_path(self) -> bool:
-        """Whether a value of this option, written with a space, can be taken for a test path by pytest."""
-        return self.takes_value
-
 
 @dataclass(frozen=True)
 class Sources:
