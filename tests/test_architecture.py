@@ -374,8 +374,9 @@ def test_every_module_belongs_to_a_layer():
 
 def test_imports_point_down_the_layers():
     """{pytest_plugin, cli} -> report -> benchmarks -> {envs, models} -> sandbox -> core: an import never
-    points up or sideways (pytest_plugin and cli are independent; so are envs and models; so are two benchmarks; the benchmark framework,
-    base.py and registry.py, does not import a concrete benchmark). Function-level imports count."""
+    points up or sideways (the command line never imports the plugin; envs and models are independent; so are
+    two benchmarks; the benchmark framework, base.py and registry.py, does not import a concrete benchmark).
+    Function-level imports count."""
     bad = imports_against_layers(CODE)
     assert not bad, "imports against the layering:\n" + "\n".join(bad)
 
