@@ -9,6 +9,7 @@ docs/cli.md lists the commands, their arguments and exit codes.
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 USAGE = """usage: python -m pytest_agentbench COMMAND [ARGS]
 
@@ -38,22 +39,28 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "rebuild-targets":
-        from .targets import main as run  # why: load only the command that runs (h5py)
-    elif command == "fetch-capsules":
-        from .capsules import main as run  # why: load only the command that runs
-    elif command == "compare":
-        from .compare import main as run  # why: load only the command that runs (numpy, scipy)
-    elif command == "init":
-        from .runfile import main as run  # why: load only the command that runs
-    elif command == "resume":
-        from .tasks import resume as run  # why: load only the command that runs
-    elif command == "run-task":
-        from .tasks import run_task as run  # why: load only the command that runs
-    elif command == "collect":
-        from .tasks import collect as run  # why: load only the command that runs
-    else:
-        print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    run = command(argv[0])
+    if run is None:
+        print(f"unknown command {argv[0]!r}\n\n{USAGE}", file=sys.stderr)
         return 2
-    return run(rest)
+    return run(argv[1:])
+
+
+def command(name: str) -> Callable[[list[str]], int] | None:
+    """The function of a command (its arguments in, its exit code out), or None for an unknown name."""
+    if name == "rebuild-targets":
+        from .targets import main as rebuild  # why: load only the command that runs (h5py)
+        return rebuild
+    if name == "fetch-capsules":
+        from .capsules import main as fetch  # why: load only the command that runs
+        return fetch
+    if name == "compare":
+        from .compare import main as compare  # why: load only the command that runs (numpy, scipy)
+        return compare
+    if name == "init":
+        from .runfile import main as init  # why: load only the command that runs
+        return init
+    if name in ("resume", "run-task", "collect"):
+        from . import tasks  # why: load only the command that runs
+        return {"resume": tasks.resume, "run-task": tasks.run_task, "collect": tasks.collect}[name]
+    return None
