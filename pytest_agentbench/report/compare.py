@@ -1,8 +1,7 @@
 """Compare two runs: metric deltas, the items that flipped, and whether the difference is more than noise.
 
 What ``python -m pytest_agentbench compare RUN_A RUN_B`` (``cli/compare.py``) prints for two summary.json
-files (or run folders).
-A is the reference (the baseline), B the new run; "pass -> fail" means the item passed in A and not in B.
+files (or run folders). A is the reference (the baseline), B the new run; "pass -> fail" means the item passed in A and not in B.
 
 Noise: an exact McNemar test (two-sided binomial test on the discordant pairs) over the flipped units,
 and 95% percentile bootstrap intervals that resample whole tasks (a problem, a capsule), never
