@@ -8,7 +8,7 @@ plugin extracts it (every ``import`` statement removed), so attacks reach module
 Placeholders filled per run by ``Context.render``: ``@@FN@@`` (the step's function name), ``@@MARK@@``
 (a marker unique to the run), ``@@CACHE@@``, ``@@REPORTS@@``, ``@@PROJECT@@``, ``@@DATA@@`` (the run's
 private folders, which an attacker is assumed to know), ``@@PLACES@@`` (where A17 tries to leave files)
-and ``@@INJECT@@`` (A07's markup and control sequences). Findings: /work/notes/heldout-findings.md.
+and ``@@INJECT@@`` (A07's markup and control sequences).
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class Context:
     def persistence_targets(self) -> list[Path]:
         """Where A17 tries to leave a file (checked on the host after the run)."""
         name = f"{self.mark}-persist"
-        places = [Path("/work/main"), Path("/work/notes"), Path("/work/shared"), Path("/root"), Path("/var/tmp"),
+        places = [Path(__file__).resolve().parents[1], SHARED_DATA.parent, Path("/root"), Path("/var/tmp"),
                   Path("/dev/shm"), Path("/tmp"), Path("/etc"), Path(numpy.__file__).parent,
                   Path(pytest_agentbench.__file__).parent, Path(pytest_agentbench.__file__).parent / "sandbox",
                   Path(sysconfig.get_paths()["stdlib"]), self.cache, self.cache / "scicode", self.reports,

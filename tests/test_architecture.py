@@ -1,8 +1,9 @@
 """The architecture of issue 10, as checks that cannot pass hollowly.
 
 1. Layering, read from the source with ``ast`` (module-level and function-level imports alike, no
-   ignore list): ``pytest_plugin -> report -> benchmarks -> {envs, models} -> sandbox -> core``,
-   imports point down only, no import cycle between any two modules, only ``pytest_plugin`` imports
+   ignore list): ``{pytest_plugin, cli} -> report -> benchmarks -> {envs, models} -> sandbox -> core``,
+   imports point down only (the command line, ``cli``, sits beside the plugin and imports neither it nor
+   pytest), no import cycle between any two modules, only ``pytest_plugin`` imports
    pytest, no private name crosses a module boundary, every function-level import says why, and the
    core layers do not know the benchmarks by name.
 2. Every module of the non-plugin packages imports without pytest, in a fresh interpreter.
@@ -45,9 +46,10 @@ PLUGIN = f"{ROOT}.pytest_plugin"
 # The packages that must not know the benchmarks by name.
 BENCHMARK_BLIND = ("core", "sandbox", "envs", "models", "report", "pytest_plugin")
 BENCHMARK_NAME = re.compile(r"sci[-_ ]?code|core[-_ ]?bench", re.IGNORECASE)
-# rank: imports point from a higher rank to a lower one. The package root and ``__main__`` (the
-# command line) sit on top; nothing imports them.
-LAYERS = {"pytest_plugin": 6, "report": 5, "benchmarks": 4, "envs": 3, "models": 3, "sandbox": 2, "core": 1}
+# rank: imports point from a higher rank to a lower one; two units of one rank do not import each other, so
+# the command line (``cli``) never imports the plugin. The package root and ``__main__`` (``python -m``) sit
+# on top; nothing imports them.
+LAYERS = {"pytest_plugin": 6, "cli": 6, "report": 5, "benchmarks": 4, "envs": 3, "models": 3, "sandbox": 2, "core": 1}
 TOP = 7
 
 
@@ -371,9 +373,10 @@ def test_every_module_belongs_to_a_layer():
 
 
 def test_imports_point_down_the_layers():
-    """pytest_plugin -> report -> benchmarks -> {envs, models} -> sandbox -> core: an import never points
-    up or sideways (envs and models are independent; so are two benchmarks; the benchmark framework,
-    base.py and registry.py, does not import a concrete benchmark). Function-level imports count."""
+    """{pytest_plugin, cli} -> report -> benchmarks -> {envs, models} -> sandbox -> core: an import never
+    points up or sideways (the command line never imports the plugin; envs and models are independent; so are
+    two benchmarks; the benchmark framework, base.py and registry.py, does not import a concrete benchmark).
+    Function-level imports count."""
     bad = imports_against_layers(CODE)
     assert not bad, "imports against the layering:\n" + "\n".join(bad)
 
@@ -428,6 +431,9 @@ FAKE_PACKAGE = {
     "report/gates.py": "import pytest\nfrom ..core.a import _hidden\n",
     "report/names.py": '"""About SciCode."""\nHELP = f"{1} e.g. core_bench"\nOTHER = "plain"  # scicode\n',
     "pytest_plugin/__init__.py": "import pytest\nimport _pytest.nodes\nfrom ..report import gates\n",
+    # the command line: may use the report (and name a benchmark), never pytest nor the plugin
+    "cli/__init__.py": ("from ..report import gates\nfrom ..pytest_plugin import hooks\nHELP = 'scicode'\n\n"
+                        "def main():\n    import pytest  # why: a breach all the same\n"),
 }
 
 
@@ -441,13 +447,15 @@ def test_the_rules_find_what_they_look_for(tmp_path):
     assert stray_modules(code) == [f"{ROOT}/stray.py"]
     assert imports_against_layers(code) == [
         f"{ROOT}/benchmarks/base.py:1: benchmarks.base (benchmarks) imports benchmarks.toy (benchmarks.toy)",
+        f"{ROOT}/cli/__init__.py:2: cli (cli) imports pytest_plugin (pytest_plugin)",
         f"{ROOT}/core/a.py:1: core.a (core) imports report.gates (report)",
         f"{ROOT}/envs/__init__.py:2: envs (envs) imports models.m (models) in a function"]
     cycles = import_cycles(code)
     assert len(cycles) == 2, cycles
     assert cycles[0].startswith("benchmarks.base -> benchmarks.toy -> benchmarks.base"), cycles
     assert cycles[1].startswith("core.a -> report.gates -> core.a"), cycles
-    assert pytest_imports(code) == [f"{ROOT}/report/gates.py:1: report.gates imports pytest"]
+    assert pytest_imports(code) == [f"{ROOT}/cli/__init__.py:6: cli imports pytest in a function",
+                                    f"{ROOT}/report/gates.py:1: report.gates imports pytest"]
     assert private_names(code) == [f"{ROOT}/core/rec.py:2: uses core.a._hidden",
                                    f"{ROOT}/report/gates.py:2: imports _hidden from {ROOT}.core.a"]
     assert unexplained_function_imports(code) == [

@@ -10,7 +10,7 @@ import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, whic
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from bench_runs import run_dirs
-from pytest_agentbench.__main__ import main as cli
+from pytest_agentbench.cli import main as cli
 from pytest_agentbench.benchmarks.base import Benchmark
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.report import declared as declared_module

@@ -14,7 +14,7 @@ from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from bench_runs import run_dirs
 from cdp import Chromium, chromium_path
-from pytest_agentbench.__main__ import main as cli
+from pytest_agentbench.cli import main as cli
 from pytest_agentbench.report.compare import compare
 from pytest_agentbench.report.comparison import render_compare_page
 from pytest_agentbench.report.html import write_html

@@ -486,7 +486,7 @@ def test_docker_dind_needs_the_docker_environment(tmp_path):
 
 
 def test_fetch_capsules_unpacks_ahead_so_collection_marks_gpu(tmp_path, capsys):
-    from pytest_agentbench.__main__ import main
+    from pytest_agentbench.cli import main
 
     store = tmp_path / "store"
     build_capsule_archive(store, CID, gpu=True)

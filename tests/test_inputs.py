@@ -65,9 +65,11 @@ def test_tests_find_the_data_through_the_environment():
     """No test module hard-codes where the upstream data sits: bench_runs.SHARED_DATA honours
     $AGENTBENCH_DATA_DIR, so the suite passes from a clone in any folder."""
     here = Path(__file__).parent
-    pattern = re.compile(r"""["']shared["']\s*/\s*["']data["']|\.\./shared/data""")
+    # the shared data folder in any spelling: joined with /, relative to the checkout or a machine's absolute path
+    pattern = re.compile(r"""["']shared["']\s*/\s*["']data["']|shared""" + "/data")
     offenders = [p.name for p in here.glob("*.py") if p.name != "bench_runs.py" and pattern.search(p.read_text())]
     assert offenders == []
+    assert pattern.search('root = "/srv/shared' + '/data"') and pattern.search('REPO.parent / "shared" / ' + '"data"')
 
 
 def test_failed_data_lookup_creates_no_folders(bench, tmp_path):

@@ -15,7 +15,7 @@ from pytest_agentbench.models.client import Completion, ModelError, OpenAIModel,
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.core.options import OptionError, Sources, resolve
 from pytest_agentbench.core.run_options import RUN_OPTIONS
-from pytest_agentbench.models.options import MODEL_OPTIONS, build_model, model_settings, parse_model_params
+from pytest_agentbench.models.options import MODEL_OPTIONS, build_model, model_settings
 from pytest_agentbench.models.oracle import OracleModel
 
 PROTOCOLS = ["chat", "responses"]
@@ -294,20 +294,6 @@ def test_damaged_entry_is_a_miss(tmp_path):
 
 # ---------------------------------------------------------------- options
 
-@pytest.mark.parametrize("text", ["{bad", "[1, 2]", '"temperature"'])
-def test_malformed_model_params_quote_the_text(text):
-    with pytest.raises(ConfigError) as info:
-        parse_model_params(text)
-    assert repr(text) in str(info.value) and "JSON object" in str(info.value)
-
-
-def test_model_params_may_not_override_the_harness():
-    with pytest.raises(ConfigError, match="stream"):
-        parse_model_params('{"stream": true}')
-    assert parse_model_params('{"temperature": 0}') == {"temperature": 0}
-    assert parse_model_params(None) == {}
-
-
 def test_oracle_model():
     oracle = OracleModel()
     assert oracle.name == "oracle" and oracle.is_oracle is True
@@ -337,6 +323,21 @@ def test_models_are_built_from_settings_without_pytest(tmp_path):
         build_model(model_opts(tmp_path, cli={"model": "gpt-x"}))
     with pytest.raises(OptionError, match="ini agentbench_model_params '\\[1\\]' is a JSON list, not an object"):
         model_opts(tmp_path, ini={"model_params": "[1]"})
+
+
+@pytest.mark.parametrize(("text", "says"), [("{bad", "is not valid JSON"), ("[1, 2]", "is a JSON list, not an object"),
+                                            ('"temperature"', "is a JSON str, not an object")])
+def test_malformed_model_params_quote_the_text(tmp_path, text, says):
+    with pytest.raises(OptionError) as info:
+        model_opts(tmp_path, cli={"model_params": text})
+    assert f"--model-params {text!r} {says}" in str(info.value)
+
+
+def test_model_params_may_not_override_the_harness(tmp_path):
+    with pytest.raises(OptionError, match="sets stream, which the harness controls"):
+        model_opts(tmp_path, cli={"model_params": '{"stream": true}'})
+    assert model_opts(tmp_path, cli={"model_params": '{"temperature": 0}'})["model_params"] == {"temperature": 0}
+    assert model_settings(model_opts(tmp_path, cli={"model": "gpt-x"}))["params"] == {}
 
 
 def test_cli_malformed_model_params_is_a_usage_error(pytester):

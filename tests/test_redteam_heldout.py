@@ -9,7 +9,7 @@ get a process each. All start together and each is stopped at its own time limit
 
 Every attack must end as a non-pass with its reason, leave no file, process or secret behind, and not
 stop honest code scored after it from passing. The file needs OS isolation: it skips without it, and
-fails instead under CI=true. Findings: /work/notes/heldout-findings.md.
+fails instead under CI=true.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 from bench_runs import read_jsonl, run_dirs
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.report.resume import (SETTINGS_FILE, check_settings, load_for_controller,
-                                             resume_controller, resume_dir, write_settings_once)
+                                             resume_controller, write_settings_once)
 from scicode_builders import MODEL_CONFTEST, tiny_problems, write_dataset
 
 BLOCKING_SIX = "def six():\n    import os, time\n    while os.path.exists({flag!r}):\n        time.sleep(0.05)\n    return 6"
@@ -88,14 +88,6 @@ def test_resume_refuses_other_settings(tiny, pytester):
 # ---- the resume functions, without pytest ----------------------------------------------------------
 def record(item_id: str, status: str = "pass") -> dict:
     return {"id": item_id, "task": item_id.split(".")[0], "status": status}
-
-
-def test_resume_dir_must_be_a_folder(tmp_path):
-    (tmp_path / "run").mkdir()
-    assert resume_dir("run", tmp_path) == tmp_path / "run"
-    with pytest.raises(ConfigError, match=r"--bench-resume .*nowhere is not a folder; give the run folder of the "
-                                          r"interrupted run \(reports/<benchmark>/<model>/<run-id>\)"):
-        resume_dir("nowhere", tmp_path)
 
 
 def test_settings_are_checked_against_the_first_records_settings(tmp_path):

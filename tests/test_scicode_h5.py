@@ -17,6 +17,7 @@ from pytest_agentbench.benchmarks.scicode.h5codec import (
     read_step_targets,
     write_step_targets,
 )
+from pytest_agentbench.cli import main as cli
 
 DATA_DIR = SHARED_DATA
 
@@ -310,16 +311,16 @@ def test_failing_ground_truth_is_reported_per_step(problems, tmp_path):
 
 
 def test_cli_rejects_unknown_step_and_missing_data(tmp_path, capsys):
-    code = rebuild.main(["--data-dir", str(DATA_DIR), "--out", str(tmp_path / "x.h5"), "--steps", "99.9"])
+    code = cli(["rebuild-targets", "--data-dir", str(DATA_DIR), "--out", str(tmp_path / "x.h5"), "--steps", "99.9"])
     assert code == 2 and "unknown step(s) 99.9" in capsys.readouterr().err
-    code = rebuild.main(["--data-dir", str(tmp_path), "--out", str(tmp_path / "x.h5")])
+    code = cli(["rebuild-targets", "--data-dir", str(tmp_path), "--out", str(tmp_path / "x.h5")])
     err = capsys.readouterr().err
     assert code == 2 and "problems_dev.jsonl not found" in err
 
 
 def test_cli_rebuilds_and_verifies_one_step(tmp_path, capsys):
     out = tmp_path / "cli.h5"
-    assert rebuild.main(["--data-dir", str(DATA_DIR), "--out", str(out), "--steps", "38.1"]) == 0
+    assert cli(["rebuild-targets", "--data-dir", str(DATA_DIR), "--out", str(out), "--steps", "38.1"]) == 0
     printed = capsys.readouterr().out
     assert "they are not the official test_data.h5" in printed
     assert "1/1 steps ok" in printed

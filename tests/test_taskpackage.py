@@ -4,6 +4,7 @@ takes the packages in with the code that takes in xdist deliveries and writes th
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import zlib
 from pathlib import Path
@@ -43,9 +44,13 @@ def test_run_task_packages_and_collect_gives_the_local_records(bench, pytester: 
     emptied(run_dir)
 
     for task in ("1", "3"):
-        done = command(pytester, "run-task", str(run_dir), task)
-        assert done.ret == 0, done.stdout.str() + done.stderr.str()
-        assert spool.package_path(run_dir, task).is_file()
+        job = pytester.popen([sys.executable, "-m", "pytest_agentbench", "run-task", str(run_dir), task],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = job.communicate(timeout=600)
+        assert job.returncode == 0, out + err
+        assert f"run-task: task {task}: package {spool.package_path(run_dir, task)}" in out, out
+        # The command became the task's session: one process, the one a Slurm job starts and signals.
+        assert spool.read_package(spool.package_path(run_dir, task))["meta"]["pid"] == job.pid
     assert not (run_dir / "steps.jsonl").exists()  # a task writes its package, nothing else of the run
 
     # A package from another process is checked like a worker's delivery: a file outside the run is refused.

@@ -185,10 +185,11 @@ def test_rebuilt_targets_are_read_from_the_checked_bytes(tmp_path, fake_rebuild,
 # ---- part 4: CORE-Bench's agent never sees the answers --------------------------------------
 
 def corebench_settings(tmp_path, monkeypatch, **values):
+    from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
     from capsule_factory import corebench_options
     from pytest_agentbench.core.options import Settings
 
-    opts = corebench_options(Path(os.environ.get("AGENTBENCH_DATA_DIR", "/work/shared/data")), tmp_path)
+    opts = corebench_options(SHARED_DATA, tmp_path)
     return Settings({**opts, **values})
 
 

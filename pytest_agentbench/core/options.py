@@ -111,11 +111,6 @@ class Option:
     def takes_value(self) -> bool:
         return self.kind != "bool"
 
-    @property
-    def may_name_path(self) -> bool:
-        """Whether a value of this option, written with a space, can be taken for a test path by pytest."""
-        return self.takes_value
-
 
 def rule_conflict(option: Option) -> str | None:
     """Why the option's rules contradict each other (a programming error in its declaration), or None."""

@@ -5,7 +5,6 @@ notebook builds the same client as a pytest run. Errors are ``ConfigError`` nami
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 from ..core.errors import ConfigError
 from ..core.options import Option, Settings
@@ -73,21 +72,6 @@ MODEL_OPTIONS: tuple[Option, ...] = (
     PRICE_OPTION,
     *BUDGET_OPTIONS,
 )
-
-
-def parse_model_params(text: str | None) -> dict:
-    """--model-params text as a dict, or a ConfigError that quotes the text and says what is wrong."""
-    if text is None or not str(text).strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"--model-params {text!r} is not valid JSON ({error.msg} at column {error.colno}); "
-                          'pass a JSON object such as \'{"temperature": 0, "max_tokens": 4096}\'') from None
-    try:
-        return check_params(value)
-    except ValueError as exc:
-        raise ConfigError(f"--model-params {text!r} {exc}") from None
 
 
 def model_settings(opts: Settings) -> dict:

@@ -1,4 +1,5 @@
-"""One task, one package: ``python -m pytest_agentbench run-task RUN_DIR TASK`` and ``... collect RUN_DIR``.
+"""One task, one package: ``python -m pytest_agentbench run-task RUN_DIR TASK`` and ``... collect RUN_DIR``
+(the command line, ``cli/tasks.py``, starts these sessions through ``pytest_plugin/__main__.py``).
 
 ``run-task`` runs one task of a run (a SciCode problem's steps in order, one CORE-Bench capsule, one attempt of
 either) in a pytest session of its own, with the run's settings (its settings.json, as ``--bench-resume``
@@ -15,7 +16,6 @@ the summaries.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import signal
 import socket
@@ -28,7 +28,7 @@ import pytest
 
 from ..core import records as rec
 from ..core import spool
-from ..report.resume import SETTINGS_FILE, write_settings_once
+from ..report.resume import stored_cwd, write_settings_once
 from .collect import BenchItem
 from .run import STATE, BenchState, base_record
 from .selfdescribe import settings_file_content
@@ -270,14 +270,6 @@ def write_run_settings(config: pytest.Config, state: BenchState) -> None:
 
 # --------------------------------------------------------------------------- the commands
 
-def stored_cwd(run_dir: Path) -> str | None:
-    try:
-        cwd = json.loads((run_dir / SETTINGS_FILE).read_text(encoding="utf-8")).get("_run", {}).get("cwd")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return cwd if cwd and Path(cwd).is_dir() else None
-
-
 def session_args(run_dir: Path, extra: list[str]) -> list[str]:
     args = [f"--bench-resume={run_dir}", "-p", "no:cacheprovider", *extra]
     if importlib.util.find_spec("xdist") is not None:  # the task runs in this process, whatever -n the ini adds
@@ -304,26 +296,9 @@ def interrupted(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_task(argv: list[str]) -> int:
-    """``run-task RUN_DIR TASK`` (or ``run-task RUN_DIR --list FILE --index N``: the N-th line of FILE, as a
-    job array element names its task): run one task and write its package; 0 when the package is written."""
-    usage = "usage: python -m pytest_agentbench run-task RUN_DIR TASK [PYTEST ARGS]"
-    if len(argv) < 2:
-        print(usage, file=sys.stderr)
-        return 2
-    run_dir = Path(argv[0]).expanduser().resolve()
-    rest = argv[1:]
-    if rest[0] == "--list":
-        if len(rest) < 4 or rest[2] != "--index":
-            print(usage, file=sys.stderr)
-            return 2
-        lines = Path(rest[1]).read_text(encoding="utf-8").splitlines()
-        unit, rest = lines[int(rest[3])], rest[4:]
-    else:
-        unit, rest = rest[0], rest[1:]
-    if not (run_dir / SETTINGS_FILE).is_file():
-        print(f"run-task: {run_dir} has no {SETTINGS_FILE}: not a run folder", file=sys.stderr)
-        return 2
+def run_task_session(run_dir: Path, unit: str, rest: list[str]) -> int:
+    """``run-task``'s session (``cli/tasks.py`` checked the arguments): run one task of the run in the folder
+    the run was started from and write its package; 0 when the package is written."""
     read_secret(run_dir)
     cwd = stored_cwd(run_dir)
     if cwd:
@@ -338,21 +313,14 @@ def run_task(argv: list[str]) -> int:
     return 0
 
 
-def collect(argv: list[str]) -> int:
-    """``collect RUN_DIR``: take in every package waiting in the run's spool, write the summaries, and remove
-    the run's API key file. Exit as a run's (its gates)."""
-    if len(argv) < 1 or argv[0].startswith("-"):
-        print("usage: python -m pytest_agentbench collect RUN_DIR [PYTEST ARGS]", file=sys.stderr)
-        return 2
-    run_dir = Path(argv[0]).expanduser().resolve()
-    if not (run_dir / SETTINGS_FILE).is_file():
-        print(f"collect: {run_dir} has no {SETTINGS_FILE}: not a run folder", file=sys.stderr)
-        return 2
+def collect_session(run_dir: Path, rest: list[str]) -> int:
+    """``collect``'s session (``cli/tasks.py`` checked the arguments): take in every package waiting in the
+    run's spool, write the summaries, and remove the run's API key file. Exit as a run's (its gates)."""
     cwd = stored_cwd(run_dir)
     if cwd:
         os.chdir(cwd)
     try:
-        return int(pytest.main(session_args(run_dir, argv[1:]), plugins=[PackageCollector(run_dir)]))
+        return int(pytest.main(session_args(run_dir, rest), plugins=[PackageCollector(run_dir)]))
     finally:
         (spool.spool_dir(run_dir) / spool.SECRET_FILE).unlink(missing_ok=True)
 

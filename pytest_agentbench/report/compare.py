@@ -1,7 +1,7 @@
 """Compare two runs: metric deltas, the items that flipped, and whether the difference is more than noise.
 
-``python -m pytest_agentbench compare RUN_A RUN_B`` reads two summary.json files (or run folders).
-A is the reference (the baseline), B the new run; "pass -> fail" means the item passed in A and not in B.
+What ``python -m pytest_agentbench compare RUN_A RUN_B`` (``cli/compare.py``) prints for two summary.json
+files (or run folders). A is the reference (the baseline), B the new run; "pass -> fail" means the item passed in A and not in B.
 
 Noise: an exact McNemar test (two-sided binomial test on the discordant pairs) over the flipped units,
 and 95% percentile bootstrap intervals that resample whole tasks (a problem, a capsule), never
@@ -12,8 +12,6 @@ summary states it, so this module knows no benchmark.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -23,7 +21,7 @@ import numpy as np
 from ..core.io import natural_key
 from ..core.records import PASS, record_key
 from ..core.types import attempt_key
-from .baseline import BaselineError, load_summary, settings_diff, settings_differences
+from .baseline import settings_diff, settings_differences
 from .declared import Declared, declared_in
 
 SEED = 20240607
@@ -322,43 +320,3 @@ def render_markdown(c: Comparison, alpha: float = 0.05, title: str = "## Compari
     if c.only_a or c.only_b:
         out += ["", f"Items only in A: {', '.join(c.only_a) or 'none'}; only in B: {', '.join(c.only_b) or 'none'}"]
     return "\n".join(out) + "\n"
-
-
-# ---- command line -------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m pytest_agentbench compare",
-        description="Compare two runs (run folders or summary.json files): metric deltas, flipped items, "
-                    "an exact McNemar test and bootstrap intervals that resample tasks.")
-    parser.add_argument("run_a", help="the reference run (e.g. the baseline)")
-    parser.add_argument("run_b", help="the run compared with it")
-    parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
-    parser.add_argument("--seed", type=int, default=SEED, help="bootstrap seed (fixed by default)")
-    parser.add_argument("--resamples", type=int, default=RESAMPLES, help=f"bootstrap resamples (default {RESAMPLES})")
-    parser.add_argument("--markdown", action="store_true", help="print markdown instead of text")
-    parser.add_argument("--force", action="store_true", help="compare even runs of different splits")
-    parser.add_argument("--html", metavar="OUT", help="also write the comparison as a self-contained HTML page "
-                        "(metrics with deltas, tests, flipped items linked to both runs' transcripts)")
-    return parser
-
-
-def run_command(args: argparse.Namespace) -> tuple[int, Comparison | None]:
-    """``compare A B`` without its page: prints the comparison; the exit code and the comparison (None on
-    an error). ``comparison.runs.main`` is the command, which also writes ``--html``."""
-    try:
-        a, b = load_summary(args.run_a), load_summary(args.run_b)
-    except BaselineError as exc:
-        print(f"compare: {exc}", file=sys.stderr)
-        return 2, None
-    if a["settings"].get("benchmark") != b["settings"].get("benchmark"):
-        print(f"compare: the runs are of different benchmarks ({a['settings'].get('benchmark')} vs "
-              f"{b['settings'].get('benchmark')})", file=sys.stderr)
-        return 2, None
-    split_a, split_b = a["settings"].get("split"), b["settings"].get("split")
-    if split_a != split_b and not args.force:
-        print(f"compare: the runs are of different splits ({split_a} vs {split_b}); their items are other "
-              f"questions (add --force to compare the items they share anyway)", file=sys.stderr)
-        return 2, None
-    c = compare(a, b, seed=args.seed, resamples=args.resamples)
-    print(render_markdown(c, args.alpha, "# Comparison") if args.markdown else "\n".join(render_text(c, args.alpha)))
-    return 0, c

@@ -19,7 +19,6 @@ from ..core import records as rec
 from ..core.errors import ConfigError
 from ..core.io import write_atomic
 from .baseline import json_text, settings_differences
-from .options import NOT_A_RUN_FOLDER
 
 SETTINGS_FILE = "settings.json"
 RUN_KEY = "_run"  # in settings.json: how the run was asked for (its options and selection), not a setting
@@ -31,14 +30,14 @@ class Resumed:
     notes: list[str] = field(default_factory=list)
 
 
-def resume_dir(path: str | Path, invocation_dir: str | Path | None = None) -> Path:
-    """The interrupted run's folder (relative paths against ``invocation_dir``); ConfigError when it is none."""
-    folder = Path(path).expanduser()
-    if not folder.is_absolute() and invocation_dir is not None:
-        folder = Path(invocation_dir) / folder
-    if not folder.is_dir():
-        raise ConfigError(f"--bench-resume {folder} {NOT_A_RUN_FOLDER}")
-    return folder
+def stored_cwd(run_dir: Path) -> str | None:
+    """The folder the run was started from (its settings.json), when it still exists: ``resume``, ``run-task``
+    and ``collect`` run there, so the run's relative paths mean what they meant."""
+    try:
+        cwd = json.loads((Path(run_dir) / SETTINGS_FILE).read_text(encoding="utf-8")).get(RUN_KEY, {}).get("cwd")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return cwd if cwd and Path(cwd).is_dir() else None
 
 
 def check_settings(run_dir: Path, settings: Mapping[str, Any], free: Iterable[str] = ()) -> None:

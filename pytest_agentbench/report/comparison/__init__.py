@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from .models import (MODELS_FOLDER, ModelRow, ModelRun, Pair, compared_with_first, model_row, render_markdown,
                      render_text, write_models_reports)
-from .runs import comparison_for_run, comparison_section, main, render_compare_page, write_compare_page
+from .runs import comparison_for_run, comparison_section, render_compare_page, write_compare_page
 
 __all__ = ["MODELS_FOLDER", "ModelRow", "ModelRun", "Pair", "comparison_for_run", "comparison_section",
-           "compared_with_first", "main", "model_row", "render_compare_page", "render_markdown", "render_text",
+           "compared_with_first", "model_row", "render_compare_page", "render_markdown", "render_text",
            "write_compare_page", "write_models_reports"]

@@ -16,7 +16,6 @@ nothing is fetched.
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +26,7 @@ from ...benchmarks.registry import get_benchmark
 from ...core import records as rec
 from ...core.errors import ConfigError
 from ...core.io import write_atomic
-from ..compare import (Comparison, build_parser, drop_p_value, responses_lines, run_command, shared_line,
-                       too_small, units_of)
+from ..compare import Comparison, drop_p_value, responses_lines, shared_line, too_small, units_of
 from ..gates import GateResult
 from ..html import ANCHOR_JS, REPORT_HTML, esc, item_anchor, item_or_fallback, status_badge
 from ..options import GateConfig
@@ -305,19 +303,3 @@ def write_compare_page(c: Comparison, out: Path | str, alpha: float = 0.05) -> P
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out, render_compare_page(c, out, alpha))
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pytest_agentbench compare A B [--html OUT]``: the comparison printed, and with ``--html``
-    written as a page too."""
-    args = build_parser().parse_args(argv)
-    code, comparison = run_command(args)
-    if comparison is None or not args.html:
-        return code
-    try:
-        page = write_compare_page(comparison, args.html, args.alpha)
-    except OSError as exc:
-        print(f"compare: cannot write --html {args.html}: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {page} (open it in a browser)", file=sys.stderr)
-    return code

@@ -4,7 +4,7 @@ Scores the validation oracle run (the ground-truth code of all 50 steps) with bo
 with the floor (the same scripts executed one after another in one warm process, no isolation),
 then times collecting all SciCode items.
 
-    python benchmarks/scoring_speed.py [--data-dir ../shared/data] [--work /tmp/agentbench-speed]
+    python perf/scoring_speed.py [--data-dir ../shared/data] [--work /tmp/agentbench-speed]
                                       [--synthetic] [--distributed N]
 
 The targets of the validation split are rebuilt from the ground truth once into ``--work``.

@@ -9,10 +9,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import capsules, dataset, prepare
+from ..benchmarks.corebench import capsules, dataset, prepare
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pytest_agentbench fetch-capsules",
                                      description="Download and unpack CORE-Bench capsules, with progress.")
     parser.add_argument("--split", choices=dataset.SPLITS, default="test")
@@ -21,7 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capsules-dir", type=Path, default=None, help="the run's --bench-capsules-dir")
     parser.add_argument("--dataset-path", type=Path, default=None, help="the run's --bench-dataset-path")
     parser.add_argument("--ids", default="", help="comma-separated capsule ids (default: the whole split)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         tasks = (dataset.read_custom(args.dataset_path) if args.dataset_path
                  else dataset.load_split(args.data_dir, args.split))

@@ -4,7 +4,7 @@ Submits the whole default split (80 problems, 341 items) as held jobs (``--hold`
 cancelled afterwards), then writes one synthetic package per task (every item's record, no files) into the
 run's spool and times ``python -m pytest_agentbench collect RUN_DIR``. Needs a Slurm cluster (.ci/slurm-setup).
 
-    python benchmarks/slurm_timing.py [--data-dir ../shared/data] [--work /tmp/agentbench-slurm-timing]
+    python perf/slurm_timing.py [--data-dir ../shared/data] [--work /tmp/agentbench-slurm-timing]
 
 Prints: the submission as the plugin times it (grouping, requests, sbatch calls; the shared-folder check job
 before it is not included), the whole detached command, and the whole collect command with the part of it
