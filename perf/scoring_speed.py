@@ -58,7 +58,7 @@ print(json.dumps(times))
 def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
     """The 50 validation steps as the plugin scores them (the child computes the operands, this process holds
     the targets rebuilt from ground truth and compares): child source, its plan and its targets per step."""
-    from pytest_agentbench.benchmarks.scicode import h5codec, split
+    from pytest_agentbench.benchmarks.scicode import h5codec, script, split
     from pytest_agentbench.benchmarks.scicode.run import CHANNEL
     from pytest_agentbench.benchmarks.scicode.targets import (ground_truth_prefix, find_problems_file,
                                                               load_problems, rebuild_targets)
@@ -81,7 +81,7 @@ def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
             codes = [code for _, code in ground_truth_prefix(problem, index, data_dir / "scicode")]
             plan = split.split_step(step["test_cases"], number, code_names=split.names_bound_by(
                 problem.get("required_dependencies", ""), *codes))
-            source = split.build_child_script(
+            source = script.build_child_script(
                 plan, dependencies=problem.get("required_dependencies", ""), previous_code=codes[:-1],
                 code=codes[-1], channel=CHANNEL)
             jobs.append({"name": number, "source": source, "env": {}, "plan": plan,
@@ -120,11 +120,11 @@ def time_executor(kind: str, jobs: list[dict], limits: Limits) -> tuple[list[flo
 def job_passed(job: dict, result, limits: Limits) -> bool:
     if "plan" not in job:  # a synthetic script: it prints its token last
         return run_failure(result) is None and result.stdout.strip().endswith(f"done {job['token']}")
-    from pytest_agentbench.benchmarks.scicode import split
+    from pytest_agentbench.benchmarks.scicode import verdict
     from pytest_agentbench.benchmarks.scicode.run import CHANNEL, split_verdict
 
     stream = result.files.get(CHANNEL, b"")
-    outcome = split.evaluate(job["plan"], stream, job["targets"], limits=limits)
+    outcome = verdict.evaluate(job["plan"], stream, job["targets"], limits=limits)
     return split_verdict(result, outcome, len(stream))["status"] == "pass"
 
 

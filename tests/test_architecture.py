@@ -4,8 +4,9 @@
    ignore list): ``{pytest_plugin, cli} -> report -> benchmarks -> {envs, models} -> sandbox -> core``,
    imports point down only (the command line, ``cli``, sits beside the plugin and imports neither it nor
    pytest), no import cycle between any two modules, only ``pytest_plugin`` imports
-   pytest, no private name crosses a module boundary, every function-level import says why, and the
-   core layers do not know the benchmarks by name.
+   pytest, no private name crosses a module boundary, every function-level import says why, the
+   core layers do not know the benchmarks by name, and the trust boundary is a module boundary: the
+   modules that run in the untrusted child import nothing from the trusted side.
 2. Every module of the non-plugin packages imports without pytest, in a fresh interpreter.
 3. A third benchmark (tests/toybench), installed as a distribution into a temporary site folder and
    found through its entry point alone, gets collection, reports, gates, a baseline, ``compare`` and
@@ -51,6 +52,11 @@ BENCHMARK_NAME = re.compile(r"sci[-_ ]?code|core[-_ ]?bench", re.IGNORECASE)
 # on top; nothing imports them.
 LAYERS = {"pytest_plugin": 6, "cli": 6, "report": 5, "benchmarks": 4, "envs": 3, "models": 3, "sandbox": 2, "core": 1}
 TOP = 7
+# The child side of the trust boundary: the modules whose code runs in the untrusted child, beside the model's
+# code. A package named ``child`` (benchmarks/scicode/child/) and the modules the child loads from elsewhere
+# by file path: the codec that encodes its operands, upstream's comparison helpers the test text imports.
+CHILD_PACKAGE = "child"
+CHILD_LOADED = ("sandbox.codec", "benchmarks.scicode.compare")
 
 
 # ---- reading the source ------------------------------------------------------------------------
@@ -355,6 +361,25 @@ def benchmark_names(code: Codebase) -> list[str]:
     return bad
 
 
+def child_side(code: Codebase) -> set[str]:
+    """The modules of the child side (``CHILD_PACKAGE``, ``CHILD_LOADED``)."""
+    loaded = {f"{code.root}.{name}" for name in CHILD_LOADED}
+    return {name for name in code.modules if name in loaded or CHILD_PACKAGE in name.split(".")[1:]}
+
+
+def child_imports_of_trusted(code: Codebase) -> list[str]:
+    """Imports, at any depth, of a package module outside the child side by a module of the child side."""
+    child = child_side(code)
+    bad = []
+    for name in sorted(child):
+        for imp in code.imports[name]:
+            trusted = [code.short(target) for target in code.edges_of(imp) if target not in child]
+            if trusted:
+                bad.append(f"{code.where(imp)}: {code.short(name)} (child side) imports {', '.join(trusted)}"
+                           + (" in a function" if imp.in_function else ""))
+    return bad
+
+
 # ---- 1. layering ---------------------------------------------------------------------------------
 CODE = Codebase(PACKAGE)
 
@@ -412,6 +437,19 @@ def test_the_core_does_not_know_the_benchmarks_by_name():
     assert not bad, "benchmark names in the benchmark-blind layers:\n" + "\n".join(bad)
 
 
+def test_the_child_side_imports_nothing_of_the_trusted_side():
+    """The trust boundary is a module boundary: what runs in the untrusted child (SciCode's operand runtime,
+    the codec, the comparison helpers) imports no module of the package but another of the child side, so a
+    reviewer reads those alone to know what runs beside the model's code (the child loads them by file path).
+    The trusted side (the plan, the script builder, the verdict) may import them."""
+    child = child_side(CODE)
+    assert {f"{ROOT}.benchmarks.scicode.child", f"{ROOT}.benchmarks.scicode.child.runtime",
+            *(f"{ROOT}.{name}" for name in CHILD_LOADED)} <= child, sorted(child)
+    assert len(child) < 10, f"the child side should stay small: {sorted(child)}"
+    bad = child_imports_of_trusted(CODE)
+    assert not bad, "the child side imports the trusted side:\n" + "\n".join(bad)
+
+
 FAKE_PACKAGE = {
     "__init__.py": "",
     "stray.py": "",
@@ -434,6 +472,14 @@ FAKE_PACKAGE = {
     # the command line: may use the report (and name a benchmark), never pytest nor the plugin
     "cli/__init__.py": ("from ..report import gates\nfrom ..pytest_plugin import hooks\nHELP = 'scicode'\n\n"
                         "def main():\n    import pytest  # why: a breach all the same\n"),
+    # the child side: a benchmark's child package and a module it loads (the codec); the trusted side imports it
+    "sandbox/codec.py": "import json\n",
+    "benchmarks/toy/score.py": "",
+    "benchmarks/toy/verdict.py": "from .child import run\n",
+    "benchmarks/toy/child/__init__.py": "",
+    "benchmarks/toy/child/helper.py": "def load():\n    from ...base import Benchmark  # only when asked for\n",
+    "benchmarks/toy/child/run.py": ("import json\nfrom . import helper\nfrom ....sandbox import codec\n"
+                                    "from .. import score\nimport pytest_agentbench.core.rec\n"),
 }
 
 
@@ -462,6 +508,13 @@ def test_the_rules_find_what_they_look_for(tmp_path):
         f"{ROOT}/envs/__init__.py:2: import of {ROOT}.models has no comment",
         f"{ROOT}/models/m.py:9: import of zlib has only the comment 'noqa: F401'"]
     assert benchmark_names(code) == [f"{ROOT}/report/names.py:2: 'core_bench' in ' e.g. core_bench'"]
+    assert sorted(child_side(code)) == [f"{ROOT}.benchmarks.toy.child", f"{ROOT}.benchmarks.toy.child.helper",
+                                        f"{ROOT}.benchmarks.toy.child.run", f"{ROOT}.sandbox.codec"]
+    assert child_imports_of_trusted(code) == [
+        f"{ROOT}/benchmarks/toy/child/helper.py:2: benchmarks.toy.child.helper (child side) imports benchmarks.base"
+        " in a function",
+        f"{ROOT}/benchmarks/toy/child/run.py:4: benchmarks.toy.child.run (child side) imports benchmarks.toy.score",
+        f"{ROOT}/benchmarks/toy/child/run.py:5: benchmarks.toy.child.run (child side) imports core.rec"]
     assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}, "f": set()}) == [
         ["a", "b", "c"], ["e"]]
 

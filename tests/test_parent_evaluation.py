@@ -28,6 +28,7 @@ import pytest
 from bench_runs import SHARED_DATA
 from pytest_agentbench.benchmarks.scicode import split
 from pytest_agentbench.benchmarks.scicode.taint import canonical, dotted
+from pytest_agentbench.benchmarks.scicode.verdict import evaluate_here
 from scicode_builders import MODEL_CONFTEST, problem, step, write_dataset
 
 
@@ -59,7 +60,7 @@ def comparisons(expression: str):
 
 def helper_calls(source: str, mode: str, helpers: set[str]) -> int:
     """Calls of a function the test text defines, on an operand from the child, in a parent part (a replayed
-    helper, :func:`split._replay`, counts too)."""
+    helper, :func:`verdict.replay`, counts too)."""
     return sum(1 for node in ast.walk(ast.parse(source, mode=mode))
                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                and (node.func.id in helpers or node.func.id == split.REPLAY_FN)
@@ -292,7 +293,7 @@ RIGHT_NEIGHBORS = [(((0, 0), 10), [(9, 0), (0, 1), (1, 0), (0, 9)]), (((9, 9), 1
 ], ids=["right", "wrong-answer", "other-arguments", "too-few-calls"])
 def test_the_parent_answers_a_traced_helper_only_from_a_matching_record(calls, verdict):
     plan = split.split_step([NEIGHBOR_TEST], "7.1")
-    outcome = split.evaluate_here(plan, neighbor_stream(calls), [True])
+    outcome = evaluate_here(plan, neighbor_stream(calls), [True])
     if verdict == "pass":
         assert outcome.passed, outcome
     else:

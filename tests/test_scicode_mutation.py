@@ -27,7 +27,7 @@ import pytest
 import heldout_attacks as H
 from bench_runs import SHARED_DATA, read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
-from pytest_agentbench.benchmarks.scicode import split
+from pytest_agentbench.benchmarks.scicode import split, verdict
 from pytest_agentbench.sandbox import codec
 
 STEPS = ("51.4", "78.2")
@@ -244,14 +244,14 @@ def test_a_note_is_never_part_of_the_verdict_and_names_only_watched_inputs():
     plan = split.split_step(["x = np.ones(2)\ny = f(x)\nassert np.allclose(y, 2 * x)"], "9.9")
     assert plan.tests[0].watched == (("x",),)
     passing = [("t", 1), ("v", 1, 1, 1, np.full(2, 2.0)), ("a", 1, 1), ("z", 1)]
-    assert split.evaluate(plan, stream(*passing), [None]).inputs_mutated == ()
-    outcome = split.evaluate(plan, stream(*passing[:1], ("m", 1, "x"), *passing[1:]), [None])
+    assert verdict.evaluate(plan, stream(*passing), [None]).inputs_mutated == ()
+    outcome = verdict.evaluate(plan, stream(*passing[:1], ("m", 1, "x"), *passing[1:]), [None])
     assert outcome.passed and outcome.inputs_mutated == ("x",)
     failing = [("t", 1), ("m", 1, "x"), ("v", 1, 1, 1, np.zeros(2)), ("a", 1, 1), ("z", 1)]
-    outcome = split.evaluate(plan, stream(*failing), [None])
+    outcome = verdict.evaluate(plan, stream(*failing), [None])
     assert (outcome.passed, outcome.failure.kind, outcome.inputs_mutated) == (False, "assertion", ("x",))
     for bad in (("m", 1, "y"), ("m", 1, 3), ("m", 2, "x")):
-        outcome = split.evaluate(plan, stream(*passing[:1], bad, *passing[1:]), [None])
+        outcome = verdict.evaluate(plan, stream(*passing[:1], bad, *passing[1:]), [None])
         assert outcome.failure.kind == "protocol", outcome
-    twice = split.evaluate(plan, stream(*passing[:1], ("m", 1, "x"), ("m", 1, "x"), *passing[1:]), [None])
+    twice = verdict.evaluate(plan, stream(*passing[:1], ("m", 1, "x"), ("m", 1, "x"), *passing[1:]), [None])
     assert twice.failure.kind == "protocol" and "no such input to note" in twice.message

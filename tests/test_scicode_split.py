@@ -38,7 +38,8 @@ import sympy
 
 from bench_runs import SHARED_DATA
 from pytest_agentbench.benchmarks.scicode import h5codec, script, split
-from pytest_agentbench.benchmarks.scicode.split import SplitError, evaluate, split_step
+from pytest_agentbench.benchmarks.scicode.split import SplitError, split_step
+from pytest_agentbench.benchmarks.scicode.verdict import evaluate
 from pytest_agentbench.benchmarks.scicode import run as scicode_run
 from pytest_agentbench.sandbox import codec
 from pytest_agentbench.sandbox.limits import Limits, MiB
@@ -552,9 +553,9 @@ def run_child(plan, *, targets, code: str = "", dependencies: str = "import nump
         work = Path(tmp)
         channel = str(work / "operands.bin")
         if child_code is not None:
-            source = script.SHIMS + split.child_runtime(channel) + child_code
+            source = script.SHIMS + script.child_runtime(channel) + child_code
         else:
-            source = split.build_child_script(plan, dependencies=dependencies, previous_code=list(previous),
+            source = script.build_child_script(plan, dependencies=dependencies, previous_code=list(previous),
                                               code=code, channel=channel)
         result = run_process(source, work)
         data = Path(channel).read_bytes() if Path(channel).is_file() else b""
@@ -866,6 +867,43 @@ def test_a_genuine_answer_passes_with_the_same_runner():
     plan = split_step(["assert np.allclose(f(), target)"], "9.9")
     outcome, result = run_child(plan, targets=[1.0], code="def f():\n    return 1.0\n")
     assert outcome.passed and result.returncode == 0
+
+
+def test_the_child_runs_only_the_child_side_of_the_package(tmp_path):
+    """The trust boundary in a running child: its script loads three files of this package by their paths
+    (the operand runtime of child/, the codec, the comparison helpers: the child side that
+    tests/test_architecture.py holds to its import rule) and imports no module of the package, though the
+    package is on its path; with a traced helper too. The operands it sends still pass."""
+    package = Path(split.__file__).resolve().parents[2]
+    traced = split_step([TRACED_TEST], "9.9")
+    assert any(leaf.trace for test in traced.tests for part in test.evaluated for leaf in part.leaves)
+    for plan, code, targets in ((split_step(["assert np.allclose(f(), target)"], "9.9"), "def f():\n    return 1.0\n",
+                                 [1.0]), (traced, TRACED_CODE, [True])):
+        channel = tmp_path / "operands.bin"
+        channel.unlink(missing_ok=True)
+        source = script.build_child_script(plan, dependencies="import numpy as np", previous_code=[], code=code,
+                                           channel=str(channel))
+        paths = [Path(path).resolve() for path in re.findall(r"'(/[^']+\.py)'", source)]
+        loaded = sorted(path.relative_to(package.parent).as_posix() for path in paths if path.is_relative_to(package))
+        assert loaded == ["pytest_agentbench/benchmarks/scicode/child/runtime.py",
+                          "pytest_agentbench/benchmarks/scicode/compare.py", "pytest_agentbench/sandbox/codec.py"]
+        probe = ("\nimport importlib.util, json, sys\nprint(json.dumps([importlib.util.find_spec('pytest_agentbench') "
+                 "is not None, sorted(m for m in sys.modules if m.split('.')[0] == 'pytest_agentbench')]))\n")
+        result = run_process(source + probe, tmp_path)
+        assert result.returncode == 0, result.stderr
+        importable, imported = json.loads(result.stdout.strip().splitlines()[-1])
+        assert importable and imported == [], result.stdout  # it could have imported the package, and did not
+        outcome = evaluate(plan, channel.read_bytes(), targets)
+        assert outcome.passed, outcome.message
+
+
+# a helper of the test text that calls into the model's object (30.3's shape): the child records, the parent replays
+TRACED_TEST = """
+def check(model, x):
+    return np.allclose(model.value(x), 2 * x)
+assert check(Model(), np.ones(3)) == target
+"""
+TRACED_CODE = "class Model:\n    def value(self, x):\n        return 2 * x\n"
 
 
 EQUAL_VALUES = """

@@ -34,7 +34,7 @@ from ...sandbox import codec
 from ...sandbox.executors import Limits, run_python
 from ...sandbox.integrity import run_failure
 from ...sandbox.result import ExecResult
-from . import dataset, h5codec, split
+from . import dataset, h5codec, script, split, verdict
 from .extract import PARSE_FAILURES
 from .locate import RebuiltTable, Targets, TargetTable
 from .solvers import Generated, Solver
@@ -136,8 +136,8 @@ class SciCodeRun:
         return {**record, **self.score(problem, index, previous, generated.code, targets)}
 
     def score(self, problem: dict[str, Any], index: int, previous: list[str], code: str, targets: Targets) -> dict:
-        """Run the step's tests split in two (split.py): the child runs the code and sends the operands of
-        every assertion; this process reads the targets (checked against the digest it holds, as they are
+        """Run the step's tests split in two (split.py, then verdict.py): the child runs the code and sends the
+        operands of every assertion; this process reads the targets (checked against the digest it holds, as they are
         read) and evaluates the assertions in a bounded copy of itself."""
         step = problem["sub_steps"][index]
         number = str(step["step_number"])
@@ -156,14 +156,14 @@ class SciCodeRun:
         except split.SplitError as exc:
             return {"status": "eval_error", "message": f"agentbench: cannot verify the tests: {exc}"}
         cap = self.settings.operand_cap
-        source = split.build_child_script(
+        source = script.build_child_script(
             plan, dependencies=problem.get("required_dependencies", ""), previous_code=previous, code=code,
             channel=CHANNEL, max_bytes=cap)
         stream_cap = plan.stream_cap(cap)
         limits = dataclasses.replace(self.limits, output_cap=max(self.limits.output_cap, stream_cap + 1))
         result = run_python(source, limits=limits, executor=self.settings.executor, collect={CHANNEL: stream_cap})
         stream = result.files.get(CHANNEL, b"")
-        outcome = split.evaluate(plan, stream, values, max_bytes=cap, limits=self.limits)  # bounded like the child
+        outcome = verdict.evaluate(plan, stream, values, max_bytes=cap, limits=self.limits)  # bounded like the child
         return split_verdict(result, outcome, len(stream))
 
     # ---- code of steps ----------------------------------------------------------------------
@@ -229,7 +229,7 @@ def parses(code: str | None) -> bool:
     return True
 
 
-def split_verdict(result: ExecResult, outcome: split.StepOutcome, operands_bytes: int) -> dict[str, Any]:
+def split_verdict(result: ExecResult, outcome: verdict.StepOutcome, operands_bytes: int) -> dict[str, Any]:
     """Status of a split scoring run. A pass needs every assertion true in the parent *and* the child's run
     to end normally (exit 0, no limit, as the executor saw it): the exit code alone never passes a step."""
     n_tests = outcome.tests

@@ -6,11 +6,15 @@ A test case is Python run after the model's code: setup lines, calls to the step
 * the **child** (the process that runs model code) runs the setup lines and, for every assertion,
   evaluates only the *model-dependent operands* of its comparisons (the arguments of
   ``np.allclose``, ``np.isclose``, ``cmp_tuple_or_list``, ... and the operands of ``==``, ``<``,
-  ``and``, ``not``, ...), and sends each value through :mod:`pytest_agentbench.sandbox.codec`;
+  ``and``, ``not``, ...), and sends each value through :mod:`pytest_agentbench.sandbox.codec`
+  (with the operand runtime of :mod:`.child.runtime`, in a script :func:`.script.build_child_script` writes);
 * the **parent** (trusted, holding the targets, genuine numpy and the helpers of
   :mod:`.compare`) evaluates each assertion on the received operand values, ``target`` and the
   operands it computes itself, in a short-lived process bounded in time and memory
-  (:func:`evaluate`).
+  (:func:`.verdict.evaluate`).
+
+This module runs in the trusted process only: it reads the test text and writes the step's plan
+(:mod:`.plan`), nothing of the model's.
 
 Rules, so every official test case splits the same way (see :func:`split_step`):
 
@@ -46,13 +50,13 @@ Rules, so every official test case splits the same way (see :func:`split_step`):
   calls ``neighbor_list``) is *traced* (:func:`_is_traced_helper`): the child runs it with the model's
   objects wrapped and records every call into them (arguments and results, encoded), and the parent runs
   the helper's own code, answering each call into a model's object from the record after checking that
-  its encoded arguments are the recorded ones (:func:`_replay`; a mismatch fails the test);
+  its encoded arguments are the recorded ones (:func:`.verdict.replay`; a mismatch fails the test);
 * a test function holding ``assert`` statements and called once with no arguments
   (78.1 ``def test_case_1(): ... assert ...`` then ``test_case_1()``) is inlined for the parent (its
   assertions are the test's, at the call, in a scope of their own); in the child it stays a
   function, so its locals stay local as upstream.
 
-The child reports, per test, ``("t", test)`` when the test starts, one frame per operand
+The child reports (see :mod:`.child.runtime`), per test, ``("t", test)`` when the test starts, one frame per operand
 (``("v", test, assertion, operand, value)``, or ``("e", ..., "TypeError: ...")`` when evaluating it
 raised, or ``("x", ..., reason)`` when it cannot be encoded), ``("a", test, assertion)`` once every
 operand of an assertion was attempted, ``("m", test, name)`` when a model call changed in place an
@@ -64,35 +68,36 @@ from __future__ import annotations
 
 import ast
 import builtins
-import cmath
 import copy
 import dataclasses
-import math
-import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ...core import pyast
-from ...sandbox import codec
-from ...sandbox.integrity import Bounded, run_bounded
-from ...sandbox.limits import GiB, Limits
-from . import script, taint
+from . import taint
+from .plan import (
+    CMP_HELPERS,
+    LEAF_EXC,
+    LEAF_FN,
+    LEAF_VALUE,
+    REPLAY_FN,
+    RUNTIME,
+    TARGET,
+    AssertPlan,
+    FunctionScope,
+    Leaf,
+    MixedStatement,
+    ParentStatement,
+    StepPlan,
+    TestPlan,
+    TrustedStatement,
+    flat,
+    short,
+)
 from .taint import PARENT_MODULES, Trust, bound_names, canonical, dotted, target_names
 
-TARGET = "target"
-LEAF_FN = "_agentbench_leaf"
-RUNTIME = "_agentbench_rt"
-LEAF_VALUE = "_agentbench_value"
-REPLAY_FN = "_agentbench_replay"
-HANDLE_MARK = "\x00agentbench-handle"  # an argument that is one of the model's objects, in a recorded call
-LEAF_EXC = "_agentbench_exc"
-MESSAGE_CHARS = 500  # characters of a child's exception text kept in a frame
-CONTROL_FRAME_BYTES = 8 * 1024  # cap of one control/error frame; they do not count against the step cap
-STREAM_SLACK = 64 * 1024
-DIGEST_BYTES = 64 * 1024 * 1024  # largest encoded input the child digests to note a change in place (a note only)
-
-# names the parent's namespace provides: genuine modules, the cmp helpers, the builtins
-CMP_HELPERS = ("cmp_tuple_or_list", "are_dicts_close", "are_csc_matrix_close")
+# the builtins the parent's namespace provides (with the genuine modules and the cmp helpers)
 BUILTIN_NAMES = frozenset(dir(builtins))
 # calls that compare (canonical dotted names): they always run in the parent
 COMPARISON_CALLS = frozenset({
@@ -130,123 +135,6 @@ PARENT_OBJECTS = frozenset(PARENT_MODULES) | taint.SAFE_BUILTINS | frozenset(CMP
 
 class SplitError(Exception):
     """A test case cannot be split; the message names the step, the test and the construct."""
-
-
-# ----------------------------------------------------------------------------------------------
-# the plan
-
-
-@dataclass(frozen=True)
-class Leaf:
-    """One operand the child evaluates and sends."""
-    number: int  # 1-based within its assertion
-    source: str  # the expression, as the test text writes it (for messages)
-    # a call of a traced helper (30.3's ``test_gradient(configs, wf, delta)``): what the child evaluates
-    # instead, its record of the calls into the model's objects (see :func:`_replay`)
-    trace: str | None = None
-
-    @property
-    def child(self) -> str:
-        return self.trace or self.source
-
-
-@dataclass(frozen=True)
-class AssertPlan:
-    number: int  # 1-based within its test
-    source: str  # the original ``assert`` statement (for messages)
-    expression: str  # what the parent evaluates; operand k appears as ``_agentbench_leaf(k)``
-    leaves: tuple[Leaf, ...]
-    message: str | None = None  # the assertion's own message, when it is a constant
-
-
-@dataclass(frozen=True)
-class MixedStatement:
-    """A statement of the test text that applies the test's own code (a helper it defines, a library call,
-    an operator) to the child's values (49.4's ``Etot1 = Nbody_Etot(uout, mass)``): the parent runs it on
-    the decoded operands, so the names it binds are the parent's. Numbered with the assertions (its
-    operands travel in the same frames); the child evaluates each operand once, sends it, then runs the
-    statement with the operands it computed."""
-    number: int
-    source: str  # the original statement (for messages)
-    expression: str  # what the parent runs; operand k appears as ``_agentbench_leaf(k)``
-    leaves: tuple[Leaf, ...]
-    binds: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class ParentStatement:
-    """A statement only the parent runs (``s, v = target``) or also runs (a comparing helper's ``def``)."""
-    source: str
-
-
-@dataclass(frozen=True)
-class TrustedStatement:
-    """A statement of the test text that does not depend on the model's code (``expected = np.array(
-    [0.0, -(g / L) * np.sin(0.1)])``): the child runs it (its own code may need the names) and the parent
-    runs it too, so the operands it defines are the parent's. Only those the parent's operands need
-    are kept in a plan."""
-    source: str
-    binds: frozenset[str] = frozenset()
-    reads: frozenset[str] = frozenset()
-    touches: frozenset[str] = frozenset()  # bound names whose objects it may change in place
-    calls: frozenset[str] = frozenset()  # it binds a function: the globals the function reads when called
-
-
-@dataclass(frozen=True)
-class FunctionScope:
-    """A test function inlined for the parent (78.1's ``test_case_1``): its parts run in a copy of the
-    namespace, so its locals stay local."""
-    name: str
-    local: frozenset[str]
-    parts: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class TestPlan:
-    number: int  # 1-based within the step
-    child: str  # the child's source for this test (setup lines, operand blocks, markers)
-    parent: tuple[Any, ...]  # ParentStatement, TrustedStatement, FunctionScope, AssertPlan, in the order they run
-    # per check in the child (numbered from 1): the model-independent names passed to model calls there that
-    # the parent reads; the child notes ("m", test, name) when a call changed one in place
-    watched: tuple[tuple[str, ...], ...] = ()
-
-    @property
-    def asserts(self) -> tuple[AssertPlan, ...]:
-        return tuple(part for part in _flat(self.parent) if isinstance(part, AssertPlan))
-
-    @property
-    def evaluated(self) -> tuple[AssertPlan | MixedStatement, ...]:
-        """The parts whose operands the child sends: assertions and mixed statements, by number."""
-        return tuple(part for part in _flat(self.parent) if isinstance(part, (AssertPlan, MixedStatement)))
-
-    def notes(self) -> int:
-        """Most ``("m", ...)`` notes a genuine child sends in this test."""
-        return sum(len(names) for names in self.watched)
-
-
-def _flat(parts) -> list:
-    out = []
-    for part in parts:
-        out.extend(_flat(part.parts) if isinstance(part, FunctionScope) else [part])
-    return out
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    step: str
-    tests: tuple[TestPlan, ...]
-
-    def child_source(self) -> str:
-        """Every test's child code in order; it needs ``_agentbench_rt`` (see :func:`child_runtime`)."""
-        return "".join(test.child for test in self.tests)
-
-    def expected_frames(self) -> int:
-        return sum(2 + len(test.evaluated) + sum(len(a.leaves) for a in test.evaluated) + test.notes()
-                   for test in self.tests)
-
-    def stream_cap(self, max_bytes: int = codec.DEFAULT_MAX_BYTES) -> int:
-        """Most bytes a genuine child sends: operand values within ``max_bytes`` plus control frames."""
-        return max_bytes + STREAM_SLACK + CONTROL_FRAME_BYTES * self.expected_frames()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -422,7 +310,7 @@ def _split_statement(stmt: ast.stmt, source: str, state: _StepState, where: str,
         outside = {name for name in free - state.parent_names if not state.trust.name(name)}
         if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or outside or taint.forbidden(stmt):
             raise SplitError(
-                f"{where}: line {stmt.lineno}: `{_short(ast.unparse(stmt))}` uses "
+                f"{where}: line {stmt.lineno}: `{short(ast.unparse(stmt))}` uses "
                 f"{', '.join(sorted(uses_parent))} (the parent's) together with "
                 f"{', '.join(sorted(outside)) or 'a construct'} the parent cannot evaluate")
         parent.append(ParentStatement(source))
@@ -479,11 +367,6 @@ def _segment(code: str, node: ast.stmt) -> str:
         return ast.unparse(node)
     text = ast.get_source_segment(code, node)
     return text if text is not None else ast.unparse(node)
-
-
-def _short(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ---- what the child keeps ----------------------------------------------------------------------
@@ -579,7 +462,7 @@ def _prune(tests: list[TestPlan], forced: set[int] = frozenset()) -> tuple[tuple
     from it for later tests."""
     calls: dict[str, set[str]] = {}
     for test in tests:
-        for part in _flat(test.parent):
+        for part in flat(test.parent):
             if isinstance(part, TrustedStatement) and part.calls:
                 for name in part.binds:
                     calls.setdefault(name, set()).update(part.calls)
@@ -597,7 +480,7 @@ def _prune(tests: list[TestPlan], forced: set[int] = frozenset()) -> tuple[tuple
 def _parent_reads(parts: Sequence, calls: dict[str, set[str]]) -> set[str]:
     """The names the parent's ``parts`` read (and the globals of the test text's functions they call)."""
     names: set[str] = set()
-    for part in _flat(parts):
+    for part in flat(parts):
         if isinstance(part, TrustedStatement):
             names |= part.reads
         elif isinstance(part, AssertPlan):
@@ -779,7 +662,7 @@ def _is_runnable_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
 def _is_traced_helper(fn: ast.FunctionDef) -> bool:
     """A function of the test text that calls into the model's objects (30.3's ``test_gradient(configs, wf,
     delta)`` calls ``wf.value``; 72.1's ``test_neighbor()`` calls ``neighbor_list``) and that the parent can
-    replay (:func:`_replay`): plain Python with constant defaults, no handler that could hide a failed call,
+    replay (:func:`.verdict.replay`): plain Python with constant defaults, no handler that could hide a failed call,
     nothing that binds outside its scope or reads state a second run cannot reproduce."""
     defaults = [d for d in (*fn.args.defaults, *fn.args.kw_defaults) if d is not None]
     if fn.decorator_list or taint.forbidden(fn) or not all(isinstance(d, ast.Constant) for d in defaults):
@@ -874,7 +757,7 @@ class _AssertSplitter:
         parent's names, else the child's value."""
         for inner in ast.walk(node):
             if isinstance(inner, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
-                raise SplitError(f"{self.where}: `{_short(ast.unparse(node))}` uses "
+                raise SplitError(f"{self.where}: `{short(ast.unparse(node))}` uses "
                                  f"{type(inner).__name__}, which cannot be split")
         return self.mixed(node, comp_scope)
 
@@ -894,10 +777,10 @@ class _AssertSplitter:
         if isinstance(node, ast.Call):
             func_free = _free_names(node.func)
             if not func_free & (self.scope.parent_names | comp_scope) and not self.parent_computes(node.func):
-                raise SplitError(f"{self.where}: `{_short(ast.unparse(node))}` calls "
-                                 f"{_short(ast.unparse(node.func))} (the child's) on the parent's values")
+                raise SplitError(f"{self.where}: `{short(ast.unparse(node))}` calls "
+                                 f"{short(ast.unparse(node.func))} (the child's) on the parent's values")
         if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
-            raise SplitError(f"{self.where}: `{_short(ast.unparse(node))}` mixes the parent's names "
+            raise SplitError(f"{self.where}: `{short(ast.unparse(node))}` mixes the parent's names "
                              "and a nested scope, which cannot be split")
         for name, value in ast.iter_fields(node):
             if isinstance(value, ast.expr):
@@ -957,7 +840,7 @@ class _AssertSplitter:
         runs the helper with the model's objects wrapped so it records every call into them (arguments and
         results); the parent runs the helper's own logic itself on the operands it computes, on the decoded
         record's values for the others, and answers each call into the model's objects from the record,
-        after checking it is the call the record says (:func:`_replay`)."""
+        after checking it is the call the record says (:func:`.verdict.replay`)."""
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             return None
         name = node.func.id
@@ -1076,7 +959,7 @@ def _split_mixed(stmt: ast.Assign, source: str, test: int, number: int, scope: _
     parent_stmt = ast.fix_missing_locations(ast.Assign(targets=stmt.targets, value=value, lineno=stmt.lineno))
     scope.trust.bind(parent_stmt, set(bound))
     leaves = tuple(Leaf(k, ast.unparse(leaf), splitter.traces.get(k)) for k, leaf in enumerate(splitter.leaves, 1))
-    plan = MixedStatement(number=number, source=_short(source, 200), expression=ast.unparse(parent_stmt),
+    plan = MixedStatement(number=number, source=short(source, 200), expression=ast.unparse(parent_stmt),
                           leaves=leaves, binds=bound)
     return plan, _mixed_block(test, number, leaves, parent_stmt), watch
 
@@ -1088,10 +971,10 @@ def _mixed_block(test: int, number: int, leaves: tuple[Leaf, ...], parent_stmt: 
     lines = []
     for leaf in leaves:
         ids = f"{test}, {number}, {leaf.number}"
-        lines += [f"try:", f"    {LEAF_VALUE}_{number}_{leaf.number} = ({leaf.child})",
+        lines += ["try:", f"    {LEAF_VALUE}_{number}_{leaf.number} = ({leaf.child})",
                   f"except Exception as {LEAF_EXC}:", f"    {RUNTIME}.raised({ids}, {LEAF_EXC})",
-                  f"    {RUNTIME}.reached({test}, {number})", f"    raise",
-                  f"else:", f"    {RUNTIME}.value({ids}, {LEAF_VALUE}_{number}_{leaf.number})"]
+                  f"    {RUNTIME}.reached({test}, {number})", "    raise",
+                  "else:", f"    {RUNTIME}.value({ids}, {LEAF_VALUE}_{number}_{leaf.number})"]
     lines.append(f"{RUNTIME}.reached({test}, {number})")
 
     class Substitute(ast.NodeTransformer):
@@ -1112,617 +995,11 @@ def _operand_block(test: int, number: int, leaves: tuple[Leaf, ...]) -> str:
     lines = []
     for leaf in leaves:
         ids = f"{test}, {number}, {leaf.number}"
-        lines += [f"try:", f"    {LEAF_VALUE} = ({leaf.child})",
+        lines += ["try:", f"    {LEAF_VALUE} = ({leaf.child})",
                   f"except Exception as {LEAF_EXC}:", f"    {RUNTIME}.raised({ids}, {LEAF_EXC})",
-                  f"else:", f"    {RUNTIME}.value({ids}, {LEAF_VALUE})"]
+                  "else:", f"    {RUNTIME}.value({ids}, {LEAF_VALUE})"]
     lines.append(f"{RUNTIME}.reached({test}, {number})")
     return "".join(f"{line}\n" for line in lines)
 
 
-# ----------------------------------------------------------------------------------------------
-# the child's runtime
-
-
-
-CHILD_RUNTIME = '''\
-def _agentbench_runtime(codec_path, channel, max_bytes, control_bytes):
-    import hashlib
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("_agentbench_codec", codec_path)
-    codec = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(codec)
-    writer = codec.FrameWriter(channel, max_bytes=max_bytes)
-    digests = {{}}
-
-    def digest(getter):
-        try:
-            return hashlib.sha256(codec.encode(getter(), max_bytes={digest_bytes})).digest()
-        except Exception:  # unbound, unencodable or too large: no note
-            return None
-
-    def control(frame):
-        writer.write_frame(codec.encode(frame, max_bytes=control_bytes))
-
-    def describe(exc):
-        try:
-            text = type(exc).__name__ + ": " + str(exc)
-        except Exception:
-            text = type(exc).__name__
-        return text[:{message_chars}]
-
-    class Runtime:
-        def test(self, t):
-            control(("t", t))
-
-        def value(self, t, a, k, value):
-            try:
-                writer.send(("v", t, a, k, value))
-            except codec.CodecError as exc:
-                control(("x", t, a, k, str(exc)[:{message_chars}]))
-            except OSError:
-                raise
-            except Exception as exc:  # a value whose own methods fail while it is encoded
-                control(("x", t, a, k, "cannot encode it: " + describe(exc)))
-
-        def raised(self, t, a, k, exc):
-            control(("e", t, a, k, describe(exc)))
-
-        def reached(self, t, a):
-            control(("a", t, a))
-
-        def end(self, t):
-            control(("z", t))
-
-        def before(self, t, k, getters):
-            digests[(t, k)] = [digest(getter) for getter in getters]
-
-        def after(self, t, k, names, getters):
-            for name, first, getter in zip(names, digests.pop((t, k), ()), getters):
-                if first is not None and digest(getter) != first:
-                    control(("m", t, name))
-
-{trace_methods}    returned = {{}}
-    return Runtime()
-
-
-_agentbench_rt = _agentbench_runtime({codec_path!r}, {channel!r}, {max_bytes!r}, {control_bytes!r})
-del _agentbench_runtime
-'''
-
-
-# the Runtime's methods for traced helpers, in a child script only when its plan has one (compiling them
-# costs every step)
-CHILD_TRACE_METHODS = '''\
-        def trace(self, fn, args, kwargs, keys, names):
-            """Run the test's helper ``fn`` with the model's objects (the arguments at ``keys``, the globals
-            ``names``) wrapped: the record of every call into them, for the parent to replay."""
-            import builtins
-            import types
-            events = []
-            handles = [0]
-
-            def wrap(value):
-                try:
-                    return ("d", codec.encode(value, max_bytes=max_bytes)), value
-                except Exception:  # not data: one of the model's objects, called through a handle
-                    handles[0] += 1
-                    return ("h", handles[0]), Recorder(value, handles[0])
-
-            def mark(value):
-                return ("@HANDLE_MARK@", value._agentbench_h) if type(value) is Recorder else value
-
-            def unwrap(value):
-                return value._agentbench_obj if type(value) is Recorder else value
-
-            class Recorder:
-                __slots__ = ("_agentbench_obj", "_agentbench_h")
-
-                def __init__(self, obj, handle):
-                    self._agentbench_obj = obj
-                    self._agentbench_h = handle
-
-                def __getattr__(self, name):
-                    if name.startswith("__"):
-                        raise AttributeError(name)
-                    tag, out = wrap(getattr(self._agentbench_obj, name))
-                    events.append(("get", self._agentbench_h, name, tag))
-                    return out
-
-                def __call__(self, *a, **k):
-                    data = codec.encode((tuple(mark(x) for x in a), {n: mark(v) for n, v in k.items()}),
-                                        max_bytes=max_bytes)
-                    tag, out = wrap(self._agentbench_obj(*[unwrap(x) for x in a], **{n: unwrap(v) for n, v in k.items()}))
-                    events.append(("call", self._agentbench_h, data, tag))
-                    return out
-
-            args, kwargs = list(args), dict(kwargs)
-            for key in keys:
-                where = args if type(key) is int else kwargs
-                tag, where[key] = wrap(where[key])
-                events.append(("arg", key, tag))
-            scope = dict(fn.__globals__)
-            for name in names:
-                if name not in scope and not hasattr(builtins, name):
-                    raise NameError(f"name {name!r} is not defined")
-                tag, scope[name] = wrap(scope[name] if name in scope else getattr(builtins, name))
-                events.append(("global", name, tag))
-            run = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-            run.__kwdefaults__ = fn.__kwdefaults__
-            returned[id(events)] = (events, run(*args, **kwargs))
-            return events
-
-        def returned(self, events):
-            """What the helper returned in the child (its own code after the statement may need it)."""
-            return returned[id(events)][1]
-
-'''
-
-
-def child_runtime(channel: int | str, *, max_bytes: int = codec.DEFAULT_MAX_BYTES, codec_path: str | None = None,
-                  traced: bool = False) -> str:
-    """Source that defines ``_agentbench_rt`` in the child: it loads the codec by file path and writes
-    frames to ``channel`` (an inherited file descriptor number, or a file path). Put it before the
-    model's code; the tests' child code (:meth:`StepPlan.child_source`) goes after it."""
-    methods = CHILD_TRACE_METHODS.replace("@HANDLE_MARK@", HANDLE_MARK.encode("unicode_escape").decode()) if traced else ""
-    return CHILD_RUNTIME.format(codec_path=codec_path or codec.__file__, channel=channel, max_bytes=int(max_bytes),
-                                control_bytes=CONTROL_FRAME_BYTES, message_chars=MESSAGE_CHARS,
-                                digest_bytes=min(int(max_bytes), DIGEST_BYTES), trace_methods=methods)
-
-
-# The child needs what upstream's script gives the tests: `scicode.compare.cmp` (test text imports it,
-# and child-side helpers may call it) and scipy's removed `simps` (problems 2 and 28).
-
-
-def build_child_script(plan: StepPlan, *, dependencies: str, previous_code: Sequence[str], code: str,
-                       channel: int | str, max_bytes: int = codec.DEFAULT_MAX_BYTES) -> str:
-    """The whole child script of a step: the shims every SciCode script gets (``script.SHIMS``: the
-    comparison helpers under the name the tests import, scipy's removed ``simps``), the operand runtime,
-    the problem's dependencies, the earlier steps' code, the step's code, then every test's child code.
-    No target, no comparison."""
-    traced = any(leaf.trace for test in plan.tests for part in test.evaluated for leaf in part.leaves)
-    parts = [script.SHIMS, child_runtime(channel, max_bytes=max_bytes, traced=traced),
-             script.section("dependencies", dependencies)]
-    for number, earlier in enumerate(previous_code, 1):
-        parts.append(script.section(f"earlier step {number}", earlier))
-    parts.append(script.section(f"step {plan.step}", code))
-    parts.append(plan.child_source())
-    return "".join(parts)
-
-
-# ----------------------------------------------------------------------------------------------
-# the parent's evaluation
-
-
-@dataclass(frozen=True)
-class Failure:
-    test: int  # 1-based
-    kind: str  # see FAILURE_KINDS
-    message: str  # ready for a record; ends with "(test N of M)"
-
-
-FAILURE_KINDS = {
-    "assertion": "an assertion is false in the parent",
-    "operand_error": "evaluating an operand the parent needs raised in the child",
-    "unencodable": "an operand the parent needs could not be encoded",
-    "error": "evaluating the assertion (or a statement of the test text) raised in the parent",
-    "stopped": "the child stopped (crash, exit, limit) before the test's end",
-    "protocol": "the child's operand data is malformed",
-    "limit": "the parent's comparisons ran over their time or memory limit",
-}
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    passed: bool
-    tests: int  # tests in the step
-    tests_passed: int  # tests passed in a row from the first
-    failure: Failure | None = None
-    stream_error: str | None = None  # the stream ended inside a frame or was over its cap
-    # model-independent inputs the child noted as changed in place by a model call (the parent computed
-    # from its own copies): a note of where the verdict may differ from upstream's, never part of it
-    inputs_mutated: tuple[str, ...] = ()
-
-    @property
-    def message(self) -> str:
-        return self.failure.message if self.failure else ""
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> "StepOutcome":
-        failure = data.get("failure")
-        return cls(passed=bool(data["passed"]), tests=int(data["tests"]), tests_passed=int(data["tests_passed"]),
-                   failure=Failure(**failure) if failure else None, stream_error=data.get("stream_error"),
-                   inputs_mutated=tuple(data.get("inputs_mutated", ())))
-
-
-class _OperandError(Exception):
-    def __init__(self, kind: str, text: str, leaf: Leaf):
-        super().__init__(text)
-        self.kind = kind
-        self.text = text
-        self.leaf = leaf
-
-
-@dataclass
-class _Received:
-    started: set = field(default_factory=set)
-    operands: dict = field(default_factory=dict)  # (t, a, k) -> (tag, payload)
-    reached: set = field(default_factory=set)
-    ended: set = field(default_factory=set)
-    notes: dict = field(default_factory=dict)  # test -> names noted as changed in place, in order
-
-    def inputs_mutated(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(name for test in sorted(self.notes) for name in self.notes[test]))
-
-
-class BroadcastMismatch(Exception):
-    """A comparison whose two operands broadcast to a shape with another number of elements than the larger
-    of them: an empty array (numpy calls it close to anything: the broadcast is empty, and ``all`` of
-    nothing is True, so code returning ``np.empty((0, 1))`` would pass every ``np.allclose(x, target)``),
-    or a small array that blows up against the target (``(8000, 1, 1)`` against ``(10001, 2)``). Genuine
-    code returns the target's shape. Not a ValueError: the helpers of compare.py fall back to ``==`` on those."""
-
-
-# numpy's comparisons that broadcast their two operands: checked in the parent (BroadcastMismatch)
-GUARDED_NUMPY = ("allclose", "isclose", "array_equiv")
-
-
-def _guarded(function, label: str, numpy):
-    def compare(a, b, *args, **kwargs):
-        try:
-            shapes = (numpy.shape(a), numpy.shape(b))
-            joint = numpy.broadcast_shapes(*shapes)
-        except Exception:  # ragged, odd or incompatible values: numpy itself decides, as upstream
-            return function(a, b, *args, **kwargs)
-        sizes = [math.prod(shape) for shape in shapes]
-        if math.prod(joint) != max(sizes):
-            why = "an empty operand is close to anything" if 0 in sizes else "larger than either"
-            raise BroadcastMismatch(f"{label} compared shapes {shapes[0]} and {shapes[1]}, which broadcast to "
-                                    f"{joint}: {why}")
-        return function(a, b, *args, **kwargs)
-
-    compare.__name__ = compare.__qualname__ = function.__name__
-    return compare
-
-
-def parent_numpy():
-    """numpy as the parent's comparisons see it: genuine, but ``allclose``/``isclose``/``array_equiv`` refuse
-    operands that broadcast to another number of elements than the larger one has (:class:`BroadcastMismatch`).
-    A fresh module object per call."""
-    import types  # why: only the parent's evaluation builds this module
-    import numpy  # why: only the parent's evaluation needs numpy; building plans and scripts does not
-
-    guarded = types.ModuleType("numpy", numpy.__doc__)
-    guarded.__dict__.update(vars(numpy))
-    for name in GUARDED_NUMPY:
-        setattr(guarded, name, _guarded(getattr(numpy, name), f"np.{name}", numpy))
-    return guarded
-
-
-def parent_compare(numpy_module):
-    """A fresh copy of compare.py whose helpers compare with ``numpy_module`` (``cmp_tuple_or_list`` and
-    ``are_dicts_close`` call ``np.allclose`` element by element)."""
-    import importlib.util  # why: only the parent's evaluation loads this copy
-
-    from . import compare  # why: it imports numpy at its top
-
-    spec = importlib.util.spec_from_file_location("agentbench_parent_compare", compare.__file__)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.np = numpy_module
-    return module
-
-
-def parent_namespace() -> dict[str, Any]:
-    """A fresh namespace for a step's parent side: numpy (:func:`parent_numpy`), math, cmath and the cmp
-    helpers."""
-    numpy = parent_numpy()
-    compare = parent_compare(numpy)
-    ns: dict[str, Any] = {"__builtins__": builtins, "__name__": "agentbench_parent",
-                          "np": numpy, "numpy": numpy, "math": math, "cmath": cmath}
-    for name in CMP_HELPERS:
-        ns[name] = getattr(compare, name)
-    ns[REPLAY_FN] = _replay
-    return ns
-
-
-class ReplayMismatch(Exception):
-    """The child's record of a traced helper's calls into the model's objects does not match the calls the
-    helper makes when the parent runs it: the child ran other code than the test text's."""
-
-
-class _Record:
-    """The child's record of one traced helper's run, consumed in order by the parent's run of it."""
-
-    def __init__(self, events):
-        if type(events) is not list or not all(type(e) is tuple and e and type(e[0]) is str for e in events):
-            raise ReplayMismatch("the record of the model's calls is malformed")
-        self.events = events
-        self.position = 0
-
-    def take(self, kind: str, *ids):
-        """The result of the next recorded event, which must be ``kind`` with ``ids``."""
-        if self.position >= len(self.events):
-            raise ReplayMismatch(f"the helper made more calls into the model's objects than the child recorded "
-                                 f"({len(self.events)} events)")
-        event = self.events[self.position]
-        self.position += 1
-        if len(event) != 2 + len(ids) or event[0] != kind or any(
-                type(got) is not type(want) or got != want for got, want in zip(event[1:-1], ids)):
-            raise ReplayMismatch(f"event {self.position} of the child's record is {_short(repr(event[:-1]), 120)}, "
-                                 f"the helper made {_short(repr((kind, *ids)), 120)}")
-        return self.result(event[-1])
-
-    def result(self, tag):
-        if type(tag) is tuple and len(tag) == 2 and tag[0] == "d" and type(tag[1]) is bytes:
-            return codec.decode(tag[1])
-        if type(tag) is tuple and len(tag) == 2 and tag[0] == "h" and type(tag[1]) is int:
-            return _Handle(self, tag[1])
-        raise ReplayMismatch(f"malformed result in the child's record: {_short(repr(tag), 120)}")
-
-
-class _Handle:
-    """One of the model's objects (or functions), as the parent's run of a traced helper sees it: reading an
-    attribute or calling it answers from the child's record, after checking it is the recorded event (the
-    arguments compared as their encodings, bit for bit)."""
-    __slots__ = ("_record", "_handle")
-
-    def __init__(self, record: _Record, handle: int):
-        self._record = record
-        self._handle = handle
-
-    def __getattr__(self, name):
-        if name.startswith("__"):  # protocol lookups (numpy's __array__ ...) are not calls into the model
-            raise AttributeError(name)
-        return self._record.take("get", self._handle, name)
-
-    def __bool__(self):
-        raise TypeError("the truth of one of the model's objects is not data the test can compare")
-
-    def __call__(self, *args, **kwargs):
-        def mark(value):
-            return (HANDLE_MARK, value._handle) if type(value) is _Handle else value
-
-        data = codec.encode((tuple(mark(a) for a in args), {n: mark(v) for n, v in kwargs.items()}))
-        return self._record.take("call", self._handle, data)
-
-
-def _replay(events, fn, args: list, kwargs: dict, keys: tuple, names: tuple, modules: tuple = ()):
-    """The parent's run of a traced helper ``fn`` (the test text's own function, defined in the parent):
-    the arguments at ``keys`` and the globals ``names`` are the child's (data decoded from the record, or
-    handles of the model's objects), the globals ``modules`` the parent's own modules; the helper's logic runs here with genuine numpy and builtins, and every
-    call into the model's objects is answered from the record. A record that does not match (other calls,
-    other arguments, too few calls) fails the assertion (:class:`ReplayMismatch`)."""
-    import importlib  # why: only the parent's replay imports the modules a helper reads
-    import types  # why: only the parent's replay rebuilds functions
-
-    record = _Record(events)
-    if type(fn) is not types.FunctionType:
-        raise ReplayMismatch(f"{fn!r} is not the test's function")
-    args, kwargs = list(args), dict(kwargs)
-    for key in keys:
-        (args if type(key) is int else kwargs)[key] = record.take("arg", key)
-    scope = dict(fn.__globals__)
-    for name in names:
-        scope[name] = record.take("global", name)
-    for name in modules:
-        scope[name] = importlib.import_module(name)
-    run = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-    run.__kwdefaults__ = fn.__kwdefaults__
-    # events left over are not checked: the parent's own run decides (72.1's helper returns at the first
-    # neighbour list that differs in the parent, where a child's copy of it may have gone on)
-    return run(*args, **kwargs)
-
-
-def read_stream(stream: bytes, plan: StepPlan, *, max_bytes: int = codec.DEFAULT_MAX_BYTES):
-    """Decode and check the child's frames: ``(received, stream_error, protocol_error)``."""
-    frames, error = codec.decode_stream(stream, max_bytes=plan.stream_cap(max_bytes))
-    stream_error = str(error) if error else None
-    received = _Received()
-    shape = {test.number: {a.number: len(a.leaves) for a in test.evaluated} for test in plan.tests}
-    watched = {test.number: (set().union(*test.watched), test.notes()) for test in plan.tests}
-
-    def bad(frame, why):
-        return received, stream_error, f"{why}: {_short(repr(frame), 120)}"
-
-    for frame in frames:
-        if type(frame) is not tuple or not frame or type(frame[0]) is not str:
-            return bad(frame, "a frame is not a tagged tuple")
-        tag, ids = frame[0], frame[1:]
-        arity = {"t": 1, "z": 1, "a": 2, "v": 4, "e": 4, "x": 4, "m": 2}.get(tag)
-        if arity is None or len(ids) != arity:
-            return bad(frame, "unknown frame")
-        numbers = ids[:3] if tag in "vex" else ids[:1] if tag == "m" else ids
-        if any(type(n) is not int for n in numbers):
-            return bad(frame, "frame ids must be ints")
-        test = numbers[0]
-        if test not in shape:
-            return bad(frame, "no such test")
-        if tag == "m":
-            names, most = watched[test]
-            notes = received.notes.setdefault(test, [])
-            if type(ids[1]) is not str or ids[1] not in names or len(notes) >= most:
-                return bad(frame, "no such input to note")
-            notes.append(ids[1])
-            continue
-        if tag in "vexa" and numbers[1] not in shape[test]:
-            return bad(frame, "no such assertion")
-        if tag in "vex":
-            key = tuple(numbers)
-            if not 1 <= key[2] <= shape[test][key[1]]:
-                return bad(frame, "no such operand")
-            if key in received.operands:
-                return bad(frame, "an operand was sent twice")
-            if tag != "v" and type(ids[3]) is not str:
-                return bad(frame, "an error frame needs a message")
-            received.operands[key] = (tag, ids[3])
-        else:
-            {"t": received.started, "a": received.reached, "z": received.ended}[tag].add(
-                tuple(numbers) if tag == "a" else test)
-    return received, stream_error, None
-
-
-def evaluate(plan: StepPlan, stream: bytes, targets: Sequence, *, max_bytes: int = codec.DEFAULT_MAX_BYTES,
-             limits: Limits | None = None) -> StepOutcome:
-    """Evaluate every test's assertions in a trusted process, bounded by ``limits`` (its timeout and
-    memory: by default those of a step, ``Limits()``).
-
-    ``stream`` is everything the child wrote to its channel, ``targets`` one value per test (from the
-    h5). The operands are hostile data within the operand cap (arrays that broadcast to huge ones,
-    structures that make a comparing helper slow): the decoding and the comparisons run in a forked
-    copy of this process with a time limit and a memory budget, which hands back only the outcome.
-    Running over either fails the step with the reason. No model code ever runs there: operands are
-    data, and the statements it runs are the test text's own."""
-    n = len(plan.tests)
-    if len(targets) < n:
-        raise ValueError(f"step {plan.step}: {len(targets)} targets for {n} tests")
-    limits = limits or Limits()
-    parent_namespace()  # numpy and the helpers imported once here, not in every bounded copy
-
-    def work(report):
-        return evaluate_here(plan, stream, targets, max_bytes=max_bytes, progress=report).to_json()
-
-    bounded = run_bounded(work, timeout=limits.timeout, memory=limits.memory)
-    if bounded.ended == "ok":
-        return StepOutcome.from_json(bounded.result)
-    return _over_limit(bounded, limits, n)
-
-
-def _over_limit(bounded: Bounded, limits: Limits, n: int) -> StepOutcome:
-    """The outcome of a bounded evaluation that did not finish: the test it was in fails with the reason."""
-    test = max([r["test"] for r in bounded.reports if isinstance(r.get("test"), int)] or [1])
-    where = f"(test {test} of {n})"
-    if bounded.ended == "time":
-        what = f"comparisons exceeded the time limit of {limits.timeout:g} s (--bench-timeout)"
-    elif bounded.ended == "memory":
-        what = (f"comparisons exceeded the memory limit of {limits.memory / GiB:g} GiB (--bench-memory-limit)"
-                if limits.memory else "comparisons ran out of memory")
-    elif bounded.ended == "error":
-        what = f"comparisons failed: {bounded.why}"
-    else:
-        what = f"comparisons ended without a verdict ({bounded.ended})"
-    return StepOutcome(False, n, test - 1, Failure(test, "limit", f"{what} {where}"))
-
-
-def evaluate_here(plan: StepPlan, stream: bytes, targets: Sequence, *, max_bytes: int = codec.DEFAULT_MAX_BYTES,
-                  progress=None) -> StepOutcome:
-    """:func:`evaluate` without its bounds, in this process (``progress({"test": k})`` as each test starts).
-
-    Tests run in order in one namespace; the first failing test ends the evaluation, as upstream's
-    script stops at the first failing assert. A MemoryError is not a test's failure: it propagates."""
-    import numpy  # why: only the parent's evaluation needs numpy; building plans and scripts does not
-
-    n = len(plan.tests)
-    if len(targets) < n:
-        raise ValueError(f"step {plan.step}: {len(targets)} targets for {n} tests")
-    received, stream_error, protocol = read_stream(stream, plan, max_bytes=max_bytes)
-    if protocol is not None:
-        return StepOutcome(False, n, 0, Failure(1, "protocol", f"the scoring process sent malformed operand "
-                                                               f"data ({protocol})"), stream_error)
-    ns = parent_namespace()
-    for test in plan.tests:
-        if progress is not None:
-            progress({"test": test.number})
-        where = f"(test {test.number} of {n})"
-        failure = None
-        ns[TARGET] = targets[test.number - 1]
-        with warnings.catch_warnings(), numpy.errstate(divide="warn", over="warn", under="ignore", invalid="warn"):
-            warnings.simplefilter("ignore")
-            if test.number not in received.started:
-                failure = Failure(test.number, "stopped", f"the scoring process stopped before test {test.number} "
-                                                          f"{where}")
-            else:
-                failure = _run_parts(test.parent, test, received, ns, where)
-            if failure is None and test.number not in received.ended:
-                failure = Failure(test.number, "stopped", f"the scoring process stopped after the last assertion "
-                                                          f"of test {test.number} {where}")
-        if failure is not None:
-            return StepOutcome(False, n, test.number - 1, failure, stream_error, received.inputs_mutated())
-    return StepOutcome(True, n, n, None, stream_error, received.inputs_mutated())
-
-
-def _run_parts(parts: Sequence, test: TestPlan, received: _Received, ns: dict, where: str) -> Failure | None:
-    for part in parts:
-        if isinstance(part, FunctionScope):
-            failure = _run_parts(part.parts, test, received, dict(ns), where)  # its locals stay local
-        elif isinstance(part, (AssertPlan, MixedStatement)):
-            failure = _run_assert(part, test, received, ns, where)
-        else:
-            failure = _run_statement(part, test, ns, where)
-        if failure is not None:
-            return failure
-    return None
-
-
-def _run_statement(part: ParentStatement | TrustedStatement, test: TestPlan, ns: dict, where: str) -> Failure | None:
-    t = test.number
-    try:
-        exec(compile(part.source, f"<test {t}>", "exec"), ns)
-    except MemoryError:
-        raise
-    except Exception as exc:
-        if isinstance(part, TrustedStatement):  # the test text itself raised: so does the child, as upstream
-            return Failure(t, "error", f"{_exception_text(exc)} (in `{_short(part.source, 120)}`) {where}")
-        return Failure(t, "error", f"{_exception_text(exc)} {where}")
-    return None
-
-
-def _run_assert(part: AssertPlan | MixedStatement, test: TestPlan, received: _Received, ns: dict,
-                where: str) -> Failure | None:
-    t = test.number
-    statement = isinstance(part, MixedStatement)
-    if (t, part.number) not in received.reached:
-        what = f"`{_short(part.source, 120)}`" if statement else f"assertion {part.number}"
-        return Failure(t, "stopped", f"the scoring process stopped before {what} of test {t} {where}")
-
-    def leaf(k: int):
-        tag, payload = received.operands.get((t, part.number, k), (None, None))
-        spec = part.leaves[k - 1]
-        if tag == "v":
-            return payload
-        if tag == "e":
-            raise _OperandError("operand_error", payload, spec)
-        if tag == "x":
-            raise _OperandError("unencodable", payload, spec)
-        raise _OperandError("protocol", "the scoring process reached the assertion without sending this operand", spec)
-
-    ns[LEAF_FN] = leaf
-    try:
-        if statement:
-            exec(compile(part.expression, f"<test {t} statement {part.number}>", "exec"), ns)
-            return None
-        verdict = eval(compile(part.expression, f"<test {t} assertion {part.number}>", "eval"), ns)
-        holds = bool(verdict)
-    except _OperandError as exc:
-        text = _short(exc.leaf.source, 200)
-        if exc.kind == "operand_error":
-            return Failure(t, exc.kind, f"{exc.text} (evaluating `{text}`) {where}")
-        if exc.kind == "unencodable":
-            return Failure(t, exc.kind, f"cannot compare `{text}`: {exc.text} {where}")
-        return Failure(t, exc.kind, f"the scoring process sent malformed operand data ({exc.text}: `{text}`) {where}")
-    except BroadcastMismatch as exc:
-        return Failure(t, "assertion", f"AssertionError: {exc} in `{_short(part.source, 200)}` {where}")
-    except MemoryError:
-        raise
-    except Exception as exc:
-        inside = f" (in `{_short(part.source, 120)}`)" if statement else ""
-        return Failure(t, "error", f"{_exception_text(exc)}{inside} {where}")
-    finally:
-        ns.pop(LEAF_FN, None)
-    if not holds:
-        detail = f": {part.message}" if part.message else ""
-        return Failure(t, "assertion", f"AssertionError{detail} in `{_short(part.source, 200)}` {where}")
-    return None
-
-
-def _exception_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return _short(text, 300)
-
-
-__all__ = ["SplitError", "Leaf", "AssertPlan", "MixedStatement", "ParentStatement", "TrustedStatement", "FunctionScope", "TestPlan",
-           "StepPlan", "StepOutcome", "Failure", "FAILURE_KINDS", "split_step", "names_bound_by", "required_names", "child_runtime",
-           "build_child_script", "evaluate", "evaluate_here", "read_stream", "parent_namespace", "parent_numpy",
-           "parent_compare", "BroadcastMismatch", "GUARDED_NUMPY"]
+__all__ = ["COMPARISON_CALLS", "SplitError", "names_bound_by", "required_names", "split_step"]
