@@ -47,10 +47,15 @@ import json
 import re
 import struct
 import sys
-from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
-if TYPE_CHECKING:  # annotations only: the channel functions import os when they run
+# typing's constant, not imported: a child loads this module for every step, and needs no more than it uses
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (the channel functions import os when they run)
     import os
+    from typing import Any, Callable, NoReturn
+
+    # a node of a frame's header: [tag, ...] (JSON lists, so its fields are whatever the JSON held)
+    Node = list[Any]
 
 MiB = 1 << 20
 DEFAULT_MAX_BYTES = 256 * MiB
@@ -94,10 +99,6 @@ SYMPY_COMPOUND = (
     "GreaterThan", "And", "Or", "Not", "Piecewise", "ExprCondPair", "Tuple",
 )
 SYMPY_MATRICES = ("MutableDenseMatrix", "ImmutableDenseMatrix")
-
-
-# a node of a frame's header: [tag, ...] (JSON lists, so its fields are whatever the JSON held)
-Node = list[Any]
 
 
 class CodecError(Exception):
