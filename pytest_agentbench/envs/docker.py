@@ -51,6 +51,7 @@ PYTHON_ENV = {"MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECO
 if TYPE_CHECKING:  # the SDK is imported only when a run uses Docker
     from docker import DockerClient
     from docker.models.containers import Container
+    from docker.models.containers import ExecResult as DockerExecResult
 
 _LIVE: dict[str, Container] = {}  # container id -> container, for atexit and signal cleanup
 _LIVE_LOCK = threading.Lock()
@@ -70,8 +71,8 @@ def _id(container: Container) -> str:
     return str(container.id)
 
 
-def _output_bytes(result: Any) -> bytes:
-    """The output of a non-streamed ``exec_run`` (bytes, or None when empty; the SDK types it as either form)."""
+def _output_bytes(result: DockerExecResult) -> bytes:
+    """The output of a non-streamed ``exec_run``: bytes, or None when empty (its type also allows a stream)."""
     return result.output if isinstance(result.output, bytes) else b""
 
 
@@ -168,8 +169,7 @@ class DockerEnvironment(Environment):
     workdir = WORKDIR
 
     def __init__(self, client: DockerClient, container: Container, workspace: Path, *, keep_workspace: bool = False,
-                 name: str = "",
-                 output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
+                 name: str = "", output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
                  workdir: str = WORKDIR) -> None:
         super().__init__(workspace, keep_workspace=keep_workspace, name=name)
         self.workdir = workdir  # the workspace inside the container (CORE-Bench: --bench-workspace-root)

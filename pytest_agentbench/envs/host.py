@@ -193,7 +193,8 @@ class HostEnvironment(Environment):
         self.count += 1
         out, err = self.private / "out" / f"{self.count}.out", self.private / "out" / f"{self.count}.err"
         spec: dict[str, Any] = {"limits": asdict(self._limits(timeout)), "env": self.env, "command": command,
-                "bash": self.bash, "cwd": str(cwd), "cgroup": str(self.jail.cgroup) if self.jail.cgroup else ""}
+                                "bash": self.bash, "cwd": str(cwd),
+                                "cgroup": str(self.jail.cgroup) if self.jail.cgroup else ""}
         if self.holder is not None:
             spec.update(sandbox=self.holder.command_prefix(), inner=INNER, isolation=self.isolation.mode,
                         netns_fd=self.holder.netns_fd, userns_fd=self.holder.userns_fd)
@@ -303,7 +304,7 @@ class Holder:
         devices = sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")) if gpus else []
         writable = [str(private / "home")] + ([] if workdir else [str(workspace)])
         self.layout: dict[str, Any] = dict(writable=writable, tmp=str(private / "tmp"), hidden=list(hidden),
-                           devices=devices, relocated=[(str(workspace), workdir)] if workdir else [])
+                                           devices=devices, relocated=[(str(workspace), workdir)] if workdir else [])
         self.resolver = private / "resolv.conf"  # the commands' resolver: slirp4netns's, not this machine's
         self.resolver.write_text(f"nameserver {SLIRP_DNS}\n")
         self.resolver.chmod(0o644)
