@@ -99,7 +99,7 @@ class CollectedFiles:
         return files
 
 
-def natural_key(text: object) -> list:
+def natural_key(text: object) -> list[int | str]:
     """Sort key that puts 77.3 before 77.10 and capsule-2 before capsule-10."""
     return [int(p) if p.isdigit() else p for p in str(text).replace("-", ".").split(".")]
 

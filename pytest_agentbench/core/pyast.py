@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import os
 import threading
+from typing import Literal, overload
 
 _PARSE_LOCK = threading.Lock()  # process-wide on purpose: the state it protects is the interpreter's
 
@@ -24,6 +25,10 @@ def _fresh_lock_after_fork() -> None:
 os.register_at_fork(after_in_child=_fresh_lock_after_fork)
 
 
+@overload
+def parse(source: str, mode: Literal["exec"] = "exec") -> ast.Module: ...
+@overload
+def parse(source: str, mode: Literal["eval"]) -> ast.Expression: ...
 def parse(source: str, mode: str = "exec") -> ast.AST:
     with _PARSE_LOCK:
         return ast.parse(source, mode=mode)

@@ -181,7 +181,7 @@ class _Reader:
 
         if not isinstance(node, yaml.SequenceNode) or not node.value:
             raise self.fail(node, "models: must be a list of models, e.g. - {name: gpt-4o, base_url: ...}")
-        entries = []
+        entries: list[ModelEntry] = []
         for item in node.value:
             values: dict[str, Located] = {}
             for key, key_node, value_node in self.mapping(item, "a model"):

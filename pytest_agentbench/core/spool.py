@@ -57,7 +57,7 @@ def package_path(run_dir: Path, unit: str) -> Path:
 
 def encode_delivery(delivery: dict[str, Any]) -> dict[str, Any]:
     """A delivery (zlib bytes inside) as JSON data: the blobs in base64."""
-    def enc(rows: Iterable) -> list[list[str]]:
+    def enc(rows: Iterable[tuple[Any, Any]] | None) -> list[list[str]]:
         return [[str(name), base64.b64encode(bytes(blob)).decode("ascii")] for name, blob in rows or ()]
     return {"append": bool(delivery.get("append", True)), "files": enc(delivery.get("files")),
             "cache": enc(delivery.get("cache")), "bytes": int(delivery.get("bytes") or 0)}

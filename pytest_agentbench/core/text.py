@@ -8,6 +8,7 @@ character visible as its Python escape instead.
 from __future__ import annotations
 
 import re
+from typing import TypeVar, cast
 
 # C0 controls except \t and \n, DEL, and the C1 controls (U+0080-U+009F: CSI, OSC, ... on some terminals)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -55,22 +56,30 @@ def decode(data: bytes) -> tuple[str, int]:
     return text, text.count(REPLACEMENT) - bytes(data).count(REPLACEMENT.encode("utf-8"))
 
 
-def repair_value(value: object) -> tuple[object, int]:
+_T = TypeVar("_T")
+
+
+def repair_value(value: _T) -> tuple[_T, int]:
     """A JSON-like value (dicts, lists, tuples, strings; keys too) with every string repaired, and the total
-    number of characters replaced. Other values are returned as they are."""
+    number of characters replaced. Other values are returned as they are; a repaired one keeps its type."""
+    fixed, count = _repaired(value)
+    return cast(_T, fixed), count  # (a str, dict, list or tuple is rebuilt as one)
+
+
+def _repaired(value: object) -> tuple[object, int]:
     if isinstance(value, str):
         return repair(value)
     if isinstance(value, dict):
         total = 0
         out = {}
         for key, item in value.items():
-            key, n_key = repair_value(key)
-            item, n_item = repair_value(item)
+            key, n_key = _repaired(key)
+            item, n_item = _repaired(item)
             out[key] = item
             total += n_key + n_item
         return (out, total) if total else (value, 0)
     if isinstance(value, (list, tuple)):
-        parts = [repair_value(item) for item in value]
+        parts = [_repaired(item) for item in value]
         total = sum(n for _, n in parts)
         if not total:
             return value, 0

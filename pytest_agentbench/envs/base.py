@@ -175,8 +175,8 @@ def resolve_inside(root: Path, path: str, view: PathView | None = None, *, write
     environment path, so a link the agent planted cannot lead the controller to a host file), then
     mapped to the host; ``write`` refuses paths outside the environment's writable folders."""
     if view is None:
-        candidate = Path(path)
-        return candidate if candidate.is_absolute() else root / candidate
+        given = Path(path)
+        return given if given.is_absolute() else root / given
     text = str(path)
     pending = [p for p in posixpath.join(view.workdir, text).split("/") if p not in ("", ".")]
     resolved, hops = "/", 0

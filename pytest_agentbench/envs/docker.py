@@ -28,7 +28,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path, PurePosixPath
-from typing import Any
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ..core.io import trim_parts
 from ..core.text import decode
@@ -47,12 +48,17 @@ PRIVATE = "/tmp/.agentbench"  # command scripts and output files, outside the wo
 LABEL = "agentbench"
 PYTHON_ENV = {"MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
 
-_LIVE: dict[str, Any] = {}  # container id -> container, for atexit and signal cleanup
+if TYPE_CHECKING:  # the SDK is imported only when a run uses Docker
+    from docker import DockerClient
+    from docker.models.containers import Container
+    from docker.models.containers import ExecResult as DockerExecResult
+
+_LIVE: dict[str, Container] = {}  # container id -> container, for atexit and signal cleanup
 _LIVE_LOCK = threading.Lock()
 _HOOKS_INSTALLED = False
 
 
-def _docker():
+def _docker() -> ModuleType:
     try:
         import docker  # why: the SDK is heavy and only --bench-env=docker needs it
     except ImportError:
@@ -60,7 +66,17 @@ def _docker():
     return docker
 
 
-def _remove_container(container) -> None:
+def _id(container: Container) -> str:
+    # every container the engine created or listed has an id; the SDK's types allow a model without one
+    return str(container.id)
+
+
+def _output_bytes(result: DockerExecResult) -> bytes:
+    """The output of a non-streamed ``exec_run``: bytes, or None when empty (its type also allows a stream)."""
+    return result.output if isinstance(result.output, bytes) else b""
+
+
+def _remove_container(container: Container) -> None:
     """Kill and remove; tolerate a container that auto-removal is already taking away."""
     docker = _docker()
     try:
@@ -77,7 +93,7 @@ def _remove_container(container) -> None:
             break
         time.sleep(0.05)
     with _LIVE_LOCK:
-        _LIVE.pop(container.id, None)
+        _LIVE.pop(_id(container), None)
 
 
 def remove_live_containers() -> None:
@@ -90,7 +106,7 @@ def remove_live_containers() -> None:
             pass
 
 
-def _on_terminate(signum, frame):
+def _on_terminate(signum: int, frame: FrameType | None) -> None:
     # SIGTERM would end the process without running finally blocks or atexit; make it an exit
     remove_live_containers()
     raise SystemExit(128 + signum)
@@ -118,10 +134,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_containers(client) -> list[str]:
+def remove_stale_containers(client: DockerClient) -> list[str]:
     """Remove the labelled containers whose creator on this host is dead; returns their ids."""
-    removed = []
-    filters = {"label": [f"{LABEL}=1", f"{LABEL}.host={socket.gethostname()}"]}
+    removed: list[str] = []
+    filters: dict[str, str | list[str] | bool] = {"label": [f"{LABEL}=1", f"{LABEL}.host={socket.gethostname()}"]}
     for container in client.containers.list(all=True, filters=filters):
         try:
             pid = int(container.labels.get(f"{LABEL}.pid", "0"))
@@ -130,7 +146,7 @@ def remove_stale_containers(client) -> list[str]:
         if pid and _pid_alive(pid) and pid != 1:
             continue
         _remove_container(container)
-        removed.append(container.id)
+        removed.append(_id(container))
     return removed
 
 
@@ -152,8 +168,8 @@ class DockerEnvironment(Environment):
     kind = "docker"
     workdir = WORKDIR
 
-    def __init__(self, client, container, workspace: Path, *, keep_workspace: bool = False, name: str = "",
-                 output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
+    def __init__(self, client: DockerClient, container: Container, workspace: Path, *, keep_workspace: bool = False,
+                 name: str = "", output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
                  workdir: str = WORKDIR) -> None:
         super().__init__(workspace, keep_workspace=keep_workspace, name=name)
         self.workdir = workdir  # the workspace inside the container (CORE-Bench: --bench-workspace-root)
@@ -169,9 +185,9 @@ class DockerEnvironment(Environment):
         if self.stopped:
             raise EnvError(f"environment {self.name or self.container.short_id} is stopped")
 
-    def _exec(self, argv: list[str], *, environment: dict[str, str] | None = None) -> tuple[int, bytes]:
+    def _exec(self, argv: list[str], *, environment: dict[str, str] | None = None) -> tuple[int | None, bytes]:
         result = self.container.exec_run(argv, workdir=self.workdir, environment=environment, demux=False)
-        return result.exit_code, result.output or b""
+        return result.exit_code, _output_bytes(result)
 
     def _container_path(self, path: str) -> str:
         posix = PurePosixPath(path)
@@ -213,7 +229,7 @@ class DockerEnvironment(Environment):
                           timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size,
                           text_repaired=repaired)
 
-    def _wait_exec(self, exec_id: str, deadline: float) -> dict | None:
+    def _wait_exec(self, exec_id: str, deadline: float) -> dict[str, Any] | None:
         """The exec's final state, or None at the deadline."""
         delay = 0.005
         while True:
@@ -277,7 +293,7 @@ class DockerEnvironment(Environment):
             stream, stat = self.container.get_archive(target)
         except docker.errors.NotFound:
             raise FileNotFoundError(f"no file {path!r} in the environment (looked at {target})") from None
-        if stat.get("size", 0) > MAX_FILE_READ:
+        if (stat or {}).get("size", 0) > MAX_FILE_READ:
             raise ValueError(f"{path!r} is larger than {MAX_FILE_READ >> 20} MB; read a part of it with bash")
         buffer = io.BytesIO()
         for chunk in stream:
@@ -289,7 +305,9 @@ class DockerEnvironment(Environment):
             member = next((m for m in tar.getmembers() if m.isfile()), None)
             if member is None:
                 raise FileNotFoundError(f"{path!r} is not a regular file in the environment")
-            return tar.extractfile(member).read()
+            extracted = tar.extractfile(member)
+            assert extracted is not None  # a regular file's member always has its data
+            return extracted.read()
 
     def write_file(self, path: str, data: bytes | str) -> None:
         self._check()
@@ -312,7 +330,7 @@ class DockerEnvironment(Environment):
             made = self.container.exec_run(["mkdir", "-p", self.workdir], workdir="/")  # not in the dir it makes
             if made.exit_code != 0:
                 raise EnvError(f"cannot create {self.workdir} in container {self.container.short_id}: "
-                               f"{(made.output or b'')[:200]!r}")
+                               f"{_output_bytes(made)[:200]!r}")
             if not self.container.put_archive(self.workdir, fh):
                 raise EnvError(f"copying the workspace into container {self.container.short_id} failed")
         self.container.put_archive("/tmp", _tar_bytes({}, dirs=(".agentbench",)))
@@ -433,12 +451,12 @@ class DockerFactory(EnvFactory):
         self.image, self.network, self.gpus = image, network, gpus
         self.keep_workspaces = keep_workspaces
         self.memory, self.cpus, self.pids, self.lifetime = memory, cpus, pids, lifetime
-        self._client = None
+        self._client: DockerClient | None = None
         self._image_ready = False
         self._lock = threading.Lock()
         self._python_env: DockerEnvironment | None = None
 
-    def client(self):
+    def client(self) -> DockerClient:
         with self._lock:
             if self._client is None:
                 docker = _docker()
@@ -454,7 +472,7 @@ class DockerFactory(EnvFactory):
                 self._client = client
             return self._client
 
-    def _ensure_image(self, client) -> None:
+    def _ensure_image(self, client: DockerClient) -> None:
         if self._image_ready:
             return
         docker = _docker()
@@ -468,8 +486,8 @@ class DockerFactory(EnvFactory):
                                "Pull or build it there, or choose another with --bench-docker-image") from None
         self._image_ready = True
 
-    def _device_requests(self, needs_gpu: bool) -> list:
-        if not needs_gpu:
+    def _device_requests(self, needs_gpu: bool) -> list[Any]:
+        if not needs_gpu or not self.gpus:  # (start refuses an item that needs a GPU without --bench-gpus)
             return []
         types = _docker().types
         if self.gpus == "all":
@@ -530,7 +548,7 @@ class DockerFactory(EnvFactory):
                                f"{getattr(exc, 'explanation', None) or exc}") from None
             raise EnvError(f"starting a container from {self.image!r} failed: {exc}") from None
         with _LIVE_LOCK:
-            _LIVE[container.id] = container
+            _LIVE[_id(container)] = container
         env = DockerEnvironment(client, container, workspace, keep_workspace=self.keep_workspaces, name=name,
                                 workdir=workdir)
         try:
@@ -543,7 +561,7 @@ class DockerFactory(EnvFactory):
         return env
 
     @staticmethod
-    def _remove_unstarted(client) -> None:
+    def _remove_unstarted(client: DockerClient) -> None:
         """A container the engine created but could not start is not removed by run(): remove it here."""
         for left in client.containers.list(all=True, filters={"label": [f"{LABEL}.pid={os.getpid()}"],
                                                               "status": "created"}):

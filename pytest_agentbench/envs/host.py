@@ -192,8 +192,9 @@ class HostEnvironment(Environment):
         timeout = check_timeout(timeout)
         self.count += 1
         out, err = self.private / "out" / f"{self.count}.out", self.private / "out" / f"{self.count}.err"
-        spec = {"limits": asdict(self._limits(timeout)), "env": self.env, "command": command,
-                "bash": self.bash, "cwd": str(cwd), "cgroup": str(self.jail.cgroup) if self.jail.cgroup else ""}
+        spec: dict[str, Any] = {"limits": asdict(self._limits(timeout)), "env": self.env, "command": command,
+                                "bash": self.bash, "cwd": str(cwd),
+                                "cgroup": str(self.jail.cgroup) if self.jail.cgroup else ""}
         if self.holder is not None:
             spec.update(sandbox=self.holder.command_prefix(), inner=INNER, isolation=self.isolation.mode,
                         netns_fd=self.holder.netns_fd, userns_fd=self.holder.userns_fd)
@@ -302,8 +303,8 @@ class Holder:
                 give_to_sandbox_user(folder)
         devices = sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")) if gpus else []
         writable = [str(private / "home")] + ([] if workdir else [str(workspace)])
-        self.layout = dict(writable=writable, tmp=str(private / "tmp"), hidden=list(hidden),
-                           devices=devices, relocated=[(str(workspace), workdir)] if workdir else [])
+        self.layout: dict[str, Any] = dict(writable=writable, tmp=str(private / "tmp"), hidden=list(hidden),
+                                           devices=devices, relocated=[(str(workspace), workdir)] if workdir else [])
         self.resolver = private / "resolv.conf"  # the commands' resolver: slirp4netns's, not this machine's
         self.resolver.write_text(f"nameserver {SLIRP_DNS}\n")
         self.resolver.chmod(0o644)
@@ -328,9 +329,11 @@ class Holder:
                 raise EnvError(f"could not start the isolated host environment: {problem}")
             time.sleep(0.2 * (attempt + 1))  # a mount vanished while bwrap copied the table: try again
 
-    def _argv(self, network: bool = False, isolation: Isolation | None = None, **namespaces: int | None) -> list[str]:
+    def _argv(self, network: bool = False, isolation: Isolation | None = None, pidns_fd: int | None = None,
+              info_fd: int | None = None) -> list[str]:
         try:
-            return bwrap_argv(isolation or self.isolation, network=network, **namespaces, **self.layout)
+            return bwrap_argv(isolation or self.isolation, network=network, pidns_fd=pidns_fd, info_fd=info_fd,
+                              **self.layout)
         except ValueError as exc:  # a layout the sandbox cannot have (e.g. a folder it cannot list)
             raise EnvError(f"cannot start the isolated host environment: {exc}") from None
 
@@ -394,7 +397,8 @@ class UserNetwork:
         if program is None:
             raise EnvError(f"the host environment's outbound network needs {USER_NETWORK_STACK}: {USER_NETWORK_HINT}")
         ready_read, ready_write = os.pipe()
-        self.exit_read, self.exit_write = os.pipe()
+        self.exit_read, exit_write = os.pipe()
+        self.exit_write: int | None = exit_write  # None once closed
         try:
             self.proc = subprocess.Popen(
                 # --enable-sandbox: it runs in a mount namespace of its own, without capabilities but binding ports

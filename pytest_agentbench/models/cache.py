@@ -17,6 +17,7 @@ import re
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 CACHE_MODES = ("rw", "ro", "off", "replay")
 DEFAULT_CACHE_DIR = ".agentbench_cache"
@@ -25,13 +26,14 @@ CACHE_SUBDIR = "responses-v1"
 KEY_PATTERN = re.compile(r"[0-9a-f]{64}")  # a sha256 hex digest (cache_key): the only names an entry may have
 
 
-def canonical_json(value) -> str:
+def canonical_json(value: object) -> str:
     """The one serialisation used for keys: sorted keys, no whitespace, unicode kept."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def cache_key(*, base_url: str, model: str, protocol: str, messages: list, tools: list | None,
-              params: dict, sample_index: int, tool_choice: str | None = None) -> str:
+def cache_key(*, base_url: str, model: str, protocol: str, messages: list[dict[str, Any]],
+              tools: list[dict[str, Any]] | None, params: dict[str, Any],
+              sample_index: int, tool_choice: str | None = None) -> str:
     payload = {
         "base_url": base_url, "model": model, "protocol": protocol, "messages": messages,
         "tools": tools, "params": params, "sample_index": sample_index,
@@ -83,7 +85,7 @@ class ResponseCache:
     def path_for(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> dict[str, Any] | None:
         if not self.reads:
             return None
         path = self.path_for(key)
@@ -96,7 +98,7 @@ class ResponseCache:
             return None
         return record if isinstance(record, dict) else None
 
-    def put(self, key: str, record: dict) -> None:
+    def put(self, key: str, record: dict[str, Any]) -> None:
         if not self.writes:
             return
         text = canonical_json(record)

@@ -12,6 +12,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import openai
 
@@ -31,7 +32,7 @@ class ModelError(Exception):
 @dataclass
 class Completion:
     text: str
-    tool_calls: list[dict] = field(default_factory=list)  # each {"id", "name", "arguments" (JSON text)}
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # each {"id", "name", "arguments" (JSON text)}
     finish_reason: str = "stop"  # "stop", "length", "tool_calls", "content_filter", ...
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -45,9 +46,9 @@ class Completion:
     def is_empty(self) -> bool:
         return not self.text.strip() and not self.tool_calls
 
-    def assistant_message(self) -> dict:
+    def assistant_message(self) -> dict[str, Any]:
         """The assistant turn to append to the conversation (chat shape, for either protocol)."""
-        message: dict = {"role": "assistant", "content": self.text or None}
+        message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
         if self.tool_calls:
             message["tool_calls"] = [
                 {"id": call["id"], "type": "function",
@@ -58,7 +59,7 @@ class Completion:
             message["content"] = ""
         return message
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         record = asdict(self)
         record.pop("cached")
         if not record["text_repaired"]:  # cache entries of clean replies stay as they always were
@@ -70,7 +71,7 @@ class Completion:
         return record
 
     @classmethod
-    def from_record(cls, record: dict) -> "Completion":
+    def from_record(cls, record: dict[str, Any]) -> "Completion":
         known = {k: record[k] for k in ("text", "tool_calls", "finish_reason", "prompt_tokens",
                                         "completion_tokens", "latency", "text_repaired") if k in record}
         # an entry written before replies were repaired (or by another tool) is repaired here, counted too
@@ -103,14 +104,14 @@ def repair_reply(completion: Completion) -> Completion:
     return completion
 
 
-def tool_result_message(call: dict, content: str) -> dict:
+def tool_result_message(call: dict[str, Any], content: str) -> dict[str, Any]:
     """The message carrying a tool's output back to the model for ``call`` (a Completion tool call)."""
     return {"role": "tool", "tool_call_id": call["id"], "content": content}
 
 
 # ---------------------------------------------------------------- Responses API conversions
 
-def _responses_content(content):
+def _responses_content(content: str | list[dict[str, Any]] | None) -> str | list[dict[str, Any]]:
     """Chat content (text or parts) to Responses input content."""
     if content is None or isinstance(content, str):
         return content or ""
@@ -128,8 +129,8 @@ def _responses_content(content):
     return parts
 
 
-def messages_to_input_items(messages: list[dict]) -> list[dict]:
-    items: list[dict] = []
+def messages_to_input_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
         if role == "tool":
@@ -147,7 +148,7 @@ def messages_to_input_items(messages: list[dict]) -> list[dict]:
     return items
 
 
-def tools_to_responses(tools: list[dict]) -> list[dict]:
+def tools_to_responses(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     converted = []
     for tool in tools:
         if tool.get("type") == "function" and "function" in tool:
@@ -161,7 +162,7 @@ def tools_to_responses(tools: list[dict]) -> list[dict]:
     return converted
 
 
-def responses_params(params: dict) -> dict:
+def responses_params(params: dict[str, Any]) -> dict[str, Any]:
     """Accept the chat spellings of the common knobs for the Responses protocol too."""
     out = dict(params)
     for alias in ("max_tokens", "max_completion_tokens"):
@@ -179,15 +180,16 @@ def responses_params(params: dict) -> dict:
 
 # ---------------------------------------------------------------- reply parsing
 
-def _dump(reply) -> dict:
+def _dump(reply: object) -> dict[str, Any]:
     if hasattr(reply, "model_dump"):
-        return reply.model_dump()
+        data: dict[str, Any] = reply.model_dump()
+        return data
     if isinstance(reply, dict):
         return reply
     raise ValueError(f"reply is not a JSON object: {str(reply)[:200]!r}")
 
 
-def parse_chat_reply(reply) -> Completion:
+def parse_chat_reply(reply: object) -> Completion:
     data = _dump(reply)
     choices = data.get("choices") or []
     if not choices:
@@ -209,14 +211,15 @@ def parse_chat_reply(reply) -> Completion:
     ))
 
 
-def has_usage(usage: dict, *keys: str) -> bool:
+def has_usage(usage: dict[str, Any], *keys: str) -> bool:
     """Whether a reply's ``usage`` gives a token count (a server that sends none leaves the cost unknown)."""
     return any(isinstance(usage.get(key), int) and not isinstance(usage.get(key), bool) for key in keys)
 
 
-def parse_responses_reply(reply) -> Completion:
+def parse_responses_reply(reply: object) -> Completion:
     data = _dump(reply)
-    texts, calls = [], []
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
     for item in data.get("output") or []:
         kind = item.get("type")
         if kind == "message":
@@ -305,7 +308,7 @@ class OpenAIModel:
     is_oracle = False
 
     def __init__(self, name: str, *, base_url: str | None = None, api_key: str | None = None,
-                 protocol: str = "chat", params: dict | None = None,
+                 protocol: str = "chat", params: dict[str, Any] | None = None,
                  timeout: float = DEFAULT_TIMEOUT, max_retries: int = DEFAULT_MAX_RETRIES,
                  cache_dir: str | Path = DEFAULT_CACHE_DIR, cache_mode: str = "rw",
                  retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY,
@@ -334,7 +337,7 @@ class OpenAIModel:
     def endpoint(self) -> str:
         return f"{self.base_url}/{'chat/completions' if self.protocol == 'chat' else 'responses'}"
 
-    def complete(self, messages: list[dict], *, tools: list[dict] | None = None,
+    def complete(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
                  sample_index: int = 0, tool_choice: str | None = None) -> Completion:
         """One model reply for ``messages`` (chat shape); cached, retried; raises ModelError."""
         key = cache_key(base_url=self.base_url, model=self.name, protocol=self.protocol,
@@ -356,7 +359,8 @@ class OpenAIModel:
             self.cache.put(key, completion.to_record())
         return completion
 
-    def _call_with_retries(self, messages, tools, tool_choice) -> Completion:
+    def _call_with_retries(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                           tool_choice: str | None) -> Completion:
         last_error: Exception | None = None
         attempts = self.max_retries + 1
         for attempt in range(attempts):
@@ -375,6 +379,7 @@ class OpenAIModel:
             completion.latency = time.monotonic() - started
             completion.request_retries = attempt
             return completion
+        assert last_error is not None  # every way out of the loop without a reply set it
         tried = f"{attempt + 1} attempt{'s' if attempt else ''}"
         raise ModelError(
             f"model {self.name!r} at {self.endpoint} failed after {tried}: "
@@ -387,20 +392,26 @@ class OpenAIModel:
             return min(self.retry_max_delay, max(0.0, requested))
         return backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay)
 
-    def _call_once(self, messages, tools, tool_choice) -> Completion:
-        extra = {"extra_body": self.params} if self.params else {}
+    def _call_once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                   tool_choice: str | None) -> Completion:
+        # The request is plain JSON (messages and tools as the harness built them), so it goes to the SDK as
+        # keyword arguments of type Any rather than as the SDK's TypedDicts.
+        request: dict[str, Any] = {"model": self.name}
         if self.protocol == "chat":
-            kwargs = {"tools": tools} if tools else {}
+            request["messages"] = messages
+            if tools:
+                request["tools"] = tools
             if tools and tool_choice:
-                kwargs["tool_choice"] = tool_choice
-            reply = self._client.chat.completions.create(model=self.name, messages=messages,
-                                                         **kwargs, **extra)
-            return parse_chat_reply(reply)
-        body = responses_params(self.params)
-        extra = {"extra_body": body} if body else {}
-        kwargs = {"tools": tools_to_responses(tools)} if tools else {}
+                request["tool_choice"] = tool_choice
+            if self.params:
+                request["extra_body"] = self.params
+            return parse_chat_reply(self._client.chat.completions.create(**request))
+        request["input"] = messages_to_input_items(messages)
+        if tools:
+            request["tools"] = tools_to_responses(tools)
         if tools and tool_choice:
-            kwargs["tool_choice"] = tool_choice
-        reply = self._client.responses.create(model=self.name, input=messages_to_input_items(messages),
-                                              **kwargs, **extra)
-        return parse_responses_reply(reply)
+            request["tool_choice"] = tool_choice
+        body = responses_params(self.params)
+        if body:
+            request["extra_body"] = body
+        return parse_responses_reply(self._client.responses.create(**request))

@@ -5,7 +5,8 @@ notebook builds the same client as a pytest run. Errors are ``ConfigError`` nami
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
 from ..core.errors import ConfigError
 from ..core.options import Option, Settings
 from .cache import CACHE_MODES
@@ -13,11 +14,14 @@ from .defaults import DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_
 from .oracle import OracleModel
 from .price import BUDGET_OPTIONS, PRICE_OPTION, price_of
 
+if TYPE_CHECKING:  # the openai SDK is imported only when a real model is used
+    from .client import OpenAIModel
+
 ORACLE = "oracle"
 # request fields the client sets itself; letting --model-params override them would break the harness
 RESERVED_PARAMS = ("model", "messages", "input", "tools", "tool_choice", "stream")
 
-def check_params(value: Any) -> dict:
+def check_params(value: Any) -> dict[str, Any]:
     """A --model-params value (parsed JSON): an object that leaves the harness's own fields alone."""
     if not isinstance(value, dict):
         raise ValueError(f"is a JSON {type(value).__name__}, not an object; "
@@ -74,7 +78,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
 )
 
 
-def model_settings(opts: Settings) -> dict:
+def model_settings(opts: Settings) -> dict[str, Any]:
     """The model settings a run records (never the API key), checked; ``price`` only when one is given."""
     base_url = opts["model_base_url"] or DEFAULT_BASE_URL
     price = price_of(opts.get("model_price"))
@@ -92,7 +96,7 @@ def model_settings(opts: Settings) -> dict:
     }
 
 
-def check_api_key(settings: dict, api_key: str | None) -> None:
+def check_api_key(settings: dict[str, Any], api_key: str | None) -> None:
     """ConfigError when the default (OpenAI) endpoint would be called without a key."""
     if not api_key and settings["base_url"] == DEFAULT_BASE_URL and settings["cache_mode"] != "replay":
         raise ConfigError(
@@ -101,7 +105,7 @@ def check_api_key(settings: dict, api_key: str | None) -> None:
         )
 
 
-def build_model(opts: Settings):
+def build_model(opts: Settings) -> OracleModel | OpenAIModel:
     """The model of this run: ``OracleModel`` for ``--model oracle``, else an ``OpenAIModel``.
 
     ``opts["cache_dir"]`` is used as given (the plugin resolves it against the rootdir, so xdist

@@ -5,15 +5,18 @@ solution, which checks the scoring pipeline end to end without any model.
 """
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
 
 class OracleModel:
     name = "oracle"
     is_oracle = True
 
-    def __init__(self, settings: dict | None = None):
+    def __init__(self, settings: dict[str, Any] | None = None) -> None:
         self.settings = dict(settings or {"model": "oracle"})
 
-    def complete(self, messages, *, tools=None, sample_index: int = 0, tool_choice=None):
+    def complete(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                 sample_index: int = 0, tool_choice: str | None = None) -> NoReturn:
         raise RuntimeError(
             "the oracle model has no replies: a benchmark must check model.is_oracle and use its "
             "ground truth instead of calling complete()"

@@ -82,7 +82,7 @@ def one_token(client: Any, name: str, protocol: str) -> None:
         client.responses.create(model=name, input="ping", max_output_tokens=16)  # 16: the API's minimum
 
 
-def short(error: Exception) -> str:
+def short(error: BaseException) -> str:
     text = " ".join(str(error).split())
     return text if len(text) <= 200 else text[:197] + "..."
 

@@ -7,6 +7,9 @@ Nothing is run and nothing is sent. (Its own module: it needs the client, which 
 """
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
+from .base import Model
 from .client import ModelError
 
 
@@ -23,12 +26,12 @@ class FirstCallProbe:
 
     is_oracle = False
 
-    def __init__(self, model) -> None:
+    def __init__(self, model: Model) -> None:
         self.model = model
         self.name = getattr(model, "name", "")
         self.settings = getattr(model, "settings", {})
 
-    def complete(self, messages, **kwargs):
+    def complete(self, messages: list[dict[str, Any]], **kwargs: Any) -> NoReturn:
         try:
             self.model.complete(messages, **kwargs)
         except ModelError as error:

@@ -48,6 +48,15 @@ import re
 import struct
 import sys
 
+# typing's constant, not imported: a child loads this module for every step, and needs no more than it uses
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (the channel functions import os when they run)
+    import os
+    from typing import Any, Callable, NoReturn
+
+    # a node of a frame's header: [tag, ...] (JSON lists, so its fields are whatever the JSON held)
+    Node = list[Any]
+
 MiB = 1 << 20
 DEFAULT_MAX_BYTES = 256 * MiB
 MAX_DEPTH = 100
@@ -96,40 +105,41 @@ class CodecError(Exception):
     """A value cannot be encoded, or bytes cannot be decoded; the message says why."""
 
 
-def _type_name(value) -> str:
+def _type_name(value: object) -> str:
     kind = type(value)
     module = getattr(kind, "__module__", "") or ""
     name = getattr(kind, "__qualname__", None) or getattr(kind, "__name__", "?")
-    return name if module in ("builtins", "") else f"{module}.{name}"
+    return str(name) if module in ("builtins", "") else f"{module}.{name}"
 
 
 # ----------------------------------------------------------------------------------------------
-# optional libraries: only those the child already imported can have produced a value
+# optional libraries: only those the child already imported can have produced a value (typed Any: the
+# module is looked up at run time, never imported here)
 
 
-def _numpy():
+def _numpy() -> Any:
     return sys.modules.get("numpy")
 
 
-def _sparse_module():
+def _sparse_module() -> Any:
     return sys.modules.get("scipy.sparse")
 
 
-def _sympy():
+def _sympy() -> Any:
     return sys.modules.get("sympy")
 
 
-_SYMPY_TABLE: dict | None = None
+_SYMPY_TABLE: dict[str, Any] | None = None
 
 
-def _sympy_table() -> dict:
+def _sympy_table() -> dict[str, Any]:
     """class name -> class, for every sympy class the codec knows (sympy must be importable)."""
     global _SYMPY_TABLE
     if _SYMPY_TABLE is None:
         import sympy  # why: only values that hold sympy objects need it
         from sympy.functions.elementary.piecewise import ExprCondPair  # why: as above, sympy values only
 
-        table = {"Symbol": sympy.Symbol, "Integer": sympy.Integer, "Rational": sympy.Rational,
+        table: dict[str, Any] = {"Symbol": sympy.Symbol, "Integer": sympy.Integer, "Rational": sympy.Rational,
                  "Float": sympy.Float, "ExprCondPair": ExprCondPair,
                  "MutableDenseMatrix": sympy.MutableDenseMatrix,
                  "ImmutableDenseMatrix": sympy.ImmutableDenseMatrix}
@@ -154,14 +164,14 @@ class Encoder:
     consumes nothing of the budget.
     """
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEPTH):
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEPTH) -> None:
         if max_bytes <= 0 or max_depth <= 0:
             raise ValueError("max_bytes and max_depth must be positive")
         self.max_bytes = int(max_bytes)
         self.max_depth = int(max_depth)
         self.used = 0
 
-    def encode(self, value) -> bytes:
+    def encode(self, value: object) -> bytes:
         state = _EncodeState(self.max_bytes - self.used - PREFIX_SIZE, self.max_depth, self.max_bytes)
         header_obj = state.node(value, 0)
         header = json.dumps(header_obj, ensure_ascii=True, separators=(",", ":"),
@@ -174,13 +184,13 @@ class Encoder:
         return _PREFIX.pack(MAGIC, len(header), len(buffer)) + header + buffer
 
 
-def encode(value, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEPTH) -> bytes:
+def encode(value: object, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEPTH) -> bytes:
     """One frame holding ``value`` (a fresh budget of ``max_bytes``)."""
     return Encoder(max_bytes, max_depth).encode(value)
 
 
 class _EncodeState:
-    def __init__(self, room: int, max_depth: int, cap: int):
+    def __init__(self, room: int, max_depth: int, cap: int) -> None:
         self.room = room  # bytes still allowed (header estimate + buffer)
         self.max_depth = max_depth
         self.cap = cap
@@ -196,7 +206,7 @@ class _EncodeState:
         if self.room < 0:
             raise CodecError(self.over_cap_message())
 
-    def add_raw(self, raw: bytes) -> list:
+    def add_raw(self, raw: bytes) -> list[int]:
         self.spend(len(raw))
         start = self.offset
         self.chunks.append(raw)
@@ -204,7 +214,7 @@ class _EncodeState:
         return [start, len(raw)]
 
     # -- dispatch ------------------------------------------------------------------------------
-    def node(self, value, depth: int):
+    def node(self, value: Any, depth: int) -> Node:
         if depth > self.max_depth:
             raise CodecError(f"the value nests deeper than {self.max_depth} levels")
         kind = type(value)
@@ -230,7 +240,7 @@ class _EncodeState:
         if kind is bytes or kind is bytearray:
             return ["y" if kind is bytes else "Y", *self.add_raw(bytes(value))]
         if kind in (list, tuple, set, frozenset):
-            tag = {list: "l", tuple: "t", set: "e", frozenset: "E"}[kind]
+            tag = _CONTAINER_TAGS[kind]
             self.spend(8 + len(value))
             return [tag, [self.node(item, depth + 1) for item in value]]
         if kind is dict:
@@ -260,7 +270,7 @@ class _EncodeState:
                          "scipy.sparse matrices and sympy expressions cross to the scoring process")
 
     # -- numpy ---------------------------------------------------------------------------------
-    def array(self, value, depth: int):
+    def array(self, value: Any, depth: int) -> Node:
         np = _numpy()
         dtype = value.dtype
         if value.ndim > MAX_NDIM:
@@ -276,7 +286,7 @@ class _EncodeState:
         raw = np.ascontiguousarray(value).tobytes()
         return ["a", dtype.str, shape, *self.add_raw(raw)]
 
-    def numpy_scalar(self, value):
+    def numpy_scalar(self, value: Any) -> Node:
         dtype = value.dtype
         _check_plain_dtype(dtype, f"numpy scalar {_type_name(value)}")
         np = _numpy()
@@ -284,7 +294,7 @@ class _EncodeState:
         return ["g", dtype.str, *self.add_raw(raw)]
 
     # -- scipy.sparse --------------------------------------------------------------------------
-    def sparse(self, value, depth: int):
+    def sparse(self, value: Any, depth: int) -> Node:
         name = type(value).__name__
         fmt = name.split("_")[0]
         if len(value.shape) != 2:
@@ -301,7 +311,7 @@ class _EncodeState:
         return ["p", name, [int(n) for n in value.shape], encoded]
 
     # -- sympy ---------------------------------------------------------------------------------
-    def sympy_node(self, expr, depth: int):
+    def sympy_node(self, expr: Any, depth: int) -> Node:
         if depth > self.max_depth:
             raise CodecError(f"the value nests deeper than {self.max_depth} levels")
         table = _sympy_table()
@@ -340,7 +350,9 @@ class _EncodeState:
         return [name, [self.sympy_node(arg, depth + 1) for arg in expr.args]]
 
 
-_DOWNGRADED = (bool, int, float, complex, str, bytes, bytearray, tuple, list, dict, set, frozenset)
+_CONTAINER_TAGS: dict[type, str] = {list: "l", tuple: "t", set: "e", frozenset: "E"}
+_DOWNGRADED: tuple[type[Any], ...] = (bool, int, float, complex, str, bytes, bytearray, tuple, list, dict, set,
+                                      frozenset)
 
 
 def _int_text(value: int) -> str:
@@ -348,7 +360,7 @@ def _int_text(value: int) -> str:
     return format(value, "x")
 
 
-def _check_plain_dtype(dtype, what: str) -> None:
+def _check_plain_dtype(dtype: Any, what: str) -> None:
     if dtype.kind not in _PLAIN_KINDS or dtype.fields is not None or dtype.subdtype is not None \
             or dtype.hasobject or not _DTYPE_RE.match(dtype.str):
         raise CodecError(f"cannot encode a {what} of dtype {dtype!s}: only bool, integer, float, complex, "
@@ -359,7 +371,8 @@ def _check_plain_dtype(dtype, what: str) -> None:
 # decoding
 
 
-def decode(data, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEPTH):
+def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES,
+           max_depth: int = MAX_DEPTH) -> Any:
     """The value of one frame; ``data`` must be exactly one frame."""
     view = memoryview(data)
     if len(view) > max_bytes:
@@ -370,7 +383,8 @@ def decode(data, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEP
     return value
 
 
-def decode_stream(data, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEPTH):
+def decode_stream(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                  max_depth: int = MAX_DEPTH) -> tuple[list[Any], CodecError | None]:
     """Values of a concatenation of frames, in order, as ``(values, error)``.
 
     Decoding stops at the first bad frame: ``error`` is then the :class:`CodecError` (a stream cut
@@ -378,7 +392,7 @@ def decode_stream(data, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = 
     against ``max_bytes``.
     """
     view = memoryview(data)
-    values = []
+    values: list[Any] = []
     if len(view) > max_bytes:
         return values, CodecError(f"the operand stream is {len(view)} bytes, over the cap of {max_bytes} bytes")
     position = 0
@@ -391,7 +405,7 @@ def decode_stream(data, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = 
     return values, None
 
 
-def _decode_frame(view: memoryview, start: int, max_bytes: int, max_depth: int):
+def _decode_frame(view: memoryview, start: int, max_bytes: int, max_depth: int) -> tuple[Any, int]:
     if len(view) - start < PREFIX_SIZE:
         raise CodecError(f"truncated frame: {len(view) - start} bytes where a {PREFIX_SIZE}-byte prefix is needed")
     magic, header_len, buffer_len = _PREFIX.unpack_from(view, start)
@@ -423,27 +437,27 @@ def _decode_frame(view: memoryview, start: int, max_bytes: int, max_depth: int):
     return value, body + header_len + buffer_len
 
 
-def _fail(message: str):
+def _fail(message: str) -> NoReturn:
     raise CodecError(message)
 
 
-def _is_int(x) -> bool:
+def _is_int(x: object) -> bool:
     return type(x) is int
 
 
 class _Decoder:
-    def __init__(self, buffer: memoryview, max_depth: int, max_bytes: int):
+    def __init__(self, buffer: memoryview, max_depth: int, max_bytes: int) -> None:
         self.buffer = buffer
         self.max_depth = max_depth
         self.max_bytes = max_bytes
 
-    def raw(self, offset, length) -> bytes:
+    def raw(self, offset: Any, length: Any) -> bytes:
         if not (_is_int(offset) and _is_int(length)) or offset < 0 or length < 0 \
                 or offset + length > len(self.buffer):
             _fail(f"a payload slice ({offset!r}, {length!r}) lies outside the {len(self.buffer)}-byte buffer")
         return bytes(self.buffer[offset:offset + length])
 
-    def checked_node(self, node, depth: int, malformed: str) -> tuple[str, list]:
+    def checked_node(self, node: Any, depth: int, malformed: str) -> tuple[str, Node]:
         """``(tag, args)`` of a ``[tag, ...]`` node within the depth cap, else the frame is refused."""
         if depth > self.max_depth:
             _fail(f"the value nests deeper than {self.max_depth} levels")
@@ -451,7 +465,7 @@ class _Decoder:
             _fail(malformed)
         return node[0], node[1:]
 
-    def value(self, node, depth: int):
+    def value(self, node: Any, depth: int) -> Any:
         tag, args = self.checked_node(node, depth, "malformed node: expected [tag, ...]")
         handler = _HANDLERS.get(tag)
         if handler is None:
@@ -459,66 +473,66 @@ class _Decoder:
         return handler(self, args, depth)
 
     # -- scalars -------------------------------------------------------------------------------
-    def none(self, args, depth):
+    def none(self, args: Node, depth: int) -> Any:
         _arity(args, 0, "None")
         return None
 
-    def boolean(self, args, depth):
+    def boolean(self, args: Node, depth: int) -> Any:
         _arity(args, 1, "bool")
         if args[0] not in (0, 1) or type(args[0]) is not int:
             _fail("malformed bool")
         return bool(args[0])
 
-    def integer(self, args, depth):
+    def integer(self, args: Node, depth: int) -> Any:
         _arity(args, 1, "int")
         return _parse_int(args[0])
 
-    def floating(self, args, depth):
+    def floating(self, args: Node, depth: int) -> Any:
         _arity(args, 1, "float")
         return _parse_float(args[0])
 
-    def complex_(self, args, depth):
+    def complex_(self, args: Node, depth: int) -> Any:
         _arity(args, 2, "complex")
         return complex(_parse_float(args[0]), _parse_float(args[1]))
 
-    def string(self, args, depth):
+    def string(self, args: Node, depth: int) -> Any:
         _arity(args, 1, "str")
         if type(args[0]) is not str:
             _fail("malformed str")
         return args[0]
 
-    def bytes_(self, args, depth):
+    def bytes_(self, args: Node, depth: int) -> Any:
         _arity(args, 2, "bytes")
         return self.raw(*args)
 
-    def bytearray_(self, args, depth):
+    def bytearray_(self, args: Node, depth: int) -> Any:
         _arity(args, 2, "bytearray")
         return bytearray(self.raw(*args))
 
     # -- containers ----------------------------------------------------------------------------
-    def items(self, args, depth, what):
+    def items(self, args: Node, depth: int, what: str) -> list[Any]:
         _arity(args, 1, what)
         if type(args[0]) is not list:
             _fail(f"malformed {what}")
         return [self.value(item, depth + 1) for item in args[0]]
 
-    def list_(self, args, depth):
+    def list_(self, args: Node, depth: int) -> Any:
         return self.items(args, depth, "list")
 
-    def tuple_(self, args, depth):
+    def tuple_(self, args: Node, depth: int) -> Any:
         return tuple(self.items(args, depth, "tuple"))
 
-    def set_(self, args, depth):
+    def set_(self, args: Node, depth: int) -> Any:
         return set(_hashable(item, "set element") for item in self.items(args, depth, "set"))
 
-    def frozenset_(self, args, depth):
+    def frozenset_(self, args: Node, depth: int) -> Any:
         return frozenset(_hashable(item, "frozenset element") for item in self.items(args, depth, "frozenset"))
 
-    def dict_(self, args, depth):
+    def dict_(self, args: Node, depth: int) -> Any:
         _arity(args, 1, "dict")
         if type(args[0]) is not list:
             _fail("malformed dict")
-        out = {}
+        out: dict[Any, Any] = {}
         for pair in args[0]:
             if type(pair) is not list or len(pair) != 2:
                 _fail("malformed dict item")
@@ -527,7 +541,7 @@ class _Decoder:
         return out
 
     # -- numpy ---------------------------------------------------------------------------------
-    def array(self, args, depth):
+    def array(self, args: Node, depth: int) -> Any:
         _arity(args, 4, "numpy array")
         dtype_text, shape, offset, length = args
         np = _require_numpy()
@@ -542,13 +556,13 @@ class _Decoder:
         raw = self.raw(offset, length)
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy() if count else np.empty(shape, dtype=dtype)
 
-    def matrix(self, args, depth):
+    def matrix(self, args: Node, depth: int) -> Any:
         value = self.array(args, depth)
         if value.ndim != 2:
             _fail("a numpy matrix must be 2-D")
         return value.view(_require_numpy().matrix)
 
-    def object_array(self, args, depth):
+    def object_array(self, args: Node, depth: int) -> Any:
         _arity(args, 2, "object array")
         np = _require_numpy()
         shape = _parse_shape(args[0])
@@ -564,7 +578,7 @@ class _Decoder:
             out[index] = self.value(item, depth + 1)
         return out.reshape(shape)
 
-    def numpy_scalar(self, args, depth):
+    def numpy_scalar(self, args: Node, depth: int) -> Any:
         _arity(args, 3, "numpy scalar")
         np = _require_numpy()
         dtype = _parse_dtype(args[0])
@@ -573,7 +587,7 @@ class _Decoder:
         return np.frombuffer(self.raw(args[1], args[2]), dtype=dtype)[0]
 
     # -- scipy.sparse --------------------------------------------------------------------------
-    def sparse(self, args, depth):
+    def sparse(self, args: Node, depth: int) -> Any:
         _arity(args, 3, "sparse matrix")
         name, shape, parts = args
         if name not in SPARSE_CLASSES:
@@ -632,7 +646,8 @@ class _Decoder:
             matrix = cls(matrix)
         return matrix
 
-    def _compressed(self, sparse, fmt, kind, data, arrays, shape):
+    def _compressed(self, sparse: Any, fmt: str, kind: str, data: Any, arrays: dict[str, Any],
+                    shape: list[int]) -> Any:
         indices, indptr = arrays["indices"], arrays["indptr"]
         rows, cols = shape
         if fmt == "bsr":
@@ -660,11 +675,11 @@ class _Decoder:
         return matrix
 
     # -- sympy ---------------------------------------------------------------------------------
-    def sympy(self, args, depth):
+    def sympy(self, args: Node, depth: int) -> Any:
         _arity(args, 1, "sympy value")
         return self.sympy_node(args[0], depth + 1)
 
-    def sympy_node(self, node, depth: int):
+    def sympy_node(self, node: Any, depth: int) -> Any:
         name, args = self.checked_node(node, depth, "malformed sympy node")
         try:
             table = _sympy_table()
@@ -727,18 +742,18 @@ class _Decoder:
         return cls(*children, evaluate=False)
 
 
-def _arity(args, n: int, what: str) -> None:
+def _arity(args: Node, n: int, what: str) -> None:
     if len(args) != n:
         _fail(f"malformed {what}: {len(args)} fields where {n} are expected")
 
 
-def _parse_int(text) -> int:
+def _parse_int(text: object) -> int:
     if type(text) is not str or not _HEX_INT_RE.match(text):
         _fail("malformed int")
     return int(text, 16)
 
 
-def _parse_float(text) -> float:
+def _parse_float(text: object) -> float:
     if type(text) is not str or len(text) > 40:
         _fail("malformed float")
     try:
@@ -747,7 +762,7 @@ def _parse_float(text) -> float:
         _fail("malformed float")
 
 
-def _parse_dtype(text):
+def _parse_dtype(text: object) -> Any:
     np = _require_numpy()
     if type(text) is not str or not _DTYPE_RE.match(text):
         _fail(f"dtype {str(text)[:40]!r} is not a plain numpy dtype")
@@ -760,14 +775,14 @@ def _parse_dtype(text):
     return dtype
 
 
-def _parse_shape(shape) -> list[int]:
+def _parse_shape(shape: Any) -> list[int]:
     if type(shape) is not list or len(shape) > MAX_NDIM \
             or any(not _is_int(n) or n < 0 or n >= 1 << 62 for n in shape):
         _fail("malformed shape")
     return shape
 
 
-def _hashable(value, what: str):
+def _hashable(value: Any, what: str) -> Any:
     try:
         hash(value)
     except TypeError:
@@ -775,13 +790,13 @@ def _hashable(value, what: str):
     return value
 
 
-def _require_numpy():
+def _require_numpy() -> Any:
     import numpy  # why: only frames holding numpy values need it
 
     return numpy
 
 
-_HANDLERS = {
+_HANDLERS: dict[str, Callable[[_Decoder, Node, int], Any]] = {
     "n": _Decoder.none, "b": _Decoder.boolean, "i": _Decoder.integer, "f": _Decoder.floating,
     "c": _Decoder.complex_, "s": _Decoder.string, "y": _Decoder.bytes_, "Y": _Decoder.bytearray_,
     "l": _Decoder.list_, "t": _Decoder.tuple_, "e": _Decoder.set_, "E": _Decoder.frozenset_,
@@ -801,7 +816,8 @@ class FrameWriter:
     writes the frame at once; :class:`CodecError` leaves the channel untouched.
     """
 
-    def __init__(self, channel, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEPTH):
+    def __init__(self, channel: int | str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_depth: int = MAX_DEPTH) -> None:
         import os  # why: only the child's writer needs it
 
         self.encoder = Encoder(max_bytes, max_depth)
@@ -811,7 +827,7 @@ class FrameWriter:
             self.fd = os.open(channel, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         self._write = os.write
 
-    def send(self, value) -> None:
+    def send(self, value: object) -> None:
         self.write_frame(self.encoder.encode(value))
 
     def write_frame(self, frame: bytes) -> None:
@@ -822,7 +838,7 @@ class FrameWriter:
             view = view[written:]
 
 
-def read_capped(path, max_bytes: int) -> bytes:
+def read_capped(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     """The bytes of a channel file the child wrote, read safely by the parent.
 
     The child controls the path's content and may have replaced the file: a symlink is not followed,
@@ -842,7 +858,8 @@ def read_capped(path, max_bytes: int) -> bytes:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise CodecError(f"the operand channel {path} is not a regular file")
-        chunks, size = [], 0
+        chunks: list[bytes] = []
+        size = 0
         while size <= max_bytes:
             chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
             if not chunk:

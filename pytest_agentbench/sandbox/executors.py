@@ -37,7 +37,7 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import Any, Mapping, Protocol
 
 from .forkserver import ForkServer
 from .isolation import MOUNT_RACE_TRIES, Isolation, bwrap_argv, child_environment, mount_race, needed_paths, probe, \
@@ -124,7 +124,8 @@ class SubprocessExecutor:
             prepare_workdir(work, source, files, collect)
             jail = ProcessJail(limits)
             status_read, status_write = os.pipe() if isolated else (None, None)
-            spec = {"limits": asdict(limits), "env": full_env, "cgroup": str(jail.cgroup) if jail.cgroup else ""}
+            spec: dict[str, Any] = {"limits": asdict(limits), "env": full_env,
+                                    "cgroup": str(jail.cgroup) if jail.cgroup else ""}
             argv = [sys.executable, "-S", "-c", LAUNCHER]
             if isolated:
                 # Python's folders as this (fully started) interpreter knows them: the -S launcher cannot
@@ -140,8 +141,9 @@ class SubprocessExecutor:
                 with open(work / ".stdout", "wb") as out, open(work / ".stderr", "wb") as err:
                     proc = subprocess.Popen([*argv, json.dumps(spec)], cwd="/" if isolated else work,
                                             stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=launcher_env,
-                                            start_new_session=True, pass_fds=[status_write] if isolated else [])
-                if isolated:
+                                            start_new_session=True,
+                                            pass_fds=[] if status_write is None else [status_write])
+                if status_write is not None:  # (isolated)
                     os.close(status_write)
                 deadline = started + limits.timeout
                 step = limits.timeout if jail.counts_processes else POLL_INTERVAL
@@ -160,7 +162,7 @@ class SubprocessExecutor:
                 proc.wait()
                 processes_hit = processes_hit or jail.hit_process_limit()
                 exit_code = proc.returncode
-                if isolated:
+                if status_read is not None:  # (isolated)
                     status = os.read(status_read, 4)
                     if len(status) == 4:  # the script's own status, as the launcher saw it
                         exit_code = os.waitstatus_to_exitcode(int.from_bytes(status, "little", signed=True))

@@ -39,7 +39,7 @@ import time
 import types
 from dataclasses import asdict
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .isolation import MOUNT_RACE_TRIES, Isolation, RunNamespace, mount_race, bwrap_argv, child_environment, enter_child, make_non_dumpable, \
     needed_paths, probe
@@ -62,13 +62,18 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 # ---------------------------------------------------------------- wire format
 
-def _send(sock: socket.socket, message: dict) -> None:
+# one pickled message between client and server: a small dict of plain values
+Message = dict[str, Any]
+
+
+def _send(sock: socket.socket, message: Message) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
 def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
-    chunks, missing = [], size
+    chunks: list[bytes] = []
+    missing = size
     while missing:
         chunk = sock.recv(min(missing, 1 << 20))
         if not chunk:
@@ -78,7 +83,7 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _recv(sock: socket.socket) -> dict | None:
+def _recv(sock: socket.socket) -> Message | None:
     """The next message, or None when the other side has gone."""
     header = _recv_exact(sock, _HEADER.size)
     if header is None:
@@ -142,7 +147,7 @@ def serve(fd: int, preload: Sequence[str] = DEFAULT_PRELOAD, isolation: str | No
         _send(sock, {"result": result.to_dict()})
 
 
-def _prepare(request: dict) -> tuple[Path, ProcessJail, Limits]:
+def _prepare(request: Message) -> tuple[Path, ProcessJail, Limits]:
     limits = Limits(**request["limits"])
     work = Path(tempfile.mkdtemp(prefix="agentbench-"))
     try:
@@ -190,7 +195,7 @@ def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, lim
     deadline = started + limits.timeout
     timed_out = processes_hit = client_gone = False
     pidfd = os.pidfd_open(pid)
-    watched = [pidfd, sock] if wake is None else [pidfd, sock, wake]
+    watched: list[int | socket.socket] = [pidfd, sock] if wake is None else [pidfd, sock, wake]
     first_stop = True
     try:
         while True:
@@ -248,7 +253,12 @@ def _continue_stopped(pid: int, wake: int, first: bool, space: RunNamespace | No
         if info is None:
             return first
         init = space.init.pid if space is not None else None
-        continue_traced(pid, info.si_status << 8, first, lambda: init and end_namespace_of(init, spare=[pid]))
+
+        def end_others() -> None:
+            if init:
+                end_namespace_of(init, spare=[pid])
+
+        continue_traced(pid, info.si_status << 8, first, end_others)
         first = False
 
 
@@ -271,7 +281,7 @@ def _close_namespace(space: RunNamespace) -> None:
         time.sleep(0.0005)
 
 
-def _child(sock: socket.socket, request: dict, work: Path, jail: ProcessJail, limits: Limits,
+def _child(sock: socket.socket, request: Message, work: Path, jail: ProcessJail, limits: Limits,
            isolation: str | None) -> None:
     """Runs in the forked child: isolate, limit, then run the script like ``python main.py`` would."""
     try:
@@ -328,11 +338,12 @@ def _restore_signals() -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
-def _fresh_main_module(script: str):
+def _fresh_main_module(script: str) -> types.ModuleType:
     main = types.ModuleType("__main__")
     main.__file__ = script
-    main.__cached__ = None
-    main.__builtins__ = builtins
+    # typeshed's ModuleType declares neither attribute, though every module run as a file has both
+    main.__cached__ = None  # type: ignore[attr-defined]
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
     main.__spec__ = None
     main.__package__ = None
@@ -340,7 +351,7 @@ def _fresh_main_module(script: str):
     return main
 
 
-def _run_as_main(source: bytes, script: str, main, own_namespace: bool = False) -> None:
+def _run_as_main(source: bytes, script: str, main: types.ModuleType, own_namespace: bool = False) -> None:
     """Execute the script, then exit the way CPython exits after running a file (never returns).
 
     ``own_namespace``: the script runs in the run's own PID namespace (isolation); before it exits, every
@@ -393,7 +404,7 @@ def _system_exit_code(exc: SystemExit) -> int:
 def _finalize(code: int) -> int:
     """Interpreter shutdown without tearing down the (large, inherited) heap: threads, atexit, flush."""
     try:
-        threading._shutdown()
+        threading._shutdown()  # type: ignore[attr-defined]  # private, so typeshed omits it; CPython's exit calls it
     except BaseException:
         pass
     try:
@@ -428,7 +439,7 @@ class ForkServer:
         self.isolation = probe() if isolation is None else isolation
         self.own_pids: frozenset[int] = frozenset()  # the server's own processes (bwrap's included)
         self._base: Path | None = None  # under isolation: the host folder the server keeps its runs in
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._log: Path | None = None
         self._lock = threading.Lock()
@@ -515,7 +526,7 @@ class ForkServer:
                 return ExecResult(**second["result"])
             return self._recover(first, limits, started)
 
-    def _recover(self, started_msg: dict | None, limits: Limits, started: float) -> ExecResult:
+    def _recover(self, started_msg: Message | None, limits: Limits, started: float) -> ExecResult:
         """The server died (or hung) mid-run: kill what is left of the run, report a failed run, restart later."""
         self.restarts += 1
         pid = started_msg.get("started") if started_msg else None

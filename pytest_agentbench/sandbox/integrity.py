@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from .result import ExecResult
 from .workdir import EXECUTOR_DIED
@@ -56,11 +56,12 @@ class Bounded:
     "memory", "error" (``why`` says which exception), "signal N" or "exit N"."""
     ended: str
     result: Any = None
-    reports: tuple[dict, ...] = ()
+    reports: tuple[dict[str, Any], ...] = ()
     why: str = ""
 
 
-def run_bounded(work: Callable[[Callable[[dict], None]], Any], *, timeout: float, memory: int | None) -> Bounded:
+def run_bounded(work: Callable[[Callable[[dict[str, Any]], None]], Any], *, timeout: float,
+                memory: int | None) -> Bounded:
     """Run ``work(report)`` in a forked copy of this process, at most ``timeout`` seconds (wall and CPU) and
     ``memory`` more bytes of address space than this process has now; ``report(dict)`` hands a small
     JSON-able progress report back, and so does ``work``'s return value.
@@ -88,7 +89,8 @@ def _address_space() -> int:
         return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _run_copy(work, fd: int, timeout: float, budget: int | None) -> None:
+def _run_copy(work: Callable[[Callable[[dict[str, Any]], None]], Any], fd: int, timeout: float,
+              budget: int | None) -> NoReturn:
     code = 0
     try:
         for number in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
@@ -113,7 +115,7 @@ def _run_copy(work, fd: int, timeout: float, budget: int | None) -> None:
         os._exit(code)
 
 
-def _send(fd: int, report: dict) -> None:
+def _send(fd: int, report: dict[str, Any]) -> None:
     try:
         data = (json.dumps(report) + "\n").encode()
     except MemoryError:
@@ -124,7 +126,8 @@ def _send(fd: int, report: dict) -> None:
 
 def _collect(fd: int, pid: int, deadline: float) -> tuple[bytes, bool]:
     """The bytes the copy wrote until it closed its end (True) or ran past ``deadline`` (False: killed)."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:

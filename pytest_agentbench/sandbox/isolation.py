@@ -52,7 +52,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .limits import Limits, apply_child_limits, join_cgroup, package_parent
 
@@ -99,9 +99,13 @@ def setns(fd: int, nstype: int) -> None:
     _check(LIBC.setns(fd, nstype), "setns")
 
 
+def _c_string(text: str | None) -> bytes | None:
+    return None if text is None else text.encode()
+
+
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: None if s is None else s.encode())
-    _check(LIBC.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
+    result = LIBC.mount(_c_string(source), _c_string(target), _c_string(fstype), ctypes.c_ulong(flags), _c_string(data))
+    _check(result, f"mount {target}")
 
 
 def prctl(option: int, arg: int) -> None:
@@ -370,9 +374,9 @@ def needed_paths() -> list[str]:
     prefixes = [os.path.realpath(p) for p in (*site_dirs, sys.prefix, sys.base_prefix, sys.exec_prefix)]
     if not under(parent, prefixes):  # a checkout (a project, its reports, its cache), not an installed location:
         real = {p for p in real if not under(parent, [p])}  # of it and of every folder around it, only the package
-    real = sorted(real | {os.path.realpath(package_dir())})
+    ordered = sorted(real | {os.path.realpath(package_dir())})
     out: list[str] = []
-    for path in real:  # drop paths inside another kept path
+    for path in ordered:  # drop paths inside another kept path
         if not under(path, out):
             out.append(path)
     return out
@@ -610,7 +614,7 @@ class RunNamespace:
 FRESH_MOUNTS = ("/tmp", "/dev/shm")  # what every child gets afresh: anything of Python there is bound again
 
 
-def enter_child(mode: str, *, work: str | os.PathLike, disk: int | None, hidden: Sequence[str] = (),
+def enter_child(mode: str, *, work: str | os.PathLike[str], disk: int | None, hidden: Sequence[str] = (),
                 bind: Sequence[str] = (".stdout", ".stderr"), needed: Sequence[str] | None = None,
                 links: Sequence[Sequence[str]] | None = None) -> None:
     """In the child, before any model code: private mounts, the work folder, then no privileges.
@@ -622,8 +626,8 @@ def enter_child(mode: str, *, work: str | os.PathLike, disk: int | None, hidden:
     launcher gets its caller's, since it cannot tell a venv's site folders itself): those the fresh
     ``/tmp`` and ``/dev/shm`` or a mask of ``hidden`` would cover are bound (made) again on top."""
     needed = needed_paths() if needed is None else [str(path) for path in needed]
-    links = python_links() if links is None else [(str(link), str(text)) for link, text in links]
-    links = [(link, text) for link, text in links if not under(link, needed)]  # (those come with their folder)
+    pairs = python_links() if links is None else [(str(link), str(text)) for link, text in links]
+    pairs = [(link, text) for link, text in pairs if not under(link, needed)]  # (those come with their folder)
     unshare(CLONE_NEWNS | CLONE_NEWIPC)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     work = Path(work)
@@ -642,14 +646,14 @@ def enter_child(mode: str, *, work: str | os.PathLike, disk: int | None, hidden:
         mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
     # Python or the package under /tmp (a venv, a test's site folder) and the links to it, again: after the
     # fresh tmpfs, before the masks (a hidden folder that is Python's folder, or in it, stays hidden) ...
-    _python_again(keep, links, lambda path: under(path, FRESH_MOUNTS) and not inside(path, masks))
+    _python_again(keep, pairs, lambda path: under(path, FRESH_MOUNTS) and not inside(path, masks))
     for real in masks:
         if os.path.isdir(real):
             mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV, "size=4096,nr_inodes=64,mode=0555")
         elif os.path.exists(real):
             mount("/dev/null", real, None, MS_BIND)
     # ... and, after them, what lies strictly inside a hidden folder (a venv in the cache folder): only it
-    _python_again(keep, links, lambda path: inside(path, masks))
+    _python_again(keep, pairs, lambda path: inside(path, masks))
     for fd in keep.values():
         os.close(fd)
     work.mkdir(parents=True)
@@ -667,7 +671,7 @@ def enter_child(mode: str, *, work: str | os.PathLike, disk: int | None, hidden:
     drop_privileges(mode)
 
 
-def _python_again(keep: Mapping[str, int], links: Sequence[tuple[str, str]], where) -> None:
+def _python_again(keep: Mapping[str, int], links: Sequence[tuple[str, str]], where: Callable[[str], bool]) -> None:
     """Bind the folders ``keep`` (path -> an O_PATH descriptor of it) and make the ``links`` for which
     ``where(path)`` holds, read-only, at their own paths (in a child's fresh mounts)."""
     for path, fd in keep.items():
@@ -681,7 +685,7 @@ def _python_again(keep: Mapping[str, int], links: Sequence[tuple[str, str]], whe
             os.symlink(text, link)
 
 
-def enter_isolated_jail(spec: dict) -> None:
+def enter_isolated_jail(spec: dict[str, Any]) -> None:
     """The isolated form of ``limits.enter_jail``, for a launcher running in a bwrap sandbox: join the
     run's cgroup, take on the rlimits, make the child's private mounts and drop the privileges."""
     mode, limits = spec["isolation"], Limits(**spec["limits"])
@@ -731,7 +735,7 @@ def drop_privileges(mode: str) -> None:
     prctl(PR_SET_DUMPABLE, 1)  # the child may inspect itself (/proc/self); nothing of ours is in it
 
 
-def give_to_sandbox_user(root: str | os.PathLike) -> None:
+def give_to_sandbox_user(root: str | os.PathLike[str]) -> None:
     """Make a folder tree (or one file) the children's (root mode: they run as uid 65534 and must write there)."""
     if not os.path.isdir(root) or os.path.islink(root):  # (os.walk yields nothing for a file)
         try:

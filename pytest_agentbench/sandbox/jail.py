@@ -12,7 +12,7 @@ import signal
 import time
 import uuid
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from .limits import Limits
 
@@ -127,7 +127,7 @@ def become_subreaper() -> bool:
     re-parented to it rather than to the machine's init, so ``end_descendants`` finds it. False: no prctl here."""
     import ctypes  # why: only the launchers of unisolated scripts need the C library
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
 
@@ -173,7 +173,7 @@ def _ptrace(request: int, pid: int, data: int = 0, addr: object = None) -> int:
     import ctypes  # why: only the launcher of a traced script needs the C library
     libc = ctypes.CDLL(None, use_errno=True)
     libc.ptrace.restype = ctypes.c_long
-    return libc.ptrace(ctypes.c_long(request), ctypes.c_long(pid), addr, ctypes.c_void_p(data))
+    return int(libc.ptrace(ctypes.c_long(request), ctypes.c_long(pid), addr, ctypes.c_void_p(data)))
 
 
 def trace_me() -> bool:
@@ -187,7 +187,7 @@ def _group_stop(pid: int) -> bool:
     return _ptrace(PTRACE_GETSIGINFO, pid, ctypes.addressof(info)) != 0
 
 
-def continue_traced(pid: int, status: int, first: bool, end_others) -> None:
+def continue_traced(pid: int, status: int, first: bool, end_others: Callable[[], object]) -> None:
     """Let the traced script ``pid`` go on from the stop ``status`` (as ``waitpid`` gives it, or waitid's
     ``si_status`` shifted by 8). ``first``: the stop right after ``trace_me`` (its options are set then);
     at its exit stop ``end_others()`` runs first; an ordinary signal is handed on, a stop signal is not."""

@@ -9,6 +9,7 @@ import re
 import resource
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -65,7 +66,7 @@ def apply_child_limits(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def enter_jail(spec: dict) -> None:
+def enter_jail(spec: dict[str, Any]) -> None:
     """In a launcher process: join the run's pids cgroup (when it has one), then take on its rlimits.
 
     ``spec`` is the launcher's JSON argument: ``cgroup`` (a folder or "") and ``limits`` (Limits fields).

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .executors import SubprocessExecutor
 from .isolation import ISOLATION_ENV, SANDBOX_UID, Isolation, needed_paths, probe, python_links, site_folders, under
@@ -71,7 +71,7 @@ def short(modules: Sequence[str]) -> list[str]:
     return [name.split(".")[0] for name in modules]
 
 
-_DONE: dict[tuple, SelfTest] = {}
+_DONE: dict[tuple[object, ...], SelfTest] = {}
 
 
 def run_self_test(isolation: Isolation | None = None,
@@ -178,7 +178,7 @@ def importable(name: str) -> bool:
         return False
 
 
-def last_json_line(text: str) -> dict | None:
+def last_json_line(text: str) -> dict[str, Any] | None:
     for line in reversed(text.strip().splitlines()):
         try:
             value = json.loads(line)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
 from ...core.errors import ConfigError
 from ...core.io import natural_key
@@ -22,6 +22,9 @@ from . import capsules, dataset, prepare, review, scorer
 from .agent import CoreAgent
 from .options import CORE_BENCH_OPTIONS, agent_limits, default_env, describe_isolation, effective_settings
 from .run import NAME, CoreBenchRun, choose_solver
+
+if TYPE_CHECKING:
+    from ...envs import Environment
 
 
 class CoreBench(Benchmark):
@@ -126,7 +129,8 @@ class CoreBench(Benchmark):
             prompt = prepare.render_prompt(templates, task.data, settings["difficulty"], settings["hints"], root=root)
             questions = list(task.data["results"][0].keys())
             try:
-                CoreAgent(probe, stand_in, questions, agent_limits(settings)).run(prompt)
+                # the probe ends the agent at its first model call, before it uses more of its env than workdir
+                CoreAgent(probe, cast("Environment", stand_in), questions, agent_limits(settings)).run(prompt)
             except FirstCallSeen as seen:
                 if not seen.found:
                     missing.append(task.id)
@@ -175,7 +179,7 @@ def _ratio(numerator: int, denominator: int) -> float | None:
     return numerator / denominator if denominator else None
 
 
-def compute_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
+def compute_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Upstream's aggregates; every counted capsule is in the denominators, errors included.
 
     Written/figure task accuracy count a capsule once it got all its written (figure) questions
@@ -216,7 +220,7 @@ def compute_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     return metrics
 
 
-def count_statuses(records: list[dict[str, Any]]) -> dict[str, int]:
+def count_statuses(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for record in records:
         status = record.get("status", "error")
@@ -353,7 +357,8 @@ def render_markdown(records: list[dict[str, Any]], metrics: dict[str, Any], line
     for record in sorted(records, key=lambda r: natural_key(r.get("id", ""))):
         status = record.get("status", "?")
         gpu = " (GPU)" if record.get("gpu_required") else ""
-        found = record.get("review") if isinstance(record.get("review"), dict) else {}
+        applied = record.get("review")
+        found = applied if isinstance(applied, dict) else {}
         reviewed = f" (reviewed: {found['status']})" if found.get("overrides") else ""
         out.append(f"### {record.get('id', '?')}{gpu}: {status}{reviewed}")
         if record.get("message"):

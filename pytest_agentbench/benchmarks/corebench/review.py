@@ -22,7 +22,7 @@ import difflib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from ...core.errors import ConfigError
 from . import scorer
@@ -89,7 +89,7 @@ def entry_lines(text: str) -> list[int]:
     return []
 
 
-def load_review(path: Path | str, tasks: list[Mapping[str, Any]], split: str) -> Review:
+def load_review(path: Path | str, tasks: Sequence[Mapping[str, Any]], split: str) -> Review:
     """Read and check the review file ``path`` against the split's ``tasks`` (every capsule of the split, before
     any selection). Raises ConfigError naming the file, line and entry of the first problem found."""
     import yaml  # why: only a run with a review file needs it
@@ -174,7 +174,9 @@ def apply_review(record: Mapping[str, Any], review: Review | None) -> dict[str, 
     with the reviewed ``status`` and ``correct_written``/``correct_figure`` and how many verdicts changed. A record
     whose answers were never scored (an error) has nothing to review: its overrides are listed as not applied."""
     out = strip_review(record)
-    mine = review.of_capsule(str(record.get("task", record.get("id")))) if review is not None else {}
+    if review is None:
+        return out
+    mine = review.of_capsule(str(record.get("task", record.get("id"))))
     if not mine:
         return out
     questions = out.get("questions")
@@ -186,7 +188,8 @@ def apply_review(record: Mapping[str, Any], review: Review | None) -> dict[str, 
     reviewed: list[Any] = []
     changed = applied = 0
     for question in questions:
-        override = mine.get(question.get("question")) if isinstance(question, dict) else None
+        name = question.get("question") if isinstance(question, dict) else None
+        override = mine.get(name) if isinstance(name, str) else None
         if override is None:
             reviewed.append(question)
             continue

@@ -144,7 +144,7 @@ class Solver:
 class LocalSolver(Solver):
     """Works in a temporary workspace on this machine, removed afterwards; subclasses give the answers."""
 
-    def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path, prompt: str) -> dict[str, Any]:
+    def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path | None, prompt: str) -> dict[str, Any]:
         task = sample.data
         capsule_id = task["capsule_id"]
         # a cleanup failure (files the agent made undeletable) must not cost the verdict
@@ -214,7 +214,7 @@ class Failing(Solver):
 
     message: str
 
-    def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path, prompt: str) -> dict[str, Any]:
+    def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path | None, prompt: str) -> dict[str, Any]:
         return {"status": "error", "message": self.message}
 
 

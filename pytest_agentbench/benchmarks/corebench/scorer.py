@@ -236,9 +236,9 @@ def score_report(gold: Any, report: Any, *, upstream_abort: bool = False) -> Cap
             verdicts[question].note = why
         if upstream_abort:  # upstream computes every interval first: one failure gives 0 correct
             score.error = f"{next(iter(unusable))!r}: {next(iter(unusable.values()))}"
-            for verdict in score.verdicts:
-                if verdict.question not in unusable:
-                    verdict.note = "not scored: upstream scores nothing when a reference interval fails"
+            for each in score.verdicts:
+                if each.question not in unusable:
+                    each.note = "not scored: upstream scores nothing when a reference interval fails"
             return score
     # report order matters only for upstream's abort: later keys are never looked at
     for key in report:
@@ -344,29 +344,28 @@ def read_regular_file(path: Path, limit: int) -> bytes:
 
 def read_report(path: Path, source: str) -> Submission:
     """A found report.json as a submission; unreadable, oversized or malformed ones score as empty."""
-    found = dict(source=source, report_path=source)
     try:
         raw = read_regular_file(path, MAX_REPORT_BYTES + 1)
         if len(raw) > MAX_REPORT_BYTES:
             return Submission({}, warning=f"{source} is larger than {MAX_REPORT_BYTES} bytes; scored as empty",
-                              report_status="too large", **found)
+                              report_status="too large", source=source, report_path=source)
     except OSError as exc:
         return Submission({}, warning=f"{source} cannot be read ({exc}); scored as an empty submission",
-                          report_status="invalid", **found)
+                          report_status="invalid", source=source, report_path=source)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:  # upstream's harness reads such a report as empty
         return Submission({}, warning=f"{source} is not UTF-8 ({exc}); scored as an empty submission",
-                          report_status="invalid", **found)
+                          report_status="invalid", source=source, report_path=source)
     try:
         value = json.loads(text)
     except JSON_FAILURES as exc:
         return Submission({}, warning=f"{source} is not valid JSON ({_why(exc)}); scored as an empty submission",
-                          report_status="invalid", **found)
+                          report_status="invalid", source=source, report_path=source)
     report, warning = _as_object(value, source)
     report, repaired = repair_value(report)  # the answers are text from outside: valid UTF-8 from here on
     return Submission(report, warning=warning, report_status="invalid" if warning else "found",
-                      text_repaired=repaired, **found)
+                      text_repaired=repaired, source=source, report_path=source)
 
 
 def load_submission(workspace: Path, final_answer: Any = None) -> Submission:

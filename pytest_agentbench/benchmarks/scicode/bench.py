@@ -158,10 +158,12 @@ class SciCode(Benchmark):
         for f in [*(dataset.PROBLEM_FILES[p] for p in parts), *dataset.PREFILLED_FILES.values()]:
             path = find(Path(opts["data_dir"]), f)
             if path is not None:
-                out[f.name] = f.sha256 if verified else sha256_of(path)  # verified files match their pin
+                # verified files match their pin
+                out[f.name] = f.sha256 if verified and f.sha256 is not None else sha256_of(path)
         targets = self.targets(opts, split)
         if targets.path is not None:
-            out["targets"] = dataset.H5_FILE.sha256 if targets.kind == "official" else sha256_of(targets.path)
+            pin = dataset.H5_FILE.sha256
+            out["targets"] = pin if targets.kind == "official" and pin is not None else sha256_of(targets.path)
         return out
 
     # ---- running -------------------------------------------------------------------------

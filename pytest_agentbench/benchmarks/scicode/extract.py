@@ -113,6 +113,7 @@ def strip_imports(code: str) -> str | None:
 
 
 def _remove_statement(lines: list[str], node: ast.stmt, keep_pass: bool) -> list[str]:
+    assert node.end_lineno is not None and node.end_col_offset is not None  # (a parsed statement has both)
     first, last = node.lineno - 1, node.end_lineno - 1
     head = lines[first][:_char_index(lines[first], node.col_offset)]
     tail = lines[last][_char_index(lines[last], node.end_col_offset):]

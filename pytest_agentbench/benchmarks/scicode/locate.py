@@ -81,19 +81,20 @@ class Targets:
         from . import h5codec  # why: it loads h5py; only scoring reads targets
 
         current = self.checked()
-        if current.path is None:
+        path = current.path
+        if path is None:
             raise h5codec.TargetsError(current.message)
         if self.kind != "rebuilt" or self.sha256 is None:
-            return h5codec.read_step_targets(self.path, number)
+            return h5codec.read_step_targets(path, number)
         import hashlib  # why: only a rebuilt file is hashed from memory
         import io  # why: as hashlib
 
         import h5py  # why: as h5codec
 
-        data = self.content if self.content is not None else Path(self.path).read_bytes()
+        data = self.content if self.content is not None else Path(path).read_bytes()
         actual = hashlib.sha256(data).hexdigest()
         if actual != self.sha256:
-            raise h5codec.TargetsError(changed_message(self.path, self.sha256, actual))
+            raise h5codec.TargetsError(changed_message(path, self.sha256, actual))
         with h5py.File(io.BytesIO(data), "r") as fh:
             return h5codec.read_step_targets(fh, number)
 
@@ -234,7 +235,9 @@ class RebuiltTable:
         problem_id = str(problem["problem_id"])
         with self.lock:
             if problem_id not in self.built:
-                self.built[problem_id] = self.build(problem)
+                built = self.build(problem)
+                assert built is not None  # (a build that waits for the cache's lock always gives the steps)
+                self.built[problem_id] = built
             return self.built[problem_id]
 
     def build(self, problem: dict[str, Any], wait: bool = True) -> dict[str, Targets] | None:

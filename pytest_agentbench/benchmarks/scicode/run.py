@@ -133,7 +133,8 @@ class SciCodeRun:
         if targets.path is None:
             return {**record, "status": targets.status, "message": targets.message}
         record["targets_source"] = targets.source  # rebuilt (by this process), cached, official or custom
-        return {**record, **self.score(problem, index, previous, generated.code, targets)}
+        code = generated.code or ""  # (usable: it parses, so it is there)
+        return {**record, **self.score(problem, index, previous, code, targets)}
 
     def score(self, problem: dict[str, Any], index: int, previous: list[str], code: str, targets: Targets) -> dict:
         """Run the step's tests split in two (split.py, then verdict.py): the child runs the code and sends the

@@ -89,7 +89,7 @@ class ChatSolver:
 
     overlaps = True
 
-    def __init__(self, model: Any, *, templates: dict, run_python: RunPython, mode: str = "tool_use",
+    def __init__(self, model: Any, *, templates: dict, run_python: RunPython | None, mode: str = "tool_use",
                  background: bool = True, tool_loops: int = 15, tool_timeout: float = 180.0,
                  price: Any = None, budget: float | None = None) -> None:
         from .generate import generate_step  # why: it loads openai (2 s), which the other solvers never need
@@ -110,6 +110,8 @@ class ChatSolver:
 
         def run_code(code: str, timeout: float) -> dict[str, Any]:
             source = script.build_tool_script(dependencies=dependencies, previous_code=previous, code=code)
+            if self.run_python is None:  # (the replay check's solver: its probe ends the step at the first call)
+                raise RuntimeError("this solver runs no tool code")
             return self.run_python(source, min(timeout, self.tool_timeout))
 
         result = self.generate_step(self.model, problem, index, previous, mode=self.mode,

@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 import builtins
 from dataclasses import dataclass
+from typing import overload
 
 # names the parent's namespace provides: genuine modules
 PARENT_MODULES = {"np": "numpy", "numpy": "numpy", "math": "math", "cmath": "cmath"}
@@ -88,6 +89,10 @@ def dotted(node: ast.AST) -> str | None:
     return ".".join(reversed(parts))
 
 
+@overload
+def canonical(name: str) -> str: ...
+@overload
+def canonical(name: None) -> None: ...
 def canonical(name: str | None) -> str | None:
     """A dotted name with the parent's module aliases resolved (``np.isclose`` -> ``numpy.isclose``)."""
     if name is None:
@@ -214,6 +219,8 @@ def bound_first(stmt: ast.stmt) -> set[str]:
 def may_mutate(stmt: ast.stmt) -> bool:
     """Whether running ``stmt`` may change an object it reads in place (a call, a store into an item or an
     attribute, an augmented assignment, a compound statement)."""
+    targets: list[ast.expr]
+    value: ast.expr | None
     if isinstance(stmt, ast.Assign):
         targets, value = stmt.targets, stmt.value
     elif isinstance(stmt, ast.AnnAssign):
