@@ -71,8 +71,9 @@ import builtins
 import copy
 import dataclasses
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ...core import pyast
 from . import taint
@@ -275,7 +276,7 @@ def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[Tes
         if isinstance(stmt, ast.FunctionDef) and stmt.name in test_functions:
             continue  # emitted at its call
         if isinstance(stmt, ast.Expr) and _called_test_function(stmt, test_functions):
-            fn = test_functions[stmt.value.func.id]
+            fn = test_functions[cast(ast.Name, cast(ast.Call, stmt.value).func).id]  # as checked just above
             piece, scope_part = _inline_test_function(fn, state, add_assert, where)
             child.append(piece)
             child.append(_Piece(_segment(code, stmt) + "\n"))
@@ -455,7 +456,7 @@ def _render(pieces: list[_Piece], kept: set[int], watcher: _Watcher) -> str:
 # ---- what the parent keeps ---------------------------------------------------------------------
 
 
-def _prune(tests: list[TestPlan], forced: set[int] = frozenset()) -> tuple[tuple[TestPlan, ...], list[set[str]]]:
+def _prune(tests: list[TestPlan], forced: AbstractSet[int] = frozenset()) -> tuple[tuple[TestPlan, ...], list[set[str]]]:
     """Drop the parent's copies of model-independent statements that no parent-side part needs and the
     child runs anyway (``forced``: the ids of those the child does without): a step's setup is computed
     twice only where an operand depends on it. Also, per test, the names the parent reads in it or needs
@@ -493,7 +494,7 @@ def _parent_reads(parts: Sequence, calls: dict[str, set[str]]) -> set[str]:
 
 
 def _prune_parts(parts: Sequence, needed: set[str], calls: dict[str, set[str]],
-                 forced: set[int]) -> tuple[tuple, set[str]]:
+                 forced: AbstractSet[int]) -> tuple[tuple, set[str]]:
     """Backwards over ``parts``: those to keep, and the names needed before them."""
     kept: list = []
     for part in reversed(parts):
@@ -530,7 +531,7 @@ def _with_calls(names, calls: dict[str, set[str]]) -> set[str]:
 # ---- test functions (def test_case_N(): ... assert ...; test_case_N()) -------------------------
 
 
-def _contains_assert(fn: ast.FunctionDef) -> bool:
+def _contains_assert(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return any(isinstance(node, ast.Assert) for node in ast.walk(fn))
 
 
@@ -552,10 +553,10 @@ def _test_functions(tree: ast.Module, where: str) -> dict[str, ast.FunctionDef]:
                 if any(isinstance(inner, ast.Assert) for inner in ast.walk(node)) and not isinstance(node, ast.Assert):
                     raise SplitError(f"{where}: line {node.lineno}: an assert inside a block of test "
                                      f"function {name} is not supported (only at the top of its body)")
-            for node in ast.walk(stmt):
-                if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)):
-                    raise SplitError(f"{where}: line {node.lineno}: test function {name} uses "
-                                     f"`{type(node).__name__.lower()}`, which cannot be inlined")
+            for inner_node in ast.walk(stmt):
+                if isinstance(inner_node, (ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)):
+                    raise SplitError(f"{where}: line {inner_node.lineno}: test function {name} uses "
+                                     f"`{type(inner_node).__name__.lower()}`, which cannot be inlined")
             found[name] = stmt
     for name, fn in found.items():
         calls = [s for s in tree.body if isinstance(s, ast.Expr) and _called_test_function(s, {name: fn})]
@@ -728,6 +729,7 @@ class _AssertSplitter:
         if isinstance(node, ast.UnaryOp):
             return ast.UnaryOp(op=node.op, operand=self.transform(node.operand, comp_scope))
         if isinstance(node, ast.Call):
+            func: ast.expr
             if isinstance(node.func, ast.Attribute) and self.call_name(node) not in COMPARISON_CALLS | WRAPPER_CALLS \
                     and self.call_name(node) not in self.scope.helpers:
                 func = ast.Attribute(value=self.transform(node.func.value, comp_scope), attr=node.func.attr,
@@ -741,16 +743,17 @@ class _AssertSplitter:
         if isinstance(node, (ast.Tuple, ast.List)):
             return type(node)(elts=[self.transform(e, comp_scope) for e in node.elts], ctx=ast.Load())
         # a comprehension whose element compares: iterables from the child, the loop in the parent
+        comp = cast("ast.ListComp | ast.SetComp | ast.GeneratorExp", node)  # what is_comparison lets through
         generators = []
         inner = comp_scope
-        for number, gen in enumerate(node.generators):
+        for number, gen in enumerate(comp.generators):
             if gen.is_async:
                 raise SplitError(f"{self.where}: async comprehensions are not supported")
             iterable = self.transform(gen.iter, comp_scope if number == 0 else inner)
             inner = inner | frozenset(target_names(gen.target))
             ifs = [self.transform(cond, inner) for cond in gen.ifs]
             generators.append(ast.comprehension(target=gen.target, iter=iterable, ifs=ifs, is_async=0))
-        return type(node)(elt=self.transform(node.elt, inner), generators=generators)
+        return type(comp)(elt=self.transform(comp.elt, inner), generators=generators)
 
     def operand(self, node: ast.expr, comp_scope: frozenset[str]) -> ast.expr:
         """An operand: computed by the parent when it does not depend on the model's code or needs the
@@ -863,7 +866,7 @@ class _AssertSplitter:
         self.leaves.append(node)
         number = len(self.leaves)
 
-        def call(func: str, first: ast.expr, parent: bool) -> ast.expr:
+        def call(func: str, first: ast.expr, parent: bool) -> ast.Call:
             def value(key, arg):
                 return ast.Constant(value=None) if parent and key in keys else copy.deepcopy(arg)
             return ast.Call(func=ast.Name(id=func, ctx=ast.Load()), args=[
@@ -871,8 +874,9 @@ class _AssertSplitter:
                 ast.List(elts=[value(k, a) for k, a in enumerate(node.args)], ctx=ast.Load()),
                 ast.Dict(keys=[ast.Constant(value=k.arg) for k in node.keywords],
                          values=[value(k.arg, k.value) for k in node.keywords]),
-                ast.Constant(value=keys), ast.Constant(value=tuple(names)),
-                *([ast.Constant(value=modules)] if parent else [])], keywords=[])
+                # a tuple constant is valid at run time (ast.literal_eval gives them); typeshed omits it
+                ast.Constant(value=keys), ast.Constant(value=tuple(names)),  # type: ignore[arg-type]
+                *([ast.Constant(value=modules)] if parent else [])], keywords=[])  # type: ignore[arg-type]
 
         child = call(f"{RUNTIME}.trace", ast.Constant(value=None), False)
         child.args = child.args[1:]
@@ -895,8 +899,10 @@ def _split_assert(node: ast.Assert, test: int, number: int, scope: _Scope,
     to model calls (they stay the parent's). An operand the child evaluates may otherwise expose the test's
     values to the model's code: what may share their objects is the child's too, in this assertion (as
     upstream evaluates it) and after it."""
-    splitter, expression, watch = _split_until_stable(
+    stable = _split_until_stable(
         scope, f"{where} line {node.lineno}", lambda splitter: splitter.transform(copy.deepcopy(node.test)))
+    assert stable is not None  # transform always gives a node, so the split never gives up
+    splitter, expression, watch = stable
     expression = ast.unparse(ast.fix_missing_locations(expression))
     leaves = tuple(Leaf(k, ast.unparse(leaf), splitter.traces.get(k)) for k, leaf in enumerate(splitter.leaves, 1))
     message = node.msg.value if isinstance(node.msg, ast.Constant) and isinstance(node.msg.value, str) else None
