@@ -119,6 +119,12 @@ class Record(Mapping[str, Any]):
         return len(self.to_json())
 
 
+def as_mapping(value: object) -> Mapping[str, Any]:
+    """A record's nested field when it is a JSON object, else an empty one (a field left out or written otherwise:
+    records come from benchmarks, plugins and older runs)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def as_record(record: Mapping[str, Any]) -> Record:
     """A ``Record`` of either form (a finished record's JSON object, or a ``Record`` already)."""
     return record if isinstance(record, Record) else Record.from_json(record)

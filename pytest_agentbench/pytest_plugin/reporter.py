@@ -85,7 +85,7 @@ class Reporter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         found = False
         for name, value in report.user_properties:
-            if name == rec.RECORD_PROPERTY:
+            if name == rec.RECORD_PROPERTY and isinstance(value, dict):
                 found = True
                 if not owns(self.state, value):  # another model's record (a run of several models)
                     continue
@@ -181,11 +181,12 @@ class Reporter:
                 terminalreporter.write_line(line)
         if gate_results:
             ok = all(r.ok for r in gate_results)
+            exit_code = verdict.exit_code if verdict is not None else exitstatus  # (gate results come with a verdict)
             terminalreporter.write_sep("-", f"agentbench gates: {'passed' if ok else 'FAILED'}"
-                                            f" (exit code {verdict.exit_code})", green=ok, red=not ok)
+                                            f" (exit code {exit_code})", green=ok, red=not ok)
             for result in gate_results:
                 terminalreporter.write_line(result.line(), green=result.ok, red=not result.ok)
-            if ok and verdict.exit_before == 1 and verdict.exit_code == 0:
+            if verdict is not None and ok and verdict.exit_before == 1 and verdict.exit_code == 0:
                 terminalreporter.write_line("failing items are expected in a benchmark: the gates decide the exit code")
         if self.written is not None and self.written.baseline is not None:
             terminalreporter.write_line(f"baseline updated: {self.written.baseline}")
@@ -223,7 +224,7 @@ class ModelsReport:
     def one_finished(self, session: pytest.Session) -> None:
         if any(r.verdict is None for r in self.reporters):
             return  # not every model has been judged yet
-        self.exit_code = max(r.verdict.exit_code for r in self.reporters)
+        self.exit_code = max(r.verdict.exit_code for r in self.reporters if r.verdict is not None)
         session.exitstatus = self.exit_code
         runs = [ModelRun(str(r.state.model), r.summary(), [*r.ledger, *r.summary().not_run],
                          r.state.run_dir) for r in self.reporters if r.ledger]

@@ -12,7 +12,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pytest
 
@@ -63,7 +63,7 @@ class Streak:
         self.count = 0
         self.last = ""
 
-    def add(self, record: dict[str, Any]) -> str | None:
+    def add(self, record: Mapping[str, Any]) -> str | None:
         """Count one fresh record; the reason to stop the run once the row reaches the limit, else None."""
         status = record.get("status")
         if status == "skipped":
@@ -79,7 +79,7 @@ class Streak:
 STATE = pytest.StashKey[BenchState]()
 MODEL_STATES = pytest.StashKey[dict]()  # model name -> BenchState, in a run of several models
 SETTINGS = pytest.StashKey[Settings]()
-RECORD = pytest.StashKey[dict]()
+RECORD = pytest.StashKey[rec.RecordData | None]()  # the item's record, until it is attached to its report
 
 
 def state_of(item: pytest.Item) -> BenchState:
@@ -177,7 +177,7 @@ def repair_record(record: dict[str, Any]) -> dict[str, Any]:
     fixed, count = repair_value(record)
     if not count:
         return record
-    fixed = dict(fixed)
+    assert isinstance(fixed, dict)  # repair_value gives a dict back for a dict
     fixed["text_repaired"] = int(fixed.get("text_repaired") or 0) + count
     return fixed
 
@@ -215,7 +215,7 @@ def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay
 def run_item(item: pytest.Item, run: BenchRun) -> None:
     """Run one sample, keep its record on the item, and turn its status into the pytest outcome."""
     state = state_of(item)
-    sample = item.sample
+    sample: Sample = getattr(item, "sample")  # a BenchItem's (collect.py)
     if sample.key in state.resumed:  # finished in the interrupted run: reported from its record, not run again
         replay(item, dict(state.resumed[sample.key]))
         return

@@ -22,7 +22,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import pytest
 
@@ -148,7 +148,7 @@ def record_phases(record: dict[str, Any]) -> list[dict[str, Any]]:
             {"when": "teardown", "outcome": "passed", "longrepr": None}]
 
 
-def take_in(config: pytest.Config, path: Path, items: dict[str, pytest.Item], taken: set[str]) -> str | None:
+def take_in(config: pytest.Config, path: Path, items: Mapping[str, BenchItem], taken: set[str]) -> str | None:
     """Take one package in (its items' reports, so the controller writes files, cache entries and records);
     returns its unit, or None for a package of no unit waiting here (another run's, damaged: it stays in
     the spool with a warning). A package is moved to ``spool/taken`` once its records are written."""
@@ -230,7 +230,7 @@ class PackageLoop:
             for item in items:
                 report_from_record(self.config, item, self.state.resumed[item.sample.key], write=False)
 
-    def take_waiting(self, items: dict[str, pytest.Item], pending: dict[str, Any]) -> list[str]:
+    def take_waiting(self, items: Mapping[str, BenchItem], pending: dict[str, Any]) -> list[str]:
         done = []
         for path in spool.waiting_packages(self.state.run_dir):
             unit = take_in(self.config, path, items, self.taken)

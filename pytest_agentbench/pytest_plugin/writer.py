@@ -114,7 +114,7 @@ class RecordWriter:
                 item.session.shouldstop = stop  # as -x: the session ends after this item, reports complete
         # junitxml writes the teardown report's properties: the item's list is copied into it.
         item.user_properties.extend(rec.junit_properties(record))
-        item.stash[RECORD] = None  # written once
+        item.stash[RECORD] = None  # written once (the record stays in the report)
 
     def guarded(self, stage: str, nodeid: str, report: pytest.TestReport, record: dict[str, Any],
                 step) -> dict[str, Any]:
@@ -219,10 +219,11 @@ class ControllerWriter(RecordWriter):
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A worker's report: write its files and cache entries, then append its record (the record last: a
         record in the file means its files are there); the delivery is dropped from the report afterwards."""
-        delivery = next((v for k, v in report.user_properties if k == rec.DELIVERY_PROPERTY), None)
+        # what another process sent: checked below before it is trusted as a record or a delivery
+        delivery: Any = next((v for k, v in report.user_properties if k == rec.DELIVERY_PROPERTY), None)
         if delivery is None:
             return
-        record = next((v for k, v in report.user_properties if k == rec.RECORD_PROPERTY), None)
+        record: Any = next((v for k, v in report.user_properties if k == rec.RECORD_PROPERTY), None)
         if not owns(self.state, record):  # a run of several models: another model's writer stores it
             return
         report.user_properties = [(k, v) for k, v in report.user_properties if k != rec.DELIVERY_PROPERTY]

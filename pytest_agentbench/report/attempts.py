@@ -101,8 +101,9 @@ def jackknife_stderr(units: Outcomes, k: int) -> float | None:
     attempts = sorted({a for by_attempt in units.values() for a in by_attempt})
     if len(attempts) < 2:
         return None
-    thetas = [pass_at_mean(units, k, left_out=a) for a in attempts]
-    if any(t is None for t in thetas):
+    found = [pass_at_mean(units, k, left_out=a) for a in attempts]
+    thetas = [t for t in found if t is not None]
+    if len(thetas) < len(found):
         return None
     n = len(thetas)
     mean = sum(thetas) / n

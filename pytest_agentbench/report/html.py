@@ -14,7 +14,7 @@ import json
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeGuard
 
 from ..core import records as rec
 from ..core.io import natural_key, write_atomic
@@ -251,7 +251,7 @@ def read_trajectory(run_dir: Path | None, ref: Any) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[int | float]:
     """A finite number (a JSON integer too large for a float is not one)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return False
@@ -264,7 +264,7 @@ def is_number(value: Any) -> bool:
 def cost_of(record: Mapping[str, Any]) -> float | None:
     """The item's cost in US dollars where the run recorded one (``cost_usd``, in the record or its
     ``generation``); None when it is not known (no price, the oracle, an older run)."""
-    generation = record.get("generation") if isinstance(record.get("generation"), Mapping) else {}
+    generation = rec.as_mapping(record.get("generation"))
     for value in (record.get("cost_usd"), generation.get("cost_usd")):
         if is_number(value):
             return float(value)
@@ -277,7 +277,7 @@ def model_seconds(record: Mapping[str, Any], trajectory: Mapping[str, Any] | Non
     turns = [t for t in turns if isinstance(t, Mapping)] if isinstance(turns, list) else []
     if turns:
         return sum(float(t["latency"]) for t in turns if is_number(t.get("latency")))
-    generation = record.get("generation") if isinstance(record.get("generation"), Mapping) else {}
+    generation = rec.as_mapping(record.get("generation"))
     return float(generation["latency"]) if is_number(generation.get("latency")) else None
 
 
@@ -570,6 +570,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
     hash_rows = "".join(f"<tr><td>{esc(k)}</td><td><code>{esc(v)}</code></td></tr>" for k, v in hashes.items())
     notes = [*settings.get("notes", []), *notes, *summary.get("notes", [])]
     run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+    run = run if isinstance(run, dict) else {}
     run_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in run.items() if v not in (None, ""))
     gates = summary.get("gates") or []
     gate_html = "".join(f"<li>{'<span class=ok>ok</span>' if g.get('ok') else '<span class=bad>FAILED</span>'} "

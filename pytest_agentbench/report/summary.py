@@ -317,7 +317,7 @@ def step_summary_markdown(markdown: str, run_id: Any) -> str:
 def draw_picture(summary: MutableMapping[str, Any], run_dir: Path, baseline: Mapping[str, Any] | None = None) -> Path | None:
     """summary.png, or None; a broken plotting stack adds a note to the summary instead of losing the reports."""
     try:
-        return draw(summary, Path(run_dir) / PICTURE, headlines=declared_in(summary).picture_metrics(),
+        return draw(dict(summary), Path(run_dir) / PICTURE, headlines=declared_in(summary).picture_metrics(),
                     baseline=dict(baseline) if baseline is not None else None)
     except Exception as exc:  # noqa: BLE001  (any plotting failure)
         summary.setdefault("notes", []).append(f"picture not drawn: {type(exc).__name__}: {exc}")
@@ -347,7 +347,7 @@ def write_reports(summary: Summary, verdict: Verdict, run_dir: Path, *, gates: G
     markdown = render_markdown(summary, verdict, notes=notes, picture=picture is not None)
     write_atomic(run_dir / SUMMARY_MD, markdown)
     written = Written(markdown=markdown, picture=picture)
-    if update:
+    if update and gates is not None and gates.baseline:
         written.baseline = write_baseline(gates.baseline, summary)
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:

@@ -23,7 +23,8 @@ from ...core import records as rec
 from ...core.io import write_atomic
 from ..baseline import public
 from ..compare import Comparison, compare, render_text as comparison_text
-from ..html import ANCHOR_JS, REPORT_HTML, esc, headlines
+from ..highlight import esc
+from ..html import ANCHOR_JS, REPORT_HTML, headlines
 from ..summary import SUMMARY_JSON, SUMMARY_MD
 from .format import NONE, page, wilson_text
 from .runs import RunSide, comparison_section, side_of

@@ -30,7 +30,8 @@ from ...core.io import write_atomic
 from ..compare import (Comparison, build_parser, drop_p_value, responses_lines, run_command, shared_line,
                        too_small, units_of)
 from ..gates import GateResult
-from ..html import ANCHOR_JS, REPORT_HTML, esc, item_anchor, item_or_fallback, status_badge
+from ..highlight import esc
+from ..html import ANCHOR_JS, REPORT_HTML, item_anchor, item_or_fallback, status_badge
 from ..options import GateConfig
 from ..power import detectable_drop
 from .format import delta_class, interval, page, pct, pp
@@ -194,6 +195,7 @@ def gates_html(c: Comparison, gates: GateConfig | None, results: Iterable[GateRe
             f"</td><td>{esc(r.detail)}</td></tr>" for r in results]
     out.append("</table>")
     drops = list(gates.max_drop) if gates is not None else []
+    drop_alpha = gates.alpha if gates is not None else 0.05  # (drops come only with gates)
     if drops:
         out.append("<table class=\"drop-gates\"><tr><th>max-drop gate</th><th>A</th><th>B</th><th>drop</th>"
                    "<th>limit</th><th>McNemar p</th><th>smallest detectable drop</th><th>result</th></tr>")
@@ -203,7 +205,7 @@ def gates_html(c: Comparison, gates: GateConfig | None, results: Iterable[GateRe
             unit = c.unit_of(t.name)
             counts = c.mcnemar.get(unit) or {}
             found = detectable_drop(int(counts.get("n", 0)), int(counts.get("worse", 0)) + int(counts.get("better", 0)),
-                                    gates.alpha, unit) if counts.get("n") else None
+                                    drop_alpha, unit) if counts.get("n") else None
             power = "n/a" if found is None else (f"{found.drop * 100:.1f} pp over {found.units} {unit}s"
                                                  if found.drop is not None else f"none over {found.units} {unit}s")
             result = by_gate.get(f"--bench-max-drop {t.name}={t.text}")
