@@ -53,6 +53,8 @@ R = TypeVar("R", bound=Mapping[str, Any])  # a record of either form
 
 # A record as its JSON object: the records file's line, the hook's argument, what an xdist report carries.
 RecordData = dict[str, Any]
+# A record in either form, where only reading it matters: a ``Record``, or its JSON object.
+RecordLike = Mapping[str, Any]
 # The fields every record has (``Record``'s attributes), with the type each holds.
 COMMON_FIELDS: dict[str, type] = {"benchmark": str, "task": str, "id": str, "split": str, "status": str,
                                   "scored": bool, "message": str}

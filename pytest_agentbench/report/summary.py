@@ -81,7 +81,7 @@ class Summary(MutableMapping[str, Any]):
         return len(self.data)
 
 
-def not_run_records(selection: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, Any]]) -> list[rec.Record]:
+def not_run_records(selection: Iterable[rec.RecordLike], records: Iterable[rec.RecordLike]) -> list[rec.Record]:
     """Stand-ins for the selected items that have no record: ``not_run`` (a prefilled step the session never
     reached stays ``skipped``, as its record would say)."""
     have = {rec.record_key(r) for r in records}
@@ -89,7 +89,7 @@ def not_run_records(selection: Iterable[Mapping[str, Any]], records: Iterable[Ma
             for item in selection if rec.record_key(item) not in have]
 
 
-def incomplete_of(selection: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, Any]],
+def incomplete_of(selection: Iterable[rec.RecordLike], records: Iterable[rec.RecordLike],
                   stand_ins: Iterable[rec.Record]) -> dict[str, Any] | None:
     """``{"not_run": K, "selected": N, "items": [...]}`` when some selected item did not run (no record, or a
     record of an item that runs again on resume: lost, unplaced), else None."""
@@ -108,8 +108,8 @@ def incomplete_text(incomplete: Mapping[str, Any], limit: int = LISTED_NOT_RUN) 
     return f"incomplete: {incomplete['not_run']} of {incomplete['selected']} items not run: {shown}"
 
 
-def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings: Mapping[str, Any],
-                  selection: Iterable[Mapping[str, Any]] | None = None) -> Summary:
+def build_summary(records: Iterable[rec.RecordLike], benchmark: Any, settings: Mapping[str, Any],
+                  selection: Iterable[rec.RecordLike] | None = None) -> Summary:
     """The summary of a run from its records and ``benchmark.summarize``; it also stores the benchmark's
     gate metrics, headlines and free settings, so two summary.json files can be compared on their own.
     With ``selection`` (the session's items) the metrics are over every selected item, those not run included."""
@@ -143,7 +143,7 @@ def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings
                    not_run=stand_ins)
 
 
-def usage_of_run(records: list[dict[str, Any]]) -> dict[str, float]:
+def usage_of_run(records: list[rec.RecordData]) -> dict[str, float]:
     """Model usage totals. ``model_calls`` counts every call the harness made, a cache hit included;
     ``endpoint_calls`` those that reached the model's endpoint (what the terminal and summary.md call
     "model calls": 0 for a replay)."""
@@ -155,13 +155,13 @@ def usage_of_run(records: list[dict[str, Any]]) -> dict[str, float]:
     return usage
 
 
-def answers_of(record: Mapping[str, Any]) -> dict[str, str]:
+def answers_of(record: rec.RecordLike) -> dict[str, str]:
     """Where an item's answers came from (fresh, replayed, mixed) and their digest, when it asked a model."""
     generation = record.get("generation") or {}
     return {k: generation[k] for k in ("answers", "responses") if isinstance(generation.get(k), str)}
 
 
-def summarize_attempts(records: list[dict[str, Any]], benchmark: Any, settings: Mapping[str, Any],
+def summarize_attempts(records: list[rec.RecordData], benchmark: Any, settings: Mapping[str, Any],
                        headlines: list[str]) -> dict[str, Any]:
     """--bench-attempts K > 1: the benchmark summarizes each attempt; the metrics are their means (what
     gates and compare read); ``attempts`` holds each attempt's metrics, standard errors and pass@k."""

@@ -44,7 +44,7 @@ class ModelRow:
     not_run: int = 0
 
 
-def model_row(model: str, summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]],
+def model_row(model: str, summary: Mapping[str, Any], records: Iterable[rec.RecordLike],
               run_dir: Path | str = "") -> ModelRow:
     """One model's row from its summary (in memory or summary.json) and its records (with the not-run stand-ins)."""
     records = list(records)
@@ -67,7 +67,7 @@ class ModelRun:
 
     model: str
     summary: Mapping[str, Any]
-    records: list[Mapping[str, Any]]
+    records: list[rec.RecordLike]
     run_dir: Path | str
 
 

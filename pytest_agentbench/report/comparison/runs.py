@@ -56,7 +56,7 @@ class RunSide:
     name: str  # "A" or "B"
     summary: Mapping[str, Any]
     run_dir: Path | None = None  # the folder holding its summary.json (its records and trajectories)
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # by record_key
+    records: dict[str, rec.RecordData] = field(default_factory=dict)  # by record_key
     in_page: bool = False  # its transcripts are on this very page (the run's own report.html)
 
     @property
@@ -99,7 +99,7 @@ def read_run_records(run_dir: Path | None, benchmark: str) -> dict[str, dict[str
 
 
 def side_of(name: str, summary: Mapping[str, Any], run_dir: Path | None = None,
-            records: Iterable[Mapping[str, Any]] | None = None, in_page: bool = False) -> RunSide:
+            records: Iterable[rec.RecordLike] | None = None, in_page: bool = False) -> RunSide:
     """A run read from disk: its folder is where its summary.json is (``_path``) unless given."""
     if run_dir is None and summary.get("_path"):
         run_dir = Path(str(summary["_path"])).parent
@@ -277,7 +277,7 @@ def comparison_section(c: Comparison, a: RunSide, b: RunSide, page_dir: Path, al
     ])
 
 
-def comparison_for_run(c: Comparison, run_dir: Path | str, records: Iterable[Mapping[str, Any]], *,
+def comparison_for_run(c: Comparison, run_dir: Path | str, records: Iterable[rec.RecordLike], *,
                        alpha: float = 0.05, gates: GateConfig | None = None,
                        gate_results: Iterable[GateResult] = ()) -> str:
     """The section of a run's own report.html: A is its baseline (read from disk), B this run. A baseline
