@@ -48,7 +48,9 @@ def esc(value: Any) -> str:
 
 def clip(text: Any, limit: int = TEXT_LIMIT) -> str:
     shown = "" if text is None else text if isinstance(text, str) else json.dumps(text, indent=1, default=str)
-    return shown if len(shown) <= limit else shown[:limit] + f"\n… ({len(shown) - limit} more characters in the run's files)"
+    if len(shown) <= limit:
+        return shown
+    return shown[:limit] + f"\n… ({len(shown) - limit} more characters in the run's files)"
 
 
 def python_segments(source: str) -> list[Segment]:

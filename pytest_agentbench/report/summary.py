@@ -314,7 +314,8 @@ def step_summary_markdown(markdown: str, run_id: Any) -> str:
                             f"{run_id}: upload it as an artifact to see them._")
 
 
-def draw_picture(summary: MutableMapping[str, Any], run_dir: Path, baseline: Mapping[str, Any] | None = None) -> Path | None:
+def draw_picture(summary: MutableMapping[str, Any], run_dir: Path,
+                 baseline: Mapping[str, Any] | None = None) -> Path | None:
     """summary.png, or None; a broken plotting stack adds a note to the summary instead of losing the reports."""
     try:
         return draw(dict(summary), Path(run_dir) / PICTURE, headlines=declared_in(summary).picture_metrics(),
