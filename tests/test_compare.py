@@ -121,7 +121,7 @@ def test_summary_stores_what_compare_needs():
     assert summary["gate_metrics"] == {"solved": "solved_fraction", "steps": "step_fraction"}
     assert summary["headlines"] == {"solved": "task", "steps": "item"} and summary["free_settings"] == ["temperature"]
     assert summary["metrics"] == {"step_fraction": 2 / 3} and summary["extra"] == 1
-    assert summary["counts"] == {"pass": 2, "fail": 1} and summary["_terminal"] == ["2 passed"]
+    assert summary["counts"] == {"pass": 2, "fail": 1} and summary.terminal == ["2 passed"]
     assert declared_in(summary) == Declared.of(Toy())
 
 

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Mapping, Protocol
 
 from ..core.io import DirectoryFiles, RunFiles
 from ..core.options import Option, Settings
+from ..core.records import RecordData
 from ..core.slurm import HARNESS_MIB, TIME_MARGIN, Request
 from ..core.types import Sample, Task
 
@@ -50,7 +51,7 @@ class RunSpec:
 class BenchRun(Protocol):
     """One benchmark's run in one process."""
 
-    def run_sample(self, sample: Sample) -> dict[str, Any]:
+    def run_sample(self, sample: Sample) -> RecordData:
         """Run and score one sample; return its record (see core/records.py for the common keys)."""
 
     def close(self) -> None:
@@ -112,7 +113,7 @@ class Benchmark:
         fixture values); choose the solver here, once."""
         raise NotImplementedError
 
-    def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+    def summarize(self, records: list[RecordData], settings: Mapping[str, Any]) -> dict[str, Any]:
         """Metrics from the records of one run (controller side): a dict with ``metrics`` (name -> float),
         ``terminal`` (list of lines) and ``markdown`` (str); other keys go into summary.json."""
         raise NotImplementedError

@@ -1,9 +1,16 @@
-"""Per-item records: plain JSON dicts, appended to the run's log as each item finishes.
+"""Per-item records, appended to the run's log as each item finishes.
 
-Every record has ``benchmark``, ``task``, ``id``, ``split``, ``status``, ``scored`` and ``message``;
-benchmarks add their own keys; ``host`` and ``worker`` say where the item ran. Records travel from xdist
-workers to the controller in the test report's ``user_properties`` under ``RECORD_PROPERTY``, with the item's
-run files and new model-cache entries under ``DELIVERY_PROPERTY``: the controller is the only writer of a run.
+A record has two forms. ``RecordData`` is its JSON object (a plain dict): the records file's line, what the
+``pytest_agentbench_record`` hook changes in place, what a benchmark's ``run_sample`` returns the fields of and
+its ``summarize`` reads, and what an xdist report carries. ``Record`` is the typed, read-only form the controller
+and the report layer pass around once a record is finished: the common fields (``benchmark``, ``task``, ``id``,
+``split``, ``status``, ``scored``, ``message``) as attributes, every other field (the benchmark's own, ``model``,
+``attempt``, ``duration``, and ``host`` / ``worker``, where the item ran) in ``extra``. ``Record.from_json(data)``
+and ``record.to_json()`` give back the same object, key order included, so the files never change.
+
+Records travel from xdist workers to the controller in the test report's ``user_properties`` under
+``RECORD_PROPERTY``, with the item's run files and new model-cache entries under ``DELIVERY_PROPERTY``: the
+controller is the only writer of a run.
 """
 from __future__ import annotations
 
@@ -12,8 +19,10 @@ import json
 import os
 import stat
 import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, TypeVar
 
 from .io import natural_key, write_atomic
 from .types import attempt_key
@@ -40,13 +49,98 @@ ERROR_STATUSES = ("model_error", "eval_error", "env_error", "error")
 VOLATILE_FIELDS = ("duration", "worker", "host", "started", "finished", "latency", "exec_duration", "run_dir",
                    "targets_source", "capsule_source")
 
+R = TypeVar("R", bound=Mapping[str, Any])  # a record of either form
 
-def to_json(record: dict[str, Any]) -> str:
-    return json.dumps(record, sort_keys=True, default=json_default, ensure_ascii=False)
+# A record as its JSON object: the records file's line, the hook's argument, what an xdist report carries.
+RecordData = dict[str, Any]
+# A record in either form, where only reading it matters: a ``Record``, or its JSON object.
+RecordLike = Mapping[str, Any]
+# The fields every record has (``Record``'s attributes), with the type each holds.
+COMMON_FIELDS: dict[str, type] = {"benchmark": str, "task": str, "id": str, "split": str, "status": str,
+                                  "scored": bool, "message": str}
 
 
-def json_default(obj: Any):
-    """``json.dumps(default=...)`` for the values records and summaries hold (numpy values, paths, sets)."""
+@dataclass(frozen=True, eq=False)
+class Record(Mapping[str, Any]):
+    """One finished record: the common fields typed, the rest (the benchmark's own) in ``extra``.
+
+    Read-only, and a ``Mapping`` of the record's JSON fields (``record["generation"]``, ``record.get("model")``),
+    equal to a dict holding the same fields, so code that reads records as mappings reads a ``Record`` alike.
+    ``from_json`` keeps what the JSON object held exactly: a common field it lacked (an old or hand-made record)
+    stays absent, one of another type (a ``message`` of null) stays in ``extra`` as it was, and ``to_json`` gives
+    the keys back in their order (report.html lists a record's fields in that order; the files sort them)."""
+
+    benchmark: str
+    task: str
+    id: str
+    split: str
+    status: str
+    scored: bool = True
+    message: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)  # every other field, in the JSON's order
+    absent: frozenset[str] = frozenset()  # common fields the JSON object did not hold
+    order: tuple[str, ...] = ()  # the JSON object's key order (empty: common fields first, then ``extra``)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Record:
+        common = {k: data[k] for k, kind in COMMON_FIELDS.items() if k in data and type(data[k]) is kind}
+        extra = {k: v for k, v in data.items() if k not in common}
+        defaults = {k: kind() for k, kind in COMMON_FIELDS.items() if k not in common}
+        defaults.pop("scored", None)  # its default is True, as for a record that never said
+        return cls(**defaults, **common, extra=extra, absent=frozenset(COMMON_FIELDS) - set(common) - set(extra),
+                   order=tuple(data))
+
+    def to_json(self) -> RecordData:
+        """The record's JSON object, exactly what ``from_json`` was given."""
+        fields = {k: getattr(self, k) for k in COMMON_FIELDS if k not in self.absent and k not in self.extra}
+        fields.update(self.extra)
+        ordered = {k: fields[k] for k in self.order if k in fields}
+        ordered.update((k, v) for k, v in fields.items() if k not in ordered)
+        return ordered
+
+    def replaced(self, **changes: Any) -> Record:
+        """This record with some fields set (a new ``Record``; this one never changes)."""
+        return Record.from_json({**self.to_json(), **changes})
+
+    @property
+    def key(self) -> str:
+        """The record's key: its sample id, with ``[attemptN]`` when the run repeats attempts (``record_key``)."""
+        return record_key(self)
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self.extra:
+            return self.extra[key]
+        if key in COMMON_FIELDS and key not in self.absent:
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_json())
+
+    def __len__(self) -> int:
+        return len(self.to_json())
+
+
+def as_mapping(value: object) -> Mapping[str, Any]:
+    """A record's nested field when it is a JSON object, else an empty one (a field left out or written otherwise:
+    records come from benchmarks, plugins and older runs)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_record(record: Mapping[str, Any]) -> Record:
+    """A ``Record`` of either form (a finished record's JSON object, or a ``Record`` already)."""
+    return record if isinstance(record, Record) else Record.from_json(record)
+
+
+def to_json(record: Mapping[str, Any]) -> str:
+    return json.dumps(record if isinstance(record, dict) else dict(record), sort_keys=True, default=json_default,
+                      ensure_ascii=False)
+
+
+def json_default(obj: Any) -> Any:
+    """``json.dumps(default=...)`` for the values records and summaries hold (records, numpy values, paths, sets)."""
+    if isinstance(obj, Mapping):  # a Record (or another mapping that is not a dict): its JSON object
+        return dict(obj)
     if hasattr(obj, "tolist"):
         return obj.tolist()
     if isinstance(obj, Path):
@@ -56,19 +150,20 @@ def json_default(obj: Any):
     return repr(obj)
 
 
-def record_line(record: dict[str, Any]) -> bytes:
+def record_line(record: Mapping[str, Any]) -> bytes:
     """One record as the line the records file holds. Raises for a record that cannot be written (a value that
     refers to itself, text that is not valid UTF-8): that is the item's problem, not the file's."""
     return (to_json(record) + "\n").encode("utf-8")
 
 
-def plain(record: dict[str, Any]) -> dict[str, Any]:
+def plain(record: Mapping[str, Any]) -> RecordData:
     """The record exactly as the records file will hold it (JSON types only: what an xdist report can carry and
     what a later read gives back). Raises as ``record_line`` does."""
-    return json.loads(record_line(record))
+    data: RecordData = json.loads(record_line(record))
+    return data
 
 
-def append_record(path: Path, record: dict[str, Any]) -> None:
+def append_record(path: Path, record: Mapping[str, Any]) -> None:
     """Append one record and make it durable before the next item starts (``record_line`` + ``append_line``)."""
     append_line(path, record_line(record))
 
@@ -95,9 +190,9 @@ def append_line(path: Path, line: bytes) -> None:
         os.close(fd)
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a (possibly interrupted) run; a torn last line is dropped with a warning."""
-    records: list[dict[str, Any]] = []
+def read_records(path: Path) -> list[RecordData]:
+    """Records of a (possibly interrupted) run, as JSON objects; a torn last line is dropped with a warning."""
+    records: list[RecordData] = []
     if not path.exists():
         return records
     if not stat.S_ISREG(os.stat(path).st_mode):  # a device (a link to /dev/full reads zeros without end) or a FIFO
@@ -127,12 +222,12 @@ def runs_again_on_resume(record: Mapping[str, Any]) -> bool:
     return is_lost(record) or is_unplaced(record)
 
 
-def comparable(record: dict[str, Any]) -> dict[str, Any]:
+def comparable(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record without the fields that differ between identical runs (timings, worker names)."""
-    return {k: (comparable(v) if isinstance(v, dict) else v) for k, v in record.items() if k not in VOLATILE_FIELDS}
+    return {k: (comparable(v) if isinstance(v, Mapping) else v) for k, v in record.items() if k not in VOLATILE_FIELDS}
 
 
-def sort_key(record: dict[str, Any]):
+def sort_key(record: Mapping[str, Any]) -> tuple[list[Any], Any]:
     """Records in natural id order (77.3 before 77.10), attempts in order."""
     return natural_key(record.get("id", "")), record.get("attempt") or 0
 
@@ -142,22 +237,22 @@ def record_key(record: Mapping[str, Any]) -> str:
     return attempt_key(str(record["id"]), record.get("attempt"))
 
 
-def latest_by_id(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def latest_by_id(records: Iterable[R]) -> dict[str, R]:
     """One record per sample id (and attempt), the last one winning (a re-run item replaces its earlier record)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, R] = {}
     for record in records:
         out[record_key(record)] = record
     return out
 
 
-def count_statuses(records: Iterable[dict[str, Any]]) -> dict[str, int]:
+def count_statuses(records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     counts = {s: 0 for s in STATUSES}
     for record in records:
         counts[record["status"]] = counts.get(record["status"], 0) + 1
     return {k: v for k, v in counts.items() if v}
 
 
-def rewrite_records(path: Path, records: list[dict[str, Any]]) -> None:
+def rewrite_records(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
     """Replace the log by exactly ``records`` (atomically), e.g. to cut a torn last line before appending."""
     write_atomic(path, "".join(to_json(r) + "\n" for r in records), durable=True)
 
@@ -166,7 +261,7 @@ def rewrite_records(path: Path, records: list[dict[str, Any]]) -> None:
 USAGE_KEYS = ("model_calls", "tool_calls", "prompt_tokens", "completion_tokens", "cache_hits", "request_retries")
 
 
-def usage_of(record: dict[str, Any]) -> dict[str, float]:
+def usage_of(record: Mapping[str, Any]) -> dict[str, float]:
     """Model accounting of one record; ``tokens`` is prompt plus completion (or ``total_tokens`` when given)."""
     generation = record.get("generation") or {}
     out = {k: generation.get(k) or 0 for k in USAGE_KEYS if isinstance(generation.get(k) or 0, (int, float))}
@@ -175,8 +270,8 @@ def usage_of(record: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def usage_totals(records: Iterable[dict[str, Any]]) -> dict[str, float]:
-    totals = {k: 0 for k in (*USAGE_KEYS, "tokens")}
+def usage_totals(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    totals: dict[str, float] = {k: 0 for k in (*USAGE_KEYS, "tokens")}
     for record in records:
         for key, value in usage_of(record).items():
             totals[key] += value
@@ -202,7 +297,7 @@ def usage_text(totals: Mapping[str, float]) -> str:
     return ", ".join(parts)
 
 
-def junit_properties(record: dict[str, Any]) -> list[tuple[str, str]]:
+def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The few values a CI dashboard shows for an item (never the whole record: junitxml writes str(value))."""
     return [("benchmark", str(record.get("benchmark", ""))), ("task", str(record.get("task", ""))),
             ("step", str(record.get("id", ""))), ("status", str(record.get("status", ""))),

@@ -225,7 +225,7 @@ def bench_env(pytestconfig: pytest.Config):
 
 
 @pytest.fixture(scope="session")
-def bench_run(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) -> Iterator[BenchRun]:
+def bench_run(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) -> Iterator[BenchRun | ModelRuns]:
     """This process's run of the benchmark, opened once at its first item with the model and environment
     (the solver is chosen here) and closed at the end of the session, before the environment."""
     several = request.config.stash.get(MODEL_STATES, None)
@@ -235,8 +235,9 @@ def bench_run(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) 
         runs.close()
         return
     state: BenchState = request.config.stash[STATE]
-    yield open_run(request, state, bench_model, bench_env)
-    state.run.close()
+    run = open_run(request, state, bench_model, bench_env)
+    yield run
+    run.close()
     state.run = None
 
 

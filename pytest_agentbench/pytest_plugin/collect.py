@@ -28,7 +28,7 @@ def run_bench_item(request: pytest.FixtureRequest, bench_run: BenchRun) -> None:
     run_item(item, run)
 
 
-def prepare_item(item: pytest.Item, run: BenchRun) -> None:
+def prepare_item(item: BenchItem, run: BenchRun) -> None:
     """What the item needs before it is timed (``BenchRun.prepare_sample``, optional: SciCode's targets of the
     item's problem), so it is part of no item's ``duration``; not for an item a resumed run already has."""
     prepare = getattr(run, "prepare_sample", None)

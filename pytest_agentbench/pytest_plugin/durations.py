@@ -50,7 +50,7 @@ def measured(state: BenchState) -> dict[str, dict[str, float]]:
     return out
 
 
-def write_durations(state: BenchState, records: Iterable[dict[str, Any]]) -> int:
+def write_durations(state: BenchState, records: Iterable[rec.RecordData]) -> int:
     """Merge the durations of ``records`` into durations.json; returns how many samples were written."""
     fresh: dict[str, dict[str, float]] = {}
     for record in records:

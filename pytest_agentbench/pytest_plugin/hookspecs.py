@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.records import RecordData
 
-def pytest_agentbench_record(record: dict[str, Any], item: Any) -> None:
+
+def pytest_agentbench_record(record: RecordData, item: Any) -> None:
     """Add fields to (or change) a benchmark item's ``record`` before it is written to the records file.
 
     Called in the process that ran the item (an xdist worker, or the only process), once per record,
@@ -21,7 +23,8 @@ def pytest_agentbench_summary(summary: dict[str, Any]) -> None:
     """Add fields to (or change) the run's ``summary`` before summary.json and summary.md are written.
 
     Called once, on the controller, after the metrics, the comparison and the gates are in
-    ``summary``. Keys starting with ``_`` are not written to summary.json. Change it in place.
+    ``summary`` (the fields summary.json holds: ``report.summary.Summary.data``). Keys starting with ``_``
+    are not written to summary.json. Change it in place.
     """
 
 

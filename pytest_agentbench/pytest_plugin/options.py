@@ -59,7 +59,7 @@ def register(parser: pytest.Parser, options: tuple[Option, ...]) -> None:
         cli_help = text.replace("%", "%%")  # argparse %-formats help texts
         if option.kind == "bool":
             group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=cli_help)
-            if option.negatable:
+            if option.negative_flag is not None:  # a negatable option's
                 group.addoption(option.negative_flag, dest=option.dest, action="store_false", default=None,
                                 help=f"the opposite of {option.flag}.")
         elif option.kind == "multi":
@@ -118,7 +118,7 @@ def run_file_arguments(early_config: pytest.Config, options: tuple[Option, ...])
     config_option = by_name(options)["config"]
     inipath = early_config.inipath
     found = Sources(cli={"config": getattr(namespace, config_option.dest, None)},
-                    ini={"config": early_config.getini(config_option.ini)}, env=dict(os.environ),
+                    ini={"config": early_config.getini(config_option.ini or "")}, env=dict(os.environ),
                     invocation_dir=Path(early_config.invocation_params.dir), rootdir=Path(early_config.rootpath),
                     ini_dir=inipath.parent if inipath else None)
     try:

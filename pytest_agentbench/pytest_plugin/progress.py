@@ -167,7 +167,7 @@ class Progress:
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
-            if name == rec.RECORD_PROPERTY:
+            if name == rec.RECORD_PROPERTY and isinstance(value, dict):
                 with self.lock:
                     self.running.pop(report.nodeid, None)  # finished, whatever comes after its record
                     self.done += 1

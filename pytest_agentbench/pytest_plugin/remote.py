@@ -188,7 +188,7 @@ def pytest_configure(config: pytest.Config) -> None:
     gpus = len(host.gpus())  # this host's own, whatever the controller has
     apply_forwarded(config.option, all_options(available_benchmarks()), remote["settings"], gpus, os.environ)
     config.stash[REMOTE_HOST] = {"host": remote["host"], "gpus": gpus}
-    channel = config.workerinput.get(HEARTBEAT_KEY)
+    channel = getattr(config, "workerinput").get(HEARTBEAT_KEY)  # a worker's (remote is set)
     if channel is not None:
         timeout = float(remote.get("host_timeout") or 40.0)
         watch_controller(channel, timeout, lambda: stop_orphaned_worker(timeout))

@@ -22,15 +22,15 @@ import pytest
 
 from ..core import records as rec
 from ..report.attempts import counts_line
-from ..report.baseline import public
 from ..report.compare import render_text
 from ..report.comparison import (MODELS_FOLDER, ModelRun, comparison_for_run, compared_with_first, model_row,
                                  write_models_reports)
 from ..report.comparison import render_text as render_models
 from ..report.cost import terminal_lines as cost_terminal_lines
 from ..report.html import write_html
+from ..report.ledger import Ledger, RunPlan
 from ..report.resume import write_settings_once
-from ..report.summary import (Verdict, Written, build_summary, incomplete_text, judge, judge_without_items,
+from ..report.summary import (Summary, Verdict, Written, build_summary, incomplete_text, judge, judge_without_items,
                               write_reports)
 from ..core.types import Sample
 from ..models.options import ORACLE
@@ -47,16 +47,16 @@ class Reporter:
     def __init__(self, config: pytest.Config, state: BenchState) -> None:
         self.config = config
         self.state = state
-        self.records: dict[str, dict[str, Any]] = {}
+        self.ledger = Ledger()  # the records this run got
+        self.plan = RunPlan()  # the session's benchmark items, once collected (what it meant to run)
         self.other_failures = 0  # failed non-benchmark tests collected in the same session
         self.started = time.monotonic()
         self.started_at = datetime.now(timezone.utc)
-        self._summary: dict[str, Any] | None = None
+        self._summary: Summary | None = None
         self.verdict: Verdict | None = None
         self.written: Written | None = None
-        self.html = None  # report.html, once written
+        self.html: Path | None = None  # report.html, once written
         self.streaks: dict[str, Streak] = {}  # per worker: the same count the worker stops on
-        self.selection: list[dict[str, Any]] | None = None  # the session's benchmark items, once collected
         self.session_exit: int | None = None  # several models: the exit status before the gates (ModelsReport)
         self.finished = lambda session: None  # several models: ModelsReport's call once this model is judged
         if config.pluginmanager.hasplugin("xdist"):
@@ -73,31 +73,30 @@ class Reporter:
     def select(self, samples: list[Sample]) -> None:
         if self.config.option.collectonly:  # listing the items runs none: nothing is missing
             return
-        selected = []
+        selected: list[rec.RecordData] = []
         for sample in samples:
             item = {**base_record(sample, self.state), **not_run_fields(self.state, sample)}
             if sample.skip_reason:  # a prefilled step: a skipped record whether or not the session reached it
                 item.update(status="skipped", message=sample.skip_reason)
             selected.append(item)
-        self.selection = selected
+        self.plan.select(selected)
         stop_replay_without_cache(self.config, self.state, samples)  # before any item runs
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         found = False
         for name, value in report.user_properties:
-            if name == rec.RECORD_PROPERTY:
+            if name == rec.RECORD_PROPERTY and isinstance(value, dict):
                 found = True
                 if not owns(self.state, value):  # another model's record (a run of several models)
                     continue
-                if not self.records:  # the run folder exists from its first record on
+                if not self.ledger:  # the run folder exists from its first record on
                     write_settings_once(self.state.run_dir, settings_file_content(self.state.settings, self.config,
                                                                                   self.state.definition))
-                self.records[rec.record_key(value)] = value
-                self.count_errors(value)
+                self.count_errors(self.ledger.add(value))
         if report.failed and not found and not is_bench_node(report.nodeid, self.state):
             self.other_failures += 1
 
-    def count_errors(self, record: dict[str, Any]) -> None:
+    def count_errors(self, record: rec.Record) -> None:
         """The worker's model-error row, as the worker counts it: a stop is noted in the reports."""
         if rec.record_key(record) in self.state.resumed:
             return
@@ -107,10 +106,9 @@ class Reporter:
         if stop and not any(note.startswith("stopped after") for note in self.state.notes):
             self.state.notes.append(stop.removeprefix("agentbench: ") + ("" if worker == "main" else f" (on {worker})"))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         if self._summary is None:
-            self._summary = build_summary(self.records.values(), self.state.benchmark, self.state.settings,
-                                          self.selection)
+            self._summary = build_summary(self.ledger, self.state.benchmark, self.state.settings, self.plan.items)
             if self._summary.get("incomplete"):
                 self._summary["incomplete"]["resume"] = resume_command(self.config.invocation_params.args,
                                                                        self.state.run_dir)
@@ -120,34 +118,33 @@ class Reporter:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         state = self.state
-        if not self.records:
+        if not self.ledger:
             # listing items (--collect-only) runs none by design: the gates judge runs, not listings; nor are the
             # gates of a model none of whose items was selected (-k picked other models of the run file)
-            listing = self.config.option.collectonly or (state.model is not None and not self.selection)
+            listing = self.config.option.collectonly or (state.model is not None and not self.plan)
             self.verdict = judge_without_items(None if listing else state.gates, self.exit_before(session))
-            if self.selection and not listing and self.verdict.exit_code == 0 and not state.gates.allow_incomplete:
+            if self.plan and not listing and self.verdict.exit_code == 0 and not state.gates.allow_incomplete:
                 self.verdict.exit_code = 1  # items were selected and none ran: never a passing run
             session.exitstatus = self.verdict.exit_code
             self.finished(session)
             return
-        for record in state.resumed.values():  # a resumed run's summary never narrows to what ran now
-            self.records.setdefault(rec.record_key(record), record)
+        self.ledger.reuse(state.resumed.values())  # a resumed run's summary never narrows to what ran now
         summary = self.summary()
         params = self.config.invocation_params
         summary["run"] = run_info(self.started_at, datetime.now(timezone.utc), params.args, Path(params.dir))
         self.verdict = judge(summary, state.gates, state.baseline, self.exit_before(session), self.other_failures)
         session.exitstatus = self.verdict.exit_code
-        self.config.hook.pytest_agentbench_summary(summary=summary)
+        self.config.hook.pytest_agentbench_summary(summary=summary.data)
         self.written = write_reports(summary, self.verdict, state.run_dir, gates=state.gates,
                                      baseline=state.baseline, notes=state.notes,
                                      step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
-        records = [*self.records.values(), *summary["_not_run"]]
+        records = [*self.ledger, *summary.not_run]
         sections = []
         if self.verdict.comparison is not None:  # metrics side by side, gates, flipped items linked to both runs
             sections.append(comparison_for_run(self.verdict.comparison, state.run_dir, records,
                                                alpha=self.verdict.alpha, gates=state.gates,
                                                gate_results=self.verdict.gate_results))
-        self.html = write_html(state.run_dir, public(summary), records, notes=state.notes, sections=sections)
+        self.html = write_html(state.run_dir, summary.to_json(), records, notes=state.notes, sections=sections)
         self.finished(session)
 
     def exit_before(self, session: pytest.Session) -> int:
@@ -157,23 +154,23 @@ class Reporter:
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         verdict = self.verdict
         gate_results = verdict.gate_results if verdict is not None else []
-        if not self.records and not gate_results and not self.selection:
+        if not self.ledger and not gate_results and not self.plan:
             return
         model = f" ({self.state.model})" if self.state.model is not None else ""
         terminalreporter.write_sep("=", f"agentbench: {self.state.benchmark.name} results{model}")
-        if not self.records and self.selection and exitstatus in (0, 1, 2):
-            terminalreporter.write_line(f"incomplete: none of the {len(self.selection)} selected items finished; "
+        if not self.ledger and self.plan and exitstatus in (0, 1, 2):
+            terminalreporter.write_line(f"incomplete: none of the {len(self.plan)} selected items finished; "
                                         f"nothing was written: run it again", red=True)
-        if self.records:
+        if self.ledger:
             summary = self.summary()
             incomplete = summary.get("incomplete")
             if incomplete:
                 terminalreporter.write_line(incomplete_text(incomplete), red=True, bold=True)
-            for line in summary["_terminal"]:
+            for line in summary.terminal:
                 terminalreporter.write_line(line)
             terminalreporter.write_line(f"run counts: {counts_line(summary['run_counts'])}")
             usage = summary["usage"] if self.state.settings.get("model") != ORACLE else None
-            terminalreporter.write_line(status_line(len(self.records), None, summary["counts"],
+            terminalreporter.write_line(status_line(len(self.ledger), None, summary["counts"],
                                                     time.monotonic() - self.started, usage))
             for line in cost_terminal_lines(summary.get("cost") or {}):
                 terminalreporter.write_line(line)
@@ -184,15 +181,16 @@ class Reporter:
                 terminalreporter.write_line(line)
         if gate_results:
             ok = all(r.ok for r in gate_results)
+            exit_code = verdict.exit_code if verdict is not None else exitstatus  # (gate results come with a verdict)
             terminalreporter.write_sep("-", f"agentbench gates: {'passed' if ok else 'FAILED'}"
-                                            f" (exit code {verdict.exit_code})", green=ok, red=not ok)
+                                            f" (exit code {exit_code})", green=ok, red=not ok)
             for result in gate_results:
                 terminalreporter.write_line(result.line(), green=result.ok, red=not result.ok)
-            if ok and verdict.exit_before == 1 and verdict.exit_code == 0:
+            if verdict is not None and ok and verdict.exit_before == 1 and verdict.exit_code == 0:
                 terminalreporter.write_line("failing items are expected in a benchmark: the gates decide the exit code")
         if self.written is not None and self.written.baseline is not None:
             terminalreporter.write_line(f"baseline updated: {self.written.baseline}")
-        if self.records:
+        if self.ledger:
             terminalreporter.write_line(f"report: {self.state.run_dir}"
                                         + (f" (open {self.html.name} in a browser)" if self.html else ""))
             incomplete = self.summary().get("incomplete")
@@ -226,10 +224,10 @@ class ModelsReport:
     def one_finished(self, session: pytest.Session) -> None:
         if any(r.verdict is None for r in self.reporters):
             return  # not every model has been judged yet
-        self.exit_code = max(r.verdict.exit_code for r in self.reporters)
+        self.exit_code = max(r.verdict.exit_code for r in self.reporters if r.verdict is not None)
         session.exitstatus = self.exit_code
-        runs = [ModelRun(str(r.state.model), r.summary(), [*r.records.values(), *r.summary()["_not_run"]],
-                         r.state.run_dir) for r in self.reporters if r.records]
+        runs = [ModelRun(str(r.state.model), r.summary(), [*r.ledger, *r.summary().not_run],
+                         r.state.run_dir) for r in self.reporters if r.ledger]
         self.rows = [model_row(run.model, run.summary, run.records, run.run_dir) for run in runs]
         if self.rows:
             first = self.reporters[0].state
@@ -265,7 +263,7 @@ class XdistSelection:
         self.reporter = reporter
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        if self.reporter.selection is not None:
+        if self.reporter.plan.known:
             return
         state = self.reporter.state
         entries = item_entries(state.benchmark, state.tasks, state.options.attempts, state.models)

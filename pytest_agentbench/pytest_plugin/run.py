@@ -12,7 +12,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pytest
 
@@ -41,7 +41,7 @@ class BenchState:
     journal: Any = None  # models.cache.CacheJournal on an xdist worker: the model-cache entries made since the last item
     gates: Any = None  # report.options.GateConfig, controller only
     baseline: Any = None  # the baseline summary dict, when one is given and comparable
-    resumed: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> finished record (--bench-resume)
+    resumed: dict[str, rec.RecordData] = field(default_factory=dict)  # id -> finished record (--bench-resume)
     notes: list[str] = field(default_factory=list)  # shown in the header (resume, baseline)
     run: BenchRun | None = None  # opened by the bench_run fixture at the first item of this process
     worker_hosts: dict[str, str] = field(default_factory=dict)  # controller: xdist worker id -> host, from its records
@@ -63,7 +63,7 @@ class Streak:
         self.count = 0
         self.last = ""
 
-    def add(self, record: dict[str, Any]) -> str | None:
+    def add(self, record: Mapping[str, Any]) -> str | None:
         """Count one fresh record; the reason to stop the run once the row reaches the limit, else None."""
         status = record.get("status")
         if status == "skipped":
@@ -79,7 +79,7 @@ class Streak:
 STATE = pytest.StashKey[BenchState]()
 MODEL_STATES = pytest.StashKey[dict]()  # model name -> BenchState, in a run of several models
 SETTINGS = pytest.StashKey[Settings]()
-RECORD = pytest.StashKey[dict]()
+RECORD = pytest.StashKey[rec.RecordData | None]()  # the item's record, until it is attached to its report
 
 
 def state_of(item: pytest.Item) -> BenchState:
@@ -117,7 +117,7 @@ class ModelRuns:
             run.close()
 
 
-def base_record(sample: Any, state: BenchState) -> dict[str, Any]:
+def base_record(sample: Any, state: BenchState) -> rec.RecordData:
     record = {"benchmark": state.benchmark.name, "task": sample.task_id, "id": sample.id, "split": sample.split,
               "scored": sample.scored, "model": state.settings.get("model")}
     if sample.repeated:  # --bench-attempts K > 1: records of one sample are told apart by their attempt
@@ -146,7 +146,7 @@ def describe(exc: BaseException) -> str:
     return repaired(text)
 
 
-def error_record(record: dict[str, Any], stage: str, exc: BaseException) -> dict[str, Any]:
+def error_record(record: rec.RecordData, stage: str, exc: BaseException) -> rec.RecordData:
     """The record of an item whose ``stage`` (a key of STAGES) failed with ``exc``: an ``error`` naming the
     stage and the cause, with the item's identity from ``record``. What ``record`` held beyond that is dropped:
     it may be what failed (a value that cannot be written, a field a plugin broke)."""
@@ -159,7 +159,7 @@ def error_record(record: dict[str, Any], stage: str, exc: BaseException) -> dict
     return out
 
 
-def count_repaired(record: dict[str, Any]) -> dict[str, Any]:
+def count_repaired(record: rec.RecordData) -> rec.RecordData:
     """The item's ``text_repaired``: what its benchmark counted where text entered (the record's own count,
     its generation's: model replies, tool arguments and output) as one total, kept only when above 0."""
     generation = record.get("generation")
@@ -171,18 +171,18 @@ def count_repaired(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def repair_record(record: dict[str, Any]) -> dict[str, Any]:
+def repair_record(record: rec.RecordData) -> rec.RecordData:
     """The record with every string valid UTF-8: text a boundary did not repair (a plugin's field, a message
     built from a child's words) is repaired here, where the record is finished, and added to ``text_repaired``."""
     fixed, count = repair_value(record)
     if not count:
         return record
-    fixed = dict(fixed)
+    assert isinstance(fixed, dict)  # repair_value gives a dict back for a dict
     fixed["text_repaired"] = int(fixed.get("text_repaired") or 0) + count
     return fixed
 
 
-def run_once(run: BenchRun, sample: Sample) -> dict[str, Any]:
+def run_once(run: BenchRun, sample: Sample) -> rec.RecordData:
     started = time.monotonic()
     try:
         result = dict(run.run_sample(sample))
@@ -194,7 +194,7 @@ def run_once(run: BenchRun, sample: Sample) -> dict[str, Any]:
     return result
 
 
-def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay: float = 0.0) -> dict[str, Any]:
+def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay: float = 0.0) -> rec.RecordData:
     """The sample's result; an infrastructure failure (``records.ERROR_STATUSES``) is run again up to
     ``max_retries`` times (the run reuses the model answers it has), after the model client's backoff
     (``base_delay`` doubling, with jitter: a failing endpoint gets time to recover). A result that took more
@@ -215,7 +215,7 @@ def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay
 def run_item(item: pytest.Item, run: BenchRun) -> None:
     """Run one sample, keep its record on the item, and turn its status into the pytest outcome."""
     state = state_of(item)
-    sample = item.sample
+    sample: Sample = getattr(item, "sample")  # a BenchItem's (collect.py)
     if sample.key in state.resumed:  # finished in the interrupted run: reported from its record, not run again
         replay(item, dict(state.resumed[sample.key]))
         return
@@ -233,12 +233,12 @@ def run_item(item: pytest.Item, run: BenchRun) -> None:
     outcome(record)
 
 
-def replay(item: pytest.Item, record: dict[str, Any]) -> None:
+def replay(item: pytest.Item, record: rec.RecordData) -> None:
     item.stash[RECORD] = record
     outcome(record)
 
 
-def outcome(record: dict[str, Any]) -> None:
+def outcome(record: rec.RecordData) -> None:
     """Turn a record's status into the pytest outcome."""
     status = record["status"]
     if status == rec.PASS:

@@ -162,7 +162,7 @@ class SlurmBackend:
         if self.detached:
             reporter = self.config.pluginmanager.get_plugin("agentbench-reporter")
             if reporter is not None:
-                reporter.selection = []  # nothing ran here by design: not an incomplete run
+                reporter.plan.select([])  # nothing ran here by design: not an incomplete run
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

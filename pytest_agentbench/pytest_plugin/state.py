@@ -128,7 +128,7 @@ def prepare_controller(state: BenchState) -> None:
 
 
 def revise_resumed(benchmark: Benchmark, records_path: Path,
-                   finished: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+                   finished: dict[str, rec.RecordData]) -> dict[str, rec.RecordData]:
     """The reused records as this run's settings derive them (CORE-Bench: its --bench-review applied to the
     automatic verdicts, which stay); the records file is rewritten (atomically) when that changes a line."""
     revise = getattr(benchmark, "revise_record", None)
@@ -141,7 +141,7 @@ def revise_resumed(benchmark: Benchmark, records_path: Path,
     return {key: revise(record) for key, record in finished.items()}
 
 
-def drop_rerun(records_path: Path, finished: dict[str, dict[str, Any]], notes: list[str]) -> dict[str, dict[str, Any]]:
+def drop_rerun(records_path: Path, finished: dict[str, rec.RecordData], notes: list[str]) -> dict[str, rec.RecordData]:
     """The records a resumed run reuses: not those of items whose worker died (``records.is_lost``) or whose
     host lacked what they need (``records.is_unplaced``), which run again. Their lines leave the records file
     (rewritten atomically), so each item ends with one record."""

@@ -22,7 +22,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import pytest
 
@@ -80,7 +80,7 @@ class TaskPackager:
         items[:] = keep
         self.selected = [i.nodeid for i in keep]
 
-    def pytest_agentbench_record(self, record: dict[str, Any], item: Any) -> None:
+    def pytest_agentbench_record(self, record: rec.RecordData, item: Any) -> None:
         record["worker"], record["host"] = self.worker, self.node
 
     @pytest.hookimpl(tryfirst=True)
@@ -115,7 +115,7 @@ def longrepr_data(report: pytest.TestReport) -> Any:
 # --------------------------------------------------------------------------- controller side
 
 def replay_reports(config: pytest.Config, item: pytest.Item, phases: list[dict[str, Any]],
-                   record: dict[str, Any] | None, delivery: dict[str, Any] | None) -> None:
+                   record: rec.RecordData | None, delivery: dict[str, Any] | None) -> None:
     """The item's reports as its own run made them, through the public hooks (as xdist's controller does)."""
     config.hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     for phase in phases:
@@ -134,7 +134,7 @@ def replay_reports(config: pytest.Config, item: pytest.Item, phases: list[dict[s
     config.hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
-def record_phases(record: dict[str, Any]) -> list[dict[str, Any]]:
+def record_phases(record: rec.RecordData) -> list[dict[str, Any]]:
     """Reports for an item known only by its record (a resumed one, a lost one)."""
     status = record.get("status")
     if status == rec.PASS:
@@ -148,7 +148,7 @@ def record_phases(record: dict[str, Any]) -> list[dict[str, Any]]:
             {"when": "teardown", "outcome": "passed", "longrepr": None}]
 
 
-def take_in(config: pytest.Config, path: Path, items: dict[str, pytest.Item], taken: set[str]) -> str | None:
+def take_in(config: pytest.Config, path: Path, items: Mapping[str, BenchItem], taken: set[str]) -> str | None:
     """Take one package in (its items' reports, so the controller writes files, cache entries and records);
     returns its unit, or None for a package of no unit waiting here (another run's, damaged: it stays in
     the spool with a warning). A package is moved to ``spool/taken`` once its records are written."""
@@ -178,7 +178,7 @@ def take_in(config: pytest.Config, path: Path, items: dict[str, pytest.Item], ta
     return unit
 
 
-def report_from_record(config: pytest.Config, item: BenchItem, record: dict[str, Any], write: bool) -> None:
+def report_from_record(config: pytest.Config, item: BenchItem, record: rec.RecordData, write: bool) -> None:
     """An item reported from a record: a resumed one (not written again) or a new one such as a lost record
     (``write``: appended by the controller's writer like a delivered record)."""
     delivery = {"append": True, "files": [], "cache": [], "bytes": 0} if write else None
@@ -230,7 +230,7 @@ class PackageLoop:
             for item in items:
                 report_from_record(self.config, item, self.state.resumed[item.sample.key], write=False)
 
-    def take_waiting(self, items: dict[str, pytest.Item], pending: dict[str, Any]) -> list[str]:
+    def take_waiting(self, items: Mapping[str, BenchItem], pending: dict[str, Any]) -> list[str]:
         done = []
         for path in spool.waiting_packages(self.state.run_dir):
             unit = take_in(self.config, path, items, self.taken)

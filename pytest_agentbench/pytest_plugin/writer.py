@@ -65,7 +65,7 @@ class RecordWriter:
         self.note_budget()
         return True
 
-    def count_cost(self, record: dict[str, Any]) -> None:
+    def count_cost(self, record: rec.RecordData) -> None:
         self.budget.add(record)
         if self.budget.exhausted:
             self.note_budget()
@@ -99,13 +99,13 @@ class RecordWriter:
         record = self.deliver(item, report, record, fresh)
         self.attach(item, report, record, fresh)
 
-    def build(self, item: BenchItem, record: dict[str, Any]) -> dict[str, Any]:
+    def build(self, item: BenchItem, record: rec.RecordData) -> rec.RecordData:
         """The finished record: plugins' fields added, every string valid UTF-8, plain JSON data."""
         self.config.hook.pytest_agentbench_test_fault(stage="record", nodeid=item.nodeid)
         self.config.hook.pytest_agentbench_record(record=record, item=item)
         return rec.plain(repair_record(record))
 
-    def attach(self, item: BenchItem, report: pytest.TestReport, record: dict[str, Any], fresh: bool) -> None:
+    def attach(self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData, fresh: bool) -> None:
         report.user_properties.append((rec.RECORD_PROPERTY, record))
         if fresh:
             self.count_cost(record)
@@ -114,10 +114,10 @@ class RecordWriter:
                 item.session.shouldstop = stop  # as -x: the session ends after this item, reports complete
         # junitxml writes the teardown report's properties: the item's list is copied into it.
         item.user_properties.extend(rec.junit_properties(record))
-        item.stash[RECORD] = None  # written once
+        item.stash[RECORD] = None  # written once (the record stays in the report)
 
-    def guarded(self, stage: str, nodeid: str, report: pytest.TestReport, record: dict[str, Any],
-                step) -> dict[str, Any]:
+    def guarded(self, stage: str, nodeid: str, report: pytest.TestReport, record: rec.RecordData,
+                step) -> rec.RecordData:
         """``step(record)``; when it raises, the item's error record for ``stage`` (and a failed report)."""
         try:
             return step(record)
@@ -145,13 +145,13 @@ class RecordWriter:
         except Exception as again:  # nothing more can be done for this item; the run goes on
             warnings.warn(f"agentbench: {item.nodeid}: no record could be made: {again!r}", stacklevel=1)
 
-    def deliver(self, item: BenchItem, report: pytest.TestReport, record: dict[str, Any],
-                fresh: bool) -> dict[str, Any]:
+    def deliver(self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData,
+                fresh: bool) -> rec.RecordData:
         """Make the record (and the item's files) durable, or hand them on; returns the record to report."""
         raise NotImplementedError
 
 
-def revised(benchmark: Any, record: dict[str, Any]) -> dict[str, Any]:
+def revised(benchmark: Any, record: rec.RecordData) -> rec.RecordData:
     """The record as this run's settings derive it on the controller (CORE-Bench: ``--bench-review`` applied beside
     the automatic verdicts); a failure there keeps the record as it came, with a warning."""
     revise = getattr(benchmark, "revise_record", None)
@@ -165,7 +165,7 @@ def revised(benchmark: Any, record: dict[str, Any]) -> dict[str, Any]:
         return record
 
 
-def fail_report(report: Any, record: dict[str, Any]) -> None:
+def fail_report(report: Any, record: rec.RecordData) -> None:
     """Show an item whose record became an error as failed, with the record's message."""
     report.outcome = "failed"
     report.longrepr = f"error: {record['message']}"
@@ -180,13 +180,13 @@ class ControllerWriter(RecordWriter):
         self.cache: ResponseCache | None = None  # this process's response cache, opened for the first entries
         self.last_written: str | None = None  # key of the last record this run appended
 
-    def deliver(self, item: BenchItem, report: pytest.TestReport, record: dict[str, Any],
-                fresh: bool) -> dict[str, Any]:
+    def deliver(self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData,
+                fresh: bool) -> rec.RecordData:
         if fresh:  # an item run here: its files are already in the run folder (DirectoryFiles)
             record = self.write(item.nodeid, report, record)
         return record
 
-    def write(self, nodeid: str, report: Any, record: dict[str, Any]) -> dict[str, Any]:
+    def write(self, nodeid: str, report: Any, record: rec.RecordData) -> rec.RecordData:
         """Append the record; one that cannot be written becomes the item's error record (written instead)."""
         record = revised(self.state.benchmark, record)
         try:
@@ -199,7 +199,7 @@ class ControllerWriter(RecordWriter):
         self.append(line, record)
         return record
 
-    def append(self, line: bytes, record: dict[str, Any]) -> None:
+    def append(self, line: bytes, record: rec.RecordData) -> None:
         """Append one line to the records file; when that fails no item's record can say so: the run stops
         (exit 3) naming the file, the cause and the last record written."""
         path = self.state.records_path
@@ -219,10 +219,11 @@ class ControllerWriter(RecordWriter):
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A worker's report: write its files and cache entries, then append its record (the record last: a
         record in the file means its files are there); the delivery is dropped from the report afterwards."""
-        delivery = next((v for k, v in report.user_properties if k == rec.DELIVERY_PROPERTY), None)
+        # what another process sent: checked below before it is trusted as a record or a delivery
+        delivery: Any = next((v for k, v in report.user_properties if k == rec.DELIVERY_PROPERTY), None)
         if delivery is None:
             return
-        record = next((v for k, v in report.user_properties if k == rec.RECORD_PROPERTY), None)
+        record: Any = next((v for k, v in report.user_properties if k == rec.RECORD_PROPERTY), None)
         if not owns(self.state, record):  # a run of several models: another model's writer stores it
             return
         report.user_properties = [(k, v) for k, v in report.user_properties if k != rec.DELIVERY_PROPERTY]
@@ -257,8 +258,8 @@ class ControllerWriter(RecordWriter):
 class WorkerWriter(RecordWriter):
     """An xdist worker: the record, the item's files and its new cache entries travel in the report."""
 
-    def deliver(self, item: BenchItem, report: pytest.TestReport, record: dict[str, Any],
-                fresh: bool) -> dict[str, Any]:
+    def deliver(self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData,
+                fresh: bool) -> rec.RecordData:
         files = self.state.files.take()
         entries = self.state.journal.take() if self.state.journal is not None else {}
         try:
@@ -283,7 +284,7 @@ def owns(state: BenchState, record: Any) -> bool:
     return state.model is None or (isinstance(record, dict) and record.get("model") == state.model)
 
 
-def check_sendable(record: dict[str, Any], delivery: dict[str, Any]) -> None:
+def check_sendable(record: rec.RecordData, delivery: dict[str, Any]) -> None:
     """Raise unless execnet can carry the record and the delivery to the controller: a value it refuses
     (text that is not UTF-8, a type it does not know) would otherwise stop the worker, and with it the run."""
     import execnet  # why: only an xdist worker delivers, and xdist brings execnet
@@ -292,7 +293,7 @@ def check_sendable(record: dict[str, Any], delivery: dict[str, Any]) -> None:
 
 
 def record_of(item: BenchItem, call: pytest.CallInfo, report: pytest.TestReport,
-              state: BenchState) -> dict[str, Any] | None:
+              state: BenchState) -> rec.RecordData | None:
     """The item's record for this phase of its run, or None (a phase that adds none)."""
     record = item.stash.get(RECORD, None)
     if call.when == "call" and record is None:
@@ -321,7 +322,7 @@ def size_text(size: int) -> str:
     return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size} bytes"
 
 
-def over_cap(record: dict[str, Any], size: int, files: Mapping[str, bytes]) -> dict[str, Any]:
+def over_cap(record: rec.RecordData, size: int, files: Mapping[str, bytes]) -> rec.RecordData:
     """The record of an item whose delivery is over the cap: an error that says what was not kept and why."""
     names = ", ".join(sorted(files)[:5]) + (" ..." if len(files) > 5 else "")
     message = (f"agentbench: this item's files and model responses are {size_text(size)} compressed, over the "

@@ -84,7 +84,7 @@ def drop_rsync_roots(config: Any, drop: Callable[[Path], bool]) -> None:
     first gateway is set up (``pytest_xdist_newgateway`` of the first one is early enough)."""
     manager = getattr(config.pluginmanager.get_plugin("dsession"), "nodemanager", None)
     roots = getattr(manager, "roots", None)
-    if roots:
+    if manager is not None and roots:
         manager.roots = [root for root in roots if not drop(Path(root))]
 
 

@@ -21,16 +21,17 @@ import math
 from collections import defaultdict
 from typing import Any, Iterable, Mapping
 
+from ..core.records import RecordLike
 from ..core.records import ERROR_STATUSES, PASS
 
 NOT_RUN = "not_run"  # the status of a selected item without a record (report/summary.py)
 
 
-def scored(record: Mapping[str, Any]) -> bool:
+def scored(record: RecordLike) -> bool:
     return bool(record.get("scored", True)) and record.get("status") != "skipped"
 
 
-def run_counts(records: Iterable[Mapping[str, Any]], raw: Mapping[str, int] | None = None) -> dict[str, int]:
+def run_counts(records: Iterable[RecordLike], raw: Mapping[str, int] | None = None) -> dict[str, int]:
     """Total, Evaluated and Error tasks (over every attempt), then the benchmark's raw counts."""
     tasks: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for record in records:
@@ -53,7 +54,7 @@ def counts_line(counts: Mapping[str, int]) -> str:
     return head + (f" ({raw})" if raw else "")
 
 
-def attempts_of(records: Iterable[Mapping[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+def attempts_of(records: Iterable[RecordLike]) -> dict[int, list[dict[str, Any]]]:
     """Records by attempt (1..K); records without ``attempt`` (a run of one attempt) are attempt 1."""
     out: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
@@ -101,8 +102,9 @@ def jackknife_stderr(units: Outcomes, k: int) -> float | None:
     attempts = sorted({a for by_attempt in units.values() for a in by_attempt})
     if len(attempts) < 2:
         return None
-    thetas = [pass_at_mean(units, k, left_out=a) for a in attempts]
-    if any(t is None for t in thetas):
+    found = [pass_at_mean(units, k, left_out=a) for a in attempts]
+    thetas = [t for t in found if t is not None]
+    if len(thetas) < len(found):
         return None
     n = len(thetas)
     mean = sum(thetas) / n
@@ -119,7 +121,7 @@ def pass_at(units: Outcomes, k_max: int) -> dict[str, dict[str, Any]]:
     return out
 
 
-def attempt_stats(per_attempt: Mapping[int, Mapping[str, Any]], records: Iterable[Mapping[str, Any]]
+def attempt_stats(per_attempt: Mapping[int, Mapping[str, Any]], records: Iterable[RecordLike]
                   ) -> dict[str, Any]:
     """The attempts block of summary.json: K, each attempt's metrics, their mean and standard error,
     and pass@k per item and per task (each with its standard error over attempts)."""

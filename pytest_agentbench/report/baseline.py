@@ -34,7 +34,7 @@ def json_text(data: Any) -> str:
 
 
 def public(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The summary without its private keys (``_path``, ``_terminal``, ``_markdown``): what files hold."""
+    """The summary without its private keys (a baseline's ``_path``, a plugin's own): what files hold."""
     return {k: v for k, v in summary.items() if not k.startswith("_")}
 
 

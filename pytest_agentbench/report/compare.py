@@ -59,7 +59,7 @@ def scored_items(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if i.get("scored", True) and i.get("status") != "skipped"}
 
 
-def passed(item: dict[str, Any] | None) -> bool:
+def passed(item: Mapping[str, Any] | None) -> bool:
     return item is not None and item.get("status") == PASS
 
 
@@ -141,7 +141,8 @@ def metric_rows(a: dict[str, Any], b: dict[str, Any], gate_metrics: Mapping[str,
     return rows
 
 
-def task_table(items_a, items_b, common) -> list[dict[str, Any]]:
+def task_table(items_a: Mapping[str, Mapping[str, Any]], items_b: Mapping[str, Mapping[str, Any]],
+               common: list[str]) -> list[dict[str, Any]]:
     """Per task (over the items both runs scored): item count, passes and resolution on each side.
     With --bench-attempts each attempt of a task is a unit of its own (so rates are per-attempt means)."""
     groups: dict[str, list[str]] = defaultdict(list)
@@ -198,7 +199,7 @@ def _interval(samples: np.ndarray) -> tuple[float, float]:
 
 def drop_p_value(comparison: Comparison, metric: str) -> float:
     """p-value of the exact McNemar test over the units of ``metric`` (tasks for a task-level metric)."""
-    return comparison.mcnemar[comparison.unit_of(metric)]["p"]
+    return float(comparison.mcnemar[comparison.unit_of(metric)]["p"])
 
 
 # ---- rendering ---------------------------------------------------------------------------------

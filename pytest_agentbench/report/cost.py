@@ -9,7 +9,7 @@ the totals unknown too: they are never estimated.
 from __future__ import annotations
 
 import html
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..core import records as rec
 from ..core.io import natural_key
@@ -32,7 +32,7 @@ def total(values: Iterable[float | None]) -> float | None:
     return round(out, 9)
 
 
-def solved_tasks(records: list[Mapping[str, Any]]) -> int:
+def solved_tasks(records: Sequence[rec.RecordLike]) -> int:
     """Tasks solved (per attempt): every scored item of the task passed, and it had one."""
     tasks: dict[tuple[str, Any], bool] = {}
     for r in records:
@@ -43,7 +43,7 @@ def solved_tasks(records: list[Mapping[str, Any]]) -> int:
     return sum(tasks.values())
 
 
-def cost_summary(records: list[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+def cost_summary(records: Sequence[rec.RecordLike], settings: Mapping[str, Any]) -> dict[str, Any]:
     """``summary["cost"]``: totals, cost per solved task, per task, and the budgets the run had."""
     price = settings.get("price")
     ran = [r for r in records if r.get("status") != "not_run"]
@@ -72,7 +72,7 @@ def cost_summary(records: list[Mapping[str, Any]], settings: Mapping[str, Any]) 
     return out
 
 
-def item_cost(record: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+def item_cost(record: rec.RecordLike, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The cost fields of one item in summary.json's ``items``: only in a priced run."""
     if not settings.get("price") or record.get("status") == "not_run":
         return {}
@@ -137,7 +137,9 @@ def html_section(cost: Mapping[str, Any], items: list[Mapping[str, Any]]) -> str
     line = cost_line(cost) if isinstance(cost, Mapping) else None
     if line is None:
         return ""
-    esc = lambda v: html.escape(str(v), quote=True)  # noqa: E731
+    def esc(value: Any) -> str:
+        return html.escape(str(value), quote=True)
+
     rows = []
     for task, value in (cost.get("per_task") or {}).items():
         parts = ", ".join(f"{i['id']} {usd(i.get('cost_usd'))}" for i in items

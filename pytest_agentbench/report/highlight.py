@@ -47,8 +47,10 @@ def esc(value: Any) -> str:
 
 
 def clip(text: Any, limit: int = TEXT_LIMIT) -> str:
-    text = "" if text is None else text if isinstance(text, str) else json.dumps(text, indent=1, default=str)
-    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters in the run's files)"
+    shown = "" if text is None else text if isinstance(text, str) else json.dumps(text, indent=1, default=str)
+    if len(shown) <= limit:
+        return shown
+    return shown[:limit] + f"\n… ({len(shown) - limit} more characters in the run's files)"
 
 
 def python_segments(source: str) -> list[Segment]:

@@ -14,7 +14,7 @@ import json
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeGuard
 
 from ..core import records as rec
 from ..core.io import natural_key, write_atomic
@@ -44,11 +44,11 @@ def pct(value: float) -> str:
 
 
 # ---- headline metrics ------------------------------------------------------------------------
-def scored_items(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def scored_items(records: Iterable[rec.RecordLike]) -> list[Mapping[str, Any]]:
     return [r for r in records if r.get("scored", True) and r.get("status") != "skipped"]
 
 
-def rate_counts(records: list[Mapping[str, Any]], unit: str) -> tuple[int, int]:
+def rate_counts(records: list[rec.RecordLike], unit: str) -> tuple[int, int]:
     """(passed, total) of the scored items, or of the tasks (a task passes when all its items pass)."""
     items = scored_items(records)
     if unit == "task":
@@ -59,7 +59,7 @@ def rate_counts(records: list[Mapping[str, Any]], unit: str) -> tuple[int, int]:
     return sum(1 for r in items if r.get("status") == rec.PASS), len(items)
 
 
-def headlines(summary: Mapping[str, Any], records: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def headlines(summary: Mapping[str, Any], records: list[rec.RecordLike]) -> list[dict[str, Any]]:
     """The benchmark's headline metrics: name, value, k/n and a 95% Wilson interval."""
     declared = declared_in(summary)
     metrics = summary.get("metrics", {})
@@ -78,7 +78,7 @@ def headlines(summary: Mapping[str, Any], records: list[Mapping[str, Any]]) -> l
     return out
 
 
-def by_difficulty(records: list[Mapping[str, Any]], unit: str) -> dict[str, tuple[int, int]]:
+def by_difficulty(records: list[rec.RecordLike], unit: str) -> dict[str, tuple[int, int]]:
     """(passed, total) per ``difficulty`` of the records, when they carry one (a benchmark run at a level)."""
     levels = sorted({str(r["difficulty"]) for r in records if r.get("difficulty") not in (None, "")}, key=natural_key)
     return {level: rate_counts([r for r in records if str(r.get("difficulty")) == level], unit) for level in levels}
@@ -87,7 +87,7 @@ def by_difficulty(records: list[Mapping[str, Any]], unit: str) -> dict[str, tupl
 QUESTION_KINDS = (("written", "correct_written", "total_written"), ("figure", "correct_figure", "total_figure"))
 
 
-def question_counts(records: list[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
+def question_counts(records: list[rec.RecordLike]) -> dict[str, tuple[int, int]]:
     """(correct, total) questions per kind over the scored records that count them (CORE-Bench: written and
     figure questions; an item not run counts its questions as not answered)."""
     out = {}
@@ -251,7 +251,7 @@ def read_trajectory(run_dir: Path | None, ref: Any) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[int | float]:
     """A finite number (a JSON integer too large for a float is not one)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return False
@@ -261,27 +261,27 @@ def is_number(value: Any) -> bool:
         return False
 
 
-def cost_of(record: Mapping[str, Any]) -> float | None:
+def cost_of(record: rec.RecordLike) -> float | None:
     """The item's cost in US dollars where the run recorded one (``cost_usd``, in the record or its
     ``generation``); None when it is not known (no price, the oracle, an older run)."""
-    generation = record.get("generation") if isinstance(record.get("generation"), Mapping) else {}
+    generation = rec.as_mapping(record.get("generation"))
     for value in (record.get("cost_usd"), generation.get("cost_usd")):
         if is_number(value):
             return float(value)
     return None
 
 
-def model_seconds(record: Mapping[str, Any], trajectory: Mapping[str, Any] | None) -> float | None:
+def model_seconds(record: rec.RecordLike, trajectory: Mapping[str, Any] | None) -> float | None:
     """Seconds the item's model calls took: from the transcript's turns, else the record's ``latency``."""
     turns = (trajectory or {}).get("turns")
     turns = [t for t in turns if isinstance(t, Mapping)] if isinstance(turns, list) else []
     if turns:
         return sum(float(t["latency"]) for t in turns if is_number(t.get("latency")))
-    generation = record.get("generation") if isinstance(record.get("generation"), Mapping) else {}
+    generation = rec.as_mapping(record.get("generation"))
     return float(generation["latency"]) if is_number(generation.get("latency")) else None
 
 
-def usage_of(record: Mapping[str, Any]) -> dict[str, float]:
+def usage_of(record: rec.RecordLike) -> dict[str, float]:
     """The record's model accounting (``records.usage_of``); none for a ``generation`` that is not an object."""
     if not isinstance(record.get("generation", {}), Mapping):
         return {"tokens": 0}
@@ -292,7 +292,7 @@ def dollars(value: float) -> str:
     return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
 
 
-def item_facts(record: Mapping[str, Any], trajectory: Mapping[str, Any] | None) -> str:
+def item_facts(record: rec.RecordLike, trajectory: Mapping[str, Any] | None) -> str:
     """``1.7 s · 90 tokens (5 model calls, 2.1 s) · $0.0123``: what the item took, for its summary line."""
     parts = []
     if is_number(record.get("duration")):
@@ -371,7 +371,7 @@ def meta_value(value: Any) -> str:
     return str(value)
 
 
-def meta_html(record: Mapping[str, Any]) -> str:
+def meta_html(record: rec.RecordLike) -> str:
     """The record's other fields as a two-column table; a nested object (``generation``) one row per key."""
     rows = []
     for key, value in record.items():
@@ -394,7 +394,7 @@ def item_anchor(key: str) -> str:
     return f"item-{key}"
 
 
-def item_html(record: Mapping[str, Any], run_dir: Path | None, open_: bool = False, anchor: bool = True) -> str:
+def item_html(record: rec.RecordLike, run_dir: Path | None, open_: bool = False, anchor: bool = True) -> str:
     """An item's transcript; ``anchor``: with its id (``item_anchor``), which only one copy on a page has."""
     rid = record.get("id")
     target = f' id="{esc(item_anchor(rec.record_key(record)))}"' if anchor else ""
@@ -422,7 +422,7 @@ def item_html(record: Mapping[str, Any], run_dir: Path | None, open_: bool = Fal
     return "".join(out)
 
 
-def item_or_fallback(record: Mapping[str, Any], run_dir: Path | None, open_: bool = False,
+def item_or_fallback(record: rec.RecordLike, run_dir: Path | None, open_: bool = False,
                      anchor: bool = True) -> str:
     """``item_html``, or when an odd record or trajectory file breaks it, a line saying so (with the item's
     anchor, so links to it still land): one item never costs the page."""
@@ -439,7 +439,7 @@ def number_cell(value: float | None, text: str, cls: str = "num") -> str:
     return f'<td class="{cls}" data-sort="{value if value is not None else ""}">{esc(text)}</td>'
 
 
-def task_rows(records: list[Mapping[str, Any]], run_dir: Path | None) -> tuple[list[str], dict[str, set[str]]]:
+def task_rows(records: list[rec.RecordLike], run_dir: Path | None) -> tuple[list[str], dict[str, set[str]]]:
     by_task: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for record in records:
         by_task[str(record.get("task", record.get("id")))].append(record)
@@ -531,7 +531,7 @@ def options(values: Iterable[str]) -> str:
     return "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in sorted(values, key=natural_key))
 
 
-def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]], run_dir: Path | str | None = None,
+def render_html(summary: Mapping[str, Any], records: Iterable[rec.RecordLike], run_dir: Path | str | None = None,
                 notes: Iterable[str] = (), sections: Iterable[str] = ()) -> str:
     """The page of a run from its summary (summary.json's content) and its records. ``sections``: HTML
     placed after the gates (the comparison with a baseline: ``comparison.runs.comparison_for_run``)."""
@@ -570,6 +570,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
     hash_rows = "".join(f"<tr><td>{esc(k)}</td><td><code>{esc(v)}</code></td></tr>" for k, v in hashes.items())
     notes = [*settings.get("notes", []), *notes, *summary.get("notes", [])]
     run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+    run = run if isinstance(run, dict) else {}
     run_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in run.items() if v not in (None, ""))
     gates = summary.get("gates") or []
     gate_html = "".join(f"<li>{'<span class=ok>ok</span>' if g.get('ok') else '<span class=bad>FAILED</span>'} "
@@ -618,7 +619,7 @@ def render_html(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
     return "\n".join(p for p in parts if p)
 
 
-def write_html(run_dir: Path | str, summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]],
+def write_html(run_dir: Path | str, summary: Mapping[str, Any], records: Iterable[rec.RecordLike],
                notes: Iterable[str] = (), sections: Iterable[str] = ()) -> Path:
     """Write report.html into the run folder; returns its path."""
     path = Path(run_dir) / REPORT_HTML

@@ -49,7 +49,7 @@ def headline_text(summary: dict[str, Any], baseline: dict[str, Any] | None, name
     return "   ".join(parts)
 
 
-def figure(summary: dict[str, Any], *, headlines: dict[str, str], baseline: dict[str, Any] | None = None):
+def figure(summary: dict[str, Any], *, headlines: dict[str, str], baseline: dict[str, Any] | None = None) -> Any:
     """The matplotlib Figure of the picture, or None when there is nothing scored to draw.
 
     The legend sits outside the axes (right of the bars, never over them); the baseline's pass share of
@@ -91,7 +91,7 @@ def figure(summary: dict[str, Any], *, headlines: dict[str, str], baseline: dict
     settings = summary.get("settings", {})
     ax.set_title(f"{settings.get('benchmark')} · {settings.get('model')} · {settings.get('split')}\n"
                  f"{headline_text(summary, baseline, headlines)}", fontsize=9)
-    handles = [Patch(color=STATUS_COLOURS.get(s, OTHER_COLOUR), label=s) for s in seen]
+    handles: list[Any] = [Patch(color=STATUS_COLOURS.get(s, OTHER_COLOUR), label=s) for s in seen]
     if before:
         handles.append(Line2D([], [], color=BASELINE_COLOUR, linewidth=2.5, label="baseline pass share",
                               path_effects=outline))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 POWER = 0.8
 STEP = 0.005  # the grid of drops searched: half a percentage point
@@ -31,7 +32,7 @@ class Detectable:
 
 
 @lru_cache(maxsize=64)
-def _reject_from(units: int, alpha: float):
+def _reject_from(units: int, alpha: float) -> Any:
     """For every count of flipped units 0..units: the fewest pass->fail flips with which the two-sided exact
     test rejects at ``alpha`` (units + 1 where none does)."""
     import numpy as np  # why: the report layer imports numpy lazily; only a power check needs this

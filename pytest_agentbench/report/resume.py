@@ -26,7 +26,7 @@ RUN_KEY = "_run"  # in settings.json: how the run was asked for (its options and
 
 @dataclass
 class Resumed:
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: dict[str, rec.RecordData] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 

@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any, Iterable, Mapping
 
+from ..core.records import RecordLike
+
 REVIEWER_SLOT = "__REVIEWER__"  # replaced by the page's script with the name typed in (JSON-quoted)
 PENDING_REASON = "to review: set verdict to correct where the grader was wrong, and say why"
 STUB_FILE = "review.yaml"
@@ -79,7 +81,7 @@ def review_mark(question: Mapping[str, Any]) -> str:
             f'<b>{esc(found.get("verdict"))}</b> by {esc(found.get("reviewer"))}: {esc(found.get("reason"))}</span>')
 
 
-def stub_entries(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, dict[str, str]]]:
+def stub_entries(records: Iterable[RecordLike]) -> list[tuple[str, dict[str, str]]]:
     """(comment, entry) for every override already made and every question the grader marked wrong."""
     out = []
     for record in sorted(records, key=lambda r: str(r.get("id"))):
@@ -105,7 +107,7 @@ def stub_entries(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, dict[s
     return out
 
 
-def review_stub(records: Iterable[Mapping[str, Any]], settings: Mapping[str, Any]) -> str:
+def review_stub(records: Iterable[RecordLike], settings: Mapping[str, Any]) -> str:
     """The review file a reviewer starts from; as it stands it changes no verdict (every entry repeats the
     automatic verdict or an override already made)."""
     import yaml  # why: only a page with questions to review needs it
@@ -143,7 +145,7 @@ def scores_table(scores: Mapping[str, Any]) -> str:
             f"<th>automatic</th><th>reviewed</th></tr>{''.join(rows)}</table>")
 
 
-def overridden_rows(records: Iterable[Mapping[str, Any]]) -> str:
+def overridden_rows(records: Iterable[RecordLike]) -> str:
     rows = []
     for record in records:
         for q in record.get("questions") or []:
@@ -158,7 +160,7 @@ def overridden_rows(records: Iterable[Mapping[str, Any]]) -> str:
             f"<th>reviewer</th><th>reason</th></tr>{''.join(rows)}</table>")
 
 
-def review_section(summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]]) -> str:
+def review_section(summary: Mapping[str, Any], records: Iterable[RecordLike]) -> str:
     """The "Human review" section: empty for a run whose records have no questions."""
     records = [r for r in records if isinstance(r.get("questions"), list)]
     if not records:

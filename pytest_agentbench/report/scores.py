@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..core.records import RecordLike
+
 AUTOMATIC, REVIEWED = "automatic", "reviewed"
 
 
-def reviewed_status_of(record: Mapping[str, Any]) -> dict[str, str]:
+def reviewed_status_of(record: RecordLike) -> dict[str, str]:
     """``{"reviewed_status": ...}`` for a summary item whose record carries a human review, else nothing."""
     review = record.get("review")
     if isinstance(review, Mapping) and isinstance(review.get("status"), str):

@@ -8,8 +8,10 @@ The plugin's reporter gathers the records and calls, at the end of the session:
     written = write_reports(summary, verdict, run_dir, gates=gates, baseline=baseline, notes=notes,
                             step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
 
-(``judge_without_items`` when no benchmark item ran). Keys starting with "_" stay in memory
-(``_terminal``, ``_markdown``: the benchmark's own lines); summary.json holds the rest.
+(``judge_without_items`` when no benchmark item ran). A ``Summary`` is a mutable mapping of what summary.json
+holds (``summary.data``), with what stays in memory beside it as attributes: the benchmark's own terminal lines
+(``terminal``) and Markdown (``markdown``), and the stand-ins of the items not run (``not_run``). A key starting
+with "_" that a plugin adds to the data stays in memory too.
 
 ``selection``: the items the session selected (one dict per item, as ``base_record`` makes it). A selected
 item without a record (the run was interrupted, stopped early or lost a worker) is ``not_run``: it is put
@@ -19,9 +21,10 @@ unplaced) count as not run for that label too.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..core import records as rec
 from ..core.io import natural_key, write_atomic
@@ -48,16 +51,46 @@ PICTURE = "summary.png"
 LISTED_NOT_RUN = 30  # ids named in a report line; summary.json lists them all
 
 
-def not_run_records(selection: Iterable[Mapping[str, Any]], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+@dataclass(eq=False)
+class Summary(MutableMapping[str, Any]):
+    """A run's summary: a mutable mapping of ``data``, the fields summary.json holds (a key starting with "_"
+    excepted), with what only this process shows beside it."""
+
+    data: dict[str, Any]
+    terminal: list[str] = field(default_factory=list)  # the benchmark's own lines for the terminal
+    markdown: str = ""  # the benchmark's own Markdown for summary.md
+    not_run: list[rec.Record] = field(default_factory=list)  # the records report.html shows for items without one
+
+    def to_json(self) -> dict[str, Any]:
+        """What summary.json (and a baseline written from this run) holds."""
+        return public(self.data)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def not_run_records(selection: Iterable[rec.RecordLike], records: Iterable[rec.RecordLike]) -> list[rec.Record]:
     """Stand-ins for the selected items that have no record: ``not_run`` (a prefilled step the session never
     reached stays ``skipped``, as its record would say)."""
     have = {rec.record_key(r) for r in records}
-    return [{"message": "not run", **item, "status": item.get("status") or NOT_RUN}
+    return [rec.Record.from_json({"message": "not run", **item, "status": item.get("status") or NOT_RUN})
             for item in selection if rec.record_key(item) not in have]
 
 
-def incomplete_of(selection: list[dict[str, Any]], records: list[dict[str, Any]],
-                  stand_ins: list[dict[str, Any]]) -> dict[str, Any] | None:
+def incomplete_of(selection: Iterable[rec.RecordLike], records: Iterable[rec.RecordLike],
+                  stand_ins: Iterable[rec.Record]) -> dict[str, Any] | None:
     """``{"not_run": K, "selected": N, "items": [...]}`` when some selected item did not run (no record, or a
     record of an item that runs again on resume: lost, unplaced), else None."""
     missing = {rec.record_key(r) for r in stand_ins if r["status"] == NOT_RUN}
@@ -75,8 +108,8 @@ def incomplete_text(incomplete: Mapping[str, Any], limit: int = LISTED_NOT_RUN) 
     return f"incomplete: {incomplete['not_run']} of {incomplete['selected']} items not run: {shown}"
 
 
-def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings: Mapping[str, Any],
-                  selection: Iterable[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def build_summary(records: Iterable[rec.RecordLike], benchmark: Any, settings: Mapping[str, Any],
+                  selection: Iterable[rec.RecordLike] | None = None) -> Summary:
     """The summary of a run from its records and ``benchmark.summarize``; it also stores the benchmark's
     gate metrics, headlines and free settings, so two summary.json files can be compared on their own.
     With ``selection`` (the session's items) the metrics are over every selected item, those not run included."""
@@ -84,14 +117,14 @@ def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings
     chosen = [dict(item) for item in selection or ()]
     stand_ins = not_run_records(chosen, ran)
     incomplete = incomplete_of(chosen, ran, stand_ins) if selection is not None else None
-    ordered = sorted([*ran, *stand_ins], key=rec.sort_key)
+    ordered: list[dict[str, Any]] = sorted([*ran, *(r.to_json() for r in stand_ins)], key=rec.sort_key)
     declared = Declared.of(benchmark)
     if any("attempt" in r for r in ordered):
         result = summarize_attempts(ordered, benchmark, settings, list(declared.units))
     else:
         result = benchmark.summarize(ordered, settings)
     counts = run_counts(ordered, result.get("raw_counts"))
-    return {
+    data = {
         "settings": dict(settings),
         "metrics": result["metrics"],
         "counts": rec.count_statuses(ordered),
@@ -105,13 +138,12 @@ def build_summary(records: Iterable[Mapping[str, Any]], benchmark: Any, settings
         **({"incomplete": incomplete} if incomplete else {}),
         **{k: v for k, v in result.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")},
         **declared.to_summary(),
-        "_not_run": stand_ins,  # the records report.html shows for items without one
-        "_terminal": list(result.get("terminal", [])),
-        "_markdown": result.get("markdown", ""),
     }
+    return Summary(data, terminal=list(result.get("terminal", [])), markdown=result.get("markdown", ""),
+                   not_run=stand_ins)
 
 
-def usage_of_run(records: list[dict[str, Any]]) -> dict[str, float]:
+def usage_of_run(records: list[rec.RecordData]) -> dict[str, float]:
     """Model usage totals. ``model_calls`` counts every call the harness made, a cache hit included;
     ``endpoint_calls`` those that reached the model's endpoint (what the terminal and summary.md call
     "model calls": 0 for a replay)."""
@@ -123,13 +155,13 @@ def usage_of_run(records: list[dict[str, Any]]) -> dict[str, float]:
     return usage
 
 
-def answers_of(record: Mapping[str, Any]) -> dict[str, str]:
+def answers_of(record: rec.RecordLike) -> dict[str, str]:
     """Where an item's answers came from (fresh, replayed, mixed) and their digest, when it asked a model."""
     generation = record.get("generation") or {}
     return {k: generation[k] for k in ("answers", "responses") if isinstance(generation.get(k), str)}
 
 
-def summarize_attempts(records: list[dict[str, Any]], benchmark: Any, settings: Mapping[str, Any],
+def summarize_attempts(records: list[rec.RecordData], benchmark: Any, settings: Mapping[str, Any],
                        headlines: list[str]) -> dict[str, Any]:
     """--bench-attempts K > 1: the benchmark summarizes each attempt; the metrics are their means (what
     gates and compare read); ``attempts`` holds each attempt's metrics, standard errors and pass@k."""
@@ -182,7 +214,7 @@ class Verdict:
         return all(r.ok for r in self.gate_results)
 
 
-def judge(summary: dict[str, Any], gates: GateConfig | None, baseline: Mapping[str, Any] | None,
+def judge(summary: MutableMapping[str, Any], gates: GateConfig | None, baseline: Mapping[str, Any] | None,
           exit_status: int, other_failures: int = 0) -> Verdict:
     """Compare with the baseline (when there is one), evaluate the gates (when any is given) and decide
     the exit code; the results are added to ``summary`` (comparison, gates, gates_passed, exit_code).
@@ -225,7 +257,7 @@ def judge_without_items(gates: GateConfig | None, exit_status: int) -> Verdict:
     return verdict
 
 
-def render_markdown(summary: Mapping[str, Any], verdict: Verdict | None = None, *, notes: Iterable[str] = (),
+def render_markdown(summary: Summary, verdict: Verdict | None = None, *, notes: Iterable[str] = (),
                     picture: bool = False) -> str:
     """summary.md: notes, gates, picture, the benchmark's own Markdown, usage, comparison, settings."""
     settings = summary["settings"]
@@ -242,7 +274,7 @@ def render_markdown(summary: Mapping[str, Any], verdict: Verdict | None = None, 
         lines.append(gates_markdown(verdict.gate_results, summary.get("exit_code", 1)))
     if picture:
         lines += [f"![per-task results]({PICTURE})", ""]
-    lines.append(str(summary.get("_markdown", "")).rstrip())
+    lines.append(summary.markdown.rstrip())
     if summary.get("run_counts"):
         lines += ["", f"Run counts: {counts_line(summary['run_counts'])}"]
     usage = summary.get("usage")
@@ -282,10 +314,11 @@ def step_summary_markdown(markdown: str, run_id: Any) -> str:
                             f"{run_id}: upload it as an artifact to see them._")
 
 
-def draw_picture(summary: dict[str, Any], run_dir: Path, baseline: Mapping[str, Any] | None = None) -> Path | None:
+def draw_picture(summary: MutableMapping[str, Any], run_dir: Path,
+                 baseline: Mapping[str, Any] | None = None) -> Path | None:
     """summary.png, or None; a broken plotting stack adds a note to the summary instead of losing the reports."""
     try:
-        return draw(summary, Path(run_dir) / PICTURE, headlines=declared_in(summary).picture_metrics(),
+        return draw(dict(summary), Path(run_dir) / PICTURE, headlines=declared_in(summary).picture_metrics(),
                     baseline=dict(baseline) if baseline is not None else None)
     except Exception as exc:  # noqa: BLE001  (any plotting failure)
         summary.setdefault("notes", []).append(f"picture not drawn: {type(exc).__name__}: {exc}")
@@ -299,7 +332,7 @@ class Written:
     baseline: Path | None = None  # where the baseline was updated, when it was
 
 
-def write_reports(summary: dict[str, Any], verdict: Verdict, run_dir: Path, *, gates: GateConfig | None = None,
+def write_reports(summary: Summary, verdict: Verdict, run_dir: Path, *, gates: GateConfig | None = None,
                   baseline: Mapping[str, Any] | None = None, notes: Iterable[str] = (),
                   step_summary: str | Path | None = None) -> Written:
     """Write summary.png, summary.json and summary.md into ``run_dir``; update the baseline when asked
@@ -311,11 +344,11 @@ def write_reports(summary: dict[str, Any], verdict: Verdict, run_dir: Path, *, g
         update = False
         summary.setdefault("notes", []).append("baseline not updated: the run is incomplete")
     picture = draw_picture(summary, run_dir, baseline)
-    write_atomic(run_dir / SUMMARY_JSON, json_text(public(summary)))
+    write_atomic(run_dir / SUMMARY_JSON, json_text(summary.to_json()))
     markdown = render_markdown(summary, verdict, notes=notes, picture=picture is not None)
     write_atomic(run_dir / SUMMARY_MD, markdown)
     written = Written(markdown=markdown, picture=picture)
-    if update:
+    if update and gates is not None and gates.baseline:
         written.baseline = write_baseline(gates.baseline, summary)
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:

@@ -184,6 +184,7 @@ def transcript_html(data: Mapping[str, Any]) -> str:
                     continue
                 calls += 1
                 fn = call.get("function") if isinstance(call.get("function"), dict) else call
+                fn = fn if isinstance(fn, dict) else call
                 name = str(fn.get("name") or "?")
                 out.append(f'<div class="call"><div class="th">tool call <b>{esc(name)}</b></div>'
                            f"{arguments_html(name, fn.get('arguments'))}")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
 from ...core.errors import ConfigError
 from ...core.io import natural_key
+from ...core.records import RecordData
 from ...core.records import counts_text as records_counts_text
 from ...core.options import Settings
 from ...core.slurm import HARNESS_MIB, TIME_MARGIN, Request
@@ -99,10 +100,10 @@ class CoreBench(Benchmark):
                             cache_dir=spec.cache_dir, files=spec.files, model=model, env=env,
                             split_size=self.split_sizes.get(split))
 
-    def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+    def summarize(self, records: list[RecordData], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, settings, self.review)
 
-    def revise_record(self, record: dict[str, Any]) -> dict[str, Any]:
+    def revise_record(self, record: RecordData) -> RecordData:
         """A finished record with this run's review applied (instead of any it was written with; none: the
         record as the automatic grader left it). The controller calls it for every record it writes and for the
         records a resumed run reuses, so workers (remote ones get no paths) need no review file."""

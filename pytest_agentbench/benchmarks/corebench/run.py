@@ -80,7 +80,7 @@ class CoreBenchRun:
             "report_status": None, "report_path": None, "submission_source": None,
         }
 
-    def run_sample(self, sample: Sample) -> dict[str, Any]:
+    def run_sample(self, sample: Sample) -> rec.RecordData:
         task = sample.data
         record = self.base_record(sample)
         preinstalled = self.settings.get("preinstalled_input_dir")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ...core.data import DataError, find, sha256_of
 from ...core.errors import ConfigError
 from ...core.options import Option, Settings
+from ...core.records import RecordData
 from ...core.types import Sample, Task
 from ...models.price import price_of
 from ...sandbox.codec import DEFAULT_MAX_BYTES
@@ -193,7 +194,7 @@ class SciCode(Benchmark):
         return SciCodeRun(settings, solver, env, limits_from(opts, timeout=float(opts["timeout"])), files=spec.files,
                           problems={t.id: t.data for t in spec.tasks})
 
-    def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+    def summarize(self, records: list[RecordData], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, dict(settings), self.categories)
 
     def first_call_misses(self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task],

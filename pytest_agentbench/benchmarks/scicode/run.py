@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 from ...core import pyast
 from ...core.io import DirectoryFiles, RunFiles, trim
-from ...core.records import BUDGET
+from ...core.records import BUDGET, RecordData
 from ...core.text import printable
 from ...core.types import Sample
 from ...sandbox import codec
@@ -75,7 +75,7 @@ class SciCodeRun:
         self.pool: ThreadPoolExecutor | None = None
 
     # ---- the BenchRun protocol ------------------------------------------------------------
-    def run_sample(self, sample: Sample) -> dict[str, Any]:
+    def run_sample(self, sample: Sample) -> RecordData:
         return self.run_step(self.problems[sample.task_id], sample.data["index"], attempt=sample.attempt,
                              retry=sample.retry)
 

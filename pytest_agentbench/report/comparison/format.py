@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..html import CSS, esc
+from ..highlight import esc
+from ..html import CSS
 
 NONE = "—"  # a cell with nothing to show (no cost, no gate, no such metric)
 

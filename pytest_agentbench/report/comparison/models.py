@@ -23,7 +23,8 @@ from ...core import records as rec
 from ...core.io import write_atomic
 from ..baseline import public
 from ..compare import Comparison, compare, render_text as comparison_text
-from ..html import ANCHOR_JS, REPORT_HTML, esc, headlines
+from ..highlight import esc
+from ..html import ANCHOR_JS, REPORT_HTML, headlines
 from ..summary import SUMMARY_JSON, SUMMARY_MD
 from .format import NONE, page, wilson_text
 from .runs import RunSide, comparison_section, side_of
@@ -43,7 +44,7 @@ class ModelRow:
     not_run: int = 0
 
 
-def model_row(model: str, summary: Mapping[str, Any], records: Iterable[Mapping[str, Any]],
+def model_row(model: str, summary: Mapping[str, Any], records: Iterable[rec.RecordLike],
               run_dir: Path | str = "") -> ModelRow:
     """One model's row from its summary (in memory or summary.json) and its records (with the not-run stand-ins)."""
     records = list(records)
@@ -66,7 +67,7 @@ class ModelRun:
 
     model: str
     summary: Mapping[str, Any]
-    records: list[Mapping[str, Any]]
+    records: list[rec.RecordLike]
     run_dir: Path | str
 
 

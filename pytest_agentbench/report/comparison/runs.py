@@ -28,7 +28,8 @@ from ...core.errors import ConfigError
 from ...core.io import write_atomic
 from ..compare import Comparison, drop_p_value, responses_lines, shared_line, too_small, units_of
 from ..gates import GateResult
-from ..html import ANCHOR_JS, REPORT_HTML, esc, item_anchor, item_or_fallback, status_badge
+from ..highlight import esc
+from ..html import ANCHOR_JS, REPORT_HTML, item_anchor, item_or_fallback, status_badge
 from ..options import GateConfig
 from ..power import detectable_drop
 from .format import delta_class, interval, page, pct, pp
@@ -53,7 +54,7 @@ class RunSide:
     name: str  # "A" or "B"
     summary: Mapping[str, Any]
     run_dir: Path | None = None  # the folder holding its summary.json (its records and trajectories)
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # by record_key
+    records: dict[str, rec.RecordData] = field(default_factory=dict)  # by record_key
     in_page: bool = False  # its transcripts are on this very page (the run's own report.html)
 
     @property
@@ -96,7 +97,7 @@ def read_run_records(run_dir: Path | None, benchmark: str) -> dict[str, dict[str
 
 
 def side_of(name: str, summary: Mapping[str, Any], run_dir: Path | None = None,
-            records: Iterable[Mapping[str, Any]] | None = None, in_page: bool = False) -> RunSide:
+            records: Iterable[rec.RecordLike] | None = None, in_page: bool = False) -> RunSide:
     """A run read from disk: its folder is where its summary.json is (``_path``) unless given."""
     if run_dir is None and summary.get("_path"):
         run_dir = Path(str(summary["_path"])).parent
@@ -192,6 +193,7 @@ def gates_html(c: Comparison, gates: GateConfig | None, results: Iterable[GateRe
             f"</td><td>{esc(r.detail)}</td></tr>" for r in results]
     out.append("</table>")
     drops = list(gates.max_drop) if gates is not None else []
+    drop_alpha = gates.alpha if gates is not None else 0.05  # (drops come only with gates)
     if drops:
         out.append("<table class=\"drop-gates\"><tr><th>max-drop gate</th><th>A</th><th>B</th><th>drop</th>"
                    "<th>limit</th><th>McNemar p</th><th>smallest detectable drop</th><th>result</th></tr>")
@@ -201,7 +203,7 @@ def gates_html(c: Comparison, gates: GateConfig | None, results: Iterable[GateRe
             unit = c.unit_of(t.name)
             counts = c.mcnemar.get(unit) or {}
             found = detectable_drop(int(counts.get("n", 0)), int(counts.get("worse", 0)) + int(counts.get("better", 0)),
-                                    gates.alpha, unit) if counts.get("n") else None
+                                    drop_alpha, unit) if counts.get("n") else None
             power = "n/a" if found is None else (f"{found.drop * 100:.1f} pp over {found.units} {unit}s"
                                                  if found.drop is not None else f"none over {found.units} {unit}s")
             result = by_gate.get(f"--bench-max-drop {t.name}={t.text}")
@@ -273,7 +275,7 @@ def comparison_section(c: Comparison, a: RunSide, b: RunSide, page_dir: Path, al
     ])
 
 
-def comparison_for_run(c: Comparison, run_dir: Path | str, records: Iterable[Mapping[str, Any]], *,
+def comparison_for_run(c: Comparison, run_dir: Path | str, records: Iterable[rec.RecordLike], *,
                        alpha: float = 0.05, gates: GateConfig | None = None,
                        gate_results: Iterable[GateResult] = ()) -> str:
     """The section of a run's own report.html: A is its baseline (read from disk), B this run. A baseline

@@ -1,0 +1,107 @@
+"""Records and summaries keep their files: the run folder in tests/old_runs/ (written before the ``Record`` and
+``Summary`` types, see its README) loads, every field survives load -> save byte for byte, its summary is
+rebuilt unchanged from its records, and ``--bench-resume`` of it reuses every record and leaves its files as
+they were."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from pytest_agentbench.benchmarks.registry import get_benchmark
+from pytest_agentbench.core import records as rec
+from pytest_agentbench.core.records import Record
+from pytest_agentbench.report.baseline import json_text, load_summary, write_baseline
+from pytest_agentbench.report.ledger import Ledger, RunPlan
+from pytest_agentbench.report.summary import Summary, Verdict, build_summary, render_markdown
+
+OLD = Path(__file__).parent / "old_runs" / "scicode-tiny"
+IDENTITY = ("benchmark", "task", "id", "split", "scored", "model")
+
+
+def old_records() -> list[Record]:
+    return [Record.from_json(data) for data in rec.read_records(OLD / "steps.jsonl")]
+
+
+def test_every_old_record_survives_load_and_save(tmp_path):
+    lines = (OLD / "steps.jsonl").read_bytes().splitlines(keepends=True)
+    records = old_records()
+    assert [(r.id, r.task, r.status, r.scored, r.message) for r in records] == [
+        ("1.1", "1", "pass", True, ""), ("1.2", "1", "pass", True, ""), ("2.1", "2", "pass", True, ""),
+        ("2.2", "2", "fail", True, records[3].message), ("3.1", "3", "model_error", True, records[4].message)]
+    assert "AssertionError" in records[3].message and "the model service is down" in records[4].message
+    assert records[0].extra["generation"] == {"model_calls": 1, "status": "ok"} and "status" not in records[0].extra
+    for line, record in zip(lines, records, strict=True):
+        data = json.loads(line)
+        assert rec.record_line(record) == line  # byte for byte
+        assert record.to_json() == data and list(record.to_json()) == list(data)  # every field, in its order
+        assert record == data and dict(record) == data and record["generation"] == data["generation"]
+    rec.rewrite_records(tmp_path / "steps.jsonl", records)
+    assert (tmp_path / "steps.jsonl").read_bytes() == (OLD / "steps.jsonl").read_bytes()
+
+
+def test_a_record_gives_back_exactly_the_json_it_was_given():
+    odd = [{"id": 7, "status": "pass"},  # a number for an id, no benchmark/task/split/scored/message
+           {"message": None, "scored": "yes", "id": "1.1", "status": "fail", "x": {"nested": [1, 2]}},
+           {"z": 1, "attempt": 2, "id": "1.1", "task": "1", "split": "dev", "benchmark": "b", "status": "pass",
+            "scored": False, "message": "m"}]
+    for data in odd:
+        record = Record.from_json(data)
+        assert record.to_json() == data and list(record.to_json()) == list(data) and len(record) == len(data)
+        assert rec.to_json(record) == rec.to_json(data) and record == data
+    assert Record.from_json(odd[0]).id == "" and Record.from_json(odd[0])["id"] == 7  # typed field only when typed
+    assert "benchmark" not in Record.from_json(odd[0]) and Record.from_json(odd[1]).message == ""
+    third = Record.from_json(odd[2])
+    assert third.key == "1.1[attempt2]" and not third.scored and third.extra == {"z": 1, "attempt": 2}
+    changed = third.replaced(status="fail", new=1)
+    assert changed.status == "fail" and list(changed) == [*odd[2], "new"] and third.status == "pass"
+    assert json.loads(json.dumps({"r": third}, default=rec.json_default)) == {"r": odd[2]}  # nested in JSON
+
+
+def test_old_summary_json_survives_load_and_save(tmp_path):
+    text = (OLD / "summary.json").read_text()
+    summary = Summary(load_summary(OLD))  # a baseline's summary: its file's fields and _path, which stays in memory
+    assert summary["_path"] == str(OLD / "summary.json")
+    assert json_text(summary.to_json()) == text
+    write_baseline(tmp_path / "baseline.json", summary)
+    assert (tmp_path / "baseline.json").read_text() == text
+
+
+def test_the_old_records_give_the_old_summary_and_summary_md():
+    old = json.loads((OLD / "summary.json").read_text())
+    records = old_records()
+    plan = RunPlan()
+    plan.select([{k: r[k] for k in IDENTITY} for r in records])
+    ledger = Ledger()
+    for record in records:
+        ledger.add(record.to_json())
+    ledger.reuse(records)  # already there: kept as delivered
+    assert len(ledger) == 5 and "2.2" in ledger and ledger.records() == records
+    summary = build_summary(ledger, get_benchmark("scicode"), old["settings"], plan.items)
+    assert set(old) - set(summary.to_json()) == {"run", "exit_code"}  # added at the end of the session
+    assert {k: v for k, v in old.items() if k not in ("run", "exit_code")} == summary.to_json()
+    assert summary.not_run == [] and summary.terminal[0].startswith("validation: main problems resolved 1/3")
+    summary.update(run=old["run"], exit_code=old["exit_code"])
+    markdown = render_markdown(summary, Verdict(exit_before=1, exit_code=1), picture=True)
+    # the tables of the run and its settings list them in the order the run made them (the files sort them)
+    head, _, tables = markdown.partition("\n## Run\n")
+    old_head, _, old_tables = (OLD / "summary.md").read_text().partition("\n## Run\n")
+    assert head == old_head and sorted(tables.splitlines()) == sorted(old_tables.splitlines())
+
+
+def test_a_resume_of_an_old_run_reuses_every_record(tiny, pytester, shared_cache):
+    run_dir = pytester.path / "reports" / "scicode" / "mutant" / "old-format"
+    shutil.copytree(OLD, run_dir)
+    # the run moved here: its own options (settings.json "_run") name this test's dataset and cache
+    settings = (OLD / "settings.json").read_text()
+    moved = settings.replace("/tmp/types-gen/cache", str(shared_cache)).replace("/tmp/types-gen", str(pytester.path))
+    (run_dir / "settings.json").write_text(moved)
+    result = tiny(f"--bench-resume={run_dir}", broken="", errors="")  # nothing runs: a fresh item would pass
+    result.assert_outcomes(passed=3, failed=2)
+    assert (run_dir / "steps.jsonl").read_bytes() == (OLD / "steps.jsonl").read_bytes()
+    assert (run_dir / "settings.json").read_text() == moved
+    old, new = (json.loads((folder / "summary.json").read_text()) for folder in (OLD, run_dir))
+    assert {k: v for k, v in new.items() if k not in ("run", "settings")} == \
+        {k: v for k, v in old.items() if k not in ("run", "settings")}
+    assert {k for k in new["settings"] if new["settings"][k] != old["settings"][k]} <= {"cache_dir", "notes",
+                                                                                         "isolation"}
