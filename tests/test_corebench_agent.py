@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from capsule_factory import build_capsule_archive, docker_test_image, labelled_containers
+from capabilities import needs
+from capsule_factory import build_capsule_archive, labelled_containers
 from fake_openai import FakeOpenAI
 # imported here, before any in-process pytester run: numpy cannot be imported twice in one process, and
 # pytester drops the modules a run imported
@@ -30,7 +31,7 @@ def questions() -> dict:
 
 def env_args(kind: str) -> list[str]:
     if kind == "docker":
-        return ["--bench-env=docker", f"--bench-docker-image={docker_test_image()}", "--bench-docker-network=none"]
+        return ["--bench-env=docker", f"--bench-docker-image={needs('docker')}", "--bench-docker-network=none"]
     return ["--bench-env=host"]
 
 
@@ -239,7 +240,7 @@ def test_ctrl_c_removes_the_container(pytester, tmp_path, server):
 
     import docker
 
-    image = docker_test_image()
+    image = needs("docker")
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE)
     server.reply(tool_calls=[("bash", {"command": "sleep 300", "timeout": 600})])

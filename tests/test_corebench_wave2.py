@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import warnings
 from pathlib import Path
@@ -308,17 +307,11 @@ NESTED = ("pwd && docker info --format 'nested-daemon {{.Driver}}' && mkdir -p /
 
 @pytest.mark.docker
 def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pytester, tmp_path, monkeypatch):
-    from capsule_factory import docker_test_image, labelled_containers
+    from capabilities import missing, needs
+    from capsule_factory import labelled_containers
     from fake_openai import FakeOpenAI
 
-    docker_test_image()  # skips (or fails in CI) without an engine
-    import docker
-
-    image = "agentbench-dind:bookworm"
-    try:
-        docker.from_env().images.get(image)
-    except docker.errors.ImageNotFound:
-        pytest.skip(f"{image} is not built; run .ci/docker-setup")
+    image = needs("docker-dind")
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CID)
@@ -339,7 +332,8 @@ def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pyt
     assert not labelled_containers()
     if record["status"] == "env_error":
         assert "refused a privileged container" in record["message"], record["message"]
-        pytest.skip(f"this engine refuses privileged containers (reported clearly): {record['message'][:300]}")
+        missing("docker-dind", f"this engine refuses privileged containers (reported clearly): "
+                               f"{record['message'][:300]}")
     assert record["status"] == "pass", record["message"]
     assert record["report_path"] == "/workspace/core-bench/report.json"
     assert "/workspace/core-bench" in tools[0] and "nested-daemon vfs" in tools[0] and "hello-from-nested" in tools[0]
@@ -353,10 +347,11 @@ def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytes
     import os
     import tarfile
 
-    from capsule_factory import docker_test_image, labelled_containers
+    from capabilities import needs
+    from capsule_factory import labelled_containers
     from fake_openai import FakeOpenAI
 
-    base = docker_test_image()
+    base = needs("docker")
     import docker
 
     client = docker.from_env()
@@ -429,12 +424,9 @@ def test_train_capsule_runs_on_the_host_at_a_custom_workspace_root(pytester, tmp
     """The host environment maps --bench-workspace-root per item: the agent works at the root, writes
     report.json there with bash, and the record's report_path is under it."""
     from fake_openai import FakeOpenAI
-    from pytest_agentbench.sandbox.isolation import probe
+    from capabilities import needs
 
-    if not probe().active:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI must be able to isolate: {probe().describe()}")
-        pytest.skip(f"this machine cannot isolate: {probe().why}")
+    needs("bwrap")
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
     write = f"pwd && ls -A && cat > {ROOT}/report.json <<'EOF'\n{json.dumps(_answers())}\nEOF"
     with FakeOpenAI() as server:

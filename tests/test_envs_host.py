@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import envs_contract as contract
-from executor_pairs import isolation_or_skip
+from capabilities import needs
 from pytest_agentbench.envs import EnvError, EnvSkip
 from pytest_agentbench.envs.host import HostFactory
 from pytest_agentbench.sandbox.isolation import NO_ISOLATION
@@ -23,7 +23,7 @@ ROOT = "/workspace/core-bench"  # a workspace root this machine does not have
 @pytest.fixture
 def isolated():
     """The host environment maps a workspace root only in its sandbox: no isolation, no mapping (CI must have it)."""
-    return isolation_or_skip()
+    return needs("bwrap")
 
 
 @pytest.fixture
@@ -264,7 +264,7 @@ def test_the_agents_file_tools_read_only_what_its_commands_could(isolated, works
 def test_end_processes_stops_background_jobs_and_keeps_the_files(workspace):
     """Before the controller reads the agent's report, every process of the environment is gone (a loop left
     in the background could otherwise swap the file under the reader); the files stay for scoring."""
-    with HostFactory(isolation=isolation_or_skip()).start(workspace) as env:
+    with HostFactory(isolation=needs("bwrap")).start(workspace) as env:
         env.run("(while true; do date +%s%N > ticker.txt; sleep 0.05; done) >/dev/null 2>&1 &", 30)
         deadline = time.monotonic() + 10
         while not (workspace / "ticker.txt").is_file() and time.monotonic() < deadline:
@@ -279,7 +279,7 @@ def test_end_processes_stops_background_jobs_and_keeps_the_files(workspace):
 def test_temporary_files_and_shared_memory_work_for_the_agent(workspace):
     """Tools that trust $TMPDIR (mktemp, sort -T) and POSIX shared memory (multiprocessing, joblib) work for
     the agent's commands (uid 65534 under isolation)."""
-    with HostFactory(isolation=isolation_or_skip()).start(workspace) as env:
+    with HostFactory(isolation=needs("bwrap")).start(workspace) as env:
         made = env.run('f=$(mktemp) && echo ok > "$f" && cat "$f"', 30)
         assert made.stdout.strip() == "ok", made
         pool = env.run(f"{sys.executable} -c 'import multiprocessing as m; print(sum(m.Pool(2).map(abs, [-1, -2])))'",

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from bench_runs import SHARED_DATA
-from executor_pairs import KINDS, executor_pair, isolation_or_skip, process_with, wait_gone
-from network_listeners import Listener, outbound_address, user_network_or_skip
+from capabilities import needs
+from executor_pairs import KINDS, executor_pair, process_with, wait_gone
+from network_listeners import Listener
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.envs.host import HostFactory
 from pytest_agentbench.sandbox.forkserver import ForkServer
@@ -29,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def isolation():
-    return isolation_or_skip()
+    return needs("bwrap")
 
 
 @pytest.fixture(scope="module")
@@ -277,10 +278,10 @@ def check_hidden_and_unseen_but_online(env, hidden_data: Path, listener: int) ->
     assert env.run(f"ls {hidden_data} | wc -l; cat {hidden_data}/answers.json || true", 30).stdout.split()[0] == "0"
     seen = env.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", 30).stdout
     assert "test_isolation.py" not in seen
-    user_network_or_skip()
-    outbound = Listener(socket.AF_INET, (outbound_address(), 0))
+    needs("slirp4netns")
+    outbound = Listener(socket.AF_INET, (needs("outbound-address"), 0))
     try:
-        for (host, port), expected in (((outbound_address(), outbound.sock.getsockname()[1]), "net"),
+        for (host, port), expected in (((needs("outbound-address"), outbound.sock.getsockname()[1]), "net"),
                                        (("127.0.0.1", listener), "")):
             probe_net = f"python3 -c \"import socket; socket.create_connection(('{host}', {port}), 5); print('net')\""
             assert env.run(probe_net, 30).stdout.strip() == expected, (host, port)

@@ -5,7 +5,8 @@ Each host is an unprivileged account with its own venv (the package installed fr
 editable), data dir, cache and state; account b declares one GPU through the test-only override
 AGENTBENCH_TEST_GPUS in its worker python wrapper (read on that host, not here). The controller (this
 root process) keeps its report dir at mode 0700, so a worker could not have written a record there.
-Without the setup the tests skip with the reason (CI=true: they fail).
+Without the setup the tests skip with the reason (CI=true: they fail); see tests/capabilities.py. The tests only
+read what the set-up wrote: after a change to the package, rerun .ci/ssh-setup as root (.ci/run does).
 """
 from __future__ import annotations
 
@@ -25,22 +26,16 @@ from pathlib import Path
 import pytest
 
 from bench_runs import REPO, SHARED_DATA, free_port, read_jsonl, wait_for
+from capabilities import missing, needs
 from capsule_factory import write_capsule_tree
 from fake_openai import FakeOpenAI
 
-INFO = Path(os.environ.get("AGENTBENCH_SSH_INFO", "/run/agentbench-ssh.json"))
 VALIDATION = ["--bench=scicode", "--bench-split=validation", "--model=oracle"]
 VALIDATION_STEPS = 50  # 15 problems; the three unscored steps have records too
 SOCKET_IDS = "1,3,19,78"  # four validation problems, seven steps
 KILL_IDS = "1,3,19"  # three problems, four steps: one item on each worker when the kill comes
 API_KEY = "sk-remote-test-5f1c0e"
 BOOTSTRAP = "exec(eval(sys.stdin.readline()))"  # execnet's remote python command line
-
-
-def missing(reason: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: the loopback SSH hosts are required)")
-    pytest.skip(reason)
 
 
 def on_host(info: dict, account: str, command: str) -> subprocess.CompletedProcess:
@@ -55,22 +50,15 @@ def host_build(info: dict, host: dict) -> str:
 
 
 def same_build(info: dict) -> dict:
-    """The hosts' info once both run this checkout's build: .ci/ssh-setup reinstalls them when not (called
-    again before a long test's remote run, as the checkout may have changed meanwhile)."""
+    """The hosts' info when both run this checkout's build (checked again before a long test's remote run, as
+    the checkout may have changed meanwhile). The test only reads the hosts: reinstalling them is
+    .ci/ssh-setup's job, run as root before the tests (by .ci/run), never from here."""
     from pytest_agentbench.core.host import package_build
 
     stale = [h["account"] for h in info["hosts"] if host_build(info, h) != package_build()]
-    if stale and os.geteuid() != 0:
-        missing("the worker accounts run another build of the package; rerun .ci/ssh-setup as root")
-    for _ in range(3):  # the checkout may change while the setup copies it (an editor saving): try again
-        if not stale:
-            break
-        done = subprocess.run([str(REPO / ".ci" / "ssh-setup")], capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "AGENTBENCH_DATA_DIR": str(SHARED_DATA)})
-        assert done.returncode == 0, done.stderr
-        info = {**info, **json.loads(INFO.read_text())}
-        stale = [h["account"] for h in info["hosts"] if host_build(info, h) != package_build()]
-    assert not stale, f"{stale} still run another build after .ci/ssh-setup"
+    if stale:
+        missing("sshd", f"the worker accounts {', '.join(stale)} run another build of the package than this "
+                        "checkout; rerun .ci/ssh-setup as root")
     return info
 
 
@@ -87,13 +75,8 @@ def hosts_lock():
 
 @pytest.fixture(scope="module")
 def loopback(hosts_lock):
-    """The two hosts, their package the same build as this checkout (reinstalled by .ci/ssh-setup if not)."""
-    if not INFO.is_file():
-        missing(f"no loopback SSH hosts: {INFO} is missing (run .ci/ssh-setup as root)")
-    info = json.loads(INFO.read_text())
-    if shutil.which("ssh") is None:
-        missing("no ssh client")
-    info = same_build(info)
+    """The two hosts as .ci/ssh-setup wrote them, their package the same build as this checkout."""
+    info = same_build(needs("sshd"))
     info["before"] = {h["account"]: home_files(Path(h["home"])) for h in info["hosts"]}
     return info
 
@@ -714,8 +697,7 @@ def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, 
 def test_ssh_liveness_options_are_added_only_where_the_users_config_leaves_them_unset(tmp_path):
     from pytest_agentbench.pytest_plugin.remote import ssh_liveness_options, with_liveness
 
-    if shutil.which("ssh") is None:
-        missing("no ssh client")
+    needs("ssh")
     plain = tmp_path / "plain_config"
     plain.write_text("Host worker\n    HostName 127.0.0.1\n")
     own = tmp_path / "own_config"

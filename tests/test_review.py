@@ -7,7 +7,6 @@ A review file then says it is correct.
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
 from pathlib import Path
 
@@ -15,8 +14,9 @@ import pytest
 import yaml
 
 from bench_runs import SHARED_DATA, read_jsonl
+from capabilities import needs
 from capsule_factory import build_capsule_archive
-from cdp import Chromium, chromium_path
+from cdp import Chromium
 from pytest_agentbench.benchmarks.corebench import capsules, dataset
 from pytest_agentbench.benchmarks.corebench.review import load_review
 
@@ -213,10 +213,7 @@ def test_the_export_button_yields_a_review_file_that_loads(core_run, tmp_path):
     result, run = core_run(f"--bench-review={review}")
     assert result.ret == 1
     page_file = run / "report.html"
-    if chromium_path() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Chromium is not installed: CI must `apt-get install chromium` for the report test")
-        pytest.skip("Chromium is not installed")
+    needs("chromium")
     with Chromium() as browser:
         page = browser.open(page_file.as_uri())
         assert "Human review" in page.text and "1 override(s), 1 verdict(s) changed" in page.text

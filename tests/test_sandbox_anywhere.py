@@ -27,7 +27,7 @@ import numpy
 import pytest
 
 from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from executor_pairs import isolation_or_skip
+from capabilities import needs
 from scicode_builders import PROBLEMS, TARGETS
 from pytest_agentbench.pytest_plugin.remote import refusal_of
 from pytest_agentbench.sandbox.isolation import NO_ISOLATION, links_on_the_way
@@ -61,7 +61,7 @@ class Venv:
 
 @pytest.fixture(scope="module")
 def venv() -> Venv:
-    isolation_or_skip()
+    needs("bwrap")
     root = Path(tempfile.mkdtemp(prefix="agentbench-anywhere-", dir="/tmp"))
     root.chmod(0o755)
     home_link = Path(os.path.expanduser("~")) / f".{root.name}"
@@ -254,7 +254,7 @@ def test_a_remote_host_whose_python_cannot_run_in_its_sandbox_is_refused_by_name
 def test_the_self_test_names_a_package_it_cannot_import():
     """numpy's site folder hidden (as if it were the report folder): the self-test fails naming numpy, the
     folder that is not visible and the option that hides it."""
-    isolation_or_skip()
+    needs("bwrap")
     folder = os.path.dirname(os.path.dirname(numpy.__file__))
     outcome = run_self_test(hidden={folder: "--bench-report-dir"})
     assert outcome is not None and not outcome.ok
@@ -265,7 +265,7 @@ def test_the_self_test_names_a_package_it_cannot_import():
 def test_the_self_test_runs_once_per_interpreter_and_binds_and_not_without_isolation(tmp_path):
     """A second call with other hidden folders that do not meet Python's gives the same outcome without running
     again; without isolation there is nothing to test."""
-    isolation_or_skip()
+    needs("bwrap")
     first = run_self_test(hidden={str(tmp_path / "a"): "--bench-cache-dir"})
     again = run_self_test(hidden={str(tmp_path / "b"): "--bench-report-dir"})
     assert first is not None and first.ok, first

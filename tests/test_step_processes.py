@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from bench_runs import read_jsonl, run_dirs
-from executor_pairs import isolation_or_skip
+from capabilities import needs
 from scicode_builders import CLOSE, TARGETS, problem, step, write_dataset
 
 GHOST = "agb" + uuid.uuid4().hex[:10]  # the daemon's name (15 bytes at most: the kernel's comm length)
@@ -171,7 +171,7 @@ def daemon_run(pytester, bench, shared_data, monkeypatch):
 
     def run(executor: str, isolated: bool):
         if isolated:
-            isolation_or_skip()
+            needs("bwrap")
             monkeypatch.delenv("AGENTBENCH_ISOLATION", raising=False)
         else:
             monkeypatch.setenv("AGENTBENCH_ISOLATION", "off")
@@ -229,7 +229,7 @@ def executors(request):
     from pytest_agentbench.sandbox.isolation import NO_ISOLATION
 
     if request.param == "isolated":
-        isolation_or_skip()
+        needs("bwrap")
     yield from executor_pair(None if request.param == "isolated" else NO_ISOLATION, preload=("numpy",))
 
 
