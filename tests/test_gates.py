@@ -15,7 +15,6 @@ import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, whic
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from bench_runs import run_dirs
-from pytest_agentbench.benchmarks.base import Benchmark
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.core.options import OptionError, Sources, resolve
 from pytest_agentbench.report.compare import compare
@@ -24,6 +23,7 @@ from pytest_agentbench.report.gates import GateResult, decide_exit, evaluate, re
 from pytest_agentbench.report.options import REPORT_OPTIONS, GateConfig, gate_config, parse_fraction
 from pytest_agentbench.report.summary import judge, judge_without_items
 from scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
+from toybench import Toy as ToyBenchmark
 
 
 def latest_run(pytester) -> Path:
@@ -44,8 +44,9 @@ def test_bad_gate_values_say_how_to_write_them(text, needle):
 
 
 # ---- the options and the gate configuration, without pytest -------------------------------------
-class Toy(Benchmark):
-    """A benchmark the report layer has never heard of: gates come from its declarations alone."""
+class Toy(ToyBenchmark):
+    """The toy benchmark (tests/toybench) with the gates these tests pin: the report layer has never heard of it,
+    so gates come from its declarations alone."""
 
     name = "toy"
     gate_metrics = {"solved": "solved_fraction", "steps": "step_fraction"}
