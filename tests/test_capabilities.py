@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 NEEDS_WHAT_NOBODY_HAS = """
 from capabilities import missing, needs
 

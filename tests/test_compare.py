@@ -19,6 +19,7 @@ from pytest_agentbench.report.summary import build_summary
 from toybench import Toy as ToyBenchmark
 
 
+@pytest.mark.e2e
 def test_compare_lists_exactly_the_flipped_items(tiny, pytester, capsys):
     assert tiny("--bench-run-id=a", broken="3.1").ret == 1
     assert tiny("--bench-run-id=b", broken="1.2,2.1").ret == 1

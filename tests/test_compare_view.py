@@ -51,6 +51,7 @@ def assert_deltas(text: str) -> None:
     assert re.search(r"items\s+5\s+2\s+1\s+1\s+within noise", text)  # McNemar over the shared steps
 
 
+@pytest.mark.e2e
 def test_run_with_a_baseline_and_compare_html_show_deltas_flips_and_both_transcripts(tiny, pytester, tmp_path):
     assert tiny("--bench-run-id=a", broken="3.1").ret == 1
     baseline = next(p for p in run_dirs(pytester.path) if p.name == "a")

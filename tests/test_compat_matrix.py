@@ -16,6 +16,10 @@ import pytest
 from bench_runs import REPO, SHARED_DATA
 from capabilities import needs
 
+# e2e: it runs pytest in other venvs. Its own bounds (a venv build of up to 1200 s, a run of up to 3000 s) are
+# longer than .ci/run's per-test hang guard (--timeout=1800), so it gets a guard to match.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(4500)]
+
 # (pytest, pytest-xdist): the floor of pyproject.toml's bounds and the newest releases tested
 MATRIX = [("8.0.0", "3.5.0"), ("9.2.0", "3.8.0")]
 # what depends on pytest's and xdist's behaviour; the remote-worker tests run where their hosts are

@@ -18,6 +18,8 @@ from fake_openai import FakeOpenAI
 # pytester drops the modules a run imported
 from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noqa: F401
 
+pytestmark = pytest.mark.e2e
+
 DATA = SHARED_DATA
 CAPSULE = "capsule-7038571"  # a train capsule; its questions come from core_train.json
 VOLATILE = {"duration", "worker", "trajectory_seconds", "env", "isolation", "capsule_source"}  # extracted, then cached

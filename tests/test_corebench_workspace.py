@@ -109,6 +109,7 @@ def test_a_manifest_that_does_not_fit_is_an_env_error_naming_the_field(tmp_path,
 
 # --------------------------------------------------------------------------- 10: GPU capsules
 
+@pytest.mark.e2e
 def test_local_gpu_capsules_are_marked_and_the_summary_counts_the_selection(pytester, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
     gpu_one, cpu_one = CID, "capsule-0201225"
@@ -132,6 +133,7 @@ NESTED = ("pwd && docker info --format 'nested-daemon {{.Driver}}' && mkdir -p /
 
 
 @pytest.mark.docker
+@pytest.mark.e2e
 def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pytester, tmp_path, monkeypatch):
     from capabilities import missing, needs
     from capsule_factory import labelled_containers
@@ -166,6 +168,7 @@ def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pyt
 
 
 @pytest.mark.docker
+@pytest.mark.e2e
 def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytester, tmp_path, monkeypatch):
     """Done-when: a train capsule under Docker with --bench-workspace-root /workspace/core-bench; its inputs
     are preinstalled in the image (nothing downloaded or uploaded)."""
@@ -246,6 +249,8 @@ def _answers():
     return next(t for t in dataset.load_split(DATA, "train") if t["capsule_id"] == CID)["results"][0]
 
 
+@pytest.mark.e2e
+@pytest.mark.isolation
 def test_train_capsule_runs_on_the_host_at_a_custom_workspace_root(pytester, tmp_path, monkeypatch):
     """The host environment maps --bench-workspace-root per item: the agent works at the root, writes
     report.json there with bash, and the record's report_path is under it."""
@@ -271,6 +276,7 @@ def test_train_capsule_runs_on_the_host_at_a_custom_workspace_root(pytester, tmp
     assert f"({ROOT})" in chats[0][0]["content"] and f"{ROOT}/report.json" in chats[0][1]["content"]
 
 
+@pytest.mark.e2e
 def test_without_isolation_the_host_names_the_folder_it_really_used(pytester, tmp_path, monkeypatch):
     """No sandbox, no mount namespace: the root cannot be applied, so prompt, hints, report_path and the
     header name the item's own folder instead, and the record says the root was not applied."""

@@ -73,6 +73,7 @@ def test_bad_timeout_is_refused(workspace):
 
 # ---------------------------------------------------------------- the workspace at a root path (isolated)
 
+@pytest.mark.isolation
 def test_commands_work_at_the_requested_root(isolated, workspace):
     with HostFactory(isolation=isolated).start(workspace, workdir=ROOT) as env:
         assert not env.workdir_note
@@ -89,6 +90,7 @@ def test_commands_work_at_the_requested_root(isolated, workspace):
     assert not os.path.exists(ROOT)  # nothing was made on this machine
 
 
+@pytest.mark.isolation
 def test_environments_at_the_same_root_at_once_see_only_their_own_files(isolated, tmp_path):
     factory = HostFactory(isolation=isolated)
     spaces = [tmp_path / name for name in ("one", "two")]
@@ -128,6 +130,7 @@ def outside_tmp(tmp_path):
     shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.mark.isolation
 def test_the_host_folder_is_seen_only_at_the_root(isolated, outside_tmp):
     space = outside_tmp / "space"
     space.mkdir()
@@ -146,6 +149,7 @@ def test_the_host_folder_is_seen_only_at_the_root(isolated, outside_tmp):
     assert sorted(p.name for p in outside_tmp.iterdir()) == ["beside.txt"]  # the workspace gone, nothing added
 
 
+@pytest.mark.isolation
 def test_a_root_inside_a_hidden_folder_shows_only_the_workspace_there(isolated, tmp_path, outside_tmp):
     (outside_tmp / "answers.json").write_text("{}")
     space = tmp_path / "space"
@@ -161,6 +165,7 @@ def test_a_root_inside_a_hidden_folder_shows_only_the_workspace_there(isolated, 
     assert sorted(p.name for p in outside_tmp.iterdir()) == ["answers.json"]
 
 
+@pytest.mark.isolation
 def test_links_the_agent_plants_are_followed_as_in_the_sandbox(isolated, tmp_path, outside_tmp):
     # outside /tmp: a link into /tmp reaches the sandbox's own /tmp, not the controller's files
     space, secret = tmp_path / "space", outside_tmp / "secret"
@@ -184,6 +189,7 @@ def test_links_the_agent_plants_are_followed_as_in_the_sandbox(isolated, tmp_pat
     assert target.read_text() == "controller's file"
 
 
+@pytest.mark.isolation
 def test_a_root_the_sandbox_cannot_have_is_an_env_error(isolated, tmp_path):
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
@@ -240,6 +246,7 @@ def test_bad_environment_settings_name_their_source():
 
 
 @pytest.mark.parametrize("workdir", [None, ROOT])
+@pytest.mark.isolation
 def test_the_agents_file_tools_read_only_what_its_commands_could(isolated, workspace, workdir):
     """read_file (and view_image, which uses it) runs in the controller, perhaps as root: it must not reach
     what the agent's own commands cannot: folders outside the sandbox's view, files uid 65534 cannot read."""
@@ -261,6 +268,7 @@ def test_the_agents_file_tools_read_only_what_its_commands_could(isolated, works
         assert env.run("echo y >> mine.txt && cat mine.txt", 30).stdout.split() == ["xy"]
 
 
+@pytest.mark.isolation
 def test_end_processes_stops_background_jobs_and_keeps_the_files(workspace):
     """Before the controller reads the agent's report, every process of the environment is gone (a loop left
     in the background could otherwise swap the file under the reader); the files stay for scoring."""
@@ -276,6 +284,7 @@ def test_end_processes_stops_background_jobs_and_keeps_the_files(workspace):
     assert not workspace.exists()  # stop still removes the workspace afterwards
 
 
+@pytest.mark.isolation
 def test_temporary_files_and_shared_memory_work_for_the_agent(workspace):
     """Tools that trust $TMPDIR (mktemp, sort -T) and POSIX shared memory (multiprocessing, joblib) work for
     the agent's commands (uid 65534 under isolation)."""

@@ -24,6 +24,8 @@ from capabilities import needs
 from network_listeners import Listener, machine_addresses
 from pytest_agentbench.envs.host import HostFactory
 
+pytestmark = pytest.mark.isolation
+
 SLIRP_GATEWAY = "10.0.2.2"
 
 
@@ -122,6 +124,7 @@ def corebench_host_run(pytester, tmp_path, base_url: str, run_id: str, *extra: s
         "-p", "no:cacheprovider", "--bench-agent-steps=2", *extra, timeout=900)
 
 
+@pytest.mark.e2e
 def test_the_agent_of_a_corebench_run_cannot_reach_the_controllers_loopback(pytester, tmp_path, listeners):
     """A real model's agent (the scripted server) runs the probe with bash; its tool output says what answered,
     and the run's isolation line names the network namespace."""
@@ -167,6 +170,7 @@ def path_without(program: str, folder: Path) -> str:
     return str(folder)
 
 
+@pytest.mark.e2e
 def test_a_run_that_needs_slirp4netns_where_it_is_missing_is_refused(pytester, tmp_path, monkeypatch):
     needs("bwrap")
     monkeypatch.setenv("PATH", path_without("slirp4netns", tmp_path / "bin"))

@@ -32,6 +32,8 @@ from bench_runs import SHARED_DATA, read_jsonl, run_dirs
 from capabilities import needs
 from fake_openai import FakeOpenAI
 
+pytestmark = [pytest.mark.e2e, pytest.mark.isolation]
+
 EXECUTORS = ("fork", "subprocess")
 RUN_TIMEOUT = 900  # seconds for a grouped run (targets rebuilt when the session's cache is cold)
 DOS_TIMEOUT = 300  # seconds for a one-step run (--bench-timeout=20): a backstop against a hung scoring process

@@ -65,6 +65,7 @@ def test_corebench_questions_trajectory_and_escaping(tmp_path):
     assert "http://" not in page and "https://" not in page and " src=" not in page  # nothing fetched
 
 
+@pytest.mark.e2e
 def test_report_html_in_a_browser(tiny, tmp_path):
     # 3.1's code carries a script-closing comment: the page must show it as text
     problems = tiny_problems(**{"3.1": f"def six():\n    return 6  # {HOSTILE}"})
@@ -102,6 +103,7 @@ def test_report_html_in_a_browser(tiny, tmp_path):
         shutil.copyfile(shot, keep)
 
 
+@pytest.mark.e2e
 def test_scicode_categories_filter_and_summary_in_report_html(tiny, pytester, shared_data):
     """A hand-made dataset with two categories (the official data has one): records carry the category,
     report.html offers both in its category filter and shows both headline metrics per category."""
@@ -135,6 +137,7 @@ def test_scicode_categories_filter_and_summary_in_report_html(tiny, pytester, sh
         assert view.errors == []
 
 
+@pytest.mark.e2e
 def test_official_scicode_records_are_unclassified(tiny, pytester):
     result = tiny("-q", "--bench-ids=3", "--bench-run-id=plain")
     assert result.ret == pytest.ExitCode.OK
@@ -149,6 +152,7 @@ def test_official_scicode_records_are_unclassified(tiny, pytester):
 TOOL_CODE = 'import math\n\n\ndef six():\n    """Six, checked."""\n    return 6  # the answer\n\nprint(six(), math.pi)'
 
 
+@pytest.mark.e2e
 def test_tool_calls_render_as_code_with_tokens_per_turn(bench, pytester, shared_data):
     """A tool-use run against a scripted endpoint: the transcript shows the tool call's code decoded from its JSON
     arguments, as numbered, highlighted lines, its output beneath it, and each model turn's tokens and latency."""

@@ -7,6 +7,8 @@ import pytest
 
 from bench_runs import run_dirs
 
+pytestmark = pytest.mark.e2e
+
 
 def test_a_run_without_isolation_says_so_in_header_and_summaries(pytester, tiny, monkeypatch):
     monkeypatch.setenv("AGENTBENCH_ISOLATION", "off")

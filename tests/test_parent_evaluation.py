@@ -257,6 +257,7 @@ def custom(pytester, bench, shared_data):
                                "--bench-timeout=60", *args)
 
 
+@pytest.mark.e2e
 def test_rebound_builtins_and_patched_libraries_do_not_make_a_wrong_answer_pass(custom):
     result = custom()
     out = result.stdout.str()

@@ -32,6 +32,8 @@ from capabilities import needs
 from pytest_agentbench.benchmarks.scicode import dataset
 from scicode_builders import problem, step
 
+pytestmark = pytest.mark.e2e
+
 WRONG_F = "\ndef f():\n    return 2\n"
 ASSERTION = "AssertionError in `assert np.allclose(f(), target)` (test 1 of 1)"
 EXITED = "exited before all tests ran (0 of 1 tests completed)"
@@ -544,6 +546,7 @@ CLASSES = {
 
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
 @pytest.mark.parametrize("attack_class", list(CLASSES))
+@pytest.mark.isolation
 def test_every_attack_fails_with_its_reason(redteam, outcomes, attack_class, executor):
     if attack_class in ("persisting", "escaping"):
         needs("bwrap")  # escaping and persisting attacks only fail where children are isolated
@@ -556,6 +559,7 @@ def test_every_attack_fails_with_its_reason(redteam, outcomes, attack_class, exe
 
 
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
+@pytest.mark.isolation
 def test_escapes_leave_nothing_behind(redteam, outcomes, executor):
     needs("bwrap")  # escaping and persisting attacks only fail where children are isolated
     run = batch(redteam, outcomes, executor)
@@ -577,6 +581,7 @@ def test_escapes_leave_nothing_behind(redteam, outcomes, executor):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.isolation
 def test_persisted_attacks_do_not_change_the_next_run(redteam, outcomes):
     """After the attacks on the cached targets, the stamps and the records: a second run scores right answers
     as passes and wrong ones as failures, against targets that are not the official file."""

@@ -12,6 +12,8 @@ from bench_runs import read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
 from scicode_builders import write_dataset
 
+pytestmark = pytest.mark.e2e
+
 NOT_2_2 = "scicode/2::2.2"
 
 

@@ -18,6 +18,8 @@ from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 from bench_runs import SHARED_DATA, read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
 
+pytestmark = pytest.mark.e2e
+
 
 def model_args(server: FakeOpenAI, *extra: str) -> list[str]:
     return ["--bench=scicode", "--bench-split=validation", "--model=gt-player", f"--model-base-url={server.base_url}",

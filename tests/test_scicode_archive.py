@@ -13,6 +13,8 @@ from pytest_agentbench.benchmarks.scicode import archive, dataset
 from pytest_agentbench.core.data import DataError, sha256_of
 from scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
 
+pytestmark = pytest.mark.e2e
+
 
 class Served:
     """Files of a folder served over HTTP on 127.0.0.1; ``paths`` lists the requested paths."""

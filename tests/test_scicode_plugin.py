@@ -12,6 +12,8 @@ from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
 from pytest_agentbench.core.records import comparable
 from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step
 
+pytestmark = pytest.mark.e2e
+
 
 # ---- collection -------------------------------------------------------------------------------
 @pytest.mark.parametrize("split,problems,steps,prefilled", [

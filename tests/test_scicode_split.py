@@ -897,6 +897,7 @@ def test_a_child_cannot_send_an_expected_value_that_depends_on_no_model_code():
 
 
 # ---- the plugin scores through the split ------------------------------------------------------------
+@pytest.mark.e2e
 def test_the_operand_cap_option_reaches_scoring(tiny, pytester):
     from bench_runs import read_jsonl, run_dirs
 

@@ -21,6 +21,8 @@ from capsule_factory import write_capsule_tree
 from pytest_agentbench.core import records as rec
 from pytest_agentbench.core import slurm, spool
 
+pytestmark = [pytest.mark.e2e, pytest.mark.remote]
+
 IDS = "1,3"
 SLURM_STATE = Path(os.environ.get("AGENTBENCH_SLURM_STATE", "/var/lib/agentbench-slurm"))
 SMALL = ("--bench-memory-limit=2",)  # 3 GiB jobs: two fit on each 8 GB node

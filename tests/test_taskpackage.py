@@ -14,6 +14,8 @@ from bench_runs import read_jsonl, run_dirs
 from pytest_agentbench.core import records as rec
 from pytest_agentbench.core import spool
 
+pytestmark = pytest.mark.e2e
+
 IDS = "1,3"  # two small validation problems, one step each
 
 
