@@ -30,6 +30,7 @@ def records_of(pytester) -> list[dict]:
 # ---------------------------------------------------------------- 1. categories
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_categories_select_report_and_refuse_unknown_names(tiny, pytester, shared_data):
     categorized = tiny_problems(categories=("physics", "physics", "chemistry"))
     write_dataset(pytester.path, shared_data, problems=categorized)  # same folder as tiny's data
@@ -59,6 +60,7 @@ def test_categories_select_report_and_refuse_unknown_names(tiny, pytester, share
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_official_data_is_all_unclassified(bench):
     every = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q")
     unclassified = bench("--bench=scicode", "--bench-split=validation", "--bench-category=unclassified",
@@ -139,6 +141,7 @@ def right_on_second_call(counter: Counter):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_three_attempts_of_a_model_right_once(bench, pytester, shared_data, tmp_path):
     data, h5 = write_dataset(pytester.path, shared_data)
     counter: Counter = Counter()
@@ -197,6 +200,7 @@ def test_three_attempts_of_a_model_right_once(bench, pytester, shared_data, tmp_
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_one_attempt_keeps_todays_node_ids_and_records(tiny, pytester):
     result = tiny("--bench-ids=1", "--bench-attempts=1")
     assert result.ret == 0
@@ -209,6 +213,7 @@ def test_one_attempt_keeps_todays_node_ids_and_records(tiny, pytester):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_oracle_attempts_on_validation_data(bench, pytester):
     result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=3,4",
                    "--bench-attempts=3")
@@ -241,6 +246,7 @@ Mutant.answer_step = _flaky
 
 @pytest.mark.parametrize("retries", [0, 1])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_failed_try_is_run_again(tiny, pytester, monkeypatch, tmp_path, retries):
     pytester.makeconftest(FLAKY_CONFTEST)
     calls = tmp_path / "calls.json"

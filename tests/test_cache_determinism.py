@@ -58,6 +58,7 @@ def rebuilding(pytester, bench, shared_data, tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_rebuild_the_environment_broke_is_an_env_error_and_the_next_run_rebuilds_it(rebuilding):
     """A memory limit under which the rebuild's interpreter cannot even import numpy: every step is an env_error
     naming the cause and nothing is stored; the next run (limit lifted, cache untouched) rebuilds and passes."""
@@ -80,6 +81,7 @@ def test_a_rebuild_the_environment_broke_is_an_env_error_and_the_next_run_rebuil
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_problem_selected_alone_rebuilds_only_its_own_targets(rebuilding):
     only, records = rebuilding("--bench-ids=2")
     assert only.ret == 0 and sorted(records) == ["2.1", "2.2"]
@@ -99,6 +101,7 @@ SLOW_TO_REBUILD = (  # sleeps only where the rebuild runs it: the rebuild's chil
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_the_rebuild_is_neither_in_the_step_duration_nor_in_its_timeout(rebuilding):
     problems = tiny_problems(**{"3.1": SLOW_TO_REBUILD})
     result, records = rebuilding("--bench-ids=3", "--bench-timeout=2", problems=problems)
@@ -204,6 +207,7 @@ def test_a_staged_capsule_folder_is_used_as_is(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_corebench_records_say_where_the_capsule_came_from(pytester, shared_data, tmp_path, monkeypatch):
     capsule = "capsule-7038571"  # a train capsule: the oracle answers it
     store = tmp_path / "store"

@@ -18,6 +18,7 @@ def test_unknown():
 
 
 @pytest.mark.parametrize("ci,outcome", [("", "skipped"), ("true", "failed")])
+@pytest.mark.slow
 def test_a_missing_capability_skips_locally_and_fails_under_ci(pytester: pytest.Pytester, monkeypatch, ci, outcome):
     monkeypatch.setenv("CI", ci)
     pytester.makepyfile(test_needs=NEEDS_WHAT_NOBODY_HAS)

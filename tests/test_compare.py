@@ -20,6 +20,7 @@ from toybench import Toy as ToyBenchmark
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_compare_lists_exactly_the_flipped_items(tiny, pytester, capsys):
     assert tiny("--bench-run-id=a", broken="3.1").ret == 1
     assert tiny("--bench-run-id=b", broken="1.2,2.1").ret == 1

@@ -45,6 +45,7 @@ CORRUPT, HOSTILE = "capsule-3137115", "capsule-5367566"
 
 
 @pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
+@pytest.mark.slow
 def test_oracle_scores_every_capsule_at_every_difficulty(pytester, tmp_path, monkeypatch, difficulty):
     """The self-check: the first reference run's answers score correct; a corrupt archive and one with
     a path leaving the capsule each fail their own item only, with a message naming the problem."""

@@ -110,6 +110,7 @@ def test_a_manifest_that_does_not_fit_is_an_env_error_naming_the_field(tmp_path,
 # --------------------------------------------------------------------------- 10: GPU capsules
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_local_gpu_capsules_are_marked_and_the_summary_counts_the_selection(pytester, tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
     gpu_one, cpu_one = CID, "capsule-0201225"
@@ -134,6 +135,7 @@ NESTED = ("pwd && docker info --format 'nested-daemon {{.Driver}}' && mkdir -p /
 
 @pytest.mark.docker
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pytester, tmp_path, monkeypatch):
     from capabilities import missing, needs
     from capsule_factory import labelled_containers
@@ -169,6 +171,7 @@ def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pyt
 
 @pytest.mark.docker
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytester, tmp_path, monkeypatch):
     """Done-when: a train capsule under Docker with --bench-workspace-root /workspace/core-bench; its inputs
     are preinstalled in the image (nothing downloaded or uploaded)."""
@@ -277,6 +280,7 @@ def test_train_capsule_runs_on_the_host_at_a_custom_workspace_root(pytester, tmp
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_without_isolation_the_host_names_the_folder_it_really_used(pytester, tmp_path, monkeypatch):
     """No sandbox, no mount namespace: the root cannot be applied, so prompt, hints, report_path and the
     header name the item's own folder instead, and the record says the root was not applied."""

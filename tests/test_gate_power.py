@@ -29,6 +29,7 @@ def fifteen_problems() -> tuple[list[dict], dict[str, list]]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_one_percent_gate_on_15_problems_fails_as_underpowered_and_a_generous_one_passes(pytester, bench,
                                                                                            shared_data):
     problems, targets = fifteen_problems()

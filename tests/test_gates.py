@@ -221,6 +221,7 @@ def test_a_gated_run_without_items_fails(tmp_path):
 
 # ---- the exit-code table ------------------------------------------------------------------------
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_no_gate_keeps_pytest_semantics(tiny):
     result = tiny(broken="2.2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -229,6 +230,7 @@ def test_no_gate_keeps_pytest_semantics(tiny):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_gate_passes_although_items_failed(tiny, pytester):
     result = tiny("--bench-fail-under", "main=60%", "--bench-fail-under", "subproblem=0.8", broken="2.2")
     result.assert_outcomes(passed=4, failed=1)
@@ -241,6 +243,7 @@ def test_gate_passes_although_items_failed(tiny, pytester):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_gate_fails_and_names_the_gate(tiny, pytester):
     result = tiny("--bench-fail-under", "main=0.5", "--bench-fail-under", "subproblem=0.9", broken="2.2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -254,6 +257,7 @@ def test_gate_fails_and_names_the_gate(tiny, pytester):
 
 @pytest.mark.parametrize("budget,code", [(0, pytest.ExitCode.TESTS_FAILED), (1, pytest.ExitCode.OK)])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_errors_over_budget(tiny, budget, code):
     result = tiny(f"--bench-max-errors={budget}", errors="3.1")
     assert result.ret == code
@@ -261,6 +265,7 @@ def test_errors_over_budget(tiny, budget, code):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_baseline_written_on_purpose_and_a_drop_beyond_the_limit_fails(tiny, pytester):
     baseline = pytester.path / "ci" / "baseline.json"
     first = tiny(f"--bench-baseline={baseline}", "--bench-update-baseline", "--bench-max-drop=main=10%")
@@ -302,6 +307,7 @@ def test_settings_mismatch_is_refused_naming_the_difference(tiny, pytester, shar
 
 # ---- exit codes 2 to 5 pass through --------------------------------------------------------------
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_usage_error_lists_valid_metrics(tiny):
     result = tiny("--bench-fail-under=accuracy=0.5")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -309,12 +315,14 @@ def test_usage_error_lists_valid_metrics(tiny):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_no_tests_stays_5(tiny):
     result = tiny("--bench-fail-under=main=0", "-k", "no_such_item")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_interrupted_stays_2(tiny, pytester):
     pytester.makeconftest(MODEL_CONFTEST + '''
 def pytest_runtest_setup(item):
@@ -326,6 +334,7 @@ def pytest_runtest_setup(item):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_internal_error_stays_3(tiny, pytester):
     pytester.makeconftest(MODEL_CONFTEST + '''
 def pytest_runtest_logfinish(nodeid):

@@ -125,6 +125,7 @@ def corebench_host_run(pytester, tmp_path, base_url: str, run_id: str, *extra: s
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_the_agent_of_a_corebench_run_cannot_reach_the_controllers_loopback(pytester, tmp_path, listeners):
     """A real model's agent (the scripted server) runs the probe with bash; its tool output says what answered,
     and the run's isolation line names the network namespace."""

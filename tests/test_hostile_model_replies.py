@@ -32,7 +32,7 @@ from bench_runs import SHARED_DATA, read_jsonl, run_dirs
 from capabilities import needs
 from fake_openai import FakeOpenAI
 
-pytestmark = [pytest.mark.e2e, pytest.mark.isolation]
+pytestmark = [pytest.mark.e2e, pytest.mark.isolation, pytest.mark.slow]
 
 EXECUTORS = ("fork", "subprocess")
 RUN_TIMEOUT = 900  # seconds for a grouped run (targets rebuilt when the session's cache is cold)

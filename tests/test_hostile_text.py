@@ -105,6 +105,7 @@ def answering(replies: dict[str, str]):
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_lone_surrogate_in_a_model_reply(bench, pytester, tiny_data, tmp_path, xdist):
     code = f"def add(a, b):\n    # caf{LONE} \n    return a + b"
     with FakeOpenAI() as server:
@@ -129,6 +130,7 @@ def test_a_lone_surrogate_in_a_model_reply(bench, pytester, tiny_data, tmp_path,
             "    out.flush()\n    return a + b"), "pass", ""),
 ], ids=["exception-text", "stdout"])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_hostile_text_from_the_scoring_child(bench, pytester, tiny_data, tmp_path, reply, status, in_message):
     with FakeOpenAI() as server:
         for _ in range(10):
@@ -167,6 +169,7 @@ def bench_model():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_hostile_text_from_a_users_own_client(bench, pytester, tiny_data):
     pytester.makeconftest(CLIENT_CONFTEST)
     data, h5 = tiny_data

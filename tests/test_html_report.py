@@ -104,6 +104,7 @@ def test_report_html_in_a_browser(tiny, tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_scicode_categories_filter_and_summary_in_report_html(tiny, pytester, shared_data):
     """A hand-made dataset with two categories (the official data has one): records carry the category,
     report.html offers both in its category filter and shows both headline metrics per category."""
@@ -138,6 +139,7 @@ def test_scicode_categories_filter_and_summary_in_report_html(tiny, pytester, sh
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_official_scicode_records_are_unclassified(tiny, pytester):
     result = tiny("-q", "--bench-ids=3", "--bench-run-id=plain")
     assert result.ret == pytest.ExitCode.OK
@@ -153,6 +155,7 @@ TOOL_CODE = 'import math\n\n\ndef six():\n    """Six, checked."""\n    return 6 
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_tool_calls_render_as_code_with_tokens_per_turn(bench, pytester, shared_data):
     """A tool-use run against a scripted endpoint: the transcript shows the tool call's code decoded from its JSON
     arguments, as numbered, highlighted lines, its output beneath it, and each model turn's tokens and latency."""

@@ -42,6 +42,7 @@ def test_the_readme_documents_one_form_per_benchmark():
     ("core-bench", ["--bench=core-bench", "--bench-split=train"], 45),
 ])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_collect_only_prints_the_readmes_ids(bench, bench_name, args, count):
     result = bench(*args, "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
@@ -53,6 +54,7 @@ def test_collect_only_prints_the_readmes_ids(bench, bench_name, args, count):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_scicode_ids_name_the_problem_then_the_step(bench):
     ids = collected(bench("--bench=scicode", "--bench-split=validation", "--bench-ids=70,1", "--collect-only", "-q"))
     assert ids[0] == "scicode/1::1.1" and all(i.startswith(("scicode/1::1.", "scicode/70::70.")) for i in ids)
@@ -74,6 +76,7 @@ GOOD = ["capsule-7038571", "capsule-0201225", "capsule-0220918"]
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_that_stored_the_old_corebench_form_resumes_with_its_selection(pytester, tmp_path, monkeypatch):
     staged = tmp_path / "staged"
     for capsule_id in GOOD:

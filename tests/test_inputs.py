@@ -24,6 +24,7 @@ VALIDATION_STEP = ["--bench=scicode", "--bench-split=validation", "--bench-ids=1
     ("--bench-difficulty=easy", "--bench-difficulty (a core-bench option) do(es) not apply to --bench=scicode"),
 ])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_bad_input_is_a_usage_error_before_any_item(bench, pytester, arg, message):
     result = bench(*VALIDATION_STEP, arg)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -32,12 +33,14 @@ def test_bad_input_is_a_usage_error_before_any_item(bench, pytester, arg, messag
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_shared_options_are_never_refused(bench):
     result = bench(*VALIDATION_STEP, "--bench-env=host", "--bench-executor=subprocess", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_report_dir_that_cannot_be_created(bench, pytester):
     blocker = pytester.path / "not-a-folder"
     blocker.write_text("")

@@ -347,6 +347,7 @@ def test_cli_malformed_model_params_is_a_usage_error(pytester):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_cli_builds_models_and_settings(pytester, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1/")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
@@ -376,6 +377,7 @@ def test_cli_builds_models_and_settings(pytester, monkeypatch):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_cli_oracle_from_ini(pytester):
     pytester.makeini("[pytest]\nagentbench_model = oracle\n")
     pytester.makepyfile("""
@@ -386,6 +388,7 @@ def test_cli_oracle_from_ini(pytester):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_cli_rejects_unknown_protocol(pytester):
     result = pytester.runpytest("--model-protocol", "grpc")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -393,6 +396,7 @@ def test_cli_rejects_unknown_protocol(pytester):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_cli_malformed_model_params_with_a_benchmark(pytester, monkeypatch):
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(SHARED_DATA))
     result = pytester.runpytest("--bench=scicode", "--model", "m", "--model-params", "[1]", "-p", "no:cacheprovider")

@@ -25,6 +25,7 @@ def test_every_path_option_is_covered():
 
 @pytest.mark.parametrize("option", PATH_OPTIONS, ids=lambda o: o.flag)
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_space_form_that_moves_the_rootdir_is_a_usage_error(pytester, outside, option):
     pytester.makeini("[pytest]\nagentbench_run_id = from-ini\n")
     value = outside / "summary.json" if option.exists == "file" else outside
@@ -50,6 +51,7 @@ def test_a_non_path_value_that_names_a_folder_with_its_own_ini_is_refused(pytest
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_space_form_from_pytest_addopts_is_refused(pytester, outside, monkeypatch):
     pytester.makeini("[pytest]\n")
     monkeypatch.setenv("PYTEST_ADDOPTS", f"--bench-report-dir {outside}")
@@ -60,6 +62,7 @@ def test_space_form_from_pytest_addopts_is_refused(pytester, outside, monkeypatc
 
 @pytest.mark.parametrize("form", ["space", "equals"])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_harmless_value_keeps_ini_key_and_conftest_model(pytester, tiny, form):
     """`--bench-report-dir reports` inside the project changes nothing: the ini key and the conftest's
     bench_model (which breaks step 2.2; the built-in client could not even be built) take effect."""
@@ -72,6 +75,7 @@ def test_harmless_value_keeps_ini_key_and_conftest_model(pytester, tiny, form):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_equals_form_outside_the_project_works(pytester, tiny, outside):
     pytester.makeini("[pytest]\nagentbench_run_id = from-ini\n")
     result = tiny(f"--bench-report-dir={outside}", broken="2.2")

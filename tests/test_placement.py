@@ -82,6 +82,7 @@ def test_without_durations_the_declared_cost_orders_the_work_and_durations_json_
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_durations_of_an_earlier_run_order_the_work(pytester, bench, shared_data, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()

@@ -53,6 +53,7 @@ def test_verbose_lines_stay_whole(tiny):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_quiet_keeps_every_outcome_letter(tiny):
     result = tiny("-q", "--bench-progress-interval=0", broken="2.2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -64,6 +65,7 @@ def test_quiet_keeps_every_outcome_letter(tiny):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_header_is_a_short_block(tiny):
     result = tiny("--co", "--bench-run-id=hdr")
     header = [line for line in result.outlines if line.startswith("agentbench:")]
@@ -76,6 +78,7 @@ def test_header_is_a_short_block(tiny):
 
 @pytest.mark.parametrize("how", [("-n", "2"), ("-v",)], ids=["xdist", "verbose"])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_long_running_items(tiny, pytester, how):
     pytester.makeconftest(SLOW_CONFTEST)
     result = tiny(*how, "--bench-progress-interval=0.2")
@@ -91,6 +94,7 @@ def test_long_running_items(tiny, pytester, how):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_oracle_prints_no_model_counters(bench):
     result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1.1",
                    "--bench-progress-interval=0")
@@ -100,6 +104,7 @@ def test_oracle_prints_no_model_counters(bench):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_no_terminal_prints_nothing(tiny):
     result = tiny("-p", "no:terminal", "--bench-progress-interval=0")
     assert not [line for line in result.outlines if "agentbench" in line]

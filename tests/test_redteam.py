@@ -32,7 +32,7 @@ from capabilities import needs
 from pytest_agentbench.benchmarks.scicode import dataset
 from scicode_builders import problem, step
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 WRONG_F = "\ndef f():\n    return 2\n"
 ASSERTION = "AssertionError in `assert np.allclose(f(), target)` (test 1 of 1)"

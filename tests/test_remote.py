@@ -149,6 +149,7 @@ def local_validation(loopback, tmp_path_factory, shared_cache) -> dict[str, dict
 
 @pytest.mark.e2e
 @pytest.mark.remote
+@pytest.mark.slow
 def test_validation_oracle_over_two_hosts_matches_a_local_run(loopback, local_validation, tmp_path):
     """The whole SciCode validation oracle run here alone and spread over both hosts: the same records (but
     host, worker and timings) and metrics; one header line per worker; only the controller wrote the run."""
@@ -222,6 +223,7 @@ def socket_server(loopback):
 
 @pytest.mark.e2e
 @pytest.mark.remote
+@pytest.mark.slow
 def test_a_socket_gateway_worker_runs_items_on_its_host_and_sends_the_records_back(loopback, local_validation,
                                                                                    socket_server, shared_cache,
                                                                                    tmp_path):
@@ -256,6 +258,7 @@ def test_a_socket_gateway_worker_runs_items_on_its_host_and_sends_the_records_ba
 
 @pytest.mark.e2e
 @pytest.mark.remote
+@pytest.mark.slow
 def test_a_host_with_other_data_is_refused_with_the_difference(loopback, tmp_path):
     problems = Path("/home/agentbench-a/data/scicode/problems_dev.jsonl")
     saved = problems.read_bytes()
@@ -279,6 +282,7 @@ def test_a_host_with_other_data_is_refused_with_the_difference(loopback, tmp_pat
 
 @pytest.mark.e2e
 @pytest.mark.remote
+@pytest.mark.slow
 def test_a_conftest_model_override_cannot_run_remotely(loopback, tmp_path):
     (tmp_path / "conftest.py").write_text("import pytest\n\n@pytest.fixture(scope='session')\n"
                                           "def bench_model():\n    return object()\n")
@@ -321,6 +325,7 @@ def corebench_args(staged: Path, reports: Path, run_id: str) -> list[str]:
 
 @pytest.mark.e2e
 @pytest.mark.remote
+@pytest.mark.slow
 def test_gpu_capsules_run_only_on_the_host_with_a_gpu(loopback, staged_capsules, tmp_path):
     reports = private_dir(tmp_path / "reports")
     done = run(tmp_path, *corebench_args(staged_capsules, reports, "gpu"), *both(loopback), timeout=400)
@@ -332,6 +337,7 @@ def test_gpu_capsules_run_only_on_the_host_with_a_gpu(loopback, staged_capsules,
 
 @pytest.mark.e2e
 @pytest.mark.remote
+@pytest.mark.slow
 def test_without_a_gpu_worker_gpu_capsules_are_env_errors_in_the_denominator(loopback, staged_capsules, tmp_path):
     reports = private_dir(tmp_path / "reports")
     done = run(tmp_path, *corebench_args(staged_capsules, reports, "nogpu"), "-d", *tx(loopback, "agentbench-a"),
@@ -422,6 +428,7 @@ FAULTS = {"worker killed": ("agentbench-a", "gw0", kill_worker),
 @pytest.mark.parametrize("fault", list(FAULTS))
 @pytest.mark.e2e
 @pytest.mark.remote
+@pytest.mark.slow
 def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopback, tmp_path, fault):
     account, gateway, inflict = FAULTS[fault]
     reports = private_dir(tmp_path / "reports")
@@ -558,6 +565,7 @@ def stop_connection(account: str) -> tuple[list[int], list[int]]:
 
 @pytest.mark.e2e
 @pytest.mark.remote
+@pytest.mark.slow
 def test_a_silent_host_is_lost_within_the_bound_and_the_run_finishes_on_the_other(loopback, tmp_path):
     """agentbench-b's connection goes silent mid-item (its sshd stopped, the connection left open): within the
     host timeout the run declares it lost, records its in-flight task as lost naming the host, finishes the rest
@@ -656,6 +664,7 @@ def shadow_module_dir(name: str) -> Path:
 
 @pytest.mark.e2e
 @pytest.mark.remote
+@pytest.mark.slow
 def test_a_host_whose_python_lacks_execnet_is_refused_by_name_once(loopback, tmp_path):
     folder = shadow_module_dir("execnet")
     try:
@@ -677,6 +686,7 @@ def test_a_host_whose_python_lacks_execnet_is_refused_by_name_once(loopback, tmp
 
 @pytest.mark.e2e
 @pytest.mark.remote
+@pytest.mark.slow
 def test_a_host_whose_worker_cannot_start_is_lost_once_and_the_other_host_runs_everything(loopback, tmp_path):
     """The probe passes but the worker dies at start (a plugin its pytest cannot import): the host is named
     once, nothing is restarted there, the other host runs every item, exit 1."""
@@ -699,6 +709,7 @@ def test_a_host_whose_worker_cannot_start_is_lost_once_and_the_other_host_runs_e
 
 @pytest.mark.e2e
 @pytest.mark.remote
+@pytest.mark.slow
 def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, tmp_path):
     """The controller reports numpy 0.0.1 (the test-only AGENTBENCH_TEST_VERSIONS, read where the probe runs:
     here, on the controller), so each host's real numpy differs from it."""

@@ -30,6 +30,7 @@ def summary_of(run) -> tuple[dict, dict]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_killed_run_resumed_matches_an_uninterrupted_run(pytester, bench, shared_data, shared_cache, monkeypatch):
     # Outside /tmp: an isolated scoring child has a private /tmp but sees the rest of the file system.
     flag = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="agentbench-test-")) / "block-step-3.1"

@@ -90,6 +90,7 @@ def write(tmp_path: Path, text: str, name: str = "review.yaml") -> Path:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_review_flips_one_question_and_the_summary_carries_both_scores(core_run, tmp_path):
     review = write(tmp_path, review_yaml(flip()))
     result, run = core_run(f"--bench-review={review}")
@@ -123,6 +124,7 @@ def test_a_review_flips_one_question_and_the_summary_carries_both_scores(core_ru
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_gates_judge_the_automatic_score_unless_asked_for_the_reviewed_one(core_run, tmp_path):
     review = write(tmp_path, review_yaml(flip()))
     automatic, run = core_run(f"--bench-review={review}", "--bench-fail-under=accuracy=100%", run_id="auto")
@@ -157,6 +159,7 @@ def test_reviewed_gate_without_a_review_is_a_usage_error(core_run):
                                                           "question 'Report the AUC at the sample level'*did you mean*"),
 ])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_review_naming_what_the_split_lacks_is_exit_4(core_run, tmp_path, entry, expected):
     review = write(tmp_path, review_yaml(entry))
     result, run = core_run(f"--bench-review={review}")
@@ -176,6 +179,7 @@ def test_a_review_naming_what_the_split_lacks_is_exit_4(core_run, tmp_path, entr
     ("- capsule: capsule-0201225\n", "*review.yaml:1: the file must be a mapping with one key, `overrides:`*"),
 ])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_malformed_review_is_exit_4_naming_file_and_line(core_run, tmp_path, text, expected):
     review = write(tmp_path, text)
     result, _ = core_run(f"--bench-review={review}")
@@ -184,6 +188,7 @@ def test_a_malformed_review_is_exit_4_naming_file_and_line(core_run, tmp_path, t
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_an_override_outside_the_selection_is_ignored_with_a_warning(core_run, tmp_path):
     other = next(iter(train_task(OTHER)["results"][0]))
     review = write(tmp_path, review_yaml(flip(), flip(OTHER, other)))
@@ -200,6 +205,7 @@ def test_an_override_outside_the_selection_is_ignored_with_a_warning(core_run, t
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_resuming_a_finished_run_with_a_review_rewrites_its_reports(core_run, tmp_path):
     result, run = core_run()
     result.assert_outcomes(passed=1, failed=1)
@@ -216,6 +222,7 @@ def test_resuming_a_finished_run_with_a_review_rewrites_its_reports(core_run, tm
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_the_export_button_yields_a_review_file_that_loads(core_run, tmp_path):
     review = write(tmp_path, review_yaml(flip(RIGHT, next(iter(train_task(RIGHT)["results"][0])), "wrong")))
     result, run = core_run(f"--bench-review={review}")
@@ -254,6 +261,7 @@ def test_the_export_button_yields_a_review_file_that_loads(core_run, tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_of_several_attempts_carries_the_mean_reviewed_score(core_run, tmp_path):
     review = write(tmp_path, review_yaml(flip()))
     result, run = core_run(f"--bench-review={review}", "--bench-attempts=2", "--bench-fail-under=accuracy=100%",

@@ -37,6 +37,7 @@ def tiny_data(pytester, shared_data, monkeypatch):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_file_drives_a_whole_run_and_settings_name_each_line(pytester, bench, tiny_data, monkeypatch):
     data, h5 = tiny_data
     monkeypatch.setenv("BREAK_STEPS", "2.2")
@@ -70,6 +71,7 @@ def test_a_run_file_drives_a_whole_run_and_settings_name_each_line(pytester, ben
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_command_line_beats_environment_beats_run_file_beats_ini(pytester, bench, tiny_data, monkeypatch):
     data, h5 = tiny_data
     pytester.makeini("[pytest]\nagentbench_timeout = 99\nagentbench_tool_loops = 3\nagentbench_progress_interval = 7\n")
@@ -104,6 +106,7 @@ def test_command_line_beats_environment_beats_run_file_beats_ini(pytester, bench
      "unknown scicode metric 'nope' in --bench-fail-under (file agentbench.yaml:3)"),
 ])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_bad_run_file_is_a_usage_error_naming_file_and_line(pytester, body, needle, message, monkeypatch):
     monkeypatch.setenv("AGENTBENCH_OFFLINE", "1")
     path = write(pytester.path / "agentbench.yaml", body)
@@ -116,6 +119,7 @@ def test_a_bad_run_file_is_a_usage_error_naming_file_and_line(pytester, body, ne
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_the_key_comes_from_the_variable_the_file_names_and_is_never_written(pytester, bench, tiny_data,
                                                                                 monkeypatch):
     data, h5 = tiny_data
@@ -147,6 +151,7 @@ def test_the_key_comes_from_the_variable_the_file_names_and_is_never_written(pyt
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_json_run_file_works_and_the_command_line_picks_pytest_flags_first(pytester, tiny_data):
     data, h5 = tiny_data
     (pytester.path / "run.json").write_text(json.dumps({

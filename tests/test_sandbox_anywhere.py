@@ -195,6 +195,7 @@ def test_python_inside_a_hidden_folder_is_bound_again_on_top_of_its_mask(venv):
 @pytest.mark.parametrize("spelling", SPELLINGS)
 @pytest.mark.e2e
 @pytest.mark.isolation
+@pytest.mark.slow
 def test_a_scicode_run_with_a_venv_under_tmp_rebuilds_and_passes(venv, spelling, tmp_path):
     """`<venv>/bin/python3 -m pytest --bench=scicode ... --model=oracle` with a fresh cache: the targets are
     rebuilt in the fresh-interpreter sandbox and scored on the fork server; the header reports the self-test."""
@@ -212,6 +213,7 @@ def test_a_scicode_run_with_a_venv_under_tmp_rebuilds_and_passes(venv, spelling,
 
 @pytest.mark.e2e
 @pytest.mark.isolation
+@pytest.mark.slow
 def test_a_self_test_failure_is_exit_4_before_any_item(venv, tmp_path):
     """The cache folder (hidden from children) is the venv itself: the interpreter cannot be seen in the sandbox.
     The session ends with exit 4 before any item, naming the interpreter, the folder and its option; nothing
@@ -302,6 +304,7 @@ def test_links_on_the_way_are_found_as_realpath_follows_them(tmp_path):
                     reason="several minutes: the whole validation split; run with AGENTBENCH_LONG_TESTS=1")
 @pytest.mark.e2e
 @pytest.mark.isolation
+@pytest.mark.slow
 def test_readme_main_command_with_a_venv_under_tmp(venv, tmp_path):
     """LONG (several minutes): the README's main command, `-n 2` included, from a venv under /tmp with a fresh
     cache: 15 of 15 problems resolved, 50 of 50 steps passed."""

@@ -827,6 +827,7 @@ def test_ground_truth_passes_every_validation_step(genuine_split):
     assert not failed, f"ground truth failed under the split: {failed}"
 
 
+@pytest.mark.slow
 def test_mutated_ground_truth_fails_exactly_the_steps_upstream_fails(mutated_split, mutated_upstream):
     ours = {step: passed for step, (passed, _) in mutated_split.items()}
     assert ours == mutated_upstream, {s: (ours[s], mutated_upstream[s], mutated_split[s][1])

@@ -36,6 +36,7 @@ def interrupted(tiny, pytester) -> Path:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_resume_alone_continues_the_run_with_its_settings_and_selection(tiny, bench, pytester):
     run = interrupted(tiny, pytester)
     stored = json.loads((run / "settings.json").read_text())["_run"]
@@ -67,6 +68,7 @@ def test_resume_refuses_another_selection_or_setting_and_merges_on_request(tiny,
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_resume_command_of_the_package(tiny, pytester, shared_cache):
     run = interrupted(tiny, pytester)
     done = subprocess.run([sys.executable, "-m", "pytest_agentbench", "resume", str(run), "-p", "no:cacheprovider",
@@ -77,6 +79,7 @@ def test_resume_command_of_the_package(tiny, pytester, shared_cache):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_replay_rescores_a_run_from_its_cached_responses(pytester, bench, shared_data):
     data, h5 = write_dataset(pytester.path, shared_data)
     with FakeOpenAI() as server:
@@ -98,6 +101,7 @@ def test_replay_rescores_a_run_from_its_cached_responses(pytester, bench, shared
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_summary_says_when_on_what_and_how_the_run_was_made(tiny, pytester):
     result = tiny("--bench-ids=3")
     assert result.ret == pytest.ExitCode.OK
@@ -120,6 +124,7 @@ def test_git_commit_and_command_line():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_significance_warns_when_the_selection_is_too_small(tiny):
     result = tiny("--bench-significance=0.05", "--collect-only")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()

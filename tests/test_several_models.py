@@ -74,6 +74,7 @@ def completions(server: FakeOpenAI) -> list[dict]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_two_models_get_their_own_runs_a_table_across_them_and_their_own_gates(pytester, shared_cache, two_models):
     _, right, wrong = two_models
     listed = run(pytester, shared_cache, "--collect-only", "-q")
@@ -129,6 +130,7 @@ def test_two_models_get_their_own_runs_a_table_across_them_and_their_own_gates(p
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_k_selects_a_model_by_its_name(pytester, shared_cache, two_models):
     _, right, wrong = two_models
     result = run(pytester, shared_cache, "-k", "righty and 3.1")
@@ -156,6 +158,7 @@ def test_a_conftest_bench_model_with_several_models_is_a_usage_error(pytester, s
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_several_models_under_xdist_collect_the_same_ids_and_write_both_runs(pytester, shared_cache, two_models):
     result = run(pytester, shared_cache, "-n", "2", "-k", "3.1")
     assert result.ret == 1, result.stdout.str()

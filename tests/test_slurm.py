@@ -21,7 +21,7 @@ from capsule_factory import write_capsule_tree
 from pytest_agentbench.core import records as rec
 from pytest_agentbench.core import slurm, spool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.remote]
+pytestmark = [pytest.mark.e2e, pytest.mark.remote, pytest.mark.slow]
 
 IDS = "1,3"
 SLURM_STATE = Path(os.environ.get("AGENTBENCH_SLURM_STATE", "/var/lib/agentbench-slurm"))

@@ -198,6 +198,7 @@ def daemon_run(pytester, bench, shared_data, monkeypatch):
 @pytest.mark.parametrize("isolated", [True, False], ids=["isolated", "not-isolated"])
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_daemon_of_one_step_is_gone_when_the_next_step_runs(daemon_run, executor, isolated):
     records, watcher = daemon_run(executor, isolated)
     first, second = records["1.1"], records["1.2"]

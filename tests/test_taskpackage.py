@@ -35,6 +35,7 @@ def emptied(run_dir: Path) -> None:
             path.unlink()
 
 
+@pytest.mark.slow
 def test_run_task_packages_and_collect_gives_the_local_records(bench, pytester: pytest.Pytester) -> None:
     local = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", f"--bench-ids={IDS}",
                   "--bench-run-id=r1")

@@ -109,6 +109,7 @@ DOUBLE = "def double_incr(start):\n    return 2 * Counter(start).incr()"
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_class_answer_is_chosen_and_kept_whole_for_the_next_step(pytester, bench, shared_data):
     """The reply shows a usage example before the class: choosing by `__init__` takes the example."""
     problems = [problem("5", [step("5.1", COUNTER, [CLOSE.format(call="Counter(2).incr()")], header=COUNTER_HEADER),
@@ -158,6 +159,7 @@ def test_prefilled_code_is_given_to_later_steps_verbatim_both_classes_of_62_1():
 # ---- SciCode#43: ground truth that fails the official targets ----------------------------------------
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_ground_truth_of_78_3_passes_on_targets_rebuilt_from_it(pytester, bench):
     result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=78.3")
     records = read_jsonl(run_dirs(pytester.path)[0] / "steps.jsonl")
