@@ -736,6 +736,7 @@ def records(folder: Path, run_id: str) -> list[dict]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_is_found_through_its_entry_point_alone(toy):
     run = toy["absent"]
     assert run.code == 4, run
@@ -743,6 +744,7 @@ def test_toy_is_found_through_its_entry_point_alone(toy):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_option_and_ini_key_appear_in_help(toy):
     run = toy["help"]
     assert run.code == 0, run
@@ -751,6 +753,7 @@ def test_toy_option_and_ini_key_appear_in_help(toy):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_items_are_collected_and_run(toy):
     run = toy["a"]
     assert run.code == 0, run
@@ -761,6 +764,7 @@ def test_toy_items_are_collected_and_run(toy):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_reports_are_written(toy):
     main = toy["main"]
     folder = run_dir(main, "a")
@@ -776,6 +780,7 @@ def test_toy_reports_are_written(toy):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_records_are_deterministic(toy):
     main = toy["main"]
     got = {r["id"]: r for r in records(main, "a")}
@@ -794,6 +799,7 @@ def test_toy_records_are_deterministic(toy):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_gate_decides_the_exit_code(toy):
     held, failed = toy["c"], toy["b"]
     assert re.search(r"\b3 passed\b", held.out) and re.search(r"\b1 failed\b", held.out), held
@@ -807,6 +813,7 @@ def test_toy_gate_decides_the_exit_code(toy):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_baseline_written_then_compared(toy):
     main = toy["main"]
     baseline = main / "baseline" / "summary.json"
@@ -820,6 +827,7 @@ def test_toy_baseline_written_then_compared(toy):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_runs_compare(toy):
     run = toy["compare"]
     assert run.code == 0, run
@@ -830,6 +838,7 @@ def test_toy_runs_compare(toy):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_with_a_users_own_model(toy):
     run = toy["d"]
     assert run.code == 1, run
@@ -839,6 +848,7 @@ def test_toy_with_a_users_own_model(toy):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_config_errors_are_usage_errors(toy):
     bad = toy["bad_option"]
     assert bad.code == 4, bad

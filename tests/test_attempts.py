@@ -73,6 +73,7 @@ def test_official_data_is_all_unclassified(bench):
 # ---------------------------------------------------------------- 2. run counts
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_run_counts_in_every_summary(tiny, pytester):
     result = tiny(errors="2.2", broken="3.1")
     line = ("run counts: Total 3, Evaluated 2, Error 1 (main_problem_resolved 1, main_problem_total 3, "

@@ -52,6 +52,7 @@ def assert_deltas(text: str) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_run_with_a_baseline_and_compare_html_show_deltas_flips_and_both_transcripts(tiny, pytester, tmp_path):
     assert tiny("--bench-run-id=a", broken="3.1").ret == 1
     baseline = next(p for p in run_dirs(pytester.path) if p.name == "a")

@@ -10,7 +10,7 @@ from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from capsule_factory import CapsuleServer, build_capsule_archive
 from pytest_agentbench.benchmarks.corebench import capsules
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DATA = SHARED_DATA
 SERVED, STAGED, MISSING = "capsule-7038571", "capsule-0201225", "capsule-0220918"  # train capsules
@@ -45,7 +45,6 @@ CORRUPT, HOSTILE = "capsule-3137115", "capsule-5367566"
 
 
 @pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
-@pytest.mark.slow
 def test_oracle_scores_every_capsule_at_every_difficulty(pytester, tmp_path, monkeypatch, difficulty):
     """The self-check: the first reference run's answers score correct; a corrupt archive and one with
     a path leaving the capsule each fail their own item only, with a message naming the problem."""

@@ -254,6 +254,7 @@ def _answers():
 
 @pytest.mark.e2e
 @pytest.mark.isolation
+@pytest.mark.slow
 def test_train_capsule_runs_on_the_host_at_a_custom_workspace_root(pytester, tmp_path, monkeypatch):
     """The host environment maps --bench-workspace-root per item: the agent works at the root, writes
     report.json there with bash, and the record's report_path is under it."""

@@ -12,7 +12,7 @@ from bench_runs import read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
 from scicode_builders import CLOSE, problem, step, write_dataset
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PROBLEMS = [problem(str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")],
                                   header=f"def f{k}():")]) for k in range(1, 5)]
@@ -80,7 +80,6 @@ def test_a_priced_model_shows_cost_in_records_summaries_and_report(pytester, ben
     replay.stdout.fnmatch_lines(["cost: $0.0000 spent*replayed calls would have cost $0.0280*"])
 
 
-@pytest.mark.slow
 def test_the_cost_gate_fails_when_the_run_cost_more(pytester, bench, shared_data, server):
     for _ in range(4):
         server.reply_with(right_answer())
@@ -93,7 +92,6 @@ def test_the_cost_gate_fails_when_the_run_cost_more(pytester, bench, shared_data
     assert [g["ok"] for g in gates] == [False, True]
 
 
-@pytest.mark.slow
 def test_an_endpoint_without_usage_leaves_the_cost_unknown(pytester, bench, shared_data, server):
     for _ in range(4):
         server.reply_with(right_answer(usage=False))
@@ -111,7 +109,6 @@ def test_an_endpoint_without_usage_leaves_the_cost_unknown(pytester, bench, shar
     assert cost["total_usd"] is None and cost["per_solved_usd"] is None and cost["unknown_items"] == 4
 
 
-@pytest.mark.slow
 def test_a_run_budget_leaves_items_not_run(pytester, bench, shared_data, server):
     for _ in range(4):
         server.reply_with(right_answer())
@@ -131,7 +128,6 @@ def test_a_run_budget_leaves_items_not_run(pytester, bench, shared_data, server)
         (run_dir / "summary.md").read_text()
 
 
-@pytest.mark.slow
 def test_a_budget_needs_a_price_and_a_price_is_checked(pytester, bench, shared_data, server):
     args = scicode_args(pytester, shared_data, server, "--model=m")
     unpriced = bench(*args, "--bench-max-cost=1")
@@ -148,7 +144,6 @@ def test_a_budget_needs_a_price_and_a_price_is_checked(pytester, bench, shared_d
     assert not server.requests
 
 
-@pytest.mark.slow
 def test_a_per_item_budget_stops_the_scicode_harness(pytester, bench, shared_data, server):
     for _ in range(4):  # each step's first reply asks for a tool call ($0.007): its budget is then spent
         server.reply(tool_calls=[("code_interpreter", {"code": "print(1)"})], prompt_tokens=1000,
@@ -164,7 +159,6 @@ def test_a_per_item_budget_stops_the_scicode_harness(pytester, bench, shared_dat
     assert records[0]["generation"]["tool_calls"] == 1
 
 
-@pytest.mark.slow
 def test_a_run_budget_holds_across_workers(pytester, bench, shared_data, server):
     problems = [problem(str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")],
                                       header=f"def f{k}():")]) for k in range(1, 9)]

@@ -137,6 +137,7 @@ def test_streak_counts_model_errors_only():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_run_stops_after_consecutive_model_errors_with_complete_reports(tiny, pytester):
     result = tiny("--bench-max-consecutive-errors=2", errors="1.1,1.2,2.1,2.2,3.1")
     assert result.ret == pytest.ExitCode.INTERRUPTED

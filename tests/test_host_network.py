@@ -172,6 +172,7 @@ def path_without(program: str, folder: Path) -> str:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_that_needs_slirp4netns_where_it_is_missing_is_refused(pytester, tmp_path, monkeypatch):
     needs("bwrap")
     monkeypatch.setenv("PATH", path_without("slirp4netns", tmp_path / "bin"))

@@ -196,6 +196,7 @@ CAPSULE = "capsule-7038571"
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_hostile_text_in_a_core_bench_report_and_tool_output(pytester, tmp_path, monkeypatch, shared_data):
     import base64
 

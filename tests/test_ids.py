@@ -64,6 +64,7 @@ def test_scicode_ids_name_the_problem_then_the_step(bench):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_deselect_takes_the_old_and_the_new_corebench_form(bench):
     base = ["--bench=core-bench", "--bench-split=train", "--collect-only", "-q",
             "--bench-ids=capsule-7038571,capsule-0201225,capsule-0220918"]

@@ -17,7 +17,7 @@ import pytest
 from bench_runs import read_jsonl
 from scicode_builders import MODEL_CONFTEST, write_dataset
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TINY_STEPS = ["1.1", "1.2", "2.1", "2.2", "3.1"]
 FAULT_CONFTEST = MODEL_CONFTEST + '''
@@ -84,7 +84,6 @@ STAGE_WORDS = {"score": "scoring this item failed", "record": "building this ite
     ("score", ()), ("record", ()), ("write", ()),
     ("score", ("-n", "2")), ("record", ("-n", "2")), ("write", ("-n", "2")), ("deliver", ("-n", "2")),
 ], ids=["score", "record", "write", "score-xdist", "record-xdist", "write-xdist", "deliver-xdist"])
-@pytest.mark.slow
 def test_a_fault_at_any_stage_is_that_items_error(faulty, stage, xdist):
     result = faulty(*xdist, FAULT=f"{stage}:1.2")
     records = complete_records(result, faulty.run_dir)
@@ -112,7 +111,6 @@ def test_a_record_that_cannot_be_written_is_that_items_error(faulty):
 
 
 @pytest.mark.parametrize("how", ["removed", "disk-full"])
-@pytest.mark.slow
 def test_a_records_file_that_cannot_be_appended_to_stops_the_run(faulty, how):
     result = faulty(BREAK_FILE_AT="2.1", HOW=how)
     out = result.stdout.str() + result.stderr.str()

@@ -71,6 +71,7 @@ def calls_test_function(source: str, defined: set[str]) -> bool:
                for node in ast.walk(ast.parse(source, mode="eval")))
 
 
+@pytest.mark.slow
 def test_every_official_test_case_is_verified_by_the_parent(capsys):
     steps = official_steps()
     cases = 0

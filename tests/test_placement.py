@@ -69,6 +69,7 @@ def assert_heaviest_first(records: list[dict], cost: dict[str, float]) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_without_durations_the_declared_cost_orders_the_work_and_durations_json_is_written(
         pytester, bench, shared_data, tmp_path):
     cache = tmp_path / "cache"

@@ -128,6 +128,7 @@ print(json.dumps(out, default=str))
 
 @pytest.mark.parametrize("spelling", SPELLINGS)
 @pytest.mark.isolation
+@pytest.mark.slow
 def test_every_sandbox_kind_runs_an_interpreter_under_tmp(venv, spelling):
     """Started through each spelling, the venv's interpreter runs scripts on the fork server and in a fresh
     interpreter, rebuilds targets from ground truth, runs host-environment commands and tool scripts, and passes
@@ -176,6 +177,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.isolation
+@pytest.mark.slow
 def test_python_inside_a_hidden_folder_is_bound_again_on_top_of_its_mask(venv):
     """The folder around the venv is hidden (as a cache or report folder would be), with a secret beside the venv:
     in every sandbox the interpreter runs and imports numpy, and of the hidden folder only the venv (and the
@@ -235,6 +237,7 @@ def test_a_self_test_failure_is_exit_4_before_any_item(venv, tmp_path):
 
 
 @pytest.mark.isolation
+@pytest.mark.slow
 def test_a_remote_host_whose_python_cannot_run_in_its_sandbox_is_refused_by_name(venv, tmp_path):
     """The host probe (what a remote worker's host runs before its worker starts) runs the self-test there with
     that host's own hidden folders; a host whose interpreter is hidden is refused, by name, with the cause."""

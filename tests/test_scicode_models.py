@@ -15,7 +15,7 @@ from bench_runs import SHARED_DATA, read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
 from pytest_agentbench.core.records import comparable
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NEXT_STEP = "NEXT STEP - PROBLEM STEP AND FUNCTION HEADER"
 
@@ -91,7 +91,6 @@ ALL_PASS = "validation: main problems resolved 15/15 (100.0%), subproblems passe
 
 @pytest.mark.parametrize("mode,xdist", [("tool_use", ()), ("tool_use", ("-n", "4")), ("naive", ()),
                                         ("naive", ("-n", "4"))])
-@pytest.mark.slow
 def test_scripted_ground_truth_model_resolves_validation(bench, pytester, server, cache_dir, mode, xdist):
     cache = cache_dir
     result = bench(*model_args(server, f"--bench-mode={mode}", f"--bench-cache-dir={cache}", *xdist),
@@ -129,7 +128,6 @@ def test_scripted_ground_truth_model_resolves_validation(bench, pytester, server
     assert without_trajectory_paths(replayed) == without_trajectory_paths(records)
 
 
-@pytest.mark.slow
 def test_responses_protocol_and_a_single_step_selected_alone(bench, pytester, server, cache_dir):
     """Step 29.3 alone: its prompt still holds the code generated for 29.1 and 29.2 in this run."""
     result = bench(*model_args(server, "--model-protocol=responses", "--bench-ids=29.3",
@@ -160,7 +158,6 @@ def test_model_service_failures_are_model_errors(bench, pytester, cache_dir):
     assert "model or environment error" in (run / "summary.md").read_text()
 
 
-@pytest.mark.slow
 def test_rate_limit_then_success(bench, pytester, cache_dir):
     with FakeOpenAI() as fake:
         fake.fail(times=2, status=429, retry_after=0)
@@ -177,7 +174,6 @@ def test_rate_limit_then_success(bench, pytester, cache_dir):
     ({"text": "```python\ndef cg(A, b, x0, tol):\n    return x0 +", "finish_reason": "length"}, "parse_error",
      "cut off at the token limit"),
 ])
-@pytest.mark.slow
 def test_replies_without_usable_code(bench, pytester, cache_dir, reply, status, needle):
     with FakeOpenAI() as fake:
         fake.reply(**reply)
@@ -189,7 +185,6 @@ def test_replies_without_usable_code(bench, pytester, cache_dir, reply, status, 
     assert record["status"] == status and needle in record["message"]
 
 
-@pytest.mark.slow
 def test_unreachable_model_is_a_model_error_not_a_crash(bench, pytester, cache_dir):
     pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
     result = bench("--bench=scicode", "--bench-split=validation", "--model=m", "--model-base-url=http://127.0.0.1:9/v1",

@@ -821,6 +821,7 @@ def mutated_upstream(dev_targets):
     return verdicts
 
 
+@pytest.mark.slow
 def test_ground_truth_passes_every_validation_step(genuine_split):
     failed = {step: why for step, (passed, why) in genuine_split.items() if not passed}
     assert len(genuine_split) == (50 if FULL else len(QUICK)) and set(genuine_split) <= ALL_DEV_IDS
@@ -899,6 +900,7 @@ def test_a_child_cannot_send_an_expected_value_that_depends_on_no_model_code():
 
 # ---- the plugin scores through the split ------------------------------------------------------------
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_the_operand_cap_option_reaches_scoring(tiny, pytester):
     from bench_runs import read_jsonl, run_dirs
 
