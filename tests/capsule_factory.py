@@ -203,38 +203,6 @@ class CapsuleServer:
 
 # --------------------------------------------------------------------------- Docker for the tests
 
-TEST_IMAGE_ENV = "AGENTBENCH_TEST_IMAGE"
-DEFAULT_TEST_IMAGE = "agentbench-test:bookworm"
-
-
-def docker_test_image() -> str:
-    """The local test image (built by .ci/docker-setup), or skip; in CI (CI=true) fail instead of skipping."""
-    import os
-
-    import pytest
-
-    image = os.environ.get(TEST_IMAGE_ENV, DEFAULT_TEST_IMAGE)
-    in_ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-    problem = None
-    try:
-        import docker
-
-        client = docker.from_env()
-        client.ping()
-        try:
-            client.images.get(image)
-        except docker.errors.ImageNotFound:
-            problem = f"the test image {image} is not on the engine; build it with .ci/docker-setup"
-    except Exception as exc:  # no SDK, no socket, engine down
-        where = os.environ.get("DOCKER_HOST") or "the local socket"
-        problem = f"no Docker engine reachable at {where} ({type(exc).__name__}); run .ci/docker-setup as root"
-    if problem:
-        if in_ci:
-            pytest.fail(f"CI=true but {problem}")
-        pytest.skip(problem)
-    return image
-
-
 STAGED_BY_LABEL = "agentbench.test-staged-by"  # the test process that made a container look like a dead run's
 
 

@@ -8,6 +8,7 @@ scicode_builders.py).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import h5py  # noqa: F401  imported once here: in-process pytester runs must not import h5py a second time
@@ -20,6 +21,10 @@ import scipy.stats  # noqa: F401
 import pytest
 
 from bench_runs import SHARED_DATA
+
+# The one toy benchmark, tests/toybench, is importable as `toybench` (test_gates.py and test_compare.py declare
+# their gates on it; test_architecture.py installs it as a distribution and runs it through its entry point).
+sys.path.insert(0, str(Path(__file__).resolve().parent / "toybench"))
 
 # The SDK's HTTP transport imports its connection library on the first client. Were that inside an in-process
 # pytester run, pytester would unload it afterwards, and later connection errors would escape their handlers.

@@ -1,5 +1,5 @@
-"""The two executors the sandbox checks run every script under (test_sandbox.py, test_isolation.py), what
-those checks need of the machine, and how they look for the processes a script left.
+"""The two executors the sandbox checks run every script under (test_sandbox.py, test_isolation.py)
+and how they look for the processes a script left.
 
 A test module builds its pair in a module-scoped fixture: ``yield from executor_pair(...)``.
 """
@@ -10,11 +10,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-import pytest
-
 from pytest_agentbench.sandbox.executors import SubprocessExecutor
 from pytest_agentbench.sandbox.forkserver import DEFAULT_PRELOAD, ForkServer
-from pytest_agentbench.sandbox.isolation import Isolation, probe
+from pytest_agentbench.sandbox.isolation import Isolation
 
 KINDS = ["fork", "subprocess"]  # (a test's markers tell the kinds apart by KINDS.index(kind))
 
@@ -29,16 +27,6 @@ def executor_pair(isolation: Isolation | None = None,
         yield {"fork": fork, "subprocess": SubprocessExecutor(isolation=fork.isolation)}
     finally:
         fork.close()
-
-
-def isolation_or_skip() -> Isolation:
-    """This machine's isolation; without it the test is skipped, but fails in CI (CI=true), which must isolate."""
-    found = probe()
-    if not found.active:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI must be able to isolate children (install bubblewrap): isolation {found.describe()}")
-        pytest.skip(f"this machine cannot isolate: {found.why}")
-    return found
 
 
 def process_with(marker: str) -> bool:

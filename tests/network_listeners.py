@@ -3,13 +3,9 @@ listener, an abstract unix socket, and a TCP listener on one of the machine's no
 stands in for the internet (no other address is ever contacted)."""
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import threading
-
-import pytest
 
 
 def machine_addresses() -> list[str]:
@@ -20,23 +16,6 @@ def machine_addresses() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3]
-
-
-def outbound_address() -> str:
-    found = machine_addresses()
-    if not found:
-        message = "this machine has no non-loopback IPv4 address to stand in for the internet"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true: {message}")
-        pytest.skip(message)
-    return found[0]
-
-
-def user_network_or_skip() -> None:
-    if shutil.which("slirp4netns") is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI=true and slirp4netns is not installed (apt-get install -y slirp4netns)")
-        pytest.skip("slirp4netns is not installed")
 
 
 class Listener:

@@ -796,12 +796,16 @@ def records(folder: Path, run_id: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_is_found_through_its_entry_point_alone(toy):
     run = toy["absent"]
     assert run.code == 4, run
     assert "unknown benchmark (--bench) 'toy'" in run.out, run
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_option_and_ini_key_appear_in_help(toy):
     run = toy["help"]
     assert run.code == 0, run
@@ -809,6 +813,8 @@ def test_toy_option_and_ini_key_appear_in_help(toy):
     assert "agentbench_toy_wrong" in run.out, run
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_items_are_collected_and_run(toy):
     run = toy["a"]
     assert run.code == 0, run
@@ -818,6 +824,8 @@ def test_toy_items_are_collected_and_run(toy):
         assert re.search(rf"{re.escape(sample)}\S* PASSED", run.out), (sample, run)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_reports_are_written(toy):
     main = toy["main"]
     folder = run_dir(main, "a")
@@ -832,6 +840,8 @@ def test_toy_reports_are_written(toy):
     assert "toy: 4/4 samples right (100.0%), 2/2 tasks solved" in toy["a"].out
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_records_are_deterministic(toy):
     main = toy["main"]
     got = {r["id"]: r for r in records(main, "a")}
@@ -849,6 +859,8 @@ def test_toy_records_are_deterministic(toy):
     assert steady(records(main, "b")) == steady(records(toy["ini"], "c"))
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_gate_decides_the_exit_code(toy):
     held, failed = toy["c"], toy["b"]
     assert re.search(r"\b3 passed\b", held.out) and re.search(r"\b1 failed\b", held.out), held
@@ -861,6 +873,8 @@ def test_toy_gate_decides_the_exit_code(toy):
     assert "--bench-max-drop toy=10%" in md and "FAIL" in md
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_baseline_written_then_compared(toy):
     main = toy["main"]
     baseline = main / "baseline" / "summary.json"
@@ -873,6 +887,8 @@ def test_toy_baseline_written_then_compared(toy):
     assert "drop 25.0 pp" in toy["b"].out, toy["b"]
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_runs_compare(toy):
     run = toy["compare"]
     assert run.code == 0, run
@@ -882,6 +898,8 @@ def test_toy_runs_compare(toy):
         assert f"bootstrap 95% ({headline}," in run.out, run
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_with_a_users_own_model(toy):
     run = toy["d"]
     assert run.code == 1, run
@@ -890,6 +908,8 @@ def test_toy_with_a_users_own_model(toy):
     assert got["t2.1"]["answer"] == "5" and got["t2.2"]["answer"] == "4"
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_toy_config_errors_are_usage_errors(toy):
     bad = toy["bad_option"]
     assert bad.code == 4, bad

@@ -29,6 +29,8 @@ def records_of(pytester) -> list[dict]:
 
 # ---------------------------------------------------------------- 1. categories
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_categories_select_report_and_refuse_unknown_names(tiny, pytester, shared_data):
     categorized = tiny_problems(categories=("physics", "physics", "chemistry"))
     write_dataset(pytester.path, shared_data, problems=categorized)  # same folder as tiny's data
@@ -57,6 +59,8 @@ def test_categories_select_report_and_refuse_unknown_names(tiny, pytester, share
     assert "| chemistry | 1/1 (100.0%) | 1/1 (100.0%) |" in markdown
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_official_data_is_all_unclassified(bench):
     every = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q")
     unclassified = bench("--bench=scicode", "--bench-split=validation", "--bench-category=unclassified",
@@ -68,6 +72,8 @@ def test_official_data_is_all_unclassified(bench):
 
 # ---------------------------------------------------------------- 2. run counts
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_run_counts_in_every_summary(tiny, pytester):
     result = tiny(errors="2.2", broken="3.1")
     line = ("run counts: Total 3, Evaluated 2, Error 1 (main_problem_resolved 1, main_problem_total 3, "
@@ -135,6 +141,8 @@ def right_on_second_call(counter: Counter):
     return make
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_three_attempts_of_a_model_right_once(bench, pytester, shared_data, tmp_path):
     data, h5 = write_dataset(pytester.path, shared_data)
     counter: Counter = Counter()
@@ -192,6 +200,8 @@ def test_three_attempts_of_a_model_right_once(bench, pytester, shared_data, tmp_
         assert comparison.flipped == [] and comparison.mcnemar["item"]["n"] == 3
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_one_attempt_keeps_todays_node_ids_and_records(tiny, pytester):
     result = tiny("--bench-ids=1", "--bench-attempts=1")
     assert result.ret == 0
@@ -203,6 +213,8 @@ def test_one_attempt_keeps_todays_node_ids_and_records(tiny, pytester):
     assert ids == ["scicode/1::1.1", "scicode/1::1.2"]
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_oracle_attempts_on_validation_data(bench, pytester):
     result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=3,4",
                    "--bench-attempts=3")
@@ -234,6 +246,8 @@ Mutant.answer_step = _flaky
 
 
 @pytest.mark.parametrize("retries", [0, 1])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_failed_try_is_run_again(tiny, pytester, monkeypatch, tmp_path, retries):
     pytester.makeconftest(FLAKY_CONFTEST)
     calls = tmp_path / "calls.json"

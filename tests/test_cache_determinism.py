@@ -57,6 +57,8 @@ def rebuilding(pytester, bench, shared_data, tmp_path):
 # ---- SciCode: rebuilt targets ------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_rebuild_the_environment_broke_is_an_env_error_and_the_next_run_rebuilds_it(rebuilding):
     """A memory limit under which the rebuild's interpreter cannot even import numpy: every step is an env_error
     naming the cause and nothing is stored; the next run (limit lifted, cache untouched) rebuilds and passes."""
@@ -78,6 +80,8 @@ def test_a_rebuild_the_environment_broke_is_an_env_error_and_the_next_run_rebuil
     assert len(entries(rebuilding.cache)) == len(PROBLEMS)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_problem_selected_alone_rebuilds_only_its_own_targets(rebuilding):
     only, records = rebuilding("--bench-ids=2")
     assert only.ret == 0 and sorted(records) == ["2.1", "2.2"]
@@ -96,6 +100,8 @@ SLOW_TO_REBUILD = (  # sleeps only where the rebuild runs it: the rebuild's chil
     "    return 6")
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_rebuild_is_neither_in_the_step_duration_nor_in_its_timeout(rebuilding):
     problems = tiny_problems(**{"3.1": SLOW_TO_REBUILD})
     result, records = rebuilding("--bench-ids=3", "--bench-timeout=2", problems=problems)
@@ -105,6 +111,7 @@ def test_the_rebuild_is_neither_in_the_step_duration_nor_in_its_timeout(rebuildi
     assert record["duration"] < 4, record["duration"]
 
 
+@pytest.mark.e2e
 def test_a_step_whose_ground_truth_fails_is_an_eval_error_and_not_stored(rebuilding):
     problems = tiny_problems(**{"3.1": "def six():\n    raise ValueError('no six today')"})
     result, records = rebuilding("--bench-ids=3", problems=problems)
@@ -199,6 +206,8 @@ def test_a_staged_capsule_folder_is_used_as_is(tmp_path):
     assert not extracted.exists()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_corebench_records_say_where_the_capsule_came_from(pytester, shared_data, tmp_path, monkeypatch):
     capsule = "capsule-7038571"  # a train capsule: the oracle answers it
     store = tmp_path / "store"

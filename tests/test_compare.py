@@ -11,14 +11,16 @@ from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from bench_runs import run_dirs
 from pytest_agentbench.cli import main as cli
-from pytest_agentbench.benchmarks.base import Benchmark
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.report import declared as declared_module
 from pytest_agentbench.report.compare import compare, metric_rows, min_flips, render_markdown, render_text, too_small
 from pytest_agentbench.report.declared import DEFAULT_HEADLINES, Declared, declared_in
 from pytest_agentbench.report.summary import build_summary
+from toybench import Toy as ToyBenchmark
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_compare_lists_exactly_the_flipped_items(tiny, pytester, capsys):
     assert tiny("--bench-run-id=a", broken="3.1").ret == 1
     assert tiny("--bench-run-id=b", broken="1.2,2.1").ret == 1
@@ -95,7 +97,9 @@ def test_significance_warns_when_the_selection_is_too_small():
 
 
 # ---- hand-made summaries of a benchmark declared only by its summary.json -------------------------
-class Toy(Benchmark):
+class Toy(ToyBenchmark):
+    """The toy benchmark (tests/toybench) with the gates and the summary these tests pin."""
+
     name = "toy"
     gate_metrics = {"solved": "solved_fraction", "steps": "step_fraction"}
     headlines = {"solved": "task", "steps": "item"}

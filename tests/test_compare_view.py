@@ -13,7 +13,8 @@ import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, whic
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from bench_runs import run_dirs
-from cdp import Chromium, chromium_path
+from capabilities import needs
+from cdp import Chromium
 from pytest_agentbench.cli import main as cli
 from pytest_agentbench.report.compare import compare
 from pytest_agentbench.report.comparison import render_compare_page
@@ -21,13 +22,6 @@ from pytest_agentbench.report.html import write_html
 
 HOSTILE = "</script><script>alert(1)</script>"
 BROKEN = "return 100 + "  # what the mutant model writes into a broken step (scicode_builders.MODEL_CONFTEST)
-
-
-def need_chromium() -> None:
-    if chromium_path() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Chromium is not installed: CI must `apt-get install chromium` for the report tests")
-        pytest.skip("Chromium is not installed")
 
 
 def flipped_ids(page) -> list[list[str]]:
@@ -57,6 +51,8 @@ def assert_deltas(text: str) -> None:
     assert re.search(r"items\s+5\s+2\s+1\s+1\s+within noise", text)  # McNemar over the shared steps
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_run_with_a_baseline_and_compare_html_show_deltas_flips_and_both_transcripts(tiny, pytester, tmp_path):
     assert tiny("--bench-run-id=a", broken="3.1").ret == 1
     baseline = next(p for p in run_dirs(pytester.path) if p.name == "a")
@@ -74,7 +70,7 @@ def test_run_with_a_baseline_and_compare_html_show_deltas_flips_and_both_transcr
     assert f'href="{relative}/a/report.html#item-1.2"' in page_text
     assert f'href="{relative}/b/report.html#item-1.2"' in page_text
     assert "http://" not in page_text and "https://" not in page_text and " src=" not in page_text
-    need_chromium()
+    needs("chromium")
     with Chromium() as browser:
         page = browser.open((run / "report.html").as_uri())
         text = page.text
@@ -170,7 +166,7 @@ def test_attempts_link_to_their_own_transcripts(tmp_path):
     assert cli(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--html", str(out)]) == 0
     page = out.read_text()
     assert 'href="a/report.html#item-1.1%5Battempt1%5D"' in page
-    need_chromium()
+    needs("chromium")
     with Chromium() as browser:
         view = browser.open(out.as_uri())
         assert flipped_ids(view) == [["1.1[attempt1]", "flip pf"], ["1.1[attempt2]", "flip fp"]]
@@ -212,7 +208,7 @@ def test_odd_baseline_record_costs_only_its_transcript(tmp_path, capsys):
 def test_a_malformed_link_in_the_address_opens_nothing(tmp_path):
     """``cmp.html#item-%E0%A4%A`` (not valid percent-encoding) is no script error."""
     out = two_runs(tmp_path, json.dumps({"messages": [{"role": "assistant", "content": "hi"}]}))
-    need_chromium()
+    needs("chromium")
     with Chromium() as browser:
         view = browser.open(out.as_uri() + "#item-%E0%A4%A")
         assert view.errors == []

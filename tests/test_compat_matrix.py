@@ -14,6 +14,11 @@ import subprocess
 import pytest
 
 from bench_runs import REPO, SHARED_DATA
+from capabilities import needs
+
+# e2e: it runs pytest in other venvs. Its own bounds (a venv build of up to 1200 s, a run of up to 3000 s) are
+# longer than .ci/run's per-test hang guard (--timeout=1800), so it gets a guard to match.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(4500)]
 
 # (pytest, pytest-xdist): the floor of pyproject.toml's bounds and the newest releases tested
 MATRIX = [("8.0.0", "3.5.0"), ("9.2.0", "3.8.0")]
@@ -31,21 +36,10 @@ SENSITIVE = [
 ]
 
 
-def compat_python(pytest_version: str, xdist_version: str) -> str:
-    built = subprocess.run([str(REPO / ".ci" / "compat-venv"), pytest_version, xdist_version],
-                           capture_output=True, text=True, timeout=1200)
-    if built.returncode != 0:
-        why = f"cannot build the pytest {pytest_version} / xdist {xdist_version} venv: {built.stderr[-1500:]}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
-    return built.stdout.strip().splitlines()[-1]
-
-
 @pytest.mark.skipif(os.environ.get("AGENTBENCH_COMPAT") == "0", reason="AGENTBENCH_COMPAT=0")
 @pytest.mark.parametrize("pytest_version, xdist_version", MATRIX, ids=[f"pytest{p}-xdist{x}" for p, x in MATRIX])
 def test_the_sensitive_tests_pass_on_the_supported_releases(pytest_version, xdist_version, tmp_path):
-    python = compat_python(pytest_version, xdist_version)
+    python = needs("compat-venv", pytest_version, xdist_version)
     versions = subprocess.run([python, "-c", "import pytest, xdist; print(pytest.__version__, xdist.__version__)"],
                               capture_output=True, text=True, check=True).stdout.split()
     assert versions == [pytest_version, xdist_version]

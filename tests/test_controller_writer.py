@@ -110,6 +110,8 @@ def trajectories(run: Path) -> dict[str, dict]:
     return out
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_workers_write_nothing_yet_records_files_and_cache_arrive_once(bench, pytester, shared_data, monkeypatch):
     data, h5 = write_dataset(pytester.path, shared_data, targets=TARGETS, problems=PROBLEMS)
     pytester.makeconftest(GUARD_CONFTEST)
@@ -153,6 +155,8 @@ def test_workers_write_nothing_yet_records_files_and_cache_arrive_once(bench, py
     assert "0 model calls" in replay.stdout.str() and "5 cache hits" in replay.stdout.str()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_an_item_whose_files_are_over_the_cap_is_an_error_saying_so(bench, pytester, shared_data):
     data, h5 = write_dataset(pytester.path, shared_data, targets=TARGETS, problems=PROBLEMS)
     # The cap is 64 MiB; each worker lowers it to 64 bytes here, so one trajectory is over it.
@@ -189,6 +193,8 @@ KILLER_CONFTEST = MODEL_CONFTEST.replace('''        code = step["ground_truth_co
         code = step["ground_truth_code"]''')
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_worker_killed_mid_item_leaves_an_error_record_and_resume_runs_exactly_the_lost_items(tiny, pytester,
                                                                                                    monkeypatch):
     pytester.makeconftest(KILLER_CONFTEST)
@@ -284,6 +290,8 @@ CAPSULES = ["capsule-7038571", "capsule-0201225"]  # train capsules
 
 
 @pytest.mark.parametrize("attempts,xdist", [(1, ()), (2, ("-n", "2"))], ids=["one-attempt", "two-attempts-xdist"])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_core_bench_artifacts_and_records_per_attempt(pytester, tmp_path, monkeypatch, attempts, xdist):
     from capsule_factory import build_capsule_archive  # why: only the CORE-Bench cases build capsules
     from pytest_agentbench.benchmarks.corebench import capsules

@@ -11,11 +11,14 @@ from pathlib import Path
 import pytest
 
 from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from capsule_factory import build_capsule_archive, docker_test_image, labelled_containers
+from capabilities import needs
+from capsule_factory import build_capsule_archive, labelled_containers
 from fake_openai import FakeOpenAI
 # imported here, before any in-process pytester run: numpy cannot be imported twice in one process, and
 # pytester drops the modules a run imported
 from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noqa: F401
+
+pytestmark = pytest.mark.e2e
 
 DATA = SHARED_DATA
 CAPSULE = "capsule-7038571"  # a train capsule; its questions come from core_train.json
@@ -30,7 +33,7 @@ def questions() -> dict:
 
 def env_args(kind: str) -> list[str]:
     if kind == "docker":
-        return ["--bench-env=docker", f"--bench-docker-image={docker_test_image()}", "--bench-docker-network=none"]
+        return ["--bench-env=docker", f"--bench-docker-image={needs('docker')}", "--bench-docker-network=none"]
     return ["--bench-env=host"]
 
 
@@ -97,6 +100,7 @@ ENVS = ["host", pytest.param("docker", marks=pytest.mark.docker)]
 
 @pytest.mark.parametrize("kind", ENVS)
 @pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
+@pytest.mark.slow
 def test_scripted_agent_solves_the_capsule(pytester, tmp_path, server, kind, difficulty):
     script_solver(server)
     result, record, run_dir = run_bench(pytester, tmp_path, server, kind, difficulty)
@@ -118,6 +122,7 @@ def test_scripted_agent_solves_the_capsule(pytester, tmp_path, server, kind, dif
 
 
 @pytest.mark.docker
+@pytest.mark.slow
 def test_host_and_docker_give_the_same_record(pytester, tmp_path, server):
     records = {}
     for kind in ("host", "docker"):
@@ -145,6 +150,7 @@ def marker_processes(marker: str) -> list[int]:
 
 
 @pytest.mark.parametrize("kind", ENVS)
+@pytest.mark.slow
 def test_timeout_flood_and_no_submit_end_cleanly(pytester, tmp_path, server, kind):
     marker = "4321.5"  # a sleep left running in the background: must not outlive the item
     server.reply(tool_calls=[("bash", {"command": "sleep 30", "timeout": 1})])
@@ -169,6 +175,7 @@ def test_timeout_flood_and_no_submit_end_cleanly(pytester, tmp_path, server, kin
 
 @pytest.mark.parametrize("option, reason", [("--bench-agent-time=2", "time_limit"),
                                             ("--bench-agent-tokens=30", "token_limit")])
+@pytest.mark.slow
 def test_time_and_token_limits_end_the_capsule(pytester, tmp_path, server, option, reason):
     for _ in range(3):
         server.reply(tool_calls=[("bash", {"command": "sleep 5"})])
@@ -177,6 +184,7 @@ def test_time_and_token_limits_end_the_capsule(pytester, tmp_path, server, optio
     assert record["generation"]["model_calls"] == (1 if reason == "time_limit" else 2)
 
 
+@pytest.mark.slow
 def test_a_per_item_budget_stops_the_agent_with_budget(pytester, tmp_path, server):
     for _ in range(3):  # $0.007 a call at $2 / $10 per million tokens: the third is never asked
         server.reply(tool_calls=[("bash", {"command": "ls"})], prompt_tokens=1000, completion_tokens=500)
@@ -193,6 +201,7 @@ def test_a_per_item_budget_stops_the_agent_with_budget(pytester, tmp_path, serve
     assert result.ret == 0
 
 
+@pytest.mark.slow
 def test_model_failure_is_a_model_error(pytester, tmp_path, server):
     server.always_status = 500
     _, record, _ = run_bench(pytester, tmp_path, server, "host", "easy")
@@ -200,6 +209,7 @@ def test_model_failure_is_a_model_error(pytester, tmp_path, server):
     assert "HTTP 500" in record["message"]
 
 
+@pytest.mark.slow
 def test_gpu_capsule_is_an_env_error_without_bench_gpus(pytester, tmp_path, server):
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE, gpu=True)
@@ -231,6 +241,7 @@ def test_bad_agent_option_is_a_usage_error(pytester, tmp_path, server):
 
 
 @pytest.mark.docker
+@pytest.mark.slow
 def test_ctrl_c_removes_the_container(pytester, tmp_path, server):
     """Ctrl-C while the agent's command runs in its container: pytest stops and the container is gone."""
     import signal
@@ -239,7 +250,7 @@ def test_ctrl_c_removes_the_container(pytester, tmp_path, server):
 
     import docker
 
-    image = docker_test_image()
+    image = needs("docker")
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE)
     server.reply(tool_calls=[("bash", {"command": "sleep 300", "timeout": 600})])

@@ -10,6 +10,8 @@ from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from capsule_factory import CapsuleServer, build_capsule_archive
 from pytest_agentbench.benchmarks.corebench import capsules
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 DATA = SHARED_DATA
 SERVED, STAGED, MISSING = "capsule-7038571", "capsule-0201225", "capsule-0220918"  # train capsules
 

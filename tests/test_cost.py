@@ -12,6 +12,8 @@ from bench_runs import read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
 from scicode_builders import CLOSE, problem, step, write_dataset
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 PROBLEMS = [problem(str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")],
                                   header=f"def f{k}():")]) for k in range(1, 5)]
 TARGETS = {f"{k}.1": [k] for k in range(1, 5)}

@@ -8,7 +8,8 @@ import socket
 import pytest
 
 import envs_contract as contract
-from capsule_factory import STAGED_BY_LABEL, docker_test_image, labelled_containers
+from capabilities import needs
+from capsule_factory import STAGED_BY_LABEL, labelled_containers
 from pytest_agentbench.envs import EnvError, EnvSkip
 from pytest_agentbench.envs.docker import DockerFactory, remove_stale_containers
 from pytest_agentbench.envs.host import HostFactory
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture
 def factory():
-    made = DockerFactory(image=docker_test_image(), network="none")
+    made = DockerFactory(image=needs("docker"), network="none")
     yield made
     made.close()
     assert labelled_containers() == []
@@ -54,10 +55,10 @@ def test_container_removed_when_the_body_raises(factory, workspace):
 
 def test_stale_container_of_a_dead_worker_is_removed(factory, workspace):
     client = factory.client()
-    dead = client.containers.run(docker_test_image(), ["sleep", "300"], detach=True, network_mode="none",
+    dead = client.containers.run(needs("docker"), ["sleep", "300"], detach=True, network_mode="none",
                                  labels={"agentbench": "1", "agentbench.host": socket.gethostname(),
                                          "agentbench.pid": "999999999", STAGED_BY_LABEL: str(os.getpid())})
-    alive = client.containers.run(docker_test_image(), ["sleep", "300"], detach=True, network_mode="none",
+    alive = client.containers.run(needs("docker"), ["sleep", "300"], detach=True, network_mode="none",
                                   labels={"agentbench": "1", "agentbench.host": socket.gethostname(),
                                           "agentbench.pid": str(os.getpid())})
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import envs_contract as contract
-from executor_pairs import isolation_or_skip
+from capabilities import needs
 from pytest_agentbench.envs import EnvError, EnvSkip
 from pytest_agentbench.envs.host import HostFactory
 from pytest_agentbench.sandbox.isolation import NO_ISOLATION
@@ -23,7 +23,7 @@ ROOT = "/workspace/core-bench"  # a workspace root this machine does not have
 @pytest.fixture
 def isolated():
     """The host environment maps a workspace root only in its sandbox: no isolation, no mapping (CI must have it)."""
-    return isolation_or_skip()
+    return needs("bwrap")
 
 
 @pytest.fixture
@@ -73,6 +73,7 @@ def test_bad_timeout_is_refused(workspace):
 
 # ---------------------------------------------------------------- the workspace at a root path (isolated)
 
+@pytest.mark.isolation
 def test_commands_work_at_the_requested_root(isolated, workspace):
     with HostFactory(isolation=isolated).start(workspace, workdir=ROOT) as env:
         assert not env.workdir_note
@@ -89,6 +90,7 @@ def test_commands_work_at_the_requested_root(isolated, workspace):
     assert not os.path.exists(ROOT)  # nothing was made on this machine
 
 
+@pytest.mark.isolation
 def test_environments_at_the_same_root_at_once_see_only_their_own_files(isolated, tmp_path):
     factory = HostFactory(isolation=isolated)
     spaces = [tmp_path / name for name in ("one", "two")]
@@ -128,6 +130,7 @@ def outside_tmp(tmp_path):
     shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.mark.isolation
 def test_the_host_folder_is_seen_only_at_the_root(isolated, outside_tmp):
     space = outside_tmp / "space"
     space.mkdir()
@@ -146,6 +149,7 @@ def test_the_host_folder_is_seen_only_at_the_root(isolated, outside_tmp):
     assert sorted(p.name for p in outside_tmp.iterdir()) == ["beside.txt"]  # the workspace gone, nothing added
 
 
+@pytest.mark.isolation
 def test_a_root_inside_a_hidden_folder_shows_only_the_workspace_there(isolated, tmp_path, outside_tmp):
     (outside_tmp / "answers.json").write_text("{}")
     space = tmp_path / "space"
@@ -161,6 +165,7 @@ def test_a_root_inside_a_hidden_folder_shows_only_the_workspace_there(isolated, 
     assert sorted(p.name for p in outside_tmp.iterdir()) == ["answers.json"]
 
 
+@pytest.mark.isolation
 def test_links_the_agent_plants_are_followed_as_in_the_sandbox(isolated, tmp_path, outside_tmp):
     # outside /tmp: a link into /tmp reaches the sandbox's own /tmp, not the controller's files
     space, secret = tmp_path / "space", outside_tmp / "secret"
@@ -184,6 +189,7 @@ def test_links_the_agent_plants_are_followed_as_in_the_sandbox(isolated, tmp_pat
     assert target.read_text() == "controller's file"
 
 
+@pytest.mark.isolation
 def test_a_root_the_sandbox_cannot_have_is_an_env_error(isolated, tmp_path):
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
@@ -240,6 +246,7 @@ def test_bad_environment_settings_name_their_source():
 
 
 @pytest.mark.parametrize("workdir", [None, ROOT])
+@pytest.mark.isolation
 def test_the_agents_file_tools_read_only_what_its_commands_could(isolated, workspace, workdir):
     """read_file (and view_image, which uses it) runs in the controller, perhaps as root: it must not reach
     what the agent's own commands cannot: folders outside the sandbox's view, files uid 65534 cannot read."""
@@ -261,10 +268,11 @@ def test_the_agents_file_tools_read_only_what_its_commands_could(isolated, works
         assert env.run("echo y >> mine.txt && cat mine.txt", 30).stdout.split() == ["xy"]
 
 
+@pytest.mark.isolation
 def test_end_processes_stops_background_jobs_and_keeps_the_files(workspace):
     """Before the controller reads the agent's report, every process of the environment is gone (a loop left
     in the background could otherwise swap the file under the reader); the files stay for scoring."""
-    with HostFactory(isolation=isolation_or_skip()).start(workspace) as env:
+    with HostFactory(isolation=needs("bwrap")).start(workspace) as env:
         env.run("(while true; do date +%s%N > ticker.txt; sleep 0.05; done) >/dev/null 2>&1 &", 30)
         deadline = time.monotonic() + 10
         while not (workspace / "ticker.txt").is_file() and time.monotonic() < deadline:
@@ -276,10 +284,11 @@ def test_end_processes_stops_background_jobs_and_keeps_the_files(workspace):
     assert not workspace.exists()  # stop still removes the workspace afterwards
 
 
+@pytest.mark.isolation
 def test_temporary_files_and_shared_memory_work_for_the_agent(workspace):
     """Tools that trust $TMPDIR (mktemp, sort -T) and POSIX shared memory (multiprocessing, joblib) work for
     the agent's commands (uid 65534 under isolation)."""
-    with HostFactory(isolation=isolation_or_skip()).start(workspace) as env:
+    with HostFactory(isolation=needs("bwrap")).start(workspace) as env:
         made = env.run('f=$(mktemp) && echo ok > "$f" && cat "$f"', 30)
         assert made.stdout.strip() == "ok", made
         pool = env.run(f"{sys.executable} -c 'import multiprocessing as m; print(sum(m.Pool(2).map(abs, [-1, -2])))'",

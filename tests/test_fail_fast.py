@@ -107,6 +107,8 @@ def test_preflight_is_skipped_when_no_endpoint_is_called():
 
 
 @pytest.mark.parametrize("case", ["dead endpoint", "unknown model"])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_exits_4_with_one_message_and_no_report_folder(bench, pytester, server, case):
     server.models = ["llama-3"]
     url = f"http://127.0.0.1:{dead_port()}/v1" if case == "dead endpoint" else server.base_url
@@ -134,6 +136,8 @@ def test_streak_counts_model_errors_only():
     assert all(never.add({"status": "model_error"}) is None for _ in range(20))
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_run_stops_after_consecutive_model_errors_with_complete_reports(tiny, pytester):
     result = tiny("--bench-max-consecutive-errors=2", errors="1.1,1.2,2.1,2.2,3.1")
     assert result.ret == pytest.ExitCode.INTERRUPTED
@@ -151,6 +155,8 @@ def test_run_stops_after_consecutive_model_errors_with_complete_reports(tiny, py
 
 
 # ---- the oracle narrows SciCode to the validation split -----------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_oracle_without_a_split_narrows_to_validation(bench):
     result = bench("--bench=scicode", "--model=oracle", "--collect-only")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
@@ -160,6 +166,8 @@ def test_oracle_without_a_split_narrows_to_validation(bench):
     assert "split validation" in out or "split=validation" in out
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_oracle_refuses_a_test_item_named_explicitly(bench):
     result = bench("--bench=scicode", "--model=oracle", "--bench-ids=1,77.2", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -169,6 +177,8 @@ def test_oracle_refuses_a_test_item_named_explicitly(bench):
     assert explicit.ret == pytest.ExitCode.USAGE_ERROR and "only SciCode's validation split ships" in explicit.stderr.str()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_missing_key_is_one_usage_error_even_with_the_preflight_off(bench, pytester, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
@@ -178,6 +188,8 @@ def test_missing_key_is_one_usage_error_even_with_the_preflight_off(bench, pytes
     assert not (pytester.path / "reports").exists()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_stop_under_xdist_counts_per_worker(tiny, pytester):
     result = tiny("--bench-max-consecutive-errors=2", "-n", "2", errors="1.1,1.2,2.1,2.2,3.1")
     assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()

@@ -8,9 +8,13 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from bench_runs import read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
 from scicode_builders import CLOSE, problem, step, write_dataset
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PROBLEMS = [problem(str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")],
                                   header=f"def f{k}():")]) for k in range(1, 5)]

@@ -28,6 +28,8 @@ def fifteen_problems() -> tuple[list[dict], dict[str, list]]:
     return problems, {f"{k}.1": [k] for k in range(1, 16)}
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_one_percent_gate_on_15_problems_fails_as_underpowered_and_a_generous_one_passes(pytester, bench,
                                                                                            shared_data):
     problems, targets = fifteen_problems()

@@ -15,7 +15,6 @@ import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, whic
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from bench_runs import run_dirs
-from pytest_agentbench.benchmarks.base import Benchmark
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.core.options import OptionError, Sources, resolve
 from pytest_agentbench.report.compare import compare
@@ -24,6 +23,7 @@ from pytest_agentbench.report.gates import GateResult, decide_exit, evaluate, re
 from pytest_agentbench.report.options import REPORT_OPTIONS, GateConfig, gate_config, parse_fraction
 from pytest_agentbench.report.summary import judge, judge_without_items
 from scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
+from toybench import Toy as ToyBenchmark
 
 
 def latest_run(pytester) -> Path:
@@ -44,8 +44,9 @@ def test_bad_gate_values_say_how_to_write_them(text, needle):
 
 
 # ---- the options and the gate configuration, without pytest -------------------------------------
-class Toy(Benchmark):
-    """A benchmark the report layer has never heard of: gates come from its declarations alone."""
+class Toy(ToyBenchmark):
+    """The toy benchmark (tests/toybench) with the gates these tests pin: the report layer has never heard of it,
+    so gates come from its declarations alone."""
 
     name = "toy"
     gate_metrics = {"solved": "solved_fraction", "steps": "step_fraction"}
@@ -219,6 +220,8 @@ def test_a_gated_run_without_items_fails(tmp_path):
 
 
 # ---- the exit-code table ------------------------------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_no_gate_keeps_pytest_semantics(tiny):
     result = tiny(broken="2.2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -226,6 +229,8 @@ def test_no_gate_keeps_pytest_semantics(tiny):
     assert "agentbench gates" not in result.stdout.str()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_gate_passes_although_items_failed(tiny, pytester):
     result = tiny("--bench-fail-under", "main=60%", "--bench-fail-under", "subproblem=0.8", broken="2.2")
     result.assert_outcomes(passed=4, failed=1)
@@ -237,6 +242,8 @@ def test_gate_passes_although_items_failed(tiny, pytester):
     assert summary["gates_passed"] is True and summary["exit_code"] == 0
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_gate_fails_and_names_the_gate(tiny, pytester):
     result = tiny("--bench-fail-under", "main=0.5", "--bench-fail-under", "subproblem=0.9", broken="2.2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -249,12 +256,16 @@ def test_gate_fails_and_names_the_gate(tiny, pytester):
 
 
 @pytest.mark.parametrize("budget,code", [(0, pytest.ExitCode.TESTS_FAILED), (1, pytest.ExitCode.OK)])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_errors_over_budget(tiny, budget, code):
     result = tiny(f"--bench-max-errors={budget}", errors="3.1")
     assert result.ret == code
     assert "1 item(s) ended in model_error/env_error/error" in result.stdout.str()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_baseline_written_on_purpose_and_a_drop_beyond_the_limit_fails(tiny, pytester):
     baseline = pytester.path / "ci" / "baseline.json"
     first = tiny(f"--bench-baseline={baseline}", "--bench-update-baseline", "--bench-max-drop=main=10%")
@@ -279,6 +290,7 @@ def test_baseline_written_on_purpose_and_a_drop_beyond_the_limit_fails(tiny, pyt
     assert "not significant (McNemar over tasks p = 0.5 >= 0.05), so not counted" in noisy.stdout.str()
 
 
+@pytest.mark.e2e
 def test_settings_mismatch_is_refused_naming_the_difference(tiny, pytester, shared_data):
     baseline = pytester.path / "baseline"
     assert tiny(f"--bench-baseline={baseline}", "--bench-update-baseline").ret == pytest.ExitCode.OK
@@ -294,17 +306,23 @@ def test_settings_mismatch_is_refused_naming_the_difference(tiny, pytester, shar
 
 
 # ---- exit codes 2 to 5 pass through --------------------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_usage_error_lists_valid_metrics(tiny):
     result = tiny("--bench-fail-under=accuracy=0.5")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "unknown scicode metric 'accuracy' in --bench-fail-under; valid metrics: main, subproblem" in result.stderr.str()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_no_tests_stays_5(tiny):
     result = tiny("--bench-fail-under=main=0", "-k", "no_such_item")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_interrupted_stays_2(tiny, pytester):
     pytester.makeconftest(MODEL_CONFTEST + '''
 def pytest_runtest_setup(item):
@@ -315,6 +333,8 @@ def pytest_runtest_setup(item):
     assert result.ret == pytest.ExitCode.INTERRUPTED
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_internal_error_stays_3(tiny, pytester):
     pytester.makeconftest(MODEL_CONFTEST + '''
 def pytest_runtest_logfinish(nodeid):

@@ -20,9 +20,11 @@ import pytest
 
 import envs_contract as contract
 from capsule_factory import build_capsule_archive
-from executor_pairs import isolation_or_skip
-from network_listeners import Listener, machine_addresses, outbound_address, user_network_or_skip
+from capabilities import needs
+from network_listeners import Listener, machine_addresses
 from pytest_agentbench.envs.host import HostFactory
+
+pytestmark = pytest.mark.isolation
 
 SLIRP_GATEWAY = "10.0.2.2"
 
@@ -32,7 +34,7 @@ def listeners():
     loop = Listener(socket.AF_INET, ("127.0.0.1", 0))
     name = f"agentbench-test-{uuid.uuid4().hex[:12]}"
     abstract = Listener(socket.AF_UNIX, "\0" + name)
-    address = outbound_address()
+    address = needs("outbound-address")
     outbound = Listener(socket.AF_INET, (address, 0))
     yield {"loop": loop, "abstract": abstract, "abstract_name": name, "outbound": outbound, "address": address}
     for listener in (loop, abstract, outbound):
@@ -75,9 +77,9 @@ def probe_command(listeners) -> str:
 
 @pytest.mark.parametrize("network", ["user", "none"])
 def test_agent_commands_reach_no_listener_of_this_machine_but_the_outbound_one(listeners, tmp_path, network):
-    isolation_or_skip()
+    needs("bwrap")
     if network == "user":
-        user_network_or_skip()
+        needs("slirp4netns")
     factory = HostFactory(network=network)
     assert ("outbound through slirp4netns" if network == "user" else "without network") in factory.describe_isolation()
     with factory.start(contract.make_workspace(tmp_path)) as env:
@@ -98,7 +100,7 @@ def test_agent_commands_reach_no_listener_of_this_machine_but_the_outbound_one(l
 
 def test_background_jobs_share_the_namespace_between_commands(tmp_path):
     """A server an agent starts in one command is reachable from the next (one namespace per item)."""
-    isolation_or_skip()
+    needs("bwrap")
     with HostFactory(network="none").start(contract.make_workspace(tmp_path)) as env:
         started = env.run("python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1; echo up", 30)
         assert started.stdout.strip() == "up", started.stderr
@@ -122,13 +124,15 @@ def corebench_host_run(pytester, tmp_path, base_url: str, run_id: str, *extra: s
         "-p", "no:cacheprovider", "--bench-agent-steps=2", *extra, timeout=900)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_agent_of_a_corebench_run_cannot_reach_the_controllers_loopback(pytester, tmp_path, listeners):
     """A real model's agent (the scripted server) runs the probe with bash; its tool output says what answered,
     and the run's isolation line names the network namespace."""
     from fake_openai import FakeOpenAI
 
-    isolation_or_skip()
-    user_network_or_skip()
+    needs("bwrap")
+    needs("slirp4netns")
     with FakeOpenAI() as server:
         server.reply(tool_calls=[("bash", {"command": probe_command(listeners)})])
         server.reply(tool_calls=[("bash", {"command": "true"})])
@@ -167,8 +171,10 @@ def path_without(program: str, folder: Path) -> str:
     return str(folder)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_that_needs_slirp4netns_where_it_is_missing_is_refused(pytester, tmp_path, monkeypatch):
-    isolation_or_skip()
+    needs("bwrap")
     monkeypatch.setenv("PATH", path_without("slirp4netns", tmp_path / "bin"))
     result = corebench_host_run(pytester, tmp_path, "http://127.0.0.1:9/v1", "refused")
     assert result.ret == 4, result.stdout.str()[-2000:] + result.stderr.str()[-2000:]

@@ -104,6 +104,8 @@ def answering(replies: dict[str, str]):
 
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["one-process", "xdist"])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_lone_surrogate_in_a_model_reply(bench, pytester, tiny_data, tmp_path, xdist):
     code = f"def add(a, b):\n    # caf{LONE} \n    return a + b"
     with FakeOpenAI() as server:
@@ -127,6 +129,8 @@ def test_a_lone_surrogate_in_a_model_reply(bench, pytester, tiny_data, tmp_path,
     (fenced("def add(a, b):\n    out = __import__('sys').stdout\n    out.buffer.write(b'caf\\x80\\xff\\n')\n"
             "    out.flush()\n    return a + b"), "pass", ""),
 ], ids=["exception-text", "stdout"])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_hostile_text_from_the_scoring_child(bench, pytester, tiny_data, tmp_path, reply, status, in_message):
     with FakeOpenAI() as server:
         for _ in range(10):
@@ -164,6 +168,8 @@ def bench_model():
 '''
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_hostile_text_from_a_users_own_client(bench, pytester, tiny_data):
     pytester.makeconftest(CLIENT_CONFTEST)
     data, h5 = tiny_data
@@ -189,6 +195,8 @@ def core_bench_answers() -> tuple[str, dict]:
 CAPSULE = "capsule-7038571"
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_hostile_text_in_a_core_bench_report_and_tool_output(pytester, tmp_path, monkeypatch, shared_data):
     import base64
 

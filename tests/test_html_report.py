@@ -13,6 +13,7 @@ import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, whic
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from bench_runs import read_jsonl, run_dirs
+from capabilities import needs
 from cdp import Chromium, chromium_path
 from fake_openai import FakeOpenAI
 from pytest_agentbench.report.highlight import JSON, SHELL, code_html, python_segments, regex_segments
@@ -20,14 +21,6 @@ from pytest_agentbench.report.html import render_html, wilson
 from scicode_builders import CLOSE, problem, step, tiny_problems, write_dataset
 
 HOSTILE = "</script><script>alert(1)</script>"
-
-
-def need_chromium() -> None:
-    """Under CI=true a missing Chromium fails the test; elsewhere it skips it."""
-    if chromium_path() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Chromium is not installed: CI must `apt-get install chromium` for the report tests")
-        pytest.skip("Chromium is not installed")
 
 
 def test_wilson_interval():
@@ -72,6 +65,7 @@ def test_corebench_questions_trajectory_and_escaping(tmp_path):
     assert "http://" not in page and "https://" not in page and " src=" not in page  # nothing fetched
 
 
+@pytest.mark.e2e
 def test_report_html_in_a_browser(tiny, tmp_path):
     # 3.1's code carries a script-closing comment: the page must show it as text
     problems = tiny_problems(**{"3.1": f"def six():\n    return 6  # {HOSTILE}"})
@@ -84,7 +78,7 @@ def test_report_html_in_a_browser(tiny, tmp_path):
     text = page_file.read_text()
     assert HOSTILE not in text and "return 6  # &lt;/script&gt;" in re.sub(r"<[^>]+>", "", text)
     assert '<span class="c"># &lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;</span>' in text  # a comment
-    need_chromium()
+    needs("chromium")
     with Chromium() as browser:
         page = browser.open(page_file.as_uri())
         shown = page.text
@@ -109,6 +103,8 @@ def test_report_html_in_a_browser(tiny, tmp_path):
         shutil.copyfile(shot, keep)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_scicode_categories_filter_and_summary_in_report_html(tiny, pytester, shared_data):
     """A hand-made dataset with two categories (the official data has one): records carry the category,
     report.html offers both in its category filter and shows both headline metrics per category."""
@@ -133,7 +129,7 @@ def test_scicode_categories_filter_and_summary_in_report_html(tiny, pytester, sh
     assert "<tr><td>physics</td><td>1/2 (50.0%)</td><td>3/4 (75.0%)</td></tr>" in page
     if chromium_path() is None:
         return  # the page itself is checked in a browser by test_report_html_in_a_browser
-    need_chromium()
+    needs("chromium")
     with Chromium() as browser:
         view = browser.open((run_dir / "report.html").as_uri())
         view.evaluate("var s=document.getElementById('f-category'); s.value='physics';"
@@ -142,6 +138,8 @@ def test_scicode_categories_filter_and_summary_in_report_html(tiny, pytester, sh
         assert view.errors == []
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_official_scicode_records_are_unclassified(tiny, pytester):
     result = tiny("-q", "--bench-ids=3", "--bench-run-id=plain")
     assert result.ret == pytest.ExitCode.OK
@@ -156,6 +154,8 @@ def test_official_scicode_records_are_unclassified(tiny, pytester):
 TOOL_CODE = 'import math\n\n\ndef six():\n    """Six, checked."""\n    return 6  # the answer\n\nprint(six(), math.pi)'
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_tool_calls_render_as_code_with_tokens_per_turn(bench, pytester, shared_data):
     """A tool-use run against a scripted endpoint: the transcript shows the tool call's code decoded from its JSON
     arguments, as numbered, highlighted lines, its output beneath it, and each model turn's tokens and latency."""
@@ -177,7 +177,7 @@ def test_tool_calls_render_as_code_with_tokens_per_turn(bench, pytester, shared_
     assert all(t["latency"] > 0 and t["cached"] is False for t in turns)
     page_file = run_dir / "report.html"
     assert "\\n" not in page_file.read_text().split('class="call"', 1)[1].split("</pre>", 1)[0]  # no JSON escapes
-    need_chromium()
+    needs("chromium")
     with Chromium() as browser:
         page = browser.open(page_file.as_uri())
         page.evaluate("document.querySelector('details.transcript').open=true")
@@ -260,7 +260,7 @@ def test_task_table_sorts_and_searches_and_failures_show_question_and_interval(t
     page_file = tmp_path / "report.html"
     page_file.write_text(render_html(summary, records, tmp_path))
     order = "Array.prototype.map.call(document.querySelectorAll('#tasks>tbody>tr'), function(r){return r.dataset.id;})"
-    need_chromium()
+    needs("chromium")
     with Chromium() as browser:
         page = browser.open(page_file.as_uri())
 
@@ -448,7 +448,7 @@ def test_a_link_to_an_item_opens_it_and_its_transcript_on_every_click(tmp_path):
                                      sections=['<a id="to-b" href="#item-b">b</a>']))
     state = ("(function(){var e=document.getElementById('item-b');"
              "return [e.open, e.querySelector('details.transcript').open];})()")
-    need_chromium()
+    needs("chromium")
     with Chromium() as browser:
         view = browser.open(page_file.as_uri())
         for _ in range(2):  # the first click changes the hash, the second does not

@@ -41,6 +41,8 @@ def test_the_readme_documents_one_form_per_benchmark():
     ("scicode", ["--bench=scicode", "--bench-split=validation"], 50 + 3),
     ("core-bench", ["--bench=core-bench", "--bench-split=train"], 45),
 ])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_collect_only_prints_the_readmes_ids(bench, bench_name, args, count):
     result = bench(*args, "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:]
@@ -51,6 +53,8 @@ def test_collect_only_prints_the_readmes_ids(bench, bench_name, args, count):
     assert not wrong, f"ids not of the README's form {readme_forms()[bench_name]}: {wrong[:5]}"
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_scicode_ids_name_the_problem_then_the_step(bench):
     ids = collected(bench("--bench=scicode", "--bench-split=validation", "--bench-ids=70,1", "--collect-only", "-q"))
     assert ids[0] == "scicode/1::1.1" and all(i.startswith(("scicode/1::1.", "scicode/70::70.")) for i in ids)
@@ -59,6 +63,8 @@ def test_scicode_ids_name_the_problem_then_the_step(bench):
     assert attempts == ["scicode/1::1.1[attempt1]", "scicode/1::1.1[attempt2]"]  # the README's attempts form
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_deselect_takes_the_old_and_the_new_corebench_form(bench):
     base = ["--bench=core-bench", "--bench-split=train", "--collect-only", "-q",
             "--bench-ids=capsule-7038571,capsule-0201225,capsule-0220918"]
@@ -70,6 +76,8 @@ def test_deselect_takes_the_old_and_the_new_corebench_form(bench):
 GOOD = ["capsule-7038571", "capsule-0201225", "capsule-0220918"]
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_that_stored_the_old_corebench_form_resumes_with_its_selection(pytester, tmp_path, monkeypatch):
     staged = tmp_path / "staged"
     for capsule_id in GOOD:

@@ -42,6 +42,8 @@ def latest_run(pytester) -> Path:
     return max(run_dirs(pytester.path), key=lambda p: p.stat().st_mtime)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_interrupted_run_says_incomplete_counts_the_rest_and_resumes(pytester, bench, shared_data, shared_cache):
     # Outside /tmp: the blocking step's scoring child (isolation off) waits on a file of this machine.
     flag = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="agentbench-test-")) / "block-step-2.2"
@@ -122,6 +124,8 @@ def test_interrupted_run_says_incomplete_counts_the_rest_and_resumes(pytester, b
     assert done["metrics"]["main"] == 1.0 and done["counts"] == {"pass": 5}
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_stopped_by_x_fails_its_gates_unless_allowed(tiny, pytester):
     stopped = tiny("-x", "--bench-fail-under=main=0%", broken="1.2")
     assert stopped.ret == pytest.ExitCode.TESTS_FAILED
@@ -141,6 +145,7 @@ def test_stopped_by_x_fails_its_gates_unless_allowed(tiny, pytester):
     assert summary["gates_passed"] is True and summary["incomplete"]["not_run"] == 3
 
 
+@pytest.mark.e2e
 def test_stop_after_model_errors_keeps_exit_2_and_fails_the_gates(tiny, pytester):
     result = tiny("--bench-max-consecutive-errors=1", "--bench-fail-under=main=0%", errors="1.1")
     assert result.ret == pytest.ExitCode.INTERRUPTED
@@ -150,6 +155,8 @@ def test_stop_after_model_errors_keeps_exit_2_and_fails_the_gates(tiny, pytester
     assert summary["counts"] == {"model_error": 1, "not_run": 4}
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_deselected_items_are_not_missing_under_xdist(tiny, pytester):
     """-k/--deselect narrow the selection (under xdist the controller learns it from the workers)."""
     result = tiny("-n", "2", "--deselect", "scicode/3::3.1", "-k", "not 1.2", "--bench-fail-under=main=0%")

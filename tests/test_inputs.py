@@ -23,6 +23,8 @@ VALIDATION_STEP = ["--bench=scicode", "--bench-split=validation", "--bench-ids=1
     ("--bench-max-consecutive-errors=-1", "--bench-max-consecutive-errors must be"),
     ("--bench-difficulty=easy", "--bench-difficulty (a core-bench option) do(es) not apply to --bench=scicode"),
 ])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_bad_input_is_a_usage_error_before_any_item(bench, pytester, arg, message):
     result = bench(*VALIDATION_STEP, arg)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -30,11 +32,15 @@ def test_bad_input_is_a_usage_error_before_any_item(bench, pytester, arg, messag
     assert not (pytester.path / "reports").exists()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_shared_options_are_never_refused(bench):
     result = bench(*VALIDATION_STEP, "--bench-env=host", "--bench-executor=subprocess", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_report_dir_that_cannot_be_created(bench, pytester):
     blocker = pytester.path / "not-a-folder"
     blocker.write_text("")
@@ -72,6 +78,7 @@ def test_tests_find_the_data_through_the_environment():
     assert pattern.search('root = "/srv/shared' + '/data"') and pattern.search('REPO.parent / "shared" / ' + '"data"')
 
 
+@pytest.mark.e2e
 def test_failed_data_lookup_creates_no_folders(bench, tmp_path):
     outside = tmp_path / "outside"
     result = bench("--bench=scicode", "--model=oracle", f"--bench-data-dir={outside / 'data'}", "--collect-only")

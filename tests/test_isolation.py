@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from bench_runs import SHARED_DATA
-from executor_pairs import KINDS, executor_pair, isolation_or_skip, process_with, wait_gone
-from network_listeners import Listener, outbound_address, user_network_or_skip
+from capabilities import needs
+from executor_pairs import KINDS, executor_pair, process_with, wait_gone
+from network_listeners import Listener
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.envs.host import HostFactory
 from pytest_agentbench.sandbox.forkserver import ForkServer
@@ -29,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def isolation():
-    return isolation_or_skip()
+    return needs("bwrap")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,7 @@ def run(executors, kind: str, source: str, **kwargs):
 # ---------------------------------------------------------------- who the child is
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.isolation
 def test_child_is_an_unprivileged_user_without_capabilities(executors, kind):
     result = run(executors, kind, """
         import os
@@ -62,6 +64,7 @@ def test_child_is_an_unprivileged_user_without_capabilities(executors, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.isolation
 def test_child_sees_only_its_own_processes(executors, kind):
     result = run(executors, kind, """
         import os
@@ -108,6 +111,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.isolation
 def test_the_api_key_in_the_controllers_environment_is_unreadable(isolation):
     env = dict(os.environ, OPENAI_API_KEY="sk-agentbench-secret")
     done = subprocess.run([sys.executable, "-c", SNOOPER.format(root=str(REPO))], env=env, capture_output=True,
@@ -122,6 +126,7 @@ def test_the_api_key_in_the_controllers_environment_is_unreadable(isolation):
 # ---------------------------------------------------------------- nothing survives, nothing is written
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.isolation
 def test_a_daemon_that_setsids_and_forks_is_gone_after_the_step(executors, kind):
     marker = f"7{KINDS.index(kind)}.125"
     run(executors, kind, f"""
@@ -138,6 +143,7 @@ def test_a_daemon_that_setsids_and_forks_is_gone_after_the_step(executors, kind)
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.isolation
 def test_writes_outside_the_work_folder_fail(executors, kind, tmp_path):
     import numpy
 
@@ -165,6 +171,7 @@ def test_writes_outside_the_work_folder_fail(executors, kind, tmp_path):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.isolation
 def test_a_disk_fill_is_capped_and_leaves_nothing(executors, kind):
     result = run(executors, kind, """
         import os
@@ -204,6 +211,7 @@ def listener():
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.isolation
 def test_no_network(executors, kind, listener):
     socket.create_connection(("127.0.0.1", listener), timeout=5).close()  # reachable from here
     result = run(executors, kind, f"""
@@ -219,6 +227,7 @@ def test_no_network(executors, kind, listener):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.isolation
 def test_private_folders_are_hidden(executors, kind, tmp_path):
     data = REPO / "pytest_agentbench" / "report"  # a folder the child sees otherwise (the package is bound in)
     result = run(executors, kind, f"""
@@ -229,6 +238,7 @@ def test_private_folders_are_hidden(executors, kind, tmp_path):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.isolation
 def test_only_system_folders_python_and_the_package_exist(executors, kind):
     """A copy of the ground truth can lie anywhere on a machine (a second checkout, a download folder): the
     child sees the system's folders, Python and this package, and no other folder of the machine. Here:
@@ -247,6 +257,7 @@ def test_only_system_folders_python_and_the_package_exist(executors, kind):
     assert set(extra_tops) <= allowed, extra_tops
 
 
+@pytest.mark.isolation
 def test_collected_files_come_back_capped(executors):
     for kind in KINDS:
         result = run(executors, kind, "open('channel.bin', 'wb').write(b'x' * 100)\n", collect={"channel.bin": 10})
@@ -277,10 +288,10 @@ def check_hidden_and_unseen_but_online(env, hidden_data: Path, listener: int) ->
     assert env.run(f"ls {hidden_data} | wc -l; cat {hidden_data}/answers.json || true", 30).stdout.split()[0] == "0"
     seen = env.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", 30).stdout
     assert "test_isolation.py" not in seen
-    user_network_or_skip()
-    outbound = Listener(socket.AF_INET, (outbound_address(), 0))
+    needs("slirp4netns")
+    outbound = Listener(socket.AF_INET, (needs("outbound-address"), 0))
     try:
-        for (host, port), expected in (((outbound_address(), outbound.sock.getsockname()[1]), "net"),
+        for (host, port), expected in (((needs("outbound-address"), outbound.sock.getsockname()[1]), "net"),
                                        (("127.0.0.1", listener), "")):
             probe_net = f"python3 -c \"import socket; socket.create_connection(('{host}', {port}), 5); print('net')\""
             assert env.run(probe_net, 30).stdout.strip() == expected, (host, port)
@@ -288,6 +299,7 @@ def check_hidden_and_unseen_but_online(env, hidden_data: Path, listener: int) ->
         outbound.close()
 
 
+@pytest.mark.isolation
 def test_host_environment_commands_are_isolated_with_outbound_network_only(isolation, workspace, hidden_data, listener):
     with HostFactory(hidden=[str(hidden_data)], isolation=isolation).start(workspace) as env:
         assert env.run("id -u; touch made.txt && echo written", 30).stdout.split() == [str(SANDBOX_UID), "written"]
@@ -299,6 +311,7 @@ def test_host_environment_commands_are_isolated_with_outbound_network_only(isola
     assert not (REPO / "agentbench-escape.txt").exists()
 
 
+@pytest.mark.isolation
 def test_host_environment_at_a_workspace_root_keeps_every_guarantee(isolation, workspace, hidden_data, listener):
     root = "/capsule/environment"
     with HostFactory(hidden=[str(hidden_data)], isolation=isolation).start(workspace, workdir=root) as env:
@@ -317,6 +330,7 @@ def test_host_environment_at_a_workspace_root_keeps_every_guarantee(isolation, w
     assert not (REPO / "agentbench-escape.txt").exists() and not os.path.exists("/capsule/escape.txt")
 
 
+@pytest.mark.isolation
 def test_the_machine_is_rebuilt_read_only_around_a_relocated_folder(isolation, tmp_path):
     source = tmp_path / "source"
     source.mkdir()

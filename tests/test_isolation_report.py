@@ -7,7 +7,10 @@ import pytest
 
 from bench_runs import run_dirs
 
+pytestmark = pytest.mark.e2e
 
+
+@pytest.mark.slow
 def test_a_run_without_isolation_says_so_in_header_and_summaries(pytester, tiny, monkeypatch):
     monkeypatch.setenv("AGENTBENCH_ISOLATION", "off")
     result = tiny(subprocess=True)
@@ -27,6 +30,7 @@ def test_require_isolation_refuses_a_machine_that_cannot(pytester, tiny, monkeyp
     assert not run_dirs(pytester.path)
 
 
+@pytest.mark.slow
 def test_an_isolated_run_says_how(pytester, tiny):
     result = tiny("--bench-require-isolation", subprocess=True)
     result.assert_outcomes(passed=5)

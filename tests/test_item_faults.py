@@ -17,6 +17,8 @@ import pytest
 from bench_runs import read_jsonl
 from scicode_builders import MODEL_CONFTEST, write_dataset
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 TINY_STEPS = ["1.1", "1.2", "2.1", "2.2", "3.1"]
 FAULT_CONFTEST = MODEL_CONFTEST + '''
 

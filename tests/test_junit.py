@@ -7,6 +7,8 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 
 def test_junit_properties_under_xdist(tiny, pytester):
     xml = pytester.path / "junit.xml"

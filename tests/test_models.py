@@ -340,12 +340,15 @@ def test_model_params_may_not_override_the_harness(tmp_path):
     assert model_settings(model_opts(tmp_path, cli={"model": "gpt-x"}))["params"] == {}
 
 
+@pytest.mark.e2e
 def test_cli_malformed_model_params_is_a_usage_error(pytester):
     result = pytester.runpytest("--model", "m", "--model-params", "{bad")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--model-params '{bad' is not valid JSON*"])
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_cli_builds_models_and_settings(pytester, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1/")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
@@ -374,6 +377,8 @@ def test_cli_builds_models_and_settings(pytester, monkeypatch):
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_cli_oracle_from_ini(pytester):
     pytester.makeini("[pytest]\nagentbench_model = oracle\n")
     pytester.makepyfile("""
@@ -383,12 +388,16 @@ def test_cli_oracle_from_ini(pytester):
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_cli_rejects_unknown_protocol(pytester):
     result = pytester.runpytest("--model-protocol", "grpc")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--model-protocol*invalid choice*grpc*"])
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_cli_malformed_model_params_with_a_benchmark(pytester, monkeypatch):
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(SHARED_DATA))
     result = pytester.runpytest("--bench=scicode", "--model", "m", "--model-params", "[1]", "-p", "no:cacheprovider")

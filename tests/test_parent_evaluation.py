@@ -72,6 +72,7 @@ def calls_test_function(source: str, defined: set[str]) -> bool:
                for node in ast.walk(ast.parse(source, mode="eval")))
 
 
+@pytest.mark.slow
 def test_every_official_test_case_is_verified_by_the_parent(capsys):
     steps = official_steps()
     cases = 0
@@ -258,6 +259,7 @@ def custom(pytester, bench, shared_data):
                                "--bench-timeout=60", *args)
 
 
+@pytest.mark.e2e
 def test_rebound_builtins_and_patched_libraries_do_not_make_a_wrong_answer_pass(custom):
     result = custom()
     out = result.stdout.str()

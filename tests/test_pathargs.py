@@ -24,6 +24,8 @@ def test_every_path_option_is_covered():
 
 
 @pytest.mark.parametrize("option", PATH_OPTIONS, ids=lambda o: o.flag)
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_space_form_that_moves_the_rootdir_is_a_usage_error(pytester, outside, option):
     pytester.makeini("[pytest]\nagentbench_run_id = from-ini\n")
     value = outside / "summary.json" if option.exists == "file" else outside
@@ -38,6 +40,7 @@ def test_space_form_that_moves_the_rootdir_is_a_usage_error(pytester, outside, o
     assert f"conftest.py files under {pytester.path}" in text
 
 
+@pytest.mark.e2e
 def test_a_non_path_value_that_names_a_folder_with_its_own_ini_is_refused(pytester):
     pytester.makeini("[pytest]\n")
     (pytester.path / "scicode").mkdir()
@@ -47,6 +50,8 @@ def test_a_non_path_value_that_names_a_folder_with_its_own_ini_is_refused(pytest
     assert "Write the option with '=': --bench=scicode" in result.stderr.str()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_space_form_from_pytest_addopts_is_refused(pytester, outside, monkeypatch):
     pytester.makeini("[pytest]\n")
     monkeypatch.setenv("PYTEST_ADDOPTS", f"--bench-report-dir {outside}")
@@ -56,6 +61,8 @@ def test_space_form_from_pytest_addopts_is_refused(pytester, outside, monkeypatc
 
 
 @pytest.mark.parametrize("form", ["space", "equals"])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_harmless_value_keeps_ini_key_and_conftest_model(pytester, tiny, form):
     """`--bench-report-dir reports` inside the project changes nothing: the ini key and the conftest's
     bench_model (which breaks step 2.2; the built-in client could not even be built) take effect."""
@@ -67,6 +74,8 @@ def test_harmless_value_keeps_ini_key_and_conftest_model(pytester, tiny, form):
     assert (pytester.path / "reports" / "scicode" / "mutant" / "from-ini" / "steps.jsonl").is_file()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_equals_form_outside_the_project_works(pytester, tiny, outside):
     pytester.makeini("[pytest]\nagentbench_run_id = from-ini\n")
     result = tiny(f"--bench-report-dir={outside}", broken="2.2")

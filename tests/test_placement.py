@@ -68,6 +68,8 @@ def assert_heaviest_first(records: list[dict], cost: dict[str, float]) -> None:
     assert sorted(t for tasks in per_worker.values() for t in tasks) == sorted(cost)  # each task once, whole
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_without_durations_the_declared_cost_orders_the_work_and_durations_json_is_written(
         pytester, bench, shared_data, tmp_path):
     cache = tmp_path / "cache"
@@ -80,6 +82,8 @@ def test_without_durations_the_declared_cost_orders_the_work_and_durations_json_
     assert all(isinstance(v, float) and v > 0 for samples in table.values() for v in samples.values())
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_durations_of_an_earlier_run_order_the_work(pytester, bench, shared_data, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()

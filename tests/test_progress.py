@@ -37,6 +37,7 @@ def pytest_unconfigure(config):
 '''
 
 
+@pytest.mark.e2e
 def test_verbose_lines_stay_whole(tiny):
     result = tiny("-v", "--bench-progress-interval=0", broken="2.2")
     lines = result.outlines
@@ -51,6 +52,8 @@ def test_verbose_lines_stay_whole(tiny):
                      r"0 cache hits", result.stdout.str())  # the final totals
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_quiet_keeps_every_outcome_letter(tiny):
     result = tiny("-q", "--bench-progress-interval=0", broken="2.2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -61,6 +64,8 @@ def test_quiet_keeps_every_outcome_letter(tiny):
     assert sorted(letters) == sorted("....F")
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_header_is_a_short_block(tiny):
     result = tiny("--co", "--bench-run-id=hdr")
     header = [line for line in result.outlines if line.startswith("agentbench:")]
@@ -72,6 +77,8 @@ def test_header_is_a_short_block(tiny):
 
 
 @pytest.mark.parametrize("how", [("-n", "2"), ("-v",)], ids=["xdist", "verbose"])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_long_running_items(tiny, pytester, how):
     pytester.makeconftest(SLOW_CONFTEST)
     result = tiny(*how, "--bench-progress-interval=0.2")
@@ -86,6 +93,8 @@ def test_long_running_items(tiny, pytester, how):
     assert "running" not in finished[1]  # a finished item is no longer listed
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_oracle_prints_no_model_counters(bench):
     result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1.1",
                    "--bench-progress-interval=0")
@@ -94,6 +103,8 @@ def test_oracle_prints_no_model_counters(bench):
     assert "model calls" not in out and "tokens" not in out
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_no_terminal_prints_nothing(tiny):
     result = tiny("-p", "no:terminal", "--bench-progress-interval=0")
     assert not [line for line in result.outlines if "agentbench" in line]

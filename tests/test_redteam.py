@@ -28,9 +28,11 @@ import pytest
 
 import pytest_agentbench
 from bench_runs import read_jsonl, run_dirs
+from capabilities import needs
 from pytest_agentbench.benchmarks.scicode import dataset
-from pytest_agentbench.sandbox import isolation
 from scicode_builders import problem, step
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 WRONG_F = "\ndef f():\n    return 2\n"
 ASSERTION = "AssertionError in `assert np.allclose(f(), target)` (test 1 of 1)"
@@ -43,17 +45,6 @@ FILL_PREFIX = f"agentbench-fill-{RUN_ID}-"
 MARKER = f"agentbench-redteam-{RUN_ID}"
 PACKAGE_INIT = Path(pytest_agentbench.__file__).resolve()
 PTH_NAME = f"zz_agentbench_redteam_{RUN_ID}.pth"
-
-
-def require_isolation() -> None:
-    """Escaping and persisting attacks only fail where the machine isolates children. In CI a missing
-    bubblewrap or namespace support is a failure, never a skip."""
-    iso = isolation.probe()
-    if iso.active:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and this machine cannot isolate children: {iso.why}")
-    pytest.skip(f"this machine cannot isolate children: {iso.why}")
 
 
 # ---- the attacks ------------------------------------------------------------------------------
@@ -555,9 +546,10 @@ CLASSES = {
 
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
 @pytest.mark.parametrize("attack_class", list(CLASSES))
+@pytest.mark.isolation
 def test_every_attack_fails_with_its_reason(redteam, outcomes, attack_class, executor):
     if attack_class in ("persisting", "escaping"):
-        require_isolation()
+        needs("bwrap")  # escaping and persisting attacks only fail where children are isolated
     run = batch(redteam, outcomes, executor)
     expected = {n: ATTACKS[n][2] if n in ATTACKS else SHAPED[n][3] for n in CLASSES[attack_class]
                 if executor == "fork" or n in SUBPROCESS_STEPS}
@@ -567,8 +559,9 @@ def test_every_attack_fails_with_its_reason(redteam, outcomes, attack_class, exe
 
 
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
+@pytest.mark.isolation
 def test_escapes_leave_nothing_behind(redteam, outcomes, executor):
-    require_isolation()
+    needs("bwrap")  # escaping and persisting attacks only fail where children are isolated
     run = batch(redteam, outcomes, executor)
     records = run["records"]
     problems = []
@@ -588,10 +581,11 @@ def test_escapes_leave_nothing_behind(redteam, outcomes, executor):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.isolation
 def test_persisted_attacks_do_not_change_the_next_run(redteam, outcomes):
     """After the attacks on the cached targets, the stamps and the records: a second run scores right answers
     as passes and wrong ones as failures, against targets that are not the official file."""
-    require_isolation()
+    needs("bwrap")  # escaping and persisting attacks only fail where children are isolated
     run = batch(redteam, outcomes, "fork")
     assert not run["official_h5"], "the attack wrote test_data.h5 into the data dir"
     answers = {"211.1": "def f():\n    return 2\n", "212.1": "def f():\n    return 1\n"}

@@ -5,7 +5,8 @@ Each host is an unprivileged account with its own venv (the package installed fr
 editable), data dir, cache and state; account b declares one GPU through the test-only override
 AGENTBENCH_TEST_GPUS in its worker python wrapper (read on that host, not here). The controller (this
 root process) keeps its report dir at mode 0700, so a worker could not have written a record there.
-Without the setup the tests skip with the reason (CI=true: they fail).
+Without the setup the tests skip with the reason (CI=true: they fail); see tests/capabilities.py. The tests only
+read what the set-up wrote: after a change to the package, rerun .ci/ssh-setup as root (.ci/run does).
 """
 from __future__ import annotations
 
@@ -25,22 +26,16 @@ from pathlib import Path
 import pytest
 
 from bench_runs import REPO, SHARED_DATA, free_port, read_jsonl, wait_for
+from capabilities import missing, needs
 from capsule_factory import write_capsule_tree
 from fake_openai import FakeOpenAI
 
-INFO = Path(os.environ.get("AGENTBENCH_SSH_INFO", "/run/agentbench-ssh.json"))
 VALIDATION = ["--bench=scicode", "--bench-split=validation", "--model=oracle"]
 VALIDATION_STEPS = 50  # 15 problems; the three unscored steps have records too
 SOCKET_IDS = "1,3,19,78"  # four validation problems, seven steps
 KILL_IDS = "1,3,19"  # three problems, four steps: one item on each worker when the kill comes
 API_KEY = "sk-remote-test-5f1c0e"
 BOOTSTRAP = "exec(eval(sys.stdin.readline()))"  # execnet's remote python command line
-
-
-def missing(reason: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: the loopback SSH hosts are required)")
-    pytest.skip(reason)
 
 
 def on_host(info: dict, account: str, command: str) -> subprocess.CompletedProcess:
@@ -55,22 +50,15 @@ def host_build(info: dict, host: dict) -> str:
 
 
 def same_build(info: dict) -> dict:
-    """The hosts' info once both run this checkout's build: .ci/ssh-setup reinstalls them when not (called
-    again before a long test's remote run, as the checkout may have changed meanwhile)."""
+    """The hosts' info when both run this checkout's build (checked again before a long test's remote run, as
+    the checkout may have changed meanwhile). The test only reads the hosts: reinstalling them is
+    .ci/ssh-setup's job, run as root before the tests (by .ci/run), never from here."""
     from pytest_agentbench.core.host import package_build
 
     stale = [h["account"] for h in info["hosts"] if host_build(info, h) != package_build()]
-    if stale and os.geteuid() != 0:
-        missing("the worker accounts run another build of the package; rerun .ci/ssh-setup as root")
-    for _ in range(3):  # the checkout may change while the setup copies it (an editor saving): try again
-        if not stale:
-            break
-        done = subprocess.run([str(REPO / ".ci" / "ssh-setup")], capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "AGENTBENCH_DATA_DIR": str(SHARED_DATA)})
-        assert done.returncode == 0, done.stderr
-        info = {**info, **json.loads(INFO.read_text())}
-        stale = [h["account"] for h in info["hosts"] if host_build(info, h) != package_build()]
-    assert not stale, f"{stale} still run another build after .ci/ssh-setup"
+    if stale:
+        missing("sshd", f"the worker accounts {', '.join(stale)} run another build of the package than this "
+                        "checkout; rerun .ci/ssh-setup as root")
     return info
 
 
@@ -87,13 +75,8 @@ def hosts_lock():
 
 @pytest.fixture(scope="module")
 def loopback(hosts_lock):
-    """The two hosts, their package the same build as this checkout (reinstalled by .ci/ssh-setup if not)."""
-    if not INFO.is_file():
-        missing(f"no loopback SSH hosts: {INFO} is missing (run .ci/ssh-setup as root)")
-    info = json.loads(INFO.read_text())
-    if shutil.which("ssh") is None:
-        missing("no ssh client")
-    info = same_build(info)
+    """The two hosts as .ci/ssh-setup wrote them, their package the same build as this checkout."""
+    info = same_build(needs("sshd"))
     info["before"] = {h["account"]: home_files(Path(h["home"])) for h in info["hosts"]}
     return info
 
@@ -164,6 +147,9 @@ def local_validation(loopback, tmp_path_factory, shared_cache) -> dict[str, dict
     return {"records": records, "summary": json.loads((run_dir / "summary.json").read_text())}
 
 
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
 def test_validation_oracle_over_two_hosts_matches_a_local_run(loopback, local_validation, tmp_path):
     """The whole SciCode validation oracle run here alone and spread over both hosts: the same records (but
     host, worker and timings) and metrics; one header line per worker; only the controller wrote the run."""
@@ -235,6 +221,9 @@ def socket_server(loopback):
         reader.join(10)
 
 
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
 def test_a_socket_gateway_worker_runs_items_on_its_host_and_sends_the_records_back(loopback, local_validation,
                                                                                    socket_server, shared_cache,
                                                                                    tmp_path):
@@ -267,6 +256,9 @@ def test_a_socket_gateway_worker_runs_items_on_its_host_and_sends_the_records_ba
     assert any("got new connection" in line for line in socket_server["output"])
 
 
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
 def test_a_host_with_other_data_is_refused_with_the_difference(loopback, tmp_path):
     problems = Path("/home/agentbench-a/data/scicode/problems_dev.jsonl")
     saved = problems.read_bytes()
@@ -288,6 +280,9 @@ def test_a_host_with_other_data_is_refused_with_the_difference(loopback, tmp_pat
             f"{theirs}, controller 193968aff23b)") in custom.stderr
 
 
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
 def test_a_conftest_model_override_cannot_run_remotely(loopback, tmp_path):
     (tmp_path / "conftest.py").write_text("import pytest\n\n@pytest.fixture(scope='session')\n"
                                           "def bench_model():\n    return object()\n")
@@ -328,6 +323,9 @@ def corebench_args(staged: Path, reports: Path, run_id: str) -> list[str]:
             f"--bench-report-dir={reports}", f"--bench-run-id={run_id}"]
 
 
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
 def test_gpu_capsules_run_only_on_the_host_with_a_gpu(loopback, staged_capsules, tmp_path):
     reports = private_dir(tmp_path / "reports")
     done = run(tmp_path, *corebench_args(staged_capsules, reports, "gpu"), *both(loopback), timeout=400)
@@ -337,6 +335,9 @@ def test_gpu_capsules_run_only_on_the_host_with_a_gpu(loopback, staged_capsules,
     assert all(records[c]["status"] != "env_error" for c in GPU_CAPSULES), [records[c] for c in GPU_CAPSULES]
 
 
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
 def test_without_a_gpu_worker_gpu_capsules_are_env_errors_in_the_denominator(loopback, staged_capsules, tmp_path):
     reports = private_dir(tmp_path / "reports")
     done = run(tmp_path, *corebench_args(staged_capsules, reports, "nogpu"), "-d", *tx(loopback, "agentbench-a"),
@@ -425,6 +426,9 @@ FAULTS = {"worker killed": ("agentbench-a", "gw0", kill_worker),
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
 def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopback, tmp_path, fault):
     account, gateway, inflict = FAULTS[fault]
     reports = private_dir(tmp_path / "reports")
@@ -559,6 +563,9 @@ def stop_connection(account: str) -> tuple[list[int], list[int]]:
     return signal_connection(account, signal.SIGSTOP)
 
 
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
 def test_a_silent_host_is_lost_within_the_bound_and_the_run_finishes_on_the_other(loopback, tmp_path):
     """agentbench-b's connection goes silent mid-item (its sshd stopped, the connection left open): within the
     host timeout the run declares it lost, records its in-flight task as lost naming the host, finishes the rest
@@ -655,6 +662,9 @@ def shadow_module_dir(name: str) -> Path:
     return folder
 
 
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
 def test_a_host_whose_python_lacks_execnet_is_refused_by_name_once(loopback, tmp_path):
     folder = shadow_module_dir("execnet")
     try:
@@ -674,6 +684,9 @@ def test_a_host_whose_python_lacks_execnet_is_refused_by_name_once(loopback, tmp
     assert "replacing crashed worker" not in text and time.monotonic() - started < 120
 
 
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
 def test_a_host_whose_worker_cannot_start_is_lost_once_and_the_other_host_runs_everything(loopback, tmp_path):
     """The probe passes but the worker dies at start (a plugin its pytest cannot import): the host is named
     once, nothing is restarted there, the other host runs every item, exit 1."""
@@ -694,6 +707,9 @@ def test_a_host_whose_worker_cannot_start_is_lost_once_and_the_other_host_runs_e
     assert all(r["status"] == "pass" for r in records), records
 
 
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
 def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, tmp_path):
     """The controller reports numpy 0.0.1 (the test-only AGENTBENCH_TEST_VERSIONS, read where the probe runs:
     here, on the controller), so each host's real numpy differs from it."""
@@ -714,8 +730,7 @@ def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, 
 def test_ssh_liveness_options_are_added_only_where_the_users_config_leaves_them_unset(tmp_path):
     from pytest_agentbench.pytest_plugin.remote import ssh_liveness_options, with_liveness
 
-    if shutil.which("ssh") is None:
-        missing("no ssh client")
+    needs("ssh")
     plain = tmp_path / "plain_config"
     plain.write_text("Host worker\n    HostName 127.0.0.1\n")
     own = tmp_path / "own_config"

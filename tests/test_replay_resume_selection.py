@@ -12,6 +12,8 @@ from bench_runs import read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
 from scicode_builders import write_dataset
 
+pytestmark = pytest.mark.e2e
+
 NOT_2_2 = "scicode/2::2.2"
 
 
@@ -51,6 +53,7 @@ def test_resume_refuses_another_deselect(tiny, bench, pytester):
     assert items_of(run) == ["1.1", "1.2", "2.1", "3.1"]
 
 
+@pytest.mark.slow
 def test_resume_alone_keeps_the_runs_deselect(tiny, bench, pytester):
     run = interrupted(tiny, pytester, "r", f"--deselect={NOT_2_2}")
     resumed = bench("--bench-resume", str(run))
@@ -60,6 +63,7 @@ def test_resume_alone_keeps_the_runs_deselect(tiny, bench, pytester):
     assert items_of(run) == ["1.1", "1.2", "2.1", "3.1"]
 
 
+@pytest.mark.slow
 def test_resume_merge_adds_the_deselected_items_back(tiny, bench, pytester):
     run = interrupted(tiny, pytester, "r", f"--deselect={NOT_2_2}")
     # this command deselects 3.1 instead: the union of both selections is every item (an item stays
@@ -74,6 +78,7 @@ def test_resume_merge_adds_the_deselected_items_back(tiny, bench, pytester):
 ADD_AND_TWICE = "```python\ndef add(a, b):\n    return a + b\n\ndef twice(a):\n    return add(a, a)\n```"
 
 
+@pytest.mark.slow
 def test_replay_with_the_server_gone_makes_no_model_call(pytester, bench, shared_data, tmp_path):
     data, h5 = write_dataset(pytester.path, shared_data)
     cache = tmp_path / "own-cache"  # a cache of its own: the hits counted are this run's responses only

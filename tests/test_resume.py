@@ -29,6 +29,8 @@ def summary_of(run) -> tuple[dict, dict]:
     return summary["metrics"], {i["id"]: i["status"] for i in summary["items"]}
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_killed_run_resumed_matches_an_uninterrupted_run(pytester, bench, shared_data, shared_cache, monkeypatch):
     # Outside /tmp: an isolated scoring child has a private /tmp but sees the rest of the file system.
     flag = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="agentbench-test-")) / "block-step-3.1"
@@ -76,6 +78,7 @@ def test_killed_run_resumed_matches_an_uninterrupted_run(pytester, bench, shared
     assert (killed_run / "summary.md").is_file() and (killed_run / "summary.png").is_file()
 
 
+@pytest.mark.e2e
 def test_resume_refuses_other_settings(tiny, pytester):
     first = tiny("--bench-run-id=one", broken="2.2")
     assert first.ret == pytest.ExitCode.TESTS_FAILED

@@ -7,7 +7,6 @@ A review file then says it is correct.
 from __future__ import annotations
 
 import json
-import os
 import urllib.parse
 from pathlib import Path
 
@@ -15,8 +14,9 @@ import pytest
 import yaml
 
 from bench_runs import SHARED_DATA, read_jsonl
+from capabilities import needs
 from capsule_factory import build_capsule_archive
-from cdp import Chromium, chromium_path
+from cdp import Chromium
 from pytest_agentbench.benchmarks.corebench import capsules, dataset
 from pytest_agentbench.benchmarks.corebench.review import load_review
 
@@ -89,6 +89,8 @@ def write(tmp_path: Path, text: str, name: str = "review.yaml") -> Path:
     return path
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_review_flips_one_question_and_the_summary_carries_both_scores(core_run, tmp_path):
     review = write(tmp_path, review_yaml(flip()))
     result, run = core_run(f"--bench-review={review}")
@@ -121,6 +123,8 @@ def test_a_review_flips_one_question_and_the_summary_carries_both_scores(core_ru
     assert "warning" not in out.split("agentbench: core-bench results")[-1].lower()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_gates_judge_the_automatic_score_unless_asked_for_the_reviewed_one(core_run, tmp_path):
     review = write(tmp_path, review_yaml(flip()))
     automatic, run = core_run(f"--bench-review={review}", "--bench-fail-under=accuracy=100%", run_id="auto")
@@ -140,6 +144,7 @@ def test_gates_judge_the_automatic_score_unless_asked_for_the_reviewed_one(core_
     judged.stdout.fnmatch_lines(["*FAIL --bench-fail-under accuracy=50% [[]reviewed score]: accuracy = 0.0% < 50.0%*"])
 
 
+@pytest.mark.e2e
 def test_reviewed_gate_without_a_review_is_a_usage_error(core_run):
     result, run = core_run("--bench-gate-score=reviewed", "--bench-fail-under=accuracy=50%")
     assert result.ret == 4
@@ -153,6 +158,8 @@ def test_reviewed_gate_without_a_review_is_a_usage_error(core_run):
     (flip(question="Report the AUC at the sample level"), "*review.yaml:2 (entry 1): capsule capsule-0201225 has no "
                                                           "question 'Report the AUC at the sample level'*did you mean*"),
 ])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_review_naming_what_the_split_lacks_is_exit_4(core_run, tmp_path, entry, expected):
     review = write(tmp_path, review_yaml(entry))
     result, run = core_run(f"--bench-review={review}")
@@ -171,6 +178,8 @@ def test_a_review_naming_what_the_split_lacks_is_exit_4(core_run, tmp_path, entr
     ("overrides: [\n", "*review.yaml:2 is not valid YAML*"),
     ("- capsule: capsule-0201225\n", "*review.yaml:1: the file must be a mapping with one key, `overrides:`*"),
 ])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_malformed_review_is_exit_4_naming_file_and_line(core_run, tmp_path, text, expected):
     review = write(tmp_path, text)
     result, _ = core_run(f"--bench-review={review}")
@@ -178,6 +187,8 @@ def test_a_malformed_review_is_exit_4_naming_file_and_line(core_run, tmp_path, t
     result.stderr.fnmatch_lines([expected])
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_an_override_outside_the_selection_is_ignored_with_a_warning(core_run, tmp_path):
     other = next(iter(train_task(OTHER)["results"][0]))
     review = write(tmp_path, review_yaml(flip(), flip(OTHER, other)))
@@ -193,6 +204,8 @@ def test_an_override_outside_the_selection_is_ignored_with_a_warning(core_run, t
         {WRONG: "pass", RIGHT: None}
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_resuming_a_finished_run_with_a_review_rewrites_its_reports(core_run, tmp_path):
     result, run = core_run()
     result.assert_outcomes(passed=1, failed=1)
@@ -208,15 +221,14 @@ def test_resuming_a_finished_run_with_a_review_rewrites_its_reports(core_run, tm
     assert {r["id"]: r.get("review", {}).get("status") for r in records} == {WRONG: "pass", RIGHT: None}
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_export_button_yields_a_review_file_that_loads(core_run, tmp_path):
     review = write(tmp_path, review_yaml(flip(RIGHT, next(iter(train_task(RIGHT)["results"][0])), "wrong")))
     result, run = core_run(f"--bench-review={review}")
     assert result.ret == 1
     page_file = run / "report.html"
-    if chromium_path() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Chromium is not installed: CI must `apt-get install chromium` for the report test")
-        pytest.skip("Chromium is not installed")
+    needs("chromium")
     with Chromium() as browser:
         page = browser.open(page_file.as_uri())
         assert "Human review" in page.text and "1 override(s), 1 verdict(s) changed" in page.text
@@ -248,6 +260,8 @@ def test_the_export_button_yields_a_review_file_that_loads(core_run, tmp_path):
     assert scores["automatic"]["metrics"]["capsule_accuracy"] == 0.5
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_of_several_attempts_carries_the_mean_reviewed_score(core_run, tmp_path):
     review = write(tmp_path, review_yaml(flip()))
     result, run = core_run(f"--bench-review={review}", "--bench-attempts=2", "--bench-fail-under=accuracy=100%",

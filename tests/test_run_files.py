@@ -36,6 +36,8 @@ def tiny_data(pytester, shared_data, monkeypatch):
     return write_dataset(pytester.path, shared_data)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_file_drives_a_whole_run_and_settings_name_each_line(pytester, bench, tiny_data, monkeypatch):
     data, h5 = tiny_data
     monkeypatch.setenv("BREAK_STEPS", "2.2")
@@ -68,6 +70,8 @@ def test_a_run_file_drives_a_whole_run_and_settings_name_each_line(pytester, ben
     assert result.ret == 0
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_command_line_beats_environment_beats_run_file_beats_ini(pytester, bench, tiny_data, monkeypatch):
     data, h5 = tiny_data
     pytester.makeini("[pytest]\nagentbench_timeout = 99\nagentbench_tool_loops = 3\nagentbench_progress_interval = 7\n")
@@ -101,6 +105,8 @@ def test_command_line_beats_environment_beats_run_file_beats_ini(pytester, bench
     ("bench: {bench: scicode, split: validation}\ngates:\n  fail_under: [nope=1]\n", "fail_under",
      "unknown scicode metric 'nope' in --bench-fail-under (file agentbench.yaml:3)"),
 ])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_bad_run_file_is_a_usage_error_naming_file_and_line(pytester, body, needle, message, monkeypatch):
     monkeypatch.setenv("AGENTBENCH_OFFLINE", "1")
     path = write(pytester.path / "agentbench.yaml", body)
@@ -112,6 +118,8 @@ def test_a_bad_run_file_is_a_usage_error_naming_file_and_line(pytester, body, ne
     assert where in err, err
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_key_comes_from_the_variable_the_file_names_and_is_never_written(pytester, bench, tiny_data,
                                                                                 monkeypatch):
     data, h5 = tiny_data
@@ -142,6 +150,8 @@ def test_the_key_comes_from_the_variable_the_file_names_and_is_never_written(pyt
             assert b"sk-secret-from-env" not in path.read_bytes(), path
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_json_run_file_works_and_the_command_line_picks_pytest_flags_first(pytester, tiny_data):
     data, h5 = tiny_data
     (pytester.path / "run.json").write_text(json.dumps({
@@ -166,6 +176,7 @@ def test_init_writes_an_example_that_loads_and_never_overwrites(tmp_path):
     assert second.returncode == 1 and "exists" in second.stderr
 
 
+@pytest.mark.e2e
 def test_listing_the_items_of_a_gated_run_file_is_not_judged(pytester, tiny_data):
     data, h5 = tiny_data
     write(pytester.path / "agentbench.yaml", f"""

@@ -27,7 +27,7 @@ import numpy
 import pytest
 
 from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from executor_pairs import isolation_or_skip
+from capabilities import needs
 from scicode_builders import PROBLEMS, TARGETS
 from pytest_agentbench.pytest_plugin.remote import refusal_of
 from pytest_agentbench.sandbox.isolation import NO_ISOLATION, links_on_the_way
@@ -61,7 +61,7 @@ class Venv:
 
 @pytest.fixture(scope="module")
 def venv() -> Venv:
-    isolation_or_skip()
+    needs("bwrap")
     root = Path(tempfile.mkdtemp(prefix="agentbench-anywhere-", dir="/tmp"))
     root.chmod(0o755)
     home_link = Path(os.path.expanduser("~")) / f".{root.name}"
@@ -127,6 +127,8 @@ print(json.dumps(out, default=str))
 
 
 @pytest.mark.parametrize("spelling", SPELLINGS)
+@pytest.mark.isolation
+@pytest.mark.slow
 def test_every_sandbox_kind_runs_an_interpreter_under_tmp(venv, spelling):
     """Started through each spelling, the venv's interpreter runs scripts on the fork server and in a fresh
     interpreter, rebuilds targets from ground truth, runs host-environment commands and tool scripts, and passes
@@ -174,6 +176,8 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.isolation
+@pytest.mark.slow
 def test_python_inside_a_hidden_folder_is_bound_again_on_top_of_its_mask(venv):
     """The folder around the venv is hidden (as a cache or report folder would be), with a secret beside the venv:
     in every sandbox the interpreter runs and imports numpy, and of the hidden folder only the venv (and the
@@ -191,6 +195,9 @@ def test_python_inside_a_hidden_folder_is_bound_again_on_top_of_its_mask(venv):
 # ---------------------------------------------------------------- as a user runs it
 
 @pytest.mark.parametrize("spelling", SPELLINGS)
+@pytest.mark.e2e
+@pytest.mark.isolation
+@pytest.mark.slow
 def test_a_scicode_run_with_a_venv_under_tmp_rebuilds_and_passes(venv, spelling, tmp_path):
     """`<venv>/bin/python3 -m pytest --bench=scicode ... --model=oracle` with a fresh cache: the targets are
     rebuilt in the fresh-interpreter sandbox and scored on the fork server; the header reports the self-test."""
@@ -206,6 +213,9 @@ def test_a_scicode_run_with_a_venv_under_tmp_rebuilds_and_passes(venv, spelling,
     assert [r["status"] for r in records] == ["pass"], [(r["status"], r.get("message")) for r in records]
 
 
+@pytest.mark.e2e
+@pytest.mark.isolation
+@pytest.mark.slow
 def test_a_self_test_failure_is_exit_4_before_any_item(venv, tmp_path):
     """The cache folder (hidden from children) is the venv itself: the interpreter cannot be seen in the sandbox.
     The session ends with exit 4 before any item, naming the interpreter, the folder and its option; nothing
@@ -226,6 +236,8 @@ def test_a_self_test_failure_is_exit_4_before_any_item(venv, tmp_path):
     assert listed.returncode == 0 and "1 test collected" in listed.stdout, listed.stdout[-2000:] + listed.stderr
 
 
+@pytest.mark.isolation
+@pytest.mark.slow
 def test_a_remote_host_whose_python_cannot_run_in_its_sandbox_is_refused_by_name(venv, tmp_path):
     """The host probe (what a remote worker's host runs before its worker starts) runs the self-test there with
     that host's own hidden folders; a host whose interpreter is hidden is refused, by name, with the cause."""
@@ -251,10 +263,11 @@ def test_a_remote_host_whose_python_cannot_run_in_its_sandbox_is_refused_by_name
 
 # ---------------------------------------------------------------- the self-test at the API
 
+@pytest.mark.isolation
 def test_the_self_test_names_a_package_it_cannot_import():
     """numpy's site folder hidden (as if it were the report folder): the self-test fails naming numpy, the
     folder that is not visible and the option that hides it."""
-    isolation_or_skip()
+    needs("bwrap")
     folder = os.path.dirname(os.path.dirname(numpy.__file__))
     outcome = run_self_test(hidden={folder: "--bench-report-dir"})
     assert outcome is not None and not outcome.ok
@@ -262,10 +275,11 @@ def test_the_self_test_names_a_package_it_cannot_import():
     assert "cannot import numpy" in text and folder in text and "--bench-report-dir" in text, text
 
 
+@pytest.mark.isolation
 def test_the_self_test_runs_once_per_interpreter_and_binds_and_not_without_isolation(tmp_path):
     """A second call with other hidden folders that do not meet Python's gives the same outcome without running
     again; without isolation there is nothing to test."""
-    isolation_or_skip()
+    needs("bwrap")
     first = run_self_test(hidden={str(tmp_path / "a"): "--bench-cache-dir"})
     again = run_self_test(hidden={str(tmp_path / "b"): "--bench-report-dir"})
     assert first is not None and first.ok, first
@@ -291,6 +305,9 @@ def test_links_on_the_way_are_found_as_realpath_follows_them(tmp_path):
 
 @pytest.mark.skipif(os.environ.get("AGENTBENCH_LONG_TESTS") != "1",
                     reason="several minutes: the whole validation split; run with AGENTBENCH_LONG_TESTS=1")
+@pytest.mark.e2e
+@pytest.mark.isolation
+@pytest.mark.slow
 def test_readme_main_command_with_a_venv_under_tmp(venv, tmp_path):
     """LONG (several minutes): the README's main command, `-n 2` included, from a venv under /tmp with a fresh
     cache: 15 of 15 problems resolved, 50 of 50 steps passed."""

@@ -13,6 +13,8 @@ from pytest_agentbench.benchmarks.scicode import archive, dataset
 from pytest_agentbench.core.data import DataError, sha256_of
 from scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
 
+pytestmark = pytest.mark.e2e
+
 
 class Served:
     """Files of a folder served over HTTP on 127.0.0.1; ``paths`` lists the requested paths."""
@@ -73,6 +75,7 @@ def args(served: Served, *extra: str) -> list[str]:
             f"--bench-data-url={served.url}", "--bench-timeout=20", *extra]
 
 
+@pytest.mark.slow
 def test_archive_supplies_the_missing_targets(bench, pytester, archived, monkeypatch):
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
     result = bench(*args(archived, "--bench-allow-custom-data"))
@@ -96,6 +99,7 @@ def test_an_archive_h5_that_is_not_the_official_file_is_refused(bench, archived,
     assert not (archived.data / "scicode" / "test_data.h5").exists()
 
 
+@pytest.mark.slow
 def test_listing_the_items_never_fetches_the_archive(bench, archived, monkeypatch):
     """--collect-only lists the test split's items without the official targets: nothing is scored, so the
     1 GB archive is not downloaded for it (online, with the file missing)."""
@@ -106,6 +110,7 @@ def test_listing_the_items_never_fetches_the_archive(bench, archived, monkeypatc
     assert len([line for line in listed.stdout.lines if "::" in line]) == 5  # the 5 steps of the tiny problems
 
 
+@pytest.mark.slow
 def test_offline_mode_forbids_the_archive_and_validation_runs_never_fetch_it(bench, archived, monkeypatch):
     offline = bench(*args(archived, "--bench-allow-custom-data", "--bench-ids=3"))
     assert offline.ret == 1 and archived.paths == []  # no download: the step says where to get the file
@@ -120,6 +125,7 @@ def test_offline_mode_forbids_the_archive_and_validation_runs_never_fetch_it(ben
     assert archived.paths == []
 
 
+@pytest.mark.slow
 def test_a_read_only_data_dir_extracts_into_the_cache(archived, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setattr(archive, "writable", lambda folder: not str(folder).startswith(str(archived.data)))
@@ -146,6 +152,7 @@ def validation_args(served: Served, *extra: str) -> list[str]:
             f"--bench-data-url={served.url}", "--bench-timeout=20", "--bench-allow-custom-data", *extra]
 
 
+@pytest.mark.slow
 def test_official_targets_are_fetched_for_a_validation_run(bench, pytester, wrong_on_3_1, monkeypatch):
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
     auto = bench(*validation_args(wrong_on_3_1, "--collect-only"))  # auto: a validation run rebuilds
@@ -170,6 +177,7 @@ def test_official_targets_are_fetched_for_a_validation_run(bench, pytester, wron
     assert wrong_on_3_1.paths == ["/scicode.zip"]
 
 
+@pytest.mark.slow
 def test_official_targets_of_a_read_only_data_dir_go_to_the_cache(bench, pytester, wrong_on_3_1, monkeypatch,
                                                                   tmp_path):
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
@@ -186,6 +194,7 @@ def test_official_targets_of_a_read_only_data_dir_go_to_the_cache(bench, pyteste
     assert again.ret == 0 and wrong_on_3_1.paths == ["/scicode.zip"]  # found in the cache: no second download
 
 
+@pytest.mark.slow
 def test_official_targets_checked_against_the_pinned_sha256(bench, wrong_on_3_1, monkeypatch):
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
     args = [a for a in validation_args(wrong_on_3_1, "--bench-targets=official")
@@ -197,6 +206,7 @@ def test_official_targets_checked_against_the_pinned_sha256(bench, wrong_on_3_1,
     assert not (wrong_on_3_1.data / "scicode" / "test_data.h5").exists()
 
 
+@pytest.mark.slow
 def test_official_targets_offline_are_a_usage_error(bench, pytester, wrong_on_3_1):
     result = bench(*validation_args(wrong_on_3_1, "--bench-targets=official"))  # AGENTBENCH_OFFLINE=1
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -209,6 +219,7 @@ def test_official_targets_offline_are_a_usage_error(bench, pytester, wrong_on_3_
     assert from_ini.ret == pytest.ExitCode.USAGE_ERROR and "--bench-targets=official" in from_ini.stderr.str()
 
 
+@pytest.mark.slow
 def test_rebuilt_targets_refuse_the_test_split_and_an_h5(bench, archived):
     test = bench(*args(archived, "--bench-targets=rebuilt", "--collect-only"))
     assert test.ret == pytest.ExitCode.USAGE_ERROR
@@ -219,6 +230,7 @@ def test_rebuilt_targets_refuse_the_test_split_and_an_h5(bench, archived):
     assert archived.paths == []
 
 
+@pytest.mark.slow
 def test_targets_option_in_help(bench):
     shown = " ".join(bench("--help").stdout.str().split())
     assert "--bench-targets={auto,official,rebuilt}" in shown and "agentbench_targets" in shown

@@ -15,6 +15,8 @@ from bench_runs import SHARED_DATA, read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
 from pytest_agentbench.core.records import comparable
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 NEXT_STEP = "NEXT STEP - PROBLEM STEP AND FUNCTION HEADER"
 
 

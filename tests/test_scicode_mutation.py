@@ -146,6 +146,8 @@ def brief(record: dict) -> dict:
     ("78.2", 1, ["state"]),
     ("51.4", 4, ["init_positions"]),  # tests 1-3 honest, test 4 collapses the lattice (velocities stay 0)
 ])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_changing_the_inputs_in_place_does_not_move_the_expectation(records, step, failed_test, mutated):
     record = records["attack"][step]
     assert (record["status"], record.get("failure_kind"), record.get("failed_test")) == (
@@ -154,6 +156,8 @@ def test_changing_the_inputs_in_place_does_not_move_the_expectation(records, ste
 
 
 @pytest.mark.parametrize("step, mutated", [("78.2", ["state"]), ("51.4", ["init_positions"])])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_genuine_code_that_also_writes_into_its_inputs_passes_with_a_note(records, step, mutated):
     """Upstream's test would compute its expectation from the written values (78.2 would fail there): the
     record says where the verdict may differ from upstream's."""
@@ -163,6 +167,8 @@ def test_genuine_code_that_also_writes_into_its_inputs_passes_with_a_note(record
 
 
 @pytest.mark.parametrize("step", STEPS)
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_ground_truth_passes_without_a_note(records, step):
     record = records["genuine"][step]
     assert record["status"] == "pass" and "inputs_mutated" not in record, brief(record)

@@ -12,11 +12,14 @@ from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
 from pytest_agentbench.core.records import comparable
 from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step
 
+pytestmark = pytest.mark.e2e
+
 
 # ---- collection -------------------------------------------------------------------------------
 @pytest.mark.parametrize("split,problems,steps,prefilled", [
     ("validation", 15, 50, 0), ("test", 65, 291, 3), ("all", 80, 341, 3),
 ])
+@pytest.mark.slow
 def test_collect_only_lists_every_step(bench, split, problems, steps, prefilled):
     result = bench("--bench=scicode", f"--bench-split={split}", "--collect-only", "-q")
     assert result.ret == 0, result.stdout.str()
@@ -26,6 +29,7 @@ def test_collect_only_lists_every_step(bench, split, problems, steps, prefilled)
     assert len([i for i in ids if i.split("::")[1] in ("13.6", "62.1", "76.3")]) == prefilled
 
 
+@pytest.mark.slow
 def test_only_the_benchmark_is_collected_without_paths(bench, pytester):
     pytester.makepyfile(test_user="def test_user_suite():\n    assert False\n")
     result = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q")
@@ -35,12 +39,14 @@ def test_only_the_benchmark_is_collected_without_paths(bench, pytester):
     assert "scicode/10::10.1" in both.stdout.str()
 
 
+@pytest.mark.slow
 def test_bench_ids_select_exactly(bench):
     result = bench("--bench=scicode", "--bench-split=all", "--bench-ids=7,77.3", "--collect-only", "-q")
     ids = [line for line in result.outlines if line.startswith("scicode/")]
     assert ids == ["scicode/7::7.1", "scicode/77::77.3"]
 
 
+@pytest.mark.slow
 def test_k_and_deselect_work_on_node_ids(bench):
     result = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q", "-k", "29",
                    "--deselect", "scicode/29::29.2")
@@ -48,6 +54,7 @@ def test_k_and_deselect_work_on_node_ids(bench):
     assert ids == ["scicode/29::29.1", "scicode/29::29.3"]
 
 
+@pytest.mark.slow
 def test_prefilled_marker_selects_the_three_official_steps(bench):
     result = bench("--bench=scicode", "--bench-split=test", "--collect-only", "-q", "-m", "prefilled")
     ids = [line for line in result.outlines if line.startswith("scicode/")]
@@ -60,12 +67,14 @@ def test_prefilled_marker_selects_the_three_official_steps(bench):
     (["--bench=scicode", "--bench-split=validation", "--bench-ids=999"], "unknown scicode id(s) 999"),
     (["--bench=scicode", "--bench-split=test", "--model=oracle"], "only SciCode's validation split ships"),
 ])
+@pytest.mark.slow
 def test_usage_errors_list_valid_values(bench, args, needle):
     result = bench(*args, "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert needle in result.stderr.str()
 
 
+@pytest.mark.slow
 def test_data_dir_from_the_ini_file(bench, pytester, shared_data, monkeypatch):
     """agentbench_data_dir is honoured (a relative path is read from the ini file's folder); the command
     line and $AGENTBENCH_DATA_DIR still win over it."""
@@ -98,6 +107,7 @@ def pytest_agentbench_summary(summary):
 """
 
 
+@pytest.mark.slow
 def test_hooks_add_fields_to_records_and_summary(tiny, pytester):
     pytester.makeconftest(MODEL_CONFTEST + HOOKS_CONFTEST)
     result = tiny(broken="2.2")
@@ -118,6 +128,7 @@ def copy_data(shared_data: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 def test_checksum_mismatch_names_the_file_and_the_fix(bench, pytester, shared_data):
     data = copy_data(shared_data, pytester.path / "mydata")
     with open(data / "scicode" / "problems_dev.jsonl", "a") as fh:
@@ -128,6 +139,7 @@ def test_checksum_mismatch_names_the_file_and_the_fix(bench, pytester, shared_da
     assert "checksum mismatch for" in err and "problems_dev.jsonl" in err and "delete it to re-download" in err
 
 
+@pytest.mark.slow
 def test_missing_file_offline_names_url_and_place(bench, pytester):
     empty = pytester.mkdir("empty")
     result = bench("--bench=scicode", "--bench-split=validation", f"--bench-data-dir={empty}", "--collect-only")
@@ -138,6 +150,7 @@ def test_missing_file_offline_names_url_and_place(bench, pytester):
     assert str(empty / "scicode" / "problems_dev.jsonl") in err
 
 
+@pytest.mark.slow
 def test_corrupt_jsonl_line_is_named(bench, pytester, shared_data):
     data = copy_data(shared_data, pytester.path / "mydata")
     path = data / "scicode" / "problems_dev.jsonl"
@@ -213,6 +226,7 @@ def handmade(pytester, shared_data) -> list[str]:
 
 
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
+@pytest.mark.slow
 def test_each_status_and_the_metrics_on_a_handmade_dataset(bench, pytester, handmade, executor):
     result = bench(*handmade, f"--bench-executor={executor}", "-rs")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -234,11 +248,13 @@ def test_each_status_and_the_metrics_on_a_handmade_dataset(bench, pytester, hand
     assert "custom targets file" in md
 
 
+@pytest.mark.slow
 def test_prefilled_code_feeds_a_step_selected_alone(bench, pytester, handmade):
     result = bench(*handmade, "--bench-ids=13.7")
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 def test_records_are_on_disk_as_items_finish(bench, pytester, handmade):
     """A conftest hook reads steps.jsonl when the next item starts: the previous record is already there."""
     pytester.makeconftest('''
@@ -265,6 +281,7 @@ def oracle_run(bench, pytester, *extra):
     return [comparable(r) for r in records], summary["metrics"]
 
 
+@pytest.mark.slow
 def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist(bench, pytester):
     """No -n, -n 2 and -n 4 give the same records and metrics; the -n 2 run also uses the
     fresh-interpreter executor, which must give the same records as the fork server."""
@@ -277,6 +294,7 @@ def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist
         assert parallel_metrics == metrics
 
 
+@pytest.mark.slow
 def test_executors_give_identical_records_on_mutated_code(bench, pytester, handmade):
     runs = {}
     for executor in ("fork", "subprocess"):
@@ -293,6 +311,7 @@ MUTATIONS = {  # step: (original, mutated) snippets of its ground truth
 }
 
 
+@pytest.mark.slow
 def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data):
     data = copy_data(shared_data, pytester.path / "mutated")
     path = data / "scicode" / "problems_dev.jsonl"
@@ -341,6 +360,7 @@ FAKES = {
 
 
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
+@pytest.mark.slow
 def test_fake_passes_fail_with_their_reason(bench, pytester, executor):
     data = pytester.mkdir("fakes")
     (data / "scicode").mkdir()
@@ -365,6 +385,7 @@ def test_fake_passes_fail_with_their_reason(bench, pytester, executor):
         assert reason in records[number]["message"], (number, records[number]["message"])
 
 
+@pytest.mark.slow
 def test_last_failed_reruns_only_the_failed_steps(pytester, handmade, shared_cache, monkeypatch, shared_data):
     monkeypatch.setenv("AGENTBENCH_OFFLINE", "1")
     pytester.makeini("[pytest]\n")

@@ -822,12 +822,14 @@ def mutated_upstream(dev_targets):
     return verdicts
 
 
+@pytest.mark.slow
 def test_ground_truth_passes_every_validation_step(genuine_split):
     failed = {step: why for step, (passed, why) in genuine_split.items() if not passed}
     assert len(genuine_split) == (50 if FULL else len(QUICK)) and set(genuine_split) <= ALL_DEV_IDS
     assert not failed, f"ground truth failed under the split: {failed}"
 
 
+@pytest.mark.slow
 def test_mutated_ground_truth_fails_exactly_the_steps_upstream_fails(mutated_split, mutated_upstream):
     ours = {step: passed for step, (passed, _) in mutated_split.items()}
     assert ours == mutated_upstream, {s: (ours[s], mutated_upstream[s], mutated_split[s][1])
@@ -935,6 +937,8 @@ def test_a_child_cannot_send_an_expected_value_that_depends_on_no_model_code():
 
 
 # ---- the plugin scores through the split ------------------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_operand_cap_option_reaches_scoring(tiny, pytester):
     from bench_runs import read_jsonl, run_dirs
 

@@ -35,6 +35,8 @@ def interrupted(tiny, pytester) -> Path:
     return run
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_resume_alone_continues_the_run_with_its_settings_and_selection(tiny, bench, pytester):
     run = interrupted(tiny, pytester)
     stored = json.loads((run / "settings.json").read_text())["_run"]
@@ -48,6 +50,7 @@ def test_resume_alone_continues_the_run_with_its_settings_and_selection(tiny, be
     assert json.loads((run / "summary.json").read_text())["settings"]["background"] is False
 
 
+@pytest.mark.e2e
 def test_resume_refuses_another_selection_or_setting_and_merges_on_request(tiny, bench, pytester):
     run = interrupted(tiny, pytester)
     other = bench("--bench-resume", str(run), "--bench-ids=2", "--bench-background", "-k", "1")
@@ -64,6 +67,8 @@ def test_resume_refuses_another_selection_or_setting_and_merges_on_request(tiny,
     assert json.loads((run / "settings.json").read_text())["_run"]["options"]["ids"] == ["1", "3", "2"]
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_resume_command_of_the_package(tiny, pytester, shared_cache):
     run = interrupted(tiny, pytester)
     done = subprocess.run([sys.executable, "-m", "pytest_agentbench", "resume", str(run), "-p", "no:cacheprovider",
@@ -73,6 +78,8 @@ def test_resume_command_of_the_package(tiny, pytester, shared_cache):
     assert items_of(run) == ["1.1", "1.2", "3.1"]
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_replay_rescores_a_run_from_its_cached_responses(pytester, bench, shared_data):
     data, h5 = write_dataset(pytester.path, shared_data)
     with FakeOpenAI() as server:
@@ -93,6 +100,8 @@ def test_replay_rescores_a_run_from_its_cached_responses(pytester, bench, shared
     assert summary["metrics"]["subproblem"] == 1.0
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_summary_says_when_on_what_and_how_the_run_was_made(tiny, pytester):
     result = tiny("--bench-ids=3")
     assert result.ret == pytest.ExitCode.OK
@@ -114,6 +123,8 @@ def test_git_commit_and_command_line():
     assert command_line(["--bench=x", "a b"]).endswith("--bench=x 'a b'")
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_significance_warns_when_the_selection_is_too_small(tiny):
     result = tiny("--bench-significance=0.05", "--collect-only")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()

@@ -73,6 +73,8 @@ def completions(server: FakeOpenAI) -> list[dict]:
     return [r for r in server.requests if r["path"].endswith("/chat/completions") and r not in server.preflights]
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_two_models_get_their_own_runs_a_table_across_them_and_their_own_gates(pytester, shared_cache, two_models):
     _, right, wrong = two_models
     listed = run(pytester, shared_cache, "--collect-only", "-q")
@@ -127,6 +129,8 @@ def test_two_models_get_their_own_runs_a_table_across_them_and_their_own_gates(p
     assert len(completions(wrong)) == 2 and len(completions(right)) == 2  # nothing asked again
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_k_selects_a_model_by_its_name(pytester, shared_cache, two_models):
     _, right, wrong = two_models
     result = run(pytester, shared_cache, "-k", "righty and 3.1")
@@ -144,6 +148,7 @@ def test_k_selects_a_model_by_its_name(pytester, shared_cache, two_models):
     assert len(completions(right)) == 1  # reused, not asked again
 
 
+@pytest.mark.e2e
 def test_a_conftest_bench_model_with_several_models_is_a_usage_error(pytester, shared_cache, two_models):
     pytester.makeconftest(MODEL_CONFTEST)
     result = run(pytester, shared_cache, "--collect-only")
@@ -152,6 +157,8 @@ def test_a_conftest_bench_model_with_several_models_is_a_usage_error(pytester, s
     assert "overrides the bench_model fixture" in err and "2 models (righty, wrongy)" in err, err
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_several_models_under_xdist_collect_the_same_ids_and_write_both_runs(pytester, shared_cache, two_models):
     result = run(pytester, shared_cache, "-n", "2", "-k", "3.1")
     assert result.ret == 1, result.stdout.str()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,37 +16,21 @@ from pathlib import Path
 import pytest
 
 from bench_runs import read_jsonl
+from capabilities import needs
 from capsule_factory import write_capsule_tree
 from pytest_agentbench.core import records as rec
 from pytest_agentbench.core import slurm, spool
+
+pytestmark = [pytest.mark.e2e, pytest.mark.remote, pytest.mark.slow]
 
 IDS = "1,3"
 SLURM_STATE = Path(os.environ.get("AGENTBENCH_SLURM_STATE", "/var/lib/agentbench-slurm"))
 SMALL = ("--bench-memory-limit=2",)  # 3 GiB jobs: two fit on each 8 GB node
 
 
-def cluster_problem() -> str | None:
-    if shutil.which("sbatch") is None:
-        return "the Slurm commands are not installed (run .ci/slurm-setup as root)"
-    try:
-        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t %G"], capture_output=True, text=True,
-                             timeout=20).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"sinfo failed: {exc}"
-    states = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split()}
-    if not all(states.get(n, "").startswith(("idle", "mix", "alloc", "comp")) for n in ("node1", "node2")):
-        return f"the two-node test cluster is not up (sinfo: {out.strip() or 'nothing'}; run .ci/slurm-setup)"
-    return None
-
-
 @pytest.fixture(scope="module")
 def cluster() -> None:
-    problem = cluster_problem()
-    if problem is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{problem} (CI=true: the Slurm cluster is required)")
-    pytest.skip(problem)
+    needs("slurm")
 
 
 def comparable(record: dict) -> dict:

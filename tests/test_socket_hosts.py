@@ -26,6 +26,8 @@ import pytest
 from bench_runs import REPO, SHARED_DATA, free_port, read_jsonl, wait_for
 from fake_openai import FakeOpenAI
 
+pytestmark = [pytest.mark.e2e, pytest.mark.remote, pytest.mark.slow]
+
 IDS = "1,3,19"  # three validation problems, four steps (19 has two): each worker is in an item when one stops
 STEPS = ["1.1", "19.1", "19.2", "3.1"]
 HOST_TIMEOUT = 8  # --bench-host-timeout: the silent host is declared lost within 10 s (a healthy one answers in time)

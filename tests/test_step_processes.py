@@ -28,8 +28,10 @@ from pathlib import Path
 import pytest
 
 from bench_runs import read_jsonl, run_dirs
-from executor_pairs import isolation_or_skip
+from capabilities import needs
 from scicode_builders import CLOSE, TARGETS, problem, step, write_dataset
+
+pytestmark = pytest.mark.isolation
 
 GHOST = "agb" + uuid.uuid4().hex[:10]  # the daemon's name (15 bytes at most: the kernel's comm length)
 WATCHED = GHOST[:-1] + "-"  # the name step 1.2's script takes while it runs
@@ -171,7 +173,7 @@ def daemon_run(pytester, bench, shared_data, monkeypatch):
 
     def run(executor: str, isolated: bool):
         if isolated:
-            isolation_or_skip()
+            needs("bwrap")
             monkeypatch.delenv("AGENTBENCH_ISOLATION", raising=False)
         else:
             monkeypatch.setenv("AGENTBENCH_ISOLATION", "off")
@@ -195,6 +197,8 @@ def daemon_run(pytester, bench, shared_data, monkeypatch):
 
 @pytest.mark.parametrize("isolated", [True, False], ids=["isolated", "not-isolated"])
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_daemon_of_one_step_is_gone_when_the_next_step_runs(daemon_run, executor, isolated):
     records, watcher = daemon_run(executor, isolated)
     first, second = records["1.1"], records["1.2"]
@@ -229,7 +233,7 @@ def executors(request):
     from pytest_agentbench.sandbox.isolation import NO_ISOLATION
 
     if request.param == "isolated":
-        isolation_or_skip()
+        needs("bwrap")
     yield from executor_pair(None if request.param == "isolated" else NO_ISOLATION, preload=("numpy",))
 
 

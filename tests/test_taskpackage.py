@@ -15,6 +15,8 @@ from bench_runs import read_jsonl, run_dirs
 from pytest_agentbench.core import records as rec
 from pytest_agentbench.core import spool
 
+pytestmark = pytest.mark.e2e
+
 IDS = "1,3"  # two small validation problems, one step each
 
 
@@ -34,6 +36,7 @@ def emptied(run_dir: Path) -> None:
             path.unlink()
 
 
+@pytest.mark.slow
 def test_run_task_packages_and_collect_gives_the_local_records(bench, pytester: pytest.Pytester) -> None:
     local = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", f"--bench-ids={IDS}",
                   "--bench-run-id=r1")

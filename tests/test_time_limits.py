@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench_runs import read_jsonl, run_dirs
 from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
 from pytest_agentbench.benchmarks.scicode import timelimits
@@ -22,6 +24,7 @@ def test_sensitivity_counts_passing_steps_over_each_limit():
     assert "2 at 60 s (1.1, 2.1); 1 at 120 s (2.1); 1 at 180 s (2.1)" in line and "300 s" not in line
 
 
+@pytest.mark.e2e
 def test_a_slow_passing_step_is_named_at_the_limits_it_exceeds(pytester, bench, shared_data):
     problems = [problem("1", [step("1.1", SLOW, [CLOSE.format(call="slow()")], header="def slow():")]),
                 problem("2", [step("2.1", "def quick():\n    return 2", [CLOSE.format(call="quick()")],

@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import scipy.integrate
 
 from bench_runs import SHARED_DATA, read_jsonl, run_dirs
@@ -62,6 +63,7 @@ def test_the_data_calls_simps_exactly_where_the_page_says():
     assert found == SIMPS_USERS
 
 
+@pytest.mark.e2e
 def test_a_step_importing_simps_passes_with_ground_truth_on_a_scipy_without_it(pytester, bench, shared_data):
     assert not hasattr(scipy.integrate, "simps"), "this SciPy still has simps: the shim is not exercised"
     samples = [1.0, 2.0, 4.0, 8.0]  # an even count: the case where old and new Simpson rules differ
@@ -106,6 +108,8 @@ COUNTER_HEADER = 'class Counter:\n    """A counter. env: class Block"""\n    def
 DOUBLE = "def double_incr(start):\n    return 2 * Counter(start).incr()"
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_class_answer_is_chosen_and_kept_whole_for_the_next_step(pytester, bench, shared_data):
     """The reply shows a usage example before the class: choosing by `__init__` takes the example."""
     problems = [problem("5", [step("5.1", COUNTER, [CLOSE.format(call="Counter(2).incr()")], header=COUNTER_HEADER),
@@ -154,6 +158,8 @@ def test_prefilled_code_is_given_to_later_steps_verbatim_both_classes_of_62_1():
 
 # ---- SciCode#43: ground truth that fails the official targets ----------------------------------------
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_ground_truth_of_78_3_passes_on_targets_rebuilt_from_it(pytester, bench):
     result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=78.3")
     records = read_jsonl(run_dirs(pytester.path)[0] / "steps.jsonl")

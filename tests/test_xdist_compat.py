@@ -135,6 +135,8 @@ def pytest_sessionfinish(session):
 '''
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_the_adapter_works_on_xdists_own_objects(pytester, tmp_path, monkeypatch):
     seen_file = tmp_path / "seen.json"
     monkeypatch.setenv("SEEN_FILE", str(seen_file))

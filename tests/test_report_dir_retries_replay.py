@@ -18,6 +18,8 @@ from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 from bench_runs import SHARED_DATA, read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
 
+pytestmark = pytest.mark.e2e
+
 
 def model_args(server: FakeOpenAI, *extra: str) -> list[str]:
     return ["--bench=scicode", "--bench-split=validation", "--model=gt-player", f"--model-base-url={server.base_url}",
@@ -44,6 +46,7 @@ def test_report_dir_on_a_pseudo_file_system_is_a_usage_error(bench):
     assert "--bench-report-dir /proc/x cannot be written" in err and "INTERNALERROR" not in err + result.stdout.str()
 
 
+@pytest.mark.slow
 def test_report_dir_where_writes_fail_is_a_usage_error(bench, tmp_path):
     if os.geteuid() == 0:  # permission bits say nothing for root: a folder where writes fail whatever the bits
         folder = Path("/sys/kernel")
@@ -62,6 +65,7 @@ def test_report_dir_where_writes_fail_is_a_usage_error(bench, tmp_path):
     assert not list(folder.glob(".agentbench-write-probe*"))
 
 
+@pytest.mark.slow
 def test_a_writable_report_dir_keeps_no_probe_and_no_empty_folder(bench, pytester):
     result = bench(*ORACLE, "--bench-report-dir=out/reports", "--collect-only")
     assert result.ret == pytest.ExitCode.OK
@@ -73,6 +77,7 @@ def test_a_writable_report_dir_keeps_no_probe_and_no_empty_folder(bench, pyteste
 
 
 # ---- retries -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_item_retries_wait_with_the_clients_backoff(bench, pytester, cache_dir):
     with FakeOpenAI() as fake:
         fake.always_status = 500
@@ -88,6 +93,7 @@ def test_item_retries_wait_with_the_clients_backoff(bench, pytester, cache_dir):
     assert record["status"] == "model_error" and len(record["tries"]) == 3
 
 
+@pytest.mark.slow
 def test_request_retries_are_counted_in_the_record_and_the_usage_line(bench, pytester, cache_dir):
     with FakeOpenAI() as fake:
         fake.fail(times=2, status=429, retry_after=0)
@@ -106,6 +112,7 @@ def test_request_retries_are_counted_in_the_record_and_the_usage_line(bench, pyt
 
 
 # ---- replay ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_replay_without_the_cached_first_calls_stops_naming_the_tasks(bench, pytester, cache_dir, tmp_path):
     with FakeOpenAI() as fake:
         for _ in range(20):  # the answers' verdicts do not matter here: only what the cache holds
@@ -133,6 +140,7 @@ def test_replay_without_the_cached_first_calls_stops_naming_the_tasks(bench, pyt
 CAPSULE = "capsule-7038571"
 
 
+@pytest.mark.slow
 def test_corebench_replay_without_the_cached_first_call_stops_naming_the_capsule(pytester, tmp_path, monkeypatch):
     from capsule_factory import build_capsule_archive
     from pytest_agentbench.benchmarks.corebench import dataset

@@ -29,8 +29,10 @@ import pytest
 
 import heldout_attacks as H
 from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from executor_pairs import isolation_or_skip
+from capabilities import needs
 from fake_openai import FakeOpenAI
+
+pytestmark = [pytest.mark.e2e, pytest.mark.isolation, pytest.mark.slow]
 
 EXECUTORS = ("fork", "subprocess")
 RUN_TIMEOUT = 900  # seconds for a grouped run (targets rebuilt when the session's cache is cold)
@@ -50,7 +52,7 @@ RUSAGE_WRAPPER = ("import resource, subprocess, sys\n"
 
 @pytest.fixture(scope="module")
 def isolation():
-    return isolation_or_skip()  # skipped without isolation, failed in CI (CI=true)
+    return needs("bwrap")  # skipped without isolation, failed in CI (CI=true)
 
 
 @dataclass
