@@ -16,6 +16,7 @@ Capabilities (the set-up that provides each one is named in its message):
   wrote (a dict).
 - ``slurm``: the two-node Slurm test cluster is up (.ci/slurm-setup).
 - ``chromium``: a Chromium to open report pages in; gives its path.
+- ``dev-tool``: ``needs("dev-tool", "mypy")``: a tool of the ``test`` extra is installed; gives its module.
 - ``compat-venv``: ``needs("compat-venv", PYTEST, XDIST)`` builds (or reuses) the venv of .ci/compat-venv;
   gives its python.
 
@@ -26,6 +27,7 @@ No probe changes the machine: set-up scripts run as root in .ci/run (or by hand)
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -163,8 +165,15 @@ def compat_venv(pytest_version: str, xdist_version: str) -> str:
     return built.stdout.strip().splitlines()[-1]
 
 
+def dev_tool(module: str) -> str:
+    """A development tool of the ``test`` extra (mypy, ruff), run as ``python -m MODULE``."""
+    if importlib.util.find_spec(module) is None:
+        raise Lacking(f"{module} is not installed: it is in the test extra (pip install -e '.[test]')")
+    return module
+
+
 PROBES: dict[str, Callable[..., Any]] = {
     "bwrap": isolation, "slirp4netns": slirp4netns, "outbound-address": outbound_address,
     "docker": docker_image, "docker-dind": dind_image, "ssh": ssh_client, "sshd": ssh_hosts, "slurm": slurm_cluster,
-    "chromium": chromium, "compat-venv": compat_venv,
+    "chromium": chromium, "compat-venv": compat_venv, "dev-tool": dev_tool,
 }

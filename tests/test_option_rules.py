@@ -136,6 +136,8 @@ def files_containing(folder: Path, text: str) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and needle in p.read_bytes()]
 
 
+@pytest.mark.e2e
+@pytest.mark.remote
 def test_a_second_secret_option_is_never_stored_sent_to_the_probe_or_written(tmp_path):
     site = install_secret_toy(tmp_path / "site")
     seen = tmp_path / "seen.jsonl"
@@ -268,6 +270,7 @@ def test_the_registry_is_read_once_and_a_class_entry_point_is_one_instance(class
     assert "toy_token" in {o.name for o in all_options(registry.available_benchmarks())}
 
 
+@pytest.mark.e2e
 def test_listing_only_is_a_run_fact_not_an_option(bench):
     """--collect-only reaches SciCode as ``opts.facts.listing_only``: listing the test split with official
     targets fetches nothing (offline, no test_data.h5 here), while a run of the same items refuses; no option

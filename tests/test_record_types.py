@@ -5,6 +5,8 @@ they were."""
 from __future__ import annotations
 
 import json
+
+import pytest
 import shutil
 from pathlib import Path
 
