@@ -151,7 +151,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ended = collect_ended(state.run_dir)  # a Slurm run's jobs that ended without a package are lost
         config.pluginmanager.register(CollectSession(config, state, ended), "agentbench-collect-session")
     elif opts.backend == "slurm":
-        if config.getoption("dist", "no") != "no":
+        if role_of(config) is Role.CONTROLLER:
             raise usage_error(ConfigError("--bench-backend=slurm runs every task as a Slurm job: leave out "
                                           "-n/--dist/--tx (pytest-xdist) for this run"))
         config.pluginmanager.register(SlurmBackend(config, state), "agentbench-slurm")
