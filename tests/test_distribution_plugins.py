@@ -23,6 +23,7 @@ import pytest
 from pytest_agentbench.pytest_plugin.handshake import ROLE, WORKER_INPUT
 from pytest_agentbench.pytest_plugin.run import STATE
 
+DISTRIBUTION = "agentbench-distribution"
 WIRING = ("pytest_configure_node", "pytest_xdist_make_scheduler", "pytest_xdist_newgateway", "pytest_handlecrashitem",
           "pytest_xdist_setupnodes", "pytest_testnodedown")
 
@@ -49,7 +50,7 @@ def pytest_sessionstart(session):
     write(config, "start", {
         "role": config.stash[ROLE].value,
         "wiring": wiring,
-        "distribution": sorted(n for n, p in manager.list_name_plugin() if n and n.startswith("agentbench-distribution")),
+        "distribution": sorted(n for n, _ in manager.list_name_plugin() if n and n.startswith(DISTRIBUTION)),
         "run_dir": str(config.stash[STATE].run_dir),
         "handshake": None if handshake is None else {"run_dir": str(handshake.run_dir),
                                                      "only_bench": handshake.only_bench,
@@ -58,8 +59,8 @@ def pytest_sessionstart(session):
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
-    write(config, "end", sorted(n for n, p in config.pluginmanager.list_name_plugin()
-                                if n and n.startswith("agentbench-distribution")))
+    write(config, "end", sorted(n for n, _ in config.pluginmanager.list_name_plugin()
+                                if n and n.startswith(DISTRIBUTION)))
 '''
 
 
