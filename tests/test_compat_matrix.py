@@ -27,6 +27,7 @@ SENSITIVE = [
     "tests/test_ids.py",
     "tests/test_xdist_compat.py",
     "tests/test_placement.py",
+    "tests/test_distribution_plugins.py",  # the plugins' hook order, the worker input, unconfigure
     "tests/test_replay_resume_selection.py::test_resume_alone_keeps_the_runs_deselect",
     "tests/test_scicode_plugin.py::test_k_and_deselect_work_on_node_ids",
     "tests/test_scicode_plugin.py::test_prefilled_marker_selects_the_three_official_steps",

@@ -5,9 +5,11 @@ frozen ``Settings`` (kept in ``config.stash``), builds the run's state (``state.
 benchmark's samples as items (``collect.py``), runs them (``run.py``, the ``bench_run`` fixture),
 writes their records (``writer.py``) and reports on the controller (``reporter.py``, ``progress.py``).
 The plugin is inert unless ``--bench`` (or the ``agentbench_bench`` ini key) names a benchmark.
-Roles are told apart once, in ``state.make_state``: the xdist controller (or the only process) is the one
-writer of the run (``ControllerWriter``) and reports (``Reporter``); an xdist worker (``WorkerWriter``)
-sends each record, the item's files and its new model-cache entries to it in the item's report.
+The xdist role is decided once, at the first configure hook (``take_role``, distribution.py): the xdist
+controller (or the only process) is the one writer of the run (``ControllerWriter``) and reports
+(``Reporter``); an xdist worker (``WorkerWriter``) sends each record, the item's files and its new model-cache
+entries to it in the item's report. One plugin object on the controller and one on each worker own the xdist
+hooks (distribution.py); they are unregistered at unconfigure.
 Other plugins extend it through the hooks in ``hookspecs.py``.
 """
 from __future__ import annotations
@@ -25,9 +27,10 @@ from ..core.records import DELIVERY_PROPERTY, RECORD_PROPERTY
 from ..envs import build_env
 from ..models.cache import ResponseCache
 from ..models.options import build_model, model_settings
-from . import hookspecs, remote
+from . import hookspecs
 from .checks import before_items, bench_model_overridden, node_checks, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
+from .distribution import CONTROLLER_PLUGIN, DistributionController, take_role, unregister
 from .durations import DurationsWriter
 from .options import all_options, read, register, run_file_arguments, several_models
 from .pathargs import space_form_error
@@ -37,8 +40,8 @@ from .selfdescribe import DEFINITION, definition, restore
 from .slurm import SlurmBackend, collect_ended
 from .state import make_state, new_run_id
 from .taskpackage import CollectSession, PackageCollector, TaskPackager, plugin_of
+from .handshake import HandshakeError, Role, role_of
 from .writer import ControllerWriter, WorkerWriter
-from .xdist import XdistHooks
 
 GENERIC_MARKERS = {"docker": "needs a Docker engine (pytest-agentbench's own tests)"}
 
@@ -49,10 +52,6 @@ def usage_error(exc: Exception) -> pytest.UsageError:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
-    # remote xdist workers (remote.py); registered here rather than through ``pytest_plugins``, which would
-    # re-import a module the plugin already imported and warn that it cannot be assertion-rewritten
-    if not pluginmanager.is_registered(remote):
-        pluginmanager.register(remote, "agentbench-remote-module")
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -86,6 +85,16 @@ def markers(registered) -> dict[str, str]:
             out.setdefault(split, f"a benchmark sample of the {split} split (pytest-agentbench)")
         out.update(bench.markers)
     return out
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_configure")  # a second pytest_configure of this module, run first
+def pytest_configure_role(config: pytest.Config) -> None:
+    """Before any plugin reads an option: this process's xdist role, and on a worker what its controller sent
+    (a remote worker takes the controller's run settings here)."""
+    try:
+        take_role(config)
+    except HandshakeError as exc:
+        raise usage_error(exc) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -135,16 +144,20 @@ def pytest_configure(config: pytest.Config) -> None:
     if state.model is not None:  # a run of several models: one verdict and one table across them
         config.pluginmanager.register(ModelsReport(config, reporters), "agentbench-models")
     config.pluginmanager.register(Progress(config, opts.progress_interval), "agentbench-progress")
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(state, config.getoption("dist", None), runs), "agentbench-xdist")
+    if role_of(config) is Role.CONTROLLER:
+        config.pluginmanager.register(DistributionController(config, state, runs), CONTROLLER_PLUGIN)
     if plugin_of(config, PackageCollector) is not None:  # python -m pytest_agentbench collect
         ended = collect_ended(state.run_dir)  # a Slurm run's jobs that ended without a package are lost
         config.pluginmanager.register(CollectSession(config, state, ended), "agentbench-collect-session")
     elif opts.backend == "slurm":
-        if config.getoption("dist", "no") != "no":
+        if role_of(config) is Role.CONTROLLER:
             raise usage_error(ConfigError("--bench-backend=slurm runs every task as a Slurm job: leave out "
                                           "-n/--dist/--tx (pytest-xdist) for this run"))
         config.pluginmanager.register(SlurmBackend(config, state), "agentbench-slurm")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    unregister(config)
 
 
 def plugin_name(base: str, state: BenchState) -> str:

@@ -1,7 +1,8 @@
 """Remote xdist workers (``-d --tx ssh=user@host//python=...``, ``--tx socket=...``): host probes, the run
 settings a remote worker receives, and placement by capability.
 
-On the controller (``RemoteController``, registered when a run has a remote ``--tx``):
+On the controller (``RemoteHosts``, held by the controller's distribution plugin, distribution.py, when a run
+has a remote ``--tx``):
   * each new gateway is probed on its host before its worker starts (``hostprobe.serve``); a host whose
     plugin version/build or data hashes differ from the controller's is refused with the difference (a
     usage error), and the header gets one line per worker;
@@ -9,8 +10,10 @@ On the controller (``RemoteController``, registered when a run has a remote ``--
     model, mode, limits, the API key and base URL) in memory; paths are never forwarded;
   * ``PlacementScheduling`` (placement.py) keeps each task whole on one worker and sends an item marked
     ``gpu`` only to a worker whose host has a GPU.
-On a remote worker, the forwarded settings replace the controller's command line before the plugin reads its
-options, and an item marked ``gpu`` that reaches a host without one (no worker has one) ends as env_error.
+On a remote worker (``RemoteWorker``, held by the worker's distribution plugin), the forwarded settings replace
+the controller's command line before the plugin reads its options, and an item marked ``gpu`` that reaches a
+host without one (no worker has one) ends as env_error. Neither side is a plugin itself: the distribution
+plugins own every hook, and what travels between them is ``handshake.RemoteInput``.
 """
 from __future__ import annotations
 
@@ -30,17 +33,15 @@ from ..core import records as rec
 from ..core.types import Sample
 from . import xdist_compat as xc
 from .collect import BenchItem, sample_nodeids
+from .handshake import RemoteInput, Role, role_of
 from .hostprobe import PROBE_TIMEOUT, SERVE_SOURCE, apply_forwarded, forwarded, installed_versions, version_differences
 from .hostprobe import probe_settings
 from .options import all_options
 from .provenance import PACKAGE, version_of
-from .run import RECORD, SETTINGS, STATE, BenchState, base_record, outcome, state_of
+from .run import RECORD, SETTINGS, BenchState, base_record, outcome, state_of
 
-REMOTE_KEY = "agentbench_remote"  # workerinput of a remote worker: {"settings", "host", "gpus"}
-REMOTE_HOST = pytest.StashKey[dict]()  # on a remote worker: what the controller said about its host
 GPU_MARKER = "gpu"
 NO_GPU_WORKER = "no worker with a GPU"
-HEARTBEAT_KEY = "agentbench_heartbeat"  # workerinput of a remote worker: an execnet channel to its controller
 PINGS_PER_TIMEOUT = 4  # heartbeats (and ssh keep-alives) per --bench-host-timeout
 CHANNEL_CLOSED = object()  # what a heartbeat channel's callback gets once the channel closes (execnet's endmarker)
 
@@ -179,47 +180,46 @@ def stop_orphaned_worker(timeout: float) -> None:
 
 # --------------------------------------------------------------------------- worker side
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config: pytest.Config) -> None:
-    """A remote worker takes the controller's run settings before the plugin reads its options."""
-    remote = getattr(config, "workerinput", {}).get(REMOTE_KEY)
-    if remote is None:
-        return
-    gpus = len(host.gpus())  # this host's own, whatever the controller has
-    apply_forwarded(config.option, all_options(available_benchmarks()), remote["settings"], gpus, os.environ)
-    config.stash[REMOTE_HOST] = {"host": remote["host"], "gpus": gpus}
-    channel = getattr(config, "workerinput").get(HEARTBEAT_KEY)  # a worker's (remote is set)
-    if channel is not None:
-        timeout = float(remote.get("host_timeout") or 40.0)
-        watch_controller(channel, timeout, lambda: stop_orphaned_worker(timeout))
+class RemoteWorker:
+    """A worker on another host: what its controller forwarded (``RemoteInput``), and this host's GPUs."""
 
+    def __init__(self, remote: RemoteInput) -> None:
+        self.remote = remote
+        self.gpus = 0  # this host's own, whatever the controller has; counted in ``take_settings``
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """On a remote worker whose host has no GPU, an item marked gpu is not run: it ends as env_error (it
-    reaches such a host only when no worker of the run has a GPU)."""
-    info = pyfuncitem.config.stash.get(REMOTE_HOST, None)
-    if info is None or info["gpus"] or not isinstance(pyfuncitem, BenchItem):
-        return None
-    if pyfuncitem.get_closest_marker(GPU_MARKER) is None:
-        return None
-    state: BenchState = state_of(pyfuncitem)
-    record = {**base_record(pyfuncitem.sample, state), "status": "env_error", "duration": 0.0,
-              "message": (f"{NO_GPU_WORKER}: this item needs a GPU and the host of worker "
-                          f"{os.environ.get('PYTEST_XDIST_WORKER', '?')} ({info['host']}) has none; add a --tx "
-                          f"worker on a host with a GPU, or deselect GPU items with -m 'not gpu'"),
-              "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "host": host.hostname(),
-              rec.UNPLACED_FIELD: "gpu"}  # a resume with a GPU host runs it
-    pyfuncitem.stash[RECORD] = record
-    outcome(record)
-    return True
+    def take_settings(self, config: pytest.Config) -> None:
+        """The controller's run settings replace this host's before the plugin reads its options; the worker
+        stops by itself once its controller has been silent for the host timeout."""
+        self.gpus = len(host.gpus())
+        apply_forwarded(config.option, all_options(available_benchmarks()), self.remote.settings, self.gpus,
+                        os.environ)
+        channel = self.remote.heartbeat
+        if channel is not None:
+            timeout = self.remote.host_timeout
+            watch_controller(channel, timeout, lambda: stop_orphaned_worker(timeout))
+
+    def unplaced(self, pyfuncitem: pytest.Function) -> bool:
+        """On a host without a GPU, an item marked gpu is not run: it ends as env_error (it reaches such a host
+        only when no worker of the run has a GPU). True when the item was ended here."""
+        if self.gpus or not isinstance(pyfuncitem, BenchItem) or pyfuncitem.get_closest_marker(GPU_MARKER) is None:
+            return False
+        state: BenchState = state_of(pyfuncitem)
+        record = {**base_record(pyfuncitem.sample, state), "status": "env_error", "duration": 0.0,
+                  "message": (f"{NO_GPU_WORKER}: this item needs a GPU and the host of worker "
+                              f"{os.environ.get('PYTEST_XDIST_WORKER', '?')} ({self.remote.host}) has none; add a "
+                              f"--tx worker on a host with a GPU, or deselect GPU items with -m 'not gpu'"),
+                  "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "host": host.hostname(),
+                  rec.UNPLACED_FIELD: "gpu"}  # a resume with a GPU host runs it
+        pyfuncitem.stash[RECORD] = record
+        outcome(record)
+        return True
 
 
 # --------------------------------------------------------------------------- controller side
 
 def remote_specs(config: pytest.Config) -> list[Any]:
     """The ``--tx`` specs of this run that start a worker on another host (ssh, socket)."""
-    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") == "no":
+    if role_of(config) is not Role.CONTROLLER:
         return []
     import execnet  # why: only a distributed run parses gateway specs
 
@@ -251,16 +251,13 @@ def conftest_model_override(config: pytest.Config) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """Before xdist starts any gateway: refuse what cannot run remotely, then take over placement."""
-    config = session.config
-    state = config.stash.get(STATE, None)
-    if state is None or hasattr(config, "workerinput"):
-        return
+def remote_hosts(config: pytest.Config, state: BenchState,
+                 note_host: Callable[[str, str], None]) -> RemoteHosts | None:
+    """At session start, before xdist starts any gateway: refuse what cannot run remotely and add the liveness
+    options to the ssh specs; the controller's dealings with the run's remote hosts (None when it has none)."""
     specs = remote_specs(config)
     if not specs:
-        return
+        return None
     override = conftest_model_override(config)
     if override:
         raise pytest.UsageError(
@@ -269,15 +266,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"model plugin installed on its host. Remove the override, or run without remote --tx workers.")
     timeout = float(config.stash[SETTINGS]["host_timeout"])
     config.option.tx = [with_liveness(text, timeout) for text in (config.getoption("tx", None) or [])]
-    config.pluginmanager.register(RemoteController(config, state), "agentbench-remote")
+    return RemoteHosts(config, state, note_host)
 
 
-class RemoteController:
-    """Registered on the controller of a run with remote workers."""
+class RemoteHosts:
+    """The controller's side of a run with remote workers; the controller's distribution plugin calls it from
+    the xdist hooks it owns (distribution.py)."""
 
-    def __init__(self, config: pytest.Config, state: BenchState) -> None:
+    def __init__(self, config: pytest.Config, state: BenchState, note_host: Callable[[str, str], None]) -> None:
         self.config = config
         self.state = state
+        self.note_host = note_host  # (worker, host): the run learns where a worker runs
         self.settings = forwarded(all_options(available_benchmarks()), config.stash[SETTINGS])
         self.expected = {"version": version_of(PACKAGE), "build": host.package_build(),
                          "data_hashes": dict(state.settings.get("data_hashes") or {})}
@@ -291,7 +290,9 @@ class RemoteController:
         xc.route_worker_down(config, self.remote_node_down)
 
     # ---- probing
-    def pytest_xdist_newgateway(self, gateway: Any) -> None:
+    def new_gateway(self, gateway: Any) -> None:
+        """A new gateway (``pytest_xdist_newgateway``): a remote host is probed and refused when it cannot take
+        part; every worker gets a header line saying where it runs."""
         spec = xc.spec_of(gateway)
         self.keep_host_pytest()
         if is_remote(spec):
@@ -305,9 +306,7 @@ class RemoteController:
             caps = {"hostname": host.hostname(), "cores": host.cores(), "gpus": host.gpus(), "local": True}
         caps["label"] = spec_host(spec)
         self.hosts[gateway.id] = caps
-        xdist_hooks = self.config.pluginmanager.get_plugin("agentbench-xdist")
-        if xdist_hooks is not None and hasattr(xdist_hooks, "note_host"):
-            xdist_hooks.note_host(gateway.id, host_name(caps))
+        self.note_host(gateway.id, host_name(caps))
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.ensure_newline()
@@ -332,15 +331,16 @@ class RemoteController:
             return {"probe_error": lines[-1] if lines else type(exc).__name__}
         return dict(caps)
 
-    def pytest_configure_node(self, node: Any) -> None:
+    def worker_input(self, node: Any) -> RemoteInput | None:
+        """What a remote worker gets in its worker input (None for a local one); its heartbeat starts here."""
         spec = xc.worker_spec(node)
-        if is_remote(spec):
-            caps = self.hosts.get(xc.worker_id(node), {})
-            node.workerinput[REMOTE_KEY] = {"settings": self.settings, "host": host_name(caps) or spec_host(spec),
-                                            "gpus": len(caps.get("gpus") or []), "host_timeout": self.timeout}
-            channel = xc.new_channel(node)  # sent along with workerinput: execnet passes channels by reference
-            node.workerinput[HEARTBEAT_KEY] = channel
-            self.heartbeats[xc.worker_id(node)] = Heartbeat(node, channel, self.timeout, self.host_silent)
+        if not is_remote(spec):
+            return None
+        caps = self.hosts.get(xc.worker_id(node), {})
+        channel = xc.new_channel(node)  # sent along with workerinput: execnet passes channels by reference
+        self.heartbeats[xc.worker_id(node)] = Heartbeat(node, channel, self.timeout, self.host_silent)
+        return RemoteInput(settings=self.settings, host=host_name(caps) or spec_host(spec),
+                           gpus=len(caps.get("gpus") or []), host_timeout=self.timeout, heartbeat=channel)
 
     # ---- a lost host
     def host_silent(self, node: Any, seconds: float) -> None:
@@ -389,23 +389,21 @@ class RemoteController:
                 xc.finish_session(self.config)
         return True
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def finish(self, session: pytest.Session) -> None:
         for beat in self.heartbeats.values():
             beat.stop()
         if self.lost and session.exitstatus == 0:
             session.exitstatus = 1  # a lost host makes the run incomplete even if no item was in flight
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def summarize(self, terminalreporter: Any) -> None:
         for gid, (label, why) in self.lost.items():
             terminalreporter.write_line(f"agentbench: lost host {label}, worker {gid}: {why}; --bench-resume runs "
                                         f"its lost items again", red=True)
 
     # ---- placement
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_xdist_make_scheduler(self, config: Any, log: Any):
-        if config.getoption("dist", "no") not in ("load", "loadscope"):
-            return None
+    def scheduler(self, config: Any, log: Any):
+        """The placement scheduler of a run with remote hosts: GPU items to GPU hosts, and room kept for the
+        work of a host that is lost (remote hosts are not replaced)."""
         samples = sample_nodeids(self.state.benchmark, self.state.tasks, self.state.options.attempts)
         gpu_nodeids = frozenset(nodeid for nodeid, sample in samples.items() if needs_gpu(sample))
         return make_placement_scheduler(config, log, gpu_nodeids.__contains__,

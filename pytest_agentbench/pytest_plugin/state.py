@@ -6,7 +6,6 @@ item runs, as a ``ConfigError`` / ``DataError`` the plugin shows as a usage erro
 """
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from datetime import datetime, timezone
@@ -28,14 +27,9 @@ from ..report.baseline import baseline_for_run
 from ..report.options import gate_config
 from ..report.resume import resume_controller
 from .collect import select_ids
+from .handshake import WORKER_INPUT, Role, role_of
 from .run import BenchState
 from .taskpackage import TaskPackager, plugin_of
-
-# keys of config.workerinput the controller hands to its xdist workers
-RUN_DIR_KEY = "agentbench_run_dir"
-ONLY_BENCH_KEY = "agentbench_only_bench"
-RESUMED_KEY = "agentbench_resumed"  # JSON text: the finished records a resumed run reuses (workers read no file)
-MODEL_RUN_DIRS_KEY = "agentbench_model_run_dirs"  # JSON text: model -> run folder, in a run of several models
 
 
 def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only: bool) -> dict[str, Any]:
@@ -81,19 +75,15 @@ def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = 
     settings["data_hashes"] = benchmark.data_hashes(opts, split, settings)
     # How children that run model code are isolated here; a benchmark may say more (CORE-Bench: its agent's env).
     settings.setdefault("isolation", isolation_from(opts).describe())
-    # The one place roles are told apart: a ``run-task`` session (its TaskPackager) is a worker as well,
-    # whose deliveries go into the task's package instead of reports sent to a controller.
+    # Who writes the run: the xdist role was decided once (handshake.py); a ``run-task`` session (its
+    # TaskPackager) writes like a worker, its deliveries going into the task's package instead of reports.
     packager = plugin_of(config, TaskPackager)
-    is_worker = hasattr(config, "workerinput") or packager is not None
-    workerinput: dict[str, Any] = getattr(config, "workerinput", {}) if is_worker else {}
+    is_worker = role_of(config) is Role.WORKER or packager is not None
+    handshake = config.stash.get(WORKER_INPUT, None)  # what an xdist worker's controller sent
     if packager is not None:
         run_dir, only_bench = packager.run_dir, True
-    elif models and MODEL_RUN_DIRS_KEY in workerinput:
-        run_dir = Path(json.loads(workerinput[MODEL_RUN_DIRS_KEY])[opts.model])
-        only_bench = bool(workerinput[ONLY_BENCH_KEY])
-    elif RUN_DIR_KEY in workerinput:
-        run_dir = Path(workerinput[RUN_DIR_KEY])
-        only_bench = bool(workerinput[ONLY_BENCH_KEY])
+    elif handshake is not None:
+        run_dir, only_bench = handshake.run_dir_of(opts.model if models else None), handshake.only_bench
     else:
         # a resumed run continues in the interrupted run's folder
         run_dir = opts.resume or new_run_dir(opts, benchmark.name, settings.get("model") or "none")
@@ -108,8 +98,8 @@ def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = 
                        model=opts.model if models else None, models=tuple(models))
     if not is_worker:
         prepare_controller(state)
-    elif workerinput.get(RESUMED_KEY):
-        state.resumed = rec.latest_by_id(json.loads(workerinput[RESUMED_KEY]))
+    elif handshake is not None and handshake.resumed:
+        state.resumed = handshake.resumed_records()
     return state
 
 

@@ -1,6 +1,7 @@
 """Records, files and cache entries of a run: the controller (or the only process) is their only writer.
 
-Roles are chosen once, in ``pytest_configure`` (``hasattr(config, "workerinput")``), as pytest-json-report does:
+Which writer a process has follows from its role, decided once at configure time (handshake.py:
+``hasattr(config, "workerinput")``, as pytest-xdist documents it and pytest-json-report does):
 
 * ``ControllerWriter``, the only process or the xdist controller. An item run here has its record appended
   (and fsynced) before the next item starts, so a killed run loses no finished record; its files were written
