@@ -146,7 +146,9 @@ def test_a_second_secret_option_is_never_stored_sent_to_the_probe_or_written(tmp
     (project / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n", encoding="utf-8")
     host = SocketHost(tmp_path / "host", site, seen)
     try:
-        env = {**os.environ, "PYTHONPATH": python_path(site), "SECRETTOY_SEEN": str(seen), "AGENTBENCH_OFFLINE": "1"}
+        # the run is a user's: none of this test's own xdist worker variables (role() reads PYTEST_XDIST_WORKER)
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+               "PYTHONPATH": python_path(site), "SECRETTOY_SEEN": str(seen), "AGENTBENCH_OFFLINE": "1"}
         args = [sys.executable, "-m", "pytest", "--bench=toy", "--model=oracle", f"--toy-token={TOKEN}",
                 "--bench-run-id=secret", f"--bench-cache-dir={tmp_path / 'cache'}", "-d", "--tx",
                 f"socket={host.address}", "-v"]
