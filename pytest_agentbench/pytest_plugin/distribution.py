@@ -108,7 +108,7 @@ class DistributionController:
         """The one place a worker's input is built (the worker reads it back in ``take_role``)."""
         state = self.state
         handshake = WorkerInput(run_dir=state.run_dir, only_bench=state.only_bench,
-                                model_run_dirs={m: s.run_dir for m, s in self.runs.items()} if state.models else {},
+                                model_run_dirs={m: s.run_dir for m, s in self.runs.items() if m is not None} if state.models else {},
                                 resumed=self.resumed,
                                 remote=self.remote.worker_input(node) if self.remote is not None else None)
         node.workerinput.update(handshake.to_workerinput())
