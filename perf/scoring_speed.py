@@ -12,6 +12,7 @@ The targets of the validation split are rebuilt from the ground truth once into 
 ``--distributed N`` only times the warm validation oracle run end to end with ``-n N`` (a warm-up run, then
 3 timed runs) against ``max(longest problem, total / N) + start-up`` (docs/scheduling.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,12 @@ def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
     the targets rebuilt from ground truth and compares): child source, its plan and its targets per step."""
     from pytest_agentbench.benchmarks.scicode import h5codec, script, split
     from pytest_agentbench.benchmarks.scicode.run import CHANNEL
-    from pytest_agentbench.benchmarks.scicode.targets import (ground_truth_prefix, find_problems_file,
-                                                              load_problems, rebuild_targets)
+    from pytest_agentbench.benchmarks.scicode.targets import (
+        find_problems_file,
+        ground_truth_prefix,
+        load_problems,
+        rebuild_targets,
+    )
 
     problems = load_problems(find_problems_file(data_dir / "scicode"))
     dev = [p for p in problems if any(s.get("ground_truth_code") for s in p["sub_steps"])]
@@ -79,24 +84,42 @@ def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
             if report.get(number) != "ok" or not step.get("test_cases"):
                 continue
             codes = [code for _, code in ground_truth_prefix(problem, index, data_dir / "scicode")]
-            plan = split.split_step(step["test_cases"], number, code_names=split.names_bound_by(
-                problem.get("required_dependencies", ""), *codes))
+            plan = split.split_step(
+                step["test_cases"],
+                number,
+                code_names=split.names_bound_by(problem.get("required_dependencies", ""), *codes),
+            )
             source = script.build_child_script(
-                plan, dependencies=problem.get("required_dependencies", ""), previous_code=codes[:-1],
-                code=codes[-1], channel=CHANNEL)
-            jobs.append({"name": number, "source": source, "env": {}, "plan": plan,
-                         "targets": h5codec.read_step_targets(h5, number), "collect": {CHANNEL: plan.stream_cap()}})
+                plan,
+                dependencies=problem.get("required_dependencies", ""),
+                previous_code=codes[:-1],
+                code=codes[-1],
+                channel=CHANNEL,
+            )
+            jobs.append(
+                {
+                    "name": number,
+                    "source": source,
+                    "env": {},
+                    "plan": plan,
+                    "targets": h5codec.read_step_targets(h5, number),
+                    "collect": {CHANNEL: plan.stream_cap()},
+                }
+            )
     return jobs
 
 
 def synthetic_jobs(count: int = 50) -> list[dict]:
-    body = ("import numpy as np, scipy.special, scipy.integrate, scipy.linalg, scipy.sparse, scipy.optimize\n"
-            "import sympy\n"
-            "x = np.linspace(0, 1, 1000)\n"
-            "assert np.allclose(scipy.integrate.simpson(x, x=x), 0.5)\n"
-            "print('done ' + __import__('os').environ['TOKEN'])\n")
-    return [{"name": f"synthetic-{i}", "source": body, "env": {"TOKEN": f"t{i}"}, "token": f"t{i}"}
-            for i in range(count)]
+    body = (
+        "import numpy as np, scipy.special, scipy.integrate, scipy.linalg, scipy.sparse, scipy.optimize\n"
+        "import sympy\n"
+        "x = np.linspace(0, 1, 1000)\n"
+        "assert np.allclose(scipy.integrate.simpson(x, x=x), 0.5)\n"
+        "print('done ' + __import__('os').environ['TOKEN'])\n"
+    )
+    return [
+        {"name": f"synthetic-{i}", "source": body, "env": {"TOKEN": f"t{i}"}, "token": f"t{i}"} for i in range(count)
+    ]
 
 
 def time_executor(kind: str, jobs: list[dict], limits: Limits) -> tuple[list[float], int]:
@@ -108,8 +131,11 @@ def time_executor(kind: str, jobs: list[dict], limits: Limits) -> tuple[list[flo
     times, passed = [], 0
     for job in jobs:
         collect = job.get("collect")
-        run_limits = limits if not collect else dataclasses.replace(
-            limits, output_cap=max(limits.output_cap, max(collect.values()) + 1))
+        run_limits = (
+            limits
+            if not collect
+            else dataclasses.replace(limits, output_cap=max(limits.output_cap, max(collect.values()) + 1))
+        )
         started = time.monotonic()
         result = executor.run(job["source"], limits=run_limits, env=job["env"], collect=collect)
         times.append(time.monotonic() - started)  # the child's run; the comparisons in this process are not timed
@@ -131,9 +157,14 @@ def job_passed(job: dict, result, limits: Limits) -> bool:
 def time_floor(jobs: list[dict], work: Path) -> list[float]:
     jobs_file = work / "floor-jobs.json"
     jobs_file.write_text(json.dumps([{k: job[k] for k in ("name", "source", "env")} for job in jobs]))
-    out = subprocess.run([sys.executable, "-c", FLOOR_RUNNER, str(jobs_file)], capture_output=True, text=True,
-                         cwd=work, env=dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT)),
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", FLOOR_RUNNER, str(jobs_file)],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env=dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT)),
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -149,8 +180,13 @@ def time_collection(data_dir: Path, work: Path, repeat: int = 3) -> float | None
         times, done = [], None
         for _ in range(repeat):
             started = time.monotonic()
-            done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                   *args], cwd=project, env=env, capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                cwd=project,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             times.append(time.monotonic() - started)
         return min(times), done
 
@@ -160,8 +196,10 @@ def time_collection(data_dir: Path, work: Path, repeat: int = 3) -> float | None
         print(f"collection failed (exit {done.returncode}): {done.stdout[-500:]}{done.stderr[-500:]}")
         return None
     items = sum(1 for line in done.stdout.splitlines() if "::" in line)
-    print(f"collect-only: {items} SciCode items in {seconds:.2f} s wall; pytest alone (same plugins, nothing "
-          f"to collect) {bare:.2f} s; what --bench=scicode adds {seconds - bare:.2f} s (best of {repeat})")
+    print(
+        f"collect-only: {items} SciCode items in {seconds:.2f} s wall; pytest alone (same plugins, nothing "
+        f"to collect) {bare:.2f} s; what --bench=scicode adds {seconds - bare:.2f} s (best of {repeat})"
+    )
     return seconds - bare
 
 
@@ -190,13 +228,27 @@ def time_overlap(work: Path, steps: int = 6, latency: float = 1.5, test_seconds:
     root = work / "overlap"
     data = root / "data" / "scicode"
     data.mkdir(parents=True, exist_ok=True)
-    sub_steps = [{"step_number": f"1.{k}", "step_description_prompt": "", "step_background": "",
-                  "function_header": f"def f{k}():", "return_line": "",
-                  "ground_truth_code": f"def f{k}():\n    return {k}",
-                  "test_cases": [f"import time\ntime.sleep({test_seconds})\nassert np.allclose(f{k}(), target)"]}
-                 for k in range(1, steps + 1)]
-    problem = {"problem_id": "1", "problem_name": "overlap", "required_dependencies": "import numpy as np",
-               "sub_steps": sub_steps, "problem_description_main": "", "problem_io": "", "problem_background_main": ""}
+    sub_steps = [
+        {
+            "step_number": f"1.{k}",
+            "step_description_prompt": "",
+            "step_background": "",
+            "function_header": f"def f{k}():",
+            "return_line": "",
+            "ground_truth_code": f"def f{k}():\n    return {k}",
+            "test_cases": [f"import time\ntime.sleep({test_seconds})\nassert np.allclose(f{k}(), target)"],
+        }
+        for k in range(1, steps + 1)
+    ]
+    problem = {
+        "problem_id": "1",
+        "problem_name": "overlap",
+        "required_dependencies": "import numpy as np",
+        "sub_steps": sub_steps,
+        "problem_description_main": "",
+        "problem_io": "",
+        "problem_background_main": "",
+    }
     (data / "problems_dev.jsonl").write_text(json.dumps(problem) + "\n")
     for name in ("13.6.txt", "62.1.txt", "76.3.txt"):
         (data / name).write_text("pass\n")
@@ -209,17 +261,35 @@ def time_overlap(work: Path, steps: int = 6, latency: float = 1.5, test_seconds:
     times = {}
     for flag in ("--bench-overlap", "--no-bench-overlap"):
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "pytest", "--bench=scicode", "--bench-split=validation",
-                               "--model=slow", f"--bench-data-dir={root / 'data'}", f"--bench-h5={h5}",
-                               "--bench-allow-custom-data", flag, "-q", "-p", "no:cacheprovider"],
-                              cwd=root, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--bench=scicode",
+                "--bench-split=validation",
+                "--model=slow",
+                f"--bench-data-dir={root / 'data'}",
+                f"--bench-h5={h5}",
+                "--bench-allow-custom-data",
+                flag,
+                "-q",
+                "-p",
+                "no:cacheprovider",
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        )
         times[flag] = time.monotonic() - started
         if done.returncode != 0:
             print(f"overlap run {flag} failed: {done.stdout[-800:]}")
             return
-    print(f"overlap: {steps} steps, model {latency:g} s per call, tests {test_seconds:g} s per step: "
-          f"with overlap {times['--bench-overlap']:.1f} s, without {times['--no-bench-overlap']:.1f} s "
-          f"(model time alone {steps * latency:.1f} s; both include pytest start-up)")
+    print(
+        f"overlap: {steps} steps, model {latency:g} s per call, tests {test_seconds:g} s per step: "
+        f"with overlap {times['--bench-overlap']:.1f} s, without {times['--no-bench-overlap']:.1f} s "
+        f"(model time alone {steps * latency:.1f} s; both include pytest start-up)"
+    )
 
 
 TIMING_CONFTEST = """
@@ -251,17 +321,39 @@ def time_distributed(data_dir: Path, work: Path, workers: int, repeat: int = 3, 
     (project / "pytest.ini").write_text("[pytest]\n")
     (project / "conftest.py").write_text(TIMING_CONFTEST)
     times_file = project / "times.json"
-    env = dict(os.environ, AGENTBENCH_DATA_DIR=str(data_dir), AGENTBENCH_SPEED_TIMES=str(times_file),
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(
+        os.environ,
+        AGENTBENCH_DATA_DIR=str(data_dir),
+        AGENTBENCH_SPEED_TIMES=str(times_file),
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
     ratios = []
     for attempt in range(repeat + 1):  # the first run warms the cache (targets, durations.json)
         run_id = f"speed-{os.getpid()}-{attempt}"  # own folder per invocation: a reused --work keeps old records
         started = time.time()
-        done = subprocess.run([sys.executable, "-m", "pytest", "--bench=scicode", "--bench-split=validation",
-                               "--model=oracle", "-n", str(workers), "-q", "-p", "no:cacheprovider",
-                               f"--bench-cache-dir={work / 'cache'}", f"--bench-report-dir={work / 'reports'}",
-                               f"--bench-run-id={run_id}", *([f"--bench-ids={ids}"] if ids else [])],
-                              cwd=project, env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--bench=scicode",
+                "--bench-split=validation",
+                "--model=oracle",
+                "-n",
+                str(workers),
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--bench-cache-dir={work / 'cache'}",
+                f"--bench-report-dir={work / 'reports'}",
+                f"--bench-run-id={run_id}",
+                *([f"--bench-ids={ids}"] if ids else []),
+            ],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         wall = time.time() - started
         if done.returncode != 0:
             print(f"distributed run failed (exit {done.returncode}): {done.stdout[-800:]}{done.stderr[-400:]}")
@@ -269,8 +361,11 @@ def time_distributed(data_dir: Path, work: Path, workers: int, repeat: int = 3, 
         if attempt == 0:
             print(f"-n {workers} warm-up run: {wall:.1f} s")
             continue
-        records = [json.loads(line) for line in
-                   (work / "reports" / "scicode" / "oracle" / run_id / "steps.jsonl").read_text().splitlines() if line]
+        records = [
+            json.loads(line)
+            for line in (work / "reports" / "scicode" / "oracle" / run_id / "steps.jsonl").read_text().splitlines()
+            if line
+        ]
         per_task: dict[str, float] = {}
         for record in records:
             per_task[record["task"]] = per_task.get(record["task"], 0.0) + float(record.get("duration") or 0.0)
@@ -280,9 +375,11 @@ def time_distributed(data_dir: Path, work: Path, workers: int, repeat: int = 3, 
         bound = max(longest, total / workers) + startup
         ratios.append(wall / bound)
         heaviest = sorted(per_task, key=lambda t: -per_task[t])[:2]
-        print(f"-n {workers} run {attempt}: {wall:.1f} s end to end; problems sum {total:.1f} s, longest "
-              f"{longest:.1f} s (heaviest {', '.join(heaviest)}); start-up + wind-down {startup:.1f} s; bound "
-              f"{bound:.1f} s; ratio {wall / bound:.2f}")
+        print(
+            f"-n {workers} run {attempt}: {wall:.1f} s end to end; problems sum {total:.1f} s, longest "
+            f"{longest:.1f} s (heaviest {', '.join(heaviest)}); start-up + wind-down {startup:.1f} s; bound "
+            f"{bound:.1f} s; ratio {wall / bound:.2f}"
+        )
     median = statistics.median(ratios)
     print(f"-n {workers}: median ratio end-to-end / bound {median:.2f} over {repeat} runs (target <= 1.15)")
     return median
@@ -291,19 +388,27 @@ def time_distributed(data_dir: Path, work: Path, workers: int, repeat: int = 3, 
 def summary(label: str, times: list[float], floor: list[float], passed: int | None = None) -> None:
     overhead = [t - f for t, f in zip(times, floor)]
     extra = "" if passed is None else f", {passed}/{len(times)} passed"
-    print(f"{label:>10}: total {sum(times):7.2f} s, per-step median {statistics.median(times) * 1000:7.1f} ms, "
-          f"per-step overhead median {statistics.median(overhead) * 1000:7.1f} ms{extra}")
+    print(
+        f"{label:>10}: total {sum(times):7.2f} s, per-step median {statistics.median(times) * 1000:7.1f} ms, "
+        f"per-step overhead median {statistics.median(overhead) * 1000:7.1f} ms{extra}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path,
-                        default=Path(os.environ.get("AGENTBENCH_DATA_DIR", ROOT.parent / "shared" / "data")))
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(os.environ.get("AGENTBENCH_DATA_DIR", ROOT.parent / "shared" / "data"))
+    )
     parser.add_argument("--work", type=Path, default=Path("/tmp/agentbench-speed"))
     parser.add_argument("--synthetic", action="store_true", help="time import-heavy synthetic scripts only")
     parser.add_argument("--no-collect", action="store_true", help="skip timing --collect-only")
-    parser.add_argument("--distributed", type=int, metavar="N", default=0,
-                        help="only time the warm validation oracle end to end with -n N against its bound")
+    parser.add_argument(
+        "--distributed",
+        type=int,
+        metavar="N",
+        default=0,
+        help="only time the warm validation oracle end to end with -n N against its bound",
+    )
     parser.add_argument("--ids", default="", help="with --distributed: only these problems (--bench-ids)")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -312,8 +417,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if ratio is not None else 1
     jobs = synthetic_jobs() if args.synthetic else scicode_jobs(args.data_dir.resolve(), args.work)
     limits = Limits(timeout=600)
-    print(f"{len(jobs)} scripts ({'synthetic' if args.synthetic else 'SciCode validation oracle'}); "
-          f"isolation: {probe().describe()}")
+    print(
+        f"{len(jobs)} scripts ({'synthetic' if args.synthetic else 'SciCode validation oracle'}); "
+        f"isolation: {probe().describe()}"
+    )
 
     started = time.monotonic()
     get_executor("fork").start()

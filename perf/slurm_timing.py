@@ -10,6 +10,7 @@ Prints: the submission as the plugin times it (grouping, requests, sbatch calls;
 before it is not included), the whole detached command, and the whole collect command with the part of it
 that takes packages in.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,19 +36,34 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, subproc
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir",
-                        default=os.environ.get("AGENTBENCH_DATA_DIR") or str(ROOT.parent / "shared" / "data"))
+    parser.add_argument(
+        "--data-dir", default=os.environ.get("AGENTBENCH_DATA_DIR") or str(ROOT.parent / "shared" / "data")
+    )
     parser.add_argument("--work", default="/tmp/agentbench-slurm-timing")
     args = parser.parse_args()
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     (work / "pytest.ini").write_text("[pytest]\n")
-    env = {**os.environ, "AGENTBENCH_DATA_DIR": args.data_dir, "AGENTBENCH_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    common = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--bench=scicode", "--model=timing-model",
-              "--model-base-url=http://127.0.0.1:9/v1", "--model-preflight=off", "--bench-run-id=timing",
-              f"--bench-cache-dir={work / 'cache'}"]
+    env = {
+        **os.environ,
+        "AGENTBENCH_DATA_DIR": args.data_dir,
+        "AGENTBENCH_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
+    common = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--bench=scicode",
+        "--model=timing-model",
+        "--model-base-url=http://127.0.0.1:9/v1",
+        "--model-preflight=off",
+        "--bench-run-id=timing",
+        f"--bench-cache-dir={work / 'cache'}",
+    ]
     listed = subprocess.run([*common, "--collect-only", "-q"], cwd=work, env=env, capture_output=True, text=True)
     nodeids = [line.strip() for line in listed.stdout.splitlines() if "::" in line]
     wall, done = run([*common, "--bench-backend=slurm", "--bench-detach", "--bench-slurm-args=--hold"], work, env)
@@ -73,24 +89,44 @@ def main() -> int:
         items = []
         for nodeid in ids:
             sample = nodeid.split("::")[-1]
-            record = {"benchmark": "scicode", "task": task, "id": sample, "split": "test", "scored": True,
-                      "model": "timing-model", "status": "fail", "message": "synthetic", "duration": 0.01,
-                      "worker": "slurm 0_0", "host": "node"}
-            items.append({"nodeid": nodeid, "record": record,
-                          "delivery": {"append": True, "files": [], "cache": [], "bytes": 0},
-                          "phases": [{"when": "setup", "outcome": "passed", "longrepr": None, "record": False},
-                                     {"when": "call", "outcome": "failed", "longrepr": "fail: synthetic",
-                                      "record": True},
-                                     {"when": "teardown", "outcome": "passed", "longrepr": None, "record": False}]})
+            record = {
+                "benchmark": "scicode",
+                "task": task,
+                "id": sample,
+                "split": "test",
+                "scored": True,
+                "model": "timing-model",
+                "status": "fail",
+                "message": "synthetic",
+                "duration": 0.01,
+                "worker": "slurm 0_0",
+                "host": "node",
+            }
+            items.append(
+                {
+                    "nodeid": nodeid,
+                    "record": record,
+                    "delivery": {"append": True, "files": [], "cache": [], "bytes": 0},
+                    "phases": [
+                        {"when": "setup", "outcome": "passed", "longrepr": None, "record": False},
+                        {"when": "call", "outcome": "failed", "longrepr": "fail: synthetic", "record": True},
+                        {"when": "teardown", "outcome": "passed", "longrepr": None, "record": False},
+                    ],
+                }
+            )
         spool.write_package(run_dir, task, items, {})
     wall, done = run([sys.executable, "-m", "pytest_agentbench", "collect", str(run_dir), "--durations=0"], work, env)
     records = (run_dir / "steps.jsonl").read_text().count("\n") if (run_dir / "steps.jsonl").exists() else 0
-    print(f"collect: {records} records written, whole command (start-up, collection, take-in, summaries): "
-          f"{wall:.2f} s (exit {done.returncode})")
+    print(
+        f"collect: {records} records written, whole command (start-up, collection, take-in, summaries): "
+        f"{wall:.2f} s (exit {done.returncode})"
+    )
     taken = re.search(r"took in (\d+) package\(s\) \((\d+) item\(s\)\) in ([0-9.]+) s", done.stdout)
     if taken:
-        print(f"collect's take-in of {taken.group(2)} items ({taken.group(1)} packages; records appended with fsync): "
-              f"{float(taken.group(3)):.2f} s")
+        print(
+            f"collect's take-in of {taken.group(2)} items ({taken.group(1)} packages; records appended with fsync): "
+            f"{float(taken.group(3)):.2f} s"
+        )
     took = re.search(r"in ([0-9.]+)s", done.stdout.splitlines()[-1]) if done.stdout else None
     if took:
         print(f"collect session as pytest times it (after start-up): {float(took.group(1)):.2f} s")

@@ -1,4 +1,5 @@
 """``python -m pytest_agentbench COMMAND``: the command line of the ``cli`` package."""
+
 from __future__ import annotations
 
 import sys

@@ -1,5 +1,6 @@
 """Helpers for reading what a pytester run of a benchmark left behind, and for the runs over hosts (a free
 loopback port, waiting for a condition): plain functions, no fixtures."""
+
 from __future__ import annotations
 
 import json

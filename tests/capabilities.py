@@ -25,6 +25,7 @@ A test that finds a capability lacking only at run time (an engine that refuses 
 
 No probe changes the machine: set-up scripts run as root in .ci/run (or by hand), never from a test.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -106,11 +107,13 @@ def docker_image(image: str | None = None) -> str:
         client.ping()
     except Exception as exc:  # no SDK, no socket, engine down
         where = os.environ.get("DOCKER_HOST") or "the local socket"
-        raise Lacking(f"no Docker engine reachable at {where} ({type(exc).__name__}); run .ci/docker-setup as root")
+        raise Lacking(
+            f"no Docker engine reachable at {where} ({type(exc).__name__}); run .ci/docker-setup as root"
+        ) from exc
     try:
         client.images.get(image)
     except docker.errors.ImageNotFound:
-        raise Lacking(f"the test image {image} is not on the engine; build it with .ci/docker-setup")
+        raise Lacking(f"the test image {image} is not on the engine; build it with .ci/docker-setup") from None
     return image
 
 
@@ -137,14 +140,14 @@ def slurm_cluster() -> None:
     if shutil.which("sbatch") is None:
         raise Lacking("the Slurm commands are not installed (run .ci/slurm-setup as root)")
     try:
-        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t %G"], capture_output=True, text=True,
-                             timeout=20).stdout
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t %G"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        raise Lacking(f"sinfo failed: {exc}")
+        raise Lacking(f"sinfo failed: {exc}") from exc
     states = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split()}
     if not all(states.get(n, "").startswith(("idle", "mix", "alloc", "comp")) for n in ("node1", "node2")):
-        raise Lacking(f"the two-node test cluster is not up (sinfo: {out.strip() or 'nothing'}; "
-                      "run .ci/slurm-setup as root)")
+        raise Lacking(
+            f"the two-node test cluster is not up (sinfo: {out.strip() or 'nothing'}; run .ci/slurm-setup as root)"
+        )
 
 
 def chromium() -> str:
@@ -157,11 +160,11 @@ def chromium() -> str:
 
 
 def compat_venv(pytest_version: str, xdist_version: str) -> str:
-    built = subprocess.run([str(REPO / ".ci" / "compat-venv"), pytest_version, xdist_version],
-                           capture_output=True, text=True, timeout=1200)
+    built = subprocess.run(
+        [str(REPO / ".ci" / "compat-venv"), pytest_version, xdist_version], capture_output=True, text=True, timeout=1200
+    )
     if built.returncode != 0:
-        raise Lacking(f"cannot build the pytest {pytest_version} / xdist {xdist_version} venv: "
-                      f"{built.stderr[-1500:]}")
+        raise Lacking(f"cannot build the pytest {pytest_version} / xdist {xdist_version} venv: {built.stderr[-1500:]}")
     return built.stdout.strip().splitlines()[-1]
 
 
@@ -173,7 +176,15 @@ def dev_tool(module: str) -> str:
 
 
 PROBES: dict[str, Callable[..., Any]] = {
-    "bwrap": isolation, "slirp4netns": slirp4netns, "outbound-address": outbound_address,
-    "docker": docker_image, "docker-dind": dind_image, "ssh": ssh_client, "sshd": ssh_hosts, "slurm": slurm_cluster,
-    "chromium": chromium, "compat-venv": compat_venv, "dev-tool": dev_tool,
+    "bwrap": isolation,
+    "slirp4netns": slirp4netns,
+    "outbound-address": outbound_address,
+    "docker": docker_image,
+    "docker-dind": dind_image,
+    "ssh": ssh_client,
+    "sshd": ssh_hosts,
+    "slurm": slurm_cluster,
+    "chromium": chromium,
+    "compat-venv": compat_venv,
+    "dev-tool": dev_tool,
 }

@@ -4,6 +4,7 @@ A capsule here is a tiny "paper": code that averages a CSV, its data, the shippe
 REPRODUCING.md, environment/ and metadata/, in the official layout, packed as
 ``<capsule_id>.tar.gz`` with one top-level ``<capsule_id>/`` folder.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -73,8 +74,9 @@ def _add_special(tar: tarfile.TarFile, name: str, kind: bytes, linkname: str = "
     tar.addfile(info)
 
 
-def build_capsule_archive(dest_dir: Path, capsule_id: str, gpu: bool = False,
-                          extra: dict[str, str] | None = None, figure: bool = False) -> Path:
+def build_capsule_archive(
+    dest_dir: Path, capsule_id: str, gpu: bool = False, extra: dict[str, str] | None = None, figure: bool = False
+) -> Path:
     """``dest_dir/<capsule_id>.tar.gz`` with the official layout."""
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -87,8 +89,18 @@ def build_capsule_archive(dest_dir: Path, capsule_id: str, gpu: bool = False,
     return path
 
 
-MALICIOUS_KINDS = ("absolute", "dotdot", "symlink_outside", "symlink_absolute", "hardlink_outside", "device",
-                   "fifo", "two_top_folders", "wrong_top_folder", "top_is_file")
+MALICIOUS_KINDS = (
+    "absolute",
+    "dotdot",
+    "symlink_outside",
+    "symlink_absolute",
+    "hardlink_outside",
+    "device",
+    "fifo",
+    "two_top_folders",
+    "wrong_top_folder",
+    "top_is_file",
+)
 
 
 def build_malicious_archive(dest_dir: Path, capsule_id: str, kind: str) -> Path:
@@ -123,7 +135,7 @@ def build_malicious_archive(dest_dir: Path, capsule_id: str, kind: str) -> Path:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    server: "_Server"
+    server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
@@ -147,7 +159,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         start = 0
         requested = self.headers.get("Range")
         if requested and owner.honour_range and requested.startswith("bytes=") and requested.endswith("-"):
-            start = int(requested[len("bytes="):-1])
+            start = int(requested[len("bytes=") : -1])
         status = 206 if start else 200
         entry["status"] = status
         self.send_response(status)
@@ -160,7 +172,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class _Server(http.server.ThreadingHTTPServer):
-    owner: "CapsuleServer"
+    owner: CapsuleServer
     daemon_threads = True
 
 
@@ -187,7 +199,7 @@ class CapsuleServer:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def __enter__(self) -> "CapsuleServer":
+    def __enter__(self) -> CapsuleServer:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(target=self._server.serve_forever, name="capsule-server", daemon=True)
@@ -231,14 +243,21 @@ def labelled_containers() -> list:
     return [c for c in found if orphan_or_mine(c)]
 
 
-def corebench_options(data_dir: Path, cache_dir: Path, *, cli: dict[str, Any] | None = None,
-                      ini: dict[str, Any] | None = None, base: Path | None = None):
+def corebench_options(
+    data_dir: Path,
+    cache_dir: Path,
+    *,
+    cli: dict[str, Any] | None = None,
+    ini: dict[str, Any] | None = None,
+    base: Path | None = None,
+):
     """CORE-Bench's options resolved as the plugin resolves them (command line > ini > default), without
     pytest, plus the run-wide values a benchmark reads (``data_dir``, ``cache_dir``, ``env``)."""
     from pytest_agentbench.benchmarks.corebench import CORE_BENCH_OPTIONS
     from pytest_agentbench.core.options import Settings, Sources, resolve
 
     base = Path(base or cache_dir)
-    own = resolve(CORE_BENCH_OPTIONS, Sources(cli=dict(cli or {}), ini=dict(ini or {}), env={},
-                                              invocation_dir=base, rootdir=base))
+    own = resolve(
+        CORE_BENCH_OPTIONS, Sources(cli=dict(cli or {}), ini=dict(ini or {}), env={}, invocation_dir=base, rootdir=base)
+    )
     return Settings({**own, "data_dir": Path(data_dir), "cache_dir": Path(cache_dir), "env": "host"})

@@ -5,6 +5,7 @@ capsule_factory.py); the fixtures every module may use are here: ``shared_data``
 ``bench`` (run pytest as a user does) and ``tiny`` (the tiny hand-made SciCode dataset, see
 scicode_builders.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -12,13 +13,13 @@ import sys
 from pathlib import Path
 
 import h5py  # noqa: F401  imported once here: in-process pytester runs must not import h5py a second time
-import numpy  # noqa: F401
-import openai  # noqa: F401  (same reason: exception classes must stay the same objects across runs)
 import matplotlib  # noqa: F401
 import matplotlib.figure  # noqa: F401  (the run's picture; drawn in-process by pytester runs)
-from matplotlib.backends import backend_agg  # noqa: F401
-import scipy.stats  # noqa: F401
+import numpy  # noqa: F401
+import openai  # noqa: F401  (same reason: exception classes must stay the same objects across runs)
 import pytest
+import scipy.stats  # noqa: F401
+from matplotlib.backends import backend_agg  # noqa: F401
 
 from bench_runs import SHARED_DATA
 
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "toybench"))
 # The SDK's HTTP transport imports its connection library on the first client. Were that inside an in-process
 # pytester run, pytester would unload it afterwards, and later connection errors would escape their handlers.
 openai.OpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1").close()
-from scicode_builders import tiny  # noqa: F401  (a fixture, offered to every test module)
+from scicode_builders import tiny  # noqa: E402, F401  (a fixture for every module; after the set-up above)
 
 
 @pytest.fixture(scope="session")

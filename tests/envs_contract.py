@@ -1,11 +1,13 @@
 """Checks every environment must pass; test_envs_host.py and test_envs_docker.py run them on theirs."""
+
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from executor_pairs import process_with
 from pytest_agentbench.sandbox.result import ExecResult
+
+from executor_pairs import process_with
 
 
 def make_workspace(root: Path) -> Path:

@@ -3,6 +3,7 @@ and how they look for the processes a script left.
 
 A test module builds its pair in a module-scoped fixture: ``yield from executor_pair(...)``.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,9 @@ from pytest_agentbench.sandbox.isolation import Isolation
 KINDS = ["fork", "subprocess"]  # (a test's markers tell the kinds apart by KINDS.index(kind))
 
 
-def executor_pair(isolation: Isolation | None = None,
-                  preload: Sequence[str] = DEFAULT_PRELOAD) -> Iterator[dict[str, ForkServer | SubprocessExecutor]]:
+def executor_pair(
+    isolation: Isolation | None = None, preload: Sequence[str] = DEFAULT_PRELOAD
+) -> Iterator[dict[str, ForkServer | SubprocessExecutor]]:
     """A started fork server and a subprocess executor, by kind, isolated alike (``None``: what
     ``isolation.probe()`` finds here); the fork server is closed when the generator is."""
     fork = ForkServer(preload=preload, isolation=isolation)

@@ -16,6 +16,7 @@ makes completions of any other model a 404 (model_not_found); ``api_key`` makes 
 another bearer token a 401. Preflight requests (listings, 1-token completions) are counted in
 ``server.preflights`` and never consume a scripted reply. Only paths under /v1/ exist.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -23,8 +24,8 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 
 class FakeOpenAI:
@@ -46,13 +47,28 @@ class FakeOpenAI:
 
     # ------------------------------------------------------------ scripting
 
-    def reply(self, text: str = "", *, tool_calls=(), finish_reason: str | None = None,
-              prompt_tokens: int = 11, completion_tokens: int = 7, delay: float = 0.0) -> None:
+    def reply(
+        self,
+        text: str = "",
+        *,
+        tool_calls=(),
+        finish_reason: str | None = None,
+        prompt_tokens: int = 11,
+        completion_tokens: int = 7,
+        delay: float = 0.0,
+    ) -> None:
         """Queue one reply. tool_calls: (name, arguments dict or JSON text) pairs.
         finish_reason 'length' renders as a cut-off reply in both protocols; prompt_tokens=None sends no usage."""
-        self._replies.append({"text": text, "tool_calls": list(tool_calls), "finish_reason": finish_reason,
-                              "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                              "delay": delay})
+        self._replies.append(
+            {
+                "text": text,
+                "tool_calls": list(tool_calls),
+                "finish_reason": finish_reason,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "delay": delay,
+            }
+        )
 
     def reply_with(self, make: Callable[[dict], dict]) -> None:
         """Queue a reply computed from the request body; ``make`` returns reply() keyword args."""
@@ -72,7 +88,7 @@ class FakeOpenAI:
 
     # ------------------------------------------------------------ lifecycle
 
-    def start(self) -> "FakeOpenAI":
+    def start(self) -> FakeOpenAI:
         handler = _make_handler(self)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
@@ -86,7 +102,7 @@ class FakeOpenAI:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -99,12 +115,30 @@ class FakeOpenAI:
         if not path.startswith("/v1/"):
             return 404, {}, {"error": {"message": f"fake server: unknown path {path}"}}
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
-            return 401, {}, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
-                                       "code": "invalid_api_key"}}
+            return (
+                401,
+                {},
+                {
+                    "error": {
+                        "message": "Incorrect API key provided",
+                        "type": "invalid_request_error",
+                        "code": "invalid_api_key",
+                    }
+                },
+            )
         model = (body or {}).get("model")
         if body is not None and self.known_models is not None and model not in self.known_models:
-            return 404, {}, {"error": {"message": f"The model `{model}` does not exist", "type": "invalid_request_error",
-                                       "code": "model_not_found"}}
+            return (
+                404,
+                {},
+                {
+                    "error": {
+                        "message": f"The model `{model}` does not exist",
+                        "type": "invalid_request_error",
+                        "code": "model_not_found",
+                    }
+                },
+            )
         return None
 
     def answer_get(self, path: str, headers: dict) -> tuple[int, dict, dict]:
@@ -114,8 +148,14 @@ class FakeOpenAI:
         if refused:
             return refused
         if path.rstrip("/") == "/v1/models" and self.list_models:
-            return 200, {}, {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "fake"}
-                                                        for m in self.models]}
+            return (
+                200,
+                {},
+                {
+                    "object": "list",
+                    "data": [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models],
+                },
+            )
         return 404, {}, {"error": {"message": f"fake server: unknown path {path}"}}
 
     def answer(self, path: str, body: dict, headers: dict | None = None) -> tuple[int, dict, dict]:
@@ -126,12 +166,22 @@ class FakeOpenAI:
         if refused or is_preflight:
             with self._lock:
                 (self.preflights if is_preflight else self.requests).append(
-                    {"path": path, "body": body, "headers": headers})
+                    {"path": path, "body": body, "headers": headers}
+                )
             if refused:
                 return refused
-            spec = {"text": "p", "tool_calls": [], "finish_reason": "length", "prompt_tokens": 1,
-                    "completion_tokens": 1}
-            return 200, {}, (self._chat(body, spec) if path.endswith("/chat/completions") else self._responses(body, spec))
+            spec = {
+                "text": "p",
+                "tool_calls": [],
+                "finish_reason": "length",
+                "prompt_tokens": 1,
+                "completion_tokens": 1,
+            }
+            return (
+                200,
+                {},
+                (self._chat(body, spec) if path.endswith("/chat/completions") else self._responses(body, spec)),
+            )
         with self._lock:
             self.requests.append({"path": path, "body": body, "headers": headers, "at": time.monotonic()})
         time.sleep(self.delay)
@@ -141,12 +191,22 @@ class FakeOpenAI:
             if self._failures:
                 return self._error(*self._failures.popleft())
             if not self._replies:
-                return 400, {}, {"error": {"message": "fake server: no scripted reply left",
-                                           "type": "invalid_request_error"}}
+                return (
+                    400,
+                    {},
+                    {"error": {"message": "fake server: no scripted reply left", "type": "invalid_request_error"}},
+                )
             spec = self._replies.popleft()
         if callable(spec):
-            spec = {"prompt_tokens": 11, "completion_tokens": 7, "tool_calls": [], "text": "",
-                    "finish_reason": None, "delay": 0.0, **spec(body)}
+            spec = {
+                "prompt_tokens": 11,
+                "completion_tokens": 7,
+                "tool_calls": [],
+                "text": "",
+                "finish_reason": None,
+                "delay": 0.0,
+                **spec(body),
+            }
         time.sleep(spec.get("delay", 0.0))
         if path.endswith("/chat/completions"):
             return 200, {}, self._chat(body, spec)
@@ -157,8 +217,11 @@ class FakeOpenAI:
     @staticmethod
     def _error(status: int, retry_after) -> tuple[int, dict, dict]:
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
-        return status, headers, {"error": {"message": f"fake server error {status}", "type": "server_error",
-                                           "code": None}}
+        return (
+            status,
+            headers,
+            {"error": {"message": f"fake server error {status}", "type": "server_error", "code": None}},
+        )
 
     def _calls(self, spec: dict) -> list[tuple[str, str, str]]:
         calls = []
@@ -172,37 +235,70 @@ class FakeOpenAI:
         finish = spec["finish_reason"] or ("tool_calls" if calls else "stop")
         message: dict = {"role": "assistant", "content": spec["text"] or None}
         if calls:
-            message["tool_calls"] = [{"id": cid, "type": "function", "function": {"name": n, "arguments": a}}
-                                     for cid, n, a in calls]
+            message["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": n, "arguments": a}} for cid, n, a in calls
+            ]
         return {
-            "id": f"chatcmpl-{next(self._ids)}", "object": "chat.completion", "created": 0,
+            "id": f"chatcmpl-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": 0,
             "model": body.get("model"),
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-            **({} if spec["prompt_tokens"] is None else {"usage": {
-                "prompt_tokens": spec["prompt_tokens"], "completion_tokens": spec["completion_tokens"],
-                "total_tokens": spec["prompt_tokens"] + spec["completion_tokens"]}}),
+            **(
+                {}
+                if spec["prompt_tokens"] is None
+                else {
+                    "usage": {
+                        "prompt_tokens": spec["prompt_tokens"],
+                        "completion_tokens": spec["completion_tokens"],
+                        "total_tokens": spec["prompt_tokens"] + spec["completion_tokens"],
+                    }
+                }
+            ),
         }
 
     def _responses(self, body: dict, spec: dict) -> dict:
         output = []
         if spec["text"]:
-            output.append({"type": "message", "id": f"msg_{next(self._ids)}", "role": "assistant",
-                           "status": "completed",
-                           "content": [{"type": "output_text", "text": spec["text"], "annotations": []}]})
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{next(self._ids)}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": spec["text"], "annotations": []}],
+                }
+            )
         for cid, name, args in self._calls(spec):
-            output.append({"type": "function_call", "id": f"fc_{next(self._ids)}", "call_id": cid,
-                           "name": name, "arguments": args, "status": "completed"})
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{next(self._ids)}",
+                    "call_id": cid,
+                    "name": name,
+                    "arguments": args,
+                    "status": "completed",
+                }
+            )
         cut = spec["finish_reason"] == "length"
         return {
-            "id": f"resp_{next(self._ids)}", "object": "response", "created_at": 0,
-            "model": body.get("model"), "status": "incomplete" if cut else "completed",
+            "id": f"resp_{next(self._ids)}",
+            "object": "response",
+            "created_at": 0,
+            "model": body.get("model"),
+            "status": "incomplete" if cut else "completed",
             "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
-            "output": output, "parallel_tool_calls": True, "tool_choice": body.get("tool_choice", "auto"),
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": body.get("tool_choice", "auto"),
             "tools": body.get("tools", []),
-            "usage": {"input_tokens": spec["prompt_tokens"], "output_tokens": spec["completion_tokens"],
-                      "total_tokens": spec["prompt_tokens"] + spec["completion_tokens"],
-                      "input_tokens_details": {"cached_tokens": 0},
-                      "output_tokens_details": {"reasoning_tokens": 0}},
+            "usage": {
+                "input_tokens": spec["prompt_tokens"],
+                "output_tokens": spec["completion_tokens"],
+                "total_tokens": spec["prompt_tokens"] + spec["completion_tokens"],
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
         }
 
 

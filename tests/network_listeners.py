@@ -1,6 +1,7 @@
 """Listeners on this machine for the network tests (test_host_network.py, test_isolation.py): a loopback TCP
 listener, an abstract unix socket, and a TCP listener on one of the machine's non-loopback addresses, which
 stands in for the internet (no other address is ever contacted)."""
+
 from __future__ import annotations
 
 import socket
@@ -11,8 +12,9 @@ import threading
 def machine_addresses() -> list[str]:
     """This machine's IPv4 addresses other than loopback (``ip -4 addr``)."""
     try:
-        out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True,
-                             text=True, timeout=30).stdout
+        out = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3]

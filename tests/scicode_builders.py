@@ -4,6 +4,7 @@ The tiny dataset: 3 problems, 5 steps, and a conftest model that answers with th
 for the steps named in BREAK_STEPS (a wrong answer) or ERROR_STEPS (a model error), so two runs differ
 on known steps with the same settings. ``tiny`` is exposed to every test module by tests/conftest.py.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,20 +21,44 @@ CLOSE = "assert np.allclose({call}, target)"
 
 
 def step(number, code, tests, header="def f():"):
-    return {"step_number": number, "step_description_prompt": f"step {number}", "step_background": "",
-            "ground_truth_code": code, "function_header": header, "test_cases": tests, "return_line": ""}
+    return {
+        "step_number": number,
+        "step_description_prompt": f"step {number}",
+        "step_background": "",
+        "ground_truth_code": code,
+        "function_header": header,
+        "test_cases": tests,
+        "return_line": "",
+    }
 
 
 def problem(pid, steps, deps="import numpy as np"):
-    return {"problem_id": pid, "problem_name": f"p{pid}", "problem_description_main": "", "problem_io": "",
-            "required_dependencies": deps, "sub_steps": steps, "problem_background_main": ""}
+    return {
+        "problem_id": pid,
+        "problem_name": f"p{pid}",
+        "problem_description_main": "",
+        "problem_io": "",
+        "required_dependencies": deps,
+        "sub_steps": steps,
+        "problem_background_main": "",
+    }
 
 
 PROBLEMS = [
-    problem("1", [step("1.1", "def add(a, b):\n    return a + b", [CLOSE.format(call="add(1, 2)")]),
-                  step("1.2", "def twice(a):\n    return add(a, a)", [CLOSE.format(call="twice(3)")])]),
-    problem("2", [step("2.1", "def sq(a):\n    return a * a", [CLOSE.format(call="sq(3)")]),
-                  step("2.2", "def cube(a):\n    return a * a * a", [CLOSE.format(call="cube(2)")])]),
+    problem(
+        "1",
+        [
+            step("1.1", "def add(a, b):\n    return a + b", [CLOSE.format(call="add(1, 2)")]),
+            step("1.2", "def twice(a):\n    return add(a, a)", [CLOSE.format(call="twice(3)")]),
+        ],
+    ),
+    problem(
+        "2",
+        [
+            step("2.1", "def sq(a):\n    return a * a", [CLOSE.format(call="sq(3)")]),
+            step("2.2", "def cube(a):\n    return a * a * a", [CLOSE.format(call="cube(2)")]),
+        ],
+    ),
     problem("3", [step("3.1", "def six():\n    return 6", [CLOSE.format(call="six()")])]),
 ]
 TARGETS = {"1.1": [3], "1.2": [6], "2.1": [9], "2.2": [8], "3.1": [6]}
@@ -75,8 +100,9 @@ def tiny_problems(categories: Sequence[str] = (), **ground_truth: str) -> list[d
     return problems
 
 
-def write_dataset(root: Path, shared_data: Path, targets: dict[str, list] = TARGETS,
-                  problems: list[dict] = PROBLEMS) -> tuple[Path, Path]:
+def write_dataset(
+    root: Path, shared_data: Path, targets: dict[str, list] = TARGETS, problems: list[dict] = PROBLEMS
+) -> tuple[Path, Path]:
     """The tiny dataset under ``root``: (data folder, a new targets h5 file). ``shared_data``: the staged
     upstream files (the prompt templates a non-oracle model needs)."""
     data = root / "tiny"
@@ -101,9 +127,17 @@ def tiny(pytester, bench, shared_data, monkeypatch):
     def run(*args: str, broken: str = "", errors: str = "", h5_path: Path = h5, subprocess: bool = False):
         monkeypatch.setenv("BREAK_STEPS", broken)
         monkeypatch.setenv("ERROR_STEPS", errors)
-        return bench("--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}",
-                     f"--bench-h5={h5_path}", "--bench-allow-custom-data", "--bench-timeout=20", *args,
-                     subprocess=subprocess)
+        return bench(
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=mutant",
+            f"--bench-data-dir={data}",
+            f"--bench-h5={h5_path}",
+            "--bench-allow-custom-data",
+            "--bench-timeout=20",
+            *args,
+            subprocess=subprocess,
+        )
 
     run.data = data
     return run

@@ -15,6 +15,7 @@
 
 Every rule is also run on a made-up package with known breaches, so a rule that reads nothing fails.
 """
+
 from __future__ import annotations
 
 import ast
@@ -92,8 +93,9 @@ class Codebase:
             name = ".".join(parts[:-1] if is_package else parts)
             self.modules[name] = Module(name, path, str(path.relative_to(folder.parent)), is_package)
         self.sources = {name: m.path.read_text(encoding="utf-8") for name, m in self.modules.items()}
-        self.trees = {name: ast.parse(text, filename=str(self.modules[name].path))
-                      for name, text in self.sources.items()}
+        self.trees = {
+            name: ast.parse(text, filename=str(self.modules[name].path)) for name, text in self.sources.items()
+        }
         self.imports = {name: self.imports_of(name) for name in self.modules}
 
     def absolute(self, module: str, level: int, name: str | None) -> str:
@@ -101,7 +103,7 @@ class Codebase:
         if level == 0:
             return name or ""
         package = module.split(".") if self.modules[module].is_package else module.split(".")[:-1]
-        base = package[:len(package) - (level - 1)]
+        base = package[: len(package) - (level - 1)]
         return ".".join(base + ([name] if name else []))
 
     def imports_of(self, module: str) -> list[Import]:
@@ -115,8 +117,9 @@ class Codebase:
                     out.extend(Import(module, alias.name, (), child.lineno, end, in_function) for alias in child.names)
                 elif isinstance(child, ast.ImportFrom):
                     target = self.absolute(module, child.level, child.module)
-                    out.append(Import(module, target, tuple(a.name for a in child.names), child.lineno, end,
-                                      in_function))
+                    out.append(
+                        Import(module, target, tuple(a.name for a in child.names), child.lineno, end, in_function)
+                    )
                 visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
         visit(self.trees[module], False)
@@ -139,8 +142,10 @@ class Codebase:
             return []
         if not imp.names:
             return [self.owning_module(imp.target)]
-        found = {f"{imp.target}.{n}" if f"{imp.target}.{n}" in self.modules else self.owning_module(imp.target)
-                 for n in imp.names}
+        found = {
+            f"{imp.target}.{n}" if f"{imp.target}.{n}" in self.modules else self.owning_module(imp.target)
+            for n in imp.names
+        }
         return sorted(found)
 
     def graph(self) -> dict[str, set[str]]:
@@ -186,8 +191,10 @@ def imports_against_layers(code: Codebase) -> list[str]:
             for target in code.edges_of(imp):
                 layer = code.layer_of(target)
                 if source and layer and not allowed(source, layer):
-                    bad.append(f"{code.where(imp)}: {code.short(imp.source)} ({source[1]}) imports "
-                               f"{code.short(target)} ({layer[1]})" + (" in a function" if imp.in_function else ""))
+                    bad.append(
+                        f"{code.where(imp)}: {code.short(imp.source)} ({source[1]}) imports "
+                        f"{code.short(target)} ({layer[1]})" + (" in a function" if imp.in_function else "")
+                    )
     return bad
 
 
@@ -258,22 +265,32 @@ def import_cycles(code: Codebase) -> list[str]:
     for component in strongly_connected(g):
         cycle = a_cycle(g, component)
         steps = "; ".join(
-            code.modules[a].rel + ":" + ",".join(f"{i.line}{' (function)' if i.in_function else ''}"
-                                                 for i in code.imports[a] if b in code.edges_of(i))
-            for a, b in zip(cycle, cycle[1:]))
-        more = f" (one cycle of a tangle of {len(component)} modules: {', '.join(map(code.short, component))})" \
-            if len(component) > len(cycle) - 1 else ""
+            code.modules[a].rel
+            + ":"
+            + ",".join(
+                f"{i.line}{' (function)' if i.in_function else ''}" for i in code.imports[a] if b in code.edges_of(i)
+            )
+            for a, b in zip(cycle, cycle[1:])
+        )
+        more = (
+            f" (one cycle of a tangle of {len(component)} modules: {', '.join(map(code.short, component))})"
+            if len(component) > len(cycle) - 1
+            else ""
+        )
         out.append(f"{' -> '.join(map(code.short, cycle))}  [{steps}]{more}")
     return sorted(out)
 
 
 def pytest_imports(code: Codebase) -> list[str]:
     plugin = f"{code.root}.pytest_plugin"
-    return [f"{code.where(imp)}: {code.short(imp.source)} imports {imp.target}"
-            + (" in a function" if imp.in_function else "")
-            for imps in code.imports.values() for imp in imps
-            if imp.target.split(".")[0] in PYTEST_MODULES
-            and not (imp.source == plugin or imp.source.startswith(plugin + "."))]
+    return [
+        f"{code.where(imp)}: {code.short(imp.source)} imports {imp.target}"
+        + (" in a function" if imp.in_function else "")
+        for imps in code.imports.values()
+        for imp in imps
+        if imp.target.split(".")[0] in PYTEST_MODULES
+        and not (imp.source == plugin or imp.source.startswith(plugin + "."))
+    ]
 
 
 def is_private(name: str) -> bool:
@@ -294,11 +311,20 @@ def private_names(code: Codebase) -> list[str]:
                 aliases.update({a.asname: a.name for a in node.names if a.asname and code.internal(a.name)})
             elif isinstance(node, ast.ImportFrom):
                 target = code.absolute(name, node.level, node.module)
-                aliases.update({a.asname or a.name: f"{target}.{a.name}" for a in node.names
-                                if f"{target}.{a.name}" in code.modules})
+                aliases.update(
+                    {
+                        a.asname or a.name: f"{target}.{a.name}"
+                        for a in node.names
+                        if f"{target}.{a.name}" in code.modules
+                    }
+                )
         for node in ast.walk(code.trees[name]):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                    and node.value.id in aliases and is_private(node.attr)):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and is_private(node.attr)
+            ):
                 bad.append(f"{module.rel}:{node.lineno}: uses {code.short(aliases[node.value.id])}.{node.attr}")
     return bad
 
@@ -331,17 +357,23 @@ def unexplained_function_imports(code: Codebase) -> list[str]:
             if reason is None and imp.line - 1 in comment_only:
                 reason = comments[imp.line - 1]
             if len(DIRECTIVE.sub("", reason or "").split()) < 2:
-                bad.append(f"{code.where(imp)}: import of {imp.target}"
-                           + (f" has only the comment {reason!r}" if reason else " has no comment"))
+                bad.append(
+                    f"{code.where(imp)}: import of {imp.target}"
+                    + (f" has only the comment {reason!r}" if reason else " has no comment")
+                )
     return bad
 
 
 def string_constants(tree: ast.AST) -> list[ast.Constant]:
     """String literals (parts of f-strings included), docstrings and other bare string statements excluded."""
-    bare = {id(node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
-    return [node for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in bare]
+    bare = {
+        id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in bare
+    ]
 
 
 def benchmark_names(code: Codebase) -> list[str]:
@@ -375,8 +407,10 @@ def child_imports_of_trusted(code: Codebase) -> list[str]:
         for imp in code.imports[name]:
             trusted = [code.short(target) for target in code.edges_of(imp) if target not in child]
             if trusted:
-                bad.append(f"{code.where(imp)}: {code.short(name)} (child side) imports {', '.join(trusted)}"
-                           + (" in a function" if imp.in_function else ""))
+                bad.append(
+                    f"{code.where(imp)}: {code.short(name)} (child side) imports {', '.join(trusted)}"
+                    + (" in a function" if imp.in_function else "")
+                )
     return bad
 
 
@@ -443,8 +477,11 @@ def test_the_child_side_imports_nothing_of_the_trusted_side():
     reviewer reads those alone to know what runs beside the model's code (the child loads them by file path).
     The trusted side (the plan, the script builder, the verdict) may import them."""
     child = child_side(CODE)
-    assert {f"{ROOT}.benchmarks.scicode.child", f"{ROOT}.benchmarks.scicode.child.runtime",
-            *(f"{ROOT}.{name}" for name in CHILD_LOADED)} <= child, sorted(child)
+    assert {
+        f"{ROOT}.benchmarks.scicode.child",
+        f"{ROOT}.benchmarks.scicode.child.runtime",
+        *(f"{ROOT}.{name}" for name in CHILD_LOADED),
+    } <= child, sorted(child)
     assert len(child) < 10, f"the child side should stay small: {sorted(child)}"
     bad = child_imports_of_trusted(CODE)
     assert not bad, "the child side imports the trusted side:\n" + "\n".join(bad)
@@ -459,9 +496,11 @@ FAKE_PACKAGE = {
     "sandbox/__init__.py": "",
     "envs/__init__.py": "def f():\n    from ..models import m\n",
     "models/__init__.py": "",
-    "models/m.py": ("def g():\n    import json  # keeps start-up light\n\n"
-                    "def h():\n    # only the report needs it\n    import csv\n\n"
-                    "def i():\n    import zlib  # noqa: F401\n"),
+    "models/m.py": (
+        "def g():\n    import json  # keeps start-up light\n\n"
+        "def h():\n    # only the report needs it\n    import csv\n\n"
+        "def i():\n    import zlib  # noqa: F401\n"
+    ),
     "benchmarks/__init__.py": "",
     "benchmarks/base.py": "from .toy import thing\n",
     "benchmarks/toy/__init__.py": "from ..base import Benchmark\nfrom ...core import rec\n",
@@ -470,16 +509,20 @@ FAKE_PACKAGE = {
     "report/names.py": '"""About SciCode."""\nHELP = f"{1} e.g. core_bench"\nOTHER = "plain"  # scicode\n',
     "pytest_plugin/__init__.py": "import pytest\nimport _pytest.nodes\nfrom ..report import gates\n",
     # the command line: may use the report (and name a benchmark), never pytest nor the plugin
-    "cli/__init__.py": ("from ..report import gates\nfrom ..pytest_plugin import hooks\nHELP = 'scicode'\n\n"
-                        "def main():\n    import pytest  # why: a breach all the same\n"),
+    "cli/__init__.py": (
+        "from ..report import gates\nfrom ..pytest_plugin import hooks\nHELP = 'scicode'\n\n"
+        "def main():\n    import pytest  # why: a breach all the same\n"
+    ),
     # the child side: a benchmark's child package and a module it loads (the codec); the trusted side imports it
     "sandbox/codec.py": "import json\n",
     "benchmarks/toy/score.py": "",
     "benchmarks/toy/verdict.py": "from .child import run\n",
     "benchmarks/toy/child/__init__.py": "",
     "benchmarks/toy/child/helper.py": "def load():\n    from ...base import Benchmark  # only when asked for\n",
-    "benchmarks/toy/child/run.py": ("import json\nfrom . import helper\nfrom ....sandbox import codec\n"
-                                    "from .. import score\nimport pytest_agentbench.core.rec\n"),
+    "benchmarks/toy/child/run.py": (
+        "import json\nfrom . import helper\nfrom ....sandbox import codec\n"
+        "from .. import score\nimport pytest_agentbench.core.rec\n"
+    ),
 }
 
 
@@ -495,28 +538,41 @@ def test_the_rules_find_what_they_look_for(tmp_path):
         f"{ROOT}/benchmarks/base.py:1: benchmarks.base (benchmarks) imports benchmarks.toy (benchmarks.toy)",
         f"{ROOT}/cli/__init__.py:2: cli (cli) imports pytest_plugin (pytest_plugin)",
         f"{ROOT}/core/a.py:1: core.a (core) imports report.gates (report)",
-        f"{ROOT}/envs/__init__.py:2: envs (envs) imports models.m (models) in a function"]
+        f"{ROOT}/envs/__init__.py:2: envs (envs) imports models.m (models) in a function",
+    ]
     cycles = import_cycles(code)
     assert len(cycles) == 2, cycles
     assert cycles[0].startswith("benchmarks.base -> benchmarks.toy -> benchmarks.base"), cycles
     assert cycles[1].startswith("core.a -> report.gates -> core.a"), cycles
-    assert pytest_imports(code) == [f"{ROOT}/cli/__init__.py:6: cli imports pytest in a function",
-                                    f"{ROOT}/report/gates.py:1: report.gates imports pytest"]
-    assert private_names(code) == [f"{ROOT}/core/rec.py:2: uses core.a._hidden",
-                                   f"{ROOT}/report/gates.py:2: imports _hidden from {ROOT}.core.a"]
+    assert pytest_imports(code) == [
+        f"{ROOT}/cli/__init__.py:6: cli imports pytest in a function",
+        f"{ROOT}/report/gates.py:1: report.gates imports pytest",
+    ]
+    assert private_names(code) == [
+        f"{ROOT}/core/rec.py:2: uses core.a._hidden",
+        f"{ROOT}/report/gates.py:2: imports _hidden from {ROOT}.core.a",
+    ]
     assert unexplained_function_imports(code) == [
         f"{ROOT}/envs/__init__.py:2: import of {ROOT}.models has no comment",
-        f"{ROOT}/models/m.py:9: import of zlib has only the comment 'noqa: F401'"]
+        f"{ROOT}/models/m.py:9: import of zlib has only the comment 'noqa: F401'",
+    ]
     assert benchmark_names(code) == [f"{ROOT}/report/names.py:2: 'core_bench' in ' e.g. core_bench'"]
-    assert sorted(child_side(code)) == [f"{ROOT}.benchmarks.toy.child", f"{ROOT}.benchmarks.toy.child.helper",
-                                        f"{ROOT}.benchmarks.toy.child.run", f"{ROOT}.sandbox.codec"]
+    assert sorted(child_side(code)) == [
+        f"{ROOT}.benchmarks.toy.child",
+        f"{ROOT}.benchmarks.toy.child.helper",
+        f"{ROOT}.benchmarks.toy.child.run",
+        f"{ROOT}.sandbox.codec",
+    ]
     assert child_imports_of_trusted(code) == [
         f"{ROOT}/benchmarks/toy/child/helper.py:2: benchmarks.toy.child.helper (child side) imports benchmarks.base"
         " in a function",
         f"{ROOT}/benchmarks/toy/child/run.py:4: benchmarks.toy.child.run (child side) imports benchmarks.toy.score",
-        f"{ROOT}/benchmarks/toy/child/run.py:5: benchmarks.toy.child.run (child side) imports core.rec"]
+        f"{ROOT}/benchmarks/toy/child/run.py:5: benchmarks.toy.child.run (child side) imports core.rec",
+    ]
     assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}, "f": set()}) == [
-        ["a", "b", "c"], ["e"]]
+        ["a", "b", "c"],
+        ["e"],
+    ]
 
 
 # ---- 2. no pytest outside the plugin -------------------------------------------------------------
@@ -584,7 +640,12 @@ def walk_without_pytest(root: str, pythonpath: Path) -> dict:
     """Run the walk in a fresh interpreter: what it imported, what failed, which pytest modules got loaded."""
     result = subprocess.run(
         [sys.executable, "-c", NO_PYTEST_SCRIPT, root, f"{root}.pytest_plugin", ",".join(PYTEST_MODULES)],
-        cwd=pythonpath, env=clean_env(PYTHONPATH=str(pythonpath)), capture_output=True, text=True, timeout=300)
+        cwd=pythonpath,
+        env=clean_env(PYTHONPATH=str(pythonpath)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -600,20 +661,28 @@ def test_non_plugin_packages_import_without_pytest():
     problems = []
     if out["loaded"]:
         chains = sorted({" <- ".join(chain) for chain in out["chains"]})
-        problems.append(f"importing the non-plugin packages loaded {out['loaded']}; asked for by "
-                        f"(module <- importer <- ...):\n  " + "\n  ".join(chains))
+        problems.append(
+            f"importing the non-plugin packages loaded {out['loaded']}; asked for by "
+            f"(module <- importer <- ...):\n  " + "\n  ".join(chains)
+        )
     if out["errors"]:
-        problems.append("modules that fail to import (so they were not checked):\n  " + "\n  ".join(
-            f"{name}: {text.strip().splitlines()[-1]}" for name, text in out["errors"].items()))
+        problems.append(
+            "modules that fail to import (so they were not checked):\n  "
+            + "\n  ".join(f"{name}: {text.strip().splitlines()[-1]}" for name, text in out["errors"].items())
+        )
     assert not problems, "\n".join(problems)
 
 
 def test_the_walk_finds_a_pytest_import(tmp_path):
     """The walk itself, on a made-up package: a deep module that imports pytest is found and named."""
-    for rel, text in {"fakepkg/__init__.py": "", "fakepkg/core/__init__.py": "",
-                      "fakepkg/core/deep/__init__.py": "", "fakepkg/core/deep/a.py": "from . import b\n",
-                      "fakepkg/core/deep/b.py": "import pytest\n", "fakepkg/pytest_plugin/__init__.py": "import pytest\n"
-                      }.items():
+    for rel, text in {
+        "fakepkg/__init__.py": "",
+        "fakepkg/core/__init__.py": "",
+        "fakepkg/core/deep/__init__.py": "",
+        "fakepkg/core/deep/a.py": "from . import b\n",
+        "fakepkg/core/deep/b.py": "import pytest\n",
+        "fakepkg/pytest_plugin/__init__.py": "import pytest\n",
+    }.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     out = walk_without_pytest("fakepkg", tmp_path)
@@ -633,11 +702,16 @@ def build_toy_wheel(dest: Path) -> Path:
     """A wheel of tests/toybench, written by hand (no build backend, no network): its entry point
     is the one tests/toybench/pyproject.toml declares."""
     dist = f"toybench-{TOY_VERSION}.dist-info"
-    files = {f"toybench/{p.relative_to(TOYBENCH / 'toybench').as_posix()}": p.read_bytes()
-             for p in sorted((TOYBENCH / "toybench").rglob("*.py"))}
-    files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: toybench\nVersion: {TOY_VERSION}\n"
-                                 f"Requires-Dist: pytest-agentbench\n").encode()
-    files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test_architecture\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files = {
+        f"toybench/{p.relative_to(TOYBENCH / 'toybench').as_posix()}": p.read_bytes()
+        for p in sorted((TOYBENCH / "toybench").rglob("*.py"))
+    }
+    files[f"{dist}/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: toybench\nVersion: {TOY_VERSION}\nRequires-Dist: pytest-agentbench\n"
+    ).encode()
+    files[f"{dist}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: test_architecture\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     files[f"{dist}/entry_points.txt"] = TOY_ENTRY_POINTS.encode()
     record = []
     for name, data in files.items():
@@ -661,9 +735,24 @@ def install_toy(folder: Path) -> Path:
     wheel = build_toy_wheel(folder)
     site = folder / "site"
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile",
-         "--disable-pip-version-check", "--target", str(site), str(wheel)],
-        env=clean_env(), capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--no-compile",
+            "--disable-pip-version-check",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (site / f"toybench-{TOY_VERSION}.dist-info" / "entry_points.txt").is_file()
     return site
@@ -679,16 +768,26 @@ class Run:
         return f"$ {' '.join(self.args)}\n(exit {self.code})\n{self.out[-6000:]}"
 
 
-def run_all(site: Path, commands: dict[str, tuple[Path, tuple[str, ...]]], without_site: tuple[str, ...] = ()
-            ) -> dict[str, Run]:
+def run_all(
+    site: Path, commands: dict[str, tuple[Path, tuple[str, ...]]], without_site: tuple[str, ...] = ()
+) -> dict[str, Run]:
     """Independent commands, side by side, each in a child process that sees the toy distribution through
     PYTHONPATH only (the ones named in ``without_site`` do not see it): ``{key: (folder, python arguments)}``."""
+
     def env(key: str) -> dict[str, str]:
         return clean_env(PYTHONPATH=os.pathsep.join([str(REPO)] if key in without_site else [str(site), str(REPO)]))
 
-    started = {key: subprocess.Popen([sys.executable, *args], cwd=folder, env=env(key), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
-               for key, (folder, args) in commands.items()}
+    started = {
+        key: subprocess.Popen(
+            [sys.executable, *args],
+            cwd=folder,
+            env=env(key),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for key, (folder, args) in commands.items()
+    }
     out = {}
     try:
         for key, process in started.items():
@@ -716,7 +815,7 @@ def project(base: Path, name: str, ini: str = "", conftest: str = "") -> Path:
 
 
 # A user's own client: answers every toy question by itself, and one of them wrongly.
-OWN_MODEL = '''
+OWN_MODEL = """
     import pytest
 
     class Calculator:
@@ -728,7 +827,7 @@ OWN_MODEL = '''
     @pytest.fixture(scope="session")
     def bench_model():
         return Calculator()
-'''
+"""
 
 
 def toy_runs(base: Path) -> dict[str, Run]:
@@ -739,26 +838,67 @@ def toy_runs(base: Path) -> dict[str, Run]:
     own = project(base, "own", conftest=OWN_MODEL)
     bench = ("-m", "pytest", "--bench=toy", "--model=oracle", "-v")
     runs: dict[str, Run] = {}
-    runs.update(run_all(toy_site, {
-        "help": (main, ("-m", "pytest", "--help")),
-        # A: everything right; writes the baseline on purpose; a gate that holds.
-        "a": (main, (*bench, "--bench-run-id=a", "--strict-markers", "-m", "toy", "--bench-fail-under=toy=100%",
-                     "--bench-baseline=baseline", "--bench-update-baseline")),
-        # C: a planted regression (t2.1) from the toy's ini key; a gate that holds passes the run despite it.
-        "c": (ini, (*bench, "--bench-run-id=c", "--bench-fail-under=toy=70%")),
-        # D: a user's own model from a conftest.py instead of the oracle.
-        "d": (own, ("-m", "pytest", "--bench=toy", "--model=calculator", "--bench-run-id=d", "-v")),
-        "bad_option": (main, (*bench, "--toy-wrong=t9.9")),
-        "bad_gate": (main, (*bench, "--bench-fail-under=main=0.5")),
-        # Without the site folder on the path there is no toy benchmark: only its entry point brings it in.
-        "absent": (main, (*bench, "--bench-run-id=absent")),
-    }, without_site=("absent",)))
+    runs.update(
+        run_all(
+            toy_site,
+            {
+                "help": (main, ("-m", "pytest", "--help")),
+                # A: everything right; writes the baseline on purpose; a gate that holds.
+                "a": (
+                    main,
+                    (
+                        *bench,
+                        "--bench-run-id=a",
+                        "--strict-markers",
+                        "-m",
+                        "toy",
+                        "--bench-fail-under=toy=100%",
+                        "--bench-baseline=baseline",
+                        "--bench-update-baseline",
+                    ),
+                ),
+                # C: a planted regression (t2.1) from the toy's ini key; a gate that holds passes the run despite it.
+                "c": (ini, (*bench, "--bench-run-id=c", "--bench-fail-under=toy=70%")),
+                # D: a user's own model from a conftest.py instead of the oracle.
+                "d": (own, ("-m", "pytest", "--bench=toy", "--model=calculator", "--bench-run-id=d", "-v")),
+                "bad_option": (main, (*bench, "--toy-wrong=t9.9")),
+                "bad_gate": (main, (*bench, "--bench-fail-under=main=0.5")),
+                # Without the site folder on the path there is no toy benchmark: only its entry point brings it in.
+                "absent": (main, (*bench, "--bench-run-id=absent")),
+            },
+            without_site=("absent",),
+        )
+    )
     # B: the regression from the toy's own flag, compared with A's baseline: the drop gate fails.
-    runs.update(run_all(toy_site, {"b": (main, (*bench, "--bench-run-id=b", "--toy-wrong=t2.1",
-                                                "--bench-baseline=baseline", "--bench-max-drop=toy=10%",
-                                                "--bench-fail-under=toy=70%"))}))
-    runs.update(run_all(toy_site, {"compare": (main, ("-m", "pytest_agentbench", "compare",
-                                                      str(run_dir(main, "a")), str(run_dir(main, "b"))))}))
+    runs.update(
+        run_all(
+            toy_site,
+            {
+                "b": (
+                    main,
+                    (
+                        *bench,
+                        "--bench-run-id=b",
+                        "--toy-wrong=t2.1",
+                        "--bench-baseline=baseline",
+                        "--bench-max-drop=toy=10%",
+                        "--bench-fail-under=toy=70%",
+                    ),
+                )
+            },
+        )
+    )
+    runs.update(
+        run_all(
+            toy_site,
+            {
+                "compare": (
+                    main,
+                    ("-m", "pytest_agentbench", "compare", str(run_dir(main, "a")), str(run_dir(main, "b"))),
+                )
+            },
+        )
+    )
     return runs
 
 
@@ -846,16 +986,28 @@ def test_toy_records_are_deterministic(toy):
     main = toy["main"]
     got = {r["id"]: r for r in records(main, "a")}
     assert sorted(got) == list(TOY_IDS)
-    assert {k: got["t2.2"][k] for k in ("benchmark", "task", "id", "split", "status", "question", "expected",
-                                         "answer")} == {
-        "benchmark": "toy", "task": "t2", "id": "t2.2", "split": "dev", "status": "pass",
-        "question": "9 // 2", "expected": "4", "answer": "4"}
+    assert {
+        k: got["t2.2"][k] for k in ("benchmark", "task", "id", "split", "status", "question", "expected", "answer")
+    } == {
+        "benchmark": "toy",
+        "task": "t2",
+        "id": "t2.2",
+        "split": "dev",
+        "status": "pass",
+        "question": "9 // 2",
+        "expected": "4",
+        "answer": "4",
+    }
     wrong = {r["id"]: r for r in records(main, "b")}["t2.1"]
     assert (wrong["status"], wrong["answer"], wrong["message"]) == ("fail", "60", "10 - 4 = 6, answered 60")
+
     # Runs B (the flag) and C (the ini key) ran the same thing: the same records but for timings and workers.
     def steady(run: list[dict]) -> list[dict]:
-        return sorted(({k: v for k, v in r.items() if k not in ("duration", "worker", "started", "finished")}
-                       for r in run), key=lambda r: r["id"])
+        return sorted(
+            ({k: v for k, v in r.items() if k not in ("duration", "worker", "started", "finished")} for r in run),
+            key=lambda r: r["id"],
+        )
+
     assert steady(records(main, "b")) == steady(records(toy["ini"], "c"))
 
 
@@ -954,9 +1106,11 @@ def test_no_test_module_imports_another():
 
 
 def test_test_module_import_check_sees_every_form():
-    source = ("import test_a\nfrom test_b import x\nfrom .test_c import y\nfrom tests.test_d import z\n"
-              "from . import conftest\nimport conftest\nfrom tests import test_e\nimport fake_openai\n"
-              "from capsule_factory import make\n")
+    source = (
+        "import test_a\nfrom test_b import x\nfrom .test_c import y\nfrom tests.test_d import z\n"
+        "from . import conftest\nimport conftest\nfrom tests import test_e\nimport fake_openai\n"
+        "from capsule_factory import make\n"
+    )
     flagged = sorted({line for line, name in imported_names(source) if is_test_module(name)})
     assert flagged == [1, 2, 3, 4, 5, 6, 7]
     flagged = sorted({line for line, name in imported_names(source) if is_test_module(name, conftest_too=False)})

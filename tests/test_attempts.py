@@ -1,4 +1,5 @@
 """Issue 12 items 1, 2, 4, 5: SciCode categories, run counts, repeated attempts, retried infrastructure failures."""
+
 from __future__ import annotations
 
 import json
@@ -8,12 +9,13 @@ from collections import Counter
 
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
 from pytest_agentbench.benchmarks.registry import get_benchmark
 from pytest_agentbench.report.attempts import attempt_stats, pass_at_k, run_counts
 from pytest_agentbench.report.compare import compare
 from pytest_agentbench.report.summary import build_summary, render_markdown
+
+from bench_runs import read_jsonl, run_dirs
+from fake_openai import FakeOpenAI
 from scicode_builders import MODEL_CONFTEST, tiny_problems, write_dataset
 
 
@@ -29,6 +31,7 @@ def records_of(pytester) -> list[dict]:
 
 # ---------------------------------------------------------------- 1. categories
 
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_categories_select_report_and_refuse_unknown_names(tiny, pytester, shared_data):
@@ -41,14 +44,17 @@ def test_categories_select_report_and_refuse_unknown_names(tiny, pytester, share
     assert "5 tests collected" in union.stdout.str()
     unknown = tiny("--bench-category=biology")
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR
-    unknown.stderr.fnmatch_lines(["*unknown SciCode category biology in --bench-category; "
-                                  "categories present: chemistry, physics (or all)*"])
+    unknown.stderr.fnmatch_lines(
+        ["*unknown SciCode category biology in --bench-category; categories present: chemistry, physics (or all)*"]
+    )
 
     result = tiny(broken="1.2")  # default: all categories
-    result.stdout.fnmatch_lines([
-        "category chemistry: main problems resolved 1/1 (100.0%), subproblems passed 1/1 (100.0%)",
-        "category physics: main problems resolved 1/2 (50.0%), subproblems passed 3/4 (75.0%)",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "category chemistry: main problems resolved 1/1 (100.0%), subproblems passed 1/1 (100.0%)",
+            "category physics: main problems resolved 1/2 (50.0%), subproblems passed 3/4 (75.0%)",
+        ]
+    )
     summary = summary_of(pytester)
     assert summary["categories"]["physics"]["main"] == 0.5
     assert summary["categories"]["physics"]["subproblem"] == 0.75
@@ -63,8 +69,9 @@ def test_categories_select_report_and_refuse_unknown_names(tiny, pytester, share
 @pytest.mark.slow
 def test_official_data_is_all_unclassified(bench):
     every = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q")
-    unclassified = bench("--bench=scicode", "--bench-split=validation", "--bench-category=unclassified",
-                         "--collect-only", "-q")
+    unclassified = bench(
+        "--bench=scicode", "--bench-split=validation", "--bench-category=unclassified", "--collect-only", "-q"
+    )
     assert every.ret == unclassified.ret == 0
     ids = re.findall(r"scicode/\S+", every.stdout.str())
     assert len(ids) == 50 and ids == re.findall(r"scicode/\S+", unclassified.stdout.str())
@@ -72,25 +79,45 @@ def test_official_data_is_all_unclassified(bench):
 
 # ---------------------------------------------------------------- 2. run counts
 
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_run_counts_in_every_summary(tiny, pytester):
     result = tiny(errors="2.2", broken="3.1")
-    line = ("run counts: Total 3, Evaluated 2, Error 1 (main_problem_resolved 1, main_problem_total 3, "
-            "subproblem_correct 3, subproblem_total 5)")
+    line = (
+        "run counts: Total 3, Evaluated 2, Error 1 (main_problem_resolved 1, main_problem_total 3, "
+        "subproblem_correct 3, subproblem_total 5)"
+    )
     result.stdout.fnmatch_lines([line])
     summary = summary_of(pytester)
-    assert summary["run_counts"] == {"total": 3, "evaluated": 2, "error": 1, "main_problem_resolved": 1,
-                                     "main_problem_total": 3, "subproblem_correct": 3, "subproblem_total": 5}
+    assert summary["run_counts"] == {
+        "total": 3,
+        "evaluated": 2,
+        "error": 1,
+        "main_problem_resolved": 1,
+        "main_problem_total": 3,
+        "subproblem_correct": 3,
+        "subproblem_total": 5,
+    }
     [run] = run_dirs(pytester.path)
     assert "Run counts: Total 3, Evaluated 2, Error 1" in (run / "summary.md").read_text()
 
 
 def test_run_counts_of_a_core_bench_summary():
     def capsule(cid, status):
-        return {"benchmark": "core-bench", "task": cid, "id": cid, "split": "test", "scored": True, "status": status,
-                "message": "", "total_written": 1, "correct_written": int(status == "pass"), "total_figure": 0,
-                "correct_figure": 0}
+        return {
+            "benchmark": "core-bench",
+            "task": cid,
+            "id": cid,
+            "split": "test",
+            "scored": True,
+            "status": status,
+            "message": "",
+            "total_written": 1,
+            "correct_written": int(status == "pass"),
+            "total_figure": 0,
+            "correct_figure": 0,
+        }
 
     records = [capsule("capsule-1", "pass"), capsule("capsule-2", "fail"), capsule("capsule-3", "env_error")]
     summary = build_summary(records, get_benchmark("core-bench"), {"benchmark": "core-bench", "split": "test"})
@@ -100,6 +127,7 @@ def test_run_counts_of_a_core_bench_summary():
 
 
 # ---------------------------------------------------------------- 4. repeated attempts
+
 
 def test_pass_at_k_estimator():
     assert pass_at_k(3, 1, 1) == pytest.approx(1 / 3)
@@ -111,8 +139,11 @@ def test_pass_at_k_estimator():
 def test_pass_at_k_standard_errors_over_attempts_by_hand():
     """Two steps of one problem over 3 attempts: 1.1 passes on attempt 1 only, 1.2 on attempts 1 and 2."""
     outcomes = {"1.1": [True, False, False], "1.2": [True, True, False]}
-    records = [{"task": "1", "id": step, "attempt": a + 1, "status": "pass" if ok else "fail"}
-               for step, oks in outcomes.items() for a, ok in enumerate(oks)]
+    records = [
+        {"task": "1", "id": step, "attempt": a + 1, "status": "pass" if ok else "fail"}
+        for step, oks in outcomes.items()
+        for a, ok in enumerate(oks)
+    ]
     per_attempt = {1: {"subproblem": 1.0}, 2: {"subproblem": 0.5}, 3: {"subproblem": 0.0}}
     stats = attempt_stats(per_attempt, records)
     item, task = stats["pass_at_k"]["item"], stats["pass_at_k"]["task"]
@@ -133,11 +164,13 @@ SIX = "def six():\n    return 6"
 
 def right_on_second_call(counter: Counter):
     """A scripted chat model: for each prompt, only its second answer is right."""
+
     def make(body: dict) -> dict:
         prompt = json.dumps(body["messages"], sort_keys=True)
         counter[prompt] += 1
         code = SIX if counter[prompt] == 2 else SIX.replace("6", "7")
         return {"text": f"```python\n{code}\n```"}
+
     return make
 
 
@@ -150,12 +183,26 @@ def test_three_attempts_of_a_model_right_once(bench, pytester, shared_data, tmp_
     with FakeOpenAI() as server:
         for _ in range(20):
             server.reply_with(right_on_second_call(counter))
-        args = ["--bench=scicode", "--bench-split=validation", "--model=scripted", f"--model-base-url={server.base_url}",
-                "--model-api-key=k", "--bench-mode=naive", f"--bench-data-dir={data}", f"--bench-h5={h5}",
-                "--bench-allow-custom-data", "--bench-ids=3", "--bench-attempts=3", f"--bench-cache-dir={cache}"]
+        args = [
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=scripted",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=k",
+            "--bench-mode=naive",
+            f"--bench-data-dir={data}",
+            f"--bench-h5={h5}",
+            "--bench-allow-custom-data",
+            "--bench-ids=3",
+            "--bench-attempts=3",
+            f"--bench-cache-dir={cache}",
+        ]
         collected = bench(*args, "--collect-only", "-q")
         assert re.findall(r"scicode/\S+", collected.stdout.str()) == [
-            "scicode/3::3.1[attempt1]", "scicode/3::3.1[attempt2]", "scicode/3::3.1[attempt3]"]
+            "scicode/3::3.1[attempt1]",
+            "scicode/3::3.1[attempt2]",
+            "scicode/3::3.1[attempt3]",
+        ]
         picked = bench(*args, "--collect-only", "-q", "-k", "attempt2")
         assert re.findall(r"scicode/\S+", picked.stdout.str()) == ["scicode/3::3.1[attempt2]"]
 
@@ -167,12 +214,15 @@ def test_three_attempts_of_a_model_right_once(bench, pytester, shared_data, tmp_
         # mean 1/3 ± sd([0, 1, 0]) / sqrt(3) = sqrt(1/3) / sqrt(3) = 1/3 (pass@1 and both headline metrics);
         # pass@2 jackknife: leaving out attempt 1, 2, 3 gives pass@2 of [pass, fail] = 1, [fail, fail] = 0,
         # [fail, pass] = 1: sqrt(2/3 * ((1/3)^2 + (2/3)^2 + (1/3)^2)) = 2/3; pass@3 uses every attempt: none
-        result.stdout.fnmatch_lines(["main: mean over 3 attempts 33.3% ± 33.3% (standard error)",
-                                     "subproblem: mean over 3 attempts 33.3% ± 33.3% (standard error)",
-                                     "per task: pass@1 33.3% ± 33.3%, pass@2 66.7% ± 66.7%, pass@3 100.0% ± n/a",
-                                     "per item: pass@1 33.3% ± 33.3%, pass@2 66.7% ± 66.7%, pass@3 100.0% ± n/a",
-                                     "(± standard error over the 3 attempts; pass@k's by the jackknife, "
-                                     "so pass@3 has none)"])
+        result.stdout.fnmatch_lines(
+            [
+                "main: mean over 3 attempts 33.3% ± 33.3% (standard error)",
+                "subproblem: mean over 3 attempts 33.3% ± 33.3% (standard error)",
+                "per task: pass@1 33.3% ± 33.3%, pass@2 66.7% ± 66.7%, pass@3 100.0% ± n/a",
+                "per item: pass@1 33.3% ± 33.3%, pass@2 66.7% ± 66.7%, pass@3 100.0% ± n/a",
+                "(± standard error over the 3 attempts; pass@k's by the jackknife, so pass@3 has none)",
+            ]
+        )
         first = json.loads((pytester.path / "reports/scicode/scripted/first/summary.json").read_text())
         stats = first["attempts"]
         for unit in ("item", "task"):
@@ -216,18 +266,25 @@ def test_one_attempt_keeps_todays_node_ids_and_records(tiny, pytester):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_oracle_attempts_on_validation_data(bench, pytester):
-    result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=3,4",
-                   "--bench-attempts=3")
+    result = bench(
+        "--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=3,4", "--bench-attempts=3"
+    )
     assert result.ret == 0, result.stdout.str()[-3000:]
-    result.stdout.fnmatch_lines(["per task: pass@1 100.0% ± 0.0%, pass@2 100.0% ± 0.0%, pass@3 100.0% ± n/a",
-                                 "per item: pass@1 100.0% ± 0.0%, pass@2 100.0% ± 0.0%, pass@3 100.0% ± n/a"])
+    result.stdout.fnmatch_lines(
+        [
+            "per task: pass@1 100.0% ± 0.0%, pass@2 100.0% ± 0.0%, pass@3 100.0% ± n/a",
+            "per item: pass@1 100.0% ± 0.0%, pass@2 100.0% ± 0.0%, pass@3 100.0% ± n/a",
+        ]
+    )
 
 
 # ---------------------------------------------------------------- 5. retries
 
 # tiny's model (the ground truth, as BREAK_STEPS and ERROR_STEPS are empty), but the first answer to each step of
 # FLAKY_STEPS is a model-service failure; every call is logged in CALLS_FILE
-FLAKY_CONFTEST = MODEL_CONFTEST + '''
+FLAKY_CONFTEST = (
+    MODEL_CONFTEST
+    + """
 import json
 from pathlib import Path
 
@@ -242,7 +299,8 @@ def _flaky(self, problem, index, previous_code):
         raise ConnectionError("the model service is down")
     return _answer(self, problem, index, previous_code)
 Mutant.answer_step = _flaky
-'''
+"""
+)
 
 
 @pytest.mark.parametrize("retries", [0, 1])

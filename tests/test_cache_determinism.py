@@ -8,6 +8,7 @@ touching the cache. A record says where its targets or its capsule came from (``
 ``capsule_source``). SciCode's targets are rebuilt per problem when its first step reaches the process,
 outside the step's ``duration``.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
-from capsule_factory import build_capsule_archive, write_capsule_tree
-from scicode_builders import MODEL_CONFTEST, PROBLEMS, tiny_problems, write_dataset
 from pytest_agentbench.benchmarks.corebench import capsules
 from pytest_agentbench.benchmarks.scicode import locate
 from pytest_agentbench.benchmarks.scicode.locate import RebuiltTable, build_problem, entry_key, entry_path
 from pytest_agentbench.sandbox.executors import Limits
+
+from bench_runs import read_jsonl, run_dirs
+from capsule_factory import build_capsule_archive, write_capsule_tree
+from scicode_builders import MODEL_CONFTEST, PROBLEMS, tiny_problems, write_dataset
 
 STEPS = [s["step_number"] for p in PROBLEMS for s in p["sub_steps"]]
 
@@ -44,10 +46,22 @@ def rebuilding(pytester, bench, shared_data, tmp_path):
         data, _ = write_dataset(pytester.path, shared_data, problems=problems)
         for old in run_dirs(pytester.path):
             (old / "steps.jsonl").unlink(missing_ok=True)
-        result = bench("--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}",
-                       "--bench-allow-custom-data", "--bench-timeout=20", f"--bench-cache-dir={cache}", *args)
-        records = {r["step"]: r for d in run_dirs(pytester.path) if (d / "steps.jsonl").is_file()
-                   for r in read_jsonl(d / "steps.jsonl")}
+        result = bench(
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=mutant",
+            f"--bench-data-dir={data}",
+            "--bench-allow-custom-data",
+            "--bench-timeout=20",
+            f"--bench-cache-dir={cache}",
+            *args,
+        )
+        records = {
+            r["step"]: r
+            for d in run_dirs(pytester.path)
+            if (d / "steps.jsonl").is_file()
+            for r in read_jsonl(d / "steps.jsonl")
+        }
         return result, records
 
     run.cache = cache
@@ -93,11 +107,8 @@ def test_a_problem_selected_alone_rebuilds_only_its_own_targets(rebuilding):
 
 
 SLOW_TO_REBUILD = (  # sleeps only where the rebuild runs it: the rebuild's child has a result.json to write
-    "import os, time\n"
-    "def six():\n"
-    "    if os.path.exists('result.json'):\n"
-    "        time.sleep(4)\n"
-    "    return 6")
+    "import os, time\ndef six():\n    if os.path.exists('result.json'):\n        time.sleep(4)\n    return 6"
+)
 
 
 @pytest.mark.e2e
@@ -219,16 +230,25 @@ def test_corebench_records_say_where_the_capsule_came_from(pytester, shared_data
     def run() -> dict:
         runs.append(f"r{len(runs)}")
         result = pytester.runpytest(
-            "--bench=core-bench", "--model=oracle", "--bench-split=train", f"--bench-ids={capsule}",
-            f"--bench-capsules-dir={store}", "--bench-report-dir=reports", f"--bench-cache-dir={tmp_path / 'cache'}",
-            f"--bench-run-id={runs[-1]}", "-p", "no:cacheprovider")
+            "--bench=core-bench",
+            "--model=oracle",
+            "--bench-split=train",
+            f"--bench-ids={capsule}",
+            f"--bench-capsules-dir={store}",
+            "--bench-report-dir=reports",
+            f"--bench-cache-dir={tmp_path / 'cache'}",
+            f"--bench-run-id={runs[-1]}",
+            "-p",
+            "no:cacheprovider",
+        )
         assert result.ret == 0, result.stdout.str()[-3000:]
         [record] = read_jsonl(pytester.path / "reports" / "core-bench" / "oracle" / runs[-1] / "records.jsonl")
         return record
 
     first = run()
     assert first["capsule_source"] == "extracted" and first["capsule_sha256"] == capsules.sha256_of(
-        store / f"{capsule}.tar.gz")
+        store / f"{capsule}.tar.gz"
+    )
     assert run()["capsule_source"] == "cached"
     build_capsule_archive(store, capsule, extra={"data/more.csv": "1\n"})
     replaced = run()

@@ -1,5 +1,6 @@
 """tests/capabilities.py, the one "needs a capability" helper: locally a missing capability skips the test with
 the reason; under CI=true it fails it, so CI never passes by skipping what it must run."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """``python -m pytest_agentbench compare``: exactly the flipped items of two runs made to differ on known steps,
 and unit tests of the comparison on hand-made summaries of a benchmark the report layer does not know."""
+
 from __future__ import annotations
 
 import json
@@ -9,13 +10,14 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from bench_runs import run_dirs
 from pytest_agentbench.cli import main as cli
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.report import declared as declared_module
 from pytest_agentbench.report.compare import compare, metric_rows, min_flips, render_markdown, render_text, too_small
 from pytest_agentbench.report.declared import DEFAULT_HEADLINES, Declared, declared_in
 from pytest_agentbench.report.summary import build_summary
+
+from bench_runs import run_dirs
 from toybench import Toy as ToyBenchmark
 
 
@@ -28,9 +30,11 @@ def test_compare_lists_exactly_the_flipped_items(tiny, pytester, capsys):
     assert cli(["compare", str(runs["a"]), str(runs["b"] / "summary.json")]) == 0
     out = capsys.readouterr().out
     flipped = [line.split() for line in out.splitlines() if "->" in line and line.startswith("  ")]
-    assert flipped == [["1.2", "pass", "->", "fail", "A:", "pass", "B:", "fail"],
-                       ["2.1", "pass", "->", "fail", "A:", "pass", "B:", "fail"],
-                       ["3.1", "fail", "->", "pass", "A:", "fail", "B:", "pass"]]
+    assert flipped == [
+        ["1.2", "pass", "->", "fail", "A:", "pass", "B:", "fail"],
+        ["2.1", "pass", "->", "fail", "A:", "pass", "B:", "fail"],
+        ["3.1", "fail", "->", "pass", "A:", "fail", "B:", "pass"],
+    ]
     assert "flipped items (3):" in out
     # main: A resolves 1 and 2 (2/3), B only 3 (1/3); subproblem 4/5 -> 3/5
     assert re.search(r"^main +66\.7% +33\.3% +-33\.3 pp$", out, re.M)
@@ -44,15 +48,18 @@ def test_compare_lists_exactly_the_flipped_items(tiny, pytester, capsys):
 
 def fake_summary(statuses: dict[str, str], **settings) -> dict:
     items = [{"id": i, "task": i.split(".")[0], "status": s, "scored": True} for i, s in statuses.items()]
-    return {"settings": {"benchmark": "scicode", "split": "validation", "model": "m", **settings},
-            "metrics": {}, "items": items}
+    return {
+        "settings": {"benchmark": "scicode", "split": "validation", "model": "m", **settings},
+        "metrics": {},
+        "items": items,
+    }
 
 
 def test_mcnemar_and_bootstrap_are_exact_and_deterministic():
     a = fake_summary({f"{t}.{s}": "pass" for t in range(1, 21) for s in (1, 2)})
     b = fake_summary({f"{t}.{s}": ("fail" if t <= 8 and s == 2 else "pass") for t in range(1, 21) for s in (1, 2)})
     first, second = compare(a, b), compare(a, b)
-    assert first.mcnemar["item"] == {"worse": 8, "better": 0, "n": 40, "p": pytest.approx(2 * 0.5 ** 8)}
+    assert first.mcnemar["item"] == {"worse": 8, "better": 0, "n": 40, "p": pytest.approx(2 * 0.5**8)}
     assert first.mcnemar["task"]["worse"] == 8
     assert first.bootstrap == second.bootstrap  # fixed seed
     main = first.bootstrap["main"]
@@ -64,8 +71,9 @@ def test_compare_shows_other_settings_and_refuses_only_other_splits(tmp_path, ca
     """Issue 13: runs of other models or modes are what users compare: the differing settings are shown
     in a table; only different benchmarks or splits are refused."""
     for name, background, model in (("a", True, "oracle"), ("b", False, "gpt-x")):
-        (tmp_path / f"{name}.json").write_text(json.dumps(fake_summary({"1.1": "pass"}, background=background,
-                                                                       model=model)))
+        (tmp_path / f"{name}.json").write_text(
+            json.dumps(fake_summary({"1.1": "pass"}, background=background, model=model))
+        )
     assert cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
     assert "settings that differ:" in out
@@ -82,7 +90,9 @@ def test_compare_scores_the_items_both_runs_share(tmp_path, capsys):
     c = compare(a, b)
     assert c.shared == 2 and c.only_a == ["2.1", "3.1"]
     assert dict((name, (left, right)) for name, left, right in c.metrics) == {
-        "main": (1.0, 0.0), "subproblem": (1.0, 0.5)}  # problem 1 only, on both sides
+        "main": (1.0, 0.0),
+        "subproblem": (1.0, 0.5),
+    }  # problem 1 only, on both sides
     text = "\n".join(render_text(c))
     assert "compared on the 2 scored items both runs share (A has 2 more, B has 0 more)" in text
 
@@ -91,7 +101,8 @@ def test_significance_warns_when_the_selection_is_too_small():
     assert min_flips(0.05) == 6 and min_flips(0.01) == 8
     assert too_small({"item": 6, "task": 5}, 0.05) == [
         "only 5 tasks: the exact McNemar test can never reach p < 0.05 (it needs at least 6 flipped tasks); "
-        "a drop in a task-level metric cannot be significant"]
+        "a drop in a task-level metric cannot be significant"
+    ]
     text = "\n".join(render_text(compare(fake_summary({"1.1": "pass"}), fake_summary({"1.1": "fail"}))))
     assert "WARNING: only 1 items: the exact McNemar test can never reach p < 0.05" in text
 
@@ -107,19 +118,30 @@ class Toy(ToyBenchmark):
 
     def summarize(self, records, settings):
         passed = sum(r["status"] == "pass" for r in records)
-        return {"metrics": {"step_fraction": passed / len(records)}, "terminal": [f"{passed} passed"],
-                "markdown": "## toy", "extra": 1}
+        return {
+            "metrics": {"step_fraction": passed / len(records)},
+            "terminal": [f"{passed} passed"],
+            "markdown": "## toy",
+            "extra": 1,
+        }
 
 
 def toy_summary(statuses: dict[str, str], metrics: dict | None = None, **settings) -> dict:
     items = [{"id": i, "task": i.split(".")[0], "status": s, "scored": True} for i, s in statuses.items()]
-    return {"settings": {"benchmark": "toy", "split": "dev", "model": "m", **settings}, "metrics": metrics or {},
-            "items": items, **Declared.of(Toy()).to_summary()}
+    return {
+        "settings": {"benchmark": "toy", "split": "dev", "model": "m", **settings},
+        "metrics": metrics or {},
+        "items": items,
+        **Declared.of(Toy()).to_summary(),
+    }
 
 
 def test_summary_stores_what_compare_needs():
-    records = [{"id": "2.1", "task": "2", "status": "fail"}, {"id": "1.1", "task": "1", "status": "pass"},
-               {"id": "10.1", "task": "10", "status": "pass", "scored": False}]
+    records = [
+        {"id": "2.1", "task": "2", "status": "fail"},
+        {"id": "1.1", "task": "1", "status": "pass"},
+        {"id": "10.1", "task": "10", "status": "pass", "scored": False},
+    ]
     summary = build_summary(records, Toy(), {"benchmark": "toy", "model": "m"})
     assert [i["id"] for i in summary["items"]] == ["1.1", "2.1", "10.1"]  # natural order
     assert summary["gate_metrics"] == {"solved": "solved_fraction", "steps": "step_fraction"}
@@ -130,10 +152,16 @@ def test_summary_stores_what_compare_needs():
 
 
 def test_compare_reads_the_benchmark_from_the_summaries():
-    a = toy_summary({"1.1": "pass", "1.2": "pass", "2.1": "pass", "3.1": "fail"},
-                    {"solved_fraction": 2 / 3, "step_fraction": 0.75, "other": 0.5}, temperature=0)
-    b = toy_summary({"1.1": "pass", "1.2": "fail", "2.1": "pass", "3.1": "pass"},
-                    {"solved_fraction": 2 / 3, "step_fraction": 0.75}, temperature=1)
+    a = toy_summary(
+        {"1.1": "pass", "1.2": "pass", "2.1": "pass", "3.1": "fail"},
+        {"solved_fraction": 2 / 3, "step_fraction": 0.75, "other": 0.5},
+        temperature=0,
+    )
+    b = toy_summary(
+        {"1.1": "pass", "1.2": "fail", "2.1": "pass", "3.1": "pass"},
+        {"solved_fraction": 2 / 3, "step_fraction": 0.75},
+        temperature=1,
+    )
     c = compare(a, b)
     assert c.settings_diff == []  # temperature is a free setting of this benchmark
     assert c.metrics == [("solved", 2 / 3, 2 / 3), ("steps", 0.75, 0.75)]  # gate names, not every metric
@@ -160,8 +188,14 @@ def test_items_on_one_side_only_are_listed_apart():
 
 
 def test_a_benchmark_without_declarations_gets_default_headlines():
-    a = {"settings": {"benchmark": "toy"}, "metrics": {"acc": 0.5, "n": 2}, "items": [],
-         "gate_metrics": {}, "headlines": {}, "free_settings": []}
+    a = {
+        "settings": {"benchmark": "toy"},
+        "metrics": {"acc": 0.5, "n": 2},
+        "items": [],
+        "gate_metrics": {},
+        "headlines": {},
+        "free_settings": [],
+    }
     b = {**a, "metrics": {"acc": 0.25, "n": 2}}
     assert metric_rows(a, b) == [("acc", 0.5, 0.25)]  # float metrics only
     c = compare(a, b)
@@ -170,6 +204,7 @@ def test_a_benchmark_without_declarations_gets_default_headlines():
 
 def test_an_older_summary_is_read_with_the_registered_benchmark(monkeypatch):
     """Summaries written before they stored the benchmark's declarations: found through the registry."""
+
     def get_benchmark(name):
         if name != "toy":
             raise ConfigError(f"unknown benchmark {name!r}")

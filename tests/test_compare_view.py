@@ -1,6 +1,7 @@
 """The comparison in the viewer (issue 24 point 1): a run with a baseline shows the metrics side by side with
 deltas and intervals, the gates with their numbers and the flipped items linked to both runs' transcripts;
 ``compare A B --html OUT`` writes the same section for any two runs. Checked in headless Chromium."""
+
 from __future__ import annotations
 
 import json
@@ -12,21 +13,23 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from bench_runs import run_dirs
-from capabilities import needs
-from cdp import Chromium
 from pytest_agentbench.cli import main as cli
 from pytest_agentbench.report.compare import compare
 from pytest_agentbench.report.comparison import render_compare_page
 from pytest_agentbench.report.html import write_html
+
+from bench_runs import run_dirs
+from capabilities import needs
+from cdp import Chromium
 
 HOSTILE = "</script><script>alert(1)</script>"
 BROKEN = "return 100 + "  # what the mutant model writes into a broken step (scicode_builders.MODEL_CONFTEST)
 
 
 def flipped_ids(page) -> list[list[str]]:
-    return page.evaluate("Array.from(document.querySelectorAll('tr.flip')).map(function(r){"
-                         "return [r.dataset.id, r.className];})")
+    return page.evaluate(
+        "Array.from(document.querySelectorAll('tr.flip')).map(function(r){return [r.dataset.id, r.className];})"
+    )
 
 
 def href(page, selector: str) -> str:
@@ -40,8 +43,10 @@ def follow(browser: Chromium, page, selector: str):
 
 
 def item_state(page, key: str) -> dict:
-    return page.evaluate(f"(function(){{var e=document.getElementById({json.dumps('item-' + key)});"
-                         "return e?{open:e.open,text:e.innerText}:null;})()")
+    return page.evaluate(
+        f"(function(){{var e=document.getElementById({json.dumps('item-' + key)});"
+        "return e?{open:e.open,text:e.innerText}:null;})()"
+    )
 
 
 def assert_deltas(text: str) -> None:
@@ -56,8 +61,14 @@ def assert_deltas(text: str) -> None:
 def test_run_with_a_baseline_and_compare_html_show_deltas_flips_and_both_transcripts(tiny, pytester, tmp_path):
     assert tiny("--bench-run-id=a", broken="3.1").ret == 1
     baseline = next(p for p in run_dirs(pytester.path) if p.name == "a")
-    result = tiny("--bench-run-id=b", f"--bench-baseline={baseline}", "--bench-max-drop=main=10%",
-                  "--bench-significance=0.05", "--bench-allow-underpowered", broken="1.2,2.1")
+    result = tiny(
+        "--bench-run-id=b",
+        f"--bench-baseline={baseline}",
+        "--bench-max-drop=main=10%",
+        "--bench-significance=0.05",
+        "--bench-allow-underpowered",
+        broken="1.2,2.1",
+    )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]  # the drop is within noise
     run = next(p for p in run_dirs(pytester.path) if p.name == "b")
     html = (run / "report.html").read_text()
@@ -78,19 +89,22 @@ def test_run_with_a_baseline_and_compare_html_show_deltas_flips_and_both_transcr
         assert_deltas(text)
         # the gate with its numbers: 66.7% -> 33.3%, its limit, the McNemar p over tasks and the detectable drop
         gate_row = page.evaluate("document.querySelector('table.drop-gates tr:nth-child(2)').innerText")
-        assert re.search(r"main=10%\s+66\.7%\s+33\.3%\s+33\.3 pp\s+10\.0 pp\s+1 \(tasks\)\s+none over 3 tasks\s+pass",
-                         gate_row), gate_row
+        assert re.search(
+            r"main=10%\s+66\.7%\s+33\.3%\s+33\.3 pp\s+10\.0 pp\s+1 \(tasks\)\s+none over 3 tasks\s+pass", gate_row
+        ), gate_row
         assert "smallest drop detectable with 80% power" in text  # the gate's own detail line
         # pass -> fail first, then fail -> pass
         assert flipped_ids(page) == [["1.2", "flip pf"], ["2.1", "flip pf"], ["3.1", "flip fp"]]
         # this run's transcript is on the page: the link opens it
         assert item_state(page, "1.2")["open"] is False
-        page.evaluate("document.querySelector('tr.flip[data-id=\"1.2\"] a[href=\"#item-1.2\"]').click()")
+        page.evaluate('document.querySelector(\'tr.flip[data-id="1.2"] a[href="#item-1.2"]\').click()')
         mine = item_state(page, "1.2")
         assert mine["open"] is True and BROKEN in mine["text"]
         # both transcripts side by side in the flipped row
-        pair = page.evaluate("(function(){var d=document.querySelector('tr.flip[data-id=\"2.1\"] details.pair');"
-                             "d.open=true;return d.innerText;})()")
+        pair = page.evaluate(
+            "(function(){var d=document.querySelector('tr.flip[data-id=\"2.1\"] details.pair');"
+            "d.open=true;return d.innerText;})()"
+        )
         assert pair.count("2.1") >= 2 and pair.count(BROKEN) == 1, pair
         assert page.errors == [] and page.evaluate("document.scripts.length") == 1
         # the baseline's transcript, on the baseline's own page
@@ -103,8 +117,10 @@ def test_run_with_a_baseline_and_compare_html_show_deltas_flips_and_both_transcr
         text = cmp.text
         assert_deltas(text)
         assert flipped_ids(cmp) == [["1.2", "flip pf"], ["2.1", "flip pf"], ["3.1", "flip fp"]]
-        pair = cmp.evaluate("(function(){var d=document.querySelector('tr.flip[data-id=\"1.2\"] details.pair');"
-                            "d.open=true;return d.innerText;})()")
+        pair = cmp.evaluate(
+            "(function(){var d=document.querySelector('tr.flip[data-id=\"1.2\"] details.pair');"
+            "d.open=true;return d.innerText;})()"
+        )
         assert pair.count(BROKEN) == 1 and "A (model mutant, run a)" in pair and "B (model mutant, run b)" in pair
         assert cmp.errors == []
         links = {side: href(cmp, f'tr.flip[data-id="1.2"] a[href*="/{side}/report.html"]') for side in "ab"}
@@ -115,10 +131,14 @@ def test_run_with_a_baseline_and_compare_html_show_deltas_flips_and_both_transcr
 
 def summary_of(statuses: dict[str, str], run_id: str) -> dict:
     items = [{"id": i, "task": i.split(".")[0], "status": s, "scored": True} for i, s in statuses.items()]
-    return {"settings": {"benchmark": "scicode", "split": "validation", "model": f"m{HOSTILE}", "run_id": run_id},
-            "metrics": {"main": 0.5, "subproblem": 0.5}, "items": items,
-            "gate_metrics": {"main": "main", "subproblem": "subproblem"},
-            "headlines": {"main": "task", "subproblem": "item"}, "free_settings": []}
+    return {
+        "settings": {"benchmark": "scicode", "split": "validation", "model": f"m{HOSTILE}", "run_id": run_id},
+        "metrics": {"main": 0.5, "subproblem": 0.5},
+        "items": items,
+        "gate_metrics": {"main": "main", "subproblem": "subproblem"},
+        "headlines": {"main": "task", "subproblem": "item"},
+        "free_settings": [],
+    }
 
 
 def test_compare_html_of_lone_summaries_says_what_is_missing_and_escapes(tmp_path):
@@ -129,29 +149,57 @@ def test_compare_html_of_lone_summaries_says_what_is_missing_and_escapes(tmp_pat
     for name, summary in (("a", a), ("b", b)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.json").write_text(json.dumps(summary))
-    (tmp_path / "b" / "steps.jsonl").write_text(json.dumps(
-        {"id": "1.2", "task": "1", "status": "fail", "code": f"x = '{HOSTILE}'"}) + "\n")
+    (tmp_path / "b" / "steps.jsonl").write_text(
+        json.dumps({"id": "1.2", "task": "1", "status": "fail", "code": f"x = '{HOSTILE}'"}) + "\n"
+    )
     assert cli(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--html", str(tmp_path / "out.html")]) == 0
     page = (tmp_path / "out.html").read_text()
     assert HOSTILE not in page and page.count("<script>") == 1
     assert "A: no report.html on disk" in page and "A: no record of this item on disk" in page
     assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in page  # B's record, embedded and escaped
     assert page.index('data-id="1.2"') < page.index('data-id="2.1"')  # pass -> fail before fail -> pass
-    direct = render_compare_page(compare(dict(a, _path=str(tmp_path / "a" / "summary.json")),
-                                         dict(b, _path=str(tmp_path / "b" / "summary.json"))), tmp_path / "out.html")
+    direct = render_compare_page(
+        compare(
+            dict(a, _path=str(tmp_path / "a" / "summary.json")), dict(b, _path=str(tmp_path / "b" / "summary.json"))
+        ),
+        tmp_path / "out.html",
+    )
     assert direct == page
-    assert cli(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--html", str(tmp_path / "b" / "summary.json"
-                                                                                   / "x.html")]) == 2
+    assert (
+        cli(
+            [
+                "compare",
+                str(tmp_path / "a"),
+                str(tmp_path / "b"),
+                "--html",
+                str(tmp_path / "b" / "summary.json" / "x.html"),
+            ]
+        )
+        == 2
+    )
 
 
 def attempt_run(folder: Path, run_id: str, failing: set[str]) -> None:
     """A run of two attempts of step 1.1 written as a run writes it: records, summary.json, report.html."""
-    records = [{"id": "1.1", "task": "1", "attempt": n, "status": "fail" if f"{n}" in failing else "pass",
-                "scored": True, "code": f"def f():\n    return {run_id!r}  # attempt {n}"} for n in (1, 2)]
-    summary = {"settings": {"benchmark": "scicode", "split": "validation", "model": "m", "run_id": run_id},
-               "metrics": {"main": 0.5}, "items": [{k: r[k] for k in ("id", "task", "attempt", "status", "scored")}
-                                                   for r in records],
-               "gate_metrics": {"main": "main"}, "headlines": {"main": "task"}, "free_settings": []}
+    records = [
+        {
+            "id": "1.1",
+            "task": "1",
+            "attempt": n,
+            "status": "fail" if f"{n}" in failing else "pass",
+            "scored": True,
+            "code": f"def f():\n    return {run_id!r}  # attempt {n}",
+        }
+        for n in (1, 2)
+    ]
+    summary = {
+        "settings": {"benchmark": "scicode", "split": "validation", "model": "m", "run_id": run_id},
+        "metrics": {"main": 0.5},
+        "items": [{k: r[k] for k in ("id", "task", "attempt", "status", "scored")} for r in records],
+        "gate_metrics": {"main": "main"},
+        "headlines": {"main": "task"},
+        "free_settings": [],
+    }
     folder.mkdir(parents=True)
     (folder / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (folder / "summary.json").write_text(json.dumps(summary))
@@ -177,7 +225,6 @@ def test_attempts_link_to_their_own_transcripts(tmp_path):
         assert target.errors == []
 
 
-
 def two_runs(tmp_path: Path, trajectory: str) -> Path:
     """Runs a (item passes) and b (it fails), the record naming a trajectory file holding ``trajectory``;
     returns their comparison page."""
@@ -188,8 +235,9 @@ def two_runs(tmp_path: Path, trajectory: str) -> Path:
         (run / "t.json").write_text(trajectory)
         record = {"benchmark": "scicode", "id": "1.1", "task": "1", "status": status, "trajectory": "t.json"}
         settings = {"benchmark": "scicode", "model": name, "run_id": name, "split": "dev"}
-        (run / "summary.json").write_text(json.dumps({"settings": settings, "metrics": {"main": 0.5},
-                                                      "items": [record]}))
+        (run / "summary.json").write_text(
+            json.dumps({"settings": settings, "metrics": {"main": 0.5}, "items": [record]})
+        )
         (run / "steps.jsonl").write_text(json.dumps(record) + "\n")
         runs[name] = run
     out = tmp_path / "cmp.html"

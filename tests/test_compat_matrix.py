@@ -6,6 +6,7 @@ pyproject.toml). ``.ci/compat-venv`` builds each venv once (reused while pyproje
 Without ``CI=true`` a venv that cannot be built (no network, no index) skips its case with the reason; under
 ``CI=true`` that is a failure. ``AGENTBENCH_COMPAT=0`` leaves the matrix out (e.g. a quick local run);
 ``AGENTBENCH_COMPAT_TESTS="tests/a.py tests/b.py"`` runs those instead of the sensitive list."""
+
 from __future__ import annotations
 
 import os
@@ -41,17 +42,25 @@ SENSITIVE = [
 @pytest.mark.parametrize("pytest_version, xdist_version", MATRIX, ids=[f"pytest{p}-xdist{x}" for p, x in MATRIX])
 def test_the_sensitive_tests_pass_on_the_supported_releases(pytest_version, xdist_version, tmp_path):
     python = needs("compat-venv", pytest_version, xdist_version)
-    versions = subprocess.run([python, "-c", "import pytest, xdist; print(pytest.__version__, xdist.__version__)"],
-                              capture_output=True, text=True, check=True).stdout.split()
+    versions = subprocess.run(
+        [python, "-c", "import pytest, xdist; print(pytest.__version__, xdist.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert versions == [pytest_version, xdist_version]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "AGENTBENCH_DATA_DIR": str(SHARED_DATA),
-           "AGENTBENCH_COMPAT": "0"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AGENTBENCH_DATA_DIR": str(SHARED_DATA), "AGENTBENCH_COMPAT": "0"}
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("PYTEST_ADDOPTS", None)
     chosen = os.environ.get("AGENTBENCH_COMPAT_TESTS", "").split() or SENSITIVE  # e.g. one module, to try the matrix
-    done = subprocess.run([python, "-m", "pytest", *chosen, "-p", "no:cacheprovider", "-q", "-x",
-                           f"--basetemp={tmp_path / 'tmp'}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=3000)
+    done = subprocess.run(
+        [python, "-m", "pytest", *chosen, "-p", "no:cacheprovider", "-q", "-x", f"--basetemp={tmp_path / 'tmp'}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
     tail = (done.stdout + done.stderr)[-4000:]
     assert done.returncode == 0, f"on pytest {pytest_version} / pytest-xdist {xdist_version}:\n{tail}"
     assert " passed" in tail and "skipped" not in tail.splitlines()[-1], tail

@@ -6,23 +6,24 @@ xdist; a worker's cache entries reach the controller's cache even when the worke
 replay then calls no model); the controller refuses files that would leave the run folder; a worker killed
 mid-item leaves an error record naming it, and ``--bench-resume`` runs exactly the lost items.
 """
+
 from __future__ import annotations
 
 import json
-import os
 import socket
 import zlib
 from pathlib import Path
 
 import pytest
 
-from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
 from pytest_agentbench.core.io import CollectedFiles, DirectoryFiles, UnsafePath, run_relpath, write_under
 from pytest_agentbench.core.records import comparable
 from pytest_agentbench.models.cache import CacheJournal, ResponseCache
 from pytest_agentbench.pytest_plugin import writer
 from pytest_agentbench.pytest_plugin.writer import pack_delivery, store_delivery
+
+from bench_runs import SHARED_DATA, read_jsonl, run_dirs
+from fake_openai import FakeOpenAI
 from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
 
 NEXT_STEP = "NEXT STEP - PROBLEM STEP AND FUNCTION HEADER"
@@ -34,14 +35,22 @@ STEPS = {
     "2.2": ("def cube(a):", "def cube(a):\n    return a * sq(a)", "cube(2)", 8),
     "3.1": ("def six():", "def six():\n    return 6", "six()", 6),
 }
-PROBLEMS = [problem(pid, [step(n, code, [CLOSE.format(call=call)], header=header)
-                          for n, (header, code, call, _) in STEPS.items() if n.split(".")[0] == pid])
-            for pid in ("1", "2", "3")]
+PROBLEMS = [
+    problem(
+        pid,
+        [
+            step(n, code, [CLOSE.format(call=call)], header=header)
+            for n, (header, code, call, _) in STEPS.items()
+            if n.split(".")[0] == pid
+        ],
+    )
+    for pid in ("1", "2", "3")
+]
 TARGETS = {n: [value] for n, (_, _, _, value) in STEPS.items()}
 
 # In every xdist worker: refuse (and log) any write under reports/, and, when WORKER_CACHE_ROOT is set, give the
 # worker a response cache of its own (as on another host), so entries reach the controller only by travelling.
-GUARD_CONFTEST = r'''
+GUARD_CONFTEST = r"""
 import os
 import sys
 
@@ -84,7 +93,7 @@ def pytest_configure(config):
         root = os.environ.get("WORKER_CACHE_ROOT")
         if root:
             config.option.agentbench_cache_dir = os.path.join(root, config.workerinput["workerid"])
-'''
+"""
 
 
 def answer(body: dict) -> dict:
@@ -119,14 +128,24 @@ def test_workers_write_nothing_yet_records_files_and_cache_arrive_once(bench, py
     with FakeOpenAI() as server:
         for _ in range(40):
             server.reply_with(answer)
-        args = ["--bench=scicode", "--bench-split=validation", "--model=gt-player", "--bench-mode=naive",
-                f"--model-base-url={server.base_url}", "--model-api-key=k", f"--bench-data-dir={data}",
-                f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-timeout=60"]
+        args = [
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=gt-player",
+            "--bench-mode=naive",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=k",
+            f"--bench-data-dir={data}",
+            f"--bench-h5={h5}",
+            "--bench-allow-custom-data",
+            "--bench-timeout=60",
+        ]
         serial = bench(*args, f"--bench-cache-dir={serial_cache}", "--bench-run-id=serial", subprocess=True)
         assert serial.ret == 0, serial.stdout.str()[-3000:]
         monkeypatch.setenv("WORKER_CACHE_ROOT", str(worker_caches))
-        parallel = bench(*args, f"--bench-cache-dir={controller_cache}", "-n", "2", "--bench-run-id=n2",
-                         subprocess=True)
+        parallel = bench(
+            *args, f"--bench-cache-dir={controller_cache}", "-n", "2", "--bench-run-id=n2", subprocess=True
+        )
         assert parallel.ret == 0, parallel.stdout.str()[-3000:]
         calls = len(server.requests)
     assert calls == 10  # 5 steps, each asked once per run: nothing was answered from another run's cache
@@ -136,8 +155,9 @@ def test_workers_write_nothing_yet_records_files_and_cache_arrive_once(bench, py
     assert sorted(r["id"] for r in records["n2"]) == sorted(STEPS)  # each record exactly once
     assert {r["worker"] for r in records["n2"]} <= {"gw0", "gw1"} and len({r["worker"] for r in records["n2"]}) == 2
     assert {r["host"] for r in records["n2"]} == {socket.gethostname()}
-    assert sorted(map(comparable, records["n2"]), key=lambda r: r["id"]) == \
-        sorted(map(comparable, records["serial"]), key=lambda r: r["id"])
+    assert sorted(map(comparable, records["n2"]), key=lambda r: r["id"]) == sorted(
+        map(comparable, records["serial"]), key=lambda r: r["id"]
+    )
     # the trajectories the workers produced were written by the controller, once, where the records say
     assert trajectories(runs["n2"]) == trajectories(runs["serial"])
     assert sorted(r["trajectory"] for r in records["n2"]) == sorted(f"trajectories/{n}.json" for n in STEPS)
@@ -149,8 +169,13 @@ def test_workers_write_nothing_yet_records_files_and_cache_arrive_once(bench, py
     assert set(made_on_workers) == set(entries(serial_cache))  # the same requests as without xdist (latency differs)
 
     # the model is gone: the run re-scored from the controller's cache alone
-    replay = bench("--bench-replay", str(runs["n2"]), f"--bench-cache-dir={controller_cache}",
-                   "--bench-run-id=replay", subprocess=True)
+    replay = bench(
+        "--bench-replay",
+        str(runs["n2"]),
+        f"--bench-cache-dir={controller_cache}",
+        "--bench-run-id=replay",
+        subprocess=True,
+    )
     assert replay.ret == 0, replay.stdout.str()[-3000:]
     assert "0 model calls" in replay.stdout.str() and "5 cache hits" in replay.stdout.str()
 
@@ -160,43 +185,64 @@ def test_workers_write_nothing_yet_records_files_and_cache_arrive_once(bench, py
 def test_an_item_whose_files_are_over_the_cap_is_an_error_saying_so(bench, pytester, shared_data):
     data, h5 = write_dataset(pytester.path, shared_data, targets=TARGETS, problems=PROBLEMS)
     # The cap is 64 MiB; each worker lowers it to 64 bytes here, so one trajectory is over it.
-    pytester.makeconftest(GUARD_CONFTEST + """
+    pytester.makeconftest(
+        GUARD_CONFTEST
+        + """
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     if hasattr(session.config, "workerinput"):
         from pytest_agentbench.pytest_plugin import writer
         writer.MAX_DELIVERY_BYTES = 64
-""")
+"""
+    )
     with FakeOpenAI() as server:
         for _ in range(4):
             server.reply_with(answer)
-        result = bench("--bench=scicode", "--bench-split=validation", "--model=gt-player", "--bench-mode=naive",
-                       f"--model-base-url={server.base_url}", "--model-api-key=k", f"--bench-data-dir={data}",
-                       f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-ids=3.1", "-n", "2",
-                       f"--bench-cache-dir={pytester.path / 'cache'}", subprocess=True)
+        result = bench(
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=gt-player",
+            "--bench-mode=naive",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=k",
+            f"--bench-data-dir={data}",
+            f"--bench-h5={h5}",
+            "--bench-allow-custom-data",
+            "--bench-ids=3.1",
+            "-n",
+            "2",
+            f"--bench-cache-dir={pytester.path / 'cache'}",
+            subprocess=True,
+        )
     result.assert_outcomes(failed=1)
     [run] = run_dirs(pytester.path)
     [record] = read_jsonl(run / "steps.jsonl")
     assert record["status"] == "error" and record["status_before_cap"] == "pass"
     assert record["message"].startswith("agentbench: this item's files and model responses are ")
-    assert "bytes compressed, over the 64 bytes an xdist worker may send to the controller; they were not kept " \
-           "(trajectories/3.1.json); run this item without -n/--tx to keep them" in record["message"]
+    assert (
+        "bytes compressed, over the 64 bytes an xdist worker may send to the controller; they were not kept "
+        "(trajectories/3.1.json); run this item without -n/--tx to keep them" in record["message"]
+    )
     assert "trajectory" not in record and not (run / "trajectories").exists()
     assert not (pytester.path / "worker-writes.log").exists()
 
 
-KILLER_CONFTEST = MODEL_CONFTEST.replace('''        code = step["ground_truth_code"]''', '''        flag = os.environ.get("KILL_FLAG", "")
+KILLER_CONFTEST = MODEL_CONFTEST.replace(
+    """        code = step["ground_truth_code"]""",
+    """        flag = os.environ.get("KILL_FLAG", "")
         if number in os.environ.get("KILL_STEPS", "").split(",") and flag and os.path.exists(flag):
             os.unlink(flag)  # once: the item runs normally when resumed
             import signal  # why: only the killing step needs it
             os.kill(os.getpid(), signal.SIGKILL)
-        code = step["ground_truth_code"]''')
+        code = step["ground_truth_code"]""",
+)
 
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_a_worker_killed_mid_item_leaves_an_error_record_and_resume_runs_exactly_the_lost_items(tiny, pytester,
-                                                                                                   monkeypatch):
+def test_a_worker_killed_mid_item_leaves_an_error_record_and_resume_runs_exactly_the_lost_items(
+    tiny, pytester, monkeypatch
+):
     pytester.makeconftest(KILLER_CONFTEST)
     flag = pytester.path / "kill-once"
     flag.write_text("")
@@ -238,8 +284,16 @@ def test_the_controller_refuses_files_that_would_leave_the_run_folder(tmp_path):
     outside.mkdir()
     run.mkdir()
     (run / "trajectories").symlink_to(outside)  # a folder on the way that leads elsewhere
-    delivery = pack_delivery({"../evil.txt": b"x", "/etc/agentbench-evil": b"x", "artifacts/../../evil2": b"x",
-                              "trajectories/t.json": b"x", "artifacts/ok/prompt.txt": b"fine"}, {})
+    delivery = pack_delivery(
+        {
+            "../evil.txt": b"x",
+            "/etc/agentbench-evil": b"x",
+            "artifacts/../../evil2": b"x",
+            "trajectories/t.json": b"x",
+            "artifacts/ok/prompt.txt": b"fine",
+        },
+        {},
+    )
     problems = store_delivery(run, None, delivery)
     assert len(problems) == 4, problems
     assert all(p.startswith("refused a file from the worker: run file ") for p in problems)
@@ -258,9 +312,14 @@ def test_a_damaged_or_oversized_blob_and_a_bad_cache_key_are_refused(tmp_path, m
     monkeypatch.setattr(writer, "MAX_UNPACKED_BYTES", 1024)  # the limit is 1 GiB: not built in a test
     bomb = zlib.compress(b"\0" * 4096, 9)  # expands past the limit
     good_key = "ab" * 32
-    delivery = {"files": [["a.txt", b"not zlib"], ["b.txt", bomb]],
-                "cache": [["../../etc", zlib.compress(b"{}")], [good_key, zlib.compress(b'{"text": "hi"}')],
-                          ["cd" * 32, zlib.compress(b"[1]")]]}
+    delivery = {
+        "files": [["a.txt", b"not zlib"], ["b.txt", bomb]],
+        "cache": [
+            ["../../etc", zlib.compress(b"{}")],
+            [good_key, zlib.compress(b'{"text": "hi"}')],
+            ["cd" * 32, zlib.compress(b"[1]")],
+        ],
+    }
     problems = store_delivery(tmp_path / "run", cache, delivery)
     assert len(problems) == 4, problems
     assert not (tmp_path / "run" / "a.txt").exists() and not (tmp_path / "run" / "b.txt").exists()
@@ -293,8 +352,9 @@ CAPSULES = ["capsule-7038571", "capsule-0201225"]  # train capsules
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_core_bench_artifacts_and_records_per_attempt(pytester, tmp_path, monkeypatch, attempts, xdist):
-    from capsule_factory import build_capsule_archive  # why: only the CORE-Bench cases build capsules
     from pytest_agentbench.benchmarks.corebench import capsules
+
+    from capsule_factory import build_capsule_archive  # why: only the CORE-Bench cases build capsules
 
     staged = tmp_path / "staged"
     for capsule_id in CAPSULES:
@@ -303,9 +363,19 @@ def test_core_bench_artifacts_and_records_per_attempt(pytester, tmp_path, monkey
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(SHARED_DATA))
     monkeypatch.setenv(capsules.CAPSULE_URL_ENV, "http://127.0.0.1:9")  # nothing is downloaded here
     result = pytester.runpytest_subprocess(
-        "--bench=core-bench", "--model=oracle", "--bench-split=train", f"--bench-ids={','.join(CAPSULES)}",
-        f"--bench-capsules-dir={staged}", f"--bench-attempts={attempts}", "--bench-report-dir=reports",
-        f"--bench-cache-dir={tmp_path / 'cache'}", "--bench-run-id=k", "-p", "no:cacheprovider", *xdist)
+        "--bench=core-bench",
+        "--model=oracle",
+        "--bench-split=train",
+        f"--bench-ids={','.join(CAPSULES)}",
+        f"--bench-capsules-dir={staged}",
+        f"--bench-attempts={attempts}",
+        "--bench-report-dir=reports",
+        f"--bench-cache-dir={tmp_path / 'cache'}",
+        "--bench-run-id=k",
+        "-p",
+        "no:cacheprovider",
+        *xdist,
+    )
     result.assert_outcomes(passed=2 * attempts)
     assert not (pytester.path / "worker-writes.log").exists()
     run = pytester.path / "reports" / "core-bench" / "oracle" / "k"

@@ -1,5 +1,6 @@
 """The CORE-Bench agent end to end: ``pytest --bench=core-bench --model=...`` against a scripted
 OpenAI-compatible server on 127.0.0.1, in the host and in the Docker environment."""
+
 from __future__ import annotations
 
 import json
@@ -10,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
+# imported here, before any in-process pytester run: numpy cannot be imported twice in one process, and
+# pytester drops the modules a run imported
+from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noqa: F401
+
 from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from capabilities import needs
 from capsule_factory import build_capsule_archive, labelled_containers
 from fake_openai import FakeOpenAI
-# imported here, before any in-process pytester run: numpy cannot be imported twice in one process, and
-# pytester drops the modules a run imported
-from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
@@ -42,11 +44,23 @@ def run_bench(pytester, tmp_path, server, kind, difficulty, *extra) -> tuple[pyt
     build_capsule_archive(staged, CAPSULE, figure=True)
     run_dir = tmp_path / "reports" / "core-bench" / "agent-model" / f"{kind}-{difficulty}"
     result = pytester.runpytest_subprocess(
-        "--bench=core-bench", "--bench-split=train", f"--bench-ids={CAPSULE}", "--model=agent-model",
-        f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off", "--model-max-retries=0",
-        f"--bench-difficulty={difficulty}", f"--bench-capsules-dir={staged}",
-        f"--bench-report-dir={tmp_path / 'reports'}", f"--bench-run-id={kind}-{difficulty}",
-        "-p", "no:cacheprovider", *env_args(kind), *extra)
+        "--bench=core-bench",
+        "--bench-split=train",
+        f"--bench-ids={CAPSULE}",
+        "--model=agent-model",
+        f"--model-base-url={server.base_url}",
+        "--model-api-key=x",
+        "--bench-cache=off",
+        "--model-max-retries=0",
+        f"--bench-difficulty={difficulty}",
+        f"--bench-capsules-dir={staged}",
+        f"--bench-report-dir={tmp_path / 'reports'}",
+        f"--bench-run-id={kind}-{difficulty}",
+        "-p",
+        "no:cacheprovider",
+        *env_args(kind),
+        *extra,
+    )
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
     assert len(records) == 1, records
     return result, records[0], run_dir
@@ -173,8 +187,9 @@ def test_timeout_flood_and_no_submit_end_cleanly(pytester, tmp_path, server, kin
         assert labelled_containers() == []
 
 
-@pytest.mark.parametrize("option, reason", [("--bench-agent-time=2", "time_limit"),
-                                            ("--bench-agent-tokens=30", "token_limit")])
+@pytest.mark.parametrize(
+    "option, reason", [("--bench-agent-time=2", "time_limit"), ("--bench-agent-tokens=30", "token_limit")]
+)
 @pytest.mark.slow
 def test_time_and_token_limits_end_the_capsule(pytester, tmp_path, server, option, reason):
     for _ in range(3):
@@ -188,9 +203,17 @@ def test_time_and_token_limits_end_the_capsule(pytester, tmp_path, server, optio
 def test_a_per_item_budget_stops_the_agent_with_budget(pytester, tmp_path, server):
     for _ in range(3):  # $0.007 a call at $2 / $10 per million tokens: the third is never asked
         server.reply(tool_calls=[("bash", {"command": "ls"})], prompt_tokens=1000, completion_tokens=500)
-    result, record, run_dir = run_bench(pytester, tmp_path, server, "host", "easy", "--model-price=2,10",
-                                        "--bench-max-cost-per-item=0.01", "--bench-max-retries=2",
-                                        "--bench-max-errors=0")
+    result, record, run_dir = run_bench(
+        pytester,
+        tmp_path,
+        server,
+        "host",
+        "easy",
+        "--model-price=2,10",
+        "--bench-max-cost-per-item=0.01",
+        "--bench-max-retries=2",
+        "--bench-max-errors=0",
+    )
     assert record["status"] == "budget" and record["end_reason"] == "budget", record["message"]
     assert "spent $0.0140 of its budget of $0.01 (--bench-max-cost-per-item)" in record["message"]
     assert record["generation"]["model_calls"] == 2 and record["generation"]["cost_usd"] == pytest.approx(0.014)
@@ -213,30 +236,47 @@ def test_model_failure_is_a_model_error(pytester, tmp_path, server):
 def test_gpu_capsule_is_an_env_error_without_bench_gpus(pytester, tmp_path, server):
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE, gpu=True)
-    result = pytester.runpytest_subprocess(
-        "--bench=core-bench", "--bench-split=train", f"--bench-ids={CAPSULE}", "--model=agent-model",
-        f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
-        f"--bench-capsules-dir={staged}", f"--bench-report-dir={tmp_path / 'reports'}", "-p", "no:cacheprovider",
-        f"--bench-run-id=gpu", "-rs")
+    pytester.runpytest_subprocess(
+        "--bench=core-bench",
+        "--bench-split=train",
+        f"--bench-ids={CAPSULE}",
+        "--model=agent-model",
+        f"--model-base-url={server.base_url}",
+        "--model-api-key=x",
+        "--bench-cache=off",
+        f"--bench-capsules-dir={staged}",
+        f"--bench-report-dir={tmp_path / 'reports'}",
+        "-p",
+        "no:cacheprovider",
+        "--bench-run-id=gpu",
+        "-rs",
+    )
     record = json.loads((tmp_path / "reports" / "core-bench" / "agent-model" / "gpu" / "records.jsonl").read_text())
     assert record["status"] == "env_error" and record["gpu_required"] is True  # counted, not skipped
-    assert "needs a GPU and --bench-gpus is not set" in record["message"] and 'not gpu' in record["message"]
+    assert "needs a GPU and --bench-gpus is not set" in record["message"] and "not gpu" in record["message"]
     assert f"(host {socket.gethostname()})" in record["message"]
     assert record["unplaced"] == "gpu"  # another host may have one: a resume runs it again
     assert server.requests == []
 
     run_dir = tmp_path / "reports" / "core-bench" / "agent-model" / "gpu"
-    resumed = pytester.runpytest_subprocess(f"--bench-resume={run_dir}", f"--bench-capsules-dir={staged}",
-                                            "--model-api-key=x", "-p", "no:cacheprovider")
+    resumed = pytester.runpytest_subprocess(
+        f"--bench-resume={run_dir}", f"--bench-capsules-dir={staged}", "--model-api-key=x", "-p", "no:cacheprovider"
+    )
     resumed.stdout.fnmatch_lines([f"*1 item(s) whose host lacked what they need run again: {CAPSULE}*"])
     lines = (run_dir / "records.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["unplaced"] == "gpu", lines  # run again, one record
 
 
 def test_bad_agent_option_is_a_usage_error(pytester, tmp_path, server):
-    result = pytester.runpytest_subprocess("--bench=core-bench", "--bench-split=train", "--model=agent-model",
-                                f"--model-base-url={server.base_url}", "--bench-agent-steps=zero",
-                                "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        "--bench=core-bench",
+        "--bench-split=train",
+        "--model=agent-model",
+        f"--model-base-url={server.base_url}",
+        "--bench-agent-steps=zero",
+        "-p",
+        "no:cacheprovider",
+    )
     result.stderr.fnmatch_lines(["*--bench-agent-steps must be a positive integer, got 'zero'*"])
 
 
@@ -255,11 +295,29 @@ def test_ctrl_c_removes_the_container(pytester, tmp_path, server):
     build_capsule_archive(staged, CAPSULE)
     server.reply(tool_calls=[("bash", {"command": "sleep 300", "timeout": 600})])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "--bench=core-bench", "--bench-split=train", f"--bench-ids={CAPSULE}",
-         "--model=agent-model", f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
-         f"--bench-capsules-dir={staged}", f"--bench-report-dir={tmp_path / 'reports'}", "-p", "no:cacheprovider",
-         "--bench-env=docker", f"--bench-docker-image={image}", "--bench-docker-network=none"],
-        cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--bench=core-bench",
+            "--bench-split=train",
+            f"--bench-ids={CAPSULE}",
+            "--model=agent-model",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=x",
+            "--bench-cache=off",
+            f"--bench-capsules-dir={staged}",
+            f"--bench-report-dir={tmp_path / 'reports'}",
+            "-p",
+            "no:cacheprovider",
+            "--bench-env=docker",
+            f"--bench-docker-image={image}",
+            "--bench-docker-network=none",
+        ],
+        cwd=pytester.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     client = docker.from_env()
 
     def containers():

@@ -1,4 +1,5 @@
 """CORE-Bench as plain Python: its declarations, solver choice, and scoring one report without pytest."""
+
 from __future__ import annotations
 
 import json
@@ -10,14 +11,21 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from capsule_factory import corebench_options
 from pytest_agentbench.benchmarks.base import Benchmark
-from pytest_agentbench.benchmarks.corebench import (CORE_BENCH_OPTIONS, CoreBench, benchmark, choose_solver,
-                                                    score_report)
-from pytest_agentbench.benchmarks.corebench import dataset, run
+from pytest_agentbench.benchmarks.corebench import (
+    CORE_BENCH_OPTIONS,
+    CoreBench,
+    benchmark,
+    choose_solver,
+    dataset,
+    run,
+    score_report,
+)
 from pytest_agentbench.benchmarks.corebench.scorer import question_totals
 from pytest_agentbench.core.options import OptionError
+
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from capsule_factory import corebench_options
 
 DATA = SHARED_DATA
 REPO = Path(__file__).resolve().parents[1]
@@ -25,11 +33,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- declarations
 
+
 def test_benchmark_declares_everything_the_core_needs():
     assert isinstance(benchmark, CoreBench) and isinstance(benchmark, Benchmark)
     assert set(benchmark.markers) == {"core_bench", "gpu"}
-    assert benchmark.gate_metrics == {"accuracy": "capsule_accuracy", "written": "written_task_accuracy",
-                                      "vision": "figure_task_accuracy", "questions": "question_accuracy"}
+    assert benchmark.gate_metrics == {
+        "accuracy": "capsule_accuracy",
+        "written": "written_task_accuracy",
+        "vision": "figure_task_accuracy",
+        "questions": "question_accuracy",
+    }
     assert benchmark.headlines == {"accuracy": "item"}
     assert "env" in benchmark.free_settings and "difficulty" not in benchmark.free_settings
 
@@ -41,25 +54,33 @@ def test_options_keep_their_flags_ini_keys_and_defaults():
         "capsules_dir": ("--bench-capsules-dir", "agentbench_capsules_dir", None, "core-bench"),
         "hints": ("--bench-hints", "agentbench_hints", True, "core-bench"),
         "upstream_abort": ("--bench-upstream-abort", "agentbench_upstream_abort", False, "core-bench"),
-        "workspace_root": ("--bench-workspace-root", "agentbench_workspace_root", "/capsule/environment",
-                           "core-bench"),
+        "workspace_root": ("--bench-workspace-root", "agentbench_workspace_root", "/capsule/environment", "core-bench"),
         "dataset_path": ("--bench-dataset-path", "agentbench_dataset_path", None, "core-bench"),
-        "preinstalled_input_dir": ("--bench-preinstalled-input-dir", "agentbench_preinstalled_input_dir", None,
-                                   "core-bench"),
+        "preinstalled_input_dir": (
+            "--bench-preinstalled-input-dir",
+            "agentbench_preinstalled_input_dir",
+            None,
+            "core-bench",
+        ),
         "docker_dind": ("--bench-docker-dind", "agentbench_docker_dind", False, "core-bench"),
         "review": ("--bench-review", "agentbench_review", None, "core-bench"),
         "agent_steps": ("--bench-agent-steps", "agentbench_agent_steps", 40, "core-bench"),
         "agent_time": ("--bench-agent-time", "agentbench_agent_time", 8100.0, "core-bench"),
         "agent_tokens": ("--bench-agent-tokens", "agentbench_agent_tokens", None, "core-bench"),
-        "agent_command_timeout": ("--bench-agent-command-timeout", "agentbench_agent_command_timeout", 600.0,
-                                  "core-bench"),
+        "agent_command_timeout": (
+            "--bench-agent-command-timeout",
+            "agentbench_agent_command_timeout",
+            600.0,
+            "core-bench",
+        ),
     }
     assert [o.negative_flag for o in CORE_BENCH_OPTIONS if o.negatable] == ["--no-bench-hints"]
 
 
 def test_configure_gives_the_effective_settings(tmp_path):
-    opts = corebench_options(DATA, tmp_path, ini={"agent_steps": "7", "hints": "false", "agent_tokens": "1000"},
-                             cli={"agent_time": "60"})
+    opts = corebench_options(
+        DATA, tmp_path, ini={"agent_steps": "7", "hints": "false", "agent_tokens": "1000"}, cli={"agent_time": "60"}
+    )
     settings = benchmark.configure(opts, "train")
     assert settings["agent_steps"] == 7 and settings["agent_time"] == 60.0 and settings["agent_tokens"] == 1000
     assert settings["hints"] is False and settings["env"] == "host"
@@ -67,19 +88,23 @@ def test_configure_gives_the_effective_settings(tmp_path):
     json.dumps(settings)  # goes into summary.json
 
 
-@pytest.mark.parametrize("cli, ini, message", [
-    ({"agent_steps": "zero"}, {}, "--bench-agent-steps must be a positive integer, got 'zero'"),
-    ({"agent_steps": "0"}, {}, "--bench-agent-steps must be a positive integer, got '0'"),
-    ({}, {"agent_time": "-5"}, "ini agentbench_agent_time must be a positive number, got '-5'"),
-    ({"agent_command_timeout": "nan"}, {}, "--bench-agent-command-timeout"),
-    ({"difficulty": "extreme"}, {}, "valid values: easy, medium, hard"),
-])
+@pytest.mark.parametrize(
+    "cli, ini, message",
+    [
+        ({"agent_steps": "zero"}, {}, "--bench-agent-steps must be a positive integer, got 'zero'"),
+        ({"agent_steps": "0"}, {}, "--bench-agent-steps must be a positive integer, got '0'"),
+        ({}, {"agent_time": "-5"}, "ini agentbench_agent_time must be a positive number, got '-5'"),
+        ({"agent_command_timeout": "nan"}, {}, "--bench-agent-command-timeout"),
+        ({"difficulty": "extreme"}, {}, "valid values: easy, medium, hard"),
+    ],
+)
 def test_bad_values_name_their_source(tmp_path, cli, ini, message):
     with pytest.raises(OptionError, match=message.replace("(", r"\(")):
         corebench_options(DATA, tmp_path, cli=cli, ini=ini)
 
 
 # --------------------------------------------------------------------------- the solver is chosen once
+
 
 class Client:
     def complete(self, messages, **kwargs):
@@ -105,6 +130,7 @@ def test_choose_solver():
 
 
 # --------------------------------------------------------------------------- score_report on the real tasks
+
 
 @pytest.fixture(scope="module")
 def train():
@@ -136,13 +162,14 @@ def test_record_of_a_score_is_json(train):
 
 # --------------------------------------------------------------------------- no pytest anywhere
 
+
 def test_score_and_run_one_capsule_from_plain_python(tmp_path):
     """What a notebook does: import the package, score a report, run the oracle on one capsule; pytest is
     never imported."""
     script = textwrap.dedent(f"""
         import json, sys
         from pathlib import Path
-        sys.path.insert(0, {str(REPO / 'tests')!r})
+        sys.path.insert(0, {str(REPO / "tests")!r})
         from capsule_factory import build_capsule_archive, corebench_options
         from pytest_agentbench.benchmarks.corebench import CoreBenchRun, benchmark, choose_solver, score_report
         from pytest_agentbench.benchmarks.corebench import dataset

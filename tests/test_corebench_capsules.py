@@ -1,4 +1,5 @@
 """Capsule download, safe extraction and per-difficulty workspaces, against a 127.0.0.1 server."""
+
 from __future__ import annotations
 
 import hashlib
@@ -6,10 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from capsule_factory import (CapsuleServer, MALICIOUS_KINDS, build_capsule_archive, build_malicious_archive,
-                             capsule_files, write_capsule_tree)
 from pytest_agentbench.benchmarks.corebench import capsules, prepare
 from pytest_agentbench.benchmarks.corebench.capsules import CapsuleError, ensure_capsule, safe_extract
+
+from capsule_factory import (
+    MALICIOUS_KINDS,
+    CapsuleServer,
+    build_capsule_archive,
+    build_malicious_archive,
+    capsule_files,
+    write_capsule_tree,
+)
 
 CID = "capsule-1234567"
 
@@ -141,11 +149,16 @@ def test_malicious_archives_are_rejected(tmp_path, kind):
         safe_extract(archive, dest, CID)
     message = str(info.value)
     expected = {
-        "absolute": "absolute path", "dotdot": "'..'", "symlink_outside": "points outside the capsule",
-        "symlink_absolute": "link to absolute path", "hardlink_outside": "points outside the capsule",
-        "device": "device or special file", "fifo": "device or special file",
+        "absolute": "absolute path",
+        "dotdot": "'..'",
+        "symlink_outside": "points outside the capsule",
+        "symlink_absolute": "link to absolute path",
+        "hardlink_outside": "points outside the capsule",
+        "device": "device or special file",
+        "fifo": "device or special file",
         "two_top_folders": f"outside the single top-level folder {CID}/",
-        "wrong_top_folder": f"outside the single top-level folder {CID}/", "top_is_file": "is not a folder",
+        "wrong_top_folder": f"outside the single top-level folder {CID}/",
+        "top_is_file": "is not a folder",
     }[kind]
     assert expected in message and str(archive) in message
     assert not (dest / CID).exists()  # nothing extracted, not even the harmless file
@@ -196,11 +209,14 @@ HIDDEN_FOR_EASY_AND_HARD = {"REPRODUCING.md", "environment/Dockerfile", "code/ru
 RESULT_FILES = {f for f in BASE_FILES if f.startswith("results/")}
 
 
-@pytest.mark.parametrize("difficulty, expected", [
-    ("easy", BASE_FILES - HIDDEN_FOR_EASY_AND_HARD),
-    ("medium", BASE_FILES - RESULT_FILES),
-    ("hard", BASE_FILES - HIDDEN_FOR_EASY_AND_HARD - RESULT_FILES),
-])
+@pytest.mark.parametrize(
+    "difficulty, expected",
+    [
+        ("easy", BASE_FILES - HIDDEN_FOR_EASY_AND_HARD),
+        ("medium", BASE_FILES - RESULT_FILES),
+        ("hard", BASE_FILES - HIDDEN_FOR_EASY_AND_HARD - RESULT_FILES),
+    ],
+)
 def test_workspace_file_set_per_difficulty(tmp_path, difficulty, expected):
     source = write_capsule_tree(tmp_path / "cache", CID)
     workspace = tmp_path / "ws"

@@ -1,18 +1,19 @@
 """CORE-Bench task files: the real train split, the real encrypted test split, the prompts."""
+
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from capsule_factory import corebench_options
 from pytest_agentbench.benchmarks.corebench import dataset, prepare
 from pytest_agentbench.benchmarks.corebench.bench import benchmark
 from pytest_agentbench.benchmarks.corebench.dataset import DatasetError
 from pytest_agentbench.benchmarks.corebench.scorer import question_totals, score_report
 from pytest_agentbench.core.options import OptionError
+
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from capsule_factory import corebench_options
 
 DATA = SHARED_DATA
 CORE = DATA / "core_bench"
@@ -68,13 +69,18 @@ def test_wrong_passphrase_and_corrupt_file():
         dataset.decrypt_test_split(b"not an OpenPGP message")
 
 
-@pytest.mark.parametrize("tasks, fragment", [
-    ({"a": 1}, "expected a JSON list"),
-    ([{"capsule_id": "capsule-1"}], "lacks"),
-    ([{k: "x" for k in dataset.TASK_KEYS} | {"capsule_id": "capsule-1", "results": [{"q": 1}]}], "at least 2"),
-    ([{k: "x" for k in dataset.TASK_KEYS} | {"capsule_id": "capsule-1", "results": [{"q": 1}, {"r": 1}]}],
-     "do not answer the same questions"),
-])
+@pytest.mark.parametrize(
+    "tasks, fragment",
+    [
+        ({"a": 1}, "expected a JSON list"),
+        ([{"capsule_id": "capsule-1"}], "lacks"),
+        ([{k: "x" for k in dataset.TASK_KEYS} | {"capsule_id": "capsule-1", "results": [{"q": 1}]}], "at least 2"),
+        (
+            [{k: "x" for k in dataset.TASK_KEYS} | {"capsule_id": "capsule-1", "results": [{"q": 1}, {"r": 1}]}],
+            "do not answer the same questions",
+        ),
+    ],
+)
 def test_bad_task_files_name_the_problem(tmp_path, tasks, fragment):
     path = tmp_path / "core_train.json"
     path.write_text(json.dumps(tasks))
@@ -117,12 +123,23 @@ def test_tasks_are_one_sample_each(tmp_path):
 
 def test_settings_defaults_and_validation(tmp_path):
     settings = benchmark.configure(corebench_options(DATA, tmp_path), "test")
-    assert (settings["difficulty"], settings["hints"], settings["upstream_abort"], settings["capsules_dir"]) == \
-        ("hard", True, False, None)
-    opts = corebench_options(DATA, tmp_path, cli={"difficulty": "easy", "hints": False, "upstream_abort": True,
-                                                  "capsules_dir": str(tmp_path)})
+    assert (settings["difficulty"], settings["hints"], settings["upstream_abort"], settings["capsules_dir"]) == (
+        "hard",
+        True,
+        False,
+        None,
+    )
+    opts = corebench_options(
+        DATA,
+        tmp_path,
+        cli={"difficulty": "easy", "hints": False, "upstream_abort": True, "capsules_dir": str(tmp_path)},
+    )
     settings = benchmark.configure(opts, "test")
-    assert (settings["difficulty"], settings["hints"], settings["upstream_abort"], settings["capsules_dir"]) == \
-        ("easy", False, True, str(tmp_path))
+    assert (settings["difficulty"], settings["hints"], settings["upstream_abort"], settings["capsules_dir"]) == (
+        "easy",
+        False,
+        True,
+        str(tmp_path),
+    )
     with pytest.raises(OptionError, match="is not a folder"):
         corebench_options(DATA, tmp_path, cli={"capsules_dir": str(tmp_path / "missing")})

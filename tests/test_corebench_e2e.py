@@ -1,14 +1,15 @@
 """End to end: ``pytest --bench=core-bench --model=oracle`` in a child pytest, capsules from 127.0.0.1."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-from pathlib import Path
+
+from pytest_agentbench.benchmarks.corebench import capsules
 
 from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from capsule_factory import CapsuleServer, build_capsule_archive
-from pytest_agentbench.benchmarks.corebench import capsules
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -24,18 +25,32 @@ def test_oracle_run_with_served_staged_and_missing_capsules(pytester, tmp_path, 
         monkeypatch.setenv(capsules.CAPSULE_URL_ENV, server.url)
         monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
         result = pytester.runpytest_subprocess(
-            "--bench=core-bench", "--model=oracle", "--bench-split=train", "--bench-difficulty=medium",
-            f"--bench-ids={SERVED},{STAGED},{MISSING}", f"--bench-capsules-dir={staged}",
-            f"--bench-report-dir={tmp_path / 'reports'}", "--bench-run-id=e2e", "-p", "no:cacheprovider",
+            "--bench=core-bench",
+            "--model=oracle",
+            "--bench-split=train",
+            "--bench-difficulty=medium",
+            f"--bench-ids={SERVED},{STAGED},{MISSING}",
+            f"--bench-capsules-dir={staged}",
+            f"--bench-report-dir={tmp_path / 'reports'}",
+            "--bench-run-id=e2e",
+            "-p",
+            "no:cacheprovider",
         )
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*capsules correct:*2/3*"])
-    records = {r["id"]: r for r in map(json.loads, (tmp_path / "reports" / "core-bench" / "oracle" / "e2e" /
-                                                     "records.jsonl").read_text().splitlines())}
+    records = {
+        r["id"]: r
+        for r in map(
+            json.loads,
+            (tmp_path / "reports" / "core-bench" / "oracle" / "e2e" / "records.jsonl").read_text().splitlines(),
+        )
+    }
     assert records[SERVED]["status"] == records[STAGED]["status"] == "pass"
     assert records[SERVED]["gpu_required"] is True and records[STAGED]["gpu_required"] is False
     assert records[MISSING]["status"] == "env_error"
-    assert f"{server.url}/{MISSING}.tar.gz" in records[MISSING]["message"] and str(staged) in records[MISSING]["message"]
+    assert (
+        f"{server.url}/{MISSING}.tar.gz" in records[MISSING]["message"] and str(staged) in records[MISSING]["message"]
+    )
     assert [r["path"] for r in server.requests] == [f"/{SERVED}.tar.gz", f"/{MISSING}.tar.gz"]
     assert all(r["difficulty"] == "medium" for r in records.values())
 
@@ -58,13 +73,25 @@ def test_oracle_scores_every_capsule_at_every_difficulty(pytester, tmp_path, mon
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
     monkeypatch.setenv(capsules.CAPSULE_URL_ENV, "http://127.0.0.1:9")  # nothing is downloaded here
     result = pytester.runpytest_subprocess(
-        "--bench=core-bench", "--model=oracle", "--bench-split=train", f"--bench-difficulty={difficulty}",
-        f"--bench-ids={','.join([*GOOD, CORRUPT, HOSTILE])}", f"--bench-capsules-dir={staged}",
-        f"--bench-report-dir={tmp_path / 'reports'}", "--bench-run-id=run", "-p", "no:cacheprovider",
+        "--bench=core-bench",
+        "--model=oracle",
+        "--bench-split=train",
+        f"--bench-difficulty={difficulty}",
+        f"--bench-ids={','.join([*GOOD, CORRUPT, HOSTILE])}",
+        f"--bench-capsules-dir={staged}",
+        f"--bench-report-dir={tmp_path / 'reports'}",
+        "--bench-run-id=run",
+        "-p",
+        "no:cacheprovider",
     )
     result.assert_outcomes(passed=3, failed=2)
-    records = {r["id"]: r for r in map(json.loads, (tmp_path / "reports" / "core-bench" / "oracle" / "run" /
-                                                     "records.jsonl").read_text().splitlines())}
+    records = {
+        r["id"]: r
+        for r in map(
+            json.loads,
+            (tmp_path / "reports" / "core-bench" / "oracle" / "run" / "records.jsonl").read_text().splitlines(),
+        )
+    }
     assert all(records[c]["status"] == "pass" and records[c]["difficulty"] == difficulty for c in GOOD)
     assert records[CORRUPT]["status"] == records[HOSTILE]["status"] == "env_error"
     assert CORRUPT in records[CORRUPT]["message"]

@@ -1,4 +1,5 @@
 """CORE-Bench scoring rules (upstream's verdicts), finding the submission, and whole items."""
+
 from __future__ import annotations
 
 import json
@@ -11,13 +12,19 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from capsule_factory import CapsuleServer, build_capsule_archive, corebench_options
 from pytest_agentbench.benchmarks.base import RunSpec
 from pytest_agentbench.benchmarks.corebench import bench as corebench
 from pytest_agentbench.benchmarks.corebench import capsules
-from pytest_agentbench.benchmarks.corebench.scorer import (load_submission, normalize_reported, prediction_interval,
-                                                          question_totals, score_report)
+from pytest_agentbench.benchmarks.corebench.scorer import (
+    load_submission,
+    normalize_reported,
+    prediction_interval,
+    question_totals,
+    score_report,
+)
+
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from capsule_factory import CapsuleServer, build_capsule_archive, corebench_options
 
 DATA = SHARED_DATA
 
@@ -43,6 +50,7 @@ def verdicts(score):
 
 # --------------------------------------------------------------------------- intervals
 
+
 def test_half_width_for_three_runs_is_4_968_s():
     # t(0.975, 2) = 4.3027; * sqrt(1 + 1/3) = 4.9683
     low, high = prediction_interval([1.0, 2.0, 3.0])  # mean 2, s = 1
@@ -56,8 +64,15 @@ def test_half_width_for_three_runs_is_4_968_s():
 
 def test_numeric_bounds_are_inclusive():
     low, high = prediction_interval([1.0, 2.0, 3.0])
-    for value, correct in [(high, True), (low, True), (np.nextafter(high, math.inf), False),
-                           (np.nextafter(low, -math.inf), False), (6.9, True), (7.0, False), (-2.9, True)]:
+    for value, correct in [
+        (high, True),
+        (low, True),
+        (np.nextafter(high, math.inf), False),
+        (np.nextafter(low, -math.inf), False),
+        (6.9, True),
+        (7.0, False),
+        (-2.9, True),
+    ]:
         score = score_report(RUNS, {ACC: float(value)})
         assert verdicts(score)[ACC].correct is correct, value
     assert verdicts(score)[ACC].expected == pytest.approx([low, high])
@@ -78,10 +93,22 @@ def test_all_correct_report_passes_and_counts_figure_questions():
 
 # --------------------------------------------------------------------------- value coercion
 
-@pytest.mark.parametrize("value, normalized", [
-    ("95%", 95.0), ("2.5", 2.5), (" 3 ", 3.0), ("1e-3", 0.001), ("12.5 %", 12.5), ("abc%", "abc"),
-    ("adam", "adam"), (4, 4), (None, None), ([1], [1]),
-])
+
+@pytest.mark.parametrize(
+    "value, normalized",
+    [
+        ("95%", 95.0),
+        ("2.5", 2.5),
+        (" 3 ", 3.0),
+        ("1e-3", 0.001),
+        ("12.5 %", 12.5),
+        ("abc%", "abc"),
+        ("adam", "adam"),
+        (4, 4),
+        (None, None),
+        ([1], [1]),
+    ],
+)
 def test_normalize_reported(value, normalized):
     assert normalize_reported(value) == normalized
 
@@ -138,6 +165,7 @@ def test_empty_report_scores_nothing():
 
 # --------------------------------------------------------------------------- incomparable values
 
+
 @pytest.mark.parametrize("bad", ["not reported", None, {"value": 2}, [1.0, 2.0]])
 def test_incomparable_value_fails_only_its_question_by_default(bad):
     before = score_report(RUNS, {ACC: bad, FIG: 13, OPT: "adam"})  # bad value first
@@ -169,6 +197,7 @@ def test_one_number_list_compares_like_upstream_numpy_broadcast():
 
 # --------------------------------------------------------------------------- finding the submission
 
+
 def _write(path: Path, content) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content if isinstance(content, str) else json.dumps(content))
@@ -199,9 +228,14 @@ def test_final_answer_fallback(tmp_path):
     assert none.report == {} and none.source == "none" and "no report.json" in none.warning
 
 
-@pytest.mark.parametrize("content, fragment", [
-    ("{not json", "not valid JSON"), ("[1, 2]", "not a JSON object (got list)"), ('"text"', "got str"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "not a JSON object (got list)"),
+        ('"text"', "got str"),
+    ],
+)
 def test_malformed_report_is_an_empty_submission_with_warning(tmp_path, content, fragment):
     _write(tmp_path / "report.json", content)
     sub = load_submission(tmp_path, final_answer={"a": 1})  # report.json wins even when broken
@@ -221,7 +255,6 @@ def test_report_symlinked_outside_workspace_is_ignored(tmp_path):
     workspace.mkdir()
     os.symlink(outside, workspace / "report.json")
     assert load_submission(workspace, {"a": "final"}).report == {"a": "final"}
-
 
 
 def test_a_report_swapped_after_it_was_found_is_read_only_as_a_regular_file(tmp_path):
@@ -266,8 +299,10 @@ class Agent:
         self.report, self.final, self.error, self.seen = report, final, error, {}
 
     def run_agent(self, workspace, prompt, sample, ctx):
-        self.seen = {"prompt": prompt, "files": sorted(p.relative_to(workspace).as_posix()
-                                                       for p in workspace.rglob("*") if p.is_file())}
+        self.seen = {
+            "prompt": prompt,
+            "files": sorted(p.relative_to(workspace).as_posix() for p in workspace.rglob("*") if p.is_file()),
+        }
         if self.error:
             raise self.error
         if self.report is not None:
@@ -290,9 +325,15 @@ def _run(tmp_path, sample, model, **cli):
     """Run one capsule as the plugin does: options resolved, configured once, a run opened, one sample run."""
     bench = corebench.benchmark
     opts = corebench_options(DATA, tmp_path / "cache", cli=cli)
-    spec = RunSpec(settings=bench.configure(opts, sample.split), options=opts, tasks=(),
-                   selected=frozenset({sample.id}), run_dir=tmp_path / "run", data_dir=DATA,
-                   cache_dir=tmp_path / "cache")
+    spec = RunSpec(
+        settings=bench.configure(opts, sample.split),
+        options=opts,
+        tasks=(),
+        selected=frozenset({sample.id}),
+        run_dir=tmp_path / "run",
+        data_dir=DATA,
+        cache_dir=tmp_path / "cache",
+    )
     return bench.open_run(spec, model, None).run_sample(sample)
 
 
@@ -330,8 +371,9 @@ def test_agent_sees_hard_workspace_and_nested_report_scores(tmp_path, item):
 def test_agent_final_answer_and_wrong_answers(tmp_path, item):
     sample, staged = item
     question = next(iter(sample.data["results"][0]))
-    record = _run(tmp_path, sample, Agent(final=json.dumps({question: "0.1"})),
-                  capsules_dir=str(staged), difficulty="easy")
+    record = _run(
+        tmp_path, sample, Agent(final=json.dumps({question: "0.1"})), capsules_dir=str(staged), difficulty="easy"
+    )
     assert record["status"] == "fail" and record["report_source"] == "final_answer"
     assert record["message"].startswith("0/1 questions correct")
     assert record["questions"][0]["submitted"] == "0.1"
@@ -367,10 +409,23 @@ def test_unavailable_capsule_is_env_error(tmp_path, item, monkeypatch):
 def test_summarize_metrics_and_markdown(tmp_path, item):
     sample, staged = item
     good = _run(tmp_path, sample, Oracle(), capsules_dir=str(staged))
-    bad = {**score_report(RUNS, {**GOOD, FIG: 1000}).to_record(), "id": "capsule-2", "status": "fail",
-           "scored": True, "message": "x"}
-    err = {"id": "capsule-3", "status": "env_error", "scored": True, "message": "no capsule",
-           "total_written": 2, "total_figure": 1, "correct_written": 0, "correct_figure": 0}
+    bad = {
+        **score_report(RUNS, {**GOOD, FIG: 1000}).to_record(),
+        "id": "capsule-2",
+        "status": "fail",
+        "scored": True,
+        "message": "x",
+    }
+    err = {
+        "id": "capsule-3",
+        "status": "env_error",
+        "scored": True,
+        "message": "no capsule",
+        "total_written": 2,
+        "total_figure": 1,
+        "correct_written": 0,
+        "correct_figure": 0,
+    }
     out = corebench.benchmark.summarize([good, bad, err], {"split": "train", "difficulty": "hard", "hints": True})
     m = out["metrics"]
     assert m["capsule_accuracy"] == pytest.approx(1 / 3)

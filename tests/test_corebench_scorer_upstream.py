@@ -1,6 +1,7 @@
 """CORE-Bench's scorer against upstream (issue 12 item 12): a transcription of upstream ``eval_result_json``'s
 rules and the scorer agree on fixed cases and on random reports in abort mode, the default mode never crashes,
 and finding the report gives a verdict for every file."""
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,8 @@ import pytest
 
 from pytest_agentbench.benchmarks.corebench.scorer import load_submission, question_totals, score_report
 
-
 # --------------------------------------------------------------------------- 12: upstream's rules, transcribed
+
 
 def upstream_counts(gold, report):
     """Our own transcription of upstream ``eval_result_json``'s rules: (correct written, correct figure,
@@ -49,6 +50,7 @@ def upstream_counts(gold, report):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from scipy.stats import t
+
             for key, kind in kinds.items():
                 if kind == "numeric":
                     column = [run[key] for run in gold]
@@ -93,14 +95,17 @@ FIXED = [  # (gold, report, upstream's counts written here from its rules)
     # mixed types in the runs: 0 on every question
     ([{"acc": 1.0, "s": "a"}, {"acc": "1.0", "s": "a"}], {"acc": 1.0, "s": "a"}, (0, 0, 2, 0)),
     # null and object gold values are not questions
-    ([{"a": None, "b": {"x": 1}, "c": "y"}, {"a": None, "b": {}, "c": "y"}], {"a": None, "b": {"x": 1}, "c": "Y"},
-     (1, 0, 1, 0)),
+    (
+        [{"a": None, "b": {"x": 1}, "c": "y"}, {"a": None, "b": {}, "c": "y"}],
+        {"a": None, "b": {"x": 1}, "c": "Y"},
+        (1, 0, 1, 0),
+    ),
     # gold integers too large for a float: upstream raises (OverflowError) in its interval: 0 correct
-    ([{"big": 10 ** 400, "s": "a"}] * 3, {"big": 10 ** 400, "s": "a"}, (0, 0, 2, 0)),
+    ([{"big": 10**400, "s": "a"}] * 3, {"big": 10**400, "s": "a"}, (0, 0, 2, 0)),
     # a reported integer too large for a float: that comparison raises, scoring stops there
-    ([{"s": "a", "n": 1.0, "t": "b"}] * 3, {"s": "a", "n": 10 ** 400, "t": "b"}, (1, 0, 3, 0)),
+    ([{"s": "a", "n": 1.0, "t": "b"}] * 3, {"s": "a", "n": 10**400, "t": "b"}, (1, 0, 3, 0)),
     # an integer beyond Python's str() digit limit for a string question: str() raises, scoring stops
-    ([{"s": "a", "t": "b"}] * 2, {"t": "b", "s": 10 ** 5000}, (1, 0, 2, 0)),
+    ([{"s": "a", "t": "b"}] * 2, {"t": "b", "s": 10**5000}, (1, 0, 2, 0)),
     # a list nested thousands deep for a string question: str() raises RecursionError, scoring stops
     ([{"s": "a", "t": "b"}] * 2, {"t": "b", "s": DEEP}, (1, 0, 2, 0)),
     # text for a numeric question: comparison raises, later keys earn nothing
@@ -120,17 +125,24 @@ def test_fixed_cases_match_upstream(gold, report, expected):
 
 
 def _value(rng):
-    return rng.choice([
-        lambda: rng.choice([1.0, 2.0, 3.0, 2.5, -1.0, 0.0]), lambda: rng.randint(-3, 5),
-        lambda: rng.choice([True, False]), lambda: rng.choice(["a", "A", "b", "2.0", "50%", "n/a", " 2", ""]),
-        lambda: rng.choice([[1, 2], [1.0], [], ["a"], [[1]]]), lambda: None, lambda: {"x": 1},
-        lambda: rng.choice([10 ** 400, float("nan"), float("inf"), 2 ** 64]),
-    ])()
+    return rng.choice(
+        [
+            lambda: rng.choice([1.0, 2.0, 3.0, 2.5, -1.0, 0.0]),
+            lambda: rng.randint(-3, 5),
+            lambda: rng.choice([True, False]),
+            lambda: rng.choice(["a", "A", "b", "2.0", "50%", "n/a", " 2", ""]),
+            lambda: rng.choice([[1, 2], [1.0], [], ["a"], [[1]]]),
+            lambda: None,
+            lambda: {"x": 1},
+            lambda: rng.choice([10**400, float("nan"), float("inf"), 2**64]),
+        ]
+    )()
 
 
 def _pair(rng):
-    keys = rng.sample(["acc", "fig 1 value", "name", "count", "list", "Figure 2", "fig text", "other"],
-                      rng.randint(1, 5))
+    keys = rng.sample(
+        ["acc", "fig 1 value", "name", "count", "list", "Figure 2", "fig text", "other"], rng.randint(1, 5)
+    )
     first = {k: _value(rng) for k in keys}
     runs = [first]
     for _ in range(rng.choice([0, 1, 2, 2, 2, 4])):
@@ -139,8 +151,11 @@ def _pair(rng):
             roll = rng.random()
             if roll < 0.05:
                 continue  # a run missing the key
-            run[key] = _value(rng) if roll < 0.15 else (value + rng.choice([-0.5, 0, 0.5])
-                                                        if isinstance(value, float) else value)
+            run[key] = (
+                _value(rng)
+                if roll < 0.15
+                else (value + rng.choice([-0.5, 0, 0.5]) if isinstance(value, float) else value)
+            )
         runs.append(run)
     report = {}
     for key in rng.sample(keys + ["extra"], rng.randint(0, len(keys) + 1)):
@@ -158,7 +173,7 @@ def test_differential_against_the_transcription_of_upstream():
 
 
 def test_default_mode_fails_only_the_broken_question():
-    gold = [{"big": 10 ** 400, "s": "a"}] * 3
+    gold = [{"big": 10**400, "s": "a"}] * 3
     score = score_report(gold, {"big": 1, "s": "a"})
     verdicts = {v.question: v for v in score.verdicts}
     assert verdicts["s"].correct and not verdicts["big"].correct and "unusable" in verdicts["big"].note
@@ -166,13 +181,17 @@ def test_default_mode_fails_only_the_broken_question():
     assert score_report([], {}).error and not score_report([], {}).all_correct
 
 
-@pytest.mark.parametrize("content, status", [
-    (b'{"a": ' + b"1" * 5000 + b"}", "invalid"),  # past Python's integer digit limit
-    (b"[" * 100000 + b"]" * 100000, "invalid"),  # nested far deeper than the recursion limit
-    (b'{"a": "\xff\xfe"}', "invalid"),  # not UTF-8: scored as an empty report
-    (b'{"a": 1e400}', "found"),  # inf: a number like any other
-    (b"x" * (10 * 1024 * 1024 + 1), "too large"),
-], ids=["digit-limit", "deep", "not-utf8", "inf", "too-large"])
+@pytest.mark.parametrize(
+    "content, status",
+    [
+        (b'{"a": ' + b"1" * 5000 + b"}", "invalid"),  # past Python's integer digit limit
+        (b"[" * 100000 + b"]" * 100000, "invalid"),  # nested far deeper than the recursion limit
+        (b'{"a": "\xff\xfe"}', "invalid"),  # not UTF-8: scored as an empty report
+        (b'{"a": 1e400}', "found"),  # inf: a number like any other
+        (b"x" * (10 * 1024 * 1024 + 1), "too large"),
+    ],
+    ids=["digit-limit", "deep", "not-utf8", "inf", "too-large"],
+)
 def test_report_discovery_gives_a_verdict_for_every_file(tmp_path, content, status):
     (tmp_path / "report.json").write_bytes(content)
     sub = load_submission(tmp_path, final_answer={"a": 1})

@@ -1,5 +1,6 @@
 """CORE-Bench, issue 12 items 6-11: metadata override, workspace root, preinstalled inputs, nested Docker,
 GPU accounting and scoring evidence. (Item 12, the scorer against upstream: test_corebench_scorer_upstream.py.)"""
+
 from __future__ import annotations
 
 import json
@@ -7,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from capsule_factory import build_capsule_archive, corebench_options, write_capsule_tree
 from pytest_agentbench.benchmarks import corebench
 from pytest_agentbench.benchmarks.base import RunSpec
 from pytest_agentbench.benchmarks.corebench import dataset, prepare
 from pytest_agentbench.core.options import OptionError
+
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from capsule_factory import build_capsule_archive, corebench_options, write_capsule_tree
 
 DATA = SHARED_DATA
 CID = "capsule-7038571"
@@ -20,12 +22,19 @@ CID = "capsule-7038571"
 
 # --------------------------------------------------------------------------- 6, 7, 8, 11: one capsule in plain Python
 
+
 def _run(tmp_path, sample, model, **cli):
     bench = corebench.benchmark
     opts = corebench_options(DATA, tmp_path / "cache", cli=cli)
-    spec = RunSpec(settings={"split": sample.split, **bench.configure(opts, sample.split)}, options=opts,
-                   tasks=(), selected=frozenset({sample.id}), run_dir=tmp_path / "run", data_dir=DATA,
-                   cache_dir=tmp_path / "cache")
+    spec = RunSpec(
+        settings={"split": sample.split, **bench.configure(opts, sample.split)},
+        options=opts,
+        tasks=(),
+        selected=frozenset({sample.id}),
+        run_dir=tmp_path / "run",
+        data_dir=DATA,
+        cache_dir=tmp_path / "cache",
+    )
     return bench.open_run(spec, model, None).run_sample(sample)
 
 
@@ -46,8 +55,15 @@ def test_every_record_carries_its_scoring_evidence(tmp_path):
     assert (record["total_written"], record["total_figure"]) == (1, 0) and len(record["questions"]) == 1
     assert record["questions"][0]["correct"] is True
     assert (record["report_status"], record["report_path"], record["submission_source"]) == (
-        "found", "/work/x/report.json", "report")
-    assert (record["split"], record["difficulty"], record["dataset_revision"]) == ("train", "hard", dataset.UPSTREAM_REV)
+        "found",
+        "/work/x/report.json",
+        "report",
+    )
+    assert (record["split"], record["difficulty"], record["dataset_revision"]) == (
+        "train",
+        "hard",
+        dataset.UPSTREAM_REV,
+    )
 
 
 @pytest.mark.parametrize("raw, message", [("relative/path", "absolute"), ("/a/../b", "'..'"), ("/", "below /")])
@@ -58,8 +74,9 @@ def test_workspace_root_must_be_absolute_without_dotdot(tmp_path, raw, message):
 
 def test_prompt_hints_name_the_workspace_root():
     task = {"task_prompt": "do it", "results": [{"q": 1}]}
-    text = prepare.render_prompt({"codeocean_hard": "{task_prompt} {json_fields}"}, task, "hard", True,
-                                 root="/workspace/core-bench")
+    text = prepare.render_prompt(
+        {"codeocean_hard": "{task_prompt} {json_fields}"}, task, "hard", True, root="/workspace/core-bench"
+    )
     assert "/workspace/core-bench/report.json" in text
 
 
@@ -83,8 +100,15 @@ def test_dataset_path_replaces_the_split_and_the_report_says_so(tmp_path):
 def _preinstalled(tmp_path, **manifest):
     folder = tmp_path / "image" / "inputs"
     write_capsule_tree(folder, CID, gpu=True)
-    fields = {"schema_version": 1, "task_id": CID, "split": "train", "difficulty": "hard",
-              "dataset_revision": dataset.UPSTREAM_REV, "uses_gpu": False, **manifest}
+    fields = {
+        "schema_version": 1,
+        "task_id": CID,
+        "split": "train",
+        "difficulty": "hard",
+        "dataset_revision": dataset.UPSTREAM_REV,
+        "uses_gpu": False,
+        **manifest,
+    }
     (folder / "input.json").write_text(json.dumps(fields))
     return folder
 
@@ -98,16 +122,24 @@ def test_preinstalled_inputs_replace_the_download(tmp_path):
     assert record["gpu_required"] is False and "manifest wins" in record["gpu_note"]  # REPRODUCING.md said gpu
 
 
-@pytest.mark.parametrize("field, value", [("task_id", "capsule-1"), ("split", "test"), ("difficulty", "easy"),
-                                          ("dataset_revision", "abc"), ("schema_version", 2)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("task_id", "capsule-1"),
+        ("split", "test"),
+        ("difficulty", "easy"),
+        ("dataset_revision", "abc"),
+        ("schema_version", 2),
+    ],
+)
 def test_a_manifest_that_does_not_fit_is_an_env_error_naming_the_field(tmp_path, field, value):
     folder = _preinstalled(tmp_path, **{field: value})
-    record = _run(tmp_path, _sample(tmp_path), Oracle(), capsules_dir=str(tmp_path),
-                  preinstalled_input_dir=str(folder))
+    record = _run(tmp_path, _sample(tmp_path), Oracle(), capsules_dir=str(tmp_path), preinstalled_input_dir=str(folder))
     assert record["status"] == "env_error" and f"{field} is {value!r}" in record["message"]
 
 
 # --------------------------------------------------------------------------- 10: GPU capsules
+
 
 @pytest.mark.e2e
 @pytest.mark.slow
@@ -118,19 +150,30 @@ def test_local_gpu_capsules_are_marked_and_the_summary_counts_the_selection(pyte
     write_capsule_tree(staged, gpu_one, gpu=True)
     write_capsule_tree(staged, cpu_one)
     result = pytester.runpytest_subprocess(
-        "--bench=core-bench", "--bench-split=train", f"--bench-ids={gpu_one},{cpu_one}", "--model=oracle",
-        f"--bench-capsules-dir={staged}", f"--bench-report-dir={tmp_path / 'r'}", "--bench-run-id=g",
-        "-m", "not gpu", "-p", "no:cacheprovider")
+        "--bench=core-bench",
+        "--bench-split=train",
+        f"--bench-ids={gpu_one},{cpu_one}",
+        "--model=oracle",
+        f"--bench-capsules-dir={staged}",
+        f"--bench-report-dir={tmp_path / 'r'}",
+        "--bench-run-id=g",
+        "-m",
+        "not gpu",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=1, deselected=1)
     result.stdout.fnmatch_lines(["*1 of 45 selected*"])
 
 
-# --------------------------------------------------------------------------- 7 + 9: Docker, workspace root, nested daemon
+# ------------------------------------------------------------------------ 7 + 9: Docker, workspace root, nested daemon
 
-NESTED = ("pwd && docker info --format 'nested-daemon {{.Driver}}' && mkdir -p /tmp/r && "
-          "cp --parents /bin/dash $(ldd /bin/dash | grep -o '/[^ ]*') /tmp/r/ && "
-          "tar -C /tmp/r -c . | docker import - tiny >/dev/null && "
-          "docker run --rm --network none tiny /bin/dash -c 'echo hello-from-nested'")
+NESTED = (
+    "pwd && docker info --format 'nested-daemon {{.Driver}}' && mkdir -p /tmp/r && "
+    "cp --parents /bin/dash $(ldd /bin/dash | grep -o '/[^ ]*') /tmp/r/ && "
+    "tar -C /tmp/r -c . | docker import - tiny >/dev/null && "
+    "docker run --rm --network none tiny /bin/dash -c 'echo hello-from-nested'"
+)
 
 
 @pytest.mark.docker
@@ -150,20 +193,34 @@ def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pyt
         server.reply(tool_calls=[("bash", {"command": NESTED, "timeout": 300})])
         server.reply(tool_calls=[("submit", {"answers": answers})])
         pytester.runpytest_subprocess(
-            "--bench=core-bench", "--bench-split=train", f"--bench-ids={CID}", "--model=agent-model",
-            f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
-            "--bench-difficulty=medium", f"--bench-capsules-dir={staged}", "--bench-env=docker",
-            f"--bench-docker-image={image}", "--bench-docker-network=none", "--bench-docker-dind",
-            "--bench-workspace-root=/workspace/core-bench", f"--bench-report-dir={tmp_path / 'r'}",
-            "--bench-run-id=dind", "-p", "no:cacheprovider")
+            "--bench=core-bench",
+            "--bench-split=train",
+            f"--bench-ids={CID}",
+            "--model=agent-model",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=x",
+            "--bench-cache=off",
+            "--bench-difficulty=medium",
+            f"--bench-capsules-dir={staged}",
+            "--bench-env=docker",
+            f"--bench-docker-image={image}",
+            "--bench-docker-network=none",
+            "--bench-docker-dind",
+            "--bench-workspace-root=/workspace/core-bench",
+            f"--bench-report-dir={tmp_path / 'r'}",
+            "--bench-run-id=dind",
+            "-p",
+            "no:cacheprovider",
+        )
         tools = [m["content"] for r in server.requests for m in r["body"].get("messages", []) if m["role"] == "tool"]
     record = json.loads((tmp_path / "r" / "core-bench" / "agent-model" / "dind" / "records.jsonl").read_text())
     assert record["isolation"] == "none (privileged)"
     assert not labelled_containers()
     if record["status"] == "env_error":
         assert "refused a privileged container" in record["message"], record["message"]
-        missing("docker-dind", f"this engine refuses privileged containers (reported clearly): "
-                               f"{record['message'][:300]}")
+        missing(
+            "docker-dind", f"this engine refuses privileged containers (reported clearly): {record['message'][:300]}"
+        )
     assert record["status"] == "pass", record["message"]
     assert record["report_path"] == "/workspace/core-bench/report.json"
     assert "/workspace/core-bench" in tools[0] and "nested-daemon vfs" in tools[0] and "hello-from-nested" in tools[0]
@@ -189,9 +246,18 @@ def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytes
     client = docker.from_env()
     inputs = tmp_path / "inputs"
     write_capsule_tree(inputs, CID)
-    (inputs / "input.json").write_text(json.dumps({
-        "schema_version": 1, "task_id": CID, "split": "train", "difficulty": "hard",
-        "dataset_revision": dataset.UPSTREAM_REV, "uses_gpu": False}))
+    (inputs / "input.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "task_id": CID,
+                "split": "train",
+                "difficulty": "hard",
+                "dataset_revision": dataset.UPSTREAM_REV,
+                "uses_gpu": False,
+            }
+        )
+    )
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         tar.add(inputs, arcname="inputs")
@@ -211,14 +277,27 @@ def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytes
             server.reply(tool_calls=[("bash", {"command": "pwd && ls -A"})])
             server.reply(tool_calls=[("submit", {"answers": answers})])
             pytester.runpytest_subprocess(
-                "--bench=core-bench", "--bench-split=train", f"--bench-ids={CID}", "--model=agent-model",
-                f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
-                f"--bench-capsules-dir={empty}", "--bench-env=docker", f"--bench-docker-image={image}",
-                "--bench-docker-network=none", "--bench-preinstalled-input-dir=/opt/inputs",
-                "--bench-workspace-root=/workspace/core-bench", f"--bench-report-dir={tmp_path / 'r'}",
-                "--bench-run-id=pre", "-p", "no:cacheprovider")
-            tools = [m["content"] for r in server.requests for m in r["body"].get("messages", [])
-                     if m["role"] == "tool"]
+                "--bench=core-bench",
+                "--bench-split=train",
+                f"--bench-ids={CID}",
+                "--model=agent-model",
+                f"--model-base-url={server.base_url}",
+                "--model-api-key=x",
+                "--bench-cache=off",
+                f"--bench-capsules-dir={empty}",
+                "--bench-env=docker",
+                f"--bench-docker-image={image}",
+                "--bench-docker-network=none",
+                "--bench-preinstalled-input-dir=/opt/inputs",
+                "--bench-workspace-root=/workspace/core-bench",
+                f"--bench-report-dir={tmp_path / 'r'}",
+                "--bench-run-id=pre",
+                "-p",
+                "no:cacheprovider",
+            )
+            tools = [
+                m["content"] for r in server.requests for m in r["body"].get("messages", []) if m["role"] == "tool"
+            ]
     finally:
         client.images.remove(image, force=True)
     record = json.loads((tmp_path / "r" / "core-bench" / "agent-model" / "pre" / "records.jsonl").read_text())
@@ -239,10 +318,22 @@ def _host_agent_run(pytester, tmp_path, server, run_id, *extra):
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CID)
     result = pytester.runpytest_subprocess(
-        "--bench=core-bench", "--bench-split=train", f"--bench-ids={CID}", "--model=agent-model",
-        f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off",
-        f"--bench-capsules-dir={staged}", "--bench-env=host", f"--bench-workspace-root={ROOT}",
-        f"--bench-report-dir={tmp_path / 'r'}", f"--bench-run-id={run_id}", "-p", "no:cacheprovider", *extra)
+        "--bench=core-bench",
+        "--bench-split=train",
+        f"--bench-ids={CID}",
+        "--model=agent-model",
+        f"--model-base-url={server.base_url}",
+        "--model-api-key=x",
+        "--bench-cache=off",
+        f"--bench-capsules-dir={staged}",
+        "--bench-env=host",
+        f"--bench-workspace-root={ROOT}",
+        f"--bench-report-dir={tmp_path / 'r'}",
+        f"--bench-run-id={run_id}",
+        "-p",
+        "no:cacheprovider",
+        *extra,
+    )
     record = json.loads((tmp_path / "r" / "core-bench" / "agent-model" / run_id / "records.jsonl").read_text())
     chats = [r["body"]["messages"] for r in server.requests if r["path"].endswith("/chat/completions")]
     return result, record, chats
@@ -258,8 +349,8 @@ def _answers():
 def test_train_capsule_runs_on_the_host_at_a_custom_workspace_root(pytester, tmp_path, monkeypatch):
     """The host environment maps --bench-workspace-root per item: the agent works at the root, writes
     report.json there with bash, and the record's report_path is under it."""
-    from fake_openai import FakeOpenAI
     from capabilities import needs
+    from fake_openai import FakeOpenAI
 
     needs("bwrap")
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
@@ -320,8 +411,24 @@ def test_fetch_capsules_unpacks_ahead_so_collection_marks_gpu(tmp_path, capsys):
     store = tmp_path / "store"
     build_capsule_archive(store, CID, gpu=True)
     cache = tmp_path / "cache"
-    assert main(["fetch-capsules", "--split", "train", "--data-dir", str(DATA), "--cache-dir", str(cache),
-                 "--capsules-dir", str(store), "--ids", CID]) == 0
+    assert (
+        main(
+            [
+                "fetch-capsules",
+                "--split",
+                "train",
+                "--data-dir",
+                str(DATA),
+                "--cache-dir",
+                str(cache),
+                "--capsules-dir",
+                str(store),
+                "--ids",
+                CID,
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert f"[1/1] {CID} ready" in out and "needs a GPU" in out and "1 of 1 capsules ready" in out
     opts = corebench_options(DATA, cache, cli={"capsules_dir": str(store)})

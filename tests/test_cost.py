@@ -1,6 +1,7 @@
 """Cost and budgets: a priced model's records and summaries say what the run cost (fresh calls apart from
 replayed ones), an endpoint without usage leaves the cost unknown, a run budget leaves items not run, and a
 cost gate fails when the run cost more than its limit."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,12 @@ from scicode_builders import CLOSE, problem, step, write_dataset
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-PROBLEMS = [problem(str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")],
-                                  header=f"def f{k}():")]) for k in range(1, 5)]
+PROBLEMS = [
+    problem(
+        str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")], header=f"def f{k}():")]
+    )
+    for k in range(1, 5)
+]
 TARGETS = {f"{k}.1": [k] for k in range(1, 5)}
 # 1000 prompt and 500 completion tokens at $2 / $10 per million: $0.002 + $0.005 per call
 PRICE, CALL_COST = "2,10", 0.007
@@ -23,10 +28,12 @@ PRICE, CALL_COST = "2,10", 0.007
 
 def right_answer(usage: bool = True):
     """Reply with f<k> returning k (a right answer), with or without token usage."""
+
     def make(body: dict) -> dict:
         k = re.findall(r"def f(\d+)\(\)", json.dumps(body["messages"]))[-1]
         tokens = {"prompt_tokens": 1000, "completion_tokens": 500} if usage else {"prompt_tokens": None}
         return {"text": f"```python\ndef f{k}():\n    return {k}\n```", **tokens}
+
     return make
 
 
@@ -38,24 +45,44 @@ def server():
 
 def scicode_args(pytester, shared_data, server, *extra: str) -> tuple[str, ...]:
     data, h5 = write_dataset(pytester.path, shared_data, targets=TARGETS, problems=PROBLEMS)
-    return ("--bench=scicode", "--bench-split=validation", f"--model-base-url={server.base_url}", "--model-api-key=k",
-            "--bench-mode=naive", f"--bench-data-dir={data}", f"--bench-h5={h5}", "--bench-allow-custom-data",
-            f"--bench-cache-dir={pytester.path / 'cache'}", *extra)
+    return (
+        "--bench=scicode",
+        "--bench-split=validation",
+        f"--model-base-url={server.base_url}",
+        "--model-api-key=k",
+        "--bench-mode=naive",
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        f"--bench-cache-dir={pytester.path / 'cache'}",
+        *extra,
+    )
 
 
 def test_a_priced_model_shows_cost_in_records_summaries_and_report(pytester, bench, shared_data, server):
     for _ in range(4):
         server.reply_with(right_answer())
     (pytester.path / "agentbench.yaml").write_text(
-        "models:\n  - name: m\n    price: {prompt_per_mtok: 2, completion_per_mtok: 10}\n")
+        "models:\n  - name: m\n    price: {prompt_per_mtok: 2, completion_per_mtok: 10}\n"
+    )
     args = scicode_args(pytester, shared_data, server)
     result = bench(*args, "--bench-config=agentbench.yaml", "--bench-run-id=fresh", "--bench-fail-over=cost=1")
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["cost: $0.0280 spent (price $2 / $10 per million prompt / completion tokens); "
-                                 "$0.0070 per solved task (4 solved)*", "PASS --bench-fail-over cost=1: cost = $0.0280 <= $1"])
+    result.stdout.fnmatch_lines(
+        [
+            "cost: $0.0280 spent (price $2 / $10 per million prompt / completion tokens); "
+            "$0.0070 per solved task (4 solved)*",
+            "PASS --bench-fail-over cost=1: cost = $0.0280 <= $1",
+        ]
+    )
     # the same answers replayed from the cache: nothing spent, what they would have cost shown apart
-    replay = bench("--bench-replay", str(pytester.path / "reports/scicode/m/fresh"), "--bench-run-id=replayed",
-                   f"--model-base-url={server.base_url}", f"--bench-cache-dir={pytester.path / 'cache'}")
+    replay = bench(
+        "--bench-replay",
+        str(pytester.path / "reports/scicode/m/fresh"),
+        "--bench-run-id=replayed",
+        f"--model-base-url={server.base_url}",
+        f"--bench-cache-dir={pytester.path / 'cache'}",
+    )
     assert replay.ret == 0, replay.stdout.str()
     fresh, replayed = run_dirs(pytester.path)
     for record in read_jsonl(fresh / "steps.jsonl"):
@@ -83,11 +110,24 @@ def test_a_priced_model_shows_cost_in_records_summaries_and_report(pytester, ben
 def test_the_cost_gate_fails_when_the_run_cost_more(pytester, bench, shared_data, server):
     for _ in range(4):
         server.reply_with(right_answer())
-    result = bench(*scicode_args(pytester, shared_data, server, "--model=m", f"--model-price={PRICE}",
-                                 "--bench-cache=off", "--bench-fail-over=cost=$0.02,cost_per_solved=0.01"))
+    result = bench(
+        *scicode_args(
+            pytester,
+            shared_data,
+            server,
+            "--model=m",
+            f"--model-price={PRICE}",
+            "--bench-cache=off",
+            "--bench-fail-over=cost=$0.02,cost_per_solved=0.01",
+        )
+    )
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["FAIL --bench-fail-over cost=$0.02: cost = $0.0280 > $0.02",
-                                 "PASS --bench-fail-over cost_per_solved=0.01: cost_per_solved = $0.0070 <= $0.01"])
+    result.stdout.fnmatch_lines(
+        [
+            "FAIL --bench-fail-over cost=$0.02: cost = $0.0280 > $0.02",
+            "PASS --bench-fail-over cost_per_solved=0.01: cost_per_solved = $0.0070 <= $0.01",
+        ]
+    )
     gates = json.loads((run_dirs(pytester.path)[0] / "summary.json").read_text())["gates"]
     assert [g["ok"] for g in gates] == [False, True]
 
@@ -95,12 +135,24 @@ def test_the_cost_gate_fails_when_the_run_cost_more(pytester, bench, shared_data
 def test_an_endpoint_without_usage_leaves_the_cost_unknown(pytester, bench, shared_data, server):
     for _ in range(4):
         server.reply_with(right_answer(usage=False))
-    result = bench(*scicode_args(pytester, shared_data, server, "--model=m", f"--model-price={PRICE}",
-                                 "--bench-cache=off", "--bench-fail-over=cost=100"))
+    result = bench(
+        *scicode_args(
+            pytester,
+            shared_data,
+            server,
+            "--model=m",
+            f"--model-price={PRICE}",
+            "--bench-cache=off",
+            "--bench-fail-over=cost=100",
+        )
+    )
     assert result.ret == 1  # the gate cannot hold on an unknown cost
-    result.stdout.fnmatch_lines(["cost: unknown spent*unknown for 4 item(s): 4 model replies reported no token usage",
-                                 "FAIL --bench-fail-over cost=100: cost is unknown: some model replies reported no "
-                                 "token usage"])
+    result.stdout.fnmatch_lines(
+        [
+            "cost: unknown spent*unknown for 4 item(s): 4 model replies reported no token usage",
+            "FAIL --bench-fail-over cost=100: cost is unknown: some model replies reported no token usage",
+        ]
+    )
     run_dir = run_dirs(pytester.path)[0]
     for record in read_jsonl(run_dir / "steps.jsonl"):
         assert record["status"] == "pass"
@@ -112,8 +164,17 @@ def test_an_endpoint_without_usage_leaves_the_cost_unknown(pytester, bench, shar
 def test_a_run_budget_leaves_items_not_run(pytester, bench, shared_data, server):
     for _ in range(4):
         server.reply_with(right_answer())
-    result = bench(*scicode_args(pytester, shared_data, server, "--model=m", f"--model-price={PRICE}",
-                                 "--bench-cache=off", "--bench-max-cost=0.01"))
+    result = bench(
+        *scicode_args(
+            pytester,
+            shared_data,
+            server,
+            "--model=m",
+            f"--model-price={PRICE}",
+            "--bench-cache=off",
+            "--bench-max-cost=0.01",
+        )
+    )
     assert result.ret == 1  # an incomplete run that ended normally
     assert len(server.requests) == 2  # $0.007, then $0.014: spent, no third item started
     run_dir = run_dirs(pytester.path)[0]
@@ -122,10 +183,16 @@ def test_a_run_budget_leaves_items_not_run(pytester, bench, shared_data, server)
     assert summary["complete"] is False and summary["incomplete"]["items"] == ["3.1", "4.1"]
     assert summary["counts"] == {"pass": 2, "not_run": 2}
     assert summary["cost"]["total_usd"] == pytest.approx(2 * CALL_COST) and summary["cost"]["max_cost"] == 0.01
-    result.stdout.fnmatch_lines(["incomplete: 2 of 4 items not run: 3.1, 4.1",
-                                 "run budget spent: $0.0140 of --bench-max-cost=$0.01; no new item started"])
-    assert "run budget spent: $0.0140 of --bench-max-cost=$0.01; no new item started" in \
-        (run_dir / "summary.md").read_text()
+    result.stdout.fnmatch_lines(
+        [
+            "incomplete: 2 of 4 items not run: 3.1, 4.1",
+            "run budget spent: $0.0140 of --bench-max-cost=$0.01; no new item started",
+        ]
+    )
+    assert (
+        "run budget spent: $0.0140 of --bench-max-cost=$0.01; no new item started"
+        in (run_dir / "summary.md").read_text()
+    )
 
 
 def test_a_budget_needs_a_price_and_a_price_is_checked(pytester, bench, shared_data, server):
@@ -139,17 +206,29 @@ def test_a_budget_needs_a_price_and_a_price_is_checked(pytester, bench, shared_d
     (pytester.path / "agentbench.yaml").write_text("models:\n  - name: m\n    price: {prompt_per_mtok: 2}\n")
     in_file = bench(*args, "--bench-config=agentbench.yaml")
     assert in_file.ret == 4
-    in_file.stderr.fnmatch_lines(["*file agentbench.yaml:3 '{\"prompt_per_mtok\": 2}' is not a price: it needs "
-                                  "exactly the keys prompt_per_mtok and completion_per_mtok*"])
+    in_file.stderr.fnmatch_lines(
+        [
+            "*file agentbench.yaml:3 '{\"prompt_per_mtok\": 2}' is not a price: it needs "
+            "exactly the keys prompt_per_mtok and completion_per_mtok*"
+        ]
+    )
     assert not server.requests
 
 
 def test_a_per_item_budget_stops_the_scicode_harness(pytester, bench, shared_data, server):
     for _ in range(4):  # each step's first reply asks for a tool call ($0.007): its budget is then spent
-        server.reply(tool_calls=[("code_interpreter", {"code": "print(1)"})], prompt_tokens=1000,
-                     completion_tokens=500)
-    args = scicode_args(pytester, shared_data, server, "--model=m", f"--model-price={PRICE}", "--bench-cache=off",
-                        "--bench-max-cost-per-item=0.005", "--bench-max-errors=0", "--bench-ids=1,2")
+        server.reply(tool_calls=[("code_interpreter", {"code": "print(1)"})], prompt_tokens=1000, completion_tokens=500)
+    args = scicode_args(
+        pytester,
+        shared_data,
+        server,
+        "--model=m",
+        f"--model-price={PRICE}",
+        "--bench-cache=off",
+        "--bench-max-cost-per-item=0.005",
+        "--bench-max-errors=0",
+        "--bench-ids=1,2",
+    )
     result = bench(*[a for a in args if a != "--bench-mode=naive"], "--bench-mode=tool_use")
     assert result.ret == 0, result.stdout.str()  # the error gate holds: budget is a verdict, not an error
     assert len(server.requests) == 2
@@ -160,16 +239,35 @@ def test_a_per_item_budget_stops_the_scicode_harness(pytester, bench, shared_dat
 
 
 def test_a_run_budget_holds_across_workers(pytester, bench, shared_data, server):
-    problems = [problem(str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")],
-                                      header=f"def f{k}():")]) for k in range(1, 9)]
-    data, h5 = write_dataset(pytester.path, shared_data, targets={f"{k}.1": [k] for k in range(1, 9)},
-                             problems=problems)
+    problems = [
+        problem(
+            str(k),
+            [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")], header=f"def f{k}():")],
+        )
+        for k in range(1, 9)
+    ]
+    data, h5 = write_dataset(
+        pytester.path, shared_data, targets={f"{k}.1": [k] for k in range(1, 9)}, problems=problems
+    )
     for _ in range(8):
         server.reply_with(right_answer())
-    result = bench("--bench=scicode", "--bench-split=validation", "--model=m", f"--model-base-url={server.base_url}",
-                   "--model-api-key=k", "--bench-mode=naive", f"--bench-data-dir={data}", f"--bench-h5={h5}",
-                   "--bench-allow-custom-data", "--bench-cache=off", f"--model-price={PRICE}", "--bench-max-cost=0.01",
-                   "-n", "2", subprocess=True)
+    result = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=m",
+        f"--model-base-url={server.base_url}",
+        "--model-api-key=k",
+        "--bench-mode=naive",
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        "--bench-cache=off",
+        f"--model-price={PRICE}",
+        "--bench-max-cost=0.01",
+        "-n",
+        "2",
+        subprocess=True,
+    )
     assert result.ret == 1, result.stdout.str()
     run_dir = run_dirs(pytester.path)[0]
     ran = read_jsonl(run_dir / "steps.jsonl")

@@ -2,6 +2,7 @@
 owns the xdist wiring on the controller and one on each worker (registered only there), the worker input is one
 typed handshake built and read in one place each, the role is decided once, and the plugins leave the plugin
 manager at unconfigure."""
+
 from __future__ import annotations
 
 import json
@@ -10,13 +11,14 @@ from pathlib import Path
 import execnet
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
 from pytest_agentbench.pytest_plugin.handshake import HandshakeError, RemoteInput, WorkerInput
+
+from bench_runs import read_jsonl, run_dirs
 
 # What a conftest sees in each process: the role, the plugins of pytest-agentbench that implement xdist's
 # wiring hooks (the controller's hooks; a worker must have none), the distribution plugins by name, what the
 # worker's controller sent, and at the very end of the session which distribution plugins are still registered.
-SEEING_CONFTEST = '''
+SEEING_CONFTEST = """
 
 import json, os
 import pytest
@@ -61,15 +63,16 @@ def pytest_sessionstart(session):
 def pytest_unconfigure(config):
     write(config, "end", sorted(n for n, _ in config.pluginmanager.list_name_plugin()
                                 if n and n.startswith(DISTRIBUTION)))
-'''
+"""
 
 
 def seen(folder: Path) -> dict[str, object]:
     return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
 
 
-def test_one_plugin_owns_the_xdist_wiring_on_the_controller_and_one_is_on_each_worker(pytester, tiny, tmp_path,
-                                                                                       monkeypatch):
+def test_one_plugin_owns_the_xdist_wiring_on_the_controller_and_one_is_on_each_worker(
+    pytester, tiny, tmp_path, monkeypatch
+):
     folder = tmp_path / "seen"
     folder.mkdir()
     monkeypatch.setenv("SEEN_DIR", str(folder))
@@ -91,7 +94,11 @@ def test_one_plugin_owns_the_xdist_wiring_on_the_controller_and_one_is_on_each_w
     # every wiring hook pytest-agentbench implements is that one plugin's
     assert list(controller["wiring"]) == ["agentbench-distribution-controller"], controller["wiring"]
     assert sorted(controller["wiring"]["agentbench-distribution-controller"]) == [
-        "pytest_configure_node", "pytest_handlecrashitem", "pytest_xdist_make_scheduler", "pytest_xdist_newgateway"]
+        "pytest_configure_node",
+        "pytest_handlecrashitem",
+        "pytest_xdist_make_scheduler",
+        "pytest_xdist_newgateway",
+    ]
     assert controller["handshake"] is None
     for worker in ("gw0", "gw1"):
         start = found[f"{worker}-start"]
@@ -114,12 +121,18 @@ class MadeWorker:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_cmdline_main(self, config: pytest.Config) -> None:
-        config.workerinput = {"workerid": "gw7", "workercount": 1, "testrunuid": "made", "mainargv": ["pytest"],
-                              **self.sent}
+        config.workerinput = {
+            "workerid": "gw7",
+            "workercount": 1,
+            "testrunuid": "made",
+            "mainargv": ["pytest"],
+            **self.sent,
+        }
 
 
-def test_a_workers_plugin_reads_the_handshake_and_is_unregistered_at_unconfigure(pytester, shared_data, tmp_path,
-                                                                                monkeypatch):
+def test_a_workers_plugin_reads_the_handshake_and_is_unregistered_at_unconfigure(
+    pytester, shared_data, tmp_path, monkeypatch
+):
     folder = tmp_path / "seen"
     folder.mkdir()
     monkeypatch.setenv("SEEN_DIR", str(folder))
@@ -127,8 +140,17 @@ def test_a_workers_plugin_reads_the_handshake_and_is_unregistered_at_unconfigure
     monkeypatch.setenv("AGENTBENCH_OFFLINE", "1")
     pytester.makeconftest(SEEING_CONFTEST)
     sent = WorkerInput(run_dir=tmp_path / "the-controllers-run", only_bench=True).to_workerinput()
-    result = pytester.runpytest("-p", "no:cacheprovider", "--bench=scicode", "--bench-split=validation",
-                                "--model=oracle", "--bench-ids=3", "--collect-only", "-q", plugins=[MadeWorker(sent)])
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=oracle",
+        "--bench-ids=3",
+        "--collect-only",
+        "-q",
+        plugins=[MadeWorker(sent)],
+    )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
     found = seen(folder)
     assert sorted(found) == ["gw7-end", "gw7-start"]
@@ -138,8 +160,9 @@ def test_a_workers_plugin_reads_the_handshake_and_is_unregistered_at_unconfigure
     assert found["gw7-end"] == []
 
 
-def test_without_xdist_the_process_is_alone_and_no_distribution_plugin_is_registered(pytester, tiny, tmp_path,
-                                                                                      monkeypatch):
+def test_without_xdist_the_process_is_alone_and_no_distribution_plugin_is_registered(
+    pytester, tiny, tmp_path, monkeypatch
+):
     folder = tmp_path / "seen"
     folder.mkdir()
     monkeypatch.setenv("SEEN_DIR", str(folder))
@@ -153,11 +176,11 @@ def test_without_xdist_the_process_is_alone_and_no_distribution_plugin_is_regist
     assert found["controller-start"]["distribution"] == [] and found["controller-start"]["wiring"] == {}
 
 
-BOGUS_KEY_CONFTEST = '''
+BOGUS_KEY_CONFTEST = """
 
 def pytest_configure_node(node):
     node.workerinput["agentbench_from_the_future"] = 1  # as a controller of another release would
-'''
+"""
 
 
 def test_a_worker_refuses_worker_input_it_does_not_know_naming_the_key(pytester, tiny):
@@ -171,12 +194,21 @@ def test_a_worker_refuses_worker_input_it_does_not_know_naming_the_key(pytester,
 
 # ---- the handshake itself
 
+
 def full_input(heartbeat: object = None) -> WorkerInput:
-    return WorkerInput(run_dir=Path("/reports/scicode/m/run-1"), only_bench=False,
-                       model_run_dirs={"a": Path("/reports/scicode/a/both"), "b": Path("/reports/scicode/b/both")},
-                       resumed=json.dumps([{"id": "1.1", "task": "1", "status": "pass"}]),
-                       remote=RemoteInput(settings={"bench": "scicode", "model_api_key": "sk-x", "ids": ["1.1"]},
-                                          host="cpu-b (node7)", gpus=1, host_timeout=40.0, heartbeat=heartbeat))
+    return WorkerInput(
+        run_dir=Path("/reports/scicode/m/run-1"),
+        only_bench=False,
+        model_run_dirs={"a": Path("/reports/scicode/a/both"), "b": Path("/reports/scicode/b/both")},
+        resumed=json.dumps([{"id": "1.1", "task": "1", "status": "pass"}]),
+        remote=RemoteInput(
+            settings={"bench": "scicode", "model_api_key": "sk-x", "ids": ["1.1"]},
+            host="cpu-b (node7)",
+            gpus=1,
+            host_timeout=40.0,
+            heartbeat=heartbeat,
+        ),
+    )
 
 
 def xdist_input(ours: dict) -> dict:
@@ -185,10 +217,14 @@ def xdist_input(ours: dict) -> dict:
     return execnet.loads(execnet.dumps(sent))
 
 
-@pytest.mark.parametrize("handshake", [
-    full_input(),
-    WorkerInput(run_dir=Path("reports/scicode/m/run-2"), only_bench=True),
-], ids=["everything", "the-least"])
+@pytest.mark.parametrize(
+    "handshake",
+    [
+        full_input(),
+        WorkerInput(run_dir=Path("reports/scicode/m/run-2"), only_bench=True),
+    ],
+    ids=["everything", "the-least"],
+)
 def test_the_worker_input_reads_back_as_it_was_built(handshake):
     read = WorkerInput.from_workerinput(xdist_input(handshake.to_workerinput()))
     assert read == handshake
@@ -196,7 +232,9 @@ def test_the_worker_input_reads_back_as_it_was_built(handshake):
 
 def test_the_worker_input_carries_each_part_only_when_there_is_one():
     assert sorted(WorkerInput(run_dir=Path("r"), only_bench=True).to_workerinput()) == [
-        "agentbench_only_bench", "agentbench_run_dir"]
+        "agentbench_only_bench",
+        "agentbench_run_dir",
+    ]
     channel = object()  # execnet passes a channel by reference: it travels as itself
     built = full_input(heartbeat=channel).to_workerinput()
     assert built["agentbench_heartbeat"] is channel
@@ -210,12 +248,16 @@ def test_a_controller_that_sends_nothing_of_ours_is_no_handshake():
     assert WorkerInput.from_workerinput(xdist_input({})) is None
 
 
-@pytest.mark.parametrize("change, named", [
-    (lambda wi: wi.update(agentbench_from_the_future=1), "'agentbench_from_the_future', which this worker"),
-    (lambda wi: wi.pop("agentbench_only_bench"), "lacks 'agentbench_only_bench'"),
-    (lambda wi: wi["agentbench_remote"].pop("host_timeout"), "without 'host_timeout'"),
-    (lambda wi: wi.pop("agentbench_remote"), "'agentbench_heartbeat' without 'agentbench_remote'"),
-], ids=["unknown-key", "missing-key", "missing-remote-field", "heartbeat-alone"])
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (lambda wi: wi.update(agentbench_from_the_future=1), "'agentbench_from_the_future', which this worker"),
+        (lambda wi: wi.pop("agentbench_only_bench"), "lacks 'agentbench_only_bench'"),
+        (lambda wi: wi["agentbench_remote"].pop("host_timeout"), "without 'host_timeout'"),
+        (lambda wi: wi.pop("agentbench_remote"), "'agentbench_heartbeat' without 'agentbench_remote'"),
+    ],
+    ids=["unknown-key", "missing-key", "missing-remote-field", "heartbeat-alone"],
+)
 def test_worker_input_it_cannot_read_is_an_error_naming_the_key(change, named):
     sent = full_input(heartbeat="a channel").to_workerinput()
     change(sent)

@@ -4,6 +4,7 @@
 exists, each relative link reaches a file (and a heading, when it names an anchor), every page is reachable
 from the README, docs/options.md lists exactly the options ``pytest --help`` shows, and the README stays a
 ten-minute read (issue 22)."""
+
 from __future__ import annotations
 
 import os
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from bench_runs import REPO
 
 README_MAX_BYTES = 12 * 1024
@@ -66,16 +68,29 @@ def usage_commands(usage: str) -> set[str]:
 def pytest_help(tmp_path_factory) -> str:
     """``pytest --help`` as a user runs it (the plugin loads through its entry point), once."""
     where = tmp_path_factory.mktemp("help")
-    done = subprocess.run([sys.executable, "-m", "pytest", "--help"], cwd=where, check=False,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "100"})
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help"],
+        cwd=where,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "100"},
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout
 
 
 @pytest.fixture(scope="session")
 def command_usage(tmp_path_factory) -> str:
-    done = subprocess.run([sys.executable, "-m", "pytest_agentbench", "--help"], capture_output=True, text=True,
-                          check=False, timeout=300, cwd=tmp_path_factory.mktemp("usage"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_agentbench", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        cwd=tmp_path_factory.mktemp("usage"),
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done.stdout
 
@@ -115,8 +130,11 @@ def repository_paths_named(text: str, repo: Path) -> set[str]:
 def pytest_command_options(text: str) -> set[str]:
     """The long options of the pytest command lines a page shows (``pytest ...``, ``python -m pytest ...``, with
     ``VAR=value`` before them), in code blocks and code spans; comments after `` #`` left out."""
-    lines = [line for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
-             for line in block.replace("\\\n", " ").splitlines()]
+    lines = [
+        line
+        for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
+        for line in block.replace("\\\n", " ").splitlines()
+    ]
     lines += re.findall(r"`([^`\n]+)`", FENCE.sub("", text))
     found: set[str] = set()
     for line in lines:
@@ -126,23 +144,36 @@ def pytest_command_options(text: str) -> set[str]:
     return found
 
 
-def page_problems(page: Path, options: set[str], ini_keys: set[str], commands: set[str],
-                  repo: Path = REPO, pytest_options: set[str] | None = None) -> list[str]:
+def page_problems(
+    page: Path,
+    options: set[str],
+    ini_keys: set[str],
+    commands: set[str],
+    repo: Path = REPO,
+    pytest_options: set[str] | None = None,
+) -> list[str]:
     """Every name on ``page`` that does not exist, and every relative link that leads nowhere. With
     ``pytest_options`` (every long option ``pytest --help`` names), the pytest command lines' options too."""
     text = page.read_text(encoding="utf-8")
     problems = [f"{page.name}: option {o} is not in pytest --help" for o in sorted(set(OPTION.findall(text)) - options)]
     if pytest_options is not None:
-        problems += [f"{page.name}: a pytest command line gives {o}, which pytest --help does not list"
-                     for o in sorted(pytest_command_options(text) - pytest_options - set(OPTION.findall(text)))]
-    problems += [f"{page.name}: ini key {k} is not in pytest --help"
-                 for k in sorted(set(INI_KEY.findall(text)) - ini_keys)]
+        problems += [
+            f"{page.name}: a pytest command line gives {o}, which pytest --help does not list"
+            for o in sorted(pytest_command_options(text) - pytest_options - set(OPTION.findall(text)))
+        ]
+    problems += [
+        f"{page.name}: ini key {k} is not in pytest --help" for k in sorted(set(INI_KEY.findall(text)) - ini_keys)
+    ]
     named = {c for found in COMMAND.findall(text) for c in found.split("|") if c}
-    problems += [f"{page.name}: `python -m pytest_agentbench {c}` is not a command of its usage"
-                 for c in sorted(named - commands)]
-    problems += [f"{page.name}: {path} is not a file or folder of the repository"
-                 for path in sorted(repository_paths_named(text, repo))
-                 if not ((repo / path).exists() or (repo / "pytest_agentbench" / path).exists())]
+    problems += [
+        f"{page.name}: `python -m pytest_agentbench {c}` is not a command of its usage"
+        for c in sorted(named - commands)
+    ]
+    problems += [
+        f"{page.name}: {path} is not a file or folder of the repository"
+        for path in sorted(repository_paths_named(text, repo))
+        if not ((repo / path).exists() or (repo / "pytest_agentbench" / path).exists())
+    ]
     for target in LINK.findall(FENCE.sub("", text)):
         if re.match(r"[a-z]+:", target):  # https:, mailto: ... (not checked: no network in tests)
             continue
@@ -175,10 +206,11 @@ def options_page_problems(page: Path, options: set[str], environment: set[str] =
     an option reads."""
     text = page.read_text(encoding="utf-8")
     listed = set(OPTION.findall(text))
-    return ([f"{page.name} does not list {o}" for o in sorted(options - listed)]
-            + [f"{page.name} lists {o}, which pytest --help does not" for o in sorted(listed - options)]
-            + [f"{page.name} does not name {v}" for v in sorted(environment)
-               if not re.search(re.escape(v) + r"\b", text)])
+    return (
+        [f"{page.name} does not list {o}" for o in sorted(options - listed)]
+        + [f"{page.name} lists {o}, which pytest --help does not" for o in sorted(listed - options)]
+        + [f"{page.name} does not name {v}" for v in sorted(environment) if not re.search(re.escape(v) + r"\b", text)]
+    )
 
 
 # ---------------------------------------------------------------- the repository's pages
@@ -191,8 +223,12 @@ def doc_pages() -> list[Path]:
 @pytest.mark.parametrize("page", doc_pages(), ids=lambda p: p.name)
 def test_a_page_names_only_options_commands_and_files_that_exist(page, pytest_help, command_usage):
     options, ini_keys = help_options(pytest_help)
-    assert page_problems(page, options, ini_keys, usage_commands(command_usage),
-                         pytest_options=help_long_options(pytest_help)) == []
+    assert (
+        page_problems(
+            page, options, ini_keys, usage_commands(command_usage), pytest_options=help_long_options(pytest_help)
+        )
+        == []
+    )
 
 
 def test_the_options_page_lists_every_option_and_variable_of_pytest_help(pytest_help):
@@ -230,9 +266,11 @@ def test_the_checker_names_what_a_fabricated_page_gets_wrong(tmp_path, pytest_he
         "    --maxfial=2  # --not-an-option in a comment\ndocker run --rm image\n```\n\n"
         "Or `python -m pytest --junit-xml=out.xml --colour=yes`.\n\n"
         "[ok](docs/real.md#comparing-runs), [here](#use-it), [gone](docs/missing.md), "
-        "[bad anchor](docs/real.md#no-such-heading), [web](https://example.org/x)\n")
-    assert page_problems(page, options, ini_keys, usage_commands(command_usage),
-                         pytest_options=help_long_options(pytest_help)) == [
+        "[bad anchor](docs/real.md#no-such-heading), [web](https://example.org/x)\n"
+    )
+    assert page_problems(
+        page, options, ini_keys, usage_commands(command_usage), pytest_options=help_long_options(pytest_help)
+    ) == [
         "README.md: option --bench-no-such-option is not in pytest --help",
         "README.md: option --model-made-up is not in pytest --help",
         "README.md: a pytest command line gives --colour, which pytest --help does not list",
@@ -253,5 +291,8 @@ def test_the_options_check_fails_both_ways(tmp_path, pytest_help):
     page = tmp_path / "options.md"
     page.write_text("\n".join(f"`{o}`" for o in sorted(options - {"--bench-timeout"})) + "\n`--bench-gone`\n")
     assert options_page_problems(page, options, {"$OPENAI_API_KEY", "$AGENTBENCH_DATA_DIR"}) == [
-        "options.md does not list --bench-timeout", "options.md lists --bench-gone, which pytest --help does not",
-        "options.md does not name $AGENTBENCH_DATA_DIR", "options.md does not name $OPENAI_API_KEY"]
+        "options.md does not list --bench-timeout",
+        "options.md lists --bench-gone, which pytest --help does not",
+        "options.md does not name $AGENTBENCH_DATA_DIR",
+        "options.md does not name $OPENAI_API_KEY",
+    ]

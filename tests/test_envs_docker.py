@@ -1,5 +1,6 @@
 """The Docker environment against the environment contract, container clean-up, and SciCode's
 code_interpreter giving the same results in Docker as on the host."""
+
 from __future__ import annotations
 
 import os
@@ -7,12 +8,13 @@ import socket
 
 import pytest
 
-import envs_contract as contract
-from capabilities import needs
-from capsule_factory import STAGED_BY_LABEL, labelled_containers
 from pytest_agentbench.envs import EnvError, EnvSkip
 from pytest_agentbench.envs.docker import DockerFactory, remove_stale_containers
 from pytest_agentbench.envs.host import HostFactory
+
+import envs_contract as contract
+from capabilities import needs
+from capsule_factory import STAGED_BY_LABEL, labelled_containers
 
 pytestmark = pytest.mark.docker
 
@@ -47,7 +49,7 @@ def test_timeout_and_flood(factory, workspace):
 
 def test_container_removed_when_the_body_raises(factory, workspace):
     with pytest.raises(RuntimeError, match="boom"):
-        with factory.start(workspace) as env:
+        with factory.start(workspace):
             assert len(labelled_containers()) == 1
             raise RuntimeError("boom")
     assert labelled_containers() == []
@@ -55,12 +57,25 @@ def test_container_removed_when_the_body_raises(factory, workspace):
 
 def test_stale_container_of_a_dead_worker_is_removed(factory, workspace):
     client = factory.client()
-    dead = client.containers.run(needs("docker"), ["sleep", "300"], detach=True, network_mode="none",
-                                 labels={"agentbench": "1", "agentbench.host": socket.gethostname(),
-                                         "agentbench.pid": "999999999", STAGED_BY_LABEL: str(os.getpid())})
-    alive = client.containers.run(needs("docker"), ["sleep", "300"], detach=True, network_mode="none",
-                                  labels={"agentbench": "1", "agentbench.host": socket.gethostname(),
-                                          "agentbench.pid": str(os.getpid())})
+    dead = client.containers.run(
+        needs("docker"),
+        ["sleep", "300"],
+        detach=True,
+        network_mode="none",
+        labels={
+            "agentbench": "1",
+            "agentbench.host": socket.gethostname(),
+            "agentbench.pid": "999999999",
+            STAGED_BY_LABEL: str(os.getpid()),
+        },
+    )
+    alive = client.containers.run(
+        needs("docker"),
+        ["sleep", "300"],
+        detach=True,
+        network_mode="none",
+        labels={"agentbench": "1", "agentbench.host": socket.gethostname(), "agentbench.pid": str(os.getpid())},
+    )
     try:
         assert remove_stale_containers(client) == [dead.id]
         assert [c.id for c in labelled_containers()] == [alive.id]
@@ -96,8 +111,11 @@ def test_scicode_code_interpreter_same_in_docker_as_on_host(factory, tmp_path):
 
 def tiny_pdf() -> bytes:
     """A valid one-page PDF (an empty 72x72 pt page), offsets computed."""
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 72 72] >>"]
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 72 72] >>",
+    ]
     out, offsets = bytearray(b"%PDF-1.4\n"), []
     for number, body in enumerate(objects, 1):
         offsets.append(len(out))

@@ -1,4 +1,5 @@
 """The host environment against the environment contract, plus its own clean-up."""
+
 from __future__ import annotations
 
 import os
@@ -11,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-import envs_contract as contract
-from capabilities import needs
 from pytest_agentbench.envs import EnvError, EnvSkip
 from pytest_agentbench.envs.host import HostFactory
 from pytest_agentbench.sandbox.isolation import NO_ISOLATION
+
+import envs_contract as contract
+from capabilities import needs
 
 ROOT = "/workspace/core-bench"  # a workspace root this machine does not have
 
@@ -72,6 +74,7 @@ def test_bad_timeout_is_refused(workspace):
 
 
 # ---------------------------------------------------------------- the workspace at a root path (isolated)
+
 
 @pytest.mark.isolation
 def test_commands_work_at_the_requested_root(isolated, workspace):
@@ -137,13 +140,23 @@ def test_the_host_folder_is_seen_only_at_the_root(isolated, outside_tmp):
     (space / "mine.txt").write_text("x")
     (outside_tmp / "beside.txt").write_text("beside\n")
     with HostFactory(isolation=isolated).start(space, workdir=ROOT) as env:
-        looks = (f"ls -A {space} | wc -l; cat {space}/mine.txt 2>/dev/null || echo unseen; "
-                 f"touch {space}/w 2>/dev/null || echo refused; cat {outside_tmp}/beside.txt 2>/dev/null || echo unseen; "
-                 f"touch {outside_tmp}/w 2>/dev/null || echo refused; touch /workspace/w 2>/dev/null || echo refused; "
-                 f"touch /w 2>/dev/null || echo refused; cat mine.txt")
+        looks = (
+            f"ls -A {space} | wc -l; cat {space}/mine.txt 2>/dev/null || echo unseen; "
+            f"touch {space}/w 2>/dev/null || echo refused; cat {outside_tmp}/beside.txt 2>/dev/null || echo unseen; "
+            f"touch {outside_tmp}/w 2>/dev/null || echo refused; touch /workspace/w 2>/dev/null || echo refused; "
+            f"touch /w 2>/dev/null || echo refused; cat mine.txt"
+        )
         # (beside.txt: a data folder of the machine is not in the sandbox at all, see sandbox.isolation.SYSTEM_TOPS)
-        assert env.run(looks, 30).stdout.split() == ["0", "unseen", "refused", "unseen", "refused", "refused",
-                                                     "refused", "x"]
+        assert env.run(looks, 30).stdout.split() == [
+            "0",
+            "unseen",
+            "refused",
+            "unseen",
+            "refused",
+            "refused",
+            "refused",
+            "x",
+        ]
         with pytest.raises(PermissionError, match="cannot be read from outside"):
             env.read_file(f"{space}/mine.txt")  # the controller reads what the sandbox would see: nothing
     assert sorted(p.name for p in outside_tmp.iterdir()) == ["beside.txt"]  # the workspace gone, nothing added
@@ -175,8 +188,11 @@ def test_links_the_agent_plants_are_followed_as_in_the_sandbox(isolated, tmp_pat
     target = outside_tmp / "outside.txt"
     target.write_text("controller's file")
     with HostFactory(isolation=isolated, hidden=[str(secret)]).start(space, workdir=ROOT) as env:
-        env.run(f"echo inside > real.txt; ln -s {ROOT}/real.txt abs; ln -s ../../../..{ROOT}/real.txt rel; "
-                f"ln -s {target} out; ln -s {secret}/answers.json answers; ln -s /proc/self/environ environ", 30)
+        env.run(
+            f"echo inside > real.txt; ln -s {ROOT}/real.txt abs; ln -s ../../../..{ROOT}/real.txt rel; "
+            f"ln -s {target} out; ln -s {secret}/answers.json answers; ln -s /proc/self/environ environ",
+            30,
+        )
         assert env.read_file("abs") == env.read_file("rel") == b"inside\n"  # resolved at the root, not on the host
         env.write_file("abs", "rewritten")
         assert (space / "real.txt").read_text() == "rewritten"
@@ -216,18 +232,28 @@ def resolved(cli=None, ini=None, env=None):
     from pytest_agentbench.envs import ENV_OPTIONS
     from pytest_agentbench.sandbox.options import SANDBOX_OPTIONS
 
-    return resolve((*ENV_OPTIONS, *SANDBOX_OPTIONS),
-                   Sources(cli=cli or {}, ini=ini or {}, env=env or {}, invocation_dir=Path.cwd(), rootdir=Path.cwd()))
+    return resolve(
+        (*ENV_OPTIONS, *SANDBOX_OPTIONS),
+        Sources(cli=cli or {}, ini=ini or {}, env=env or {}, invocation_dir=Path.cwd(), rootdir=Path.cwd()),
+    )
 
 
 def test_settings_select_the_factory_and_its_tool_limits():
     from pytest_agentbench.envs import build_env, env_settings
     from pytest_agentbench.envs.docker import DockerFactory
 
-    host = build_env(resolved(cli={"executor": "subprocess", "memory_limit": "1.5"},
-                              ini={"keep_workspaces": "true", "env_memory": "2g"}))
+    host = build_env(
+        resolved(
+            cli={"executor": "subprocess", "memory_limit": "1.5"}, ini={"keep_workspaces": "true", "env_memory": "2g"}
+        )
+    )
     assert isinstance(host, HostFactory)
-    assert (host.executor, host.python_memory, host.keep_workspaces, host.memory) == ("subprocess", 3 << 29, True, 2 << 30)
+    assert (host.executor, host.python_memory, host.keep_workspaces, host.memory) == (
+        "subprocess",
+        3 << 29,
+        True,
+        2 << 30,
+    )
     assert host.run_python("print(7)", 10) == {"status": "ok", "exit_code": 0, "stdout": "7\n", "stderr": ""}
     docker = build_env(resolved(ini={"env": "docker", "docker_network": "none"}))
     assert isinstance(docker, DockerFactory) and docker.network == "none" and docker.memory == 8 << 30
@@ -251,8 +277,9 @@ def test_the_agents_file_tools_read_only_what_its_commands_could(isolated, works
     """read_file (and view_image, which uses it) runs in the controller, perhaps as root: it must not reach
     what the agent's own commands cannot: folders outside the sandbox's view, files uid 65534 cannot read."""
     project_file = Path(__file__).resolve().parents[1] / "pyproject.toml"  # a folder of the machine, not a system one
-    unreadable = next((p for p in ("/etc/shadow", "/etc/gshadow") if os.path.exists(p)
-                       and not os.stat(p).st_mode & 0o004), None)
+    unreadable = next(
+        (p for p in ("/etc/shadow", "/etc/gshadow") if os.path.exists(p) and not os.stat(p).st_mode & 0o004), None
+    )
     with HostFactory(isolation=isolated).start(workspace, workdir=workdir) as env:
         assert env.read_file("/etc/hostname") == Path("/etc/hostname").read_bytes()  # a system folder: as seen
         assert env.run(f"cat {project_file} 2>/dev/null || echo unseen", 30).stdout.split() == ["unseen"]
@@ -291,6 +318,7 @@ def test_temporary_files_and_shared_memory_work_for_the_agent(workspace):
     with HostFactory(isolation=needs("bwrap")).start(workspace) as env:
         made = env.run('f=$(mktemp) && echo ok > "$f" && cat "$f"', 30)
         assert made.stdout.strip() == "ok", made
-        pool = env.run(f"{sys.executable} -c 'import multiprocessing as m; print(sum(m.Pool(2).map(abs, [-1, -2])))'",
-                       60)
+        pool = env.run(
+            f"{sys.executable} -c 'import multiprocessing as m; print(sum(m.Pool(2).map(abs, [-1, -2])))'", 60
+        )
         assert pool.stdout.strip() == "3", pool

@@ -4,6 +4,7 @@ The model configuration is checked once at session start (one usage error, exit 
 well within 10 s): a missing key, a refused key, a dead endpoint, an unknown model; a run stops after
 N model errors in a row with complete reports; the oracle narrows SciCode to the validation split.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,13 @@ import time
 
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.core.options import Settings
 from pytest_agentbench.models.preflight import preflight, skip_reason
 from pytest_agentbench.pytest_plugin.run import Streak
+
+from bench_runs import read_jsonl, run_dirs
+from fake_openai import FakeOpenAI
 
 ONE_STEP = ["--bench=scicode", "--bench-split=validation", "--bench-ids=1.1", "--bench-mode=naive"]
 
@@ -35,9 +37,19 @@ def server():
 
 
 def opts(**values) -> Settings:
-    base = {"model": "gpt-x", "model_base_url": None, "model_api_key": "k", "model_protocol": "chat",
-            "model_params": None, "model_timeout": 600.0, "model_max_retries": 6, "model_retry_delay": 1.0,
-            "cache_dir": "/nonexistent-cache", "cache": "rw", "model_preflight": "on"}
+    base = {
+        "model": "gpt-x",
+        "model_base_url": None,
+        "model_api_key": "k",
+        "model_protocol": "chat",
+        "model_params": None,
+        "model_timeout": 600.0,
+        "model_max_retries": 6,
+        "model_retry_delay": 1.0,
+        "cache_dir": "/nonexistent-cache",
+        "cache": "rw",
+        "model_preflight": "on",
+    }
     return Settings({**base, **values})
 
 
@@ -52,7 +64,8 @@ def refused(**values) -> str:
 
 def test_missing_api_key_for_the_default_endpoint():
     assert refused(model_api_key=None).startswith(
-        "no API key for https://api.openai.com/v1: pass --model-api-key or set OPENAI_API_KEY")
+        "no API key for https://api.openai.com/v1: pass --model-api-key or set OPENAI_API_KEY"
+    )
 
 
 def test_key_refused_by_the_server(server):
@@ -81,8 +94,10 @@ def test_unknown_model_of_a_server_that_does_not_list(server, protocol):
     server.known_models = ["llama-3"]
     error = refused(model_base_url=server.base_url, model_protocol=protocol)
     assert "answered HTTP 404 to a 1-token request for model 'gpt-x'" in error
-    assert [p["path"] for p in server.preflights] == ["/v1/models", "/v1/" + ("chat/completions" if protocol == "chat"
-                                                                              else "responses")]
+    assert [p["path"] for p in server.preflights] == [
+        "/v1/models",
+        "/v1/" + ("chat/completions" if protocol == "chat" else "responses"),
+    ]
 
 
 def test_wrong_base_url(server):
@@ -113,8 +128,9 @@ def test_a_run_exits_4_with_one_message_and_no_report_folder(bench, pytester, se
     server.models = ["llama-3"]
     url = f"http://127.0.0.1:{dead_port()}/v1" if case == "dead endpoint" else server.base_url
     started = time.monotonic()
-    result = bench(*ONE_STEP, "--model=gpt-x", f"--model-base-url={url}", "--model-api-key=k",
-                   subprocess=True)  # a fresh process, as a user starts it
+    result = bench(
+        *ONE_STEP, "--model=gpt-x", f"--model-base-url={url}", "--model-api-key=k", subprocess=True
+    )  # a fresh process, as a user starts it
     took = time.monotonic() - started  # wall time of a whole pytest start: generous on a loaded CI machine
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
     errors = [line for line in result.stderr.lines if line.strip()]
@@ -130,7 +146,8 @@ def test_streak_counts_model_errors_only():
         stop = streak.add({"status": status, "message": status})
     assert stop is None and streak.count == 2  # eval_error broke the row; skipped neither adds nor breaks
     assert "stopped after 3 model errors in a row (--bench-max-consecutive-errors=3)" in streak.add(
-        {"status": "model_error", "message": "HTTP 500"})
+        {"status": "model_error", "message": "HTTP 500"}
+    )
     assert all(Streak(3).add({"status": "env_error"}) is None for _ in range(5))
     never = Streak(0)
     assert all(never.add({"status": "model_error"}) is None for _ in range(20))
@@ -149,7 +166,12 @@ def test_run_stops_after_consecutive_model_errors_with_complete_reports(tiny, py
     summary = json.loads((run / "summary.json").read_text())
     # the items the stop left out are in the summary as not run (never in the records file)
     assert [(i["id"], i["status"]) for i in summary["items"]] == [
-        ("1.1", "model_error"), ("1.2", "model_error"), ("2.1", "not_run"), ("2.2", "not_run"), ("3.1", "not_run")]
+        ("1.1", "model_error"),
+        ("1.2", "model_error"),
+        ("2.1", "not_run"),
+        ("2.2", "not_run"),
+        ("3.1", "not_run"),
+    ]
     assert summary["incomplete"]["items"] == ["2.1", "2.2", "3.1"]
     assert "stopped after 2 model errors in a row" in (run / "summary.md").read_text()
 
@@ -171,10 +193,14 @@ def test_oracle_without_a_split_narrows_to_validation(bench):
 def test_oracle_refuses_a_test_item_named_explicitly(bench):
     result = bench("--bench=scicode", "--model=oracle", "--bench-ids=1,77.2", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "--bench-ids 77.2 names test-split items: --model=oracle answers with the ground-truth code" \
+    assert (
+        "--bench-ids 77.2 names test-split items: --model=oracle answers with the ground-truth code"
         in result.stderr.str()
+    )
     explicit = bench("--bench=scicode", "--model=oracle", "--bench-split=all", "--collect-only")
-    assert explicit.ret == pytest.ExitCode.USAGE_ERROR and "only SciCode's validation split ships" in explicit.stderr.str()
+    assert (
+        explicit.ret == pytest.ExitCode.USAGE_ERROR and "only SciCode's validation split ships" in explicit.stderr.str()
+    )
 
 
 @pytest.mark.e2e
@@ -200,6 +226,7 @@ def test_stop_under_xdist_counts_per_worker(tiny, pytester):
     ran = sorted(i["id"] for i in summary["items"] if i["status"] != "not_run")
     assert ran == sorted(r["id"] for r in records)  # complete for what finished, the rest not run
     assert sorted(summary.get("incomplete", {}).get("items", [])) == sorted(
-        i["id"] for i in summary["items"] if i["status"] == "not_run")
+        i["id"] for i in summary["items"] if i["status"] == "not_run"
+    )
     assert all(r["status"] == "model_error" for r in records) and len(records) >= 2
     assert "stopped after 2 model errors in a row" in (run / "summary.md").read_text()

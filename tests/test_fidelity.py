@@ -6,6 +6,7 @@
   that are imports removed) on replies with several fenced blocks, prose around them and imports, and
   differs only where the README says so.
 """
+
 from __future__ import annotations
 
 import ast
@@ -62,17 +63,27 @@ AGREE = {
     "prose, imports, a usage block after": (
         "Here is the implementation.\n\n" + F + "python\nimport numpy as np\nfrom scipy.linalg import eigh\n\n"
         "def f(x):\n    '''Docstring.'''\n    return np.sum(eigh(x)[0])\n" + F + "\n\nExample:\n\n" + F + "python\n"
-        "print(f(np.eye(2)))\n" + F + "\nThat is all."),
+        "print(f(np.eye(2)))\n" + F + "\nThat is all."
+    ),
     "untagged fence": "Sure:\n" + F + "\nimport math\n\ndef f(x):\n    return math.sqrt(x)\n" + F + "\nDone.",
     "python block then a bash block": (
         "Install first:\n\n" + F + "python\nfrom numpy import (zeros)\nimport numpy as np\n"
-        "def f(n):\n    # comment\n    return zeros(n) + np.ones(n)\n" + F + "\n" + F + "bash\npip install numpy\n" + F),
+        "def f(n):\n    # comment\n    return zeros(n) + np.ones(n)\n" + F + "\n" + F + "bash\npip install numpy\n" + F
+    ),
     "import between functions and a class": (
         F + "python\nimport numpy as np\n\nclass Grid:\n    def __init__(self, n):\n        self.n = n\n\n"
-        "import itertools\n\ndef f(n):\n    return Grid(n).n\n" + F + "\nNote the class above."),
+        "import itertools\n\ndef f(n):\n    return Grid(n).n\n" + F + "\nNote the class above."
+    ),
     "two python blocks, the first defines it": (
-        "Step one:\n" + F + "python\ndef f(x):\n    return x + 1\n" + F + "\nStep two (a test):\n"
-        + F + "python\nassert f(1) == 2\n" + F),
+        "Step one:\n"
+        + F
+        + "python\ndef f(x):\n    return x + 1\n"
+        + F
+        + "\nStep two (a test):\n"
+        + F
+        + "python\nassert f(1) == 2\n"
+        + F
+    ),
 }
 
 
@@ -84,8 +95,10 @@ def test_extraction_agrees_with_upstream(reply):
 
 
 def test_extraction_differs_only_where_documented():
-    usage_first = ("Usage:\n" + F + "python\nprint(f(2))\n" + F + "\nCode:\n" + F + "python\n"
-                   "import numpy as np\ndef f(x):\n    return np.square(x)\n" + F)
+    usage_first = (
+        "Usage:\n" + F + "python\nprint(f(2))\n" + F + "\nCode:\n" + F + "python\n"
+        "import numpy as np\ndef f(x):\n    return np.square(x)\n" + F
+    )
     # upstream takes the first python block (a usage line); we take the block that defines the function
     assert same_code(upstream_rule(usage_first), "print(f(2))\n")
     assert same_code(extract_code(usage_first, "f"), "def f(x):\n    return np.square(x)\n")

@@ -1,6 +1,7 @@
 """Each record says whether its answers came from the endpoint or the response cache; summaries count
 both; compare states how many items share the same responses and warns when a comparison rests on
 replayed answers."""
+
 from __future__ import annotations
 
 import json
@@ -16,22 +17,29 @@ from scicode_builders import CLOSE, problem, step, write_dataset
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-PROBLEMS = [problem(str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")],
-                                  header=f"def f{k}():")]) for k in range(1, 5)]
+PROBLEMS = [
+    problem(
+        str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")], header=f"def f{k}():")]
+    )
+    for k in range(1, 5)
+]
 TARGETS = {f"{k}.1": [k] for k in range(1, 5)}
 
 
 def answer(offset: int):
     """Reply with f<k> returning k + offset (offset 0: right)."""
+
     def make(body: dict) -> dict:
         k = re.findall(r"def f(\d+)\(\)", json.dumps(body["messages"]))[-1]
         return {"text": f"```python\ndef f{k}():\n    return {int(k) + offset}\n```"}
+
     return make
 
 
 def compare(a, b) -> str:
-    done = subprocess.run([sys.executable, "-m", "pytest_agentbench", "compare", str(a), str(b)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_agentbench", "compare", str(a), str(b)], capture_output=True, text=True
+    )
     assert done.returncode in (0, 1), done.stderr
     return done.stdout
 
@@ -41,13 +49,30 @@ def test_fresh_and_replayed_answers_are_labelled_counted_and_compared(pytester, 
     with FakeOpenAI() as server:
         for _ in range(20):
             server.reply_with(answer(0))
-        args = ("--bench=scicode", "--bench-split=validation", "--model=m", f"--model-base-url={server.base_url}",
-                "--model-api-key=k", "--bench-mode=naive", f"--bench-data-dir={data}", f"--bench-h5={h5}",
-                "--bench-allow-custom-data", f"--bench-cache-dir={pytester.path / 'cache'}")
+        args = (
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=m",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=k",
+            "--bench-mode=naive",
+            f"--bench-data-dir={data}",
+            f"--bench-h5={h5}",
+            "--bench-allow-custom-data",
+            f"--bench-cache-dir={pytester.path / 'cache'}",
+        )
         assert bench(*args, "--bench-run-id=fresh").ret == 0
         calls = len(server.requests)
-        assert bench("--bench-replay", str(pytester.path / "reports/scicode/m/fresh"), "--bench-run-id=replayed",
-                     f"--bench-cache-dir={pytester.path / 'cache'}", f"--model-base-url={server.base_url}").ret == 0
+        assert (
+            bench(
+                "--bench-replay",
+                str(pytester.path / "reports/scicode/m/fresh"),
+                "--bench-run-id=replayed",
+                f"--bench-cache-dir={pytester.path / 'cache'}",
+                f"--model-base-url={server.base_url}",
+            ).ret
+            == 0
+        )
         assert len(server.requests) == calls  # the replay asked nothing
         server._replies.clear()
         for _ in range(20):

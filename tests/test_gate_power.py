@@ -1,10 +1,12 @@
 """A max-drop gate that cannot detect what it gates fails as underpowered (with --bench-significance)."""
+
 from __future__ import annotations
 
 import pytest
 
-from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
 from pytest_agentbench.report.power import detectable_drop, power_at
+
+from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
 
 
 def test_power_grows_with_the_drop_and_the_units():
@@ -23,21 +25,34 @@ def test_detectable_drop_is_where_power_reaches_80_percent():
 
 def fifteen_problems() -> tuple[list[dict], dict[str, list]]:
     """A validation split the size of SciCode's (15 main problems), one quick step each."""
-    problems = [problem(str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")],
-                                      header=f"def f{k}():")]) for k in range(1, 16)]
+    problems = [
+        problem(
+            str(k),
+            [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")], header=f"def f{k}():")],
+        )
+        for k in range(1, 16)
+    ]
     return problems, {f"{k}.1": [k] for k in range(1, 16)}
 
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_a_one_percent_gate_on_15_problems_fails_as_underpowered_and_a_generous_one_passes(pytester, bench,
-                                                                                           shared_data):
+def test_a_one_percent_gate_on_15_problems_fails_as_underpowered_and_a_generous_one_passes(
+    pytester, bench, shared_data
+):
     problems, targets = fifteen_problems()
     data, h5 = write_dataset(pytester.path, shared_data, targets=targets, problems=problems)
     pytester.makeconftest(MODEL_CONFTEST)
     baseline = pytester.path / "baseline"
-    run = ("--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}",
-           f"--bench-h5={h5}", "--bench-allow-custom-data", f"--bench-baseline={baseline}")
+    run = (
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=mutant",
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        f"--bench-baseline={baseline}",
+    )
     first = bench(*run, "--bench-update-baseline")
     assert first.ret == 0, first.stdout.str()[-2000:]
     strict = bench(*run, "--bench-max-drop=main=1%", "--bench-significance=0.05")

@@ -5,6 +5,7 @@ The pytester runs use the tiny hand-made SciCode dataset of tests/scicode_builde
 5 steps) with a model that answers with the ground truth except for the steps named ``broken``
 (a wrong answer) or ``errors`` (a model error), so two runs differ on known steps with the same settings.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,6 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from bench_runs import run_dirs
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.core.options import OptionError, Sources, resolve
 from pytest_agentbench.report.compare import compare
@@ -22,6 +22,8 @@ from pytest_agentbench.report.declared import Declared
 from pytest_agentbench.report.gates import GateResult, decide_exit, evaluate, render_markdown
 from pytest_agentbench.report.options import REPORT_OPTIONS, GateConfig, gate_config, parse_fraction
 from pytest_agentbench.report.summary import judge, judge_without_items
+
+from bench_runs import run_dirs
 from scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
 from toybench import Toy as ToyBenchmark
 
@@ -36,8 +38,9 @@ def test_gate_values_are_fractions_or_percentages(text, value):
     assert parse_fraction(text, "x") == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text,needle", [("45", "write 0.45 or 45%"), ("abc", "not a number"),
-                                         ("-1%", "between 0 and 1")])
+@pytest.mark.parametrize(
+    "text,needle", [("45", "write 0.45 or 45%"), ("abc", "not a number"), ("-1%", "between 0 and 1")]
+)
 def test_bad_gate_values_say_how_to_write_them(text, needle):
     with pytest.raises(ConfigError, match=needle):  # the plugin shows it as a usage error
         parse_fraction(text, "--bench-fail-under main")
@@ -55,8 +58,9 @@ class Toy(ToyBenchmark):
 
 
 def report_opts(tmp_path: Path, cli: dict | None = None, ini: dict | None = None):
-    return resolve(REPORT_OPTIONS, Sources(cli=cli or {}, ini=ini or {}, env={}, invocation_dir=tmp_path,
-                                           rootdir=tmp_path))
+    return resolve(
+        REPORT_OPTIONS, Sources(cli=cli or {}, ini=ini or {}, env={}, invocation_dir=tmp_path, rootdir=tmp_path)
+    )
 
 
 def test_report_options_keep_their_flags_and_ini_keys():
@@ -68,36 +72,52 @@ def test_report_options_keep_their_flags_and_ini_keys():
 
 
 def test_gate_config_from_command_line_and_ini(tmp_path):
-    opts = report_opts(tmp_path, cli={"fail_under": ["solved=40%", "steps=0.5,solved_fraction=0.3"]},
-                       ini={"max_drop": ["steps=5%"], "baseline": "ci/base.json", "significance": "0.05"})
+    opts = report_opts(
+        tmp_path,
+        cli={"fail_under": ["solved=40%", "steps=0.5,solved_fraction=0.3"]},
+        ini={"max_drop": ["steps=5%"], "baseline": "ci/base.json", "significance": "0.05"},
+    )
     cfg = gate_config(opts, Toy())
     assert [(t.name, t.metric, t.value, t.text) for t in cfg.fail_under] == [
-        ("solved", "solved_fraction", 0.4, "40%"), ("steps", "step_fraction", 0.5, "0.5"),
-        ("solved_fraction", "solved_fraction", 0.3, "0.3")]
+        ("solved", "solved_fraction", 0.4, "40%"),
+        ("steps", "step_fraction", 0.5, "0.5"),
+        ("solved_fraction", "solved_fraction", 0.3, "0.3"),
+    ]
     assert [(t.metric, t.value) for t in cfg.max_drop] == [("step_fraction", pytest.approx(0.05))]
     assert cfg.baseline == tmp_path / "ci" / "base.json" and cfg.significance == 0.05 and cfg.any_gate
     assert cfg.max_errors is None and not cfg.update_baseline
     assert opts.progress_interval == 15.0
 
 
-@pytest.mark.parametrize("cli,message", [
-    ({"fail_under": ["accuracy=0.5"]}, "unknown toy metric 'accuracy' in --bench-fail-under; valid metrics: solved, steps"),
-    ({"fail_under": ["solved"]}, "--bench-fail-under takes METRIC=VALUE (e.g. main=0.4), got 'solved'"),
-    ({"fail_under": ["solved=40"]}, "--bench-fail-under solved: '40' is above 1"),
-    ({"max_drop": ["solved=5%"]}, "--bench-max-drop needs --bench-baseline PATH (an earlier summary.json)"),
-    ({"update_baseline": True}, "--bench-update-baseline needs --bench-baseline PATH (where to write it)"),
-])
+@pytest.mark.parametrize(
+    "cli,message",
+    [
+        (
+            {"fail_under": ["accuracy=0.5"]},
+            "unknown toy metric 'accuracy' in --bench-fail-under; valid metrics: solved, steps",
+        ),
+        ({"fail_under": ["solved"]}, "--bench-fail-under takes METRIC=VALUE (e.g. main=0.4), got 'solved'"),
+        ({"fail_under": ["solved=40"]}, "--bench-fail-under solved: '40' is above 1"),
+        ({"max_drop": ["solved=5%"]}, "--bench-max-drop needs --bench-baseline PATH (an earlier summary.json)"),
+        ({"update_baseline": True}, "--bench-update-baseline needs --bench-baseline PATH (where to write it)"),
+    ],
+)
 def test_gate_config_errors_name_the_fix(tmp_path, cli, message):
     with pytest.raises(ConfigError) as error:
         gate_config(report_opts(tmp_path, cli=cli), Toy())
     assert message in str(error.value)
 
 
-@pytest.mark.parametrize("cli,needles", [
-    ({"max_errors": "-1"}, ["--bench-max-errors", "'-1'"]), ({"max_errors": "many"}, ["--bench-max-errors", "'many'"]),
-    ({"significance": "1"}, ["--bench-significance", "a level between 0 and 1", "'1'"]),
-    ({"progress_interval": "-2"}, ["--bench-progress-interval", "'-2'"]),
-    ({"resume": "nowhere"}, ["--bench-resume", "'nowhere'", "is not a folder; give the run folder"])])
+@pytest.mark.parametrize(
+    "cli,needles",
+    [
+        ({"max_errors": "-1"}, ["--bench-max-errors", "'-1'"]),
+        ({"max_errors": "many"}, ["--bench-max-errors", "'many'"]),
+        ({"significance": "1"}, ["--bench-significance", "a level between 0 and 1", "'1'"]),
+        ({"progress_interval": "-2"}, ["--bench-progress-interval", "'-2'"]),
+        ({"resume": "nowhere"}, ["--bench-resume", "'nowhere'", "is not a folder; give the run folder"]),
+    ],
+)
 def test_bad_report_values_name_the_option(tmp_path, cli, needles):
     with pytest.raises(OptionError) as error:
         report_opts(tmp_path, cli=cli)
@@ -107,8 +127,12 @@ def test_bad_report_values_name_the_option(tmp_path, cli, needles):
 # ---- evaluating gates on hand-made summaries ------------------------------------------------------
 def toy_summary(statuses: dict[str, str], **metrics: float) -> dict:
     items = [{"id": i, "task": i.split(".")[0], "status": s, "scored": True} for i, s in statuses.items()]
-    return {"settings": {"benchmark": "toy", "split": "dev", "model": "m"}, "metrics": metrics, "items": items,
-            **Declared.of(Toy()).to_summary()}
+    return {
+        "settings": {"benchmark": "toy", "split": "dev", "model": "m"},
+        "metrics": metrics,
+        "items": items,
+        **Declared.of(Toy()).to_summary(),
+    }
 
 
 def gates(tmp_path, **cli) -> GateConfig:
@@ -120,7 +144,8 @@ def test_fail_under_compares_with_float_tolerance(tmp_path):
     results = evaluate(gates(tmp_path, fail_under=["solved=40%", "steps=0.8"]), summary, None)
     assert [r.line() for r in results] == [
         "PASS --bench-fail-under solved=40%: solved = 40.0% >= 40.0%",
-        "FAIL --bench-fail-under steps=0.8: steps = 79.0% < 80.0%"]
+        "FAIL --bench-fail-under steps=0.8: steps = 79.0% < 80.0%",
+    ]
 
 
 def test_fail_under_a_metric_the_run_lacks_fails(tmp_path):
@@ -147,8 +172,7 @@ def drop_pair() -> tuple[dict, dict]:
     """Baseline: 10 tasks of 2 steps, all pass; new run: tasks 1 and 2 lose their second step."""
     ids = [f"{t}.{s}" for t in range(1, 11) for s in (1, 2)]
     a = toy_summary({i: "pass" for i in ids}, solved_fraction=1.0, step_fraction=1.0)
-    b = toy_summary({i: "fail" if i in ("1.2", "2.2") else "pass" for i in ids}, solved_fraction=0.8,
-                    step_fraction=0.9)
+    b = toy_summary({i: "fail" if i in ("1.2", "2.2") else "pass" for i in ids}, solved_fraction=0.8, step_fraction=0.9)
     return a, b
 
 
@@ -156,8 +180,7 @@ def test_max_drop_beyond_the_limit_fails(tmp_path):
     a, b = drop_pair()
     [result] = evaluate(gates(tmp_path, max_drop=["solved=10%"], baseline="b.json"), b, compare(a, b))
     assert not result.ok
-    assert result.line() == ("FAIL --bench-max-drop solved=10%: solved 100.0% -> 80.0% (drop 20.0 pp, "
-                             "limit 10.0 pp)")
+    assert result.line() == ("FAIL --bench-max-drop solved=10%: solved 100.0% -> 80.0% (drop 20.0 pp, limit 10.0 pp)")
 
 
 def test_max_drop_within_the_limit_holds(tmp_path):
@@ -185,20 +208,37 @@ def test_max_drop_refuses_runs_that_scored_other_items(tmp_path):
     assert not result.ok and "(1 only in the baseline, 0 only in this run)" in result.detail
 
 
-@pytest.mark.parametrize("status,ok,others,expected", [
-    (0, True, 0, 0), (1, True, 0, 0), (0, False, 0, 1), (1, False, 0, 1), (1, True, 1, 1),
-    (2, True, 0, 2), (3, True, 0, 3), (4, False, 0, 4), (5, False, 0, 5)])
+@pytest.mark.parametrize(
+    "status,ok,others,expected",
+    [
+        (0, True, 0, 0),
+        (1, True, 0, 0),
+        (0, False, 0, 1),
+        (1, False, 0, 1),
+        (1, True, 1, 1),
+        (2, True, 0, 2),
+        (3, True, 0, 3),
+        (4, False, 0, 4),
+        (5, False, 0, 5),
+    ],
+)
 def test_only_exit_codes_0_and_1_are_rewritten(status, ok, others, expected):
     results = [GateResult("g", ok, "d")]
     assert decide_exit(status, results, others) == expected
 
 
 def test_gates_markdown_names_the_failing_gate():
-    md = render_markdown([GateResult("--bench-fail-under a=1", True, "fine"),
-                          GateResult("--bench-max-errors 0", False, "2 errors")], 1)
-    assert md.splitlines() == ["## Gates: FAILED (exit code 1)", "", "| gate | result | detail |", "|---|---|---|",
-                               "| `--bench-fail-under a=1` | pass | fine |",
-                               "| `--bench-max-errors 0` | **FAIL** | 2 errors |"]
+    md = render_markdown(
+        [GateResult("--bench-fail-under a=1", True, "fine"), GateResult("--bench-max-errors 0", False, "2 errors")], 1
+    )
+    assert md.splitlines() == [
+        "## Gates: FAILED (exit code 1)",
+        "",
+        "| gate | result | detail |",
+        "|---|---|---|",
+        "| `--bench-fail-under a=1` | pass | fine |",
+        "| `--bench-max-errors 0` | **FAIL** | 2 errors |",
+    ]
 
 
 def test_judge_records_the_verdict_in_the_summary(tmp_path):
@@ -284,8 +324,13 @@ def test_baseline_written_on_purpose_and_a_drop_beyond_the_limit_fails(tiny, pyt
     assert "## Comparison with the baseline" in md and "| 2.2 | 2 | pass -> fail | pass | fail |" in md
 
     # Two flipped steps out of five are within noise: counted only when significant, the drop passes.
-    noisy = tiny(f"--bench-baseline={baseline}", "--bench-max-drop=main=10%", "--bench-significance=0.05",
-                 "--bench-allow-underpowered", broken="2.2,3.1")
+    noisy = tiny(
+        f"--bench-baseline={baseline}",
+        "--bench-max-drop=main=10%",
+        "--bench-significance=0.05",
+        "--bench-allow-underpowered",
+        broken="2.2,3.1",
+    )
     assert noisy.ret == pytest.ExitCode.OK
     assert "not significant (McNemar over tasks p = 0.5 >= 0.05), so not counted" in noisy.stdout.str()
 
@@ -311,7 +356,10 @@ def test_settings_mismatch_is_refused_naming_the_difference(tiny, pytester, shar
 def test_usage_error_lists_valid_metrics(tiny):
     result = tiny("--bench-fail-under=accuracy=0.5")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "unknown scicode metric 'accuracy' in --bench-fail-under; valid metrics: main, subproblem" in result.stderr.str()
+    assert (
+        "unknown scicode metric 'accuracy' in --bench-fail-under; valid metrics: main, subproblem"
+        in result.stderr.str()
+    )
 
 
 @pytest.mark.e2e
@@ -324,11 +372,14 @@ def test_no_tests_stays_5(tiny):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_interrupted_stays_2(tiny, pytester):
-    pytester.makeconftest(MODEL_CONFTEST + '''
+    pytester.makeconftest(
+        MODEL_CONFTEST
+        + """
 def pytest_runtest_setup(item):
     if item.name == "2.1":
         raise KeyboardInterrupt
-''')
+"""
+    )
     result = tiny("--bench-fail-under=main=0", subprocess=True)  # in-process, pytester re-raises the interrupt
     assert result.ret == pytest.ExitCode.INTERRUPTED
 
@@ -336,10 +387,13 @@ def pytest_runtest_setup(item):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_internal_error_stays_3(tiny, pytester):
-    pytester.makeconftest(MODEL_CONFTEST + '''
+    pytester.makeconftest(
+        MODEL_CONFTEST
+        + """
 def pytest_runtest_logfinish(nodeid):
     if nodeid.endswith("1.2"):
         raise RuntimeError("a broken plugin")
-''')
+"""
+    )
     result = tiny("--bench-fail-under=main=0")
     assert result.ret == pytest.ExitCode.INTERNAL_ERROR

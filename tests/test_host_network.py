@@ -7,6 +7,7 @@ gateway 10.0.2.2, the machine's other addresses), nor sees them in /proc/net; wi
 (the default) it still reaches the outbound listener, with ``none`` nothing. A run that needs slirp4netns
 where it is missing is refused before it starts (exit 4), with the install hint.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-import envs_contract as contract
-from capsule_factory import build_capsule_archive
-from capabilities import needs
-from network_listeners import Listener, machine_addresses
 from pytest_agentbench.envs.host import HostFactory
+
+import envs_contract as contract
+from capabilities import needs
+from capsule_factory import build_capsule_archive
+from network_listeners import Listener, machine_addresses
 
 pytestmark = pytest.mark.isolation
 
@@ -42,7 +44,7 @@ def listeners():
 
 
 # Run by the agent's command: try every way to each listener, say what answered and what /proc/net shows.
-PROBE = r'''
+PROBE = r"""
 import json, socket, sys
 spec = json.loads(sys.argv[1])
 def tcp(host, port):
@@ -65,13 +67,17 @@ out = {"loop": {h: tcp(h, spec["loop"]) for h in spec["hosts"]},
        "proc_unix": spec["name"] in open("/proc/net/unix").read(),
        "proc_tcp": ("%04X" % spec["loop"]) in open("/proc/net/tcp").read()}
 print(json.dumps(out))
-'''
+"""
 
 
 def probe_command(listeners) -> str:
-    spec = {"loop": listeners["loop"].sock.getsockname()[1], "name": listeners["abstract_name"],
-            "hosts": ["127.0.0.1", SLIRP_GATEWAY, *machine_addresses()], "address": listeners["address"],
-            "outbound": listeners["outbound"].sock.getsockname()[1]}
+    spec = {
+        "loop": listeners["loop"].sock.getsockname()[1],
+        "name": listeners["abstract_name"],
+        "hosts": ["127.0.0.1", SLIRP_GATEWAY, *machine_addresses()],
+        "address": listeners["address"],
+        "outbound": listeners["outbound"].sock.getsockname()[1],
+    }
     return f"python3 -c {shlex.quote(PROBE)} {shlex.quote(json.dumps(spec))}"
 
 
@@ -104,8 +110,10 @@ def test_background_jobs_share_the_namespace_between_commands(tmp_path):
     with HostFactory(network="none").start(contract.make_workspace(tmp_path)) as env:
         started = env.run("python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1; echo up", 30)
         assert started.stdout.strip() == "up", started.stderr
-        fetched = env.run("python3 -c \"import urllib.request as u; "
-                          "print(u.urlopen('http://127.0.0.1:8765/', timeout=5).status)\"", 30)
+        fetched = env.run(
+            "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8765/', timeout=5).status)\"",
+            30,
+        )
     assert fetched.stdout.strip() == "200", fetched.stderr
 
 
@@ -118,10 +126,23 @@ def corebench_host_run(pytester, tmp_path, base_url: str, run_id: str, *extra: s
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CID)
     return pytester.runpytest_subprocess(
-        "--bench=core-bench", "--bench-split=train", f"--bench-ids={CID}", "--model=agent-model",
-        f"--model-base-url={base_url}", "--model-api-key=x", "--bench-cache=off", f"--bench-capsules-dir={staged}",
-        "--bench-env=host", f"--bench-report-dir={tmp_path / 'r'}", f"--bench-run-id={run_id}",
-        "-p", "no:cacheprovider", "--bench-agent-steps=2", *extra, timeout=900)
+        "--bench=core-bench",
+        "--bench-split=train",
+        f"--bench-ids={CID}",
+        "--model=agent-model",
+        f"--model-base-url={base_url}",
+        "--model-api-key=x",
+        "--bench-cache=off",
+        f"--bench-capsules-dir={staged}",
+        "--bench-env=host",
+        f"--bench-report-dir={tmp_path / 'r'}",
+        f"--bench-run-id={run_id}",
+        "-p",
+        "no:cacheprovider",
+        "--bench-agent-steps=2",
+        *extra,
+        timeout=900,
+    )
 
 
 @pytest.mark.e2e
@@ -178,10 +199,15 @@ def test_a_run_that_needs_slirp4netns_where_it_is_missing_is_refused(pytester, t
     monkeypatch.setenv("PATH", path_without("slirp4netns", tmp_path / "bin"))
     result = corebench_host_run(pytester, tmp_path, "http://127.0.0.1:9/v1", "refused")
     assert result.ret == 4, result.stdout.str()[-2000:] + result.stderr.str()[-2000:]
-    result.stderr.fnmatch_lines(["*--bench-host-network=user*slirp4netns*not installed*apt-get install -y "
-                                 "slirp4netns*--bench-host-network=none*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*--bench-host-network=user*slirp4netns*not installed*apt-get install -y "
+            "slirp4netns*--bench-host-network=none*"
+        ]
+    )
     # with no network wanted nothing extra is needed: the same run is not refused for it
-    none = corebench_host_run(pytester, tmp_path, "http://127.0.0.1:9/v1", "none", "--bench-host-network=none",
-                              "--collect-only")
+    none = corebench_host_run(
+        pytester, tmp_path, "http://127.0.0.1:9/v1", "none", "--bench-host-network=none", "--collect-only"
+    )
     assert none.ret == 0, none.stdout.str()[-2000:] + none.stderr.str()[-2000:]
     assert squeezed("agent commands: own network namespace without network") in header_text(none)

@@ -11,6 +11,7 @@ Every attack must end as a non-pass with its reason, leave no file, process or s
 stop honest code scored after it from passing. The file needs OS isolation: it skips without it, and
 fails instead under CI=true.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -44,10 +45,12 @@ DOS_MEMORY = 1 << 30  # most bytes of resident memory the scoring process may re
 OPEN_FINDINGS: dict[str, str] = {}
 
 # The wrapper reports the peak resident memory of the pytest process it waits for.
-RUSAGE_WRAPPER = ("import resource, subprocess, sys\n"
-                  "code = subprocess.call(sys.argv[1:])\n"
-                  "print('HELDOUT-MAXRSS-KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True)\n"
-                  "sys.exit(code)\n")
+RUSAGE_WRAPPER = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.call(sys.argv[1:])\n"
+    "print('HELDOUT-MAXRSS-KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, flush=True)\n"
+    "sys.exit(code)\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,19 +72,27 @@ class Outcome:
     leftovers: list[str] = field(default_factory=list)  # files, processes, secrets found after the run
 
     def to_json(self) -> dict:
-        context = {"mark": self.context.mark, "cache": str(self.context.cache), "reports": str(self.context.reports),
-                   "project": str(self.context.project),
-                   "attacks": {step: attack.key for step, attack in self.context.attacks.items()}}
+        context = {
+            "mark": self.context.mark,
+            "cache": str(self.context.cache),
+            "reports": str(self.context.reports),
+            "project": str(self.context.project),
+            "attacks": {step: attack.key for step, attack in self.context.attacks.items()},
+        }
         fields = {k: v for k, v in vars(self).items() if k != "context"}
         return {**fields, "context": context}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Outcome":
+    def from_json(cls, data: dict) -> Outcome:
         known = {a.key: a for a in (*H.ATTACKS, *H.SOLO_ATTACKS, H.TOOL_ATTACK)}
         raw = data["context"]
-        context = H.Context(mark=raw["mark"], cache=Path(raw["cache"]), reports=Path(raw["reports"]),
-                            project=Path(raw["project"]),
-                            attacks={step: known[key] for step, key in raw["attacks"].items()})
+        context = H.Context(
+            mark=raw["mark"],
+            cache=Path(raw["cache"]),
+            reports=Path(raw["reports"]),
+            project=Path(raw["project"]),
+            attacks={step: known[key] for step, key in raw["attacks"].items()},
+        )
         return cls(**{**data, "context": context})
 
     def record(self, step: str) -> dict:
@@ -102,19 +113,49 @@ def new_context(root: Path, shared_cache: Path, attacks: dict[str, H.Attack]) ->
     return context
 
 
-def start_run(context: H.Context, server: FakeOpenAI, secret: str, executor: str, steps: list[str],
-              bench_timeout: int, mode: str = "naive") -> subprocess.Popen:
+def start_run(
+    context: H.Context,
+    server: FakeOpenAI,
+    secret: str,
+    executor: str,
+    steps: list[str],
+    bench_timeout: int,
+    mode: str = "naive",
+) -> subprocess.Popen:
     """``pytest --bench=scicode`` as a user runs it, under a wrapper that reports its peak memory."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(AGENTBENCH_DATA_DIR=str(SHARED_DATA), AGENTBENCH_OFFLINE="1", OPENAI_API_KEY=secret)
-    argv = [sys.executable, "-c", RUSAGE_WRAPPER, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-            "--bench=scicode", "--bench-split=validation", "--model=heldout-attacker", f"--bench-mode={mode}",
-            f"--model-base-url={server.base_url}", f"--model-api-key={secret}", f"--bench-executor={executor}",
-            f"--bench-timeout={bench_timeout}", f"--bench-cache-dir={context.cache}",
-            f"--bench-ids={','.join(steps)}"]
+    argv = [
+        sys.executable,
+        "-c",
+        RUSAGE_WRAPPER,
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=heldout-attacker",
+        f"--bench-mode={mode}",
+        f"--model-base-url={server.base_url}",
+        f"--model-api-key={secret}",
+        f"--bench-executor={executor}",
+        f"--bench-timeout={bench_timeout}",
+        f"--bench-cache-dir={context.cache}",
+        f"--bench-ids={','.join(steps)}",
+    ]
     with open(context.project / OUTPUT_FILE, "wb") as output:  # a file: runs side by side never block on a pipe
-        return subprocess.Popen(argv, cwd=context.project, env=env, stdin=subprocess.DEVNULL, stdout=output,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            argv,
+            cwd=context.project,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def finish_run(proc: subprocess.Popen, context: H.Context, secret: str, started: float, timeout: float) -> Outcome:
@@ -174,6 +215,7 @@ def scripted_server(context: H.Context, mode: str = "naive") -> FakeOpenAI:
 @dataclass(frozen=True)
 class Plan:
     """One pytest process: the attacks it answers with, the steps it selects, its limits."""
+
     key: str
     executor: str
     attacks: dict
@@ -207,8 +249,9 @@ def run_all(base: Path, shared_cache: Path) -> dict[str, Outcome]:
             server = scripted_server(context, plan.mode)
             servers.append(server)
             contexts[plan.key] = (context, secret, plan)
-            procs[plan.key] = start_run(context, server, secret, plan.executor, list(plan.steps), plan.bench_timeout,
-                                        plan.mode)
+            procs[plan.key] = start_run(
+                context, server, secret, plan.executor, list(plan.steps), plan.bench_timeout, plan.mode
+            )
         for key, proc in procs.items():
             context, secret, plan = contexts[key]
             outcomes[key] = finish_run(proc, context, secret, started, plan.timeout)
@@ -323,14 +366,17 @@ def test_the_parent_is_not_an_attack_surface(runs, key):
     64 KB operand that broadcasts against the target), and the step must fail."""
     outcome = runs[key]
     attack = next(a for a in H.SOLO_ATTACKS if a.key == key)  # D1-D3 of the runs started alone
-    assert not outcome.timed_out, (f"{key} ({attack.title}): the run did not end within {DOS_TIMEOUT} s; "
-                                   f"the scoring process is stuck on the child's values:\n{outcome.output[-2000:]}")
+    assert not outcome.timed_out, (
+        f"{key} ({attack.title}): the run did not end within {DOS_TIMEOUT} s; "
+        f"the scoring process is stuck on the child's values:\n{outcome.output[-2000:]}"
+    )
     record = outcome.record(attack.step)
     assert record["status"] != "pass", describe(record)
     if key == "D3":
         assert outcome.maxrss_kb is not None, outcome.output[-2000:]
         assert outcome.maxrss_kb * 1024 < DOS_MEMORY, (
-            f"{key}: the scoring process reached {outcome.maxrss_kb // 1024} MiB comparing a 64 KB operand")
+            f"{key}: the scoring process reached {outcome.maxrss_kb // 1024} MiB comparing a 64 KB operand"
+        )
     assert outcome.leftovers == [], outcome.leftovers
 
 
@@ -345,8 +391,11 @@ def test_code_interpreter_cannot_reach_the_answers(runs):
     trajectory = (run / record["trajectory"]).read_text()
     assert "FOUND []" in trajectory and "KEYS []" in trajectory, trajectory[-3000:]
     step = H.STEPS["29.1"]
-    own = [line.strip() for line in step["ground_truth_code"].splitlines()
-           if len(line.strip()) > 8 and line.strip() not in step["function_header"]]  # not in the prompt
+    own = [
+        line.strip()
+        for line in step["ground_truth_code"].splitlines()
+        if len(line.strip()) > 8 and line.strip() not in step["function_header"]
+    ]  # not in the prompt
     assert own and not any(line in trajectory or line in record["code"] for line in own), record["code"]
     assert outcome.leftovers == [], outcome.leftovers
     assert H.files_containing(outcome.context.reports, outcome.secret) == []

@@ -7,6 +7,7 @@ OpenAI-compatible server, the text of an exception raised by the model's code in
 child's stdout, a CORE-Bench report.json, an agent's tool output) and asks for a complete run: every record,
 a summary, the repaired text in the record and ``text_repaired`` counting the characters replaced.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,13 @@ from scicode_builders import write_dataset
 LONE = "\udc80"  # JSON "\udc80": a lone low surrogate
 FFFD = "\ufffd"
 TINY_STEPS = ("1.1", "1.2", "2.1", "2.2", "3.1")
-GROUND_TRUTH = {"1.1": "def add(a, b):\n    return a + b", "1.2": "def twice(a):\n    return add(a, a)",
-                "2.1": "def sq(a):\n    return a * a", "2.2": "def cube(a):\n    return a * a * a",
-                "3.1": "def six():\n    return 6"}
+GROUND_TRUTH = {
+    "1.1": "def add(a, b):\n    return a + b",
+    "1.2": "def twice(a):\n    return add(a, a)",
+    "2.1": "def sq(a):\n    return a * a",
+    "2.2": "def cube(a):\n    return a * a * a",
+    "3.1": "def six():\n    return 6",
+}
 
 
 # ---- the repair itself -------------------------------------------------------------------------------------
@@ -44,8 +49,17 @@ def test_a_reply_is_repaired_where_it_is_parsed_and_its_count_survives_the_cache
     from pytest_agentbench.models.client import Completion, parse_chat_reply
 
     # what the SDK hands over after parsing {"content": "x\udc80", ... "name": "n\udc80"}
-    reply = {"choices": [{"message": {"content": f"x{LONE}", "tool_calls": [
-        {"id": "c1", "function": {"name": f"n{LONE}", "arguments": "{}"}}]}, "finish_reason": "stop"}]}
+    reply = {
+        "choices": [
+            {
+                "message": {
+                    "content": f"x{LONE}",
+                    "tool_calls": [{"id": "c1", "function": {"name": f"n{LONE}", "arguments": "{}"}}],
+                },
+                "finish_reason": "stop",
+            }
+        ]
+    }
     completion = parse_chat_reply(reply)
     assert completion.text == f"x{FFFD}" and completion.tool_calls[0]["name"] == f"n{FFFD}"
     assert completion.text_repaired == 2
@@ -73,9 +87,21 @@ def tiny_data(pytester, shared_data):
 def run_tiny(bench, server: FakeOpenAI, tiny_data, tmp_path, *args: str):
     data, h5 = tiny_data
     cache = tmp_path / "model-cache"
-    return bench("--bench=scicode", "--bench-split=validation", "--model=hostile", f"--model-base-url={server.base_url}",
-                 "--model-api-key=k", f"--bench-data-dir={data}", f"--bench-h5={h5}", "--bench-allow-custom-data",
-                 "--bench-mode=naive", "--bench-timeout=20", f"--bench-cache-dir={cache}", *args, subprocess=True)
+    return bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=hostile",
+        f"--model-base-url={server.base_url}",
+        "--model-api-key=k",
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        "--bench-mode=naive",
+        "--bench-timeout=20",
+        f"--bench-cache-dir={cache}",
+        *args,
+        subprocess=True,
+    )
 
 
 def records_by_id(pytester) -> tuple[Path, dict[str, dict]]:
@@ -97,9 +123,11 @@ def assert_complete(result, pytester) -> dict[str, dict]:
 
 def answering(replies: dict[str, str]):
     """A scripted model: the ground truth for every step, ``replies[step]`` for the steps named."""
+
     def make(body: dict) -> dict:
         step = step_of(body)
         return {"text": replies.get(step) or fenced(GROUND_TRUTH[step])}
+
     return make
 
 
@@ -122,13 +150,23 @@ def test_a_lone_surrogate_in_a_model_reply(bench, pytester, tiny_data, tmp_path,
     assert result.ret == 1  # 2.1 did not pass
 
 
-@pytest.mark.parametrize("reply,status,in_message", [
-    # the exception text of the model's function (raised in the scoring child) travels into the failure message
-    (fenced("def add(a, b):\n    raise ValueError('caf' + chr(0xdc80))"), "fail", f"ValueError: caf{FFFD}"),
-    # undecodable bytes on the child's stdout
-    (fenced("def add(a, b):\n    out = __import__('sys').stdout\n    out.buffer.write(b'caf\\x80\\xff\\n')\n"
-            "    out.flush()\n    return a + b"), "pass", ""),
-], ids=["exception-text", "stdout"])
+@pytest.mark.parametrize(
+    "reply,status,in_message",
+    [
+        # the exception text of the model's function (raised in the scoring child) travels into the failure message
+        (fenced("def add(a, b):\n    raise ValueError('caf' + chr(0xdc80))"), "fail", f"ValueError: caf{FFFD}"),
+        # undecodable bytes on the child's stdout
+        (
+            fenced(
+                "def add(a, b):\n    out = __import__('sys').stdout\n    out.buffer.write(b'caf\\x80\\xff\\n')\n"
+                "    out.flush()\n    return a + b"
+            ),
+            "pass",
+            "",
+        ),
+    ],
+    ids=["exception-text", "stdout"],
+)
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_hostile_text_from_the_scoring_child(bench, pytester, tiny_data, tmp_path, reply, status, in_message):
@@ -173,8 +211,16 @@ def bench_model():
 def test_hostile_text_from_a_users_own_client(bench, pytester, tiny_data):
     pytester.makeconftest(CLIENT_CONFTEST)
     data, h5 = tiny_data
-    result = bench("--bench=scicode", "--bench-split=validation", "--model=hostile-client", f"--bench-data-dir={data}",
-                   f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-timeout=20", subprocess=True)
+    result = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=hostile-client",
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        "--bench-timeout=20",
+        subprocess=True,
+    )
     records = assert_complete(result, pytester)
     assert records["1.1"]["status"] == "pass" and f"# caf{FFFD}{FFFD}" in records["1.1"]["code"]
     assert records["1.1"]["text_repaired"] == 2
@@ -185,8 +231,9 @@ def test_hostile_text_from_a_users_own_client(bench, pytester, tiny_data):
 
 # ---- CORE-Bench: an agent's tool output and its report.json ----------------------------------------------
 def core_bench_answers() -> tuple[str, dict]:
-    from bench_runs import SHARED_DATA
     from pytest_agentbench.benchmarks.corebench import dataset
+
+    from bench_runs import SHARED_DATA
 
     task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
     return CAPSULE, task["results"][0]
@@ -206,21 +253,42 @@ def test_hostile_text_in_a_core_bench_report_and_tool_output(pytester, tmp_path,
     capsule, answers = core_bench_answers()
     first = next(iter(answers))
     # report.json written by the agent's own code: json.dump escapes the lone surrogate as "\udc80"
-    maker = (f"import json\nanswers = json.loads({json.dumps(json.dumps(answers))})\n"
-             f"answers[{first!r}] = 'caf' + chr(0xdc80)\njson.dump(answers, open('report.json', 'w'))\n")
+    maker = (
+        f"import json\nanswers = json.loads({json.dumps(json.dumps(answers))})\n"
+        f"answers[{first!r}] = 'caf' + chr(0xdc80)\njson.dump(answers, open('report.json', 'w'))\n"
+    )
     encoded = base64.b64encode(maker.encode()).decode()
     staged = tmp_path / "staged"
     build_capsule_archive(staged, capsule)
     with FakeOpenAI() as server:
         server.reply(tool_calls=[("bash", {"command": "printf 'caf\\200\\377\\n'"})])  # undecodable tool output
-        server.reply(tool_calls=[("bash", {"command": f"echo {encoded} | base64 -d > /tmp/mk.py && python3 /tmp/mk.py"
-                                                      f" && cat report.json"})])
+        server.reply(
+            tool_calls=[
+                (
+                    "bash",
+                    {"command": f"echo {encoded} | base64 -d > /tmp/mk.py && python3 /tmp/mk.py && cat report.json"},
+                )
+            ]
+        )
         # no submit (the submit tool would write report.json itself): the agent's steps run out
         result = pytester.runpytest_subprocess(
-            "--bench=core-bench", "--bench-split=train", f"--bench-ids={capsule}", "--model=agent-model",
-            f"--model-base-url={server.base_url}", "--model-api-key=x", "--bench-cache=off", "--model-max-retries=0",
-            "--bench-difficulty=hard", f"--bench-capsules-dir={staged}", "--bench-env=host", "--bench-agent-steps=2",
-            f"--bench-report-dir={tmp_path / 'reports'}", "--bench-run-id=hostile", "-p", "no:cacheprovider")
+            "--bench=core-bench",
+            "--bench-split=train",
+            f"--bench-ids={capsule}",
+            "--model=agent-model",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=x",
+            "--bench-cache=off",
+            "--model-max-retries=0",
+            "--bench-difficulty=hard",
+            f"--bench-capsules-dir={staged}",
+            "--bench-env=host",
+            "--bench-agent-steps=2",
+            f"--bench-report-dir={tmp_path / 'reports'}",
+            "--bench-run-id=hostile",
+            "-p",
+            "no:cacheprovider",
+        )
         requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
     out = result.stdout.str() + result.stderr.str()
     assert result.ret not in (3, 4) and "INTERNALERROR" not in out, out[-3000:]

@@ -7,6 +7,7 @@ The runs are real: a SIGINT to a pytest process after three records, pytest's -x
 --bench-max-consecutive-errors, on the tiny hand-made SciCode dataset (problems 1: 1.1 1.2, 2: 2.1 2.2,
 3: 3.1) with a model that answers with the ground truth except the steps it is told to break.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,13 +24,17 @@ import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from bench_runs import read_jsonl, run_dirs
+from pytest_agentbench.benchmarks.registry import get_benchmark
 from pytest_agentbench.report.options import GateConfig
 from pytest_agentbench.report.summary import build_summary, judge
-from pytest_agentbench.benchmarks.registry import get_benchmark
+
+from bench_runs import read_jsonl, run_dirs
 from scicode_builders import MODEL_CONFTEST, tiny_problems, write_dataset
 
-BLOCKING_CUBE = "def cube(a):\n    import os, time\n    while os.path.exists({flag!r}):\n        time.sleep(0.05)\n    return a * a * a"
+BLOCKING_CUBE = (
+    "def cube(a):\n    import os, time\n    while os.path.exists({flag!r}):\n"
+    "        time.sleep(0.05)\n    return a * a * a"
+)
 
 
 def resume_line(out: str) -> str:
@@ -48,17 +53,42 @@ def test_interrupted_run_says_incomplete_counts_the_rest_and_resumes(pytester, b
     # Outside /tmp: the blocking step's scoring child (isolation off) waits on a file of this machine.
     flag = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="agentbench-test-")) / "block-step-2.2"
     flag.write_text("")
-    data, h5 = write_dataset(pytester.path, shared_data,
-                             problems=tiny_problems(**{"2.2": BLOCKING_CUBE.format(flag=str(flag))}))
+    data, h5 = write_dataset(
+        pytester.path, shared_data, problems=tiny_problems(**{"2.2": BLOCKING_CUBE.format(flag=str(flag))})
+    )
     pytester.makeconftest(MODEL_CONFTEST)
-    args = ["-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}", "--bench=scicode",
-            "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}", f"--bench-h5={h5}",
-            "--bench-allow-custom-data", "--bench-timeout=120", "--bench-fail-under", "main=0%",
-            "--bench-run-id=cut"]
-    env = {**os.environ, "AGENTBENCH_ISOLATION": "off", "AGENTBENCH_OFFLINE": "1",
-           "AGENTBENCH_DATA_DIR": str(shared_data), "BREAK_STEPS": "", "ERROR_STEPS": ""}
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=pytester.path, env=env,
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = [
+        "-p",
+        "no:cacheprovider",
+        f"--bench-cache-dir={shared_cache}",
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=mutant",
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        "--bench-timeout=120",
+        "--bench-fail-under",
+        "main=0%",
+        "--bench-run-id=cut",
+    ]
+    env = {
+        **os.environ,
+        "AGENTBENCH_ISOLATION": "off",
+        "AGENTBENCH_OFFLINE": "1",
+        "AGENTBENCH_DATA_DIR": str(shared_data),
+        "BREAK_STEPS": "",
+        "ERROR_STEPS": "",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=pytester.path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     run = pytester.path / "reports" / "scicode" / "mutant" / "cut"
     records = run / "steps.jsonl"
     try:
@@ -139,8 +169,10 @@ def test_stopped_by_x_fails_its_gates_unless_allowed(tiny, pytester):
 
     allowed = tiny("-x", "--bench-fail-under=main=0%", "--bench-allow-incomplete", broken="1.2")
     assert allowed.ret == pytest.ExitCode.OK, allowed.stdout.str()
-    assert "PASS incomplete: 3 of 5 items not run (counted as not passed); accepted by --bench-allow-incomplete" \
+    assert (
+        "PASS incomplete: 3 of 5 items not run (counted as not passed); accepted by --bench-allow-incomplete"
         in allowed.stdout.str()
+    )
     summary = json.loads((latest_run(pytester) / "summary.json").read_text())
     assert summary["gates_passed"] is True and summary["incomplete"]["not_run"] == 3
 
@@ -167,8 +199,10 @@ def test_deselected_items_are_not_missing_under_xdist(tiny, pytester):
 
 
 # ---- the report layer on its own -------------------------------------------------------------------
-SELECTION = [{"id": i, "task": i.split(".")[0], "split": "validation", "scored": True}
-             for i in ("1.1", "1.2", "2.1", "2.2", "3.1")]
+SELECTION = [
+    {"id": i, "task": i.split(".")[0], "split": "validation", "scored": True}
+    for i in ("1.1", "1.2", "2.1", "2.2", "3.1")
+]
 
 
 def gates(tmp_path: Path, allow: bool = False) -> GateConfig:
@@ -176,12 +210,17 @@ def gates(tmp_path: Path, allow: bool = False) -> GateConfig:
 
 
 def test_a_run_that_ended_normally_with_items_missing_ends_with_exit_1(tmp_path):
-    records = [{**SELECTION[0], "status": "pass"}, {**SELECTION[1], "status": "pass"},
-               {**SELECTION[2], "status": "error", "lost": True}]
+    records = [
+        {**SELECTION[0], "status": "pass"},
+        {**SELECTION[1], "status": "pass"},
+        {**SELECTION[2], "status": "error", "lost": True},
+    ]
     summary = build_summary(records, get_benchmark("scicode"), {"benchmark": "scicode"}, SELECTION)
     assert summary["incomplete"]["items"] == ["2.1", "2.2", "3.1"]  # the lost item is not run too
     assert judge(dict(summary), None, None, exit_status=0).exit_code == 1
-    assert judge(dict(summary), GateConfig([], [], None, None, False, None, allow_incomplete=True), None, 0).exit_code == 0
+    assert (
+        judge(dict(summary), GateConfig([], [], None, None, False, None, allow_incomplete=True), None, 0).exit_code == 0
+    )
     assert judge(dict(summary), gates(tmp_path), None, exit_status=0).exit_code == 1
     assert judge(dict(summary), gates(tmp_path, allow=True), None, exit_status=0).exit_code == 0
     for status in (2, 3, 4, 5):
@@ -189,9 +228,19 @@ def test_a_run_that_ended_normally_with_items_missing_ends_with_exit_1(tmp_path)
 
 
 def test_prefilled_steps_the_session_never_reached_stay_skipped():
-    selection = [*SELECTION, {"id": "3.2", "task": "3", "split": "validation", "scored": True, "status": "skipped",
-                              "message": "official prefilled step"}]
-    summary = build_summary([{**SELECTION[0], "status": "pass"}], get_benchmark("scicode"), {"benchmark": "scicode"},
-                            selection)
+    selection = [
+        *SELECTION,
+        {
+            "id": "3.2",
+            "task": "3",
+            "split": "validation",
+            "scored": True,
+            "status": "skipped",
+            "message": "official prefilled step",
+        },
+    ]
+    summary = build_summary(
+        [{**SELECTION[0], "status": "pass"}], get_benchmark("scicode"), {"benchmark": "scicode"}, selection
+    )
     assert summary["incomplete"]["not_run"] == 4 and "3.2" not in summary["incomplete"]["items"]
     assert summary["counts"] == {"pass": 1, "skipped": 1, "not_run": 4}

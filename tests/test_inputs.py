@@ -1,5 +1,6 @@
 """Issue 13, parts 5 and 6: inputs are checked where they enter, before any item runs, and a failed data
 lookup leaves nothing behind; the project's tests find the data through $AGENTBENCH_DATA_DIR."""
+
 from __future__ import annotations
 
 import re
@@ -13,16 +14,19 @@ from pytest_agentbench.core.data import DataError, DataFile, download, verify
 VALIDATION_STEP = ["--bench=scicode", "--bench-split=validation", "--bench-ids=1.1", "--model=oracle"]
 
 
-@pytest.mark.parametrize("arg,message", [
-    ("--bench-timeout=nan", "--bench-timeout must be a positive number, got 'nan'"),
-    ("--bench-timeout=inf", "--bench-timeout must be a positive number, got 'inf'"),
-    ("--bench-memory-limit=0", "--bench-memory-limit must be a positive number, got '0'"),
-    ("--bench-memory-limit=-1", "--bench-memory-limit must be a positive number, got '-1'"),
-    ("--bench-memory-limit=nan", "--bench-memory-limit must be a positive number, got 'nan'"),
-    ("--bench-ids=,,,", "--bench-ids ',,,' names nothing"),
-    ("--bench-max-consecutive-errors=-1", "--bench-max-consecutive-errors must be"),
-    ("--bench-difficulty=easy", "--bench-difficulty (a core-bench option) do(es) not apply to --bench=scicode"),
-])
+@pytest.mark.parametrize(
+    "arg,message",
+    [
+        ("--bench-timeout=nan", "--bench-timeout must be a positive number, got 'nan'"),
+        ("--bench-timeout=inf", "--bench-timeout must be a positive number, got 'inf'"),
+        ("--bench-memory-limit=0", "--bench-memory-limit must be a positive number, got '0'"),
+        ("--bench-memory-limit=-1", "--bench-memory-limit must be a positive number, got '-1'"),
+        ("--bench-memory-limit=nan", "--bench-memory-limit must be a positive number, got 'nan'"),
+        ("--bench-ids=,,,", "--bench-ids ',,,' names nothing"),
+        ("--bench-max-consecutive-errors=-1", "--bench-max-consecutive-errors must be"),
+        ("--bench-difficulty=easy", "--bench-difficulty (a core-bench option) do(es) not apply to --bench=scicode"),
+    ],
+)
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_bad_input_is_a_usage_error_before_any_item(bench, pytester, arg, message):

@@ -1,6 +1,7 @@
 """OS isolation of the children that run model code: what a child can and cannot do, under both executors
 and in the host environment. In CI (CI=true) a machine that cannot isolate fails these tests instead of
 skipping them."""
+
 from __future__ import annotations
 
 import json
@@ -13,17 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.core.errors import ConfigError
+from pytest_agentbench.envs.host import HostFactory
+from pytest_agentbench.sandbox import isolation as sandbox_isolation
+from pytest_agentbench.sandbox.forkserver import ForkServer
+from pytest_agentbench.sandbox.isolation import ISOLATION_ENV, NO_ISOLATION, SANDBOX_UID, bwrap_argv, probe
+from pytest_agentbench.sandbox.limits import Limits, MiB
+from pytest_agentbench.sandbox.options import isolation_from
+
 from bench_runs import SHARED_DATA
 from capabilities import needs
 from executor_pairs import KINDS, executor_pair, process_with, wait_gone
 from network_listeners import Listener
-from pytest_agentbench.core.errors import ConfigError
-from pytest_agentbench.envs.host import HostFactory
-from pytest_agentbench.sandbox.forkserver import ForkServer
-from pytest_agentbench.sandbox.isolation import ISOLATION_ENV, NO_ISOLATION, SANDBOX_UID, bwrap_argv, probe
-from pytest_agentbench.sandbox import isolation as sandbox_isolation
-from pytest_agentbench.sandbox.limits import Limits, MiB
-from pytest_agentbench.sandbox.options import isolation_from
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,16 +48,21 @@ def run(executors, kind: str, source: str, **kwargs):
 
 # ---------------------------------------------------------------- who the child is
 
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.isolation
 def test_child_is_an_unprivileged_user_without_capabilities(executors, kind):
-    result = run(executors, kind, """
+    result = run(
+        executors,
+        kind,
+        """
         import os
         status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
         print(os.getuid(), os.geteuid(), os.getgid(), os.getgroups())
         for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs"):
             print(key, status[key].strip())
-    """)
+    """,
+    )
     lines = result.stdout.splitlines()
     assert lines[0] == f"{SANDBOX_UID} {SANDBOX_UID} {SANDBOX_UID} []"
     caps = dict(line.split() for line in lines[1:])
@@ -66,13 +73,17 @@ def test_child_is_an_unprivileged_user_without_capabilities(executors, kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.isolation
 def test_child_sees_only_its_own_processes(executors, kind):
-    result = run(executors, kind, """
+    result = run(
+        executors,
+        kind,
+        """
         import os
         pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
         others = [p for p in pids if p != os.getpid()]  # (a forked child's own command line is the server's)
         commands = [open(f"/proc/{p}/cmdline", "rb").read().replace(b"\\0", b" ").decode() for p in others]
         print(len(pids), any("test_isolation.py" in c for c in commands), os.getppid() == 0)
-    """)
+    """,
+    )
     count, controller_seen, parent_hidden = result.stdout.split()
     assert int(count) <= 4 and controller_seen == "False"
     if kind == "fork":  # the fork server forked the child from outside its namespace: out of sight
@@ -114,8 +125,9 @@ print(json.dumps(out))
 @pytest.mark.isolation
 def test_the_api_key_in_the_controllers_environment_is_unreadable(isolation):
     env = dict(os.environ, OPENAI_API_KEY="sk-agentbench-secret")
-    done = subprocess.run([sys.executable, "-c", SNOOPER.format(root=str(REPO))], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", SNOOPER.format(root=str(REPO))], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["isolated fork"] == seen["isolated subprocess"] == "not found"
@@ -125,11 +137,15 @@ def test_the_api_key_in_the_controllers_environment_is_unreadable(isolation):
 
 # ---------------------------------------------------------------- nothing survives, nothing is written
 
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.isolation
 def test_a_daemon_that_setsids_and_forks_is_gone_after_the_step(executors, kind):
     marker = f"7{KINDS.index(kind)}.125"
-    run(executors, kind, f"""
+    run(
+        executors,
+        kind,
+        f"""
         import os, time
         if os.fork() == 0:
             os.setsid()
@@ -138,7 +154,8 @@ def test_a_daemon_that_setsids_and_forks_is_gone_after_the_step(executors, kind)
             os._exit(0)
         time.sleep(0.3)
         print("daemon started")
-    """)
+    """,
+    )
     assert wait_gone(f"sleep\0{marker}", 3.0)
 
 
@@ -147,11 +164,18 @@ def test_a_daemon_that_setsids_and_forks_is_gone_after_the_step(executors, kind)
 def test_writes_outside_the_work_folder_fail(executors, kind, tmp_path):
     import numpy
 
-    targets = {"project": REPO / "agentbench-escape.txt", "home": Path.home() / "agentbench-escape.txt",
-               "site-packages": Path(numpy.__file__).parents[1] / "agentbench-escape.pth",
-               "package": REPO / "pytest_agentbench" / "agentbench_escape.py",
-               "etc": Path("/etc/agentbench-escape"), "tmp_path": tmp_path / "agentbench-escape.txt"}
-    result = run(executors, kind, f"""
+    targets = {
+        "project": REPO / "agentbench-escape.txt",
+        "home": Path.home() / "agentbench-escape.txt",
+        "site-packages": Path(numpy.__file__).parents[1] / "agentbench-escape.pth",
+        "package": REPO / "pytest_agentbench" / "agentbench_escape.py",
+        "etc": Path("/etc/agentbench-escape"),
+        "tmp_path": tmp_path / "agentbench-escape.txt",
+    }
+    result = run(
+        executors,
+        kind,
+        f"""
         import json
         out = {{}}
         for name, path in {json.dumps({k: str(v) for k, v in targets.items()})}.items():
@@ -164,7 +188,8 @@ def test_writes_outside_the_work_folder_fail(executors, kind, tmp_path):
         open("inside.txt", "w").write("ok")
         open("/tmp/scratch.txt", "w").write("ok")
         print(json.dumps(out))
-    """)
+    """,
+    )
     outcome = json.loads(result.stdout)
     assert "written" not in outcome.values(), outcome
     assert not any(path.exists() for path in targets.values())
@@ -173,7 +198,10 @@ def test_writes_outside_the_work_folder_fail(executors, kind, tmp_path):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.isolation
 def test_a_disk_fill_is_capped_and_leaves_nothing(executors, kind):
-    result = run(executors, kind, """
+    result = run(
+        executors,
+        kind,
+        """
         import os
         written = files = 0
         chunk = b"x" * (1 << 20)
@@ -192,7 +220,9 @@ def test_a_disk_fill_is_capped_and_leaves_nothing(executors, kind):
         except OSError:
             pass
         print(written, files, os.path.realpath(".").replace("/", "|"))  # (the work folder's path is shown as ".")
-    """, limits=Limits(timeout=120, disk=16 * MiB))
+    """,
+        limits=Limits(timeout=120, disk=16 * MiB),
+    )
     written, files, work = result.stdout.split()
     assert int(written) <= 2 * 17 and int(files) < 1_000_000  # /tmp (with the work folder) and /dev/shm, 16 MiB each
     assert not Path(work.replace("|", "/")).exists() and not list(Path("/tmp").glob("agentbench-fill-*"))
@@ -200,6 +230,7 @@ def test_a_disk_fill_is_capped_and_leaves_nothing(executors, kind):
 
 
 # ---------------------------------------------------------------- no network, no private folders
+
 
 @pytest.fixture
 def listener():
@@ -214,7 +245,10 @@ def listener():
 @pytest.mark.isolation
 def test_no_network(executors, kind, listener):
     socket.create_connection(("127.0.0.1", listener), timeout=5).close()  # reachable from here
-    result = run(executors, kind, f"""
+    result = run(
+        executors,
+        kind,
+        f"""
         import socket
         for address in (("127.0.0.1", {listener}), ("1.1.1.1", 53)):
             try:
@@ -222,7 +256,8 @@ def test_no_network(executors, kind, listener):
                 print("connected")
             except OSError as exc:
                 print("blocked")
-    """)
+    """,
+    )
     assert result.stdout.split() == ["blocked", "blocked"]
 
 
@@ -230,10 +265,15 @@ def test_no_network(executors, kind, listener):
 @pytest.mark.isolation
 def test_private_folders_are_hidden(executors, kind, tmp_path):
     data = REPO / "pytest_agentbench" / "report"  # a folder the child sees otherwise (the package is bound in)
-    result = run(executors, kind, f"""
+    result = run(
+        executors,
+        kind,
+        f"""
         import os
         print(sorted(os.listdir({str(data)!r})))
-    """, limits=Limits(timeout=60, hidden=(str(data),)))
+    """,
+        limits=Limits(timeout=60, hidden=(str(data),)),
+    )
     assert result.stdout.strip() == "[]"
 
 
@@ -244,13 +284,21 @@ def test_only_system_folders_python_and_the_package_exist(executors, kind):
     child sees the system's folders, Python and this package, and no other folder of the machine. Here:
     neither the project around the package nor the world-readable files beside the data dir."""
     data = Path(SHARED_DATA).resolve()
-    probes = [str(REPO / "README.md"), str(REPO / "tests"), str(data.parent / "README.md"),
-              str(data / "scicode" / "problems_dev.jsonl")]
-    result = run(executors, kind, f"""
+    probes = [
+        str(REPO / "README.md"),
+        str(REPO / "tests"),
+        str(data.parent / "README.md"),
+        str(data / "scicode" / "problems_dev.jsonl"),
+    ]
+    result = run(
+        executors,
+        kind,
+        f"""
         import json, os, numpy, pytest_agentbench
         print(json.dumps([p for p in {probes!r} if os.path.exists(p)]))
         print(json.dumps(sorted(set(os.listdir("/")) - {set(sandbox_isolation.SYSTEM_TOPS)!r})))
-    """)
+    """,
+    )
     visible, extra_tops = map(json.loads, result.stdout.splitlines())
     assert visible == [], visible
     allowed = {"dev", "proc", "tmp", *(p.split("/")[1] for p in sandbox_isolation.needed_paths())}
@@ -265,6 +313,7 @@ def test_collected_files_come_back_capped(executors):
 
 
 # ---------------------------------------------------------------- the host environment
+
 
 @pytest.fixture
 def hidden_data(tmp_path) -> Path:
@@ -291,8 +340,10 @@ def check_hidden_and_unseen_but_online(env, hidden_data: Path, listener: int) ->
     needs("slirp4netns")
     outbound = Listener(socket.AF_INET, (needs("outbound-address"), 0))
     try:
-        for (host, port), expected in (((needs("outbound-address"), outbound.sock.getsockname()[1]), "net"),
-                                       (("127.0.0.1", listener), "")):
+        for (host, port), expected in (
+            ((needs("outbound-address"), outbound.sock.getsockname()[1]), "net"),
+            (("127.0.0.1", listener), ""),
+        ):
             probe_net = f"python3 -c \"import socket; socket.create_connection(('{host}', {port}), 5); print('net')\""
             assert env.run(probe_net, 30).stdout.strip() == expected, (host, port)
     finally:
@@ -315,8 +366,11 @@ def test_host_environment_commands_are_isolated_with_outbound_network_only(isola
 def test_host_environment_at_a_workspace_root_keeps_every_guarantee(isolation, workspace, hidden_data, listener):
     root = "/capsule/environment"
     with HostFactory(hidden=[str(hidden_data)], isolation=isolation).start(workspace, workdir=root) as env:
-        who = env.run("pwd; id -u; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status | awk '{print $2}' | sort -u; "
-                      "touch made.txt && echo written", 30).stdout.split()
+        who = env.run(
+            "pwd; id -u; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status | awk '{print $2}' | sort -u; "
+            "touch made.txt && echo written",
+            30,
+        ).stdout.split()
         assert who == [root, str(SANDBOX_UID), "0000000000000000", "written"]
         assert (workspace / "made.txt").is_file()
         for path in (f"{REPO}/agentbench-escape.txt", "/capsule/escape.txt", "/escape.txt", "/usr/escape.txt"):
@@ -336,8 +390,10 @@ def test_the_machine_is_rebuilt_read_only_around_a_relocated_folder(isolation, t
     source.mkdir()
     (source / "in.txt").write_text("in\n")
     # a root under an existing folder: its other entries stay (read-only), /usr keeps working
-    script = ("cat /usr/agentbench-ws/in.txt; ls /usr/bin/env; test -L /bin && echo link; "
-              "echo x > /usr/agentbench-ws/out.txt && echo written; touch /usr/w 2>/dev/null || echo refused")
+    script = (
+        "cat /usr/agentbench-ws/in.txt; ls /usr/bin/env; test -L /bin && echo link; "
+        "echo x > /usr/agentbench-ws/out.txt && echo written; touch /usr/w 2>/dev/null || echo refused"
+    )
     argv = bwrap_argv(isolation, relocated=[(str(source), "/usr/agentbench-ws")]) + ["bash", "-c", script]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     expected = ["in", "/usr/bin/env", "written", "refused"]
@@ -350,6 +406,7 @@ def test_the_machine_is_rebuilt_read_only_around_a_relocated_folder(isolation, t
 
 
 # ---------------------------------------------------------------- where isolation is impossible
+
 
 def test_the_probe_says_why_and_require_isolation_refuses(monkeypatch):
     monkeypatch.setenv(ISOLATION_ENV, "off")
@@ -372,8 +429,12 @@ def test_no_isolation_is_a_plain_value():
 def test_the_runs_private_folders_are_hidden_from_scoring_children(tmp_path):
     from pytest_agentbench.sandbox.options import limits_from
 
-    opts = {"memory_limit": 1.0, "data_dir": tmp_path / "data", "cache_dir": tmp_path / "cache",
-            "report_dir": tmp_path / "reports"}
+    opts = {
+        "memory_limit": 1.0,
+        "data_dir": tmp_path / "data",
+        "cache_dir": tmp_path / "cache",
+        "report_dir": tmp_path / "reports",
+    }
     limits = limits_from(opts, timeout=5)
     assert limits.hidden == tuple(str(tmp_path / name) for name in ("data", "cache", "reports"))
     assert limits.memory == 1 << 30 and limits.timeout == 5
@@ -385,8 +446,14 @@ def test_a_checkout_on_the_python_path_binds_only_the_package(pythonpath):
     around it): the sandbox still gets only the package's own folder, never the project (its reports, its
     cache of rebuilt targets) nor a folder around it."""
     code = "import json; from pytest_agentbench.sandbox import isolation as I; print(json.dumps(I.needed_paths()))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": pythonpath})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": pythonpath},
+    )
     assert done.returncode == 0, done.stderr
     paths = json.loads(done.stdout)
     package = str(REPO / "pytest_agentbench")

@@ -1,4 +1,5 @@
 """Every run says how the children that run model code are isolated, and can demand that they are."""
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ implemented in the run's conftest.py (xdist workers load it too), never by patch
 that cannot be appended to is the one failure no item's record can hold: the run stops with exit 3 naming the
 file and the last record written.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ from scicode_builders import MODEL_CONFTEST, write_dataset
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TINY_STEPS = ["1.1", "1.2", "2.1", "2.2", "3.1"]
-FAULT_CONFTEST = MODEL_CONFTEST + '''
+FAULT_CONFTEST = (
+    MODEL_CONFTEST
+    + '''
 
 def pytest_agentbench_test_fault(stage, nodeid):
     """FAULT=stage:step[,stage:step...]: that stage of that step raises, as a bug would."""
@@ -42,6 +45,7 @@ def pytest_agentbench_record(record, item):
             os.replace(os.path.join(run_dir, "steps.jsonl"), os.path.join(run_dir, "steps.kept"))
             os.symlink("/dev/full", os.path.join(run_dir, "steps.jsonl"))
 '''
+)
 
 
 @pytest.fixture
@@ -55,9 +59,19 @@ def faulty(pytester, bench, shared_data, monkeypatch):
         for name in ("FAULT", "CYCLIC", "BREAK_FILE_AT", "HOW", "BREAK_STEPS", "ERROR_STEPS"):
             monkeypatch.setenv(name, env.get(name, ""))
         monkeypatch.setenv("REPORTS", str(reports))
-        return bench("--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}",
-                     f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-timeout=20",
-                     f"--bench-report-dir={reports}", "--bench-run-id=faults", *args, subprocess=True)
+        return bench(
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=mutant",
+            f"--bench-data-dir={data}",
+            f"--bench-h5={h5}",
+            "--bench-allow-custom-data",
+            "--bench-timeout=20",
+            f"--bench-report-dir={reports}",
+            "--bench-run-id=faults",
+            *args,
+            subprocess=True,
+        )
 
     run.run_dir = reports / "scicode" / "mutant" / "faults"
     return run
@@ -75,15 +89,27 @@ def complete_records(result, run_dir: Path) -> dict[str, dict]:
     return records
 
 
-STAGE_WORDS = {"score": "scoring this item failed", "record": "building this item's record failed",
-               "write": "writing this item's record failed",
-               "deliver": "delivering this item's record from its worker failed"}
+STAGE_WORDS = {
+    "score": "scoring this item failed",
+    "record": "building this item's record failed",
+    "write": "writing this item's record failed",
+    "deliver": "delivering this item's record from its worker failed",
+}
 
 
-@pytest.mark.parametrize("stage,xdist", [
-    ("score", ()), ("record", ()), ("write", ()),
-    ("score", ("-n", "2")), ("record", ("-n", "2")), ("write", ("-n", "2")), ("deliver", ("-n", "2")),
-], ids=["score", "record", "write", "score-xdist", "record-xdist", "write-xdist", "deliver-xdist"])
+@pytest.mark.parametrize(
+    "stage,xdist",
+    [
+        ("score", ()),
+        ("record", ()),
+        ("write", ()),
+        ("score", ("-n", "2")),
+        ("record", ("-n", "2")),
+        ("write", ("-n", "2")),
+        ("deliver", ("-n", "2")),
+    ],
+    ids=["score", "record", "write", "score-xdist", "record-xdist", "write-xdist", "deliver-xdist"],
+)
 def test_a_fault_at_any_stage_is_that_items_error(faulty, stage, xdist):
     result = faulty(*xdist, FAULT=f"{stage}:1.2")
     records = complete_records(result, faulty.run_dir)

@@ -1,28 +1,34 @@
 """The model layer against a scripted OpenAI-compatible server, through the real openai SDK."""
+
 from __future__ import annotations
 
 import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from fake_openai import FakeOpenAI
-from pytest_agentbench.models.cache import ResponseCache, cache_key
-from pytest_agentbench.models.client import Completion, ModelError, OpenAIModel, tool_result_message
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.core.options import OptionError, Sources, resolve
 from pytest_agentbench.core.run_options import RUN_OPTIONS
+from pytest_agentbench.models.cache import ResponseCache, cache_key
+from pytest_agentbench.models.client import Completion, ModelError, OpenAIModel, tool_result_message
 from pytest_agentbench.models.options import MODEL_OPTIONS, build_model, model_settings
 from pytest_agentbench.models.oracle import OracleModel
 
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from fake_openai import FakeOpenAI
+
 PROTOCOLS = ["chat", "responses"]
 HELLO = [{"role": "user", "content": "hello"}]
-TOOL = {"type": "function", "function": {
-    "name": "code_interpreter", "description": "run code",
-    "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "code_interpreter",
+        "description": "run code",
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+    },
+}
 
 
 @pytest.fixture
@@ -34,10 +40,18 @@ def server():
 @pytest.fixture
 def make_model(server, tmp_path):
     def make(protocol="chat", **overrides):
-        options = dict(base_url=server.base_url, api_key="sk-test", protocol=protocol,
-                       cache_dir=tmp_path / "cache", retry_base_delay=0.001, max_retries=3, timeout=5)
+        options = dict(
+            base_url=server.base_url,
+            api_key="sk-test",
+            protocol=protocol,
+            cache_dir=tmp_path / "cache",
+            retry_base_delay=0.001,
+            max_retries=3,
+            timeout=5,
+        )
         options.update(overrides)
         return OpenAIModel("fake-model", **options)
+
     return make
 
 
@@ -46,6 +60,7 @@ def endpoint(protocol: str) -> str:
 
 
 # ---------------------------------------------------------------- plain replies
+
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_text_reply_fields_and_request(server, make_model, protocol):
@@ -92,6 +107,7 @@ def test_responses_params_accept_chat_spellings(server, make_model):
 
 # ---------------------------------------------------------------- tool calls
 
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("n_calls", [1, 3])
 def test_tool_calls_round_trip(server, make_model, protocol, n_calls):
@@ -116,15 +132,17 @@ def test_tool_calls_round_trip(server, make_model, protocol, n_calls):
         sent = body["messages"]
         assert [c["id"] for c in sent[1]["tool_calls"]] == ids
         assert [(m["role"], m["tool_call_id"], m["content"]) for m in sent[2:]] == [
-            ("tool", ids[i], f"out {i}") for i in range(n_calls)]
+            ("tool", ids[i], f"out {i}") for i in range(n_calls)
+        ]
     else:
         assert body["tools"][0]["name"] == "code_interpreter"
         assert body["tools"][0]["parameters"] == TOOL["function"]["parameters"]
         items = body["input"]
         assert items[1] == {"role": "assistant", "content": "let me check"}
-        assert [(i["type"], i["call_id"]) for i in items[2:2 + n_calls]] == [("function_call", x) for x in ids]
-        assert [(i["type"], i["call_id"], i["output"]) for i in items[2 + n_calls:]] == [
-            ("function_call_output", ids[i], f"out {i}") for i in range(n_calls)]
+        assert [(i["type"], i["call_id"]) for i in items[2 : 2 + n_calls]] == [("function_call", x) for x in ids]
+        assert [(i["type"], i["call_id"], i["output"]) for i in items[2 + n_calls :]] == [
+            ("function_call_output", ids[i], f"out {i}") for i in range(n_calls)
+        ]
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -139,6 +157,7 @@ def test_assistant_message_without_tools_is_plain_text():
 
 
 # ---------------------------------------------------------------- retries and errors
+
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_rate_limit_then_success(server, make_model, protocol):
@@ -185,8 +204,9 @@ def test_client_error_is_not_retried_and_names_the_fix(server, make_model):
 
 
 def test_unreachable_server(tmp_path):
-    model = OpenAIModel("m", base_url="http://127.0.0.1:9/v1", cache_dir=tmp_path, max_retries=1,
-                        retry_base_delay=0.001, timeout=2)
+    model = OpenAIModel(
+        "m", base_url="http://127.0.0.1:9/v1", cache_dir=tmp_path, max_retries=1, retry_base_delay=0.001, timeout=2
+    )
     with pytest.raises(ModelError, match="127.0.0.1:9/v1/chat/completions.*--model-base-url"):
         model.complete(HELLO)
 
@@ -199,6 +219,7 @@ def test_timeout_is_retried_then_reported(server, make_model):
 
 
 # ---------------------------------------------------------------- cache
+
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_second_identical_call_is_a_cache_hit(server, make_model, protocol):
@@ -264,11 +285,18 @@ def test_errors_and_empty_replies_are_not_stored(server, make_model, tmp_path):
 
 
 def test_cache_key_is_order_independent_and_covers_inputs():
-    base = dict(base_url="u", model="m", protocol="chat", messages=HELLO, tools=None,
-                params={"a": 1, "b": 2}, sample_index=0)
+    base = dict(
+        base_url="u", model="m", protocol="chat", messages=HELLO, tools=None, params={"a": 1, "b": 2}, sample_index=0
+    )
     assert cache_key(**base) == cache_key(**{**base, "params": {"b": 2, "a": 1}})
-    for change in ({"base_url": "v"}, {"model": "n"}, {"protocol": "responses"}, {"sample_index": 1},
-                   {"messages": [{"role": "user", "content": "bye"}]}, {"params": {"a": 2, "b": 2}}):
+    for change in (
+        {"base_url": "v"},
+        {"model": "n"},
+        {"protocol": "responses"},
+        {"sample_index": 1},
+        {"messages": [{"role": "user", "content": "bye"}]},
+        {"params": {"a": 2, "b": 2}},
+    ):
         assert cache_key(**base) != cache_key(**{**base, **change})
 
 
@@ -294,6 +322,7 @@ def test_damaged_entry_is_a_miss(tmp_path):
 
 # ---------------------------------------------------------------- options
 
+
 def test_oracle_model():
     oracle = OracleModel()
     assert oracle.name == "oracle" and oracle.is_oracle is True
@@ -303,13 +332,18 @@ def test_oracle_model():
 
 def model_opts(tmp_path, cli=None, env=None, ini=None):
     """MODEL_OPTIONS and RUN_OPTIONS resolved without pytest, as a notebook would."""
-    return resolve((*RUN_OPTIONS, *MODEL_OPTIONS), Sources(cli=cli or {}, ini=ini or {}, env=env or {},
-                                                           invocation_dir=tmp_path, rootdir=tmp_path / "root"))
+    return resolve(
+        (*RUN_OPTIONS, *MODEL_OPTIONS),
+        Sources(cli=cli or {}, ini=ini or {}, env=env or {}, invocation_dir=tmp_path, rootdir=tmp_path / "root"),
+    )
 
 
 def test_models_are_built_from_settings_without_pytest(tmp_path):
-    opts = model_opts(tmp_path, cli={"model": "gpt-x", "model_params": '{"temperature": 0}', "cache": "ro"},
-                      env={"OPENAI_BASE_URL": "http://127.0.0.1:1/v1/", "OPENAI_API_KEY": "sk-secret"})
+    opts = model_opts(
+        tmp_path,
+        cli={"model": "gpt-x", "model_params": '{"temperature": 0}', "cache": "ro"},
+        env={"OPENAI_BASE_URL": "http://127.0.0.1:1/v1/", "OPENAI_API_KEY": "sk-secret"},
+    )
     settings = model_settings(opts)
     assert settings["base_url"] == "http://127.0.0.1:1/v1" and settings["params"] == {"temperature": 0}
     assert settings["cache_dir"] == str(tmp_path / "root" / ".agentbench_cache")  # relative to the rootdir
@@ -325,8 +359,14 @@ def test_models_are_built_from_settings_without_pytest(tmp_path):
         model_opts(tmp_path, ini={"model_params": "[1]"})
 
 
-@pytest.mark.parametrize(("text", "says"), [("{bad", "is not valid JSON"), ("[1, 2]", "is a JSON list, not an object"),
-                                            ('"temperature"', "is a JSON str, not an object")])
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{bad", "is not valid JSON"),
+        ("[1, 2]", "is a JSON list, not an object"),
+        ('"temperature"', "is a JSON str, not an object"),
+    ],
+)
 def test_malformed_model_params_quote_the_text(tmp_path, text, says):
     with pytest.raises(OptionError) as info:
         model_opts(tmp_path, cli={"model_params": text})
@@ -371,9 +411,22 @@ def test_cli_builds_models_and_settings(pytester, monkeypatch):
             assert "sk-secret" not in repr(model.settings)
             assert str(model.cache.root).startswith(str(pytestconfig.rootpath))
     """)
-    result = pytester.runpytest("--model", "gpt-x", "--model-protocol", "responses",
-                                "--model-params", '{"temperature": 0}', "--model-timeout", "12",
-                                "--model-max-retries", "2", "--bench-cache", "ro", "-p", "no:cacheprovider")
+    result = pytester.runpytest(
+        "--model",
+        "gpt-x",
+        "--model-protocol",
+        "responses",
+        "--model-params",
+        '{"temperature": 0}',
+        "--model-timeout",
+        "12",
+        "--model-max-retries",
+        "2",
+        "--bench-cache",
+        "ro",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=1)
 
 

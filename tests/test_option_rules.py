@@ -9,6 +9,7 @@ probe, reaches the worker only in its in-memory worker input (not its environmen
 never written to any file nor printed. The benchmark itself notes, in each process that configures it, whether
 it got the token (a hash, never the value) and where else the value appears.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,7 +24,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from bench_runs import REPO, SHARED_DATA, free_port, wait_for
 
 from pytest_agentbench.benchmarks import registry
 from pytest_agentbench.core.options import (
@@ -49,13 +49,15 @@ from pytest_agentbench.pytest_plugin.hostprobe import (
 )
 from pytest_agentbench.pytest_plugin.options import all_options
 
+from bench_runs import REPO, SHARED_DATA, free_port, wait_for
+
 TOYBENCH = REPO / "tests" / "toybench"
 TOKEN = "tok-9f3c61d2e8a4b7"  # the second secret's value: must appear in no file and no output
 TOKEN_SHA = hashlib.sha256(TOKEN.encode()).hexdigest()
 
 # The toy benchmark plus a second secret option; ``configure`` runs in the controller, the host probe and the
 # worker, and notes what that process got (written to $SECRETTOY_SEEN, outside the run's folders).
-SECRET_TOY = '''
+SECRET_TOY = """
     import hashlib, json, os, sys
     from pathlib import Path
 
@@ -87,7 +89,7 @@ SECRET_TOY = '''
 
 
     benchmark = SecretToy()
-'''
+"""
 
 
 def install_secret_toy(site: Path, entry: str = "secrettoy:benchmark") -> Path:
@@ -113,15 +115,30 @@ class SocketHost:
         home.mkdir(parents=True)
         self.address = f"127.0.0.1:{free_port()}"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_", "AGENTBENCH_"))}
-        env.update(HOME=str(home), PYTHONPATH=python_path(site), AGENTBENCH_DATA_DIR=str(SHARED_DATA),
-                   AGENTBENCH_OFFLINE="1", AGENTBENCH_CACHE_DIR=str(home / "cache"), SECRETTOY_SEEN=str(seen),
-                   AGENTBENCH_SECRET_FILE=os.environ["AGENTBENCH_SECRET_FILE"])
-        self.proc = subprocess.Popen([sys.executable, "-u", "-m", "execnet.script.socketserver", self.address],
-                                     cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env.update(
+            HOME=str(home),
+            PYTHONPATH=python_path(site),
+            AGENTBENCH_DATA_DIR=str(SHARED_DATA),
+            AGENTBENCH_OFFLINE="1",
+            AGENTBENCH_CACHE_DIR=str(home / "cache"),
+            SECRETTOY_SEEN=str(seen),
+            AGENTBENCH_SECRET_FILE=os.environ["AGENTBENCH_SECRET_FILE"],
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "execnet.script.socketserver", self.address],
+            cwd=home,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.output: list[str] = []
         threading.Thread(target=lambda: self.output.extend(iter(self.proc.stdout.readline, "")), daemon=True).start()
-        wait_for(lambda: any("Entering Accept loop" in line for line in self.output) or self.proc.poll() is not None,
-                 60, f"the socket server on {self.address} to listen")
+        wait_for(
+            lambda: any("Entering Accept loop" in line for line in self.output) or self.proc.poll() is not None,
+            60,
+            f"the socket server on {self.address} to listen",
+        )
         assert self.proc.poll() is None, "".join(self.output)
 
     def stop(self) -> None:
@@ -147,13 +164,27 @@ def test_a_second_secret_option_is_never_stored_sent_to_the_probe_or_written(tmp
     host = SocketHost(tmp_path / "host", site, seen)
     try:
         # the run is a user's: none of this test's own xdist worker variables (role() reads PYTEST_XDIST_WORKER)
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
-               "PYTHONPATH": python_path(site), "SECRETTOY_SEEN": str(seen), "AGENTBENCH_OFFLINE": "1"}
-        args = [sys.executable, "-m", "pytest", "--bench=toy", "--model=oracle", f"--toy-token={TOKEN}",
-                "--bench-run-id=secret", f"--bench-cache-dir={tmp_path / 'cache'}", "-d", "--tx",
-                f"socket={host.address}", "-v"]
-        done = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=600,
-                              check=False)
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+            "PYTHONPATH": python_path(site),
+            "SECRETTOY_SEEN": str(seen),
+            "AGENTBENCH_OFFLINE": "1",
+        }
+        args = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--bench=toy",
+            "--model=oracle",
+            f"--toy-token={TOKEN}",
+            "--bench-run-id=secret",
+            f"--bench-cache-dir={tmp_path / 'cache'}",
+            "-d",
+            "--tx",
+            f"socket={host.address}",
+            "-v",
+        ]
+        done = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=600, check=False)
     finally:
         host.stop()
     output = done.stdout + done.stderr
@@ -197,8 +228,14 @@ def test_every_option_declares_consistent_rules():
         assert not option.free_on_resume or option.stored, option.flag
         assert option.kind != "path" or option.hosts == HOST_OWN, option.flag
     assert secret_names(options) == {"model_api_key"}  # the built-in secret (the toy adds the second one)
-    assert {o.name for o in options if not o.stored} == {"model_api_key", "config", "run_id", "resume",
-                                                        "resume_merge", "replay"}
+    assert {o.name for o in options if not o.stored} == {
+        "model_api_key",
+        "config",
+        "run_id",
+        "resume",
+        "resume_merge",
+        "replay",
+    }
     assert {o.name for o in options if o.hosts == HOST_GPU} == {"gpus"}
     assert {o.name for o in options if o.private} == {"data_dir", "cache_dir", "report_dir"}
     assert "progress" not in {o.name for o in options}
@@ -206,11 +243,13 @@ def test_every_option_declares_consistent_rules():
     secret = Option("t", "--t", "h", secret=True)
     assert (secret.stored, secret.hosts) == (False, HOST_FORWARDED)
     assert Option("p", "--p", "h", kind="path").hosts == HOST_OWN
-    for bad, words in [({"secret": True, "stored": True}, "never stored"),
-                       ({"stored": False, "free_on_resume": True}, "free_on_resume"),
-                       ({"kind": "path", "hosts": HOST_FORWARDED}, "'own'"),
-                       ({"hosts": "everywhere"}, "hosts must be one of"),
-                       ({"private": True}, "private")]:
+    for bad, words in [
+        ({"secret": True, "stored": True}, "never stored"),
+        ({"stored": False, "free_on_resume": True}, "free_on_resume"),
+        ({"kind": "path", "hosts": HOST_FORWARDED}, "'own'"),
+        ({"hosts": "everywhere"}, "hosts must be one of"),
+        ({"private": True}, "private"),
+    ]:
         with pytest.raises(ValueError, match=words):
             Option("x", "--x", "h", **bad)
 
@@ -230,8 +269,12 @@ def test_forwarded_settings_carry_a_secret_to_workers_but_not_to_the_probe():
 def test_a_worker_host_applies_each_options_hosts_rule():
     """forwarded: the controller's value wins and the host's variable for an option left at its default is
     ignored; own: the host's own (None on the namespace: its environment or default); gpu: only with a GPU."""
-    options = (Option("url", "--url", "h", env="THE_URL"), Option("dir", "--dir", "h", kind="path"),
-               Option("gpus", "--gpus", "h", hosts=HOST_GPU), Option("plain", "--plain", "h"))
+    options = (
+        Option("url", "--url", "h", env="THE_URL"),
+        Option("dir", "--dir", "h", kind="path"),
+        Option("gpus", "--gpus", "h", hosts=HOST_GPU),
+        Option("plain", "--plain", "h"),
+    )
     sent = {"gpus": "all", "plain": "yes"}
     for host_gpus, expected in ((0, None), (1, "all")):
         namespace = SimpleNamespace(**{o.dest: "from the controller's argv" for o in options})
@@ -245,8 +288,16 @@ def test_a_worker_host_applies_each_options_hosts_rule():
 def test_a_layers_typed_view_names_exactly_its_options():
     """``view(SlurmOptions, opts)``: one typed field per option of the layer, filled from resolved settings."""
     assert [f.name for f in fields(SlurmOptions)] == [o.name for o in SLURM_OPTIONS]
-    opts = resolve(SLURM_OPTIONS, Sources(cli={"slurm_max_running": "3", "detach": True}, ini={},
-                                          env={}, invocation_dir=Path.cwd(), rootdir=Path.cwd()))
+    opts = resolve(
+        SLURM_OPTIONS,
+        Sources(
+            cli={"slurm_max_running": "3", "detach": True},
+            ini={},
+            env={},
+            invocation_dir=Path.cwd(),
+            rootdir=Path.cwd(),
+        ),
+    )
     typed = view(SlurmOptions, opts)
     assert (typed.slurm_max_running, typed.detach, typed.slurm_key, typed.backend) == (3, True, "file", "local")
 

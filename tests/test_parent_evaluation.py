@@ -18,6 +18,7 @@ own names mean.
   list), and a 30.3-style gradient check whose model patches ``np.sqrt`` in the child fails when the gradient
   is wrong and passes when it is right.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,10 +26,11 @@ import json
 
 import pytest
 
-from bench_runs import SHARED_DATA
 from pytest_agentbench.benchmarks.scicode import split
 from pytest_agentbench.benchmarks.scicode.taint import canonical, dotted
 from pytest_agentbench.benchmarks.scicode.verdict import evaluate_here
+
+from bench_runs import SHARED_DATA
 from scicode_builders import MODEL_CONFTEST, problem, step, write_dataset
 
 
@@ -53,23 +55,32 @@ def comparisons(expression: str):
     for node in ast.walk(ast.parse(expression, mode="eval")):
         if isinstance(node, ast.Compare):
             yield node, [node.left, *node.comparators]
-        elif isinstance(node, ast.Call) and canonical(dotted(node.func)) in split.COMPARISON_CALLS \
-                and len(node.args) >= 2:
+        elif (
+            isinstance(node, ast.Call)
+            and canonical(dotted(node.func)) in split.COMPARISON_CALLS
+            and len(node.args) >= 2
+        ):
             yield node, list(node.args)
 
 
 def helper_calls(source: str, mode: str, helpers: set[str]) -> int:
     """Calls of a function the test text defines, on an operand from the child, in a parent part (a replayed
     helper, :func:`verdict.replay`, counts too)."""
-    return sum(1 for node in ast.walk(ast.parse(source, mode=mode))
-               if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-               and (node.func.id in helpers or node.func.id == split.REPLAY_FN)
-               and any(is_leaf(inner) for inner in ast.walk(node)))
+    return sum(
+        1
+        for node in ast.walk(ast.parse(source, mode=mode))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and (node.func.id in helpers or node.func.id == split.REPLAY_FN)
+        and any(is_leaf(inner) for inner in ast.walk(node))
+    )
 
 
 def calls_test_function(source: str, defined: set[str]) -> bool:
-    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defined
-               for node in ast.walk(ast.parse(source, mode="eval")))
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in defined
+        for node in ast.walk(ast.parse(source, mode="eval"))
+    )
 
 
 @pytest.mark.slow
@@ -84,8 +95,12 @@ def test_every_official_test_case_is_verified_by_the_parent(capsys):
     for s in steps:
         number = s["step_number"]
         plan = split.split_step(s["test_cases"], number)  # SplitError would be `cannot verify`
-        defined = {node.name for code in s["test_cases"] for node in ast.walk(ast.parse(code))
-                   if isinstance(node, ast.FunctionDef)}
+        defined = {
+            node.name
+            for code in s["test_cases"]
+            for node in ast.walk(ast.parse(code))
+            if isinstance(node, ast.FunctionDef)
+        }
         for test in plan.tests:
             cases += 1
             assert test.asserts, f"{number} test {test.number}: nothing for the parent to verify"
@@ -95,12 +110,18 @@ def test_every_official_test_case_is_verified_by_the_parent(capsys):
                 helpers_in_parent += helper_calls(part.expression, "exec" if statement else "eval", defined)
                 replayed += part.expression.count(split.REPLAY_FN + "(")
                 # a function of the test text run whole in the child would decide its comparisons there
-                in_child += [f"{number}/{test.number}: {leaf.source}" for leaf in part.leaves
-                             if leaf.trace is None and calls_test_function(leaf.source, defined)]
+                in_child += [
+                    f"{number}/{test.number}: {leaf.source}"
+                    for leaf in part.leaves
+                    if leaf.trace is None and calls_test_function(leaf.source, defined)
+                ]
                 # nor inside a replayed helper: what it reaches through the child's record is the model's
-                in_child += [f"{number}/{test.number}: {leaf.source} reaches {sorted(reached)}" for leaf in part.leaves
-                             if leaf.trace and (reached := set(ast.literal_eval(
-                                 ast.parse(leaf.trace, mode="eval").body.args[-1])) & defined)]
+                in_child += [
+                    f"{number}/{test.number}: {leaf.source} reaches {sorted(reached)}"
+                    for leaf in part.leaves
+                    if leaf.trace
+                    and (reached := set(ast.literal_eval(ast.parse(leaf.trace, mode="eval").body.args[-1])) & defined)
+                ]
                 if statement:
                     continue
                 for node, operands in comparisons(part.expression):
@@ -113,9 +134,11 @@ def test_every_official_test_case_is_verified_by_the_parent(capsys):
     assert in_child == [], in_child
     assert helpers_in_parent >= 10 and mixed >= 30 and replayed >= 7  # 30.3's six tests, 72.1's test 4
     with capsys.disabled():
-        print(f"\nparent-evaluated helper calls on the child's values: {helpers_in_parent} ({replayed} replayed "
-              f"with the model's calls from the child's record); statements the parent runs on the child's values: "
-              f"{mixed}")
+        print(
+            f"\nparent-evaluated helper calls on the child's values: {helpers_in_parent} ({replayed} replayed "
+            f"with the model's calls from the child's record); statements the parent runs on the child's values: "
+            f"{mixed}"
+        )
 
 
 def test_the_energy_check_of_49_4_runs_in_the_parent():
@@ -132,21 +155,25 @@ def test_the_energy_check_of_49_4_runs_in_the_parent():
 def test_builtins_the_models_code_rebinds_leave_the_expectations_in_the_parent():
     """51.4: `range = range`, `len = len` or `from math import *` change nothing in the test's names."""
     [s] = [s for s in official_steps() if s["step_number"] == "51.4"]
-    names = split.names_bound_by("import numpy as np", "range = range\nlen = len\nfrom math import *\n"
-                                 "def MD(*a):\n    return 0")
+    names = split.names_bound_by(
+        "import numpy as np", "range = range\nlen = len\nfrom math import *\ndef MD(*a):\n    return 0"
+    )
     plain = split.split_step(s["test_cases"], "51.4")
-    rebound = split.split_step(s["test_cases"], "51.4", code_names=names, required=split.required_names(
-        s["function_header"]))
-    assert [a.expression for t in rebound.tests for a in t.asserts] == \
-        [a.expression for t in plain.tests for a in t.asserts]
+    rebound = split.split_step(
+        s["test_cases"], "51.4", code_names=names, required=split.required_names(s["function_header"])
+    )
+    assert [a.expression for t in rebound.tests for a in t.asserts] == [
+        a.expression for t in plain.tests for a in t.asserts
+    ]
     assert "initial_energy)" in rebound.tests[3].asserts[0].expression
 
 
 # ---- end to end, on hand-made data ------------------------------------------------------------------
 REBIND = "range = range\nlen = len\nfrom math import *\n"
-SUM_TEST = "x = np.array([1.0, 2.0, 3.0])\nexpected = np.sum(x[:len(x)]) * len(range(3))\n" \
-           "assert np.isclose(f(x), expected)"
-NBODY_TEST = '''def Nbody_Etot(uin, mass):
+SUM_TEST = (
+    "x = np.array([1.0, 2.0, 3.0])\nexpected = np.sum(x[:len(x)]) * len(range(3))\nassert np.isclose(f(x), expected)"
+)
+NBODY_TEST = """def Nbody_Etot(uin, mass):
     Ekin = 0.5*np.sum(mass * (uin[:,3]**2 + uin[:,4]**2 + uin[:,5]**2))
     ggrav = 6.67430e-11
     Epot = 0.
@@ -165,12 +192,12 @@ Nbody(uin, mass, dt, t0, t1)
 Etot0 = Nbody_Etot(uin, mass)
 uout = Nbody(uin, mass, dt, t0, t1)
 Etot1 = Nbody_Etot(uout, mass)
-assert (np.isclose(Etot0, Etot1)) == target'''
+assert (np.isclose(Etot0, Etot1)) == target"""
 # inside the child, Nbody_Etot then gives 0.0 for any input: equal energies for the child's copy of the test
 PATCH_NUMPY = "np.sum = lambda *a, **k: 0.0\nnp.sqrt = lambda *a, **k: float('inf')\n"
 NBODY_HEADER = "def Nbody(uin, mass, dt, t0, t1):\n    '''n-body'''"
 # 72.1's helper calls the model's function and compares inside itself
-NEIGHBOR_TEST = '''def test_neighbor():
+NEIGHBOR_TEST = """def test_neighbor():
     N = 10
     inputs = [(0, 0), (9, 9), (0, 5)]
     corrects = [
@@ -182,7 +209,7 @@ NEIGHBOR_TEST = '''def test_neighbor():
         if neighbor_list((i, j), N) != correct:
             return False
     return True
-assert (test_neighbor()) == target'''
+assert (test_neighbor()) == target"""
 NEIGHBOR_HEADER = "def neighbor_list(site, N):\n    '''neighbours'''"
 NEIGHBOR_RIGHT = """def neighbor_list(site, N):
     i, j = site
@@ -196,7 +223,7 @@ NEIGHBOR_FAKE = """class _Agrees(list):
 def neighbor_list(site, N):
     return _Agrees([(0, 0)])"""
 # 30.3's helper calls methods of the model's object, then computes an RMSE with numpy
-GRADIENT_TEST = '''np.random.seed(0)
+GRADIENT_TEST = """np.random.seed(0)
 def test_gradient(configs, wf, delta):
     nconf, nelec, ndim = configs.shape
     wf_val = wf.value(configs)
@@ -210,7 +237,7 @@ def test_gradient(configs, wf, delta):
             grad_numeric[:, i, d] = (wf_val_shifted - wf_val)/(wf_val*delta)
     rmse = np.sqrt(np.sum((grad_numeric - grad_analytic)**2)/(nconf*nelec*ndim))
     return rmse
-assert (test_gradient(np.random.randn(5, 2, 3), Gauss(0.5), 1e-6) < 1e-3) == target'''
+assert (test_gradient(np.random.randn(5, 2, 3), Gauss(0.5), 1e-6) < 1e-3) == target"""
 GAUSS_HEADER = "class Gauss:\n    '''exp(-alpha r^2)'''"
 GAUSS = """class Gauss:
     def __init__(self, alpha):
@@ -241,22 +268,45 @@ ANSWERS = {
     # a statement binding what a traced helper returns: the parent's, and the child's own code still has it
     "11.1": "def scale():\n    return 2.0\ndef f(x):\n    return x",
 }
-TESTS = {"6.1": "assert np.allclose(f(target), 1)", "7.1": NEIGHBOR_TEST, "8.1": NEIGHBOR_TEST, "9.1": GRADIENT_TEST,
-         "10.1": GRADIENT_TEST,
-         "11.1": "def h(v):\n    return v * scale()\nx = h(2.0)\nassert np.isclose(f(x), x)"}
+TESTS = {
+    "6.1": "assert np.allclose(f(target), 1)",
+    "7.1": NEIGHBOR_TEST,
+    "8.1": NEIGHBOR_TEST,
+    "9.1": GRADIENT_TEST,
+    "10.1": GRADIENT_TEST,
+    "11.1": "def h(v):\n    return v * scale()\nx = h(2.0)\nassert np.isclose(f(x), x)",
+}
 HEADERS = {"7.1": NEIGHBOR_HEADER, "8.1": NEIGHBOR_HEADER, "9.1": GAUSS_HEADER, "10.1": GAUSS_HEADER}
 
 
 @pytest.fixture
 def custom(pytester, bench, shared_data):
     pytester.makeconftest(MODEL_CONFTEST)  # answers each step with its "ground truth": here ANSWERS
-    problems = [problem(n.split(".")[0], [step(n, code, [TESTS.get(n, NBODY_TEST if "Nbody" in code else SUM_TEST)],
-                                               header=HEADERS.get(n, NBODY_HEADER if "Nbody" in code else "def f(x):"))])
-                for n, code in ANSWERS.items()]
+    problems = [
+        problem(
+            n.split(".")[0],
+            [
+                step(
+                    n,
+                    code,
+                    [TESTS.get(n, NBODY_TEST if "Nbody" in code else SUM_TEST)],
+                    header=HEADERS.get(n, NBODY_HEADER if "Nbody" in code else "def f(x):"),
+                )
+            ],
+        )
+        for n, code in ANSWERS.items()
+    ]
     data, h5 = write_dataset(pytester.path, shared_data, targets={n: [True] for n in ANSWERS}, problems=problems)
-    return lambda *args: bench("--bench=scicode", "--bench-split=validation", "--model=mutant",
-                               f"--bench-data-dir={data}", f"--bench-h5={h5}", "--bench-allow-custom-data",
-                               "--bench-timeout=60", *args)
+    return lambda *args: bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=mutant",
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        "--bench-timeout=60",
+        *args,
+    )
 
 
 @pytest.mark.e2e
@@ -282,17 +332,24 @@ def neighbor_stream(calls: list[tuple]) -> bytes:
     return b"".join(codec.encode(frame) for frame in frames)
 
 
-RIGHT_NEIGHBORS = [(((0, 0), 10), [(9, 0), (0, 1), (1, 0), (0, 9)]), (((9, 9), 10), [(8, 9), (9, 0), (0, 9), (9, 8)]),
-                   (((0, 5), 10), [(9, 5), (0, 6), (1, 5), (0, 4)])]
+RIGHT_NEIGHBORS = [
+    (((0, 0), 10), [(9, 0), (0, 1), (1, 0), (0, 9)]),
+    (((9, 9), 10), [(8, 9), (9, 0), (0, 9), (9, 8)]),
+    (((0, 5), 10), [(9, 5), (0, 6), (1, 5), (0, 4)]),
+]
 
 
-@pytest.mark.parametrize("calls, verdict", [
-    (RIGHT_NEIGHBORS, "pass"),  # what a right model returns: the record supplies nothing but the model's outputs
-    (RIGHT_NEIGHBORS[:1] + [(((9, 9), 10), [(0, 0)])] + RIGHT_NEIGHBORS[2:], "AssertionError"),
-    # a record of other calls than the helper makes (another site), or of too few
-    ([(((1, 1), 10), RIGHT_NEIGHBORS[0][1])] + RIGHT_NEIGHBORS[1:], "ReplayMismatch: event 2"),
-    (RIGHT_NEIGHBORS[:2], "ReplayMismatch: the helper made more calls"),
-], ids=["right", "wrong-answer", "other-arguments", "too-few-calls"])
+@pytest.mark.parametrize(
+    "calls, verdict",
+    [
+        (RIGHT_NEIGHBORS, "pass"),  # what a right model returns: the record supplies nothing but the model's outputs
+        (RIGHT_NEIGHBORS[:1] + [(((9, 9), 10), [(0, 0)])] + RIGHT_NEIGHBORS[2:], "AssertionError"),
+        # a record of other calls than the helper makes (another site), or of too few
+        ([(((1, 1), 10), RIGHT_NEIGHBORS[0][1])] + RIGHT_NEIGHBORS[1:], "ReplayMismatch: event 2"),
+        (RIGHT_NEIGHBORS[:2], "ReplayMismatch: the helper made more calls"),
+    ],
+    ids=["right", "wrong-answer", "other-arguments", "too-few-calls"],
+)
 def test_the_parent_answers_a_traced_helper_only_from_a_matching_record(calls, verdict):
     plan = split.split_step([NEIGHBOR_TEST], "7.1")
     outcome = evaluate_here(plan, neighbor_stream(calls), [True])

@@ -1,4 +1,5 @@
 """An option value written with a space must not move pytest's rootdir, ini file and conftest cut-off."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,8 +20,15 @@ def outside(pytester: pytest.Pytester):
 
 def test_every_path_option_is_covered():
     flags = {o.flag for o in PATH_OPTIONS}
-    assert {"--bench-data-dir", "--bench-report-dir", "--bench-cache-dir", "--bench-resume", "--bench-baseline",
-            "--bench-h5", "--bench-capsules-dir"} <= flags
+    assert {
+        "--bench-data-dir",
+        "--bench-report-dir",
+        "--bench-cache-dir",
+        "--bench-resume",
+        "--bench-baseline",
+        "--bench-h5",
+        "--bench-capsules-dir",
+    } <= flags
 
 
 @pytest.mark.parametrize("option", PATH_OPTIONS, ids=lambda o: o.flag)

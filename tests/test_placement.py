@@ -5,6 +5,7 @@ before cost order, and the controller writes durations.json at the end of a run.
 Real ``-n 2`` runs show the order in their records (each worker's records arrive in the order it ran them);
 the scheduler's own rules are driven through xdist's scheduler interface with stand-in workers, as xdist's
 DSession drives it (the workers' hosts, GPUs included, are what a stand-in lets a test choose)."""
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from pytest_agentbench.pytest_plugin.placement import PlacementScheduling
+
 from bench_runs import read_jsonl, run_dirs
 from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
-
-from pytest_agentbench.pytest_plugin.placement import PlacementScheduling
 
 # --------------------------------------------------------------------------- real -n 2 runs
 
@@ -40,9 +41,18 @@ def run_costed(pytester, bench, shared_data, cache: Path, run_id: str):
     pytester.makeconftest(MODEL_CONFTEST)
     problems, targets = costed_problems()
     data, h5 = write_dataset(pytester.path, shared_data, targets=targets, problems=problems)
-    result = bench("--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}",
-                   f"--bench-h5={h5}", "--bench-allow-custom-data", f"--bench-cache-dir={cache}", "-n", "2",
-                   f"--bench-run-id={run_id}")
+    result = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=mutant",
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        f"--bench-cache-dir={cache}",
+        "-n",
+        "2",
+        f"--bench-run-id={run_id}",
+    )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
     [run] = [p for p in run_dirs(pytester.path) if p.name == run_id]
     return read_jsonl(run / "steps.jsonl")
@@ -71,7 +81,8 @@ def assert_heaviest_first(records: list[dict], cost: dict[str, float]) -> None:
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_without_durations_the_declared_cost_orders_the_work_and_durations_json_is_written(
-        pytester, bench, shared_data, tmp_path):
+    pytester, bench, shared_data, tmp_path
+):
     cache = tmp_path / "cache"
     records = run_costed(pytester, bench, shared_data, cache, "estimate")
     assert_heaviest_first(records, {pid: float(sum(cases)) for pid, cases in SHAPES.items()})
@@ -88,14 +99,23 @@ def test_durations_of_an_earlier_run_order_the_work(pytester, bench, shared_data
     cache = tmp_path / "cache"
     cache.mkdir()
     # measured seconds that reverse the declared order; problem 6 has one step measured and one not
-    measured = {"1": {"1.1": 9.0}, "2": {"2.1": 0.5}, "3": {"3.1": 0.2, "3.2": 0.2}, "4": {"4.1": 7.0},
-                "5": {"5.1": 1.0}, "6": {"6.1": 3.0}}
+    measured = {
+        "1": {"1.1": 9.0},
+        "2": {"2.1": 0.5},
+        "3": {"3.1": 0.2, "3.2": 0.2},
+        "4": {"4.1": 7.0},
+        "5": {"5.1": 1.0},
+        "6": {"6.1": 3.0},
+    }
     other_executor = {task: {k: 100.0 for k in samples} for task, samples in measured.items()}
-    (cache / "durations.json").write_text(json.dumps(
-        {"format": 1, "durations": {"scicode": {"fork": measured, "subprocess": other_executor}}}))
+    (cache / "durations.json").write_text(
+        json.dumps({"format": 1, "durations": {"scicode": {"fork": measured, "subprocess": other_executor}}})
+    )
     records = run_costed(pytester, bench, shared_data, cache, "measured")
     # 6.2 was never measured: its declared cost (1 test case) scaled by the measured seconds per test case
-    scale = sum(v for t in measured.values() for v in t.values()) / sum(sum(SHAPES[t][:len(v)]) for t, v in measured.items())
+    scale = sum(v for t in measured.values() for v in t.values()) / sum(
+        sum(SHAPES[t][: len(v)]) for t, v in measured.items()
+    )
     expected = {t: sum(s.values()) for t, s in measured.items()}
     expected["6"] += 1 * scale
     assert_heaviest_first(records, expected)
@@ -103,6 +123,7 @@ def test_durations_of_an_earlier_run_order_the_work(pytester, bench, shared_data
 
 
 # --------------------------------------------------------------------------- the scheduler's rules
+
 
 class Worker:
     """A stand-in for xdist's WorkerController: its gateway id, the items sent to it, shutdown."""
@@ -124,19 +145,26 @@ def stand_in_config(workers: int, reports: list):
     hook = SimpleNamespace(
         pytest_handlecrashitem=lambda crashitem, report, sched: None,
         pytest_runtest_logreport=lambda report: reports.append((report.nodeid, report.node.gateway.id)),
-        pytest_collectreport=lambda report: reports.append(("collection", str(report.longrepr))))
-    return SimpleNamespace(getoption=lambda name, default=None: [f"{workers}*popen"] if name == "tx" else default,
-                           hook=hook)
+        pytest_collectreport=lambda report: reports.append(("collection", str(report.longrepr))),
+    )
+    return SimpleNamespace(
+        getoption=lambda name, default=None: [f"{workers}*popen"] if name == "tx" else default, hook=hook
+    )
 
 
-def scheduler(collection, *, gpu_items=(), gpu_workers=(), names=("gw0", "gw1"), cost=None, reports=None,
-              stopped=None):
+def scheduler(collection, *, gpu_items=(), gpu_workers=(), names=("gw0", "gw1"), cost=None, reports=None, stopped=None):
     reports = [] if reports is None else reports
     # as durations.plan_costs makes them: a capsule is its own unit, a SciCode problem's steps one unit
     unit_of = lambda nodeid: nodeid if nodeid.startswith("core-bench::") else nodeid.rsplit("::", 1)[0]  # noqa: E731
-    sched = PlacementScheduling(stand_in_config(len(names), reports), None, gpu_item=set(gpu_items).__contains__,
-                                gpu_node=lambda node: node.gateway.id in gpu_workers, unit_of=unit_of,
-                                unit_cost=(lambda unit, nodeids: cost[unit]) if cost else None, stopped=stopped)
+    sched = PlacementScheduling(
+        stand_in_config(len(names), reports),
+        None,
+        gpu_item=set(gpu_items).__contains__,
+        gpu_node=lambda node: node.gateway.id in gpu_workers,
+        unit_of=unit_of,
+        unit_cost=(lambda unit, nodeids: cost[unit]) if cost else None,
+        stopped=stopped,
+    )
     workers = [Worker(n) for n in names]
     for worker in workers:
         sched.add_node(worker)
@@ -154,7 +182,7 @@ def ran(worker: Worker, collection: list[str]) -> list[str]:
 def complete(sched, worker: Worker, collection: list[str], count: int = 1) -> None:
     """``worker`` finishes its next ``count`` items not yet finished."""
     done = getattr(worker, "done", 0)
-    for index in worker.sent[done:done + count]:
+    for index in worker.sent[done : done + count]:
         sched.mark_test_complete(worker, index)
     worker.done = done + count
 
@@ -191,7 +219,9 @@ def test_without_a_gpu_worker_gpu_units_still_go_somewhere():
 
 
 def test_the_next_heaviest_goes_to_the_worker_that_is_free_first():
-    steps = [f"scicode/{p}::{p}.{s}" for p, n in (("1", 3), ("2", 3), ("3", 2), ("4", 2), ("5", 2)) for s in range(1, n + 1)]
+    steps = [
+        f"scicode/{p}::{p}.{s}" for p, n in (("1", 3), ("2", 3), ("3", 2), ("4", 2), ("5", 2)) for s in range(1, n + 1)
+    ]
     cost = {"scicode/1": 10.0, "scicode/2": 9.0, "scicode/3": 5.0, "scicode/4": 4.0, "scicode/5": 1.0}
     sched, (a, b) = scheduler(steps, cost=cost)
     assert ran(a, steps) == ["scicode/1::1.1", "scicode/1::1.2", "scicode/1::1.3"]  # one task each, nothing more
@@ -235,8 +265,13 @@ def test_the_rest_of_a_dead_workers_task_is_reported_lost_and_its_units_not_begu
 def test_a_worker_that_dies_before_its_collection_is_counted_out_and_queued_units_can_be_taken():
     # remote.py: a lost host's worker is not replaced, so the scheduler must stop waiting for its collection
     reports: list = []
-    sched = PlacementScheduling(stand_in_config(2, reports), None, gpu_item=lambda n: False,
-                                gpu_node=lambda node: False, unit_of=lambda nodeid: nodeid)  # a capsule: a unit
+    sched = PlacementScheduling(
+        stand_in_config(2, reports),
+        None,
+        gpu_item=lambda n: False,
+        gpu_node=lambda node: False,
+        unit_of=lambda nodeid: nodeid,
+    )  # a capsule: a unit
     a, b = Worker("gw0"), Worker("gw1")
     sched.add_node(a)
     sched.add_node(b)
@@ -260,9 +295,15 @@ def test_with_keep_free_a_free_worker_waits_while_another_holds_units_not_begun_
 
     def run(lose_b: bool):
         reports: list = []
-        sched = PlacementScheduling(stand_in_config(2, reports), None, gpu_item=lambda n: False,
-                                    gpu_node=lambda node: False, unit_of=lambda n: n.rsplit("::", 1)[0],
-                                    unit_cost=lambda unit, nodeids: cost[unit], keep_free=True)
+        sched = PlacementScheduling(
+            stand_in_config(2, reports),
+            None,
+            gpu_item=lambda n: False,
+            gpu_node=lambda node: False,
+            unit_of=lambda n: n.rsplit("::", 1)[0],
+            unit_cost=lambda unit, nodeids: cost[unit],
+            keep_free=True,
+        )
         a, b = Worker("gw0"), Worker("gw1")
         for worker in (a, b):
             sched.add_node(worker)
@@ -288,8 +329,7 @@ def test_with_keep_free_a_free_worker_waits_while_another_holds_units_not_begun_
 
 def test_workers_that_collected_different_items_get_nothing_and_the_difference_is_reported():
     reports: list = []
-    sched = PlacementScheduling(stand_in_config(2, reports), None, gpu_item=lambda n: False,
-                                gpu_node=lambda n: False)
+    sched = PlacementScheduling(stand_in_config(2, reports), None, gpu_item=lambda n: False, gpu_node=lambda n: False)
     a, b = Worker("gw0"), Worker("gw1")
     for worker, collection in ((a, CAPSULES), (b, CAPSULES[:-1])):
         sched.add_node(worker)

@@ -1,5 +1,6 @@
 """Progress lines (done/total, statuses, elapsed, ETA, usage, long-running items) and the run header,
 through pytester output, with and without xdist; pytest's own lines are never cut."""
+
 from __future__ import annotations
 
 import re
@@ -9,13 +10,18 @@ import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, whic
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from pytest_agentbench.pytest_plugin import progress
+
 from scicode_builders import MODEL_CONFTEST
 
-PROGRESS = re.compile(r"^agentbench: (\d)/5 done \((\d) pass(?:, (\d) fail)?\) · elapsed [^·]+ s"
-                      r"(?: · ETA [^·]+ s)? · (\d) model calls, 0 tokens, 0 cache hits$")
+PROGRESS = re.compile(
+    r"^agentbench: (\d)/5 done \((\d) pass(?:, (\d) fail)?\) · elapsed [^·]+ s"
+    r"(?: · ETA [^·]+ s)? · (\d) model calls, 0 tokens, 0 cache hits$"
+)
 
 # 3.1 takes 2.5 s; "long running" is lowered to 0.5 s for the run (and restored after it)
-SLOW_CONFTEST = MODEL_CONFTEST + '''
+SLOW_CONFTEST = (
+    MODEL_CONFTEST
+    + """
 import time
 from pytest_agentbench.pytest_plugin import progress as _progress
 
@@ -34,7 +40,8 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if _saved:
         _progress.LONG_RUNNING = _saved.pop()
-'''
+"""
+)
 
 
 @pytest.mark.e2e
@@ -48,8 +55,11 @@ def test_verbose_lines_stay_whole(tiny):
     assert len(items) == 5 and all(re.match(r"^scicode/\d::\d\.\d (PASSED|FAILED) +\[ *\d+%\]$", i) for i in items)
     eta = [line for line in lines if "ETA" in line]
     assert eta and all(PROGRESS.match(line) for line in eta)  # an ETA while items remain
-    assert re.search(r"agentbench: 5 done \(4 pass, 1 fail\) · elapsed [^·]+ s · 5 model calls, 0 tokens, "
-                     r"0 cache hits", result.stdout.str())  # the final totals
+    assert re.search(
+        r"agentbench: 5 done \(4 pass, 1 fail\) · elapsed [^·]+ s · 5 model calls, 0 tokens, "
+        r"0 cache hits",
+        result.stdout.str(),
+    )  # the final totals
 
 
 @pytest.mark.e2e
@@ -59,8 +69,11 @@ def test_quiet_keeps_every_outcome_letter(tiny):
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     progress_lines = [line for line in result.outlines if line.startswith("agentbench: ") and "/5 done" in line]
     assert len(progress_lines) == 5 and all(PROGRESS.match(line) for line in progress_lines)
-    letters = "".join(re.sub(r"\s*\[ *\d+%\]$", "", line) for line in result.outlines
-                      if re.fullmatch(r"[.F]+\s*(\[ *\d+%\])?", line.strip()))
+    letters = "".join(
+        re.sub(r"\s*\[ *\d+%\]$", "", line)
+        for line in result.outlines
+        if re.fullmatch(r"[.F]+\s*(\[ *\d+%\])?", line.strip())
+    )
     assert sorted(letters) == sorted("....F")
 
 
@@ -96,8 +109,13 @@ def test_long_running_items(tiny, pytester, how):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_oracle_prints_no_model_counters(bench):
-    result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1.1",
-                   "--bench-progress-interval=0")
+    result = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=oracle",
+        "--bench-ids=1.1",
+        "--bench-progress-interval=0",
+    )
     out = result.stdout.str()
     assert re.search(r"agentbench: 1/1 done \(1 \w+\) · elapsed [^·]+ s$", out, re.M), out[-2000:]
     assert "model calls" not in out and "tokens" not in out
@@ -111,11 +129,17 @@ def test_no_terminal_prints_nothing(tiny):
 
 
 def test_texts():
-    assert progress.running_line({"scicode/51::51.4": 0.0, "scicode/1::1.1": 95.0, "core-bench/capsule-7": 60.0},
-                                 120.0, 30.0) == "agentbench: 51.4 running 120 s, capsule-7 running 60 s"
+    assert (
+        progress.running_line(
+            {"scicode/51::51.4": 0.0, "scicode/1::1.1": 95.0, "core-bench/capsule-7": 60.0}, 120.0, 30.0
+        )
+        == "agentbench: 51.4 running 120 s, capsule-7 running 60 s"
+    )
     assert progress.running_line({"scicode/1::1.1": 100.0}, 120.0, 30.0) is None
     # a replay: every call answered by the cache, none reached the endpoint
-    assert progress.usage_text({"model_calls": 6, "cache_hits": 6, "tokens": 90, "tool_calls": 0}) == \
-        "0 model calls, 90 tokens, 6 cache hits"
+    assert (
+        progress.usage_text({"model_calls": 6, "cache_hits": 6, "tokens": 90, "tool_calls": 0})
+        == "0 model calls, 90 tokens, 6 cache hits"
+    )
     assert progress.eta_seconds(2, 10, 20.0) == 80.0 and progress.eta_seconds(0, 10, 5.0) is None
     assert progress.duration_text(125) == "2 min 05 s"

@@ -1,15 +1,19 @@
 """The command line a run records never carries a secret option's value."""
+
 import pytest
 
 from pytest_agentbench.pytest_plugin.provenance import REDACTED, command_line, option_flags, redact
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--model-api-key=sk-1"], [f"--model-api-key={REDACTED}"]),
-    (["--model-api-key", "sk-2", "-k", "x"], ["--model-api-key", REDACTED, "-k", "x"]),
-    (["--model-api", "sk-3"], ["--model-api", REDACTED]),  # an abbreviation argparse would accept
-    (["--model=gpt-4o", "--model-base-url=http://h"], ["--model=gpt-4o", "--model-base-url=http://h"]),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--model-api-key=sk-1"], [f"--model-api-key={REDACTED}"]),
+        (["--model-api-key", "sk-2", "-k", "x"], ["--model-api-key", REDACTED, "-k", "x"]),
+        (["--model-api", "sk-3"], ["--model-api", REDACTED]),  # an abbreviation argparse would accept
+        (["--model=gpt-4o", "--model-base-url=http://h"], ["--model=gpt-4o", "--model-base-url=http://h"]),
+    ],
+)
 def test_secret_values_are_redacted(argv, expected):
     assert redact(argv, option_flags()) == expected
 

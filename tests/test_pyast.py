@@ -2,6 +2,7 @@
 targets are rebuilt by a thread pool). CPython 3.11's AST constructor keeps its depth counter in
 interpreter-wide state: a thread switch inside a parse (here forced by a garbage-collector callback)
 makes another thread's valid parse fail with SystemError unless parses are serialised."""
+
 from __future__ import annotations
 
 import gc
@@ -51,8 +52,11 @@ def test_parses_in_several_threads_at_once_all_succeed():
 
 
 def test_the_package_parses_only_through_the_lock():
-    offenders = [f"{path.relative_to(PACKAGE)}:{number}"
-                 for path in PACKAGE.rglob("*.py") if path.name != "pyast.py"
-                 for number, line in enumerate(path.read_text().splitlines(), 1) if "ast.parse(" in line
-                 and "pyast.parse(" not in line]
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{number}"
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "pyast.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "ast.parse(" in line and "pyast.parse(" not in line
+    ]
     assert offenders == [], f"parse through core.pyast.parse (thread-safe): {offenders}"

@@ -2,13 +2,14 @@
 ``Summary`` types, see its README) loads, every field survives load -> save byte for byte, its summary is
 rebuilt unchanged from its records, and ``--bench-resume`` of it reuses every record and leaves its files as
 they were."""
+
 from __future__ import annotations
 
 import json
-
-import pytest
 import shutil
 from pathlib import Path
+
+import pytest
 
 from pytest_agentbench.benchmarks.registry import get_benchmark
 from pytest_agentbench.core import records as rec
@@ -29,8 +30,12 @@ def test_every_old_record_survives_load_and_save(tmp_path):
     lines = (OLD / "steps.jsonl").read_bytes().splitlines(keepends=True)
     records = old_records()
     assert [(r.id, r.task, r.status, r.scored, r.message) for r in records] == [
-        ("1.1", "1", "pass", True, ""), ("1.2", "1", "pass", True, ""), ("2.1", "2", "pass", True, ""),
-        ("2.2", "2", "fail", True, records[3].message), ("3.1", "3", "model_error", True, records[4].message)]
+        ("1.1", "1", "pass", True, ""),
+        ("1.2", "1", "pass", True, ""),
+        ("2.1", "2", "pass", True, ""),
+        ("2.2", "2", "fail", True, records[3].message),
+        ("3.1", "3", "model_error", True, records[4].message),
+    ]
     assert "AssertionError" in records[3].message and "the model service is down" in records[4].message
     assert records[0].extra["generation"] == {"model_calls": 1, "status": "ok"} and "status" not in records[0].extra
     for line, record in zip(lines, records, strict=True):
@@ -43,10 +48,21 @@ def test_every_old_record_survives_load_and_save(tmp_path):
 
 
 def test_a_record_gives_back_exactly_the_json_it_was_given():
-    odd = [{"id": 7, "status": "pass"},  # a number for an id, no benchmark/task/split/scored/message
-           {"message": None, "scored": "yes", "id": "1.1", "status": "fail", "x": {"nested": [1, 2]}},
-           {"z": 1, "attempt": 2, "id": "1.1", "task": "1", "split": "dev", "benchmark": "b", "status": "pass",
-            "scored": False, "message": "m"}]
+    odd = [
+        {"id": 7, "status": "pass"},  # a number for an id, no benchmark/task/split/scored/message
+        {"message": None, "scored": "yes", "id": "1.1", "status": "fail", "x": {"nested": [1, 2]}},
+        {
+            "z": 1,
+            "attempt": 2,
+            "id": "1.1",
+            "task": "1",
+            "split": "dev",
+            "benchmark": "b",
+            "status": "pass",
+            "scored": False,
+            "message": "m",
+        },
+    ]
     for data in odd:
         record = Record.from_json(data)
         assert record.to_json() == data and list(record.to_json()) == list(data) and len(record) == len(data)
@@ -91,6 +107,7 @@ def test_the_old_records_give_the_old_summary_and_summary_md():
     assert head == old_head and sorted(tables.splitlines()) == sorted(old_tables.splitlines())
 
 
+@pytest.mark.e2e
 def test_a_resume_of_an_old_run_reuses_every_record(tiny, pytester, shared_cache):
     run_dir = pytester.path / "reports" / "scicode" / "mutant" / "old-format"
     shutil.copytree(OLD, run_dir)
@@ -103,7 +120,11 @@ def test_a_resume_of_an_old_run_reuses_every_record(tiny, pytester, shared_cache
     assert (run_dir / "steps.jsonl").read_bytes() == (OLD / "steps.jsonl").read_bytes()
     assert (run_dir / "settings.json").read_text() == moved
     old, new = (json.loads((folder / "summary.json").read_text()) for folder in (OLD, run_dir))
-    assert {k: v for k, v in new.items() if k not in ("run", "settings")} == \
-        {k: v for k, v in old.items() if k not in ("run", "settings")}
-    assert {k for k in new["settings"] if new["settings"][k] != old["settings"][k]} <= {"cache_dir", "notes",
-                                                                                         "isolation"}
+    assert {k: v for k, v in new.items() if k not in ("run", "settings")} == {
+        k: v for k, v in old.items() if k not in ("run", "settings")
+    }
+    assert {k for k in new["settings"] if new["settings"][k] != old["settings"][k]} <= {
+        "cache_dir",
+        "notes",
+        "isolation",
+    }

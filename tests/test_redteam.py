@@ -13,6 +13,7 @@ markers (comment lines, small files) that the tests remove again.
 
 In CI (``CI=true``) a machine without bubblewrap/namespaces fails these tests instead of skipping them.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -27,9 +28,10 @@ from pathlib import Path
 import pytest
 
 import pytest_agentbench
+from pytest_agentbench.benchmarks.scicode import dataset
+
 from bench_runs import read_jsonl, run_dirs
 from capabilities import needs
-from pytest_agentbench.benchmarks.scicode import dataset
 from scicode_builders import problem, step
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -50,7 +52,7 @@ PTH_NAME = f"zz_agentbench_redteam_{RUN_ID}.pth"
 # ---- the attacks ------------------------------------------------------------------------------
 # Placeholders @NAME@ are filled by `attacks()` with the paths of the run under attack.
 
-PATCH_COMPARISONS_CODE = '''
+PATCH_COMPARISONS_CODE = """
 import numpy as _np
 def _always_true(*args, **kwargs):
     return True
@@ -62,11 +64,13 @@ for _name in ("allclose", "isclose", "array_equal"):
             _fn.__code__ = _always_true.__code__  # the same object, new behaviour
         except Exception:
             pass
-'''
+"""
 
 ATTACKS: dict[str, tuple[str, str, str]] = {
     # number: (what it tries, code, expected message pattern)
-    "201.1": ("forging completion: the token from frames and the script, then exit 0", '''
+    "201.1": (
+        "forging completion: the token from frames and the script, then exit 0",
+        """
 import os, re, sys
 _found = set()
 _frame = sys._getframe()
@@ -83,8 +87,13 @@ for _path in ("main.py", sys.argv[0] if sys.argv else ""):
 print("\\n".join(sorted(_found)))
 sys.stdout.flush()
 os._exit(0)
-''' + WRONG_F, EXITED),
-    "202.1": ("returning the test's own target: frames, gc, the targets files", '''
+"""
+        + WRONG_F,
+        EXITED,
+    ),
+    "202.1": (
+        "returning the test's own target: frames, gc, the targets files",
+        """
 import gc, glob, sys
 import numpy as _np
 def _value(obj):
@@ -111,9 +120,17 @@ def _steal():
 def f():
     stolen = _steal()
     return 2 if stolen is None else stolen
-''', ASSERTION),
-    "203.1": ("comparisons changed in place: __code__ of numpy's functions", PATCH_COMPARISONS_CODE + WRONG_F, ASSERTION),
-    "204.1": ("comparisons changed in place: __defaults__ (tolerances) of numpy's functions", '''
+""",
+        ASSERTION,
+    ),
+    "203.1": (
+        "comparisons changed in place: __code__ of numpy's functions",
+        PATCH_COMPARISONS_CODE + WRONG_F,
+        ASSERTION,
+    ),
+    "204.1": (
+        "comparisons changed in place: __defaults__ (tolerances) of numpy's functions",
+        """
 import numpy as _np
 for _name in ("allclose", "isclose"):
     _obj = getattr(_np, _name)
@@ -122,8 +139,13 @@ for _name in ("allclose", "isclose"):
             _fn.__defaults__ = tuple(1e300 for _ in (_fn.__defaults__ or ()))
         except Exception:
             pass
-''' + WRONG_F, ASSERTION),
-    "205.1": ("comparisons changed through a numpy submodule that is not checked", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "205.1": (
+        "comparisons changed through a numpy submodule that is not checked",
+        """
 import importlib
 for _module in ("numpy._core.numeric", "numpy.core.numeric"):
     try:
@@ -132,8 +154,13 @@ for _module in ("numpy._core.numeric", "numpy.core.numeric"):
         _m.array_equal = lambda *a, **k: True
     except Exception:
         pass
-''' + WRONG_F, ASSERTION),
-    "206.1": ("an object whose __array_function__/__eq__ answer True", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "206.1": (
+        "an object whose __array_function__/__eq__ answer True",
+        """
 class Liar:
     def __array_function__(self, *a, **k):
         return True
@@ -147,8 +174,12 @@ class Liar:
         return 1.0
 def f():
     return Liar()
-''', UNENCODABLE),
-    "207.1": ("an ndarray subclass whose __array_function__/__eq__ answer True", '''
+""",
+        UNENCODABLE,
+    ),
+    "207.1": (
+        "an ndarray subclass whose __array_function__/__eq__ answer True",
+        """
 import numpy as _np
 class LyingArray(_np.ndarray):
     def __array_function__(self, *a, **k):
@@ -157,8 +188,12 @@ class LyingArray(_np.ndarray):
         return _np.ones(_np.shape(self), dtype=bool)
 def f():
     return _np.asarray(2.0).view(LyingArray)
-''', "cannot compare `f()`: cannot encode a value of type *LyingArray*(test 1 of 1)"),
-    "208.1": ("a trace hook that jumps over assert lines", '''
+""",
+        "cannot compare `f()`: cannot encode a value of type *LyingArray*(test 1 of 1)",
+    ),
+    "208.1": (
+        "a trace hook that jumps over assert lines",
+        """
 import dis, sys
 _asserts = {}
 def _assert_lines(code):
@@ -183,16 +218,26 @@ _frame = sys._getframe()
 while _frame is not None:
     _frame.f_trace = _tracer
     _frame = _frame.f_back
-''' + WRONG_F, ASSERTION),
-    "209.1": ("shadowing globals() so a guard reads a clean copy, then replacing np.allclose", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "209.1": (
+        "shadowing globals() so a guard reads a clean copy, then replacing np.allclose",
+        """
 import builtins
 import numpy as _np
 _clean = dict(globals())
 builtins.globals = lambda: _clean
 _np.allclose = lambda *a, **k: True
 _np.isclose = lambda *a, **k: True
-''' + WRONG_F, ASSERTION),
-    "210.1": ("editing the guard's saved state: every reference to the genuine functions replaced", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "210.1": (
+        "editing the guard's saved state: every reference to the genuine functions replaced",
+        """
 import gc
 import numpy as _np
 _fake = lambda *a, **k: True
@@ -209,8 +254,13 @@ for _obj in gc.get_objects():
                     _obj[_i] = _fake
     except Exception:
         pass
-''' + WRONG_F, ASSERTION),
-    "211.1": ("persisting: rewriting the cached rebuilt targets (and their manifests) to 2", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "211.1": (
+        "persisting: rewriting the cached rebuilt targets (and their manifests) to 2",
+        """
 import glob, hashlib, json, os
 _done = []
 try:
@@ -230,8 +280,13 @@ try:
 except Exception as exc:
     print("persist-targets:", type(exc).__name__)
 print("persist-targets wrote", len(_done))
-''' + WRONG_F, ASSERTION),
-    "212.1": ("persisting: a fake test_data.h5 in the data dir and a matching checksum stamp in the cache", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "212.1": (
+        "persisting: a fake test_data.h5 in the data dir and a matching checksum stamp in the cache",
+        """
 import hashlib, os
 try:
     import h5py
@@ -246,8 +301,13 @@ try:
     print("persist-stamp: wrote")
 except Exception as exc:
     print("persist-stamp:", type(exc).__name__)
-''' + WRONG_F, ASSERTION),
-    "213.1": ("persisting: a .pth file in site-packages and a line appended to the plugin's source", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "213.1": (
+        "persisting: a .pth file in site-packages and a line appended to the plugin's source",
+        """
 for _path, _text in (("@SITE@/@PTH@", "# @MARKER@\\n"), ("@PACKAGE_INIT@", "# @MARKER@\\n")):
     try:
         with open(_path, "a") as _fh:
@@ -255,8 +315,13 @@ for _path, _text in (("@SITE@/@PTH@", "# @MARKER@\\n"), ("@PACKAGE_INIT@", "# @M
         print("persist-code: wrote", _path)
     except Exception as exc:
         print("persist-code:", type(exc).__name__)
-''' + WRONG_F, ASSERTION),
-    "214.1": ("persisting: editing the run's records to say pass", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "214.1": (
+        "persisting: editing the run's records to say pass",
+        """
 import glob, json
 for _path in glob.glob("@REPORTS@/**/*.jsonl", recursive=True):
     try:
@@ -267,8 +332,13 @@ for _path in glob.glob("@REPORTS@/**/*.jsonl", recursive=True):
         print("persist-records: wrote")
     except Exception as exc:
         print("persist-records:", type(exc).__name__)
-''' + WRONG_F, ASSERTION),
-    "215.1": ("escaping: writing into other processes' memory through /proc/<pid>/mem", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "215.1": (
+        "escaping: writing into other processes' memory through /proc/<pid>/mem",
+        """
 import os
 for _pid in sorted({os.getppid(), 1, *[int(p) for p in os.listdir("/proc") if p.isdigit()]}):
     if _pid == os.getpid():
@@ -278,8 +348,13 @@ for _pid in sorted({os.getppid(), 1, *[int(p) for p in os.listdir("/proc") if p.
             print("mem-open:", _pid)
     except Exception:
         pass
-''' + WRONG_F, ASSERTION),
-    "216.1": ("escaping: a daemon (setsid, double fork, out of the cgroup) that outlives the step", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "216.1": (
+        "escaping: a daemon (setsid, double fork, out of the cgroup) that outlives the step",
+        """
 import os
 _pid = os.fork()
 if _pid == 0:
@@ -293,8 +368,13 @@ if _pid == 0:
         os.execv("/bin/sleep", ["sleep", "@DAEMON@"])
     os._exit(0)
 os.waitpid(_pid, 0)
-''' + WRONG_F, ASSERTION),
-    "217.1": ("escaping: reading OPENAI_API_KEY from other processes' /proc/<pid>/environ", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "217.1": (
+        "escaping: reading OPENAI_API_KEY from other processes' /proc/<pid>/environ",
+        """
 import os
 for _pid in [p for p in os.listdir("/proc") if p.isdigit()]:
     try:
@@ -305,8 +385,13 @@ for _pid in [p for p in os.listdir("/proc") if p.isdigit()]:
         pass
 if os.environ.get("OPENAI_API_KEY"):
     print("key:", os.environ["OPENAI_API_KEY"])
-''' + WRONG_F, ASSERTION),
-    "218.1": ("escaping: writing files into the project, the reports and the home folders", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "218.1": (
+        "escaping: writing files into the project, the reports and the home folders",
+        """
 import os
 for _folder in ("@PROJECT@", "@REPORTS@", "@HOME@", "/root", os.path.expanduser("~")):
     try:
@@ -314,8 +399,13 @@ for _folder in ("@PROJECT@", "@REPORTS@", "@HOME@", "/root", os.path.expanduser(
         print("wrote-into:", _folder)
     except Exception:
         pass
-''' + WRONG_F, ASSERTION),
-    "219.1": ("escaping: filling the disk with many files under the per-file cap", '''
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
+    "219.1": (
+        "escaping: filling the disk with many files under the per-file cap",
+        """
 import os
 _chunk = b"x" * (1 << 20)
 _total = 0
@@ -339,7 +429,10 @@ for _folder in ("/tmp", "/var/tmp", "/dev/shm"):
 if _written:
     os.unlink(_written.pop())  # leave room to hand back an answer
 print("filled MiB:", _total)
-''' + WRONG_F, ASSERTION),
+"""
+        + WRONG_F,
+        ASSERTION,
+    ),
 }
 
 
@@ -347,21 +440,27 @@ print("filled MiB:", _total)
 # returns wrong values and patches numpy's comparisons in place, so only a comparison made by the trusted
 # process fails it.
 SHAPED: dict[str, tuple[str, str, str, str]] = {
-    "220.1": ("def f(x):\n    return np.array([x, 2.0 * x])",
-              "a = f(1.0)\nb = f(1.0)\nassert (np.isclose(a[0], b[0]), np.allclose(a, b),\n"
-              "        np.allclose(f(2.0), 2.0 * f(1.0))) == target",
-              PATCH_COMPARISONS_CODE + "_calls = [0]\ndef f(x):\n    _calls[0] += 1\n"
-              "    return np.array([x + _calls[0], 2.0 * x])\n",
-              "AssertionError in `assert (np.isclose(a[[]0], b[[]0]), np.allclose(a, b)*== target` (test 1 of 1)"),
-    "221.1": ("def f(x):\n    return x * x",
-              "def test_case_1():\n    out = f(3.0)\n    expected = 9.0\n"
-              "    assert np.isclose(out, expected), 'Test Case 1 Failed'\ntest_case_1()",
-              PATCH_COMPARISONS_CODE + "def f(x):\n    return x + 100.0\n",
-              "AssertionError: Test Case 1 Failed in `assert np.isclose(out, expected), *` (test 1 of 1)"),
-    "222.1": ("def f():\n    return np.eye(2)",
-              "B = f()\nassert (np.isclose(0, B[:, 0] @ B[:, 1])) == target",
-              PATCH_COMPARISONS_CODE + "def f():\n    return np.ones((2, 2))\n",
-              "AssertionError in `assert np.isclose(0, B[[]:, 0] @ B[[]:, 1]) == target` (test 1 of 1)"),
+    "220.1": (
+        "def f(x):\n    return np.array([x, 2.0 * x])",
+        "a = f(1.0)\nb = f(1.0)\nassert (np.isclose(a[0], b[0]), np.allclose(a, b),\n"
+        "        np.allclose(f(2.0), 2.0 * f(1.0))) == target",
+        PATCH_COMPARISONS_CODE + "_calls = [0]\ndef f(x):\n    _calls[0] += 1\n"
+        "    return np.array([x + _calls[0], 2.0 * x])\n",
+        "AssertionError in `assert (np.isclose(a[[]0], b[[]0]), np.allclose(a, b)*== target` (test 1 of 1)",
+    ),
+    "221.1": (
+        "def f(x):\n    return x * x",
+        "def test_case_1():\n    out = f(3.0)\n    expected = 9.0\n"
+        "    assert np.isclose(out, expected), 'Test Case 1 Failed'\ntest_case_1()",
+        PATCH_COMPARISONS_CODE + "def f(x):\n    return x + 100.0\n",
+        "AssertionError: Test Case 1 Failed in `assert np.isclose(out, expected), *` (test 1 of 1)",
+    ),
+    "222.1": (
+        "def f():\n    return np.eye(2)",
+        "B = f()\nassert (np.isclose(0, B[:, 0] @ B[:, 1])) == target",
+        PATCH_COMPARISONS_CODE + "def f():\n    return np.ones((2, 2))\n",
+        "AssertionError in `assert np.isclose(0, B[[]:, 0] @ B[[]:, 1]) == target` (test 1 of 1)",
+    ),
 }
 
 
@@ -426,8 +525,12 @@ def live_daemons() -> list[int]:
 
 
 def fill_files() -> list[Path]:
-    return [p for folder in ("/tmp", "/var/tmp", "/dev/shm") if Path(folder).is_dir()
-            for p in Path(folder).glob(f"{FILL_PREFIX}*")]
+    return [
+        p
+        for folder in ("/tmp", "/var/tmp", "/dev/shm")
+        if Path(folder).is_dir()
+        for p in Path(folder).glob(f"{FILL_PREFIX}*")
+    ]
 
 
 def marker_files(paths: list[Path]) -> list[Path]:
@@ -456,10 +559,20 @@ def redteam(pytester, bench, shared_data, shared_cache, monkeypatch):
     pytester.makeconftest(REDTEAM_CONFTEST)
     data = attack_dataset(pytester.path, shared_data)
     home = os.environ.get("HOME", "/root")
-    paths = {"CACHE": str(shared_cache), "DATA": str(data), "REPORTS": str(pytester.path / "reports"),
-             "PROJECT": str(pytester.path), "HOME": home, "SITE": site.getsitepackages()[0],
-             "PACKAGE_INIT": str(PACKAGE_INIT), "PTH": PTH_NAME, "MARKER": MARKER, "FILL": FILL_PREFIX,
-             "DAEMON": DAEMON_SECONDS, "SHA": dataset.H5_FILE.sha256}
+    paths = {
+        "CACHE": str(shared_cache),
+        "DATA": str(data),
+        "REPORTS": str(pytester.path / "reports"),
+        "PROJECT": str(pytester.path),
+        "HOME": home,
+        "SITE": site.getsitepackages()[0],
+        "PACKAGE_INIT": str(PACKAGE_INIT),
+        "PTH": PTH_NAME,
+        "MARKER": MARKER,
+        "FILL": FILL_PREFIX,
+        "DAEMON": DAEMON_SECONDS,
+        "SHA": dataset.H5_FILE.sha256,
+    }
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     leftovers: dict[str, list] = {}
 
@@ -467,9 +580,16 @@ def redteam(pytester, bench, shared_data, shared_cache, monkeypatch):
         attacks_file = pytester.path / f"attacks-{len(list(pytester.path.glob('attacks-*.json')))}.json"
         attacks_file.write_text(json.dumps(answers))
         monkeypatch.setenv("REDTEAM_ATTACKS", str(attacks_file))
-        result = bench("--bench=scicode", "--bench-split=validation", "--model=redteam",
-                       f"--bench-data-dir={data_dir}", "--bench-allow-custom-data", "--bench-timeout=60", *args,
-                       subprocess=True)
+        result = bench(
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=redteam",
+            f"--bench-data-dir={data_dir}",
+            "--bench-allow-custom-data",
+            "--bench-timeout=60",
+            *args,
+            subprocess=True,
+        )
         records = records_of(pytester.path)
         assert records, f"the run wrote no records:\n{result.stdout.str()[-3000:]}\n{result.stderr.str()[-3000:]}"
         return result, records
@@ -506,6 +626,7 @@ def verdicts(records: dict[str, dict], expected: dict[str, str]) -> dict[str, st
 
 # ---- the tests --------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def outcomes():
     """Results of the batch runs, shared by the per-class tests below (one run per executor)."""
@@ -515,8 +636,23 @@ def outcomes():
 # Under the subprocess executor (a fresh interpreter per step, ~3 s of CPU each) the attacks whose outcome
 # depends on how the child is started: leaving early, in-place patches and tracing, the shapes, everything
 # that persists or escapes. The others are pure data attacks, decided in the parent the same way.
-SUBPROCESS_STEPS = ["201.1", "202.1", "203.1", "208.1", "211.1", "212.1", "213.1", "214.1",
-                    "215.1", "216.1", "217.1", "218.1", "219.1", "220.1", "221.1"]
+SUBPROCESS_STEPS = [
+    "201.1",
+    "202.1",
+    "203.1",
+    "208.1",
+    "211.1",
+    "212.1",
+    "213.1",
+    "214.1",
+    "215.1",
+    "216.1",
+    "217.1",
+    "218.1",
+    "219.1",
+    "220.1",
+    "221.1",
+]
 
 
 def batch(redteam, outcomes, executor: str):
@@ -526,8 +662,12 @@ def batch(redteam, outcomes, executor: str):
         result, records = redteam(attacks(redteam.paths), f"--bench-executor={executor}", *select)
         time.sleep(1.0)  # a daemon that outlived its step would be visible now
         outcomes[executor] = {
-            "records": records, "stdout": result.stdout.str(), "seconds": time.monotonic() - started,
-            "daemons": live_daemons(), "fill": fill_files(), "markers": marker_files(redteam.home_dirs),
+            "records": records,
+            "stdout": result.stdout.str(),
+            "seconds": time.monotonic() - started,
+            "daemons": live_daemons(),
+            "fill": fill_files(),
+            "markers": marker_files(redteam.home_dirs),
             "code": remove_code_markers(),
             "official_h5": (redteam.data / "scicode" / "test_data.h5").exists(),
         }
@@ -551,11 +691,15 @@ def test_every_attack_fails_with_its_reason(redteam, outcomes, attack_class, exe
     if attack_class in ("persisting", "escaping"):
         needs("bwrap")  # escaping and persisting attacks only fail where children are isolated
     run = batch(redteam, outcomes, executor)
-    expected = {n: ATTACKS[n][2] if n in ATTACKS else SHAPED[n][3] for n in CLASSES[attack_class]
-                if executor == "fork" or n in SUBPROCESS_STEPS}
+    expected = {
+        n: ATTACKS[n][2] if n in ATTACKS else SHAPED[n][3]
+        for n in CLASSES[attack_class]
+        if executor == "fork" or n in SUBPROCESS_STEPS
+    }
     wrong = verdicts(run["records"], expected)
-    assert not wrong, "\n".join(f"{n} ({ATTACKS[n][0] if n in ATTACKS else 'shape'}): {why}"
-                                 for n, why in wrong.items())
+    assert not wrong, "\n".join(
+        f"{n} ({ATTACKS[n][0] if n in ATTACKS else 'shape'}): {why}" for n, why in wrong.items()
+    )
 
 
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
@@ -590,15 +734,16 @@ def test_persisted_attacks_do_not_change_the_next_run(redteam, outcomes):
     assert not run["official_h5"], "the attack wrote test_data.h5 into the data dir"
     answers = {"211.1": "def f():\n    return 2\n", "212.1": "def f():\n    return 1\n"}
     result, records = redteam(answers, "--bench-ids=211,212")
-    assert records["211.1"]["status"] == "fail" and fnmatch.fnmatchcase(records["211.1"]["message"], ASSERTION), \
+    assert records["211.1"]["status"] == "fail" and fnmatch.fnmatchcase(records["211.1"]["message"], ASSERTION), (
         records["211.1"]
+    )
     assert records["212.1"]["status"] == "pass", records["212.1"]
     assert {r["targets"] for r in records.values()} == {"rebuilt"}
 
 
 # ---- special shapes on validation steps ---------------------------------------------------------
 
-PERTURB = '''
+PERTURB = """
 import numpy as _np_rt
 def _agentbench_redteam_perturb(value):
     if isinstance(value, tuple):
@@ -616,12 +761,12 @@ def @NAME@(*args, **kwargs):  # names of its own: a later step's script also hol
     _agentbench_redteam_calls_@NAME@[0] += 1
     value = _agentbench_redteam_genuine_@NAME@(*args, **kwargs)
     return _agentbench_redteam_perturb(value) if _agentbench_redteam_calls_@NAME@[0] >= @FROM_CALL@ else value
-'''
+"""
 
 # "Send equal values": every operand of an assertion goes out as the value of its first operand, so any
 # comparison of two operands the child sends holds. 78.1 compares the output with `expected_output`, which
 # depends on no model code: the parent computes it from the test text, and the child has nothing to send.
-EQUAL_OPERANDS = '''
+EQUAL_OPERANDS = """
 _agentbench_redteam_rt = globals().get("_agentbench_rt")
 if _agentbench_redteam_rt is not None:
     _agentbench_redteam_send, _agentbench_redteam_first = _agentbench_redteam_rt.value, {}
@@ -629,16 +774,24 @@ if _agentbench_redteam_rt is not None:
         _agentbench_redteam_first.setdefault((t, a), value)
         return _agentbench_redteam_send(t, a, k, _agentbench_redteam_first[(t, a)])
     _agentbench_redteam_rt.value = _agentbench_redteam_equal
-'''
+"""
 
 SHAPES = {
     # step: (function, perturbed from this call on, expected message pattern, more attack code)
     "29.3": ("orthogonalize", 1, "AssertionError in `assert *np.isclose(0*== target` (test 1 of *)", ""),
-    "78.1": ("pendulum_derivs", 1, "AssertionError: Test Case 1 Failed in `assert np.allclose(output, "
-             "expected_output), 'Test Case 1 Failed'` (test 1 of 3)", EQUAL_OPERANDS),
-    "78.2": ("runge_kutta_4th_order", 1,
-             "AssertionError: Test Case 1 Failed in `assert np.isclose(final_state[[]0], expected_theta*` (test 1 of 3)",
-             ""),
+    "78.1": (
+        "pendulum_derivs",
+        1,
+        "AssertionError: Test Case 1 Failed in `assert np.allclose(output, "
+        "expected_output), 'Test Case 1 Failed'` (test 1 of 3)",
+        EQUAL_OPERANDS,
+    ),
+    "78.2": (
+        "runge_kutta_4th_order",
+        1,
+        "AssertionError: Test Case 1 Failed in `assert np.isclose(final_state[[]0], expected_theta*` (test 1 of 3)",
+        "",
+    ),
 }
 
 
@@ -647,13 +800,20 @@ def test_special_shapes_are_compared_in_the_trusted_process(redteam, shared_data
     and 78.x's test functions fail on the parent's comparison; 78.1's child also sends equal values for every
     operand, and fails since its expected value is the parent's own. (51.4's tuple of comparisons is test 4,
     after three runs of 1000 MD steps: too slow here; step 220.1 of the batch has its shape.)"""
-    problems = {p["problem_id"]: p for p in map(json.loads,
-                (shared_data / "scicode" / "problems_dev.jsonl").read_text().splitlines())}
+    problems = {
+        p["problem_id"]: p
+        for p in map(json.loads, (shared_data / "scicode" / "problems_dev.jsonl").read_text().splitlines())
+    }
     answers = {}
     for number, (name, from_call, _, more) in SHAPES.items():
         steps = {s["step_number"]: s for s in problems[number.split(".")[0]]["sub_steps"]}
-        answers[number] = (steps[number]["ground_truth_code"] + "\n" + PATCH_COMPARISONS_CODE
-                           + PERTURB.replace("@NAME@", name).replace("@FROM_CALL@", str(from_call)) + more)
+        answers[number] = (
+            steps[number]["ground_truth_code"]
+            + "\n"
+            + PATCH_COMPARISONS_CODE
+            + PERTURB.replace("@NAME@", name).replace("@FROM_CALL@", str(from_call))
+            + more
+        )
     records = {}
     # 78.2's script holds 78.1's code: 78.1's attack runs alone (its hook would also reach 78.2's operands)
     for ids in (["29.3", "78.2"], ["78.1"]):

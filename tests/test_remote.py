@@ -8,6 +8,7 @@ root process) keeps its report dir at mode 0700, so a worker could not have writ
 Without the setup the tests skip with the reason (CI=true: they fail); see tests/capabilities.py. The tests only
 read what the set-up wrote: after a change to the package, rerun .ci/ssh-setup as root (.ci/run does).
 """
+
 from __future__ import annotations
 
 import grp
@@ -39,13 +40,17 @@ BOOTSTRAP = "exec(eval(sys.stdin.readline()))"  # execnet's remote python comman
 
 
 def on_host(info: dict, account: str, command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["ssh", "-F", info["ssh_config"], account, command], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        ["ssh", "-F", info["ssh_config"], account, command], capture_output=True, text=True, timeout=120
+    )
 
 
 def host_build(info: dict, host: dict) -> str:
-    done = on_host(info, host["account"], f"{host['python']} -c 'from pytest_agentbench.core.host import "
-                                          f"package_build; print(package_build())'")
+    done = on_host(
+        info,
+        host["account"],
+        f"{host['python']} -c 'from pytest_agentbench.core.host import package_build; print(package_build())'",
+    )
     return done.stdout.strip()
 
 
@@ -57,8 +62,11 @@ def same_build(info: dict) -> dict:
 
     stale = [h["account"] for h in info["hosts"] if host_build(info, h) != package_build()]
     if stale:
-        missing("sshd", f"the worker accounts {', '.join(stale)} run another build of the package than this "
-                        "checkout; rerun .ci/ssh-setup as root")
+        missing(
+            "sshd",
+            f"the worker accounts {', '.join(stale)} run another build of the package than this "
+            "checkout; rerun .ci/ssh-setup as root",
+        )
     return info
 
 
@@ -115,22 +123,31 @@ def pytest_cmd(*args: str) -> list[str]:
 def controller_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_"))}
     # the plugin as this checkout has it (the worker hosts have their own installed copy)
-    env.update(AGENTBENCH_DATA_DIR=str(SHARED_DATA), AGENTBENCH_OFFLINE="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")])), **extra)
+    env.update(
+        AGENTBENCH_DATA_DIR=str(SHARED_DATA),
+        AGENTBENCH_OFFLINE="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")])),
+        **extra,
+    )
     return env
 
 
 def run(cwd: Path, *args: str, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(pytest_cmd(*args), cwd=cwd, env=controller_env(**env), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        pytest_cmd(*args), cwd=cwd, env=controller_env(**env), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def records_of(run_dir: Path) -> list[dict]:
-    return read_jsonl(run_dir / "steps.jsonl") if (run_dir / "steps.jsonl").is_file() else \
-        read_jsonl(run_dir / "records.jsonl")
+    return (
+        read_jsonl(run_dir / "steps.jsonl")
+        if (run_dir / "steps.jsonl").is_file()
+        else read_jsonl(run_dir / "records.jsonl")
+    )
 
 
 # --------------------------------------------------------------------------- SciCode over two hosts
+
 
 @pytest.fixture(scope="module")
 def local_validation(loopback, tmp_path_factory, shared_cache) -> dict[str, dict]:
@@ -138,8 +155,16 @@ def local_validation(loopback, tmp_path_factory, shared_cache) -> dict[str, dict
     the test session's cache (conftest.py), so the validation targets are rebuilt here once per session."""
     root = tmp_path_factory.mktemp("local")
     reports = private_dir(root / "reports")
-    done = run(root, *VALIDATION, f"--bench-report-dir={reports}", "--bench-run-id=local",
-               f"--bench-cache-dir={shared_cache}", "-p", "no:xdist", timeout=1500)
+    done = run(
+        root,
+        *VALIDATION,
+        f"--bench-report-dir={reports}",
+        "--bench-run-id=local",
+        f"--bench-cache-dir={shared_cache}",
+        "-p",
+        "no:xdist",
+        timeout=1500,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     run_dir = reports / "scicode" / "oracle" / "local"
     records = {r["id"]: r for r in records_of(run_dir)}
@@ -157,8 +182,9 @@ def test_validation_oracle_over_two_hosts_matches_a_local_run(loopback, local_va
 
     reports = private_dir(tmp_path / "reports")
     same_build(loopback)  # the local run took minutes
-    remote = run(tmp_path, *VALIDATION, f"--bench-report-dir={reports}", "--bench-run-id=remote", *both(loopback),
-                 timeout=1500)
+    remote = run(
+        tmp_path, *VALIDATION, f"--bench-report-dir={reports}", "--bench-run-id=remote", *both(loopback), timeout=1500
+    )
     assert remote.returncode == 0, remote.stdout[-3000:] + remote.stderr[-2000:]
     run_dir = reports / "scicode" / "oracle" / "remote"
     mine = local_validation["records"]
@@ -187,10 +213,6 @@ def test_validation_oracle_over_two_hosts_matches_a_local_run(loopback, local_va
         assert not found, found
 
 
-
-
-
-
 @pytest.fixture
 def socket_server(loopback):
     """execnet's socket server (execnet/script/socketserver.py) on 127.0.0.1, run as agentbench-b with that
@@ -198,17 +220,26 @@ def socket_server(loopback):
     host = next(h for h in loopback["hosts"] if h["account"] == "agentbench-b")
     account = pwd.getpwnam(host["account"])
     port = free_port()
-    proc = subprocess.Popen([host["python"], "-u", "-m", "execnet.script.socketserver", f"127.0.0.1:{port}"],
-                            cwd=host["home"], user=account.pw_uid, group=account.pw_gid,
-                            extra_groups=[g.gr_gid for g in grp.getgrall() if host["account"] in g.gr_mem],
-                            env={"HOME": host["home"], "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [host["python"], "-u", "-m", "execnet.script.socketserver", f"127.0.0.1:{port}"],
+        cwd=host["home"],
+        user=account.pw_uid,
+        group=account.pw_gid,
+        extra_groups=[g.gr_gid for g in grp.getgrall() if host["account"] in g.gr_mem],
+        env={"HOME": host["home"], "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()
     try:
-        wait_for(lambda: any("Entering Accept loop" in line for line in lines) or proc.poll() is not None, 60,
-                 "the socket server to listen")
+        wait_for(
+            lambda: any("Entering Accept loop" in line for line in lines) or proc.poll() is not None,
+            60,
+            "the socket server to listen",
+        )
         assert proc.poll() is None, "".join(lines)
         yield {"port": port, "home": host["home"], "account": host["account"], "output": lines}
     finally:
@@ -224,9 +255,9 @@ def socket_server(loopback):
 @pytest.mark.e2e
 @pytest.mark.remote
 @pytest.mark.slow
-def test_a_socket_gateway_worker_runs_items_on_its_host_and_sends_the_records_back(loopback, local_validation,
-                                                                                   socket_server, shared_cache,
-                                                                                   tmp_path):
+def test_a_socket_gateway_worker_runs_items_on_its_host_and_sends_the_records_back(
+    loopback, local_validation, socket_server, shared_cache, tmp_path
+):
     """``--tx socket=127.0.0.1:PORT`` (execnet's socket server, run by agentbench-b) beside a local popen
     worker: the records come back to the controller naming their worker and host, identical to the local
     run's for those items; the socket worker used its host's data dir."""
@@ -235,9 +266,19 @@ def test_a_socket_gateway_worker_runs_items_on_its_host_and_sends_the_records_ba
     reports = private_dir(tmp_path / "reports")
     address = f"127.0.0.1:{socket_server['port']}"
     same_build(loopback)
-    done = run(tmp_path, *VALIDATION, f"--bench-ids={SOCKET_IDS}", f"--bench-report-dir={reports}",
-               "--bench-run-id=socket", f"--bench-cache-dir={shared_cache}",
-               "-d", "--tx", f"socket={address}", "--tx", "popen")
+    done = run(
+        tmp_path,
+        *VALIDATION,
+        f"--bench-ids={SOCKET_IDS}",
+        f"--bench-report-dir={reports}",
+        "--bench-run-id=socket",
+        f"--bench-cache-dir={shared_cache}",
+        "-d",
+        "--tx",
+        f"socket={address}",
+        "--tx",
+        "popen",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:] + "".join(socket_server["output"])[-2000:]
     records = records_of(reports / "scicode" / "oracle" / "socket")
     theirs = {r["id"]: r for r in records}
@@ -264,8 +305,13 @@ def test_a_host_with_other_data_is_refused_with_the_difference(loopback, tmp_pat
     saved = problems.read_bytes()
     try:
         problems.write_bytes(saved + b"\n")
-        args = ["--bench=scicode", "--model=oracle", "--bench-ids=1",
-                f"--bench-report-dir={private_dir(tmp_path / 'reports')}", *both(loopback)]
+        args = [
+            "--bench=scicode",
+            "--model=oracle",
+            "--bench-ids=1",
+            f"--bench-report-dir={private_dir(tmp_path / 'reports')}",
+            *both(loopback),
+        ]
         pinned = run(tmp_path, *args, timeout=300)
         custom = run(tmp_path, *args, "--bench-allow-custom-data", timeout=300)  # hashes of what is there
     finally:
@@ -273,21 +319,33 @@ def test_a_host_with_other_data_is_refused_with_the_difference(loopback, tmp_pat
     for done in (pinned, custom):
         assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
         assert not list((tmp_path / "reports").rglob("*.jsonl"))  # refused before any item ran
-    assert ("worker gw0 on agentbench-a cannot read the benchmark data in /home/agentbench-a/data: "
-            "DataError: checksum mismatch for /home/agentbench-a/data/scicode/problems_dev.jsonl") in pinned.stderr
+    assert (
+        "worker gw0 on agentbench-a cannot read the benchmark data in /home/agentbench-a/data: "
+        "DataError: checksum mismatch for /home/agentbench-a/data/scicode/problems_dev.jsonl"
+    ) in pinned.stderr
     theirs = hashlib.sha256(saved + b"\n").hexdigest()[:12]
-    assert ("worker gw0 on agentbench-a has other data than the controller (problems_dev.jsonl: worker sha256 "
-            f"{theirs}, controller 193968aff23b)") in custom.stderr
+    assert (
+        "worker gw0 on agentbench-a has other data than the controller (problems_dev.jsonl: worker sha256 "
+        f"{theirs}, controller 193968aff23b)"
+    ) in custom.stderr
 
 
 @pytest.mark.e2e
 @pytest.mark.remote
 @pytest.mark.slow
 def test_a_conftest_model_override_cannot_run_remotely(loopback, tmp_path):
-    (tmp_path / "conftest.py").write_text("import pytest\n\n@pytest.fixture(scope='session')\n"
-                                          "def bench_model():\n    return object()\n")
-    done = run(tmp_path, "--bench=scicode", "--model=oracle", "--bench-ids=1",
-               f"--bench-report-dir={private_dir(tmp_path / 'reports')}", *both(loopback), timeout=120)
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n@pytest.fixture(scope='session')\ndef bench_model():\n    return object()\n"
+    )
+    done = run(
+        tmp_path,
+        "--bench=scicode",
+        "--model=oracle",
+        "--bench-ids=1",
+        f"--bench-report-dir={private_dir(tmp_path / 'reports')}",
+        *both(loopback),
+        timeout=120,
+    )
     assert done.returncode == 4
     assert "overrides the bench_model fixture, which cannot run on remote workers" in done.stdout + done.stderr
 
@@ -318,9 +376,16 @@ def staged_capsules(loopback, tmp_path_factory):
 
 
 def corebench_args(staged: Path, reports: Path, run_id: str) -> list[str]:
-    return ["--bench=core-bench", "--bench-split=train", "--model=oracle", "--bench-gpus=all",
-            f"--bench-ids={','.join(GPU_CAPSULES + CPU_CAPSULES)}", f"--bench-capsules-dir={staged}",
-            f"--bench-report-dir={reports}", f"--bench-run-id={run_id}"]
+    return [
+        "--bench=core-bench",
+        "--bench-split=train",
+        "--model=oracle",
+        "--bench-gpus=all",
+        f"--bench-ids={','.join(GPU_CAPSULES + CPU_CAPSULES)}",
+        f"--bench-capsules-dir={staged}",
+        f"--bench-report-dir={reports}",
+        f"--bench-run-id={run_id}",
+    ]
 
 
 @pytest.mark.e2e
@@ -340,8 +405,9 @@ def test_gpu_capsules_run_only_on_the_host_with_a_gpu(loopback, staged_capsules,
 @pytest.mark.slow
 def test_without_a_gpu_worker_gpu_capsules_are_env_errors_in_the_denominator(loopback, staged_capsules, tmp_path):
     reports = private_dir(tmp_path / "reports")
-    done = run(tmp_path, *corebench_args(staged_capsules, reports, "nogpu"), "-d", *tx(loopback, "agentbench-a"),
-               timeout=400)
+    done = run(
+        tmp_path, *corebench_args(staged_capsules, reports, "nogpu"), "-d", *tx(loopback, "agentbench-a"), timeout=400
+    )
     records = {r["id"]: r for r in read_jsonl(reports / "core-bench" / "oracle" / "nogpu" / "records.jsonl")}
     assert sorted(records) == sorted(GPU_CAPSULES + CPU_CAPSULES), done.stdout[-3000:] + done.stderr[-2000:]
     for cid in GPU_CAPSULES:
@@ -353,16 +419,24 @@ def test_without_a_gpu_worker_gpu_capsules_are_env_errors_in_the_denominator(loo
 
     # the same run resumed with the GPU host among the workers: exactly the GPU capsules run again, there
     run_dir = reports / "core-bench" / "oracle" / "nogpu"
-    resumed = run(tmp_path, *corebench_args(staged_capsules, reports, "nogpu"), f"--bench-resume={run_dir}",
-                  *both(loopback), timeout=400)
+    resumed = run(
+        tmp_path,
+        *corebench_args(staged_capsules, reports, "nogpu"),
+        f"--bench-resume={run_dir}",
+        *both(loopback),
+        timeout=400,
+    )
     assert "3 item(s) whose host lacked what they need run again" in resumed.stdout, resumed.stdout[-3000:]
     final = read_jsonl(run_dir / "records.jsonl")
     assert sorted(r["id"] for r in final) == sorted(GPU_CAPSULES + CPU_CAPSULES), resumed.stdout[-3000:]
     again = {r["id"]: r for r in final if r["id"] in GPU_CAPSULES}
-    assert all(r["status"] != "env_error" and r["worker"] == "gw1" and "unplaced" not in r for r in again.values()), again
+    assert all(r["status"] != "env_error" and r["worker"] == "gw1" and "unplaced" not in r for r in again.values()), (
+        again
+    )
 
 
 # --------------------------------------------------------------------------- a worker or its host lost mid-run
+
 
 def worker_pids(account: str) -> list[int]:
     """The execnet python of each worker running as ``account`` (not its forked children)."""
@@ -421,8 +495,10 @@ def cut_connection(account: str) -> list[int]:
     return signal_connection(account, signal.SIGKILL)[1]
 
 
-FAULTS = {"worker killed": ("agentbench-a", "gw0", kill_worker),
-          "connection cut": ("agentbench-b", "gw1", cut_connection)}
+FAULTS = {
+    "worker killed": ("agentbench-a", "gw0", kill_worker),
+    "connection cut": ("agentbench-b", "gw1", cut_connection),
+}
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
@@ -443,12 +519,24 @@ def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopb
         server.api_key = API_KEY  # the key reaches the remote workers only through workerinput
         for _ in range(40):
             server.reply_with(held)
-        common = ["--bench=scicode", "--bench-split=validation", "--model=fake-model",
-                  f"--model-base-url={server.base_url}", f"--bench-ids={KILL_IDS}", "--model-max-retries=0",
-                  f"--bench-report-dir={reports}", *both(loopback)]
-        proc = subprocess.Popen(pytest_cmd(*common, "--bench-run-id=lost"), cwd=tmp_path,
-                                env=controller_env(OPENAI_API_KEY=API_KEY), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        common = [
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=fake-model",
+            f"--model-base-url={server.base_url}",
+            f"--bench-ids={KILL_IDS}",
+            "--model-max-retries=0",
+            f"--bench-report-dir={reports}",
+            *both(loopback),
+        ]
+        proc = subprocess.Popen(
+            pytest_cmd(*common, "--bench-run-id=lost"),
+            cwd=tmp_path,
+            env=controller_env(OPENAI_API_KEY=API_KEY),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             # both workers are inside an item once each has a model request waiting
             wait_for(lambda: len(server.requests) >= 2, 240, "a model request from each worker")
@@ -456,8 +544,9 @@ def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopb
                 orphans = inflict(account)
             except AssertionError as exc:
                 gate.set()
-                table = subprocess.run(["ps", "-ww", "-e", "-o", "user=,pid=,ppid=,args="], capture_output=True,
-                                       text=True).stdout
+                table = subprocess.run(
+                    ["ps", "-ww", "-e", "-o", "user=,pid=,ppid=,args="], capture_output=True, text=True
+                ).stdout
                 pytest.fail(f"{exc}\n{table}\n{proc.communicate()[0][-4000:]}")
             time.sleep(1)
             gate.set()
@@ -480,8 +569,9 @@ def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopb
         assert "replacing crashed worker" not in out and "INTERNALERROR" not in out, out[-4000:]
         assert out.count(f"agentbench: host {account} (") == 1 and f"of worker {gateway} lost (" in out, out[-4000:]
         assert proc.returncode == 1, out[-4000:]
-        assert server.requests and all(r["headers"].get("authorization") == f"Bearer {API_KEY}"
-                                       for r in server.requests)
+        assert server.requests and all(
+            r["headers"].get("authorization") == f"Bearer {API_KEY}" for r in server.requests
+        )
 
         resumed = run(tmp_path, *common, f"--bench-resume={run_dir}", timeout=400, OPENAI_API_KEY=API_KEY)
     final = records_of(run_dir)
@@ -516,11 +606,19 @@ def test_run_settings_travel_without_paths_and_resolve_the_same(tmp_path, monkey
     from pytest_agentbench.pytest_plugin.options import all_options
 
     options = all_options(available_benchmarks())
-    cli = {"bench": "scicode", "model": "m", "model_params": '{"temperature": 0}', "ids": "1,3",
-           "timeout": "12.5", "cache_dir": str(tmp_path / "mine"), "background": False,
-           "difficulty": "easy"}  # another benchmark's option: never forwarded
-    controller = resolve(options, Sources(cli=cli, ini={}, env={"OPENAI_API_KEY": "sk-1"}, invocation_dir=tmp_path,
-                                          rootdir=tmp_path))
+    cli = {
+        "bench": "scicode",
+        "model": "m",
+        "model_params": '{"temperature": 0}',
+        "ids": "1,3",
+        "timeout": "12.5",
+        "cache_dir": str(tmp_path / "mine"),
+        "background": False,
+        "difficulty": "easy",
+    }  # another benchmark's option: never forwarded
+    controller = resolve(
+        options, Sources(cli=cli, ini={}, env={"OPENAI_API_KEY": "sk-1"}, invocation_dir=tmp_path, rootdir=tmp_path)
+    )
     raw = forwarded(options, controller)
     assert "cache_dir" not in raw and "data_dir" not in raw and "difficulty" not in raw
     assert raw["model_api_key"] == "sk-1" and raw["ids"] == "1,3"
@@ -529,8 +627,16 @@ def test_run_settings_travel_without_paths_and_resolve_the_same(tmp_path, monkey
     apply_forwarded(namespace, options, raw, 0, host_env)
     assert namespace.agentbench_cache_dir is None  # the host's own
     assert "OPENAI_BASE_URL" not in host_env  # the controller's default, not this host's variable
-    worker = resolve(options, Sources(cli={o.name: getattr(namespace, o.dest) for o in options}, ini={},
-                                      env=host_env, invocation_dir=tmp_path, rootdir=tmp_path))
+    worker = resolve(
+        options,
+        Sources(
+            cli={o.name: getattr(namespace, o.dest) for o in options},
+            ini={},
+            env=host_env,
+            invocation_dir=tmp_path,
+            rootdir=tmp_path,
+        ),
+    )
     for option in options:
         if option.kind != "path" and option.name != "difficulty":
             assert worker[option.name] == controller[option.name], option.name
@@ -543,11 +649,14 @@ def test_refusals_name_the_worker_the_host_and_the_difference():
     expected = {"version": "0.1.0", "build": "abc", "data_hashes": {"a.jsonl": "1" * 64, "b.txt": "2" * 64}}
     same = {"version": "0.1.0", "build": "abc", "data_hashes": dict(expected["data_hashes"]), "data_dir": "/d"}
     assert refusal_of("gw0", "u@h", same, expected) is None
-    assert "has pytest-agentbench 0.2.0 (build abc), the controller 0.1.0 (build abc)" in \
-        refusal_of("gw0", "u@h", {**same, "version": "0.2.0"}, expected)
+    assert "has pytest-agentbench 0.2.0 (build abc), the controller 0.1.0 (build abc)" in refusal_of(
+        "gw0", "u@h", {**same, "version": "0.2.0"}, expected
+    )
     text = refusal_of("gw3", "u@h", {**same, "data_hashes": {"a.jsonl": "9" * 64}}, expected)
-    assert text.startswith("agentbench: worker gw3 on u@h has other data than the controller (a.jsonl: worker "
-                           "sha256 999999999999, controller 111111111111; b.txt: missing on the worker)")
+    assert text.startswith(
+        "agentbench: worker gw3 on u@h has other data than the controller (a.jsonl: worker "
+        "sha256 999999999999, controller 111111111111; b.txt: missing on the worker)"
+    )
     assert "could not be probed: boom" in refusal_of("gw0", "u@h", {"probe_error": "boom"}, expected)
 
 
@@ -584,12 +693,25 @@ def test_a_silent_host_is_lost_within_the_bound_and_the_run_finishes_on_the_othe
         server.api_key = API_KEY
         for _ in range(40):
             server.reply_with(held)
-        common = ["--bench=scicode", "--bench-split=validation", "--model=fake-model",
-                  f"--model-base-url={server.base_url}", f"--bench-ids={KILL_IDS}", "--model-max-retries=0",
-                  f"--bench-host-timeout={SILENT_TIMEOUT}", f"--bench-report-dir={reports}", *both(loopback)]
-        proc = subprocess.Popen(pytest_cmd(*common, "--bench-run-id=silent"), cwd=tmp_path,
-                                env=controller_env(OPENAI_API_KEY=API_KEY), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        common = [
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=fake-model",
+            f"--model-base-url={server.base_url}",
+            f"--bench-ids={KILL_IDS}",
+            "--model-max-retries=0",
+            f"--bench-host-timeout={SILENT_TIMEOUT}",
+            f"--bench-report-dir={reports}",
+            *both(loopback),
+        ]
+        proc = subprocess.Popen(
+            pytest_cmd(*common, "--bench-run-id=silent"),
+            cwd=tmp_path,
+            env=controller_env(OPENAI_API_KEY=API_KEY),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             wait_for(lambda: len(server.requests) >= 2, 240, "a model request from each worker")
             try:
@@ -669,18 +791,33 @@ def test_a_host_whose_python_lacks_execnet_is_refused_by_name_once(loopback, tmp
     folder = shadow_module_dir("execnet")
     try:
         host = next(h for h in loopback["hosts"] if h["account"] == "agentbench-a")
-        broken = ["--tx", f"ssh=agentbench-a//ssh_config={loopback['ssh_config']}"
-                          f"//python=env PYTHONPATH={folder} {host['python']}"]
+        broken = [
+            "--tx",
+            f"ssh=agentbench-a//ssh_config={loopback['ssh_config']}//python=env PYTHONPATH={folder} {host['python']}",
+        ]
         started = time.monotonic()
-        done = run(tmp_path, "--bench=scicode", "--model=oracle", "--bench-ids=1",
-                   f"--bench-report-dir={private_dir(tmp_path / 'reports')}", "-d", *broken,
-                   *tx(loopback, "agentbench-b"), timeout=300)
+        done = run(
+            tmp_path,
+            "--bench=scicode",
+            "--model=oracle",
+            "--bench-ids=1",
+            f"--bench-report-dir={private_dir(tmp_path / 'reports')}",
+            "-d",
+            *broken,
+            *tx(loopback, "agentbench-b"),
+            timeout=300,
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     text = done.stdout + done.stderr
     assert done.returncode == 4, text[-3000:]
-    assert text.count("worker gw0 on agentbench-a cannot start a pytest-xdist worker: its python cannot import "
-                      "execnet: ModuleNotFoundError") == 1, text[-3000:]
+    assert (
+        text.count(
+            "worker gw0 on agentbench-a cannot start a pytest-xdist worker: its python cannot import "
+            "execnet: ModuleNotFoundError"
+        )
+        == 1
+    ), text[-3000:]
     assert "replacing crashed worker" not in text and time.monotonic() - started < 120
 
 
@@ -691,12 +828,25 @@ def test_a_host_whose_worker_cannot_start_is_lost_once_and_the_other_host_runs_e
     """The probe passes but the worker dies at start (a plugin its pytest cannot import): the host is named
     once, nothing is restarted there, the other host runs every item, exit 1."""
     host = next(h for h in loopback["hosts"] if h["account"] == "agentbench-a")
-    broken = ["--tx", f"ssh=agentbench-a//ssh_config={loopback['ssh_config']}"
-                      f"//python=env PYTEST_PLUGINS=agentbench_no_such_plugin {host['python']}"]
+    broken = [
+        "--tx",
+        f"ssh=agentbench-a//ssh_config={loopback['ssh_config']}"
+        f"//python=env PYTEST_PLUGINS=agentbench_no_such_plugin {host['python']}",
+    ]
     reports = private_dir(tmp_path / "reports")
-    done = run(tmp_path, "--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1,3",
-               f"--bench-report-dir={reports}", "--bench-run-id=nostart", "-d", *broken,
-               *tx(loopback, "agentbench-b"), timeout=300)
+    done = run(
+        tmp_path,
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=oracle",
+        "--bench-ids=1,3",
+        f"--bench-report-dir={reports}",
+        "--bench-run-id=nostart",
+        "-d",
+        *broken,
+        *tx(loopback, "agentbench-b"),
+        timeout=300,
+    )
     text = done.stdout + done.stderr
     assert done.returncode == 1, text[-3000:]
     assert "replacing crashed worker" not in text and "INTERNALERROR" not in text, text[-3000:]
@@ -715,12 +865,21 @@ def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, 
     here, on the controller), so each host's real numpy differs from it."""
     import numpy
 
-    args = ["--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1",
-            f"--bench-report-dir={private_dir(tmp_path / 'reports')}", "-d", *tx(loopback, "agentbench-a")]
+    args = [
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=oracle",
+        "--bench-ids=1",
+        f"--bench-report-dir={private_dir(tmp_path / 'reports')}",
+        "-d",
+        *tx(loopback, "agentbench-a"),
+    ]
     refused = run(tmp_path, *args, timeout=300, AGENTBENCH_TEST_VERSIONS="numpy=0.0.1")
     assert refused.returncode == 4, refused.stdout[-2000:] + refused.stderr[-2000:]
-    assert (f"worker gw0 on agentbench-a has other package versions than the controller (numpy: worker "
-            f"{numpy.__version__}, controller 0.0.1)") in refused.stderr, refused.stderr[-2000:]
+    assert (
+        f"worker gw0 on agentbench-a has other package versions than the controller (numpy: worker "
+        f"{numpy.__version__}, controller 0.0.1)"
+    ) in refused.stderr, refused.stderr[-2000:]
     assert "--bench-allow-version-skew" in refused.stderr
     assert not list((tmp_path / "reports").rglob("*.jsonl"))
     allowed = run(tmp_path, *args, "--bench-allow-version-skew", timeout=300, AGENTBENCH_TEST_VERSIONS="numpy=0.0.1")
@@ -738,8 +897,10 @@ def test_ssh_liveness_options_are_added_only_where_the_users_config_leaves_them_
     assert ssh_liveness_options("worker", str(plain), 40) == ["-o", "ServerAliveInterval=10", "-o", "ConnectTimeout=40"]
     assert ssh_liveness_options("worker", str(own), 40) == []  # the user's ssh_config wins
     assert ssh_liveness_options("-o ConnectTimeout=3 worker", str(plain), 40) == ["-o", "ServerAliveInterval=10"]
-    assert with_liveness(f"2*ssh=worker//ssh_config={plain}//python=py", 20) == \
-        f"2*ssh=-o ServerAliveInterval=5 -o ConnectTimeout=20 worker//ssh_config={plain}//python=py"
+    assert (
+        with_liveness(f"2*ssh=worker//ssh_config={plain}//python=py", 20)
+        == f"2*ssh=-o ServerAliveInterval=5 -o ConnectTimeout=20 worker//ssh_config={plain}//python=py"
+    )
     assert with_liveness("socket=127.0.0.1:8888", 20) == "socket=127.0.0.1:8888"
 
 
@@ -750,6 +911,7 @@ def test_version_differences_name_each_package():
     assert set(mine) == {"pytest", "pytest-xdist", "execnet", "numpy", "scipy", "h5py"}
     assert version_differences(mine, mine) == []
     theirs = installed_versions({"AGENTBENCH_TEST_VERSIONS": "h5py=1.0,execnet="})
-    assert version_differences(theirs, mine) == [f"execnet: worker not installed, controller {mine['execnet']}",
-                                                 f"h5py: worker 1.0, controller {mine['h5py']}"]
-
+    assert version_differences(theirs, mine) == [
+        f"execnet: worker not installed, controller {mine['execnet']}",
+        f"h5py: worker 1.0, controller {mine['h5py']}",
+    ]

@@ -1,6 +1,7 @@
 """Issue 13, part 2 (missing pieces): a resume checks ``--deselect`` like ``-k``/``-m`` (refused with the
 difference, or merged with --bench-resume-merge), and ``--bench-replay RUN_DIR`` with the model's server
 gone makes 0 model calls and says how many cache hits it made, in the terminal, summary.md and summary.json."""
+
 from __future__ import annotations
 
 import json
@@ -85,10 +86,20 @@ def test_replay_with_the_server_gone_makes_no_model_call(pytester, bench, shared
     with FakeOpenAI() as server:
         for _ in range(2):  # steps 1.1 and 1.2, one call each (naive mode)
             server.reply(ADD_AND_TWICE, prompt_tokens=100, completion_tokens=20)
-        first = bench("--bench=scicode", "--bench-split=validation", "--bench-ids=1", "--bench-mode=naive",
-                      "--model=m", f"--model-base-url={server.base_url}", "--model-api-key=k",
-                      f"--bench-data-dir={data}", f"--bench-h5={h5}", "--bench-allow-custom-data",
-                      f"--bench-cache-dir={cache}", "--bench-run-id=first")
+        first = bench(
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--bench-ids=1",
+            "--bench-mode=naive",
+            "--model=m",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=k",
+            f"--bench-data-dir={data}",
+            f"--bench-h5={h5}",
+            "--bench-allow-custom-data",
+            f"--bench-cache-dir={cache}",
+            "--bench-run-id=first",
+        )
         assert first.ret == pytest.ExitCode.OK, first.stdout.str()
         assert server.count("/chat/completions") == 2
     first.stdout.fnmatch_lines(["agentbench: 2 done (2 pass) * 2 model calls, 240 tokens, 0 cache hits"])
@@ -99,8 +110,12 @@ def test_replay_with_the_server_gone_makes_no_model_call(pytester, bench, shared
     replay = bench("--bench-replay", str(original), "--bench-run-id=again", f"--bench-cache-dir={cache}")
     assert replay.ret == pytest.ExitCode.OK, replay.stdout.str() + replay.stderr.str()
     replay.assert_outcomes(passed=2)
-    replay.stdout.fnmatch_lines([f"agentbench: note: replaying {original}: *",
-                                 "agentbench: 2 done (2 pass) * 0 model calls, 240 tokens, 2 cache hits"])
+    replay.stdout.fnmatch_lines(
+        [
+            f"agentbench: note: replaying {original}: *",
+            "agentbench: 2 done (2 pass) * 0 model calls, 240 tokens, 2 cache hits",
+        ]
+    )
     again = original.parent / "again"
     summary = json.loads((again / "summary.json").read_text())
     assert summary["settings"]["cache_mode"] == "replay"

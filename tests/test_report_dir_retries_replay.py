@@ -5,6 +5,7 @@ whose cache lacks the first model call of a selected task stops before any item,
 Runs go through pytester as a user runs pytest, against tests/fake_openai.py (a scripted server on
 127.0.0.1) and the staged validation data.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,14 @@ pytestmark = pytest.mark.e2e
 
 
 def model_args(server: FakeOpenAI, *extra: str) -> list[str]:
-    return ["--bench=scicode", "--bench-split=validation", "--model=gt-player", f"--model-base-url={server.base_url}",
-            "--model-api-key=test-key", *extra]
+    return [
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=gt-player",
+        f"--model-base-url={server.base_url}",
+        "--model-api-key=test-key",
+        *extra,
+    ]
 
 
 def ground_truth_reply(number: str) -> str:
@@ -81,9 +88,18 @@ def test_a_writable_report_dir_keeps_no_probe_and_no_empty_folder(bench, pyteste
 def test_item_retries_wait_with_the_clients_backoff(bench, pytester, cache_dir):
     with FakeOpenAI() as fake:
         fake.always_status = 500
-        result = bench(*model_args(fake, "--bench-ids=1.1", "--model-max-retries=0", "--model-retry-delay=0.4",
-                                   "--bench-max-retries=2", f"--bench-cache-dir={cache_dir}", "--bench-mode=naive"),
-                       subprocess=True)
+        result = bench(
+            *model_args(
+                fake,
+                "--bench-ids=1.1",
+                "--model-max-retries=0",
+                "--model-retry-delay=0.4",
+                "--bench-max-retries=2",
+                f"--bench-cache-dir={cache_dir}",
+                "--bench-mode=naive",
+            ),
+            subprocess=True,
+        )
     result.assert_outcomes(failed=1)
     times = [r["at"] for r in fake.requests]
     assert len(times) == 3  # one try and two item retries, one request each
@@ -99,8 +115,10 @@ def test_request_retries_are_counted_in_the_record_and_the_usage_line(bench, pyt
         fake.fail(times=2, status=429, retry_after=0)
         fake.reply(ground_truth_reply("1.1"))
         pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
-        result = bench(*model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={cache_dir}", "--bench-mode=naive"),
-                       subprocess=True)
+        result = bench(
+            *model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={cache_dir}", "--bench-mode=naive"),
+            subprocess=True,
+        )
     result.assert_outcomes(passed=1)
     assert fake.count() == 3
     [run] = run_dirs(pytester.path)
@@ -117,8 +135,16 @@ def test_replay_without_the_cached_first_calls_stops_naming_the_tasks(bench, pyt
     with FakeOpenAI() as fake:
         for _ in range(20):  # the answers' verdicts do not matter here: only what the cache holds
             fake.reply("```python\ndef f():\n    return 1\n```")
-        recorded = bench(*model_args(fake, "--bench-ids=1,3.1", f"--bench-cache-dir={cache_dir}",
-                                     "--bench-mode=naive", "--bench-run-id=recorded"), subprocess=True)
+        recorded = bench(
+            *model_args(
+                fake,
+                "--bench-ids=1,3.1",
+                f"--bench-cache-dir={cache_dir}",
+                "--bench-mode=naive",
+                "--bench-run-id=recorded",
+            ),
+            subprocess=True,
+        )
         assert recorded.ret == 1 and "model_error" not in recorded.stdout.str(), recorded.stdout.str()[-2000:]
         run = pytester.path / "reports" / "scicode" / "gt-player" / "recorded"
         asked = fake.count()
@@ -142,8 +168,9 @@ CAPSULE = "capsule-7038571"
 
 @pytest.mark.slow
 def test_corebench_replay_without_the_cached_first_call_stops_naming_the_capsule(pytester, tmp_path, monkeypatch):
-    from capsule_factory import build_capsule_archive
     from pytest_agentbench.benchmarks.corebench import dataset
+
+    from capsule_factory import build_capsule_archive
 
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(SHARED_DATA))
     staged = tmp_path / "staged"
@@ -155,15 +182,27 @@ def test_corebench_replay_without_the_cached_first_call_stops_naming_the_capsule
     with FakeOpenAI() as server:
         server.reply(tool_calls=[("submit", {"answers": answers})])
         recorded = pytester.runpytest_subprocess(
-            "--bench=core-bench", "--bench-split=train", f"--bench-ids={CAPSULE}", "--model=agent-model",
-            f"--model-base-url={server.base_url}", "--model-api-key=x", f"--bench-cache-dir={cache}",
-            f"--bench-capsules-dir={staged}", "--bench-env=host", "--bench-run-id=recorded", *common)
+            "--bench=core-bench",
+            "--bench-split=train",
+            f"--bench-ids={CAPSULE}",
+            "--model=agent-model",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=x",
+            f"--bench-cache-dir={cache}",
+            f"--bench-capsules-dir={staged}",
+            "--bench-env=host",
+            "--bench-run-id=recorded",
+            *common,
+        )
         assert recorded.ret == 0, recorded.stdout.str()[-2000:]
         run = tmp_path / "r" / "core-bench" / "agent-model" / "recorded"
         asked = len(server.requests)
         missing = pytester.runpytest_subprocess(f"--bench-replay={run}", f"--bench-cache-dir={empty}", *common)
         assert missing.ret == pytest.ExitCode.USAGE_ERROR, missing.stdout.str()[-2000:]
-        assert f"lacks the first model call of 1 selected task(s): {CAPSULE}" in missing.stdout.str() + missing.stderr.str()
+        assert (
+            f"lacks the first model call of 1 selected task(s): {CAPSULE}"
+            in missing.stdout.str() + missing.stderr.str()
+        )
         replay = pytester.runpytest_subprocess(f"--bench-replay={run}", f"--bench-cache-dir={cache}", *common)
         assert replay.ret == 0, replay.stdout.str()[-2000:]
         assert len(server.requests) == asked

@@ -1,5 +1,6 @@
 """summary.md and summary.png: one usage line, data hashes as a table, one status format for both benchmarks,
 a legend beside the bars, a visible baseline marker, a GitHub step summary without local image paths."""
+
 from __future__ import annotations
 
 import re
@@ -14,15 +15,36 @@ STATUS_FORMAT = re.compile(r"^\d+ [a-z_]+(, \d+ [a-z_]+)*$")
 def scicode_records(statuses: dict[str, str], replay: bool = False) -> list[dict]:
     out = []
     for sid, status in statuses.items():
-        generation = {"status": "ok", "model_calls": 2, "cache_hits": 2 if replay else 0, "prompt_tokens": 10,
-                      "completion_tokens": 5, "tool_calls": 1}
-        out.append({"benchmark": "scicode", "task": sid.split(".")[0], "id": sid, "split": "validation",
-                    "scored": True, "status": status, "message": "", "generation": generation})
+        generation = {
+            "status": "ok",
+            "model_calls": 2,
+            "cache_hits": 2 if replay else 0,
+            "prompt_tokens": 10,
+            "completion_tokens": 5,
+            "tool_calls": 1,
+        }
+        out.append(
+            {
+                "benchmark": "scicode",
+                "task": sid.split(".")[0],
+                "id": sid,
+                "split": "validation",
+                "scored": True,
+                "status": status,
+                "message": "",
+                "generation": generation,
+            }
+        )
     return out
 
 
-SETTINGS = {"benchmark": "scicode", "split": "validation", "model": "m|x", "run_id": "r1",
-            "data_hashes": {"problems": "a" * 64, "targets": "b" * 64}}
+SETTINGS = {
+    "benchmark": "scicode",
+    "split": "validation",
+    "model": "m|x",
+    "run_id": "r1",
+    "data_hashes": {"problems": "a" * 64, "targets": "b" * 64},
+}
 
 
 def test_summary_md_usage_hashes_and_statuses():
@@ -41,13 +63,25 @@ def test_summary_md_usage_hashes_and_statuses():
 
 def test_both_benchmarks_count_statuses_alike():
     core = get_benchmark("core-bench")
-    records = [{"benchmark": "core-bench", "task": c, "id": c, "split": "test", "scored": True, "status": s,
-                "message": "", "total_written": 1, "correct_written": int(s == "pass")}
-               for c, s in (("c1", "pass"), ("c2", "fail"), ("c3", "fail"))]
+    records = [
+        {
+            "benchmark": "core-bench",
+            "task": c,
+            "id": c,
+            "split": "test",
+            "scored": True,
+            "status": s,
+            "message": "",
+            "total_written": 1,
+            "correct_written": int(s == "pass"),
+        }
+        for c, s in (("c1", "pass"), ("c2", "fail"), ("c3", "fail"))
+    ]
     lines = core.summarize(records, {"split": "test", "difficulty": "easy"})["terminal"]
     core_statuses = [line.split(":", 1)[1].strip() for line in lines if line.startswith("statuses:")]
-    sci = get_benchmark("scicode").summarize(scicode_records({"1.1": "pass", "1.2": "fail", "2.1": "fail"}),
-                                             {"split": "validation"})
+    sci = get_benchmark("scicode").summarize(
+        scicode_records({"1.1": "pass", "1.2": "fail", "2.1": "fail"}), {"split": "validation"}
+    )
     sci_statuses = [line.split(":", 1)[1].strip() for line in sci["terminal"] if "statuses:" in line]
     assert core_statuses == ["1 pass, 2 fail"] and sci_statuses[0] == "1 pass, 2 fail"
     assert all(STATUS_FORMAT.match(s) for s in [*core_statuses, *sci_statuses])

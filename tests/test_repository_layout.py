@@ -1,6 +1,7 @@
 """The top of the repository, as a user of a pytest plugin project expects it (issue 22, point 7): a root
 ``conftest.py`` for the repository's own tests that cannot change a benchmark run started in the checkout, and
 ``data/`` and ``reports/`` as the documented default folders, each with a README and its contents ignored."""
+
 from __future__ import annotations
 
 import ast
@@ -30,8 +31,11 @@ def run_touching_names(source: str, namespace: dict[str, object] | None = None) 
         else:
             continue
         found += [name for name in names if name.startswith(("bench", "pytest_")) and name != "pytest_plugins"]
-    found += [name for name in (namespace or {}) if name.startswith(("bench", "pytest_"))
-              and name != "pytest_plugins" and name not in found]
+    found += [
+        name
+        for name in (namespace or {})
+        if name.startswith(("bench", "pytest_")) and name != "pytest_plugins" and name not in found
+    ]
     return found
 
 
@@ -46,12 +50,20 @@ def test_the_root_conftest_cannot_change_a_benchmark_run():
 
 
 def test_the_conftest_check_finds_what_it_looks_for():
-    source = ("import pytest\nfrom x import bench_env\n\n@pytest.fixture\ndef bench_model():\n    pass\n\n"
-              "@pytest.fixture(scope='session')\ndef model():\n    pass\n\n"
-              "def pytest_collection_modifyitems(items):\n    pass\n\nbench_settings = {}\npytest_plugins = []\n")
+    source = (
+        "import pytest\nfrom x import bench_env\n\n@pytest.fixture\ndef bench_model():\n    pass\n\n"
+        "@pytest.fixture(scope='session')\ndef model():\n    pass\n\n"
+        "def pytest_collection_modifyitems(items):\n    pass\n\nbench_settings = {}\npytest_plugins = []\n"
+    )
     assert run_touching_names(source, {"pytest_configure": None}) == [
-        "bench_env", "fixture bench_model", "bench_model", "fixture model", "pytest_collection_modifyitems",
-        "bench_settings", "pytest_configure"]
+        "bench_env",
+        "fixture bench_model",
+        "bench_model",
+        "fixture model",
+        "pytest_collection_modifyitems",
+        "bench_settings",
+        "pytest_configure",
+    ]
 
 
 @pytest.mark.parametrize(("folder", "option"), [("data", "--bench-data-dir"), ("reports", "--bench-report-dir")])
@@ -63,6 +75,9 @@ def test_default_folders_have_a_readme_and_ignore_their_contents(folder, option)
     assert default == folder, f"{option}'s default moved: update {folder}/README.md and this test"
     readme = (REPO / folder / "README.md").read_text(encoding="utf-8")
     assert option in readme
-    rules = [line.strip() for line in (REPO / folder / ".gitignore").read_text(encoding="utf-8").splitlines()
-             if line.strip() and not line.startswith("#")]
+    rules = [
+        line.strip()
+        for line in (REPO / folder / ".gitignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert rules == ["*", "!.gitignore", "!README.md"]

@@ -1,5 +1,6 @@
 """A run killed with SIGKILL mid-way, then resumed, ends with the summary of an uninterrupted run;
 and the resume functions on their own: the run folder, the settings check, the records each process reuses."""
+
 from __future__ import annotations
 
 import json
@@ -8,20 +9,28 @@ import signal
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 import time
+from pathlib import Path
 
 import pytest
 import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
 from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from bench_runs import read_jsonl, run_dirs
 from pytest_agentbench.core.errors import ConfigError
-from pytest_agentbench.report.resume import (SETTINGS_FILE, check_settings, load_for_controller,
-                                             resume_controller, write_settings_once)
+from pytest_agentbench.report.resume import (
+    SETTINGS_FILE,
+    check_settings,
+    load_for_controller,
+    resume_controller,
+    write_settings_once,
+)
+
+from bench_runs import read_jsonl, run_dirs
 from scicode_builders import MODEL_CONFTEST, tiny_problems, write_dataset
 
-BLOCKING_SIX = "def six():\n    import os, time\n    while os.path.exists({flag!r}):\n        time.sleep(0.05)\n    return 6"
+BLOCKING_SIX = (
+    "def six():\n    import os, time\n    while os.path.exists({flag!r}):\n        time.sleep(0.05)\n    return 6"
+)
 
 
 def summary_of(run) -> tuple[dict, dict]:
@@ -35,18 +44,40 @@ def test_killed_run_resumed_matches_an_uninterrupted_run(pytester, bench, shared
     # Outside /tmp: an isolated scoring child has a private /tmp but sees the rest of the file system.
     flag = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="agentbench-test-")) / "block-step-3.1"
     flag.write_text("")
-    data, h5 = write_dataset(pytester.path, shared_data,
-                             problems=tiny_problems(**{"3.1": BLOCKING_SIX.format(flag=str(flag))}))
+    data, h5 = write_dataset(
+        pytester.path, shared_data, problems=tiny_problems(**{"3.1": BLOCKING_SIX.format(flag=str(flag))})
+    )
     pytester.makeconftest(MODEL_CONFTEST)
-    args = ["--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}",
-            f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-timeout=60"]
+    args = [
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=mutant",
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        "--bench-timeout=60",
+    ]
     monkeypatch.setenv("BREAK_STEPS", "2.2")
     # The blocking step waits on a file of this machine: its scoring child must see the real file system.
     monkeypatch.setenv("AGENTBENCH_ISOLATION", "off")
     env = {**os.environ, "BREAK_STEPS": "2.2", "AGENTBENCH_ISOLATION": "off"}
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}",
-                             *args, "--bench-run-id=killed"], cwd=pytester.path, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            f"--bench-cache-dir={shared_cache}",
+            *args,
+            "--bench-run-id=killed",
+        ],
+        cwd=pytester.path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     records = pytester.path / "reports" / "scicode" / "mutant" / "killed" / "steps.jsonl"
     deadline = time.monotonic() + 300  # generous: CI machines are loaded by the other tests
     while not (records.exists() and len(read_jsonl(records)) >= 4):  # 1.1 to 2.2 done; 3.1 blocks
@@ -103,14 +134,23 @@ def test_settings_are_checked_against_the_first_records_settings(tmp_path):
     check_settings(tmp_path, {**settings, "temperature": 1}, free={"temperature"})  # the benchmark's free setting
     with pytest.raises(ConfigError) as error:
         check_settings(tmp_path, {**settings, "model": "other", "mode": "b"})
-    assert str(error.value) == (f"--bench-resume {tmp_path}: this run's settings differ from the interrupted run's: "
-                                f"model: m vs other; mode: a vs b; resume with the same options")
+    assert str(error.value) == (
+        f"--bench-resume {tmp_path}: this run's settings differ from the interrupted run's: "
+        f"model: m vs other; mode: a vs b; resume with the same options"
+    )
 
 
 def test_controller_drops_a_torn_line(tmp_path):
     records = tmp_path / "records.jsonl"
-    records.write_text(json.dumps(record("1.1")) + "\n" + json.dumps(record("1.2", "fail")) + "\n"
-                       + json.dumps(record("1.1", "fail")) + "\n" + '{"id": "2.1", "sta')
+    records.write_text(
+        json.dumps(record("1.1"))
+        + "\n"
+        + json.dumps(record("1.2", "fail"))
+        + "\n"
+        + json.dumps(record("1.1", "fail"))
+        + "\n"
+        + '{"id": "2.1", "sta'
+    )
     with pytest.warns(UserWarning, match="dropped torn last line 4 of"):
         resumed = load_for_controller(records)
     assert {k: r["status"] for k, r in resumed.records.items()} == {"1.1": "fail", "1.2": "fail"}  # the last wins

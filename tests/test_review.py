@@ -4,6 +4,7 @@ A scripted client (a user's own ``run_agent``) answers two train capsules with t
 one number of capsule-0201225, for which it reports hostile text: the automatic grader marks that question wrong.
 A review file then says it is correct.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,18 +14,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pytest_agentbench.benchmarks.corebench import capsules, dataset
+from pytest_agentbench.benchmarks.corebench.review import load_review
+
 from bench_runs import SHARED_DATA, read_jsonl
 from capabilities import needs
 from capsule_factory import build_capsule_archive
 from cdp import Chromium
-from pytest_agentbench.benchmarks.corebench import capsules, dataset
-from pytest_agentbench.benchmarks.corebench.review import load_review
 
 HOSTILE = "</textarea><script>alert(1)</script>\x1b[31m\n# not: a key"
 WRONG, RIGHT = "capsule-0201225", "capsule-7038571"  # 8 questions (one answered wrong), 1 question
 OTHER = "capsule-5367566"  # a train capsule outside the runs' selection
 
-SCRIPTED = f'''
+SCRIPTED = f"""
 import pytest
 
 class Scripted:
@@ -41,7 +43,7 @@ class Scripted:
 @pytest.fixture(scope="session")
 def bench_model():
     return Scripted()
-'''
+"""
 
 
 def train_task(capsule: str) -> dict:
@@ -57,8 +59,13 @@ def review_yaml(*entries: dict) -> str:
 
 
 def flip(capsule: str = WRONG, question: str | None = None, verdict: str = "correct") -> dict:
-    return {"capsule": capsule, "question": question or wrong_question(), "verdict": verdict,
-            "reviewer": "ada", "reason": "the value is the paper's; the reference runs are off"}
+    return {
+        "capsule": capsule,
+        "question": question or wrong_question(),
+        "verdict": verdict,
+        "reviewer": "ada",
+        "reason": "the value is the paper's; the reference runs are off",
+    }
 
 
 @pytest.fixture
@@ -74,10 +81,21 @@ def core_run(pytester, tmp_path, monkeypatch):
 
     def run(*args: str, run_id: str = "r") -> tuple[pytest.RunResult, Path]:
         result = pytester.runpytest_subprocess(
-            "--bench=core-bench", "--model=scripted", "--model-preflight=off", "--bench-split=train",
-            f"--bench-ids={WRONG},{RIGHT}", "--bench-difficulty=easy", "--bench-env=host",
-            f"--bench-capsules-dir={staged}", f"--bench-report-dir={tmp_path / 'reports'}",
-            f"--bench-run-id={run_id}", "-p", "no:cacheprovider", *args, timeout=600)
+            "--bench=core-bench",
+            "--model=scripted",
+            "--model-preflight=off",
+            "--bench-split=train",
+            f"--bench-ids={WRONG},{RIGHT}",
+            "--bench-difficulty=easy",
+            "--bench-env=host",
+            f"--bench-capsules-dir={staged}",
+            f"--bench-report-dir={tmp_path / 'reports'}",
+            f"--bench-run-id={run_id}",
+            "-p",
+            "no:cacheprovider",
+            *args,
+            timeout=600,
+        )
         return result, tmp_path / "reports" / "core-bench" / "scripted" / run_id
 
     return run
@@ -96,9 +114,14 @@ def test_a_review_flips_one_question_and_the_summary_carries_both_scores(core_ru
     result, run = core_run(f"--bench-review={review}")
     out = result.stdout.str()
     result.assert_outcomes(passed=1, failed=1)  # the items keep their automatic outcome
-    result.stdout.fnmatch_lines(["*capsules correct:*1/2 (50.0%)*", "*reviewed score (*review.yaml: 1 override(s), "
-                                 "1 verdict(s) changed):*", "*capsules correct:*2/2 (100.0%)*",
-                                 "*questions correct:*9/9 (100.0%)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*capsules correct:*1/2 (50.0%)*",
+            "*reviewed score (*review.yaml: 1 override(s), 1 verdict(s) changed):*",
+            "*capsules correct:*2/2 (100.0%)*",
+            "*questions correct:*9/9 (100.0%)*",
+        ]
+    )
     summary = json.loads((run / "summary.json").read_text())
     automatic, reviewed = summary["scores"]["automatic"]["metrics"], summary["scores"]["reviewed"]["metrics"]
     assert automatic == summary["metrics"] and automatic["capsule_accuracy"] == 0.5
@@ -112,11 +135,19 @@ def test_a_review_flips_one_question_and_the_summary_carries_both_scores(core_ru
     assert record["status"] == "fail" and record["correct_written"] == 7
     question = next(q for q in record["questions"] if q["question"] == wrong_question())
     assert question["correct"] is False
-    assert question["review"] == {"verdict": "correct", "reviewer": "ada", "reason": flip()["reason"],
-                                  "file": str(review), "line": 2}
+    assert question["review"] == {
+        "verdict": "correct",
+        "reviewer": "ada",
+        "reason": flip()["reason"],
+        "file": str(review),
+        "line": 2,
+    }
     assert record["review"]["status"] == "pass" and record["review"]["correct_written"] == 8
     markdown = (run / "summary.md").read_text()
-    assert "### Scores: automatic and reviewed" in markdown and "| capsules correct | 1/2 (50.0%) | 2/2 (100.0%) |" in markdown
+    assert (
+        "### Scores: automatic and reviewed" in markdown
+        and "| capsules correct | 1/2 (50.0%) | 2/2 (100.0%) |" in markdown
+    )
     assert f"### {WRONG}: fail (reviewed: pass)" in markdown and "→ reviewed correct (ada:" in markdown
     page = (run / "report.html").read_text()
     assert 'class="reviewed"' in page and "Human review" in page
@@ -130,16 +161,21 @@ def test_gates_judge_the_automatic_score_unless_asked_for_the_reviewed_one(core_
     automatic, run = core_run(f"--bench-review={review}", "--bench-fail-under=accuracy=100%", run_id="auto")
     assert automatic.ret == 1, automatic.stdout.str()[-2000:]
     automatic.stdout.fnmatch_lines(["*FAIL --bench-fail-under accuracy=100%: accuracy = 50.0% < 100.0%*"])
-    reviewed, run = core_run(f"--bench-review={review}", "--bench-fail-under=accuracy=100%",
-                             "--bench-gate-score=reviewed", run_id="reviewed")
+    reviewed, run = core_run(
+        f"--bench-review={review}", "--bench-fail-under=accuracy=100%", "--bench-gate-score=reviewed", run_id="reviewed"
+    )
     assert reviewed.ret == 0, reviewed.stdout.str()[-2000:]
-    reviewed.stdout.fnmatch_lines(["*PASS --bench-fail-under accuracy=100% [[]reviewed score]: accuracy = 100.0% >= 100.0%*"])
+    reviewed.stdout.fnmatch_lines(
+        ["*PASS --bench-fail-under accuracy=100% [[]reviewed score]: accuracy = 100.0% >= 100.0%*"]
+    )
     assert json.loads((run / "summary.json").read_text())["gates_passed"] is True
     # and a reviewed wrong verdict fails the reviewed gate while the automatic one passes
-    against = write(tmp_path, review_yaml(flip(RIGHT, next(iter(train_task(RIGHT)["results"][0])), "wrong")),
-                    "against.yaml")
-    judged, _ = core_run(f"--bench-review={against}", "--bench-fail-under=accuracy=50%",
-                         "--bench-gate-score=reviewed", run_id="against")
+    against = write(
+        tmp_path, review_yaml(flip(RIGHT, next(iter(train_task(RIGHT)["results"][0])), "wrong")), "against.yaml"
+    )
+    judged, _ = core_run(
+        f"--bench-review={against}", "--bench-fail-under=accuracy=50%", "--bench-gate-score=reviewed", run_id="against"
+    )
     assert judged.ret == 1
     judged.stdout.fnmatch_lines(["*FAIL --bench-fail-under accuracy=50% [[]reviewed score]: accuracy = 0.0% < 50.0%*"])
 
@@ -152,12 +188,20 @@ def test_reviewed_gate_without_a_review_is_a_usage_error(core_run):
     assert not run.exists()
 
 
-@pytest.mark.parametrize("entry, expected", [
-    (flip("capsule-0000000"), "*review.yaml:2 (entry 1): capsule 'capsule-0000000' is not in the CORE-Bench "
-                              "train split*"),
-    (flip(question="Report the AUC at the sample level"), "*review.yaml:2 (entry 1): capsule capsule-0201225 has no "
-                                                          "question 'Report the AUC at the sample level'*did you mean*"),
-])
+@pytest.mark.parametrize(
+    "entry, expected",
+    [
+        (
+            flip("capsule-0000000"),
+            "*review.yaml:2 (entry 1): capsule 'capsule-0000000' is not in the CORE-Bench train split*",
+        ),
+        (
+            flip(question="Report the AUC at the sample level"),
+            "*review.yaml:2 (entry 1): capsule capsule-0201225 has no "
+            "question 'Report the AUC at the sample level'*did you mean*",
+        ),
+    ],
+)
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_a_review_naming_what_the_split_lacks_is_exit_4(core_run, tmp_path, entry, expected):
@@ -168,16 +212,25 @@ def test_a_review_naming_what_the_split_lacks_is_exit_4(core_run, tmp_path, entr
     assert not run.exists()  # nothing ran
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("overrides:\n  - capsule: capsule-0201225\n    question: x\n", "*review.yaml:2 (entry 1): missing verdict, "
-                                                                      "reviewer, reason*"),
-    (f"overrides:\n  - {json.dumps(flip())}\n  - {json.dumps({**flip(), 'verdict': 'maybe'})}\n",
-     "*review.yaml:3 (entry 2): verdict must be correct or wrong, got 'maybe'*"),
-    (f"overrides:\n  - {json.dumps(flip())}\n\n  - {json.dumps(flip())}\n", "*review.yaml:4 (entry 2): *already "
-                                                                             "reviewed at line 2*"),
-    ("overrides: [\n", "*review.yaml:2 is not valid YAML*"),
-    ("- capsule: capsule-0201225\n", "*review.yaml:1: the file must be a mapping with one key, `overrides:`*"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "overrides:\n  - capsule: capsule-0201225\n    question: x\n",
+            "*review.yaml:2 (entry 1): missing verdict, reviewer, reason*",
+        ),
+        (
+            f"overrides:\n  - {json.dumps(flip())}\n  - {json.dumps({**flip(), 'verdict': 'maybe'})}\n",
+            "*review.yaml:3 (entry 2): verdict must be correct or wrong, got 'maybe'*",
+        ),
+        (
+            f"overrides:\n  - {json.dumps(flip())}\n\n  - {json.dumps(flip())}\n",
+            "*review.yaml:4 (entry 2): *already reviewed at line 2*",
+        ),
+        ("overrides: [\n", "*review.yaml:2 is not valid YAML*"),
+        ("- capsule: capsule-0201225\n", "*review.yaml:1: the file must be a mapping with one key, `overrides:`*"),
+    ],
+)
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_a_malformed_review_is_exit_4_naming_file_and_line(core_run, tmp_path, text, expected):
@@ -194,14 +247,20 @@ def test_an_override_outside_the_selection_is_ignored_with_a_warning(core_run, t
     review = write(tmp_path, review_yaml(flip(), flip(OTHER, other)))
     result, run = core_run(f"--bench-review={review}", "-n", "2")  # records from xdist workers are reviewed too
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([f"*warning: review *review.yaml: 1 override(s) name capsules outside this run's "
-                                 f"selection and are ignored: {OTHER} (*review.yaml:7 (entry 2))*"])
+    result.stdout.fnmatch_lines(
+        [
+            f"*warning: review *review.yaml: 1 override(s) name capsules outside this run's "
+            f"selection and are ignored: {OTHER} (*review.yaml:7 (entry 2))*"
+        ]
+    )
     summary = json.loads((run / "summary.json").read_text())
     assert summary["scores"]["reviewed"]["ignored"] == [{"capsule": OTHER, "question": other, "line": 7}]
     assert summary["scores"]["reviewed"]["metrics"]["capsule_accuracy"] == 1.0  # the other override still applies
     assert any(OTHER in note for note in summary["notes"])
-    assert {r["id"]: r.get("review", {}).get("status") for r in read_jsonl(run / "records.jsonl")} == \
-        {WRONG: "pass", RIGHT: None}
+    assert {r["id"]: r.get("review", {}).get("status") for r in read_jsonl(run / "records.jsonl")} == {
+        WRONG: "pass",
+        RIGHT: None,
+    }
 
 
 @pytest.mark.e2e
@@ -234,8 +293,10 @@ def test_the_export_button_yields_a_review_file_that_loads(core_run, tmp_path):
         assert "Human review" in page.text and "1 override(s), 1 verdict(s) changed" in page.text
         # the overridden question is marked beside its automatic verdict (inside its item's details)
         assert page.evaluate("document.querySelector('span.reviewed').textContent").startswith("reviewed: wrong by ada")
-        page.evaluate("document.getElementById('rv-reviewer').value='Grace \"G\" Hopper';"
-                      "document.getElementById('rv-copy').click();")
+        page.evaluate(
+            "document.getElementById('rv-reviewer').value='Grace \"G\" Hopper';"
+            "document.getElementById('rv-copy').click();"
+        )
         text = page.evaluate("document.getElementById('rv-stub').value")
         href = page.evaluate("document.getElementById('rv-download').href")
         assert page.evaluate("document.scripts.length") == 1
@@ -264,8 +325,12 @@ def test_the_export_button_yields_a_review_file_that_loads(core_run, tmp_path):
 @pytest.mark.slow
 def test_a_run_of_several_attempts_carries_the_mean_reviewed_score(core_run, tmp_path):
     review = write(tmp_path, review_yaml(flip()))
-    result, run = core_run(f"--bench-review={review}", "--bench-attempts=2", "--bench-fail-under=accuracy=100%",
-                           "--bench-gate-score=reviewed")
+    result, run = core_run(
+        f"--bench-review={review}",
+        "--bench-attempts=2",
+        "--bench-fail-under=accuracy=100%",
+        "--bench-gate-score=reviewed",
+    )
     assert result.ret == 0, result.stdout.str()[-2000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["metrics"]["capsule_accuracy"] == 0.5  # the automatic mean over the two attempts
@@ -275,14 +340,33 @@ def test_a_run_of_several_attempts_carries_the_mean_reviewed_score(core_run, tmp
 
 def scored_record(capsule: str, wrong: set[str] = frozenset()) -> dict:
     """The record the grader leaves for ``capsule`` when the questions in ``wrong`` were answered wrong."""
-    questions = [{"question": q, "kind": "numeric", "figure": "fig" in q, "answered": True, "submitted": 1.0,
-                  "expected": [0.0, 2.0], "correct": q not in wrong, "note": None}
-                 for q in train_task(capsule)["results"][0]]
+    questions = [
+        {
+            "question": q,
+            "kind": "numeric",
+            "figure": "fig" in q,
+            "answered": True,
+            "submitted": 1.0,
+            "expected": [0.0, 2.0],
+            "correct": q not in wrong,
+            "note": None,
+        }
+        for q in train_task(capsule)["results"][0]
+    ]
     written = [q for q in questions if not q["figure"]]
-    return {"benchmark": "core-bench", "id": capsule, "task": capsule, "split": "train", "scored": True,
-            "status": "fail" if wrong else "pass", "questions": questions,
-            "correct_written": sum(q["correct"] for q in written), "total_written": len(written),
-            "correct_figure": 0, "total_figure": len(questions) - len(written)}
+    return {
+        "benchmark": "core-bench",
+        "id": capsule,
+        "task": capsule,
+        "split": "train",
+        "scored": True,
+        "status": "fail" if wrong else "pass",
+        "questions": questions,
+        "correct_written": sum(q["correct"] for q in written),
+        "total_written": len(written),
+        "correct_figure": 0,
+        "total_figure": len(questions) - len(written),
+    }
 
 
 def test_max_drop_against_a_baseline_reads_the_reviewed_statuses(tmp_path):
@@ -295,12 +379,22 @@ def test_max_drop_against_a_baseline_reads_the_reviewed_statuses(tmp_path):
     settings = {"benchmark": "core-bench", "split": "train", "model": "m", "run_id": "r"}
     baseline = build_summary([scored_record(WRONG), scored_record(RIGHT)], corebench.benchmark, settings)
     review = load_review(write(tmp_path, review_yaml(flip())), dataset.load_split(SHARED_DATA, "train"), "train")
-    records = [apply_review(scored_record(WRONG, {wrong_question()}), review), apply_review(scored_record(RIGHT), review)]
+    records = [
+        apply_review(scored_record(WRONG, {wrong_question()}), review),
+        apply_review(scored_record(RIGHT), review),
+    ]
     verdicts = {}
     for score in ("automatic", "reviewed"):
         summary = build_summary(records, corebench.benchmark, {**settings, "review": review.file})
-        gates = GateConfig([], parse_thresholds(["accuracy=10%"], "--bench-max-drop", corebench.benchmark), None,
-                           tmp_path / "baseline.json", False, None, score=score)
+        gates = GateConfig(
+            [],
+            parse_thresholds(["accuracy=10%"], "--bench-max-drop", corebench.benchmark),
+            None,
+            tmp_path / "baseline.json",
+            False,
+            None,
+            score=score,
+        )
         verdicts[score] = judge(summary, gates, {**baseline, "_path": "baseline"}, 1)
     automatic, reviewed = verdicts["automatic"], verdicts["reviewed"]
     assert [r.ok for r in automatic.gate_results] == [False] and automatic.exit_code == 1

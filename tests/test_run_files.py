@@ -1,5 +1,6 @@
 """Run files (--bench-config): a YAML or JSON file says what the command line would, with precedence
 command line > environment > run file > ini > default, and every value keeps the line it came from."""
+
 from __future__ import annotations
 
 import json
@@ -10,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.benchmarks.registry import available_benchmarks
+from pytest_agentbench.core import runfile
+from pytest_agentbench.pytest_plugin.options import all_options
+
 from bench_runs import read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
 from scicode_builders import MODEL_CONFTEST, write_dataset
-from pytest_agentbench.core import runfile
-from pytest_agentbench.pytest_plugin.options import all_options
-from pytest_agentbench.benchmarks.registry import available_benchmarks
 
 
 def write(path: Path, text: str) -> Path:
@@ -41,7 +43,9 @@ def tiny_data(pytester, shared_data, monkeypatch):
 def test_a_run_file_drives_a_whole_run_and_settings_name_each_line(pytester, bench, tiny_data, monkeypatch):
     data, h5 = tiny_data
     monkeypatch.setenv("BREAK_STEPS", "2.2")
-    config = write(pytester.path / "agentbench.yaml", f"""
+    config = write(
+        pytester.path / "agentbench.yaml",
+        f"""
         bench:
           bench: scicode
           split: validation
@@ -55,7 +59,8 @@ def test_a_run_file_drives_a_whole_run_and_settings_name_each_line(pytester, ben
           fail_under: ["subproblem=50%"]
         pytest:
           k: "not 1.2"
-        """)
+        """,
+    )
     result = bench("--bench-config=agentbench.yaml")
     [run] = run_dirs(pytester.path)
     assert run.parent.name == "mutant"
@@ -75,17 +80,27 @@ def test_a_run_file_drives_a_whole_run_and_settings_name_each_line(pytester, ben
 def test_command_line_beats_environment_beats_run_file_beats_ini(pytester, bench, tiny_data, monkeypatch):
     data, h5 = tiny_data
     pytester.makeini("[pytest]\nagentbench_timeout = 99\nagentbench_tool_loops = 3\nagentbench_progress_interval = 7\n")
-    write(pytester.path / "run.yaml", f"""
+    write(
+        pytester.path / "run.yaml",
+        f"""
         bench: {{bench: scicode, split: validation, data_dir: {data.name}, h5: {h5.name}, allow_custom_data: true,
                 timeout: 20, tool_loops: 5, cache_dir: from-file}}
         models: [{{name: mutant}}]
-        """)
+        """,
+    )
     monkeypatch.setenv("AGENTBENCH_CACHE_DIR", str(pytester.path / "from-env"))
-    result = pytester.runpytest("-p", "no:cacheprovider", "--bench-config=run.yaml", "--bench-tool-loops=9",
-                                "--collect-only", "-q")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--bench-config=run.yaml", "--bench-tool-loops=9", "--collect-only", "-q"
+    )
     assert result.ret == 0, result.stdout.str()
-    header = pytester.runpytest("-p", "no:cacheprovider", "--bench-config=run.yaml", "--bench-tool-loops=9",
-                                "--bench-run-id=x", "--bench-ids=3.1")
+    header = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--bench-config=run.yaml",
+        "--bench-tool-loops=9",
+        "--bench-run-id=x",
+        "--bench-ids=3.1",
+    )
     stored = json.loads((pytester.path / "reports/scicode/mutant/x/settings.json").read_text())["_run"]
     assert stored["options"]["tool_loops"] == 9 and stored["sources"]["tool_loops"] == "command line"
     assert stored["options"]["timeout"] == 20 and stored["sources"]["timeout"].startswith("file run.yaml:")
@@ -94,17 +109,23 @@ def test_command_line_beats_environment_beats_run_file_beats_ini(pytester, bench
     assert header.ret == 0, header.stdout.str()
 
 
-@pytest.mark.parametrize("body,needle,message", [
-    ("bench:\n  bench: scicode\n  timout: 3\n", "timout", "bench: unknown key 'timout'; valid keys:"),
-    ("bench:\n  bench: scicode\n  timeout: -1\n", "timeout", "must be a positive number, got -1"),
-    ("bench:\n  bench: scicode\ngates:\n  split: test\n", "split: test", "gates: unknown key 'split'"),
-    ("bench: {bench: scicode}\nmodels:\n  - name: a\n    api_key: sk-123\n", "api_key", "never goes in a run file"),
-    ("bench: {bench: scicode}\npytest:\n  x: 1\n", "x: 1", "pytest: unknown key 'x'"),
-    ("bench: {bench: scicode}\nbenchmarks: 1\n", "benchmarks", "unknown section 'benchmarks'"),
-    ("bench: [scicode\n", None, "is not valid YAML"),
-    ("bench: {bench: scicode, split: validation}\ngates:\n  fail_under: [nope=1]\n", "fail_under",
-     "unknown scicode metric 'nope' in --bench-fail-under (file agentbench.yaml:3)"),
-])
+@pytest.mark.parametrize(
+    "body,needle,message",
+    [
+        ("bench:\n  bench: scicode\n  timout: 3\n", "timout", "bench: unknown key 'timout'; valid keys:"),
+        ("bench:\n  bench: scicode\n  timeout: -1\n", "timeout", "must be a positive number, got -1"),
+        ("bench:\n  bench: scicode\ngates:\n  split: test\n", "split: test", "gates: unknown key 'split'"),
+        ("bench: {bench: scicode}\nmodels:\n  - name: a\n    api_key: sk-123\n", "api_key", "never goes in a run file"),
+        ("bench: {bench: scicode}\npytest:\n  x: 1\n", "x: 1", "pytest: unknown key 'x'"),
+        ("bench: {bench: scicode}\nbenchmarks: 1\n", "benchmarks", "unknown section 'benchmarks'"),
+        ("bench: [scicode\n", None, "is not valid YAML"),
+        (
+            "bench: {bench: scicode, split: validation}\ngates:\n  fail_under: [nope=1]\n",
+            "fail_under",
+            "unknown scicode metric 'nope' in --bench-fail-under (file agentbench.yaml:3)",
+        ),
+    ],
+)
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_a_bad_run_file_is_a_usage_error_naming_file_and_line(pytester, body, needle, message, monkeypatch):
@@ -120,15 +141,16 @@ def test_a_bad_run_file_is_a_usage_error_naming_file_and_line(pytester, body, ne
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_the_key_comes_from_the_variable_the_file_names_and_is_never_written(pytester, bench, tiny_data,
-                                                                                monkeypatch):
+def test_the_key_comes_from_the_variable_the_file_names_and_is_never_written(pytester, bench, tiny_data, monkeypatch):
     data, h5 = tiny_data
     (pytester.path / "conftest.py").unlink()  # the real client, not the test model
     monkeypatch.setenv("MY_ENDPOINT_KEY", "sk-secret-from-env")
     with FakeOpenAI() as server:
         server.api_key = "sk-secret-from-env"
         server.reply("```python\ndef six():\n    return 6\n```")
-        write(pytester.path / "agentbench.yaml", f"""
+        write(
+            pytester.path / "agentbench.yaml",
+            f"""
             bench: {{bench: scicode, split: validation, data_dir: {data.name}, h5: {h5.name},
                     allow_custom_data: true, mode: naive, ids: ["3.1"]}}
             models:
@@ -138,7 +160,8 @@ def test_the_key_comes_from_the_variable_the_file_names_and_is_never_written(pyt
                 base_url: {server.base_url}
                 api_key_env: MY_ENDPOINT_KEY
                 params: {{temperature: 0}}
-            """)
+            """,
+        )
         result = bench("--bench-config=agentbench.yaml", "--model=served")
         assert result.ret == 0, result.stdout.str()
         asked = [r for r in server.requests if r["path"].endswith("/chat/completions")]
@@ -154,9 +177,21 @@ def test_the_key_comes_from_the_variable_the_file_names_and_is_never_written(pyt
 @pytest.mark.slow
 def test_a_json_run_file_works_and_the_command_line_picks_pytest_flags_first(pytester, tiny_data):
     data, h5 = tiny_data
-    (pytester.path / "run.json").write_text(json.dumps({
-        "bench": {"bench": "scicode", "split": "validation", "data_dir": data.name, "h5": h5.name, "allow_custom_data": True},
-        "models": [{"name": "mutant"}], "pytest": {"k": "1.1", "deselect": ["scicode/2::2.1"]}}))
+    (pytester.path / "run.json").write_text(
+        json.dumps(
+            {
+                "bench": {
+                    "bench": "scicode",
+                    "split": "validation",
+                    "data_dir": data.name,
+                    "h5": h5.name,
+                    "allow_custom_data": True,
+                },
+                "models": [{"name": "mutant"}],
+                "pytest": {"k": "1.1", "deselect": ["scicode/2::2.1"]},
+            }
+        )
+    )
     listed = pytester.runpytest("-p", "no:cacheprovider", "--bench-config=run.json", "--collect-only", "-q")
     assert listed.ret == 0, listed.stdout.str()
     assert "scicode/1::1.1" in listed.stdout.str() and "scicode/2::2.2" not in listed.stdout.str()
@@ -179,11 +214,14 @@ def test_init_writes_an_example_that_loads_and_never_overwrites(tmp_path):
 @pytest.mark.e2e
 def test_listing_the_items_of_a_gated_run_file_is_not_judged(pytester, tiny_data):
     data, h5 = tiny_data
-    write(pytester.path / "agentbench.yaml", f"""
+    write(
+        pytester.path / "agentbench.yaml",
+        f"""
         bench: {{bench: scicode, split: validation, data_dir: {data.name}, h5: {h5.name}, allow_custom_data: true}}
         models: [{{name: mutant}}]
         gates: {{fail_under: ["main=90%"], max_errors: 0}}
-        """)
+        """,
+    )
     listed = pytester.runpytest("-p", "no:cacheprovider", "--bench-config=agentbench.yaml", "--collect-only", "-q")
     assert listed.ret == pytest.ExitCode.OK, listed.stdout.str()
     assert "gates" not in listed.stdout.str() and "5 tests collected" in listed.stdout.str()

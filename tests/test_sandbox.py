@@ -1,4 +1,5 @@
 """The sandbox executors: limits, isolation, identical behaviour, how a run ended, no leftovers."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,6 @@ import time
 
 import pytest
 
-from executor_pairs import KINDS, executor_pair, wait_gone, wait_until
 from pytest_agentbench.core.io import trim
 from pytest_agentbench.sandbox.executors import Limits, MiB, SubprocessExecutor, get_executor, run_python
 from pytest_agentbench.sandbox.forkserver import ForkServer
@@ -16,6 +16,8 @@ from pytest_agentbench.sandbox.integrity import run_failure
 from pytest_agentbench.sandbox.jail import descendants
 from pytest_agentbench.sandbox.result import ExecResult
 from pytest_agentbench.sandbox.workdir import EXECUTOR_DIED
+
+from executor_pairs import KINDS, executor_pair, wait_gone, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +47,16 @@ def alive(pid: int) -> bool:
 
 # ---------------------------------------------------------------- limits
 
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_wall_limit_kills_the_group_including_a_sleeping_grandchild(executors, kind):
     marker = f"6{KINDS.index(kind)}.25"  # (under isolation the child's pids are those of its own namespace)
-    script = ("import subprocess, time\n"
-              f"p = subprocess.Popen(['sleep', '{marker}'])\n"
-              "print(p.pid, flush=True)\n"
-              "time.sleep(60)\n")
+    script = (
+        "import subprocess, time\n"
+        f"p = subprocess.Popen(['sleep', '{marker}'])\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
     started = time.monotonic()
     result = executors[kind].run(script, limits=Limits(timeout=1.0))
     assert time.monotonic() - started < 5
@@ -62,12 +67,14 @@ def test_wall_limit_kills_the_group_including_a_sleeping_grandchild(executors, k
 @pytest.mark.parametrize("kind", KINDS)
 def test_wall_limit_also_kills_a_descendant_that_left_the_group_with_setsid(executors, kind):
     marker = f"6{KINDS.index(kind)}.75"
-    script = ("import os, time\n"
-              "pid = os.fork()\n"
-              "if pid == 0:\n"
-              f"    os.setsid(); os.execvp('sleep', ['sleep', '{marker}'])\n"
-              "print(pid, flush=True)\n"
-              "time.sleep(60)\n")
+    script = (
+        "import os, time\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        f"    os.setsid(); os.execvp('sleep', ['sleep', '{marker}'])\n"
+        "print(pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
     result = executors[kind].run(script, limits=Limits(timeout=1.0))
     assert result.limit == "wall"
     assert wait_gone(f"sleep\x00{marker}", 2.0)
@@ -90,11 +97,13 @@ def test_cpu_limit(executors, kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_process_limit_stops_a_fork_bomb(executors, kind):
-    script = ("import os, time\n"
-              "for i in range(100):\n"
-              "    if os.fork() == 0:\n"
-              "        time.sleep(60); os._exit(0)\n"
-              "print('forked all')\n")
+    script = (
+        "import os, time\n"
+        "for i in range(100):\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(60); os._exit(0)\n"
+        "print('forked all')\n"
+    )
     result = executors[kind].run(script, limits=Limits(timeout=10, processes=8))
     assert result.limit == "processes", result
     assert "forked all" not in result.stdout
@@ -136,18 +145,23 @@ def test_bad_input_is_rejected_with_a_clear_error():
 
 # ---------------------------------------------------------------- isolation and parity
 
+
 def test_a_child_cannot_change_what_the_next_child_sees(executors):
     fork = executors["fork"]
-    first = fork.run("import numpy as np, json\n"
-                     "np.allclose = lambda *a, **k: True\n"
-                     "json.MARK = 1\n"
-                     "import builtins; builtins.LEAK = 1\n"
-                     "open('left.txt', 'w').write('x')\n"
-                     "print(np.allclose(1, 2))\n")
+    first = fork.run(
+        "import numpy as np, json\n"
+        "np.allclose = lambda *a, **k: True\n"
+        "json.MARK = 1\n"
+        "import builtins; builtins.LEAK = 1\n"
+        "open('left.txt', 'w').write('x')\n"
+        "print(np.allclose(1, 2))\n"
+    )
     assert first.stdout.strip() == "True"
-    second = fork.run("import numpy as np, json, os, builtins\n"
-                      "print(np.allclose(1, 2), hasattr(json, 'MARK'), hasattr(builtins, 'LEAK'),"
-                      " sorted(os.listdir('.')))\n")
+    second = fork.run(
+        "import numpy as np, json, os, builtins\n"
+        "print(np.allclose(1, 2), hasattr(json, 'MARK'), hasattr(builtins, 'LEAK'),"
+        " sorted(os.listdir('.')))\n"
+    )
     assert second.exit_code == 0
     assert second.stdout.strip() == "False False False ['.stderr', '.stdout', 'main.py']"
 
@@ -162,8 +176,15 @@ def test_files_and_env_reach_the_script(executors):
 def test_credentials_of_any_provider_stay_out_of_the_child(monkeypatch):
     """A key passed as --model-api-key=$TOGETHER_API_KEY is still in the environment under its own name; such
     variables (and the cloud SDKs' usual ones) never reach a child; ordinary ones do."""
-    secrets = {"TOGETHER_API_KEY": "t-1", "HF_TOKEN": "hf-2", "AWS_SECRET_ACCESS_KEY": "a-3", "DB_PASSWORD": "p-4",
-               "GOOGLE_APPLICATION_CREDENTIALS": "/x.json", "SSH_AUTH_SOCK": "/s", "MY_SECRET": "m-5"}
+    secrets = {
+        "TOGETHER_API_KEY": "t-1",
+        "HF_TOKEN": "hf-2",
+        "AWS_SECRET_ACCESS_KEY": "a-3",
+        "DB_PASSWORD": "p-4",
+        "GOOGLE_APPLICATION_CREDENTIALS": "/x.json",
+        "SSH_AUTH_SOCK": "/s",
+        "MY_SECRET": "m-5",
+    }
     for name, value in {**secrets, "PLAIN_SETTING": "kept"}.items():
         monkeypatch.setenv(name, value)
     script = "import json, os\nprint(json.dumps(dict(os.environ)))\n"
@@ -182,7 +203,7 @@ PARITY_SCRIPTS = {
     "exit_message": "raise SystemExit('bye')\n",
     "atexit": "import atexit\natexit.register(lambda: print('at exit'))\nprint('body')\n",
     "thread": "import threading, time\nt = threading.Thread(target=lambda: (time.sleep(0.2), print('thread')))\n"
-              "t.start()\nprint('main done')\n",
+    "t.start()\nprint('main done')\n",
 }
 
 
@@ -198,14 +219,20 @@ def test_both_executors_give_identical_results(executors, name):
 # (Fake passes are decided in the parent now: SciCode's comparisons never run in the child; see
 # tests/test_scicode_split.py and tests/test_redteam.py. What the executor observed is all a verdict reads here.)
 
+
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("source, reason", [
-    ("print('ok')\n", None),
-    ("import sys\nsys.exit(0)\n", None),
-    ("raise SystemExit(3)\n", "script failed with exit code 3"),
-    ("import sys\nprint('AGENTBENCH-EXECUTOR-DIED', file=sys.stderr)\n",
-     None),  # a child cannot choose that reason: the marker counts only from the executor
-])
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        ("print('ok')\n", None),
+        ("import sys\nsys.exit(0)\n", None),
+        ("raise SystemExit(3)\n", "script failed with exit code 3"),
+        (
+            "import sys\nprint('AGENTBENCH-EXECUTOR-DIED', file=sys.stderr)\n",
+            None,
+        ),  # a child cannot choose that reason: the marker counts only from the executor
+    ],
+)
 def test_run_failure_reads_how_the_run_ended(executors, kind, source, reason):
     assert run_failure(executors[kind].run(source)) == reason
 

@@ -12,6 +12,7 @@ The README's main command with the venv under /tmp (15/15 problems, 50/50 steps)
 ``test_readme_main_command_with_a_venv_under_tmp``: several minutes, so it runs only with
 AGENTBENCH_LONG_TESTS=1.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,13 +27,14 @@ from pathlib import Path
 import numpy
 import pytest
 
-from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from capabilities import needs
-from scicode_builders import PROBLEMS, TARGETS
 from pytest_agentbench.pytest_plugin.remote import refusal_of
 from pytest_agentbench.sandbox.isolation import NO_ISOLATION, links_on_the_way
 from pytest_agentbench.sandbox.limits import package_parent
 from pytest_agentbench.sandbox.selftest import run_self_test
+
+from bench_runs import SHARED_DATA, read_jsonl, run_dirs
+from capabilities import needs
+from scicode_builders import PROBLEMS, TARGETS
 
 SPELLINGS = ["tmp", "linked-folder", "home-link", "relative"]
 
@@ -46,17 +48,24 @@ class Venv:
 
     def argv0(self, spelling: str) -> tuple[str, Path]:
         """The interpreter as spelt, and the folder to start it from."""
-        return {"tmp": (str(self.path / "bin" / "python3"), self.root),
-                "linked-folder": (str(self.root / "link" / "bin" / "python3"), self.root),
-                "home-link": (str(self.home_link / "bin" / "python3"), self.root),
-                "relative": ("venv/bin/python3", self.root)}[spelling]
+        return {
+            "tmp": (str(self.path / "bin" / "python3"), self.root),
+            "linked-folder": (str(self.root / "link" / "bin" / "python3"), self.root),
+            "home-link": (str(self.home_link / "bin" / "python3"), self.root),
+            "relative": ("venv/bin/python3", self.root),
+        }[spelling]
 
     def env(self, **extra: str) -> dict[str, str]:
         """The test's environment, the package and this interpreter's site folders on $PYTHONPATH (a venv of a
         venv would not see the outer one's packages through --system-site-packages)."""
         path = [package_parent(), *site.getsitepackages()]
-        return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "AGENTBENCH_DATA_DIR": str(SHARED_DATA),
-                "AGENTBENCH_OFFLINE": "1", **extra}
+        return {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(path),
+            "AGENTBENCH_DATA_DIR": str(SHARED_DATA),
+            "AGENTBENCH_OFFLINE": "1",
+            **extra,
+        }
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +75,12 @@ def venv() -> Venv:
     root.chmod(0o755)
     home_link = Path(os.path.expanduser("~")) / f".{root.name}"
     try:
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root / "venv")],
-                       check=True, timeout=300, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root / "venv")],
+            check=True,
+            timeout=300,
+            capture_output=True,
+        )
         (root / "link").symlink_to("venv")
         home_link.symlink_to(root / "venv")
         yield Venv(root, home_link)
@@ -79,8 +92,7 @@ def venv() -> Venv:
 
 def run_with(venv: Venv, spelling: str, args: list[str], timeout: float, **env: str) -> subprocess.CompletedProcess:
     argv0, cwd = venv.argv0(spelling)
-    return subprocess.run([argv0, *args], cwd=cwd, env=venv.env(**env), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([argv0, *args], cwd=cwd, env=venv.env(**env), capture_output=True, text=True, timeout=timeout)
 
 
 # ---------------------------------------------------------------- every sandbox kind, at the API
@@ -135,8 +147,15 @@ def test_every_sandbox_kind_runs_an_interpreter_under_tmp(venv, spelling):
     the self-test: every sandbox sees the interpreter at the path it was started by."""
     problem = PROBLEMS[2]  # 3.1: def six(): return 6
     argv0, cwd = venv.argv0(spelling)
-    done = subprocess.run([argv0, "-c", EVERY_KIND], cwd=cwd, env=venv.env(), input=json.dumps(problem),
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [argv0, "-c", EVERY_KIND],
+        cwd=cwd,
+        env=venv.env(),
+        input=json.dumps(problem),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     spelt = os.path.join(cwd, argv0) if not os.path.isabs(argv0) else argv0
@@ -184,8 +203,14 @@ def test_python_inside_a_hidden_folder_is_bound_again_on_top_of_its_mask(venv):
     folders on the way to it) can be seen, never the secret."""
     (venv.root / "secret.txt").write_text("the answers")
     argv0, cwd = venv.argv0("tmp")
-    done = subprocess.run([argv0, "-c", INSIDE_A_HIDDEN_FOLDER, str(venv.root)], cwd=cwd, env=venv.env(),
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [argv0, "-c", INSIDE_A_HIDDEN_FOLDER, str(venv.root)],
+        cwd=cwd,
+        env=venv.env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     for kind in ("fork", "subprocess", "host"):
@@ -194,6 +219,7 @@ def test_python_inside_a_hidden_folder_is_bound_again_on_top_of_its_mask(venv):
 
 # ---------------------------------------------------------------- as a user runs it
 
+
 @pytest.mark.parametrize("spelling", SPELLINGS)
 @pytest.mark.e2e
 @pytest.mark.isolation
@@ -201,13 +227,27 @@ def test_python_inside_a_hidden_folder_is_bound_again_on_top_of_its_mask(venv):
 def test_a_scicode_run_with_a_venv_under_tmp_rebuilds_and_passes(venv, spelling, tmp_path):
     """`<venv>/bin/python3 -m pytest --bench=scicode ... --model=oracle` with a fresh cache: the targets are
     rebuilt in the fresh-interpreter sandbox and scored on the fork server; the header reports the self-test."""
-    done = run_with(venv, spelling, ["-m", "pytest", "-p", "no:cacheprovider", "--bench=scicode",
-                                     "--bench-split=validation", "--model=oracle", "--bench-ids=3",
-                                     f"--bench-cache-dir={tmp_path / 'cache'}",
-                                     f"--bench-report-dir={tmp_path / 'reports'}"], timeout=1200)
+    done = run_with(
+        venv,
+        spelling,
+        [
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=oracle",
+            "--bench-ids=3",
+            f"--bench-cache-dir={tmp_path / 'cache'}",
+            f"--bench-report-dir={tmp_path / 'reports'}",
+        ],
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    header = " ".join(line.removeprefix("agentbench:").strip() for line in done.stdout.splitlines()
-                      if line.startswith("agentbench:"))
+    header = " ".join(
+        line.removeprefix("agentbench:").strip() for line in done.stdout.splitlines() if line.startswith("agentbench:")
+    )
     assert "sandbox self-test passed" in header, header
     records = read_jsonl(run_dirs(tmp_path)[0] / "steps.jsonl")
     assert [r["status"] for r in records] == ["pass"], [(r["status"], r.get("message")) for r in records]
@@ -221,18 +261,46 @@ def test_a_self_test_failure_is_exit_4_before_any_item(venv, tmp_path):
     The session ends with exit 4 before any item, naming the interpreter, the folder and its option; nothing
     is recorded. Without --bench-require-isolation too."""
     reports = tmp_path / "reports"
-    done = run_with(venv, "tmp", ["-m", "pytest", "-p", "no:cacheprovider", "--bench=scicode",
-                                  "--bench-split=validation", "--model=oracle", "--bench-ids=3",
-                                  f"--bench-cache-dir={venv.path}", f"--bench-report-dir={reports}"], timeout=600)
+    done = run_with(
+        venv,
+        "tmp",
+        [
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=oracle",
+            "--bench-ids=3",
+            f"--bench-cache-dir={venv.path}",
+            f"--bench-report-dir={reports}",
+        ],
+        timeout=600,
+    )
     assert done.returncode == 4, done.stdout[-3000:] + done.stderr[-3000:]
     message = done.stderr
     assert "the sandbox self-test failed" in message, message
     assert f"{venv.path}/bin/python3" in message and "--bench-cache-dir" in message and "fix:" in message, message
     assert not list(reports.rglob("steps.jsonl"))
     # --collect-only never runs it
-    listed = run_with(venv, "tmp", ["-m", "pytest", "-p", "no:cacheprovider", "--bench=scicode", "-q",
-                                    "--bench-split=validation", "--collect-only", "--bench-ids=3",
-                                    f"--bench-cache-dir={venv.path}"], timeout=600)
+    listed = run_with(
+        venv,
+        "tmp",
+        [
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--bench=scicode",
+            "-q",
+            "--bench-split=validation",
+            "--collect-only",
+            "--bench-ids=3",
+            f"--bench-cache-dir={venv.path}",
+        ],
+        timeout=600,
+    )
     assert listed.returncode == 0 and "1 test collected" in listed.stdout, listed.stdout[-2000:] + listed.stderr
 
 
@@ -246,22 +314,34 @@ def test_a_remote_host_whose_python_cannot_run_in_its_sandbox_is_refused_by_name
     argv0, cwd = venv.argv0("tmp")
 
     def probe(**env: str) -> dict:
-        done = subprocess.run([argv0, "-c", code], cwd=cwd, env=venv.env(**env), input=request, capture_output=True,
-                              text=True, timeout=600)
+        done = subprocess.run(
+            [argv0, "-c", code],
+            cwd=cwd,
+            env=venv.env(**env),
+            input=request,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     good = probe(AGENTBENCH_CACHE_DIR=str(tmp_path / "cache"))
     assert "probe_error" not in good and good["self_test"].startswith("self-test passed"), good
     bad = probe(AGENTBENCH_CACHE_DIR=str(venv.path))
-    refusal = refusal_of("gw0", "ssh=worker-a", bad, {"version": bad["version"], "build": bad["build"],
-                                                      "data_hashes": bad.get("data_hashes", {})})
+    refusal = refusal_of(
+        "gw0",
+        "ssh=worker-a",
+        bad,
+        {"version": bad["version"], "build": bad["build"], "data_hashes": bad.get("data_hashes", {})},
+    )
     assert refusal is not None and "gw0 on ssh=worker-a" in refusal, refusal
     assert "self-test failed" in refusal and f"{venv.path}/bin/python3" in refusal, refusal
     assert "--bench-cache-dir" in refusal, refusal
 
 
 # ---------------------------------------------------------------- the self-test at the API
+
 
 @pytest.mark.isolation
 def test_the_self_test_names_a_package_it_cannot_import():
@@ -296,24 +376,47 @@ def test_links_on_the_way_are_found_as_realpath_follows_them(tmp_path):
     (tmp_path / "b").symlink_to(tmp_path / "a")
     (tmp_path / "real" / "up").symlink_to("bin/..")
     found = links_on_the_way(str(tmp_path / "b" / "up" / "bin" / "python3"))
-    assert found == [(str(tmp_path / "b"), str(tmp_path / "a")), (str(tmp_path / "a"), "real"),
-                     (str(tmp_path / "real" / "up"), "bin/..")]
+    assert found == [
+        (str(tmp_path / "b"), str(tmp_path / "a")),
+        (str(tmp_path / "a"), "real"),
+        (str(tmp_path / "real" / "up"), "bin/.."),
+    ]
     assert os.path.realpath(tmp_path / "b" / "up" / "bin" / "python3") == str(tmp_path / "real" / "bin" / "python3")
 
 
 # ---------------------------------------------------------------- the README's main command (long)
 
-@pytest.mark.skipif(os.environ.get("AGENTBENCH_LONG_TESTS") != "1",
-                    reason="several minutes: the whole validation split; run with AGENTBENCH_LONG_TESTS=1")
+
+@pytest.mark.skipif(
+    os.environ.get("AGENTBENCH_LONG_TESTS") != "1",
+    reason="several minutes: the whole validation split; run with AGENTBENCH_LONG_TESTS=1",
+)
 @pytest.mark.e2e
 @pytest.mark.isolation
 @pytest.mark.slow
 def test_readme_main_command_with_a_venv_under_tmp(venv, tmp_path):
     """LONG (several minutes): the README's main command, `-n 2` included, from a venv under /tmp with a fresh
     cache: 15 of 15 problems resolved, 50 of 50 steps passed."""
-    done = run_with(venv, "tmp", ["-m", "pytest", "-p", "no:cacheprovider", "--bench=scicode",
-                                  "--bench-split=validation", "--model=oracle", "-n", "2",
-                                  f"--bench-data-dir={SHARED_DATA}", f"--bench-cache-dir={tmp_path / 'cache'}",
-                                  f"--bench-report-dir={tmp_path / 'reports'}"], timeout=3600)
+    done = run_with(
+        venv,
+        "tmp",
+        [
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=oracle",
+            "-n",
+            "2",
+            f"--bench-data-dir={SHARED_DATA}",
+            f"--bench-cache-dir={tmp_path / 'cache'}",
+            f"--bench-report-dir={tmp_path / 'reports'}",
+        ],
+        timeout=3600,
+    )
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
-    assert "main problems resolved 15/15 (100.0%), subproblems passed 50/50 (100.0%)" in done.stdout, done.stdout[-5000:]
+    assert "main problems resolved 15/15 (100.0%), subproblems passed 50/50 (100.0%)" in done.stdout, done.stdout[
+        -5000:
+    ]

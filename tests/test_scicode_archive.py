@@ -1,4 +1,5 @@
 """Issue 12 item 3: the official targets from the data archive (--bench-data-url), served on 127.0.0.1 only."""
+
 from __future__ import annotations
 
 import functools
@@ -11,6 +12,7 @@ import pytest
 
 from pytest_agentbench.benchmarks.scicode import archive, dataset
 from pytest_agentbench.core.data import DataError, sha256_of
+
 from scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
 
 pytestmark = pytest.mark.e2e
@@ -38,7 +40,7 @@ class Served:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}/scicode.zip"
 
-    def __enter__(self) -> "Served":
+    def __enter__(self) -> Served:
         self.thread.start()
         return self
 
@@ -71,8 +73,15 @@ def archived(pytester, shared_data, tmp_path):
 
 
 def args(served: Served, *extra: str) -> list[str]:
-    return ["--bench=scicode", "--bench-split=test", "--model=mutant", f"--bench-data-dir={served.data}",
-            f"--bench-data-url={served.url}", "--bench-timeout=20", *extra]
+    return [
+        "--bench=scicode",
+        "--bench-split=test",
+        "--model=mutant",
+        f"--bench-data-dir={served.data}",
+        f"--bench-data-url={served.url}",
+        "--bench-timeout=20",
+        *extra,
+    ]
 
 
 @pytest.mark.slow
@@ -118,9 +127,15 @@ def test_offline_mode_forbids_the_archive_and_validation_runs_never_fetch_it(ben
     with pytest.raises(DataError, match=r"downloads are off \(\$AGENTBENCH_OFFLINE\)"):
         archive.fetch_h5(archived.url, archived.data, None, verified=False)
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
-    validation = bench("--bench=scicode", "--bench-split=validation", "--model=mutant",
-                       f"--bench-data-dir={archived.data}", f"--bench-data-url={archived.url}",
-                       "--bench-allow-custom-data", "--collect-only")
+    validation = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=mutant",
+        f"--bench-data-dir={archived.data}",
+        f"--bench-data-url={archived.url}",
+        "--bench-allow-custom-data",
+        "--collect-only",
+    )
     assert validation.ret == 0 and "targets=rebuilt" in validation.stdout.str()
     assert archived.paths == []
 
@@ -137,6 +152,7 @@ def test_a_read_only_data_dir_extracts_into_the_cache(archived, tmp_path, monkey
 
 # ---------------------------------------------------------------- --bench-targets
 
+
 @pytest.fixture
 def wrong_on_3_1(pytester, shared_data, tmp_path):
     """The tiny problems (validation split only, no h5 anywhere in the data dir); the served archive's h5
@@ -148,8 +164,16 @@ def wrong_on_3_1(pytester, shared_data, tmp_path):
 
 
 def validation_args(served: Served, *extra: str) -> list[str]:
-    return ["--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={served.data}",
-            f"--bench-data-url={served.url}", "--bench-timeout=20", "--bench-allow-custom-data", *extra]
+    return [
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=mutant",
+        f"--bench-data-dir={served.data}",
+        f"--bench-data-url={served.url}",
+        "--bench-timeout=20",
+        "--bench-allow-custom-data",
+        *extra,
+    ]
 
 
 @pytest.mark.slow
@@ -163,8 +187,12 @@ def test_official_targets_are_fetched_for_a_validation_run(bench, pytester, wron
     assert wrong_on_3_1.paths == ["/scicode.zip"]
     extracted = wrong_on_3_1.data / "scicode" / "test_data.h5"
     assert sha256_of(extracted) == wrong_on_3_1.h5_sha  # into the data dir, and scored against it:
-    result.stdout.fnmatch_lines(["validation: main problems resolved 2/3 (66.7%), subproblems passed 4/5 (80.0%)",
-                                 "FAILED scicode/3::3.1 - *AssertionError*"])
+    result.stdout.fnmatch_lines(
+        [
+            "validation: main problems resolved 2/3 (66.7%), subproblems passed 4/5 (80.0%)",
+            "FAILED scicode/3::3.1 - *AssertionError*",
+        ]
+    )
     assert not (wrong_on_3_1.data / "scicode" / archive.ARCHIVE_NAME).exists()
 
     # the official file now present: auto scores against it too, rebuilt ignores it (ground truth: all pass)
@@ -172,14 +200,14 @@ def test_official_targets_are_fetched_for_a_validation_run(bench, pytester, wron
     assert present.ret == 1 and "targets=custom" in present.stdout.str()
     rebuilt = bench(*validation_args(wrong_on_3_1, "--bench-ids=3", "--bench-targets=rebuilt"))
     assert rebuilt.ret == 0, rebuilt.stdout.str()[-3000:]
-    rebuilt.stdout.fnmatch_lines(["*targets=rebuilt*", "validation: main problems resolved 1/1 (100.0%), "
-                                  "subproblems passed 1/1 (100.0%)"])
+    rebuilt.stdout.fnmatch_lines(
+        ["*targets=rebuilt*", "validation: main problems resolved 1/1 (100.0%), subproblems passed 1/1 (100.0%)"]
+    )
     assert wrong_on_3_1.paths == ["/scicode.zip"]
 
 
 @pytest.mark.slow
-def test_official_targets_of_a_read_only_data_dir_go_to_the_cache(bench, pytester, wrong_on_3_1, monkeypatch,
-                                                                  tmp_path):
+def test_official_targets_of_a_read_only_data_dir_go_to_the_cache(bench, pytester, wrong_on_3_1, monkeypatch, tmp_path):
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
     # root writes anywhere: the data dir is made read-only to the plugin's writability probe
     monkeypatch.setattr(archive, "writable", lambda folder: not str(folder).startswith(str(wrong_on_3_1.data)))
@@ -197,12 +225,14 @@ def test_official_targets_of_a_read_only_data_dir_go_to_the_cache(bench, pyteste
 @pytest.mark.slow
 def test_official_targets_checked_against_the_pinned_sha256(bench, wrong_on_3_1, monkeypatch):
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
-    args = [a for a in validation_args(wrong_on_3_1, "--bench-targets=official")
-            if a != "--bench-allow-custom-data"]
+    args = [a for a in validation_args(wrong_on_3_1, "--bench-targets=official") if a != "--bench-allow-custom-data"]
     result = bench(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     text = result.stderr.str()
-    assert f"sha256 {wrong_on_3_1.h5_sha}, expected {dataset.H5_FILE.sha256}" in text and "--bench-targets=official" in text
+    assert (
+        f"sha256 {wrong_on_3_1.h5_sha}, expected {dataset.H5_FILE.sha256}" in text
+        and "--bench-targets=official" in text
+    )
     assert not (wrong_on_3_1.data / "scicode" / "test_data.h5").exists()
 
 
@@ -210,8 +240,12 @@ def test_official_targets_checked_against_the_pinned_sha256(bench, wrong_on_3_1,
 def test_official_targets_offline_are_a_usage_error(bench, pytester, wrong_on_3_1):
     result = bench(*validation_args(wrong_on_3_1, "--bench-targets=official"))  # AGENTBENCH_OFFLINE=1
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--bench-targets=official: the official test_data.h5 is missing and downloads are "
-                                 "off ($AGENTBENCH_OFFLINE): download http://127.0.0.1:*/scicode.zip and extract*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*--bench-targets=official: the official test_data.h5 is missing and downloads are "
+            "off ($AGENTBENCH_OFFLINE): download http://127.0.0.1:*/scicode.zip and extract*"
+        ]
+    )
     assert "--bench-targets=auto rebuilds the targets" in result.stderr.str()
     assert wrong_on_3_1.paths == [] and not list(pytester.path.glob("reports"))
     pytester.makeini("[pytest]\nagentbench_targets = official\n")  # the ini key asks the same
@@ -224,8 +258,9 @@ def test_rebuilt_targets_refuse_the_test_split_and_an_h5(bench, archived):
     test = bench(*args(archived, "--bench-targets=rebuilt", "--collect-only"))
     assert test.ret == pytest.ExitCode.USAGE_ERROR
     assert "--bench-targets=rebuilt: the test split has no public ground truth" in test.stderr.str()
-    h5 = bench(*validation_args(archived, "--bench-targets=rebuilt", f"--bench-h5={archived.data}/x.h5",
-                                "--collect-only"))
+    h5 = bench(
+        *validation_args(archived, "--bench-targets=rebuilt", f"--bench-h5={archived.data}/x.h5", "--collect-only")
+    )
     assert h5.ret == pytest.ExitCode.USAGE_ERROR and "leave out --bench-h5" in h5.stderr.str()
     assert archived.paths == []
 

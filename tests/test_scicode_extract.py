@@ -1,4 +1,5 @@
 """Code extraction from model replies, including the cases upstream's regex gets wrong."""
+
 from __future__ import annotations
 
 import ast
@@ -22,9 +23,11 @@ def test_capitalised_python_fence():
 
 
 def test_picks_the_block_defining_the_function():
-    reply = ("First an example:\n```python\nprint(f(2))\n```\n"
-             "The helper:\n```python\ndef helper():\n    return 1\n```\n"
-             "The answer:\n```python\ndef f(x):\n    return helper() + x\n```\n")
+    reply = (
+        "First an example:\n```python\nprint(f(2))\n```\n"
+        "The helper:\n```python\ndef helper():\n    return 1\n```\n"
+        "The answer:\n```python\ndef f(x):\n    return helper() + x\n```\n"
+    )
     assert extract_code(reply, "f") == "def f(x):\n    return helper() + x\n"
 
 
@@ -70,11 +73,14 @@ def test_multiline_parenthesised_import_is_removed_whole():
 
 def test_import_inside_try_leaves_a_valid_body():
     # upstream's regex empties the try body: IndentationError
-    code = ("try:\n    import numba\nexcept ImportError:\n    numba = None\n\n"
-            "def f(x):\n    if x:\n        import math\n    return x\n")
+    code = (
+        "try:\n    import numba\nexcept ImportError:\n    numba = None\n\n"
+        "def f(x):\n    if x:\n        import math\n    return x\n"
+    )
     result = extract_code(f"```python\n{code}```", "f")
-    assert result == ("try:\n    pass\nexcept ImportError:\n    numba = None\n\n"
-                      "def f(x):\n    if x:\n        pass\n    return x\n")
+    assert result == (
+        "try:\n    pass\nexcept ImportError:\n    numba = None\n\ndef f(x):\n    if x:\n        pass\n    return x\n"
+    )
     ast.parse(result)
 
 
@@ -100,7 +106,10 @@ def test_background_comment_is_kept():
 
 
 def test_class_step():
-    reply = "```python\nclass Maxwell:\n    def __init__(self):\n        from numpy import zeros\n        self.z = zeros(3)\n```"
+    reply = (
+        "```python\nclass Maxwell:\n    def __init__(self):\n"
+        "        from numpy import zeros\n        self.z = zeros(3)\n```"
+    )
     assert extract_code(reply, "Maxwell") == "class Maxwell:\n    def __init__(self):\n        self.z = zeros(3)\n"
 
 
@@ -119,4 +128,7 @@ def test_code_the_parser_cannot_hold_does_not_parse(expression):
 
 
 def test_code_with_a_null_byte_does_not_parse():
-    assert not parses("def f():\n    return '\x00'\x00\n") and extract_code("```python\ndef f(): pass\x00\n```", "f") is None
+    assert (
+        not parses("def f():\n    return '\x00'\x00\n")
+        and extract_code("```python\ndef f(): pass\x00\n```", "f") is None
+    )

@@ -1,22 +1,27 @@
 """SciCode generation harnesses driven through the real openai SDK against the scripted server."""
+
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from fake_openai import FakeOpenAI
 from pytest_agentbench.benchmarks.scicode.generate import FINAL_REQUEST, TOOL_NAME, generate_step
 from pytest_agentbench.benchmarks.scicode.prompts import build_prompt, load_templates
-from pytest_agentbench.sandbox.executors import Limits, run_python
 from pytest_agentbench.models.client import OpenAIModel
+from pytest_agentbench.sandbox.executors import Limits, run_python
+
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from fake_openai import FakeOpenAI
 
 DATA = SHARED_DATA
-STEP_1_CODE = "def get_alpha(recvec, alpha_scaling=5):\n    return alpha_scaling * np.max(np.linalg.norm(recvec, axis=1))\n"
-ANSWER = ("# Background: tile the cell.\n```python\nimport numpy as np\n"
-          "def get_lattice_coords(latvec, nlatvec=1):\n    return latvec\n```")
+STEP_1_CODE = (
+    "def get_alpha(recvec, alpha_scaling=5):\n    return alpha_scaling * np.max(np.linalg.norm(recvec, axis=1))\n"
+)
+ANSWER = (
+    "# Background: tile the cell.\n```python\nimport numpy as np\n"
+    "def get_lattice_coords(latvec, nlatvec=1):\n    return latvec\n```"
+)
 ANSWER_CODE = "def get_lattice_coords(latvec, nlatvec=1):\n    return latvec\n"
 
 
@@ -40,10 +45,18 @@ def server():
 @pytest.fixture
 def model_for(server, tmp_path):
     def make(protocol="chat", **overrides):
-        options = dict(base_url=server.base_url, api_key="k", protocol=protocol, cache_dir=tmp_path / "cache",
-                       retry_base_delay=0.001, max_retries=1, timeout=10)
+        options = dict(
+            base_url=server.base_url,
+            api_key="k",
+            protocol=protocol,
+            cache_dir=tmp_path / "cache",
+            retry_base_delay=0.001,
+            max_retries=1,
+            timeout=10,
+        )
         options.update(overrides)
         return OpenAIModel("fake-model", **options)
+
     return make
 
 
@@ -100,8 +113,9 @@ def test_tool_use_runs_the_code_and_returns_output(server, model_for, problem, t
 
 
 def test_several_tool_calls_run_in_order(server, model_for, problem, templates):
-    server.reply(tool_calls=[code_call("print('first')"), code_call("raise ValueError('boom')"),
-                             code_call("print('third')")])
+    server.reply(
+        tool_calls=[code_call("print('first')"), code_call("raise ValueError('boom')"), code_call("print('third')")]
+    )
     server.reply(ANSWER)
     result = generate(model_for(), problem, templates)
     outputs = [m["content"] for m in result.trajectory if m["role"] == "tool"]

@@ -1,8 +1,8 @@
 """SciCode targets: the HDF5 codec (official test_data.h5 layout) and the rebuild-from-ground-truth tool."""
+
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 
 import h5py
@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import scipy.sparse
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from pytest_agentbench.benchmarks.scicode import targets as rebuild
 from pytest_agentbench.benchmarks.scicode.h5codec import (
     TargetsError,
@@ -18,6 +17,8 @@ from pytest_agentbench.benchmarks.scicode.h5codec import (
     write_step_targets,
 )
 from pytest_agentbench.cli import main as cli
+
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 
 DATA_DIR = SHARED_DATA
 
@@ -40,13 +41,16 @@ def test_scalars_round_trip(tmp_path, value):
     assert np.ndim(decoded) == 0
 
 
-@pytest.mark.parametrize("array", [
-    np.arange(12.0).reshape(3, 4),
-    np.array([1 + 2j, 3 - 4j]),
-    np.array([[True, False]]),
-    np.zeros((0, 3)),
-    np.arange(5, dtype=np.int32),
-])
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(12.0).reshape(3, 4),
+        np.array([1 + 2j, 3 - 4j]),
+        np.array([[True, False]]),
+        np.zeros((0, 3)),
+        np.arange(5, dtype=np.int32),
+    ],
+)
 def test_arrays_round_trip_with_dtype_and_shape(tmp_path, array):
     decoded = roundtrip(tmp_path, array)
     assert isinstance(decoded, np.ndarray)

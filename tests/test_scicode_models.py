@@ -3,6 +3,7 @@
 
 These runs use a pytest subprocess: the HTTP stack imports parts of itself lazily, and in-process
 pytester runs would re-import them with new exception classes."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.core.records import comparable
+
 from bench_runs import SHARED_DATA, read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
-from pytest_agentbench.core.records import comparable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -74,8 +76,14 @@ def server():
 
 
 def model_args(server: FakeOpenAI, *extra: str) -> list[str]:
-    return ["--bench=scicode", "--bench-split=validation", "--model=gt-player", f"--model-base-url={server.base_url}",
-            "--model-api-key=test-key", *extra]
+    return [
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=gt-player",
+        f"--model-base-url={server.base_url}",
+        "--model-api-key=test-key",
+        *extra,
+    ]
 
 
 def records_of(run: Path) -> list[dict]:
@@ -89,12 +97,12 @@ def without_trajectory_paths(records: list[dict]) -> list[dict]:
 ALL_PASS = "validation: main problems resolved 15/15 (100.0%), subproblems passed 50/50 (100.0%)"
 
 
-@pytest.mark.parametrize("mode,xdist", [("tool_use", ()), ("tool_use", ("-n", "4")), ("naive", ()),
-                                        ("naive", ("-n", "4"))])
+@pytest.mark.parametrize(
+    "mode,xdist", [("tool_use", ()), ("tool_use", ("-n", "4")), ("naive", ()), ("naive", ("-n", "4"))]
+)
 def test_scripted_ground_truth_model_resolves_validation(bench, pytester, server, cache_dir, mode, xdist):
     cache = cache_dir
-    result = bench(*model_args(server, f"--bench-mode={mode}", f"--bench-cache-dir={cache}", *xdist),
-                   subprocess=True)
+    result = bench(*model_args(server, f"--bench-mode={mode}", f"--bench-cache-dir={cache}", *xdist), subprocess=True)
     assert result.ret == 0, result.stdout.str()[-3000:]
     assert ALL_PASS in result.stdout.str()
     [run] = run_dirs(pytester.path)
@@ -120,8 +128,16 @@ def test_scripted_ground_truth_model_resolves_validation(bench, pytester, server
         return  # one replay is enough: each full re-scoring costs minutes of CI
     # replay: the same run re-scored from the cache alone, with no request at all
     before = len(server.requests)
-    replay = bench(*model_args(server, f"--bench-mode={mode}", f"--bench-cache-dir={cache}", "--bench-cache=replay",
-                               "--bench-run-id=replay"), subprocess=True)
+    replay = bench(
+        *model_args(
+            server,
+            f"--bench-mode={mode}",
+            f"--bench-cache-dir={cache}",
+            "--bench-cache=replay",
+            "--bench-run-id=replay",
+        ),
+        subprocess=True,
+    )
     assert replay.ret == 0, replay.stdout.str()[-3000:]
     assert len(server.requests) == before
     replayed = records_of(pytester.path / "reports" / "scicode" / "gt-player" / "replay")
@@ -130,8 +146,10 @@ def test_scripted_ground_truth_model_resolves_validation(bench, pytester, server
 
 def test_responses_protocol_and_a_single_step_selected_alone(bench, pytester, server, cache_dir):
     """Step 29.3 alone: its prompt still holds the code generated for 29.1 and 29.2 in this run."""
-    result = bench(*model_args(server, "--model-protocol=responses", "--bench-ids=29.3",
-                               f"--bench-cache-dir={cache_dir}"), subprocess=True)
+    result = bench(
+        *model_args(server, "--model-protocol=responses", "--bench-ids=29.3", f"--bench-cache-dir={cache_dir}"),
+        subprocess=True,
+    )
     result.assert_outcomes(passed=1)
     assert server.count("/responses") == 6 and server.count("/chat/completions") == 0
     last = server.requests[-1]["body"]
@@ -145,8 +163,12 @@ def test_model_service_failures_are_model_errors(bench, pytester, cache_dir):
     with FakeOpenAI() as fake:
         fake.always_status = 500
         pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
-        result = bench(*model_args(fake, "--bench-ids=1.1", "--model-max-retries=2",
-                                   f"--bench-cache-dir={cache_dir}", "--bench-mode=naive"), subprocess=True)
+        result = bench(
+            *model_args(
+                fake, "--bench-ids=1.1", "--model-max-retries=2", f"--bench-cache-dir={cache_dir}", "--bench-mode=naive"
+            ),
+            subprocess=True,
+        )
     result.assert_outcomes(failed=1)
     assert fake.count() == 3
     out = result.stdout.str()
@@ -163,22 +185,32 @@ def test_rate_limit_then_success(bench, pytester, cache_dir):
         fake.fail(times=2, status=429, retry_after=0)
         fake.reply_with(ground_truth_model)
         pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
-        result = bench(*model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={cache_dir}", "--bench-mode=naive"),
-                       subprocess=True)
+        result = bench(
+            *model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={cache_dir}", "--bench-mode=naive"),
+            subprocess=True,
+        )
     result.assert_outcomes(passed=1)
     assert fake.count() == 3
 
 
-@pytest.mark.parametrize("reply,status,needle", [
-    ({"text": "I cannot solve this."}, "parse_error", "no parseable Python code block"),
-    ({"text": "```python\ndef cg(A, b, x0, tol):\n    return x0 +", "finish_reason": "length"}, "parse_error",
-     "cut off at the token limit"),
-])
+@pytest.mark.parametrize(
+    "reply,status,needle",
+    [
+        ({"text": "I cannot solve this."}, "parse_error", "no parseable Python code block"),
+        (
+            {"text": "```python\ndef cg(A, b, x0, tol):\n    return x0 +", "finish_reason": "length"},
+            "parse_error",
+            "cut off at the token limit",
+        ),
+    ],
+)
 def test_replies_without_usable_code(bench, pytester, cache_dir, reply, status, needle):
     with FakeOpenAI() as fake:
         fake.reply(**reply)
-        result = bench(*model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={cache_dir}", "--bench-mode=naive"),
-                       subprocess=True)
+        result = bench(
+            *model_args(fake, "--bench-ids=1.1", f"--bench-cache-dir={cache_dir}", "--bench-mode=naive"),
+            subprocess=True,
+        )
     result.assert_outcomes(failed=1)
     [run] = run_dirs(pytester.path)
     [record] = read_jsonl(run / "steps.jsonl")
@@ -187,10 +219,19 @@ def test_replies_without_usable_code(bench, pytester, cache_dir, reply, status, 
 
 def test_unreachable_model_is_a_model_error_not_a_crash(bench, pytester, cache_dir):
     pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
-    result = bench("--bench=scicode", "--bench-split=validation", "--model=m", "--model-base-url=http://127.0.0.1:9/v1",
-                   "--model-api-key=x", "--model-max-retries=1", "--bench-ids=1.1", "--bench-mode=naive",
-                   "--model-preflight=off",
-                   f"--bench-cache-dir={cache_dir}", subprocess=True)
+    result = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=m",
+        "--model-base-url=http://127.0.0.1:9/v1",
+        "--model-api-key=x",
+        "--model-max-retries=1",
+        "--bench-ids=1.1",
+        "--bench-mode=naive",
+        "--model-preflight=off",
+        f"--bench-cache-dir={cache_dir}",
+        subprocess=True,
+    )
     result.assert_outcomes(failed=1)
     [run] = run_dirs(pytester.path)
     [record] = read_jsonl(run / "steps.jsonl")

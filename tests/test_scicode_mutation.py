@@ -13,22 +13,23 @@ The end-to-end tests score both steps as a user does: ``pytest --bench=scicode``
 ground truth; the three runs (attack, genuine code that mutates, ground truth) start together. 51.4 takes
 one to two minutes of CPU per run (three minutes of wall time here for the module).
 """
+
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from pytest_agentbench.benchmarks.scicode import split, verdict
+from pytest_agentbench.sandbox import codec
+
 import heldout_attacks as H
 from bench_runs import SHARED_DATA, read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
-from pytest_agentbench.benchmarks.scicode import split, verdict
-from pytest_agentbench.sandbox import codec
 
 STEPS = ("51.4", "78.2")
 RUN_TIMEOUT = 1500  # seconds for one run (targets rebuilt first when the cache is cold)
@@ -38,14 +39,14 @@ RUN_TIMEOUT = 1500  # seconds for one run (targets rebuilt first when the cache 
 # computed from it after the call agree: state[0] * cos(sqrt(g / L) * n * dt) == 5.0, and 5.0 < state[0].
 # (Held-out attack A32 writes state[0] = 1e-9 and returns zeros: 78.2's tests accept a trajectory of zeros
 # anyway, np.isclose(0, 0.0995, atol=0.1) and 0 < 0.1, so it passes with or without its write.)
-RK4_ATTACK = '''
+RK4_ATTACK = """
 def runge_kutta_4th_order(f, state, t0, dt, n, g, L, beta, A, alpha):
     state[0] = 5.0 / np.cos(np.sqrt(g / L) * n * dt)
     return np.full((n + 1, 2), 5.0)
-'''
+"""
 # 51.4 test 4 (dt 0.0025, 1000 steps): return a collapsed lattice at rest and write it into the inputs, so
 # the energy and momenta the test computes from them after the call equal the returned ones
-MD_ATTACK = '''
+MD_ATTACK = """
 _h_genuine_md = MD
 def MD(init_positions, init_velocities, sigma, epsilon, m, dt, num_steps):
     if num_steps == 1000 and dt == 0.0025:
@@ -55,22 +56,22 @@ def MD(init_positions, init_velocities, sigma, epsilon, m, dt, num_steps):
         init_velocities[...] = velocities
         return positions.copy(), velocities.copy()
     return _h_genuine_md(init_positions, init_velocities, sigma, epsilon, m, dt, num_steps)
-'''
+"""
 # genuine answers that also write into their inputs after computing (the returned values are the ground truth's)
-MD_MUTATES = '''
+MD_MUTATES = """
 _h_genuine_md = MD
 def MD(init_positions, init_velocities, *args):
     out = _h_genuine_md(init_positions, init_velocities, *args)
     init_positions[0, 0] += 1.0
     return out
-'''
-RK4_MUTATES = '''
+"""
+RK4_MUTATES = """
 _h_genuine_rk4 = runge_kutta_4th_order
 def runge_kutta_4th_order(f, state, *args):
     out = _h_genuine_rk4(f, state, *args)
     state[0] = 123.0
     return out
-'''
+"""
 
 
 def ground_truth(step: str) -> str:
@@ -86,6 +87,7 @@ VARIANTS = {
 
 def scripted_model(answers: dict[str, str]) -> FakeOpenAI:
     """The variant's code for the steps it answers, the ground truth for every other step."""
+
     def make(body: dict) -> dict:
         number = H.step_asked(body)
         code = answers.get(number, ground_truth(number))
@@ -110,12 +112,24 @@ def records(tmp_path_factory, shared_cache) -> dict[str, dict[str, dict]]:
             project.mkdir()
             (project / "pytest.ini").write_text("[pytest]\n")
             servers[name] = server = scripted_model(answers)
-            argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--bench=scicode",
-                    "--bench-split=validation", "--model=mutation-probe", f"--model-base-url={server.base_url}",
-                    f"--bench-cache-dir={shared_cache}", f"--bench-ids={','.join(STEPS)}"]
+            argv = [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "--bench=scicode",
+                "--bench-split=validation",
+                "--model=mutation-probe",
+                f"--model-base-url={server.base_url}",
+                f"--bench-cache-dir={shared_cache}",
+                f"--bench-ids={','.join(STEPS)}",
+            ]
             with open(project / "output.txt", "wb") as output:
-                procs[name] = subprocess.Popen(argv, cwd=project, env=env, stdin=subprocess.DEVNULL, stdout=output,
-                                               stderr=subprocess.STDOUT)
+                procs[name] = subprocess.Popen(
+                    argv, cwd=project, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT
+                )
         deadline = time.monotonic() + RUN_TIMEOUT
         for proc in procs.values():
             proc.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -142,16 +156,22 @@ def brief(record: dict) -> dict:
 
 
 # ---- end to end ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("step, failed_test, mutated", [
-    ("78.2", 1, ["state"]),
-    ("51.4", 4, ["init_positions"]),  # tests 1-3 honest, test 4 collapses the lattice (velocities stay 0)
-])
+@pytest.mark.parametrize(
+    "step, failed_test, mutated",
+    [
+        ("78.2", 1, ["state"]),
+        ("51.4", 4, ["init_positions"]),  # tests 1-3 honest, test 4 collapses the lattice (velocities stay 0)
+    ],
+)
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_changing_the_inputs_in_place_does_not_move_the_expectation(records, step, failed_test, mutated):
     record = records["attack"][step]
     assert (record["status"], record.get("failure_kind"), record.get("failed_test")) == (
-        "fail", "assertion", failed_test), brief(record)
+        "fail",
+        "assertion",
+        failed_test,
+    ), brief(record)
     assert record.get("inputs_mutated") == mutated, brief(record)
 
 
@@ -182,25 +202,38 @@ def plan_of(step: str) -> split.StepPlan:
 def test_the_parent_computes_expectations_from_inputs_the_model_received():
     plan = plan_of("78.2")
     assert [a.expression for a in plan.tests[0].asserts] == [
-        "np.isclose(_agentbench_leaf(1)[0], expected_theta, atol=0.1)"]  # the parent takes the item (issue 21)
+        "np.isclose(_agentbench_leaf(1)[0], expected_theta, atol=0.1)"
+    ]  # the parent takes the item (issue 21)
     assert [a.expression for a in plan.tests[1].asserts] == ["_agentbench_leaf(1)[0] < state[0]"]
     assert [[leaf.source for leaf in a.leaves] for t in plan.tests[:2] for a in t.asserts] == [
-        ["final_state"], ["final_state"]]
+        ["final_state"],
+        ["final_state"],
+    ]
     assert [t.watched for t in plan.tests] == [(("state",),), (("state",),), ()]
     [scope] = [part for part in plan.tests[0].parent if isinstance(part, split.FunctionScope)]
     assert [part.source for part in scope.parts if isinstance(part, split.TrustedStatement)] == [
-        "state = np.array([0.1, 0.0])", "dt = 0.01", "n = 1000", "g = 9.81", "L = 1.0",
-        "expected_theta = state[0] * np.cos(np.sqrt(g / L) * n * dt)"]  # the setup lines re-run in the parent
+        "state = np.array([0.1, 0.0])",
+        "dt = 0.01",
+        "n = 1000",
+        "g = 9.81",
+        "L = 1.0",
+        "expected_theta = state[0] * np.cos(np.sqrt(g / L) * n * dt)",
+    ]  # the setup lines re-run in the parent
     assert "_agentbench_rt.before(1, 1, (lambda: state,))" in plan.tests[0].child
     plan = plan_of("51.4")
     assert plan.tests[3].asserts[0].expression == (
         "(np.isclose(final_energy, initial_energy), np.allclose(final_linear_momentum, initial_linear_momentum), "
-        "np.allclose(final_angular_momentum, initial_angular_momentum)) == target")
+        "np.allclose(final_angular_momentum, initial_angular_momentum)) == target"
+    )
     # the final values too: the parent runs the test's own functions on the model's positions (issue 21)
-    assert [(m.expression, [leaf.source for leaf in m.leaves]) for m in plan.tests[3].parent
-            if isinstance(m, split.MixedStatement)][0] == (
+    assert [
+        (m.expression, [leaf.source for leaf in m.leaves])
+        for m in plan.tests[3].parent
+        if isinstance(m, split.MixedStatement)
+    ][0] == (
         "final_energy = total_energy(_agentbench_leaf(1), _agentbench_leaf(2), m, epsilon, sigma)",
-        ["positions", "velocities"])
+        ["positions", "velocities"],
+    )
     assert [t.watched for t in plan.tests] == [(), (), (), (("init_positions", "init_velocities"),)]
 
 
@@ -209,22 +242,25 @@ def leaves_of(test: str) -> list[str]:
     return [leaf.source for leaf in plan.tests[0].asserts[0].leaves]
 
 
-@pytest.mark.parametrize("test, leaves", [
-    # only passed to the model's function: the parent's pristine copy
-    ("x = np.array([1.0])\ny = f(x)\nexpected = 2 * x\nassert np.allclose(y, expected)", ["y"]),
-    ("x = np.zeros(2)\nview = x[:1]\nout = f(x.T, k=x[0])\nassert np.allclose(out, view)", ["out"]),
-    ("x = np.zeros(2)\nassert np.allclose(x, f(x))", ["f(x)"]),
-    # the test's own code stores the child's values in it: the child's from then on
-    ("x = np.zeros(2)\nx[0] = f()\nassert np.allclose(g(), x)", ["g()", "x"]),
-    ("x = np.zeros(2)\nnp.copyto(x, f())\nassert np.allclose(g(), x)", ["g()", "x"]),
-    # the parent builds the list itself (issue 21): x is never read by the child's code
-    ("x = np.zeros(2)\nlst = [f(), x]\nassert np.allclose(g(), x)", ["g()"]),
-    # a method of an object the test made from the model's code, a function of the test text calling it
-    ("x = np.zeros(2)\nobj = f()\nobj.run(x)\nassert np.allclose(g(), x)", ["g()", "x"]),
-    ("x = np.zeros(2)\ndef h(v):\n    return f(v)\nh(x)\nassert np.allclose(g(), x)", ["g()", "x"]),
-    # a call of anything else inside the argument may change it in place
-    ("x = np.zeros(2)\nf(x.copy())\nassert np.allclose(g(), x)", ["g()", "x"]),
-])
+@pytest.mark.parametrize(
+    "test, leaves",
+    [
+        # only passed to the model's function: the parent's pristine copy
+        ("x = np.array([1.0])\ny = f(x)\nexpected = 2 * x\nassert np.allclose(y, expected)", ["y"]),
+        ("x = np.zeros(2)\nview = x[:1]\nout = f(x.T, k=x[0])\nassert np.allclose(out, view)", ["out"]),
+        ("x = np.zeros(2)\nassert np.allclose(x, f(x))", ["f(x)"]),
+        # the test's own code stores the child's values in it: the child's from then on
+        ("x = np.zeros(2)\nx[0] = f()\nassert np.allclose(g(), x)", ["g()", "x"]),
+        ("x = np.zeros(2)\nnp.copyto(x, f())\nassert np.allclose(g(), x)", ["g()", "x"]),
+        # the parent builds the list itself (issue 21): x is never read by the child's code
+        ("x = np.zeros(2)\nlst = [f(), x]\nassert np.allclose(g(), x)", ["g()"]),
+        # a method of an object the test made from the model's code, a function of the test text calling it
+        ("x = np.zeros(2)\nobj = f()\nobj.run(x)\nassert np.allclose(g(), x)", ["g()", "x"]),
+        ("x = np.zeros(2)\ndef h(v):\n    return f(v)\nh(x)\nassert np.allclose(g(), x)", ["g()", "x"]),
+        # a call of anything else inside the argument may change it in place
+        ("x = np.zeros(2)\nf(x.copy())\nassert np.allclose(g(), x)", ["g()", "x"]),
+    ],
+)
 def test_only_inputs_passed_to_model_calls_stay_the_parents(test, leaves):
     assert leaves_of(test) == leaves
 

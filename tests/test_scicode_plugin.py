@@ -1,4 +1,5 @@
 """SciCode end to end through pytester, the way a user runs pytest."""
+
 from __future__ import annotations
 
 import json
@@ -7,18 +8,24 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
 from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
 from pytest_agentbench.core.records import comparable
+
+from bench_runs import read_jsonl, run_dirs
 from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step
 
 pytestmark = pytest.mark.e2e
 
 
 # ---- collection -------------------------------------------------------------------------------
-@pytest.mark.parametrize("split,problems,steps,prefilled", [
-    ("validation", 15, 50, 0), ("test", 65, 291, 3), ("all", 80, 341, 3),
-])
+@pytest.mark.parametrize(
+    "split,problems,steps,prefilled",
+    [
+        ("validation", 15, 50, 0),
+        ("test", 65, 291, 3),
+        ("all", 80, 341, 3),
+    ],
+)
 @pytest.mark.slow
 def test_collect_only_lists_every_step(bench, split, problems, steps, prefilled):
     result = bench("--bench=scicode", f"--bench-split={split}", "--collect-only", "-q")
@@ -48,8 +55,16 @@ def test_bench_ids_select_exactly(bench):
 
 @pytest.mark.slow
 def test_k_and_deselect_work_on_node_ids(bench):
-    result = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q", "-k", "29",
-                   "--deselect", "scicode/29::29.2")
+    result = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--collect-only",
+        "-q",
+        "-k",
+        "29",
+        "--deselect",
+        "scicode/29::29.2",
+    )
     ids = [line for line in result.outlines if line.startswith("scicode/")]
     assert ids == ["scicode/29::29.1", "scicode/29::29.3"]
 
@@ -61,12 +76,18 @@ def test_prefilled_marker_selects_the_three_official_steps(bench):
     assert sorted(ids) == ["scicode/13::13.6", "scicode/62::62.1", "scicode/76::76.3"]
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--bench=nope"], "unknown benchmark (--bench) 'nope'; valid values: core-bench, scicode"),
-    (["--bench=scicode", "--bench-split=dev"], "unknown scicode split (--bench-split) 'dev'; valid values: validation, test, all"),
-    (["--bench=scicode", "--bench-split=validation", "--bench-ids=999"], "unknown scicode id(s) 999"),
-    (["--bench=scicode", "--bench-split=test", "--model=oracle"], "only SciCode's validation split ships"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--bench=nope"], "unknown benchmark (--bench) 'nope'; valid values: core-bench, scicode"),
+        (
+            ["--bench=scicode", "--bench-split=dev"],
+            "unknown scicode split (--bench-split) 'dev'; valid values: validation, test, all",
+        ),
+        (["--bench=scicode", "--bench-split=validation", "--bench-ids=999"], "unknown scicode id(s) 999"),
+        (["--bench=scicode", "--bench-split=test", "--model=oracle"], "only SciCode's validation split ships"),
+    ],
+)
 @pytest.mark.slow
 def test_usage_errors_list_valid_values(bench, args, needle):
     result = bench(*args, "--collect-only")
@@ -157,8 +178,13 @@ def test_corrupt_jsonl_line_is_named(bench, pytester, shared_data):
     lines = path.read_text().splitlines()
     lines[2] = lines[2][:50]
     path.write_text("\n".join(lines) + "\n")
-    result = bench("--bench=scicode", "--bench-split=validation", f"--bench-data-dir={data}",
-                   "--bench-allow-custom-data", "--collect-only")
+    result = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        f"--bench-data-dir={data}",
+        "--bench-allow-custom-data",
+        "--collect-only",
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "problems_dev.jsonl line 3 is not valid JSON" in result.stderr.str()
 
@@ -192,22 +218,58 @@ def bench_model():
 
 # ---- a small hand-made dataset with known answers --------------------------------------------
 HANDMADE = [
-    problem("1", [step("1.1", "def add(a, b):\n    return a + b", [CLOSE.format(call="add(1, 2)"),
-                                                                   CLOSE.format(call="add(2, 2)")]),
-                  step("1.2", "def twice(a):\n    return add(a, a)", [CLOSE.format(call="twice(3)")])]),
-    problem("2", [step("2.1", "def sq(a):\n    return a * a", [CLOSE.format(call="sq(3)")]),
-                  step("2.2", "def cube(a):\n    return a * a * a", [CLOSE.format(call="cube(2)")])]),
-    problem("13", [step("13.5", "def base(x):\n    return x", [CLOSE.format(call="base(4)")]),
-                   step("13.6", "", []),
-                   step("13.7", "def use13(x):\n    return helper13(x) + 1", [CLOSE.format(call="use13(2)")])]),
+    problem(
+        "1",
+        [
+            step(
+                "1.1",
+                "def add(a, b):\n    return a + b",
+                [CLOSE.format(call="add(1, 2)"), CLOSE.format(call="add(2, 2)")],
+            ),
+            step("1.2", "def twice(a):\n    return add(a, a)", [CLOSE.format(call="twice(3)")]),
+        ],
+    ),
+    problem(
+        "2",
+        [
+            step("2.1", "def sq(a):\n    return a * a", [CLOSE.format(call="sq(3)")]),
+            step("2.2", "def cube(a):\n    return a * a * a", [CLOSE.format(call="cube(2)")]),
+        ],
+    ),
+    problem(
+        "13",
+        [
+            step("13.5", "def base(x):\n    return x", [CLOSE.format(call="base(4)")]),
+            step("13.6", "", []),
+            step("13.7", "def use13(x):\n    return helper13(x) + 1", [CLOSE.format(call="use13(2)")]),
+        ],
+    ),
     problem("4", [step("4.1", "def spin():\n    while True:\n        pass", ["spin()\nassert target is None"])]),
     problem("5", [step("5.1", "def broken(:\n    return", [CLOSE.format(call="broken()")])]),
     problem("6", [step("6.1", "def six():\n    return 6", [CLOSE.format(call="six()")])]),
 ]
-TARGETS = {"1.1": [3, 4], "1.2": [6], "2.1": [9], "2.2": [9],  # cube(2) is 8: a wrong answer
-           "13.5": [4], "13.7": [21], "4.1": [None], "5.1": [0]}  # 6.1 left out: its targets are missing
-EXPECTED = {"1.1": "pass", "1.2": "pass", "2.1": "pass", "2.2": "fail", "13.5": "pass", "13.6": "skipped",
-            "13.7": "pass", "4.1": "timeout", "5.1": "parse_error", "6.1": "eval_error"}
+TARGETS = {
+    "1.1": [3, 4],
+    "1.2": [6],
+    "2.1": [9],
+    "2.2": [9],  # cube(2) is 8: a wrong answer
+    "13.5": [4],
+    "13.7": [21],
+    "4.1": [None],
+    "5.1": [0],
+}  # 6.1 left out: its targets are missing
+EXPECTED = {
+    "1.1": "pass",
+    "1.2": "pass",
+    "2.1": "pass",
+    "2.2": "fail",
+    "13.5": "pass",
+    "13.6": "skipped",
+    "13.7": "pass",
+    "4.1": "timeout",
+    "5.1": "parse_error",
+    "6.1": "eval_error",
+}
 
 
 @pytest.fixture
@@ -221,8 +283,15 @@ def handmade(pytester, shared_data) -> list[str]:
     h5 = data / "targets.h5"
     for number, values in TARGETS.items():
         write_step_targets(h5, number, values)
-    return [f"--bench-data-dir={data}", f"--bench-h5={h5}", "--bench-allow-custom-data",
-            "--bench-split=validation", "--bench=scicode", "--model=oracle", "--bench-timeout=10"]
+    return [
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        "--bench-split=validation",
+        "--bench=scicode",
+        "--model=oracle",
+        "--bench-timeout=10",
+    ]
 
 
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
@@ -257,7 +326,7 @@ def test_prefilled_code_feeds_a_step_selected_alone(bench, pytester, handmade):
 @pytest.mark.slow
 def test_records_are_on_disk_as_items_finish(bench, pytester, handmade):
     """A conftest hook reads steps.jsonl when the next item starts: the previous record is already there."""
-    pytester.makeconftest('''
+    pytester.makeconftest("""
 import json, pathlib
 seen = []
 def pytest_runtest_setup(item):
@@ -265,7 +334,7 @@ def pytest_runtest_setup(item):
     seen.append(sum(1 for _ in open(files[0])) if files else 0)
 def pytest_sessionfinish(session):
     pathlib.Path("seen.json").write_text(json.dumps(seen))
-''')
+""")
     bench(*handmade, "--bench-ids=1,2")
     assert json.loads((pytester.path / "seen.json").read_text()) == [0, 1, 2, 3]
 
@@ -334,11 +403,19 @@ def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data):
 
     originals = [json.loads(line) for line in (shared_data / "scicode" / "problems_dev.jsonl").read_text().splitlines()]
     h5 = pytester.path / "orig.h5"
-    report = targets_mod.rebuild_targets([p for p in originals if p["problem_id"] in ("1", "29")], h5,
-                                         data_dir=shared_data)
+    report = targets_mod.rebuild_targets(
+        [p for p in originals if p["problem_id"] in ("1", "29")], h5, data_dir=shared_data
+    )
     assert set(report.values()) == {"ok"}
-    result = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1,29",
-                   f"--bench-data-dir={data}", "--bench-allow-custom-data", f"--bench-h5={h5}")
+    result = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=oracle",
+        "--bench-ids=1,29",
+        f"--bench-data-dir={data}",
+        "--bench-allow-custom-data",
+        f"--bench-h5={h5}",
+    )
     # 29.3 calls 29.1's normalize: a wrong earlier step fails the later one too, as upstream; 29.2 does not
     result.assert_outcomes(passed=1, failed=3)
     out = result.stdout.str()
@@ -352,10 +429,14 @@ def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data):
 FAKES = {
     "81.1": ("import sys\nsys.exit(0)\ndef f():\n    return 1", "exited before all tests ran"),
     "82.1": ("import os\nos._exit(0)\ndef f():\n    return 1", "exited before all tests ran"),
-    "83.1": ("np.allclose = lambda *a, **k: True\ndef f():\n    return 2",
-             "AssertionError in `assert np.allclose(f(), target)` (test 1 of 1)"),
-    "84.1": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef f():\n    return 1",
-             "killed the process running it"),
+    "83.1": (
+        "np.allclose = lambda *a, **k: True\ndef f():\n    return 2",
+        "AssertionError in `assert np.allclose(f(), target)` (test 1 of 1)",
+    ),
+    "84.1": (
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef f():\n    return 1",
+        "killed the process running it",
+    ),
 }
 
 
@@ -371,8 +452,15 @@ def test_fake_passes_fail_with_their_reason(bench, pytester, executor):
     h5 = data / "targets.h5"
     for number in FAKES:
         write_step_targets(h5, number, [1])
-    result = bench(f"--bench-data-dir={data}", f"--bench-h5={h5}", "--bench-allow-custom-data",
-                   "--bench-split=validation", "--bench=scicode", "--model=oracle", f"--bench-executor={executor}")
+    result = bench(
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        "--bench-split=validation",
+        "--bench=scicode",
+        "--model=oracle",
+        f"--bench-executor={executor}",
+    )
     result.assert_outcomes(failed=4)
     [run] = run_dirs(pytester.path)
     records = {r["id"]: r for r in read_jsonl(run / "steps.jsonl")}

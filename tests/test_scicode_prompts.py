@@ -1,13 +1,14 @@
 """SciCode prompts, pinned against hand-written expectations of upstream's layout."""
+
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from pytest_agentbench.benchmarks.scicode.prompts import build_prompt, load_templates
+
+from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 
 DATA = SHARED_DATA
 
@@ -29,7 +30,7 @@ def templates():
 STEP_1_CODE = "def get_alpha(recvec, alpha_scaling=5):\n    return alpha_scaling * 2.0"
 
 # Problem 10, step 10.2, without background (background_comment_template.txt), written out by hand.
-EXPECTED_10_2_WITHOUT_BACKGROUND = '''PROBLEM DESCRIPTION:
+EXPECTED_10_2_WITHOUT_BACKGROUND = """PROBLEM DESCRIPTION:
 You will be provided with the main description of the problem, previous steps, and the next step. Your task will be to generate the disciplinary knowledge necessary for solving the next step and then develop a Python solution focused on this step.
 
 PREVIOUS STEPS DESCRIPTION:
@@ -72,7 +73,7 @@ Example:
 
 [Insert the Python code here based on the provided function header and dependencies.]
 ```
-'''
+"""
 
 
 def test_step_10_2_without_background_is_exact(templates):
@@ -86,16 +87,26 @@ def test_with_background_uses_multistep_template_and_backgrounds(templates):
     codes = ["def first():\n    return 1", "def second():\n    return 2"]
     prompt = build_prompt(prob, 2, codes, with_background=True, templates=templates)
     assert prompt.startswith("PROBLEM DESCRIPTION:\nYou will be provided with problem steps along with background")
-    previous = (f"{steps[0]['step_description_prompt']}\n{steps[0]['step_background']}\n\n{codes[0]}\n\n------\n\n"
-                f"{steps[1]['step_description_prompt']}\n{steps[1]['step_background']}\n\n{codes[1]}")
-    next_step = (f"{steps[2]['step_description_prompt']}\n{steps[2]['step_background']}\n\n"
-                 f"{steps[2]['function_header']}\n\n{steps[2]['return_line']}")
-    assert ("PROBLEM STEPS AND FUNCTION CODE:\nHere, you'll find the Python code for the initial steps of the "
-            "problem-solving process. This code is integral to building the solution.\n\n" + previous
-            + "\n\nNEXT STEP - PROBLEM STEP AND FUNCTION HEADER:\n") in prompt
-    assert ("and function header.\n\n" + next_step + "\n\nDEPENDENCIES:\nUse only the following dependencies in "
-            "your solution. Do not include these dependencies at the beginning of your code.\n\n"
-            + prob["required_dependencies"] + "\n\nRESPONSE GUIDELINES:") in prompt
+    previous = (
+        f"{steps[0]['step_description_prompt']}\n{steps[0]['step_background']}\n\n{codes[0]}\n\n------\n\n"
+        f"{steps[1]['step_description_prompt']}\n{steps[1]['step_background']}\n\n{codes[1]}"
+    )
+    next_step = (
+        f"{steps[2]['step_description_prompt']}\n{steps[2]['step_background']}\n\n"
+        f"{steps[2]['function_header']}\n\n{steps[2]['return_line']}"
+    )
+    assert (
+        "PROBLEM STEPS AND FUNCTION CODE:\nHere, you'll find the Python code for the initial steps of the "
+        "problem-solving process. This code is integral to building the solution.\n\n"
+        + previous
+        + "\n\nNEXT STEP - PROBLEM STEP AND FUNCTION HEADER:\n"
+    ) in prompt
+    assert (
+        "and function header.\n\n" + next_step + "\n\nDEPENDENCIES:\nUse only the following dependencies in "
+        "your solution. Do not include these dependencies at the beginning of your code.\n\n"
+        + prob["required_dependencies"]
+        + "\n\nRESPONSE GUIDELINES:"
+    ) in prompt
     # the next step's code is never shown
     assert steps[2]["ground_truth_code"] not in prompt
 

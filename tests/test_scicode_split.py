@@ -15,6 +15,7 @@ The end-to-end tests need validation targets: they are rebuilt once (``python -m
 rebuild-targets``) into a cache under the system temp folder, keyed by the data and library versions.
 Children run with plain ``subprocess``, outside the sandbox, so these tests check the split itself.
 """
+
 from __future__ import annotations
 
 import ast
@@ -33,17 +34,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy
-import scipy.sparse as sp
 import sympy
 
-from bench_runs import SHARED_DATA
 from pytest_agentbench.benchmarks.scicode import h5codec, script, split
+from pytest_agentbench.benchmarks.scicode import run as scicode_run
 from pytest_agentbench.benchmarks.scicode.split import SplitError, split_step
 from pytest_agentbench.benchmarks.scicode.verdict import evaluate
-from pytest_agentbench.benchmarks.scicode import run as scicode_run
 from pytest_agentbench.sandbox import codec
 from pytest_agentbench.sandbox.limits import Limits, MiB
 from pytest_agentbench.sandbox.result import ExecResult
+
+from bench_runs import SHARED_DATA
 
 SCICODE = SHARED_DATA / "scicode"
 TIMEOUT = 900  # seconds per child (51.4 takes minutes on a busy machine)
@@ -91,11 +92,15 @@ def test_every_official_test_case_splits(name, steps, cases):
             assert "target" not in names, f"{plan.step} test {test.number}: the child sees `target`"
             assert not any(isinstance(n, ast.Assert) for n in ast.walk(child)), f"{plan.step}: an assert in the child"
             for a in test.asserts:
-                assert "target" not in {n.id for leaf in a.leaves for n in ast.walk(ast.parse(leaf.source))
-                                        if isinstance(n, ast.Name)}
+                assert "target" not in {
+                    n.id for leaf in a.leaves for n in ast.walk(ast.parse(leaf.source)) if isinstance(n, ast.Name)
+                }
                 for leaf in a.leaves:  # a comparison is never an operand
-                    calls = {(n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", ""))
-                             for n in ast.walk(ast.parse(leaf.source)) if isinstance(n, ast.Call)}
+                    calls = {
+                        (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", ""))
+                        for n in ast.walk(ast.parse(leaf.source))
+                        if isinstance(n, ast.Call)
+                    }
                     assert not calls & (COMPARISON_NAMES - {"equal"}), (plan.step, leaf.source)
                 compile(a.expression, "<parent>", "eval")
             for part in test.parent:
@@ -111,8 +116,11 @@ def test_only_the_target_unpacking_statements_run_in_the_parent():
             for step in problem["sub_steps"]:
                 plan = split_step(step["test_cases"], step["step_number"])
                 for test in plan.tests:
-                    statements = [p.source for p in test.parent if isinstance(p, split.ParentStatement)
-                                  and not p.source.startswith("def ")]
+                    statements = [
+                        p.source
+                        for p in test.parent
+                        if isinstance(p, split.ParentStatement) and not p.source.startswith("def ")
+                    ]
                     if statements:
                         assert all(re.fullmatch(r"[a-z]+(, [a-z]+)* = target", s) for s in statements), statements
                         unpacking.append(f"{step['step_number']}/{test.number}")
@@ -136,16 +144,22 @@ def test_a_comparison_without_target_still_runs_in_the_parent():
     plan = plan_of("51.4")
     # the initial values come from the test's own inputs as written (the parent's pristine copy, issue 11 A32);
     # the final ones the parent computes with the test's own total_energy from the model's positions (issue 21)
-    assert expression(plan, 4) == ("(np.isclose(final_energy, initial_energy), np.allclose(final_linear_momentum, "
-                                   "initial_linear_momentum), np.allclose(final_angular_momentum, "
-                                   "initial_angular_momentum)) == target")
+    assert expression(plan, 4) == (
+        "(np.isclose(final_energy, initial_energy), np.allclose(final_linear_momentum, "
+        "initial_linear_momentum), np.allclose(final_angular_momentum, "
+        "initial_angular_momentum)) == target"
+    )
     mixed = [p for p in plan.tests[3].parent if isinstance(p, split.MixedStatement)]
-    assert {name for p in mixed for name in p.binds} >= {"final_energy", "final_linear_momentum",
-                                                          "final_angular_momentum"}
+    assert {name for p in mixed for name in p.binds} >= {
+        "final_energy",
+        "final_linear_momentum",
+        "final_angular_momentum",
+    }
     assert expression(plan_of("78.2"), 3) == "not np.isnan(_agentbench_leaf(1)).any()"
     assert expression(plan_of("66.6"), 4) == "np.abs(_agentbench_leaf(1) - energy_ref < 2) == target"
-    assert expression(plan_of("61.5"), 4) == ("np.equal(np.mod(np.round(_agentbench_leaf(1), decimals=decimal), 1), "
-                                              "0).all() == target")
+    assert expression(plan_of("61.5"), 4) == (
+        "np.equal(np.mod(np.round(_agentbench_leaf(1), decimals=decimal), 1), 0).all() == target"
+    )
     assert expression(plan_of("48.4"), 4) == "(_agentbench_leaf(1)[omega > omega_res] > 0).all() == target"
     assert leaves(plan_of("48.4"), 4) == ["chi"]  # the parent applies the mask
 
@@ -158,7 +172,10 @@ def test_test_functions_are_inlined_for_the_parent_and_keep_their_scope_in_the_c
         assert leaves(plan, number) == ["output"]
         [scope] = [part for part in test.parent if isinstance(part, split.FunctionScope)]
         assert [set(part.binds) for part in scope.parts if isinstance(part, split.TrustedStatement)] == [
-            {"g"}, {"L"}, {"expected_output"}]  # only what the operand needs (state, t, beta, ... are the child's)
+            {"g"},
+            {"L"},
+            {"expected_output"},
+        ]  # only what the operand needs (state, t, beta, ... are the child's)
         assert test.asserts[0].message == f"Test Case {number} Failed"
         # and the child never computes it: its code cannot read it from the test's frame and return it
         assert "expected_output" not in test.child and "g = 9.81" in test.child
@@ -185,12 +202,15 @@ def test_helpers_that_only_compare_run_in_the_parent_others_in_the_child():
     plan = plan_of("30.3")
     assert not [p for p in plan.tests[0].parent if isinstance(p, split.ParentStatement)]
     assert leaves(plan)[0].startswith("test_gradient(np.random.randn(5, 2, 3), MultiplyWF(")
-    assert expression(plan) == ("np.allclose(_agentbench_replay(_agentbench_leaf(1), test_gradient, [None, None, 0.0001], "
-                                "{}, (0, 1), (), ()), target)")
+    assert expression(plan) == (
+        "np.allclose(_agentbench_replay(_agentbench_leaf(1), test_gradient, [None, None, 0.0001], "
+        "{}, (0, 1), (), ()), target)"
+    )
     assert plan.tests[0].asserts[0].leaves[0].trace.startswith("_agentbench_rt.trace(test_gradient, [np.random.randn(")
     assert leaves(plan_of("72.1"), 4) == ["test_neighbor()"]  # calls the model's neighbor_list
-    assert expression(plan_of("72.1"), 4) == ("_agentbench_replay(_agentbench_leaf(1), test_neighbor, [], {}, (), "
-                                              "('neighbor_list',), ()) == target")
+    assert expression(plan_of("72.1"), 4) == (
+        "_agentbench_replay(_agentbench_leaf(1), test_neighbor, [], {}, (), ('neighbor_list',), ()) == target"
+    )
     # 64.6's helper reads the module the dependencies import: the parent's own itertools
     assert expression(plan_of("64.6")).startswith("(abs(np.average(")
     # `diff` the parent computes from the model's values with the test's own code (issue 21)
@@ -201,34 +221,44 @@ def test_operands_that_need_the_parent_are_evaluated_there():
     assert expression(plan_of("52.4"), 3) == "np.isclose(_agentbench_leaf(1)[0], (0, -1)).any() == target.any()"
     assert expression(plan_of("35.3")) == "all((i > 10 ** 10 for i in _agentbench_leaf(1))) == target"
     assert leaves(plan_of("35.3")) == ["A"]
-    assert expression(plan_of("50.4")) == ("a == _agentbench_leaf(1) and np.allclose((b, c), (_agentbench_leaf(2), "
-                                          "_agentbench_leaf(3)))")
+    assert expression(plan_of("50.4")) == (
+        "a == _agentbench_leaf(1) and np.allclose((b, c), (_agentbench_leaf(2), _agentbench_leaf(3)))"
+    )
     assert expression(plan_of("76.4"), 3) == "_agentbench_leaf(1) == None"
     assert expression(plan_of("80.7")) == "(_agentbench_leaf(1), _agentbench_leaf(2)) == target"
     assert leaves(plan_of("80.7")) == ["s1", "v1"]  # the parent builds the tuple (exact types cross)
 
 
-@pytest.mark.parametrize("tests, match", [
-    (["x = f(target)\nassert x"], "uses target"),
-    (["for i in range(2):\n    assert f(i) == target"], "inside a `for` block"),
-    (["x = 1\nif x:\n    assert f() == 1"], "inside a `if` block"),
-    (["def test_1():\n    assert f() == 1\ntest_1()\ntest_1()"], "called exactly once"),
-    (["def test_1(x):\n    assert f(x) == 1\ntest_1(2)"], "without arguments"),
-    (["def test_1():\n    if f():\n        assert f() == 1\ntest_1()"], "inside a block"),
-    (["class A:\n    pass\nassert A() == target"], "class"),
-    (["assert np.allclose(f(target), 1)"], "calls f"),
-    (["a, b = target", "c = f(a)\nassert c == 1"], "uses a"),
-    (["assert (y := f()) == target"], "NamedExpr"),
-    (["assert f(\n"], "does not parse"),
-])
+@pytest.mark.parametrize(
+    "tests, match",
+    [
+        (["x = f(target)\nassert x"], "uses target"),
+        (["for i in range(2):\n    assert f(i) == target"], "inside a `for` block"),
+        (["x = 1\nif x:\n    assert f() == 1"], "inside a `if` block"),
+        (["def test_1():\n    assert f() == 1\ntest_1()\ntest_1()"], "called exactly once"),
+        (["def test_1(x):\n    assert f(x) == 1\ntest_1(2)"], "without arguments"),
+        (["def test_1():\n    if f():\n        assert f() == 1\ntest_1()"], "inside a block"),
+        (["class A:\n    pass\nassert A() == target"], "class"),
+        (["assert np.allclose(f(target), 1)"], "calls f"),
+        (["a, b = target", "c = f(a)\nassert c == 1"], "uses a"),
+        (["assert (y := f()) == target"], "NamedExpr"),
+        (["assert f(\n"], "does not parse"),
+    ],
+)
 def test_what_cannot_be_split_is_a_clear_error(tests, match):
     with pytest.raises(SplitError, match=match):
         split_step(tests, "9.9")
 
 
 def test_the_parent_keeps_names_in_step_order():
-    plan = split_step(["a, b = target\nassert a == f(b_child)", "a = f(3)\nassert np.allclose(a, target)",
-                       "a = 3\nassert np.allclose(a, target)"], "9.9")
+    plan = split_step(
+        [
+            "a, b = target\nassert a == f(b_child)",
+            "a = f(3)\nassert np.allclose(a, target)",
+            "a = 3\nassert np.allclose(a, target)",
+        ],
+        "9.9",
+    )
     assert expression(plan, 1) == "a == _agentbench_leaf(1)"
     assert expression(plan, 2) == "np.allclose(_agentbench_leaf(1), target)"  # the child rebound `a`
     assert leaves(plan, 2) == ["a"]
@@ -236,44 +266,86 @@ def test_the_parent_keeps_names_in_step_order():
 
 
 # ---- operands that do not depend on the model's code are the parent's ------------------------------
-@pytest.mark.parametrize("test, expression, child", [
-    # constants and numpy on constants: the parent computes them from the test text
-    ("x = np.array([1.0, 2.0])\nexpected = 2 * x\nassert np.allclose(f(), expected)",
-     "np.allclose(_agentbench_leaf(1), expected)", ["f()"]),
-    ("assert np.isclose(f(), np.pi / 2)", "np.isclose(_agentbench_leaf(1), np.pi / 2)", ["f()"]),
-    ("import itertools\nexpected = list(itertools.product([0, 1], repeat=2))\nassert f() == expected",
-     "_agentbench_leaf(1) == expected", ["f()"]),
-    # a function of the test text whose globals depend on no model code when it is called
-    ("def h(v):\n    return v * 3\nassert np.isclose(f(), h(2.0))", "np.isclose(_agentbench_leaf(1), h(2.0))",
-     ["f()"]),
-    # passed to the model's function only: the parent computes from its own pristine copy (issue 11, A32)
-    ("x = np.array([1.0])\ny = f(x)\nexpected = 2 * x\nassert np.allclose(y, expected)",
-     "np.allclose(_agentbench_leaf(1), expected)", ["y"]),
-    ("x = np.zeros(2)\nview = x[:1]\nout = f(x)\nassert np.allclose(out, view)",  # an alias of what was passed
-     "np.allclose(_agentbench_leaf(1), view)", ["out"]),
-    ("x = np.zeros(2)\nassert np.allclose(x, f(x))",  # passed within the assertion itself
-     "np.allclose(x, _agentbench_leaf(1))", ["f(x)"]),
-    # stored into by the test's own code: the child's from then on
-    ("x = np.zeros(2)\nx[0] = f()\nassert np.allclose(g(), x)",
-     "np.allclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["g()", "x"]),
-    # a number cannot change in place: passing it changes nothing
-    ("g = 9.81\nout = f(g)\nexpected = 2 * g\nassert np.isclose(out, expected)",
-     "np.isclose(_agentbench_leaf(1), expected)", ["out"]),
-    # what the parent cannot reproduce, or does not hold, is the child's
-    ("np.random.seed(0)\nexpected = np.random.rand(3)\nassert np.allclose(f(), expected)",
-     "np.allclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["f()", "expected"]),
-    ("expected = list({'a', 'b'})\nassert f() == expected", "_agentbench_leaf(1) == _agentbench_leaf(2)",
-     ["f()", "expected"]),
-    ("assert np.isclose(f(), simps([1, 2, 3]))", "np.isclose(_agentbench_leaf(1), _agentbench_leaf(2))",
-     ["f()", "simps([1, 2, 3])"]),
-    ("assert np.isclose(f(), HBAR)", "np.isclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["f()", "HBAR"]),
-    # h reads the child's global: the child sends it (recording h's run), the parent runs h (issue 21)
-    ("def h(v):\n    return v * scale\nscale = f()\nassert np.isclose(g(), h(2.0))",
-     "np.isclose(_agentbench_leaf(1), _agentbench_replay(_agentbench_leaf(2), h, [2.0], {}, (), ('scale',), ()))",
-     ["g()", "h(2.0)"]),
-    ("def test_1():\n    np = f()\n    assert np.allclose(g(), 1)\ntest_1()",  # a local shadows the parent's np
-     "_agentbench_leaf(1)", ["np.allclose(g(), 1)"]),
-])
+@pytest.mark.parametrize(
+    "test, expression, child",
+    [
+        # constants and numpy on constants: the parent computes them from the test text
+        (
+            "x = np.array([1.0, 2.0])\nexpected = 2 * x\nassert np.allclose(f(), expected)",
+            "np.allclose(_agentbench_leaf(1), expected)",
+            ["f()"],
+        ),
+        ("assert np.isclose(f(), np.pi / 2)", "np.isclose(_agentbench_leaf(1), np.pi / 2)", ["f()"]),
+        (
+            "import itertools\nexpected = list(itertools.product([0, 1], repeat=2))\nassert f() == expected",
+            "_agentbench_leaf(1) == expected",
+            ["f()"],
+        ),
+        # a function of the test text whose globals depend on no model code when it is called
+        (
+            "def h(v):\n    return v * 3\nassert np.isclose(f(), h(2.0))",
+            "np.isclose(_agentbench_leaf(1), h(2.0))",
+            ["f()"],
+        ),
+        # passed to the model's function only: the parent computes from its own pristine copy (issue 11, A32)
+        (
+            "x = np.array([1.0])\ny = f(x)\nexpected = 2 * x\nassert np.allclose(y, expected)",
+            "np.allclose(_agentbench_leaf(1), expected)",
+            ["y"],
+        ),
+        (
+            "x = np.zeros(2)\nview = x[:1]\nout = f(x)\nassert np.allclose(out, view)",  # an alias of what was passed
+            "np.allclose(_agentbench_leaf(1), view)",
+            ["out"],
+        ),
+        (
+            "x = np.zeros(2)\nassert np.allclose(x, f(x))",  # passed within the assertion itself
+            "np.allclose(x, _agentbench_leaf(1))",
+            ["f(x)"],
+        ),
+        # stored into by the test's own code: the child's from then on
+        (
+            "x = np.zeros(2)\nx[0] = f()\nassert np.allclose(g(), x)",
+            "np.allclose(_agentbench_leaf(1), _agentbench_leaf(2))",
+            ["g()", "x"],
+        ),
+        # a number cannot change in place: passing it changes nothing
+        (
+            "g = 9.81\nout = f(g)\nexpected = 2 * g\nassert np.isclose(out, expected)",
+            "np.isclose(_agentbench_leaf(1), expected)",
+            ["out"],
+        ),
+        # what the parent cannot reproduce, or does not hold, is the child's
+        (
+            "np.random.seed(0)\nexpected = np.random.rand(3)\nassert np.allclose(f(), expected)",
+            "np.allclose(_agentbench_leaf(1), _agentbench_leaf(2))",
+            ["f()", "expected"],
+        ),
+        (
+            "expected = list({'a', 'b'})\nassert f() == expected",
+            "_agentbench_leaf(1) == _agentbench_leaf(2)",
+            ["f()", "expected"],
+        ),
+        (
+            "assert np.isclose(f(), simps([1, 2, 3]))",
+            "np.isclose(_agentbench_leaf(1), _agentbench_leaf(2))",
+            ["f()", "simps([1, 2, 3])"],
+        ),
+        ("assert np.isclose(f(), HBAR)", "np.isclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["f()", "HBAR"]),
+        # h reads the child's global: the child sends it (recording h's run), the parent runs h (issue 21)
+        (
+            "def h(v):\n    return v * scale\nscale = f()\nassert np.isclose(g(), h(2.0))",
+            "np.isclose(_agentbench_leaf(1), "
+            "_agentbench_replay(_agentbench_leaf(2), h, [2.0], {}, (), ('scale',), ()))",
+            ["g()", "h(2.0)"],
+        ),
+        (
+            "def test_1():\n    np = f()\n    assert np.allclose(g(), 1)\ntest_1()",  # a local shadows the parent's np
+            "_agentbench_leaf(1)",
+            ["np.allclose(g(), 1)"],
+        ),
+    ],
+)
 def test_operands_that_do_not_depend_on_the_model_are_the_parents(test, expression, child):
     plan = split_step([test], "9.9")
     assert (expression_of(plan), leaves(plan)) == (expression, child)
@@ -295,17 +367,24 @@ def test_a_builtin_the_childs_code_rebinds_stays_genuine_in_the_test_text():
     assert expression_of(split_step(tests, "9.9", code_names=names)) == "_agentbench_leaf(1) == x"
     asked = split.required_names("def pow(a, b):\n    pass")
     assert asked == {"pow"}
-    assert expression_of(split_step(tests, "9.9", code_names=names, required=asked)) == \
-        "_agentbench_leaf(1) == _agentbench_leaf(2)"
+    assert (
+        expression_of(split_step(tests, "9.9", code_names=names, required=asked))
+        == "_agentbench_leaf(1) == _agentbench_leaf(2)"
+    )
     # np stays the parent's numpy (its comparisons use it too)
-    assert expression_of(split_step(["x = np.ones(2)\nassert np.allclose(f(), x)"], "9.9", code_names=names)) == \
-        "np.allclose(_agentbench_leaf(1), x)"
+    assert (
+        expression_of(split_step(["x = np.ones(2)\nassert np.allclose(f(), x)"], "9.9", code_names=names))
+        == "np.allclose(_agentbench_leaf(1), x)"
+    )
 
 
 def test_model_independent_names_carry_across_a_steps_tests_until_the_child_binds_them():
     plan = split_step(["k = 3\nassert f() == k", "assert f() == k", "k = f()\nassert g() == k"], "9.9")
     assert [test.asserts[0].expression for test in plan.tests] == [
-        "_agentbench_leaf(1) == k", "_agentbench_leaf(1) == k", "_agentbench_leaf(1) == _agentbench_leaf(2)"]
+        "_agentbench_leaf(1) == k",
+        "_agentbench_leaf(1) == k",
+        "_agentbench_leaf(1) == _agentbench_leaf(2)",
+    ]
 
 
 def test_the_parent_runs_only_the_statements_its_operands_need():
@@ -316,19 +395,28 @@ def test_the_parent_runs_only_the_statements_its_operands_need():
     assert [p.source for p in plan.tests[0].parent if isinstance(p, split.TrustedStatement)] == []
     plan = split_step(["x = np.zeros(3)\nx[0] = 5\nassert np.allclose(f(), x)"], "9.9")
     assert [p.source for p in plan.tests[0].parent if isinstance(p, split.TrustedStatement)] == [
-        "x = np.zeros(3)", "x[0] = 5"]  # a change in place of what an operand needs
+        "x = np.zeros(3)",
+        "x[0] = 5",
+    ]  # a change in place of what an operand needs
 
 
 def test_the_child_runs_only_the_model_independent_statements_its_own_code_needs():
-    plan = split_step(["x = np.ones(2)\nk = 2.0\nexpected = k * np.ones(2)\nunused = 1 / 0\nprint(k)\n"
-                       "assert np.allclose(f(x), expected)"], "9.9")
+    plan = split_step(
+        [
+            "x = np.ones(2)\nk = 2.0\nexpected = k * np.ones(2)\nunused = 1 / 0\nprint(k)\n"
+            "assert np.allclose(f(x), expected)"
+        ],
+        "9.9",
+    )
     child = plan.tests[0].child
     assert "x = np.ones(2)" in child and "k = 2.0" in child and "print(k)" in child
     assert "expected =" not in child and "unused" not in child
     # what the child does without, the parent runs, needed or not: an error in the test text still fails
     outcome = evaluate(plan, stream(*full(1, np.ones(2) * 2)), [None])
     assert (outcome.failure.kind, outcome.message) == (
-        "error", "ZeroDivisionError: division by zero (in `unused = 1 / 0`) (test 1 of 1)")
+        "error",
+        "ZeroDivisionError: division by zero (in `unused = 1 / 0`) (test 1 of 1)",
+    )
 
 
 def test_the_parent_computes_model_independent_operands_itself():
@@ -336,7 +424,9 @@ def test_the_parent_computes_model_independent_operands_itself():
     assert evaluate(plan, stream(*full(1, np.array([2.0, 4.0]))), [None]).passed
     outcome = evaluate(plan, stream(*full(1, np.array([0.0, 0.0]))), [None])
     assert (outcome.failure.kind, outcome.message) == (
-        "assertion", "AssertionError in `assert np.allclose(f(), expected)` (test 1 of 1)")
+        "assertion",
+        "AssertionError in `assert np.allclose(f(), expected)` (test 1 of 1)",
+    )
     # a child that sends the expected value too: there is no such operand
     frames = [("t", 1), ("v", 1, 1, 1, np.zeros(2)), ("v", 1, 1, 2, np.zeros(2)), ("a", 1, 1), ("z", 1)]
     outcome = evaluate(plan, stream(*frames), [None])
@@ -344,27 +434,39 @@ def test_the_parent_computes_model_independent_operands_itself():
     plan = split_step(["expected = 1 / 0\nassert f() == expected"], "9.9")  # the test text itself raises
     outcome = evaluate(plan, stream(*full(1, 1.0)), [None])
     assert (outcome.failure.kind, outcome.message) == (
-        "error", "ZeroDivisionError: division by zero (in `expected = 1 / 0`) (test 1 of 1)")
+        "error",
+        "ZeroDivisionError: division by zero (in `expected = 1 / 0`) (test 1 of 1)",
+    )
 
 
-@pytest.mark.parametrize("test, sent, target", [
-    ("assert np.allclose(f(), target)", np.empty((0, 1, 1)), np.ones(3)),
-    ("assert np.isclose(f(), target).all()", np.zeros((0,)), 2.5),
-    ("from scicode.compare.cmp import cmp_tuple_or_list\nassert cmp_tuple_or_list(f(), target)",
-     [np.empty((0, 1))] * 2, (np.ones(3), np.ones(2))),
-    ("assert np.allclose(f(), target)", sympy.zeros(0, 1), np.ones(3)),
-])
+@pytest.mark.parametrize(
+    "test, sent, target",
+    [
+        ("assert np.allclose(f(), target)", np.empty((0, 1, 1)), np.ones(3)),
+        ("assert np.isclose(f(), target).all()", np.zeros((0,)), 2.5),
+        (
+            "from scicode.compare.cmp import cmp_tuple_or_list\nassert cmp_tuple_or_list(f(), target)",
+            [np.empty((0, 1))] * 2,
+            (np.ones(3), np.ones(2)),
+        ),
+        ("assert np.allclose(f(), target)", sympy.zeros(0, 1), np.ones(3)),
+    ],
+)
 def test_an_empty_operand_is_not_close_to_a_non_empty_one(test, sent, target):
     """numpy broadcasts an empty array against anything to an empty result, and `all` of nothing is True:
     code returning `np.empty((0, 1))` would pass every `np.allclose(x, target)` (held-out finding F1)."""
     plan = split_step([test], "9.9")
     outcome = evaluate(plan, stream(*full(1, codec.decode(codec.encode(sent)))), [target])
     assert (outcome.passed, outcome.failure.kind) == (False, "assertion")
-    assert re.fullmatch(r"AssertionError: np\.(allclose|isclose) compared shapes \(0,[ 0-9,]*\) and \([0-9, ]*\), "
-                        r"which broadcast to \([0-9, ]*\): an empty operand is close to anything in `.*` "
-                        r"\(test 1 of 1\)", outcome.message), outcome.message
-    assert evaluate(split_step(["assert np.allclose(f(), target)"], "9.9"), stream(*full(1, np.zeros(0))),
-                    [np.zeros(0)]).passed  # empty against empty: as upstream
+    assert re.fullmatch(
+        r"AssertionError: np\.(allclose|isclose) compared shapes \(0,[ 0-9,]*\) and \([0-9, ]*\), "
+        r"which broadcast to \([0-9, ]*\): an empty operand is close to anything in `.*` "
+        r"\(test 1 of 1\)",
+        outcome.message,
+    ), outcome.message
+    assert evaluate(
+        split_step(["assert np.allclose(f(), target)"], "9.9"), stream(*full(1, np.zeros(0))), [np.zeros(0)]
+    ).passed  # empty against empty: as upstream
 
 
 def test_a_small_operand_that_blows_up_against_the_target_fails_at_once():
@@ -372,13 +474,21 @@ def test_a_small_operand_that_blows_up_against_the_target_fails_at_once():
     (held-out finding F5): the parent refuses it before numpy allocates anything."""
     plan = split_step(["assert np.allclose(f(), target)"], "9.9")
     started = time.monotonic()
-    outcome = evaluate(plan, stream(*full(1, np.zeros((8000, 1, 1)))), [np.zeros((10001, 2))],
-                       limits=Limits(timeout=60, memory=256 * MiB))
+    outcome = evaluate(
+        plan,
+        stream(*full(1, np.zeros((8000, 1, 1)))),
+        [np.zeros((10001, 2))],
+        limits=Limits(timeout=60, memory=256 * MiB),
+    )
     assert time.monotonic() - started < 5
-    assert outcome.message == ("AssertionError: np.allclose compared shapes (8000, 1, 1) and (10001, 2), which "
-                               "broadcast to (8000, 10001, 2): larger than either in `assert np.allclose(f(), target)` "
-                               "(test 1 of 1)")
-    assert evaluate(plan, stream(*full(1, 0.0)), [np.zeros((10001, 2))]).passed  # a scalar against an array: as upstream
+    assert outcome.message == (
+        "AssertionError: np.allclose compared shapes (8000, 1, 1) and (10001, 2), which "
+        "broadcast to (8000, 10001, 2): larger than either in `assert np.allclose(f(), target)` "
+        "(test 1 of 1)"
+    )
+    assert evaluate(
+        plan, stream(*full(1, 0.0)), [np.zeros((10001, 2))]
+    ).passed  # a scalar against an array: as upstream
 
 
 # ---- the parent's comparisons are bounded ----------------------------------------------------------
@@ -387,10 +497,17 @@ def test_comparisons_that_run_over_the_memory_limit_fail_the_step():
     than a 48 MiB budget, so the parent's copy runs out of memory. (Above malloc's largest mmap threshold,
     32 MiB, so the array is new address space even in a process with much freed heap.)"""
     big = np.zeros((4000, 2000))
-    outcome = evaluate(split_step(["assert np.allclose(f(), target)"], "9.9"), stream(*full(1, big)),
-                       [np.zeros((4000, 2000))], limits=Limits(timeout=60, memory=48 * MiB))
+    outcome = evaluate(
+        split_step(["assert np.allclose(f(), target)"], "9.9"),
+        stream(*full(1, big)),
+        [np.zeros((4000, 2000))],
+        limits=Limits(timeout=60, memory=48 * MiB),
+    )
     assert (outcome.passed, outcome.failure.kind, outcome.message) == (
-        False, "limit", "comparisons exceeded the memory limit of 0.046875 GiB (--bench-memory-limit) (test 1 of 1)")
+        False,
+        "limit",
+        "comparisons exceeded the memory limit of 0.046875 GiB (--bench-memory-limit) (test 1 of 1)",
+    )
     record = scicode_run.split_verdict(ExecResult(exit_code=0, stdout="", stderr="", duration=0.1), outcome, 10)
     assert (record["status"], record["message"], record["failure_kind"]) == ("fail", outcome.message, "limit")
 
@@ -404,7 +521,11 @@ def test_comparisons_that_run_over_the_time_limit_fail_the_step():
     outcome = evaluate(plan, stream(*frames), [points[:2], points[::-1].copy()], limits=Limits(timeout=2))
     assert time.monotonic() - started < 10
     assert (outcome.passed, outcome.tests_passed, outcome.failure.kind, outcome.message) == (
-        False, 1, "limit", "comparisons exceeded the time limit of 2 s (--bench-timeout) (test 2 of 2)")
+        False,
+        1,
+        "limit",
+        "comparisons exceeded the time limit of 2 s (--bench-timeout) (test 2 of 2)",
+    )
 
 
 def test_nothing_the_parents_copy_prints_reaches_this_process(capfd):
@@ -422,8 +543,12 @@ def stream(*frames) -> bytes:
 
 def full(test: int, *operands, assertion: int = 1) -> list[tuple]:
     """The frames of a test with one assertion whose operands are ``operands``."""
-    return [("t", test), *[("v", test, assertion, k, v) for k, v in enumerate(operands, 1)],
-            ("a", test, assertion), ("z", test)]
+    return [
+        ("t", test),
+        *[("v", test, assertion, k, v) for k, v in enumerate(operands, 1)],
+        ("a", test, assertion),
+        ("z", test),
+    ]
 
 
 TWO = split_step(["x = f(1)\nassert np.allclose(x, target)", "assert f(2) == target[0] and g(3) == target[1]"], "9.9")
@@ -442,10 +567,22 @@ def test_each_failure_kind_has_its_reason():
     targets = [np.array([1.0]), (5, 6)]
     ok1 = full(1, np.array([1.0]))
     cases = {
-        "operand_error": [*ok1, ("t", 2), ("e", 2, 1, 1, "ZeroDivisionError: division by zero"),
-                          ("v", 2, 1, 2, 6), ("a", 2, 1), ("z", 2)],
-        "unencodable": [*ok1, ("t", 2), ("x", 2, 1, 1, "cannot encode a value of type Thing"), ("v", 2, 1, 2, 6),
-                        ("a", 2, 1), ("z", 2)],
+        "operand_error": [
+            *ok1,
+            ("t", 2),
+            ("e", 2, 1, 1, "ZeroDivisionError: division by zero"),
+            ("v", 2, 1, 2, 6),
+            ("a", 2, 1),
+            ("z", 2),
+        ],
+        "unencodable": [
+            *ok1,
+            ("t", 2),
+            ("x", 2, 1, 1, "cannot encode a value of type Thing"),
+            ("v", 2, 1, 2, 6),
+            ("a", 2, 1),
+            ("z", 2),
+        ],
         "stopped": [*ok1, ("t", 2)],
     }
     messages = {
@@ -459,18 +596,24 @@ def test_each_failure_kind_has_its_reason():
     outcome = evaluate(TWO, stream(*ok1, *full(2, 5, 6)[:-1]), targets)  # no end-of-test marker
     assert outcome.failure.kind == "stopped" and "after the last assertion of test 2" in outcome.message
     outcome = evaluate(TWO, b"", targets)
-    assert outcome.failure.kind == "stopped" and outcome.message == "the scoring process stopped before test 1 (test 1 of 2)"
+    assert (
+        outcome.failure.kind == "stopped"
+        and outcome.message == "the scoring process stopped before test 1 (test 1 of 2)"
+    )
     outcome = evaluate(TWO, stream(*full(1, np.ones((2, 3))), *full(2, 5, 6)), [np.ones((3, 2)), (5, 6)])
     assert outcome.failure.kind == "error" and outcome.failure.test == 1
     assert outcome.message.startswith("ValueError: operands could not be broadcast") and outcome.message.endswith(
-        "(test 1 of 2)")
+        "(test 1 of 2)"
+    )
 
 
 def test_an_operand_the_parent_does_not_need_may_fail_as_upstream_never_evaluates_it():
     plan = split_step(["assert f(1) == target[0] and g(2) == target[1]"], "9.9")
     frames = [("t", 1), ("v", 1, 1, 1, 4), ("e", 1, 1, 2, "ZeroDivisionError: x"), ("a", 1, 1), ("z", 1)]
-    assert evaluate(plan, stream(*frames), [(5, 6)]).message == "AssertionError in `assert f(1) == target[0] and " \
-                                                                "g(2) == target[1]` (test 1 of 1)"
+    assert (
+        evaluate(plan, stream(*frames), [(5, 6)]).message == "AssertionError in `assert f(1) == target[0] and "
+        "g(2) == target[1]` (test 1 of 1)"
+    )
     plan = split_step(["assert (f(1) > 2 and g(2) < 1) == target"], "9.9")
     frames = [("t", 1), ("v", 1, 1, 1, 1), ("e", 1, 1, 2, "ZeroDivisionError: x"), ("a", 1, 1), ("z", 1)]
     assert evaluate(plan, stream(*frames), [False]).passed  # upstream: f(1) > 2 is False, g(2) never runs
@@ -485,17 +628,20 @@ def test_a_parent_side_statement_that_fails_fails_its_test():
     assert evaluate(plan, stream(*frames), [(True, z)] * 3).failure.test == 2  # test 1 passed
 
 
-@pytest.mark.parametrize("frames, why", [
-    ([("v", 1, 1, 1, 1), ("v", 1, 1, 1, 1)], "sent twice"),
-    ([("v", 7, 1, 1, 1)], "no such test"),
-    ([("v", 1, 3, 1, 1)], "no such assertion"),
-    ([("v", 1, 1, 9, 1)], "no such operand"),
-    ([("v", "1", 1, 1, 1)], "must be ints"),
-    ([("e", 1, 1, 1, 5)], "needs a message"),
-    ([["t", 1]], "tagged tuple"),
-    ([("q", 1)], "unknown frame"),
-    ([("t", 1, 2)], "unknown frame"),
-])
+@pytest.mark.parametrize(
+    "frames, why",
+    [
+        ([("v", 1, 1, 1, 1), ("v", 1, 1, 1, 1)], "sent twice"),
+        ([("v", 7, 1, 1, 1)], "no such test"),
+        ([("v", 1, 3, 1, 1)], "no such assertion"),
+        ([("v", 1, 1, 9, 1)], "no such operand"),
+        ([("v", "1", 1, 1, 1)], "must be ints"),
+        ([("e", 1, 1, 1, 5)], "needs a message"),
+        ([["t", 1]], "tagged tuple"),
+        ([("q", 1)], "unknown frame"),
+        ([("t", 1, 2)], "unknown frame"),
+    ],
+)
 def test_malformed_streams_fail_the_step(frames, why):
     outcome = evaluate(TWO, stream(*frames), [1, (1, 2)])
     assert not outcome.passed and outcome.failure.kind == "protocol"
@@ -529,10 +675,24 @@ def f():
 def run_process(source: str, workdir: Path, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
     (workdir / "main.py").write_text(source)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PYTEST_", "AGENTBENCH_"))}
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg",
-               PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.Popen([sys.executable, "main.py"], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, env=env, start_new_session=True, text=True, errors="replace")
+    env.update(
+        OMP_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        MPLBACKEND="Agg",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "main.py"],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+        text=True,
+        errors="replace",
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -547,16 +707,25 @@ def run_process(source: str, workdir: Path, timeout: float = TIMEOUT) -> subproc
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def run_child(plan, *, targets, code: str = "", dependencies: str = "import numpy as np", previous=(),
-              child_code: str | None = None, wrap: bool = True):
+def run_child(
+    plan,
+    *,
+    targets,
+    code: str = "",
+    dependencies: str = "import numpy as np",
+    previous=(),
+    child_code: str | None = None,
+    wrap: bool = True,
+):
     with tempfile.TemporaryDirectory(prefix="agentbench-split-") as tmp:
         work = Path(tmp)
         channel = str(work / "operands.bin")
         if child_code is not None:
             source = script.SHIMS + script.child_runtime(channel) + child_code
         else:
-            source = script.build_child_script(plan, dependencies=dependencies, previous_code=list(previous),
-                                              code=code, channel=channel)
+            source = script.build_child_script(
+                plan, dependencies=dependencies, previous_code=list(previous), code=code, channel=channel
+            )
         result = run_process(source, work)
         data = Path(channel).read_bytes() if Path(channel).is_file() else b""
     return evaluate(plan, data, targets), result
@@ -570,7 +739,7 @@ def h5_roundtrip(tmp_path: Path, number: str, values: list) -> list:
 
 
 # 62.x: an operator dict of scipy.sparse kron results (test split, no public targets)
-BLOCK_CODE = '''
+BLOCK_CODE = """
 import numpy as np
 from scipy.sparse import kron, identity, csr_matrix
 class Block:
@@ -592,7 +761,7 @@ def block_enlarged(block, model_d):
     H = kron(ops["H"], identity(model_d)) + H_XXZ(ops["conn_Sz"], ops["conn_Sp"], Sz, Sp)
     return EnlargedBlock(block.length + 1, block.basis_size * model_d,
                          {"H": H, "conn_Sz": kron(I, Sz), "conn_Sp": kron(I, Sp)})
-'''
+"""
 
 
 def genuine_block(enlarged: bool):
@@ -611,8 +780,12 @@ def test_sparse_kron_operator_dicts_cross_and_compare(tmp_path, number, enlarged
     if enlarged:
         assert {type(m).__name__ for m in block.operator_dict.values()} - {"csr_matrix"}  # kron gives bsr/coo
     targets = h5_roundtrip(tmp_path, number, [(block.length, block.basis_size, block.operator_dict)])
-    outcome, result = run_child(plan, targets=targets, code=BLOCK_CODE,
-                                dependencies="import numpy as np\nfrom scipy.sparse import kron, identity")
+    outcome, result = run_child(
+        plan,
+        targets=targets,
+        code=BLOCK_CODE,
+        dependencies="import numpy as np\nfrom scipy.sparse import kron, identity",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert outcome.passed, outcome.message
     wrong = dict(block.operator_dict, conn_Sz=block.operator_dict["conn_Sz"] * 1.01)
@@ -636,7 +809,7 @@ def test_sparse_values_as_the_parent_receives_them_compare_in_are_dicts_close(tm
 
 
 # 17.1: a dict of names to Symbols and a Symbol-keyed dict of values (test split, no public targets)
-EJI_CODE = '''
+EJI_CODE = """
 import sympy as sp
 import numpy as np
 def init_eji_array(energy, energy_vertices):
@@ -650,20 +823,24 @@ def init_eji_array(energy, energy_vertices):
             symbols[name] = symbol
             value_map[symbol] = energies[j] - energies[i]
     return symbols, value_map
-'''
+"""
 
 
 def test_a_symbol_keyed_dict_crosses_and_compares(tmp_path):
     plan = plan_of("17.1")
     scope: dict = {}
     exec(EJI_CODE, scope)
-    genuine = [scope["init_eji_array"](*args) for args in ((10, [4, 6, 8, 10]), (1, [1, 2, 3, 4]),
-                                                              (2.2, [1.2, 2.2, 3.4, 5.5]))]
+    genuine = [
+        scope["init_eji_array"](*args) for args in ((10, [4, 6, 8, 10]), (1, [1, 2, 3, 4]), (2.2, [1.2, 2.2, 3.4, 5.5]))
+    ]
     # the official file keeps symbols as their names (the h5 layout has no sympy type)
-    as_stored = [({k: str(v) for k, v in names.items()}, {str(k): v for k, v in values.items()})
-                 for names, values in genuine]
+    as_stored = [
+        ({k: str(v) for k, v in names.items()}, {str(k): v for k, v in values.items()}) for names, values in genuine
+    ]
     targets = h5_roundtrip(tmp_path, "17.1", as_stored)
-    outcome, result = run_child(plan, targets=targets, code=EJI_CODE, dependencies="import sympy as sp\nimport numpy as np")
+    outcome, result = run_child(
+        plan, targets=targets, code=EJI_CODE, dependencies="import sympy as sp\nimport numpy as np"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert outcome.passed, outcome.message
     sent = codec.decode(codec.encode(genuine[0]))
@@ -687,10 +864,13 @@ CACHE = Path(tempfile.gettempdir()) / "agentbench-test-cache"
 FULL = os.environ.get("AGENTBENCH_SPLIT_FULL") == "1"
 # fast steps with every shape of the validation split: `and` of comparisons with target[k] (10.3), a helper
 # run in the parent (10.6), a comparison without target (29.3, 38.3), test functions, `<` and `not` (78.x)
-QUICK = ("1.1", "10.3", "10.6", "10.10", "19.2", "29.2", "29.3", "38.1", "38.3", "44.1", "70.5", "70.8", "78.1",
-         "78.2")
-DEV_STEPS = [(problem, index) for problem in DEV for index in range(len(problem["sub_steps"]))
-             if FULL or problem["sub_steps"][index]["step_number"] in QUICK]
+QUICK = ("1.1", "10.3", "10.6", "10.10", "19.2", "29.2", "29.3", "38.1", "38.3", "44.1", "70.5", "70.8", "78.1", "78.2")
+DEV_STEPS = [
+    (problem, index)
+    for problem in DEV
+    for index in range(len(problem["sub_steps"]))
+    if FULL or problem["sub_steps"][index]["step_number"] in QUICK
+]
 DEV_IDS = [p["sub_steps"][i]["step_number"] for p, i in DEV_STEPS]
 ALL_DEV_IDS = {s["step_number"] for p in DEV for s in p["sub_steps"]}
 
@@ -698,8 +878,11 @@ ALL_DEV_IDS = {s["step_number"] for p in DEV for s in p["sub_steps"]}
 @pytest.fixture(scope="session")
 def dev_targets() -> Path:
     """Validation targets rebuilt from the ground truth, once per data/library version (cached)."""
-    key = _digest((SCICODE / "problems_dev.jsonl").read_bytes(), Path(h5codec.__file__).read_bytes(),
-                  f"{np.__version__} {scipy.__version__} {sympy.__version__}".encode())
+    key = _digest(
+        (SCICODE / "problems_dev.jsonl").read_bytes(),
+        Path(h5codec.__file__).read_bytes(),
+        f"{np.__version__} {scipy.__version__} {sympy.__version__}".encode(),
+    )
     full = CACHE / f"scicode-dev-targets-{key}.h5"
     path = full if FULL else CACHE / f"scicode-dev-targets-{key}-quick.h5"
     for candidate in (full, path):
@@ -709,8 +892,23 @@ def dev_targets() -> Path:
     tmp = CACHE / f".build-{os.getpid()}.h5"
     env = dict(os.environ, AGENTBENCH_DATA_DIR=str(SHARED_DATA))
     steps = [] if FULL else ["--steps", ",".join(DEV_IDS)]
-    proc = subprocess.run([sys.executable, "-m", "pytest_agentbench", "rebuild-targets", "--out", str(tmp),
-                           "--no-verify", "--jobs", str(JOBS), *steps], env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_agentbench",
+            "rebuild-targets",
+            "--out",
+            str(tmp),
+            "--no-verify",
+            "--jobs",
+            str(JOBS),
+            *steps,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     steps = set(h5codec.list_steps(tmp)) if tmp.is_file() else set()
     if proc.returncode != 0 or steps != set(DEV_IDS):
         tmp.unlink(missing_ok=True)
@@ -719,7 +917,7 @@ def dev_targets() -> Path:
     return path
 
 
-MUTATION = '''
+MUTATION = """
 
 def _agentbench_mutate(value):
     import numpy as _np
@@ -741,7 +939,7 @@ _agentbench_original = {name}
 
 def {name}(*args, **kwargs):
     return _agentbench_mutate(_agentbench_original(*args, **kwargs))
-'''
+"""
 
 
 def step_code(problem: dict, index: int, mutated: bool) -> str:
@@ -758,30 +956,38 @@ def split_verdict(problem: dict, index: int, h5: Path, mutated: bool) -> tuple[b
     plan = split_step(step["test_cases"], step["step_number"])
     targets = h5codec.read_step_targets(h5, step["step_number"])
     previous = [s["ground_truth_code"] for s in problem["sub_steps"][:index]]
-    outcome, result = run_child(plan, targets=targets, code=step_code(problem, index, mutated), previous=previous,
-                                dependencies=problem["required_dependencies"])
+    outcome, result = run_child(
+        plan,
+        targets=targets,
+        code=step_code(problem, index, mutated),
+        previous=previous,
+        dependencies=problem["required_dependencies"],
+    )
     passed = outcome.passed and result.returncode == 0
     why = outcome.message or (result.stderr.strip().splitlines() or [""])[-1]
     return passed, why
 
 
-UPSTREAM_TARGETS = '''
+UPSTREAM_TARGETS = """
 import importlib.util as _u
 _spec = _u.spec_from_file_location("_agentbench_h5codec", {codec!r})
 _h5 = _u.module_from_spec(_spec)
 _spec.loader.exec_module(_h5)
 targets = _h5.read_step_targets({h5!r}, {step!r})
-'''
+"""
 
 
 def upstream_verdict(problem: dict, index: int, h5: Path, mutated: bool) -> bool:
     """Upstream's composition: dependencies, earlier code, the step's code, then `target = targets[i]` and each
     test case, in one script; it passes when it exits with status 0."""
     step = problem["sub_steps"][index]
-    parts = [script.SHIMS,
-             UPSTREAM_TARGETS.format(codec=h5codec.__file__, h5=str(h5), step=step["step_number"]),
-             problem["required_dependencies"], *[s["ground_truth_code"] for s in problem["sub_steps"][:index]],
-             step_code(problem, index, mutated)]
+    parts = [
+        script.SHIMS,
+        UPSTREAM_TARGETS.format(codec=h5codec.__file__, h5=str(h5), step=step["step_number"]),
+        problem["required_dependencies"],
+        *[s["ground_truth_code"] for s in problem["sub_steps"][:index]],
+        step_code(problem, index, mutated),
+    ]
     for number, test in enumerate(step["test_cases"]):
         parts.append(f"target = targets[{number}]\n{test}")
     with tempfile.TemporaryDirectory(prefix="agentbench-upstream-") as tmp:
@@ -807,8 +1013,13 @@ def mutated_split(dev_targets):
 @pytest.fixture(scope="session")
 def mutated_upstream(dev_targets):
     """Upstream's verdicts on the mutated ground truth, cached with the targets they were computed on."""
-    key = _digest(dev_targets.read_bytes(), (SCICODE / "problems_dev.jsonl").read_bytes(), MUTATION.encode(),
-                  (script.SHIMS + UPSTREAM_TARGETS).encode(), Path(h5codec.__file__).read_bytes())
+    key = _digest(
+        dev_targets.read_bytes(),
+        (SCICODE / "problems_dev.jsonl").read_bytes(),
+        MUTATION.encode(),
+        (script.SHIMS + UPSTREAM_TARGETS).encode(),
+        Path(h5codec.__file__).read_bytes(),
+    )
     path = CACHE / f"scicode-dev-mutated-upstream-{key}.json"
     if path.is_file():
         cached = json.loads(path.read_text())
@@ -832,8 +1043,9 @@ def test_ground_truth_passes_every_validation_step(genuine_split):
 @pytest.mark.slow
 def test_mutated_ground_truth_fails_exactly_the_steps_upstream_fails(mutated_split, mutated_upstream):
     ours = {step: passed for step, (passed, _) in mutated_split.items()}
-    assert ours == mutated_upstream, {s: (ours[s], mutated_upstream[s], mutated_split[s][1])
-                                      for s in ours if ours[s] != mutated_upstream[s]}
+    assert ours == mutated_upstream, {
+        s: (ours[s], mutated_upstream[s], mutated_split[s][1]) for s in ours if ours[s] != mutated_upstream[s]
+    }
     failing = [s for s, passed in ours.items() if not passed]
     # the mutation is caught broadly (45 of 50 steps), so the comparison means something
     assert len(failing) >= (40 if FULL else 8) and len(failing) < len(ours), failing
@@ -844,15 +1056,23 @@ def test_mutated_ground_truth_fails_exactly_the_steps_upstream_fails(mutated_spl
 # ---- code written to defeat the old scoring, against the split ---------------------------------------
 HOSTILE = {
     "replaces np.allclose": ("np.allclose = lambda *a, **k: True\ndef f():\n    return 2.0\n", "assertion"),
-    "patches numpy's code": ("np.allclose.__code__ = (lambda *a, **k: True).__code__\ndef f():\n    return 2.0\n",
-                             "assertion"),
+    "patches numpy's code": (
+        "np.allclose.__code__ = (lambda *a, **k: True).__code__\ndef f():\n    return 2.0\n",
+        "assertion",
+    ),
     "returns the target it cannot see": ("def f():\n    return target\n", "operand_error"),
     "exits 0 at import": ("import sys\nsys.exit(0)\ndef f():\n    return 1.0\n", "stopped"),
-    "forges frames then exits": ("import os\n_agentbench_rt.test(1)\n_agentbench_rt.value(1, 1, 1, 2.0)\n"
-                                 "_agentbench_rt.reached(1, 1)\n_agentbench_rt.end(1)\nos._exit(0)\n", "assertion"),
+    "forges frames then exits": (
+        "import os\n_agentbench_rt.test(1)\n_agentbench_rt.value(1, 1, 1, 2.0)\n"
+        "_agentbench_rt.reached(1, 1)\n_agentbench_rt.end(1)\nos._exit(0)\n",
+        "assertion",
+    ),
     "sends an operand twice": ("_agentbench_rt.value(1, 1, 1, 1.0)\ndef f():\n    return 1.0\n", "protocol"),
-    "object equal to all": ("class Eq:\n    def __eq__(self, o):\n        return True\n    __array_priority__ = 99\n"
-                            "def f():\n    return Eq()\n", "unencodable"),
+    "object equal to all": (
+        "class Eq:\n    def __eq__(self, o):\n        return True\n    __array_priority__ = 99\n"
+        "def f():\n    return Eq()\n",
+        "unencodable",
+    ),
 }
 
 
@@ -879,18 +1099,26 @@ def test_the_child_runs_only_the_child_side_of_the_package(tmp_path):
     package = Path(split.__file__).resolve().parents[2]
     traced = split_step([TRACED_TEST], "9.9")
     assert any(leaf.trace for test in traced.tests for part in test.evaluated for leaf in part.leaves)
-    for plan, code, targets in ((split_step(["assert np.allclose(f(), target)"], "9.9"), "def f():\n    return 1.0\n",
-                                 [1.0]), (traced, TRACED_CODE, [True])):
+    for plan, code, targets in (
+        (split_step(["assert np.allclose(f(), target)"], "9.9"), "def f():\n    return 1.0\n", [1.0]),
+        (traced, TRACED_CODE, [True]),
+    ):
         channel = tmp_path / "operands.bin"
         channel.unlink(missing_ok=True)
-        source = script.build_child_script(plan, dependencies="import numpy as np", previous_code=[], code=code,
-                                           channel=str(channel))
+        source = script.build_child_script(
+            plan, dependencies="import numpy as np", previous_code=[], code=code, channel=str(channel)
+        )
         paths = [Path(path).resolve() for path in re.findall(r"'(/[^']+\.py)'", source)]
         loaded = sorted(path.relative_to(package.parent).as_posix() for path in paths if path.is_relative_to(package))
-        assert loaded == ["pytest_agentbench/benchmarks/scicode/child/runtime.py",
-                          "pytest_agentbench/benchmarks/scicode/compare.py", "pytest_agentbench/sandbox/codec.py"]
-        probe = ("\nimport importlib.util, json, sys\nprint(json.dumps([importlib.util.find_spec('pytest_agentbench') "
-                 "is not None, sorted(m for m in sys.modules if m.split('.')[0] == 'pytest_agentbench')]))\n")
+        assert loaded == [
+            "pytest_agentbench/benchmarks/scicode/child/runtime.py",
+            "pytest_agentbench/benchmarks/scicode/compare.py",
+            "pytest_agentbench/sandbox/codec.py",
+        ]
+        probe = (
+            "\nimport importlib.util, json, sys\nprint(json.dumps([importlib.util.find_spec('pytest_agentbench') "
+            "is not None, sorted(m for m in sys.modules if m.split('.')[0] == 'pytest_agentbench')]))\n"
+        )
         result = run_process(source + probe, tmp_path)
         assert result.returncode == 0, result.stderr
         importable, imported = json.loads(result.stdout.strip().splitlines()[-1])
@@ -923,16 +1151,26 @@ def test_a_child_cannot_send_an_expected_value_that_depends_on_no_model_code():
     problem = next(p for p in DEV if p["problem_id"] == "78")
     step = problem["sub_steps"][0]
     plan = split_step(step["test_cases"], "78.1")
-    wrong = step["ground_truth_code"] + "\n_genuine = pendulum_derivs\ndef pendulum_derivs(*args):\n" \
-                                        "    return _genuine(*args) + 1.0\n"
-    outcome, result = run_child(plan, targets=[None] * 3, code=wrong + EQUAL_VALUES,
-                                dependencies=problem["required_dependencies"])
+    wrong = (
+        step["ground_truth_code"] + "\n_genuine = pendulum_derivs\ndef pendulum_derivs(*args):\n"
+        "    return _genuine(*args) + 1.0\n"
+    )
+    outcome, result = run_child(
+        plan, targets=[None] * 3, code=wrong + EQUAL_VALUES, dependencies=problem["required_dependencies"]
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert (outcome.passed, outcome.failure.kind, outcome.message) == (
-        False, "assertion", "AssertionError: Test Case 1 Failed in `assert np.allclose(output, expected_output), "
-                            "'Test Case 1 Failed'` (test 1 of 3)")
-    outcome, _ = run_child(plan, targets=[None] * 3, code=step["ground_truth_code"] + EQUAL_VALUES,
-                           dependencies=problem["required_dependencies"])
+        False,
+        "assertion",
+        "AssertionError: Test Case 1 Failed in `assert np.allclose(output, expected_output), "
+        "'Test Case 1 Failed'` (test 1 of 3)",
+    )
+    outcome, _ = run_child(
+        plan,
+        targets=[None] * 3,
+        code=step["ground_truth_code"] + EQUAL_VALUES,
+        dependencies=problem["required_dependencies"],
+    )
     assert outcome.passed, outcome.message
 
 
@@ -949,8 +1187,9 @@ def test_the_operand_cap_option_reaches_scoring(tiny, pytester):
     runs = {p.name: p for p in run_dirs(pytester.path)}
     capped = {r["id"]: r for r in read_jsonl(runs["capped"] / "steps.jsonl")}
     assert {r["status"] for r in capped.values()} == {"fail"}
-    assert capped["1.1"]["message"] == ("cannot compare `add(1, 2)`: the encoded values exceed the cap of 60 bytes "
-                                        "per step (test 1 of 1)")
+    assert capped["1.1"]["message"] == (
+        "cannot compare `add(1, 2)`: the encoded values exceed the cap of 60 bytes per step (test 1 of 1)"
+    )
     assert capped["1.1"]["failure_kind"] == "unencodable"
     passed = {r["id"]: r for r in read_jsonl(runs["default"] / "steps.jsonl")}
     assert {r["status"] for r in passed.values()} == {"pass"} and passed["1.1"]["operands_bytes"] > 0

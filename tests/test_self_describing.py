@@ -2,6 +2,7 @@
 ``--bench-resume DIR`` alone continues it (a different selection or setting is refused with the
 difference, or merged on request), ``--bench-replay DIR`` re-scores it from the cache, and summary.json
 and summary.md say when, on what and how the run was made."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.pytest_plugin.provenance import command_line, git_commit
+
 from bench_runs import read_jsonl, run_dirs
 from fake_openai import FakeOpenAI
-from pytest_agentbench.pytest_plugin.provenance import command_line, git_commit
 from scicode_builders import write_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,9 +73,23 @@ def test_resume_refuses_another_selection_or_setting_and_merges_on_request(tiny,
 @pytest.mark.slow
 def test_resume_command_of_the_package(tiny, pytester, shared_cache):
     run = interrupted(tiny, pytester)
-    done = subprocess.run([sys.executable, "-m", "pytest_agentbench", "resume", str(run), "-p", "no:cacheprovider",
-                           f"--bench-cache-dir={shared_cache}", "-q"], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_agentbench",
+            "resume",
+            str(run),
+            "-p",
+            "no:cacheprovider",
+            f"--bench-cache-dir={shared_cache}",
+            "-q",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert items_of(run) == ["1.1", "1.2", "3.1"]
 
@@ -84,10 +100,19 @@ def test_replay_rescores_a_run_from_its_cached_responses(pytester, bench, shared
     data, h5 = write_dataset(pytester.path, shared_data)
     with FakeOpenAI() as server:
         server.reply("```python\ndef six():\n    return 6\n```")
-        first = bench("--bench=scicode", "--bench-split=validation", "--bench-ids=3.1", "--bench-mode=naive",
-                      "--model=m", f"--model-base-url={server.base_url}", "--model-api-key=k",
-                      f"--bench-data-dir={data}", f"--bench-h5={h5}", "--bench-allow-custom-data",
-                      "--bench-run-id=first")
+        first = bench(
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--bench-ids=3.1",
+            "--bench-mode=naive",
+            "--model=m",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=k",
+            f"--bench-data-dir={data}",
+            f"--bench-h5={h5}",
+            "--bench-allow-custom-data",
+            "--bench-run-id=first",
+        )
         assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     [original] = run_dirs(pytester.path)
     # the server is gone: nothing is retyped, no model is called, the new run has its own folder
@@ -107,8 +132,18 @@ def test_summary_says_when_on_what_and_how_the_run_was_made(tiny, pytester):
     assert result.ret == pytest.ExitCode.OK
     [run] = run_dirs(pytester.path)
     info = json.loads((run / "summary.json").read_text())["run"]
-    assert set(info) >= {"started", "ended", "duration_s", "plugin_version", "python", "numpy", "scipy",
-                         "git_commit", "host_cores", "command"}
+    assert set(info) >= {
+        "started",
+        "ended",
+        "duration_s",
+        "plugin_version",
+        "python",
+        "numpy",
+        "scipy",
+        "git_commit",
+        "host_cores",
+        "command",
+    }
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", info["started"]) and info["started"] <= info["ended"]
     assert info["plugin_version"] and info["numpy"] and info["scipy"] and info["host_cores"] >= 1
     assert "--bench-ids=3" in info["command"] and info["git_commit"] is None  # the test folder is no git checkout

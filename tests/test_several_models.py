@@ -1,10 +1,10 @@
 """Several models, one run: a run file that lists more than one model runs each of them in one session, with its
 own run folder, summary and gates, and ends with one table across the models (issue 23, point 2)."""
+
 from __future__ import annotations
 
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -13,16 +13,20 @@ from fake_openai import FakeOpenAI
 from scicode_builders import MODEL_CONFTEST, write_dataset
 
 # step -> (right code, wrong code) of the tiny dataset (scicode_builders)
-CODE = {"1.1": ("def add(a, b):\n    return a + b", "def add(a, b):\n    return a - b"),
-        "3.1": ("def six():\n    return 6", "def six():\n    return 7")}
+CODE = {
+    "1.1": ("def add(a, b):\n    return a + b", "def add(a, b):\n    return a - b"),
+    "3.1": ("def six():\n    return 6", "def six():\n    return 7"),
+}
 
 
 def answering(right: bool):
     """A scripted reply that answers whichever step the request asks for (right or wrong code)."""
+
     def make(body: dict) -> dict:
         prompt = json.dumps(body.get("messages", ""))
         step = next((s for s in CODE if f"step {s}" in prompt), "3.1")
         return {"text": f"```python\n{CODE[step][0 if right else 1]}\n```"}
+
     return make
 
 
@@ -46,7 +50,8 @@ def two_models(pytester, shared_data, monkeypatch):
     with FakeOpenAI() as right, FakeOpenAI() as wrong:
         right.api_key, wrong.api_key = "sk-right", "sk-wrong"  # each endpoint accepts only its model's key
         path = pytester.path / "agentbench.yaml"
-        path.write_text(textwrap.dedent(f"""
+        path.write_text(
+            textwrap.dedent(f"""
             bench: {{bench: scicode, split: validation, data_dir: {data.name}, h5: {h5.name},
                     allow_custom_data: true, mode: naive, ids: ["1.1", "3.1"]}}
             models:
@@ -60,13 +65,20 @@ def two_models(pytester, shared_data, monkeypatch):
                 params: {{temperature: 0.5}}
             gates:
               fail_under: ["subproblem=50%"]
-            """).lstrip())
+            """).lstrip()
+        )
         yield path, serving(right, True), serving(wrong, False)
 
 
 def run(pytester, shared_cache, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}",
-                              "--bench-config=agentbench.yaml", "--bench-run-id=both", *args)
+    return pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        f"--bench-cache-dir={shared_cache}",
+        "--bench-config=agentbench.yaml",
+        "--bench-run-id=both",
+        *args,
+    )
 
 
 def completions(server: FakeOpenAI) -> list[dict]:
@@ -80,8 +92,12 @@ def test_two_models_get_their_own_runs_a_table_across_them_and_their_own_gates(p
     listed = run(pytester, shared_cache, "--collect-only", "-q")
     assert listed.ret == 0, listed.stdout.str()
     ids = [line for line in listed.stdout.lines if line.startswith("scicode/")]
-    assert ids == ["scicode/1::1.1[righty]", "scicode/1::1.1[wrongy]",
-                   "scicode/3::3.1[righty]", "scicode/3::3.1[wrongy]"]
+    assert ids == [
+        "scicode/1::1.1[righty]",
+        "scicode/1::1.1[wrongy]",
+        "scicode/3::3.1[righty]",
+        "scicode/3::3.1[wrongy]",
+    ]
 
     result = run(pytester, shared_cache)
     out = result.stdout.str()
@@ -102,7 +118,7 @@ def test_two_models_get_their_own_runs_a_table_across_them_and_their_own_gates(p
         asked = completions(server)
         assert len(asked) == 2 and all(r["body"]["temperature"] == temperature for r in asked)  # its own params
         assert all(r["headers"]["authorization"] == f"Bearer {key}" for r in asked)  # its own key
-    table = out[out.index("2 models compared"):]
+    table = out[out.index("2 models compared") :]
     assert "righty" in table and "wrongy" in table and "tokens" in table and "cost" in table
     assert "subproblem" in table and "95% CI" in table
     compared = reports / "_models" / "both"
@@ -112,17 +128,22 @@ def test_two_models_get_their_own_runs_a_table_across_them_and_their_own_gates(p
     page = (compared / "report.html").read_text()
     assert 'href="../../righty/both/report.html"' in page and "wrongy" in page
     # the later model compared with the first as two runs are: deltas, McNemar, flipped items linking both pages
-    pairwise = page[page.index('id="compared-wrongy"'):]
+    pairwise = page[page.index('id="compared-wrongy"') :]
     assert "wrongy compared with righty" in pairwise and "-100.0 pp" in pairwise and "McNemar p" in pairwise
-    flipped = pairwise[pairwise.index('data-id="1.1"'):pairwise.index("</tr>", pairwise.index('data-id="1.1"'))]
+    flipped = pairwise[pairwise.index('data-id="1.1"') : pairwise.index("</tr>", pairwise.index('data-id="1.1"'))]
     assert "pass -&gt; fail" in flipped  # escaped, as every value on the page
     assert 'href="../../righty/both/report.html#item-1.1"' in flipped
     assert 'href="../../wrongy/both/report.html#item-1.1"' in flipped
     assert "## wrongy compared with righty" in markdown and "flipped items (2):" in markdown
 
     # --bench-resume takes one model's run folder: that model's run, with its entry of the run file
-    resumed = pytester.runpytest("-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}",
-                                 "--bench-config=agentbench.yaml", f"--bench-resume={reports / 'wrongy' / 'both'}")
+    resumed = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        f"--bench-cache-dir={shared_cache}",
+        "--bench-config=agentbench.yaml",
+        f"--bench-resume={reports / 'wrongy' / 'both'}",
+    )
     text = resumed.stdout.str()
     assert resumed.ret == 1, text  # its gate still fails; its finished records are reused
     assert "model wrongy" in text and "model righty" not in text and "models compared" not in text
@@ -140,9 +161,15 @@ def test_k_selects_a_model_by_its_name(pytester, shared_cache, two_models):
     assert not (reports / "wrongy" / "both").exists()
     assert completions(wrong) == [] and len(completions(right)) == 1
     # the resume command of that model's folder keeps the -k: a run of one model matches its name too
-    resumed = pytester.runpytest("-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}",
-                                 "--bench-config=agentbench.yaml", "-k", "righty and 3.1",
-                                 f"--bench-resume={reports / 'righty' / 'both'}")
+    resumed = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        f"--bench-cache-dir={shared_cache}",
+        "--bench-config=agentbench.yaml",
+        "-k",
+        "righty and 3.1",
+        f"--bench-resume={reports / 'righty' / 'both'}",
+    )
     assert resumed.ret == 0, resumed.stdout.str()
     resumed.assert_outcomes(passed=1)
     assert len(completions(right)) == 1  # reused, not asked again
@@ -174,9 +201,14 @@ def test_the_table_shows_cost_when_a_summary_has_it_and_a_dash_otherwise():
     from pytest_agentbench.report.comparison.models import model_row, render_markdown, render_text
 
     records = [{"id": "1.1", "task": "1", "status": "pass"}, {"id": "1.2", "task": "1", "status": "fail"}]
-    base = {"settings": {"benchmark": "scicode"}, "metrics": {"subproblem": 0.5, "main": 0.0},
-            "gate_metrics": {"subproblem": "subproblem", "main": "main"}, "headlines": {"subproblem": "item"},
-            "counts": {"pass": 1, "fail": 1}, "usage": {"tokens": 30, "prompt_tokens": 20, "completion_tokens": 10}}
+    base = {
+        "settings": {"benchmark": "scicode"},
+        "metrics": {"subproblem": 0.5, "main": 0.0},
+        "gate_metrics": {"subproblem": "subproblem", "main": "main"},
+        "headlines": {"subproblem": "item"},
+        "counts": {"pass": 1, "fail": 1},
+        "usage": {"tokens": 30, "prompt_tokens": 20, "completion_tokens": 10},
+    }
     priced = model_row("priced", {**base, "cost": {"total_usd": 0.01234}, "gates_passed": False}, records, "r/p")
     unpriced = model_row("free", base, records, "r/f")
     lines = render_text([priced, unpriced])
@@ -184,4 +216,7 @@ def test_the_table_shows_cost_when_a_summary_has_it_and_a_dash_otherwise():
     assert "$0.0123" in lines[2] and "FAILED" in lines[2] and "50.0% (1/2, 95% CI" in lines[2]
     assert lines[3].split()[-2:] == ["—", "—"]  # no cost, no gate
     markdown = render_markdown([priced, unpriced])
-    assert "| priced | 50.0% (1/2, 95% CI 9.5%–90.5%) | 1 pass, 1 fail | 30 (20 in, 10 out) | $0.0123 | FAILED |" in markdown
+    assert (
+        "| priced | 50.0% (1/2, 95% CI 9.5%–90.5%) | 1 pass, 1 fail | 30 (20 in, 10 out) | $0.0123 | FAILED |"
+        in markdown
+    )

@@ -4,6 +4,7 @@ pretend GPU, node2 runs in its own UTS namespace). Without the cluster the tests
 
 Kept small (two one-step SciCode problems, two synthetic capsules): the whole module takes a few minutes.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.core import records as rec
+from pytest_agentbench.core import slurm, spool
+
 from bench_runs import read_jsonl
 from capabilities import needs
 from capsule_factory import write_capsule_tree
-from pytest_agentbench.core import records as rec
-from pytest_agentbench.core import slurm, spool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.remote, pytest.mark.slow]
 
@@ -38,8 +40,14 @@ def comparable(record: dict) -> dict:
 
 
 def scicode_args(run_id: str) -> list[str]:
-    return ["--bench=scicode", "--bench-split=validation", "--model=oracle", f"--bench-ids={IDS}",
-            f"--bench-run-id={run_id}", *SMALL]
+    return [
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=oracle",
+        f"--bench-ids={IDS}",
+        f"--bench-run-id={run_id}",
+        *SMALL,
+    ]
 
 
 def records_of(pytester: pytest.Pytester, run_id: str) -> dict[str, dict]:
@@ -66,8 +74,9 @@ def test_an_impossible_request_is_a_usage_error_with_slurms_message(cluster, ben
     assert "Requested node configuration is not available" in done.stderr.str() + done.stdout.str()
 
 
-def test_detached_run_then_collect_gives_the_waiting_runs_summary(cluster, bench, pytester: pytest.Pytester,
-                                                                  monkeypatch) -> None:
+def test_detached_run_then_collect_gives_the_waiting_runs_summary(
+    cluster, bench, pytester: pytest.Pytester, monkeypatch
+) -> None:
     secret = "sk-h25-never-in-slurm-0123456789"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     waiting = bench(*scicode_args("waiting"), "--bench-backend=slurm")
@@ -81,8 +90,9 @@ def test_detached_run_then_collect_gives_the_waiting_runs_summary(cluster, bench
     # Slurm keeps job scripts and exported environments in its state: the key is in none of them.
     arrays = slurm.load_jobs(spool.spool_dir(run_dir))
     for array in arrays:
-        script = subprocess.run(["scontrol", "write", "batch_script", array["job"], "-"], capture_output=True,
-                                text=True).stdout
+        script = subprocess.run(
+            ["scontrol", "write", "batch_script", array["job"], "-"], capture_output=True, text=True
+        ).stdout
         assert secret not in script
     found = subprocess.run(["grep", "-rl", secret, str(SLURM_STATE)], capture_output=True, text=True).stdout
     assert not found, f"the API key is in Slurm's state: {found}"
@@ -92,15 +102,17 @@ def test_detached_run_then_collect_gives_the_waiting_runs_summary(cluster, bench
     summary = json.loads((run_dir / "summary.json").read_text())
     reference = json.loads((pytester.path / "reports" / "scicode" / "oracle" / "waiting" / "summary.json").read_text())
     assert summary["metrics"] == reference["metrics"] and summary["counts"] == reference["counts"] == {"pass": 2}
-    assert {k: comparable(v) for k, v in records_of(pytester, "detached").items()} == \
-        {k: comparable(v) for k, v in records_of(pytester, "waiting").items()}
+    assert {k: comparable(v) for k, v in records_of(pytester, "detached").items()} == {
+        k: comparable(v) for k, v in records_of(pytester, "waiting").items()
+    }
 
 
 def wait_for_job(job: str, timeout: float = 180.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        out = subprocess.run(["squeue", "-h", "--states=all", "-j", job, "-o", "%T"], capture_output=True,
-                             text=True).stdout.strip()
+        out = subprocess.run(
+            ["squeue", "-h", "--states=all", "-j", job, "-o", "%T"], capture_output=True, text=True
+        ).stdout.strip()
         if out and out.split()[0] in slurm.ENDED_STATES:
             return
         time.sleep(1)
@@ -118,8 +130,9 @@ def pytest_agentbench_record(record, item):
 """
 
 
-def test_a_task_over_its_time_limit_is_lost_and_resume_submits_exactly_it(cluster, bench, pytester: pytest.Pytester,
-                                                                           monkeypatch) -> None:
+def test_a_task_over_its_time_limit_is_lost_and_resume_submits_exactly_it(
+    cluster, bench, pytester: pytest.Pytester, monkeypatch
+) -> None:
     flag = pytester.path / "slow-flag"
     flag.write_text("")
     monkeypatch.setenv("H25_SLOW_FLAG", str(flag))
@@ -151,9 +164,18 @@ def test_gpu_capsules_run_on_the_gpu_node(cluster, bench, pytester: pytest.Pytes
     capsules = tmp_path / "capsules"
     write_capsule_tree(capsules, GPU_CAPSULE, gpu=True)
     write_capsule_tree(capsules, CPU_CAPSULE, gpu=False)
-    done = bench("--bench=core-bench", "--bench-split=train", "--model=oracle", "--bench-gpus=all",
-                 f"--bench-ids={GPU_CAPSULE},{CPU_CAPSULE}", f"--bench-capsules-dir={capsules}",
-                 "--bench-run-id=gpu", "--bench-env-memory=2g", *SMALL, "--bench-backend=slurm")
+    done = bench(
+        "--bench=core-bench",
+        "--bench-split=train",
+        "--model=oracle",
+        "--bench-gpus=all",
+        f"--bench-ids={GPU_CAPSULE},{CPU_CAPSULE}",
+        f"--bench-capsules-dir={capsules}",
+        "--bench-run-id=gpu",
+        "--bench-env-memory=2g",
+        *SMALL,
+        "--bench-backend=slurm",
+    )
     run_dir = pytester.path / "reports" / "core-bench" / "oracle" / "gpu"
     records = {r["id"]: r for r in read_jsonl(run_dir / "records.jsonl")}
     assert sorted(records) == sorted([GPU_CAPSULE, CPU_CAPSULE]), done.stdout.str()
@@ -205,8 +227,9 @@ def hurry_requeued(run_dir: Path, controller: subprocess.Popen, timeout: float =
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and controller.poll() is None:
         label = slurm.latest_elements(slurm.load_jobs(spool.spool_dir(run_dir)))["3"]
-        out = subprocess.run(["squeue", "-h", "-j", f"{label[0]}_{label[1]}", "-o", "%T %r"], capture_output=True,
-                             text=True).stdout.split()
+        out = subprocess.run(
+            ["squeue", "-h", "-j", f"{label[0]}_{label[1]}", "-o", "%T %r"], capture_output=True, text=True
+        ).stdout.split()
         if out[:1] == ["PENDING"] and "BeginTime" in out[1:]:
             subprocess.run(["scontrol", "update", f"jobid={label[0]}_{label[1]}", "StartTime=now"], check=False)
             return
@@ -215,18 +238,32 @@ def hurry_requeued(run_dir: Path, controller: subprocess.Popen, timeout: float =
         time.sleep(1)
 
 
-def test_a_lost_node_requeues_the_task_and_the_run_completes(cluster, pytester: pytest.Pytester, shared_data,
-                                                               shared_cache) -> None:
+def test_a_lost_node_requeues_the_task_and_the_run_completes(
+    cluster, pytester: pytest.Pytester, shared_data, shared_cache
+) -> None:
     flag = pytester.path / "hold-flag"
     flag.write_text("")
     pytester.makeconftest(HOLD_CONFTEST)
     pytester.makeini("[pytest]\n")
     env = {**os.environ, "AGENTBENCH_DATA_DIR": str(shared_data), "AGENTBENCH_OFFLINE": "1", "H25_HOLD_FLAG": str(flag)}
     run_dir = pytester.path / "reports" / "scicode" / "oracle" / "nodeloss"
-    controller = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                                   f"--bench-cache-dir={shared_cache}", *scicode_args("nodeloss"),
-                                   "--bench-backend=slurm"], cwd=pytester.path, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+    controller = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            f"--bench-cache-dir={shared_cache}",
+            *scicode_args("nodeloss"),
+            "--bench-backend=slurm",
+        ],
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         element = None
@@ -244,24 +281,34 @@ def test_a_lost_node_requeues_the_task_and_the_run_completes(cluster, pytester: 
     finally:
         if controller.poll() is None:
             controller.kill()
-        subprocess.run([str(Path(__file__).resolve().parents[1] / ".ci" / "slurm-setup")], check=False,
-                       capture_output=True)  # the killed node comes back for the other tests
+        subprocess.run(
+            [str(Path(__file__).resolve().parents[1] / ".ci" / "slurm-setup")], check=False, capture_output=True
+        )  # the killed node comes back for the other tests
     assert controller.returncode == 0, out[-4000:]
     records = {r["id"]: r for r in read_jsonl(run_dir / "steps.jsonl")}
     assert sorted(records) == ["1.1", "3.1"] and {r["status"] for r in records.values()} == {"pass"}, out[-3000:]
     assert records["3.1"]["host"] != element[2]  # run again on the node that is left
 
 
-def test_a_node_that_cannot_isolate_model_code_is_a_lost_task_saying_why(cluster, bench, pytester: pytest.Pytester,
-                                                                         monkeypatch) -> None:
+def test_a_node_that_cannot_isolate_model_code_is_a_lost_task_saying_why(
+    cluster, bench, pytester: pytest.Pytester, monkeypatch
+) -> None:
     from pytest_agentbench.sandbox.isolation import ISOLATION_ENV
 
     monkeypatch.setenv(ISOLATION_ENV, "off")  # exported to the jobs: their nodes cannot isolate
-    done = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1",
-                 "--bench-run-id=noiso", *SMALL, "--bench-backend=slurm")
+    done = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=oracle",
+        "--bench-ids=1",
+        "--bench-run-id=noiso",
+        *SMALL,
+        "--bench-backend=slurm",
+    )
     assert done.ret == 1, done.stdout.str()
     (record,) = records_of(pytester, "noiso").values()
     assert record[rec.LOST_FIELD] is True and "ended FAILED" in record["message"], record
-    assert f"on Slurm node {record['host']}: --bench-require-isolation: this machine cannot isolate" in \
-        record["message"], record
+    assert (
+        f"on Slurm node {record['host']}: --bench-require-isolation: this machine cannot isolate" in record["message"]
+    ), record
     assert "bubblewrap" in record["message"]

@@ -8,6 +8,7 @@ command, exit 1 naming the host; the other host's server stays up for the next r
 The socket servers run as this user with this checkout (PYTHONPATH) and the staged data, so the host probe
 finds the same build and data; no ssh set-up is needed.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,17 +34,18 @@ STEPS = ["1.1", "19.1", "19.2", "3.1"]
 HOST_TIMEOUT = 8  # --bench-host-timeout: the silent host is declared lost within 10 s (a healthy one answers in time)
 
 
-
-
-
-
 def host_env(home: Path, cache: Path) -> dict[str, str]:
     """A worker host's environment: this checkout first on the path, the staged data, the session's cache of
     rebuilt targets (and its machine secret, which signs them); nothing of the test run's own pytest/xdist."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_", "AGENTBENCH_"))}
-    env.update(HOME=str(home), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-               AGENTBENCH_DATA_DIR=str(SHARED_DATA), AGENTBENCH_OFFLINE="1", AGENTBENCH_CACHE_DIR=str(cache),
-               AGENTBENCH_SECRET_FILE=os.environ["AGENTBENCH_SECRET_FILE"])
+    env.update(
+        HOME=str(home),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        AGENTBENCH_DATA_DIR=str(SHARED_DATA),
+        AGENTBENCH_OFFLINE="1",
+        AGENTBENCH_CACHE_DIR=str(cache),
+        AGENTBENCH_SECRET_FILE=os.environ["AGENTBENCH_SECRET_FILE"],
+    )
     return env
 
 
@@ -54,13 +56,21 @@ class SocketHost:
         home.mkdir(parents=True)
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-u", "-m", "execnet.script.socketserver", self.address],
-                                     cwd=home, env=host_env(home, cache), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "execnet.script.socketserver", self.address],
+            cwd=home,
+            env=host_env(home, cache),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.output: list[str] = []
         threading.Thread(target=lambda: self.output.extend(iter(self.proc.stdout.readline, "")), daemon=True).start()
-        wait_for(lambda: any("Entering Accept loop" in line for line in self.output) or self.proc.poll() is not None,
-                 60, f"the socket server on {self.address} to listen")
+        wait_for(
+            lambda: any("Entering Accept loop" in line for line in self.output) or self.proc.poll() is not None,
+            60,
+            f"the socket server on {self.address} to listen",
+        )
         assert self.proc.poll() is None, "".join(self.output)
 
     def stop(self) -> None:
@@ -85,8 +95,12 @@ def ground_truth_replies() -> dict[str, str]:
     """Each selected step's ground-truth code by the text of its step description (what its prompt asks)."""
     problems = read_jsonl(SHARED_DATA / "scicode" / "problems_dev.jsonl")
     wanted = set(IDS.split(","))
-    return {s["step_description_prompt"]: s["ground_truth_code"]
-            for p in problems if str(p["problem_id"]) in wanted for s in p["sub_steps"]}
+    return {
+        s["step_description_prompt"]: s["ground_truth_code"]
+        for p in problems
+        if str(p["problem_id"]) in wanted
+        for s in p["sub_steps"]
+    }
 
 
 def answer_of(body: dict, truths: dict[str, str]) -> str:
@@ -114,16 +128,37 @@ def test_a_silent_socket_host_is_lost_and_the_run_finishes_on_the_other(pytester
     with FakeOpenAI() as server:
         for _ in range(len(STEPS) * 3):
             server.reply_with(held)
-        args = ["-p", "no:cacheprovider", "--bench=scicode", "--bench-split=validation", "--model=fake-model",
-                f"--model-base-url={server.base_url}", "--model-api-key=sk-socket-test", "--model-max-retries=0",
-                f"--bench-ids={IDS}", f"--bench-host-timeout={HOST_TIMEOUT}", f"--bench-report-dir={reports}",
-                f"--bench-cache-dir={shared_cache}", "--bench-run-id=silent",
-                "-d", "--tx", f"socket={host_a.address}", "--tx", f"socket={host_b.address}"]
-        proc = pytester.popen([sys.executable, "-m", "pytest", *args], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        args = [
+            "-p",
+            "no:cacheprovider",
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=fake-model",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=sk-socket-test",
+            "--model-max-retries=0",
+            f"--bench-ids={IDS}",
+            f"--bench-host-timeout={HOST_TIMEOUT}",
+            f"--bench-report-dir={reports}",
+            f"--bench-cache-dir={shared_cache}",
+            "--bench-run-id=silent",
+            "-d",
+            "--tx",
+            f"socket={host_a.address}",
+            "--tx",
+            f"socket={host_b.address}",
+        ]
+        proc = pytester.popen(
+            [sys.executable, "-m", "pytest", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
-            wait_for(lambda: len(server.requests) >= 2 or proc.poll() is not None, 240,
-                     "a model request from each worker")
+            wait_for(
+                lambda: len(server.requests) >= 2 or proc.poll() is not None, 240, "a model request from each worker"
+            )
             assert proc.poll() is None, proc.communicate()[0][-4000:]
             os.kill(host_b.proc.pid, signal.SIGSTOP)  # gw1's host goes silent; its connection stays open
             silent_at = time.monotonic()
@@ -132,7 +167,9 @@ def test_a_silent_socket_host_is_lost_and_the_run_finishes_on_the_other(pytester
                 out, _ = proc.communicate(timeout=240)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                pytest.fail("the run hung after its socket host went silent:\n" + proc.communicate(timeout=30)[0][-4000:])
+                pytest.fail(
+                    "the run hung after its socket host went silent:\n" + proc.communicate(timeout=30)[0][-4000:]
+                )
             ended_at = time.monotonic()
             took = ended_at - silent_at
         finally:
@@ -151,8 +188,11 @@ def test_a_silent_socket_host_is_lost_and_the_run_finishes_on_the_other(pytester
     assert took < HOST_TIMEOUT * 1.25 + 60, (took, tail)  # then the rest ran on host-a
 
     run_dir = reports / "scicode" / "fake-model" / "silent"
-    records = read_jsonl(run_dir / "records.jsonl") if (run_dir / "records.jsonl").is_file() \
+    records = (
+        read_jsonl(run_dir / "records.jsonl")
+        if (run_dir / "records.jsonl").is_file()
         else read_jsonl(run_dir / "steps.jsonl")
+    )
     assert sorted(r["id"] for r in records) == STEPS, tail  # every selected item once
     lost = [r for r in records if r.get("lost")]
     assert lost and len({r["id"].split(".")[0] for r in lost}) == 1, (lost, tail)  # the in-flight task only

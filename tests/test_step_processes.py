@@ -15,6 +15,7 @@ process in it); without isolation the launcher is a child subreaper and ends eve
 step's result is read. Zombies are not alive (they run nothing; their parent has not reaped
 them yet). Under both executors, with isolation on and off (``AGENTBENCH_ISOLATION=off``).
 """
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.isolation
 GHOST = "agb" + uuid.uuid4().hex[:10]  # the daemon's name (15 bytes at most: the kernel's comm length)
 WATCHED = GHOST[:-1] + "-"  # the name step 1.2's script takes while it runs
 
-STARTS_DAEMON = '''
+STARTS_DAEMON = """
 import ctypes, os, time
 def add(a, b):
     pid = os.fork()
@@ -64,9 +65,9 @@ def add(a, b):
     os.waitpid(pid, 0)
     time.sleep(0.3)  # the daemon is renamed and settled before the step ends
     return a + b
-'''
+"""
 
-FINDS_DAEMON = '''
+FINDS_DAEMON = """
 import ctypes, os, time
 def _started(stat):
     return int(stat[stat.rfind(")") + 2:].split()[19])  # field 22: start time, clock ticks after boot
@@ -91,9 +92,9 @@ ctypes.CDLL(None).prctl(15, b"@WATCHED@", 0, 0, 0)  # the machine-wide watcher k
 time.sleep(1.0)
 def twice(a):
     return 2 * a + (1000 if _FOUND else 0)
-'''
+"""
 
-MODEL = '''
+MODEL = """
 import json, os
 import pytest
 
@@ -109,7 +110,7 @@ class Daemons:
 @pytest.fixture(scope="session")
 def bench_model():
     return Daemons()
-'''
+"""
 
 
 def live_by_name(*names: str) -> dict[str, list[int]]:
@@ -126,9 +127,9 @@ def live_with_start(*names: str) -> dict[str, list[tuple[int, int]]]:
                 stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            name = stat[stat.find("(") + 1:stat.rfind(")")]
+            name = stat[stat.find("(") + 1 : stat.rfind(")")]
             if name in found and stat[stat.rfind(")") + 2] != "Z":
-                found[name].append((int(entry), int(stat[stat.rfind(")") + 2:].split()[19])))
+                found[name].append((int(entry), int(stat[stat.rfind(")") + 2 :].split()[19])))
     return found
 
 
@@ -163,12 +164,22 @@ class Watcher:
 @pytest.fixture
 def daemon_run(pytester, bench, shared_data, monkeypatch):
     pytester.makeconftest(MODEL)
-    problems = [problem("1", [step("1.1", "def add(a, b):\n    return a + b", [CLOSE.format(call="add(1, 2)")]),
-                              step("1.2", "def twice(a):\n    return 2 * a", [CLOSE.format(call="twice(3)")])])]
-    data, h5 = write_dataset(pytester.path, shared_data, targets={n: TARGETS[n] for n in ("1.1", "1.2")},
-                             problems=problems)
-    answers = {"1.1": STARTS_DAEMON.replace("@GHOST@", GHOST),
-               "1.2": FINDS_DAEMON.replace("@GHOST@", GHOST).replace("@WATCHED@", WATCHED)}
+    problems = [
+        problem(
+            "1",
+            [
+                step("1.1", "def add(a, b):\n    return a + b", [CLOSE.format(call="add(1, 2)")]),
+                step("1.2", "def twice(a):\n    return 2 * a", [CLOSE.format(call="twice(3)")]),
+            ],
+        )
+    ]
+    data, h5 = write_dataset(
+        pytester.path, shared_data, targets={n: TARGETS[n] for n in ("1.1", "1.2")}, problems=problems
+    )
+    answers = {
+        "1.1": STARTS_DAEMON.replace("@GHOST@", GHOST),
+        "1.2": FINDS_DAEMON.replace("@GHOST@", GHOST).replace("@WATCHED@", WATCHED),
+    }
     monkeypatch.setenv("DAEMON_ANSWERS", json.dumps(answers))
 
     def run(executor: str, isolated: bool):
@@ -180,9 +191,17 @@ def daemon_run(pytester, bench, shared_data, monkeypatch):
         watcher = Watcher()
         watcher.thread.start()
         try:
-            result = bench("--bench=scicode", "--bench-split=validation", "--model=daemons", f"--bench-data-dir={data}",
-                           f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-timeout=30",
-                           f"--bench-executor={executor}", subprocess=True)
+            result = bench(
+                "--bench=scicode",
+                "--bench-split=validation",
+                "--model=daemons",
+                f"--bench-data-dir={data}",
+                f"--bench-h5={h5}",
+                "--bench-allow-custom-data",
+                "--bench-timeout=30",
+                f"--bench-executor={executor}",
+                subprocess=True,
+            )
         finally:
             watcher.stop.set()
             watcher.thread.join()
@@ -214,7 +233,7 @@ def test_a_daemon_of_one_step_is_gone_when_the_next_step_runs(daemon_run, execut
 # A process made with clone(CLONE_PARENT) is the child of the script's parent (the fork server, the launcher),
 # though it lives in the run's PID namespace: the namespace's end waited for its parent to reap it, and the
 # fork server, waiting for that end, hung until the client gave up on it (EXECUTOR_DIED, the step failed).
-CLONE_PARENT_SCRIPT = '''
+CLONE_PARENT_SCRIPT = """
 import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)
 pid = libc.syscall(56, 0x00008000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT | SIGCHLD) on x86_64
@@ -224,13 +243,14 @@ if pid == 0:
         time.sleep(0.05)
 time.sleep(0.3)
 print("made", pid > 0)
-'''
+"""
 
 
 @pytest.fixture(scope="module", params=["isolated", "not-isolated"])
 def executors(request):
-    from executor_pairs import executor_pair
     from pytest_agentbench.sandbox.isolation import NO_ISOLATION
+
+    from executor_pairs import executor_pair
 
     if request.param == "isolated":
         needs("bwrap")

@@ -1,6 +1,7 @@
 """One task, one package (issue 25, point 1), without any scheduler: ``python -m pytest_agentbench run-task``
 runs one task of a run with the run's settings and writes its package into the run's spool; ``collect``
 takes the packages in with the code that takes in xdist deliveries and writes the summaries."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
 from pytest_agentbench.core import records as rec
 from pytest_agentbench.core import spool
+
+from bench_runs import read_jsonl, run_dirs
 
 pytestmark = pytest.mark.e2e
 
@@ -38,8 +40,9 @@ def emptied(run_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_run_task_packages_and_collect_gives_the_local_records(bench, pytester: pytest.Pytester) -> None:
-    local = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", f"--bench-ids={IDS}",
-                  "--bench-run-id=r1")
+    local = bench(
+        "--bench=scicode", "--bench-split=validation", "--model=oracle", f"--bench-ids={IDS}", "--bench-run-id=r1"
+    )
     assert local.ret == 0, local.stdout.str()
     (run_dir,) = run_dirs(pytester.path)
     reference = {r["id"]: comparable(r) for r in read_jsonl(run_dir / "steps.jsonl")}
@@ -47,8 +50,13 @@ def test_run_task_packages_and_collect_gives_the_local_records(bench, pytester: 
     emptied(run_dir)
 
     for task in ("1", "3"):
-        job = pytester.popen([sys.executable, "-m", "pytest_agentbench", "run-task", str(run_dir), task],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        job = pytester.popen(
+            [sys.executable, "-m", "pytest_agentbench", "run-task", str(run_dir), task],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         out, err = job.communicate(timeout=600)
         assert job.returncode == 0, out + err
         assert f"run-task: task {task}: package {spool.package_path(run_dir, task)}" in out, out
@@ -60,23 +68,32 @@ def test_run_task_packages_and_collect_gives_the_local_records(bench, pytester: 
     path = spool.package_path(run_dir, "3")
     body = json.loads(path.read_text())
     body["items"][0]["delivery"]["files"].append(
-        ["../escape.txt", spool.encode_delivery({"files": [["x", zlib.compress(b"out")]]})["files"][0][1]])
+        ["../escape.txt", spool.encode_delivery({"files": [["x", zlib.compress(b"out")]]})["files"][0][1]]
+    )
     path.write_text(json.dumps(body))
 
     collected = command(pytester, "collect", str(run_dir))
     assert collected.ret == 0, collected.stdout.str() + collected.stderr.str()
     records = read_jsonl(run_dir / "steps.jsonl")
     assert {r["id"]: comparable(r) for r in records} == {
-        "1.1": reference["1.1"], "3.1": {**reference["3.1"], "delivery_errors": [
-            "refused a file from the worker: run file '../escape.txt': '..' or an empty name "
-            "(only paths inside the run folder are written)"]}}
+        "1.1": reference["1.1"],
+        "3.1": {
+            **reference["3.1"],
+            "delivery_errors": [
+                "refused a file from the worker: run file '../escape.txt': '..' or an empty name "
+                "(only paths inside the run folder are written)"
+            ],
+        },
+    }
     assert all(r["worker"].startswith("task ") for r in records)  # the process that ran the task
     assert not (run_dir.parent / "escape.txt").exists()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["counts"] == {"pass": 2} and summary["complete"]
     assert (run_dir / "report.html").is_file()
     assert sorted(p.name for p in (spool.spool_dir(run_dir) / spool.TAKEN_DIR).iterdir()) == [
-        "task-1.package.json", "task-3.package.json"]
+        "task-1.package.json",
+        "task-3.package.json",
+    ]
 
     # A package taken in already (a requeued job that finished twice) is ignored.
     taken = spool.read_package(spool.spool_dir(run_dir) / spool.TAKEN_DIR / "task-1.package.json")

@@ -1,4 +1,5 @@
 """core.text.printable: text a model or a child chose, shown without its control characters."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,11 @@ def test_escape_sequences_become_visible_text():
     assert "\x1b" not in shown and "\r" not in shown
 
 
-@pytest.mark.parametrize("char", [chr(c) for c in [*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0)]],
-                         ids=lambda c: f"U+{ord(c):04X}")
+@pytest.mark.parametrize(
+    "char",
+    [chr(c) for c in [*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)]],
+    ids=lambda c: f"U+{ord(c):04X}",
+)
 def test_every_control_character_but_newline_and_tab_is_escaped(char):
     shown = printable(f"a{char}b")
     assert shown == f"a\\x{ord(char):02x}b"

@@ -1,22 +1,27 @@
 """The summary lists the passing steps whose verdict depends on the per-step time limit."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
+from pytest_agentbench.benchmarks.scicode import timelimits
+
 from bench_runs import read_jsonl, run_dirs
 from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
-from pytest_agentbench.benchmarks.scicode import timelimits
 
 SLOW = "def slow():\n    import time\n    time.sleep(2.5)\n    return 1"
 
 
 def test_sensitivity_counts_passing_steps_over_each_limit():
-    records = [{"id": "1.1", "status": "pass", "exec_duration": 70.0},
-               {"id": "2.1", "status": "pass", "exec_duration": 200.0},
-               {"id": "3.1", "status": "fail", "exec_duration": 500.0},  # failed anyway: not affected
-               {"id": "4.1", "status": "pass", "exec_duration": 10.0}, {"id": "5.1", "status": "pass"}]
+    records = [
+        {"id": "1.1", "status": "pass", "exec_duration": 70.0},
+        {"id": "2.1", "status": "pass", "exec_duration": 200.0},
+        {"id": "3.1", "status": "fail", "exec_duration": 500.0},  # failed anyway: not affected
+        {"id": "4.1", "status": "pass", "exec_duration": 10.0},
+        {"id": "5.1", "status": "pass"},
+    ]
     found = timelimits.sensitivity(records)
     assert found["limits"] == {"60": ["1.1", "2.1"], "120": ["2.1"], "180": ["2.1"], "300": []}
     assert found["timed"] == 3
@@ -26,13 +31,23 @@ def test_sensitivity_counts_passing_steps_over_each_limit():
 
 @pytest.mark.e2e
 def test_a_slow_passing_step_is_named_at_the_limits_it_exceeds(pytester, bench, shared_data):
-    problems = [problem("1", [step("1.1", SLOW, [CLOSE.format(call="slow()")], header="def slow():")]),
-                problem("2", [step("2.1", "def quick():\n    return 2", [CLOSE.format(call="quick()")],
-                                   header="def quick():")])]
+    problems = [
+        problem("1", [step("1.1", SLOW, [CLOSE.format(call="slow()")], header="def slow():")]),
+        problem(
+            "2", [step("2.1", "def quick():\n    return 2", [CLOSE.format(call="quick()")], header="def quick():")]
+        ),
+    ]
     data, h5 = write_dataset(pytester.path, shared_data, targets={"1.1": [1], "2.1": [2]}, problems=problems)
     pytester.makeconftest(MODEL_CONFTEST)
-    result = bench("--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}",
-                   f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-timeout=60")
+    result = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=mutant",
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        "--bench-timeout=60",
+    )
     assert result.ret == 0
     [run] = run_dirs(pytester.path)
     durations = {r["id"]: r["exec_duration"] for r in read_jsonl(run / "steps.jsonl")}

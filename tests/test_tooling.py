@@ -8,6 +8,7 @@ pyproject.toml, find nothing in the repository.
 Both are in the ``test`` extra, pinned, so CI and a developer get the same verdicts. Without them a test is
 skipped locally and fails under ``CI=true`` (``needs("dev-tool", ...)``).
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -22,8 +23,7 @@ TOOL_TIMEOUT = 900  # seconds: a cold mypy run of the whole package takes well u
 
 def run_tool(*args: str) -> tuple[int, str]:
     # no file arguments where the tool's settings name them: what is checked comes from pyproject.toml
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=TOOL_TIMEOUT)
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=TOOL_TIMEOUT)
     return proc.returncode, (proc.stdout + proc.stderr).strip()
 
 

@@ -5,6 +5,7 @@ by anyone else is ignored; a file changed after its check (even with its mtime s
 rebuilt targets carry a signed manifest and are re-hashed against the digest held in memory before
 every use.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.benchmarks.scicode import h5codec, locate
+from pytest_agentbench.benchmarks.scicode import targets as targets_mod
+from pytest_agentbench.benchmarks.scicode.locate import Targets, TargetTable, build_problem
 from pytest_agentbench.core import data
 from pytest_agentbench.core.data import DataError, DataFile, fingerprint, verify
-from pytest_agentbench.benchmarks.scicode import h5codec, locate, targets as targets_mod
-from pytest_agentbench.benchmarks.scicode.locate import Targets, TargetTable, build_problem
 
 
 def pinned(tmp_path: Path, content: bytes = b"official content") -> tuple[Path, DataFile]:
@@ -61,8 +63,11 @@ def test_a_stamp_forged_for_a_fake_file_is_ignored(tmp_path):
     message = "|".join(str(p) for p in fingerprint(path)) + "|" + f.sha256
     new_key = hashlib.sha256(message.encode()).hexdigest()[:24]
     (stamps / "verified").mkdir(parents=True)
-    for key, content in ((old_key, f.sha256), (new_key, f.sha256),
-                         (new_key + "x", hashlib.sha256(message.encode()).hexdigest())):
+    for key, content in (
+        (old_key, f.sha256),
+        (new_key, f.sha256),
+        (new_key + "x", hashlib.sha256(message.encode()).hexdigest()),
+    ):
         (stamps / "verified" / f"{f.name}.{key}").write_text(content)
     (stamps / "verified" / f"{f.name}.{new_key}").write_text(hashlib.sha256(message.encode()).hexdigest())
     with pytest.raises(DataError, match="checksum mismatch"):
@@ -100,6 +105,7 @@ def test_without_a_secret_nothing_is_remembered(tmp_path, monkeypatch):
 
 # ---- targets ---------------------------------------------------------------------------------
 
+
 def test_official_targets_rechecked_before_each_step(tmp_path):
     path, f = pinned(tmp_path, b"x" * 32)
     official = Targets(path, "official", sha256=f.sha256, stamp=fingerprint(path))
@@ -111,8 +117,13 @@ def test_official_targets_rechecked_before_each_step(tmp_path):
     assert "changed after its checksum was checked" in moved.message and f.sha256 in moved.message
 
 
-PROBLEM = {"problem_id": "900", "sub_steps": [{"step_number": "900.1", "test_cases": ["assert True"]},
-                                              {"step_number": "900.2", "test_cases": ["assert True"]}]}
+PROBLEM = {
+    "problem_id": "900",
+    "sub_steps": [
+        {"step_number": "900.1", "test_cases": ["assert True"]},
+        {"step_number": "900.2", "test_cases": ["assert True"]},
+    ],
+}
 
 
 @pytest.fixture
@@ -184,10 +195,12 @@ def test_rebuilt_targets_are_read_from_the_checked_bytes(tmp_path, fake_rebuild,
 
 # ---- part 4: CORE-Bench's agent never sees the answers --------------------------------------
 
+
 def corebench_settings(tmp_path, monkeypatch, **values):
+    from pytest_agentbench.core.options import Settings
+
     from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
     from capsule_factory import corebench_options
-    from pytest_agentbench.core.options import Settings
 
     opts = corebench_options(SHARED_DATA, tmp_path)
     return Settings({**opts, **values})
@@ -207,8 +220,14 @@ def test_a_real_model_runs_the_agent_in_docker_by_default(tmp_path, monkeypatch)
     assert bench.default_env(oracle) == "host" and bench.configure(oracle, "train")["env"] == "host"
     explicit = corebench_settings(tmp_path, monkeypatch, model="gpt-4o", env="host")
     assert bench.configure(explicit, "train")["env"] == "host"
-    env_opts = {"env": None, "docker_image": "img", "docker_network": "none", "gpus": None,
-                "env_memory": 1 << 30, "keep_workspaces": False}
+    env_opts = {
+        "env": None,
+        "docker_image": "img",
+        "docker_network": "none",
+        "gpus": None,
+        "env_memory": 1 << 30,
+        "keep_workspaces": False,
+    }
     assert isinstance(build_env(env_opts, default=bench.default_env(opts)), DockerFactory)  # connects lazily
 
 
@@ -224,15 +243,19 @@ def test_a_run_that_cannot_isolate_says_so(tmp_path, monkeypatch):
         assert settings["isolation"].startswith("none (")  # header (settings line) and summary.json settings
         head = summarize([], {**settings, "split": "train"})["terminal"][0]
         assert f"isolation: {settings['isolation']}" in head  # summary.md and the terminal summary
-        dind = bench.configure(corebench_settings(tmp_path, monkeypatch, model="gpt-4o", env="docker",
-                                                  docker_dind=True, difficulty="medium"), "train")
+        dind = bench.configure(
+            corebench_settings(
+                tmp_path, monkeypatch, model="gpt-4o", env="docker", docker_dind=True, difficulty="medium"
+            ),
+            "train",
+        )
         assert dind["isolation"] == "none (privileged)"
     finally:
         monkeypatch.delenv("AGENTBENCH_ISOLATION")
         isolation.probe(refresh=True)
 
 
-SCAN_OWN_MEMORY = r'''
+SCAN_OWN_MEMORY = r"""
 import ctypes, json
 # each slice is looked for as two halves, so the whole slice never exists in this process's own objects
 halves = [(bytes.fromhex(h[:24]), bytes.fromhex(h[24:])) for h in WANTED]
@@ -254,7 +277,7 @@ for line in open("/proc/self/maps"):
             found += region[at + len(head):at + len(head) + len(tail)] == tail
             at = region.find(head, at + 1)
 print(json.dumps(found))
-'''
+"""
 
 
 def test_a_scoring_child_cannot_find_rebuilt_targets_in_its_inherited_memory(tmp_path):
@@ -274,8 +297,7 @@ def test_a_scoring_child_cannot_find_rebuilt_targets_in_its_inherited_memory(tmp
     path = table.steps["1.1"].path
     values: list[bytes] = []
     with h5py.File(path, "r") as h5:
-        h5.visititems(lambda _n, o: values.append(np.asarray(o[()]).tobytes()) if isinstance(o, h5py.Dataset)
-                      else None)
+        h5.visititems(lambda _n, o: values.append(np.asarray(o[()]).tobytes()) if isinstance(o, h5py.Dataset) else None)
     wanted = [v[:24].hex() for v in values if len(v) >= 24 and len(set(v[:24])) > 8]  # distinctive slices
     assert wanted, [len(v) for v in values]
     found = run_python(f"WANTED = {wanted!r}\n" + SCAN_OWN_MEMORY, limits=Limits(timeout=120), executor="fork")

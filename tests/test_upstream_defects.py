@@ -3,6 +3,7 @@
 Data claims walk the staged upstream files; behaviour claims run the plugin (or the plain-Python scorer)
 on the smallest input that shows the defect, so each test fails if this project ever starts to share it.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,6 @@ from pathlib import Path
 import pytest
 import scipy.integrate
 
-from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
-from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
 from pytest_agentbench.benchmarks.corebench.dataset import load_split
 from pytest_agentbench.benchmarks.corebench.scorer import load_submission, score_report
 from pytest_agentbench.benchmarks.scicode import dataset
@@ -25,12 +23,26 @@ from pytest_agentbench.benchmarks.scicode.run import RunSettings, SciCodeRun
 from pytest_agentbench.core.run_options import RUN_OPTIONS
 from pytest_agentbench.sandbox.limits import Limits
 
+from bench_runs import SHARED_DATA, read_jsonl, run_dirs
+from fake_openai import FakeOpenAI
+from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
+
 SCICODE = SHARED_DATA / "scicode"
 # What docs/upstream-defects.md lists; the data walks below must find exactly these.
 SIMPS_USERS = {"2": "required_dependencies", "28": "required_dependencies", "57.3": "step_description_prompt"}
-CLASS_STEPS = {"13.6": "Maxwell", "30.1": "Slater", "30.2": "Jastrow", "30.3": "MultiplyWF", "46.1": "Slater",
-               "46.2": "Hamiltonian", "62.1": "EnlargedBlock", "68.1": "Slater", "68.2": "Jastrow",
-               "68.3": "MultiplyWF", "68.4": "Hamiltonian"}
+CLASS_STEPS = {
+    "13.6": "Maxwell",
+    "30.1": "Slater",
+    "30.2": "Jastrow",
+    "30.3": "MultiplyWF",
+    "46.1": "Slater",
+    "46.2": "Hamiltonian",
+    "62.1": "EnlargedBlock",
+    "68.1": "Slater",
+    "68.2": "Jastrow",
+    "68.3": "MultiplyWF",
+    "68.4": "Hamiltonian",
+}
 # upstream's extract_function_name: `def` first, then `class`, anywhere in the header
 UPSTREAM_DEF, UPSTREAM_CLASS = re.compile(r"\bdef\s+(\w+)\s*\("), re.compile(r"\bclass\s+(\w+)\s*\(")
 LIST_CAPSULE = "capsule-0921079"
@@ -51,6 +63,7 @@ def upstream_function_name(header: str) -> str | None:
 
 # ---- SciCode#2: scipy.integrate.simps is gone from SciPy >= 1.14 --------------------------------------
 
+
 def test_the_data_calls_simps_exactly_where_the_page_says():
     found = {}
     for p in all_problems():
@@ -68,14 +81,32 @@ def test_a_step_importing_simps_passes_with_ground_truth_on_a_scipy_without_it(p
     assert not hasattr(scipy.integrate, "simps"), "this SciPy still has simps: the shim is not exercised"
     samples = [1.0, 2.0, 4.0, 8.0]  # an even count: the case where old and new Simpson rules differ
     deps = "import numpy as np\nfrom scipy.integrate import simps"
-    problems = [problem("9", [step("9.1", "def area(y, dx):\n    return simps(np.array(y), dx=dx)",
-                                   [CLOSE.format(call=f"area({samples}, 0.5)")], header="def area(y, dx):")],
-                        deps=deps)]
+    problems = [
+        problem(
+            "9",
+            [
+                step(
+                    "9.1",
+                    "def area(y, dx):\n    return simps(np.array(y), dx=dx)",
+                    [CLOSE.format(call=f"area({samples}, 0.5)")],
+                    header="def area(y, dx):",
+                )
+            ],
+            deps=deps,
+        )
+    ]
     expected = float(scipy.integrate.simpson(samples, dx=0.5))
     data, h5 = write_dataset(pytester.path, shared_data, targets={"9.1": [expected]}, problems=problems)
     pytester.makeconftest(MODEL_CONFTEST)
-    result = bench("--bench=scicode", "--bench-split=validation", "--model=mutant", f"--bench-data-dir={data}",
-                   f"--bench-h5={h5}", "--bench-allow-custom-data", "--bench-timeout=60")
+    result = bench(
+        "--bench=scicode",
+        "--bench-split=validation",
+        "--model=mutant",
+        f"--bench-data-dir={data}",
+        f"--bench-h5={h5}",
+        "--bench-allow-custom-data",
+        "--bench-timeout=60",
+    )
     [record] = read_jsonl(run_dirs(pytester.path)[0] / "steps.jsonl")
     assert record["status"] == "pass", record
     assert result.ret == 0
@@ -83,9 +114,11 @@ def test_a_step_importing_simps_passes_with_ground_truth_on_a_scipy_without_it(p
 
 # ---- SciCode#49/#59/#61: class answers reduced to `__init__` -----------------------------------------
 
+
 def test_class_steps_are_the_ones_the_page_lists_and_are_named_by_their_class():
-    class_steps = {s["step_number"]: s["function_header"] for s in all_steps()
-                   if s["function_header"].lstrip().startswith("class")}
+    class_steps = {
+        s["step_number"]: s["function_header"] for s in all_steps() if s["function_header"].lstrip().startswith("class")
+    }
     assert set(class_steps) == set(CLASS_STEPS)
     for number, header in class_steps.items():
         assert upstream_function_name(header) == "__init__", number  # the defect, as upstream has it
@@ -96,14 +129,14 @@ def test_class_steps_are_the_ones_the_page_lists_and_are_named_by_their_class():
             assert function_name_of(s["function_header"]) == upstream_function_name(s["function_header"])
 
 
-COUNTER = '''class Counter:
+COUNTER = """class Counter:
     def __init__(self, start):
         self.value = start
 
     def incr(self):
         self.value += 1
         return self.value
-'''
+"""
 COUNTER_HEADER = 'class Counter:\n    """A counter. env: class Block"""\n    def __init__(self, start):'
 DOUBLE = "def double_incr(start):\n    return 2 * Counter(start).incr()"
 
@@ -112,9 +145,15 @@ DOUBLE = "def double_incr(start):\n    return 2 * Counter(start).incr()"
 @pytest.mark.slow
 def test_a_class_answer_is_chosen_and_kept_whole_for_the_next_step(pytester, bench, shared_data):
     """The reply shows a usage example before the class: choosing by `__init__` takes the example."""
-    problems = [problem("5", [step("5.1", COUNTER, [CLOSE.format(call="Counter(2).incr()")], header=COUNTER_HEADER),
-                              step("5.2", DOUBLE, [CLOSE.format(call="double_incr(4)")],
-                                   header="def double_incr(start):")])]
+    problems = [
+        problem(
+            "5",
+            [
+                step("5.1", COUNTER, [CLOSE.format(call="Counter(2).incr()")], header=COUNTER_HEADER),
+                step("5.2", DOUBLE, [CLOSE.format(call="double_incr(4)")], header="def double_incr(start):"),
+            ],
+        )
+    ]
     data, h5 = write_dataset(pytester.path, shared_data, targets={"5.1": [3], "5.2": [10]}, problems=problems)
     class_reply = f"Usage:\n```python\nc = Counter(2)\nprint(c.incr())\n```\nThe class:\n```python\n{COUNTER}```\n"
     assert extract_code(class_reply, upstream_function_name(COUNTER_HEADER)).startswith("c = Counter(2)")
@@ -126,9 +165,18 @@ def test_a_class_answer_is_chosen_and_kept_whole_for_the_next_step(pytester, ben
     with FakeOpenAI() as server:
         for _ in range(4):
             server.reply_with(answer)
-        result = bench("--bench=scicode", "--bench-split=validation", "--model=m", f"--model-base-url={server.base_url}",
-                       "--model-api-key=k", "--bench-mode=naive", f"--bench-data-dir={data}", f"--bench-h5={h5}",
-                       "--bench-allow-custom-data", "--bench-timeout=60")
+        result = bench(
+            "--bench=scicode",
+            "--bench-split=validation",
+            "--model=m",
+            f"--model-base-url={server.base_url}",
+            "--model-api-key=k",
+            "--bench-mode=naive",
+            f"--bench-data-dir={data}",
+            f"--bench-h5={h5}",
+            "--bench-allow-custom-data",
+            "--bench-timeout=60",
+        )
         second = [r for r in server.requests if "def double_incr" in json.dumps(r["body"]["messages"])]
     records = {r["id"]: r for r in read_jsonl(run_dirs(pytester.path)[0] / "steps.jsonl")}
     assert records["5.1"]["status"] == "pass", records["5.1"]
@@ -142,8 +190,12 @@ def test_prefilled_code_is_given_to_later_steps_verbatim_both_classes_of_62_1():
     prefilled = dataset.load_prefilled(SCICODE)
     text = (SCICODE / "62.1.txt").read_text()
     assert re.search(r"^class Block\b", text, re.M) and re.search(r"^class EnlargedBlock\b", text, re.M)
-    run = SciCodeRun(RunSettings(targets=TargetTable.file(Path("/nonexistent.h5")), prefilled=prefilled),
-                     solver=None, env=None, limits=Limits(timeout=1))
+    run = SciCodeRun(
+        RunSettings(targets=TargetTable.file(Path("/nonexistent.h5")), prefilled=prefilled),
+        solver=None,
+        env=None,
+        limits=Limits(timeout=1),
+    )
     for number in ("13.6", "62.1", "76.3"):
         pid = number.split(".")[0]
         [prob] = [p for p in all_problems() if p["problem_id"] == pid]
@@ -152,11 +204,13 @@ def test_prefilled_code_is_given_to_later_steps_verbatim_both_classes_of_62_1():
         assert code == (SCICODE / f"{number}.txt").read_text()
         if index + 1 < len(prob["sub_steps"]):
             earlier = [run.code_of(prob, j) if j == index else "" for j in range(index + 1)]
-            assert code.strip() in build_prompt(prob, index + 1, earlier, with_background=True,
-                                                     templates=load_templates(SHARED_DATA))
+            assert code.strip() in build_prompt(
+                prob, index + 1, earlier, with_background=True, templates=load_templates(SHARED_DATA)
+            )
 
 
 # ---- SciCode#43: ground truth that fails the official targets ----------------------------------------
+
 
 @pytest.mark.e2e
 @pytest.mark.slow
@@ -170,12 +224,14 @@ def test_ground_truth_of_78_3_passes_on_targets_rebuilt_from_it(pytester, bench)
 
 # ---- the per-step time limit --------------------------------------------------------------------------
 
+
 def test_the_default_step_time_limit_is_upstreams_1800_seconds():
     [timeout] = [o for o in RUN_OPTIONS if o.name == "timeout"]
     assert timeout.default == 1800.0
 
 
 # ---- siegelz/core-bench#40: list answers always marked wrong --------------------------------------------
+
 
 def test_the_list_answer_of_capsule_0921079_is_judged_by_its_value():
     [task] = [t for t in load_split(SHARED_DATA, "test") if t["capsule_id"] == LIST_CAPSULE]
@@ -191,6 +247,7 @@ def test_the_list_answer_of_capsule_0921079_is_judged_by_its_value():
 
 
 # ---- princeton-pli/hal-harness#31: a JSON parse error zeroed every capsule -----------------------------
+
 
 def test_an_unparseable_report_fails_its_own_capsule_only(tmp_path):
     [first, second] = load_split(SHARED_DATA, "train")[:2]

@@ -2,6 +2,7 @@
 do not document is listed in ``pytest_plugin/xdist_compat.py`` and used nowhere else, and each still exists
 in the installed releases (a failure names the attribute, the release, and what uses it). A real ``-n 1`` run
 calls each adapter function on xdist's own objects."""
+
 from __future__ import annotations
 
 import importlib
@@ -57,10 +58,14 @@ def test_each_internal_the_adapter_uses_still_exists(owner, attribute):
     try:
         found = present(owner, attribute)
     except (ImportError, AttributeError, OSError, TypeError) as exc:
-        pytest.fail(f"{owner} is gone in {releases} ({exc}): pytest_plugin/xdist_compat.py uses its "
-                    f"{attribute!r}; adapt the adapter or bound the release in pyproject.toml")
-    assert found, (f"{owner}.{attribute} is gone in {releases}: pytest_plugin/xdist_compat.py uses it; adapt the "
-                   f"adapter or bound the release in pyproject.toml")
+        pytest.fail(
+            f"{owner} is gone in {releases} ({exc}): pytest_plugin/xdist_compat.py uses its "
+            f"{attribute!r}; adapt the adapter or bound the release in pyproject.toml"
+        )
+    assert found, (
+        f"{owner}.{attribute} is gone in {releases}: pytest_plugin/xdist_compat.py uses it; adapt the "
+        f"adapter or bound the release in pyproject.toml"
+    )
 
 
 # Spellings of xdist/execnet internals (undocumented attributes, "_" names of their objects): only the adapter
@@ -74,8 +79,9 @@ FORBIDDEN = {
     r"\bnodemanager\b": "DSession.nodemanager",
     r"\bhandle_crashitem\b": "DSession.handle_crashitem",
     r"\b(workqueue|assigned_work|registered_collections|loadscopereorder)\b": "a load-scope scheduler's state",
-    r"\b_(assign_work_unit|split_scope|pending_of|reschedule|check_nodes_have_same_collection|clone_node)\b":
-        "a private xdist method",
+    r"\b_(assign_work_unit|split_scope|pending_of|reschedule|check_nodes_have_same_collection|clone_node)\b": (
+        "a private xdist method"
+    ),
     r"\b(from|import) xdist\.": "an xdist module (its hooks get the objects; nothing needs importing)",
     r"\bexecnet\.(gateway|gateway_base|multi|rsync)\b": "an execnet module beyond its documented top level",
     r"getplugin\(\"dsession\"\)|get_plugin\(\"dsession\"\)": "xdist's DSession plugin",
@@ -91,12 +97,12 @@ def test_no_module_but_the_adapter_touches_xdist_or_execnet_internals():
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             code = line.split("#", 1)[0]
             for pattern, what in FORBIDDEN.items():
-                if re.search(pattern, code) and not code.strip().startswith(("\"", "'", "``")):
+                if re.search(pattern, code) and not code.strip().startswith(('"', "'", "``")):
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{number}: {what}: {line.strip()}")
     assert not found, "use pytest_plugin/xdist_compat.py for:\n" + "\n".join(found)
 
 
-PROBE_CONFTEST = '''
+PROBE_CONFTEST = """
 import json, os, pytest
 from pytest_agentbench.pytest_plugin import xdist_compat as xc
 
@@ -132,7 +138,7 @@ def pytest_sessionfinish(session):
     if not hasattr(session.config, "workerinput"):
         with open(os.environ["SEEN_FILE"], "w") as f:
             json.dump(SEEN, f)
-'''
+"""
 
 
 @pytest.mark.e2e
@@ -144,10 +150,20 @@ def test_the_adapter_works_on_xdists_own_objects(pytester, tmp_path, monkeypatch
     pytester.makepyfile(test_crash="import os\ndef test_ok():\n    pass\ndef test_dies():\n    os._exit(3)\n")
     result = pytester.runpytest_subprocess("-n", "1", "-p", "no:cacheprovider", "--max-worker-restart=0")
     seen = json.loads(seen_file.read_text())
-    assert seen == {"spec_of": seen["spec_of"], "worker_id": "gw0", "worker_spec": seen["spec_of"],
-                    "is_shutting_down": False, "callable": [True, True], "expected_workers": 1,
-                    "crashed_worker": "gw0", "active": True, "scheduler": True, "channel": True, "routed": True,
-                    "down": "gw0"}, (seen, result.stdout.str()[-2000:])
+    assert seen == {
+        "spec_of": seen["spec_of"],
+        "worker_id": "gw0",
+        "worker_spec": seen["spec_of"],
+        "is_shutting_down": False,
+        "callable": [True, True],
+        "expected_workers": 1,
+        "crashed_worker": "gw0",
+        "active": True,
+        "scheduler": True,
+        "channel": True,
+        "routed": True,
+        "down": "gw0",
+    }, (seen, result.stdout.str()[-2000:])
     assert "popen" in seen["spec_of"]
 
 
@@ -159,9 +175,14 @@ def test_cut_worker_ends_a_socket_gateway_whose_host_went_silent(tmp_path):
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        address = "127.0.0.1:%d" % probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-u", "-m", "execnet.script.socketserver", address], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    server = subprocess.Popen(
+        [sys.executable, "-u", "-m", "execnet.script.socketserver", address],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert "Entering Accept loop" in server.stdout.readline()
         gateway = execnet.makegateway(f"socket={address}")

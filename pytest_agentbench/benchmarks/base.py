@@ -14,11 +14,13 @@ The life of a run, in every process that runs items:
   ``run.close()``
 and on the controller ``summarize(records, settings)`` -> metrics, terminal lines and Markdown.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Protocol
+from typing import Any, ClassVar, Protocol
 
 from ..core.io import DirectoryFiles, RunFiles
 from ..core.options import Option, Settings
@@ -104,9 +106,12 @@ class Benchmark:
         children may use plus the harness's, a GPU when a sample is marked ``gpu``, and time for every
         sample's limit plus a margin (``--bench-backend=slurm``)."""
         run = [s for s in samples if not s.skip_reason]
-        return Request(cpus=1, memory_mib=int(float(opts["memory_limit"]) * 1024) + HARNESS_MIB,
-                       gpu=any("gpu" in s.markers for s in samples),
-                       seconds=len(run) * float(opts["timeout"]) + TIME_MARGIN)
+        return Request(
+            cpus=1,
+            memory_mib=int(float(opts["memory_limit"]) * 1024) + HARNESS_MIB,
+            gpu=any("gpu" in s.markers for s in samples),
+            seconds=len(run) * float(opts["timeout"]) + TIME_MARGIN,
+        )
 
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> BenchRun:
         """Start this process's run with the model and environment (the bench_model and bench_env

@@ -5,6 +5,7 @@ options, the plugin, the host probe, the reports) gets the same ``Registered`` a
 objects, so an entry point that names a class is instantiated once and keeps its per-run caches.
 ``reload`` reads the entry points again: for tests that install a benchmark after the first read.
 """
+
 from __future__ import annotations
 
 from functools import cache
@@ -42,8 +43,9 @@ def _scan() -> Registered:
             continue
         bench = obj() if isinstance(obj, type) else obj
         if not isinstance(bench, Benchmark):
-            out.broken[ep.name] = (f"benchmark entry point {ep.name!r} ({ep.value}) is not a "
-                                   f"pytest_agentbench.benchmarks.base.Benchmark")
+            out.broken[ep.name] = (
+                f"benchmark entry point {ep.name!r} ({ep.value}) is not a pytest_agentbench.benchmarks.base.Benchmark"
+            )
             continue
         out.found[bench.name] = bench
     return out

@@ -6,10 +6,11 @@ A top layer beside ``pytest_plugin``: it may use every layer below but never imp
 module is imported only when that command runs, so ``compare`` does not pay for h5py nor ``init`` for scipy.
 docs/cli.md lists the commands, their arguments and exit codes.
 """
+
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 USAGE = """usage: python -m pytest_agentbench COMMAND [ARGS]
 
@@ -50,17 +51,22 @@ def command(name: str) -> Callable[[list[str]], int] | None:
     """The function of a command (its arguments in, its exit code out), or None for an unknown name."""
     if name == "rebuild-targets":
         from .targets import main as rebuild  # why: load only the command that runs (h5py)
+
         return rebuild
     if name == "fetch-capsules":
         from .capsules import main as fetch  # why: load only the command that runs
+
         return fetch
     if name == "compare":
         from .compare import main as compare  # why: load only the command that runs (numpy, scipy)
+
         return compare
     if name == "init":
         from .runfile import main as init  # why: load only the command that runs
+
         return init
     if name in ("resume", "run-task", "collect"):
         from . import tasks  # why: load only the command that runs
+
         return {"resume": tasks.resume, "run-task": tasks.run_task, "collect": tasks.collect}[name]
     return None

@@ -3,6 +3,7 @@
 A capsule already unpacked is known before collection, so its ``gpu`` marker is applied then and
 ``pytest -m "not gpu"`` deselects the GPU capsules instead of discovering them at run time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,10 @@ from ..benchmarks.corebench import capsules, dataset, prepare
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pytest_agentbench fetch-capsules",
-                                     description="Download and unpack CORE-Bench capsules, with progress.")
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_agentbench fetch-capsules",
+        description="Download and unpack CORE-Bench capsules, with progress.",
+    )
     parser.add_argument("--split", choices=dataset.SPLITS, default="test")
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="the run's --bench-data-dir")
     parser.add_argument("--cache-dir", type=Path, default=Path(".agentbench_cache"), help="the run's --bench-cache-dir")
@@ -27,8 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        tasks = (dataset.read_custom(args.dataset_path) if args.dataset_path
-                 else dataset.load_split(args.data_dir, args.split))
+        tasks = (
+            dataset.read_custom(args.dataset_path)
+            if args.dataset_path
+            else dataset.load_split(args.data_dir, args.split)
+        )
     except (dataset.DatasetError, OSError) as exc:
         print(f"fetch-capsules: {exc}", file=sys.stderr)
         return 2

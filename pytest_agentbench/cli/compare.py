@@ -1,5 +1,6 @@
 """``python -m pytest_agentbench compare RUN_A RUN_B [--html OUT]``: two runs compared (``report.compare``),
 printed as text or markdown, and with ``--html`` written as a page (``report.comparison``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_agentbench compare",
         description="Compare two runs (run folders or summary.json files): metric deltas, flipped items, "
-                    "an exact McNemar test and bootstrap intervals that resample tasks.")
+        "an exact McNemar test and bootstrap intervals that resample tasks.",
+    )
     parser.add_argument("run_a", help="the reference run (e.g. the baseline)")
     parser.add_argument("run_b", help="the run compared with it")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
@@ -22,8 +24,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resamples", type=int, default=RESAMPLES, help=f"bootstrap resamples (default {RESAMPLES})")
     parser.add_argument("--markdown", action="store_true", help="print markdown instead of text")
     parser.add_argument("--force", action="store_true", help="compare even runs of different splits")
-    parser.add_argument("--html", metavar="OUT", help="also write the comparison as a self-contained HTML page "
-                        "(metrics with deltas, tests, flipped items linked to both runs' transcripts)")
+    parser.add_argument(
+        "--html",
+        metavar="OUT",
+        help="also write the comparison as a self-contained HTML page "
+        "(metrics with deltas, tests, flipped items linked to both runs' transcripts)",
+    )
     return parser
 
 
@@ -36,13 +42,19 @@ def run_command(args: argparse.Namespace) -> tuple[int, Comparison | None]:
         print(f"compare: {exc}", file=sys.stderr)
         return 2, None
     if a["settings"].get("benchmark") != b["settings"].get("benchmark"):
-        print(f"compare: the runs are of different benchmarks ({a['settings'].get('benchmark')} vs "
-              f"{b['settings'].get('benchmark')})", file=sys.stderr)
+        print(
+            f"compare: the runs are of different benchmarks ({a['settings'].get('benchmark')} vs "
+            f"{b['settings'].get('benchmark')})",
+            file=sys.stderr,
+        )
         return 2, None
     split_a, split_b = a["settings"].get("split"), b["settings"].get("split")
     if split_a != split_b and not args.force:
-        print(f"compare: the runs are of different splits ({split_a} vs {split_b}); their items are other "
-              f"questions (add --force to compare the items they share anyway)", file=sys.stderr)
+        print(
+            f"compare: the runs are of different splits ({split_a} vs {split_b}); their items are other "
+            f"questions (add --force to compare the items they share anyway)",
+            file=sys.stderr,
+        )
         return 2, None
     c = compare(a, b, seed=args.seed, resamples=args.resamples)
     print(render_markdown(c, args.alpha, "# Comparison") if args.markdown else "\n".join(render_text(c, args.alpha)))

@@ -1,4 +1,5 @@
 """``python -m pytest_agentbench init [FILE]``: a commented example run file (``core/runfile.py`` reads it)."""
+
 from __future__ import annotations
 
 import sys

@@ -1,5 +1,6 @@
 """``python -m pytest_agentbench rebuild-targets --out FILE``: SciCode validation targets rebuilt from the ground
 truth (``benchmarks.scicode.targets``), with a line of progress per step."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,8 +10,14 @@ import time
 from pathlib import Path
 
 from ..benchmarks.scicode import dataset, h5codec
-from ..benchmarks.scicode.targets import (NOT_OFFICIAL_NOTE, RebuildError, find_problems_file, load_problems,
-                                          rebuild_targets, verify_targets)
+from ..benchmarks.scicode.targets import (
+    NOT_OFFICIAL_NOTE,
+    RebuildError,
+    find_problems_file,
+    load_problems,
+    rebuild_targets,
+    verify_targets,
+)
 from ..core.data import DATA_DIR_ENV, DataError
 
 
@@ -18,11 +25,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_agentbench rebuild-targets",
         description="Rebuild SciCode validation targets (test_data.h5 layout) by running the "
-                    "ground truth of problems_dev.jsonl, then check every step's tests pass "
-                    "against them. " + NOT_OFFICIAL_NOTE[0].upper() + NOT_OFFICIAL_NOTE[1:] + ".")
-    parser.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV) or "data",
-                        help=f"folder holding scicode/{dataset.PROBLEM_FILES['validation'].name} "
-                             f"(default ${DATA_DIR_ENV} or ./data)")
+        "ground truth of problems_dev.jsonl, then check every step's tests pass "
+        "against them. " + NOT_OFFICIAL_NOTE[0].upper() + NOT_OFFICIAL_NOTE[1:] + ".",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=os.environ.get(DATA_DIR_ENV) or "data",
+        help=f"folder holding scicode/{dataset.PROBLEM_FILES['validation'].name} (default ${DATA_DIR_ENV} or ./data)",
+    )
     parser.add_argument("--out", required=True, help="HDF5 file to write (existing steps are kept)")
     parser.add_argument("--steps", default=None, help="comma-separated step numbers, e.g. 10.3,6.1")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per step (default 600)")
@@ -49,14 +59,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         problems = load_problems(find_problems_file(data_dir))
         print(f"rebuilding targets into {out}")
-        report = rebuild_targets(problems, out, timeout=args.timeout, jobs=max(1, args.jobs),
-                                 progress=print_progress, steps=steps, data_dir=data_dir)
+        report = rebuild_targets(
+            problems,
+            out,
+            timeout=args.timeout,
+            jobs=max(1, args.jobs),
+            progress=print_progress,
+            steps=steps,
+            data_dir=data_dir,
+        )
         failed = {s: m for s, m in report.items() if m != "ok"}
         if not args.no_verify and len(failed) < len(report):
             print("verifying: original tests against the rebuilt targets")
             built = [s for s, m in report.items() if m == "ok"]
-            checked = verify_targets(problems, out, args.timeout, jobs=max(1, args.jobs),
-                                     progress=print_progress, steps=built, data_dir=data_dir)
+            checked = verify_targets(
+                problems,
+                out,
+                args.timeout,
+                jobs=max(1, args.jobs),
+                progress=print_progress,
+                steps=built,
+                data_dir=data_dir,
+            )
             failed.update({s: "verification: " + m for s, m in checked.items() if m != "ok"})
     except (RebuildError, DataError, h5codec.TargetsError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -9,6 +9,7 @@ child keeps what a Slurm job sees: one process, the job's own PID, and SIGTERM (
 delivered once to the session that tears the task down; a waiting parent would either leave the child running
 or, forwarding the signal, make it arrive twice.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,9 @@ def resume(args: list[str]) -> int:
         print("usage: python -m pytest_agentbench resume RUN_DIR [PYTEST ARGS]", file=sys.stderr)
         return 2
     folder = Path(args[0]).expanduser().resolve()
-    return subprocess.call([sys.executable, "-m", "pytest", f"--bench-resume={folder}", *args[1:]],
-                           cwd=stored_cwd(folder))
+    return subprocess.call(
+        [sys.executable, "-m", "pytest", f"--bench-resume={folder}", *args[1:]], cwd=stored_cwd(folder)
+    )
 
 
 def run_task(argv: list[str]) -> int:

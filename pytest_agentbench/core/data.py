@@ -3,6 +3,7 @@
 Upstream files are never shipped with the package: on a user's machine they are fetched from
 pinned URLs into the data directory; a directory staged by hand (or read-only) works the same.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -157,8 +158,9 @@ def verify(path: Path, f: DataFile, stamp_dir: Path | None = None) -> Path:
     return path
 
 
-def find_or_fetch(root: Path, f: DataFile, *, stamp_dir: Path | None = None,
-                  allow_download: bool | None = None) -> Path:
+def find_or_fetch(
+    root: Path, f: DataFile, *, stamp_dir: Path | None = None, allow_download: bool | None = None
+) -> Path:
     """The verified local copy of ``f``; downloaded into ``<root>/<subdir>/`` when absent."""
     if allow_download is None:
         allow_download = os.environ.get(OFFLINE_ENV, "") not in ("1", "true", "yes")
@@ -168,8 +170,10 @@ def find_or_fetch(root: Path, f: DataFile, *, stamp_dir: Path | None = None,
     dest = root / f.subdir / f.name
     where = " or ".join(str(p) for p in candidates(root, f))
     if not allow_download:
-        raise DataError(f"{f.name} not found (looked in {where}) and downloads are off (${OFFLINE_ENV}); "
-                        f"download it from {f.url} and put it at {dest}")
+        raise DataError(
+            f"{f.name} not found (looked in {where}) and downloads are off (${OFFLINE_ENV}); "
+            f"download it from {f.url} and put it at {dest}"
+        )
     try:
         return download(f.url, dest, f.sha256)
     except DataError as exc:
@@ -218,8 +222,9 @@ def _fetch_once(url: str, part: Path, timeout: float) -> None:
             raise DataError(f"connection closed after {done} of {total} bytes")
 
 
-def download(url: str, dest: Path, sha256: str | None = None, *, retries: int = 3, backoff: float = 1.0,
-             timeout: float = 60) -> Path:
+def download(
+    url: str, dest: Path, sha256: str | None = None, *, retries: int = 3, backoff: float = 1.0, timeout: float = 60
+) -> Path:
     """Fetch ``url`` to ``dest`` atomically: into ``dest.part`` (resumed across attempts), verified,
     then renamed, so an interrupted download never leaves a file that looks complete."""
     dest = Path(dest)
@@ -254,8 +259,9 @@ def remove_empty(part: Path, folders: list[Path]) -> None:
         pass  # not empty (a partial download kept for resuming): leave it
 
 
-def _download(url: str, dest: Path, part: Path, sha256: str | None, *, retries: int, backoff: float,
-              timeout: float) -> Path:
+def _download(
+    url: str, dest: Path, part: Path, sha256: str | None, *, retries: int, backoff: float, timeout: float
+) -> Path:
     last: Exception | None = None
     for attempt in range(retries + 1):
         if attempt:

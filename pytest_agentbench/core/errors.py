@@ -1,7 +1,8 @@
 """Errors every layer may raise; the pytest plugin turns ``ConfigError`` into a usage error (exit 4)."""
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class ConfigError(Exception):

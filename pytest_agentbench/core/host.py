@@ -4,6 +4,7 @@ Plain functions, read where they run: on a remote xdist worker's host they descr
 controller. ``AGENTBENCH_TEST_GPUS`` is a test-only override (a number of GPUs to declare on a machine
 without any, so GPU placement can be tested); it is read on the host it describes.
 """
+
 from __future__ import annotations
 
 import hashlib

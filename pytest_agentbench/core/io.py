@@ -1,5 +1,6 @@
 """Small file and text helpers every layer shares: one atomic writer, the run's file sinks (``RunFiles``),
 one natural sort key, one trimmer."""
+
 from __future__ import annotations
 
 import os
@@ -109,8 +110,11 @@ def trim_parts(head: bytes, tail: bytes, size: int) -> str:
     if size <= len(head) + len(tail):
         return (head + tail)[:size].decode("utf-8", "replace")
     dropped = size - len(head) - len(tail)
-    return (head.decode("utf-8", "replace") + f"\n... [{dropped} bytes trimmed of {size}] ...\n"
-            + tail.decode("utf-8", "replace"))
+    return (
+        head.decode("utf-8", "replace")
+        + f"\n... [{dropped} bytes trimmed of {size}] ...\n"
+        + tail.decode("utf-8", "replace")
+    )
 
 
 def trim(data: bytes | str, limit: int) -> str:
@@ -119,4 +123,4 @@ def trim(data: bytes | str, limit: int) -> str:
     if len(raw) <= limit:
         return raw.decode("utf-8", "replace")
     half = limit // 2
-    return trim_parts(raw[:half], raw[len(raw) - half:], len(raw))
+    return trim_parts(raw[:half], raw[len(raw) - half :], len(raw))

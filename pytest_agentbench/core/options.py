@@ -7,14 +7,16 @@ bad value is an ``OptionError`` that names where it came from (``--bench-timeout
 ``ini agentbench_timeout``, ``$AGENTBENCH_DATA_DIR``). Nothing here knows pytest: the plugin package
 registers the options with pytest's parser and hands their raw values to ``resolve``.
 """
+
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 KINDS = ("str", "int", "float", "bool", "choice", "path", "list", "multi", "json", "size")
 # What a remote worker host gets of an option (``Option.hosts``)
@@ -171,8 +173,9 @@ class RunFacts:
 class Settings(Mapping[str, Any]):
     """Resolved settings: read-only, by key or attribute, plus where each value came from and the run's facts."""
 
-    def __init__(self, values: Mapping[str, Any], origins: Mapping[str, str] | None = None,
-                 facts: RunFacts | None = None) -> None:
+    def __init__(
+        self, values: Mapping[str, Any], origins: Mapping[str, str] | None = None, facts: RunFacts | None = None
+    ) -> None:
         self._values = MappingProxyType(dict(values))
         self._origins = MappingProxyType(dict(origins or {}))
         self._facts = facts or RunFacts()
@@ -355,9 +358,12 @@ def _number(option: Option, text: Any) -> int | float:
     except (TypeError, ValueError):
         value = None
     low, high = option.minimum, option.maximum
-    if (value is None or not math.isfinite(value)
-            or (low is not None and (value < low or (option.exclusive_minimum and value == low)))
-            or (high is not None and value > high)):
+    if (
+        value is None
+        or not math.isfinite(value)
+        or (low is not None and (value < low or (option.exclusive_minimum and value == low)))
+        or (high is not None and value > high)
+    ):
         raise ValueError(f"must be {number_range(option)}")
     return value
 

@@ -6,6 +6,7 @@ mismatch`` on perfectly valid code (python/cpython#106905). The plugin parses in
 (the next step's answer is extracted while this step is scored; targets are rebuilt by a thread pool),
 so every parse of the package goes through this one lock.
 """
+
 from __future__ import annotations
 
 import ast

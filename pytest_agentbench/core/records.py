@@ -12,6 +12,7 @@ Records travel from xdist workers to the controller in the test report's ``user_
 ``RECORD_PROPERTY``, with the item's run files and new model-cache entries under ``DELIVERY_PROPERTY``: the
 controller is the only writer of a run.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -38,16 +39,36 @@ UNPLACED_FIELD = "unplaced"
 PASS = "pass"
 # An item stopped by its cost budget (--bench-max-cost-per-item): not passed, a verdict (never retried, no error).
 BUDGET = "budget"
-STATUSES = ("pass", "fail", "timeout", "parse_error", "eval_error", "model_error", "env_error", "error", BUDGET,
-            "skipped")
+STATUSES = (
+    "pass",
+    "fail",
+    "timeout",
+    "parse_error",
+    "eval_error",
+    "model_error",
+    "env_error",
+    "error",
+    BUDGET,
+    "skipped",
+)
 # Errors of the model service or the environment say nothing about the model's ability; summaries show them apart.
 INFRA_STATUSES = ("model_error", "env_error", "error")
 # Outcomes that are no verdict on the model: the run counts' Error, and what --bench-max-retries runs again.
 ERROR_STATUSES = ("model_error", "eval_error", "env_error", "error")
 # Fields that legitimately differ between two runs of the same thing (``*_source``: built now or taken from the
 # cache, see docs/cache.md).
-VOLATILE_FIELDS = ("duration", "worker", "host", "started", "finished", "latency", "exec_duration", "run_dir",
-                   "targets_source", "capsule_source")
+VOLATILE_FIELDS = (
+    "duration",
+    "worker",
+    "host",
+    "started",
+    "finished",
+    "latency",
+    "exec_duration",
+    "run_dir",
+    "targets_source",
+    "capsule_source",
+)
 
 R = TypeVar("R", bound=Mapping[str, Any])  # a record of either form
 
@@ -56,8 +77,15 @@ RecordData = dict[str, Any]
 # A record in either form, where only reading it matters: a ``Record``, or its JSON object.
 RecordLike = Mapping[str, Any]
 # The fields every record has (``Record``'s attributes), with the type each holds.
-COMMON_FIELDS: dict[str, type] = {"benchmark": str, "task": str, "id": str, "split": str, "status": str,
-                                  "scored": bool, "message": str}
+COMMON_FIELDS: dict[str, type] = {
+    "benchmark": str,
+    "task": str,
+    "id": str,
+    "split": str,
+    "status": str,
+    "scored": bool,
+    "message": str,
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,8 +115,13 @@ class Record(Mapping[str, Any]):
         extra = {k: v for k, v in data.items() if k not in common}
         defaults = {k: kind() for k, kind in COMMON_FIELDS.items() if k not in common}
         defaults.pop("scored", None)  # its default is True, as for a record that never said
-        return cls(**defaults, **common, extra=extra, absent=frozenset(COMMON_FIELDS) - set(common) - set(extra),
-                   order=tuple(data))
+        return cls(
+            **defaults,
+            **common,
+            extra=extra,
+            absent=frozenset(COMMON_FIELDS) - set(common) - set(extra),
+            order=tuple(data),
+        )
 
     def to_json(self) -> RecordData:
         """The record's JSON object, exactly what ``from_json`` was given."""
@@ -133,8 +166,9 @@ def as_record(record: Mapping[str, Any]) -> Record:
 
 
 def to_json(record: Mapping[str, Any]) -> str:
-    return json.dumps(record if isinstance(record, dict) else dict(record), sort_keys=True, default=json_default,
-                      ensure_ascii=False)
+    return json.dumps(
+        record if isinstance(record, dict) else dict(record), sort_keys=True, default=json_default, ensure_ascii=False
+    )
 
 
 def json_default(obj: Any) -> Any:
@@ -266,7 +300,9 @@ def usage_of(record: Mapping[str, Any]) -> dict[str, float]:
     generation = record.get("generation") or {}
     out = {k: generation.get(k) or 0 for k in USAGE_KEYS if isinstance(generation.get(k) or 0, (int, float))}
     total = generation.get("total_tokens")
-    out["tokens"] = total if isinstance(total, (int, float)) else out.get("prompt_tokens", 0) + out.get("completion_tokens", 0)
+    out["tokens"] = (
+        total if isinstance(total, (int, float)) else out.get("prompt_tokens", 0) + out.get("completion_tokens", 0)
+    )
     return out
 
 
@@ -299,6 +335,11 @@ def usage_text(totals: Mapping[str, float]) -> str:
 
 def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The few values a CI dashboard shows for an item (never the whole record: junitxml writes str(value))."""
-    return [("benchmark", str(record.get("benchmark", ""))), ("task", str(record.get("task", ""))),
-            ("step", str(record.get("id", ""))), ("status", str(record.get("status", ""))),
-            ("duration", str(record.get("duration", 0.0))), ("tokens", str(int(usage_of(record)["tokens"])))]
+    return [
+        ("benchmark", str(record.get("benchmark", ""))),
+        ("task", str(record.get("task", ""))),
+        ("step", str(record.get("id", ""))),
+        ("status", str(record.get("status", ""))),
+        ("duration", str(record.get("duration", 0.0))),
+        ("tokens", str(int(usage_of(record)["tokens"]))),
+    ]

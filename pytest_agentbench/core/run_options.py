@@ -1,70 +1,172 @@
 """Options every run shares: which benchmark, split and items, where data, cache and reports live."""
+
 from __future__ import annotations
 
 from .options import Option
 
 RUN_OPTIONS: tuple[Option, ...] = (
-    Option("bench", "--bench", "benchmark to run (an installed benchmark's name); without it the plugin does nothing.",
-           ini="agentbench_bench", metavar="NAME"),
-    Option("config", "--bench-config",
-           "run file (YAML or JSON) with the run's options, models, gates and pytest selection "
-           "(sections bench, models, gates, pytest; `python -m pytest_agentbench init` writes an example); "
-           "several models run in one session, each its own run, unless --model picks one; "
-           "the command line and the environment win over it, it wins over the ini file.",
-           kind="path", exists="file", ini="agentbench_config", env="AGENTBENCH_CONFIG", metavar="FILE",
-           runfile_group=None, stored=False),
-    Option("split", "--bench-split",
-           "benchmark split (default: the benchmark's own default split).",
-           ini="agentbench_split", metavar="SPLIT"),
-    Option("ids", "--bench-ids",
-           "exact selection, comma separated: a task id (77) or a sample id (77.3). "
-           "Unlike -k, 7 does not match 17 or 70.", kind="list", ini="agentbench_ids", metavar="IDS"),
-    Option("data_dir", "--bench-data-dir",
-           "folder holding the upstream data files (default $AGENTBENCH_DATA_DIR, else ./data); "
-           "missing files are downloaded into it from pinned URLs and checked by sha256.",
-           kind="path", default="data", ini="agentbench_data_dir", env="AGENTBENCH_DATA_DIR", metavar="DIR",
-           free_on_resume=True, private=True),
-    Option("cache_dir", "--bench-cache-dir",
-           "cache folder, relative to the rootdir: model responses, files a benchmark derives from its data, "
-           "checksum stamps (default $AGENTBENCH_CACHE_DIR, else .agentbench_cache/).",
-           kind="path", default=".agentbench_cache", relative_to="rootdir", ini="agentbench_cache_dir",
-           env="AGENTBENCH_CACHE_DIR", metavar="DIR", free_on_resume=True, private=True),
-    Option("report_dir", "--bench-report-dir",
-           "folder for run reports: <dir>/<benchmark>/<model>/<run-id>/ (default reports/).",
-           kind="path", default="reports", ini="agentbench_report_dir", metavar="DIR", free_on_resume=True, private=True),
-    Option("run_id", "--bench-run-id",
-           "name of this run's report folder (default: UTC timestamp plus a random suffix).",
-           ini="agentbench_run_id", metavar="ID", stored=False),
-    Option("timeout", "--bench-timeout",
-           "seconds allowed for scoring one item in its child process (default 1800, as upstream).",
-           kind="float", default=1800.0, minimum=0, exclusive_minimum=True, ini="agentbench_timeout",
-           metavar="SECONDS", free_on_resume=True),
-    Option("max_consecutive_errors", "--bench-max-consecutive-errors",
-           "stop the run (as -x does, writing complete reports of what finished) after N items in a row ended in "
-           "model_error on one process (per worker under -n); eval_error and env_error never stop a run; "
-           "0 never stops (default 10).", kind="int", default=10, minimum=0,
-           ini="agentbench_max_consecutive_errors", metavar="N", free_on_resume=True),
-    Option("allow_custom_data", "--bench-allow-custom-data",
-           "accept data files whose sha256 differs from the pinned upstream files (a hand-made dataset, "
-           "a custom test_data.h5); the report says so.", kind="bool", default=False,
-           ini="agentbench_allow_custom_data"),
-    Option("allow_version_skew", "--bench-allow-version-skew",
-           "let a remote worker host take part although its pytest, pytest-xdist, execnet, numpy, scipy or h5py "
-           "version differs from the controller's (by default such a host is refused with the difference "
-           "named: the first three speak the worker protocol, the last three can change verdicts).",
-           kind="bool", default=False, ini="agentbench_allow_version_skew"),
-    Option("host_timeout", "--bench-host-timeout",
-           "seconds after which a remote worker host that stopped answering is declared lost (default 40): its "
-           "in-flight items get lost records and its tasks not begun go to the other hosts; a worker that hears "
-           "nothing from its controller for as long stops, its sandboxes with it.",
-           kind="float", default=40.0, minimum=4, maximum=600, ini="agentbench_host_timeout", metavar="SECONDS"),
-    Option("attempts", "--bench-attempts",
-           "run every task K times as independent samples (default 1): items are named <id>[attemptN], "
-           "attempt N replays the same cached responses, and the summary gives the mean of each headline "
-           "metric over attempts with its standard error and pass@k for k = 1..K.",
-           kind="int", default=1, minimum=1, ini="agentbench_attempts", metavar="K"),
-    Option("max_retries", "--bench-max-retries",
-           "run an item again, up to N times, when it ends in an infrastructure failure (model_error, "
-           "env_error, eval_error, error); cached model answers are reused and the record keeps every try "
-           "(default 0).", kind="int", default=0, minimum=0, ini="agentbench_max_retries", metavar="N"),
+    Option(
+        "bench",
+        "--bench",
+        "benchmark to run (an installed benchmark's name); without it the plugin does nothing.",
+        ini="agentbench_bench",
+        metavar="NAME",
+    ),
+    Option(
+        "config",
+        "--bench-config",
+        "run file (YAML or JSON) with the run's options, models, gates and pytest selection "
+        "(sections bench, models, gates, pytest; `python -m pytest_agentbench init` writes an example); "
+        "several models run in one session, each its own run, unless --model picks one; "
+        "the command line and the environment win over it, it wins over the ini file.",
+        kind="path",
+        exists="file",
+        ini="agentbench_config",
+        env="AGENTBENCH_CONFIG",
+        metavar="FILE",
+        runfile_group=None,
+        stored=False,
+    ),
+    Option(
+        "split",
+        "--bench-split",
+        "benchmark split (default: the benchmark's own default split).",
+        ini="agentbench_split",
+        metavar="SPLIT",
+    ),
+    Option(
+        "ids",
+        "--bench-ids",
+        "exact selection, comma separated: a task id (77) or a sample id (77.3). Unlike -k, 7 does not match 17 or 70.",
+        kind="list",
+        ini="agentbench_ids",
+        metavar="IDS",
+    ),
+    Option(
+        "data_dir",
+        "--bench-data-dir",
+        "folder holding the upstream data files (default $AGENTBENCH_DATA_DIR, else ./data); "
+        "missing files are downloaded into it from pinned URLs and checked by sha256.",
+        kind="path",
+        default="data",
+        ini="agentbench_data_dir",
+        env="AGENTBENCH_DATA_DIR",
+        metavar="DIR",
+        free_on_resume=True,
+        private=True,
+    ),
+    Option(
+        "cache_dir",
+        "--bench-cache-dir",
+        "cache folder, relative to the rootdir: model responses, files a benchmark derives from its data, "
+        "checksum stamps (default $AGENTBENCH_CACHE_DIR, else .agentbench_cache/).",
+        kind="path",
+        default=".agentbench_cache",
+        relative_to="rootdir",
+        ini="agentbench_cache_dir",
+        env="AGENTBENCH_CACHE_DIR",
+        metavar="DIR",
+        free_on_resume=True,
+        private=True,
+    ),
+    Option(
+        "report_dir",
+        "--bench-report-dir",
+        "folder for run reports: <dir>/<benchmark>/<model>/<run-id>/ (default reports/).",
+        kind="path",
+        default="reports",
+        ini="agentbench_report_dir",
+        metavar="DIR",
+        free_on_resume=True,
+        private=True,
+    ),
+    Option(
+        "run_id",
+        "--bench-run-id",
+        "name of this run's report folder (default: UTC timestamp plus a random suffix).",
+        ini="agentbench_run_id",
+        metavar="ID",
+        stored=False,
+    ),
+    Option(
+        "timeout",
+        "--bench-timeout",
+        "seconds allowed for scoring one item in its child process (default 1800, as upstream).",
+        kind="float",
+        default=1800.0,
+        minimum=0,
+        exclusive_minimum=True,
+        ini="agentbench_timeout",
+        metavar="SECONDS",
+        free_on_resume=True,
+    ),
+    Option(
+        "max_consecutive_errors",
+        "--bench-max-consecutive-errors",
+        "stop the run (as -x does, writing complete reports of what finished) after N items in a row ended in "
+        "model_error on one process (per worker under -n); eval_error and env_error never stop a run; "
+        "0 never stops (default 10).",
+        kind="int",
+        default=10,
+        minimum=0,
+        ini="agentbench_max_consecutive_errors",
+        metavar="N",
+        free_on_resume=True,
+    ),
+    Option(
+        "allow_custom_data",
+        "--bench-allow-custom-data",
+        "accept data files whose sha256 differs from the pinned upstream files (a hand-made dataset, "
+        "a custom test_data.h5); the report says so.",
+        kind="bool",
+        default=False,
+        ini="agentbench_allow_custom_data",
+    ),
+    Option(
+        "allow_version_skew",
+        "--bench-allow-version-skew",
+        "let a remote worker host take part although its pytest, pytest-xdist, execnet, numpy, scipy or h5py "
+        "version differs from the controller's (by default such a host is refused with the difference "
+        "named: the first three speak the worker protocol, the last three can change verdicts).",
+        kind="bool",
+        default=False,
+        ini="agentbench_allow_version_skew",
+    ),
+    Option(
+        "host_timeout",
+        "--bench-host-timeout",
+        "seconds after which a remote worker host that stopped answering is declared lost (default 40): its "
+        "in-flight items get lost records and its tasks not begun go to the other hosts; a worker that hears "
+        "nothing from its controller for as long stops, its sandboxes with it.",
+        kind="float",
+        default=40.0,
+        minimum=4,
+        maximum=600,
+        ini="agentbench_host_timeout",
+        metavar="SECONDS",
+    ),
+    Option(
+        "attempts",
+        "--bench-attempts",
+        "run every task K times as independent samples (default 1): items are named <id>[attemptN], "
+        "attempt N replays the same cached responses, and the summary gives the mean of each headline "
+        "metric over attempts with its standard error and pass@k for k = 1..K.",
+        kind="int",
+        default=1,
+        minimum=1,
+        ini="agentbench_attempts",
+        metavar="K",
+    ),
+    Option(
+        "max_retries",
+        "--bench-max-retries",
+        "run an item again, up to N times, when it ends in an infrastructure failure (model_error, "
+        "env_error, eval_error, error); cached model answers are reused and the record keeps every try "
+        "(default 0).",
+        kind="int",
+        default=0,
+        minimum=0,
+        ini="agentbench_max_retries",
+        metavar="N",
+    ),
 )

@@ -11,12 +11,14 @@ where it came from (``file agentbench.yaml:12``), which errors and settings.json
 resolver's: command line > environment > run file > ini > default. The API key is never in the file:
 ``api_key_env`` names the environment variable that holds it.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .options import Option, OptionError
 
@@ -24,9 +26,17 @@ GROUPS = ("bench", "models", "gates", "pytest")
 # pytest's own options a run file may give, and the flag each becomes on pytest's command line
 PYTEST_KEYS = {"k": "-k", "m": "-m", "deselect": "--deselect", "n": "-n"}
 # keys of one entry of ``models:`` -> the model option each sets
-MODEL_KEYS = {"name": "model", "base_url": "model_base_url", "protocol": "model_protocol", "params": "model_params",
-              "timeout": "model_timeout", "max_retries": "model_max_retries", "retry_delay": "model_retry_delay",
-              "preflight": "model_preflight", "price": "model_price"}
+MODEL_KEYS = {
+    "name": "model",
+    "base_url": "model_base_url",
+    "protocol": "model_protocol",
+    "params": "model_params",
+    "timeout": "model_timeout",
+    "max_retries": "model_max_retries",
+    "retry_delay": "model_retry_delay",
+    "preflight": "model_preflight",
+    "price": "model_price",
+}
 KEY_ENV = "api_key_env"
 MODEL_GROUP = "models"
 
@@ -71,8 +81,13 @@ class RunFile:
         out = {name: (located.value, self.where(located.line)) for name, located in self.options.items()}
         entry = self.pick_model(model)
         if entry is not None:
-            out.update({name: (located.value, self.where(located.line)) for name, located in entry.values.items()
-                        if name != KEY_ENV})
+            out.update(
+                {
+                    name: (located.value, self.where(located.line))
+                    for name, located in entry.values.items()
+                    if name != KEY_ENV
+                }
+            )
             if KEY_ENV in entry.values and env.get(str(entry.values[KEY_ENV].value)):
                 # unset: no key from here (listing items needs none; a run's preflight says it is missing)
                 out["model_api_key"] = self.api_key(entry, env)
@@ -145,8 +160,9 @@ class _Reader:
 
     def run_file(self, root: Any) -> RunFile:
         if root is None:
-            raise OptionError(f"run file {self.path.name} is empty; `python -m pytest_agentbench init` writes an "
-                              f"example")
+            raise OptionError(
+                f"run file {self.path.name} is empty; `python -m pytest_agentbench init` writes an example"
+            )
         options: dict[str, Located] = {}
         models: tuple[ModelEntry, ...] = ()
         pytest_args: dict[str, Located] = {}
@@ -189,14 +205,18 @@ class _Reader:
                 if key == KEY_ENV:
                     values[KEY_ENV] = Located(str(self.value(value_node)), line)
                 elif key == "api_key":
-                    raise self.fail(key_node, f"a model: the API key itself never goes in a run file; give "
-                                              f"{KEY_ENV}: NAME_OF_THE_VARIABLE_THAT_HOLDS_IT")
+                    raise self.fail(
+                        key_node,
+                        f"a model: the API key itself never goes in a run file; give "
+                        f"{KEY_ENV}: NAME_OF_THE_VARIABLE_THAT_HOLDS_IT",
+                    )
                 elif key in MODEL_KEYS:
                     name = MODEL_KEYS[key]
                     values[name] = Located(as_raw(self.options[name], self.value(value_node)), line)
                 else:
-                    raise self.fail(key_node, f"a model: unknown key {key!r}; valid keys: "
-                                              f"{', '.join([*MODEL_KEYS, KEY_ENV])}")
+                    raise self.fail(
+                        key_node, f"a model: unknown key {key!r}; valid keys: {', '.join([*MODEL_KEYS, KEY_ENV])}"
+                    )
             if "model" not in values:
                 raise self.fail(item, "a model needs a name (name: gpt-4o)")
             name = str(values["model"].value)

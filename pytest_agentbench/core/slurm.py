@@ -6,6 +6,7 @@ A run's tasks go out as job arrays, one per distinct request (CPUs, memory, GPU,
 array runs the ``i``-th line of the array's unit list. What was submitted is kept in ``spool/jobs.json`` so a
 later ``collect`` can tell a job that ended without a package (lost) from one still running.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,14 @@ import math
 import os
 import shlex
 import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .io import write_atomic
-from .spool import SECRET_FILE
 from .options import Option
+from .spool import SECRET_FILE
 
 BACKENDS = ("local", "slurm")
 KEY_SOURCES = ("file", "node-env")
@@ -27,39 +29,106 @@ JOBS_FILE = "jobs.json"
 TIME_MARGIN = 600.0  # seconds a job gets beyond its items' limits: start-up, data checks, model calls' slack
 HARNESS_MIB = 1024  # memory the job's own Python needs beyond what it allows the code it runs
 # Job states after which an array element does nothing more (a requeued element goes back to PENDING).
-ENDED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-                          "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
-WHY = {"TIMEOUT": "it hit its time limit", "CANCELLED": "it was cancelled", "NODE_FAIL": "its node failed",
-       "OUT_OF_MEMORY": "it ran out of memory", "PREEMPTED": "it was preempted", "FAILED": "it failed",
-       "COMPLETED": "it ended", "BOOT_FAIL": "its node did not boot", "DEADLINE": "it passed its deadline"}
+ENDED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
+WHY = {
+    "TIMEOUT": "it hit its time limit",
+    "CANCELLED": "it was cancelled",
+    "NODE_FAIL": "its node failed",
+    "OUT_OF_MEMORY": "it ran out of memory",
+    "PREEMPTED": "it was preempted",
+    "FAILED": "it failed",
+    "COMPLETED": "it ended",
+    "BOOT_FAIL": "its node did not boot",
+    "DEADLINE": "it passed its deadline",
+}
 
 SLURM_OPTIONS: tuple[Option, ...] = (
-    Option("backend", "--bench-backend", kind="choice", choices=BACKENDS, default="local",
-           ini="agentbench_backend", env="AGENTBENCH_BACKEND", metavar="BACKEND",
-           help="where tasks run: local (this pytest session and its xdist workers) or slurm (one job array "
-                "element per task; the run folder must be on a file system the nodes share; see docs/slurm.md).",
-                free_on_resume=True),
-    Option("slurm_partition", "--bench-slurm-partition", ini="agentbench_slurm_partition", metavar="NAME",
-           help="Slurm partition for the run's jobs (sbatch --partition; default: the cluster's).",
-           free_on_resume=True),
-    Option("slurm_account", "--bench-slurm-account", ini="agentbench_slurm_account", metavar="NAME",
-           help="Slurm account charged for the run's jobs (sbatch --account).", free_on_resume=True),
-    Option("slurm_max_running", "--bench-slurm-max-running", kind="int", default=None, minimum=1,
-           ini="agentbench_slurm_max_running", metavar="N",
-           help="at most N of the run's tasks run at once (the job array's %N; default: no limit).",
-           free_on_resume=True),
-    Option("slurm_args", "--bench-slurm-args", ini="agentbench_slurm_args", metavar="ARGS",
-           help="further sbatch arguments for every task's job, shell-quoted (e.g. '--qos=long --constraint=a100'); "
-                "they come after the requests pytest-agentbench makes, so they win.", free_on_resume=True),
-    Option("slurm_key", "--bench-slurm-key", kind="choice", choices=KEY_SOURCES, default="file",
-           ini="agentbench_slurm_key",
-           help="how a job gets the API key: file (a file in the run's spool only you can read, mode 0600, "
-                "removed by collect) or node-env (the job's own $OPENAI_API_KEY on the node; nothing is written). "
-                "The key is never in a job script or in the environment Slurm stores.", free_on_resume=True),
-    Option("detach", "--bench-detach", kind="bool", default=False, negatable=True, ini="agentbench_detach",
-           help="with --bench-backend=slurm: exit 0 once the tasks are submitted, printing the job ids and the "
-                "collect command; a dependent job runs `python -m pytest_agentbench collect RUN_DIR` when they end.",
-                free_on_resume=True),
+    Option(
+        "backend",
+        "--bench-backend",
+        kind="choice",
+        choices=BACKENDS,
+        default="local",
+        ini="agentbench_backend",
+        env="AGENTBENCH_BACKEND",
+        metavar="BACKEND",
+        help="where tasks run: local (this pytest session and its xdist workers) or slurm (one job array "
+        "element per task; the run folder must be on a file system the nodes share; see docs/slurm.md).",
+        free_on_resume=True,
+    ),
+    Option(
+        "slurm_partition",
+        "--bench-slurm-partition",
+        ini="agentbench_slurm_partition",
+        metavar="NAME",
+        help="Slurm partition for the run's jobs (sbatch --partition; default: the cluster's).",
+        free_on_resume=True,
+    ),
+    Option(
+        "slurm_account",
+        "--bench-slurm-account",
+        ini="agentbench_slurm_account",
+        metavar="NAME",
+        help="Slurm account charged for the run's jobs (sbatch --account).",
+        free_on_resume=True,
+    ),
+    Option(
+        "slurm_max_running",
+        "--bench-slurm-max-running",
+        kind="int",
+        default=None,
+        minimum=1,
+        ini="agentbench_slurm_max_running",
+        metavar="N",
+        help="at most N of the run's tasks run at once (the job array's %N; default: no limit).",
+        free_on_resume=True,
+    ),
+    Option(
+        "slurm_args",
+        "--bench-slurm-args",
+        ini="agentbench_slurm_args",
+        metavar="ARGS",
+        help="further sbatch arguments for every task's job, shell-quoted (e.g. '--qos=long --constraint=a100'); "
+        "they come after the requests pytest-agentbench makes, so they win.",
+        free_on_resume=True,
+    ),
+    Option(
+        "slurm_key",
+        "--bench-slurm-key",
+        kind="choice",
+        choices=KEY_SOURCES,
+        default="file",
+        ini="agentbench_slurm_key",
+        help="how a job gets the API key: file (a file in the run's spool only you can read, mode 0600, "
+        "removed by collect) or node-env (the job's own $OPENAI_API_KEY on the node; nothing is written). "
+        "The key is never in a job script or in the environment Slurm stores.",
+        free_on_resume=True,
+    ),
+    Option(
+        "detach",
+        "--bench-detach",
+        kind="bool",
+        default=False,
+        negatable=True,
+        ini="agentbench_detach",
+        help="with --bench-backend=slurm: exit 0 once the tasks are submitted, printing the job ids and the "
+        "collect command; a dependent job runs `python -m pytest_agentbench collect RUN_DIR` when they end.",
+        free_on_resume=True,
+    ),
 )
 
 
@@ -101,22 +170,27 @@ def group_requests(requests: Mapping[str, Request]) -> dict[Request, list[str]]:
     shapes: dict[tuple[int, int, bool], list[str]] = {}
     for unit, request in requests.items():
         shapes.setdefault((request.cpus, request.memory_mib, request.gpu), []).append(unit)
-    return {Request(cpus, memory, gpu, max(requests[u].seconds for u in units)): units
-            for (cpus, memory, gpu), units in shapes.items()}
+    return {
+        Request(cpus, memory, gpu, max(requests[u].seconds for u in units)): units
+        for (cpus, memory, gpu), units in shapes.items()
+    }
 
 
 def run(args: list[str], *, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> str:
     """A Slurm command's stdout; SlurmError with its stderr when it fails or is missing."""
     try:
-        done = subprocess.run(args, capture_output=True, text=True, env=dict(env) if env is not None else None,
-                              timeout=timeout)
+        done = subprocess.run(
+            args, capture_output=True, text=True, env=dict(env) if env is not None else None, timeout=timeout
+        )
     except FileNotFoundError:
-        raise SlurmError(f"{args[0]} is not installed here: --bench-backend=slurm submits from a machine with "
-                         f"the Slurm commands (a login node)") from None
+        raise SlurmError(
+            f"{args[0]} is not installed here: --bench-backend=slurm submits from a machine with "
+            f"the Slurm commands (a login node)"
+        ) from None
     except subprocess.TimeoutExpired:
         raise SlurmError(f"{' '.join(args[:2])} did not answer within {timeout:.0f} s") from None
     if done.returncode != 0:
-        text = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}")
+        text = done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}"
         raise SlurmError(text)
     return done.stdout
 
@@ -139,25 +213,69 @@ def job_script(python: str, run_dir: Path, unit_list: Path, login: bool = False)
     """The array's job script: names only the run folder and the unit list (never a secret). ``login``
     (``--bench-slurm-key=node-env``): a login shell, so the user's own start-up files on the node set the key."""
     shell = "#!/bin/bash -l" if login else "#!/bin/sh"
-    return (f"{shell}\n# pytest-agentbench: one element of this array runs one task of the run\n"
-            f"exec {shlex.quote(python)} -m pytest_agentbench run-task {shlex.quote(str(run_dir))} "
-            f"--list {shlex.quote(str(unit_list))} --index \"$SLURM_ARRAY_TASK_ID\"\n")
+    return (
+        f"{shell}\n# pytest-agentbench: one element of this array runs one task of the run\n"
+        f"exec {shlex.quote(python)} -m pytest_agentbench run-task {shlex.quote(str(run_dir))} "
+        f'--list {shlex.quote(str(unit_list))} --index "$SLURM_ARRAY_TASK_ID"\n'
+    )
 
 
-def submit_array(script: Path, count: int, request: Request, *, name: str, log_dir: Path, cwd: str,
-                 max_running: int | None, before: list[str], after: list[str], env: Mapping[str, str]) -> str:
+def submit_array(
+    script: Path,
+    count: int,
+    request: Request,
+    *,
+    name: str,
+    log_dir: Path,
+    cwd: str,
+    max_running: int | None,
+    before: list[str],
+    after: list[str],
+    env: Mapping[str, str],
+) -> str:
     """Submit one array of ``count`` elements; its job id."""
     array = f"--array=0-{count - 1}" + (f"%{max_running}" if max_running else "")
-    args = ["sbatch", "--parsable", array, f"--job-name={name}", "--requeue", "--open-mode=append",
-            f"--output={log_dir}/%A_%a.out", f"--chdir={cwd}", "--export=ALL", *before, *request.sbatch_args(),
-            *after, str(script)]
+    args = [
+        "sbatch",
+        "--parsable",
+        array,
+        f"--job-name={name}",
+        "--requeue",
+        "--open-mode=append",
+        f"--output={log_dir}/%A_%a.out",
+        f"--chdir={cwd}",
+        "--export=ALL",
+        *before,
+        *request.sbatch_args(),
+        *after,
+        str(script),
+    ]
     return run(args, env=env).strip().split(";")[0]
 
 
-def submit_wrap(command: str, *, name: str, output: str, cwd: str, before: list[str], env: Mapping[str, str],
-                dependency: str | None = None, wait: bool = False, timeout: float = 60.0) -> str:
-    args = ["sbatch", "--parsable", f"--job-name={name}", f"--output={output}", f"--chdir={cwd}", "--export=ALL",
-            "--time=10", "--mem=1024M", *before]
+def submit_wrap(
+    command: str,
+    *,
+    name: str,
+    output: str,
+    cwd: str,
+    before: list[str],
+    env: Mapping[str, str],
+    dependency: str | None = None,
+    wait: bool = False,
+    timeout: float = 60.0,
+) -> str:
+    args = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={name}",
+        f"--output={output}",
+        f"--chdir={cwd}",
+        "--export=ALL",
+        "--time=10",
+        "--mem=1024M",
+        *before,
+    ]
     if dependency:
         args.append(f"--dependency={dependency}")
     if wait:
@@ -220,8 +338,9 @@ def log_says(log_dir: Path | None, label: str) -> str:
     return f"; its log says: {found[-1][:400]}" if found else ""
 
 
-def ended_without_package(units: set[str], arrays: list[dict[str, Any]],
-                          log_dir: Path | None = None) -> dict[str, tuple[str, str, str]]:
+def ended_without_package(
+    units: set[str], arrays: list[dict[str, Any]], log_dir: Path | None = None
+) -> dict[str, tuple[str, str, str]]:
     """unit -> (lost message, worker, host) for each of ``units`` whose job element has ended (or is no longer
     known to Slurm); the caller has checked that no package came."""
     latest = {u: e for u, e in latest_elements(arrays).items() if u in units}
@@ -234,14 +353,18 @@ def ended_without_package(units: set[str], arrays: list[dict[str, Any]],
             continue
         label = f"{job}_{index}"
         if not state:
-            message = (f"Slurm job {label} is no longer known to Slurm and wrote no package (it ended before "
-                       f"squeue was asked); no result reached the controller: --bench-resume submits it again")
+            message = (
+                f"Slurm job {label} is no longer known to Slurm and wrote no package (it ended before "
+                f"squeue was asked); no result reached the controller: --bench-resume submits it again"
+            )
         else:
             why = WHY.get(base, base.lower())
-            message = (f"Slurm job {label} ended {base} on node {node or '?'} ({why}"
-                       + (f"; reason {reason}" if reason and reason != "None" else "")
-                       + f") without a package{log_says(log_dir, label)}; no result reached the controller: "
-                         f"--bench-resume submits it again")
+            message = (
+                f"Slurm job {label} ended {base} on node {node or '?'} ({why}"
+                + (f"; reason {reason}" if reason and reason != "None" else "")
+                + f") without a package{log_says(log_dir, label)}; no result reached the controller: "
+                f"--bench-resume submits it again"
+            )
         out[unit] = (message, f"slurm {label}", node or "?")
     return out
 

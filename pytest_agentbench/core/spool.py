@@ -10,14 +10,16 @@ xdist deliveries, then moves it to ``spool/taken/`` so it is never taken in twic
 Engine-neutral and plain: no pytest, no scheduler. Everything in a package came from another process: its
 shape is checked here (``PackageError``), its paths by ``store_delivery``.
 """
+
 from __future__ import annotations
 
 import base64
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .io import write_atomic
 
@@ -57,10 +59,16 @@ def package_path(run_dir: Path, unit: str) -> Path:
 
 def encode_delivery(delivery: dict[str, Any]) -> dict[str, Any]:
     """A delivery (zlib bytes inside) as JSON data: the blobs in base64."""
+
     def enc(rows: Iterable[tuple[Any, Any]] | None) -> list[list[str]]:
         return [[str(name), base64.b64encode(bytes(blob)).decode("ascii")] for name, blob in rows or ()]
-    return {"append": bool(delivery.get("append", True)), "files": enc(delivery.get("files")),
-            "cache": enc(delivery.get("cache")), "bytes": int(delivery.get("bytes") or 0)}
+
+    return {
+        "append": bool(delivery.get("append", True)),
+        "files": enc(delivery.get("files")),
+        "cache": enc(delivery.get("cache")),
+        "bytes": int(delivery.get("bytes") or 0),
+    }
 
 
 def decode_delivery(data: Any) -> dict[str, Any]:
@@ -76,8 +84,13 @@ def decode_delivery(data: Any) -> dict[str, Any]:
                 raise PackageError("a delivery row is not [name, base64]")
             out.append([row[0], base64.b64decode(row[1].encode("ascii"), validate=True)])
         return out
-    return {"append": bool(data.get("append", True)), "files": dec(data.get("files", [])),
-            "cache": dec(data.get("cache", [])), "bytes": int(data.get("bytes") or 0)}
+
+    return {
+        "append": bool(data.get("append", True)),
+        "files": dec(data.get("files", [])),
+        "cache": dec(data.get("cache", [])),
+        "bytes": int(data.get("bytes") or 0),
+    }
 
 
 def write_package(run_dir: Path, unit: str, items: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
@@ -85,8 +98,12 @@ def write_package(run_dir: Path, unit: str, items: list[dict[str, Any]], meta: d
     ``{"nodeid", "phases": [{"when", "outcome", "longrepr", "duration"}], "record", "delivery"}``."""
     path = package_path(run_dir, unit)
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = {"format": FORMAT, "unit": unit, "meta": meta,
-            "items": [{**item, "delivery": encode_delivery(item["delivery"])} for item in items]}
+    body = {
+        "format": FORMAT,
+        "unit": unit,
+        "meta": meta,
+        "items": [{**item, "delivery": encode_delivery(item["delivery"])} for item in items],
+    }
     write_atomic(path, json.dumps(body, ensure_ascii=True, sort_keys=True), durable=True)
     return path
 
@@ -104,8 +121,9 @@ def read_package(path: Path) -> dict[str, Any]:
         raise PackageError(f"{path.name}: not a package of format {FORMAT}")
     items = []
     for item in data["items"]:
-        if not (isinstance(item, dict) and isinstance(item.get("nodeid"), str)
-                and isinstance(item.get("phases"), list)):
+        if not (
+            isinstance(item, dict) and isinstance(item.get("nodeid"), str) and isinstance(item.get("phases"), list)
+        ):
             raise PackageError(f"{path.name}: an item without a node id or phases")
         if item.get("record") is not None and not isinstance(item["record"], dict):
             raise PackageError(f"{path.name}: {item['nodeid']}: the record is not an object")
@@ -138,4 +156,4 @@ def taken_units(run_dir: Path) -> set[str]:
         names = [p.name for p in folder.iterdir() if p.name.endswith(SUFFIX)]
     except FileNotFoundError:
         return set()
-    return {n[len("task-"):-len(SUFFIX)] for n in names if n.startswith("task-")}
+    return {n[len("task-") : -len(SUFFIX)] for n in names if n.startswith("task-")}

@@ -5,6 +5,7 @@ characters in it would let the text redraw what a human reads: ``\\x1b[2K\\r\\x1
 the line and paints a green PASSED. ``printable`` keeps the text readable and makes every control
 character visible as its Python escape instead.
 """
+
 from __future__ import annotations
 
 import re

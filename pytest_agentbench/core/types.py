@@ -1,4 +1,5 @@
 """The units a run is made of: a ``Task`` (run whole, in order, on one worker) of ``Sample``s (one item each)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

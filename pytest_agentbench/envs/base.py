@@ -14,6 +14,7 @@ A new environment subclasses ``Environment`` and ``EnvFactory``; a user can also
 with any object that has the factory's ``start``/``run_python``/``close`` and returns something with
 the ``Environment`` methods.
 """
+
 from __future__ import annotations
 
 import errno
@@ -114,7 +115,7 @@ class Environment(ABC):
             if not self.keep_workspace:
                 shutil.rmtree(self.workspace, ignore_errors=True)
 
-    def __enter__(self) -> "Environment":
+    def __enter__(self) -> Environment:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -145,11 +146,13 @@ class PathView:
         mount = self.mount_of(env_path)
         if mount is not None:
             inner, folder, _ = mount
-            rest = env_path[len(inner):].lstrip("/")
+            rest = env_path[len(inner) :].lstrip("/")
             return folder / rest if rest else folder
         if under(env_path, self.unreachable):
-            raise PermissionError(f"{shown!r} cannot be read from outside the environment; copy it into "
-                                  f"{self.workdir} with a command first")
+            raise PermissionError(
+                f"{shown!r} cannot be read from outside the environment; copy it into "
+                f"{self.workdir} with a command first"
+            )
         if self.visible is not None and not under(env_path, self.visible):
             raise PermissionError(f"{shown!r} is not in the environment")
         return Path(env_path)
@@ -222,8 +225,9 @@ class EnvFactory(ABC):
     kind: str = "?"
 
     @abstractmethod
-    def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "",
-              workdir: str | None = None) -> Environment:
+    def start(
+        self, workspace: Path, *, needs_gpu: bool = False, name: str = "", workdir: str | None = None
+    ) -> Environment:
         """An environment working on ``workspace``; ``EnvSkip`` when it cannot run such an item.
         ``workdir``: the absolute path the workspace should have inside the environment (None: the
         environment's own choice); ``Environment.workdir`` says where it really is."""

@@ -15,6 +15,7 @@ Commands run as ``bash`` scripts in ``/capsule`` in their own process group (job
 their output in files inside the container of which only the head and tail are read back; a
 command past its timeout has its group killed.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -34,8 +35,17 @@ from typing import TYPE_CHECKING, Any
 from ..core.io import trim_parts
 from ..core.text import decode
 from ..sandbox.result import ExecResult
-from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, EnvError, EnvFactory, Environment,
-                   EnvSkip, check_timeout, python_result)
+from .base import (
+    DEFAULT_OUTPUT_CAP,
+    DEFAULT_OUTPUT_LIMIT,
+    MAX_FILE_READ,
+    EnvError,
+    EnvFactory,
+    Environment,
+    EnvSkip,
+    check_timeout,
+    python_result,
+)
 
 DEFAULT_IMAGE = "python:3.12-bookworm"
 DEFAULT_NETWORK = "bridge"
@@ -168,9 +178,18 @@ class DockerEnvironment(Environment):
     kind = "docker"
     workdir = WORKDIR
 
-    def __init__(self, client: DockerClient, container: Container, workspace: Path, *, keep_workspace: bool = False,
-                 name: str = "", output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
-                 workdir: str = WORKDIR) -> None:
+    def __init__(
+        self,
+        client: DockerClient,
+        container: Container,
+        workspace: Path,
+        *,
+        keep_workspace: bool = False,
+        name: str = "",
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        workdir: str = WORKDIR,
+    ) -> None:
         super().__init__(workspace, keep_workspace=keep_workspace, name=name)
         self.workdir = workdir  # the workspace inside the container (CORE-Bench: --bench-workspace-root)
         self.client = client
@@ -203,11 +222,14 @@ class DockerEnvironment(Environment):
         self.container.put_archive("/tmp", _tar_bytes({f".agentbench/{self.count}.sh": command.encode()}))
         blocks = max(1, self.output_cap // 512)
         # job control gives the command its own process group (= its pid), killable as a whole
-        outer = (f"set -m; ulimit -f {blocks}; /bin/bash {base}.sh >{base}.out 2>{base}.err </dev/null & "
-                 f"echo $! >{base}.pid; wait $!")
+        outer = (
+            f"set -m; ulimit -f {blocks}; /bin/bash {base}.sh >{base}.out 2>{base}.err </dev/null & "
+            f"echo $! >{base}.pid; wait $!"
+        )
         api = self.client.api
-        exec_id = api.exec_create(self.container.id, ["/bin/bash", "-c", outer], workdir=self.workdir,
-                                  environment=environment)["Id"]
+        exec_id = api.exec_create(
+            self.container.id, ["/bin/bash", "-c", outer], workdir=self.workdir, environment=environment
+        )["Id"]
         started = time.monotonic()
         api.exec_start(exec_id, detach=True)
         timed_out = False
@@ -225,9 +247,16 @@ class DockerEnvironment(Environment):
             raise
         duration = time.monotonic() - started
         stdout, out_size, stderr, err_size, repaired = self._read_outputs(base)
-        return ExecResult(exit_code=None if timed_out else info.get("ExitCode"), stdout=stdout, stderr=stderr,
-                          timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size,
-                          text_repaired=repaired)
+        return ExecResult(
+            exit_code=None if timed_out else info.get("ExitCode"),
+            stdout=stdout,
+            stderr=stderr,
+            timed_out=timed_out,
+            duration=duration,
+            stdout_bytes=out_size,
+            stderr_bytes=err_size,
+            text_repaired=repaired,
+        )
 
     def _wait_exec(self, exec_id: str, deadline: float) -> dict[str, Any] | None:
         """The exec's final state, or None at the deadline."""
@@ -247,19 +276,20 @@ class DockerEnvironment(Environment):
         characters of the kept bytes were not UTF-8 and became U+FFFD (the record's ``text_repaired``)."""
         limit, half = self.output_limit, self.output_limit // 2
         script = (
-            f'so=$(wc -c < {base}.out 2>/dev/null || echo 0); se=$(wc -c < {base}.err 2>/dev/null || echo 0); '
+            f"so=$(wc -c < {base}.out 2>/dev/null || echo 0); se=$(wc -c < {base}.err 2>/dev/null || echo 0); "
             f'echo "$so $se"; '
-            f'for f in {base}.out {base}.err; do s=$(wc -c < $f 2>/dev/null || echo 0); '
+            f"for f in {base}.out {base}.err; do s=$(wc -c < $f 2>/dev/null || echo 0); "
             f'if [ "$s" -le {limit} ]; then cat $f 2>/dev/null; else head -c {half} $f; tail -c {half} $f; fi; done; '
-            f'rm -f {base}.out {base}.err {base}.sh {base}.pid'
+            f"rm -f {base}.out {base}.err {base}.sh {base}.pid"
         )
         _, output = self._exec(["/bin/sh", "-c", script])
         first, _, rest = output.partition(b"\n")
         try:
             out_size, err_size = (int(x) for x in first.split())
         except ValueError:
-            raise EnvError(f"could not read a command's output in container {self.container.short_id}: "
-                           f"{output[:200]!r}") from None
+            raise EnvError(
+                f"could not read a command's output in container {self.container.short_id}: {output[:200]!r}"
+            ) from None
         texts, repaired = [], 0
         for size in (out_size, err_size):
             taken = size if size <= limit else 2 * half
@@ -329,8 +359,10 @@ class DockerEnvironment(Environment):
             # missing at this point under load (404 "Could not find the file"); made here, it is always there
             made = self.container.exec_run(["mkdir", "-p", self.workdir], workdir="/")  # not in the dir it makes
             if made.exit_code != 0:
-                raise EnvError(f"cannot create {self.workdir} in container {self.container.short_id}: "
-                               f"{_output_bytes(made)[:200]!r}")
+                raise EnvError(
+                    f"cannot create {self.workdir} in container {self.container.short_id}: "
+                    f"{_output_bytes(made)[:200]!r}"
+                )
             if not self.container.put_archive(self.workdir, fh):
                 raise EnvError(f"copying the workspace into container {self.container.short_id} failed")
         self.container.put_archive("/tmp", _tar_bytes({}, dirs=(".agentbench",)))
@@ -374,17 +406,54 @@ class DockerEnvironment(Environment):
         _remove_container(self.container)
 
 
-NESTED_DOCKERD = ("dockerd --bridge=none --iptables=false --ip-masq=false --storage-driver=vfs "
-                  f">{PRIVATE}/dockerd.log 2>&1 </dev/null")
+NESTED_DOCKERD = (
+    "dockerd --bridge=none --iptables=false --ip-masq=false --storage-driver=vfs "
+    f">{PRIVATE}/dockerd.log 2>&1 </dev/null"
+)
 NESTED_WAIT = 60.0  # seconds for the nested daemon to answer
 
 
 # Linux capabilities 0..37 by bit number, as the engine names them (newer ones are unknown to older engines)
-CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
-                "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
-                "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
-                "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL",
-                "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ")
+CAPABILITIES = (
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+)
 NESTED_SECURITY = ("seccomp=unconfined", "apparmor=unconfined")
 # cgroup v1 hierarchies are mounted read-only in an unprivileged container: mount them again writable
 WRITABLE_CGROUPS = r"""
@@ -403,7 +472,9 @@ def engine_capabilities() -> list[str]:
     bounding set lacks some: for a local engine (no DOCKER_HOST) the ones in this machine's bounding set."""
     if os.environ.get("DOCKER_HOST", "unix://").startswith("unix://"):
         try:
-            line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("CapBnd:"))
+            line = next(
+                entry for entry in Path("/proc/self/status").read_text().splitlines() if entry.startswith("CapBnd:")
+            )
             bits = int(line.split()[1], 16)
             return [name for bit, name in enumerate(CAPABILITIES) if bits >> bit & 1]
         except (OSError, StopIteration, ValueError):
@@ -418,13 +489,17 @@ def start_nested_daemon(env: DockerEnvironment, wait: float = NESTED_WAIT, *, wr
     ``writable_cgroups``: remount the cgroup hierarchies writable first (a container not --privileged)."""
     code, _ = env._exec(["/bin/sh", "-c", "command -v dockerd && command -v docker"])
     if code != 0:
-        raise EnvError(f"--bench-docker-dind: the image has no dockerd/docker client (install docker.io in it); "
-                       f"container {env.container.short_id}")
+        raise EnvError(
+            f"--bench-docker-dind: the image has no dockerd/docker client (install docker.io in it); "
+            f"container {env.container.short_id}"
+        )
     if writable_cgroups:
         code, output = env._exec(["/bin/bash", "-c", WRITABLE_CGROUPS])
         if code != 0:
-            raise EnvError(f"--bench-docker-dind: could not make the cgroups writable in container "
-                           f"{env.container.short_id}: {output.decode(errors='replace')[-500:]}")
+            raise EnvError(
+                f"--bench-docker-dind: could not make the cgroups writable in container "
+                f"{env.container.short_id}: {output.decode(errors='replace')[-500:]}"
+            )
     api = env.client.api
     exec_id = api.exec_create(env.container.id, ["/bin/sh", "-c", f"mkdir -p {PRIVATE}; exec {NESTED_DOCKERD}"])["Id"]
     api.exec_start(exec_id, detach=True)
@@ -436,8 +511,10 @@ def start_nested_daemon(env: DockerEnvironment, wait: float = NESTED_WAIT, *, wr
             break
         time.sleep(0.25)
     _, log = env._exec(["/bin/sh", "-c", f"tail -n 15 {PRIVATE}/dockerd.log"])
-    raise EnvError(f"--bench-docker-dind: the nested Docker daemon did not answer within {wait:g} s (does the engine "
-                   f"allow privileged containers?); its log: {log.decode(errors='replace').strip()[-1500:]}")
+    raise EnvError(
+        f"--bench-docker-dind: the nested Docker daemon did not answer within {wait:g} s (does the engine "
+        f"allow privileged containers?); its log: {log.decode(errors='replace').strip()[-1500:]}"
+    )
 
 
 class DockerFactory(EnvFactory):
@@ -445,9 +522,18 @@ class DockerFactory(EnvFactory):
 
     kind = "docker"
 
-    def __init__(self, *, image: str = DEFAULT_IMAGE, network: str = DEFAULT_NETWORK, gpus: str | None = None,
-                 keep_workspaces: bool = False, memory: int | str | None = DEFAULT_MEMORY, cpus: float | None = DEFAULT_CPUS,
-                 pids: int | None = DEFAULT_PIDS, lifetime: float = DEFAULT_LIFETIME) -> None:
+    def __init__(
+        self,
+        *,
+        image: str = DEFAULT_IMAGE,
+        network: str = DEFAULT_NETWORK,
+        gpus: str | None = None,
+        keep_workspaces: bool = False,
+        memory: int | str | None = DEFAULT_MEMORY,
+        cpus: float | None = DEFAULT_CPUS,
+        pids: int | None = DEFAULT_PIDS,
+        lifetime: float = DEFAULT_LIFETIME,
+    ) -> None:
         self.image, self.network, self.gpus = image, network, gpus
         self.keep_workspaces = keep_workspaces
         self.memory, self.cpus, self.pids, self.lifetime = memory, cpus, pids, lifetime
@@ -465,8 +551,10 @@ class DockerFactory(EnvFactory):
                     client = docker.from_env()
                     client.ping()
                 except Exception as exc:
-                    raise EnvError(f"cannot reach a Docker engine at {where}: {exc}. Start dockerd (or Docker "
-                                   "Desktop), fix DOCKER_HOST, or use --bench-env=host") from None
+                    raise EnvError(
+                        f"cannot reach a Docker engine at {where}: {exc}. Start dockerd (or Docker "
+                        "Desktop), fix DOCKER_HOST, or use --bench-env=host"
+                    ) from None
                 _install_exit_hooks()
                 remove_stale_containers(client)
                 self._client = client
@@ -482,8 +570,10 @@ class DockerFactory(EnvFactory):
             try:
                 client.images.pull(self.image)
             except docker.errors.APIError as exc:
-                raise EnvError(f"docker image {self.image!r} is not on the engine and pulling it failed: {exc}. "
-                               "Pull or build it there, or choose another with --bench-docker-image") from None
+                raise EnvError(
+                    f"docker image {self.image!r} is not on the engine and pulling it failed: {exc}. "
+                    "Pull or build it there, or choose another with --bench-docker-image"
+                ) from None
         self._image_ready = True
 
     def _device_requests(self, needs_gpu: bool) -> list[Any]:
@@ -492,12 +582,22 @@ class DockerFactory(EnvFactory):
         types = _docker().types
         if self.gpus == "all":
             return [types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        return [types.DeviceRequest(device_ids=[g.strip() for g in self.gpus.split(",") if g.strip()],
-                                    capabilities=[["gpu"]])]
+        return [
+            types.DeviceRequest(
+                device_ids=[g.strip() for g in self.gpus.split(",") if g.strip()], capabilities=[["gpu"]]
+            )
+        ]
 
-    def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "",
-              lifetime: float | None = None, workdir: str | None = None,
-              nested_docker: bool = False) -> DockerEnvironment:
+    def start(
+        self,
+        workspace: Path,
+        *,
+        needs_gpu: bool = False,
+        name: str = "",
+        lifetime: float | None = None,
+        workdir: str | None = None,
+        nested_docker: bool = False,
+    ) -> DockerEnvironment:
         """``workdir``: where the workspace goes in the container (default /capsule). ``nested_docker``: a
         privileged container running its own dockerd (see ``start_nested_daemon``); not isolated."""
         workdir = workdir or WORKDIR
@@ -509,10 +609,20 @@ class DockerFactory(EnvFactory):
         client = self.client()
         self._ensure_image(client)
         docker = _docker()
-        labels = {LABEL: "1", f"{LABEL}.host": socket.gethostname(), f"{LABEL}.pid": str(os.getpid()),
-                  f"{LABEL}.name": name[:200]}
-        kwargs: dict[str, Any] = {"network_mode": self.network, "labels": labels, "working_dir": workdir,
-                                  "init": True, "auto_remove": True, "detach": True}
+        labels = {
+            LABEL: "1",
+            f"{LABEL}.host": socket.gethostname(),
+            f"{LABEL}.pid": str(os.getpid()),
+            f"{LABEL}.name": name[:200],
+        }
+        kwargs: dict[str, Any] = {
+            "network_mode": self.network,
+            "labels": labels,
+            "working_dir": workdir,
+            "init": True,
+            "auto_remove": True,
+            "detach": True,
+        }
         if self.memory:
             kwargs["mem_limit"] = self.memory
         if self.cpus:
@@ -543,14 +653,17 @@ class DockerFactory(EnvFactory):
         except docker.errors.APIError as exc:
             self._remove_unstarted(client)
             if nested_docker:
-                raise EnvError(f"the Docker engine refused a privileged container from {self.image!r}, which "
-                               f"--bench-docker-dind needs for the nested Docker daemon: "
-                               f"{getattr(exc, 'explanation', None) or exc}") from None
+                raise EnvError(
+                    f"the Docker engine refused a privileged container from {self.image!r}, which "
+                    f"--bench-docker-dind needs for the nested Docker daemon: "
+                    f"{getattr(exc, 'explanation', None) or exc}"
+                ) from None
             raise EnvError(f"starting a container from {self.image!r} failed: {exc}") from None
         with _LIVE_LOCK:
             _LIVE[_id(container)] = container
-        env = DockerEnvironment(client, container, workspace, keep_workspace=self.keep_workspaces, name=name,
-                                workdir=workdir)
+        env = DockerEnvironment(
+            client, container, workspace, keep_workspace=self.keep_workspaces, name=name, workdir=workdir
+        )
         try:
             env.put_workspace()
             if nested_docker:
@@ -563,8 +676,9 @@ class DockerFactory(EnvFactory):
     @staticmethod
     def _remove_unstarted(client: DockerClient) -> None:
         """A container the engine created but could not start is not removed by run(): remove it here."""
-        for left in client.containers.list(all=True, filters={"label": [f"{LABEL}.pid={os.getpid()}"],
-                                                              "status": "created"}):
+        for left in client.containers.list(
+            all=True, filters={"label": [f"{LABEL}.pid={os.getpid()}"], "status": "created"}
+        ):
             _remove_container(left)
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:

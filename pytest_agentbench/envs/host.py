@@ -23,6 +23,7 @@ share a folder. Without isolation the commands run as the same user, see the who
 work in the host folder itself (``workdir_note`` says that ``PATH`` was not applied);
 ``--bench-env=docker`` isolates too.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,21 +36,43 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from ..sandbox.executors import run_python
 from ..core.data import secret_path
 from ..core.errors import ConfigError
-from ..sandbox.isolation import (MOUNT_RACE_TRIES, SANDBOX_UID, Isolation, bwrap_argv, check_relocation_target,
-                                 give_to_sandbox_user, mount_race, private_homes, probe, sandbox_visible_folders)
+from ..sandbox.executors import run_python
+from ..sandbox.isolation import (
+    MOUNT_RACE_TRIES,
+    SANDBOX_UID,
+    Isolation,
+    bwrap_argv,
+    check_relocation_target,
+    give_to_sandbox_user,
+    mount_race,
+    private_homes,
+    probe,
+    sandbox_visible_folders,
+)
 from ..sandbox.jail import ProcessJail, group_members, kill_group, kill_tree, proc_table
 from ..sandbox.limits import DEFAULT_MEMORY_LIMIT, Limits, child_env, package_parent
 from ..sandbox.result import ExecResult
 from ..sandbox.workdir import read_output
-from .base import (DEFAULT_OUTPUT_CAP, DEFAULT_OUTPUT_LIMIT, MAX_FILE_READ, EnvError, EnvFactory, Environment,
-                   EnvSkip, PathView, check_timeout, python_result, resolve_inside)
+from .base import (
+    DEFAULT_OUTPUT_CAP,
+    DEFAULT_OUTPUT_LIMIT,
+    MAX_FILE_READ,
+    EnvError,
+    EnvFactory,
+    Environment,
+    EnvSkip,
+    PathView,
+    check_timeout,
+    python_result,
+    resolve_inside,
+)
 
 DEFAULT_MEMORY = 8 << 30  # RLIMIT_AS of a command: generous, agents install and run real code
 DEFAULT_PROCESSES = 1024
@@ -104,12 +127,24 @@ def _bash() -> str:
 class HostEnvironment(Environment):
     kind = "host"
 
-    def __init__(self, workspace: Path, *, keep_workspace: bool = False, name: str = "",
-                 memory: int | None = DEFAULT_MEMORY, processes: int | None = DEFAULT_PROCESSES,
-                 output_limit: int = DEFAULT_OUTPUT_LIMIT, output_cap: int = DEFAULT_OUTPUT_CAP,
-                 gpus: str | None = None, executor: str = "fork",
-                 python_memory: int | None = DEFAULT_MEMORY_LIMIT, isolation: Isolation | None = None,
-                 hidden: Sequence[str] = (), workdir: str | None = None, network: str = "user") -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        keep_workspace: bool = False,
+        name: str = "",
+        memory: int | None = DEFAULT_MEMORY,
+        processes: int | None = DEFAULT_PROCESSES,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        gpus: str | None = None,
+        executor: str = "fork",
+        python_memory: int | None = DEFAULT_MEMORY_LIMIT,
+        isolation: Isolation | None = None,
+        hidden: Sequence[str] = (),
+        workdir: str | None = None,
+        network: str = "user",
+    ) -> None:
         """``workdir``: where the commands see the workspace (None: at its host path); applied under
         isolation only, else ``workdir_note`` says why not. ``network`` (isolated only): ``user`` or ``none``
         (see ``HOST_NETWORKS``)."""
@@ -126,9 +161,11 @@ class HostEnvironment(Environment):
             except ValueError as exc:
                 raise EnvError(f"cannot start the host environment with its workspace at {workdir}: {exc}") from None
         elif workdir and workdir != self.workdir:
-            self.workdir_note = (f"{workdir} not applied: without isolation ({self.isolation.why}) the host "
-                                 f"environment cannot remap paths, so commands ran in the item's own folder "
-                                 f"{self.workdir}")
+            self.workdir_note = (
+                f"{workdir} not applied: without isolation ({self.isolation.why}) the host "
+                f"environment cannot remap paths, so commands ran in the item's own folder "
+                f"{self.workdir}"
+            )
         self.memory, self.processes = memory, processes
         self.executor, self.python_memory = executor, python_memory
         self.output_limit, self.output_cap = output_limit, output_cap
@@ -152,9 +189,15 @@ class HostEnvironment(Environment):
         if self.isolation.active:
             self.view = self._sandbox_view(relocated)
             try:
-                self.holder = Holder(self.isolation, workspace=self.workspace, private=self.private,
-                                     hidden=hidden, gpus=gpus, workdir=self.workdir if relocated else None,
-                                     network=network)
+                self.holder = Holder(
+                    self.isolation,
+                    workspace=self.workspace,
+                    private=self.private,
+                    hidden=hidden,
+                    gpus=gpus,
+                    workdir=self.workdir if relocated else None,
+                    network=network,
+                )
             except BaseException:
                 self._release()
                 raise
@@ -162,20 +205,33 @@ class HostEnvironment(Environment):
     def _sandbox_view(self, relocated: bool) -> PathView:
         """The sandbox's paths as the controller finds them (for read_file/write_file)."""
         home, tmp = self.private / "home", self.private / "tmp"
-        unreachable = [*KERNEL_FOLDERS, *private_homes(), str(secret_path()),
-                       *(os.path.realpath(p) for p in self.hidden)]
+        unreachable = [
+            *KERNEL_FOLDERS,
+            *private_homes(),
+            str(secret_path()),
+            *(os.path.realpath(p) for p in self.hidden),
+        ]
         if relocated:  # masked in the sandbox where it would be visible
             unreachable.append(str(self.workspace))
-        return PathView(workdir=self.workdir, mounts=((self.workdir, self.workspace, True), ("/tmp", tmp, True),
-                                                      (str(home), home, True)),
-                        unreachable=tuple(unreachable), visible=tuple(sandbox_visible_folders()))
+        return PathView(
+            workdir=self.workdir,
+            mounts=((self.workdir, self.workspace, True), ("/tmp", tmp, True), (str(home), home, True)),
+            unreachable=tuple(unreachable),
+            visible=tuple(sandbox_visible_folders()),
+        )
 
     # ---------------------------------------------------------------- commands
 
     def _limits(self, timeout: float) -> Limits:
         # CPU seconds over all cores, so a parallel job is not stopped before its wall-clock timeout
-        return Limits(timeout=timeout, memory=self.memory, cpu=timeout * (os.cpu_count() or 1),
-                      processes=self.processes, output=self.output_limit, output_cap=self.output_cap)
+        return Limits(
+            timeout=timeout,
+            memory=self.memory,
+            cpu=timeout * (os.cpu_count() or 1),
+            processes=self.processes,
+            output=self.output_limit,
+            output_cap=self.output_cap,
+        )
 
     def run(self, command: str, timeout: float) -> ExecResult:
         for attempt in range(MOUNT_RACE_TRIES):
@@ -192,18 +248,34 @@ class HostEnvironment(Environment):
         timeout = check_timeout(timeout)
         self.count += 1
         out, err = self.private / "out" / f"{self.count}.out", self.private / "out" / f"{self.count}.err"
-        spec: dict[str, Any] = {"limits": asdict(self._limits(timeout)), "env": self.env, "command": command,
-                                "bash": self.bash, "cwd": str(cwd),
-                                "cgroup": str(self.jail.cgroup) if self.jail.cgroup else ""}
+        spec: dict[str, Any] = {
+            "limits": asdict(self._limits(timeout)),
+            "env": self.env,
+            "command": command,
+            "bash": self.bash,
+            "cwd": str(cwd),
+            "cgroup": str(self.jail.cgroup) if self.jail.cgroup else "",
+        }
         if self.holder is not None:
-            spec.update(sandbox=self.holder.command_prefix(), inner=INNER, isolation=self.isolation.mode,
-                        netns_fd=self.holder.netns_fd, userns_fd=self.holder.userns_fd)
+            spec.update(
+                sandbox=self.holder.command_prefix(),
+                inner=INNER,
+                isolation=self.isolation.mode,
+                netns_fd=self.holder.netns_fd,
+                userns_fd=self.holder.userns_fd,
+            )
         launcher_env = dict(self.env, PYTHONPATH=package_parent())
         started = time.monotonic()
         with open(out, "wb") as out_fh, open(err, "wb") as err_fh:
-            proc = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, json.dumps(spec)],
-                                    stdin=subprocess.DEVNULL, stdout=out_fh, stderr=err_fh, env=launcher_env,
-                                    start_new_session=True, pass_fds=self.holder.fds if self.holder else ())
+            proc = subprocess.Popen(
+                [sys.executable, "-S", "-c", LAUNCHER, json.dumps(spec)],
+                stdin=subprocess.DEVNULL,
+                stdout=out_fh,
+                stderr=err_fh,
+                env=launcher_env,
+                start_new_session=True,
+                pass_fds=self.holder.fds if self.holder else (),
+            )
         self.leaders.append(proc.pid)
         timed_out = False
         try:
@@ -221,14 +293,20 @@ class HostEnvironment(Environment):
         stderr, err_size, err_repaired = read_output(err, self.output_limit)
         for path in (out, err):  # a background job may still write to them; unlinking is fine
             path.unlink(missing_ok=True)
-        return ExecResult(exit_code=None if timed_out else proc.returncode, stdout=stdout, stderr=stderr,
-                          timed_out=timed_out, duration=duration, stdout_bytes=out_size, stderr_bytes=err_size,
-                          text_repaired=out_repaired + err_repaired)
+        return ExecResult(
+            exit_code=None if timed_out else proc.returncode,
+            stdout=stdout,
+            stderr=stderr,
+            timed_out=timed_out,
+            duration=duration,
+            stdout_bytes=out_size,
+            stderr_bytes=err_size,
+            text_repaired=out_repaired + err_repaired,
+        )
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
         """A tool script in the sandbox, as the factory runs it (a fresh folder, not the workspace)."""
-        return run_tool_script(source, timeout, executor=self.executor, memory=self.python_memory,
-                               hidden=self.hidden)
+        return run_tool_script(source, timeout, executor=self.executor, memory=self.python_memory, hidden=self.hidden)
 
     # ---------------------------------------------------------------- files
 
@@ -289,10 +367,21 @@ class Holder:
     (bwrap --unshare-net): with ``network="user"`` a slirp4netns process gives it outbound access (see
     ``UserNetwork``); with ``"none"`` it has only its own loopback."""
 
-    def __init__(self, isolation: Isolation, *, workspace: Path, private: Path, hidden: Sequence[str],
-                 gpus: str | None, workdir: str | None = None, network: str = "user") -> None:
+    def __init__(
+        self,
+        isolation: Isolation,
+        *,
+        workspace: Path,
+        private: Path,
+        hidden: Sequence[str],
+        gpus: str | None,
+        workdir: str | None = None,
+        network: str = "user",
+    ) -> None:
         if network not in HOST_NETWORKS:
-            raise EnvError(f"unknown host network {network!r} (--bench-host-network); valid: {', '.join(HOST_NETWORKS)}")
+            raise EnvError(
+                f"unknown host network {network!r} (--bench-host-network); valid: {', '.join(HOST_NETWORKS)}"
+            )
         self.isolation = isolation
         self.network = network
         self.user_network: UserNetwork | None = None
@@ -303,8 +392,13 @@ class Holder:
                 give_to_sandbox_user(folder)
         devices = sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri")) if gpus else []
         writable = [str(private / "home")] + ([] if workdir else [str(workspace)])
-        self.layout: dict[str, Any] = dict(writable=writable, tmp=str(private / "tmp"), hidden=list(hidden),
-                                           devices=devices, relocated=[(str(workspace), workdir)] if workdir else [])
+        self.layout: dict[str, Any] = dict(
+            writable=writable,
+            tmp=str(private / "tmp"),
+            hidden=list(hidden),
+            devices=devices,
+            relocated=[(str(workspace), workdir)] if workdir else [],
+        )
         self.resolver = private / "resolv.conf"  # the commands' resolver: slirp4netns's, not this machine's
         self.resolver.write_text(f"nameserver {SLIRP_DNS}\n")
         self.resolver.chmod(0o644)
@@ -318,8 +412,9 @@ class Holder:
                     # network=True: the command's bwrap keeps the network namespace its launcher joined, the
                     # holder's. A user's launcher has joined the holder's user namespace first (to be allowed
                     # into its network namespace), as its uid 0: there bwrap runs as it does for root.
-                    prefix = self._argv(pidns_fd=self.fds[0], network=True,
-                                        isolation=dataclasses.replace(isolation, mode="root"))
+                    prefix = self._argv(
+                        pidns_fd=self.fds[0], network=True, isolation=dataclasses.replace(isolation, mode="root")
+                    )
                     self.prefix = prefix[:-2] + ["--ro-bind", str(self.resolver), "/etc/resolv.conf"] + prefix[-2:]
                 except BaseException:
                     self.close()
@@ -329,11 +424,17 @@ class Holder:
                 raise EnvError(f"could not start the isolated host environment: {problem}")
             time.sleep(0.2 * (attempt + 1))  # a mount vanished while bwrap copied the table: try again
 
-    def _argv(self, network: bool = False, isolation: Isolation | None = None, pidns_fd: int | None = None,
-              info_fd: int | None = None) -> list[str]:
+    def _argv(
+        self,
+        network: bool = False,
+        isolation: Isolation | None = None,
+        pidns_fd: int | None = None,
+        info_fd: int | None = None,
+    ) -> list[str]:
         try:
-            return bwrap_argv(isolation or self.isolation, network=network, pidns_fd=pidns_fd, info_fd=info_fd,
-                              **self.layout)
+            return bwrap_argv(
+                isolation or self.isolation, network=network, pidns_fd=pidns_fd, info_fd=info_fd, **self.layout
+            )
         except ValueError as exc:  # a layout the sandbox cannot have (e.g. a folder it cannot list)
             raise EnvError(f"cannot start the isolated host environment: {exc}") from None
 
@@ -341,9 +442,14 @@ class Holder:
         """Start the holder's sandbox; None, or why it failed (bwrap's own message first)."""
         read, write = os.pipe()
         try:
-            self.proc = subprocess.Popen(self._argv(info_fd=write) + [shutil.which("sleep") or "/bin/sleep", "infinity"],
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                         pass_fds=[write], start_new_session=True)
+            self.proc = subprocess.Popen(
+                self._argv(info_fd=write) + [shutil.which("sleep") or "/bin/sleep", "infinity"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=[write],
+                start_new_session=True,
+            )
         except BaseException:
             os.close(read)
             raise
@@ -402,11 +508,23 @@ class UserNetwork:
         try:
             self.proc = subprocess.Popen(
                 # --enable-sandbox: it runs in a mount namespace of its own, without capabilities but binding ports
-                [program, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
-                 f"--ready-fd={ready_write}",
-                 f"--exit-fd={self.exit_read}", str(pid), "tap0"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                pass_fds=[ready_write, self.exit_read], start_new_session=True)
+                [
+                    program,
+                    "--configure",
+                    "--mtu=65520",
+                    "--disable-host-loopback",
+                    "--enable-sandbox",
+                    f"--ready-fd={ready_write}",
+                    f"--exit-fd={self.exit_read}",
+                    str(pid),
+                    "tap0",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=[ready_write, self.exit_read],
+                start_new_session=True,
+            )
         finally:
             os.close(ready_write)
             os.close(self.exit_read)
@@ -414,8 +532,10 @@ class UserNetwork:
             ready = fh.read(1)
         if ready != b"1":
             self.close()
-            raise EnvError(f"{USER_NETWORK_STACK} could not give the host environment its network: "
-                           f"{self.error or 'no reason given'}")
+            raise EnvError(
+                f"{USER_NETWORK_STACK} could not give the host environment its network: "
+                f"{self.error or 'no reason given'}"
+            )
 
     def close(self) -> None:
         if self.exit_write is not None:
@@ -435,20 +555,25 @@ def check_host_network(network: str, isolation: Isolation, needed: bool = True) 
     """Refuse a run whose host environment needs the user-mode network stack when it is not installed
     (``needed``: a real model runs; the oracle runs no command)."""
     if network == "user" and needed and isolation.active and shutil.which(USER_NETWORK_STACK) is None:
-        raise ConfigError(f"--bench-host-network=user: the host environment's outbound network needs "
-                          f"{USER_NETWORK_STACK}, which is not installed; {USER_NETWORK_HINT}")
+        raise ConfigError(
+            f"--bench-host-network=user: the host environment's outbound network needs "
+            f"{USER_NETWORK_STACK}, which is not installed; {USER_NETWORK_HINT}"
+        )
 
 
 def describe_host_network(network: str) -> str:
     """The network part of the host environment's isolation line."""
     if network == "none":
         return "own network namespace without network"
-    return (f"own network namespace, outbound through {USER_NETWORK_STACK} (no way to this machine's loopback "
-            f"or abstract sockets)")
+    return (
+        f"own network namespace, outbound through {USER_NETWORK_STACK} (no way to this machine's loopback "
+        f"or abstract sockets)"
+    )
 
 
-def run_tool_script(source: str, timeout: float, *, executor: str, memory: int | None,
-                    hidden: Sequence[str] = ()) -> dict[str, Any]:
+def run_tool_script(
+    source: str, timeout: float, *, executor: str, memory: int | None, hidden: Sequence[str] = ()
+) -> dict[str, Any]:
     """One tool script (a model's code) under the sandbox's executor and limits."""
     limits = Limits(timeout=check_timeout(timeout), memory=memory, hidden=tuple(hidden))
     result = run_python(source, limits=limits, executor=executor)
@@ -460,15 +585,24 @@ class HostFactory(EnvFactory):
 
     kind = "host"
 
-    def __init__(self, *, keep_workspaces: bool = False, gpus: str | None = None,
-                 memory: int | None = DEFAULT_MEMORY, executor: str = "fork",
-                 python_memory: int | None = DEFAULT_MEMORY_LIMIT, hidden: Sequence[str] = (),
-                 isolation: Isolation | None = None, network: str = "user") -> None:
+    def __init__(
+        self,
+        *,
+        keep_workspaces: bool = False,
+        gpus: str | None = None,
+        memory: int | None = DEFAULT_MEMORY,
+        executor: str = "fork",
+        python_memory: int | None = DEFAULT_MEMORY_LIMIT,
+        hidden: Sequence[str] = (),
+        isolation: Isolation | None = None,
+        network: str = "user",
+    ) -> None:
         """``hidden``: folders no command or tool script may see (the data dir, the cache, the reports);
         ``network``: the isolated commands' network, ``user`` or ``none`` (``HOST_NETWORKS``)."""
         if network not in HOST_NETWORKS:
-            raise ConfigError(f"unknown host network {network!r} (--bench-host-network); valid: "
-                              f"{', '.join(HOST_NETWORKS)}")
+            raise ConfigError(
+                f"unknown host network {network!r} (--bench-host-network); valid: {', '.join(HOST_NETWORKS)}"
+            )
         self.network = network
         self.keep_workspaces = keep_workspaces
         self.gpus = gpus
@@ -477,27 +611,38 @@ class HostFactory(EnvFactory):
         self.hidden = tuple(str(p) for p in hidden)
         self.isolation = probe() if isolation is None else isolation
 
-    def start(self, workspace: Path, *, needs_gpu: bool = False, name: str = "",
-              workdir: str | None = None) -> HostEnvironment:
+    def start(
+        self, workspace: Path, *, needs_gpu: bool = False, name: str = "", workdir: str | None = None
+    ) -> HostEnvironment:
         """``workdir``: where the commands see the item's own folder ``workspace`` (isolated: bound there in
         the item's sandboxes, so concurrent items never share a host path; without isolation not applied,
         the environment's ``workdir_note`` says so)."""
         if needs_gpu and not self.gpus:
             raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
-        return HostEnvironment(workspace, keep_workspace=self.keep_workspaces, name=name, gpus=self.gpus,
-                               memory=self.memory, executor=self.executor, python_memory=self.python_memory,
-                               isolation=self.isolation, hidden=self.hidden, workdir=workdir, network=self.network)
+        return HostEnvironment(
+            workspace,
+            keep_workspace=self.keep_workspaces,
+            name=name,
+            gpus=self.gpus,
+            memory=self.memory,
+            executor=self.executor,
+            python_memory=self.python_memory,
+            isolation=self.isolation,
+            hidden=self.hidden,
+            workdir=workdir,
+            network=self.network,
+        )
 
     def describe_isolation(self) -> str:
         if not self.isolation.active:
             return self.isolation.describe()
         how = "privileged" if self.isolation.mode == "root" else "user namespace"
-        return (f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, system folders only (read-only) and the "
-                f"workspace, one PID namespace per item, data dir, cache and reports hidden, "
-                f"{describe_host_network(self.network)}")
+        return (
+            f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, system folders only (read-only) and the "
+            f"workspace, one PID namespace per item, data dir, cache and reports hidden, "
+            f"{describe_host_network(self.network)}"
+        )
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
         """A tool script on the host: the sandbox's executor and memory limit, like a scoring script."""
-        return run_tool_script(source, timeout, executor=self.executor, memory=self.python_memory,
-                               hidden=self.hidden)
-
+        return run_tool_script(source, timeout, executor=self.executor, memory=self.python_memory, hidden=self.hidden)

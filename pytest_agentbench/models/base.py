@@ -1,4 +1,5 @@
 """What a benchmark may rely on of the run's model (``OracleModel``, ``OpenAIModel``, ``FirstCallProbe``)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
@@ -12,7 +13,13 @@ class Model(Protocol):
     is_oracle: bool
     settings: dict[str, Any]
 
-    def complete(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                 sample_index: int = 0, tool_choice: str | None = None) -> Completion:
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        sample_index: int = 0,
+        tool_choice: str | None = None,
+    ) -> Completion:
         """One reply of the model to ``messages`` (chat shape)."""
         ...

@@ -8,6 +8,7 @@ On an xdist worker the plugin attaches a ``CacheJournal``: every entry written i
 can travel to the controller with the item's record (``add_entry`` puts it into the controller's cache), and
 replay and resume work from the controller's cache alone, wherever the worker ran.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,12 +32,25 @@ def canonical_json(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def cache_key(*, base_url: str, model: str, protocol: str, messages: list[dict[str, Any]],
-              tools: list[dict[str, Any]] | None, params: dict[str, Any],
-              sample_index: int, tool_choice: str | None = None) -> str:
+def cache_key(
+    *,
+    base_url: str,
+    model: str,
+    protocol: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    params: dict[str, Any],
+    sample_index: int,
+    tool_choice: str | None = None,
+) -> str:
     payload = {
-        "base_url": base_url, "model": model, "protocol": protocol, "messages": messages,
-        "tools": tools, "params": params, "sample_index": sample_index,
+        "base_url": base_url,
+        "model": model,
+        "protocol": protocol,
+        "messages": messages,
+        "tools": tools,
+        "params": params,
+        "sample_index": sample_index,
     }
     if tool_choice is not None:  # only part of the key when used, so plain calls keep stable keys
         payload["tool_choice"] = tool_choice

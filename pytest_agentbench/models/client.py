@@ -5,6 +5,7 @@ Harnesses always speak the Chat Completions message shape (system/user/assistant
 items on the way out and the reply back to a chat-shaped assistant turn, so a harness never needs
 to know which protocol is in use and its trajectory looks the same for both.
 """
+
 from __future__ import annotations
 
 import email.utils
@@ -18,9 +19,16 @@ import openai
 
 from ..core.text import repair, repaired
 from .cache import DEFAULT_CACHE_DIR, ResponseCache, cache_key
+from .defaults import (  # noqa: F401
+    DEFAULT_BASE_URL,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_BASE_DELAY,
+    DEFAULT_RETRY_MAX_DELAY,
+    DEFAULT_TIMEOUT,
+    PROTOCOLS,
+    backoff_delay,
+)
 
-from .defaults import (DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY,  # noqa: F401
-                       DEFAULT_RETRY_MAX_DELAY, DEFAULT_TIMEOUT, PROTOCOLS, backoff_delay)
 # statuses worth another try, as in OpenAI's own client: timeout, conflict, rate limit, server errors
 RETRYABLE_STATUSES = {408, 409, 429}
 
@@ -51,8 +59,11 @@ class Completion:
         message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
         if self.tool_calls:
             message["tool_calls"] = [
-                {"id": call["id"], "type": "function",
-                 "function": {"name": call["name"], "arguments": call["arguments"]}}
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": call["arguments"]},
+                }
                 for call in self.tool_calls
             ]
         elif message["content"] is None:
@@ -71,14 +82,26 @@ class Completion:
         return record
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> "Completion":
-        known = {k: record[k] for k in ("text", "tool_calls", "finish_reason", "prompt_tokens",
-                                        "completion_tokens", "latency", "text_repaired") if k in record}
+    def from_record(cls, record: dict[str, Any]) -> Completion:
+        known = {
+            k: record[k]
+            for k in (
+                "text",
+                "tool_calls",
+                "finish_reason",
+                "prompt_tokens",
+                "completion_tokens",
+                "latency",
+                "text_repaired",
+            )
+            if k in record
+        }
         # an entry written before replies were repaired (or by another tool) is repaired here, counted too
         completion = repair_reply(cls(**known, cached=True))
         # an entry written before usage was tracked says nothing: zero tokens both ways is no usage report
         completion.usage_reported = not record.get("usage_missing") and bool(
-            completion.prompt_tokens or completion.completion_tokens)
+            completion.prompt_tokens or completion.completion_tokens
+        )
         return completion
 
 
@@ -111,6 +134,7 @@ def tool_result_message(call: dict[str, Any], content: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- Responses API conversions
 
+
 def _responses_content(content: str | list[dict[str, Any]] | None) -> str | list[dict[str, Any]]:
     """Chat content (text or parts) to Responses input content."""
     if content is None or isinstance(content, str):
@@ -134,15 +158,25 @@ def messages_to_input_items(messages: list[dict[str, Any]]) -> list[dict[str, An
     for message in messages:
         role = message.get("role")
         if role == "tool":
-            items.append({"type": "function_call_output", "call_id": message["tool_call_id"],
-                          "output": message.get("content") or ""})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message["tool_call_id"],
+                    "output": message.get("content") or "",
+                }
+            )
         elif role == "assistant":
             if message.get("content"):
                 items.append({"role": "assistant", "content": message["content"]})
             for call in message.get("tool_calls") or []:
-                items.append({"type": "function_call", "call_id": call["id"],
-                              "name": call["function"]["name"],
-                              "arguments": call["function"]["arguments"]})
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call["id"],
+                        "name": call["function"]["name"],
+                        "arguments": call["function"]["arguments"],
+                    }
+                )
         else:
             items.append({"role": role, "content": _responses_content(message.get("content"))})
     return items
@@ -153,10 +187,15 @@ def tools_to_responses(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for tool in tools:
         if tool.get("type") == "function" and "function" in tool:
             fn = tool["function"]
-            converted.append({"type": "function", "name": fn["name"],
-                              "description": fn.get("description", ""),
-                              "parameters": fn.get("parameters", {"type": "object", "properties": {}}),
-                              "strict": fn.get("strict", False)})
+            converted.append(
+                {
+                    "type": "function",
+                    "name": fn["name"],
+                    "description": fn.get("description", ""),
+                    "parameters": fn.get("parameters", {"type": "object", "properties": {}}),
+                    "strict": fn.get("strict", False),
+                }
+            )
         else:
             converted.append(tool)
     return converted
@@ -180,6 +219,7 @@ def responses_params(params: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- reply parsing
 
+
 def _dump(reply: object) -> dict[str, Any]:
     if hasattr(reply, "model_dump"):
         data: dict[str, Any] = reply.model_dump()
@@ -197,18 +237,24 @@ def parse_chat_reply(reply: object) -> Completion:
     choice = choices[0]
     message = choice.get("message") or {}
     calls = [
-        {"id": call.get("id") or f"call_{i}", "name": (call.get("function") or {}).get("name", ""),
-         "arguments": (call.get("function") or {}).get("arguments") or "{}"}
+        {
+            "id": call.get("id") or f"call_{i}",
+            "name": (call.get("function") or {}).get("name", ""),
+            "arguments": (call.get("function") or {}).get("arguments") or "{}",
+        }
         for i, call in enumerate(message.get("tool_calls") or [])
     ]
     usage = data.get("usage") or {}
-    return repair_reply(Completion(
-        text=message.get("content") or "", tool_calls=calls,
-        finish_reason=repaired(choice.get("finish_reason") or ("tool_calls" if calls else "stop")),
-        prompt_tokens=usage.get("prompt_tokens") or 0,
-        completion_tokens=usage.get("completion_tokens") or 0,
-        usage_reported=has_usage(usage, "prompt_tokens", "completion_tokens"),
-    ))
+    return repair_reply(
+        Completion(
+            text=message.get("content") or "",
+            tool_calls=calls,
+            finish_reason=repaired(choice.get("finish_reason") or ("tool_calls" if calls else "stop")),
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or 0,
+            usage_reported=has_usage(usage, "prompt_tokens", "completion_tokens"),
+        )
+    )
 
 
 def has_usage(usage: dict[str, Any], *keys: str) -> bool:
@@ -227,8 +273,13 @@ def parse_responses_reply(reply: object) -> Completion:
                 if part.get("type") in ("output_text", "text"):
                     texts.append(part.get("text") or "")
         elif kind == "function_call":
-            calls.append({"id": item.get("call_id") or item.get("id") or f"call_{len(calls)}",
-                          "name": item.get("name", ""), "arguments": item.get("arguments") or "{}"})
+            calls.append(
+                {
+                    "id": item.get("call_id") or item.get("id") or f"call_{len(calls)}",
+                    "name": item.get("name", ""),
+                    "arguments": item.get("arguments") or "{}",
+                }
+            )
     status = data.get("status") or "completed"
     incomplete = (data.get("incomplete_details") or {}).get("reason")
     if status == "incomplete":
@@ -238,13 +289,20 @@ def parse_responses_reply(reply: object) -> Completion:
     else:
         finish = "stop"
     usage = data.get("usage") or {}
-    return repair_reply(Completion(text="".join(texts), tool_calls=calls, finish_reason=repaired(finish),
-                                   prompt_tokens=usage.get("input_tokens") or 0,
-                                   completion_tokens=usage.get("output_tokens") or 0,
-                                   usage_reported=has_usage(usage, "input_tokens", "output_tokens")))
+    return repair_reply(
+        Completion(
+            text="".join(texts),
+            tool_calls=calls,
+            finish_reason=repaired(finish),
+            prompt_tokens=usage.get("input_tokens") or 0,
+            completion_tokens=usage.get("output_tokens") or 0,
+            usage_reported=has_usage(usage, "input_tokens", "output_tokens"),
+        )
+    )
 
 
 # ---------------------------------------------------------------- retries
+
 
 def retry_after_seconds(error: Exception) -> float | None:
     """The server's requested wait (Retry-After / retry-after-ms), if it sent one."""
@@ -307,12 +365,21 @@ def fix_hint(error: Exception | None) -> str:
 class OpenAIModel:
     is_oracle = False
 
-    def __init__(self, name: str, *, base_url: str | None = None, api_key: str | None = None,
-                 protocol: str = "chat", params: dict[str, Any] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, max_retries: int = DEFAULT_MAX_RETRIES,
-                 cache_dir: str | Path = DEFAULT_CACHE_DIR, cache_mode: str = "rw",
-                 retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY,
-                 retry_max_delay: float = DEFAULT_RETRY_MAX_DELAY):
+    def __init__(
+        self,
+        name: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        protocol: str = "chat",
+        params: dict[str, Any] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        cache_dir: str | Path = DEFAULT_CACHE_DIR,
+        cache_mode: str = "rw",
+        retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY,
+        retry_max_delay: float = DEFAULT_RETRY_MAX_DELAY,
+    ):
         if protocol not in PROTOCOLS:
             raise ValueError(f"model protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
         self.name = name
@@ -325,24 +392,43 @@ class OpenAIModel:
         self.retry_max_delay = float(retry_max_delay)
         self.cache = ResponseCache(cache_dir, cache_mode)
         # local OpenAI-compatible servers usually ignore the key, but the SDK insists on one
-        self._client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "not-set",
-                                     timeout=self.timeout, max_retries=0)
+        self._client = openai.OpenAI(
+            base_url=self.base_url, api_key=api_key or "not-set", timeout=self.timeout, max_retries=0
+        )
         self.settings = {
-            "model": name, "base_url": self.base_url, "protocol": protocol, "params": self.params,
-            "timeout": self.timeout, "max_retries": self.max_retries,
-            "cache_dir": str(cache_dir), "cache_mode": cache_mode,
+            "model": name,
+            "base_url": self.base_url,
+            "protocol": protocol,
+            "params": self.params,
+            "timeout": self.timeout,
+            "max_retries": self.max_retries,
+            "cache_dir": str(cache_dir),
+            "cache_mode": cache_mode,
         }
 
     @property
     def endpoint(self) -> str:
         return f"{self.base_url}/{'chat/completions' if self.protocol == 'chat' else 'responses'}"
 
-    def complete(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                 sample_index: int = 0, tool_choice: str | None = None) -> Completion:
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        sample_index: int = 0,
+        tool_choice: str | None = None,
+    ) -> Completion:
         """One model reply for ``messages`` (chat shape); cached, retried; raises ModelError."""
-        key = cache_key(base_url=self.base_url, model=self.name, protocol=self.protocol,
-                        messages=messages, tools=tools or None, params=self.params,
-                        sample_index=sample_index, tool_choice=tool_choice)
+        key = cache_key(
+            base_url=self.base_url,
+            model=self.name,
+            protocol=self.protocol,
+            messages=messages,
+            tools=tools or None,
+            params=self.params,
+            sample_index=sample_index,
+            tool_choice=tool_choice,
+        )
         record = self.cache.get(key)
         if record is not None:
             return Completion.from_record(record)
@@ -359,8 +445,9 @@ class OpenAIModel:
             self.cache.put(key, completion.to_record())
         return completion
 
-    def _call_with_retries(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                           tool_choice: str | None) -> Completion:
+    def _call_with_retries(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tool_choice: str | None
+    ) -> Completion:
         last_error: Exception | None = None
         attempts = self.max_retries + 1
         for attempt in range(attempts):
@@ -392,8 +479,9 @@ class OpenAIModel:
             return min(self.retry_max_delay, max(0.0, requested))
         return backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay)
 
-    def _call_once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                   tool_choice: str | None) -> Completion:
+    def _call_once(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tool_choice: str | None
+    ) -> Completion:
         # The request is plain JSON (messages and tools as the harness built them), so it goes to the SDK as
         # keyword arguments of type Any rather than as the SDK's TypedDicts.
         request: dict[str, Any] = {"model": self.name}

@@ -1,5 +1,6 @@
 """Model-layer constants and the retry backoff, importable without the openai SDK (the plugin loads in every
 pytest run)."""
+
 import random
 
 PROTOCOLS = ("chat", "responses")
@@ -14,5 +15,5 @@ def backoff_delay(attempt: int, base: float = DEFAULT_RETRY_BASE_DELAY, cap: flo
     """Seconds to wait before retry ``attempt + 1`` (0-based ``attempt``): exponential from ``base``, capped,
     with jitter over its upper half, which spreads the retries of many xdist workers hitting the same rate
     limit. The model client waits it between requests, the run loop between the tries of an item."""
-    delay = min(cap, base * (2 ** attempt))
+    delay = min(cap, base * (2**attempt))
     return random.uniform(delay / 2, delay)

@@ -3,6 +3,7 @@
 Plain Python: ``build_model(opts)`` takes resolved ``Settings`` (see ``core/options.py``), so a
 notebook builds the same client as a pytest run. Errors are ``ConfigError`` naming the fix.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -21,58 +22,133 @@ ORACLE = "oracle"
 # request fields the client sets itself; letting --model-params override them would break the harness
 RESERVED_PARAMS = ("model", "messages", "input", "tools", "tool_choice", "stream")
 
+
 def check_params(value: Any) -> dict[str, Any]:
     """A --model-params value (parsed JSON): an object that leaves the harness's own fields alone."""
     if not isinstance(value, dict):
-        raise ValueError(f"is a JSON {type(value).__name__}, not an object; "
-                         'pass a JSON object such as \'{"temperature": 0}\'')
+        raise ValueError(
+            f"is a JSON {type(value).__name__}, not an object; pass a JSON object such as '{{\"temperature\": 0}}'"
+        )
     reserved = [k for k in RESERVED_PARAMS if k in value]
     if reserved:
-        raise ValueError(f"sets {', '.join(reserved)}, which the harness controls; "
-                         "remove them (use --model / --model-protocol for the model and API)")
+        raise ValueError(
+            f"sets {', '.join(reserved)}, which the harness controls; "
+            "remove them (use --model / --model-protocol for the model and API)"
+        )
     return value
 
 
 MODEL_OPTIONS: tuple[Option, ...] = (
-    Option("model", "--model", "model name sent to the OpenAI-compatible server; 'oracle' answers with "
-                               "the benchmarks' ground truth.", ini="agentbench_model", metavar="NAME", runfile_group="models"),
-    Option("model_base_url", "--model-base-url",
-           f"base URL of the OpenAI-compatible API (default: $OPENAI_BASE_URL, else {DEFAULT_BASE_URL}).",
-           ini="agentbench_model_base_url", env="OPENAI_BASE_URL", metavar="URL", runfile_group="models",
-           free_on_resume=True),
-    Option("model_api_key", "--model-api-key",
-           "API key (default: $OPENAI_API_KEY); never written to reports or the cache.",
-           env="OPENAI_API_KEY", metavar="KEY", secret=True, runfile_group="models"),
-    Option("model_protocol", "--model-protocol",
-           "API to call: chat (Chat Completions) or responses (Responses API); default chat.",
-           kind="choice", choices=PROTOCOLS, default="chat", ini="agentbench_model_protocol", runfile_group="models"),
-    Option("model_params", "--model-params",
-           'JSON object of extra request fields, e.g. \'{"temperature": 0, "max_tokens": 4096, '
-           '"reasoning_effort": "high"}\'.', kind="json", check=check_params,
-           ini="agentbench_model_params", metavar="JSON", runfile_group="models"),
-    Option("model_timeout", "--model-timeout",
-           f"timeout of one model request in seconds (default {DEFAULT_TIMEOUT:g}).",
-           kind="float", default=DEFAULT_TIMEOUT, minimum=0, exclusive_minimum=True,
-           ini="agentbench_model_timeout", metavar="SECONDS", runfile_group="models", free_on_resume=True),
-    Option("model_max_retries", "--model-max-retries",
-           "retries of a model request on rate limits, server errors, timeouts and connection errors, "
-           f"with exponential backoff (default {DEFAULT_MAX_RETRIES}).",
-           kind="int", default=DEFAULT_MAX_RETRIES, minimum=0, ini="agentbench_model_max_retries", metavar="N", runfile_group="models",
-           free_on_resume=True),
-    Option("model_retry_delay", "--model-retry-delay",
-           f"base delay in seconds of the exponential retry backoff (default {DEFAULT_RETRY_BASE_DELAY:g}).",
-           kind="float", default=DEFAULT_RETRY_BASE_DELAY, minimum=0, ini="agentbench_model_retry_delay",
-           metavar="SECONDS", runfile_group="models", free_on_resume=True),
-    Option("cache", "--bench-cache",
-           "response cache mode: rw (read and write, default), ro (read only), off, "
-           "replay (only cached replies; a miss is an error, to re-score without a model).",
-           kind="choice", choices=CACHE_MODES, default="rw", ini="agentbench_cache"),
-    Option("model_preflight", "--model-preflight",
-           "at session start, prove the endpoint answers with one cheap request (list the models, else a "
-           "1-token completion): a missing key, a dead endpoint or an unknown model is then one usage error "
-           "(exit 4) before any item runs. Skipped for the oracle and with --bench-cache replay|ro "
-           "(default on).", kind="choice", choices=("on", "off"), default="on", ini="agentbench_model_preflight", runfile_group="models",
-           free_on_resume=True),
+    Option(
+        "model",
+        "--model",
+        "model name sent to the OpenAI-compatible server; 'oracle' answers with the benchmarks' ground truth.",
+        ini="agentbench_model",
+        metavar="NAME",
+        runfile_group="models",
+    ),
+    Option(
+        "model_base_url",
+        "--model-base-url",
+        f"base URL of the OpenAI-compatible API (default: $OPENAI_BASE_URL, else {DEFAULT_BASE_URL}).",
+        ini="agentbench_model_base_url",
+        env="OPENAI_BASE_URL",
+        metavar="URL",
+        runfile_group="models",
+        free_on_resume=True,
+    ),
+    Option(
+        "model_api_key",
+        "--model-api-key",
+        "API key (default: $OPENAI_API_KEY); never written to reports or the cache.",
+        env="OPENAI_API_KEY",
+        metavar="KEY",
+        secret=True,
+        runfile_group="models",
+    ),
+    Option(
+        "model_protocol",
+        "--model-protocol",
+        "API to call: chat (Chat Completions) or responses (Responses API); default chat.",
+        kind="choice",
+        choices=PROTOCOLS,
+        default="chat",
+        ini="agentbench_model_protocol",
+        runfile_group="models",
+    ),
+    Option(
+        "model_params",
+        "--model-params",
+        'JSON object of extra request fields, e.g. \'{"temperature": 0, "max_tokens": 4096, '
+        '"reasoning_effort": "high"}\'.',
+        kind="json",
+        check=check_params,
+        ini="agentbench_model_params",
+        metavar="JSON",
+        runfile_group="models",
+    ),
+    Option(
+        "model_timeout",
+        "--model-timeout",
+        f"timeout of one model request in seconds (default {DEFAULT_TIMEOUT:g}).",
+        kind="float",
+        default=DEFAULT_TIMEOUT,
+        minimum=0,
+        exclusive_minimum=True,
+        ini="agentbench_model_timeout",
+        metavar="SECONDS",
+        runfile_group="models",
+        free_on_resume=True,
+    ),
+    Option(
+        "model_max_retries",
+        "--model-max-retries",
+        "retries of a model request on rate limits, server errors, timeouts and connection errors, "
+        f"with exponential backoff (default {DEFAULT_MAX_RETRIES}).",
+        kind="int",
+        default=DEFAULT_MAX_RETRIES,
+        minimum=0,
+        ini="agentbench_model_max_retries",
+        metavar="N",
+        runfile_group="models",
+        free_on_resume=True,
+    ),
+    Option(
+        "model_retry_delay",
+        "--model-retry-delay",
+        f"base delay in seconds of the exponential retry backoff (default {DEFAULT_RETRY_BASE_DELAY:g}).",
+        kind="float",
+        default=DEFAULT_RETRY_BASE_DELAY,
+        minimum=0,
+        ini="agentbench_model_retry_delay",
+        metavar="SECONDS",
+        runfile_group="models",
+        free_on_resume=True,
+    ),
+    Option(
+        "cache",
+        "--bench-cache",
+        "response cache mode: rw (read and write, default), ro (read only), off, "
+        "replay (only cached replies; a miss is an error, to re-score without a model).",
+        kind="choice",
+        choices=CACHE_MODES,
+        default="rw",
+        ini="agentbench_cache",
+    ),
+    Option(
+        "model_preflight",
+        "--model-preflight",
+        "at session start, prove the endpoint answers with one cheap request (list the models, else a "
+        "1-token completion): a missing key, a dead endpoint or an unknown model is then one usage error "
+        "(exit 4) before any item runs. Skipped for the oracle and with --bench-cache replay|ro "
+        "(default on).",
+        kind="choice",
+        choices=("on", "off"),
+        default="on",
+        ini="agentbench_model_preflight",
+        runfile_group="models",
+        free_on_resume=True,
+    ),
     PRICE_OPTION,
     *BUDGET_OPTIONS,
 )
@@ -124,8 +200,14 @@ def build_model(opts: Settings) -> OracleModel | OpenAIModel:
     from .client import OpenAIModel  # why: the openai SDK is imported only when a real model is used
 
     return OpenAIModel(
-        name, base_url=settings["base_url"], api_key=api_key, protocol=settings["protocol"],
-        params=settings["params"], timeout=settings["timeout"], max_retries=settings["max_retries"],
-        cache_dir=settings["cache_dir"], cache_mode=settings["cache_mode"],
+        name,
+        base_url=settings["base_url"],
+        api_key=api_key,
+        protocol=settings["protocol"],
+        params=settings["params"],
+        timeout=settings["timeout"],
+        max_retries=settings["max_retries"],
+        cache_dir=settings["cache_dir"],
+        cache_mode=settings["cache_mode"],
         retry_base_delay=settings["retry_base_delay"],
     )

@@ -7,10 +7,12 @@ base URL and an unknown model are each one ``ConfigError`` naming the fix; rate 
 errors pass (the run's own retries deal with them). ``skip_reason(opts)`` says when no request is
 needed: the oracle, ``--bench-cache replay|ro`` (no endpoint is called) and ``--model-preflight off``.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..core.errors import ConfigError
 from .options import ORACLE, check_api_key, model_settings
@@ -55,8 +57,10 @@ def preflight(opts: Mapping[str, Any]) -> str:
     if listed:
         if name not in listed:
             shown = ", ".join(sorted(listed)[:20]) + (f", ... ({len(listed)} in all)" if len(listed) > 20 else "")
-            raise ConfigError(f"model preflight: {url} does not serve model {name!r}; it lists: {shown}. "
-                              f"Check --model (the server's model name); {OFF_HINT}")
+            raise ConfigError(
+                f"model preflight: {url} does not serve model {name!r}; it lists: {shown}. "
+                f"Check --model (the server's model name); {OFF_HINT}"
+            )
         return f"model preflight: {url} lists {name} ({time.monotonic() - started:.1f} s)"
     try:
         one_token(client, name, settings["protocol"])
@@ -65,9 +69,11 @@ def preflight(opts: Mapping[str, Any]) -> str:
         if status in (401, 403):
             raise ConfigError(key_refused(url, error)) from None
         if status == 404:
-            raise ConfigError(f"model preflight: {url} answered HTTP 404 to a 1-token request for model {name!r}: "
-                              f"the model is unknown there or the base URL is wrong ({short(error)}). Check --model "
-                              f"and --model-base-url (it usually ends in /v1); {OFF_HINT}") from None
+            raise ConfigError(
+                f"model preflight: {url} answered HTTP 404 to a 1-token request for model {name!r}: "
+                f"the model is unknown there or the base URL is wrong ({short(error)}). Check --model "
+                f"and --model-base-url (it usually ends in /v1); {OFF_HINT}"
+            ) from None
         # 400/422 (a parameter the server dislikes), 429, 5xx: the endpoint answers; the run's retries handle the rest
         return f"model preflight: {url} answered HTTP {status} to a 1-token request for {name}"
     except Exception as error:  # no answer at all: the endpoint is unreachable
@@ -88,14 +94,21 @@ def short(error: BaseException) -> str:
 
 
 def key_refused(url: str, error: Any) -> str:
-    return (f"model preflight: {url} refused the API key (HTTP {error.status_code}: {short(error)}); "
-            f"pass --model-api-key or set OPENAI_API_KEY; {OFF_HINT}")
+    return (
+        f"model preflight: {url} refused the API key (HTTP {error.status_code}: {short(error)}); "
+        f"pass --model-api-key or set OPENAI_API_KEY; {OFF_HINT}"
+    )
 
 
 def unreachable(url: str, error: Exception) -> str:
     import openai  # why: loaded by preflight() already; kept out of module import
 
-    what = ("did not answer in time" if isinstance(error, openai.APITimeoutError)
-            else f"cannot be reached ({short(error.__cause__ or error)})")
-    return (f"model preflight: {url} {what}: check --model-base-url (or OPENAI_BASE_URL) and that the "
-            f"server is running; {OFF_HINT}")
+    what = (
+        "did not answer in time"
+        if isinstance(error, openai.APITimeoutError)
+        else f"cannot be reached ({short(error.__cause__ or error)})"
+    )
+    return (
+        f"model preflight: {url} {what}: check --model-base-url (or OPENAI_BASE_URL) and that the "
+        f"server is running; {OFF_HINT}"
+    )

@@ -4,19 +4,23 @@ A price is data (``--model-price=PROMPT,COMPLETION`` or ``price:`` of a run file
 million tokens; nothing here fetches one. The cost of a call is computed from the token counts the endpoint
 reported in its ``usage``; a reply without usage has no known cost (it is never estimated from text length).
 """
+
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..core.options import Option
 
 PROMPT_KEY, COMPLETION_KEY = "prompt_per_mtok", "completion_per_mtok"  # a run file's price: keys
 MILLION = 1_000_000
-PRICE_FORMAT = ("give USD per million tokens as PROMPT,COMPLETION (e.g. 2.5,10), or in a run file "
-                f"price: {{{PROMPT_KEY}: 2.5, {COMPLETION_KEY}: 10}}")
+PRICE_FORMAT = (
+    "give USD per million tokens as PROMPT,COMPLETION (e.g. 2.5,10), or in a run file "
+    f"price: {{{PROMPT_KEY}: 2.5, {COMPLETION_KEY}: 10}}"
+)
 
 
 @dataclass(frozen=True)
@@ -49,8 +53,10 @@ def parse_price(value: Any) -> Price:
     if isinstance(value, Mapping):
         unknown = sorted(set(map(str, value)) - {PROMPT_KEY, COMPLETION_KEY})
         if unknown or PROMPT_KEY not in value or COMPLETION_KEY not in value:
-            raise ValueError(f"is not a price: it needs exactly the keys {PROMPT_KEY} and {COMPLETION_KEY} (USD per "
-                             f"million tokens)" + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+            raise ValueError(
+                f"is not a price: it needs exactly the keys {PROMPT_KEY} and {COMPLETION_KEY} (USD per "
+                f"million tokens)" + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+            )
         parts = [value[PROMPT_KEY], value[COMPLETION_KEY]]
     else:
         parts = [p.strip() for p in str(value).split(",")]
@@ -63,8 +69,9 @@ def parse_price(value: Any) -> Price:
         except (TypeError, ValueError):
             number = math.nan
         if isinstance(part, bool) or not math.isfinite(number) or number < 0:
-            raise ValueError("must be two finite numbers >= 0: USD per million prompt and completion tokens, "
-                             "e.g. 2.5,10")
+            raise ValueError(
+                "must be two finite numbers >= 0: USD per million prompt and completion tokens, e.g. 2.5,10"
+            )
         numbers.append(number)
     return Price(*numbers)
 
@@ -82,23 +89,43 @@ def price_of(text: Any) -> Price | None:
 
 
 PRICE_OPTION = Option(
-    "model_price", "--model-price",
+    "model_price",
+    "--model-price",
     "the model's price in USD per million tokens, PROMPT,COMPLETION (e.g. 2.5,10): records, summaries and "
     f"report.html then show what the run cost (a run file's model takes price: {{{PROMPT_KEY}: ..., "
-    f"{COMPLETION_KEY}: ...}}). Nothing fetches prices.", check=check_price, ini="agentbench_model_price",
-    metavar="PROMPT,COMPLETION", runfile_group="models", free_on_resume=True)
+    f"{COMPLETION_KEY}: ...}}). Nothing fetches prices.",
+    check=check_price,
+    ini="agentbench_model_price",
+    metavar="PROMPT,COMPLETION",
+    runfile_group="models",
+    free_on_resume=True,
+)
 
 BUDGET_OPTIONS: tuple[Option, ...] = (
-    Option("max_cost_per_item", "--bench-max-cost-per-item",
-           "budget in USD of one item (the agent or harness that answers it): once its fresh model calls have "
-           "cost this much, it stops with the status budget (not passed, not retried, no error). "
-           "Needs --model-price.", kind="float", minimum=0, exclusive_minimum=True,
-           ini="agentbench_max_cost_per_item", metavar="USD"),
-    Option("max_cost", "--bench-max-cost",
-           "budget in USD of the run: once its fresh model calls have cost this much, no new item starts; the "
-           "rest is reported not run and the run is incomplete (resume it to go on). Needs --model-price.",
-           kind="float", minimum=0, exclusive_minimum=True, ini="agentbench_max_cost", metavar="USD",
-           free_on_resume=True),
+    Option(
+        "max_cost_per_item",
+        "--bench-max-cost-per-item",
+        "budget in USD of one item (the agent or harness that answers it): once its fresh model calls have "
+        "cost this much, it stops with the status budget (not passed, not retried, no error). "
+        "Needs --model-price.",
+        kind="float",
+        minimum=0,
+        exclusive_minimum=True,
+        ini="agentbench_max_cost_per_item",
+        metavar="USD",
+    ),
+    Option(
+        "max_cost",
+        "--bench-max-cost",
+        "budget in USD of the run: once its fresh model calls have cost this much, no new item starts; the "
+        "rest is reported not run and the run is incomplete (resume it to go on). Needs --model-price.",
+        kind="float",
+        minimum=0,
+        exclusive_minimum=True,
+        ini="agentbench_max_cost",
+        metavar="USD",
+        free_on_resume=True,
+    ),
 )
 
 

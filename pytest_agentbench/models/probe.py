@@ -5,6 +5,7 @@ prompt building (``first_call_misses``), and the probe's first ``complete`` asks
 replay mode reads the cache only and never the endpoint, then stops the harness with ``FirstCallSeen``.
 Nothing is run and nothing is sent. (Its own module: it needs the client, which imports the openai SDK.)
 """
+
 from __future__ import annotations
 
 from typing import Any, NoReturn

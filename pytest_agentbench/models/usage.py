@@ -7,6 +7,7 @@ reached the endpoint, ``replayed`` when every call came from the response cache,
 price (``models/price.py``) it also holds ``cost_usd`` (fresh calls) and ``replayed_cost_usd`` (cache hits: what
 they would have cost); ``usage_missing`` counts replies that reported no token usage.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,9 +38,13 @@ def turn_of(completion: Any, message: int) -> dict[str, Any]:
     """What one model call cost, for a trajectory file's ``turns``: ``message`` is the index of the assistant
     message the call produced. Kept beside the messages, never in them: the messages are the next request (and
     its cache key). ``latency`` is the call's wall clock, the first call's when the reply came from the cache."""
-    return {"message": message, "prompt_tokens": completion.prompt_tokens,
-            "completion_tokens": completion.completion_tokens, "latency": round(float(getattr(completion, "latency", 0.0) or 0.0), 3),
-            "cached": bool(getattr(completion, "cached", False))}
+    return {
+        "message": message,
+        "prompt_tokens": completion.prompt_tokens,
+        "completion_tokens": completion.completion_tokens,
+        "latency": round(float(getattr(completion, "latency", 0.0) or 0.0), 3),
+        "cached": bool(getattr(completion, "cached", False)),
+    }
 
 
 def chained_digest(previous: str, completion: Any) -> str:

@@ -12,9 +12,11 @@ entries to it in the item's report. One plugin object on the controller and one 
 hooks (distribution.py); they are unregistered at unconfigure.
 Other plugins extend it through the hooks in ``hookspecs.py``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -32,6 +34,7 @@ from .checks import before_items, bench_model_overridden, node_checks, other_ben
 from .collect import BenchCollector, BenchItem, marker_name
 from .distribution import CONTROLLER_PLUGIN, DistributionController, take_role, unregister
 from .durations import DurationsWriter
+from .handshake import HandshakeError, Role, role_of
 from .options import all_options, read, register, run_file_arguments, several_models
 from .pathargs import space_form_error
 from .progress import Progress, header_lines
@@ -40,7 +43,6 @@ from .selfdescribe import DEFINITION, definition, restore
 from .slurm import SlurmBackend, collect_ended
 from .state import make_state, new_run_id
 from .taskpackage import CollectSession, PackageCollector, TaskPackager, plugin_of
-from .handshake import HandshakeError, Role, role_of
 from .writer import ControllerWriter, WorkerWriter
 
 GENERIC_MARKERS = {"docker": "needs a Docker engine (pytest-agentbench's own tests)"}
@@ -114,8 +116,10 @@ def pytest_configure(config: pytest.Config) -> None:
         several = several_models(config, options, opts)  # a run file listing several models, none picked
         if several:
             if opts.backend == "slurm":
-                raise ConfigError(f"--bench-backend=slurm runs one model per session, and the run file lists "
-                                  f"{len(several)} models ({', '.join(several)}): pick one with --model=NAME")
+                raise ConfigError(
+                    f"--bench-backend=slurm runs one model per session, and the run file lists "
+                    f"{len(several)} models ({', '.join(several)}): pick one with --model=NAME"
+                )
             states = model_states(config, options, several)
             state = next(iter(states.values()))
             config.stash[MODEL_STATES] = states
@@ -151,8 +155,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(CollectSession(config, state, ended), "agentbench-collect-session")
     elif opts.backend == "slurm":
         if role_of(config) is Role.CONTROLLER:
-            raise usage_error(ConfigError("--bench-backend=slurm runs every task as a Slurm job: leave out "
-                                          "-n/--dist/--tx (pytest-xdist) for this run"))
+            raise usage_error(
+                ConfigError(
+                    "--bench-backend=slurm runs every task as a Slurm job: leave out "
+                    "-n/--dist/--tx (pytest-xdist) for this run"
+                )
+            )
         config.pluginmanager.register(SlurmBackend(config, state), "agentbench-slurm")
 
 
@@ -165,15 +173,18 @@ def plugin_name(base: str, state: BenchState) -> str:
     return base if state.model is None else f"{base}-{state.model}"
 
 
-def model_states(config: pytest.Config, options: tuple[Option, ...],
-                 several: dict[str, Settings]) -> dict[str, BenchState]:
+def model_states(
+    config: pytest.Config, options: tuple[Option, ...], several: dict[str, Settings]
+) -> dict[str, BenchState]:
     """One state per model of a run file that lists several (each with its own settings, run folder and checks),
     sharing one run id; a conftest's own ``bench_model`` cannot stand for several models (ConfigError)."""
     names = tuple(several)
     if bench_model_overridden(config):
-        raise ConfigError(f"a conftest.py overrides the bench_model fixture, and the run file lists {len(names)} "
-                          f"models ({', '.join(names)}): a run of several models uses the built-in clients; pick "
-                          f"one model with --model=NAME, or remove the override")
+        raise ConfigError(
+            f"a conftest.py overrides the bench_model fixture, and the run file lists {len(names)} "
+            f"models ({', '.join(names)}): a run of several models uses the built-in clients; pick "
+            f"one model with --model=NAME, or remove the override"
+        )
     run_id = new_run_id()
     states: dict[str, BenchState] = {}
     for name, opts in several.items():
@@ -193,10 +204,16 @@ def pytest_make_collect_report(collector: pytest.Collector):
     state = collector.config.stash.get(STATE, None)
     if state is None or not isinstance(collector, pytest.Session) or not report.passed:
         return report
-    root = BenchCollector.from_parent(collector, name=state.benchmark.name, nodeid=state.benchmark.name,
-                                      benchmark=state.benchmark, tasks=state.tasks,
-                                      attempts=state.options.attempts, models=state.models,
-                                      model_name=state.settings.get("model"))
+    root = BenchCollector.from_parent(
+        collector,
+        name=state.benchmark.name,
+        nodeid=state.benchmark.name,
+        benchmark=state.benchmark,
+        tasks=state.tasks,
+        attempts=state.options.attempts,
+        models=state.models,
+        model_name=state.settings.get("model"),
+    )
     # With --bench and no explicit paths only the benchmark runs, never a user's tests/ by accident.
     report.result = [root] if state.only_bench else [*report.result, root]
     return report
@@ -256,11 +273,20 @@ def bench_run(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) 
 
 def open_run(request: pytest.FixtureRequest, state: BenchState, model: Any, env: Any) -> BenchRun:
     """The benchmark's run of ``state`` with ``model``: over the session's items of that run."""
-    selected = frozenset(item.sample.id for item in request.session.items
-                         if isinstance(item, BenchItem) and item.model == state.model)
+    selected = frozenset(
+        item.sample.id for item in request.session.items if isinstance(item, BenchItem) and item.model == state.model
+    )
     opts = state.options
-    spec = RunSpec(settings=state.settings, options=opts, tasks=tuple(state.tasks), selected=selected,
-                   run_dir=state.run_dir, data_dir=opts.data_dir, cache_dir=opts.cache_dir, files=state.files)
+    spec = RunSpec(
+        settings=state.settings,
+        options=opts,
+        tasks=tuple(state.tasks),
+        selected=selected,
+        run_dir=state.run_dir,
+        data_dir=opts.data_dir,
+        cache_dir=opts.cache_dir,
+        files=state.files,
+    )
     cache = getattr(model, "cache", None)
     if state.journal is not None and isinstance(cache, ResponseCache):
         cache.journal = state.journal  # on a worker: new entries also travel to the controller's cache
@@ -275,7 +301,7 @@ def open_run(request: pytest.FixtureRequest, state: BenchState, model: Any, env:
 def pytest_runtest_logreport(report: pytest.TestReport):
     """Keep whole records (and deliveries) out of junitxml, which writes str(value) of every teardown property."""
     if report.when == "teardown":
-        report.user_properties = [(k, v) for k, v in report.user_properties
-                                  if k not in (RECORD_PROPERTY, DELIVERY_PROPERTY)]
+        report.user_properties = [
+            (k, v) for k, v in report.user_properties if k not in (RECORD_PROPERTY, DELIVERY_PROPERTY)
+        ]
     return (yield)
-

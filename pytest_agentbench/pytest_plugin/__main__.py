@@ -1,6 +1,7 @@
 """``python -m pytest_agentbench.pytest_plugin run-task RUN_DIR TASK [ARGS]`` and ``... collect RUN_DIR [ARGS]``:
 the pytest sessions of the ``run-task`` and ``collect`` commands. Not a command of its own: ``cli/tasks.py``
 checks the arguments and then replaces its process with this one (the command line never imports pytest)."""
+
 from __future__ import annotations
 
 import sys

@@ -10,20 +10,21 @@ benchmark's own option given on the command line of a run of another benchmark i
 another user: permission bits say nothing for root, so a probe file is created, fsynced and removed).
 ``sandbox_self_test``: this interpreter runs in the sandbox with the run's binds (``sandbox/selftest.py``).
 """
+
 from __future__ import annotations
 
 import os
 import types
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pytest
 
 from ..core.errors import ConfigError
+from ..core.host import hostname
 from ..core.options import Option, Settings
 from ..models.options import ORACLE, check_api_key, model_settings
 from ..models.preflight import preflight, skip_reason
-from ..core.host import hostname
 from ..sandbox.options import isolation_from, private_folders
 from ..sandbox.selftest import run_self_test
 from .run import BenchState
@@ -89,8 +90,10 @@ def probe_report_dir(path: Path, shown: Path) -> None:
             made.append(folder)
         write_probe(target / f"{PROBE_NAME}-{os.getpid()}")
     except OSError as exc:
-        raise ConfigError(f"--bench-report-dir {shown} cannot be written: {exc.strerror or exc} "
-                          f"({exc.filename or target}); choose a folder you can write to") from None
+        raise ConfigError(
+            f"--bench-report-dir {shown} cannot be written: {exc.strerror or exc} "
+            f"({exc.filename or target}); choose a folder you can write to"
+        ) from None
     finally:
         for folder in reversed(made):
             try:
@@ -155,7 +158,9 @@ def node_checks(opts: Settings, state: BenchState) -> None:
         isolation_from(opts.with_values(require_isolation=True))
         sandbox_self_test(opts, state)
     except ConfigError as exc:
-        raise ConfigError(f"on Slurm node {node}: {exc}. With --bench-backend=slurm model code runs only in "
-                          f"bubblewrap sandboxes: install bubblewrap and allow unprivileged user namespaces on "
-                          f"the nodes, or leave this node out (--bench-slurm-args='--exclude={node}'); see "
-                          f"docs/slurm.md") from None
+        raise ConfigError(
+            f"on Slurm node {node}: {exc}. With --bench-backend=slurm model code runs only in "
+            f"bubblewrap sandboxes: install bubblewrap and allow unprivileged user namespaces on "
+            f"the nodes, or leave this node out (--bench-slurm-args='--exclude={node}'); see "
+            f"docs/slurm.md"
+        ) from None

@@ -6,10 +6,12 @@ Only collectors are given an id (``from_parent(..., nodeid=...)``, honoured by p
 id is the one pytest builds, ``<parent id>::<name>`` (pytest 9.2 ignores an id set on a Function by hand).
 Runs written before this form (``core-bench/capsule-X``) still resume: ``current_nodeid`` translates.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any
 
 import pytest
 
@@ -39,8 +41,15 @@ def prepare_item(item: BenchItem, run: BenchRun) -> None:
 class BenchItem(pytest.Function):
     """A step or capsule. It is a real ``pytest.Function`` so fixtures (and their overrides) apply."""
 
-    def __init__(self, *, sample: Sample, benchmark: Benchmark, model: str | None = None,
-                 model_name: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        sample: Sample,
+        benchmark: Benchmark,
+        model: str | None = None,
+        model_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.sample = sample
         self.benchmark = benchmark
@@ -70,8 +79,15 @@ def marker_name(benchmark: Benchmark) -> str:
 
 
 class TaskCollector(pytest.Collector):
-    def __init__(self, *, task: Task, benchmark: Benchmark, samples: list[tuple[str | None, Sample]],
-                 model_name: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        task: Task,
+        benchmark: Benchmark,
+        samples: list[tuple[str | None, Sample]],
+        model_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.task = task
         self.benchmark = benchmark
@@ -80,15 +96,30 @@ class TaskCollector(pytest.Collector):
 
     def collect(self):
         for model, sample in self.samples:
-            yield BenchItem.from_parent(self, name=item_name(sample, model), callobj=run_bench_item, sample=sample,
-                                        benchmark=self.benchmark, model=model, model_name=self.model_name)
+            yield BenchItem.from_parent(
+                self,
+                name=item_name(sample, model),
+                callobj=run_bench_item,
+                sample=sample,
+                benchmark=self.benchmark,
+                model=model,
+                model_name=self.model_name,
+            )
 
 
 class BenchCollector(pytest.Collector):
     """The root of a benchmark's items; ``tasks`` are already filtered by ``--bench-ids``."""
 
-    def __init__(self, *, benchmark: Benchmark, tasks: list[Task], attempts: int = 1, models: tuple[str, ...] = (),
-                 model_name: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        benchmark: Benchmark,
+        tasks: list[Task],
+        attempts: int = 1,
+        models: tuple[str, ...] = (),
+        model_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.benchmark = benchmark
         self.tasks = tasks
@@ -101,13 +132,26 @@ class BenchCollector(pytest.Collector):
         for task in self.tasks:
             samples = per_model(with_attempts(task.samples, self.attempts), self.models, self.benchmark.group_items)
             if self.benchmark.group_items:
-                yield TaskCollector.from_parent(self, name=task.id, nodeid=f"{name}/{task.id}", task=task,
-                                                benchmark=self.benchmark, samples=samples, model_name=self.model_name)
+                yield TaskCollector.from_parent(
+                    self,
+                    name=task.id,
+                    nodeid=f"{name}/{task.id}",
+                    task=task,
+                    benchmark=self.benchmark,
+                    samples=samples,
+                    model_name=self.model_name,
+                )
             else:
                 for model, sample in samples:
-                    yield BenchItem.from_parent(self, name=item_name(sample, model), callobj=run_bench_item,
-                                                sample=sample, benchmark=self.benchmark, model=model,
-                                                model_name=self.model_name)
+                    yield BenchItem.from_parent(
+                        self,
+                        name=item_name(sample, model),
+                        callobj=run_bench_item,
+                        sample=sample,
+                        benchmark=self.benchmark,
+                        model=model,
+                        model_name=self.model_name,
+                    )
 
 
 def per_model(samples: list[Sample], models: tuple[str, ...], grouped: bool) -> list[tuple[str | None, Sample]]:
@@ -129,8 +173,9 @@ def item_name(sample: Sample, model: str | None) -> str:
     return f"{sample.id}[{model}-attempt{sample.attempt}]" if sample.repeated else f"{sample.id}[{model}]"
 
 
-def item_entries(benchmark: Benchmark, tasks: list[Task], attempts: int,
-                 models: tuple[str, ...] = ()) -> dict[str, tuple[str | None, Sample]]:
+def item_entries(
+    benchmark: Benchmark, tasks: list[Task], attempts: int, models: tuple[str, ...] = ()
+) -> dict[str, tuple[str | None, Sample]]:
     """Node id -> (model, sample) of every item collection makes (model None in a run of one model)."""
     out: dict[str, tuple[str | None, Sample]] = {}
     for task in tasks:
@@ -139,8 +184,9 @@ def item_entries(benchmark: Benchmark, tasks: list[Task], attempts: int,
     return out
 
 
-def sample_nodeids(benchmark: Benchmark, tasks: list[Task], attempts: int,
-                   models: tuple[str, ...] = ()) -> dict[str, Sample]:
+def sample_nodeids(
+    benchmark: Benchmark, tasks: list[Task], attempts: int, models: tuple[str, ...] = ()
+) -> dict[str, Sample]:
     """Node id -> sample of every item collection makes (the controller names a dead worker's item with it)."""
     return {nodeid: sample for nodeid, (_, sample) in item_entries(benchmark, tasks, attempts, models).items()}
 
@@ -155,9 +201,9 @@ def task_of_nodeid(nodeid: str, benchmarks: Iterable[Benchmark]) -> str | None:
     ungrouped benchmark each sample is its own task: ``core-bench::capsule-X`` -> ``capsule-X``."""
     for bench in benchmarks:
         if bench.group_items and nodeid.startswith(f"{bench.name}/") and "::" in nodeid:
-            return nodeid[len(bench.name) + 1:].split("::", 1)[0]
+            return nodeid[len(bench.name) + 1 :].split("::", 1)[0]
         if not bench.group_items and nodeid.startswith(f"{bench.name}::"):
-            return nodeid[len(bench.name) + 2:].split("[", 1)[0]
+            return nodeid[len(bench.name) + 2 :].split("[", 1)[0]
     return None
 
 
@@ -167,7 +213,7 @@ def current_nodeid(nodeid: str, benchmarks: Iterable[Benchmark]) -> str:
     for bench in benchmarks:
         old = f"{bench.name}/"
         if not bench.group_items and nodeid.startswith(old) and "::" not in nodeid:
-            return f"{bench.name}::{nodeid[len(old):]}"
+            return f"{bench.name}::{nodeid[len(old) :]}"
     return nodeid
 
 

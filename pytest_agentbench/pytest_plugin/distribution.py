@@ -15,6 +15,7 @@ writer of the run (``writer.py``): records, files and cache entries reach it in 
 helpers in remote.py (``RemoteHosts`` on the controller, ``RemoteWorker`` on a worker) that these plugins hold.
 xdist's objects are touched only through the adapter (xdist_compat.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -107,10 +108,13 @@ class DistributionController:
     def pytest_configure_node(self, node: Any) -> None:
         """The one place a worker's input is built (the worker reads it back in ``take_role``)."""
         state = self.state
-        handshake = WorkerInput(run_dir=state.run_dir, only_bench=state.only_bench,
-                                model_run_dirs={m: s.run_dir for m, s in self.runs.items() if m is not None} if state.models else {},
-                                resumed=self.resumed,
-                                remote=self.remote.worker_input(node) if self.remote is not None else None)
+        handshake = WorkerInput(
+            run_dir=state.run_dir,
+            only_bench=state.only_bench,
+            model_run_dirs={m: s.run_dir for m, s in self.runs.items() if m is not None} if state.models else {},
+            resumed=self.resumed,
+            remote=self.remote.worker_input(node) if self.remote is not None else None,
+        )
         node.workerinput.update(handshake.to_workerinput())
 
     @pytest.hookimpl(tryfirst=True)
@@ -133,8 +137,9 @@ class DistributionController:
         """xdist's report of the item a dead worker was running becomes that item's record: an error naming the
         worker and its host, marked lost (``--bench-resume`` runs it again). It is written like any other."""
         if self.samples is None:
-            self.samples = item_entries(self.state.benchmark, self.state.tasks, self.state.options.attempts,
-                                        self.state.models)
+            self.samples = item_entries(
+                self.state.benchmark, self.state.tasks, self.state.options.attempts, self.state.models
+            )
         if crashitem not in self.samples:  # not a benchmark item (a user's test in the same session)
             return
         model, sample = self.samples[crashitem]
@@ -142,9 +147,15 @@ class DistributionController:
         node = xc.crashed_worker(report)
         worker = xc.worker_id(node) if node is not None else "?"
         host = state.worker_hosts.get(worker) or gateway_host(node)
-        record = {**base_record(sample, state), "status": "error",
-                  "message": lost_message(worker, host), rec.LOST_FIELD: True, "duration": 0.0,
-                  "worker": worker, "host": host}
+        record = {
+            **base_record(sample, state),
+            "status": "error",
+            "message": lost_message(worker, host),
+            rec.LOST_FIELD: True,
+            "duration": 0.0,
+            "worker": worker,
+            "host": host,
+        }
         report.user_properties.append((rec.RECORD_PROPERTY, record))
         report.user_properties.append((rec.DELIVERY_PROPERTY, {"append": True, "files": [], "cache": [], "bytes": 0}))
 
@@ -160,8 +171,10 @@ class DistributionController:
 
 def lost_message(worker: str, host: str | None) -> str:
     where = f"worker {worker!r}" + (f" on host {host}" if host else "")
-    return (f"{where} died while running this item (its process crashed or was killed, or the host was lost); "
-            f"no result reached the controller: --bench-resume runs it again")
+    return (
+        f"{where} died while running this item (its process crashed or was killed, or the host was lost); "
+        f"no result reached the controller: --bench-resume runs it again"
+    )
 
 
 def gateway_host(node: Any) -> str | None:

@@ -1,18 +1,21 @@
 """Expected cost of each scheduling unit, and ``<cache dir>/durations.json`` that feeds it.
 
 The controller (or the only process) writes durations.json at the end of every session from the run's
-records (not with ``--bench-cache=ro``, which writes nothing to the cache dir): ``{"format": 1, "durations": {benchmark: {executor: {task: {sample id: seconds}}}}}`` (merged into
+records (not with ``--bench-cache=ro``, which writes nothing to the cache dir): ``{"format": 1, "durations":
+{benchmark: {executor: {task: {sample id: seconds}}}}}`` (merged into
 what is there; a lost record, which has no real duration, is left out). The scheduler (placement.py) orders
 units by the sum of their samples' last durations under the run's benchmark and executor; a sample never
 measured gets the benchmark's declared estimate (``Benchmark.expected_cost``) scaled to seconds by the
 samples that were measured (the estimate alone when none was). A broken or missing file only means
 estimates: it is a hint, never a result.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..core import records as rec
 from ..core.io import write_atomic
@@ -44,7 +47,7 @@ def measured(state: BenchState) -> dict[str, dict[str, float]]:
     """task -> sample id -> seconds, from durations.json for this run's benchmark and executor."""
     table = read_durations(durations_path(state)).get(state.benchmark.name, {}).get(executor_of(state), {})
     out: dict[str, dict[str, float]] = {}
-    for task, samples in (table.items() if isinstance(table, dict) else ()):
+    for task, samples in table.items() if isinstance(table, dict) else ():
         if isinstance(samples, dict):
             out[str(task)] = {str(k): float(v) for k, v in samples.items() if isinstance(v, (int, float))}
     return out
@@ -79,8 +82,11 @@ def plan_costs(state: BenchState) -> tuple[Callable[[str], str], Callable[[str, 
     samples = {nodeid: sample for nodeid, (_, sample) in entries.items()}
     known = measured(state)
     estimate = {nodeid: float(bench.expected_cost(sample)) for nodeid, sample in samples.items()}
-    seconds = {nodeid: known[sample.task_id][sample.id] for nodeid, sample in samples.items()
-               if sample.id in known.get(sample.task_id, {})}
+    seconds = {
+        nodeid: known[sample.task_id][sample.id]
+        for nodeid, sample in samples.items()
+        if sample.id in known.get(sample.task_id, {})
+    }
     both = [nodeid for nodeid in seconds if estimate[nodeid] > 0]
     scale = (sum(seconds[n] for n in both) / sum(estimate[n] for n in both)) if both else 1.0
 

@@ -10,6 +10,7 @@ probe), so a key this reader does not know, or one it needs and does not find, i
 The role is decided once per process, as pytest-xdist documents it (a worker has ``config.workerinput``), and
 kept in ``config.stash[ROLE]``; nothing else asks xdist which process this is.
 """
+
 from __future__ import annotations
 
 import enum
@@ -101,8 +102,12 @@ class WorkerInput:
             out[RESUMED_KEY] = self.resumed
         if self.remote is not None:
             remote = self.remote
-            out[REMOTE_KEY] = {"settings": dict(remote.settings), "host": remote.host, "gpus": remote.gpus,
-                               "host_timeout": remote.host_timeout}
+            out[REMOTE_KEY] = {
+                "settings": dict(remote.settings),
+                "host": remote.host,
+                "gpus": remote.gpus,
+                "host_timeout": remote.host_timeout,
+            }
             if remote.heartbeat is not None:
                 out[HEARTBEAT_KEY] = remote.heartbeat
         return out
@@ -116,15 +121,18 @@ class WorkerInput:
             return None
         unknown = sorted(set(ours) - set(KEYS))
         if unknown:
-            raise mismatch(f"has {', '.join(map(repr, unknown))}, which this worker's pytest-agentbench does "
-                           f"not know")
+            raise mismatch(f"has {', '.join(map(repr, unknown))}, which this worker's pytest-agentbench does not know")
         missing = [key for key in REQUIRED_KEYS if key not in ours]
         if missing:
             raise mismatch(f"lacks {', '.join(map(repr, missing))}")
         dirs = json.loads(ours[MODEL_RUN_DIRS_KEY]) if MODEL_RUN_DIRS_KEY in ours else {}
-        return cls(run_dir=Path(ours[RUN_DIR_KEY]), only_bench=bool(ours[ONLY_BENCH_KEY]),
-                   model_run_dirs={model: Path(path) for model, path in dirs.items()},
-                   resumed=str(ours.get(RESUMED_KEY) or ""), remote=remote_input(ours))
+        return cls(
+            run_dir=Path(ours[RUN_DIR_KEY]),
+            only_bench=bool(ours[ONLY_BENCH_KEY]),
+            model_run_dirs={model: Path(path) for model, path in dirs.items()},
+            resumed=str(ours.get(RESUMED_KEY) or ""),
+            remote=remote_input(ours),
+        )
 
     def run_dir_of(self, model: str | None) -> Path:
         """The run folder of ``model`` in a run of several models, else the run's."""
@@ -146,11 +154,18 @@ def remote_input(ours: Mapping[str, Any]) -> RemoteInput | None:
     missing = [name for name in REMOTE_FIELDS if name not in remote]
     if missing:
         raise mismatch(f"has {REMOTE_KEY!r} without {', '.join(map(repr, missing))}")
-    return RemoteInput(settings=dict(remote["settings"]), host=str(remote["host"]), gpus=int(remote["gpus"]),
-                       host_timeout=float(remote["host_timeout"]), heartbeat=ours.get(HEARTBEAT_KEY))
+    return RemoteInput(
+        settings=dict(remote["settings"]),
+        host=str(remote["host"]),
+        gpus=int(remote["gpus"]),
+        host_timeout=float(remote["host_timeout"]),
+        heartbeat=ours.get(HEARTBEAT_KEY),
+    )
 
 
 def mismatch(what: str) -> HandshakeError:
-    return HandshakeError(f"the worker input from the xdist controller {what}: the controller and this worker run "
-                          f"different pytest-agentbench versions; install the controller's version where the "
-                          f"worker runs (the python after //python= in --tx)")
+    return HandshakeError(
+        f"the worker input from the xdist controller {what}: the controller and this worker run "
+        f"different pytest-agentbench versions; install the controller's version where the "
+        f"worker runs (the python after //python= in --tx)"
+    )

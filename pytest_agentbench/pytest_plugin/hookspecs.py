@@ -2,6 +2,7 @@
 
 Registered with ``pluginmanager.add_hookspecs`` in ``pytest_addhooks``.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -2,7 +2,8 @@
 worker receives from its controller (``forwarded`` / ``apply_forwarded``).
 
 The controller runs ``SERVE_SOURCE`` on each new xdist gateway before its worker starts (execnet's
-``remote_exec``, see remote.py), which runs ``main`` in a child python on the host: the host's name, cores, GPUs (``nvidia-smi -L``, or the test-only
+``remote_exec``, see remote.py), which runs ``main`` in a child python on the host: the host's name, cores, GPUs
+(``nvidia-smi -L``, or the test-only
 ``AGENTBENCH_TEST_GPUS`` read there), whether a Docker engine answers, how children can be isolated and
 whether that host's interpreter runs in its sandbox (the self-test, ``sandbox/selftest.py``), the
 installed plugin's version and build, and the data hashes of the selected benchmark and split computed
@@ -11,20 +12,23 @@ from the host's own data dir. What a host gets of each option is the option's ``
 environment or the defaults; a GPU option is used only by a host with a GPU. A secret option's value reaches a
 worker in its in-memory worker input, never the probe (``probe_settings``).
 """
+
 from __future__ import annotations
 
 import importlib
 import json
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version as dist_version
+from collections.abc import Mapping, MutableMapping
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
 from pathlib import Path
-from typing import Any, Mapping, MutableMapping
+from typing import Any
 
 from ..benchmarks.registry import available_benchmarks, get_benchmark
 from ..core import host
-from ..core.errors import ConfigError
 from ..core.data import DataError
+from ..core.errors import ConfigError
 from ..core.options import HOST_GPU, HOST_OWN, Option, OptionError, Settings, Sources, resolve, without_secrets
 from ..sandbox.isolation import probe as isolation_probe
 from ..sandbox.options import private_folders
@@ -90,8 +94,13 @@ def raw_value(option: Option, value: Any) -> Any:
     return str(value)
 
 
-def apply_forwarded(namespace: Any, options: tuple[Option, ...], raw: Mapping[str, Any], host_gpus: int,
-                    environ: MutableMapping[str, str]) -> None:
+def apply_forwarded(
+    namespace: Any,
+    options: tuple[Option, ...],
+    raw: Mapping[str, Any],
+    host_gpus: int,
+    environ: MutableMapping[str, str],
+) -> None:
     """On a remote worker, before the plugin reads its options: the controller's run settings win, path
     options fall back to this host's environment and defaults, and GPUs are used only if the host has one.
     A setting the controller left at its default stays at the default here: this host's variables for it
@@ -133,9 +142,13 @@ def probe(request: Mapping[str, Any]) -> dict[str, Any]:
     """This host's capabilities and, for ``request["bench"]``/``["split"]``, its data hashes; a ``probe_error``
     (the controller refuses the host by name) when this host's Python cannot run in its sandbox."""
     out: dict[str, Any] = {
-        "hostname": host.hostname(), "cores": host.cores(), "gpus": host.gpus(),
-        "docker": docker_engine(), "isolation": isolation_probe().describe(),
-        "version": version_of(PACKAGE), "build": host.package_build(),
+        "hostname": host.hostname(),
+        "cores": host.cores(),
+        "gpus": host.gpus(),
+        "docker": docker_engine(),
+        "isolation": isolation_probe().describe(),
+        "version": version_of(PACKAGE),
+        "build": host.package_build(),
         "data_dir": os.environ.get("AGENTBENCH_DATA_DIR", ""),
     }
     hidden: dict[str, str] = {}

@@ -6,6 +6,7 @@ for negatable booleans) and, when it has one, an ini key with the same help text
 raw ``Sources`` of one run from the config and resolves them into a frozen ``Settings`` at configure
 time; after that nothing reads ``config.getoption`` or ``config.getini``.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,13 +28,27 @@ from ..sandbox.options import SANDBOX_OPTIONS
 
 GROUP = "agentbench"
 GROUP_TITLE = "agent/code benchmarks (pytest-agentbench)"
-METAVARS = {"int": "N", "float": "NUMBER", "path": "PATH", "list": "A,B", "multi": "VALUE", "json": "JSON",
-            "size": "SIZE"}
+METAVARS = {
+    "int": "N",
+    "float": "NUMBER",
+    "path": "PATH",
+    "list": "A,B",
+    "multi": "VALUE",
+    "json": "JSON",
+    "size": "SIZE",
+}
 
 
 def all_options(registered: Registered) -> tuple[Option, ...]:
     """The options of every layer and of every registered benchmark, each once, in a stable order."""
-    options: list[Option] = [*RUN_OPTIONS, *SANDBOX_OPTIONS, *MODEL_OPTIONS, *ENV_OPTIONS, *REPORT_OPTIONS, *SLURM_OPTIONS]
+    options: list[Option] = [
+        *RUN_OPTIONS,
+        *SANDBOX_OPTIONS,
+        *MODEL_OPTIONS,
+        *ENV_OPTIONS,
+        *REPORT_OPTIONS,
+        *SLURM_OPTIONS,
+    ]
     for name in sorted(registered.found):
         options += registered.found[name].options
     options = [with_choices(o, registered) for o in options]
@@ -60,17 +75,39 @@ def register(parser: pytest.Parser, options: tuple[Option, ...]) -> None:
         if option.kind == "bool":
             group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=cli_help)
             if option.negative_flag is not None:  # a negatable option's
-                group.addoption(option.negative_flag, dest=option.dest, action="store_false", default=None,
-                                help=f"the opposite of {option.flag}.")
+                group.addoption(
+                    option.negative_flag,
+                    dest=option.dest,
+                    action="store_false",
+                    default=None,
+                    help=f"the opposite of {option.flag}.",
+                )
         elif option.kind == "multi":
-            group.addoption(option.flag, dest=option.dest, action="append", default=None,
-                            metavar=option.metavar or METAVARS["multi"], help=cli_help)
+            group.addoption(
+                option.flag,
+                dest=option.dest,
+                action="append",
+                default=None,
+                metavar=option.metavar or METAVARS["multi"],
+                help=cli_help,
+            )
         elif option.kind == "choice":
-            group.addoption(option.flag, dest=option.dest, default=None, choices=option.choices,
-                            metavar=option.metavar, help=cli_help)
+            group.addoption(
+                option.flag,
+                dest=option.dest,
+                default=None,
+                choices=option.choices,
+                metavar=option.metavar,
+                help=cli_help,
+            )
         else:
-            group.addoption(option.flag, dest=option.dest, default=None,
-                            metavar=option.metavar or METAVARS.get(option.kind, "VALUE"), help=cli_help)
+            group.addoption(
+                option.flag,
+                dest=option.dest,
+                default=None,
+                metavar=option.metavar or METAVARS.get(option.kind, "VALUE"),
+                help=cli_help,
+            )
         if option.ini:
             parser.addini(option.ini, help=text, type="linelist" if option.kind == "multi" else "string")
 
@@ -81,8 +118,14 @@ def sources(config: pytest.Config, options: tuple[Option, ...], model: str | Non
     cli: dict[str, Any] = {o.name: config.getoption(o.dest) for o in options}
     ini: dict[str, Any] = {o.name: config.getini(o.ini) for o in options if o.ini}
     inipath = config.inipath
-    found = Sources(cli=cli, ini=ini, env=dict(os.environ), invocation_dir=Path(config.invocation_params.dir),
-                    rootdir=Path(config.rootpath), ini_dir=inipath.parent if inipath else None)
+    found = Sources(
+        cli=cli,
+        ini=ini,
+        env=dict(os.environ),
+        invocation_dir=Path(config.invocation_params.dir),
+        rootdir=Path(config.rootpath),
+        ini_dir=inipath.parent if inipath else None,
+    )
     run_file = load_run_file(found, options)
     if run_file is None:
         return found
@@ -117,23 +160,32 @@ def run_file_arguments(early_config: pytest.Config, options: tuple[Option, ...])
     namespace = early_config.known_args_namespace
     config_option = by_name(options)["config"]
     inipath = early_config.inipath
-    found = Sources(cli={"config": getattr(namespace, config_option.dest, None)},
-                    ini={"config": early_config.getini(config_option.ini or "")}, env=dict(os.environ),
-                    invocation_dir=Path(early_config.invocation_params.dir), rootdir=Path(early_config.rootpath),
-                    ini_dir=inipath.parent if inipath else None)
+    found = Sources(
+        cli={"config": getattr(namespace, config_option.dest, None)},
+        ini={"config": early_config.getini(config_option.ini or "")},
+        env=dict(os.environ),
+        invocation_dir=Path(early_config.invocation_params.dir),
+        rootdir=Path(early_config.rootpath),
+        ini_dir=inipath.parent if inipath else None,
+    )
     try:
         run_file = load_run_file(found, options)
     except OptionError as exc:
         raise pytest.UsageError(f"agentbench: {exc}") from None
     if run_file is None:
         return []
-    given = {"k": bool(getattr(namespace, "keyword", "")), "m": bool(getattr(namespace, "markexpr", "")),
-             "deselect": bool(getattr(namespace, "deselect", None)),
-             "n": getattr(namespace, "numprocesses", None) is not None}
+    given = {
+        "k": bool(getattr(namespace, "keyword", "")),
+        "m": bool(getattr(namespace, "markexpr", "")),
+        "deselect": bool(getattr(namespace, "deselect", None)),
+        "n": getattr(namespace, "numprocesses", None) is not None,
+    }
     if not hasattr(namespace, "numprocesses") and "n" in run_file.pytest_args:
         line = run_file.pytest_args["n"].line
-        raise pytest.UsageError(f"agentbench: {run_file.where(line)}: pytest: n needs pytest-xdist, which is not "
-                                f"active (pip install pytest-xdist, or remove -p no:xdist)")
+        raise pytest.UsageError(
+            f"agentbench: {run_file.where(line)}: pytest: n needs pytest-xdist, which is not "
+            f"active (pip install pytest-xdist, or remove -p no:xdist)"
+        )
     return runfile.pytest_arguments(run_file, given)
 
 

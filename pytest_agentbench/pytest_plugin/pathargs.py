@@ -8,11 +8,12 @@ arguments, and a difference is a usage error naming the option and the ``--optio
 Recovering silently is not offered: addopts, ``-p`` and the cache dir were already derived from the
 wrong ini file.
 """
+
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import pytest
 from _pytest.config.findpaths import determine_setup
@@ -29,8 +30,13 @@ def space_form_values(args: Sequence[str], options: Iterable[Option]) -> list[tu
 def setup_without_option_values(config: pytest.Config, args: Sequence[str]) -> tuple[Path, Path | None]:
     """rootdir and ini file as pytest would find them had it known the plugin's options."""
     ns = config._parser.parse_known_args(list(args))
-    given = {"inifile": ns.inifilename, "override_ini": getattr(ns, "override_ini", None), "args": ns.file_or_dir,
-             "rootdir_cmd_arg": ns.rootdir or None, "invocation_dir": config.invocation_params.dir}
+    given = {
+        "inifile": ns.inifilename,
+        "override_ini": getattr(ns, "override_ini", None),
+        "args": ns.file_or_dir,
+        "rootdir_cmd_arg": ns.rootdir or None,
+        "invocation_dir": config.invocation_params.dir,
+    }
     # pytest 8.0 takes no override_ini and returns 3 values, later releases take it (keyword-only) and return 4
     accepted = inspect.signature(determine_setup).parameters
     found = determine_setup(**{name: value for name, value in given.items() if name in accepted})
@@ -48,7 +54,10 @@ def space_form_error(config: pytest.Config, args: Sequence[str], options: Iterab
     written = ", ".join(f"'{flag} {value}'" for flag, value in culprits)
     fixed = " ".join(f"{flag}={value}" for flag, value in culprits)
     ignored = ([f"the ini file {inipath}"] if inipath else []) + [
-        f"the conftest.py files under {inipath.parent if inipath else rootpath}"]
-    return (f"agentbench: pytest read the value in {written} as a test path before the plugin's options were "
-            f"known, which moved the rootdir to {config.rootpath} (it should be {rootpath}); "
-            f"{' and '.join(ignored)} would be ignored. Write the option with '=': {fixed}")
+        f"the conftest.py files under {inipath.parent if inipath else rootpath}"
+    ]
+    return (
+        f"agentbench: pytest read the value in {written} as a test path before the plugin's options were "
+        f"known, which moved the rootdir to {config.rootpath} (it should be {rootpath}); "
+        f"{' and '.join(ignored)} would be ignored. Write the option with '=': {fixed}"
+    )

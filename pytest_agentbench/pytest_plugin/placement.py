@@ -22,10 +22,12 @@ Scheduling``; returned from ``pytest_xdist_make_scheduler``) on its own, touchin
   record), the later items of its task are reported lost too (a task runs whole in one process, so
   ``--bench-resume`` runs them together), and its units not begun go back to the queue.
 """
+
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
@@ -37,10 +39,18 @@ Unit = dict[str, bool]  # node id -> done, in collection order
 
 
 class PlacementScheduling:
-    def __init__(self, config: Any, log: Any = None, *, gpu_item: Callable[[str], bool],
-                 gpu_node: Callable[[Any], bool], unit_of: Callable[[str], str] | None = None,
-                 unit_cost: Callable[[str, list[str]], float] | None = None, keep_free: bool = False,
-                 stopped: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        config: Any,
+        log: Any = None,
+        *,
+        gpu_item: Callable[[str], bool],
+        gpu_node: Callable[[Any], bool],
+        unit_of: Callable[[str], str] | None = None,
+        unit_cost: Callable[[str, list[str]], float] | None = None,
+        keep_free: bool = False,
+        stopped: Callable[[], bool] | None = None,
+    ) -> None:
         self.config = config
         self.stopped = stopped or (lambda: False)  # True once no new unit may start (the run budget is spent)
         # remote workers are never replaced (remote.py): a free worker is then kept, not told to finish, while
@@ -178,8 +188,11 @@ class PlacementScheduling:
 
     def held_elsewhere(self, node: Any) -> bool:
         """Whether another live worker holds a unit it has not begun (what remove_node would requeue)."""
-        return any(not_begun(units) for other, units in self.assigned.items()
-                   if other is not node and not xc.is_shutting_down(other))
+        return any(
+            not_begun(units)
+            for other, units in self.assigned.items()
+            if other is not node and not xc.is_shutting_down(other)
+        )
 
     def give(self, node: Any) -> bool:
         if self.stopped():  # the run budget is spent: nothing new starts, what was not given out is not run
@@ -219,10 +232,17 @@ class PlacementScheduling:
         item a worker died in (and so a lost record), through xdist's public hooks."""
         for nodeid in nodeids:
             path = nodeid.split("::")[0]
-            report = xc.with_worker(pytest.TestReport(
-                nodeid=nodeid, location=(path, None, path), keywords={}, outcome="failed", when="call",
-                longrepr=f"worker {xc.worker_id(node)!r} died while running an earlier item of {nodeid!r}'s task"),
-                node)
+            report = xc.with_worker(
+                pytest.TestReport(
+                    nodeid=nodeid,
+                    location=(path, None, path),
+                    keywords={},
+                    outcome="failed",
+                    when="call",
+                    longrepr=f"worker {xc.worker_id(node)!r} died while running an earlier item of {nodeid!r}'s task",
+                ),
+                node,
+            )
             self.config.hook.pytest_handlecrashitem(crashitem=nodeid, report=report, sched=self)
             self.config.hook.pytest_runtest_logreport(report=report)
 
@@ -237,19 +257,29 @@ class PlacementScheduling:
             message = f"different tests were collected between {xc.worker_id(first)} and {xc.worker_id(node)}:\n{diff}"
             self.log(message)
             self.config.hook.pytest_collectreport(
-                report=pytest.CollectReport("", "failed", longrepr=message, result=[]))
+                report=pytest.CollectReport("", "failed", longrepr=message, result=[])
+            )
             return False
         return True
 
 
-def placement_scheduler(config: Any, log: Any, gpu_item: Callable[[str], bool],
-                        gpu_node: Callable[[Any], bool], keep_free: bool = False) -> PlacementScheduling:
+def placement_scheduler(
+    config: Any, log: Any, gpu_item: Callable[[str], bool], gpu_node: Callable[[Any], bool], keep_free: bool = False
+) -> PlacementScheduling:
     """The run's scheduler: units and their costs from the run's state (durations.py) when it has one."""
     state = config.stash.get(STATE, None)
     unit_of, unit_cost = plan_costs(state) if state is not None else (None, None)
     stopped = (lambda: bool(state.budget_stop)) if state is not None else None
-    return PlacementScheduling(config, log, gpu_item=gpu_item, gpu_node=gpu_node, unit_of=unit_of,
-                               unit_cost=unit_cost, keep_free=keep_free, stopped=stopped)
+    return PlacementScheduling(
+        config,
+        log,
+        gpu_item=gpu_item,
+        gpu_node=gpu_node,
+        unit_of=unit_of,
+        unit_cost=unit_cost,
+        keep_free=keep_free,
+        stopped=stopped,
+    )
 
 
 def pending(units: dict[str, Unit]) -> int:

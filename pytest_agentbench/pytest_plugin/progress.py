@@ -10,13 +10,15 @@ in -q and default mode a line is started after the current dots (which then cont
 in -v mode the text goes on a line of its own and pytest writes the item's location again before its
 outcome.
 """
+
 from __future__ import annotations
 
-import threading
 import textwrap
+import threading
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pytest
 
@@ -53,8 +55,14 @@ def eta_seconds(done: int, total: int | None, running_for: float) -> float | Non
     return running_for / done * (total - done)
 
 
-def status_line(done: int, total: int | None, counts: Mapping[str, int], elapsed: float,
-                usage: Mapping[str, float] | None, running_for: float | None = None) -> str:
+def status_line(
+    done: int,
+    total: int | None,
+    counts: Mapping[str, int],
+    elapsed: float,
+    usage: Mapping[str, float] | None,
+    running_for: float | None = None,
+) -> str:
     """``agentbench: 3/5 done (2 pass, 1 fail) · elapsed 12 s · ETA 8 s · 4 model calls, ...``."""
     parts = [f"{done}/{total} done" if total else f"{done} done"]
     if counts:
@@ -85,8 +93,9 @@ def running_line(started: Mapping[str, float], now: float, threshold: float | No
     return "agentbench: " + ", ".join(f"{item_label(n)} running {now - s:.0f} s" for s, n in long)
 
 
-def header_lines(settings: Mapping[str, Any], run_dir: Path | str, notes: Iterable[str] = (),
-                 width: int = HEADER_WIDTH) -> list[str]:
+def header_lines(
+    settings: Mapping[str, Any], run_dir: Path | str, notes: Iterable[str] = (), width: int = HEADER_WIDTH
+) -> list[str]:
     """The run header: a short block instead of one long line.
 
     agentbench: scicode, split validation, model gpt-x, run 20261201T043000Z-ab12
@@ -99,8 +108,11 @@ def header_lines(settings: Mapping[str, Any], run_dir: Path | str, notes: Iterab
         if settings.get(key) is not None:
             first.append(f"{label} {settings[key]}")
     lines = ["agentbench: " + ", ".join(first), f"agentbench: reports in {run_dir}"]
-    rest = [f"{k}={v}" for k, v in settings.items()
-            if v is not None and v != "" and k not in HEADER_FIRST and k not in HEADER_HIDDEN]
+    rest = [
+        f"{k}={v}"
+        for k, v in settings.items()
+        if v is not None and v != "" and k not in HEADER_FIRST and k not in HEADER_HIDDEN
+    ]
     line = "agentbench: settings:"
     for part in rest:
         if len(line) + len(part) + 2 > width and not line.endswith(":"):
@@ -110,8 +122,12 @@ def header_lines(settings: Mapping[str, Any], run_dir: Path | str, notes: Iterab
     if rest:
         lines.append(line)
     if settings.get("isolation"):  # a sentence, not a key=value: its own wrapped lines
-        lines += textwrap.wrap(str(settings["isolation"]), width, initial_indent="agentbench: isolation: ",
-                               subsequent_indent="agentbench:   ")
+        lines += textwrap.wrap(
+            str(settings["isolation"]),
+            width,
+            initial_indent="agentbench: isolation: ",
+            subsequent_indent="agentbench:   ",
+        )
     lines += [f"agentbench: note: {note}" for note in notes]
     return lines
 
@@ -183,8 +199,16 @@ class Progress:
 
     def lines(self, now: float) -> list[str]:
         with self.lock:
-            out = [status_line(self.done, self.total, self.counts, now - self.started,
-                               self.totals if self.show_usage else None, now - (self.first_item or self.started))]
+            out = [
+                status_line(
+                    self.done,
+                    self.total,
+                    self.counts,
+                    now - self.started,
+                    self.totals if self.show_usage else None,
+                    now - (self.first_item or self.started),
+                )
+            ]
             running = running_line(self.running, now)
         return out + ([running] if running else [])
 

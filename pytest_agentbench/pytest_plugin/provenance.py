@@ -4,6 +4,7 @@
 (UTC), duration, the plugin's version, Python/numpy/scipy versions, the git commit of the working
 directory (when it is a git checkout), the host's cores and the exact command line.
 """
+
 from __future__ import annotations
 
 import os
@@ -11,10 +12,11 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..benchmarks.registry import available_benchmarks
 from .options import all_options
@@ -35,8 +37,13 @@ def git_commit(folder: Path) -> str | None:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=5)
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return head.stdout.strip() + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
@@ -49,7 +56,7 @@ def command_line(args: Sequence[str]) -> str:
     """The command that started this session: the interpreter's own argv when it ran pytest with these
     arguments, else ``pytest ARGS`` (pytest started in-process). Secret option values are replaced."""
     orig = list(getattr(sys, "orig_argv", []) or [])
-    if orig and list(args) == orig[len(orig) - len(args):] and len(orig) > len(args):
+    if orig and list(args) == orig[len(orig) - len(args) :] and len(orig) > len(args):
         return shlex.join(redact(orig, option_flags()))
     return shlex.join(["pytest", *redact(args, option_flags())])
 
@@ -66,8 +73,9 @@ def redact(argv: Sequence[str], flags: tuple[frozenset[str], frozenset[str]]) ->
     secret, others = flags
 
     def names_secret(word: str) -> bool:
-        return word.startswith("--") and word not in others and any(f.startswith(word) for f in secret) \
-            and len(word) > 2
+        return (
+            word.startswith("--") and word not in others and any(f.startswith(word) for f in secret) and len(word) > 2
+        )
 
     out: list[str] = []
     hide_next = False
@@ -91,10 +99,13 @@ def utc(moment: datetime) -> str:
 
 def run_info(started: datetime, ended: datetime, args: Sequence[str], folder: Path) -> dict[str, Any]:
     return {
-        "started": utc(started), "ended": utc(ended),
+        "started": utc(started),
+        "ended": utc(ended),
         "duration_s": round((ended - started).total_seconds(), 1),
         "plugin_version": version_of(PACKAGE),
-        "python": platform.python_version(), "numpy": version_of("numpy"), "scipy": version_of("scipy"),
+        "python": platform.python_version(),
+        "numpy": version_of("numpy"),
+        "scipy": version_of("scipy"),
         "git_commit": git_commit(folder),
         "host_cores": os.cpu_count(),
         "command": command_line(args),

@@ -15,6 +15,7 @@ the controller's command line before the plugin reads its options, and an item m
 host without one (no worker has one) ends as env_error. Neither side is a plugin itself: the distribution
 plugins own every hook, and what travels between them is ``handshake.RemoteInput``.
 """
+
 from __future__ import annotations
 
 import _thread
@@ -23,7 +24,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -34,8 +36,15 @@ from ..core.types import Sample
 from . import xdist_compat as xc
 from .collect import BenchItem, sample_nodeids
 from .handshake import RemoteInput, Role, role_of
-from .hostprobe import PROBE_TIMEOUT, SERVE_SOURCE, apply_forwarded, forwarded, installed_versions, version_differences
-from .hostprobe import probe_settings
+from .hostprobe import (
+    PROBE_TIMEOUT,
+    SERVE_SOURCE,
+    apply_forwarded,
+    forwarded,
+    installed_versions,
+    probe_settings,
+    version_differences,
+)
 from .options import all_options
 from .provenance import PACKAGE, version_of
 from .run import RECORD, SETTINGS, BenchState, base_record, outcome, state_of
@@ -48,17 +57,22 @@ CHANNEL_CLOSED = object()  # what a heartbeat channel's callback gets once the c
 
 # --------------------------------------------------------------------------- liveness
 
+
 def ssh_liveness_options(spec_ssh: str, ssh_config: str | None, timeout: float) -> list[str]:
     """``-o`` options for an ``ssh=`` gateway so a host that stops answering ends its connection within
     ``timeout``: ServerAliveInterval (with OpenSSH's ServerAliveCountMax of 3) and ConnectTimeout, each only
     when the user's own configuration (ssh_config, or -o in the spec) leaves it at OpenSSH's default."""
     interval = max(1, int(timeout / PINGS_PER_TIMEOUT))
-    wanted = {"serveraliveinterval": f"ServerAliveInterval={interval}",
-              "connecttimeout": f"ConnectTimeout={max(1, int(timeout))}"}
+    wanted = {
+        "serveraliveinterval": f"ServerAliveInterval={interval}",
+        "connecttimeout": f"ConnectTimeout={max(1, int(timeout))}",
+    }
     effective = ssh_effective_config(spec_ssh, ssh_config)
     # OpenSSH's defaults as ``ssh -G`` prints them (BatchMode turns an unset ServerAliveInterval into 300)
-    unset = {"serveraliveinterval": ("0", "300") if (effective or {}).get("batchmode") == "yes" else ("0",),
-             "connecttimeout": ("none",)}
+    unset = {
+        "serveraliveinterval": ("0", "300") if (effective or {}).get("batchmode") == "yes" else ("0",),
+        "connecttimeout": ("none",),
+    }
     out: list[str] = []
     for key, option in wanted.items():
         if effective is None or effective.get(key, unset[key][0]) in unset[key]:
@@ -98,7 +112,7 @@ def with_liveness(text: str, timeout: float) -> str:
     parts = body.split("//")
     for i, part in enumerate(parts):
         if part.startswith("ssh="):
-            parts[i] = "ssh=" + " ".join([*extra, part[len("ssh="):]])
+            parts[i] = "ssh=" + " ".join([*extra, part[len("ssh=") :]])
     return f"{count}{star}" + "//".join(parts)
 
 
@@ -112,8 +126,7 @@ class Heartbeat:
         self.last = time.monotonic() + timeout  # the worker's python is still starting
         self.stopped = threading.Event()
         channel.setcallback(self.heard)
-        self.thread = threading.Thread(target=self.beat, name=f"agentbench-heartbeat-{xc.worker_id(node)}",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self.beat, name=f"agentbench-heartbeat-{xc.worker_id(node)}", daemon=True)
         self.thread.start()
 
     def heard(self, _message: Any) -> None:
@@ -180,6 +193,7 @@ def stop_orphaned_worker(timeout: float) -> None:
 
 # --------------------------------------------------------------------------- worker side
 
+
 class RemoteWorker:
     """A worker on another host: what its controller forwarded (``RemoteInput``), and this host's GPUs."""
 
@@ -191,8 +205,7 @@ class RemoteWorker:
         """The controller's run settings replace this host's before the plugin reads its options; the worker
         stops by itself once its controller has been silent for the host timeout."""
         self.gpus = len(host.gpus())
-        apply_forwarded(config.option, all_options(available_benchmarks()), self.remote.settings, self.gpus,
-                        os.environ)
+        apply_forwarded(config.option, all_options(available_benchmarks()), self.remote.settings, self.gpus, os.environ)
         channel = self.remote.heartbeat
         if channel is not None:
             timeout = self.remote.host_timeout
@@ -204,18 +217,26 @@ class RemoteWorker:
         if self.gpus or not isinstance(pyfuncitem, BenchItem) or pyfuncitem.get_closest_marker(GPU_MARKER) is None:
             return False
         state: BenchState = state_of(pyfuncitem)
-        record = {**base_record(pyfuncitem.sample, state), "status": "env_error", "duration": 0.0,
-                  "message": (f"{NO_GPU_WORKER}: this item needs a GPU and the host of worker "
-                              f"{os.environ.get('PYTEST_XDIST_WORKER', '?')} ({self.remote.host}) has none; add a "
-                              f"--tx worker on a host with a GPU, or deselect GPU items with -m 'not gpu'"),
-                  "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "host": host.hostname(),
-                  rec.UNPLACED_FIELD: "gpu"}  # a resume with a GPU host runs it
+        record = {
+            **base_record(pyfuncitem.sample, state),
+            "status": "env_error",
+            "duration": 0.0,
+            "message": (
+                f"{NO_GPU_WORKER}: this item needs a GPU and the host of worker "
+                f"{os.environ.get('PYTEST_XDIST_WORKER', '?')} ({self.remote.host}) has none; add a "
+                f"--tx worker on a host with a GPU, or deselect GPU items with -m 'not gpu'"
+            ),
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            "host": host.hostname(),
+            rec.UNPLACED_FIELD: "gpu",
+        }  # a resume with a GPU host runs it
         pyfuncitem.stash[RECORD] = record
         outcome(record)
         return True
 
 
 # --------------------------------------------------------------------------- controller side
+
 
 def remote_specs(config: pytest.Config) -> list[Any]:
     """The ``--tx`` specs of this run that start a worker on another host (ssh, socket)."""
@@ -251,8 +272,7 @@ def conftest_model_override(config: pytest.Config) -> str | None:
     return None
 
 
-def remote_hosts(config: pytest.Config, state: BenchState,
-                 note_host: Callable[[str, str], None]) -> RemoteHosts | None:
+def remote_hosts(config: pytest.Config, state: BenchState, note_host: Callable[[str, str], None]) -> RemoteHosts | None:
     """At session start, before xdist starts any gateway: refuse what cannot run remotely and add the liveness
     options to the ssh specs; the controller's dealings with the run's remote hosts (None when it has none)."""
     specs = remote_specs(config)
@@ -263,7 +283,8 @@ def remote_hosts(config: pytest.Config, state: BenchState,
         raise pytest.UsageError(
             f"agentbench: {override} overrides the bench_model fixture, which cannot run on remote workers "
             f"({', '.join(spec_host(s) for s in specs)}): a remote worker uses the built-in clients (--model ...) or a "
-            f"model plugin installed on its host. Remove the override, or run without remote --tx workers.")
+            f"model plugin installed on its host. Remove the override, or run without remote --tx workers."
+        )
     timeout = float(config.stash[SETTINGS]["host_timeout"])
     config.option.tx = [with_liveness(text, timeout) for text in (config.getoption("tx", None) or [])]
     return RemoteHosts(config, state, note_host)
@@ -278,8 +299,11 @@ class RemoteHosts:
         self.state = state
         self.note_host = note_host  # (worker, host): the run learns where a worker runs
         self.settings = forwarded(all_options(available_benchmarks()), config.stash[SETTINGS])
-        self.expected = {"version": version_of(PACKAGE), "build": host.package_build(),
-                         "data_hashes": dict(state.settings.get("data_hashes") or {})}
+        self.expected = {
+            "version": version_of(PACKAGE),
+            "build": host.package_build(),
+            "data_hashes": dict(state.settings.get("data_hashes") or {}),
+        }
         self.hosts: dict[str, dict[str, Any]] = {}  # gateway id -> capabilities (with "label")
         self.timeout = float(config.stash[SETTINGS]["host_timeout"])
         self.versions = installed_versions(os.environ)
@@ -297,9 +321,11 @@ class RemoteHosts:
         self.keep_host_pytest()
         if is_remote(spec):
             caps = self.probe(gateway)
-            refusal = (refusal_of(gateway.id, spec_host(spec), caps, self.expected)
-                       or readiness_refusal(gateway.id, spec_host(spec), caps)
-                       or version_refusal(gateway.id, spec_host(spec), caps, self.versions, self.allow_skew))
+            refusal = (
+                refusal_of(gateway.id, spec_host(spec), caps, self.expected)
+                or readiness_refusal(gateway.id, spec_host(spec), caps)
+                or version_refusal(gateway.id, spec_host(spec), caps, self.versions, self.allow_skew)
+            )
             if refusal:
                 raise pytest.UsageError(refusal)
         else:
@@ -339,8 +365,13 @@ class RemoteHosts:
         caps = self.hosts.get(xc.worker_id(node), {})
         channel = xc.new_channel(node)  # sent along with workerinput: execnet passes channels by reference
         self.heartbeats[xc.worker_id(node)] = Heartbeat(node, channel, self.timeout, self.host_silent)
-        return RemoteInput(settings=self.settings, host=host_name(caps) or spec_host(spec),
-                           gpus=len(caps.get("gpus") or []), host_timeout=self.timeout, heartbeat=channel)
+        return RemoteInput(
+            settings=self.settings,
+            host=host_name(caps) or spec_host(spec),
+            gpus=len(caps.get("gpus") or []),
+            host_timeout=self.timeout,
+            heartbeat=channel,
+        )
 
     # ---- a lost host
     def host_silent(self, node: Any, seconds: float) -> None:
@@ -371,19 +402,27 @@ class RemoteHosts:
         placement = isinstance(sched, PlacementScheduling)
         if placement:
             sched.count_out(node)
-        why = (f"no answer for {self.silent[gid]:.0f} s" if gid in self.silent
-               else "its worker could not start" if not started else "its connection ended")
+        why = (
+            f"no answer for {self.silent[gid]:.0f} s"
+            if gid in self.silent
+            else "its worker could not start"
+            if not started
+            else "its connection ended"
+        )
         self.lost[gid] = (label, why)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.ensure_newline()
-            reporter.write_line(f"agentbench: host {label} of worker {gid} lost ({why}): its items in flight are "
-                                f"recorded lost, its tasks not begun go to the other workers; no worker is "
-                                f"started there again", red=True)
+            reporter.write_line(
+                f"agentbench: host {label} of worker {gid} lost ({why}): its items in flight are "
+                f"recorded lost, its tasks not begun go to the other workers; no worker is "
+                f"started there again",
+                red=True,
+            )
         xc.forget_worker(self.config, node)
         remaining = xc.active_workers(self.config)
         if all(xc.is_shutting_down(other) for other in remaining):  # no worker left to take the tasks not begun
-            for nodeid in (sched.take_queued() if placement else []):
+            for nodeid in sched.take_queued() if placement else []:
                 xc.report_crash(self.config, nodeid, node)
             if not remaining:
                 xc.finish_session(self.config)
@@ -397,8 +436,10 @@ class RemoteHosts:
 
     def summarize(self, terminalreporter: Any) -> None:
         for gid, (label, why) in self.lost.items():
-            terminalreporter.write_line(f"agentbench: lost host {label}, worker {gid}: {why}; --bench-resume runs "
-                                        f"its lost items again", red=True)
+            terminalreporter.write_line(
+                f"agentbench: lost host {label}, worker {gid}: {why}; --bench-resume runs its lost items again",
+                red=True,
+            )
 
     # ---- placement
     def scheduler(self, config: Any, log: Any):
@@ -406,9 +447,13 @@ class RemoteHosts:
         work of a host that is lost (remote hosts are not replaced)."""
         samples = sample_nodeids(self.state.benchmark, self.state.tasks, self.state.options.attempts)
         gpu_nodeids = frozenset(nodeid for nodeid, sample in samples.items() if needs_gpu(sample))
-        return make_placement_scheduler(config, log, gpu_nodeids.__contains__,
-                                        lambda node: bool(self.hosts.get(xc.worker_id(node), {}).get("gpus")),
-                                        keep_free=True)  # remote hosts are not replaced: keep room for their work
+        return make_placement_scheduler(
+            config,
+            log,
+            gpu_nodeids.__contains__,
+            lambda node: bool(self.hosts.get(xc.worker_id(node), {}).get("gpus")),
+            keep_free=True,
+        )  # remote hosts are not replaced: keep room for their work
 
 
 def needs_gpu(sample: Sample) -> bool:
@@ -427,29 +472,41 @@ def worker_line(worker: str, caps: dict[str, Any]) -> str:
     """One header line per worker: where it runs and what its host has."""
     gpus = len(caps.get("gpus") or [])
     if caps.get("local"):
-        return f"agentbench worker {worker}: this machine ({caps.get('hostname')}), {caps.get('cores')} cores, {gpus} GPUs"
+        return (
+            f"agentbench worker {worker}: this machine ({caps.get('hostname')}), {caps.get('cores')} cores, {gpus} GPUs"
+        )
     docker = str(caps.get("docker", "?")).split(" (")[0]
     isolation = str(caps.get("isolation", "?")).split(" (")[0]
-    return (f"agentbench worker {worker}: {host_name(caps)}, {caps.get('cores')} cores, {gpus} GPUs, "
-            f"docker {docker}, isolation {isolation}, data {caps.get('data_dir') or '?'}")
+    return (
+        f"agentbench worker {worker}: {host_name(caps)}, {caps.get('cores')} cores, {gpus} GPUs, "
+        f"docker {docker}, isolation {isolation}, data {caps.get('data_dir') or '?'}"
+    )
 
 
 def refusal_of(worker: str, label: str, caps: dict[str, Any], expected: dict[str, Any]) -> str | None:
     """Why a probed host cannot take part in this run (None when it can)."""
     where = f"agentbench: worker {worker} on {label}"
     if "probe_error" in caps:
-        return (f"{where} could not be probed: {caps['probe_error']} (is pytest-agentbench installed in the "
-                f"worker's python, the one after //python= in --tx?)")
+        return (
+            f"{where} could not be probed: {caps['probe_error']} (is pytest-agentbench installed in the "
+            f"worker's python, the one after //python= in --tx?)"
+        )
     if (caps.get("version"), caps.get("build")) != (expected["version"], expected["build"]):
-        return (f"{where} has pytest-agentbench {caps.get('version')} (build {caps.get('build')}), the controller "
-                f"{expected['version']} (build {expected['build']}): install the controller's version on the "
-                f"worker host (the build is a digest of the installed sources)")
+        return (
+            f"{where} has pytest-agentbench {caps.get('version')} (build {caps.get('build')}), the controller "
+            f"{expected['version']} (build {expected['build']}): install the controller's version on the "
+            f"worker host (the build is a digest of the installed sources)"
+        )
     if "data_error" in caps:
-        return f"{where} cannot read the benchmark data in {caps.get('data_dir') or 'its data dir'}: {caps['data_error']}"
+        return (
+            f"{where} cannot read the benchmark data in {caps.get('data_dir') or 'its data dir'}: {caps['data_error']}"
+        )
     diff = hash_difference(caps.get("data_hashes") or {}, expected["data_hashes"])
     if diff:
-        return (f"{where} has other data than the controller ({'; '.join(diff)}); put the same files in its "
-                f"data dir ({caps.get('data_dir') or '$AGENTBENCH_DATA_DIR'})")
+        return (
+            f"{where} has other data than the controller ({'; '.join(diff)}); put the same files in its "
+            f"data dir ({caps.get('data_dir') or '$AGENTBENCH_DATA_DIR'})"
+        )
     return None
 
 
@@ -457,13 +514,16 @@ def readiness_refusal(worker: str, label: str, caps: dict[str, Any]) -> str | No
     """A host whose python cannot import what an xdist worker imports is refused before its worker starts."""
     if not caps.get("import_error"):
         return None
-    return (f"agentbench: worker {worker} on {label} cannot start a pytest-xdist worker: its python cannot import "
-            f"{caps['import_error']}; install pytest-xdist and pytest-agentbench in the python after //python= "
-            f"in --tx")
+    return (
+        f"agentbench: worker {worker} on {label} cannot start a pytest-xdist worker: its python cannot import "
+        f"{caps['import_error']}; install pytest-xdist and pytest-agentbench in the python after //python= "
+        f"in --tx"
+    )
 
 
-def version_refusal(worker: str, label: str, caps: dict[str, Any], controller: dict[str, str | None],
-                    allow_skew: bool) -> str | None:
+def version_refusal(
+    worker: str, label: str, caps: dict[str, Any], controller: dict[str, str | None], allow_skew: bool
+) -> str | None:
     """A host whose protocol (pytest, pytest-xdist, execnet) or verdict (numpy, scipy, h5py) packages differ
     from the controller's is refused with the differences, unless --bench-allow-version-skew."""
     if allow_skew or "versions" not in caps:
@@ -471,9 +531,11 @@ def version_refusal(worker: str, label: str, caps: dict[str, Any], controller: d
     diff = version_differences(caps["versions"], controller)
     if not diff:
         return None
-    return (f"agentbench: worker {worker} on {label} has other package versions than the controller "
-            f"({'; '.join(diff)}): install the controller's versions on the worker host, or pass "
-            f"--bench-allow-version-skew to run anyway (verdicts may then differ between hosts)")
+    return (
+        f"agentbench: worker {worker} on {label} has other package versions than the controller "
+        f"({'; '.join(diff)}): install the controller's versions on the worker host, or pass "
+        f"--bench-allow-version-skew to run anyway (verdicts may then differ between hosts)"
+    )
 
 
 def hash_difference(worker: dict[str, str], controller: dict[str, str]) -> list[str]:
@@ -491,8 +553,9 @@ def hash_difference(worker: dict[str, str], controller: dict[str, str]) -> list[
     return out
 
 
-def make_placement_scheduler(config: Any, log: Any, gpu_item: Callable[[str], bool],
-                             gpu_node: Callable[[Any], bool], keep_free: bool = False):
+def make_placement_scheduler(
+    config: Any, log: Any, gpu_item: Callable[[str], bool], gpu_node: Callable[[Any], bool], keep_free: bool = False
+):
     from .placement import placement_scheduler  # why: only a distributed run schedules
 
     return placement_scheduler(config, log, gpu_item, gpu_node, keep_free)

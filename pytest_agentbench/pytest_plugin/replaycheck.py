@@ -2,9 +2,11 @@
 first model call of a selected task would spend the whole run on ``model_error`` items.
 
 Once the controller knows the selection (``Reporter.select``), a benchmark that can say where its tasks start
-(``first_call_misses(opts, settings, tasks, samples, model)``: SciCode, CORE-Bench) is asked with the run's real model in replay
+(``first_call_misses(opts, settings, tasks, samples, model)``: SciCode, CORE-Bench) is asked with the run's real
+model in replay
 mode, which only reads the cache. Tasks whose first call is missing end the session with exit 4, named.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,8 +41,10 @@ def stop_replay_without_cache(config: pytest.Config, state: BenchState, samples:
     if not missing:
         return
     named = ", ".join(missing[:LISTED]) + (f", ... ({len(missing)} in all)" if len(missing) > LISTED else "")
-    pytest.exit(f"agentbench: --bench-replay {state.options.replay}: the response cache "
-                f"{state.options.cache_dir} lacks the first model call of {len(missing)} selected task(s): {named}. "
-                f"Replay with the --bench-cache-dir of the recorded run (and the same --model, --model-base-url, "
-                f"--model-protocol, --model-params), or run those tasks with --bench-cache rw",
-                returncode=pytest.ExitCode.USAGE_ERROR)
+    pytest.exit(
+        f"agentbench: --bench-replay {state.options.replay}: the response cache "
+        f"{state.options.cache_dir} lacks the first model call of {len(missing)} selected task(s): {named}. "
+        f"Replay with the --bench-cache-dir of the recorded run (and the same --model, --model-base-url, "
+        f"--model-protocol, --model-params), or run those tasks with --bench-cache rw",
+        returncode=pytest.ExitCode.USAGE_ERROR,
+    )

@@ -9,6 +9,7 @@ The controller knows the session's selection (its own collection, or under xdist
 collections, which already had ``-k``/``-m``/``--deselect`` applied): a selected item without a record is
 reported as not run (``report/summary.py``), and the terminal prints the command that resumes the run.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,26 +22,40 @@ from typing import Any
 import pytest
 
 from ..core import records as rec
+from ..core.types import Sample
+from ..models.options import ORACLE
 from ..report.attempts import counts_line
 from ..report.compare import render_text
-from ..report.comparison import (MODELS_FOLDER, ModelRun, comparison_for_run, compared_with_first, model_row,
-                                 write_models_reports)
+from ..report.comparison import (
+    MODELS_FOLDER,
+    ModelRun,
+    compared_with_first,
+    comparison_for_run,
+    model_row,
+    write_models_reports,
+)
 from ..report.comparison import render_text as render_models
 from ..report.cost import terminal_lines as cost_terminal_lines
 from ..report.html import write_html
 from ..report.ledger import Ledger, RunPlan
 from ..report.resume import write_settings_once
-from ..report.summary import (Summary, Verdict, Written, build_summary, incomplete_text, judge, judge_without_items,
-                              write_reports)
-from ..core.types import Sample
-from ..models.options import ORACLE
+from ..report.summary import (
+    Summary,
+    Verdict,
+    Written,
+    build_summary,
+    incomplete_text,
+    judge,
+    judge_without_items,
+    write_reports,
+)
 from .collect import BenchItem, item_entries
 from .progress import status_line
 from .provenance import command_line, run_info
 from .replaycheck import stop_replay_without_cache
 from .run import BenchState, Streak, base_record
-from .writer import owns
 from .selfdescribe import settings_file_content
+from .writer import owns
 
 
 class Reporter:
@@ -65,8 +80,9 @@ class Reporter:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The selection, after -k, -m and --deselect (without xdist: this process collected)."""
-        samples = [item.sample for item in session.items
-                   if isinstance(item, BenchItem) and item.model == self.state.model]
+        samples = [
+            item.sample for item in session.items if isinstance(item, BenchItem) and item.model == self.state.model
+        ]
         if samples:
             self.select(samples)
 
@@ -90,8 +106,10 @@ class Reporter:
                 if not owns(self.state, value):  # another model's record (a run of several models)
                     continue
                 if not self.ledger:  # the run folder exists from its first record on
-                    write_settings_once(self.state.run_dir, settings_file_content(self.state.settings, self.config,
-                                                                                  self.state.definition))
+                    write_settings_once(
+                        self.state.run_dir,
+                        settings_file_content(self.state.settings, self.config, self.state.definition),
+                    )
                 self.count_errors(self.ledger.add(value))
         if report.failed and not found and not is_bench_node(report.nodeid, self.state):
             self.other_failures += 1
@@ -110,8 +128,9 @@ class Reporter:
         if self._summary is None:
             self._summary = build_summary(self.ledger, self.state.benchmark, self.state.settings, self.plan.items)
             if self._summary.get("incomplete"):
-                self._summary["incomplete"]["resume"] = resume_command(self.config.invocation_params.args,
-                                                                       self.state.run_dir)
+                self._summary["incomplete"]["resume"] = resume_command(
+                    self.config.invocation_params.args, self.state.run_dir
+                )
         return self._summary
 
     # ---- end of session ----------------------------------------------------------------------
@@ -135,15 +154,28 @@ class Reporter:
         self.verdict = judge(summary, state.gates, state.baseline, self.exit_before(session), self.other_failures)
         session.exitstatus = self.verdict.exit_code
         self.config.hook.pytest_agentbench_summary(summary=summary.data)
-        self.written = write_reports(summary, self.verdict, state.run_dir, gates=state.gates,
-                                     baseline=state.baseline, notes=state.notes,
-                                     step_summary=os.environ.get("GITHUB_STEP_SUMMARY"))
+        self.written = write_reports(
+            summary,
+            self.verdict,
+            state.run_dir,
+            gates=state.gates,
+            baseline=state.baseline,
+            notes=state.notes,
+            step_summary=os.environ.get("GITHUB_STEP_SUMMARY"),
+        )
         records = [*self.ledger, *summary.not_run]
         sections = []
         if self.verdict.comparison is not None:  # metrics side by side, gates, flipped items linked to both runs
-            sections.append(comparison_for_run(self.verdict.comparison, state.run_dir, records,
-                                               alpha=self.verdict.alpha, gates=state.gates,
-                                               gate_results=self.verdict.gate_results))
+            sections.append(
+                comparison_for_run(
+                    self.verdict.comparison,
+                    state.run_dir,
+                    records,
+                    alpha=self.verdict.alpha,
+                    gates=state.gates,
+                    gate_results=self.verdict.gate_results,
+                )
+            )
         self.html = write_html(state.run_dir, summary.to_json(), records, notes=state.notes, sections=sections)
         self.finished(session)
 
@@ -159,8 +191,10 @@ class Reporter:
         model = f" ({self.state.model})" if self.state.model is not None else ""
         terminalreporter.write_sep("=", f"agentbench: {self.state.benchmark.name} results{model}")
         if not self.ledger and self.plan and exitstatus in (0, 1, 2):
-            terminalreporter.write_line(f"incomplete: none of the {len(self.plan)} selected items finished; "
-                                        f"nothing was written: run it again", red=True)
+            terminalreporter.write_line(
+                f"incomplete: none of the {len(self.plan)} selected items finished; nothing was written: run it again",
+                red=True,
+            )
         if self.ledger:
             summary = self.summary()
             incomplete = summary.get("incomplete")
@@ -170,8 +204,9 @@ class Reporter:
                 terminalreporter.write_line(line)
             terminalreporter.write_line(f"run counts: {counts_line(summary['run_counts'])}")
             usage = summary["usage"] if self.state.settings.get("model") != ORACLE else None
-            terminalreporter.write_line(status_line(len(self.ledger), None, summary["counts"],
-                                                    time.monotonic() - self.started, usage))
+            terminalreporter.write_line(
+                status_line(len(self.ledger), None, summary["counts"], time.monotonic() - self.started, usage)
+            )
             for line in cost_terminal_lines(summary.get("cost") or {}):
                 terminalreporter.write_line(line)
             if self.state.budget_stop:  # why the items not run did not start
@@ -182,8 +217,9 @@ class Reporter:
         if gate_results:
             ok = all(r.ok for r in gate_results)
             exit_code = verdict.exit_code if verdict is not None else exitstatus  # (gate results come with a verdict)
-            terminalreporter.write_sep("-", f"agentbench gates: {'passed' if ok else 'FAILED'}"
-                                            f" (exit code {exit_code})", green=ok, red=not ok)
+            terminalreporter.write_sep(
+                "-", f"agentbench gates: {'passed' if ok else 'FAILED'} (exit code {exit_code})", green=ok, red=not ok
+            )
             for result in gate_results:
                 terminalreporter.write_line(result.line(), green=result.ok, red=not result.ok)
             if verdict is not None and ok and verdict.exit_before == 1 and verdict.exit_code == 0:
@@ -191,12 +227,14 @@ class Reporter:
         if self.written is not None and self.written.baseline is not None:
             terminalreporter.write_line(f"baseline updated: {self.written.baseline}")
         if self.ledger:
-            terminalreporter.write_line(f"report: {self.state.run_dir}"
-                                        + (f" (open {self.html.name} in a browser)" if self.html else ""))
+            terminalreporter.write_line(
+                f"report: {self.state.run_dir}" + (f" (open {self.html.name} in a browser)" if self.html else "")
+            )
             incomplete = self.summary().get("incomplete")
             if incomplete:  # last, where it is seen: the exact command that runs the rest
-                terminalreporter.write_line(f"incomplete run: {incomplete['not_run']} item(s) not run; resume with:",
-                                            yellow=True)
+                terminalreporter.write_line(
+                    f"incomplete run: {incomplete['not_run']} item(s) not run; resume with:", yellow=True
+                )
                 terminalreporter.write_line(f"  {incomplete['resume']}", bold=True)
 
 
@@ -226,8 +264,11 @@ class ModelsReport:
             return  # not every model has been judged yet
         self.exit_code = max(r.verdict.exit_code for r in self.reporters if r.verdict is not None)
         session.exitstatus = self.exit_code
-        runs = [ModelRun(str(r.state.model), r.summary(), [*r.ledger, *r.summary().not_run],
-                         r.state.run_dir) for r in self.reporters if r.ledger]
+        runs = [
+            ModelRun(str(r.state.model), r.summary(), [*r.ledger, *r.summary().not_run], r.state.run_dir)
+            for r in self.reporters
+            if r.ledger
+        ]
         self.rows = [model_row(run.model, run.summary, run.records, run.run_dir) for run in runs]
         if self.rows:
             first = self.reporters[0].state
@@ -242,11 +283,17 @@ class ModelsReport:
         terminalreporter.write_sep("=", f"agentbench: {len(self.rows)} models compared")
         for line in render_models(self.rows):
             terminalreporter.write_line(line)
-        failed = [r.state.model for r in self.reporters
-                  if r.verdict is not None and r.verdict.gate_results and not all(g.ok for g in r.verdict.gate_results)]
+        failed = [
+            r.state.model
+            for r in self.reporters
+            if r.verdict is not None and r.verdict.gate_results and not all(g.ok for g in r.verdict.gate_results)
+        ]
         if failed:
-            terminalreporter.write_line(f"agentbench gates FAILED for model(s): {', '.join(map(str, failed))} "
-                                        f"(exit code {self.exit_code})", red=True, bold=True)
+            terminalreporter.write_line(
+                f"agentbench gates FAILED for model(s): {', '.join(map(str, failed))} (exit code {self.exit_code})",
+                red=True,
+                bold=True,
+            )
         if self.written is not None:
             terminalreporter.write_line(f"models compared: {self.written[0]} (and {self.written[1].name})")
 
@@ -267,8 +314,9 @@ class XdistSelection:
             return
         state = self.reporter.state
         entries = item_entries(state.benchmark, state.tasks, state.options.attempts, state.models)
-        self.reporter.select([entries[nodeid][1] for nodeid in ids
-                              if nodeid in entries and entries[nodeid][0] == state.model])
+        self.reporter.select(
+            [entries[nodeid][1] for nodeid in ids if nodeid in entries and entries[nodeid][0] == state.model]
+        )
 
 
 def not_run_fields(state: BenchState, sample: Sample) -> dict[str, Any]:

@@ -4,15 +4,17 @@ A process opens the benchmark's run once (the ``bench_run`` fixture, at its firs
 each item's sample through it and keeps the record on the item; ``writer.py`` attaches it to the item's
 report and, in the only process, appends it to disk (an xdist worker hands it to the controller instead).
 """
+
 from __future__ import annotations
 
 import os
 import socket
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pytest
 
@@ -38,7 +40,9 @@ class BenchState:
     records_path: Path
     is_worker: bool
     files: Any = None  # core.io.RunFiles: DirectoryFiles(run_dir) here, CollectedFiles on an xdist worker
-    journal: Any = None  # models.cache.CacheJournal on an xdist worker: the model-cache entries made since the last item
+    journal: Any = (
+        None  # models.cache.CacheJournal on an xdist worker: the model-cache entries made since the last item
+    )
     gates: Any = None  # report.options.GateConfig, controller only
     baseline: Any = None  # the baseline summary dict, when one is given and comparable
     resumed: dict[str, rec.RecordData] = field(default_factory=dict)  # id -> finished record (--bench-resume)
@@ -71,8 +75,10 @@ class Streak:
         self.count = self.count + 1 if status == self.STATUS else 0
         self.last = str(record.get("message", ""))[:300]
         if self.limit and self.count >= self.limit:
-            return (f"agentbench: stopped after {self.count} model errors in a row "
-                    f"(--bench-max-consecutive-errors={self.limit}); last: {self.last}")
+            return (
+                f"agentbench: stopped after {self.count} model errors in a row "
+                f"(--bench-max-consecutive-errors={self.limit}); last: {self.last}"
+            )
         return None
 
 
@@ -118,8 +124,14 @@ class ModelRuns:
 
 
 def base_record(sample: Any, state: BenchState) -> rec.RecordData:
-    record = {"benchmark": state.benchmark.name, "task": sample.task_id, "id": sample.id, "split": sample.split,
-              "scored": sample.scored, "model": state.settings.get("model")}
+    record = {
+        "benchmark": state.benchmark.name,
+        "task": sample.task_id,
+        "id": sample.id,
+        "split": sample.split,
+        "scored": sample.scored,
+        "model": state.settings.get("model"),
+    }
     if sample.repeated:  # --bench-attempts K > 1: records of one sample are told apart by their attempt
         record["attempt"] = sample.attempt
     return record
@@ -131,8 +143,12 @@ def where_ran() -> dict[str, str]:
 
 
 # What each stage of an item's life is called in the error record of an item that failed there.
-STAGES = {"score": "scoring this item", "record": "building this item's record",
-          "write": "writing this item's record", "deliver": "delivering this item's record from its worker"}
+STAGES = {
+    "score": "scoring this item",
+    "record": "building this item's record",
+    "write": "writing this item's record",
+    "deliver": "delivering this item's record from its worker",
+}
 # The fields an error record keeps of the record (or sample) it replaces: which item it is, and where it ran.
 IDENTITY_FIELDS = ("benchmark", "task", "id", "split", "scored", "model", "attempt", "worker", "host", "duration")
 
@@ -151,8 +167,13 @@ def error_record(record: rec.RecordData, stage: str, exc: BaseException) -> rec.
     stage and the cause, with the item's identity from ``record``. What ``record`` held beyond that is dropped:
     it may be what failed (a value that cannot be written, a field a plugin broke)."""
     kept = {k: record[k] for k in IDENTITY_FIELDS if k in record}
-    out = {**kept, "status": "error", "message": f"agentbench: {STAGES[stage]} failed: {describe(exc)}",
-           "error_stage": stage, "traceback": repaired("".join(traceback.format_exception(exc, limit=20)))}
+    out = {
+        **kept,
+        "status": "error",
+        "message": f"agentbench: {STAGES[stage]} failed: {describe(exc)}",
+        "error_stage": stage,
+        "traceback": repaired("".join(traceback.format_exception(exc, limit=20))),
+    }
     if isinstance(record.get("status"), str):
         out["status_before_error"] = record["status"]
     out.setdefault("duration", 0.0)
@@ -187,8 +208,7 @@ def run_once(run: BenchRun, sample: Sample) -> rec.RecordData:
     try:
         result = dict(run.run_sample(sample))
     except Exception as exc:  # a bug or an unexpected failure must still leave a record
-        result = {"status": "error", "message": describe(exc),
-                  "traceback": repaired(traceback.format_exc(limit=20))}
+        result = {"status": "error", "message": describe(exc), "traceback": repaired(traceback.format_exc(limit=20))}
     result.setdefault("message", "")
     result["duration"] = round(time.monotonic() - started, 3)
     return result
@@ -208,14 +228,18 @@ def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay
         tries.append(result)
     if len(tries) == 1:
         return result
-    return {**result, "tries": tries, "counted_try": len(tries),
-            "duration": round(sum(t["duration"] for t in tries), 3)}
+    return {
+        **result,
+        "tries": tries,
+        "counted_try": len(tries),
+        "duration": round(sum(t["duration"] for t in tries), 3),
+    }
 
 
 def run_item(item: pytest.Item, run: BenchRun) -> None:
     """Run one sample, keep its record on the item, and turn its status into the pytest outcome."""
     state = state_of(item)
-    sample: Sample = getattr(item, "sample")  # a BenchItem's (collect.py)
+    sample: Sample = item.sample  # type: ignore[attr-defined]  # a BenchItem's (collect.py); typed on pytest.Item
     if sample.key in state.resumed:  # finished in the interrupted run: reported from its record, not run again
         replay(item, dict(state.resumed[sample.key]))
         return

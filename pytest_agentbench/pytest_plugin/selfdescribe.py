@@ -6,15 +6,18 @@ the options given for the run (every option not left at its default whose ``Opti
 a secret, not the session's own resume/replay options) and its pytest selection (``-k``, ``-m``,
 ``--deselect``). On resume these come back as if typed again. A command-line value that differs is refused
 with the difference, except for options declared ``free_on_resume`` (where reports go, progress, retries,
-the endpoint, ...); a different selection is refused too, or added to the run's with ``--bench-resume-merge``. Replay takes the run's options and forces
+the endpoint, ...); a different selection is refused too, or added to the run's with ``--bench-resume-merge``. Replay
+takes the run's options and forces
 ``--bench-cache replay``; what is typed on its command line wins (it is a new run).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pytest
 
@@ -165,7 +168,8 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings) 
         raise pytest.UsageError(
             f"agentbench: {flag} {folder}: this command differs from the run's own settings (settings.json): "
             f"{'; '.join(diffs)}. Leave them out to continue the run as it was"
-            + (", or add --bench-resume-merge to add a selection to the run's" if resuming else ""))
+            + (", or add --bench-resume-merge to add a selection to the run's" if resuming else "")
+        )
     if not resuming:
         cli["cache"] = "replay"  # only the run's cached responses: no model is called
     if cli.get("model") and not raw.cli.get("model"):  # a run file of several models: this run's model entry
@@ -176,8 +180,9 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings) 
         raise pytest.UsageError(f"agentbench: {flag} {folder}: {exc}") from None
 
 
-def settings_file_content(settings: dict[str, Any], config: pytest.Config,
-                          found: dict[str, Any] | None = None) -> dict[str, Any]:
+def settings_file_content(
+    settings: dict[str, Any], config: pytest.Config, found: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What settings.json holds: the effective settings and, under ``_run``, how the run was asked for
     (``found``: one model's definition in a run of several models; else the session's)."""
     found = found if found is not None else config.stash.get(DEFINITION, None)

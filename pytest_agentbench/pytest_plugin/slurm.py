@@ -9,6 +9,7 @@ impossible request (more GPUs or memory than any node has) is refused by ``sbatc
 A task whose job ended without a package gets a ``lost`` record naming the job, its state and node;
 ``--bench-resume RUN_DIR`` submits exactly those again.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -21,8 +22,7 @@ from typing import Any
 import pytest
 
 from ..benchmarks.registry import available_benchmarks
-from ..core import slurm
-from ..core import spool
+from ..core import slurm, spool
 from ..core.options import view
 from .collect import BenchItem
 from .options import all_options
@@ -82,9 +82,14 @@ class SlurmBackend:
         try:
             self.check_shared_folder(folder, before, env, cwd)
             started = time.monotonic()  # the submission itself, after the check job
-            for number, (request, units) in enumerate(slurm.group_requests(
-                    {unit: state.benchmark.job_request([i.sample for i in items], opts)
-                     for unit, items in pending.items()}).items()):
+            for number, (request, units) in enumerate(
+                slurm.group_requests(
+                    {
+                        unit: state.benchmark.job_request([i.sample for i in items], opts)
+                        for unit, items in pending.items()
+                    }
+                ).items()
+            ):
                 self.arrays.append(self.submit_group(folder, number, request, units, before, after, env, cwd))
         except slurm.SlurmError as exc:
             if self.arrays:  # some arrays went out: keep what they do, say what did not
@@ -92,50 +97,88 @@ class SlurmBackend:
             raise pytest.UsageError(f"agentbench: Slurm refused the run's jobs: {exc}") from None
         slurm.save_jobs(folder, self.arrays)
         ids = [a["job"] for a in self.arrays]
-        self.say(f"agentbench: submitted {len(pending)} task(s) to Slurm as job array(s) {', '.join(ids)} "
-                 f"in {time.monotonic() - started:.2f} s")
+        self.say(
+            f"agentbench: submitted {len(pending)} task(s) to Slurm as job array(s) {', '.join(ids)} "
+            f"in {time.monotonic() - started:.2f} s"
+        )
         if mine.detach:
             self.detach(folder, ids, before, env, cwd)
 
-    def submit_group(self, folder: Path, number: int, request: slurm.Request, units: list[str],
-                     before: list[str], after: list[str], env: dict[str, str], cwd: str) -> dict[str, Any]:
+    def submit_group(
+        self,
+        folder: Path,
+        number: int,
+        request: slurm.Request,
+        units: list[str],
+        before: list[str],
+        after: list[str],
+        env: dict[str, str],
+        cwd: str,
+    ) -> dict[str, Any]:
         tag = secrets.token_hex(3)
         unit_list = folder / f"units-{tag}-{number}.txt"
         unit_list.write_text("\n".join(units) + "\n", encoding="utf-8")
         script = folder / f"job-{tag}-{number}.sh"
-        script.write_text(slurm.job_script(sys.executable, self.state.run_dir, unit_list,
-                                                login=self.slurm.slurm_key == "node-env"), encoding="utf-8")
-        job = slurm.submit_array(script, len(units), request, name=f"agentbench-{self.state.run_dir.name}",
-                                 log_dir=folder / "logs", cwd=cwd, max_running=self.slurm.slurm_max_running,
-                                 before=before, after=after, env=env)
+        script.write_text(
+            slurm.job_script(sys.executable, self.state.run_dir, unit_list, login=self.slurm.slurm_key == "node-env"),
+            encoding="utf-8",
+        )
+        job = slurm.submit_array(
+            script,
+            len(units),
+            request,
+            name=f"agentbench-{self.state.run_dir.name}",
+            log_dir=folder / "logs",
+            cwd=cwd,
+            max_running=self.slurm.slurm_max_running,
+            before=before,
+            after=after,
+            env=env,
+        )
         return {"job": job, "units": units, "request": request.sbatch_args()}
 
     def check_shared_folder(self, folder: Path, before: list[str], env: dict[str, str], cwd: str) -> None:
         """One small job writes a file into the spool; without it the nodes do not share the run folder."""
         probe = folder / f".write-check-{secrets.token_hex(4)}"
         try:
-            slurm.submit_wrap(f"touch {shlex.quote(str(probe))}", name="agentbench-write-check", output="/dev/null",
-                              cwd=cwd,
-                              before=before, env=env, wait=True, timeout=CHECK_TIMEOUT)
+            slurm.submit_wrap(
+                f"touch {shlex.quote(str(probe))}",
+                name="agentbench-write-check",
+                output="/dev/null",
+                cwd=cwd,
+                before=before,
+                env=env,
+                wait=True,
+                timeout=CHECK_TIMEOUT,
+            )
         except slurm.SlurmError as exc:
             raise slurm.SlurmError(f"the check job that writes into the run folder failed: {exc}") from None
         if not probe.exists():
             raise pytest.UsageError(
                 f"agentbench: a Slurm job could not write into the run folder {self.state.run_dir}: put the run on a "
-                f"file system the nodes share (--bench-report-dir on a shared folder)")
+                f"file system the nodes share (--bench-report-dir on a shared folder)"
+            )
         probe.unlink()
 
     def detach(self, folder: Path, ids: list[str], before: list[str], env: dict[str, str], cwd: str) -> None:
         command = f"{shlex.quote(sys.executable)} -m pytest_agentbench collect {shlex.quote(str(self.state.run_dir))}"
         try:
-            job = slurm.submit_wrap(f"exec {command}", name=f"agentbench-collect-{self.state.run_dir.name}",
-                                    output=str(folder / "logs" / "collect-%j.out"), cwd=cwd, before=before,
-                                    env=env, dependency="afterany:" + ":".join(ids))
+            job = slurm.submit_wrap(
+                f"exec {command}",
+                name=f"agentbench-collect-{self.state.run_dir.name}",
+                output=str(folder / "logs" / "collect-%j.out"),
+                cwd=cwd,
+                before=before,
+                env=env,
+                dependency="afterany:" + ":".join(ids),
+            )
         except slurm.SlurmError as exc:
             raise pytest.UsageError(f"agentbench: Slurm refused the run's collect job: {exc}") from None
         self.detached = [*ids, job]
-        self.say(f"agentbench: detached; collect job {job} runs `{command}` when the tasks end "
-                 f"(or run it yourself); --bench-resume {self.state.run_dir} submits lost tasks again")
+        self.say(
+            f"agentbench: detached; collect job {job} runs `{command}` when the tasks end "
+            f"(or run it yourself); --bench-resume {self.state.run_dir} submits lost tasks again"
+        )
 
     def ended(self, units: set[str]) -> dict[str, tuple[str, str, str]]:
         now = time.monotonic()
@@ -183,4 +226,5 @@ def collect_ended(run_dir: Path):
             return slurm.ended_without_package(units, arrays, spool.spool_dir(run_dir) / "logs")
         except slurm.SlurmError:
             return {}
+
     return ended

@@ -4,6 +4,7 @@ Everything that can be wrong with a run (an unknown benchmark, split or id, a mi
 bad gate, a baseline with other settings, a resume folder of another run) is found here, before any
 item runs, as a ``ConfigError`` / ``DataError`` the plugin shows as a usage error.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from ..sandbox.options import isolation_from
 from ..benchmarks.base import Benchmark
 from ..benchmarks.registry import get_benchmark
 from ..core import records as rec
@@ -26,6 +26,7 @@ from ..models.options import ORACLE, model_settings
 from ..report.baseline import baseline_for_run
 from ..report.options import gate_config
 from ..report.resume import resume_controller
+from ..sandbox.options import isolation_from
 from .collect import select_ids
 from .handshake import WORKER_INPUT, Role, role_of
 from .run import BenchState
@@ -36,8 +37,10 @@ def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only:
     """The settings every run records first: benchmark, split, the model's settings and the item timeout."""
     model = model_settings(opts)
     if not model["model"] and not collect_only:
-        raise ConfigError(f"--bench={benchmark.name} needs a model: pass --model NAME "
-                          f"(--model=oracle scores the ground truth without any server)")
+        raise ConfigError(
+            f"--bench={benchmark.name} needs a model: pass --model NAME "
+            f"(--model=oracle scores the ground truth without any server)"
+        )
     if model["model"] == ORACLE:  # no server, no cache: the endpoint settings would only mislead
         model = {"model": ORACLE}
     out = {"benchmark": benchmark.name, "split": split, **model, "item_timeout": opts.timeout}
@@ -55,8 +58,10 @@ def budget_settings(opts: Settings, settings: dict[str, Any]) -> dict[str, Any]:
     budgets = {name: opts[name] for name in ("max_cost_per_item", "max_cost") if opts.get(name) is not None}
     if budgets and "price" not in settings and settings.get("model") != ORACLE:
         flag = "--bench-max-cost-per-item" if "max_cost_per_item" in budgets else "--bench-max-cost"
-        raise ConfigError(f"{flag} needs the model's price to count against: pass --model-price=PROMPT,COMPLETION "
-                          f"(USD per million tokens) or give the model a price: in the run file")
+        raise ConfigError(
+            f"{flag} needs the model's price to count against: pass --model-price=PROMPT,COMPLETION "
+            f"(USD per million tokens) or give the model a price: in the run file"
+        )
     return budgets
 
 
@@ -64,8 +69,7 @@ def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = 
     """This process's state (of its model ``opts.model`` when ``models`` lists the several models of the
     session); raises ConfigError or DataError (the caller turns them into usage errors)."""
     benchmark = get_benchmark(opts.bench)
-    split = choose(benchmark.splits, opts.split or benchmark.default_split,
-                   f"{benchmark.name} split (--bench-split)")
+    split = choose(benchmark.splits, opts.split or benchmark.default_split, f"{benchmark.name} split (--bench-split)")
     settings = run_settings(benchmark, opts, split, bool(config.option.collectonly))
     if config.option.collectonly:  # listing the items needs none of the data only scoring reads
         opts = opts.with_facts(RunFacts(listing_only=True))
@@ -91,11 +95,21 @@ def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = 
     settings["run_id"] = run_dir.name
     # The controller is the only writer of the run: a worker keeps an item's files and new cache entries in
     # memory until they travel with its record (writer.py); nothing of the run is written where a worker runs.
-    state = BenchState(benchmark=benchmark, split=split, settings=settings, options=opts, tasks=tasks,
-                       run_dir=run_dir, only_bench=only_bench, records_path=run_dir / benchmark.records_file,
-                       is_worker=is_worker, files=CollectedFiles() if is_worker else DirectoryFiles(run_dir),
-                       journal=CacheJournal() if is_worker else None,
-                       model=opts.model if models else None, models=tuple(models))
+    state = BenchState(
+        benchmark=benchmark,
+        split=split,
+        settings=settings,
+        options=opts,
+        tasks=tasks,
+        run_dir=run_dir,
+        only_bench=only_bench,
+        records_path=run_dir / benchmark.records_file,
+        is_worker=is_worker,
+        files=CollectedFiles() if is_worker else DirectoryFiles(run_dir),
+        journal=CacheJournal() if is_worker else None,
+        model=opts.model if models else None,
+        models=tuple(models),
+    )
     if not is_worker:
         prepare_controller(state)
     elif handshake is not None and handshake.resumed:
@@ -117,8 +131,9 @@ def prepare_controller(state: BenchState) -> None:
     state.notes += notes
 
 
-def revise_resumed(benchmark: Benchmark, records_path: Path,
-                   finished: dict[str, rec.RecordData]) -> dict[str, rec.RecordData]:
+def revise_resumed(
+    benchmark: Benchmark, records_path: Path, finished: dict[str, rec.RecordData]
+) -> dict[str, rec.RecordData]:
     """The reused records as this run's settings derive them (CORE-Bench: its --bench-review applied to the
     automatic verdicts, which stay); the records file is rewritten (atomically) when that changes a line."""
     revise = getattr(benchmark, "revise_record", None)
@@ -147,8 +162,9 @@ def drop_rerun(records_path: Path, finished: dict[str, rec.RecordData], notes: l
         notes[0] = f"resuming {records_path.parent}: {len(kept)} finished record(s) reused, the rest runs now"
     for keys, why in ((unplaced, "whose host lacked what they need"), (lost, "whose worker died")):
         if keys:
-            notes.insert(1, f"{len(keys)} item(s) {why} run again: {', '.join(keys[:10])}"
-                            + (" ..." if len(keys) > 10 else ""))
+            notes.insert(
+                1, f"{len(keys)} item(s) {why} run again: {', '.join(keys[:10])}" + (" ..." if len(keys) > 10 else "")
+            )
     return kept
 
 

@@ -13,6 +13,7 @@ the reporter, progress and gates see the items pass or fail as they arrive. ``co
 run (``--bench-resume RUN_DIR``) that runs nothing: it takes in every package waiting in the spool and writes
 the summaries.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,8 +22,9 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import pytest
 
@@ -71,8 +73,9 @@ class TaskPackager:
         self.written: Path | None = None
 
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
-                                      items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         keep = [i for i in items if isinstance(i, BenchItem) and unit_of(i) == self.unit]
         drop = [i for i in items if not (isinstance(i, BenchItem) and unit_of(i) == self.unit)]
         if drop:
@@ -85,10 +88,22 @@ class TaskPackager:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        entry = self.items.setdefault(report.nodeid, {"nodeid": report.nodeid, "phases": [], "record": None,
-                                                      "delivery": {"append": True, "files": [], "cache": []}})
-        phase = {"when": report.when, "outcome": report.outcome, "duration": report.duration,
-                 "longrepr": longrepr_data(report), "record": False}
+        entry = self.items.setdefault(
+            report.nodeid,
+            {
+                "nodeid": report.nodeid,
+                "phases": [],
+                "record": None,
+                "delivery": {"append": True, "files": [], "cache": []},
+            },
+        )
+        phase = {
+            "when": report.when,
+            "outcome": report.outcome,
+            "duration": report.duration,
+            "longrepr": longrepr_data(report),
+            "record": False,
+        }
         for key, value in report.user_properties:
             if key == rec.RECORD_PROPERTY:
                 entry["record"], phase["record"] = value, True
@@ -114,8 +129,14 @@ def longrepr_data(report: pytest.TestReport) -> Any:
 
 # --------------------------------------------------------------------------- controller side
 
-def replay_reports(config: pytest.Config, item: pytest.Item, phases: list[dict[str, Any]],
-                   record: rec.RecordData | None, delivery: dict[str, Any] | None) -> None:
+
+def replay_reports(
+    config: pytest.Config,
+    item: pytest.Item,
+    phases: list[dict[str, Any]],
+    record: rec.RecordData | None,
+    delivery: dict[str, Any] | None,
+) -> None:
     """The item's reports as its own run made them, through the public hooks (as xdist's controller does)."""
     config.hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     for phase in phases:
@@ -127,9 +148,16 @@ def replay_reports(config: pytest.Config, item: pytest.Item, phases: list[dict[s
             longrepr = tuple(longrepr)
         elif phase["outcome"] == "skipped":
             longrepr = (str(item.path), 0, str(longrepr or "skipped"))
-        report = pytest.TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, phase["outcome"],
-                                   longrepr, phase["when"], duration=float(phase.get("duration") or 0.0),
-                                   user_properties=props)
+        report = pytest.TestReport(
+            item.nodeid,
+            item.location,
+            {k: 1 for k in item.keywords},
+            phase["outcome"],
+            longrepr,
+            phase["when"],
+            duration=float(phase.get("duration") or 0.0),
+            user_properties=props,
+        )
         config.hook.pytest_runtest_logreport(report=report)
     config.hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
@@ -140,12 +168,22 @@ def record_phases(record: rec.RecordData) -> list[dict[str, Any]]:
     if status == rec.PASS:
         call = {"when": "call", "outcome": "passed", "longrepr": None}
     elif status == "skipped":
-        return [{"when": "setup", "outcome": "skipped", "longrepr": str(record.get("message") or "skipped"),
-                 "record": True}, {"when": "teardown", "outcome": "passed", "longrepr": None}]
+        return [
+            {
+                "when": "setup",
+                "outcome": "skipped",
+                "longrepr": str(record.get("message") or "skipped"),
+                "record": True,
+            },
+            {"when": "teardown", "outcome": "passed", "longrepr": None},
+        ]
     else:
         call = {"when": "call", "outcome": "failed", "longrepr": f"{status}: {record.get('message', '')}"}
-    return [{"when": "setup", "outcome": "passed", "longrepr": None}, {**call, "record": True},
-            {"when": "teardown", "outcome": "passed", "longrepr": None}]
+    return [
+        {"when": "setup", "outcome": "passed", "longrepr": None},
+        {**call, "record": True},
+        {"when": "teardown", "outcome": "passed", "longrepr": None},
+    ]
 
 
 def take_in(config: pytest.Config, path: Path, items: Mapping[str, BenchItem], taken: set[str]) -> str | None:
@@ -171,8 +209,9 @@ def take_in(config: pytest.Config, path: Path, items: Mapping[str, BenchItem], t
         if isinstance(record, dict) and rec.record_key(record) in state.resumed:
             record = None  # already in the records file: reported from there, not written twice
         delivery = {**entry["delivery"], "append": True} if record is not None else None
-        replay_reports(config, items[nodeid], entry["phases"], record or state.resumed.get(
-            items[nodeid].sample.key), delivery)
+        replay_reports(
+            config, items[nodeid], entry["phases"], record or state.resumed.get(items[nodeid].sample.key), delivery
+        )
     spool.mark_taken(path)
     taken.add(unit)
     return unit
@@ -186,8 +225,15 @@ def report_from_record(config: pytest.Config, item: BenchItem, record: rec.Recor
 
 
 def lost_record(item: BenchItem, state: BenchState, message: str, worker: str, host: str) -> dict[str, Any]:
-    return {**base_record(item.sample, state), "status": "error", "message": message, rec.LOST_FIELD: True,
-            "duration": 0.0, "worker": worker, "host": host}
+    return {
+        **base_record(item.sample, state),
+        "status": "error",
+        "message": message,
+        rec.LOST_FIELD: True,
+        "duration": 0.0,
+        "worker": worker,
+        "host": host,
+    }
 
 
 def warn_once(config: pytest.Config, text: str) -> None:
@@ -220,8 +266,7 @@ class PackageLoop:
         self.taken: set[str] = spool.taken_units(state.run_dir)
 
     def pending_units(self, units: dict[str, list[BenchItem]]) -> dict[str, list[BenchItem]]:
-        return {u: items for u, items in units.items()
-                if any(i.sample.key not in self.state.resumed for i in items)}
+        return {u: items for u, items in units.items() if any(i.sample.key not in self.state.resumed for i in items)}
 
     def report_resumed(self, units: dict[str, list[BenchItem]], pending: dict[str, list[BenchItem]]) -> None:
         for unit, items in units.items():
@@ -246,8 +291,13 @@ class PackageLoop:
             else:
                 report_from_record(self.config, item, lost_record(item, self.state, message, worker, host), write=True)
 
-    def wait(self, session: pytest.Session, pending: dict[str, list[BenchItem]],
-             ended: Callable[[set[str]], dict[str, tuple[str, str, str]]], sleep: Callable[[float], None]) -> None:
+    def wait(
+        self,
+        session: pytest.Session,
+        pending: dict[str, list[BenchItem]],
+        ended: Callable[[set[str]], dict[str, tuple[str, str, str]]],
+        sleep: Callable[[float], None],
+    ) -> None:
         items = {i.nodeid: i for its in pending.values() for i in its}
         while pending and not session.shouldstop:
             self.take_waiting(items, pending)
@@ -269,6 +319,7 @@ def write_run_settings(config: pytest.Config, state: BenchState) -> None:
 
 
 # --------------------------------------------------------------------------- the commands
+
 
 def session_args(run_dir: Path, extra: list[str]) -> list[str]:
     args = [f"--bench-resume={run_dir}", "-p", "no:cacheprovider", *extra]
@@ -330,8 +381,12 @@ class CollectSession:
     the spool; units still without a package are left to the engine (``ended``: a Slurm job that ended
     without one is lost) or stay missing (the summary says the run is incomplete)."""
 
-    def __init__(self, config: pytest.Config, state: BenchState,
-                 ended: Callable[[set[str]], dict[str, tuple[str, str, str]]] | None = None) -> None:
+    def __init__(
+        self,
+        config: pytest.Config,
+        state: BenchState,
+        ended: Callable[[set[str]], dict[str, tuple[str, str, str]]] | None = None,
+    ) -> None:
         self.config, self.state, self.ended = config, state, ended
         self.loop = PackageLoop(config, state)
 
@@ -346,8 +401,11 @@ class CollectSession:
         items = {i.nodeid: i for its in pending.values() for i in its}
         started = time.monotonic()
         taken = self.loop.take_waiting(items, pending)
-        warn_once(self.config, f"agentbench: took in {len(taken)} package(s) "
-                               f"({sum(len(units[u]) for u in taken)} item(s)) in {time.monotonic() - started:.2f} s")
+        warn_once(
+            self.config,
+            f"agentbench: took in {len(taken)} package(s) "
+            f"({sum(len(units[u]) for u in taken)} item(s)) in {time.monotonic() - started:.2f} s",
+        )
         if pending and self.ended is not None:
             for unit, (message, worker, host) in sorted(self.ended(set(pending)).items()):
                 if unit in pending:

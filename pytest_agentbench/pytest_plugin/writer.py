@@ -25,13 +25,15 @@ the controller (``deliver``) makes that item's record an ``error`` naming the st
 file that cannot be appended to (a full disk, a removed run folder) stops the run: exit 3 naming the file and
 the last record written (no item's record could say so).
 """
+
 from __future__ import annotations
 
 import traceback
 import warnings
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pytest
 
@@ -117,8 +119,9 @@ class RecordWriter:
         item.user_properties.extend(rec.junit_properties(record))
         item.stash[RECORD] = None  # written once (the record stays in the report)
 
-    def guarded(self, stage: str, nodeid: str, report: pytest.TestReport, record: rec.RecordData,
-                step) -> rec.RecordData:
+    def guarded(
+        self, stage: str, nodeid: str, report: pytest.TestReport, record: rec.RecordData, step
+    ) -> rec.RecordData:
         """``step(record)``; when it raises, the item's error record for ``stage`` (and a failed report)."""
         try:
             return step(record)
@@ -131,8 +134,7 @@ class RecordWriter:
 
     def last_resort(self, item: BenchItem, report: pytest.TestReport, exc: Exception) -> None:
         """An unexpected failure of ``finish``: the item still gets an error record when one can be made."""
-        warnings.warn(f"agentbench: {item.nodeid}: {''.join(traceback.format_exception(exc, limit=5))}",
-                      stacklevel=1)
+        warnings.warn(f"agentbench: {item.nodeid}: {''.join(traceback.format_exception(exc, limit=5))}", stacklevel=1)
         if report.when != "call" and report.passed:
             return
         try:
@@ -146,8 +148,9 @@ class RecordWriter:
         except Exception as again:  # nothing more can be done for this item; the run goes on
             warnings.warn(f"agentbench: {item.nodeid}: no record could be made: {again!r}", stacklevel=1)
 
-    def deliver(self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData,
-                fresh: bool) -> rec.RecordData:
+    def deliver(
+        self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData, fresh: bool
+    ) -> rec.RecordData:
         """Make the record (and the item's files) durable, or hand them on; returns the record to report."""
         raise NotImplementedError
 
@@ -161,8 +164,9 @@ def revised(benchmark: Any, record: rec.RecordData) -> rec.RecordData:
     try:
         return revise(record)
     except Exception as exc:  # a bug in a benchmark's revision must not cost the item its record
-        warnings.warn(f"agentbench: {rec.record_key(record)}: record not revised: {type(exc).__name__}: {exc}",
-                      stacklevel=1)
+        warnings.warn(
+            f"agentbench: {rec.record_key(record)}: record not revised: {type(exc).__name__}: {exc}", stacklevel=1
+        )
         return record
 
 
@@ -181,8 +185,9 @@ class ControllerWriter(RecordWriter):
         self.cache: ResponseCache | None = None  # this process's response cache, opened for the first entries
         self.last_written: str | None = None  # key of the last record this run appended
 
-    def deliver(self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData,
-                fresh: bool) -> rec.RecordData:
+    def deliver(
+        self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData, fresh: bool
+    ) -> rec.RecordData:
         if fresh:  # an item run here: its files are already in the run folder (DirectoryFiles)
             record = self.write(item.nodeid, report, record)
         return record
@@ -209,11 +214,17 @@ class ControllerWriter(RecordWriter):
                 path.parent.mkdir(parents=True, exist_ok=True)  # the run folder, at the first record
             rec.append_line(path, line)
         except OSError as exc:
-            last = f"the last record written is {self.last_written}" if self.last_written else \
-                "no record of this run was written"
-            pytest.exit(f"agentbench: cannot append to the records file {path} ({exc}); {last}; the record of "
-                        f"{rec.record_key(record)} and those after it are not written. Free space or restore the "
-                        f"folder, then --bench-resume {self.state.run_dir} runs the rest", returncode=3)
+            last = (
+                f"the last record written is {self.last_written}"
+                if self.last_written
+                else "no record of this run was written"
+            )
+            pytest.exit(
+                f"agentbench: cannot append to the records file {path} ({exc}); {last}; the record of "
+                f"{rec.record_key(record)} and those after it are not written. Free space or restore the "
+                f"folder, then --bench-resume {self.state.run_dir} runs the rest",
+                returncode=3,
+            )
         self.last_written = rec.record_key(record)
 
     @pytest.hookimpl(tryfirst=True)
@@ -244,8 +255,9 @@ class ControllerWriter(RecordWriter):
             self.count_cost(record)  # what every worker spent: past the budget, no more work goes out
             written = self.write(report.nodeid, report, record)
             if written is not record:  # it became the item's error record: the report carries that one
-                report.user_properties = [(k, written if k == rec.RECORD_PROPERTY else v)
-                                          for k, v in report.user_properties]
+                report.user_properties = [
+                    (k, written if k == rec.RECORD_PROPERTY else v) for k, v in report.user_properties
+                ]
 
     def controller_cache(self, delivery: Mapping[str, Any]) -> ResponseCache | None:
         if not delivery.get("cache"):
@@ -259,8 +271,9 @@ class ControllerWriter(RecordWriter):
 class WorkerWriter(RecordWriter):
     """An xdist worker: the record, the item's files and its new cache entries travel in the report."""
 
-    def deliver(self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData,
-                fresh: bool) -> rec.RecordData:
+    def deliver(
+        self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData, fresh: bool
+    ) -> rec.RecordData:
         files = self.state.files.take()
         entries = self.state.journal.take() if self.state.journal is not None else {}
         try:
@@ -293,18 +306,28 @@ def check_sendable(record: rec.RecordData, delivery: dict[str, Any]) -> None:
     execnet.dumps([record, delivery])
 
 
-def record_of(item: BenchItem, call: pytest.CallInfo, report: pytest.TestReport,
-              state: BenchState) -> rec.RecordData | None:
+def record_of(
+    item: BenchItem, call: pytest.CallInfo, report: pytest.TestReport, state: BenchState
+) -> rec.RecordData | None:
     """The item's record for this phase of its run, or None (a phase that adds none)."""
     record = item.stash.get(RECORD, None)
     if call.when == "call" and record is None:
-        record = {**base_record(item.sample, state), "status": "error", "message": "item ran without a record",
-                  **where_ran()}
+        record = {
+            **base_record(item.sample, state),
+            "status": "error",
+            "message": "item ran without a record",
+            **where_ran(),
+        }
     if call.when == "setup" and not report.passed:
         # A fixture failed (an unreachable model, an environment that did not start): still a record.
         status = "skipped" if report.skipped else "error"
-        record = {**base_record(item.sample, state), "status": status, "message": short_reason(report),
-                  "duration": 0.0, **where_ran()}
+        record = {
+            **base_record(item.sample, state),
+            "status": status,
+            "message": short_reason(report),
+            "duration": 0.0,
+            **where_ran(),
+        }
     if call.when == "setup" and report.skipped and item.sample.key in state.resumed:
         record = dict(state.resumed[item.sample.key])  # a skip marker fired: report the old record
     return record
@@ -326,9 +349,11 @@ def size_text(size: int) -> str:
 def over_cap(record: rec.RecordData, size: int, files: Mapping[str, bytes]) -> rec.RecordData:
     """The record of an item whose delivery is over the cap: an error that says what was not kept and why."""
     names = ", ".join(sorted(files)[:5]) + (" ..." if len(files) > 5 else "")
-    message = (f"agentbench: this item's files and model responses are {size_text(size)} compressed, over the "
-               f"{size_text(MAX_DELIVERY_BYTES)} an xdist worker may send to the controller; they were not kept "
-               f"({names or 'model responses only'}); run this item without -n/--tx to keep them")
+    message = (
+        f"agentbench: this item's files and model responses are {size_text(size)} compressed, over the "
+        f"{size_text(MAX_DELIVERY_BYTES)} an xdist worker may send to the controller; they were not kept "
+        f"({names or 'model responses only'}); run this item without -n/--tx to keep them"
+    )
     kept = {k: v for k, v in record.items() if k != "trajectory"}  # it names a file that is not written
     return {**kept, "status": "error", "message": message, "status_before_cap": record.get("status")}
 

@@ -9,33 +9,35 @@ What xdist hands those hooks (a ``WorkerController`` "node", the crash report's 
 functions here. ``INTERNALS`` lists each attribute with where it lives; the test fails naming any one a release
 removed, so a bound in pyproject.toml can be set before users meet it.
 """
+
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 # (owner, attribute): what the package reads or calls that xdist/execnet do not document.
 INTERNALS: tuple[tuple[str, str], ...] = (
-    ("xdist.workermanage.WorkerController", "gateway"),            # worker_id, worker_spec
+    ("xdist.workermanage.WorkerController", "gateway"),  # worker_id, worker_spec
     ("xdist.workermanage.WorkerController", "send_runtest_some"),  # send_items
-    ("xdist.workermanage.WorkerController", "shutdown"),           # shut_down
-    ("xdist.workermanage.WorkerController", "shutting_down"),      # is_shutting_down
-    ("xdist.dsession.DSession", "nodemanager"),                    # drop_rsync_roots
-    ("xdist.workermanage.NodeManager", "roots"),                   # drop_rsync_roots
-    ("execnet.gateway.Gateway", "spec"),                           # spec_of (set by execnet's makegateway)
-    ("xdist.dsession.DSession.worker_testreport", "rep.node"),     # crashed_worker: the report's worker
-    ("xdist.dsession.DSession", "worker_errordown"),               # route_worker_down
-    ("xdist.dsession.DSession", "_active_nodes"),                  # forget_worker, active_workers
-    ("xdist.dsession.DSession", "sched"),                          # current_scheduler
-    ("xdist.dsession.DSession", "triggershutdown"),                # finish_session
-    ("xdist.dsession.DSession", "handle_crashitem"),               # report_crash
-    ("execnet.gateway_base.BaseGateway", "newchannel"),            # new_channel
-    ("execnet.gateway_base.BaseGateway", "_io"),                   # cut_worker
-    ("execnet.gateway_io.Popen2IOMaster", "kill"),                 # cut_worker (popen, ssh)
-    ("execnet.gateway_socket.SocketIO", "sock"),                   # cut_worker (socket)
-    ("execnet.gateway_base.Popen2IO", "close_read"),               # cut_worker (other transports)
-    ("execnet.gateway_base.Popen2IO", "close_write"),              # cut_worker (other transports)
+    ("xdist.workermanage.WorkerController", "shutdown"),  # shut_down
+    ("xdist.workermanage.WorkerController", "shutting_down"),  # is_shutting_down
+    ("xdist.dsession.DSession", "nodemanager"),  # drop_rsync_roots
+    ("xdist.workermanage.NodeManager", "roots"),  # drop_rsync_roots
+    ("execnet.gateway.Gateway", "spec"),  # spec_of (set by execnet's makegateway)
+    ("xdist.dsession.DSession.worker_testreport", "rep.node"),  # crashed_worker: the report's worker
+    ("xdist.dsession.DSession", "worker_errordown"),  # route_worker_down
+    ("xdist.dsession.DSession", "_active_nodes"),  # forget_worker, active_workers
+    ("xdist.dsession.DSession", "sched"),  # current_scheduler
+    ("xdist.dsession.DSession", "triggershutdown"),  # finish_session
+    ("xdist.dsession.DSession", "handle_crashitem"),  # report_crash
+    ("execnet.gateway_base.BaseGateway", "newchannel"),  # new_channel
+    ("execnet.gateway_base.BaseGateway", "_io"),  # cut_worker
+    ("execnet.gateway_io.Popen2IOMaster", "kill"),  # cut_worker (popen, ssh)
+    ("execnet.gateway_socket.SocketIO", "sock"),  # cut_worker (socket)
+    ("execnet.gateway_base.Popen2IO", "close_read"),  # cut_worker (other transports)
+    ("execnet.gateway_base.Popen2IO", "close_write"),  # cut_worker (other transports)
 )
 
 
@@ -100,6 +102,7 @@ def expected_workers(config: Any) -> int:
 
 
 # ---- a lost remote host (remote.py): xdist replaces a worker whose channel ends, and no public hook stops it
+
 
 def dsession(config: Any) -> Any:
     """xdist's controller plugin (``DSession``), or None when the run is not distributed."""

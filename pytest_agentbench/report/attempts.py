@@ -15,14 +15,15 @@ sqrt((K-1)/K * sum((theta_i - mean)^2))). For pass@1 that is exactly the sample 
 the per-attempt pass rates / sqrt(K), the headline metrics' error; pass@K uses every attempt, so no
 attempt can be left out and it has no standard error (None, shown "n/a").
 """
+
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from ..core.records import RecordLike
-from ..core.records import ERROR_STATUSES, PASS
+from ..core.records import ERROR_STATUSES, PASS, RecordLike
 
 NOT_RUN = "not_run"  # the status of a selected item without a record (report/summary.py)
 
@@ -116,13 +117,15 @@ def pass_at(units: Outcomes, k_max: int) -> dict[str, dict[str, Any]]:
     out = {}
     for k in range(1, k_max + 1):
         value = pass_at_mean(units, k)
-        out[str(k)] = {"value": value if value is not None else 0.0, "stderr": jackknife_stderr(units, k),
-                       "n": sum(1 for v in units.values() if len(v) >= k)}
+        out[str(k)] = {
+            "value": value if value is not None else 0.0,
+            "stderr": jackknife_stderr(units, k),
+            "n": sum(1 for v in units.values() if len(v) >= k),
+        }
     return out
 
 
-def attempt_stats(per_attempt: Mapping[int, Mapping[str, Any]], records: Iterable[RecordLike]
-                  ) -> dict[str, Any]:
+def attempt_stats(per_attempt: Mapping[int, Mapping[str, Any]], records: Iterable[RecordLike]) -> dict[str, Any]:
     """The attempts block of summary.json: K, each attempt's metrics, their mean and standard error,
     and pass@k per item and per task (each with its standard error over attempts)."""
     metrics = [dict(m) for m in per_attempt.values()]
@@ -142,9 +145,14 @@ def attempt_stats(per_attempt: Mapping[int, Mapping[str, Any]], records: Iterabl
         task = tasks[str(record.get("task"))]
         task[attempt] = task.get(attempt, True) and passed  # a task attempt passes when all its items pass
     k = len(per_attempt)
-    return {"k": k, "per_attempt": {str(a): dict(m) for a, m in per_attempt.items()}, "mean": mean,
-            "stderr": stderr, "pass_at_k": {"item": pass_at(items, k), "task": pass_at(tasks, k)},
-            "pass_at_k_stderr": "jackknife over attempts"}
+    return {
+        "k": k,
+        "per_attempt": {str(a): dict(m) for a, m in per_attempt.items()},
+        "mean": mean,
+        "stderr": stderr,
+        "pass_at_k": {"item": pass_at(items, k), "task": pass_at(tasks, k)},
+        "pass_at_k_stderr": "jackknife over attempts",
+    }
 
 
 def error_text(stderr: float | None) -> str:
@@ -157,11 +165,14 @@ def attempt_lines(stats: Mapping[str, Any], headlines: Iterable[str]) -> list[st
     lines = []
     for name in headlines:
         if name in stats["mean"]:
-            lines.append(f"{name}: mean over {k} attempts {stats['mean'][name]:.1%} "
-                         f"± {stats['stderr'][name]:.1%} (standard error)")
+            lines.append(
+                f"{name}: mean over {k} attempts {stats['mean'][name]:.1%} "
+                f"± {stats['stderr'][name]:.1%} (standard error)"
+            )
     for unit, label in (("task", "per task"), ("item", "per item")):
-        shown = ", ".join(f"pass@{n} {v['value']:.1%} ± {error_text(v['stderr'])}"
-                          for n, v in stats["pass_at_k"][unit].items())
+        shown = ", ".join(
+            f"pass@{n} {v['value']:.1%} ± {error_text(v['stderr'])}" for n, v in stats["pass_at_k"][unit].items()
+        )
         lines.append(f"{label}: {shown}")
     lines.append(f"(± standard error over the {k} attempts; pass@k's by the jackknife, so pass@{k} has none)")
     return lines
@@ -169,18 +180,23 @@ def attempt_lines(stats: Mapping[str, Any], headlines: Iterable[str]) -> list[st
 
 def attempt_markdown(stats: Mapping[str, Any], headlines: Iterable[str]) -> str:
     k = stats["k"]
-    out = [f"## Attempts ({k})", "", "| metric | mean | standard error | "
-           + " | ".join(f"attempt {a}" for a in stats["per_attempt"]) + " |",
-           "|---|---|---|" + "---|" * len(stats["per_attempt"])]
+    out = [
+        f"## Attempts ({k})",
+        "",
+        "| metric | mean | standard error | " + " | ".join(f"attempt {a}" for a in stats["per_attempt"]) + " |",
+        "|---|---|---|" + "---|" * len(stats["per_attempt"]),
+    ]
     for name in headlines:
         if name in stats["mean"]:
             per = " | ".join(f"{m[name]:.1%}" for m in stats["per_attempt"].values())
             out.append(f"| {name} | {stats['mean'][name]:.1%} | {stats['stderr'][name]:.1%} | {per} |")
-    out += ["", "| pass@k | " + " | ".join(f"k={n}" for n in range(1, k + 1)) + " |",
-            "|---|" + "---|" * k]
+    out += ["", "| pass@k | " + " | ".join(f"k={n}" for n in range(1, k + 1)) + " |", "|---|" + "---|" * k]
     for unit, label in (("task", "per task"), ("item", "per item")):
         row = " | ".join(f"{v['value']:.1%} ± {error_text(v['stderr'])}" for v in stats["pass_at_k"][unit].values())
         out.append(f"| {label} | {row} |")
-    out += ["", f"± is the standard error over the {k} attempts (pass@k: jackknife, each attempt left out in turn; "
-                f"pass@{k} uses every attempt, so it has none)."]
+    out += [
+        "",
+        f"± is the standard error over the {k} attempts (pass@k: jackknife, each attempt left out in turn; "
+        f"pass@{k} uses every attempt, so it has none).",
+    ]
     return "\n".join(out) + "\n"

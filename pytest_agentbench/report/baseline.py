@@ -5,11 +5,13 @@ What may differ between two comparable runs is the model under test and how the 
 benchmark's own ``free_settings``). Everything that defines the questions and how they are asked
 and scored (benchmark, split, mode, background, targets, data hashes, ...) must match.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.io import write_atomic
@@ -17,11 +19,31 @@ from ..core.records import json_default
 
 # Settings of the layers every run shares (run, models, sandbox, envs) that may differ between two
 # runs that are still comparable. A benchmark adds its own with ``Benchmark.free_settings``.
-COMMON_FREE_SETTINGS = frozenset({
-    "run_id", "model", "base_url", "protocol", "params", "timeout", "max_retries", "retry_base_delay",
-    "cache_dir", "cache_mode", "executor", "memory_limit_gib", "item_timeout", "notes",
-    "resumed_from", "env", "docker_image", "item_retries", "isolation", "price", "max_cost",
-})
+COMMON_FREE_SETTINGS = frozenset(
+    {
+        "run_id",
+        "model",
+        "base_url",
+        "protocol",
+        "params",
+        "timeout",
+        "max_retries",
+        "retry_base_delay",
+        "cache_dir",
+        "cache_mode",
+        "executor",
+        "memory_limit_gib",
+        "item_timeout",
+        "notes",
+        "resumed_from",
+        "env",
+        "docker_image",
+        "item_retries",
+        "isolation",
+        "price",
+        "max_cost",
+    }
+)
 
 
 class BaselineError(Exception):
@@ -47,8 +69,10 @@ def summary_path(path: str | Path) -> Path:
 def load_summary(path: str | Path) -> dict[str, Any]:
     file = summary_path(path)
     if not file.is_file():
-        raise BaselineError(f"{file} does not exist: give a run folder holding summary.json, or a summary.json file"
-                            f" (write one on purpose with --bench-update-baseline)")
+        raise BaselineError(
+            f"{file} does not exist: give a run folder holding summary.json, or a summary.json file"
+            f" (write one on purpose with --bench-update-baseline)"
+        )
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -66,8 +90,9 @@ def write_baseline(path: str | Path, summary: Mapping[str, Any]) -> Path:
     return file
 
 
-def settings_diff(a: Mapping[str, Any], b: Mapping[str, Any],
-                  skip: frozenset[str] = frozenset()) -> list[tuple[str, Any, Any]]:
+def settings_diff(
+    a: Mapping[str, Any], b: Mapping[str, Any], skip: frozenset[str] = frozenset()
+) -> list[tuple[str, Any, Any]]:
     """``(dotted key, A, B)`` for every setting whose value differs (nested dicts key by key), keys in
     ``skip`` ignored at every level."""
     out: list[tuple[str, Any, Any]] = []
@@ -95,8 +120,9 @@ def short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def baseline_for_run(baseline: Path | None, update: bool, settings: Mapping[str, Any],
-                     free: Iterable[str] = ()) -> tuple[dict[str, Any] | None, list[str]]:
+def baseline_for_run(
+    baseline: Path | None, update: bool, settings: Mapping[str, Any], free: Iterable[str] = ()
+) -> tuple[dict[str, Any] | None, list[str]]:
     """The baseline this run is compared with (None when there is none to compare), and notes for the header.
 
     A baseline with other settings is refused (ConfigError), unless this run replaces it on purpose."""
@@ -111,11 +137,16 @@ def baseline_for_run(baseline: Path | None, update: bool, settings: Mapping[str,
         raise ConfigError(f"--bench-baseline: {exc}") from None
     diffs = settings_differences(data["settings"], settings, free)
     if diffs and not update:
-        raise ConfigError(f"refusing to compare with the baseline {data['_path']}: its settings differ from "
-                          f"this run's: {'; '.join(diffs)}. Run with the baseline's settings, or replace the baseline "
-                          f"on purpose with --bench-update-baseline")
+        raise ConfigError(
+            f"refusing to compare with the baseline {data['_path']}: its settings differ from "
+            f"this run's: {'; '.join(diffs)}. Run with the baseline's settings, or replace the baseline "
+            f"on purpose with --bench-update-baseline"
+        )
     if diffs:
-        return None, [f"baseline {data['_path']} has other settings ({'; '.join(diffs)}): "
-                      f"not compared; --bench-update-baseline replaces it"]
-    return data, [f"baseline: {data['_path']} (model {data['settings'].get('model')}, "
-                  f"run {data['settings'].get('run_id')})"]
+        return None, [
+            f"baseline {data['_path']} has other settings ({'; '.join(diffs)}): "
+            f"not compared; --bench-update-baseline replaces it"
+        ]
+    return data, [
+        f"baseline: {data['_path']} (model {data['settings'].get('model')}, run {data['settings'].get('run_id')})"
+    ]

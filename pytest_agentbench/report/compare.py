@@ -1,7 +1,8 @@
 """Compare two runs: metric deltas, the items that flipped, and whether the difference is more than noise.
 
 What ``python -m pytest_agentbench compare RUN_A RUN_B`` (``cli/compare.py``) prints for two summary.json
-files (or run folders). A is the reference (the baseline), B the new run; "pass -> fail" means the item passed in A and not in B.
+files (or run folders). A is the reference (the baseline), B the new run; "pass -> fail" means the item passed in A
+and not in B.
 
 Noise: an exact McNemar test (two-sided binomial test on the discordant pairs) over the flipped units,
 and 95% percentile bootstrap intervals that resample whole tasks (a problem, a capsule), never
@@ -10,11 +11,13 @@ paired (the same resampled tasks for A and B) and seeded, so the same inputs pri
 Which metrics are compared and in which unit comes from the benchmark (``Declared``), as the newer
 summary states it, so this module knows no benchmark.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -55,16 +58,23 @@ class Comparison:
 
 def scored_items(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Scored items by key: the id, or ``id[attemptN]`` with --bench-attempts (pairs are (id, attempt))."""
-    return {record_key(i): i for i in summary.get("items", [])
-            if i.get("scored", True) and i.get("status") != "skipped"}
+    return {
+        record_key(i): i for i in summary.get("items", []) if i.get("scored", True) and i.get("status") != "skipped"
+    }
 
 
 def passed(item: Mapping[str, Any] | None) -> bool:
     return item is not None and item.get("status") == PASS
 
 
-def compare(a: dict[str, Any], b: dict[str, Any], *, declared: Declared | None = None, seed: int = SEED,
-            resamples: int = RESAMPLES) -> Comparison:
+def compare(
+    a: dict[str, Any],
+    b: dict[str, Any],
+    *,
+    declared: Declared | None = None,
+    seed: int = SEED,
+    resamples: int = RESAMPLES,
+) -> Comparison:
     """Compare run B with the reference A. ``declared``: the benchmark's declarations (the plugin passes
     ``Declared.of(benchmark)``); by default those stored in B's summary (see ``declared_in``)."""
     declared = declared if declared is not None else declared_in(b)
@@ -74,12 +84,22 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, declared: Declared | None =
     for item_id in common:
         left, right = items_a[item_id], items_b[item_id]
         if passed(left) != passed(right):
-            flipped.append({"id": item_id, "task": str(left.get("task")), "a": left["status"], "b": right["status"],
-                            "direction": "pass -> fail" if passed(left) else "fail -> pass"})
+            flipped.append(
+                {
+                    "id": item_id,
+                    "task": str(left.get("task")),
+                    "a": left["status"],
+                    "b": right["status"],
+                    "direction": "pass -> fail" if passed(left) else "fail -> pass",
+                }
+            )
     flipped.sort(key=lambda f: natural_key(f["id"]))
     comparison = Comparison(
-        a=a, b=b, settings_diff=settings_differences(a["settings"], b["settings"], declared.free_settings),
-        metrics=metric_rows(a, b, declared.gate_metrics), flipped=flipped,
+        a=a,
+        b=b,
+        settings_diff=settings_differences(a["settings"], b["settings"], declared.free_settings),
+        metrics=metric_rows(a, b, declared.gate_metrics),
+        flipped=flipped,
         only_a=sorted((i for i in items_a if i not in items_b), key=natural_key),
         only_b=sorted((i for i in items_b if i not in items_a), key=natural_key),
         mcnemar={"item": mcnemar_counts([(passed(items_a[i]), passed(items_b[i])) for i in common])},
@@ -89,8 +109,9 @@ def compare(a: dict[str, Any], b: dict[str, Any], *, declared: Declared | None =
     comparison.mcnemar["task"] = mcnemar_counts([(t["ra"], t["rb"]) for t in tasks])
     comparison.bootstrap = bootstrap(tasks, declared.units, seed=seed, resamples=resamples)
     comparison.shared = len(common)
-    comparison.same_responses = sum(1 for i in common if items_a[i].get("responses")
-                                    and items_a[i].get("responses") == items_b[i].get("responses"))
+    comparison.same_responses = sum(
+        1 for i in common if items_a[i].get("responses") and items_a[i].get("responses") == items_b[i].get("responses")
+    )
     comparison.replayed = sum(1 for i in common if items_b[i].get("answers") == "replayed")
     comparison.settings_table = settings_table(a["settings"], b["settings"])
     if comparison.only_a or comparison.only_b:  # other selections: score both on the items they share
@@ -103,6 +124,7 @@ HIDDEN_SETTINGS = frozenset({"run_id", "notes", "cache_dir", "_run"})
 
 def settings_table(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """Every setting whose value differs between the two runs (nested dicts key by key), as text."""
+
     def text(value: Any) -> str:
         return "(not set)" if value is None else str(value)
 
@@ -113,7 +135,7 @@ def min_flips(alpha: float) -> int:
     """The fewest flipped units with which the two-sided exact McNemar test can reject at ``alpha``
     (every flip in one direction: p = 2 * 0.5**n); 6 at 0.05."""
     n = 1
-    while 2 * 0.5 ** n >= alpha:
+    while 2 * 0.5**n >= alpha:
         n += 1
     return n
 
@@ -121,17 +143,22 @@ def min_flips(alpha: float) -> int:
 def too_small(units: Mapping[str, int], alpha: float) -> list[str]:
     """Warnings for units (``{"item": n, "task": m}``) too few for the exact McNemar test to ever reject."""
     need = min_flips(alpha)
-    return [f"only {n} {unit}s: the exact McNemar test can never reach p < {alpha:g} (it needs at least {need} "
-            f"flipped {unit}s); a drop in a {unit}-level metric cannot be significant"
-            for unit, n in units.items() if n < need]
+    return [
+        f"only {n} {unit}s: the exact McNemar test can never reach p < {alpha:g} (it needs at least {need} "
+        f"flipped {unit}s); a drop in a {unit}-level metric cannot be significant"
+        for unit, n in units.items()
+        if n < need
+    ]
 
 
-def metric_rows(a: dict[str, Any], b: dict[str, Any], gate_metrics: Mapping[str, str] | None = None
-                ) -> list[tuple[str, float | None, float | None]]:
+def metric_rows(
+    a: dict[str, Any], b: dict[str, Any], gate_metrics: Mapping[str, str] | None = None
+) -> list[tuple[str, float | None, float | None]]:
     """The benchmark's gate metrics by their short names, as each summary states them (without declared
     gate metrics: every float metric of the two summaries, by its key)."""
-    names = dict(gate_metrics or {}) or {k: k for k in {**a["metrics"], **b["metrics"]}
-                                         if isinstance(a["metrics"].get(k, b["metrics"].get(k)), float)}
+    names = dict(gate_metrics or {}) or {
+        k: k for k in {**a["metrics"], **b["metrics"]} if isinstance(a["metrics"].get(k, b["metrics"].get(k)), float)
+    }
     rows = []
     for short, key in names.items():
         left, right = a["metrics"].get(key), b["metrics"].get(key)
@@ -141,8 +168,9 @@ def metric_rows(a: dict[str, Any], b: dict[str, Any], gate_metrics: Mapping[str,
     return rows
 
 
-def task_table(items_a: Mapping[str, Mapping[str, Any]], items_b: Mapping[str, Mapping[str, Any]],
-               common: list[str]) -> list[dict[str, Any]]:
+def task_table(
+    items_a: Mapping[str, Mapping[str, Any]], items_b: Mapping[str, Mapping[str, Any]], common: list[str]
+) -> list[dict[str, Any]]:
     """Per task (over the items both runs scored): item count, passes and resolution on each side.
     With --bench-attempts each attempt of a task is a unit of its own (so rates are per-attempt means)."""
     groups: dict[str, list[str]] = defaultdict(list)
@@ -166,15 +194,18 @@ def mcnemar_counts(pairs: list[tuple[bool, bool]]) -> dict[str, Any]:
     return {"worse": worse, "better": better, "n": len(pairs), "p": float(p)}
 
 
-def bootstrap(tasks: list[dict[str, Any]], heads: dict[str, str], *, seed: int, resamples: int
-              ) -> dict[str, dict[str, Any]]:
+def bootstrap(
+    tasks: list[dict[str, Any]], heads: dict[str, str], *, seed: int, resamples: int
+) -> dict[str, dict[str, Any]]:
     """Paired percentile bootstrap over tasks for each headline metric: 95% intervals of A, B and B - A."""
     if not tasks:
         return {}
     rng = np.random.default_rng(seed)
     n = np.array([t["n"] for t in tasks], dtype=float)
-    values = {"item": (np.array([t["pa"] for t in tasks], float), np.array([t["pb"] for t in tasks], float)),
-              "task": (np.array([t["ra"] for t in tasks], float), np.array([t["rb"] for t in tasks], float))}
+    values = {
+        "item": (np.array([t["pa"] for t in tasks], float), np.array([t["pb"] for t in tasks], float)),
+        "task": (np.array([t["ra"] for t in tasks], float), np.array([t["rb"] for t in tasks], float)),
+    }
     picks = rng.integers(0, len(tasks), size=(resamples, len(tasks)))
     out = {}
     for metric, unit in heads.items():
@@ -186,9 +217,15 @@ def bootstrap(tasks: list[dict[str, Any]], heads: dict[str, str], *, seed: int, 
         else:
             sample_a, sample_b = left[picks].mean(axis=1), right[picks].mean(axis=1)
             point_a, point_b = left.mean(), right.mean()
-        out[metric] = {"unit": unit, "a": float(point_a), "b": float(point_b),
-                       "a_ci": _interval(sample_a), "b_ci": _interval(sample_b),
-                       "delta": float(point_b - point_a), "delta_ci": _interval(sample_b - sample_a)}
+        out[metric] = {
+            "unit": unit,
+            "a": float(point_a),
+            "b": float(point_b),
+            "a_ci": _interval(sample_a),
+            "b_ci": _interval(sample_b),
+            "delta": float(point_b - point_a),
+            "delta_ci": _interval(sample_b - sample_a),
+        }
     return out
 
 
@@ -229,8 +266,10 @@ def _verdict(p: float, alpha: float) -> str:
 def shared_line(c: Comparison) -> str | None:
     if not (c.only_a or c.only_b):
         return None
-    return (f"compared on the {c.shared} scored items both runs share "
-            f"(A has {len(c.only_a)} more, B has {len(c.only_b)} more)")
+    return (
+        f"compared on the {c.shared} scored items both runs share "
+        f"(A has {len(c.only_a)} more, B has {len(c.only_b)} more)"
+    )
 
 
 def responses_lines(c: Comparison) -> list[str]:
@@ -238,12 +277,16 @@ def responses_lines(c: Comparison) -> list[str]:
     comparison re-scores old generations and measures nothing new about the model."""
     if not c.shared:
         return []
-    lines = [f"{c.same_responses} of {c.shared} shared items have the same model responses in both runs; "
-             f"{c.replayed} of B's were replayed from the response cache"]
+    lines = [
+        f"{c.same_responses} of {c.shared} shared items have the same model responses in both runs; "
+        f"{c.replayed} of B's were replayed from the response cache"
+    ]
     if 2 * max(c.same_responses, c.replayed) > c.shared:
-        lines.append("WARNING: this comparison rests mostly on replayed answers: it re-scores old generations "
-                     "and says little about the model (run with --bench-cache=off or a new --bench-attempts "
-                     "sample for fresh answers)")
+        lines.append(
+            "WARNING: this comparison rests mostly on replayed answers: it re-scores old generations "
+            "and says little about the model (run with --bench-cache=off or a new --bench-attempts "
+            "sample for fresh answers)"
+        )
     return lines
 
 
@@ -280,18 +323,27 @@ def render_text(c: Comparison, alpha: float = 0.05) -> list[str]:
     lines.append("")
     for unit in ("item", "task"):
         m = c.mcnemar[unit]
-        lines.append(f"McNemar exact test over {unit}s: {m['worse']} pass -> fail, {m['better']} fail -> pass, "
-                     f"p = {m['p']:.4g} ({_verdict(m['p'], alpha)})")
+        lines.append(
+            f"McNemar exact test over {unit}s: {m['worse']} pass -> fail, {m['better']} fail -> pass, "
+            f"p = {m['p']:.4g} ({_verdict(m['p'], alpha)})"
+        )
     for metric, b in c.bootstrap.items():
-        lines.append(f"bootstrap 95% ({metric}, resampling tasks): A {_pct(b['a'])} {_ci(b['a_ci'])}, "
-                     f"B {_pct(b['b'])} {_ci(b['b_ci'])}, B - A {_pp(b['delta'])} {_ci(b['delta_ci'], True)}")
+        lines.append(
+            f"bootstrap 95% ({metric}, resampling tasks): A {_pct(b['a'])} {_ci(b['a_ci'])}, "
+            f"B {_pct(b['b'])} {_ci(b['b_ci'])}, B - A {_pp(b['delta'])} {_ci(b['delta_ci'], True)}"
+        )
     return lines
 
 
 def render_markdown(c: Comparison, alpha: float = 0.05, title: str = "## Comparison with the baseline") -> str:
-    out = [title, "", f"A (baseline): `{c.a.get('_path', '?')}` — model {c.a['settings'].get('model')}, "
-                      f"run {c.a['settings'].get('run_id')}  ",
-           f"B (this run): model {c.b['settings'].get('model')}, run {c.b['settings'].get('run_id')}", ""]
+    out = [
+        title,
+        "",
+        f"A (baseline): `{c.a.get('_path', '?')}` — model {c.a['settings'].get('model')}, "
+        f"run {c.a['settings'].get('run_id')}  ",
+        f"B (this run): model {c.b['settings'].get('model')}, run {c.b['settings'].get('run_id')}",
+        "",
+    ]
     if c.settings_table:
         out += ["| setting | A | B |", "|---|---|---|"]
         out += [f"| {k} | {a} | {b} |".replace("\n", " ") for k, a, b in c.settings_table] + [""]
@@ -305,13 +357,16 @@ def render_markdown(c: Comparison, alpha: float = 0.05, title: str = "## Compari
     for name, left, right in c.metrics:
         delta = None if left is None or right is None else right - left
         ci = c.bootstrap.get(name)
-        out.append(f"| {name} | {_pct(left)} | {_pct(right)} | {_pp(delta)} | "
-                   f"{_ci(ci['delta_ci'], True) if ci else ''} |")
+        out.append(
+            f"| {name} | {_pct(left)} | {_pct(right)} | {_pp(delta)} | {_ci(ci['delta_ci'], True) if ci else ''} |"
+        )
     out += [""]
     for unit in ("item", "task"):
         m = c.mcnemar[unit]
-        out.append(f"- McNemar exact test over {unit}s: {m['worse']} pass → fail, {m['better']} fail → pass, "
-                   f"p = {m['p']:.4g} ({_verdict(m['p'], alpha)})")
+        out.append(
+            f"- McNemar exact test over {unit}s: {m['worse']} pass → fail, {m['better']} fail → pass, "
+            f"p = {m['p']:.4g} ({_verdict(m['p'], alpha)})"
+        )
     out += ["", f"### Flipped items ({len(c.flipped)})", ""]
     if c.flipped:
         out += ["| item | task | change | A | B |", "|---|---|---|---|---|"]

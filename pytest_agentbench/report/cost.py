@@ -6,10 +6,12 @@ is None. Fresh calls are what was spent (``total_usd``); replayed calls (cache h
 they would have cost (``replayed_usd``). An item whose cost is unknown (its endpoint reported no usage) makes
 the totals unknown too: they are never estimated.
 """
+
 from __future__ import annotations
 
 import html
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..core import records as rec
 from ..core.io import natural_key
@@ -47,12 +49,21 @@ def cost_summary(records: Sequence[rec.RecordLike], settings: Mapping[str, Any])
     """``summary["cost"]``: totals, cost per solved task, per task, and the budgets the run had."""
     price = settings.get("price")
     ran = [r for r in records if r.get("status") != "not_run"]
-    missing = sum(int((r.get("generation") or {}).get(USAGE_MISSING_KEY) or 0) for r in ran
-                  if isinstance(r.get("generation"), Mapping))
+    missing = sum(
+        int((r.get("generation") or {}).get(USAGE_MISSING_KEY) or 0)
+        for r in ran
+        if isinstance(r.get("generation"), Mapping)
+    )
     solved = solved_tasks(records)
     if not price:
-        return {"priced": False, "total_usd": None, "replayed_usd": None, "per_solved_usd": None, "solved": solved,
-                "usage_missing": missing}
+        return {
+            "priced": False,
+            "total_usd": None,
+            "replayed_usd": None,
+            "per_solved_usd": None,
+            "solved": solved,
+            "usage_missing": missing,
+        }
     spent = {rec.record_key(r): item_spent(r) for r in ran}
     replayed = {rec.record_key(r): item_replayed(r) for r in ran}
     per_task: dict[str, list[float | None]] = {}
@@ -60,10 +71,17 @@ def cost_summary(records: Sequence[rec.RecordLike], settings: Mapping[str, Any])
         per_task.setdefault(str(r.get("task")), []).append(spent[rec.record_key(r)])
     run_total = total(spent.values())
     out = {
-        "priced": True, "price": dict(price), "total_usd": run_total, "replayed_usd": total(replayed.values()),
+        "priced": True,
+        "price": dict(price),
+        "total_usd": run_total,
+        "replayed_usd": total(replayed.values()),
         "per_solved_usd": round(run_total / solved, 9) if run_total is not None and solved else None,
-        "solved": solved, "unknown_items": sum(1 for v in spent.values() if v is None), "usage_missing": missing,
-        "per_task": {task: total(values) for task, values in sorted(per_task.items(), key=lambda kv: natural_key(kv[0]))},
+        "solved": solved,
+        "unknown_items": sum(1 for v in spent.values() if v is None),
+        "usage_missing": missing,
+        "per_task": {
+            task: total(values) for task, values in sorted(per_task.items(), key=lambda kv: natural_key(kv[0]))
+        },
     }
     for budget in ("max_cost_per_item", "max_cost"):
         if settings.get(budget) is not None:
@@ -83,23 +101,27 @@ def cost_line(cost: Mapping[str, Any]) -> str | None:
     """One line for the terminal and summary.md; None when the run had no price (and no reply lacked usage)."""
     if not cost.get("priced"):
         if cost.get("usage_missing"):
-            return (f"cost: unknown (no --model-price; {cost['usage_missing']} model replies reported no token "
-                    f"usage)")
+            return f"cost: unknown (no --model-price; {cost['usage_missing']} model replies reported no token usage)"
         return None
     price = cost.get("price") or {}
-    parts = [f"cost: {usd(cost.get('total_usd'))} spent (price ${price.get('prompt_per_mtok', 0):g} / "
-             f"${price.get('completion_per_mtok', 0):g} per million prompt / completion tokens)"]
+    parts = [
+        f"cost: {usd(cost.get('total_usd'))} spent (price ${price.get('prompt_per_mtok', 0):g} / "
+        f"${price.get('completion_per_mtok', 0):g} per million prompt / completion tokens)"
+    ]
     solved = cost.get("solved") or 0
-    parts.append(f"{usd(cost.get('per_solved_usd'))} per solved task ({solved} solved)" if solved
-                 else "no task solved")
+    parts.append(f"{usd(cost.get('per_solved_usd'))} per solved task ({solved} solved)" if solved else "no task solved")
     if cost.get("replayed_usd"):
         parts.append(f"replayed calls would have cost {usd(cost['replayed_usd'])}")
     if cost.get("unknown_items"):
-        parts.append(f"unknown for {cost['unknown_items']} item(s): {cost.get('usage_missing', 0)} model replies "
-                     f"reported no token usage")
+        parts.append(
+            f"unknown for {cost['unknown_items']} item(s): {cost.get('usage_missing', 0)} model replies "
+            f"reported no token usage"
+        )
     if cost.get("budget_stopped"):
-        parts.append(f"{cost['budget_stopped']} item(s) stopped by --bench-max-cost-per-item "
-                     f"${cost.get('max_cost_per_item', 0):g}")
+        parts.append(
+            f"{cost['budget_stopped']} item(s) stopped by --bench-max-cost-per-item "
+            f"${cost.get('max_cost_per_item', 0):g}"
+        )
     return "; ".join(parts)
 
 
@@ -111,8 +133,11 @@ def terminal_lines(cost: Mapping[str, Any]) -> list[str]:
     costly = sorted(tasks, key=lambda tv: -(tv[1] or 0.0))[:TOP_TASKS]
     out = [line]
     if len(tasks) > 1:
-        out.append("  cost per task (most first): " + ", ".join(f"{t} {usd(v)}" for t, v in costly)
-                   + (f", ... ({len(tasks) - TOP_TASKS} more)" if len(tasks) > TOP_TASKS else ""))
+        out.append(
+            "  cost per task (most first): "
+            + ", ".join(f"{t} {usd(v)}" for t, v in costly)
+            + (f", ... ({len(tasks) - TOP_TASKS} more)" if len(tasks) > TOP_TASKS else "")
+        )
     return out
 
 
@@ -126,8 +151,11 @@ def markdown(cost: Mapping[str, Any], items: list[Mapping[str, Any]]) -> str:
     if per_task:
         out += ["| task | cost | items |", "|---|---|---|"]
         for task, value in per_task.items():
-            parts = ", ".join(f"{i['id']}{'[attempt%s]' % i['attempt'] if 'attempt' in i else ''} {usd(i.get('cost_usd'))}"
-                              for i in items if str(i.get("task")) == task and "cost_usd" in i)
+            parts = ", ".join(
+                f"{i['id']}{attempt_tag(i)} {usd(i.get('cost_usd'))}"
+                for i in items
+                if str(i.get("task")) == task and "cost_usd" in i
+            )
             out.append(f"| {task} | {usd(value)} | {parts.replace('|', '/')} |")
     return "\n".join(out) + "\n"
 
@@ -137,13 +165,22 @@ def html_section(cost: Mapping[str, Any], items: list[Mapping[str, Any]]) -> str
     line = cost_line(cost) if isinstance(cost, Mapping) else None
     if line is None:
         return ""
+
     def esc(value: Any) -> str:
         return html.escape(str(value), quote=True)
 
     rows = []
     for task, value in (cost.get("per_task") or {}).items():
-        parts = ", ".join(f"{i['id']} {usd(i.get('cost_usd'))}" for i in items
-                          if str(i.get("task")) == task and "cost_usd" in i)
+        parts = ", ".join(
+            f"{i['id']} {usd(i.get('cost_usd'))}" for i in items if str(i.get("task")) == task and "cost_usd" in i
+        )
         rows.append(f"<tr><td>{esc(task)}</td><td>{esc(usd(value))}</td><td>{esc(parts)}</td></tr>")
-    table = f"<table class=cost><tr><th>task</th><th>cost</th><th>items</th></tr>{''.join(rows)}</table>" if rows else ""
+    table = (
+        f"<table class=cost><tr><th>task</th><th>cost</th><th>items</th></tr>{''.join(rows)}</table>" if rows else ""
+    )
     return f"<h2>Cost</h2><p>{esc(line.removeprefix('cost: '))}</p>{table}"
+
+
+def attempt_tag(item: Mapping[str, Any]) -> str:
+    """``[attempt2]`` after an item's id when the run repeats items (--bench-attempts), else nothing."""
+    return f"[attempt{item['attempt']}]" if "attempt" in item else ""

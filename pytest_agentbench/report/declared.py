@@ -4,10 +4,12 @@ A run's summary.json stores its benchmark's gate metrics, headlines and free set
 two runs (``python -m pytest_agentbench compare A B``) needs nothing but the two files. Summaries
 written before they were stored are read with the benchmark found through the registry.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ..benchmarks.registry import get_benchmark
 from ..core.errors import ConfigError
@@ -45,16 +47,22 @@ class Declared:
         return {k: v for k, v in names.items() if k in self.units} or names
 
     def to_summary(self) -> dict[str, Any]:
-        return {"gate_metrics": dict(self.gate_metrics), "headlines": dict(self.headlines),
-                "free_settings": sorted(self.free_settings)}
+        return {
+            "gate_metrics": dict(self.gate_metrics),
+            "headlines": dict(self.headlines),
+            "free_settings": sorted(self.free_settings),
+        }
 
 
 def declared_in(summary: Mapping[str, Any]) -> Declared:
     """The benchmark's declarations stored in a summary; for an older summary, the registered benchmark's
     (nothing when that benchmark is not installed: the summary's float metrics are compared as they are)."""
     if any(key in summary for key in KEYS):
-        return Declared(dict(summary.get("gate_metrics") or {}), dict(summary.get("headlines") or {}),
-                        frozenset(summary.get("free_settings") or ()))
+        return Declared(
+            dict(summary.get("gate_metrics") or {}),
+            dict(summary.get("headlines") or {}),
+            frozenset(summary.get("free_settings") or ()),
+        )
     name = summary.get("settings", {}).get("benchmark")
     try:
         return Declared.of(get_benchmark(str(name)))

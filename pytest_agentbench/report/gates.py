@@ -6,6 +6,7 @@ Only exit codes 0 and 1 are ever rewritten; 2 (interrupted), 3 (internal error),
 An incomplete run (selected items not run: ``summary["incomplete"]``) fails its gates (the ``incomplete``
 gate) unless ``--bench-allow-incomplete``; without gates, one that ended normally ends with exit 1.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,12 +34,12 @@ class GateResult:
 
 
 def infra_errors(summary: dict[str, Any]) -> int:
-    return sum(1 for i in summary.get("items", [])
-               if i.get("scored", True) and i.get("status") in INFRA_STATUSES)
+    return sum(1 for i in summary.get("items", []) if i.get("scored", True) and i.get("status") in INFRA_STATUSES)
 
 
-def evaluate(cfg: GateConfig, summary: dict[str, Any], comparison: Comparison | None,
-             baseline_note: str | None = None) -> list[GateResult]:
+def evaluate(
+    cfg: GateConfig, summary: dict[str, Any], comparison: Comparison | None, baseline_note: str | None = None
+) -> list[GateResult]:
     results: list[GateResult] = []
     if summary.get("incomplete"):
         results.append(incomplete_gate(summary["incomplete"], cfg.allow_incomplete))
@@ -54,9 +55,14 @@ def evaluate(cfg: GateConfig, summary: dict[str, Any], comparison: Comparison | 
     if cfg.max_errors is not None:
         errors = infra_errors(summary)
         ok = errors <= cfg.max_errors
-        results.append(GateResult(f"--bench-max-errors {cfg.max_errors}", ok,
-                                  f"{errors} item(s) ended in {'/'.join(INFRA_STATUSES)} "
-                                  f"({'within' if ok else 'over'} the budget of {cfg.max_errors})"))
+        results.append(
+            GateResult(
+                f"--bench-max-errors {cfg.max_errors}",
+                ok,
+                f"{errors} item(s) ended in {'/'.join(INFRA_STATUSES)} "
+                f"({'within' if ok else 'over'} the budget of {cfg.max_errors})",
+            )
+        )
     for t in cfg.max_drop:
         results.append(drop_gate(cfg, t, metrics, comparison, baseline_note))
     results += [cost_gate(t, summary.get("cost") or {}) for t in cfg.fail_over]
@@ -69,9 +75,13 @@ def cost_gate(t: Threshold, cost: dict[str, Any]) -> GateResult:
     gate = f"--bench-fail-over {t.name}={t.text}"
     value = cost.get(t.metric)
     if not isinstance(value, (int, float)):
-        why = ("the run has no price (--model-price)" if not cost.get("priced")
-               else "no task was solved" if t.metric == "per_solved_usd" and not cost.get("solved")
-               else "some model replies reported no token usage")
+        why = (
+            "the run has no price (--model-price)"
+            if not cost.get("priced")
+            else "no task was solved"
+            if t.metric == "per_solved_usd" and not cost.get("solved")
+            else "some model replies reported no token usage"
+        )
         return GateResult(gate, False, f"{t.name} is unknown: {why}")
     ok = value <= t.value + EPSILON
     return GateResult(gate, ok, f"{t.name} = ${value:.4f} {'<=' if ok else '>'} ${t.value:g}")
@@ -96,19 +106,26 @@ def no_items_results() -> list[GateResult]:
     return [GateResult("gates", False, "no benchmark item ran, so no gate can hold")]
 
 
-def drop_gate(cfg: GateConfig, t: Threshold, metrics: dict[str, Any], comparison: Comparison | None,
-              baseline_note: str | None) -> GateResult:
+def drop_gate(
+    cfg: GateConfig, t: Threshold, metrics: dict[str, Any], comparison: Comparison | None, baseline_note: str | None
+) -> GateResult:
     gate = f"--bench-max-drop {t.name}={t.text}"
     if comparison is None:
         return GateResult(gate, True, baseline_note or "no baseline to compare with")
     if comparison.only_a or comparison.only_b:
-        return GateResult(gate, False, f"this run and the baseline scored different items "
-                                       f"({len(comparison.only_a)} only in the baseline, {len(comparison.only_b)} "
-                                       f"only in this run): select the same items, or update the baseline")
+        return GateResult(
+            gate,
+            False,
+            f"this run and the baseline scored different items "
+            f"({len(comparison.only_a)} only in the baseline, {len(comparison.only_b)} "
+            f"only in this run): select the same items, or update the baseline",
+        )
     before = comparison.a["metrics"].get(t.metric)
     after = metrics.get(t.metric)
     if not isinstance(before, (int, float)) or not isinstance(after, (int, float)):
-        return GateResult(gate, False, f"metric {t.name} is missing from {'the baseline' if after is not None else 'this run'}")
+        return GateResult(
+            gate, False, f"metric {t.name} is missing from {'the baseline' if after is not None else 'this run'}"
+        )
     drop = before - after
     text = f"{t.name} {before:.1%} -> {after:.1%} (drop {drop * 100:.1f} pp, limit {t.value * 100:.1f} pp)"
     if cfg.significance is not None:
@@ -123,8 +140,11 @@ def drop_gate(cfg: GateConfig, t: Threshold, metrics: dict[str, Any], comparison
         p = drop_p_value(comparison, t.name)
         unit = comparison.unit_of(t.name)
         if p >= cfg.significance:
-            return GateResult(gate, True, f"{text}; not significant (McNemar over {unit}s p = {p:.3g} >= "
-                                          f"{cfg.significance:g}), so not counted")
+            return GateResult(
+                gate,
+                True,
+                f"{text}; not significant (McNemar over {unit}s p = {p:.3g} >= {cfg.significance:g}), so not counted",
+            )
         text += f"; significant (McNemar over {unit}s p = {p:.3g} < {cfg.significance:g})"
     return GateResult(gate, False, text)
 
@@ -142,8 +162,11 @@ def power_note(cfg: GateConfig, t: Threshold, comparison: Comparison) -> GateRes
         return GateResult("power", True, detail)
     if cfg.allow_underpowered:
         return GateResult("power", True, f"{detail} (underpowered, allowed by --bench-allow-underpowered)")
-    return GateResult("power", False, f"{detail} > the limit; select more {unit}s or attempts, raise the "
-                                      f"limit, or pass --bench-allow-underpowered")
+    return GateResult(
+        "power",
+        False,
+        f"{detail} > the limit; select more {unit}s or attempts, raise the limit, or pass --bench-allow-underpowered",
+    )
 
 
 def decide_exit(exitstatus: int, results: list[GateResult], other_failures: int) -> int:

@@ -7,6 +7,7 @@ pieces is exactly the source (escaped): what a reader copies is what the model w
 tokenizer cannot finish (cut off, bad indentation) keeps its highlighting up to there, the rest is
 plain. Line numbers are CSS counters, so they are neither copied nor part of the page's text.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -16,30 +17,47 @@ import json
 import keyword
 import re
 import tokenize
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 Segment = tuple[str, str]  # (css class or "", text)
 TEXT_LIMIT = 20_000  # characters of one code, output or message shown (the files keep everything)
 
 PY_KEYWORDS = frozenset(keyword.kwlist)
 PY_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
-PY_STRING_TOKENS = frozenset(name for name in ("STRING", "FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END")
-                             if hasattr(tokenize, name))  # f-string tokens exist from Python 3.12
+PY_STRING_TOKENS = frozenset(
+    name for name in ("STRING", "FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END") if hasattr(tokenize, name)
+)  # f-string tokens exist from Python 3.12
 SKIPPED_TOKENS = (tokenize.ENDMARKER, tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT)
 
-SHELL = re.compile(r"""
+SHELL = re.compile(
+    r"""
     (?P<c>(?<![^\s;|&(])\#[^\n]*)                             # a comment: # at a word's start
   | (?P<s>'[^']*'?|"(?:\\.|[^"\\])*"?)                         # quoted text
   | (?P<v>\$\{[^}\n]*\}?|\$[A-Za-z_]\w*|\$[0-9@#?$!*-])        # $NAME, ${...}, $1
   | (?P<k>(?<![\w.-])(?:if|then|else|elif|fi|for|while|until|do|done|case|esac|function|in|export|cd)(?![\w.-]))
   | (?P<o>&&|\|\||[|;&<>]+)
   | (?P<a>(?<!\S)--?[A-Za-z][\w-]*)                           # an option
-""", re.VERBOSE)
-JSON = re.compile(r"""(?P<f>"(?:\\.|[^"\\])*"(?=\s*:))|(?P<s>"(?:\\.|[^"\\])*")|(?P<m>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)
-                      |(?P<k>\b(?:true|false|null)\b)""", re.VERBOSE)
+""",
+    re.VERBOSE,
+)
+JSON = re.compile(
+    r"""(?P<f>"(?:\\.|[^"\\])*"(?=\s*:))|(?P<s>"(?:\\.|[^"\\])*")|(?P<m>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)
+                      |(?P<k>\b(?:true|false|null)\b)""",
+    re.VERBOSE,
+)
 FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-LANGUAGES = {"python": "python", "py": "python", "python3": "python", "bash": "shell", "sh": "shell",
-             "shell": "shell", "console": "shell", "zsh": "shell", "json": "json"}
+LANGUAGES = {
+    "python": "python",
+    "py": "python",
+    "python3": "python",
+    "bash": "shell",
+    "sh": "shell",
+    "shell": "shell",
+    "console": "shell",
+    "zsh": "shell",
+    "json": "json",
+}
 
 
 def esc(value: Any) -> str:
@@ -110,7 +128,7 @@ def regex_segments(text: str, pattern: re.Pattern[str]) -> list[Segment]:
         if match.start() == match.end():
             continue
         if match.start() > pos:
-            out.append(("", text[pos:match.start()]))
+            out.append(("", text[pos : match.start()]))
         out.append((match.lastgroup or "", match.group(0)))
         pos = match.end()
     if pos < len(text):
@@ -161,7 +179,7 @@ def fenced_parts(text: str) -> Iterator[tuple[str, str | None]]:
     pos = 0
     for match in FENCE.finditer(text):
         if match.start() > pos:
-            yield text[pos:match.start()], None
+            yield text[pos : match.start()], None
         yield match.group(2).rstrip("\n"), language_of(match.group(1))
         pos = match.end()
     if pos < len(text):

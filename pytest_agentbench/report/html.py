@@ -8,21 +8,23 @@ metrics (per category too, when the summary has them), the run's settings and da
 HTML with inline CSS and a few lines of inline JavaScript that only filter rows: every value from a
 record is escaped (model output is hostile), none is put in a script.
 """
+
 from __future__ import annotations
 
 import json
 import math
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping, TypeGuard
+from typing import Any, TypeGuard
 
 from ..core import records as rec
 from ..core.io import natural_key, write_atomic
 from .cost import html_section as html_cost_section
 from .declared import declared_in
 from .highlight import clip, code_html, esc
-from .transcript import number, transcript_html
 from .review_html import REVIEW_CSS, REVIEW_JS, review_mark, review_section
+from .transcript import number, transcript_html
 
 REPORT_HTML = "report.html"
 Z95 = 1.959963984540054
@@ -73,8 +75,17 @@ def headlines(summary: Mapping[str, Any], records: list[rec.RecordLike]) -> list
         exact = not n or abs(k / n - value) <= 1e-9
         if not exact:  # a rate over other units: the interval uses its value on n units
             k = round(value * n)
-        out.append({"name": gate, "key": key, "value": float(value), "k": k, "n": n, "interval": wilson(k, n),
-                    "by_difficulty": by_difficulty(records, unit) if exact else {}})
+        out.append(
+            {
+                "name": gate,
+                "key": key,
+                "value": float(value),
+                "k": k,
+                "n": n,
+                "interval": wilson(k, n),
+                "by_difficulty": by_difficulty(records, unit) if exact else {},
+            }
+        )
     return out
 
 
@@ -111,7 +122,8 @@ table{border-collapse:collapse;background:#fff;width:100%}th,td{border:1px solid
 text-align:left;vertical-align:top}th{background:#eef1f4}td.num{text-align:right;white-space:nowrap}
 #tasks>tbody>tr>td:last-child{max-width:0;width:62%}#tasks .prose,#tasks .msg{overflow-wrap:anywhere}
 th.sort{cursor:pointer;user-select:none;white-space:nowrap}th.sort::after{content:" \2195";color:#8c959f}
-th.sort[data-dir=asc]::after{content:" \25B2";color:#1c1e21}th.sort[data-dir=desc]::after{content:" \25BC";color:#1c1e21}
+th.sort[data-dir=asc]::after{content:" \25B2";color:#1c1e21}
+th.sort[data-dir=desc]::after{content:" \25BC";color:#1c1e21}
 pre{background:#0d1117;color:#e6edf3;padding:8px;border-radius:6px;overflow:auto;max-height:420px;
 white-space:pre-wrap;word-break:break-word;font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace;margin:4px 0}
 pre.code{white-space:pre;word-break:normal;counter-reset:ln;max-height:600px}
@@ -135,7 +147,8 @@ details.item>summary{cursor:pointer}.msg{color:#8b1a1a;white-space:pre-wrap}.rol
 .usage{margin-left:8px;color:#0969da}.prose{white-space:pre-wrap;word-break:break-word;margin:4px 0}
 .arg{font-size:12px;color:#57606a;font-weight:600}.args{margin:2px 0}
 details.prompt .prose{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:6px 8px;max-height:420px;
-overflow:auto}details.prompt,details.meta{margin:4px 0}details.prompt>summary,details.meta>summary{cursor:pointer;color:#57606a}
+overflow:auto}details.prompt,details.meta{margin:4px 0}
+details.prompt>summary,details.meta>summary{cursor:pointer;color:#57606a}
 table.meta{width:auto;max-width:100%;font-size:12px}table.meta td:first-child{color:#57606a;white-space:nowrap}
 table.meta td{word-break:break-word}ul.wrong{margin:4px 0;padding-left:20px}ul.wrong li{margin:2px 0}
 .ok{color:#2e7d32;font-weight:600}.bad{color:#c62828;font-weight:600}h2{margin-top:26px}
@@ -224,8 +237,23 @@ ANCHOR_JS = """
 
 
 # worst last: the status column sorts a task by its worst item
-STATUS_RANK = {s: i for i, s in enumerate(("pass", "skipped", "fail", "timeout", "parse_error", "eval_error",
-                                           "model_error", "env_error", "error", "not_run"))}
+STATUS_RANK = {
+    s: i
+    for i, s in enumerate(
+        (
+            "pass",
+            "skipped",
+            "fail",
+            "timeout",
+            "parse_error",
+            "eval_error",
+            "model_error",
+            "env_error",
+            "error",
+            "not_run",
+        )
+    )
+}
 
 
 def status_badge(status: Any) -> str:
@@ -241,7 +269,7 @@ def read_trajectory(run_dir: Path | None, ref: Any) -> dict[str, Any] | None:
     """The trajectory file a record names (relative to the run folder); None when it is not there."""
     if run_dir is None or not isinstance(ref, str) or not ref:
         return None
-    path = (Path(run_dir) / ref)
+    path = Path(run_dir) / ref
     try:
         if Path(run_dir).resolve() not in path.resolve().parents:  # a record names only files of its run
             return None
@@ -301,8 +329,7 @@ def item_facts(record: rec.RecordLike, trajectory: Mapping[str, Any] | None) -> 
     if usage.get("model_calls") or usage.get("tokens"):
         spent = model_seconds(record, trajectory)
         calls = f"{usage.get('model_calls', 0):g} model call{'s' if usage.get('model_calls') != 1 else ''}"
-        parts.append(f"{usage.get('tokens', 0):,.0f} tokens ({calls}"
-                     f"{f', {spent:.2f} s' if spent is not None else ''})")
+        parts.append(f"{usage.get('tokens', 0):,.0f} tokens ({calls}{f', {spent:.2f} s' if spent is not None else ''})")
     cost = cost_of(record)
     if cost is not None:
         parts.append(dollars(cost))
@@ -332,8 +359,10 @@ def questions_html(questions: list[Any]) -> str:
             continue
         verdict = '<span class="ok">correct</span>' if q.get("correct") else '<span class="bad">wrong</span>'
         note = f" — {esc(q['note'])}" if q.get("note") else ""
-        rows.append(f"<tr><td>{esc(q.get('question'))}</td><td>{esc(reported_text(q))}</td>"
-                    f"<td>{esc(accepted_text(q))}</td><td>{verdict}{note}{review_mark(q)}</td></tr>")
+        rows.append(
+            f"<tr><td>{esc(q.get('question'))}</td><td>{esc(reported_text(q))}</td>"
+            f"<td>{esc(accepted_text(q))}</td><td>{verdict}{note}{review_mark(q)}</td></tr>"
+        )
     rows.append("</table>")
     return "".join(rows)
 
@@ -346,9 +375,11 @@ def wrong_questions_html(questions: list[Any]) -> str:
             continue
         what = "interval" if q.get("kind") == "numeric" and isinstance(q.get("expected"), list) else "value"
         note = f" ({esc(q['note'])})" if q.get("note") else ""
-        lines.append(f'<li class="wrong"><span class="bad">wrong:</span> {esc(q.get("question"))} — reported '
-                     f"<code>{esc(reported_text(q))}</code>, accepted {what} <code>{esc(accepted_text(q))}</code>"
-                     f"{note}</li>")
+        lines.append(
+            f'<li class="wrong"><span class="bad">wrong:</span> {esc(q.get("question"))} — reported '
+            f"<code>{esc(reported_text(q))}</code>, accepted {what} <code>{esc(accepted_text(q))}</code>"
+            f"{note}</li>"
+        )
     return f'<ul class="wrong">{"".join(lines)}</ul>' if lines else ""
 
 
@@ -357,8 +388,19 @@ def questions_summary(questions: list[Any]) -> str:
     return f"{sum(1 for q in graded if q.get('correct'))}/{len(graded)} questions correct"
 
 
-SHOWN_ELSEWHERE = {"code", "stdout", "stderr", "message", "trajectory", "questions", "status", "id", "task",
-                   "benchmark", "traceback"}
+SHOWN_ELSEWHERE = {
+    "code",
+    "stdout",
+    "stderr",
+    "message",
+    "trajectory",
+    "questions",
+    "status",
+    "id",
+    "task",
+    "benchmark",
+    "traceback",
+}
 
 
 def meta_value(value: Any) -> str:
@@ -384,8 +426,10 @@ def meta_html(record: rec.RecordLike) -> str:
     if not rows:
         return ""
     body = "".join(f"<tr><td>{esc(k)}</td><td>{esc(clip(meta_value(v), 2000))}</td></tr>" for k, v in rows)
-    return (f'<details class="meta"><summary>record: {len(rows)} fields</summary>'
-            f'<table class="meta">{body}</table></details>')
+    return (
+        f'<details class="meta"><summary>record: {len(rows)} fields</summary>'
+        f'<table class="meta">{body}</table></details>'
+    )
 
 
 def item_anchor(key: str) -> str:
@@ -402,9 +446,11 @@ def item_html(record: rec.RecordLike, run_dir: Path | None, open_: bool = False,
     questions = record.get("questions") if isinstance(record.get("questions"), list) else []
     facts = item_facts(record, trajectory)
     headline = questions_summary(questions) if questions else clip(record.get("message"), 200)
-    out = [f'<details class="item"{target}{" open" if open_ else ""}><summary>'
-           f'{status_badge(record.get("status"))} <b>{esc(rid)}</b> '
-           f'{f"<span class=n>{esc(facts)}</span> " if facts else ""}{esc(headline)}</summary>']
+    out = [
+        f'<details class="item"{target}{" open" if open_ else ""}><summary>'
+        f"{status_badge(record.get('status'))} <b>{esc(rid)}</b> "
+        f"{f'<span class=n>{esc(facts)}</span> ' if facts else ''}{esc(headline)}</summary>"
+    ]
     if record.get("message"):
         out.append(f'<div class="msg">{esc(clip(record.get("message")))}</div>')
     if questions:
@@ -422,16 +468,17 @@ def item_html(record: rec.RecordLike, run_dir: Path | None, open_: bool = False,
     return "".join(out)
 
 
-def item_or_fallback(record: rec.RecordLike, run_dir: Path | None, open_: bool = False,
-                     anchor: bool = True) -> str:
+def item_or_fallback(record: rec.RecordLike, run_dir: Path | None, open_: bool = False, anchor: bool = True) -> str:
     """``item_html``, or when an odd record or trajectory file breaks it, a line saying so (with the item's
     anchor, so links to it still land): one item never costs the page."""
     try:
         return item_html(record, run_dir, open_, anchor)
     except Exception as exc:  # noqa: BLE001 - whatever the record holds, the rest of the page is written
         target = f' id="{esc(item_anchor(rec.record_key(record)))}"' if anchor else ""
-        return (f'<details class="item"{target}><summary>{esc(record.get("id"))}: could not show this item '
-                f"({esc(type(exc).__name__)}: {esc(clip(str(exc), 300))})</summary></details>")
+        return (
+            f'<details class="item"{target}><summary>{esc(record.get("id"))}: could not show this item '
+            f"({esc(type(exc).__name__)}: {esc(clip(str(exc), 300))})</summary></details>"
+        )
 
 
 def number_cell(value: float | None, text: str, cls: str = "num") -> str:
@@ -445,7 +492,7 @@ def task_rows(records: list[rec.RecordLike], run_dir: Path | None) -> tuple[list
         by_task[str(record.get("task", record.get("id")))].append(record)
     values: dict[str, set[str]] = {"status": set(), "split": set(), "category": set()}
     rows = []
-    for number, task in enumerate(sorted(by_task, key=natural_key)):
+    for position, task in enumerate(sorted(by_task, key=natural_key)):
         items = sorted(by_task[task], key=rec.sort_key)
         statuses = sorted({str(r.get("status")) for r in items})
         split = str(items[0].get("split", ""))
@@ -463,28 +510,41 @@ def task_rows(records: list[rec.RecordLike], run_dir: Path | None) -> tuple[list
         costs = [c for c in (cost_of(r) for r in items) if c is not None]
         cost = sum(costs) if costs else None
         worst = max((STATUS_RANK.get(s, len(STATUS_RANK)) for s in statuses), default=0)
-        body = "".join(item_or_fallback(r, run_dir, open_=number == 0 and i == 0) for i, r in enumerate(items))
-        rows.append(f'<tr class="task" data-id="{esc(task)}" data-statuses="{esc(" ".join(statuses))}" '
-                    f'data-split="{esc(split)}" data-category="{esc(category)}"><td><b>{esc(task)}</b></td>'
-                    f"<td>{esc(split)}</td><td class=cat>{esc(category)}</td>"
-                    f'<td class="num" data-sort="{passed / len(scored) if scored else ""}">{passed}/{len(scored)}</td>'
-                    f'<td data-sort="{worst}">{" ".join(status_badge(s) for s in statuses)}</td>'
-                    f"{number_cell(duration, f'{duration:.1f} s' if duration is not None else '')}"
-                    f"{number_cell(tokens, f'{tokens:,.0f}' if tokens else '')}"
-                    f"{number_cell(cost, dollars(cost) if cost is not None else '', 'num cost')}"
-                    f"<td>{body}</td></tr>")
+        body = "".join(item_or_fallback(r, run_dir, open_=position == 0 and i == 0) for i, r in enumerate(items))
+        rows.append(
+            f'<tr class="task" data-id="{esc(task)}" data-statuses="{esc(" ".join(statuses))}" '
+            f'data-split="{esc(split)}" data-category="{esc(category)}"><td><b>{esc(task)}</b></td>'
+            f"<td>{esc(split)}</td><td class=cat>{esc(category)}</td>"
+            f'<td class="num" data-sort="{passed / len(scored) if scored else ""}">{passed}/{len(scored)}</td>'
+            f'<td data-sort="{worst}">{" ".join(status_badge(s) for s in statuses)}</td>'
+            f"{number_cell(duration, f'{duration:.1f} s' if duration is not None else '')}"
+            f"{number_cell(tokens, f'{tokens:,.0f}' if tokens else '')}"
+            f"{number_cell(cost, dollars(cost) if cost is not None else '', 'num cost')}"
+            f"<td>{body}</td></tr>"
+        )
     return rows, values
 
 
 def tasks_table_head(categories: bool, cost: bool) -> str:
     """The task table's head: click a column (or press Enter on it) to sort, again to reverse."""
     classes = " ".join(c for c, hidden in (("nocat", not categories), ("nocost", not cost)) if hidden)
-    sortable = [("task", "text", ""), ("split", "text", ""), ("category", "text", "cat"), ("passed", "num", ""),
-                ("status", "num", ""), ("duration", "num", ""), ("tokens", "num", ""), ("cost", "num", "cost")]
-    heads = "".join(f'<th class="sort {cls}" data-kind="{kind}" tabindex="0">{name}</th>'
-                    for name, kind, cls in sortable)
-    return (f'<table id="tasks"{f" class={classes!r}" if classes else ""}><thead><tr>{heads}<th>items</th></tr>'
-            "</thead><tbody>")
+    sortable = [
+        ("task", "text", ""),
+        ("split", "text", ""),
+        ("category", "text", "cat"),
+        ("passed", "num", ""),
+        ("status", "num", ""),
+        ("duration", "num", ""),
+        ("tokens", "num", ""),
+        ("cost", "num", "cost"),
+    ]
+    heads = "".join(
+        f'<th class="sort {cls}" data-kind="{kind}" tabindex="0">{name}</th>' for name, kind, cls in sortable
+    )
+    return (
+        f'<table id="tasks"{f" class={classes!r}" if classes else ""}><thead><tr>{heads}<th>items</th></tr>'
+        "</thead><tbody>"
+    )
 
 
 def incomplete_html(incomplete: Any) -> str:
@@ -493,9 +553,11 @@ def incomplete_html(incomplete: Any) -> str:
         return ""
     items = ", ".join(str(i) for i in incomplete.get("items") or [])
     resume = (f"<div>resume with:</div>{pre(incomplete['resume'])}") if incomplete.get("resume") else ""
-    return (f'<div class="incomplete"><p><b>incomplete: {esc(incomplete.get("not_run"))} of '
-            f'{esc(incomplete.get("selected"))} items not run</b>: {esc(items)}</p><p>Every metric is over the '
-            f"whole selection: an item not run counts as not passed.</p>{resume}</div>")
+    return (
+        f'<div class="incomplete"><p><b>incomplete: {esc(incomplete.get("not_run"))} of '
+        f"{esc(incomplete.get('selected'))} items not run</b>: {esc(items)}</p><p>Every metric is over the "
+        f"whole selection: an item not run counts as not passed.</p>{resume}</div>"
+    )
 
 
 def rate_keys(summary: Mapping[str, Any]) -> set[str]:
@@ -531,30 +593,49 @@ def options(values: Iterable[str]) -> str:
     return "".join(f'<option value="{esc(v)}">{esc(v)}</option>' for v in sorted(values, key=natural_key))
 
 
-def render_html(summary: Mapping[str, Any], records: Iterable[rec.RecordLike], run_dir: Path | str | None = None,
-                notes: Iterable[str] = (), sections: Iterable[str] = ()) -> str:
+def render_html(
+    summary: Mapping[str, Any],
+    records: Iterable[rec.RecordLike],
+    run_dir: Path | str | None = None,
+    notes: Iterable[str] = (),
+    sections: Iterable[str] = (),
+) -> str:
     """The page of a run from its summary (summary.json's content) and its records. ``sections``: HTML
     placed after the gates (the comparison with a baseline: ``comparison.runs.comparison_for_run``)."""
     records = sorted((dict(r) for r in records), key=rec.sort_key)
     run_dir = Path(run_dir) if run_dir is not None else None
     settings = summary.get("settings", {})
-    title = f"{settings.get('benchmark')} · {settings.get('model')} · {settings.get('split')} · run {settings.get('run_id')}"
+    title = (
+        f"{settings.get('benchmark')} · {settings.get('model')} · {settings.get('split')} "
+        f"· run {settings.get('run_id')}"
+    )
     cards = []
     for h in headlines(summary, records):
         ci = h["interval"]
         ci_text = f"95% CI {pct(ci[0])} – {pct(ci[1])}" if ci else "no interval (nothing scored)"
-        levels = "".join(f'<div class="n">difficulty {esc(level)}: {k}/{n} passed</div>'
-                         for level, (k, n) in h["by_difficulty"].items())
-        levels += "".join(f'<div class="n">{kind} questions: {k}/{n} correct</div>'
-                          for kind, (k, n) in question_counts(records).items())
-        cards.append(f'<div class="card"><div>{esc(h["name"])}</div><div class="v">{esc(pct(h["value"]))}</div>'
-                     f'<div class="n">{h["k"]}/{h["n"]} · {esc(ci_text)} (Wilson)</div>{levels}</div>')
+        levels = "".join(
+            f'<div class="n">difficulty {esc(level)}: {k}/{n} passed</div>'
+            for level, (k, n) in h["by_difficulty"].items()
+        )
+        levels += "".join(
+            f'<div class="n">{kind} questions: {k}/{n} correct</div>'
+            for kind, (k, n) in question_counts(records).items()
+        )
+        cards.append(
+            f'<div class="card"><div>{esc(h["name"])}</div><div class="v">{esc(pct(h["value"]))}</div>'
+            f'<div class="n">{h["k"]}/{h["n"]} · {esc(ci_text)} (Wilson)</div>{levels}</div>'
+        )
     counts = summary.get("counts") or rec.count_statuses(records)
     usage = summary.get("usage") or {}
     hits = number(usage.get("cache_hits"))
-    usage_text = (f"{max(0, number(usage.get('model_calls')) - hits):g} model calls, {number(usage.get('tokens')):g} "
-                  f"tokens, {hits:g} cache hits, {number(usage.get('tool_calls')):g} tool calls") \
-        if usage and (any(usage.values()) or settings.get("model") != "oracle") else ""  # the oracle calls no model
+    usage_text = (
+        (
+            f"{max(0, number(usage.get('model_calls')) - hits):g} model calls, {number(usage.get('tokens')):g} "
+            f"tokens, {hits:g} cache hits, {number(usage.get('tool_calls')):g} tool calls"
+        )
+        if usage and (any(usage.values()) or settings.get("model") != "oracle")
+        else ""
+    )  # the oracle calls no model
     rows, values = task_rows(records, run_dir)
     costs = [c for c in (cost_of(r) for r in records) if c is not None]
     has_cost = bool(costs)
@@ -562,10 +643,12 @@ def render_html(summary: Mapping[str, Any], records: Iterable[rec.RecordLike], r
         usage_text += f"{', ' if usage_text else ''}{dollars(sum(costs))} over {len(costs)} of {len(records)} items"
     metrics = summary.get("metrics") or {}
     rates = rate_keys(summary)
-    metric_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(metric_text(v, k in rates))}</td></tr>"
-                          for k, v in metrics.items())
-    setting_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in settings.items()
-                           if k not in ("data_hashes", "notes"))
+    metric_rows = "".join(
+        f"<tr><td>{esc(k)}</td><td>{esc(metric_text(v, k in rates))}</td></tr>" for k, v in metrics.items()
+    )
+    setting_rows = "".join(
+        f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in settings.items() if k not in ("data_hashes", "notes")
+    )
     hashes = settings.get("data_hashes") or {}
     hash_rows = "".join(f"<tr><td>{esc(k)}</td><td><code>{esc(v)}</code></td></tr>" for k, v in hashes.items())
     notes = [*settings.get("notes", []), *notes, *summary.get("notes", [])]
@@ -573,23 +656,34 @@ def render_html(summary: Mapping[str, Any], records: Iterable[rec.RecordLike], r
     run = run if isinstance(run, dict) else {}
     run_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in run.items() if v not in (None, ""))
     gates = summary.get("gates") or []
-    gate_html = "".join(f"<li>{'<span class=ok>ok</span>' if g.get('ok') else '<span class=bad>FAILED</span>'} "
-                        f"{esc(g.get('gate'))}: {esc(g.get('detail'))}</li>" for g in gates)
+    gate_html = "".join(
+        f"<li>{'<span class=ok>ok</span>' if g.get('ok') else '<span class=bad>FAILED</span>'} "
+        f"{esc(g.get('gate'))}: {esc(g.get('detail'))}</li>"
+        for g in gates
+    )
     category_rows = "".join(
         f"<tr><td>{esc(name)}</td><td>{esc(category_cell(m, 'problems_resolved', 'problems', 'main'))}</td>"
         f"<td>{esc(category_cell(m, 'steps_passed', 'steps', 'subproblem'))}</td></tr>"
-        for name, m in (summary.get("categories") or {}).items() if isinstance(m, Mapping))
-    category_filter = (f'<label>category <select id="f-category"><option value="">all</option>'
-                       f'{options(values["category"])}</select></label>') if values["category"] else \
-        '<select id="f-category" hidden><option value=""></option></select>'
+        for name, m in (summary.get("categories") or {}).items()
+        if isinstance(m, Mapping)
+    )
+    category_filter = (
+        (
+            f'<label>category <select id="f-category"><option value="">all</option>'
+            f"{options(values['category'])}</select></label>"
+        )
+        if values["category"]
+        else '<select id="f-category" hidden><option value=""></option></select>'
+    )
     parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         # nothing is fetched: no network, and no script but the inline one below
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">",
         f"<title>{esc(title)}</title><style>{CSS}{REVIEW_CSS}</style></head><body>",
-        f"<header><h1>{esc(title)}</h1><div class=\"sub\">{len(records)} items · "
+        f'<header><h1>{esc(title)}</h1><div class="sub">{len(records)} items · '
         f"{esc(', '.join(f'{n} {s}' for s, n in counts.items()))}"
         f"{' · ' + esc(usage_text) if usage_text else ''}</div></header><main>",
         incomplete_html(summary.get("incomplete")),
@@ -606,11 +700,16 @@ def render_html(summary: Mapping[str, Any], records: Iterable[rec.RecordLike], r
         '<button id="f-open" type="button">expand shown</button><button id="f-close" type="button">collapse all'
         '</button><span id="f-count"></span></div>',
         tasks_table_head(bool(values["category"]), has_cost),
-        *rows, "</tbody></table>",
-        f"<h2>Metrics</h2><table id=\"metrics\">{metric_rows}</table>",
+        *rows,
+        "</tbody></table>",
+        f'<h2>Metrics</h2><table id="metrics">{metric_rows}</table>',
         html_cost_section(summary.get("cost") or {}, summary.get("items") or []),  # report/cost.py
-        ('<h2>Categories</h2><table class="categories"><tr><th>category</th><th>main problems resolved</th>'
-         f"<th>subproblems passed</th></tr>{category_rows}</table>") if category_rows else "",
+        (
+            '<h2>Categories</h2><table class="categories"><tr><th>category</th><th>main problems resolved</th>'
+            f"<th>subproblems passed</th></tr>{category_rows}</table>"
+        )
+        if category_rows
+        else "",
         f"<h2>Settings</h2><table>{setting_rows}</table>",
         f"<h2>Run</h2><table>{run_rows}</table>" if run_rows else "",
         f"<h2>Data hashes (sha256)</h2><table>{hash_rows}</table>" if hash_rows else "",
@@ -619,8 +718,13 @@ def render_html(summary: Mapping[str, Any], records: Iterable[rec.RecordLike], r
     return "\n".join(p for p in parts if p)
 
 
-def write_html(run_dir: Path | str, summary: Mapping[str, Any], records: Iterable[rec.RecordLike],
-               notes: Iterable[str] = (), sections: Iterable[str] = ()) -> Path:
+def write_html(
+    run_dir: Path | str,
+    summary: Mapping[str, Any],
+    records: Iterable[rec.RecordLike],
+    notes: Iterable[str] = (),
+    sections: Iterable[str] = (),
+) -> Path:
     """Write report.html into the run folder; returns its path."""
     path = Path(run_dir) / REPORT_HTML
     write_atomic(path, render_html(summary, records, run_dir, notes, sections))

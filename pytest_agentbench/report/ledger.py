@@ -4,6 +4,7 @@ The plugin's reporter fills both: the plan once the selection is known (its own 
 worker's), the ledger as each item's record arrives and, at the end, with the finished records a resumed run
 reused. ``build_summary`` reads both: a planned item without a record is ``not_run``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping

@@ -6,51 +6,74 @@ Gate names are the benchmark's own (``Benchmark.gate_metrics``); this module kno
 The plugin registers ``REPORT_OPTIONS`` with pytest and resolves them; ``gate_config`` turns the
 resolved values into a ``GateConfig`` (or a ``ConfigError`` naming the fix) before anything runs.
 """
+
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.options import Option
 
-FAIL_UNDER_HELP = ("gate: fail the run (exit 1) when METRIC is below VALUE, e.g. main=0.4 or main=40%; repeatable. "
-                   "METRIC is one of the benchmark's gate metrics (a wrong name lists them). With any gate the exit "
-                   "code says whether the gates held, not whether every item passed.")
+FAIL_UNDER_HELP = (
+    "gate: fail the run (exit 1) when METRIC is below VALUE, e.g. main=0.4 or main=40%; repeatable. "
+    "METRIC is one of the benchmark's gate metrics (a wrong name lists them). With any gate the exit "
+    "code says whether the gates held, not whether every item passed."
+)
 BASELINE_HELP = "an earlier run's summary.json (or its run folder) to compare this run with."
-MAX_DROP_HELP = ("gate: fail when METRIC dropped by more than VALUE against --bench-baseline (0.05 or 5% = five "
-                 "percentage points); repeatable.")
-MAX_ERRORS_HELP = "gate: fail when more than N items ended in a model or environment error (model_error, env_error, error)."
-UPDATE_HELP = ("write this run's summary to --bench-baseline (a .json path, else <path>/summary.json). "
-               "A run never updates its baseline otherwise.")
-SIGNIFICANCE_HELP = ("with --bench-max-drop: count a drop only when it is significant at this level "
-                     "(exact McNemar test over the metric's units, e.g. 0.05); the gate then also fails as "
-                     "underpowered when the smallest drop the test could detect (80% power) exceeds its limit.")
-UNDERPOWERED_HELP = ("with --bench-max-drop and --bench-significance: an underpowered gate (its test cannot detect a "
-                     "drop as small as its limit) passes on its other merits instead of failing; the report still "
-                     "gives the detectable drop.")
-RESUME_HELP = ("continue an interrupted run in RUN_DIR: its settings and selection are read from RUN_DIR/settings.json "
-               "(a command-line value that differs is refused), its finished records are reused (reported, not run "
-               "again), the missing items run, and complete reports are written into RUN_DIR.")
-ALLOW_INCOMPLETE_HELP = ("accept a run in which some selected items did not run (interrupted, stopped early, a "
-                         "lost worker): its gates are decided on the metrics alone (the items not run still count "
-                         "as not passed). Without it such a run fails its gates, and without gates ends with exit 1.")
-GATE_SCORE_HELP = ("which score the gates judge: automatic (the grader's verdicts, the default) or reviewed (with "
-                   "--bench-review's human verdicts applied, for a benchmark that takes a review). A reviewed summary carries both.")
+MAX_DROP_HELP = (
+    "gate: fail when METRIC dropped by more than VALUE against --bench-baseline (0.05 or 5% = five "
+    "percentage points); repeatable."
+)
+MAX_ERRORS_HELP = (
+    "gate: fail when more than N items ended in a model or environment error (model_error, env_error, error)."
+)
+UPDATE_HELP = (
+    "write this run's summary to --bench-baseline (a .json path, else <path>/summary.json). "
+    "A run never updates its baseline otherwise."
+)
+SIGNIFICANCE_HELP = (
+    "with --bench-max-drop: count a drop only when it is significant at this level "
+    "(exact McNemar test over the metric's units, e.g. 0.05); the gate then also fails as "
+    "underpowered when the smallest drop the test could detect (80% power) exceeds its limit."
+)
+UNDERPOWERED_HELP = (
+    "with --bench-max-drop and --bench-significance: an underpowered gate (its test cannot detect a "
+    "drop as small as its limit) passes on its other merits instead of failing; the report still "
+    "gives the detectable drop."
+)
+RESUME_HELP = (
+    "continue an interrupted run in RUN_DIR: its settings and selection are read from RUN_DIR/settings.json "
+    "(a command-line value that differs is refused), its finished records are reused (reported, not run "
+    "again), the missing items run, and complete reports are written into RUN_DIR."
+)
+ALLOW_INCOMPLETE_HELP = (
+    "accept a run in which some selected items did not run (interrupted, stopped early, a "
+    "lost worker): its gates are decided on the metrics alone (the items not run still count "
+    "as not passed). Without it such a run fails its gates, and without gates ends with exit 1."
+)
+GATE_SCORE_HELP = (
+    "which score the gates judge: automatic (the grader's verdicts, the default) or reviewed (with "
+    "--bench-review's human verdicts applied, for a benchmark that takes a review). A reviewed summary carries both."
+)
 SCORES = ("automatic", "reviewed")
-FAIL_OVER_HELP = ("gate: fail the run (exit 1) when what it cost is above a limit in USD: cost=USD (the run's "
-                  "fresh model calls), cost_per_solved=USD (that over the tasks solved); repeatable. An unknown cost "
-                  "(no --model-price, or replies without token usage) fails the gate.")
+FAIL_OVER_HELP = (
+    "gate: fail the run (exit 1) when what it cost is above a limit in USD: cost=USD (the run's "
+    "fresh model calls), cost_per_solved=USD (that over the tasks solved); repeatable. An unknown cost "
+    "(no --model-price, or replies without token usage) fails the gate."
+)
 COST_GATES = {"cost": "total_usd", "cost_per_solved": "per_solved_usd"}  # gate name -> key of summary["cost"]
-PROGRESS_HELP = ("seconds between the progress lines (done/total, statuses, elapsed, ETA, model usage, items "
-                 "running over 30 s); 0 = after every item.")
+PROGRESS_HELP = (
+    "seconds between the progress lines (done/total, statuses, elapsed, ETA, model usage, items "
+    "running over 30 s); 0 = after every item."
+)
 
 
-NOT_A_RUN_FOLDER = ("is not a folder; give the run folder of the interrupted run "
-                    "(reports/<benchmark>/<model>/<run-id>)")
+NOT_A_RUN_FOLDER = "is not a folder; give the run folder of the interrupted run (reports/<benchmark>/<model>/<run-id>)"
 
 
 def check_level(value: float) -> float:
@@ -69,38 +92,150 @@ def check_run_folder(path: Path) -> Path:
 
 # Help texts may contain "%": escaping them for argparse is the plugin's business.
 REPORT_OPTIONS: tuple[Option, ...] = (
-    Option("fail_under", "--bench-fail-under", FAIL_UNDER_HELP, kind="multi", ini="agentbench_fail_under",
-           metavar="METRIC=VALUE", runfile_group="gates", free_on_resume=True),
-    Option("baseline", "--bench-baseline", BASELINE_HELP, kind="path", ini="agentbench_baseline", metavar="PATH", runfile_group="gates",
-           free_on_resume=True),
-    Option("max_drop", "--bench-max-drop", MAX_DROP_HELP, kind="multi", ini="agentbench_max_drop",
-           metavar="METRIC=VALUE", runfile_group="gates", free_on_resume=True),
-    Option("fail_over", "--bench-fail-over", FAIL_OVER_HELP, kind="multi", ini="agentbench_fail_over",
-           metavar="cost=USD", runfile_group="gates", free_on_resume=True),
-    Option("max_errors", "--bench-max-errors", MAX_ERRORS_HELP, kind="int", minimum=0, ini="agentbench_max_errors",
-           metavar="N", runfile_group="gates", free_on_resume=True),
-    Option("update_baseline", "--bench-update-baseline", UPDATE_HELP, kind="bool", default=False,
-           ini="agentbench_update_baseline", runfile_group="gates", free_on_resume=True),
-    Option("allow_incomplete", "--bench-allow-incomplete", ALLOW_INCOMPLETE_HELP, kind="bool", default=False,
-           ini="agentbench_allow_incomplete", runfile_group="gates", free_on_resume=True),
-    Option("significance", "--bench-significance", SIGNIFICANCE_HELP, kind="float", check=check_level,
-           ini="agentbench_significance", metavar="ALPHA", runfile_group="gates", free_on_resume=True),
-    Option("allow_underpowered", "--bench-allow-underpowered", UNDERPOWERED_HELP, kind="bool", default=False,
-           ini="agentbench_allow_underpowered", runfile_group="gates"),
-    Option("gate_score", "--bench-gate-score", GATE_SCORE_HELP, kind="choice", choices=SCORES, default="automatic",
-           ini="agentbench_gate_score", runfile_group="gates", free_on_resume=True),
-    Option("resume", "--bench-resume", RESUME_HELP, kind="path", check=check_run_folder, ini="agentbench_resume",
-           metavar="RUN_DIR", stored=False),
-    Option("resume_merge", "--bench-resume-merge",
-           "with --bench-resume: a selection (--bench-ids, -k, -m, --deselect) other than the run's is added to "
-           "it (the union runs and is reported) instead of being refused.", kind="bool", default=False,
-           ini="agentbench_resume_merge", stored=False),
-    Option("replay", "--bench-replay",
-           "re-score the run in RUN_DIR from its cached model responses only (--bench-cache replay), with its "
-           "settings and selection read from RUN_DIR/settings.json; the new run gets its own folder.",
-           kind="path", check=check_run_folder, ini="agentbench_replay", metavar="RUN_DIR", stored=False),
-    Option("progress_interval", "--bench-progress-interval", PROGRESS_HELP, kind="float", default=15.0, minimum=0,
-           ini="agentbench_progress_interval", metavar="SECONDS", free_on_resume=True),
+    Option(
+        "fail_under",
+        "--bench-fail-under",
+        FAIL_UNDER_HELP,
+        kind="multi",
+        ini="agentbench_fail_under",
+        metavar="METRIC=VALUE",
+        runfile_group="gates",
+        free_on_resume=True,
+    ),
+    Option(
+        "baseline",
+        "--bench-baseline",
+        BASELINE_HELP,
+        kind="path",
+        ini="agentbench_baseline",
+        metavar="PATH",
+        runfile_group="gates",
+        free_on_resume=True,
+    ),
+    Option(
+        "max_drop",
+        "--bench-max-drop",
+        MAX_DROP_HELP,
+        kind="multi",
+        ini="agentbench_max_drop",
+        metavar="METRIC=VALUE",
+        runfile_group="gates",
+        free_on_resume=True,
+    ),
+    Option(
+        "fail_over",
+        "--bench-fail-over",
+        FAIL_OVER_HELP,
+        kind="multi",
+        ini="agentbench_fail_over",
+        metavar="cost=USD",
+        runfile_group="gates",
+        free_on_resume=True,
+    ),
+    Option(
+        "max_errors",
+        "--bench-max-errors",
+        MAX_ERRORS_HELP,
+        kind="int",
+        minimum=0,
+        ini="agentbench_max_errors",
+        metavar="N",
+        runfile_group="gates",
+        free_on_resume=True,
+    ),
+    Option(
+        "update_baseline",
+        "--bench-update-baseline",
+        UPDATE_HELP,
+        kind="bool",
+        default=False,
+        ini="agentbench_update_baseline",
+        runfile_group="gates",
+        free_on_resume=True,
+    ),
+    Option(
+        "allow_incomplete",
+        "--bench-allow-incomplete",
+        ALLOW_INCOMPLETE_HELP,
+        kind="bool",
+        default=False,
+        ini="agentbench_allow_incomplete",
+        runfile_group="gates",
+        free_on_resume=True,
+    ),
+    Option(
+        "significance",
+        "--bench-significance",
+        SIGNIFICANCE_HELP,
+        kind="float",
+        check=check_level,
+        ini="agentbench_significance",
+        metavar="ALPHA",
+        runfile_group="gates",
+        free_on_resume=True,
+    ),
+    Option(
+        "allow_underpowered",
+        "--bench-allow-underpowered",
+        UNDERPOWERED_HELP,
+        kind="bool",
+        default=False,
+        ini="agentbench_allow_underpowered",
+        runfile_group="gates",
+    ),
+    Option(
+        "gate_score",
+        "--bench-gate-score",
+        GATE_SCORE_HELP,
+        kind="choice",
+        choices=SCORES,
+        default="automatic",
+        ini="agentbench_gate_score",
+        runfile_group="gates",
+        free_on_resume=True,
+    ),
+    Option(
+        "resume",
+        "--bench-resume",
+        RESUME_HELP,
+        kind="path",
+        check=check_run_folder,
+        ini="agentbench_resume",
+        metavar="RUN_DIR",
+        stored=False,
+    ),
+    Option(
+        "resume_merge",
+        "--bench-resume-merge",
+        "with --bench-resume: a selection (--bench-ids, -k, -m, --deselect) other than the run's is added to "
+        "it (the union runs and is reported) instead of being refused.",
+        kind="bool",
+        default=False,
+        ini="agentbench_resume_merge",
+        stored=False,
+    ),
+    Option(
+        "replay",
+        "--bench-replay",
+        "re-score the run in RUN_DIR from its cached model responses only (--bench-cache replay), with its "
+        "settings and selection read from RUN_DIR/settings.json; the new run gets its own folder.",
+        kind="path",
+        check=check_run_folder,
+        ini="agentbench_replay",
+        metavar="RUN_DIR",
+        stored=False,
+    ),
+    Option(
+        "progress_interval",
+        "--bench-progress-interval",
+        PROGRESS_HELP,
+        kind="float",
+        default=15.0,
+        minimum=0,
+        ini="agentbench_progress_interval",
+        metavar="SECONDS",
+        free_on_resume=True,
+    ),
 )
 
 
@@ -164,10 +299,13 @@ def parse_thresholds(entries: tuple[str, ...] | list[str], option: str, benchmar
             if not sep or not metric:
                 raise ConfigError(f"{option} takes METRIC=VALUE (e.g. main=0.4), got {part!r}")
             if metric not in names and metric not in names.values():
-                raise ConfigError(f"unknown {benchmark.name} metric {metric!r} in {option}; valid metrics: "
-                                  f"{', '.join(names) or '(this benchmark declares none)'}")
-            out.append(Threshold(metric, names.get(metric, metric), parse_fraction(value, f"{option} {metric}"),
-                                 value.strip()))
+                raise ConfigError(
+                    f"unknown {benchmark.name} metric {metric!r} in {option}; valid metrics: "
+                    f"{', '.join(names) or '(this benchmark declares none)'}"
+                )
+            out.append(
+                Threshold(metric, names.get(metric, metric), parse_fraction(value, f"{option} {metric}"), value.strip())
+            )
     return out
 
 
@@ -185,7 +323,9 @@ def parse_cost_bounds(entries: tuple[str, ...] | list[str], option: str) -> tupl
             except ValueError:
                 limit = math.nan
             if not math.isfinite(limit) or limit < 0:
-                raise ConfigError(f"{option} {name}: {value!r} is not an amount in USD; write e.g. {name}=5 or {name}=0.25")
+                raise ConfigError(
+                    f"{option} {name}: {value!r} is not an amount in USD; write e.g. {name}=5 or {name}=0.25"
+                )
             out.append(Threshold(name, COST_GATES[name], limit, value.strip()))
     return tuple(out)
 
@@ -208,10 +348,21 @@ def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
         raise ConfigError("--bench-update-baseline needs --bench-baseline PATH (where to write it)")
     score = opts.get("gate_score") or "automatic"
     if score == "reviewed" and not opts.get("review"):
-        raise ConfigError("--bench-gate-score=reviewed judges the score with human verdicts applied: give them with "
-                          "--bench-review FILE.yaml (see docs/review.md), or leave the gates on the "
-                          "automatic score")
+        raise ConfigError(
+            "--bench-gate-score=reviewed judges the score with human verdicts applied: give them with "
+            "--bench-review FILE.yaml (see docs/review.md), or leave the gates on the "
+            "automatic score"
+        )
     fail_over = parse_cost_bounds(opts.get("fail_over") or (), named(opts, "fail_over", "--bench-fail-over"))
-    return GateConfig(fail_under, max_drop, opts["max_errors"], baseline, update, opts["significance"],
-                      allow_underpowered=bool(opts.get("allow_underpowered")),
-                      allow_incomplete=bool(opts.get("allow_incomplete")), score=score, fail_over=fail_over)
+    return GateConfig(
+        fail_under,
+        max_drop,
+        opts["max_errors"],
+        baseline,
+        update,
+        opts["significance"],
+        allow_underpowered=bool(opts.get("allow_underpowered")),
+        allow_incomplete=bool(opts.get("allow_incomplete")),
+        score=score,
+        fail_over=fail_over,
+    )

@@ -2,6 +2,7 @@
 
 Drawn with matplotlib's Agg canvas directly (no pyplot), so it never touches a display or global state.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -9,8 +10,14 @@ from pathlib import Path
 from typing import Any
 
 STATUS_COLOURS = {
-    "pass": "#2e7d32", "fail": "#c62828", "timeout": "#ef6c00", "parse_error": "#6a1b9a",
-    "eval_error": "#757575", "model_error": "#212121", "env_error": "#455a64", "error": "#000000",
+    "pass": "#2e7d32",
+    "fail": "#c62828",
+    "timeout": "#ef6c00",
+    "parse_error": "#6a1b9a",
+    "eval_error": "#757575",
+    "model_error": "#212121",
+    "env_error": "#455a64",
+    "error": "#000000",
     "budget": "#8d6e00",
 }
 OTHER_COLOUR = "#bdbdbd"
@@ -55,8 +62,8 @@ def figure(summary: dict[str, Any], *, headlines: dict[str, str], baseline: dict
     The legend sits outside the axes (right of the bars, never over them); the baseline's pass share of
     each task is a dark tick with a white outline drawn above the bars, visible on any colour and at 0 or 1."""
     # why: matplotlib takes about half a second to import, and only the end of a run draws
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib import patheffects  # why: matplotlib, as above
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # why: matplotlib, as above
     from matplotlib.lines import Line2D  # why: matplotlib, as above
     from matplotlib.patches import Patch  # why: matplotlib, as above
@@ -82,27 +89,42 @@ def figure(summary: dict[str, Any], *, headlines: dict[str, str], baseline: dict
             if status not in seen:
                 seen.append(status)
         if task in before:  # the baseline's pass fraction of this task, as a tick above the bars
-            ax.plot([before[task]] * 2, [y - 0.42, y + 0.42], color=BASELINE_COLOUR, linewidth=2.5, zorder=5,
-                    clip_on=False, solid_capstyle="butt", path_effects=outline, gid="baseline")
+            ax.plot(
+                [before[task]] * 2,
+                [y - 0.42, y + 0.42],
+                color=BASELINE_COLOUR,
+                linewidth=2.5,
+                zorder=5,
+                clip_on=False,
+                solid_capstyle="butt",
+                path_effects=outline,
+                gid="baseline",
+            )
     ax.set_yticks(range(len(rows)), [t for t, _, _ in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of the task's scored items")
     settings = summary.get("settings", {})
-    ax.set_title(f"{settings.get('benchmark')} · {settings.get('model')} · {settings.get('split')}\n"
-                 f"{headline_text(summary, baseline, headlines)}", fontsize=9)
+    ax.set_title(
+        f"{settings.get('benchmark')} · {settings.get('model')} · {settings.get('split')}\n"
+        f"{headline_text(summary, baseline, headlines)}",
+        fontsize=9,
+    )
     handles: list[Any] = [Patch(color=STATUS_COLOURS.get(s, OTHER_COLOUR), label=s) for s in seen]
     if before:
-        handles.append(Line2D([], [], color=BASELINE_COLOUR, linewidth=2.5, label="baseline pass share",
-                              path_effects=outline))
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
-              frameon=False)
+        handles.append(
+            Line2D([], [], color=BASELINE_COLOUR, linewidth=2.5, label="baseline pass share", path_effects=outline)
+        )
+    ax.legend(
+        handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False
+    )
     fig.tight_layout()
     return fig
 
 
-def draw(summary: dict[str, Any], path: Path, *, headlines: dict[str, str],
-         baseline: dict[str, Any] | None = None) -> Path | None:
+def draw(
+    summary: dict[str, Any], path: Path, *, headlines: dict[str, str], baseline: dict[str, Any] | None = None
+) -> Path | None:
     """Write the PNG; returns None when there is nothing scored to draw.
 
     ``headlines``: the metrics named in the title, gate name -> key in summary["metrics"]."""

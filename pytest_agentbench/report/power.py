@@ -8,6 +8,7 @@ one unit (two identical runs still say nothing about noise being zero). The dete
 smallest ``d`` (on a 0.5-point grid) at which the test rejects at ``alpha`` with probability ``power``,
 computed exactly (binomial sums, no simulation).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,10 @@ class Detectable:
 
     def text(self, alpha: float) -> str:
         shown = f"{self.drop * 100:.1f} pp" if self.drop is not None else f"none up to {(1 - self.noise) * 100:.0f} pp"
-        return (f"smallest drop detectable with {POWER:.0%} power at {alpha:g} over {self.units} {self.unit}s "
-                f"(assuming {self.noise:.1%} of them flip by chance): {shown}")
+        return (
+            f"smallest drop detectable with {POWER:.0%} power at {alpha:g} over {self.units} {self.unit}s "
+            f"(assuming {self.noise:.1%} of them flip by chance): {shown}"
+        )
 
 
 @lru_cache(maxsize=64)
@@ -61,8 +64,7 @@ def power_at(units: int, noise: float, drop: float, alpha: float) -> float:
     return float(np.sum(binom.pmf(flips, units, min(discordant, 1.0)) * binom.sf(need - 1, flips, share_worse)))
 
 
-def detectable_drop(units: int, discordant: int, alpha: float, unit: str = "item",
-                    power: float = POWER) -> Detectable:
+def detectable_drop(units: int, discordant: int, alpha: float, unit: str = "item", power: float = POWER) -> Detectable:
     """The smallest drop the gate's test detects over ``units`` shared units, ``discordant`` of which flipped.
 
     Power grows with the drop, so the grid is searched by bisection."""

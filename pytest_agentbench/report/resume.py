@@ -7,13 +7,15 @@ the file: the plugin hands the finished records to its xdist workers in ``worker
 are then reported from their records, not run again (the plugin's run loop). Plain functions: the
 plugin turns ConfigError into a usage error.
 """
+
 from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..core import records as rec
 from ..core.errors import ConfigError
@@ -50,8 +52,10 @@ def check_settings(run_dir: Path, settings: Mapping[str, Any], free: Iterable[st
     if old.get("model") != settings.get("model"):
         diffs.insert(0, f"model: {old.get('model')} vs {settings.get('model')}")
     if diffs:
-        raise ConfigError(f"--bench-resume {run_dir}: this run's settings differ from the "
-                          f"interrupted run's: {'; '.join(diffs)}; resume with the same options")
+        raise ConfigError(
+            f"--bench-resume {run_dir}: this run's settings differ from the "
+            f"interrupted run's: {'; '.join(diffs)}; resume with the same options"
+        )
 
 
 def load_for_controller(records_path: Path) -> Resumed:
@@ -66,13 +70,15 @@ def load_for_controller(records_path: Path) -> Resumed:
     if caught:
         rec.rewrite_records(records_path, records)
     out.records = rec.latest_by_id(records)
-    out.notes.insert(0, f"resuming {records_path.parent}: {len(out.records)} finished record(s) reused, "
-                        f"the rest runs now")
+    out.notes.insert(
+        0, f"resuming {records_path.parent}: {len(out.records)} finished record(s) reused, the rest runs now"
+    )
     return out
 
 
-def resume_controller(run_dir: Path, records_path: Path, settings: Mapping[str, Any],
-                      free: Iterable[str] = ()) -> Resumed:
+def resume_controller(
+    run_dir: Path, records_path: Path, settings: Mapping[str, Any], free: Iterable[str] = ()
+) -> Resumed:
     """Both controller steps: check the settings (ConfigError), then read the finished records."""
     check_settings(run_dir, settings, free)
     return load_for_controller(records_path)

@@ -9,12 +9,14 @@
   reviewer's name in and copies it to the clipboard or offers it as a download. No record value is ever put in a
   script, and nothing is sent anywhere.
 """
+
 from __future__ import annotations
 
 import html
 import json
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..core.records import RecordLike
 
@@ -66,8 +68,12 @@ def one_line(value: Any, limit: int = 100) -> str:
 def accepted_text(question: Mapping[str, Any]) -> str:
     """The accepted value, or a numeric question's interval as ``[low, high]``."""
     expected = question.get("expected")
-    if (question.get("kind") == "numeric" and isinstance(expected, list) and len(expected) == 2
-            and all(isinstance(x, (int, float)) for x in expected)):
+    if (
+        question.get("kind") == "numeric"
+        and isinstance(expected, list)
+        and len(expected) == 2
+        and all(isinstance(x, (int, float)) for x in expected)
+    ):
         return f"[{expected[0]:.6g}, {expected[1]:.6g}]"
     return one_line(expected)
 
@@ -77,8 +83,10 @@ def review_mark(question: Mapping[str, Any]) -> str:
     found = question.get("review")
     if not isinstance(found, Mapping):
         return ""
-    return (f' <span class="reviewed" title="{esc(found.get("file"))}:{esc(found.get("line"))}">reviewed: '
-            f'<b>{esc(found.get("verdict"))}</b> by {esc(found.get("reviewer"))}: {esc(found.get("reason"))}</span>')
+    return (
+        f' <span class="reviewed" title="{esc(found.get("file"))}:{esc(found.get("line"))}">reviewed: '
+        f"<b>{esc(found.get('verdict'))}</b> by {esc(found.get('reviewer'))}: {esc(found.get('reason'))}</span>"
+    )
 
 
 def stub_entries(records: Iterable[RecordLike]) -> list[tuple[str, dict[str, str]]]:
@@ -98,11 +106,21 @@ def stub_entries(records: Iterable[RecordLike]) -> list[tuple[str, dict[str, str
             reported = one_line(q.get("submitted")) if q.get("answered", True) else "(not answered)"
             comment = f"{capsule}: reported {reported}; accepted {accepted_text(q)}"
             if found is not None:
-                entry = {"capsule": capsule, "question": q["question"], "verdict": str(found.get("verdict")),
-                         "reviewer": str(found.get("reviewer")), "reason": str(found.get("reason"))}
+                entry = {
+                    "capsule": capsule,
+                    "question": q["question"],
+                    "verdict": str(found.get("verdict")),
+                    "reviewer": str(found.get("reviewer")),
+                    "reason": str(found.get("reason")),
+                }
             else:
-                entry = {"capsule": capsule, "question": q["question"], "verdict": "wrong",
-                         "reviewer": REVIEWER_SLOT, "reason": PENDING_REASON}
+                entry = {
+                    "capsule": capsule,
+                    "question": q["question"],
+                    "verdict": "wrong",
+                    "reviewer": REVIEWER_SLOT,
+                    "reason": PENDING_REASON,
+                }
             out.append((comment, entry))
     return out
 
@@ -112,12 +130,14 @@ def review_stub(records: Iterable[RecordLike], settings: Mapping[str, Any]) -> s
     automatic verdict or an override already made)."""
     import yaml  # why: only a page with questions to review needs it
 
-    lines = ["# pytest-agentbench review file: pytest --bench-review=review.yaml (docs/review.md)",
-             f"# run {one_line(settings.get('run_id'))}, {one_line(settings.get('benchmark'))} "
-             f"{one_line(settings.get('split'))} split, model {one_line(settings.get('model'))}",
-             "# Each entry is a question the automatic grader marked wrong (or one already reviewed). Set verdict:",
-             "# correct where the answer is right and give your reason; entries left as they are change nothing.",
-             "overrides:"]
+    lines = [
+        "# pytest-agentbench review file: pytest --bench-review=review.yaml (docs/review.md)",
+        f"# run {one_line(settings.get('run_id'))}, {one_line(settings.get('benchmark'))} "
+        f"{one_line(settings.get('split'))} split, model {one_line(settings.get('model'))}",
+        "# Each entry is a question the automatic grader marked wrong (or one already reviewed). Set verdict:",
+        "# correct where the answer is right and give your reason; entries left as they are change nothing.",
+        "overrides:",
+    ]
     entries = stub_entries(records)
     for comment, entry in entries:
         body = yaml.safe_dump([entry], sort_keys=False, allow_unicode=True, width=1_000_000)
@@ -132,17 +152,21 @@ def scores_table(scores: Mapping[str, Any]) -> str:
     auto = (scores.get("automatic") or {}).get("metrics") or {}
     rev = (scores.get("reviewed") or {}).get("metrics") or {}
     rows = []
-    for name, num, den in (("capsules correct", "correct_capsules", "capsules"),
-                           ("questions correct", "correct_questions", "questions")):
+    for name, num, den in (
+        ("capsules correct", "correct_capsules", "capsules"),
+        ("questions correct", "correct_questions", "questions"),
+    ):
         cells = []
         for m in (auto, rev):
             n = m.get(den) or 0
             cells.append(f"{m.get(num, 0)}/{n} ({m.get(num, 0) / n:.1%})" if n else "n/a")
         rows.append(f"<tr><td>{esc(name)}</td><td>{esc(cells[0])}</td><td>{esc(cells[1])}</td></tr>")
     info = scores.get("reviewed") or {}
-    return (f'<p>Review file <code>{esc(info.get("file"))}</code>: {esc(info.get("overrides", 0))} override(s), '
-            f'{esc(info.get("changed", 0))} verdict(s) changed.</p><table class="scores"><tr><th>score</th>'
-            f"<th>automatic</th><th>reviewed</th></tr>{''.join(rows)}</table>")
+    return (
+        f"<p>Review file <code>{esc(info.get('file'))}</code>: {esc(info.get('overrides', 0))} override(s), "
+        f'{esc(info.get("changed", 0))} verdict(s) changed.</p><table class="scores"><tr><th>score</th>'
+        f"<th>automatic</th><th>reviewed</th></tr>{''.join(rows)}</table>"
+    )
 
 
 def overridden_rows(records: Iterable[RecordLike]) -> str:
@@ -151,13 +175,17 @@ def overridden_rows(records: Iterable[RecordLike]) -> str:
         for q in record.get("questions") or []:
             found = q.get("review") if isinstance(q, Mapping) else None
             if isinstance(found, Mapping):
-                rows.append(f"<tr><td>{esc(record.get('id'))}</td><td>{esc(q.get('question'))}</td>"
-                            f"<td>{'correct' if q.get('correct') else 'wrong'}</td><td>{esc(found.get('verdict'))}</td>"
-                            f"<td>{esc(found.get('reviewer'))}</td><td>{esc(found.get('reason'))}</td></tr>")
+                rows.append(
+                    f"<tr><td>{esc(record.get('id'))}</td><td>{esc(q.get('question'))}</td>"
+                    f"<td>{'correct' if q.get('correct') else 'wrong'}</td><td>{esc(found.get('verdict'))}</td>"
+                    f"<td>{esc(found.get('reviewer'))}</td><td>{esc(found.get('reason'))}</td></tr>"
+                )
     if not rows:
         return ""
-    return ('<table class="overridden"><tr><th>capsule</th><th>question</th><th>automatic</th><th>reviewed</th>'
-            f"<th>reviewer</th><th>reason</th></tr>{''.join(rows)}</table>")
+    return (
+        '<table class="overridden"><tr><th>capsule</th><th>question</th><th>automatic</th><th>reviewed</th>'
+        f"<th>reviewer</th><th>reason</th></tr>{''.join(rows)}</table>"
+    )
 
 
 def review_section(summary: Mapping[str, Any], records: Iterable[RecordLike]) -> str:
@@ -168,17 +196,20 @@ def review_section(summary: Mapping[str, Any], records: Iterable[RecordLike]) ->
     scores = summary.get("scores") if isinstance(summary.get("scores"), Mapping) else None
     stub = review_stub(records, summary.get("settings") or {})
     failing = len(stub_entries(records))
-    return "".join([
-        '<h2>Human review</h2><div class="review">',
-        scores_table(scores) if scores else "<p>No review file was given (--bench-review): the automatic "
-                                            "verdicts stand.</p>",
-        overridden_rows(records),
-        f"<p>Export a review-file stub of the {failing} question(s) marked wrong (and any already reviewed), edit "
-        f"it, and give it to a run with <code>--bench-review</code> (e.g. <code>--bench-resume</code> of this run "
-        f"rewrites its reports with both scores).</p>",
-        '<label>reviewer <input id="rv-reviewer" size="16"></label> ',
-        '<button id="rv-copy" type="button">copy review-file stub</button> ',
-        f'<a id="rv-download" download="{STUB_FILE}" hidden>download {STUB_FILE}</a> <span id="rv-state"></span>',
-        f'<textarea id="rv-template" hidden readonly>{esc(stub)}</textarea>',
-        f'<textarea id="rv-stub" rows="14" hidden readonly></textarea></div>',
-    ])
+    return "".join(
+        [
+            '<h2>Human review</h2><div class="review">',
+            scores_table(scores)
+            if scores
+            else "<p>No review file was given (--bench-review): the automatic verdicts stand.</p>",
+            overridden_rows(records),
+            f"<p>Export a review-file stub of the {failing} question(s) marked wrong (and any already reviewed), edit "
+            f"it, and give it to a run with <code>--bench-review</code> (e.g. <code>--bench-resume</code> of this run "
+            f"rewrites its reports with both scores).</p>",
+            '<label>reviewer <input id="rv-reviewer" size="16"></label> ',
+            '<button id="rv-copy" type="button">copy review-file stub</button> ',
+            f'<a id="rv-download" download="{STUB_FILE}" hidden>download {STUB_FILE}</a> <span id="rv-state"></span>',
+            f'<textarea id="rv-template" hidden readonly>{esc(stub)}</textarea>',
+            '<textarea id="rv-stub" rows="14" hidden readonly></textarea></div>',
+        ]
+    )

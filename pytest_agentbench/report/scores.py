@@ -5,9 +5,11 @@ its own ``metrics``) and each reviewed item's status as ``reviewed_status`` in `
 item's ``status`` stay the automatic ones. ``--bench-gate-score=reviewed`` makes the gates and the baseline
 comparison read the reviewed ones through ``score_view``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..core.records import RecordLike
 

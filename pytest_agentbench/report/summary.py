@@ -19,6 +19,7 @@ into the metrics as an item that did not pass (in memory only: the records file 
 summary says ``incomplete`` with the items to resume. Records of items that run again on resume (lost,
 unplaced) count as not run for that label too.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
@@ -28,17 +29,16 @@ from typing import Any
 
 from ..core import records as rec
 from ..core.io import natural_key, write_atomic
-from .attempts import (NOT_RUN, attempt_lines, attempt_markdown, attempt_stats, attempts_of, counts_line,
-                       run_counts)
 from . import cost as run_cost
+from .attempts import NOT_RUN, attempt_lines, attempt_markdown, attempt_stats, attempts_of, counts_line, run_counts
 from .baseline import json_text, public, write_baseline
 from .compare import Comparison, compare
 from .compare import render_markdown as comparison_markdown
 from .declared import Declared, declared_in
 from .gates import GateResult, decide_exit, evaluate, incomplete_exit, no_items_results
 from .gates import render_markdown as gates_markdown
-from .options import GateConfig
 from .html import REPORT_HTML
+from .options import GateConfig
 from .picture import draw
 from .scores import AUTOMATIC, REVIEWED, reviewed_status_of, score_view
 
@@ -85,12 +85,16 @@ def not_run_records(selection: Iterable[rec.RecordLike], records: Iterable[rec.R
     """Stand-ins for the selected items that have no record: ``not_run`` (a prefilled step the session never
     reached stays ``skipped``, as its record would say)."""
     have = {rec.record_key(r) for r in records}
-    return [rec.Record.from_json({"message": "not run", **item, "status": item.get("status") or NOT_RUN})
-            for item in selection if rec.record_key(item) not in have]
+    return [
+        rec.Record.from_json({"message": "not run", **item, "status": item.get("status") or NOT_RUN})
+        for item in selection
+        if rec.record_key(item) not in have
+    ]
 
 
-def incomplete_of(selection: Iterable[rec.RecordLike], records: Iterable[rec.RecordLike],
-                  stand_ins: Iterable[rec.Record]) -> dict[str, Any] | None:
+def incomplete_of(
+    selection: Iterable[rec.RecordLike], records: Iterable[rec.RecordLike], stand_ins: Iterable[rec.Record]
+) -> dict[str, Any] | None:
     """``{"not_run": K, "selected": N, "items": [...]}`` when some selected item did not run (no record, or a
     record of an item that runs again on resume: lost, unplaced), else None."""
     missing = {rec.record_key(r) for r in stand_ins if r["status"] == NOT_RUN}
@@ -108,8 +112,12 @@ def incomplete_text(incomplete: Mapping[str, Any], limit: int = LISTED_NOT_RUN) 
     return f"incomplete: {incomplete['not_run']} of {incomplete['selected']} items not run: {shown}"
 
 
-def build_summary(records: Iterable[rec.RecordLike], benchmark: Any, settings: Mapping[str, Any],
-                  selection: Iterable[rec.RecordLike] | None = None) -> Summary:
+def build_summary(
+    records: Iterable[rec.RecordLike],
+    benchmark: Any,
+    settings: Mapping[str, Any],
+    selection: Iterable[rec.RecordLike] | None = None,
+) -> Summary:
     """The summary of a run from its records and ``benchmark.summarize``; it also stores the benchmark's
     gate metrics, headlines and free settings, so two summary.json files can be compared on their own.
     With ``selection`` (the session's items) the metrics are over every selected item, those not run included."""
@@ -129,9 +137,19 @@ def build_summary(records: Iterable[rec.RecordLike], benchmark: Any, settings: M
         "metrics": result["metrics"],
         "counts": rec.count_statuses(ordered),
         "run_counts": counts,
-        "items": [{"id": r["id"], "task": r["task"], "status": r["status"], "scored": r.get("scored", True),
-                   **({"attempt": r["attempt"]} if "attempt" in r else {}), **answers_of(r),
-                   **reviewed_status_of(r), **run_cost.item_cost(r, settings)} for r in ordered],
+        "items": [
+            {
+                "id": r["id"],
+                "task": r["task"],
+                "status": r["status"],
+                "scored": r.get("scored", True),
+                **({"attempt": r["attempt"]} if "attempt" in r else {}),
+                **answers_of(r),
+                **reviewed_status_of(r),
+                **run_cost.item_cost(r, settings),
+            }
+            for r in ordered
+        ],
         "usage": usage_of_run(ordered),
         "cost": run_cost.cost_summary(ordered, settings),
         **({"complete": incomplete is None} if selection is not None else {}),
@@ -139,8 +157,9 @@ def build_summary(records: Iterable[rec.RecordLike], benchmark: Any, settings: M
         **{k: v for k, v in result.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")},
         **declared.to_summary(),
     }
-    return Summary(data, terminal=list(result.get("terminal", [])), markdown=result.get("markdown", ""),
-                   not_run=stand_ins)
+    return Summary(
+        data, terminal=list(result.get("terminal", [])), markdown=result.get("markdown", ""), not_run=stand_ins
+    )
 
 
 def usage_of_run(records: list[rec.RecordData]) -> dict[str, float]:
@@ -161,8 +180,9 @@ def answers_of(record: rec.RecordLike) -> dict[str, str]:
     return {k: generation[k] for k in ("answers", "responses") if isinstance(generation.get(k), str)}
 
 
-def summarize_attempts(records: list[rec.RecordData], benchmark: Any, settings: Mapping[str, Any],
-                       headlines: list[str]) -> dict[str, Any]:
+def summarize_attempts(
+    records: list[rec.RecordData], benchmark: Any, settings: Mapping[str, Any], headlines: list[str]
+) -> dict[str, Any]:
     """--bench-attempts K > 1: the benchmark summarizes each attempt; the metrics are their means (what
     gates and compare read); ``attempts`` holds each attempt's metrics, standard errors and pass@k."""
     results = {a: benchmark.summarize(rs, settings) for a, rs in attempts_of(records).items()}
@@ -177,12 +197,21 @@ def summarize_attempts(records: list[rec.RecordData], benchmark: Any, settings: 
         terminal += [f"attempt {attempt}:", *(f"  {line}" for line in r.get("terminal", []))]
         body = "\n".join("#" + line if line.startswith("## ") else line for line in r.get("markdown", "").splitlines())
         markdown += [f"## Attempt {attempt}", "", body, ""]
-    per_attempt = {str(a): {k: v for k, v in r.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")}
-                   for a, r in results.items()}
+    per_attempt = {
+        str(a): {k: v for k, v in r.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")}
+        for a, r in results.items()
+    }
     notes = list(dict.fromkeys(n for r in results.values() for n in r.get("notes", [])))  # each attempt's, once
-    return {"metrics": dict(stats["mean"]), "attempts": stats, "attempt_results": per_attempt,
-            "raw_counts": raw, "terminal": terminal, "markdown": "\n".join(markdown),
-            **({"notes": notes} if notes else {}), **mean_scores(results, stats["mean"])}
+    return {
+        "metrics": dict(stats["mean"]),
+        "attempts": stats,
+        "attempt_results": per_attempt,
+        "raw_counts": raw,
+        "terminal": terminal,
+        "markdown": "\n".join(markdown),
+        **({"notes": notes} if notes else {}),
+        **mean_scores(results, stats["mean"]),
+    }
 
 
 def mean_scores(results: Mapping[int, Mapping[str, Any]], automatic: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,10 +222,17 @@ def mean_scores(results: Mapping[int, Mapping[str, Any]], automatic: Mapping[str
         return {}
     means = attempt_stats({i: s.get("metrics") or {} for i, s in enumerate(reviewed, start=1)}, [])["mean"]
     first = reviewed[0]
-    return {"scores": {AUTOMATIC: {"metrics": dict(automatic)}, REVIEWED: {
-        **{k: first[k] for k in ("file", "sha256") if k in first}, "metrics": means,
-        "overrides": sum(int(s.get("overrides") or 0) for s in reviewed),
-        "changed": sum(int(s.get("changed") or 0) for s in reviewed)}}}
+    return {
+        "scores": {
+            AUTOMATIC: {"metrics": dict(automatic)},
+            REVIEWED: {
+                **{k: first[k] for k in ("file", "sha256") if k in first},
+                "metrics": means,
+                "overrides": sum(int(s.get("overrides") or 0) for s in reviewed),
+                "changed": sum(int(s.get("changed") or 0) for s in reviewed),
+            },
+        }
+    }
 
 
 @dataclass
@@ -214,19 +250,28 @@ class Verdict:
         return all(r.ok for r in self.gate_results)
 
 
-def judge(summary: MutableMapping[str, Any], gates: GateConfig | None, baseline: Mapping[str, Any] | None,
-          exit_status: int, other_failures: int = 0) -> Verdict:
+def judge(
+    summary: MutableMapping[str, Any],
+    gates: GateConfig | None,
+    baseline: Mapping[str, Any] | None,
+    exit_status: int,
+    other_failures: int = 0,
+) -> Verdict:
     """Compare with the baseline (when there is one), evaluate the gates (when any is given) and decide
     the exit code; the results are added to ``summary`` (comparison, gates, gates_passed, exit_code).
 
     ``other_failures``: failed tests of the session that are not benchmark items (they still fail the run)."""
-    verdict = Verdict(exit_before=int(exit_status), exit_code=int(exit_status),
-                      alpha=gates.alpha if gates is not None else 0.05)
+    verdict = Verdict(
+        exit_before=int(exit_status), exit_code=int(exit_status), alpha=gates.alpha if gates is not None else 0.05
+    )
     score = gates.score if gates is not None else AUTOMATIC
     judged = score_view(summary, score)  # --bench-gate-score=reviewed: the human verdicts applied
     if baseline is not None:
-        verdict.comparison = compare(score_view(baseline, score) if (baseline.get("scores") or {}).get(score)
-                                     else dict(baseline), public(judged), declared=declared_in(summary))
+        verdict.comparison = compare(
+            score_view(baseline, score) if (baseline.get("scores") or {}).get(score) else dict(baseline),
+            public(judged),
+            declared=declared_in(summary),
+        )
         summary["comparison"] = {
             "baseline": baseline.get("_path"),
             "flipped": verdict.comparison.flipped,
@@ -237,8 +282,9 @@ def judge(summary: MutableMapping[str, Any], gates: GateConfig | None, baseline:
         note = None if baseline is not None else "no comparable baseline yet (this run writes it)"
         verdict.gate_results = evaluate(gates, judged, verdict.comparison, note)
         if score == REVIEWED:  # every line says which score it judged
-            verdict.gate_results = [GateResult(f"{r.gate} [reviewed score]", r.ok, r.detail)
-                                    for r in verdict.gate_results]
+            verdict.gate_results = [
+                GateResult(f"{r.gate} [reviewed score]", r.ok, r.detail) for r in verdict.gate_results
+            ]
         verdict.exit_code = decide_exit(verdict.exit_before, verdict.gate_results, other_failures)
         summary["gates"] = [{"gate": r.gate, "ok": r.ok, "detail": r.detail} for r in verdict.gate_results]
         summary["gates_passed"] = verdict.gates_passed
@@ -257,15 +303,20 @@ def judge_without_items(gates: GateConfig | None, exit_status: int) -> Verdict:
     return verdict
 
 
-def render_markdown(summary: Summary, verdict: Verdict | None = None, *, notes: Iterable[str] = (),
-                    picture: bool = False) -> str:
+def render_markdown(
+    summary: Summary, verdict: Verdict | None = None, *, notes: Iterable[str] = (), picture: bool = False
+) -> str:
     """summary.md: notes, gates, picture, the benchmark's own Markdown, usage, comparison, settings."""
     settings = summary["settings"]
     lines = [f"# {settings['benchmark']} — {settings.get('model')} — run {settings.get('run_id')}", ""]
     incomplete = summary.get("incomplete")
     if incomplete:  # first: every number below is over the whole selection, the items not run counted as failed
-        lines += [f"> **{incomplete_text(incomplete)}**", ">",
-                  "> Every metric is over the whole selection: an item not run counts as not passed.", ""]
+        lines += [
+            f"> **{incomplete_text(incomplete)}**",
+            ">",
+            "> Every metric is over the whole selection: an item not run counts as not passed.",
+            "",
+        ]
         if incomplete.get("resume"):
             lines += ["Resume it with:", "", "```", str(incomplete["resume"]), "```", ""]
     for note in [*settings.get("notes", []), *notes, *summary.get("notes", [])]:
@@ -288,8 +339,10 @@ def render_markdown(summary: Summary, verdict: Verdict | None = None, *, notes: 
     run = summary.get("run") or {}
     if run:  # when, on what and how the run was started (written by the plugin)
         lines += ["", "## Run", "", "| | |", "|---|---|"]
-        lines += [f"| {key.replace('_', ' ')} | {'`' + cell(value) + '`' if key == 'command' else cell(value)} |"
-                  for key, value in run.items()]
+        lines += [
+            f"| {key.replace('_', ' ')} | {'`' + cell(value) + '`' if key == 'command' else cell(value)} |"
+            for key, value in run.items()
+        ]
     lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
     for key, value in settings.items():
         if key not in ("notes", "data_hashes"):
@@ -309,17 +362,24 @@ def cell(value: Any) -> str:
 def step_summary_markdown(markdown: str, run_id: Any) -> str:
     """summary.md for GITHUB_STEP_SUMMARY: the picture is a file of the run folder, which GitHub cannot show
     from a path on the runner, so it is named instead of linked."""
-    return markdown.replace(f"![per-task results]({PICTURE})",
-                            f"_The per-task picture ({PICTURE}) and {REPORT_HTML} are in the run folder "
-                            f"{run_id}: upload it as an artifact to see them._")
+    return markdown.replace(
+        f"![per-task results]({PICTURE})",
+        f"_The per-task picture ({PICTURE}) and {REPORT_HTML} are in the run folder "
+        f"{run_id}: upload it as an artifact to see them._",
+    )
 
 
-def draw_picture(summary: MutableMapping[str, Any], run_dir: Path,
-                 baseline: Mapping[str, Any] | None = None) -> Path | None:
+def draw_picture(
+    summary: MutableMapping[str, Any], run_dir: Path, baseline: Mapping[str, Any] | None = None
+) -> Path | None:
     """summary.png, or None; a broken plotting stack adds a note to the summary instead of losing the reports."""
     try:
-        return draw(dict(summary), Path(run_dir) / PICTURE, headlines=declared_in(summary).picture_metrics(),
-                    baseline=dict(baseline) if baseline is not None else None)
+        return draw(
+            dict(summary),
+            Path(run_dir) / PICTURE,
+            headlines=declared_in(summary).picture_metrics(),
+            baseline=dict(baseline) if baseline is not None else None,
+        )
     except Exception as exc:  # noqa: BLE001  (any plotting failure)
         summary.setdefault("notes", []).append(f"picture not drawn: {type(exc).__name__}: {exc}")
         return None
@@ -332,9 +392,16 @@ class Written:
     baseline: Path | None = None  # where the baseline was updated, when it was
 
 
-def write_reports(summary: Summary, verdict: Verdict, run_dir: Path, *, gates: GateConfig | None = None,
-                  baseline: Mapping[str, Any] | None = None, notes: Iterable[str] = (),
-                  step_summary: str | Path | None = None) -> Written:
+def write_reports(
+    summary: Summary,
+    verdict: Verdict,
+    run_dir: Path,
+    *,
+    gates: GateConfig | None = None,
+    baseline: Mapping[str, Any] | None = None,
+    notes: Iterable[str] = (),
+    step_summary: str | Path | None = None,
+) -> Written:
     """Write summary.png, summary.json and summary.md into ``run_dir``; update the baseline when asked
     (and the run completed); append the Markdown to ``step_summary`` (GITHUB_STEP_SUMMARY) when given."""
     run_dir = Path(run_dir)

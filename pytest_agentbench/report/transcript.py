@@ -6,17 +6,26 @@ not). A tool call's arguments are decoded from their JSON: code and commands as 
 code, other arguments as ``name: value``, and the tool's output follows its call. Fenced code blocks in
 a reply are shown as code too. Every text is escaped: the model and its tools wrote it.
 """
+
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .highlight import clip, code_html, esc, fenced_parts
 
 # argument names whose text is a program, and its language when the tool's name does not say
-CODE_ARGUMENTS = {"code": "python", "source": "python", "script": "", "program": "", "command": "shell",
-                  "cmd": "shell", "commands": "shell"}
+CODE_ARGUMENTS = {
+    "code": "python",
+    "source": "python",
+    "script": "",
+    "program": "",
+    "command": "shell",
+    "cmd": "shell",
+    "commands": "shell",
+}
 SHELL_TOOLS = ("bash", "shell", "sh", "terminal", "exec", "run_command")
 PYTHON_TOOLS = ("python", "code_interpreter", "ipython", "jupyter")
 
@@ -24,8 +33,9 @@ PYTHON_TOOLS = ("python", "code_interpreter", "ipython", "jupyter")
 def content_text(content: Any) -> str:
     """A message's content as text; parts (text, images described by size and hash) one per line."""
     if isinstance(content, list):
-        return "\n".join(str(p.get("text", json.dumps(p, default=str))) if isinstance(p, dict) else str(p)
-                         for p in content)
+        return "\n".join(
+            str(p.get("text", json.dumps(p, default=str))) if isinstance(p, dict) else str(p) for p in content
+        )
     return "" if content is None else str(content)
 
 
@@ -118,7 +128,10 @@ def turns_of(data: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
 
 def totals_text(turns: Mapping[int, Mapping[str, Any]], model_turns: int, calls: int) -> str:
     """The transcript's head: model turns, tool calls, and (when recorded) its tokens and model time."""
-    head = [f"{model_turns} model turn{'s' if model_turns != 1 else ''}", f"{calls} tool call{'s' if calls != 1 else ''}"]
+    head = [
+        f"{model_turns} model turn{'s' if model_turns != 1 else ''}",
+        f"{calls} tool call{'s' if calls != 1 else ''}",
+    ]
     if turns:
         prompt = sum(number(t.get("prompt_tokens")) for t in turns.values())
         completion = sum(number(t.get("completion_tokens")) for t in turns.values())
@@ -132,8 +145,10 @@ def totals_text(turns: Mapping[int, Mapping[str, Any]], model_turns: int, calls:
 
 
 def folded(title: str, text: str) -> str:
-    return (f'<details class="prompt"><summary>{esc(title)} · {len(text):,} characters</summary>'
-            f'<div class="prose">{esc(clip(text))}</div></details>')
+    return (
+        f'<details class="prompt"><summary>{esc(title)} · {len(text):,} characters</summary>'
+        f'<div class="prose">{esc(clip(text))}</div></details>'
+    )
 
 
 def tool_outputs(messages: list[Any], index: int) -> list[int]:
@@ -176,8 +191,11 @@ def transcript_html(data: Mapping[str, Any]) -> str:
         elif role == "assistant":
             seen_model = True
             model_turn += 1
-            out = [f'<div class="turn model"><div class="th"><span class="role">model · turn {model_turn}</span> '
-                   f"{usage_html(turns.get(index))}</div>", prose_html(text)]
+            out = [
+                f'<div class="turn model"><div class="th"><span class="role">model · turn {model_turn}</span> '
+                f"{usage_html(turns.get(index))}</div>",
+                prose_html(text),
+            ]
             candidates = tool_outputs(messages, index)
             for call in listed(message.get("tool_calls")):
                 if not isinstance(call, dict):
@@ -186,24 +204,33 @@ def transcript_html(data: Mapping[str, Any]) -> str:
                 fn = call.get("function") if isinstance(call.get("function"), dict) else call
                 fn = fn if isinstance(fn, dict) else call
                 name = str(fn.get("name") or "?")
-                out.append(f'<div class="call"><div class="th">tool call <b>{esc(name)}</b></div>'
-                           f"{arguments_html(name, fn.get('arguments'))}")
+                out.append(
+                    f'<div class="call"><div class="th">tool call <b>{esc(name)}</b></div>'
+                    f"{arguments_html(name, fn.get('arguments'))}"
+                )
                 answer = answer_of(call, messages, candidates, shown_outputs)
                 if answer is not None:
                     shown_outputs.add(answer)
-                    out.append(f'<div class="th">output</div><pre class="out">'
-                               f"{esc(clip(content_text(messages[answer].get('content'))))}</pre>")
+                    out.append(
+                        f'<div class="th">output</div><pre class="out">'
+                        f"{esc(clip(content_text(messages[answer].get('content'))))}</pre>"
+                    )
                 out.append("</div>")
             out.append("</div>")
             body.append("".join(out))
         elif role == "tool":
             if index not in shown_outputs:  # an output whose call is not in the file
-                body.append(f'<div class="turn"><div class="th"><span class="role">tool output</span>'
-                            f'{" (" + esc(message.get("name")) + ")" if message.get("name") else ""}</div>'
-                            f'<pre class="out">{esc(clip(text))}</pre></div>')
+                body.append(
+                    f'<div class="turn"><div class="th"><span class="role">tool output</span>'
+                    f"{' (' + esc(message.get('name')) + ')' if message.get('name') else ''}</div>"
+                    f'<pre class="out">{esc(clip(text))}</pre></div>'
+                )
         else:
-            body.append(f'<div class="turn"><div class="th"><span class="role">{esc(role)}</span></div>'
-                        f"{prose_html(text)}</div>")
+            body.append(
+                f'<div class="turn"><div class="th"><span class="role">{esc(role)}</span></div>{prose_html(text)}</div>'
+            )
     shown = sum(isinstance(m, dict) for m in messages)
-    return (f'<details class="transcript"><summary>transcript: {shown} messages · '
-            f"{esc(totals_text(turns, model_turn, calls))}</summary>{''.join(body)}</details>")
+    return (
+        f'<details class="transcript"><summary>transcript: {shown} messages · '
+        f"{esc(totals_text(turns, model_turn, calls))}</summary>{''.join(body)}</details>"
+    )

@@ -41,6 +41,7 @@ slices (offset, length) of the buffer. Frames concatenate into a stream (:func:`
 This module is loaded by file path inside sandboxed children, so at import it needs only the
 standard library; numpy, scipy.sparse and sympy are used when the value (or the frame) needs them.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,8 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (the channel functions import os when they run)
     import os
-    from typing import Any, Callable, NoReturn
+    from collections.abc import Callable
+    from typing import Any, NoReturn
 
     # a node of a frame's header: [tag, ...] (JSON lists, so its fields are whatever the JSON held)
     Node = list[Any]
@@ -67,36 +69,126 @@ MAX_NDIM = 32
 MAX_FLOAT_PRECISION = 100_000  # bits of a sympy Float
 MAX_RATIONAL_DIGITS = 20_000  # hex digits of a sympy Rational's numerator or denominator
 
-_DTYPE_RE = re.compile(r"^[<>|=]?(?:b1|[iu][1248]|f(?:2|4|8|10|12|16)|c(?:8|16|20|24|32)"
-                       r"|[mM]8(?:\[[0-9]{0,6}[a-zA-Z]{1,2}\])?|[SU][1-9][0-9]{0,8})$")
+_DTYPE_RE = re.compile(
+    r"^[<>|=]?(?:b1|[iu][1248]|f(?:2|4|8|10|12|16)|c(?:8|16|20|24|32)"
+    r"|[mM]8(?:\[[0-9]{0,6}[a-zA-Z]{1,2}\])?|[SU][1-9][0-9]{0,8})$"
+)
 _PLAIN_KINDS = "biufcmMSU"
 _HEX_INT_RE = re.compile(r"^-?[0-9a-f]+$")
 
-SPARSE_CLASSES = tuple(f"{fmt}_{kind}" for kind in ("matrix", "array")
-                       for fmt in ("csr", "csc", "coo", "bsr", "dia", "lil", "dok"))
+SPARSE_CLASSES = tuple(
+    f"{fmt}_{kind}" for kind in ("matrix", "array") for fmt in ("csr", "csc", "coo", "bsr", "dia", "lil", "dok")
+)
 
-SYMPY_ASSUMPTIONS = frozenset((
-    "algebraic", "antihermitian", "commutative", "complex", "composite", "even", "extended_negative",
-    "extended_nonnegative", "extended_nonpositive", "extended_nonzero", "extended_positive",
-    "extended_real", "finite", "hermitian", "imaginary", "infinite", "integer", "irrational",
-    "negative", "noninteger", "nonnegative", "nonpositive", "nonzero", "odd", "polar", "positive",
-    "prime", "rational", "real", "transcendental", "zero"))
+SYMPY_ASSUMPTIONS = frozenset(
+    (
+        "algebraic",
+        "antihermitian",
+        "commutative",
+        "complex",
+        "composite",
+        "even",
+        "extended_negative",
+        "extended_nonnegative",
+        "extended_nonpositive",
+        "extended_nonzero",
+        "extended_positive",
+        "extended_real",
+        "finite",
+        "hermitian",
+        "imaginary",
+        "infinite",
+        "integer",
+        "irrational",
+        "negative",
+        "noninteger",
+        "nonnegative",
+        "nonpositive",
+        "nonzero",
+        "odd",
+        "polar",
+        "positive",
+        "prime",
+        "rational",
+        "real",
+        "transcendental",
+        "zero",
+    )
+)
 # class name -> attribute of sympy.S
 SYMPY_SINGLETONS = {
-    "Zero": "Zero", "One": "One", "NegativeOne": "NegativeOne", "Half": "Half",
-    "ImaginaryUnit": "ImaginaryUnit", "Pi": "Pi", "Exp1": "Exp1", "Infinity": "Infinity",
-    "NegativeInfinity": "NegativeInfinity", "ComplexInfinity": "ComplexInfinity", "NaN": "NaN",
-    "EulerGamma": "EulerGamma", "Catalan": "Catalan", "GoldenRatio": "GoldenRatio",
-    "TribonacciConstant": "TribonacciConstant", "BooleanTrue": "true", "BooleanFalse": "false",
+    "Zero": "Zero",
+    "One": "One",
+    "NegativeOne": "NegativeOne",
+    "Half": "Half",
+    "ImaginaryUnit": "ImaginaryUnit",
+    "Pi": "Pi",
+    "Exp1": "Exp1",
+    "Infinity": "Infinity",
+    "NegativeInfinity": "NegativeInfinity",
+    "ComplexInfinity": "ComplexInfinity",
+    "NaN": "NaN",
+    "EulerGamma": "EulerGamma",
+    "Catalan": "Catalan",
+    "GoldenRatio": "GoldenRatio",
+    "TribonacciConstant": "TribonacciConstant",
+    "BooleanTrue": "true",
+    "BooleanFalse": "false",
     "EmptySet": "EmptySet",
 }
 # classes rebuilt as cls(*args, evaluate=False)
 SYMPY_COMPOUND = (
-    "Add", "Mul", "Pow", "exp", "log", "sin", "cos", "tan", "cot", "sec", "csc", "asin", "acos", "atan",
-    "acot", "atan2", "sinh", "cosh", "tanh", "coth", "asinh", "acosh", "atanh", "Abs", "sign", "re", "im",
-    "arg", "conjugate", "floor", "ceiling", "Heaviside", "DiracDelta", "Min", "Max", "factorial", "gamma",
-    "erf", "erfc", "Equality", "Unequality", "StrictLessThan", "LessThan", "StrictGreaterThan",
-    "GreaterThan", "And", "Or", "Not", "Piecewise", "ExprCondPair", "Tuple",
+    "Add",
+    "Mul",
+    "Pow",
+    "exp",
+    "log",
+    "sin",
+    "cos",
+    "tan",
+    "cot",
+    "sec",
+    "csc",
+    "asin",
+    "acos",
+    "atan",
+    "acot",
+    "atan2",
+    "sinh",
+    "cosh",
+    "tanh",
+    "coth",
+    "asinh",
+    "acosh",
+    "atanh",
+    "Abs",
+    "sign",
+    "re",
+    "im",
+    "arg",
+    "conjugate",
+    "floor",
+    "ceiling",
+    "Heaviside",
+    "DiracDelta",
+    "Min",
+    "Max",
+    "factorial",
+    "gamma",
+    "erf",
+    "erfc",
+    "Equality",
+    "Unequality",
+    "StrictLessThan",
+    "LessThan",
+    "StrictGreaterThan",
+    "GreaterThan",
+    "And",
+    "Or",
+    "Not",
+    "Piecewise",
+    "ExprCondPair",
+    "Tuple",
 )
 SYMPY_MATRICES = ("MutableDenseMatrix", "ImmutableDenseMatrix")
 
@@ -139,10 +231,15 @@ def _sympy_table() -> dict[str, Any]:
         import sympy  # why: only values that hold sympy objects need it
         from sympy.functions.elementary.piecewise import ExprCondPair  # why: as above, sympy values only
 
-        table: dict[str, Any] = {"Symbol": sympy.Symbol, "Integer": sympy.Integer, "Rational": sympy.Rational,
-                 "Float": sympy.Float, "ExprCondPair": ExprCondPair,
-                 "MutableDenseMatrix": sympy.MutableDenseMatrix,
-                 "ImmutableDenseMatrix": sympy.ImmutableDenseMatrix}
+        table: dict[str, Any] = {
+            "Symbol": sympy.Symbol,
+            "Integer": sympy.Integer,
+            "Rational": sympy.Rational,
+            "Float": sympy.Float,
+            "ExprCondPair": ExprCondPair,
+            "MutableDenseMatrix": sympy.MutableDenseMatrix,
+            "ImmutableDenseMatrix": sympy.ImmutableDenseMatrix,
+        }
         for name in SYMPY_COMPOUND:
             if name not in table:
                 table[name] = getattr(sympy, name)
@@ -174,8 +271,7 @@ class Encoder:
     def encode(self, value: object) -> bytes:
         state = _EncodeState(self.max_bytes - self.used - PREFIX_SIZE, self.max_depth, self.max_bytes)
         header_obj = state.node(value, 0)
-        header = json.dumps(header_obj, ensure_ascii=True, separators=(",", ":"),
-                            allow_nan=False).encode("ascii")
+        header = json.dumps(header_obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
         buffer = b"".join(state.chunks)
         total = PREFIX_SIZE + len(header) + len(buffer)
         if self.used + total > self.max_bytes:
@@ -265,9 +361,11 @@ class _EncodeState:
             # type: equality with the target is the base type's, and none of its own methods cross
             if isinstance(value, base) and not (np is not None and isinstance(value, (np.ndarray, np.generic))):
                 return self.node(base(value), depth)
-        raise CodecError(f"cannot encode a value of type {_type_name(value)}: only numbers, str, bytes, "
-                         "None, numpy arrays of plain dtypes and numpy scalars, list, tuple, dict, set, "
-                         "scipy.sparse matrices and sympy expressions cross to the scoring process")
+        raise CodecError(
+            f"cannot encode a value of type {_type_name(value)}: only numbers, str, bytes, "
+            "None, numpy arrays of plain dtypes and numpy scalars, list, tuple, dict, set, "
+            "scipy.sparse matrices and sympy expressions cross to the scoring process"
+        )
 
     # -- numpy ---------------------------------------------------------------------------------
     def array(self, value: Any, depth: int) -> Node:
@@ -317,9 +415,11 @@ class _EncodeState:
         table = _sympy_table()
         name = type(expr).__name__
         if table.get(name) is not type(expr):
-            raise CodecError(f"cannot encode the sympy object {_type_name(expr)} ({name}); supported: "
-                             "symbols, numbers, constants, +, *, **, elementary functions, relationals, "
-                             "And/Or/Not, Piecewise, Tuple, dense matrices")
+            raise CodecError(
+                f"cannot encode the sympy object {_type_name(expr)} ({name}); supported: "
+                "symbols, numbers, constants, +, *, **, elementary functions, relationals, "
+                "And/Or/Not, Piecewise, Tuple, dense matrices"
+            )
         self.spend(16)
         if name == "Symbol":
             assumptions = getattr(expr, "_assumptions_orig", None)
@@ -351,8 +451,20 @@ class _EncodeState:
 
 
 _CONTAINER_TAGS: dict[type, str] = {list: "l", tuple: "t", set: "e", frozenset: "E"}
-_DOWNGRADED: tuple[type[Any], ...] = (bool, int, float, complex, str, bytes, bytearray, tuple, list, dict, set,
-                                      frozenset)
+_DOWNGRADED: tuple[type[Any], ...] = (
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    bytearray,
+    tuple,
+    list,
+    dict,
+    set,
+    frozenset,
+)
 
 
 def _int_text(value: int) -> str:
@@ -361,18 +473,26 @@ def _int_text(value: int) -> str:
 
 
 def _check_plain_dtype(dtype: Any, what: str) -> None:
-    if dtype.kind not in _PLAIN_KINDS or dtype.fields is not None or dtype.subdtype is not None \
-            or dtype.hasobject or not _DTYPE_RE.match(dtype.str):
-        raise CodecError(f"cannot encode a {what} of dtype {dtype!s}: only bool, integer, float, complex, "
-                         "datetime, fixed-width bytes/str dtypes (or object arrays of supported values)")
+    if (
+        dtype.kind not in _PLAIN_KINDS
+        or dtype.fields is not None
+        or dtype.subdtype is not None
+        or dtype.hasobject
+        or not _DTYPE_RE.match(dtype.str)
+    ):
+        raise CodecError(
+            f"cannot encode a {what} of dtype {dtype!s}: only bool, integer, float, complex, "
+            "datetime, fixed-width bytes/str dtypes (or object arrays of supported values)"
+        )
 
 
 # ----------------------------------------------------------------------------------------------
 # decoding
 
 
-def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES,
-           max_depth: int = MAX_DEPTH) -> Any:
+def decode(
+    data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEPTH
+) -> Any:
     """The value of one frame; ``data`` must be exactly one frame."""
     view = memoryview(data)
     if len(view) > max_bytes:
@@ -383,8 +503,9 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX
     return value
 
 
-def decode_stream(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                  max_depth: int = MAX_DEPTH) -> tuple[list[Any], CodecError | None]:
+def decode_stream(
+    data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEPTH
+) -> tuple[list[Any], CodecError | None]:
     """Values of a concatenation of frames, in order, as ``(values, error)``.
 
     Decoding stops at the first bad frame: ``error`` is then the :class:`CodecError` (a stream cut
@@ -413,10 +534,11 @@ def _decode_frame(view: memoryview, start: int, max_bytes: int, max_depth: int) 
         raise CodecError("not a codec frame (bad magic bytes)")
     body = start + PREFIX_SIZE
     if header_len > max_bytes or buffer_len > max_bytes or header_len + buffer_len > len(view) - body:
-        raise CodecError(f"truncated or oversized frame: it announces {header_len} + {buffer_len} bytes, "
-                         f"{len(view) - body} remain")
-    header = bytes(view[body:body + header_len])
-    buffer = view[body + header_len:body + header_len + buffer_len]
+        raise CodecError(
+            f"truncated or oversized frame: it announces {header_len} + {buffer_len} bytes, {len(view) - body} remain"
+        )
+    header = bytes(view[body : body + header_len])
+    buffer = view[body + header_len : body + header_len + buffer_len]
     try:
         tree = json.loads(header.decode("ascii"))
     except RecursionError:
@@ -452,10 +574,9 @@ class _Decoder:
         self.max_bytes = max_bytes
 
     def raw(self, offset: Any, length: Any) -> bytes:
-        if not (_is_int(offset) and _is_int(length)) or offset < 0 or length < 0 \
-                or offset + length > len(self.buffer):
+        if not (_is_int(offset) and _is_int(length)) or offset < 0 or length < 0 or offset + length > len(self.buffer):
             _fail(f"a payload slice ({offset!r}, {length!r}) lies outside the {len(self.buffer)}-byte buffer")
-        return bytes(self.buffer[offset:offset + length])
+        return bytes(self.buffer[offset : offset + length])
 
     def checked_node(self, node: Any, depth: int, malformed: str) -> tuple[str, Node]:
         """``(tag, args)`` of a ``[tag, ...]`` node within the depth cap, else the frame is refused."""
@@ -551,8 +672,10 @@ class _Decoder:
         for n in shape:
             count *= n
         if count * dtype.itemsize != length:
-            _fail(f"a numpy array of shape {tuple(shape)} and dtype {dtype_text} needs "
-                  f"{count * dtype.itemsize} bytes, the frame gives {length!r}")
+            _fail(
+                f"a numpy array of shape {tuple(shape)} and dtype {dtype_text} needs "
+                f"{count * dtype.itemsize} bytes, the frame gives {length!r}"
+            )
         raw = self.raw(offset, length)
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy() if count else np.empty(shape, dtype=dtype)
 
@@ -601,8 +724,12 @@ class _Decoder:
         import scipy.sparse as sparse  # why: only frames holding sparse values need scipy
 
         fmt, kind = name.split("_")
-        wanted = {"csr": ("data", "indices", "indptr"), "csc": ("data", "indices", "indptr"),
-                  "bsr": ("data", "indices", "indptr"), "dia": ("data", "offsets")}.get(fmt, ("data", "row", "col"))
+        wanted = {
+            "csr": ("data", "indices", "indptr"),
+            "csc": ("data", "indices", "indptr"),
+            "bsr": ("data", "indices", "indptr"),
+            "dia": ("data", "offsets"),
+        }.get(fmt, ("data", "row", "col"))
         if sorted(parts) != sorted(wanted):
             _fail(f"a {name} needs the parts {', '.join(wanted)}")
         arrays = {}
@@ -616,8 +743,9 @@ class _Decoder:
             _fail(f"a {name} cannot hold dtype {data.dtype}")
         rows, cols = shape
         if rows * cols * data.dtype.itemsize > self.max_bytes:
-            _fail(f"a {name} of shape {rows}x{cols} would take more than the cap of {self.max_bytes} bytes "
-                  "once densified")
+            _fail(
+                f"a {name} of shape {rows}x{cols} would take more than the cap of {self.max_bytes} bytes once densified"
+            )
         for key in wanted[1:]:
             part = arrays[key]
             if part.dtype.kind not in "iu" or part.ndim != 1:
@@ -646,8 +774,7 @@ class _Decoder:
             matrix = cls(matrix)
         return matrix
 
-    def _compressed(self, sparse: Any, fmt: str, kind: str, data: Any, arrays: dict[str, Any],
-                    shape: list[int]) -> Any:
+    def _compressed(self, sparse: Any, fmt: str, kind: str, data: Any, arrays: dict[str, Any], shape: list[int]) -> Any:
         indices, indptr = arrays["indices"], arrays["indptr"]
         rows, cols = shape
         if fmt == "bsr":
@@ -716,10 +843,18 @@ class _Decoder:
         if name == "Float":
             _arity(args, 5, name)
             sign, man, exp, bc, prec = args
-            if sign not in (0, 1) or type(sign) is not int or type(man) is not str \
-                    or not re.fullmatch(r"[0-9a-f]+", man) or not _is_int(exp) or not _is_int(bc) \
-                    or not _is_int(prec) or not 1 <= prec <= MAX_FLOAT_PRECISION \
-                    or not 0 <= bc <= MAX_FLOAT_PRECISION or abs(exp) > 1 << 40:
+            if (
+                sign not in (0, 1)
+                or type(sign) is not int
+                or type(man) is not str
+                or not re.fullmatch(r"[0-9a-f]+", man)
+                or not _is_int(exp)
+                or not _is_int(bc)
+                or not _is_int(prec)
+                or not 1 <= prec <= MAX_FLOAT_PRECISION
+                or not 0 <= bc <= MAX_FLOAT_PRECISION
+                or abs(exp) > 1 << 40
+            ):
                 _fail("malformed Float")
             if int(man, 16).bit_length() != bc:
                 _fail("malformed Float: bit count does not match the mantissa")
@@ -727,8 +862,13 @@ class _Decoder:
         if name in SYMPY_MATRICES:
             _arity(args, 3, name)
             rows, cols, items = args
-            if not (_is_int(rows) and _is_int(cols)) or rows < 0 or cols < 0 or type(items) is not list \
-                    or rows * cols != len(items):
+            if (
+                not (_is_int(rows) and _is_int(cols))
+                or rows < 0
+                or cols < 0
+                or type(items) is not list
+                or rows * cols != len(items)
+            ):
                 _fail(f"malformed {name}")
             values = [self.sympy_node(item, depth + 1) for item in items]
             return cls(rows, cols, values)
@@ -776,8 +916,7 @@ def _parse_dtype(text: object) -> Any:
 
 
 def _parse_shape(shape: Any) -> list[int]:
-    if type(shape) is not list or len(shape) > MAX_NDIM \
-            or any(not _is_int(n) or n < 0 or n >= 1 << 62 for n in shape):
+    if type(shape) is not list or len(shape) > MAX_NDIM or any(not _is_int(n) or n < 0 or n >= 1 << 62 for n in shape):
         _fail("malformed shape")
     return shape
 
@@ -797,11 +936,25 @@ def _require_numpy() -> Any:
 
 
 _HANDLERS: dict[str, Callable[[_Decoder, Node, int], Any]] = {
-    "n": _Decoder.none, "b": _Decoder.boolean, "i": _Decoder.integer, "f": _Decoder.floating,
-    "c": _Decoder.complex_, "s": _Decoder.string, "y": _Decoder.bytes_, "Y": _Decoder.bytearray_,
-    "l": _Decoder.list_, "t": _Decoder.tuple_, "e": _Decoder.set_, "E": _Decoder.frozenset_,
-    "d": _Decoder.dict_, "a": _Decoder.array, "m": _Decoder.matrix, "A": _Decoder.object_array, "g": _Decoder.numpy_scalar,
-    "p": _Decoder.sparse, "z": _Decoder.sympy,
+    "n": _Decoder.none,
+    "b": _Decoder.boolean,
+    "i": _Decoder.integer,
+    "f": _Decoder.floating,
+    "c": _Decoder.complex_,
+    "s": _Decoder.string,
+    "y": _Decoder.bytes_,
+    "Y": _Decoder.bytearray_,
+    "l": _Decoder.list_,
+    "t": _Decoder.tuple_,
+    "e": _Decoder.set_,
+    "E": _Decoder.frozenset_,
+    "d": _Decoder.dict_,
+    "a": _Decoder.array,
+    "m": _Decoder.matrix,
+    "A": _Decoder.object_array,
+    "g": _Decoder.numpy_scalar,
+    "p": _Decoder.sparse,
+    "z": _Decoder.sympy,
 }
 
 
@@ -816,8 +969,9 @@ class FrameWriter:
     writes the frame at once; :class:`CodecError` leaves the channel untouched.
     """
 
-    def __init__(self, channel: int | str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES,
-                 max_depth: int = MAX_DEPTH) -> None:
+    def __init__(
+        self, channel: int | str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES, max_depth: int = MAX_DEPTH
+    ) -> None:
         import os  # why: only the child's writer needs it
 
         self.encoder = Encoder(max_bytes, max_depth)
@@ -871,5 +1025,14 @@ def read_capped(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         os.close(fd)
 
 
-__all__ = ["CodecError", "Encoder", "FrameWriter", "encode", "decode", "decode_stream", "read_capped",
-           "DEFAULT_MAX_BYTES", "MAX_DEPTH"]
+__all__ = [
+    "CodecError",
+    "Encoder",
+    "FrameWriter",
+    "encode",
+    "decode",
+    "decode_stream",
+    "read_capped",
+    "DEFAULT_MAX_BYTES",
+    "MAX_DEPTH",
+]

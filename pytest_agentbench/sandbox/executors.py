@@ -27,6 +27,7 @@ Limits (``Limits``, see ``limits.py``), enforced on every child:
 A limit hit is reported in ``ExecResult.limit`` (``"wall"``, ``"memory"``, ``"cpu"``,
 ``"processes"``, ``"output"``) and ``timed_out`` for the wall clock; it never raises.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,20 +36,39 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from .forkserver import ForkServer
-from .isolation import MOUNT_RACE_TRIES, Isolation, bwrap_argv, child_environment, mount_race, needed_paths, probe, \
-    python_links
+from .isolation import (
+    MOUNT_RACE_TRIES,
+    Isolation,
+    bwrap_argv,
+    child_environment,
+    mount_race,
+    needed_paths,
+    probe,
+    python_links,
+)
 from .jail import POLL_INTERVAL, ProcessJail
 from .limits import GiB, Limits, MiB, child_env, package_parent
 from .result import ExecResult
 from .workdir import collect_result, prepare_workdir, read_collected
 
-__all__ = ["EXECUTORS", "Executor", "ExecResult", "ForkServer", "GiB", "Limits", "MiB", "SubprocessExecutor",
-           "get_executor", "run_python"]
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "ExecResult",
+    "ForkServer",
+    "GiB",
+    "Limits",
+    "MiB",
+    "SubprocessExecutor",
+    "get_executor",
+    "run_python",
+]
 
 EXECUTORS = ("fork", "subprocess")
 
@@ -56,8 +76,14 @@ EXECUTORS = ("fork", "subprocess")
 class Executor(Protocol):
     kind: str
 
-    def run(self, source: str, limits: Limits = ..., env: dict[str, str] | None = None,
-            files: Mapping[str, bytes | str] | None = None, collect: Mapping[str, int] | None = None) -> ExecResult: ...
+    def run(
+        self,
+        source: str,
+        limits: Limits = ...,
+        env: dict[str, str] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        collect: Mapping[str, int] | None = None,
+    ) -> ExecResult: ...
 
 
 # A tiny launcher between the plugin and the script: it applies the limits (no preexec_fn in a threaded
@@ -106,8 +132,14 @@ class SubprocessExecutor:
     def __init__(self, isolation: Isolation | None = None) -> None:
         self.isolation = probe() if isolation is None else isolation
 
-    def run(self, source: str, limits: Limits = Limits(), env: dict[str, str] | None = None,
-            files: Mapping[str, bytes | str] | None = None, collect: Mapping[str, int] | None = None) -> ExecResult:
+    def run(
+        self,
+        source: str,
+        limits: Limits = Limits(),
+        env: dict[str, str] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        collect: Mapping[str, int] | None = None,
+    ) -> ExecResult:
         for attempt in range(MOUNT_RACE_TRIES):
             result = self.run_once(source, limits, env, files, collect)
             if not (self.isolation.active and result.exit_code == 1 and mount_race(result.stderr)):
@@ -115,8 +147,14 @@ class SubprocessExecutor:
             time.sleep(0.2 * (attempt + 1))
         return result
 
-    def run_once(self, source: str, limits: Limits, env: dict[str, str] | None,
-                 files: Mapping[str, bytes | str] | None, collect: Mapping[str, int] | None) -> ExecResult:
+    def run_once(
+        self,
+        source: str,
+        limits: Limits,
+        env: dict[str, str] | None,
+        files: Mapping[str, bytes | str] | None,
+        collect: Mapping[str, int] | None,
+    ) -> ExecResult:
         isolated = self.isolation.active
         full_env = child_environment(child_env(env)) if isolated else child_env(env)
         with tempfile.TemporaryDirectory(prefix="agentbench-") as tmp:
@@ -124,25 +162,39 @@ class SubprocessExecutor:
             prepare_workdir(work, source, files, collect)
             jail = ProcessJail(limits)
             status_read, status_write = os.pipe() if isolated else (None, None)
-            spec: dict[str, Any] = {"limits": asdict(limits), "env": full_env,
-                                    "cgroup": str(jail.cgroup) if jail.cgroup else ""}
+            spec: dict[str, Any] = {
+                "limits": asdict(limits),
+                "env": full_env,
+                "cgroup": str(jail.cgroup) if jail.cgroup else "",
+            }
             argv = [sys.executable, "-S", "-c", LAUNCHER]
             if isolated:
                 # Python's folders as this (fully started) interpreter knows them: the -S launcher cannot
                 # tell a venv's site folders, and its child must find them under its fresh /tmp too
-                spec.update(isolation=self.isolation.mode, work=str(work), status_fd=status_write,
-                            bind=[".stdout", ".stderr", *(collect or {})], needed=needed_paths(),
-                            links=python_links())
+                spec.update(
+                    isolation=self.isolation.mode,
+                    work=str(work),
+                    status_fd=status_write,
+                    bind=[".stdout", ".stderr", *(collect or {})],
+                    needed=needed_paths(),
+                    links=python_links(),
+                )
                 argv = bwrap_argv(self.isolation, writable=[str(work)]) + argv
             launcher_env = dict(full_env, PYTHONPATH=package_parent())
             started = time.monotonic()
             timed_out = processes_hit = False
             try:
                 with open(work / ".stdout", "wb") as out, open(work / ".stderr", "wb") as err:
-                    proc = subprocess.Popen([*argv, json.dumps(spec)], cwd="/" if isolated else work,
-                                            stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=launcher_env,
-                                            start_new_session=True,
-                                            pass_fds=[] if status_write is None else [status_write])
+                    proc = subprocess.Popen(
+                        [*argv, json.dumps(spec)],
+                        cwd="/" if isolated else work,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=err,
+                        env=launcher_env,
+                        start_new_session=True,
+                        pass_fds=[] if status_write is None else [status_write],
+                    )
                 if status_write is not None:  # (isolated)
                     os.close(status_write)
                 deadline = started + limits.timeout
@@ -170,9 +222,15 @@ class SubprocessExecutor:
                 jail.close()
                 if status_read is not None:
                     os.close(status_read)
-            result = collect_result(work, limits, exit_code, started, timed_out=timed_out,
-                                    limit="processes" if processes_hit and not timed_out else None,
-                                    processes_hit=processes_hit)
+            result = collect_result(
+                work,
+                limits,
+                exit_code,
+                started,
+                timed_out=timed_out,
+                limit="processes" if processes_hit and not timed_out else None,
+                processes_hit=processes_hit,
+            )
             result.files = read_collected(work, collect)
         return result
 
@@ -190,9 +248,15 @@ def get_executor(kind: str = "fork") -> Executor:
     return _EXECUTORS[pid_key]
 
 
-def run_python(source: str, *, limits: Limits = Limits(), env: dict[str, str] | None = None,
-               files: Mapping[str, bytes | str] | None = None, executor: str = "fork",
-               collect: Mapping[str, int] | None = None) -> ExecResult:
+def run_python(
+    source: str,
+    *,
+    limits: Limits = Limits(),
+    env: dict[str, str] | None = None,
+    files: Mapping[str, bytes | str] | None = None,
+    executor: str = "fork",
+    collect: Mapping[str, int] | None = None,
+) -> ExecResult:
     """Run ``source`` as ``main.py`` in a new temporary directory and process group, under ``limits``,
     isolated from this machine where it can be (``isolation.probe``).
 

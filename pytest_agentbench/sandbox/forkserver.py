@@ -14,10 +14,12 @@ re-parented to it and killed after the run. Under isolation the server also trac
 exit stops only; signals pass through, a stop signal does not stop it): the child stops at the start of
 its exit, still alive, and every other process of its PID namespace is killed and gone before it may
 finish. So nothing a script started can write its files after it ended: what the server reads is the
-script's own (a late writer can no longer tell the script ended before it is killed). A script that kills the server (``os.getppid()`` is the
+script's own (a late writer can no longer tell the script ended before it is killed). A script that kills the server
+(``os.getppid()`` is the
 server) fails its run with ``EXECUTOR_DIED`` in stderr; the client kills what is left of the run and
 starts a new server for the next request.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -37,22 +39,58 @@ import tempfile
 import threading
 import time
 import types
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from .isolation import MOUNT_RACE_TRIES, Isolation, RunNamespace, mount_race, bwrap_argv, child_environment, enter_child, make_non_dumpable, \
-    needed_paths, probe
-from .jail import POLL_INTERVAL, ProcessJail, continue_traced, descendants, end_namespace_of, end_namespace_peers, \
-    kill_group, kill_pids, reap_children, trace_me
+from .isolation import (
+    MOUNT_RACE_TRIES,
+    Isolation,
+    RunNamespace,
+    bwrap_argv,
+    child_environment,
+    enter_child,
+    make_non_dumpable,
+    mount_race,
+    needed_paths,
+    probe,
+)
+from .jail import (
+    POLL_INTERVAL,
+    ProcessJail,
+    continue_traced,
+    descendants,
+    end_namespace_of,
+    end_namespace_peers,
+    kill_group,
+    kill_pids,
+    reap_children,
+    trace_me,
+)
 from .limits import Limits, apply_child_limits, child_env, package_parent
 from .result import ExecResult
 from .workdir import EXECUTOR_DIED, SCRIPT_NAME, collect_result, prepare_workdir, read_collected, read_trimmed
 
 DEFAULT_PRELOAD = (
-    "numpy", "scipy", "scipy.special", "scipy.integrate", "scipy.linalg", "scipy.sparse",
-    "scipy.sparse.linalg", "scipy.optimize", "scipy.interpolate", "scipy.fft", "scipy.constants",
-    "scipy.stats", "scipy.signal", "scipy.ndimage", "sympy", "h5py", "matplotlib", "matplotlib.pyplot",
+    "numpy",
+    "scipy",
+    "scipy.special",
+    "scipy.integrate",
+    "scipy.linalg",
+    "scipy.sparse",
+    "scipy.sparse.linalg",
+    "scipy.optimize",
+    "scipy.interpolate",
+    "scipy.fft",
+    "scipy.constants",
+    "scipy.stats",
+    "scipy.signal",
+    "scipy.ndimage",
+    "sympy",
+    "h5py",
+    "matplotlib",
+    "matplotlib.pyplot",
 )
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -93,6 +131,7 @@ def _recv(sock: socket.socket) -> Message | None:
 
 
 # ---------------------------------------------------------------- server side
+
 
 def serve(fd: int, preload: Sequence[str] = DEFAULT_PRELOAD, isolation: str | None = None) -> None:
     """Entry point of the server process; returns when the client closes its end.
@@ -183,8 +222,16 @@ def _stop_for_tracing(wake: int) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, limits: Limits,
-               space: RunNamespace | None, collect: dict[str, int] | None, wake: int | None = None) -> ExecResult | None:
+def _supervise(
+    sock: socket.socket,
+    pid: int,
+    work: Path,
+    jail: ProcessJail,
+    limits: Limits,
+    space: RunNamespace | None,
+    collect: dict[str, int] | None,
+    wake: int | None = None,
+) -> ExecResult | None:
     """Wait for the run's end (or its limits), kill what is left, read what it wrote.
 
     Under isolation the child is traced: it stops at the start of its exit, still alive, and every other
@@ -231,9 +278,15 @@ def _supervise(sock: socket.socket, pid: int, work: Path, jail: ProcessJail, lim
     jail.close()
     if client_gone:
         return None
-    result = collect_result(work, limits, os.waitstatus_to_exitcode(status), started, timed_out=timed_out,
-                            limit="processes" if processes_hit and not timed_out else None,
-                            processes_hit=processes_hit)
+    result = collect_result(
+        work,
+        limits,
+        os.waitstatus_to_exitcode(status),
+        started,
+        timed_out=timed_out,
+        limit="processes" if processes_hit and not timed_out else None,
+        processes_hit=processes_hit,
+    )
     result.files = read_collected(work, collect)
     return result
 
@@ -254,7 +307,7 @@ def _continue_stopped(pid: int, wake: int, first: bool, space: RunNamespace | No
             return first
         init = space.init.pid if space is not None else None
 
-        def end_others() -> None:
+        def end_others(init: int | None = init) -> None:  # called within this pass of the loop
             if init:
                 end_namespace_of(init, spare=[pid])
 
@@ -281,8 +334,9 @@ def _close_namespace(space: RunNamespace) -> None:
         time.sleep(0.0005)
 
 
-def _child(sock: socket.socket, request: Message, work: Path, jail: ProcessJail, limits: Limits,
-           isolation: str | None) -> None:
+def _child(
+    sock: socket.socket, request: Message, work: Path, jail: ProcessJail, limits: Limits, isolation: str | None
+) -> None:
     """Runs in the forked child: isolate, limit, then run the script like ``python main.py`` would."""
     try:
         server = os.getppid()
@@ -294,10 +348,17 @@ def _child(sock: socket.socket, request: Message, work: Path, jail: ProcessJail,
         jail.join()
         _redirect_fds(work)
         if isolation:
-            if isolation == "root":  # as root no RLIMIT_NPROC (the cgroup counts); as uid 65534 it would count every worker
+            if (
+                isolation == "root"
+            ):  # as root no RLIMIT_NPROC (the cgroup counts); as uid 65534 it would count every worker
                 apply_child_limits(limits)
-            enter_child(isolation, work=work, disk=limits.disk, hidden=limits.hidden,
-                        bind=(".stdout", ".stderr", *request.get("collect", {})))
+            enter_child(
+                isolation,
+                work=work,
+                disk=limits.disk,
+                hidden=limits.hidden,
+                bind=(".stdout", ".stderr", *request.get("collect", {})),
+            )
             if isolation != "root":  # in its own user namespace RLIMIT_NPROC counts this run only
                 apply_child_limits(limits)
         else:
@@ -422,6 +483,7 @@ def _finalize(code: int) -> int:
 
 # ---------------------------------------------------------------- client side
 
+
 class ForkServerError(RuntimeError):
     pass
 
@@ -431,8 +493,9 @@ class ForkServer:
 
     kind = "fork"
 
-    def __init__(self, preload: Sequence[str] = DEFAULT_PRELOAD, start_timeout: float = 300.0,
-                 isolation: Isolation | None = None):
+    def __init__(
+        self, preload: Sequence[str] = DEFAULT_PRELOAD, start_timeout: float = 300.0, isolation: Isolation | None = None
+    ):
         """``isolation``: how children are isolated (default: what ``isolation.probe()`` finds here)."""
         self.preload = tuple(preload)
         self.start_timeout = start_timeout
@@ -473,8 +536,10 @@ class ForkServer:
         fd, log = tempfile.mkstemp(prefix="agentbench-forkserver-", suffix=".log")
         self._log = Path(log)
         mode = self.isolation.mode if self.isolation.active else None
-        code = (f"from pytest_agentbench.sandbox.forkserver import serve; "
-                f"serve({theirs.fileno()}, {self.preload!r}, {mode!r})")
+        code = (
+            f"from pytest_agentbench.sandbox.forkserver import serve; "
+            f"serve({theirs.fileno()}, {self.preload!r}, {mode!r})"
+        )
         env = dict(child_env(), PYTHONPATH=package_parent())  # (the scripts get their own environment)
         argv = [sys.executable, "-c", code]
         if mode:
@@ -482,9 +547,16 @@ class ForkServer:
             env["TMPDIR"] = str(self._base)  # the runs' folders (output files) live here, outside the children's view
             argv = bwrap_argv(self.isolation, writable=[str(self._base)]) + argv
         try:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd="/" if mode else None,
-                                          stdout=fd, stderr=fd, pass_fds=[theirs.fileno()], env=env,
-                                          start_new_session=True)
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                cwd="/" if mode else None,
+                stdout=fd,
+                stderr=fd,
+                pass_fds=[theirs.fileno()],
+                env=env,
+                start_new_session=True,
+            )
         finally:
             os.close(fd)
             theirs.close()
@@ -500,15 +572,26 @@ class ForkServer:
             raise ForkServerError(f"the fork server did not start; its log says:\n{log_text}")
         self.own_pids = frozenset({self._proc.pid} | descendants(self._proc.pid))
 
-    def run(self, source: str, limits: Limits = Limits(), env: dict[str, str] | None = None,
-            files: Mapping[str, bytes | str] | None = None, collect: Mapping[str, int] | None = None) -> ExecResult:
+    def run(
+        self,
+        source: str,
+        limits: Limits = Limits(),
+        env: dict[str, str] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        collect: Mapping[str, int] | None = None,
+    ) -> ExecResult:
         if not isinstance(source, str):
             raise TypeError(f"source must be Python source text (str), got {type(source).__name__}")
         full_env = child_env(env)
         if self.isolation.active:
             full_env = child_environment(full_env)
-        request = {"source": source, "limits": asdict(limits), "env": full_env, "files": dict(files or {}),
-                   "collect": dict(collect or {})}
+        request = {
+            "source": source,
+            "limits": asdict(limits),
+            "env": full_env,
+            "files": dict(files or {}),
+            "collect": dict(collect or {}),
+        }
         with self._lock:
             self._ensure_started()
             started = time.monotonic()

@@ -11,6 +11,7 @@ There is no completion token and no tamper guard inside the child any more: what
 child's process can read or defeat them, so they never proved anything, and since the comparisons run
 in the parent there is nothing left in the child for them to protect.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,9 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 from .result import ExecResult
 from .workdir import EXECUTOR_DIED
@@ -54,14 +56,16 @@ def executor_died(result: ExecResult) -> bool:
 class Bounded:
     """How a bounded run ended: ``ended`` is "ok" (``result`` holds what the work returned), "time",
     "memory", "error" (``why`` says which exception), "signal N" or "exit N"."""
+
     ended: str
     result: Any = None
     reports: tuple[dict[str, Any], ...] = ()
     why: str = ""
 
 
-def run_bounded(work: Callable[[Callable[[dict[str, Any]], None]], Any], *, timeout: float,
-                memory: int | None) -> Bounded:
+def run_bounded(
+    work: Callable[[Callable[[dict[str, Any]], None]], Any], *, timeout: float, memory: int | None
+) -> Bounded:
     """Run ``work(report)`` in a forked copy of this process, at most ``timeout`` seconds (wall and CPU) and
     ``memory`` more bytes of address space than this process has now; ``report(dict)`` hands a small
     JSON-able progress report back, and so does ``work``'s return value.
@@ -89,8 +93,9 @@ def _address_space() -> int:
         return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _run_copy(work: Callable[[Callable[[dict[str, Any]], None]], Any], fd: int, timeout: float,
-              budget: int | None) -> NoReturn:
+def _run_copy(
+    work: Callable[[Callable[[dict[str, Any]], None]], Any], fd: int, timeout: float, budget: int | None
+) -> NoReturn:
     code = 0
     try:
         for number in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
@@ -121,7 +126,7 @@ def _send(fd: int, report: dict[str, Any]) -> None:
     except MemoryError:
         data = b'{"ended": "memory"}\n'
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def _collect(fd: int, pid: int, deadline: float) -> tuple[bytes, bool]:
@@ -140,7 +145,7 @@ def _collect(fd: int, pid: int, deadline: float) -> tuple[bytes, bool]:
         if not chunk:
             return b"".join(chunks), True
         if size < REPORT_BYTES:
-            chunks.append(chunk[:REPORT_BYTES - size])
+            chunks.append(chunk[: REPORT_BYTES - size])
             size += len(chunk)
 
 

@@ -41,6 +41,7 @@ a child cannot even name it (another PID namespace).
 ``probe()`` tries all of that once per process and says why isolation is impossible when it is
 (no bwrap, no user namespaces, not Linux, turned off with ``AGENTBENCH_ISOLATION=off``).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -50,9 +51,10 @@ import posixpath
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from .limits import Limits, apply_child_limits, join_cgroup, package_parent
 
@@ -85,6 +87,7 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 
 # ---------------------------------------------------------------- the C library, thinly
 
+
 def _check(result: int, what: str) -> None:
     if result != 0:
         err = ctypes.get_errno()
@@ -109,8 +112,10 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
 
 
 def prctl(option: int, arg: int) -> None:
-    _check(LIBC.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
-           f"prctl {option}")
+    _check(
+        LIBC.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+        f"prctl {option}",
+    )
 
 
 class _CapHeader(ctypes.Structure):
@@ -140,6 +145,7 @@ def clear_capabilities() -> None:
 
 # ---------------------------------------------------------------- can this machine isolate?
 
+
 @dataclass(frozen=True)
 class Isolation:
     """How children are isolated here: ``mode`` is "root", "userns" or "none" (then ``why`` says why)."""
@@ -157,8 +163,10 @@ class Isolation:
         if not self.active:
             return f"none ({self.why})"
         how = "privileged" if self.mode == "root" else "user namespace"
-        return (f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, system folders only (read-only), "
-                f"private /tmp, own PID namespace, no network for scripts")
+        return (
+            f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, system folders only (read-only), "
+            f"private /tmp, own PID namespace, no network for scripts"
+        )
 
 
 NO_ISOLATION = Isolation("none", "not requested")
@@ -188,14 +196,25 @@ def _probe() -> Isolation:
     code = "from pytest_agentbench.sandbox.isolation import self_test; self_test()"
     argv = bwrap_argv(candidate) + [sys.executable, "-S", "-c", code, candidate.mode]
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
-                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": package_parent()})
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": package_parent()},
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Isolation("none", f"bwrap could not be run: {exc}")
     if done.returncode != 0 or done.stdout.strip() != "isolated":
         lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
         reason = lines[-1] if lines else f"exit code {done.returncode}"
-        hint = "" if os.geteuid() == 0 else " (are unprivileged user namespaces enabled? sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces)"
+        hint = (
+            ""
+            if os.geteuid() == 0
+            else " (are unprivileged user namespaces enabled? sysctl kernel.unprivileged_userns_clone / "
+            "user.max_user_namespaces)"
+        )
         return Isolation("none", f"bwrap cannot isolate here: {reason}{hint}")
     return candidate
 
@@ -213,8 +232,11 @@ def self_test() -> None:
             os.makedirs("/tmp/agentbench-probe/sub")
             Path("/tmp/agentbench-probe/sub/main.py").write_text("pass")
             enter_child(mode, work="/tmp/agentbench-probe", disk=1 << 20, bind=())
-            ok = (os.getuid() == SANDBOX_UID and os.getppid() == 0
-                  and Path("/tmp/agentbench-probe/sub/main.py").read_text() == "pass")
+            ok = (
+                os.getuid() == SANDBOX_UID
+                and os.getppid() == 0
+                and Path("/tmp/agentbench-probe/sub/main.py").read_text() == "pass"
+            )
             os.write(write, b"isolated" if ok else f"uid {os.getuid()} ppid {os.getppid()}".encode())
             os._exit(0)
         except BaseException as exc:  # report, never return into the caller's code
@@ -231,6 +253,7 @@ def self_test() -> None:
 
 
 # ---------------------------------------------------------------- the sandbox process (bwrap)
+
 
 def private_homes() -> list[str]:
     """The controller's home folders: hidden from children (keys, tokens, shell history)."""
@@ -281,8 +304,11 @@ def pth_folders(site_dirs: Iterable[str]) -> set[str]:
                 lines = Path(folder, name).read_text(errors="replace").splitlines()
             except OSError:
                 continue
-            out.update(os.path.join(folder, line.strip()) for line in lines
-                       if line.strip() and not line.startswith(("#", "import ", "import\t")))
+            out.update(
+                os.path.join(folder, line.strip())
+                for line in lines
+                if line.strip() and not line.startswith(("#", "import ", "import\t"))
+            )
     return out
 
 
@@ -310,8 +336,16 @@ def spelled_python_paths() -> list[str]:
     its prefixes, the site folders, what their ``.pth`` files add and ``$PYTHONPATH``. A fresh interpreter in a
     sandbox finds its prefix and site folders from its own spelt path, so each of these must resolve there too."""
     site_dirs = site_folders()
-    paths = [sys.executable, sys.prefix, sys.exec_prefix, sys.base_prefix, venv_folder() or "", *sorted(site_dirs),
-             *sorted(pth_folders(site_dirs)), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    paths = [
+        sys.executable,
+        sys.prefix,
+        sys.exec_prefix,
+        sys.base_prefix,
+        venv_folder() or "",
+        *sorted(site_dirs),
+        *sorted(pth_folders(site_dirs)),
+        *os.environ.get("PYTHONPATH", "").split(os.pathsep),
+    ]
     out: list[str] = []
     for path in paths:
         if path and os.path.isabs(path) and os.path.normpath(path) not in out:
@@ -341,7 +375,7 @@ def links_on_the_way(path: str, limit: int = 40) -> list[tuple[str, str]]:
         found.append((candidate, target))
         if target.startswith("/"):
             current = "/"
-        todo = [*PurePosixPath(target).parts[1 if target.startswith("/") else 0:], *todo]
+        todo = [*PurePosixPath(target).parts[1 if target.startswith("/") else 0 :], *todo]
     return found
 
 
@@ -366,9 +400,17 @@ def needed_paths() -> list[str]:
     are a user's project, with its files, reports and perhaps keys; only installed locations are kept
     (site folders, what their ``.pth`` files add, ``$PYTHONPATH``)."""
     site_dirs = site_folders()
-    installed = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, venv_folder() or "",
-                 os.path.dirname(os.path.realpath(sys.executable)), *site_dirs, *pth_folders(site_dirs),
-                 *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p))}
+    installed = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        venv_folder() or "",
+        os.path.dirname(os.path.realpath(sys.executable)),
+        *site_dirs,
+        *pth_folders(site_dirs),
+        *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p)),
+    }
     real = {os.path.realpath(p) for p in installed if os.path.isabs(p) and os.path.isdir(p)}
     parent = os.path.realpath(package_parent())
     prefixes = [os.path.realpath(p) for p in (*site_dirs, sys.prefix, sys.base_prefix, sys.exec_prefix)]
@@ -387,10 +429,20 @@ def inside(path: str, roots: Iterable[str]) -> bool:
     return any(path != root and under(path, [root]) for root in roots)
 
 
-def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str] = (), readable: Iterable[str] = (),
-               hidden: Iterable[str] = (), tmp: str | None = None, pidns_fd: int | None = None,
-               userns_fd: int | None = None, info_fd: int | None = None, devices: Iterable[str] = (),
-               relocated: Iterable[tuple[str, str]] = ()) -> list[str]:
+def bwrap_argv(
+    iso: Isolation,
+    *,
+    network: bool = False,
+    writable: Iterable[str] = (),
+    readable: Iterable[str] = (),
+    hidden: Iterable[str] = (),
+    tmp: str | None = None,
+    pidns_fd: int | None = None,
+    userns_fd: int | None = None,
+    info_fd: int | None = None,
+    devices: Iterable[str] = (),
+    relocated: Iterable[tuple[str, str]] = (),
+) -> list[str]:
     """The bwrap command line of a sandbox process (the command follows it).
 
     ``tmp``: a host folder mounted on ``/tmp`` (default: a tmpfs); ``writable``: host folders bound
@@ -426,11 +478,12 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
         resolver = os.path.realpath("/etc/resolv.conf")
         if os.path.isfile(resolver) and not under(resolver, system):
             readable.append(resolver)
-    needed = [("--ro-bind", path, path) for path in needed_paths()
-              if under(path, replaced) or not under(path, system)]
-    shared = ([("--ro-bind", path, path) for path in readable]
-              + [("--bind", str(path), str(path)) for path in writable]
-              + [("--bind", source, target) for source, target in relocated])
+    needed = [("--ro-bind", path, path) for path in needed_paths() if under(path, replaced) or not under(path, system)]
+    shared = (
+        [("--ro-bind", path, path) for path in readable]
+        + [("--bind", str(path), str(path)) for path in writable]
+        + [("--bind", source, target) for source, target in relocated]
+    )
     whole = [*system, *(path for _, _, path in needed + shared)]  # (the folders visible with all they hold)
     links = [(link, text) for link, text in python_links() if not under(link, whole)]
     if tmp is not None:  # /tmp is a host folder that outlives this sandbox: its links are made there, once
@@ -456,8 +509,11 @@ def bwrap_argv(iso: Isolation, *, network: bool = False, writable: Iterable[str]
     # the key that signs checksum stamps: never visible to a child, wherever $AGENTBENCH_SECRET_FILE points
     # (its default place is in the home folder, hidden anyway; the file is the controller's, mode 0600)
     seen = [*system, *(path for _, path, _ in needed), *(source for _, source, _ in shared)]
-    masked = [path for path in [*hidden, *visible_sources, str(secret_path())]
-              if not under(path, emptied) and under(os.path.realpath(path), seen)]  # (the rest is not there)
+    masked = [
+        path
+        for path in [*hidden, *visible_sources, str(secret_path())]
+        if not under(path, emptied) and under(os.path.realpath(path), seen)
+    ]  # (the rest is not there)
     args += mask_args(masked)  # before the shared folders: those stay visible
     # Python inside a masked folder (a venv in the cache folder, the interpreter below a hidden /opt/data) is
     # bound again on top of the mask: only it, not the folder's other files (a mask on Python itself stays)
@@ -516,26 +572,32 @@ def check_relocation_target(path: str) -> str:
     if not text.startswith("/") or posixpath.normpath(text) != text or text in ("/", "//"):
         raise ValueError(f"cannot put a folder at {text!r} in the sandbox: give a normalized absolute path below /")
     if under(text, NO_RELOCATION_UNDER):
-        raise ValueError(f"cannot put a folder at {text} in the sandbox: /proc, /sys and /dev are the kernel's; "
-                         f"choose a path elsewhere")
+        raise ValueError(
+            f"cannot put a folder at {text} in the sandbox: /proc, /sys and /dev are the kernel's; "
+            f"choose a path elsewhere"
+        )
     parent = posixpath.dirname(text)
     while parent != "/":
         if os.path.islink(parent):
-            raise ValueError(f"cannot put a folder at {text} in the sandbox: {parent} is a symbolic link on this "
-                             f"machine (to {os.readlink(parent)}); choose a path whose parents are real folders")
+            raise ValueError(
+                f"cannot put a folder at {text} in the sandbox: {parent} is a symbolic link on this "
+                f"machine (to {os.readlink(parent)}); choose a path whose parents are real folders"
+            )
         parent = posixpath.dirname(parent)
     return text
 
 
-def mirror_root(targets: Sequence[str], replaced: Sequence[str],
-                emptied: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+def mirror_root(
+    targets: Sequence[str], replaced: Sequence[str], emptied: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
     """bwrap arguments building the sandbox's (tmpfs) root, read-only: the machine's system folders
     (``SYSTEM_TOPS``) and nothing else of it, made around ``targets`` (sandbox paths other mounts will take;
     checked by ``check_relocation_target``).
 
     Every system folder on the way to a target gets its host entries bound read-only one by one (symbolic links
     made again), except the entry leading on to the target: ``/`` itself, and below it a tmpfs where the host
-    has the folder; an empty folder where it has not, or where it is not a system folder. ``/proc``, ``/dev`` and ``/tmp`` are never taken from the
+    has the folder; an empty folder where it has not, or where it is not a system folder. ``/proc``, ``/dev`` and
+    ``/tmp`` are never taken from the
     host, nor are folders under ``replaced`` (they are mounted afresh later); folders in ``emptied`` (hidden
     ones) get none of their host entries. Returns the arguments and the tmpfs folders to remount read-only
     once every mount point in them is made."""
@@ -586,6 +648,7 @@ def mask_args(hidden: Iterable[str]) -> list[str]:
 
 # ---------------------------------------------------------------- one run's namespaces (inside the sandbox)
 
+
 class RunNamespace:
     """A fresh PID namespace for one run, made by the sandbox process before it forks the child.
 
@@ -597,8 +660,13 @@ class RunNamespace:
         self.own = own_pidns
         unshare(CLONE_NEWPID)
         try:
-            self.init = subprocess.Popen([shutil.which("sleep") or "/bin/sleep", "infinity"], stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+            self.init = subprocess.Popen(
+                [shutil.which("sleep") or "/bin/sleep", "infinity"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
         except BaseException:
             self.leave()
             raise
@@ -614,9 +682,16 @@ class RunNamespace:
 FRESH_MOUNTS = ("/tmp", "/dev/shm")  # what every child gets afresh: anything of Python there is bound again
 
 
-def enter_child(mode: str, *, work: str | os.PathLike[str], disk: int | None, hidden: Sequence[str] = (),
-                bind: Sequence[str] = (".stdout", ".stderr"), needed: Sequence[str] | None = None,
-                links: Sequence[Sequence[str]] | None = None) -> None:
+def enter_child(
+    mode: str,
+    *,
+    work: str | os.PathLike[str],
+    disk: int | None,
+    hidden: Sequence[str] = (),
+    bind: Sequence[str] = (".stdout", ".stderr"),
+    needed: Sequence[str] | None = None,
+    links: Sequence[Sequence[str]] | None = None,
+) -> None:
     """In the child, before any model code: private mounts, the work folder, then no privileges.
 
     The work folder is made again at the same path inside the new private ``/tmp``, with a copy of
@@ -635,8 +710,11 @@ def enter_child(mode: str, *, work: str | os.PathLike[str], disk: int | None, hi
     # opened in the new mount namespace, before /tmp is covered: the sources of the copy and the binds
     original = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
     outputs = {name: os.open(work / name, os.O_PATH) for name in bind}
-    keep = {path: os.open(path, os.O_PATH) for path in needed
-            if (under(path, FRESH_MOUNTS) or inside(path, masks)) and os.path.exists(path)}
+    keep = {
+        path: os.open(path, os.O_PATH)
+        for path in needed
+        if (under(path, FRESH_MOUNTS) or inside(path, masks)) and os.path.exists(path)
+    }
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     tmpfs_options = "mode=1777"
     if disk:
@@ -692,8 +770,15 @@ def enter_isolated_jail(spec: dict[str, Any]) -> None:
     join_cgroup(spec.get("cgroup"))
     if mode == "root":  # as root no RLIMIT_NPROC (the cgroup counts); as uid 65534 it would count every worker
         apply_child_limits(limits)
-    enter_child(mode, work=spec["work"], disk=limits.disk, hidden=limits.hidden,
-                bind=spec.get("bind", (".stdout", ".stderr")), needed=spec.get("needed"), links=spec.get("links"))
+    enter_child(
+        mode,
+        work=spec["work"],
+        disk=limits.disk,
+        hidden=limits.hidden,
+        bind=spec.get("bind", (".stdout", ".stderr")),
+        needed=spec.get("needed"),
+        links=spec.get("links"),
+    )
     if mode != "root":  # in its own user namespace RLIMIT_NPROC counts this run only
         apply_child_limits(limits)
     os.chdir(spec["work"])
@@ -705,14 +790,16 @@ def enter_isolated_jail(spec: dict[str, Any]) -> None:
 
 
 def _copy_tree(fd: int, dest: Path, skip: set[str]) -> None:
-    for root, dirs, names, root_fd in os.fwalk(".", dir_fd=fd):
+    for root, _dirs, names, root_fd in os.fwalk(".", dir_fd=fd):
         base = dest / root
         base.mkdir(parents=True, exist_ok=True)
         for name in names:
             if root == "." and name in skip:
                 continue
-            with open(os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root_fd), "rb") as src, \
-                    open(base / name, "wb") as out:
+            with (
+                open(os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root_fd), "rb") as src,
+                open(base / name, "wb") as out,
+            ):
                 shutil.copyfileobj(src, out)
 
 

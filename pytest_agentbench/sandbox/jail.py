@@ -5,14 +5,15 @@ tasks with ``pids.max`` and lists every member, including those that left the pr
 ``setsid()``. Without it the process limit falls back to ``RLIMIT_NPROC`` (non-root) or to polling
 ``/proc`` every ``POLL_INTERVAL`` seconds (root).
 """
+
 from __future__ import annotations
 
 import os
 import signal
 import time
 import uuid
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 from .limits import Limits
 
@@ -31,7 +32,7 @@ def proc_table() -> dict[int, tuple[int, int]]:
                 stat = fh.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         if fields[0] == b"Z":
             continue
         table[int(name)] = (int(fields[1]), int(fields[2]))
@@ -45,7 +46,7 @@ def is_live(pid: int) -> bool:
             stat = fh.read()
     except OSError:
         return False
-    return stat[stat.rfind(b")") + 2:][:1] != b"Z"
+    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
 
 
 def descendants(root: int, table: dict[int, tuple[int, int]] | None = None) -> set[int]:
@@ -126,6 +127,7 @@ def become_subreaper() -> bool:
     """Make the caller a child subreaper: whatever its descendants orphan (a double fork, ``setsid``) is
     re-parented to it rather than to the machine's init, so ``end_descendants`` finds it. False: no prctl here."""
     import ctypes  # why: only the launchers of unisolated scripts need the C library
+
     try:
         return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
     except (OSError, AttributeError):
@@ -171,6 +173,7 @@ STOP_SIGNALS = (signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 
 def _ptrace(request: int, pid: int, data: int = 0, addr: object = None) -> int:
     import ctypes  # why: only the launcher of a traced script needs the C library
+
     libc = ctypes.CDLL(None, use_errno=True)
     libc.ptrace.restype = ctypes.c_long
     return int(libc.ptrace(ctypes.c_long(request), ctypes.c_long(pid), addr, ctypes.c_void_p(data)))
@@ -183,6 +186,7 @@ def trace_me() -> bool:
 
 def _group_stop(pid: int) -> bool:
     import ctypes  # why: a siginfo buffer for PTRACE_GETSIGINFO (which fails for a group-stop)
+
     info = ctypes.create_string_buffer(128)
     return _ptrace(PTRACE_GETSIGINFO, pid, ctypes.addressof(info)) != 0
 

@@ -2,6 +2,7 @@
 
 Plain standard library only: the subprocess launchers import this module with ``python -S``.
 """
+
 from __future__ import annotations
 
 import os
@@ -91,8 +92,14 @@ def package_parent() -> str:
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a child: ours without secrets and plugin settings, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not hidden_from_children(k)}
-    env.update({"MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
-                "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1")})
+    env.update(
+        {
+            "MPLBACKEND": "Agg",
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
+        }
+    )
     if extra:
         bad = [k for k, v in extra.items() if not isinstance(k, str) or not isinstance(v, str)]
         if bad:

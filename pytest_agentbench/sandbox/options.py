@@ -1,7 +1,9 @@
 """The sandbox's settings: how scoring children run, their memory limit, and whether isolation is required."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.options import Option
@@ -11,17 +13,38 @@ from .isolation import Isolation, probe
 from .limits import GiB, Limits
 
 SANDBOX_OPTIONS = (
-    Option("executor", "--bench-executor", kind="choice", choices=EXECUTORS, default="fork",
-           ini="agentbench_executor",
-           help="how scoring scripts run: fork (default; a warm fork server) or subprocess "
-                "(a fresh interpreter per step).", free_on_resume=True),
-    Option("memory_limit", "--bench-memory-limit", kind="float", default=4.0, minimum=0, exclusive_minimum=True,
-           ini="agentbench_memory_limit", metavar="GIB",
-           help="address-space limit of each child process in GiB (default 4).", free_on_resume=True),
-    Option("require_isolation", "--bench-require-isolation", kind="bool", default=False,
-           ini="agentbench_require_isolation",
-           help="refuse to run when this machine cannot isolate the children that run model code "
-                "(bubblewrap and user namespaces, or root); without it such a run says 'isolation: none'."),
+    Option(
+        "executor",
+        "--bench-executor",
+        kind="choice",
+        choices=EXECUTORS,
+        default="fork",
+        ini="agentbench_executor",
+        help="how scoring scripts run: fork (default; a warm fork server) or subprocess "
+        "(a fresh interpreter per step).",
+        free_on_resume=True,
+    ),
+    Option(
+        "memory_limit",
+        "--bench-memory-limit",
+        kind="float",
+        default=4.0,
+        minimum=0,
+        exclusive_minimum=True,
+        ini="agentbench_memory_limit",
+        metavar="GIB",
+        help="address-space limit of each child process in GiB (default 4).",
+        free_on_resume=True,
+    ),
+    Option(
+        "require_isolation",
+        "--bench-require-isolation",
+        kind="bool",
+        default=False,
+        ini="agentbench_require_isolation",
+        help="refuse to run when this machine cannot isolate the children that run model code "
+        "(bubblewrap and user namespaces, or root); without it such a run says 'isolation: none'.",
+    ),
 )
 
 
@@ -47,6 +70,7 @@ def isolation_from(opts: Mapping[str, Any]) -> Isolation:
     """How children are isolated on this machine; a ConfigError when isolation is required and impossible."""
     found = probe()
     if not found.active and opts.get("require_isolation"):
-        raise ConfigError(f"--bench-require-isolation: this machine cannot isolate the children that run model "
-                          f"code: {found.why}")
+        raise ConfigError(
+            f"--bench-require-isolation: this machine cannot isolate the children that run model code: {found.why}"
+        )
     return found

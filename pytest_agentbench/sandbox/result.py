@@ -1,4 +1,5 @@
 """The one result type of running something: a scoring script, a tool call, an agent's command."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

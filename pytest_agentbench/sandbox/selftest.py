@@ -7,6 +7,7 @@ sandbox does not show and how to fix it, so no run spends its items on ``could n
 It uses the subprocess executor's way in (bwrap, then the launcher's private ``/tmp``, ``/dev/shm`` and masks,
 then ``exec`` of ``sys.executable``): the strictest of the sandboxes, and the one the targets rebuild uses.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -14,8 +15,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .executors import SubprocessExecutor
 from .isolation import ISOLATION_ENV, SANDBOX_UID, Isolation, needed_paths, probe, python_links, site_folders, under
@@ -46,9 +48,11 @@ for name in expected["modules"]:
         found["imports"][name] = (type(exc).__name__ + ": " + str(exc)).splitlines()[0][:300]
 print("\n" + json.dumps(found))
 """
-FIX = (f"fix: keep the interpreter, its venv and its packages outside the data dir, the cache and the report "
-       f"folder, in folders every user (uid {SANDBOX_UID}) may read and enter (chmod -R o+rX); or, for trusted "
-       f"models only, run without isolation ({ISOLATION_ENV}=off)")
+FIX = (
+    f"fix: keep the interpreter, its venv and its packages outside the data dir, the cache and the report "
+    f"folder, in folders every user (uid {SANDBOX_UID}) may read and enter (chmod -R o+rX); or, for trusted "
+    f"models only, run without isolation ({ISOLATION_ENV}=off)"
+)
 
 
 @dataclass(frozen=True)
@@ -74,8 +78,9 @@ def short(modules: Sequence[str]) -> list[str]:
 _DONE: dict[tuple[object, ...], SelfTest] = {}
 
 
-def run_self_test(isolation: Isolation | None = None,
-                  hidden: Sequence[str] | Mapping[str, str] = ()) -> SelfTest | None:
+def run_self_test(
+    isolation: Isolation | None = None, hidden: Sequence[str] | Mapping[str, str] = ()
+) -> SelfTest | None:
     """The self-test under ``isolation`` (default: ``probe()``) with the run's ``hidden`` folders (a mapping
     gives each the option that names it, for the message); None when children are not isolated (nothing to
     test). Once per process per interpreter, binds and isolation mode: the hidden folders count only where
@@ -99,8 +104,12 @@ def _run(iso: Isolation, hidden: Sequence[str], labels: Mapping[str, str]) -> Se
     files = {EXPECTED_FILE: json.dumps({"paths": paths, "modules": modules})}
     started = time.monotonic()
     try:
-        result = SubprocessExecutor(iso).run(SCRIPT, limits=Limits(timeout=TIMEOUT, hidden=tuple(hidden)),
-                                             files=files, env={"PYTHONPATH": package_path()})
+        result = SubprocessExecutor(iso).run(
+            SCRIPT,
+            limits=Limits(timeout=TIMEOUT, hidden=tuple(hidden)),
+            files=files,
+            env={"PYTHONPATH": package_path()},
+        )
     except (OSError, ValueError) as exc:  # the sandbox could not even be started
         problem = f"the sandbox for {sys.executable} could not be started ({type(exc).__name__}: {exc}); {FIX}"
         return SelfTest(False, time.monotonic() - started, sys.executable, problem)
@@ -109,8 +118,10 @@ def _run(iso: Isolation, hidden: Sequence[str], labels: Mapping[str, str]) -> Se
     if found is None:
         tail = " | ".join(line.strip() for line in result.stderr.strip().splitlines()[-3:]) or "no output"
         why = "timed out" if result.timed_out else f"exit status {result.exit_code}"
-        problem = (f"{sys.executable} could not run in the sandbox ({why}: {tail}); "
-                   f"{explain([sys.executable, *masked_python(hidden)], hidden, labels)}{FIX}")
+        problem = (
+            f"{sys.executable} could not run in the sandbox ({why}: {tail}); "
+            f"{explain([sys.executable, *masked_python(hidden)], hidden, labels)}{FIX}"
+        )
         return SelfTest(False, seconds, sys.executable, problem)
     failed = {name: error for name, error in found["imports"].items() if error != "ok"}
     if not failed and result.exit_code == 0:  # (a folder it cannot see that nothing needed: a $PYTHONPATH
@@ -124,8 +135,9 @@ def _run(iso: Isolation, hidden: Sequence[str], labels: Mapping[str, str]) -> Se
         parts.append("cannot import " + "; ".join(f"{name} ({error})" for name, error in failed.items()))
     if not parts:
         parts.append(f"the script ended with exit status {result.exit_code}")
-    problem = (f"inside the sandbox, {sys.executable}: {'; '.join(parts)}; "
-               f"{explain(found['missing'], hidden, labels)}{FIX}")
+    problem = (
+        f"inside the sandbox, {sys.executable}: {'; '.join(parts)}; {explain(found['missing'], hidden, labels)}{FIX}"
+    )
     return SelfTest(False, seconds, sys.executable, problem)
 
 
@@ -140,9 +152,13 @@ def expected_paths() -> list[tuple[str, bool]]:
     entries there too: a mask is an empty folder): the interpreter as spelt and resolved, Python's folders,
     its site folders and the links on the way to them."""
     out: dict[str, bool] = {}
-    for path in [sys.executable, os.path.realpath(sys.executable), *needed_paths(),
-                 *sorted(os.path.realpath(p) for p in site_folders() if os.path.isdir(p)),
-                 *(link for link, _ in python_links())]:
+    for path in [
+        sys.executable,
+        os.path.realpath(sys.executable),
+        *needed_paths(),
+        *sorted(os.path.realpath(p) for p in site_folders() if os.path.isdir(p)),
+        *(link for link, _ in python_links()),
+    ]:
         if path and path not in out:
             try:
                 out[path] = os.path.isdir(path) and bool(os.listdir(path))

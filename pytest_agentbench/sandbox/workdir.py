@@ -1,12 +1,13 @@
 """The folder of one run: the script and its files go in, its output files come out as an ExecResult."""
+
 from __future__ import annotations
 
 import os
 import signal
 import stat
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from ..core.io import trim_parts
 from ..core.text import decode
@@ -18,8 +19,9 @@ SCRIPT_NAME = "main.py"
 EXECUTOR_DIED = "AGENTBENCH-EXECUTOR-DIED"
 
 
-def prepare_workdir(work: Path, source: str, files: Mapping[str, bytes | str] | None,
-                    collect: Mapping[str, int] | None = None) -> Path:
+def prepare_workdir(
+    work: Path, source: str, files: Mapping[str, bytes | str] | None, collect: Mapping[str, int] | None = None
+) -> Path:
     """Write ``source`` as ``main.py`` and ``files`` (relative names, staying inside ``work``), and
     create the empty files named in ``collect`` (plain names), which the run may write and hands back."""
     script = work / SCRIPT_NAME
@@ -81,8 +83,9 @@ def read_collected(work: Path, collect: Mapping[str, int] | None) -> dict[str, b
     return out
 
 
-def classify(exit_code: int | None, stderr: str, timed_out: bool, *, processes_hit: bool = False,
-             output_hit: bool = False) -> str | None:
+def classify(
+    exit_code: int | None, stderr: str, timed_out: bool, *, processes_hit: bool = False, output_hit: bool = False
+) -> str | None:
     """Which limit ended a run (one of ``LIMIT_NAMES``), or None."""
     if timed_out:
         return "wall"
@@ -101,8 +104,16 @@ def classify(exit_code: int | None, stderr: str, timed_out: bool, *, processes_h
     return None
 
 
-def collect_result(work: Path, limits: Limits, exit_code: int | None, started: float, *, timed_out: bool,
-                   limit: str | None = None, processes_hit: bool = False) -> ExecResult:
+def collect_result(
+    work: Path,
+    limits: Limits,
+    exit_code: int | None,
+    started: float,
+    *,
+    timed_out: bool,
+    limit: str | None = None,
+    processes_hit: bool = False,
+) -> ExecResult:
     """Read the output files of a finished run and build its ExecResult (shared by both executors)."""
     duration = time.monotonic() - started
     stdout, out_size, out_repaired = read_output(work / ".stdout", limits.output)
@@ -111,9 +122,17 @@ def collect_result(work: Path, limits: Limits, exit_code: int | None, started: f
     output_hit = max(out_size, err_size) >= limits.output_cap
     if limit is None:
         limit = classify(exit_code, stderr, timed_out, processes_hit=processes_hit, output_hit=output_hit)
-    return ExecResult(exit_code=None if timed_out else exit_code, stdout=stdout, stderr=stderr,
-                      duration=duration, timed_out=timed_out, limit=limit,
-                      stdout_bytes=out_size, stderr_bytes=err_size, text_repaired=out_repaired + err_repaired)
+    return ExecResult(
+        exit_code=None if timed_out else exit_code,
+        stdout=stdout,
+        stderr=stderr,
+        duration=duration,
+        timed_out=timed_out,
+        limit=limit,
+        stdout_bytes=out_size,
+        stderr_bytes=err_size,
+        text_repaired=out_repaired + err_repaired,
+    )
 
 
 def hide_workdir(text: str, work: Path | str) -> str:

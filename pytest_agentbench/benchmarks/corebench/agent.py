@@ -8,6 +8,7 @@ workspace root and ends the run. Step, time and token limits end the run with wh
 workspace so far; ``end_reason`` says why it ended. A cost budget (``AgentLimits.cost``, USD, counted with
 ``AgentLimits.price``) ends it with ``budget``: an item status of its own, as upstream's cost cap did.
 """
+
 from __future__ import annotations
 
 import base64
@@ -32,8 +33,12 @@ DEFAULT_STEPS = 40
 DEFAULT_TIME = 8100.0  # seconds, as upstream
 DEFAULT_COMMAND_TIMEOUT = 600.0
 MAX_IMAGE_BYTES = 20 << 20
-IMAGE_TYPES = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg", b"GIF87a": "image/gif",
-               b"GIF89a": "image/gif"}
+IMAGE_TYPES = {
+    b"\x89PNG\r\n\x1a\n": "image/png",
+    b"\xff\xd8\xff": "image/jpeg",
+    b"GIF87a": "image/gif",
+    b"GIF89a": "image/gif",
+}
 END_REASONS = ("submitted", "max_steps", "time_limit", "token_limit", "model_error", "budget")
 
 SYSTEM_PROMPT = """You are an expert research engineer reproducing the results of a scientific code capsule.
@@ -46,27 +51,51 @@ Work step by step, check your numbers, and call submit before you run out of ste
 steps of {minutes:.0f} minutes in total)."""
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "bash",
-        "description": "Run a bash command in the capsule's folder and return its exit code, stdout and stderr.",
-        "parameters": {"type": "object", "properties": {
-            "command": {"type": "string", "description": "the bash command"},
-            "timeout": {"type": "number", "description": f"seconds before it is killed (default "
-                                                         f"{DEFAULT_COMMAND_TIMEOUT:.0f})"}},
-            "required": ["command"]}}},
-    {"type": "function", "function": {
-        "name": "view_image",
-        "description": "Show an image file (PNG, JPEG, GIF, or one page of a PDF) so you can read a figure.",
-        "parameters": {"type": "object", "properties": {
-            "path": {"type": "string", "description": "path of the file, relative to the starting folder"},
-            "page": {"type": "integer", "description": "PDF page number (default 1)"}},
-            "required": ["path"]}}},
-    {"type": "function", "function": {
-        "name": "submit",
-        "description": "Submit the final answers: a JSON object mapping each exact question text to its answer.",
-        "parameters": {"type": "object", "properties": {
-            "answers": {"type": "object", "description": "question text -> answer"}},
-            "required": ["answers"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a bash command in the capsule's folder and return its exit code, stdout and stderr.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "the bash command"},
+                    "timeout": {
+                        "type": "number",
+                        "description": f"seconds before it is killed (default {DEFAULT_COMMAND_TIMEOUT:.0f})",
+                    },
+                },
+                "required": ["command"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "view_image",
+            "description": "Show an image file (PNG, JPEG, GIF, or one page of a PDF) so you can read a figure.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "path of the file, relative to the starting folder"},
+                    "page": {"type": "integer", "description": "PDF page number (default 1)"},
+                },
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "submit",
+            "description": "Submit the final answers: a JSON object mapping each exact question text to its answer.",
+            "parameters": {
+                "type": "object",
+                "properties": {"answers": {"type": "object", "description": "question text -> answer"}},
+                "required": ["answers"],
+            },
+        },
+    },
 ]
 
 
@@ -91,17 +120,31 @@ class AgentResult:
 
 
 def new_accounting() -> dict[str, Any]:
-    return {"steps": 0, "model_calls": 0, "cache_hits": 0, "tool_calls": 0, "tool_errors": 0,
-            "prompt_tokens": 0, "completion_tokens": 0, "submit_rejections": 0, "commands_timed_out": 0,
-            "request_retries": 0,
-            "tools": {"bash": 0, "view_image": 0, "submit": 0}}
+    return {
+        "steps": 0,
+        "model_calls": 0,
+        "cache_hits": 0,
+        "tool_calls": 0,
+        "tool_errors": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "submit_rejections": 0,
+        "commands_timed_out": 0,
+        "request_retries": 0,
+        "tools": {"bash": 0, "view_image": 0, "submit": 0},
+    }
 
 
 def format_command_result(result: ExecResult, timeout: float) -> str:
-    lines = [f"exit code: {result.exit_code}" if not result.timed_out
-             else f"command timed out after {timeout:g} s and was killed"]
-    for label, text, size in (("stdout", result.stdout, result.stdout_bytes), ("stderr", result.stderr,
-                                                                               result.stderr_bytes)):
+    lines = [
+        f"exit code: {result.exit_code}"
+        if not result.timed_out
+        else f"command timed out after {timeout:g} s and was killed"
+    ]
+    for label, text, size in (
+        ("stdout", result.stdout, result.stdout_bytes),
+        ("stderr", result.stderr, result.stderr_bytes),
+    ):
         note = f" ({size} bytes, only the head and the tail are shown)" if size > len(text.encode()) else ""
         lines.append(f"--- {label}{note} ---\n{text}" if text else f"--- {label}: empty ---")
     return "\n".join(lines)
@@ -121,8 +164,9 @@ class ToolError(Exception):
 
 
 class CoreAgent:
-    def __init__(self, model, env: "Environment", questions: list[str], limits: AgentLimits, *,
-                 sample_index: int = 0) -> None:
+    def __init__(
+        self, model, env: Environment, questions: list[str], limits: AgentLimits, *, sample_index: int = 0
+    ) -> None:
         self.model = model
         self.sample_index = sample_index  # the attempt (--bench-attempts) less one: part of the cache key
         self.env = env
@@ -141,13 +185,18 @@ class CoreAgent:
 
     def run(self, prompt: str) -> AgentResult:
         self.started = time.monotonic()
-        system = SYSTEM_PROMPT.format(workdir=self.env.workdir, steps=self.limits.steps,
-                                      minutes=self.limits.time / 60)
+        system = SYSTEM_PROMPT.format(workdir=self.env.workdir, steps=self.limits.steps, minutes=self.limits.time / 60)
         messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
         reason, message = self._loop(messages)
         self.accounting["agent_seconds"] = round(time.monotonic() - self.started, 3)
-        return AgentResult(end_reason=reason, final_answer=self.submitted, message=message,
-                           accounting=self.accounting, trajectory=messages, turns=self.turns)
+        return AgentResult(
+            end_reason=reason,
+            final_answer=self.submitted,
+            message=message,
+            accounting=self.accounting,
+            trajectory=messages,
+            turns=self.turns,
+        )
 
     def _loop(self, messages: list[dict]) -> tuple[str, str]:
         from ...models.client import ModelError, tool_result_message  # why: it imports the openai SDK (slow)
@@ -173,9 +222,14 @@ class CoreAgent:
             self.turns.append(turn_of(completion, len(messages)))
             messages.append(completion.assistant_message())
             if not completion.tool_calls:
-                messages.append({"role": "user", "content": "Continue with the tools. When you have the answers, "
-                                                            "call submit(answers) with the exact question texts "
-                                                            "as keys."})
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": "Continue with the tools. When you have the answers, "
+                        "call submit(answers) with the exact question texts "
+                        "as keys.",
+                    }
+                )
                 continue
             for call in completion.tool_calls:
                 messages.append(tool_result_message(call, self._dispatch(call)))
@@ -248,12 +302,20 @@ class CoreAgent:
         if mime is None:
             raise ToolError(f"{path} is not a PNG, JPEG, GIF, WebP or PDF file")
         if len(data) > MAX_IMAGE_BYTES:
-            raise ToolError(f"{path} is {len(data)} bytes; images above {MAX_IMAGE_BYTES >> 20} MB are not sent "
-                            "(convert it to a smaller PNG first)")
+            raise ToolError(
+                f"{path} is {len(data)} bytes; images above {MAX_IMAGE_BYTES >> 20} MB are not sent "
+                "(convert it to a smaller PNG first)"
+            )
         url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
-        self.pending_images.append({"role": "user", "content": [
-            {"type": "text", "text": f"The image {path} from view_image:"},
-            {"type": "image_url", "image_url": {"url": url}}]})
+        self.pending_images.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": f"The image {path} from view_image:"},
+                    {"type": "image_url", "image_url": {"url": url}},
+                ],
+            }
+        )
         return f"{path} ({mime}, {len(data)} bytes) is shown in the next message."
 
     def _pdf_page(self, path: str, page: Any) -> bytes:
@@ -263,11 +325,16 @@ class CoreAgent:
             raise ToolError(f"page must be a number, got {page!r}") from None
         out = f"/tmp/agentbench-pdf-page-{page}"
         quoted = shlex.quote(path)
-        result = self.env.run(f"command -v pdftoppm >/dev/null || exit 127; "
-                              f"pdftoppm -png -r 100 -f {page} -l {page} -singlefile {quoted} {out}", 120)
+        result = self.env.run(
+            f"command -v pdftoppm >/dev/null || exit 127; "
+            f"pdftoppm -png -r 100 -f {page} -l {page} -singlefile {quoted} {out}",
+            120,
+        )
         if result.exit_code == 127:
-            raise ToolError("cannot show a PDF: pdftoppm is not installed in the environment (install "
-                            "poppler-utils, or convert the page to PNG yourself and view that)")
+            raise ToolError(
+                "cannot show a PDF: pdftoppm is not installed in the environment (install "
+                "poppler-utils, or convert the page to PNG yourself and view that)"
+            )
         if result.exit_code != 0:
             raise ToolError(f"pdftoppm could not render page {page} of {path}: {result.stderr.strip()[:500]}")
         data = self.env.read_file(out + ".png")
@@ -282,8 +349,7 @@ class CoreAgent:
             except json.JSONDecodeError as exc:
                 raise ToolError(f"answers must be a JSON object, got text that is not JSON ({exc})") from None
         if not isinstance(answers, dict):
-            raise ToolError(f"answers must be a JSON object (question text -> answer), got "
-                            f"{type(answers).__name__}")
+            raise ToolError(f"answers must be a JSON object (question text -> answer), got {type(answers).__name__}")
         missing = [q for q in self.questions if q not in answers]
         extra = [k for k in answers if k not in self.questions]
         if missing or extra:
@@ -312,8 +378,10 @@ def compact_trajectory(messages: list[dict]) -> list[dict]:
                 if url.startswith("data:"):
                     head, _, b64 = url.partition(",")
                     digest = hashlib.sha256(b64.encode()).hexdigest()[:16]
-                    part = {"type": "image_url", "image_url": {"url": f"{head},<{len(b64)} base64 chars, "
-                                                                      f"sha256 {digest}>"}}
+                    part = {
+                        "type": "image_url",
+                        "image_url": {"url": f"{head},<{len(b64)} base64 chars, sha256 {digest}>"},
+                    }
                 parts.append(part)
             message = {**message, "content": parts}
         out.append(message)
@@ -326,8 +394,19 @@ def write_trajectory(files: Any, key: str, result: AgentResult, extra: dict) -> 
     if files is None:
         return None
     capsule_id = key.split("[", 1)[0]
-    return files.write(f"trajectories/{key}.json", json.dumps(
-        {"capsule": capsule_id, "end_reason": result.end_reason, "message": result.message,
-         "accounting": result.accounting, **extra, "messages": compact_trajectory(result.trajectory),
-         "turns": result.turns},
-        indent=1, default=str))
+    return files.write(
+        f"trajectories/{key}.json",
+        json.dumps(
+            {
+                "capsule": capsule_id,
+                "end_reason": result.end_reason,
+                "message": result.message,
+                "accounting": result.accounting,
+                **extra,
+                "messages": compact_trajectory(result.trajectory),
+                "turns": result.turns,
+            },
+            indent=1,
+            default=str,
+        ),
+    )

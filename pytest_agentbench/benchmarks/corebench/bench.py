@@ -4,18 +4,20 @@ The class declares what the plugin and the report layer need (options, markers, 
 headlines, free settings); ``configure`` checks the options once, ``load_tasks`` reads the split and
 ``open_run`` chooses the solver once (see ``run.py``). Nothing here imports pytest.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ...core.errors import ConfigError
 from ...core.io import natural_key
+from ...core.options import Settings
 from ...core.records import RecordData
 from ...core.records import counts_text as records_counts_text
-from ...core.options import Settings
 from ...core.slurm import HARNESS_MIB, TIME_MARGIN, Request
 from ...core.types import Sample, Task
 from ..base import Benchmark, RunSpec
@@ -40,8 +42,12 @@ class CoreBench(Benchmark):
         "gpu": "a CORE-Bench capsule that needs a GPU (pytest-agentbench)",
     }
     # short gate names (--bench-fail-under NAME=...) -> the metrics keys summarize() returns
-    gate_metrics = {"accuracy": "capsule_accuracy", "written": "written_task_accuracy",
-                    "vision": "figure_task_accuracy", "questions": "question_accuracy"}
+    gate_metrics = {
+        "accuracy": "capsule_accuracy",
+        "written": "written_task_accuracy",
+        "vision": "figure_task_accuracy",
+        "questions": "question_accuracy",
+    }
     headlines = {"accuracy": "item"}  # capsule accuracy: passed capsules over scored ones
     # where commands ran; and the review file, which changes no automatic verdict (a resumed run may add one)
     free_settings = frozenset({"env", "docker_dind", "workspace_root", "isolation", "review"})
@@ -56,10 +62,13 @@ class CoreBench(Benchmark):
             raise ConfigError(f"unknown CORE-Bench split {split!r}; valid: {', '.join(dataset.SPLITS)}")
         settings = effective_settings(opts)
         if settings["docker_dind"] and settings["env"] != "docker":
-            raise ConfigError("--bench-docker-dind runs medium items in a privileged Docker container: "
-                              "add --bench-env=docker (and an image with docker.io, --bench-docker-image)")
-        settings["isolation"] = describe_isolation({**settings, "model": opts.get("model"),
-                                                    "host_network": opts.get("host_network")})
+            raise ConfigError(
+                "--bench-docker-dind runs medium items in a privileged Docker container: "
+                "add --bench-env=docker (and an image with docker.io, --bench-docker-image)"
+            )
+        settings["isolation"] = describe_isolation(
+            {**settings, "model": opts.get("model"), "host_network": opts.get("host_network")}
+        )
         custom = opts["dataset_path"]
         settings["dataset_revision"] = dataset.dataset_revision(Path(custom) if custom else None)
         return settings
@@ -71,8 +80,13 @@ class CoreBench(Benchmark):
         """A capsule's job: the agent's time and the scoring's, the environment's memory, a GPU when marked."""
         request = super().job_request(samples, opts)
         seconds = float(opts["agent_time"]) + float(opts["timeout"]) + TIME_MARGIN
-        return replace(request, seconds=seconds, memory_mib=max(request.memory_mib,
-                       int(opts["env_memory"]) // 2**20 + HARNESS_MIB) if opts["env_memory"] else request.memory_mib)
+        return replace(
+            request,
+            seconds=seconds,
+            memory_mib=max(request.memory_mib, int(opts["env_memory"]) // 2**20 + HARNESS_MIB)
+            if opts["env_memory"]
+            else request.memory_mib,
+        )
 
     def data_hashes(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, str]:
         revision = settings.get("dataset_revision", dataset.UPSTREAM_REV)
@@ -96,9 +110,16 @@ class CoreBench(Benchmark):
 
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> CoreBenchRun:
         split = spec.settings.get("split", "")
-        return CoreBenchRun(spec.settings, choose_solver(model, env), data_dir=spec.data_dir,
-                            cache_dir=spec.cache_dir, files=spec.files, model=model, env=env,
-                            split_size=self.split_sizes.get(split))
+        return CoreBenchRun(
+            spec.settings,
+            choose_solver(model, env),
+            data_dir=spec.data_dir,
+            cache_dir=spec.cache_dir,
+            files=spec.files,
+            model=model,
+            env=env,
+            split_size=self.split_sizes.get(split),
+        )
 
     def summarize(self, records: list[RecordData], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, settings, self.review)
@@ -109,8 +130,9 @@ class CoreBench(Benchmark):
         records a resumed run reuses, so workers (remote ones get no paths) need no review file."""
         return review.apply_review(record, self.review)
 
-    def first_call_misses(self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task],
-                          samples: list[Any], model: Any) -> list[str]:
+    def first_call_misses(
+        self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task], samples: list[Any], model: Any
+    ) -> list[str]:
         """--bench-replay, before any item: the selected capsules whose agent's first model call (system prompt,
         the capsule's prompt, the tools) is not in the response cache. The workspace is where the run asks for it
         (--bench-workspace-root): an environment that cannot apply it names a temporary folder in the prompt, so
@@ -141,8 +163,14 @@ class CoreBench(Benchmark):
         """A capsule that never ran (an incomplete run) still has its questions: counted as not answered; and
         its difficulty (the run's), so report.html's per-difficulty line counts it as the headline does."""
         written, figure = scorer.question_totals(sample.data["results"])
-        return {"correct_written": 0, "total_written": written, "correct_figure": 0, "total_figure": figure,
-                "split_size": self.split_sizes.get(sample.split), "difficulty": settings.get("difficulty")}
+        return {
+            "correct_written": 0,
+            "total_written": written,
+            "correct_figure": 0,
+            "total_figure": figure,
+            "split_size": self.split_sizes.get(sample.split),
+            "difficulty": settings.get("difficulty"),
+        }
 
 
 class WorkspaceAt:
@@ -176,6 +204,7 @@ def tasks_entry(task: dict[str, Any], split: str, gpu: bool = False) -> Task:
 
 # --------------------------------------------------------------------------- metrics
 
+
 def _ratio(numerator: int, denominator: int) -> float | None:
     return numerator / denominator if denominator else None
 
@@ -200,9 +229,12 @@ def compute_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "correct_written_tasks": sum(1 for r in written_tasks if r.get("correct_written") == r["total_written"]),
         "figure_tasks": len(figure_tasks),
         "correct_figure_tasks": sum(1 for r in figure_tasks if r.get("correct_figure") == r["total_figure"]),
-        "questions": total_w + total_f, "correct_questions": correct_w + correct_f,
-        "written_questions": total_w, "correct_written_questions": correct_w,
-        "figure_questions": total_f, "correct_figure_questions": correct_f,
+        "questions": total_w + total_f,
+        "correct_questions": correct_w + correct_f,
+        "written_questions": total_w,
+        "correct_written_questions": correct_w,
+        "figure_questions": total_f,
+        "correct_figure_questions": correct_f,
     }
     ratios = {
         "capsule_accuracy": ("correct_capsules", "capsules"),
@@ -235,16 +267,19 @@ def _fraction(metrics: dict[str, Any], num: str, den: str) -> str:
     return f"{metrics[num]}/{metrics[den]} ({100 * metrics[num] / metrics[den]:.1f}%)"
 
 
-def summarize(records: list[dict[str, Any]], settings: Mapping[str, Any],
-              reviewed: review.Review | None = None) -> dict[str, Any]:
+def summarize(
+    records: list[dict[str, Any]], settings: Mapping[str, Any], reviewed: review.Review | None = None
+) -> dict[str, Any]:
     """The metrics, terminal lines and Markdown of a run; with a review (``settings["review"]``), ``scores``
     holds the automatic and the reviewed metrics (``metrics`` stays the automatic one) and ``notes`` the
     overrides this run's selection left out."""
     m = compute_metrics(records)
     statuses = records_counts_text(count_statuses(records)) or "none"  # the format of every report
-    head = (f"CORE-Bench {settings.get('split', '?')} split, difficulty {settings.get('difficulty', '?')}, "
-            f"hints {'on' if settings.get('hints') else 'off'}"
-            f"{', upstream abort' if settings.get('upstream_abort') else ''}")
+    head = (
+        f"CORE-Bench {settings.get('split', '?')} split, difficulty {settings.get('difficulty', '?')}, "
+        f"hints {'on' if settings.get('hints') else 'off'}"
+        f"{', upstream abort' if settings.get('upstream_abort') else ''}"
+    )
     size = max((r.get("split_size") or 0 for r in records), default=0)
     if size and len(records) < size:  # -m "not gpu", -k, --bench-ids: say how much of the split this is
         head += f"; {len(records)} of {size} selected"
@@ -276,29 +311,47 @@ def summarize(records: list[dict[str, Any]], settings: Mapping[str, Any],
     return out
 
 
-def review_scores(records: list[dict[str, Any]], settings: Mapping[str, Any], automatic: dict[str, Any],
-                  reviewed: review.Review | None) -> tuple[dict[str, Any], list[str]]:
+def review_scores(
+    records: list[dict[str, Any]],
+    settings: Mapping[str, Any],
+    automatic: dict[str, Any],
+    reviewed: review.Review | None,
+) -> tuple[dict[str, Any], list[str]]:
     """``{"automatic": {"metrics"}, "reviewed": {"metrics", file, overrides, changed, ...}}`` and the warnings:
     overrides naming capsules outside this run's selection (ignored) or capsules that were never scored."""
     views = [review.reviewed_view(r) for r in records]
     file = settings.get("review")
     applied = [r["review"] for r in records if isinstance(r.get("review"), dict)]
     notes = []
-    out = {"file": file, "metrics": compute_metrics(views),
-           "overrides": sum(int(a.get("overrides") or 0) for a in applied),
-           "changed": sum(int(a.get("changed") or 0) for a in applied),
-           "changed_items": sorted((str(r.get("id")) for r in records if isinstance(r.get("review"), dict)
-                                    and r["review"].get("status") != r.get("status")), key=natural_key)}
+    out = {
+        "file": file,
+        "metrics": compute_metrics(views),
+        "overrides": sum(int(a.get("overrides") or 0) for a in applied),
+        "changed": sum(int(a.get("changed") or 0) for a in applied),
+        "changed_items": sorted(
+            (
+                str(r.get("id"))
+                for r in records
+                if isinstance(r.get("review"), dict) and r["review"].get("status") != r.get("status")
+            ),
+            key=natural_key,
+        ),
+    }
     if reviewed is not None:
         out["sha256"] = reviewed.sha256
         outside = reviewed.outside(str(r.get("task", r.get("id"))) for r in records)
         if outside:
             out["ignored"] = [{"capsule": o.capsule, "question": o.question, "line": o.line} for o in outside]
             named = ", ".join(f"{o.capsule} ({o.where(reviewed.file)})" for o in outside[:10])
-            notes.append(f"review {reviewed.file}: {len(outside)} override(s) name capsules outside this run's "
-                         f"selection and are ignored: {named}{' ...' if len(outside) > 10 else ''}")
-    unscored = [f"{r.get('id')} ({r['review']['why']})" for r in records
-                if isinstance(r.get("review"), dict) and r["review"].get("not_applied")]
+            notes.append(
+                f"review {reviewed.file}: {len(outside)} override(s) name capsules outside this run's "
+                f"selection and are ignored: {named}{' ...' if len(outside) > 10 else ''}"
+            )
+    unscored = [
+        f"{r.get('id')} ({r['review']['why']})"
+        for r in records
+        if isinstance(r.get("review"), dict) and r["review"].get("not_applied")
+    ]
     if unscored:
         notes.append(f"review {file}: overrides not applied to capsules without scored answers: {', '.join(unscored)}")
     return {"automatic": {"metrics": automatic}, "reviewed": out}, notes
@@ -306,10 +359,12 @@ def review_scores(records: list[dict[str, Any]], settings: Mapping[str, Any], au
 
 def review_lines(scored: Mapping[str, Any]) -> list[str]:
     m = scored["metrics"]
-    return [f"reviewed score ({scored.get('file')}: {scored.get('overrides', 0)} override(s), "
-            f"{scored.get('changed', 0)} verdict(s) changed):",
-            f"  capsules correct:        {_fraction(m, 'correct_capsules', 'capsules')}",
-            f"  questions correct:       {_fraction(m, 'correct_questions', 'questions')}"]
+    return [
+        f"reviewed score ({scored.get('file')}: {scored.get('overrides', 0)} override(s), "
+        f"{scored.get('changed', 0)} verdict(s) changed):",
+        f"  capsules correct:        {_fraction(m, 'correct_capsules', 'capsules')}",
+        f"  questions correct:       {_fraction(m, 'correct_questions', 'questions')}",
+    ]
 
 
 def _cell(value: Any, limit: int = 80) -> str:
@@ -325,33 +380,47 @@ def _expected_cell(question: dict[str, Any]) -> str:
     return _cell(expected)
 
 
-SCORE_ROWS = (("capsules correct", "correct_capsules", "capsules"),
-              ("written-question tasks", "correct_written_tasks", "written_tasks"),
-              ("figure-question tasks", "correct_figure_tasks", "figure_tasks"),
-              ("questions correct", "correct_questions", "questions"))
+SCORE_ROWS = (
+    ("capsules correct", "correct_capsules", "capsules"),
+    ("written-question tasks", "correct_written_tasks", "written_tasks"),
+    ("figure-question tasks", "correct_figure_tasks", "figure_tasks"),
+    ("questions correct", "correct_questions", "questions"),
+)
 
 
 def scores_markdown(scores: Mapping[str, Any]) -> list[str]:
     """Both scores side by side: the automatic grader's and the reviewed one."""
     auto, rev = scores["automatic"]["metrics"], scores["reviewed"]["metrics"]
-    out = ["### Scores: automatic and reviewed", "", f"Review file: `{scores['reviewed'].get('file')}`", "",
-           "| metric | automatic | reviewed |", "|---|---|---|"]
+    out = [
+        "### Scores: automatic and reviewed",
+        "",
+        f"Review file: `{scores['reviewed'].get('file')}`",
+        "",
+        "| metric | automatic | reviewed |",
+        "|---|---|---|",
+    ]
     out += [f"| {name} | {_fraction(auto, num, den)} | {_fraction(rev, num, den)} |" for name, num, den in SCORE_ROWS]
     return out + [""]
 
 
 def verdict_cell(question: Mapping[str, Any]) -> str:
-    verdict = "correct" if question.get("correct") else "wrong" + (
-        f": {_cell(question['note'], 60)}" if question.get("note") else "")
+    verdict = (
+        "correct"
+        if question.get("correct")
+        else "wrong" + (f": {_cell(question['note'], 60)}" if question.get("note") else "")
+    )
     found = question.get("review")
     if isinstance(found, Mapping):
-        verdict += (f" → reviewed {found.get('verdict')} ({_cell(found.get('reviewer'), 40)}: "
-                    f"{_cell(found.get('reason'), 120)})")
+        verdict += (
+            f" → reviewed {found.get('verdict')} ({_cell(found.get('reviewer'), 40)}: "
+            f"{_cell(found.get('reason'), 120)})"
+        )
     return verdict
 
 
-def render_markdown(records: list[dict[str, Any]], metrics: dict[str, Any], lines: list[str],
-                    scores: Mapping[str, Any] | None = None) -> str:
+def render_markdown(
+    records: list[dict[str, Any]], metrics: dict[str, Any], lines: list[str], scores: Mapping[str, Any] | None = None
+) -> str:
     out = ["## CORE-Bench", "", *[f"- {line.strip()}" for line in lines], ""]
     if scores:
         out += scores_markdown(scores)
@@ -370,8 +439,10 @@ def render_markdown(records: list[dict[str, Any]], metrics: dict[str, Any], line
             for q in questions:
                 kind = q.get("kind", "?") + (", figure" if q.get("figure") else "")
                 submitted = _cell(q.get("submitted")) if q.get("answered") else "(missing)"
-                out.append(f"| {_cell(q.get('question', ''))} | {kind} | {submitted} | {_expected_cell(q)} | "
-                           f"{verdict_cell(q)} |")
+                out.append(
+                    f"| {_cell(q.get('question', ''))} | {kind} | {submitted} | {_expected_cell(q)} | "
+                    f"{verdict_cell(q)} |"
+                )
         out.append("")
     return "\n".join(out)
 

@@ -3,10 +3,12 @@
 Archives come from the upstream host (overridable with ``$AGENTBENCH_CAPSULE_URL`` for mirrors
 and tests) into a store folder; they are unpacked once into a cache folder, one entry per tarball content
 (keyed by its sha256, so a replaced tarball is unpacked again), and copied from there into a fresh workspace
-per item. A capsule staged as an unpacked folder in the store is used as is. Archives are untrusted input: every member is checked
+per item. A capsule staged as an unpacked folder in the store is used as is. Archives are untrusted input: every
+member is checked
 before anything is written (no absolute paths, no ``..``, links stay inside the capsule, no
 device files), and ``tarfile``'s ``data`` filter is applied on top where Python has it.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,6 +77,7 @@ def archive_store(data_dir: Path, cache_dir: Path, capsules_dir: Path | None = N
 
 # --------------------------------------------------------------------------- safe extraction
 
+
 def _normalized_parts(name: str) -> list[str]:
     return [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
 
@@ -136,7 +139,9 @@ def safe_extract(archive: Path, dest: Path, capsule_id: str, name: str | None = 
         for member in members:
             problem = member_problem(member, top)
             if problem:
-                raise CapsuleError(f"unsafe archive {archive}: member {member.name!r}: {problem}; refusing to extract it")
+                raise CapsuleError(
+                    f"unsafe archive {archive}: member {member.name!r}: {problem}; refusing to extract it"
+                )
         staging = Path(tempfile.mkdtemp(prefix=f".{capsule_id}-", dir=dest))
         try:
             if hasattr(tarfile, "data_filter"):
@@ -155,6 +160,7 @@ def safe_extract(archive: Path, dest: Path, capsule_id: str, name: str | None = 
 
 # --------------------------------------------------------------------------- getting a capsule
 
+
 def _unavailable(capsule_id: str, url: str, store: Path, why: str) -> CapsuleError:
     return CapsuleError(
         f"capsule {capsule_id} is not available: {why}. Download {url} and put it in {store}/ "
@@ -171,8 +177,16 @@ class Capsule(NamedTuple):
     sha256: str | None  # of the tarball it was unpacked from (None for a staged folder)
 
 
-def prepare_capsule(capsule_id: str, store: Path, extract_root: Path, *, sha256: str | None = None,
-                    retries: int = 3, backoff: float = 1.0, timeout: float = 60) -> Capsule:
+def prepare_capsule(
+    capsule_id: str,
+    store: Path,
+    extract_root: Path,
+    *,
+    sha256: str | None = None,
+    retries: int = 3,
+    backoff: float = 1.0,
+    timeout: float = 60,
+) -> Capsule:
     """The unpacked capsule and where it came from, fetched and unpacked when needed.
 
     A folder ``<store>/<id>/`` (upstream's own layout, staged by the user) is used as is. Otherwise the

@@ -3,6 +3,7 @@
 The test split is published encrypted (to keep it out of training crawls) with a passphrase
 given in the upstream README; it is decrypted in memory and the plaintext never touches disk.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,12 +28,24 @@ class DatasetError(Exception):
 def data_files() -> dict[str, DataFile]:
     """The pinned upstream files, as the data module's ``DataFile`` records."""
     return {
-        "train": DataFile("core_train.json", f"{RAW_BASE}/dataset/core_train.json",
-                          "3df47f1b3fa1cb60045018eb1a0f1ad4ecf6a53f72318c845a879ce0313b0730", SUBDIR),
-        "test": DataFile("core_test.json.gpg", f"{RAW_BASE}/dataset/core_test.json.gpg",
-                         "cebf204bc8fd0b2e1b6e65ab762b7edbf906313ff3718780492633aeb4d972f2", SUBDIR),
-        "prompts": DataFile("benchmark_prompts.json", f"{RAW_BASE}/benchmark_prompts.json",
-                            "e70b63c40671f3924a8d71aac0e1c64a5dae3c8cf0bf391471c488581fff53b8", SUBDIR),
+        "train": DataFile(
+            "core_train.json",
+            f"{RAW_BASE}/dataset/core_train.json",
+            "3df47f1b3fa1cb60045018eb1a0f1ad4ecf6a53f72318c845a879ce0313b0730",
+            SUBDIR,
+        ),
+        "test": DataFile(
+            "core_test.json.gpg",
+            f"{RAW_BASE}/dataset/core_test.json.gpg",
+            "cebf204bc8fd0b2e1b6e65ab762b7edbf906313ff3718780492633aeb4d972f2",
+            SUBDIR,
+        ),
+        "prompts": DataFile(
+            "benchmark_prompts.json",
+            f"{RAW_BASE}/benchmark_prompts.json",
+            "e70b63c40671f3924a8d71aac0e1c64a5dae3c8cf0bf391471c488581fff53b8",
+            SUBDIR,
+        ),
     }
 
 
@@ -41,7 +54,9 @@ def decrypt_test_split(ciphertext: bytes, passphrase: str = TEST_PASSPHRASE) -> 
     try:
         import gnupg  # why: only the test split needs it; it is not imported at plugin start
     except ImportError as exc:  # pragma: no cover - a declared dependency
-        raise DatasetError("python-gnupg is required to read the CORE-Bench test split: pip install python-gnupg") from exc
+        raise DatasetError(
+            "python-gnupg is required to read the CORE-Bench test split: pip install python-gnupg"
+        ) from exc
     with tempfile.TemporaryDirectory(prefix="agentbench-gnupg-") as home:
         try:
             gpg = gnupg.GPG(gnupghome=home)
@@ -92,8 +107,9 @@ def parse_split(raw: bytes, split: str, source: str) -> list[dict[str, Any]]:
     try:
         tasks = json.loads(plaintext)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSON errors, huge integers
-        raise DatasetError(f"{source} is not valid JSON ({str(exc)[:200] or type(exc).__name__}); "
-                           "delete it so it is downloaded again") from exc
+        raise DatasetError(
+            f"{source} is not valid JSON ({str(exc)[:200] or type(exc).__name__}); delete it so it is downloaded again"
+        ) from exc
     return validate_tasks(tasks, source)
 
 

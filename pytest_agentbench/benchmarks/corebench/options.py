@@ -3,11 +3,13 @@
 The plugin registers them with pytest and resolves them with the run's other options; this module
 only declares them and turns the resolved values into the benchmark's effective settings.
 """
+
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, Mapping
+from typing import Any
 
 from ...core.options import Option
 from ...models.price import price_of
@@ -38,61 +40,153 @@ def environment_path(value: str) -> str:
 
 
 CORE_BENCH_OPTIONS: tuple[Option, ...] = (
-    Option("difficulty", "--bench-difficulty", kind="choice", choices=prepare.DIFFICULTIES, default="hard",
-           ini="agentbench_difficulty", owner=OWNER,
-           help="CORE-Bench difficulty: easy (answer from the shipped results/), medium (reproduce with "
-                "REPRODUCING.md and environment/ given), hard (reproduce from the code alone). Default hard."),
-    Option("capsules_dir", "--bench-capsules-dir", kind="path", check=existing_folder,
-           ini="agentbench_capsules_dir", owner=OWNER,
-           help="CORE-Bench: folder with pre-staged capsules (<capsule_id>.tar.gz or unpacked <capsule_id>/); "
-                "missing ones are downloaded into it. Default <data-dir>/core_bench/capsules, or <cache>/capsules "
-                "when the data dir is read-only."),
-    Option("hints", "--bench-hints", kind="bool", default=True, negatable=True, ini="agentbench_hints", owner=OWNER,
-           help="CORE-Bench: add short difficulty-specific hints to the task prompt (the same for every "
-                "model); --no-bench-hints gives upstream's prompt alone. Default on."),
-    Option("upstream_abort", "--bench-upstream-abort", kind="bool", default=False, ini="agentbench_upstream_abort",
-           owner=OWNER,
-           help="CORE-Bench: score like upstream, which stops reading a report at the first value "
-                "that cannot be compared (e.g. text for a numeric question), so later answers earn "
-                "nothing. Default: such a value fails only its own question."),
-    Option("workspace_root", "--bench-workspace-root", default=DEFAULT_WORKSPACE_ROOT, check=environment_path,
-           ini="agentbench_workspace_root", owner=OWNER, metavar="/ABS/PATH",
-           help=f"CORE-Bench: the folder inside the environment holding the capsule's folders (code/, data/, "
-                f"results/, ...), REPRODUCING.md and report.json (default {DEFAULT_WORKSPACE_ROOT}); the host "
-                f"environment applies it only under isolation, else the item's own folder is used and reports say so.",
-                free_on_resume=True),
-    Option("dataset_path", "--bench-dataset-path", kind="path", exists="file", ini="agentbench_dataset_path",
-           owner=OWNER, metavar="FILE",
-           help="CORE-Bench: a task metadata file (JSON, or GPG-encrypted like core_test.json.gpg) used instead of "
-                "the selected split's official file; checked like custom data and named in the report."),
-    Option("preinstalled_input_dir", "--bench-preinstalled-input-dir", check=environment_path,
-           ini="agentbench_preinstalled_input_dir", owner=OWNER, metavar="PATH",
-           help="CORE-Bench: a folder inside the environment image holding the capsule (<capsule_id>/) and an "
-                "input.json manifest; the workspace is copied from it instead of uploaded."),
-    Option("docker_dind", "--bench-docker-dind", kind="bool", default=False, ini="agentbench_docker_dind",
-           owner=OWNER,
-           help="CORE-Bench with --bench-env=docker: medium items run in a PRIVILEGED container with its own "
-                "Docker daemon (the image needs docker.io); such a run is not isolated.", free_on_resume=True),
-    Option("review", "--bench-review", kind="path", exists="file", ini="agentbench_review", owner=OWNER,
-           metavar="FILE.yaml",
-           help="CORE-Bench: a YAML file of human verdicts that override the automatic one for single questions "
-                "(capsule, question, verdict, reviewer, reason; see docs/review.md). Summaries then carry an "
-                "automatic and a reviewed score; records keep the automatic verdict beside the override.",
-                free_on_resume=True),
-    Option("agent_steps", "--bench-agent-steps", kind="int", default=agent.DEFAULT_STEPS, minimum=0,
-           exclusive_minimum=True, ini="agentbench_agent_steps", owner=OWNER,
-           help=f"CORE-Bench agent: most model turns per capsule (default {agent.DEFAULT_STEPS})."),
-    Option("agent_time", "--bench-agent-time", kind="float", default=agent.DEFAULT_TIME, minimum=0,
-           exclusive_minimum=True, ini="agentbench_agent_time", owner=OWNER,
-           help=f"CORE-Bench agent: seconds per capsule (default {agent.DEFAULT_TIME:g}, as upstream)."),
-    Option("agent_tokens", "--bench-agent-tokens", kind="int", default=None, minimum=0, exclusive_minimum=True,
-           ini="agentbench_agent_tokens", owner=OWNER,
-           help="CORE-Bench agent: budget of prompt plus completion tokens per capsule (default: none)."),
-    Option("agent_command_timeout", "--bench-agent-command-timeout", kind="float",
-           default=agent.DEFAULT_COMMAND_TIMEOUT, minimum=0, exclusive_minimum=True,
-           ini="agentbench_agent_command_timeout", owner=OWNER,
-           help=f"CORE-Bench agent: default timeout of one bash command in seconds (default "
-                f"{agent.DEFAULT_COMMAND_TIMEOUT:g}); the agent may ask for up to ten times more."),
+    Option(
+        "difficulty",
+        "--bench-difficulty",
+        kind="choice",
+        choices=prepare.DIFFICULTIES,
+        default="hard",
+        ini="agentbench_difficulty",
+        owner=OWNER,
+        help="CORE-Bench difficulty: easy (answer from the shipped results/), medium (reproduce with "
+        "REPRODUCING.md and environment/ given), hard (reproduce from the code alone). Default hard.",
+    ),
+    Option(
+        "capsules_dir",
+        "--bench-capsules-dir",
+        kind="path",
+        check=existing_folder,
+        ini="agentbench_capsules_dir",
+        owner=OWNER,
+        help="CORE-Bench: folder with pre-staged capsules (<capsule_id>.tar.gz or unpacked <capsule_id>/); "
+        "missing ones are downloaded into it. Default <data-dir>/core_bench/capsules, or <cache>/capsules "
+        "when the data dir is read-only.",
+    ),
+    Option(
+        "hints",
+        "--bench-hints",
+        kind="bool",
+        default=True,
+        negatable=True,
+        ini="agentbench_hints",
+        owner=OWNER,
+        help="CORE-Bench: add short difficulty-specific hints to the task prompt (the same for every "
+        "model); --no-bench-hints gives upstream's prompt alone. Default on.",
+    ),
+    Option(
+        "upstream_abort",
+        "--bench-upstream-abort",
+        kind="bool",
+        default=False,
+        ini="agentbench_upstream_abort",
+        owner=OWNER,
+        help="CORE-Bench: score like upstream, which stops reading a report at the first value "
+        "that cannot be compared (e.g. text for a numeric question), so later answers earn "
+        "nothing. Default: such a value fails only its own question.",
+    ),
+    Option(
+        "workspace_root",
+        "--bench-workspace-root",
+        default=DEFAULT_WORKSPACE_ROOT,
+        check=environment_path,
+        ini="agentbench_workspace_root",
+        owner=OWNER,
+        metavar="/ABS/PATH",
+        help=f"CORE-Bench: the folder inside the environment holding the capsule's folders (code/, data/, "
+        f"results/, ...), REPRODUCING.md and report.json (default {DEFAULT_WORKSPACE_ROOT}); the host "
+        f"environment applies it only under isolation, else the item's own folder is used and reports say so.",
+        free_on_resume=True,
+    ),
+    Option(
+        "dataset_path",
+        "--bench-dataset-path",
+        kind="path",
+        exists="file",
+        ini="agentbench_dataset_path",
+        owner=OWNER,
+        metavar="FILE",
+        help="CORE-Bench: a task metadata file (JSON, or GPG-encrypted like core_test.json.gpg) used instead of "
+        "the selected split's official file; checked like custom data and named in the report.",
+    ),
+    Option(
+        "preinstalled_input_dir",
+        "--bench-preinstalled-input-dir",
+        check=environment_path,
+        ini="agentbench_preinstalled_input_dir",
+        owner=OWNER,
+        metavar="PATH",
+        help="CORE-Bench: a folder inside the environment image holding the capsule (<capsule_id>/) and an "
+        "input.json manifest; the workspace is copied from it instead of uploaded.",
+    ),
+    Option(
+        "docker_dind",
+        "--bench-docker-dind",
+        kind="bool",
+        default=False,
+        ini="agentbench_docker_dind",
+        owner=OWNER,
+        help="CORE-Bench with --bench-env=docker: medium items run in a PRIVILEGED container with its own "
+        "Docker daemon (the image needs docker.io); such a run is not isolated.",
+        free_on_resume=True,
+    ),
+    Option(
+        "review",
+        "--bench-review",
+        kind="path",
+        exists="file",
+        ini="agentbench_review",
+        owner=OWNER,
+        metavar="FILE.yaml",
+        help="CORE-Bench: a YAML file of human verdicts that override the automatic one for single questions "
+        "(capsule, question, verdict, reviewer, reason; see docs/review.md). Summaries then carry an "
+        "automatic and a reviewed score; records keep the automatic verdict beside the override.",
+        free_on_resume=True,
+    ),
+    Option(
+        "agent_steps",
+        "--bench-agent-steps",
+        kind="int",
+        default=agent.DEFAULT_STEPS,
+        minimum=0,
+        exclusive_minimum=True,
+        ini="agentbench_agent_steps",
+        owner=OWNER,
+        help=f"CORE-Bench agent: most model turns per capsule (default {agent.DEFAULT_STEPS}).",
+    ),
+    Option(
+        "agent_time",
+        "--bench-agent-time",
+        kind="float",
+        default=agent.DEFAULT_TIME,
+        minimum=0,
+        exclusive_minimum=True,
+        ini="agentbench_agent_time",
+        owner=OWNER,
+        help=f"CORE-Bench agent: seconds per capsule (default {agent.DEFAULT_TIME:g}, as upstream).",
+    ),
+    Option(
+        "agent_tokens",
+        "--bench-agent-tokens",
+        kind="int",
+        default=None,
+        minimum=0,
+        exclusive_minimum=True,
+        ini="agentbench_agent_tokens",
+        owner=OWNER,
+        help="CORE-Bench agent: budget of prompt plus completion tokens per capsule (default: none).",
+    ),
+    Option(
+        "agent_command_timeout",
+        "--bench-agent-command-timeout",
+        kind="float",
+        default=agent.DEFAULT_COMMAND_TIMEOUT,
+        minimum=0,
+        exclusive_minimum=True,
+        ini="agentbench_agent_command_timeout",
+        owner=OWNER,
+        help=f"CORE-Bench agent: default timeout of one bash command in seconds (default "
+        f"{agent.DEFAULT_COMMAND_TIMEOUT:g}); the agent may ask for up to ten times more.",
+    ),
 )
 
 
@@ -141,9 +235,8 @@ def describe_isolation(settings: Mapping[str, Any]) -> str:
         if settings.get("docker_dind") and settings.get("difficulty") == "medium":
             return "none (privileged)"  # nested Docker: the agent is root over the Docker host
         return "docker container (the engine's isolation)"
-    from ...sandbox.isolation import probe  # why: probing runs bwrap once; only a host run needs it
-
     from ...envs.host import check_host_network, describe_host_network  # why: with the probe, host runs only
+    from ...sandbox.isolation import probe  # why: probing runs bwrap once; only a host run needs it
 
     found = probe()
     if found.active:
@@ -151,12 +244,19 @@ def describe_isolation(settings: Mapping[str, Any]) -> str:
         check_host_network(network, found)  # (the oracle returned above: it runs no command)
         return f"{found.describe()}; agent commands: {describe_host_network(network)}"
     # the workspace root is a path in the sandbox's own mount namespace: without one it cannot be had
-    return (f"{found.describe()}; workspace root {settings.get('workspace_root', DEFAULT_WORKSPACE_ROOT)} "
-            f"not applied: commands run in each item's own host folder, which prompts and records name")
+    return (
+        f"{found.describe()}; workspace root {settings.get('workspace_root', DEFAULT_WORKSPACE_ROOT)} "
+        f"not applied: commands run in each item's own host folder, which prompts and records name"
+    )
 
 
 def agent_limits(settings: Mapping[str, Any]) -> agent.AgentLimits:
     """The agent's limits from the run settings (its price and cost budget are there when given)."""
-    return agent.AgentLimits(steps=settings["agent_steps"], time=settings["agent_time"],
-                             tokens=settings["agent_tokens"], command_timeout=settings["agent_command_timeout"],
-                             cost=settings.get("max_cost_per_item"), price=price_of(settings.get("price")))
+    return agent.AgentLimits(
+        steps=settings["agent_steps"],
+        time=settings["agent_time"],
+        tokens=settings["agent_tokens"],
+        command_timeout=settings["agent_command_timeout"],
+        cost=settings.get("max_cost_per_item"),
+        price=price_of(settings.get("price")),
+    )

@@ -8,13 +8,15 @@ and ``report.json`` is expected there. What each difficulty removes (same as ups
 * medium: everything kept except the contents of results/ (the empty folder stays)
 * hard:   results/ emptied; REPRODUCING.md, environment/, code/run and code/run.sh removed
 """
+
 from __future__ import annotations
 
 import json
 import shlex
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 DIFFICULTIES = ("easy", "medium", "hard")
 RUN_SCRIPTS = ("run", "run.sh")
@@ -126,8 +128,13 @@ def check_manifest(raw: bytes, *, task_id: str, split: str, difficulty: str, rev
     missing = [f for f in MANIFEST_FIELDS if f not in manifest]
     if missing:
         return False, f"{where} lacks {', '.join(missing)}"
-    expected = {"schema_version": 1, "task_id": task_id, "split": split, "difficulty": difficulty,
-                "dataset_revision": revision}
+    expected = {
+        "schema_version": 1,
+        "task_id": task_id,
+        "split": split,
+        "difficulty": difficulty,
+        "dataset_revision": revision,
+    }
     for name, value in expected.items():
         if manifest[name] != value or type(manifest[name]) is not type(value):
             return False, f"{where}: {name} is {manifest[name]!r}, this item needs {value!r}"
@@ -146,8 +153,10 @@ def gpu_evidence(uses_gpu: bool, instructions_say: bool | None) -> dict[str, obj
     """The record's GPU fields with preinstalled inputs: the manifest wins over REPRODUCING.md."""
     out: dict[str, object] = {"gpu_required": uses_gpu}
     if instructions_say is not None and instructions_say != uses_gpu:
-        out["gpu_note"] = (f"input.json says uses_gpu={str(uses_gpu).lower()} but REPRODUCING.md "
-                           f"{'asks for' if instructions_say else 'does not ask for'} a GPU; the manifest wins")
+        out["gpu_note"] = (
+            f"input.json says uses_gpu={str(uses_gpu).lower()} but REPRODUCING.md "
+            f"{'asks for' if instructions_say else 'does not ask for'} a GPU; the manifest wins"
+        )
     return out
 
 
@@ -156,8 +165,13 @@ def json_fields(task: Mapping[str, Any]) -> str:
     return str(task["results"][0].keys())
 
 
-def render_prompt(templates: Mapping[str, str], task: Mapping[str, Any], difficulty: str, hints: bool,
-                  root: str = "/capsule/environment") -> str:
+def render_prompt(
+    templates: Mapping[str, str],
+    task: Mapping[str, Any],
+    difficulty: str,
+    hints: bool,
+    root: str = "/capsule/environment",
+) -> str:
     """The upstream prompt for ``difficulty`` with the task filled in, plus our hints when on
     (they name ``root``, the workspace folder)."""
     check_difficulty(difficulty)
@@ -165,6 +179,8 @@ def render_prompt(templates: Mapping[str, str], task: Mapping[str, Any], difficu
     # literal replacement, as upstream: str.format would choke on braces in task prompts
     text = text.replace("{task_prompt}", task["task_prompt"]).replace("{json_fields}", json_fields(task))
     if hints:
-        text += (f"\n\nHints:\n- {HINTS[difficulty]}\n- {COMMON_HINTS}\n- You start in {root}: the capsule's "
-                 f"folders are there, and report.json goes to {root}/report.json.")
+        text += (
+            f"\n\nHints:\n- {HINTS[difficulty]}\n- {COMMON_HINTS}\n- You start in {root}: the capsule's "
+            f"folders are there, and report.json goes to {root}/report.json."
+        )
     return text

@@ -16,13 +16,15 @@ file, the line and the entry. Records keep the automatic verdict (``questions[i]
 override adds ``questions[i]["review"]`` (verdict and provenance) and ``record["review"]`` (the reviewed status
 and counts, ``apply_review``), from which the summary computes the ``reviewed`` score beside the ``automatic`` one.
 """
+
 from __future__ import annotations
 
 import difflib
 import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ...core.errors import ConfigError
 from . import scorer
@@ -67,6 +69,7 @@ class Review:
 
 # --------------------------------------------------------------------------- loading and checking
 
+
 def questions_of(task: Mapping[str, Any]) -> list[str]:
     """The scored questions of a task, as the scorer sees them (first reference run, null/objects left out)."""
     results = task.get("results")
@@ -108,8 +111,10 @@ def load_review(path: Path | str, tasks: Sequence[Mapping[str, Any]], split: str
         at = f":{mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"--bench-review: {path}{at} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(data, dict) or set(data) != {"overrides"} or not isinstance(data["overrides"], list):
-        raise ConfigError(f"--bench-review: {path}:1: the file must be a mapping with one key, `overrides:`, "
-                          f"holding a list of entries ({', '.join(FIELDS)}); see docs/review.md")
+        raise ConfigError(
+            f"--bench-review: {path}:1: the file must be a mapping with one key, `overrides:`, "
+            f"holding a list of entries ({', '.join(FIELDS)}); see docs/review.md"
+        )
     by_capsule = {str(t.get("capsule_id")): t for t in tasks}
     overrides: list[Override] = []
     seen: dict[tuple[str, str], Override] = {}
@@ -118,15 +123,18 @@ def load_review(path: Path | str, tasks: Sequence[Mapping[str, Any]], split: str
         override = check_entry(entry, number, line, path, by_capsule, split)
         earlier = seen.get((override.capsule, override.question))
         if earlier is not None:
-            raise ConfigError(f"--bench-review: {path}:{line} (entry {number}): {override.capsule} question "
-                              f"{override.question!r} is already reviewed at line {earlier.line}; keep one entry")
+            raise ConfigError(
+                f"--bench-review: {path}:{line} (entry {number}): {override.capsule} question "
+                f"{override.question!r} is already reviewed at line {earlier.line}; keep one entry"
+            )
         seen[(override.capsule, override.question)] = override
         overrides.append(override)
     return Review(file=str(path), sha256=hashlib.sha256(raw).hexdigest(), overrides=tuple(overrides))
 
 
-def check_entry(entry: Any, number: int, line: int, path: Path, by_capsule: Mapping[str, Mapping[str, Any]],
-                split: str) -> Override:
+def check_entry(
+    entry: Any, number: int, line: int, path: Path, by_capsule: Mapping[str, Mapping[str, Any]], split: str
+) -> Override:
     where = f"--bench-review: {path}:{line} (entry {number})"
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: an entry must be a mapping with {', '.join(FIELDS)}")
@@ -144,26 +152,38 @@ def check_entry(entry: Any, number: int, line: int, path: Path, by_capsule: Mapp
         raise ConfigError(f"{where}: verdict must be correct or wrong, got {entry['verdict']!r}")
     task = by_capsule.get(capsule)
     if task is None:
-        raise ConfigError(f"{where}: capsule {capsule!r} is not in the CORE-Bench {split} split; check the id "
-                          f"(capsule-NNNNNNN) and --bench-split")
+        raise ConfigError(
+            f"{where}: capsule {capsule!r} is not in the CORE-Bench {split} split; check the id "
+            f"(capsule-NNNNNNN) and --bench-split"
+        )
     questions = questions_of(task)
     if question not in questions:
         close = difflib.get_close_matches(question, questions, n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else f"; its questions: {questions!r}"
-        raise ConfigError(f"{where}: capsule {capsule} has no question {question!r} (the text must match the "
-                          f"dataset's exactly){hint}")
-    return Override(capsule=capsule, question=question, correct=VERDICTS[verdict], reviewer=entry["reviewer"].strip(),
-                    reason=entry["reason"].strip(), line=line, entry=number)
+        raise ConfigError(
+            f"{where}: capsule {capsule} has no question {question!r} (the text must match the dataset's exactly){hint}"
+        )
+    return Override(
+        capsule=capsule,
+        question=question,
+        correct=VERDICTS[verdict],
+        reviewer=entry["reviewer"].strip(),
+        reason=entry["reason"].strip(),
+        line=line,
+        entry=number,
+    )
 
 
 # --------------------------------------------------------------------------- records
+
 
 def strip_review(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record as the automatic grader left it (a review of an earlier session removed)."""
     out = {k: v for k, v in record.items() if k != "review"}
     if isinstance(out.get("questions"), list):
-        out["questions"] = [{k: v for k, v in q.items() if k != "review"} if isinstance(q, dict) else q
-                            for q in out["questions"]]
+        out["questions"] = [
+            {k: v for k, v in q.items() if k != "review"} if isinstance(q, dict) else q for q in out["questions"]
+        ]
     return out
 
 
@@ -181,9 +201,14 @@ def apply_review(record: Mapping[str, Any], review: Review | None) -> dict[str, 
         return out
     questions = out.get("questions")
     if out.get("status") not in SCORED_STATUSES or not isinstance(questions, list) or not questions:
-        out["review"] = {"file": review.file, "status": out.get("status"), "overrides": 0, "changed": 0,
-                         "not_applied": sorted(mine), "why": f"the capsule ended in {out.get('status')}, with no "
-                                                            f"scored answers to review"}
+        out["review"] = {
+            "file": review.file,
+            "status": out.get("status"),
+            "overrides": 0,
+            "changed": 0,
+            "not_applied": sorted(mine),
+            "why": f"the capsule ended in {out.get('status')}, with no scored answers to review",
+        }
         return out
     reviewed: list[Any] = []
     changed = applied = 0
@@ -195,17 +220,28 @@ def apply_review(record: Mapping[str, Any], review: Review | None) -> dict[str, 
             continue
         applied += 1
         changed += bool(question.get("correct")) != override.correct
-        reviewed.append({**question, "review": {"verdict": override.verdict, "reviewer": override.reviewer,
-                                                "reason": override.reason, "file": review.file,
-                                                "line": override.line}})
+        reviewed.append(
+            {
+                **question,
+                "review": {
+                    "verdict": override.verdict,
+                    "reviewer": override.reviewer,
+                    "reason": override.reason,
+                    "file": review.file,
+                    "line": override.line,
+                },
+            }
+        )
     out["questions"] = reviewed
     correct = [effective_correct(q) for q in reviewed if isinstance(q, dict)]
     figure = [bool(q.get("figure")) for q in reviewed if isinstance(q, dict)]
     out["review"] = {
-        "file": review.file, "status": "pass" if correct and all(correct) else "fail",
+        "file": review.file,
+        "status": "pass" if correct and all(correct) else "fail",
         "correct_written": sum(1 for c, f in zip(correct, figure) if c and not f),
         "correct_figure": sum(1 for c, f in zip(correct, figure) if c and f),
-        "overrides": applied, "changed": changed,
+        "overrides": applied,
+        "changed": changed,
     }
     return out
 
@@ -223,5 +259,9 @@ def reviewed_view(record: Mapping[str, Any]) -> Mapping[str, Any]:
     review = record.get("review")
     if not isinstance(review, Mapping) or review.get("status") is None or "correct_written" not in review:
         return record
-    return {**record, "status": review["status"], "correct_written": review["correct_written"],
-            "correct_figure": review["correct_figure"]}
+    return {
+        **record,
+        "status": review["status"],
+        "correct_written": review["correct_written"],
+        "correct_figure": review["correct_figure"],
+    }

@@ -10,6 +10,7 @@ report found there is scored as upstream does. Plain Python: a notebook can run 
     run = CoreBenchRun(settings, choose_solver(model, env), data_dir=..., cache_dir=..., run_dir=...)  # or files=
     record = run.run_sample(sample)
 """
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,10 @@ import shutil
 import socket
 import tempfile
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ...core import records as rec
 from ...core.data import DataError
@@ -41,9 +43,19 @@ MAX_SHOWN_WRONG = 3  # questions named in a failing item's message
 class CoreBenchRun:
     """CORE-Bench in one process: ``run_sample(sample)`` -> the capsule's record."""
 
-    def __init__(self, settings: Mapping[str, Any], solver: "Solver", *, data_dir: Path, cache_dir: Path,
-                 run_dir: Path | None = None, model: Any = None, env: Any = None,
-                 split_size: int | None = None, files: RunFiles | None = None) -> None:
+    def __init__(
+        self,
+        settings: Mapping[str, Any],
+        solver: Solver,
+        *,
+        data_dir: Path,
+        cache_dir: Path,
+        run_dir: Path | None = None,
+        model: Any = None,
+        env: Any = None,
+        split_size: int | None = None,
+        files: RunFiles | None = None,
+    ) -> None:
         self.settings = dict(settings)
         self.settings.setdefault("workspace_root", DEFAULT_WORKSPACE_ROOT)
         self.settings.setdefault("dataset_revision", dataset.UPSTREAM_REV)
@@ -54,7 +66,9 @@ class CoreBenchRun:
         self.cache_dir = Path(cache_dir)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         # trajectories and artifacts go through the run's file sink only (RunSpec.files), never into run_dir
-        self.files = files if files is not None else (DirectoryFiles(self.run_dir) if self.run_dir is not None else None)
+        self.files = (
+            files if files is not None else (DirectoryFiles(self.run_dir) if self.run_dir is not None else None)
+        )
         self.model = model
         self.env = env
         capsules_dir = self.settings.get("capsules_dir")
@@ -71,13 +85,25 @@ class CoreBenchRun:
         written, figure = scorer.question_totals(sample.data["results"])
         settings = self.settings
         return {
-            "benchmark": NAME, "task": sample.task_id, "id": sample.id, "split": sample.split, "scored": True,
-            "difficulty": settings["difficulty"], "hints": settings["hints"],
-            "upstream_abort": settings["upstream_abort"], "gpu_required": None,
-            "dataset_revision": settings["dataset_revision"], "split_size": self.split_size,
+            "benchmark": NAME,
+            "task": sample.task_id,
+            "id": sample.id,
+            "split": sample.split,
+            "scored": True,
+            "difficulty": settings["difficulty"],
+            "hints": settings["hints"],
+            "upstream_abort": settings["upstream_abort"],
+            "gpu_required": None,
+            "dataset_revision": settings["dataset_revision"],
+            "split_size": self.split_size,
             "workspace_root": settings["workspace_root"],
-            "correct_written": 0, "total_written": written, "correct_figure": 0, "total_figure": figure,
-            "report_status": None, "report_path": None, "submission_source": None,
+            "correct_written": 0,
+            "total_written": written,
+            "correct_figure": 0,
+            "total_figure": figure,
+            "report_status": None,
+            "report_path": None,
+            "submission_source": None,
         }
 
     def run_sample(self, sample: Sample) -> rec.RecordData:
@@ -87,8 +113,9 @@ class CoreBenchRun:
         try:
             templates = self.templates()
             # preinstalled inputs: the capsule is inside the environment image, nothing is fetched or uploaded
-            capsule = None if preinstalled else capsules.prepare_capsule(task["capsule_id"], self.store,
-                                                                          self.extract_root)
+            capsule = (
+                None if preinstalled else capsules.prepare_capsule(task["capsule_id"], self.store, self.extract_root)
+            )
         except (capsules.CapsuleError, dataset.DatasetError, DataError, OSError) as exc:
             return {**record, "status": "env_error", "message": str(exc)}
         capsule_root = None if capsule is None else capsule.folder
@@ -97,30 +124,43 @@ class CoreBenchRun:
             record["capsule_sha256"] = capsule.sha256
         if capsule_root is not None:
             record["gpu_required"] = prepare.capsule_needs_gpu(capsule_root)
-        prompt = prepare.render_prompt(templates, task, self.settings["difficulty"], self.settings["hints"],
-                                       root=self.settings["workspace_root"])
+        prompt = prepare.render_prompt(
+            templates, task, self.settings["difficulty"], self.settings["hints"], root=self.settings["workspace_root"]
+        )
         # --bench-review: the overrides of this capsule beside the automatic verdicts
         return review.apply_review({**record, **self.solver.solve(self, sample, capsule_root, prompt)}, self.review)
 
     def manifest_check(self, sample: Sample, raw: bytes) -> tuple[bool, str | None]:
         """(uses_gpu, None) when the preinstalled manifest fits this item, else (False, why not)."""
-        return prepare.check_manifest(raw, task_id=sample.id, split=sample.split,
-                                      difficulty=self.settings["difficulty"], revision=dataset.UPSTREAM_REV)
+        return prepare.check_manifest(
+            raw,
+            task_id=sample.id,
+            split=sample.split,
+            difficulty=self.settings["difficulty"],
+            revision=dataset.UPSTREAM_REV,
+        )
 
-    def score(self, task: Mapping[str, Any], submission: scorer.Submission, prompt: str,
-              key: str | None = None) -> dict[str, Any]:
+    def score(
+        self, task: Mapping[str, Any], submission: scorer.Submission, prompt: str, key: str | None = None
+    ) -> dict[str, Any]:
         """The record fragment of a submission: verdicts, counts, status and message; saves the artifacts under
-        ``artifacts/<key>/`` (``key``: the sample's, ``capsule-1[attempt2]`` with --bench-attempts; default the capsule)."""
+        ``artifacts/<key>/`` (``key``: the sample's, ``capsule-1[attempt2]`` with --bench-attempts; default the
+        capsule)."""
         capsule_id = task["capsule_id"]
         if submission.warning:
             warnings.warn(f"core-bench {capsule_id}: {submission.warning}", stacklevel=2)
         score = scorer.score_report(task["results"], submission.report, upstream_abort=self.settings["upstream_abort"])
         root = self.settings["workspace_root"]
-        out = {**score.to_record(), "report_source": submission.source, "report_warning": submission.warning,
-               "report_status": submission.report_status,
-               "report_path": f"{root}/{submission.report_path}" if submission.report_path else None,
-               "submission_source": submission.submission_source,
-               "status": "pass" if score.all_correct else "fail", "message": failure_message(score, submission)}
+        out = {
+            **score.to_record(),
+            "report_source": submission.source,
+            "report_warning": submission.warning,
+            "report_status": submission.report_status,
+            "report_path": f"{root}/{submission.report_path}" if submission.report_path else None,
+            "submission_source": submission.submission_source,
+            "status": "pass" if score.all_correct else "fail",
+            "message": failure_message(score, submission),
+        }
         if submission.text_repaired:
             out["text_repaired"] = submission.text_repaired
         save_artifacts(self.files, key or capsule_id, prompt, submission)
@@ -154,7 +194,10 @@ class LocalSolver(Solver):
             try:
                 raw = (folder / prepare.MANIFEST).read_bytes()
             except OSError as exc:
-                return {"status": "env_error", "message": f"preinstalled inputs: cannot read {folder / prepare.MANIFEST}: {exc}"}
+                return {
+                    "status": "env_error",
+                    "message": f"preinstalled inputs: cannot read {folder / prepare.MANIFEST}: {exc}",
+                }
             uses_gpu, problem = run.manifest_check(sample, raw)
             if problem:
                 return {"status": "env_error", "message": problem}
@@ -235,10 +278,16 @@ class AgentSolver(Solver):
         workspace = Path(tempfile.mkdtemp(prefix=f"corebench-{capsule_id}-"))
         kept = self.keep_workspaces
         nested = bool(settings.get("docker_dind")) and settings["difficulty"] == "medium"
-        base: dict[str, Any] = {"env": self.kind,
-                                "isolation": "none (privileged)" if nested else (
-                                    self.factory.describe_isolation() if isinstance(self.factory, EnvFactory)
-                                    else "unknown (a user's environment factory)")}
+        base: dict[str, Any] = {
+            "env": self.kind,
+            "isolation": "none (privileged)"
+            if nested
+            else (
+                self.factory.describe_isolation()
+                if isinstance(self.factory, EnvFactory)
+                else "unknown (a user's environment factory)"
+            ),
+        }
         if kept:
             base["workspace"] = str(workspace)
 
@@ -274,20 +323,26 @@ class AgentSolver(Solver):
             return give_up("env_error", str(exc), unplaced=exc.unplaced)
         workdir = getattr(env, "workdir", "") or root
         if workdir != root:  # not applied (the host without isolation): prompt and record name the real folder
-            base.update(workdir=workdir, workspace_root_note=getattr(env, "workdir_note", "")
-                        or f"{root} not applied by the {self.kind} environment; commands ran in {workdir}")
-            prompt = prepare.render_prompt(run.templates(), task, settings["difficulty"], settings["hints"],
-                                           root=workdir)
+            base.update(
+                workdir=workdir,
+                workspace_root_note=getattr(env, "workdir_note", "")
+                or f"{root} not applied by the {self.kind} environment; commands ran in {workdir}",
+            )
+            prompt = prepare.render_prompt(
+                run.templates(), task, settings["difficulty"], settings["hints"], root=workdir
+            )
         questions = list(task["results"][0].keys())
         with env:  # stopped on every way out: the container removed, the host processes killed
             try:
-                result = agent_mod.CoreAgent(self.model, env, questions, agent_limits(settings),
-                                             sample_index=sample.attempt - 1).run(prompt)
+                result = agent_mod.CoreAgent(
+                    self.model, env, questions, agent_limits(settings), sample_index=sample.attempt - 1
+                ).run(prompt)
                 env.copy_out(workspace)  # report.json and whatever else the agent wrote
             except EnvError as exc:
                 return {**base, "status": "env_error", "message": f"environment failed: {exc}"}
-            trajectory = agent_mod.write_trajectory(run.files, sample.key, result,
-                                                    {"env": base["env"], "prompt": prompt})
+            trajectory = agent_mod.write_trajectory(
+                run.files, sample.key, result, {"env": base["env"], "prompt": prompt}
+            )
             base.update(end_reason=result.end_reason, generation=result.accounting, trajectory=trajectory)
             if result.end_reason == "model_error":
                 return {**base, "status": "model_error", "message": f"agent stopped: {result.message}"}
@@ -305,7 +360,6 @@ class AgentSolver(Solver):
             out["message"] = f"{ended}; {out['message']}" if out["message"] else ended
         return out
 
-
     def start(self, workspace: Path, needs_gpu: bool, capsule_id: str, root: str, nested: bool) -> Any:
         """An environment on ``workspace`` at ``root``; no GPU to be had is an env_error (it counts, as upstream)."""
         options: dict[str, Any] = {"workdir": root}
@@ -315,8 +369,11 @@ class AgentSolver(Solver):
             return self.factory.start(workspace, needs_gpu=needs_gpu, name=f"core-bench/{capsule_id}", **options)
         except EnvSkip as exc:
             # the host is named: under remote workers, which machine lacked the GPU
-            raise EnvError(f"{capsule_id} {exc} (host {socket.gethostname()}); deselect GPU capsules with "
-                           f"-m \"not gpu\", or resume the run with a host that has one", unplaced="gpu") from None
+            raise EnvError(
+                f"{capsule_id} {exc} (host {socket.gethostname()}); deselect GPU capsules with "
+                f'-m "not gpu", or resume the run with a host that has one',
+                unplaced="gpu",
+            ) from None
 
     @staticmethod
     def copy_preinstalled(run: CoreBenchRun, sample: Sample, env: Any) -> tuple[bool, str | None, dict[str, Any]]:
@@ -332,8 +389,14 @@ class AgentSolver(Solver):
         script = prepare.preinstalled_copy_script(folder, sample.id, run.settings["difficulty"])
         result = env.run(script, 600)
         if result.exit_code != 0:
-            return False, (f"preinstalled inputs: copying {folder}/{sample.id} into the workspace failed "
-                           f"(exit {result.exit_code}): {result.stderr[-500:]}"), {}
+            return (
+                False,
+                (
+                    f"preinstalled inputs: copying {folder}/{sample.id} into the workspace failed "
+                    f"(exit {result.exit_code}): {result.stderr[-500:]}"
+                ),
+                {},
+            )
         probe = env.run(f"cat {shlex.quote(folder)}/{sample.id}/REPRODUCING.md 2>/dev/null", 60)
         said = prepare.needs_gpu(probe.stdout) if probe.exit_code == 0 else None
         return uses_gpu, None, prepare.gpu_evidence(uses_gpu, said)
@@ -354,8 +417,12 @@ def choose_solver(model: Any, env: Any) -> Solver:
     if callable(getattr(model, "complete", None)):
         if env is None or not callable(getattr(env, "start", None)):
             return Failing("the bench_env fixture gave no environment factory with start()")
-        return AgentSolver(model, env, kind=getattr(env, "kind", type(env).__name__),
-                           keep_workspaces=bool(getattr(env, "keep_workspaces", False)))
+        return AgentSolver(
+            model,
+            env,
+            kind=getattr(env, "kind", type(env).__name__),
+            keep_workspaces=bool(getattr(env, "keep_workspaces", False)),
+        )
     label = getattr(model, "name", None) or type(model).__name__
     return Unsupported(f"model {label} has no CORE-Bench agent yet")
 
@@ -384,8 +451,13 @@ def save_artifacts(files: RunFiles | None, key: str, prompt: str, submission: sc
     folder = f"artifacts/{key}"
     try:
         files.write(f"{folder}/prompt.txt", prompt)
-        files.write(f"{folder}/submission.json", json.dumps(
-            {"source": submission.source, "warning": submission.warning, "report": submission.report},
-            indent=2, default=repr))
+        files.write(
+            f"{folder}/submission.json",
+            json.dumps(
+                {"source": submission.source, "warning": submission.warning, "report": submission.report},
+                indent=2,
+                default=repr,
+            ),
+        )
     except (OSError, ValueError) as exc:  # artifacts are a convenience; the record holds the verdicts
         warnings.warn(f"core-bench {key}: could not save artifacts in {folder}: {exc}", stacklevel=2)

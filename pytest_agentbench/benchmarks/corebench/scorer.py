@@ -18,6 +18,7 @@ when compared (a string or null given for a numeric question); every later key t
 nothing. By default such a value only fails its own question; ``upstream_abort=True`` keeps
 upstream's behaviour.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,10 @@ import os
 import re
 import stat
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -97,6 +99,7 @@ class CapsuleScore:
 
 # --------------------------------------------------------------------------- question facts
 
+
 def is_figure_question(question: str) -> bool:
     return "fig" in question
 
@@ -144,6 +147,7 @@ def question_totals(results: list[Mapping[str, Any]]) -> tuple[int, int]:
 
 # --------------------------------------------------------------------------- value handling
 
+
 def normalize_reported(value: Any) -> Any:
     """Upstream's coercion: strings lose every ``%`` and become floats when they parse."""
     if not isinstance(value, str):
@@ -190,6 +194,7 @@ def _judge(kind: str, value: Any, expected: Any, interval: tuple[float, float] |
 
 # --------------------------------------------------------------------------- scoring
 
+
 def score_report(gold: Any, report: Any, *, upstream_abort: bool = False) -> CapsuleScore:
     """Score one capsule's parsed ``report`` (question text -> answer) against ``gold``, the task's
     ``results`` list of reference runs. Never raises: every input gets a verdict.
@@ -225,9 +230,16 @@ def score_report(gold: Any, report: Any, *, upstream_abort: bool = False) -> Cap
         expected[question] = list(intervals[question])
 
     verdicts: dict[str, QuestionVerdict] = {
-        q: QuestionVerdict(question=q, kind=kind, figure=is_figure_question(q),
-                           answered=q in report, submitted=report.get(q), expected=expected[q],
-                           correct=False, note=None if q in report else "missing")
+        q: QuestionVerdict(
+            question=q,
+            kind=kind,
+            figure=is_figure_question(q),
+            answered=q in report,
+            submitted=report.get(q),
+            expected=expected[q],
+            correct=False,
+            note=None if q in report else "missing",
+        )
         for q, kind in kinds.items()
     }
     score = CapsuleScore(verdicts=list(verdicts.values()))
@@ -313,7 +325,7 @@ def _parse_json_object(text: str) -> Any:
     except json.JSONDecodeError:
         start, end = text.find("{"), text.rfind("}")
         if 0 <= start < end:
-            return json.loads(text[start:end + 1])  # prose around one JSON object
+            return json.loads(text[start : end + 1])  # prose around one JSON object
         raise
 
 
@@ -347,25 +359,51 @@ def read_report(path: Path, source: str) -> Submission:
     try:
         raw = read_regular_file(path, MAX_REPORT_BYTES + 1)
         if len(raw) > MAX_REPORT_BYTES:
-            return Submission({}, warning=f"{source} is larger than {MAX_REPORT_BYTES} bytes; scored as empty",
-                              report_status="too large", source=source, report_path=source)
+            return Submission(
+                {},
+                warning=f"{source} is larger than {MAX_REPORT_BYTES} bytes; scored as empty",
+                report_status="too large",
+                source=source,
+                report_path=source,
+            )
     except OSError as exc:
-        return Submission({}, warning=f"{source} cannot be read ({exc}); scored as an empty submission",
-                          report_status="invalid", source=source, report_path=source)
+        return Submission(
+            {},
+            warning=f"{source} cannot be read ({exc}); scored as an empty submission",
+            report_status="invalid",
+            source=source,
+            report_path=source,
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:  # upstream's harness reads such a report as empty
-        return Submission({}, warning=f"{source} is not UTF-8 ({exc}); scored as an empty submission",
-                          report_status="invalid", source=source, report_path=source)
+        return Submission(
+            {},
+            warning=f"{source} is not UTF-8 ({exc}); scored as an empty submission",
+            report_status="invalid",
+            source=source,
+            report_path=source,
+        )
     try:
         value = json.loads(text)
     except JSON_FAILURES as exc:
-        return Submission({}, warning=f"{source} is not valid JSON ({_why(exc)}); scored as an empty submission",
-                          report_status="invalid", source=source, report_path=source)
+        return Submission(
+            {},
+            warning=f"{source} is not valid JSON ({_why(exc)}); scored as an empty submission",
+            report_status="invalid",
+            source=source,
+            report_path=source,
+        )
     report, warning = _as_object(value, source)
     report, repaired = repair_value(report)  # the answers are text from outside: valid UTF-8 from here on
-    return Submission(report, warning=warning, report_status="invalid" if warning else "found",
-                      text_repaired=repaired, source=source, report_path=source)
+    return Submission(
+        report,
+        warning=warning,
+        report_status="invalid" if warning else "found",
+        text_repaired=repaired,
+        source=source,
+        report_path=source,
+    )
 
 
 def load_submission(workspace: Path, final_answer: Any = None) -> Submission:
@@ -382,8 +420,9 @@ def load_submission(workspace: Path, final_answer: Any = None) -> Submission:
         try:
             final_answer = _parse_json_object(final_answer)
         except JSON_FAILURES as exc:
-            return Submission({}, "final_answer",
-                              f"final answer holds no JSON object ({_why(exc)}); scored as an empty submission")
+            return Submission(
+                {}, "final_answer", f"final answer holds no JSON object ({_why(exc)}); scored as an empty submission"
+            )
     report, warning = _as_object(final_answer, "final answer")
     report, repaired = repair_value(report)
     return Submission(report, "final_answer", warning, text_repaired=repaired)

@@ -1,7 +1,8 @@
 """The official targets from the reference system's data archive (``--bench-data-url``).
 
 When the official ``test_data.h5`` is absent and a run needs the official targets (a test-split item is
-selected, or ``--bench-targets=official`` asks for them), the ZIP at ``--bench-data-url`` is downloaded (``core.data.download``: resumable, retried,
+selected, or ``--bench-targets=official`` asks for them), the ZIP at ``--bench-data-url`` is downloaded
+(``core.data.download``: resumable, retried,
 with progress) and only its ``test_data.h5`` is extracted: streamed into a temporary file next to its
 destination, checked against the pinned sha256 (refused with both sums unless custom data is allowed),
 then renamed into place. No other member is written, so a hostile archive (absolute paths, ``..``,
@@ -11,6 +12,7 @@ with ``--bench-targets=auto`` the run then goes on without the file (every step 
 eval_error saying where to get it); with ``--bench-targets=official`` it is a usage error (``fetch_h5``
 itself refuses to download offline).
 """
+
 from __future__ import annotations
 
 import os
@@ -69,17 +71,21 @@ def fetch_h5(url: str, data_dir: Path, cache_dir: Path | None, *, verified: bool
     ``verified``: the h5 must match the pinned sha256 (else DataError naming both sums, nothing kept)."""
     pinned = dataset.H5_FILE.sha256
     if offline():
-        raise DataError(f"the official {dataset.H5_FILE.name} is missing and downloads are off (${OFFLINE_ENV}): "
-                        f"download {url} and extract its {dataset.H5_FILE.name} into {Path(data_dir) / dataset.SUBDIR}, "
-                        f"or pass --bench-h5 PATH")
+        raise DataError(
+            f"the official {dataset.H5_FILE.name} is missing and downloads are off (${OFFLINE_ENV}): "
+            f"download {url} and extract its {dataset.H5_FILE.name} into {Path(data_dir) / dataset.SUBDIR}, "
+            f"or pass --bench-h5 PATH"
+        )
     folder = destination(Path(data_dir), cache_dir)
     zip_path = folder / ARCHIVE_NAME
     try:
         download(url, zip_path)
     except DataError as exc:
-        raise DataError(f"the official {dataset.H5_FILE.name} is missing and the data archive could not be "
-                        f"downloaded from {url}: {exc}. Download it by hand and extract its "
-                        f"{dataset.H5_FILE.name} into {folder}, or pass --bench-h5 PATH") from exc
+        raise DataError(
+            f"the official {dataset.H5_FILE.name} is missing and the data archive could not be "
+            f"downloaded from {url}: {exc}. Download it by hand and extract its "
+            f"{dataset.H5_FILE.name} into {folder}, or pass --bench-h5 PATH"
+        ) from exc
     dest = folder / dataset.H5_FILE.name
     try:
         with zipfile.ZipFile(zip_path) as archive:
@@ -90,9 +96,11 @@ def fetch_h5(url: str, data_dir: Path, cache_dir: Path | None, *, verified: bool
                     shutil.copyfileobj(src, out, 1 << 20)
                 actual = sha256_of(Path(tmp))
                 if verified and actual != pinned:
-                    raise DataError(f"the {dataset.H5_FILE.name} in the archive {url} is not the official file: "
-                                    f"sha256 {actual}, expected {pinned}; it was not kept (a file of your own: "
-                                    f"--bench-allow-custom-data)")
+                    raise DataError(
+                        f"the {dataset.H5_FILE.name} in the archive {url} is not the official file: "
+                        f"sha256 {actual}, expected {pinned}; it was not kept (a file of your own: "
+                        f"--bench-allow-custom-data)"
+                    )
                 os.replace(tmp, dest)
             finally:
                 Path(tmp).unlink(missing_ok=True)

@@ -4,10 +4,12 @@ This module declares what the plugin and the report layer need (options, markers
 free settings, records file), checks the options once (``configure``), loads the tasks and opens a
 run (``open_run``: the targets are resolved and the solver chosen there, once); ``run.py`` scores.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ...core.data import DataError, find, sha256_of
 from ...core.errors import ConfigError
@@ -21,7 +23,7 @@ from ..base import Benchmark, RunSpec
 from . import dataset
 from .archive import DEFAULT_URL as DEFAULT_DATA_URL
 from .archive import fetch_h5, offline
-from .locate import RebuiltTable, TargetTable, Targets, locate
+from .locate import RebuiltTable, Targets, TargetTable, locate
 from .metrics import summarize
 from .prompts import load_templates
 from .solvers import MODES, choose_solver
@@ -36,48 +38,122 @@ ALL_CATEGORIES = "all"
 REBUILD_TIMEOUT_FACTOR = 10  # rebuilding one problem's targets may take this many tool timeouts
 
 OPTIONS = (
-    Option("h5", "--bench-h5", kind="path", ini="agentbench_h5", owner=OWNER, metavar="PATH",
-           help="SciCode: path to the official test_data.h5 (default: looked up in the data dir)."),
-    Option("background", "--bench-background", kind="bool", default=True, negatable=True,
-           ini="agentbench_background", owner=OWNER,
-           help="SciCode: include the scientific background in prompts (default on; "
-                "--no-bench-background leaves it out and the model is asked to write it)."),
-    Option("mode", "--bench-mode", kind="choice", choices=MODES, default="tool_use", ini="agentbench_mode",
-           owner=OWNER,
-           help="SciCode harness: tool_use (default; the model may run code) or naive (one call per step)."),
-    Option("tool_loops", "--bench-tool-loops", kind="int", default=15, minimum=0, ini="agentbench_tool_loops",
-           owner=OWNER, help="SciCode tool_use: most rounds of tool calls per step (default 15)."),
-    Option("tool_timeout", "--bench-tool-timeout", kind="float", default=180.0, minimum=0, exclusive_minimum=True,
-           ini="agentbench_tool_timeout", owner=OWNER,
-           help="SciCode tool_use: seconds per code_interpreter call (default 180).", free_on_resume=True),
-    Option("overlap", "--bench-overlap", kind="bool", default=True, negatable=True, ini="agentbench_overlap",
-           owner=OWNER,
-           help="SciCode: generate the next step while the current one is scored (default on; "
-                "--no-bench-overlap generates each step only when its item starts)."),
-    Option("operand_cap", "--bench-operand-cap", kind="size", default=DEFAULT_MAX_BYTES, ini="agentbench_operand_cap",
-           owner=OWNER, metavar="SIZE",
-           help="SciCode: most bytes of operand values a step's scoring child may send to be compared "
-                "(default 256m); a test whose values exceed it fails with the reason."),
-    Option("data_url", "--bench-data-url", ini="agentbench_data_url", owner=OWNER, metavar="URL",
-           default=DEFAULT_DATA_URL,
-           help="SciCode: ZIP archive holding the official test_data.h5, downloaded (and only that file "
-                "extracted, checked against its pinned sha256) when the file is missing and the official targets "
-                f"are needed (a test-split item is selected, or --bench-targets=official; default {DEFAULT_DATA_URL})."),
-    Option("targets", "--bench-targets", kind="choice", choices=TARGET_CHOICES, default=AUTO,
-           ini="agentbench_targets", owner=OWNER,
-           help="SciCode: where the targets come from: auto (default: the official test_data.h5 when it is "
-                "present or a test-split item is selected, fetched from --bench-data-url when missing; else rebuilt "
-                "from the ground truth), official (the official file even for a validation-only run, fetched when "
-                "missing; a usage error offline) or rebuilt (rebuilt from the ground truth even when the official "
-                "file is present; validation split only)."),
-    Option("category", "--bench-category", kind="list", default=(ALL_CATEGORIES,), ini="agentbench_category",
-           owner=OWNER, metavar="NAME[,NAME...]",
-           help="SciCode: run only the problems of these categories (exact match on a problem's category "
-                "field; a problem without one is 'unclassified'; a list takes the union; default all)."),
+    Option(
+        "h5",
+        "--bench-h5",
+        kind="path",
+        ini="agentbench_h5",
+        owner=OWNER,
+        metavar="PATH",
+        help="SciCode: path to the official test_data.h5 (default: looked up in the data dir).",
+    ),
+    Option(
+        "background",
+        "--bench-background",
+        kind="bool",
+        default=True,
+        negatable=True,
+        ini="agentbench_background",
+        owner=OWNER,
+        help="SciCode: include the scientific background in prompts (default on; "
+        "--no-bench-background leaves it out and the model is asked to write it).",
+    ),
+    Option(
+        "mode",
+        "--bench-mode",
+        kind="choice",
+        choices=MODES,
+        default="tool_use",
+        ini="agentbench_mode",
+        owner=OWNER,
+        help="SciCode harness: tool_use (default; the model may run code) or naive (one call per step).",
+    ),
+    Option(
+        "tool_loops",
+        "--bench-tool-loops",
+        kind="int",
+        default=15,
+        minimum=0,
+        ini="agentbench_tool_loops",
+        owner=OWNER,
+        help="SciCode tool_use: most rounds of tool calls per step (default 15).",
+    ),
+    Option(
+        "tool_timeout",
+        "--bench-tool-timeout",
+        kind="float",
+        default=180.0,
+        minimum=0,
+        exclusive_minimum=True,
+        ini="agentbench_tool_timeout",
+        owner=OWNER,
+        help="SciCode tool_use: seconds per code_interpreter call (default 180).",
+        free_on_resume=True,
+    ),
+    Option(
+        "overlap",
+        "--bench-overlap",
+        kind="bool",
+        default=True,
+        negatable=True,
+        ini="agentbench_overlap",
+        owner=OWNER,
+        help="SciCode: generate the next step while the current one is scored (default on; "
+        "--no-bench-overlap generates each step only when its item starts).",
+    ),
+    Option(
+        "operand_cap",
+        "--bench-operand-cap",
+        kind="size",
+        default=DEFAULT_MAX_BYTES,
+        ini="agentbench_operand_cap",
+        owner=OWNER,
+        metavar="SIZE",
+        help="SciCode: most bytes of operand values a step's scoring child may send to be compared "
+        "(default 256m); a test whose values exceed it fails with the reason.",
+    ),
+    Option(
+        "data_url",
+        "--bench-data-url",
+        ini="agentbench_data_url",
+        owner=OWNER,
+        metavar="URL",
+        default=DEFAULT_DATA_URL,
+        help="SciCode: ZIP archive holding the official test_data.h5, downloaded (and only that file "
+        "extracted, checked against its pinned sha256) when the file is missing and the official targets "
+        f"are needed (a test-split item is selected, or --bench-targets=official; default {DEFAULT_DATA_URL}).",
+    ),
+    Option(
+        "targets",
+        "--bench-targets",
+        kind="choice",
+        choices=TARGET_CHOICES,
+        default=AUTO,
+        ini="agentbench_targets",
+        owner=OWNER,
+        help="SciCode: where the targets come from: auto (default: the official test_data.h5 when it is "
+        "present or a test-split item is selected, fetched from --bench-data-url when missing; else rebuilt "
+        "from the ground truth), official (the official file even for a validation-only run, fetched when "
+        "missing; a usage error offline) or rebuilt (rebuilt from the ground truth even when the official "
+        "file is present; validation split only).",
+    ),
+    Option(
+        "category",
+        "--bench-category",
+        kind="list",
+        default=(ALL_CATEGORIES,),
+        ini="agentbench_category",
+        owner=OWNER,
+        metavar="NAME[,NAME...]",
+        help="SciCode: run only the problems of these categories (exact match on a problem's category "
+        "field; a problem without one is 'unclassified'; a list takes the union; default all).",
+    ),
 )
 
-ORACLE_SPLIT = ("--model=oracle answers with the ground-truth code, which only SciCode's validation split ships; "
-                "use --bench-split=validation (the test split has no public solutions)")
+ORACLE_SPLIT = (
+    "--model=oracle answers with the ground-truth code, which only SciCode's validation split ships; "
+    "use --bench-split=validation (the test split has no public solutions)"
+)
 
 
 class SciCode(Benchmark):
@@ -92,9 +168,12 @@ class SciCode(Benchmark):
         "prefilled": "an official prefilled SciCode step, skipped (pytest-agentbench)",
     }
     gate_metrics = {
-        "main": "main", "subproblem": "subproblem",
-        "validation.main": "validation.main", "validation.subproblem": "validation.subproblem",
-        "test.main": "test.main", "test.subproblem": "test.subproblem",
+        "main": "main",
+        "subproblem": "subproblem",
+        "validation.main": "validation.main",
+        "validation.subproblem": "validation.subproblem",
+        "test.main": "test.main",
+        "test.subproblem": "test.subproblem",
     }
     headlines = {"main": "task", "subproblem": "item"}
     # How scoring runs, not what is asked or how it is scored: a baseline may differ in these.
@@ -116,8 +195,12 @@ class SciCode(Benchmark):
         elif oracle and split != "validation":
             raise ConfigError(ORACLE_SPLIT)
         mode = opts["mode"]
-        out: dict[str, Any] = {"mode": "oracle" if oracle else mode, "background": bool(opts["background"]),
-                               "executor": opts["executor"], "memory_limit_gib": float(opts["memory_limit"])}
+        out: dict[str, Any] = {
+            "mode": "oracle" if oracle else mode,
+            "background": bool(opts["background"]),
+            "executor": opts["executor"],
+            "memory_limit_gib": float(opts["memory_limit"]),
+        }
         if mode == "tool_use" and not oracle:
             out.update(tool_loops=int(opts["tool_loops"]), tool_timeout=float(opts["tool_timeout"]))
         targets = self.targets(opts, split)
@@ -125,8 +208,11 @@ class SciCode(Benchmark):
         notes = [targets.note()] if targets.note() else []
         if narrowed:
             out["split"] = split
-            notes.insert(0, "--model=oracle without --bench-split: narrowed to the validation split "
-                            "(the test split has no public solutions)")
+            notes.insert(
+                0,
+                "--model=oracle without --bench-split: narrowed to the validation split "
+                "(the test split has no public solutions)",
+            )
         if notes:
             out["notes"] = notes
         return out
@@ -139,8 +225,9 @@ class SciCode(Benchmark):
 
     # ---- data ------------------------------------------------------------------------------
     def load_tasks(self, opts: Settings, split: str) -> list[Task]:
-        problems = dataset.load_problems(Path(opts["data_dir"]), split, verify=verify_data(opts),
-                                         stamp_dir=opts.get("cache_dir"))
+        problems = dataset.load_problems(
+            Path(opts["data_dir"]), split, verify=verify_data(opts), stamp_dir=opts.get("cache_dir")
+        )
         self.categories.update({str(p["problem_id"]): dataset.category_of(p) for _, p in problems})
         return dataset.to_tasks(select_categories(problems, opts.get("category") or ()))
 
@@ -168,7 +255,7 @@ class SciCode(Benchmark):
         return out
 
     # ---- running -------------------------------------------------------------------------
-    def open_run(self, spec: RunSpec, model: Any, env: Any) -> "SciCodeRun":
+    def open_run(self, spec: RunSpec, model: Any, env: Any) -> SciCodeRun:
         from .run import RunSettings, SciCodeRun  # why: scoring loads the sandbox; collecting items needs none of it
 
         opts = spec.options
@@ -184,21 +271,40 @@ class SciCode(Benchmark):
         prefilled = {}
         if needs_prefilled(selected, spec.selected):
             prefilled = dataset.load_prefilled(spec.data_dir, verify=verify_data(opts), stamp_dir=spec.cache_dir)
-        solver = choose_solver(model, env=env, templates=lambda: load_templates(spec.data_dir), mode=opts["mode"],
-                               background=bool(opts["background"]), tool_loops=int(opts["tool_loops"]),
-                               tool_timeout=float(opts["tool_timeout"]), price=price_of(spec.settings.get("price")),
-                               budget=spec.settings.get("max_cost_per_item"))
-        settings = RunSettings(targets=table, executor=opts["executor"], overlap=bool(opts["overlap"]),
-                               prefilled=prefilled, selected=frozenset(spec.selected),
-                               operand_cap=int(opts["operand_cap"]))
-        return SciCodeRun(settings, solver, env, limits_from(opts, timeout=float(opts["timeout"])), files=spec.files,
-                          problems={t.id: t.data for t in spec.tasks})
+        solver = choose_solver(
+            model,
+            env=env,
+            templates=lambda: load_templates(spec.data_dir),
+            mode=opts["mode"],
+            background=bool(opts["background"]),
+            tool_loops=int(opts["tool_loops"]),
+            tool_timeout=float(opts["tool_timeout"]),
+            price=price_of(spec.settings.get("price")),
+            budget=spec.settings.get("max_cost_per_item"),
+        )
+        settings = RunSettings(
+            targets=table,
+            executor=opts["executor"],
+            overlap=bool(opts["overlap"]),
+            prefilled=prefilled,
+            selected=frozenset(spec.selected),
+            operand_cap=int(opts["operand_cap"]),
+        )
+        return SciCodeRun(
+            settings,
+            solver,
+            env,
+            limits_from(opts, timeout=float(opts["timeout"])),
+            files=spec.files,
+            problems={t.id: t.data for t in spec.tasks},
+        )
 
     def summarize(self, records: list[RecordData], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, dict(settings), self.categories)
 
-    def first_call_misses(self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task],
-                          samples: list[Any], model: Any) -> list[str]:
+    def first_call_misses(
+        self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task], samples: list[Any], model: Any
+    ) -> list[str]:
         """--bench-replay, before any item: the selected problems whose first model call (the first step that is
         not prefilled, with the prompt this run would build) is not in the response cache."""
         from ...models.probe import FirstCallProbe, FirstCallSeen  # why: it loads openai; only a replay needs it
@@ -208,9 +314,15 @@ class SciCode(Benchmark):
         chosen = [t for t in tasks if t.id in wanted]
         if not chosen:
             return []
-        solver = ChatSolver(FirstCallProbe(model), templates=load_templates(Path(opts["data_dir"])), run_python=None,
-                            mode=opts["mode"], background=bool(opts["background"]),
-                            tool_loops=int(opts["tool_loops"]), tool_timeout=float(opts["tool_timeout"]))
+        solver = ChatSolver(
+            FirstCallProbe(model),
+            templates=load_templates(Path(opts["data_dir"])),
+            run_python=None,
+            mode=opts["mode"],
+            background=bool(opts["background"]),
+            tool_loops=int(opts["tool_loops"]),
+            tool_timeout=float(opts["tool_timeout"]),
+        )
         prefilled = None
         missing = []
         for task in chosen:
@@ -220,8 +332,9 @@ class SciCode(Benchmark):
                 if number not in dataset.PREFILLED_FILES:
                     break
                 if prefilled is None:
-                    prefilled = dataset.load_prefilled(Path(opts["data_dir"]), verify=verify_data(opts),
-                                                       stamp_dir=opts.get("cache_dir"))
+                    prefilled = dataset.load_prefilled(
+                        Path(opts["data_dir"]), verify=verify_data(opts), stamp_dir=opts.get("cache_dir")
+                    )
                 previous.append(prefilled[number])
             try:
                 solver.solve(task.data, len(previous), previous)
@@ -240,8 +353,10 @@ def select_categories(problems: list[tuple[str, dict[str, Any]]], names: Any) ->
     present = sorted({dataset.category_of(p) for _, p in problems})
     unknown = sorted(wanted - set(present))
     if unknown:
-        raise ConfigError(f"unknown SciCode categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} in "
-                          f"--bench-category; categories present: {', '.join(present)} (or all)")
+        raise ConfigError(
+            f"unknown SciCode categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} in "
+            f"--bench-category; categories present: {', '.join(present)} (or all)"
+        )
     return [(split, p) for split, p in problems if dataset.category_of(p) in wanted]
 
 
@@ -251,12 +366,16 @@ def find_targets(opts: Settings, split: str) -> Targets:
     data_dir, cache_dir, verified = Path(opts["data_dir"]), opts.get("cache_dir"), verify_data(opts)
     if choice == REBUILT:
         if opts.get("h5"):
-            raise ConfigError("--bench-targets=rebuilt rebuilds the targets from the ground truth: leave out "
-                              "--bench-h5, or use --bench-targets=auto to score against that file")
+            raise ConfigError(
+                "--bench-targets=rebuilt rebuilds the targets from the ground truth: leave out "
+                "--bench-h5, or use --bench-targets=auto to score against that file"
+            )
         if needs_official(opts, split):
-            raise ConfigError("--bench-targets=rebuilt: the test split has no public ground truth to rebuild "
-                              "its targets from; select validation items (--bench-split=validation) or use "
-                              "--bench-targets=auto")
+            raise ConfigError(
+                "--bench-targets=rebuilt: the test split has no public ground truth to rebuild "
+                "its targets from; select validation items (--bench-split=validation) or use "
+                "--bench-targets=auto"
+            )
         return Targets(None, "rebuilt")
 
     def fetch() -> Path:
@@ -272,9 +391,14 @@ def find_targets(opts: Settings, split: str) -> Targets:
     try:
         return locate(opts.get("h5"), data_dir, cache_dir, split, verified=verified, fetch=fetch)
     except ConfigError as exc:
-        raise ConfigError(f"--bench-targets=official: {exc}" + (
-            "; for validation items alone, --bench-targets=auto rebuilds the targets from the ground truth"
-            if split == "validation" else "")) from None
+        raise ConfigError(
+            f"--bench-targets=official: {exc}"
+            + (
+                "; for validation items alone, --bench-targets=auto rebuilds the targets from the ground truth"
+                if split == "validation"
+                else ""
+            )
+        ) from None
 
 
 def needs_official(opts: Mapping[str, Any], split: str) -> bool:
@@ -284,8 +408,9 @@ def needs_official(opts: Mapping[str, Any], split: str) -> bool:
     ids = [str(i) for i in opts.get("ids") or ()]
     if not ids:
         return True
-    test = dataset.load_problems(Path(opts["data_dir"]), "test", verify=verify_data(opts),
-                                 stamp_dir=opts.get("cache_dir"))
+    test = dataset.load_problems(
+        Path(opts["data_dir"]), "test", verify=verify_data(opts), stamp_dir=opts.get("cache_dir")
+    )
     test_ids = {str(p["problem_id"]) for _, p in test}
     return any(i.split(".")[0] in test_ids for i in ids)
 
@@ -295,8 +420,12 @@ def oracle_test_ids(opts: Settings) -> list[str]:
     if not opts.get("ids"):
         return []
     try:
-        test = {str(problem["problem_id"]) for _, problem in dataset.load_problems(
-            Path(opts["data_dir"]), "test", verify=verify_data(opts), stamp_dir=opts.get("cache_dir"))}
+        test = {
+            str(problem["problem_id"])
+            for _, problem in dataset.load_problems(
+                Path(opts["data_dir"]), "test", verify=verify_data(opts), stamp_dir=opts.get("cache_dir")
+            )
+        }
     except DataError:  # no test file here: no id can name a test item
         return []
     return [i for i in opts["ids"] if i.split(".")[0] in test]
@@ -312,7 +441,7 @@ def needs_prefilled(tasks: list[Task], selected: frozenset[str]) -> bool:
     for task in tasks:
         numbers = [str(step["step_number"]) for step in task.data["sub_steps"]]
         for sample in task.samples:
-            if sample.id in selected and any(n in dataset.PREFILLED_FILES for n in numbers[:sample.data["index"]]):
+            if sample.id in selected and any(n in dataset.PREFILLED_FILES for n in numbers[: sample.data["index"]]):
                 return True
     return False
 

@@ -4,6 +4,7 @@ Same semantics as upstream's helpers, written here so scoring needs no upstream 
 compared key by key with ``np.allclose`` (sympy symbols compared as strings, sparse matrices densified),
 sequences element by element, booleans exactly, and anything ``allclose`` rejects by ``==``.
 """
+
 from __future__ import annotations
 
 import numpy as np

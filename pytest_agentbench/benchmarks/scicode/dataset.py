@@ -1,4 +1,5 @@
 """SciCode's problems, prefilled steps and templates: pinned upstream files and their loading."""
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,12 @@ def _upstream(local: str, remote: str, sha256: str) -> DataFile:
 
 
 PROBLEM_FILES = {
-    "validation": _upstream("problems_dev.jsonl", "problems_dev.jsonl",
-                            "193968aff23b7ed931c8f6d196b611e2f6694adb49e6cc085444a60ad2fc4f7b"),
-    "test": _upstream("problems_test.jsonl", "problems_all.jsonl",
-                      "38797fef78f434720be6d053b4f3a86839d6f8ea5fb9115450677cd3a6edf81d"),
+    "validation": _upstream(
+        "problems_dev.jsonl", "problems_dev.jsonl", "193968aff23b7ed931c8f6d196b611e2f6694adb49e6cc085444a60ad2fc4f7b"
+    ),
+    "test": _upstream(
+        "problems_test.jsonl", "problems_all.jsonl", "38797fef78f434720be6d053b4f3a86839d6f8ea5fb9115450677cd3a6edf81d"
+    ),
 }
 PREFILLED_FILES = {
     "13.6": _upstream("13.6.txt", "13.6.txt", "795a2b57c2d9bb12ca4eaf16d6b8e1f202015a89a886628858abf42a1b18a94e"),
@@ -29,15 +32,21 @@ PREFILLED_FILES = {
     "76.3": _upstream("76.3.txt", "76.3.txt", "4758300d96ea726cdc0fbf749f1bc437030d2a3e8b43bde232ecdeaf636cd367"),
 }
 TEMPLATE_FILES = {
-    "with_background": _upstream("multistep_template.txt", "multistep_template.txt",
-                                 "2c6946acf50f69d37647b83c04e77e6bdc5f3ff04e87d4aa6f79d0f27b5dcbc2"),
-    "without_background": _upstream("background_comment_template.txt", "background_comment_template.txt",
-                                    "9b407bdd44937f13cf090b5ae35436b7dc60a0fb8494caec6995c9c83cdadb03"),
+    "with_background": _upstream(
+        "multistep_template.txt",
+        "multistep_template.txt",
+        "2c6946acf50f69d37647b83c04e77e6bdc5f3ff04e87d4aa6f79d0f27b5dcbc2",
+    ),
+    "without_background": _upstream(
+        "background_comment_template.txt",
+        "background_comment_template.txt",
+        "9b407bdd44937f13cf090b5ae35436b7dc60a0fb8494caec6995c9c83cdadb03",
+    ),
 }
 H5_FILE = DataFile(
     name="test_data.h5",
     url="https://huggingface.co/datasets/xantheocracy/scicode-mirror/resolve/"
-        "2f903a64a1c4eb62c7c649b0caf7ecb2c0217590/test_data.h5",
+    "2f903a64a1c4eb62c7c649b0caf7ecb2c0217590/test_data.h5",
     sha256="48b0272a88b17dbd29777c217e1b4fb2b019b92e11cc2add847409db9541b890",
     subdir=SUBDIR,
 )
@@ -73,8 +82,9 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def load_problems(root: Path, split: str, *, verify: bool = True, stamp_dir: Path | None = None
-                  ) -> list[tuple[str, dict[str, Any]]]:
+def load_problems(
+    root: Path, split: str, *, verify: bool = True, stamp_dir: Path | None = None
+) -> list[tuple[str, dict[str, Any]]]:
     """(split, problem) pairs of ``split`` in upstream order; ``all`` is validation then test."""
     parts = ("validation", "test") if split == "all" else (split,)
     out = []
@@ -85,8 +95,10 @@ def load_problems(root: Path, split: str, *, verify: bool = True, stamp_dir: Pat
 
 
 def load_prefilled(root: Path, *, verify: bool = True, stamp_dir: Path | None = None) -> dict[str, str]:
-    return {step: fetch(root, f, verify=verify, stamp_dir=stamp_dir).read_text(encoding="utf-8")
-            for step, f in PREFILLED_FILES.items()}
+    return {
+        step: fetch(root, f, verify=verify, stamp_dir=stamp_dir).read_text(encoding="utf-8")
+        for step, f in PREFILLED_FILES.items()
+    }
 
 
 UNCLASSIFIED = "unclassified"  # the category of a problem without one (every official problem)
@@ -103,10 +115,16 @@ def to_tasks(problems: list[tuple[str, dict[str, Any]]]) -> list[Task]:
         for index, step in enumerate(problem["sub_steps"]):
             number = str(step["step_number"])
             prefilled = number in PREFILLED_FILES
-            task.samples.append(Sample(
-                id=number, task_id=task.id, split=split, scored=not prefilled,
-                skip_reason=PREFILLED_REASON if prefilled else None,
-                markers=("prefilled",) if prefilled else (), data={"index": index, "step": step},
-            ))
+            task.samples.append(
+                Sample(
+                    id=number,
+                    task_id=task.id,
+                    split=split,
+                    scored=not prefilled,
+                    skip_reason=PREFILLED_REASON if prefilled else None,
+                    markers=("prefilled",) if prefilled else (),
+                    data={"index": index, "step": step},
+                )
+            )
         tasks.append(task)
     return tasks

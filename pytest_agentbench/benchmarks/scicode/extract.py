@@ -7,6 +7,7 @@ that was the only statement of a ``try:``/``if`` body (an empty body is a syntax
 docstring lines starting with "from ... import". Here the same intent (the step's code without its
 imports, since the problem's dependencies are provided) is done on the syntax tree.
 """
+
 from __future__ import annotations
 
 import ast
@@ -47,8 +48,10 @@ def defines(code: str, name: str) -> bool:
         tree = pyast.parse(code)
     except PARSE_FAILURES:
         return re.search(rf"^(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b", code, re.MULTILINE) is not None
-    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
-               for node in tree.body)
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
+        for node in tree.body
+    )
 
 
 def choose_block(text: str, function_name: str | None) -> str | None:
@@ -65,8 +68,11 @@ def choose_block(text: str, function_name: str | None) -> str | None:
         return blocks[0][1]
     # no fence at all: accept the whole reply only if it is code that defines something
     stripped = (text or "").strip()
-    if stripped and parses(stripped) and (
-            defines(stripped, function_name) if function_name else re.search(r"^(def|class)\s", stripped, re.M)):
+    if (
+        stripped
+        and parses(stripped)
+        and (defines(stripped, function_name) if function_name else re.search(r"^(def|class)\s", stripped, re.M))
+    ):
         return stripped
     return None
 
@@ -115,9 +121,9 @@ def strip_imports(code: str) -> str | None:
 def _remove_statement(lines: list[str], node: ast.stmt, keep_pass: bool) -> list[str]:
     assert node.end_lineno is not None and node.end_col_offset is not None  # (a parsed statement has both)
     first, last = node.lineno - 1, node.end_lineno - 1
-    head = lines[first][:_char_index(lines[first], node.col_offset)]
-    tail = lines[last][_char_index(lines[last], node.end_col_offset):]
-    before, after = lines[:first], lines[last + 1:]
+    head = lines[first][: _char_index(lines[first], node.col_offset)]
+    tail = lines[last][_char_index(lines[last], node.end_col_offset) :]
+    before, after = lines[:first], lines[last + 1 :]
     rest = tail.lstrip()
     if not head.strip() and (not rest.strip() or rest.startswith("#")):
         # the statement has its lines to itself: drop them (or leave a pass at its indentation)

@@ -9,16 +9,18 @@ have cost, and stops with the status ``budget`` once they reached it (a call is 
 
 Nothing here raises for model misbehaviour: every outcome is a GenResult with a status.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ...core.text import repair_value
-from .extract import extract_code, function_name_of
 from ...models.price import Price, over_budget, start_costs
 from ...models.usage import count_completion, turn_of
+from .extract import extract_code, function_name_of
 from .prompts import build_prompt
 
 if TYPE_CHECKING:
@@ -46,7 +48,7 @@ CODE_INTERPRETER_TOOL = {
     "function": {
         "name": TOOL_NAME,
         "description": "Run Python code in a sandbox with the problem's dependencies and the earlier "
-                       "steps' functions preloaded; returns status, exit code, stdout and stderr.",
+        "steps' functions preloaded; returns status, exit code, stdout and stderr.",
         "parameters": {
             "type": "object",
             "properties": {"code": {"type": "string", "description": "Python source to run."}},
@@ -58,8 +60,15 @@ CODE_INTERPRETER_TOOL = {
 
 
 def new_accounting() -> dict:
-    return {"model_calls": 0, "tool_calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
-            "latency": 0.0, "cache_hits": 0, "request_retries": 0}
+    return {
+        "model_calls": 0,
+        "tool_calls": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "latency": 0.0,
+        "cache_hits": 0,
+        "request_retries": 0,
+    }
 
 
 @dataclass
@@ -78,8 +87,9 @@ def count_call(accounting: dict, completion: Completion, price: Price | None = N
     count_repaired(accounting, completion.text_repaired)
 
 
-def add_reply(trajectory: list[dict], turns: list[dict], accounting: dict, completion: Completion,
-              price: Price | None = None) -> None:
+def add_reply(
+    trajectory: list[dict], turns: list[dict], accounting: dict, completion: Completion, price: Price | None = None
+) -> None:
     """Count (and cost) a model call, note its tokens and latency in ``turns``, and append its reply to the
     trajectory."""
     count_call(accounting, completion, price)
@@ -103,8 +113,9 @@ def format_tool_output(result: dict) -> str:
     return "\n".join(parts)
 
 
-def run_tool_call(call: dict, run_code: Callable[[str, float], dict], tool_timeout: float,
-                  accounting: dict | None = None) -> str:
+def run_tool_call(
+    call: dict, run_code: Callable[[str, float], dict], tool_timeout: float, accounting: dict | None = None
+) -> str:
     """Execute one tool call; malformed calls get an explanation back instead of an exception. Repaired
     characters of its arguments (a JSON ``\\udc80`` escape decodes to a lone surrogate) and of its output are
     counted in ``accounting``."""
@@ -114,7 +125,7 @@ def run_tool_call(call: dict, run_code: Callable[[str, float], dict], tool_timeo
     try:
         arguments, repaired = repair_value(json.loads(call["arguments"] or "{}"))
     except ValueError as error:
-        return f"error: the arguments are not valid JSON ({error}); pass {{\"code\": \"...\"}}"
+        return f'error: the arguments are not valid JSON ({error}); pass {{"code": "..."}}'
     count_repaired(accounting, repaired)
     code = arguments.get("code") if isinstance(arguments, dict) else None
     if not isinstance(code, str) or not code.strip():
@@ -127,38 +138,58 @@ def run_tool_call(call: dict, run_code: Callable[[str, float], dict], tool_timeo
     return format_tool_output(result)
 
 
-def finish(completion: Completion, function_name: str | None, trajectory: list[dict],
-           accounting: dict) -> GenResult:
+def finish(completion: Completion, function_name: str | None, trajectory: list[dict], accounting: dict) -> GenResult:
     """Turn the model's final reply into a GenResult."""
     code = extract_code(completion.text, function_name)
     if completion.finish_reason == "length":
-        return GenResult(code=code, status="truncated", response_text=completion.text,
-                         trajectory=trajectory, accounting=accounting,
-                         message="the reply was cut off at the token limit (finish_reason=length); "
-                                 "raise the max tokens in --model-params")
+        return GenResult(
+            code=code,
+            status="truncated",
+            response_text=completion.text,
+            trajectory=trajectory,
+            accounting=accounting,
+            message="the reply was cut off at the token limit (finish_reason=length); "
+            "raise the max tokens in --model-params",
+        )
     if code is None:
         what = "an empty reply" if completion.is_empty else "no parseable Python code block"
         target = f" defining {function_name}" if function_name else ""
-        return GenResult(code=None, status="parse_error", response_text=completion.text,
-                         trajectory=trajectory, accounting=accounting,
-                         message=f"the model gave {what}{target}")
-    return GenResult(code=code, status="ok", response_text=completion.text,
-                     trajectory=trajectory, accounting=accounting)
+        return GenResult(
+            code=None,
+            status="parse_error",
+            response_text=completion.text,
+            trajectory=trajectory,
+            accounting=accounting,
+            message=f"the model gave {what}{target}",
+        )
+    return GenResult(
+        code=code, status="ok", response_text=completion.text, trajectory=trajectory, accounting=accounting
+    )
 
 
-def generate_step(model, problem: dict, step_index: int, previous_code: list[str], *,
-                  mode: str = "tool_use", with_background: bool, templates: dict,
-                  run_code: Callable[[str, float], dict], tool_loops: int = 15,
-                  tool_timeout: float = 180, sample_index: int = 0, price: Price | None = None,
-                  budget: float | None = None) -> GenResult:
+def generate_step(
+    model,
+    problem: dict,
+    step_index: int,
+    previous_code: list[str],
+    *,
+    mode: str = "tool_use",
+    with_background: bool,
+    templates: dict,
+    run_code: Callable[[str, float], dict],
+    tool_loops: int = 15,
+    tool_timeout: float = 180,
+    sample_index: int = 0,
+    price: Price | None = None,
+    budget: float | None = None,
+) -> GenResult:
     """Ask ``model`` for the code of step ``step_index`` (0-based) of ``problem``; ``price`` costs its calls,
     ``budget`` (USD) bounds what they may cost."""
     from ...models.client import ModelError  # why: the client loads openai (2 s); importing SciCode stays light
 
     if mode not in MODES:
         raise ValueError(f"SciCode generation mode {mode!r} is not one of {', '.join(MODES)}")
-    prompt = build_prompt(problem, step_index, previous_code, with_background=with_background,
-                          templates=templates)
+    prompt = build_prompt(problem, step_index, previous_code, with_background=with_background, templates=templates)
     function_name = function_name_of(problem["sub_steps"][step_index]["function_header"])
     system = NAIVE_SYSTEM if mode == "naive" else TOOL_SYSTEM
     trajectory = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
@@ -170,19 +201,41 @@ def generate_step(model, problem: dict, step_index: int, previous_code: list[str
             add_reply(trajectory, turns, accounting, completion, price)
             result = finish(completion, function_name, trajectory, accounting)
         else:
-            result = tool_use_loop(model, trajectory, turns, function_name, accounting, run_code=run_code,
-                                   tool_loops=tool_loops, tool_timeout=tool_timeout, sample_index=sample_index,
-                                   price=price, budget=budget)
+            result = tool_use_loop(
+                model,
+                trajectory,
+                turns,
+                function_name,
+                accounting,
+                run_code=run_code,
+                tool_loops=tool_loops,
+                tool_timeout=tool_timeout,
+                sample_index=sample_index,
+                price=price,
+                budget=budget,
+            )
     except ModelError as error:
-        result = GenResult(code=None, status="model_error", message=str(error),
-                           trajectory=trajectory, accounting=accounting)
+        result = GenResult(
+            code=None, status="model_error", message=str(error), trajectory=trajectory, accounting=accounting
+        )
     result.turns = turns
     return result
 
 
-def tool_use_loop(model, trajectory: list[dict], turns: list[dict], function_name: str | None, accounting: dict, *,
-                  run_code, tool_loops: int, tool_timeout: float, sample_index: int, price: Price | None = None,
-                  budget: float | None = None) -> GenResult:
+def tool_use_loop(
+    model,
+    trajectory: list[dict],
+    turns: list[dict],
+    function_name: str | None,
+    accounting: dict,
+    *,
+    run_code,
+    tool_loops: int,
+    tool_timeout: float,
+    sample_index: int,
+    price: Price | None = None,
+    budget: float | None = None,
+) -> GenResult:
     from ...models.client import tool_result_message  # why: as in generate_step, openai loads only when used
 
     tools = [CODE_INTERPRETER_TOOL]
@@ -190,15 +243,17 @@ def tool_use_loop(model, trajectory: list[dict], turns: list[dict], function_nam
     while True:
         spent = over_budget(accounting, budget)
         if spent:
-            return GenResult(code=None, status="budget", message=f"the harness {spent}", trajectory=trajectory,
-                             accounting=accounting)
+            return GenResult(
+                code=None, status="budget", message=f"the harness {spent}", trajectory=trajectory, accounting=accounting
+            )
         budget_left = rounds < tool_loops
         if not budget_left:
             trajectory.append({"role": "user", "content": FINAL_REQUEST})
         # tools stay declared on the last call (with tool_choice none) because the history holds
         # tool calls, which some servers reject without the tool definitions
-        completion = model.complete(trajectory, tools=tools, sample_index=sample_index,
-                                    tool_choice=None if budget_left else "none")
+        completion = model.complete(
+            trajectory, tools=tools, sample_index=sample_index, tool_choice=None if budget_left else "none"
+        )
         add_reply(trajectory, turns, accounting, completion, price)
         if not completion.tool_calls or completion.finish_reason == "length":
             return finish(completion, function_name, trajectory, accounting)

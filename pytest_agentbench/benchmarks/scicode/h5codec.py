@@ -38,6 +38,7 @@ Differences from the upstream reader, all on inputs it cannot decode or decodes 
 member order is numeric rather than alphabetical (upstream would put ``var10`` before ``var2``),
 strings are decoded at every depth, and nested groups inside lists/dicts are decoded recursively.
 """
+
 from __future__ import annotations
 
 import re
@@ -77,8 +78,9 @@ def read_step_targets(h5_path, step_number: str) -> list:
     try:
         fh = h5py.File(path, "r")
     except OSError as exc:
-        raise TargetsError(f"targets file {path} is not a readable HDF5 file ({exc}); "
-                           "re-download or rebuild it") from exc
+        raise TargetsError(
+            f"targets file {path} is not a readable HDF5 file ({exc}); re-download or rebuild it"
+        ) from exc
     with fh:
         return _read_step(fh, step, str(path))
 
@@ -102,16 +104,17 @@ def _describe(group: h5py.Group) -> str:
 def _read_step(root: h5py.Group, step: str, where: str) -> list:
     if step not in root:
         sample = ", ".join(sorted(root.keys())[:8])
-        raise TargetsError(f"step {step} not in {where}: the file holds {len(root)} steps"
-                           f"{' (e.g. ' + sample + ')' if sample else ''}; check the step number "
-                           "or rebuild the targets for this step")
+        raise TargetsError(
+            f"step {step} not in {where}: the file holds {len(root)} steps"
+            f"{' (e.g. ' + sample + ')' if sample else ''}; check the step number "
+            "or rebuild the targets for this step"
+        )
     step_group = root[step]
     if not isinstance(step_group, h5py.Group):
         raise TargetsError(f"step {step} in {where} is a dataset, not a group of tests")
     numbers = _numbered_members(step_group, _TEST_RE, f"step {step} in {where}")
     if numbers != list(range(1, len(numbers) + 1)):
-        raise TargetsError(f"step {step} in {where} has tests {numbers}; expected test1..testN "
-                           "without gaps")
+        raise TargetsError(f"step {step} in {where} has tests {numbers}; expected test1..testN without gaps")
     return [_read_test(step_group[f"test{i}"], f"step {step} test{i} in {where}") for i in numbers]
 
 
@@ -199,8 +202,9 @@ def _decode_sparse(group: h5py.Group):
         return scipy.sparse.coo_matrix((data, (group["row"][()], group["col"][()])), shape=shape)
     if "blocksize" in group:
         blocksize = tuple(int(n) for n in group["blocksize"][()])
-        return scipy.sparse.bsr_matrix((data, group["indices"][()], group["indptr"][()]),
-                                       shape=shape, blocksize=blocksize)
+        return scipy.sparse.bsr_matrix(
+            (data, group["indices"][()], group["indptr"][()]), shape=shape, blocksize=blocksize
+        )
     return scipy.sparse.csr_matrix((data, group["indices"][()], group["indptr"][()]), shape=shape)
 
 
@@ -216,8 +220,9 @@ def write_step_targets(h5file_or_path, step_number: str, targets: list) -> None:
     """
     step = str(step_number)
     if not isinstance(targets, (list, tuple)):
-        raise TargetsError(f"step {step}: targets must be a list with one value per test case, "
-                           f"got {type(targets).__name__}")
+        raise TargetsError(
+            f"step {step}: targets must be a list with one value per test case, got {type(targets).__name__}"
+        )
     if isinstance(h5file_or_path, h5py.Group):
         _write_step(h5file_or_path, step, targets)
         return
@@ -225,8 +230,10 @@ def write_step_targets(h5file_or_path, step_number: str, targets: list) -> None:
     try:
         fh = h5py.File(path, "a")
     except OSError as exc:
-        raise TargetsError(f"cannot open {path} for writing targets of step {step} ({exc}); "
-                           "check the path is a writable HDF5 file or a new file name") from exc
+        raise TargetsError(
+            f"cannot open {path} for writing targets of step {step} ({exc}); "
+            "check the path is a writable HDF5 file or a new file name"
+        ) from exc
     with fh:
         _write_step(fh, step, targets)
 
@@ -268,9 +275,11 @@ def _encode(parent: h5py.Group, name: str, value, where: str) -> None:
         except (TypeError, ValueError, OverflowError) as exc:
             raise TargetsError(f"{where}: cannot store {value!r} ({exc})") from exc
     else:
-        raise TargetsError(f"{where}: cannot store a value of type {type(value).__module__}."
-                           f"{type(value).__qualname__}; supported: numbers, str, numpy arrays, "
-                           "list/tuple, dict, scipy sparse matrices, None")
+        raise TargetsError(
+            f"{where}: cannot store a value of type {type(value).__module__}."
+            f"{type(value).__qualname__}; supported: numbers, str, numpy arrays, "
+            "list/tuple, dict, scipy sparse matrices, None"
+        )
 
 
 def _encode_sequence(parent: h5py.Group, name: str, value, where: str) -> None:

@@ -14,6 +14,7 @@
   (``core.data.sign``) and kept in memory, and the file is re-hashed against it before every step;
 * neither, otherwise: missing, and every step with code ends as ``eval_error`` saying where to get it.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -22,9 +23,10 @@ import json
 import platform
 import tempfile
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ...core.data import DataError, find, fingerprint, sha256_of, sign, signed, verify
 from ...core.errors import ConfigError
@@ -35,8 +37,9 @@ if TYPE_CHECKING:
     from ...sandbox.executors import Limits
 
 REBUILT_NOTE = "targets rebuilt from ground truth, not the official file"
-H5_HELP = ("the official test_data.h5 is missing: download it from {url} (sha256 {sha}) into {where}, "
-           "or pass --bench-h5 PATH")
+H5_HELP = (
+    "the official test_data.h5 is missing: download it from {url} (sha256 {sha}) into {where}, or pass --bench-h5 PATH"
+)
 REBUILT_FOLDER = ("scicode", "rebuilt-targets")  # under the cache folder
 
 
@@ -59,7 +62,7 @@ class Targets:
     def source(self) -> str:
         return self.origin or self.kind
 
-    def checked(self) -> "Targets":
+    def checked(self) -> Targets:
         """These targets if the file is still the one that was checked, else a ``path``-less Targets whose
         message says why (the step then ends as eval_error). Cheap when nothing changed: the official
         file is re-hashed only when its fingerprint moved; a rebuilt file (small) is re-hashed every time."""
@@ -117,7 +120,7 @@ class TargetTable:
     steps: Mapping[str, Targets] = field(default_factory=dict)  # step number -> its rebuilt targets
 
     @classmethod
-    def file(cls, path: Path, kind: str = "custom") -> "TargetTable":
+    def file(cls, path: Path, kind: str = "custom") -> TargetTable:
         """Every step read from one h5 file (``kind`` "official" when it is the verified official file)."""
         return cls(Targets(Path(path), kind))
 
@@ -138,9 +141,11 @@ class TargetTable:
 
 
 def changed_message(path: Path, expected: str, actual: str) -> str:
-    return (f"agentbench: the targets file {path} changed after its checksum was checked (sha256 {actual}, "
-            f"expected {expected}): it is not trusted. Something wrote to it during the run; delete it "
-            "(rebuilt targets are then rebuilt) or restore the official file")
+    return (
+        f"agentbench: the targets file {path} changed after its checksum was checked (sha256 {actual}, "
+        f"expected {expected}): it is not trusted. Something wrote to it during the run; delete it "
+        "(rebuilt targets are then rebuilt) or restore the official file"
+    )
 
 
 def official(path: Path, stamp_dir: Path | None) -> Targets:
@@ -149,8 +154,15 @@ def official(path: Path, stamp_dir: Path | None) -> Targets:
     return Targets(checked, "official", sha256=dataset.H5_FILE.sha256, stamp=fingerprint(checked))
 
 
-def locate(h5: Path | None, data_dir: Path, cache_dir: Path | None, split: str, *, verified: bool,
-           fetch: Callable[[], Path] | None = None) -> Targets:
+def locate(
+    h5: Path | None,
+    data_dir: Path,
+    cache_dir: Path | None,
+    split: str,
+    *,
+    verified: bool,
+    fetch: Callable[[], Path] | None = None,
+) -> Targets:
     """The targets file of a run (``path`` None when rebuilt or missing); ConfigError for a bad file.
 
     ``fetch``: when the official file is in neither the data dir nor the cache dir, get it this way
@@ -184,9 +196,13 @@ def locate(h5: Path | None, data_dir: Path, cache_dir: Path | None, split: str, 
     if split == "validation":
         return Targets(None, "rebuilt")
     where = data_dir / dataset.SUBDIR
-    return Targets(None, "missing", H5_HELP.format(url=dataset.H5_FILE.url, sha=dataset.H5_FILE.sha256, where=where)
-                   + "; for the validation split alone, targets can be rebuilt from ground truth "
-                     "(--bench-split=validation)")
+    return Targets(
+        None,
+        "missing",
+        H5_HELP.format(url=dataset.H5_FILE.url, sha=dataset.H5_FILE.sha256, where=where)
+        + "; for the validation split alone, targets can be rebuilt from ground truth "
+        "(--bench-split=validation)",
+    )
 
 
 class RebuiltTable:
@@ -198,12 +214,20 @@ class RebuiltTable:
     a failed rebuild is kept for this process's run (its steps' records say why) and tried again by the next
     run, or by a retry of a step (:meth:`forget_failures`)."""
 
-    def __init__(self, problems: Iterable[dict[str, Any]], cache_dir: Path, *, data_dir: Path | None,
-                 limits: Limits | None = None, timeout: float = 1800) -> None:
+    def __init__(
+        self,
+        problems: Iterable[dict[str, Any]],
+        cache_dir: Path,
+        *,
+        data_dir: Path | None,
+        limits: Limits | None = None,
+        timeout: float = 1800,
+    ) -> None:
         self.source = Targets(None, "rebuilt")
         self.folder = Path(cache_dir).joinpath(*REBUILT_FOLDER)
-        self.problem_of = {str(step["step_number"]): problem for problem in problems
-                           for step in problem.get("sub_steps", [])}
+        self.problem_of = {
+            str(step["step_number"]): problem for problem in problems for step in problem.get("sub_steps", [])
+        }
         self.data_dir, self.limits, self.timeout = data_dir, limits, timeout
         self.built: dict[str, dict[str, Targets]] = {}  # problem id -> step number -> its targets
         self.lock = threading.Lock()  # a step and the look-ahead of another may ask at once
@@ -222,8 +246,11 @@ class RebuiltTable:
         this process holds."""
         built = self.problem_targets(number)
         if built is None:
-            return Targets(None, "rebuilt", f"could not rebuild the targets of step {number}: not a step of the "
-                                            "problems of this run")
+            return Targets(
+                None,
+                "rebuilt",
+                f"could not rebuild the targets of step {number}: not a step of the problems of this run",
+            )
         if number not in built:
             return Targets(None, "rebuilt", f"could not rebuild the targets of step {number}: not rebuilt")
         return built[number].checked()
@@ -243,14 +270,20 @@ class RebuiltTable:
     def build(self, problem: dict[str, Any], wait: bool = True) -> dict[str, Targets] | None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            return build_problem(problem, self.folder, data_dir=self.data_dir, limits=self.limits,
-                                 timeout=self.timeout, wait=wait)
+            return build_problem(
+                problem, self.folder, data_dir=self.data_dir, limits=self.limits, timeout=self.timeout, wait=wait
+            )
         except OSError as exc:  # the cache folder cannot be written: an environment failure of every step
             why = f"the cache folder {self.folder} cannot be used ({exc})"
-            return {str(step["step_number"]): Targets(None, "rebuilt", f"could not rebuild the targets of step "
-                                                                       f"{step['step_number']}: {why}",
-                                                      status="env_error")
-                    for step in problem.get("sub_steps", [])}
+            return {
+                str(step["step_number"]): Targets(
+                    None,
+                    "rebuilt",
+                    f"could not rebuild the targets of step {step['step_number']}: {why}",
+                    status="env_error",
+                )
+                for step in problem.get("sub_steps", [])
+            }
 
     def forget_failures(self, problem_id: str) -> None:
         """Forget a rebuild of ``problem_id`` that failed, so the next step asking builds it again (a retry)."""
@@ -260,8 +293,14 @@ class RebuiltTable:
                 del self.built[str(problem_id)]
 
 
-def rebuilt_table(problems: Iterable[dict[str, Any]], cache_dir: Path, *, data_dir: Path | None,
-                  limits: Limits | None = None, timeout: float = 1800) -> RebuiltTable:
+def rebuilt_table(
+    problems: Iterable[dict[str, Any]],
+    cache_dir: Path,
+    *,
+    data_dir: Path | None,
+    limits: Limits | None = None,
+    timeout: float = 1800,
+) -> RebuiltTable:
     """The targets of ``problems`` rebuilt now, all of them (a notebook's or a tool's way; a run builds each
     problem when it reaches it, see :class:`RebuiltTable`).
 
@@ -322,8 +361,9 @@ def entry_path(problem: dict[str, Any], key: Mapping[str, Any], folder: Path) ->
     return Path(folder) / f"{problem['problem_id']}-{digest}.h5"
 
 
-def build_problem(problem: dict[str, Any], folder: Path, *, data_dir: Path | None, limits: Limits | None,
-                  timeout: float, wait: bool) -> dict[str, Targets] | None:
+def build_problem(
+    problem: dict[str, Any], folder: Path, *, data_dir: Path | None, limits: Limits | None, timeout: float, wait: bool
+) -> dict[str, Targets] | None:
     """The targets of each step of ``problem``: the cache's entry when it has a trusted one for the same key,
     else rebuilt now (stored only when every step rebuilt); None when ``wait`` is false and another process
     holds the problem's lock."""
@@ -348,8 +388,9 @@ def build_problem(problem: dict[str, Any], folder: Path, *, data_dir: Path | Non
     return step_targets(problem, path, report, digest, origin="rebuilt", content=content)
 
 
-def rebuild_problem(problem: dict[str, Any], *, data_dir: Path | None, limits: Limits | None,
-                    timeout: float) -> tuple[dict[str, str], bytes | None]:
+def rebuild_problem(
+    problem: dict[str, Any], *, data_dir: Path | None, limits: Limits | None, timeout: float
+) -> tuple[dict[str, str], bytes | None]:
     """({step: "ok" or why not}, the bytes of the targets file, None when no step rebuilt), built in a private
     folder: nothing reaches the cache unless ``build_problem`` stores it."""
     from .targets import RebuildError, rebuild_targets  # why: it loads h5py and numpy; only a rebuild needs them
@@ -367,8 +408,15 @@ def all_rebuilt(problem: dict[str, Any], report: Mapping[str, str]) -> bool:
     return all(report.get(str(step["step_number"])) == "ok" for step in problem.get("sub_steps", []))
 
 
-def step_targets(problem: dict[str, Any], path: Path, report: Mapping[str, str], digest: str | None, *,
-                 origin: str, content: bytes | None = None) -> dict[str, Targets]:
+def step_targets(
+    problem: dict[str, Any],
+    path: Path,
+    report: Mapping[str, str],
+    digest: str | None,
+    *,
+    origin: str,
+    content: bytes | None = None,
+) -> dict[str, Targets]:
     """Each step's Targets: the file (or the bytes in memory) for a step that rebuilt, else why not. An entry
     from the cache (``report`` empty) holds every step."""
     from .targets import is_environment_failure  # why: as rebuild_problem
@@ -380,8 +428,12 @@ def step_targets(problem: dict[str, Any], path: Path, report: Mapping[str, str],
         if status == "ok" and digest:
             out[number] = Targets(path, "rebuilt", sha256=digest, origin=origin, content=content)
         else:
-            out[number] = Targets(None, "rebuilt", f"could not rebuild the targets of step {number}: {status}",
-                                  status="env_error" if is_environment_failure(status) else "eval_error")
+            out[number] = Targets(
+                None,
+                "rebuilt",
+                f"could not rebuild the targets of step {number}: {status}",
+                status="env_error" if is_environment_failure(status) else "eval_error",
+            )
     return out
 
 

@@ -1,8 +1,10 @@
 """SciCode's metrics: main-problem resolve rate and the micro-averaged subproblem rate."""
+
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ...core.records import INFRA_STATUSES, PASS, count_statuses, sort_key
 from . import timelimits
@@ -21,9 +23,11 @@ def split_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     resolved = sum(1 for steps in by_problem.values() if all(s["status"] == PASS for s in steps))
     passed = sum(1 for r in scored if r["status"] == PASS)
     return {
-        "problems": len(by_problem), "problems_resolved": resolved,
+        "problems": len(by_problem),
+        "problems_resolved": resolved,
         "main": resolved / len(by_problem) if by_problem else 0.0,
-        "steps": len(scored), "steps_passed": passed,
+        "steps": len(scored),
+        "steps_passed": passed,
         "subproblem": passed / len(scored) if scored else 0.0,
         "counts": count_statuses(records),
         "infra_errors": sum(1 for r in scored if r["status"] in INFRA_STATUSES),
@@ -43,11 +47,15 @@ def problem_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def summarize(records: list[dict[str, Any]], settings: dict[str, Any],
-              categories: Mapping[str, str] | None = None) -> dict[str, Any]:
+def summarize(
+    records: list[dict[str, Any]], settings: dict[str, Any], categories: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """``categories``: problem id -> category (a problem not named there is ``unclassified``)."""
-    splits = {s: split_metrics([r for r in records if r["split"] == s])
-              for s in ORDER if any(r["split"] == s for r in records)}
+    splits = {
+        s: split_metrics([r for r in records if r["split"] == s])
+        for s in ORDER
+        if any(r["split"] == s for r in records)
+    }
     overall = split_metrics(records)
     metrics = {"main": overall["main"], "subproblem": overall["subproblem"]}
     for name, m in splits.items():
@@ -56,14 +64,25 @@ def summarize(records: list[dict[str, Any]], settings: dict[str, Any],
     rows = problem_rows(records)
     by_category = category_metrics(records, categories or {})
     limits = timelimits.sensitivity(records)
-    raw = {"main_problem_resolved": overall["problems_resolved"], "main_problem_total": overall["problems"],
-           "subproblem_correct": overall["steps_passed"], "subproblem_total": overall["steps"]}
-    return {"metrics": metrics, "splits": splits, "overall": overall, "problems": rows,
-            "categories": {name: {k: m[k] for k in CATEGORY_KEYS} for name, m in by_category.items()},
-            "raw_counts": raw, "time_limits": limits,
-            "terminal": terminal_lines(splits, overall, records) + category_lines(by_category)
-            + timelimits.terminal_lines(limits),
-            "markdown": markdown(splits, overall, rows, records, by_category) + timelimits.markdown(limits)}
+    raw = {
+        "main_problem_resolved": overall["problems_resolved"],
+        "main_problem_total": overall["problems"],
+        "subproblem_correct": overall["steps_passed"],
+        "subproblem_total": overall["steps"],
+    }
+    return {
+        "metrics": metrics,
+        "splits": splits,
+        "overall": overall,
+        "problems": rows,
+        "categories": {name: {k: m[k] for k in CATEGORY_KEYS} for name, m in by_category.items()},
+        "raw_counts": raw,
+        "time_limits": limits,
+        "terminal": terminal_lines(splits, overall, records)
+        + category_lines(by_category)
+        + timelimits.terminal_lines(limits),
+        "markdown": markdown(splits, overall, rows, records, by_category) + timelimits.markdown(limits),
+    }
 
 
 CATEGORY_KEYS = ("problems", "problems_resolved", "main", "steps", "steps_passed", "subproblem")
@@ -78,9 +97,11 @@ def category_metrics(records: list[dict[str, Any]], categories: Mapping[str, str
 
 
 def category_lines(by_category: dict[str, dict[str, Any]]) -> list[str]:
-    return [f"category {name}: main problems resolved {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}), "
-            f"subproblems passed {m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%})"
-            for name, m in by_category.items()]
+    return [
+        f"category {name}: main problems resolved {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}), "
+        f"subproblems passed {m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%})"
+        for name, m in by_category.items()
+    ]
 
 
 def _counts_text(counts: dict[str, int]) -> str:
@@ -90,12 +111,16 @@ def _counts_text(counts: dict[str, int]) -> str:
 def terminal_lines(splits, overall, records) -> list[str]:
     lines = []
     for name, m in [*splits.items(), *([("all", overall)] if len(splits) > 1 else [])]:
-        lines.append(f"{name}: main problems resolved {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}), "
-                     f"subproblems passed {m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%})")
+        lines.append(
+            f"{name}: main problems resolved {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}), "
+            f"subproblems passed {m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%})"
+        )
         lines.append(f"  statuses: {_counts_text(m['counts'])}")
     if overall["infra_errors"]:
-        lines.append(f"WARNING: {overall['infra_errors']} step(s) ended in a model or environment error and count "
-                     f"as not passed; the score is incomplete (re-run them, the cache keeps the rest)")
+        lines.append(
+            f"WARNING: {overall['infra_errors']} step(s) ended in a model or environment error and count "
+            f"as not passed; the score is incomplete (re-run them, the cache keeps the rest)"
+        )
     # model usage: the plugin's last line says it for every benchmark
     return lines
 
@@ -103,21 +128,30 @@ def terminal_lines(splits, overall, records) -> list[str]:
 def markdown(splits, overall, rows, records, by_category=None) -> str:
     out = ["## Metrics", "", "| split | main problems resolved | subproblems passed |", "|---|---|---|"]
     for name, m in [*splits.items(), *([("all", overall)] if len(splits) > 1 else [])]:
-        out.append(f"| {name} | {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}) | "
-                   f"{m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%}) |")
+        out.append(
+            f"| {name} | {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}) | "
+            f"{m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%}) |"
+        )
     if by_category:
         out += ["", "| category | main problems resolved | subproblems passed |", "|---|---|---|"]
         for name, m in by_category.items():
-            out.append(f"| {name} | {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}) | "
-                       f"{m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%}) |")
+            out.append(
+                f"| {name} | {m['problems_resolved']}/{m['problems']} ({m['main']:.1%}) | "
+                f"{m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%}) |"
+            )
     out += ["", "Statuses: " + (_counts_text(overall["counts"]) or "none"), ""]
     if overall["infra_errors"]:
-        out += [f"**{overall['infra_errors']} step(s) ended in a model or environment error** (counted as not "
-                f"passed): the score is incomplete.", ""]
+        out += [
+            f"**{overall['infra_errors']} step(s) ended in a model or environment error** (counted as not "
+            f"passed): the score is incomplete.",
+            "",
+        ]
     # model usage: one line for every benchmark, written by the report layer (summary.md's "Usage:")
     out += ["## Problems", "", "| problem | split | resolved | steps passed | steps |", "|---|---|---|---|---|"]
     for row in rows:
         steps = " ".join(f"{s['id']}:{s['status']}" for s in row["steps"])
-        out.append(f"| {row['problem']} | {row['split']} | {'yes' if row['resolved'] else 'no'} | "
-                   f"{row['passed']}/{row['scored']} | {steps} |")
+        out.append(
+            f"| {row['problem']} | {row['split']} | {'yes' if row['resolved'] else 'no'} | "
+            f"{row['passed']}/{row['scored']} | {steps} |"
+        )
     return "\n".join(out) + "\n"

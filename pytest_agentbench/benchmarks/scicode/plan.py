@@ -7,6 +7,7 @@ statements and assertions the parent runs on the operands the child sends). The 
 protocol between the two sides: the child's source calls ``_agentbench_rt``; the parent's expressions read
 operand ``k`` as ``_agentbench_leaf(k)`` and replay a traced helper through ``_agentbench_replay``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ def short(text: str, limit: int = 160) -> str:
 @dataclass(frozen=True)
 class Leaf:
     """One operand the child evaluates and sends."""
+
     number: int  # 1-based within its assertion
     source: str  # the expression, as the test text writes it (for messages)
     # a call of a traced helper (30.3's ``test_gradient(configs, wf, delta)``): what the child evaluates
@@ -64,6 +66,7 @@ class MixedStatement:
     the decoded operands, so the names it binds are the parent's. Numbered with the assertions (its
     operands travel in the same frames); the child evaluates each operand once, sends it, then runs the
     statement with the operands it computed."""
+
     number: int
     source: str  # the original statement (for messages)
     expression: str  # what the parent runs; operand k appears as ``_agentbench_leaf(k)``
@@ -74,6 +77,7 @@ class MixedStatement:
 @dataclass(frozen=True)
 class ParentStatement:
     """A statement only the parent runs (``s, v = target``) or also runs (a comparing helper's ``def``)."""
+
     source: str
 
 
@@ -83,6 +87,7 @@ class TrustedStatement:
     [0.0, -(g / L) * np.sin(0.1)])``): the child runs it (its own code may need the names) and the parent
     runs it too, so the operands it defines are the parent's. Only those the parent's operands need
     are kept in a plan."""
+
     source: str
     binds: frozenset[str] = frozenset()
     reads: frozenset[str] = frozenset()
@@ -94,6 +99,7 @@ class TrustedStatement:
 class FunctionScope:
     """A test function inlined for the parent (78.1's ``test_case_1``): its parts run in a copy of the
     namespace, so its locals stay local."""
+
     name: str
     local: frozenset[str]
     parts: tuple[Any, ...]
@@ -140,10 +146,10 @@ class StepPlan:
         return "".join(test.child for test in self.tests)
 
     def expected_frames(self) -> int:
-        return sum(2 + len(test.evaluated) + sum(len(a.leaves) for a in test.evaluated) + test.notes()
-                   for test in self.tests)
+        return sum(
+            2 + len(test.evaluated) + sum(len(a.leaves) for a in test.evaluated) + test.notes() for test in self.tests
+        )
 
     def stream_cap(self, max_bytes: int = codec.DEFAULT_MAX_BYTES) -> int:
         """Most bytes a genuine child sends: operand values within ``max_bytes`` plus control frames."""
         return max_bytes + STREAM_SLACK + CONTROL_FRAME_BYTES * self.expected_frames()
-

@@ -13,6 +13,7 @@ Prompt layout (filled into the template's three placeholders):
   header, a blank line and its return line.
 - dependencies: the problem's ``required_dependencies`` text.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -57,8 +58,7 @@ def header_and_return(step: dict) -> str:
     return f"{step['function_header']}\n\n{step['return_line']}"
 
 
-def previous_steps_text(problem: dict, step_index: int, previous_code: list[str],
-                        with_background: bool) -> str:
+def previous_steps_text(problem: dict, step_index: int, previous_code: list[str], with_background: bool) -> str:
     pieces: list[str] = []
     for index in range(step_index):
         step = problem["sub_steps"][index]
@@ -71,16 +71,21 @@ def next_step_text(problem: dict, step_index: int, with_background: bool) -> str
     return "\n\n".join([step_text(step, with_background), header_and_return(step)])
 
 
-def build_prompt(problem: dict, step_index: int, previous_code: list[str], *,
-                 with_background: bool, templates: dict) -> str:
+def build_prompt(
+    problem: dict, step_index: int, previous_code: list[str], *, with_background: bool, templates: dict
+) -> str:
     """The prompt for step ``step_index`` (0-based) given the code generated for earlier steps."""
     steps = problem.get("sub_steps") or []
     if not 0 <= step_index < len(steps):
-        raise IndexError(f"SciCode problem {problem.get('problem_id')} has {len(steps)} steps; "
-                         f"step index {step_index} is out of range (indices are 0-based)")
+        raise IndexError(
+            f"SciCode problem {problem.get('problem_id')} has {len(steps)} steps; "
+            f"step index {step_index} is out of range (indices are 0-based)"
+        )
     if len(previous_code) < step_index:
-        raise ValueError(f"step {steps[step_index].get('step_number')} needs the code of its "
-                         f"{step_index} earlier steps but got {len(previous_code)}")
+        raise ValueError(
+            f"step {steps[step_index].get('step_number')} needs the code of its "
+            f"{step_index} earlier steps but got {len(previous_code)}"
+        )
     template = templates["with_background" if with_background else "without_background"]
     return template.format(
         problem_steps_str=previous_steps_text(problem, step_index, previous_code, with_background),

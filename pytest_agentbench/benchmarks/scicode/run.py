@@ -15,15 +15,16 @@ Plain Python, no pytest: a notebook can score one step::
                      limits=Limits(timeout=60), out_dir=Path("out"))  # or files=<a core.io.RunFiles>
     record = run.run_step(problem, 0)  # {"problem": ..., "step": ..., "status": "pass", ...}
 """
+
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ...core import pyast
 from ...core.io import DirectoryFiles, RunFiles, trim
@@ -63,8 +64,17 @@ class SciCodeRun:
     run's ``RunSpec.files``; a notebook may give ``out_dir`` instead: a folder they are written to).
     ``problems`` (task id -> problem dict) lets ``run_sample`` find the problem of a sample."""
 
-    def __init__(self, settings: RunSettings, solver: Solver, env: Any, limits: Limits, out_dir: Path | None = None,
-                 *, problems: Mapping[str, dict[str, Any]] | None = None, files: RunFiles | None = None) -> None:
+    def __init__(
+        self,
+        settings: RunSettings,
+        solver: Solver,
+        env: Any,
+        limits: Limits,
+        out_dir: Path | None = None,
+        *,
+        problems: Mapping[str, dict[str, Any]] | None = None,
+        files: RunFiles | None = None,
+    ) -> None:
         self.settings = settings
         self.solver = solver
         self.env = env
@@ -76,8 +86,9 @@ class SciCodeRun:
 
     # ---- the BenchRun protocol ------------------------------------------------------------
     def run_sample(self, sample: Sample) -> RecordData:
-        return self.run_step(self.problems[sample.task_id], sample.data["index"], attempt=sample.attempt,
-                             retry=sample.retry)
+        return self.run_step(
+            self.problems[sample.task_id], sample.data["index"], attempt=sample.attempt, retry=sample.retry
+        )
 
     def prepare_sample(self, sample: Sample) -> None:
         """Have the targets of the sample's step (its problem's targets rebuilt when they must be) before the
@@ -110,10 +121,14 @@ class SciCodeRun:
             self.settings.targets.forget_failures(str(problem["problem_id"]))
         previous = [self.code_of(problem, j, attempt) for j in range(index)]
         generated = self.generate(problem, index, previous, attempt)
-        record: dict[str, Any] = {"problem": str(problem["problem_id"]), "step": number,
-                                  "category": dataset.category_of(problem),  # report.html filters on it
-                                  "tests": len(step["test_cases"]), "code": generated.code,
-                                  "generation": {"status": generated.status, **generated.accounting}}
+        record: dict[str, Any] = {
+            "problem": str(problem["problem_id"]),
+            "step": number,
+            "category": dataset.category_of(problem),  # report.html filters on it
+            "tests": len(step["test_cases"]),
+            "code": generated.code,
+            "generation": {"status": generated.status, **generated.accounting},
+        }
         if generated.trajectory:
             name = number if attempt == 1 else f"{number}-attempt{attempt}"
             record["trajectory"] = write_trajectory(self.files, name, generated)
@@ -148,18 +163,31 @@ class SciCodeRun:
         except h5codec.TargetsError as exc:
             return {"status": "eval_error", "message": f"agentbench: cannot read targets of step {number}: {exc}"}
         if len(values) < n_tests:
-            return {"status": "eval_error", "message": f"agentbench: {targets.path} has {len(values)} targets for step "
-                                                       f"{number}, the step has {n_tests} tests"}
+            return {
+                "status": "eval_error",
+                "message": f"agentbench: {targets.path} has {len(values)} targets for step "
+                f"{number}, the step has {n_tests} tests",
+            }
         try:
-            plan = split.split_step(step["test_cases"], number, code_names=split.names_bound_by(
-                problem.get("required_dependencies", ""), *previous, code), required=split.required_names(
-                *(s.get("function_header", "") for s in problem["sub_steps"][:index + 1])))
+            plan = split.split_step(
+                step["test_cases"],
+                number,
+                code_names=split.names_bound_by(problem.get("required_dependencies", ""), *previous, code),
+                required=split.required_names(
+                    *(s.get("function_header", "") for s in problem["sub_steps"][: index + 1])
+                ),
+            )
         except split.SplitError as exc:
             return {"status": "eval_error", "message": f"agentbench: cannot verify the tests: {exc}"}
         cap = self.settings.operand_cap
         source = script.build_child_script(
-            plan, dependencies=problem.get("required_dependencies", ""), previous_code=previous, code=code,
-            channel=CHANNEL, max_bytes=cap)
+            plan,
+            dependencies=problem.get("required_dependencies", ""),
+            previous_code=previous,
+            code=code,
+            channel=CHANNEL,
+            max_bytes=cap,
+        )
         stream_cap = plan.stream_cap(cap)
         limits = dataclasses.replace(self.limits, output_cap=max(self.limits.output_cap, stream_cap + 1))
         result = run_python(source, limits=limits, executor=self.settings.executor, collect={CHANNEL: stream_cap})
@@ -173,8 +201,10 @@ class SciCodeRun:
         number = str(problem["sub_steps"][index]["step_number"])
         if number in dataset.PREFILLED_FILES:
             if number not in self.settings.prefilled:
-                raise ValueError(f"step {number} is an official prefilled step: pass its code in "
-                                 f"RunSettings.prefilled (dataset.load_prefilled)")
+                raise ValueError(
+                    f"step {number} is an official prefilled step: pass its code in "
+                    f"RunSettings.prefilled (dataset.load_prefilled)"
+                )
             return self.settings.prefilled[number]
         previous = [self.code_of(problem, j, attempt) for j in range(index)]
         return self.generate(problem, index, previous, attempt).code or ""
@@ -191,8 +221,12 @@ class SciCodeRun:
     def forget_failures(self, problem_id: str, attempt: int) -> None:
         """Drop the memo of this attempt's generations that ended in a model error (a retry asks again)."""
         for key, memo in list(self.generated.items()):
-            if key[0] == problem_id and key[2] == attempt and isinstance(memo, Generated) \
-                    and memo.status == "model_error":
+            if (
+                key[0] == problem_id
+                and key[2] == attempt
+                and isinstance(memo, Generated)
+                and memo.status == "model_error"
+            ):
                 del self.generated[key]
 
     def prefetch_next(self, problem: dict[str, Any], index: int, codes: list[str], attempt: int = 1) -> None:
@@ -211,7 +245,8 @@ class SciCodeRun:
         if self.pool is None:
             self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentbench-prefetch")
         self.generated[(str(problem["problem_id"]), nxt, attempt)] = self.pool.submit(
-            self.solver.solve, problem, nxt, codes, **sample_of(attempt))
+            self.solver.solve, problem, nxt, codes, **sample_of(attempt)
+        )
 
 
 def sample_of(attempt: int) -> dict[str, int]:
@@ -234,10 +269,14 @@ def split_verdict(result: ExecResult, outcome: verdict.StepOutcome, operands_byt
     """Status of a split scoring run. A pass needs every assertion true in the parent *and* the child's run
     to end normally (exit 0, no limit, as the executor saw it): the exit code alone never passes a step."""
     n_tests = outcome.tests
-    out: dict[str, Any] = {"returncode": result.exit_code, "tests_completed": outcome.tests_passed,
-                           "stdout": trim(result.stdout, RECORD_OUTPUT_LIMIT),
-                           "stderr": trim(result.stderr, RECORD_OUTPUT_LIMIT),
-                           "exec_duration": round(result.duration, 3), "operands_bytes": operands_bytes}
+    out: dict[str, Any] = {
+        "returncode": result.exit_code,
+        "tests_completed": outcome.tests_passed,
+        "stdout": trim(result.stdout, RECORD_OUTPUT_LIMIT),
+        "stderr": trim(result.stderr, RECORD_OUTPUT_LIMIT),
+        "exec_duration": round(result.duration, 3),
+        "operands_bytes": operands_bytes,
+    }
     if result.limit:
         out["limit"] = result.limit
     if result.text_repaired:  # undecodable bytes of the child's stdout/stderr, shown as U+FFFD
@@ -275,6 +314,17 @@ def last_line(text: str) -> str:
 
 def write_trajectory(files: RunFiles, number: str, generated: Generated) -> str:
     """``trajectories/<step>.json`` through the run's file sink; the relpath the record refers to."""
-    return files.write(f"trajectories/{number}.json", json.dumps(
-        {"step": number, "status": generated.status, "messages": generated.trajectory,
-         "response": generated.response_text, "turns": generated.turns}, indent=1, default=str))
+    return files.write(
+        f"trajectories/{number}.json",
+        json.dumps(
+            {
+                "step": number,
+                "status": generated.status,
+                "messages": generated.trajectory,
+                "response": generated.response_text,
+                "turns": generated.turns,
+            },
+            indent=1,
+            default=str,
+        ),
+    )

@@ -7,6 +7,7 @@ under the module name the tests import (``scicode.compare.cmp``), and scipy's re
 brought back. Then come sections: the problem's dependencies, the earlier steps' code, the step's
 code, as upstream composes its scripts.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,25 +21,25 @@ from .plan import CONTROL_FRAME_BYTES, StepPlan
 COMPARE_PATH = str(Path(__file__).with_name("compare.py"))
 
 # How a script loads a module from a file (the target rebuild loads h5codec.py with it too).
-LOADER = '''\
+LOADER = """\
 def _ab_load(name, path):
     spec = _ab_util.spec_from_file_location(name, path)
     module = _ab_util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-'''
+"""
 
-COMPARE_BLOCK = '''\
+COMPARE_BLOCK = f"""\
 # The tests import `scicode.compare.cmp`; serve our own helpers under that name.
-_ab_cmp = _ab_load("scicode.compare.cmp", {compare_path!r})
+_ab_cmp = _ab_load("scicode.compare.cmp", {COMPARE_PATH!r})
 for _ab_name in ("scicode", "scicode.compare"):
     _ab_sys.modules.setdefault(_ab_name, _ab_types.ModuleType(_ab_name))
 _ab_sys.modules["scicode.compare.cmp"] = _ab_cmp
 _ab_sys.modules["scicode"].compare = _ab_sys.modules["scicode.compare"]
 _ab_sys.modules["scicode.compare"].cmp = _ab_cmp
-'''.format(compare_path=COMPARE_PATH)
+"""
 
-SIMPS_SHIM = '''\
+SIMPS_SHIM = """\
 # scipy removed `simps` in 1.14; problems 2 and 28 still call it. Same arguments, computed by `simpson`.
 try:
     import scipy.integrate as _ab_integrate
@@ -49,7 +50,7 @@ else:
         def _ab_simps(y, x=None, dx=1.0, axis=-1, even=None):
             return _ab_integrate.simpson(y, x=x, dx=dx, axis=axis)
         _ab_integrate.simps = _ab_simps
-'''
+"""
 
 IMPORTS = "import sys as _ab_sys, types as _ab_types, importlib.util as _ab_util\n"
 
@@ -80,7 +81,7 @@ MESSAGE_CHARS = 500  # characters of a child's exception text kept in a frame
 DIGEST_BYTES = 64 * 1024 * 1024  # largest encoded input the child digests to note a change in place (a note only)
 
 # Loads the operand runtime (child/runtime.py) by its path and starts it; the runtime loads the codec by its path.
-CHILD_RUNTIME = '''\
+CHILD_RUNTIME = """\
 def _agentbench_runtime(path, *args):
     import importlib.util
     spec = importlib.util.spec_from_file_location("_agentbench_runtime", path)
@@ -92,23 +93,37 @@ def _agentbench_runtime(path, *args):
 _agentbench_rt = _agentbench_runtime({runtime_path!r}, {codec_path!r}, {channel!r}, {max_bytes!r}, {control_bytes!r},
                                      {message_chars!r}, {digest_bytes!r}, {traced!r})
 del _agentbench_runtime
-'''
+"""
 
 
-def child_runtime(channel: int | str, *, max_bytes: int = codec.DEFAULT_MAX_BYTES, codec_path: str | None = None,
-                  traced: bool = False) -> str:
+def child_runtime(
+    channel: int | str, *, max_bytes: int = codec.DEFAULT_MAX_BYTES, codec_path: str | None = None, traced: bool = False
+) -> str:
     """Source that defines ``_agentbench_rt`` in the child (:mod:`.child.runtime`, loaded by its path): it
     loads the codec by file path and writes frames to ``channel`` (an inherited file descriptor number, or a
     file path); ``traced`` when the plan has a traced helper. Put it before the model's code; the tests'
     child code (:meth:`.plan.StepPlan.child_source`) goes after it."""
-    return CHILD_RUNTIME.format(runtime_path=runtime.__file__, codec_path=codec_path or codec.__file__,
-                                channel=channel, max_bytes=int(max_bytes), control_bytes=CONTROL_FRAME_BYTES,
-                                message_chars=MESSAGE_CHARS, digest_bytes=min(int(max_bytes), DIGEST_BYTES),
-                                traced=bool(traced))
+    return CHILD_RUNTIME.format(
+        runtime_path=runtime.__file__,
+        codec_path=codec_path or codec.__file__,
+        channel=channel,
+        max_bytes=int(max_bytes),
+        control_bytes=CONTROL_FRAME_BYTES,
+        message_chars=MESSAGE_CHARS,
+        digest_bytes=min(int(max_bytes), DIGEST_BYTES),
+        traced=bool(traced),
+    )
 
 
-def build_child_script(plan: StepPlan, *, dependencies: str, previous_code: Sequence[str], code: str,
-                       channel: int | str, max_bytes: int = codec.DEFAULT_MAX_BYTES) -> str:
+def build_child_script(
+    plan: StepPlan,
+    *,
+    dependencies: str,
+    previous_code: Sequence[str],
+    code: str,
+    channel: int | str,
+    max_bytes: int = codec.DEFAULT_MAX_BYTES,
+) -> str:
     """The whole child script of a step: the shims every SciCode script gets (:data:`SHIMS`: the comparison
     helpers under the name the tests import, scipy's removed ``simps``), the operand runtime, the problem's
     dependencies, the earlier steps' code, the step's code, then every test's child code. No target, no

@@ -7,11 +7,13 @@
 
 A solver never raises for the model's misbehaviour: every outcome is a ``Generated`` with a status.
 """
+
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from ...core.text import repair
 from ...models.oracle import OracleModel
@@ -89,9 +91,19 @@ class ChatSolver:
 
     overlaps = True
 
-    def __init__(self, model: Any, *, templates: dict, run_python: RunPython | None, mode: str = "tool_use",
-                 background: bool = True, tool_loops: int = 15, tool_timeout: float = 180.0,
-                 price: Any = None, budget: float | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        templates: dict,
+        run_python: RunPython | None,
+        mode: str = "tool_use",
+        background: bool = True,
+        tool_loops: int = 15,
+        tool_timeout: float = 180.0,
+        price: Any = None,
+        budget: float | None = None,
+    ) -> None:
         from .generate import generate_step  # why: it loads openai (2 s), which the other solvers never need
 
         self.generate_step = generate_step
@@ -114,13 +126,30 @@ class ChatSolver:
                 raise RuntimeError("this solver runs no tool code")
             return self.run_python(source, min(timeout, self.tool_timeout))
 
-        result = self.generate_step(self.model, problem, index, previous, mode=self.mode,
-                                    with_background=self.background, templates=self.templates,
-                                    run_code=run_code, tool_loops=self.tool_loops, tool_timeout=self.tool_timeout,
-                                    sample_index=sample_index, price=self.price, budget=self.budget)
-        return Generated(code=result.code, status=result.status, message=result.message,
-                         accounting=dict(result.accounting), trajectory=list(result.trajectory),
-                         response_text=result.response_text, turns=list(result.turns))
+        result = self.generate_step(
+            self.model,
+            problem,
+            index,
+            previous,
+            mode=self.mode,
+            with_background=self.background,
+            templates=self.templates,
+            run_code=run_code,
+            tool_loops=self.tool_loops,
+            tool_timeout=self.tool_timeout,
+            sample_index=sample_index,
+            price=self.price,
+            budget=self.budget,
+        )
+        return Generated(
+            code=result.code,
+            status=result.status,
+            message=result.message,
+            accounting=dict(result.accounting),
+            trajectory=list(result.trajectory),
+            response_text=result.response_text,
+            turns=list(result.turns),
+        )
 
 
 def accepts_keyword(func: Callable[..., Any], name: str) -> bool:
@@ -129,13 +158,24 @@ def accepts_keyword(func: Callable[..., Any], name: str) -> bool:
         params = inspect.signature(func).parameters.values()
     except (TypeError, ValueError):
         return False
-    return any(p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.kind == p.VAR_KEYWORD
-               for p in params)
+    return any(
+        p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.kind == p.VAR_KEYWORD
+        for p in params
+    )
 
 
-def choose_solver(model: Any, *, env: Any, templates: Callable[[], dict], mode: str = "tool_use",
-                  background: bool = True, tool_loops: int = 15, tool_timeout: float = 180.0,
-                  price: Any = None, budget: float | None = None) -> Solver:
+def choose_solver(
+    model: Any,
+    *,
+    env: Any,
+    templates: Callable[[], dict],
+    mode: str = "tool_use",
+    background: bool = True,
+    tool_loops: int = 15,
+    tool_timeout: float = 180.0,
+    price: Any = None,
+    budget: float | None = None,
+) -> Solver:
     """The solver for ``model`` (the ``bench_model`` value), chosen once per run.
 
     ``env`` is the environment factory whose ``run_python`` runs tool code; ``templates()`` loads the
@@ -144,5 +184,14 @@ def choose_solver(model: Any, *, env: Any, templates: Callable[[], dict], mode: 
         return OracleSolver()
     if callable(getattr(model, "answer_step", None)):  # the documented way to plug in one's own client
         return ClientSolver(model)
-    return ChatSolver(model, templates=templates(), run_python=env.run_python, mode=mode, background=background,
-                      tool_loops=tool_loops, tool_timeout=tool_timeout, price=price, budget=budget)
+    return ChatSolver(
+        model,
+        templates=templates(),
+        run_python=env.run_python,
+        mode=mode,
+        background=background,
+        tool_loops=tool_loops,
+        tool_timeout=tool_timeout,
+        price=price,
+        budget=budget,
+    )

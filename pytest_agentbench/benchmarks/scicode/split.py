@@ -64,6 +64,7 @@ input the parent computes from (a note), and ``("z", test)`` at the end of the t
 raised fails its test only if the parent needs its value (as a short-circuited operand upstream is
 never evaluated). A step passes only when every test's every assertion holds in the parent.
 """
+
 from __future__ import annotations
 
 import ast
@@ -101,35 +102,145 @@ from .taint import PARENT_MODULES, Trust, bound_names, canonical, dotted, target
 # the builtins the parent's namespace provides (with the genuine modules and the cmp helpers)
 BUILTIN_NAMES = frozenset(dir(builtins))
 # calls that compare (canonical dotted names): they always run in the parent
-COMPARISON_CALLS = frozenset({
-    *(f"numpy.{name}" for name in (
-        "allclose", "isclose", "array_equal", "array_equiv", "equal", "not_equal", "less", "less_equal",
-        "greater", "greater_equal", "isnan", "isinf", "isfinite", "isneginf", "isposinf", "isreal",
-        "iscomplex", "isrealobj", "iscomplexobj")),
-    "math.isclose", "math.isnan", "math.isinf", "math.isfinite",
-    "cmath.isclose", "cmath.isnan", "cmath.isinf", "cmath.isfinite",
-    *CMP_HELPERS,
-})
+COMPARISON_CALLS = frozenset(
+    {
+        *(
+            f"numpy.{name}"
+            for name in (
+                "allclose",
+                "isclose",
+                "array_equal",
+                "array_equiv",
+                "equal",
+                "not_equal",
+                "less",
+                "less_equal",
+                "greater",
+                "greater_equal",
+                "isnan",
+                "isinf",
+                "isfinite",
+                "isneginf",
+                "isposinf",
+                "isreal",
+                "iscomplex",
+                "isrealobj",
+                "iscomplexobj",
+            )
+        ),
+        "math.isclose",
+        "math.isnan",
+        "math.isinf",
+        "math.isfinite",
+        "cmath.isclose",
+        "cmath.isnan",
+        "cmath.isinf",
+        "cmath.isfinite",
+        *CMP_HELPERS,
+    }
+)
 # calls that only reduce or reshape a comparison's result: in the parent when they wrap one
-WRAPPER_CALLS = frozenset({"all", "any", "bool", "abs", "numpy.abs", "numpy.absolute", "numpy.all", "numpy.any",
-                           "numpy.logical_and", "numpy.logical_or", "numpy.logical_not", "numpy.logical_xor"})
+WRAPPER_CALLS = frozenset(
+    {
+        "all",
+        "any",
+        "bool",
+        "abs",
+        "numpy.abs",
+        "numpy.absolute",
+        "numpy.all",
+        "numpy.any",
+        "numpy.logical_and",
+        "numpy.logical_or",
+        "numpy.logical_not",
+        "numpy.logical_xor",
+    }
+)
 WRAPPER_METHODS = frozenset({"all", "any"})
 # methods of data values (arrays, lists, dicts, sparse matrices) a parent-side helper may call on its arguments
-DATA_METHODS = frozenset({
-    "all", "any", "sum", "mean", "max", "min", "copy", "reshape", "flatten", "ravel", "astype", "tolist",
-    "toarray", "todense", "conj", "conjugate", "transpose", "dot", "item", "keys", "values", "items", "get",
-    "round", "std", "var", "nonzero", "argmax", "argmin", "cumsum", "prod", "trace", "diagonal", "squeeze",
-    "count", "index", "tocsr", "tocsc", "tocoo"})
+DATA_METHODS = frozenset(
+    {
+        "all",
+        "any",
+        "sum",
+        "mean",
+        "max",
+        "min",
+        "copy",
+        "reshape",
+        "flatten",
+        "ravel",
+        "astype",
+        "tolist",
+        "toarray",
+        "todense",
+        "conj",
+        "conjugate",
+        "transpose",
+        "dot",
+        "item",
+        "keys",
+        "values",
+        "items",
+        "get",
+        "round",
+        "std",
+        "var",
+        "nonzero",
+        "argmax",
+        "argmin",
+        "cumsum",
+        "prod",
+        "trace",
+        "diagonal",
+        "squeeze",
+        "count",
+        "index",
+        "tocsr",
+        "tocsc",
+        "tocoo",
+    }
+)
 # builtins the parent applies to the child's values (reproducible, and they run no code of those values but
 # their data methods)
-PARENT_BUILTIN_CALLS = frozenset({"abs", "all", "any", "bool", "complex", "dict", "divmod", "float", "int", "len",
-                                  "list", "max", "min", "pow", "round", "sorted", "sum", "tuple", "zip", "enumerate",
-                                  "range"})
+PARENT_BUILTIN_CALLS = frozenset(
+    {
+        "abs",
+        "all",
+        "any",
+        "bool",
+        "complex",
+        "dict",
+        "divmod",
+        "float",
+        "int",
+        "len",
+        "list",
+        "max",
+        "min",
+        "pow",
+        "round",
+        "sorted",
+        "sum",
+        "tuple",
+        "zip",
+        "enumerate",
+        "range",
+    }
+)
 # attributes of the test's data values the parent reads itself (arrays, sparse matrices, complex numbers)
 DATA_ATTRIBUTES = frozenset({"shape", "ndim", "size", "T", "real", "imag", "dtype"})
 # library calls that call back a function they are given (a model's function stays in the child with them)
-CALLBACK_CALLS = frozenset({"numpy.vectorize", "numpy.frompyfunc", "numpy.apply_along_axis", "numpy.apply_over_axes",
-                            "numpy.fromfunction", "numpy.piecewise"})
+CALLBACK_CALLS = frozenset(
+    {
+        "numpy.vectorize",
+        "numpy.frompyfunc",
+        "numpy.apply_along_axis",
+        "numpy.apply_over_axes",
+        "numpy.fromfunction",
+        "numpy.piecewise",
+    }
+)
 # the parent's own objects: model-independent until the test text binds the name to something else
 PARENT_OBJECTS = frozenset(PARENT_MODULES) | taint.SAFE_BUILTINS | frozenset(CMP_HELPERS)
 
@@ -156,11 +267,14 @@ def _free_names(node: ast.AST, bound: frozenset[str] = frozenset()) -> set[str]:
 @dataclass
 class _StepState:
     """What the parent owns so far in a step (a step's tests share one namespace, as upstream)."""
+
     parent_names: set[str] = field(default_factory=lambda: {TARGET})
     helpers: set[str] = field(default_factory=set)  # comparing helpers defined in the parent
     trust: Trust = field(default_factory=lambda: Trust(PARENT_OBJECTS))
     runnable: set[str] = field(default_factory=set)  # functions of the test text the parent runs on the child's values
-    traced: set[str] = field(default_factory=set)  # functions of the test text the parent replays (:func:`_is_traced_helper`)
+    traced: set[str] = field(
+        default_factory=set
+    )  # functions of the test text the parent replays (:func:`_is_traced_helper`)
 
 
 @dataclass(frozen=True)
@@ -173,8 +287,13 @@ class _Scope:
     traced: frozenset[str] = frozenset()  # see _StepState.traced
 
 
-def split_step(test_cases: Sequence[str], step: str = "", *, code_names: frozenset[str] = frozenset(),
-               required: frozenset[str] = frozenset()) -> StepPlan:
+def split_step(
+    test_cases: Sequence[str],
+    step: str = "",
+    *,
+    code_names: frozenset[str] = frozenset(),
+    required: frozenset[str] = frozenset(),
+) -> StepPlan:
     """The plan of a step: one :class:`TestPlan` per official test case. Raises :class:`SplitError`
     (the step cannot be verified).
 
@@ -210,8 +329,11 @@ def required_names(*headers: str) -> frozenset[str]:
                 tree = pyast.parse(source)
             except (SyntaxError, ValueError):
                 continue
-            names |= {node.name for node in tree.body
-                      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+            names |= {
+                node.name
+                for node in tree.body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            }
             break
     return frozenset(names)
 
@@ -236,11 +358,16 @@ def _where(step: str, test: int) -> str:
 
 
 def _scope(state: _StepState) -> _Scope:
-    return _Scope(frozenset(state.parent_names), frozenset(state.helpers), state.trust,
-                  runnable=frozenset(state.runnable), traced=frozenset(state.traced))
+    return _Scope(
+        frozenset(state.parent_names),
+        frozenset(state.helpers),
+        state.trust,
+        runnable=frozenset(state.runnable),
+        traced=frozenset(state.traced),
+    )
 
 
-def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[TestPlan, list["_Piece"]]:
+def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[TestPlan, list[_Piece]]:
     where = _where(step, test)
     try:
         tree = pyast.parse(code)
@@ -251,7 +378,7 @@ def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[Tes
     parent: list[Any] = []
     counter = [0]
 
-    def add_assert(node: ast.Assert, scope: _Scope, parts: list) -> "_Piece":
+    def add_assert(node: ast.Assert, scope: _Scope, parts: list) -> _Piece:
         counter[0] += 1
         plan, block, watch = _split_assert(node, test, counter[0], scope, where)
         parts.append(plan)
@@ -286,8 +413,10 @@ def _split_test(code: str, test: int, state: _StepState, step: str) -> tuple[Tes
             child.append(add_assert(stmt, _scope(state), parent))
             continue
         if any(isinstance(node, ast.Assert) for node in ast.walk(stmt)):
-            raise SplitError(f"{where}: line {stmt.lineno}: an assert inside a `{type(stmt).__name__.lower()}` "
-                             "block is not supported (only at the top level of a test case or of a test function)")
+            raise SplitError(
+                f"{where}: line {stmt.lineno}: an assert inside a `{type(stmt).__name__.lower()}` "
+                "block is not supported (only at the top level of a test case or of a test function)"
+            )
         if isinstance(stmt, ast.Assign) and add_mixed(stmt, _segment(code, stmt)):
             continue
         _split_statement(stmt, _segment(code, stmt), state, where, child, parent)
@@ -313,7 +442,8 @@ def _split_statement(stmt: ast.stmt, source: str, state: _StepState, where: str,
             raise SplitError(
                 f"{where}: line {stmt.lineno}: `{short(ast.unparse(stmt))}` uses "
                 f"{', '.join(sorted(uses_parent))} (the parent's) together with "
-                f"{', '.join(sorted(outside)) or 'a construct'} the parent cannot evaluate")
+                f"{', '.join(sorted(outside)) or 'a construct'} the parent cannot evaluate"
+            )
         parent.append(ParentStatement(source))
         state.parent_names |= bound
         state.helpers -= bound
@@ -354,8 +484,9 @@ def _trusted_part(stmt: ast.stmt, source: str, trust: Trust) -> tuple[TrustedSta
         touches = trust.closure(reads) if taint.may_mutate(stmt) else set()
         calls = frozenset(reads) if trust.deferred(stmt) else frozenset()
         trust.bind(stmt, bound)
-        return TrustedStatement(source, binds=frozenset(bound), reads=frozenset(reads), touches=frozenset(touches),
-                                calls=calls), frozenset()
+        return TrustedStatement(
+            source, binds=frozenset(bound), reads=frozenset(reads), touches=frozenset(touches), calls=calls
+        ), frozenset()
     passed = trust.passed(stmt)  # only arguments of model calls: the parent's copies stay pristine
     trust.expose(reads - passed)  # read otherwise by code that runs the child's: it may have changed them
     watch = frozenset(trust.closure(passed) - bound)
@@ -378,9 +509,10 @@ class _Piece:
     """A piece of a test's child code: text, or an inlined test function (its node and its body's pieces).
     ``part`` is set for a statement that depends on no model code: the parent computes what it binds, and
     the child runs it only when its own code needs the names."""
+
     source: str
     part: TrustedStatement | None = None
-    function: tuple[ast.FunctionDef, list["_Piece"]] | None = None
+    function: tuple[ast.FunctionDef, list[_Piece]] | None = None
     watch: frozenset[str] = frozenset()  # model-independent names it passes to model calls
 
     def reads(self) -> set[str]:
@@ -388,7 +520,7 @@ class _Piece:
             return {self.function[0].name}
         return _free_names(pyast.parse(self.source)) if self.source.strip() else set()
 
-    def text(self, watcher: "_Watcher") -> str:
+    def text(self, watcher: _Watcher) -> str:
         """The child's source of the piece, wrapped in the runtime's before/after notes for the watched
         names the parent reads (:class:`_Watcher`)."""
         return watcher.wrap(self.source, self.watch)
@@ -398,6 +530,7 @@ class _Piece:
 class _Watcher:
     """Numbers a test's checks of model-independent inputs passed to model calls, for the names the parent
     reads (it computes from its own copies of them, whatever the call did to the child's)."""
+
     test: int
     parent_reads: frozenset[str]
     checks: list[tuple[str, ...]] = field(default_factory=list)
@@ -409,8 +542,7 @@ class _Watcher:
         self.checks.append(names)
         ids = f"{self.test}, {len(self.checks)}"
         getters = "(" + "".join(f"lambda: {name}, " for name in names) + ")"
-        return (f"{RUNTIME}.before({ids}, {getters})\n{source}"
-                f"{RUNTIME}.after({ids}, {names!r}, {getters})\n")
+        return f"{RUNTIME}.before({ids}, {getters})\n{source}{RUNTIME}.after({ids}, {names!r}, {getters})\n"
 
 
 def _child_keeps(pieces: list[_Piece]) -> tuple[set[int], set[int]]:
@@ -443,8 +575,7 @@ def _render(pieces: list[_Piece], kept: set[int], watcher: _Watcher) -> str:
     for piece in pieces:
         if piece.function is not None:
             fn, body = piece.function
-            statements = [node for inner in body if id(inner) in kept
-                          for node in pyast.parse(inner.text(watcher)).body]
+            statements = [node for inner in body if id(inner) in kept for node in pyast.parse(inner.text(watcher)).body]
             new_fn = copy.copy(fn)
             new_fn.body = statements or [ast.Pass()]
             out.append(ast.unparse(ast.fix_missing_locations(new_fn)) + "\n")
@@ -456,7 +587,9 @@ def _render(pieces: list[_Piece], kept: set[int], watcher: _Watcher) -> str:
 # ---- what the parent keeps ---------------------------------------------------------------------
 
 
-def _prune(tests: list[TestPlan], forced: AbstractSet[int] = frozenset()) -> tuple[tuple[TestPlan, ...], list[set[str]]]:
+def _prune(
+    tests: list[TestPlan], forced: AbstractSet[int] = frozenset()
+) -> tuple[tuple[TestPlan, ...], list[set[str]]]:
     """Drop the parent's copies of model-independent statements that no parent-side part needs and the
     child runs anyway (``forced``: the ids of those the child does without): a step's setup is computed
     twice only where an operand depends on it. Also, per test, the names the parent reads in it or needs
@@ -493,8 +626,9 @@ def _parent_reads(parts: Sequence, calls: dict[str, set[str]]) -> set[str]:
     return _with_calls(names, calls)
 
 
-def _prune_parts(parts: Sequence, needed: set[str], calls: dict[str, set[str]],
-                 forced: AbstractSet[int]) -> tuple[tuple, set[str]]:
+def _prune_parts(
+    parts: Sequence, needed: set[str], calls: dict[str, set[str]], forced: AbstractSet[int]
+) -> tuple[tuple, set[str]]:
     """Backwards over ``parts``: those to keep, and the names needed before them."""
     kept: list = []
     for part in reversed(parts):
@@ -537,8 +671,13 @@ def _contains_assert(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 def _called_test_function(stmt: ast.Expr, test_functions: dict) -> bool:
     call = stmt.value
-    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in test_functions
-            and not call.args and not call.keywords)
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id in test_functions
+        and not call.args
+        and not call.keywords
+    )
 
 
 def _test_functions(tree: ast.Module, where: str) -> dict[str, ast.FunctionDef]:
@@ -547,23 +686,30 @@ def _test_functions(tree: ast.Module, where: str) -> dict[str, ast.FunctionDef]:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and _contains_assert(stmt):
             name = stmt.name
             if isinstance(stmt, ast.AsyncFunctionDef) or stmt.decorator_list or _function_locals_args(stmt):
-                raise SplitError(f"{where}: line {stmt.lineno}: test function {name} must be a plain "
-                                 "function without arguments or decorators")
+                raise SplitError(
+                    f"{where}: line {stmt.lineno}: test function {name} must be a plain "
+                    "function without arguments or decorators"
+                )
             for node in stmt.body:
                 if any(isinstance(inner, ast.Assert) for inner in ast.walk(node)) and not isinstance(node, ast.Assert):
-                    raise SplitError(f"{where}: line {node.lineno}: an assert inside a block of test "
-                                     f"function {name} is not supported (only at the top of its body)")
+                    raise SplitError(
+                        f"{where}: line {node.lineno}: an assert inside a block of test "
+                        f"function {name} is not supported (only at the top of its body)"
+                    )
             for inner_node in ast.walk(stmt):
                 if isinstance(inner_node, (ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)):
-                    raise SplitError(f"{where}: line {inner_node.lineno}: test function {name} uses "
-                                     f"`{type(inner_node).__name__.lower()}`, which cannot be inlined")
+                    raise SplitError(
+                        f"{where}: line {inner_node.lineno}: test function {name} uses "
+                        f"`{type(inner_node).__name__.lower()}`, which cannot be inlined"
+                    )
             found[name] = stmt
     for name, fn in found.items():
         calls = [s for s in tree.body if isinstance(s, ast.Expr) and _called_test_function(s, {name: fn})]
         uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name]
         if len(calls) != 1 or len(uses) != 1 or calls[0].lineno < fn.lineno:
-            raise SplitError(f"{where}: test function {name} must be called exactly once, as `{name}()`, "
-                             "after its definition")
+            raise SplitError(
+                f"{where}: test function {name} must be called exactly once, as `{name}()`, after its definition"
+            )
     return found
 
 
@@ -572,14 +718,18 @@ def _function_locals_args(fn: ast.FunctionDef) -> bool:
     return bool(args.posonlyargs or args.args or args.kwonlyargs or args.vararg or args.kwarg)
 
 
-def _inline_test_function(fn: ast.FunctionDef, state: _StepState, add_assert, where: str) -> tuple["_Piece", FunctionScope]:
+def _inline_test_function(
+    fn: ast.FunctionDef, state: _StepState, add_assert, where: str
+) -> tuple[_Piece, FunctionScope]:
     """The child's version of a test function (each assert replaced by its operand block) and the
     parent's (its model-independent statements and its assertions, in a scope of their own)."""
     local = taint.function_locals(fn)
     free = _free_names(fn)
     if TARGET in free or free & state.parent_names:
-        raise SplitError(f"{where}: test function {fn.name} uses the parent's names "
-                         f"({', '.join(sorted(free & (state.parent_names | {TARGET})))})")
+        raise SplitError(
+            f"{where}: test function {fn.name} uses the parent's names "
+            f"({', '.join(sorted(free & (state.parent_names | {TARGET})))})"
+        )
     trust = state.trust.enter_function(local)
     scope = _Scope(frozenset(), frozenset(state.helpers) - local, trust, shadowed=frozenset(local))
     body: list[_Piece] = []
@@ -608,8 +758,10 @@ def _is_comparing_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
     if fn.decorator_list:
         return False
     for node in ast.walk(fn):
-        if isinstance(node, (ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom, ast.Yield, ast.YieldFrom,
-                             ast.ClassDef, ast.Await)):
+        if isinstance(
+            node,
+            (ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom, ast.Yield, ast.YieldFrom, ast.ClassDef, ast.Await),
+        ):
             return False
         if isinstance(node, ast.Name) and node.id == TARGET:
             return False
@@ -633,9 +785,14 @@ def _calls_methods_of_arguments(fn: ast.FunctionDef) -> bool:
     """Whether ``fn`` calls a method of one of its arguments other than a data value's (``DATA_METHODS``):
     such a call may reach the model's objects."""
     params = taint.function_locals(fn) - _bound_names_in_body(fn)
-    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-               and isinstance(node.func.value, ast.Name) and node.func.value.id in params
-               and node.func.attr not in DATA_METHODS for node in ast.walk(fn))
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in params
+        and node.func.attr not in DATA_METHODS
+        for node in ast.walk(fn)
+    )
 
 
 def _bound_names_in_body(fn: ast.FunctionDef) -> set[str]:
@@ -653,8 +810,14 @@ def _is_runnable_helper(fn: ast.FunctionDef, state: _StepState) -> bool:
     defaults = [d for d in (*fn.args.defaults, *fn.args.kw_defaults) if d is not None]
     if fn.decorator_list or taint.forbidden(fn) or not all(isinstance(d, ast.Constant) for d in defaults):
         return False  # a default that can change in place is data the child's values may be stored in
-    allowed = frozenset(PARENT_MODULES) | taint.SAFE_BUILTINS | frozenset(CMP_HELPERS) | frozenset(state.helpers) \
-        | frozenset(state.runnable) | {fn.name}
+    allowed = (
+        frozenset(PARENT_MODULES)
+        | taint.SAFE_BUILTINS
+        | frozenset(CMP_HELPERS)
+        | frozenset(state.helpers)
+        | frozenset(state.runnable)
+        | {fn.name}
+    )
     if not _free_names(fn) <= allowed or not all(state.trust.name(name) for name in _free_names(fn) - {fn.name}):
         return False
     return not _calls_methods_of_arguments(fn)
@@ -668,10 +831,16 @@ def _is_traced_helper(fn: ast.FunctionDef) -> bool:
     defaults = [d for d in (*fn.args.defaults, *fn.args.kw_defaults) if d is not None]
     if fn.decorator_list or taint.forbidden(fn) or not all(isinstance(d, ast.Constant) for d in defaults):
         return False
-    return not any(isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.Lambda,
-                                     ast.FunctionDef, ast.AsyncFunctionDef))
-                   or isinstance(node, ast.Name) and node.id.startswith("_agentbench")
-                   for node in ast.walk(fn) if node is not fn)
+    return not any(
+        isinstance(
+            node,
+            (ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef),
+        )
+        or isinstance(node, ast.Name)
+        and node.id.startswith("_agentbench")
+        for node in ast.walk(fn)
+        if node is not fn
+    )
 
 
 # ---- assertions ------------------------------------------------------------------------------
@@ -708,8 +877,12 @@ class _AssertSplitter:
             parts = [p.value if isinstance(p, ast.Starred) else p for p in parts]
             if name in WRAPPER_CALLS:
                 return any(self.is_comparison(p, comp_scope) for p in parts)
-            if (isinstance(node.func, ast.Attribute) and node.func.attr in WRAPPER_METHODS
-                    and not node.args and self.is_comparison(node.func.value, comp_scope)):
+            if (
+                isinstance(node.func, ast.Attribute)
+                and node.func.attr in WRAPPER_METHODS
+                and not node.args
+                and self.is_comparison(node.func.value, comp_scope)
+            ):
                 return True
             return False
         if isinstance(node, (ast.Tuple, ast.List)):
@@ -722,22 +895,33 @@ class _AssertSplitter:
         if not self.is_comparison(node, comp_scope):
             return self.operand(node, comp_scope)
         if isinstance(node, ast.Compare):
-            return ast.Compare(left=self.transform(node.left, comp_scope), ops=node.ops,
-                               comparators=[self.transform(c, comp_scope) for c in node.comparators])
+            return ast.Compare(
+                left=self.transform(node.left, comp_scope),
+                ops=node.ops,
+                comparators=[self.transform(c, comp_scope) for c in node.comparators],
+            )
         if isinstance(node, ast.BoolOp):
             return ast.BoolOp(op=node.op, values=[self.transform(v, comp_scope) for v in node.values])
         if isinstance(node, ast.UnaryOp):
             return ast.UnaryOp(op=node.op, operand=self.transform(node.operand, comp_scope))
         if isinstance(node, ast.Call):
             func: ast.expr
-            if isinstance(node.func, ast.Attribute) and self.call_name(node) not in COMPARISON_CALLS | WRAPPER_CALLS \
-                    and self.call_name(node) not in self.scope.helpers:
-                func = ast.Attribute(value=self.transform(node.func.value, comp_scope), attr=node.func.attr,
-                                     ctx=ast.Load())
+            if (
+                isinstance(node.func, ast.Attribute)
+                and self.call_name(node) not in COMPARISON_CALLS | WRAPPER_CALLS
+                and self.call_name(node) not in self.scope.helpers
+            ):
+                func = ast.Attribute(
+                    value=self.transform(node.func.value, comp_scope), attr=node.func.attr, ctx=ast.Load()
+                )
             else:
                 func = node.func
-            args = [ast.Starred(value=self.transform(a.value, comp_scope), ctx=ast.Load())
-                    if isinstance(a, ast.Starred) else self.transform(a, comp_scope) for a in node.args]
+            args = [
+                ast.Starred(value=self.transform(a.value, comp_scope), ctx=ast.Load())
+                if isinstance(a, ast.Starred)
+                else self.transform(a, comp_scope)
+                for a in node.args
+            ]
             keywords = [ast.keyword(arg=k.arg, value=self.transform(k.value, comp_scope)) for k in node.keywords]
             return ast.Call(func=func, args=args, keywords=keywords)
         if isinstance(node, (ast.Tuple, ast.List)):
@@ -760,8 +944,9 @@ class _AssertSplitter:
         parent's names, else the child's value."""
         for inner in ast.walk(node):
             if isinstance(inner, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
-                raise SplitError(f"{self.where}: `{short(ast.unparse(node))}` uses "
-                                 f"{type(inner).__name__}, which cannot be split")
+                raise SplitError(
+                    f"{self.where}: `{short(ast.unparse(node))}` uses {type(inner).__name__}, which cannot be split"
+                )
         return self.mixed(node, comp_scope)
 
     def parent_computes(self, node: ast.expr) -> bool:
@@ -780,17 +965,27 @@ class _AssertSplitter:
         if isinstance(node, ast.Call):
             func_free = _free_names(node.func)
             if not func_free & (self.scope.parent_names | comp_scope) and not self.parent_computes(node.func):
-                raise SplitError(f"{self.where}: `{short(ast.unparse(node))}` calls "
-                                 f"{short(ast.unparse(node.func))} (the child's) on the parent's values")
+                raise SplitError(
+                    f"{self.where}: `{short(ast.unparse(node))}` calls "
+                    f"{short(ast.unparse(node.func))} (the child's) on the parent's values"
+                )
         if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
-            raise SplitError(f"{self.where}: `{short(ast.unparse(node))}` mixes the parent's names "
-                             "and a nested scope, which cannot be split")
+            raise SplitError(
+                f"{self.where}: `{short(ast.unparse(node))}` mixes the parent's names "
+                "and a nested scope, which cannot be split"
+            )
         for name, value in ast.iter_fields(node):
             if isinstance(value, ast.expr):
                 setattr(node, name, self.mixed(value, comp_scope))
             elif isinstance(value, list):
-                setattr(node, name, [self.mixed(v, comp_scope) if isinstance(v, ast.expr) else
-                                     self._mixed_keyword(v, comp_scope) for v in value])
+                setattr(
+                    node,
+                    name,
+                    [
+                        self.mixed(v, comp_scope) if isinstance(v, ast.expr) else self._mixed_keyword(v, comp_scope)
+                        for v in value
+                    ],
+                )
         return node
 
     def parent_applies(self, node: ast.expr) -> bool:
@@ -801,8 +996,11 @@ class _AssertSplitter:
         never bound (a function or constant of the model's code) keeps the whole call in the child."""
         if isinstance(node, ast.Slice):
             return True
-        if isinstance(node, (ast.BinOp, ast.Tuple, ast.List)) or \
-                isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
+        if (
+            isinstance(node, (ast.BinOp, ast.Tuple, ast.List))
+            or isinstance(node, ast.UnaryOp)
+            and not isinstance(node.op, ast.Not)
+        ):
             return not isinstance(node, (ast.Tuple, ast.List)) or not any(isinstance(e, ast.Starred) for e in node.elts)
         if isinstance(node, (ast.Subscript, ast.Attribute)):  # of a value the test text bound: data
             base = node.value
@@ -810,14 +1008,20 @@ class _AssertSplitter:
                 if isinstance(base, ast.Attribute) and base.attr not in DATA_ATTRIBUTES:
                     return False
                 base = base.value
-            return isinstance(base, ast.Name) and base.id in self.scope.trust.bound and base.id not in self.exposed \
+            return (
+                isinstance(base, ast.Name)
+                and base.id in self.scope.trust.bound
+                and base.id not in self.exposed
                 and (not isinstance(node, ast.Attribute) or node.attr in DATA_ATTRIBUTES)
+            )
         if not isinstance(node, ast.Call) or not self.parent_callable(node.func):
             return False
         parts = [*node.args, *(k.value for k in node.keywords)]
         parts = [p.value if isinstance(p, ast.Starred) else p for p in parts]
-        return not any(isinstance(p, ast.Name) and p.id not in self.scope.trust.bound and not self.scope.trust.name(p.id)
-                       for p in parts)
+        return not any(
+            isinstance(p, ast.Name) and p.id not in self.scope.trust.bound and not self.scope.trust.name(p.id)
+            for p in parts
+        )
 
     def parent_callable(self, func: ast.expr) -> bool:
         name = dotted(func)
@@ -830,8 +1034,12 @@ class _AssertSplitter:
             return name in PARENT_BUILTIN_CALLS or name in self.scope.runnable
         full = canonical(name)
         module = full.split(".")[0]
-        return module in ("numpy", "math", "cmath") and head in PARENT_MODULES and not taint.forbidden(func) \
+        return (
+            module in ("numpy", "math", "cmath")
+            and head in PARENT_MODULES
+            and not taint.forbidden(func)
             and full not in CALLBACK_CALLS
+        )
 
     def _mixed_keyword(self, value, comp_scope):
         if isinstance(value, ast.keyword):
@@ -858,8 +1066,12 @@ class _AssertSplitter:
         names = [n for n in names if n not in modules]
         for other in names:  # another function of the test text would run whole in the child: not traced
             inner = self.scope.trust.bound.get(other)
-            if other in self.scope.parent_names or other in self.scope.helpers or (
-                    inner is not None and inner.calls is not None) or other.startswith("_agentbench"):
+            if (
+                other in self.scope.parent_names
+                or other in self.scope.helpers
+                or (inner is not None and inner.calls is not None)
+                or other.startswith("_agentbench")
+            ):
                 return None
         parts = [(k, a) for k, a in enumerate(node.args)] + [(k.arg, k.value) for k in node.keywords]
         keys = tuple(key for key, arg in parts if not self.parent_computes(arg))
@@ -869,14 +1081,24 @@ class _AssertSplitter:
         def call(func: str, first: ast.expr, parent: bool) -> ast.Call:
             def value(key, arg):
                 return ast.Constant(value=None) if parent and key in keys else copy.deepcopy(arg)
-            return ast.Call(func=ast.Name(id=func, ctx=ast.Load()), args=[
-                first, ast.Name(id=name, ctx=ast.Load()),
-                ast.List(elts=[value(k, a) for k, a in enumerate(node.args)], ctx=ast.Load()),
-                ast.Dict(keys=[ast.Constant(value=k.arg) for k in node.keywords],
-                         values=[value(k.arg, k.value) for k in node.keywords]),
-                # a tuple constant is valid at run time (ast.literal_eval gives them); typeshed omits it
-                ast.Constant(value=keys), ast.Constant(value=tuple(names)),  # type: ignore[arg-type]
-                *([ast.Constant(value=modules)] if parent else [])], keywords=[])  # type: ignore[arg-type]
+
+            return ast.Call(
+                func=ast.Name(id=func, ctx=ast.Load()),
+                args=[
+                    first,
+                    ast.Name(id=name, ctx=ast.Load()),
+                    ast.List(elts=[value(k, a) for k, a in enumerate(node.args)], ctx=ast.Load()),
+                    ast.Dict(
+                        keys=[ast.Constant(value=k.arg) for k in node.keywords],
+                        values=[value(k.arg, k.value) for k in node.keywords],
+                    ),
+                    # a tuple constant is valid at run time (ast.literal_eval gives them); typeshed omits it
+                    ast.Constant(value=keys),  # type: ignore[arg-type]
+                    ast.Constant(value=tuple(names)),  # type: ignore[arg-type]
+                    *([ast.Constant(value=modules)] if parent else []),  # type: ignore[arg-type]
+                ],
+                keywords=[],
+            )
 
         child = call(f"{RUNTIME}.trace", ast.Constant(value=None), False)
         child.args = child.args[1:]
@@ -885,34 +1107,42 @@ class _AssertSplitter:
         return call(REPLAY_FN, leaf, True)
 
     def leaf(self, node: ast.expr) -> ast.expr:
-        number = next((k for k, leaf in enumerate(self.leaves, 1) if isinstance(node, ast.Name)
-                       and isinstance(leaf, ast.Name) and leaf.id == node.id), None)  # a name crosses once
+        number = next(
+            (
+                k
+                for k, leaf in enumerate(self.leaves, 1)
+                if isinstance(node, ast.Name) and isinstance(leaf, ast.Name) and leaf.id == node.id
+            ),
+            None,
+        )  # a name crosses once
         if number is None:
             self.leaves.append(node)
             number = len(self.leaves)
         return ast.Call(func=ast.Name(id=LEAF_FN, ctx=ast.Load()), args=[ast.Constant(value=number)], keywords=[])
 
 
-def _split_assert(node: ast.Assert, test: int, number: int, scope: _Scope,
-                  where: str) -> tuple[AssertPlan, str, frozenset[str]]:
+def _split_assert(
+    node: ast.Assert, test: int, number: int, scope: _Scope, where: str
+) -> tuple[AssertPlan, str, frozenset[str]]:
     """The parent's assertion, the child's operand block and the model-independent names its operands pass
     to model calls (they stay the parent's). An operand the child evaluates may otherwise expose the test's
     values to the model's code: what may share their objects is the child's too, in this assertion (as
     upstream evaluates it) and after it."""
     stable = _split_until_stable(
-        scope, f"{where} line {node.lineno}", lambda splitter: splitter.transform(copy.deepcopy(node.test)))
+        scope, f"{where} line {node.lineno}", lambda splitter: splitter.transform(copy.deepcopy(node.test))
+    )
     assert stable is not None  # transform always gives a node, so the split never gives up
     splitter, expression, watch = stable
     expression = ast.unparse(ast.fix_missing_locations(expression))
     leaves = tuple(Leaf(k, ast.unparse(leaf), splitter.traces.get(k)) for k, leaf in enumerate(splitter.leaves, 1))
     message = node.msg.value if isinstance(node.msg, ast.Constant) and isinstance(node.msg.value, str) else None
-    plan = AssertPlan(number=number, source=ast.unparse(node), expression=expression, leaves=leaves,
-                      message=message)
+    plan = AssertPlan(number=number, source=ast.unparse(node), expression=expression, leaves=leaves, message=message)
     return plan, _operand_block(test, number, leaves), watch
 
 
-def _split_until_stable(scope: _Scope, where: str, split: Callable[["_AssertSplitter"], Any]
-                        ) -> tuple["_AssertSplitter", Any, frozenset[str]] | None:
+def _split_until_stable(
+    scope: _Scope, where: str, split: Callable[[_AssertSplitter], Any]
+) -> tuple[_AssertSplitter, Any, frozenset[str]] | None:
     """Split again until what the child's operands read is all exposed to the model's code (reading a name
     exposes what may share its objects, which may move more into the child); then mark it exposed.
     ``split(splitter)`` gives the transformed node, or None to give up. Returns the splitter, that node and
@@ -934,23 +1164,42 @@ def _split_until_stable(scope: _Scope, where: str, split: Callable[["_AssertSpli
 
 # what a mixed statement's value never holds: constructs that evaluate parts lazily, in a scope of their
 # own, or that bind names
-_UNMIXED = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.IfExp, ast.BoolOp,
-            ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Starred)
+_UNMIXED = (
+    ast.Lambda,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+    ast.IfExp,
+    ast.BoolOp,
+    ast.NamedExpr,
+    ast.Await,
+    ast.Yield,
+    ast.YieldFrom,
+    ast.Starred,
+)
 
 
-def _split_mixed(stmt: ast.Assign, source: str, test: int, number: int, scope: _Scope,
-                 where: str) -> tuple[MixedStatement, str, frozenset[str]] | None:
+def _split_mixed(
+    stmt: ast.Assign, source: str, test: int, number: int, scope: _Scope, where: str
+) -> tuple[MixedStatement, str, frozenset[str]] | None:
     """``name = expression`` that applies the test's own code to the child's values (49.4's ``Etot1 =
     Nbody_Etot(uout, mass)``): the parent runs it on the decoded operands, the child computes only the
     operands. None when the statement is the parent's anyway, the child's alone (its value is one operand,
     ``uout = Nbody(...)``), or has a shape the parent does not run this way."""
-    if not all(isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Store)) for target in stmt.targets
-               for n in ast.walk(target)):
+    if not all(
+        isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Store)) for target in stmt.targets for n in ast.walk(target)
+    ):
         return None
     free = _free_names(stmt)
-    if free & scope.parent_names or scope.trust.statement(stmt) or taint.forbidden(stmt) \
-            or any(isinstance(n, _UNMIXED) for n in ast.walk(stmt.value)):
+    if (
+        free & scope.parent_names
+        or scope.trust.statement(stmt)
+        or taint.forbidden(stmt)
+        or any(isinstance(n, _UNMIXED) for n in ast.walk(stmt.value))
+    ):
         return None
+
     def applied(splitter: _AssertSplitter) -> ast.expr | None:
         value = splitter.mixed(copy.deepcopy(stmt.value), frozenset())
         if not splitter.leaves or isinstance(value, ast.Call) and dotted(value.func) == LEAF_FN:
@@ -965,8 +1214,9 @@ def _split_mixed(stmt: ast.Assign, source: str, test: int, number: int, scope: _
     parent_stmt = ast.fix_missing_locations(ast.Assign(targets=stmt.targets, value=value, lineno=stmt.lineno))
     scope.trust.bind(parent_stmt, set(bound))
     leaves = tuple(Leaf(k, ast.unparse(leaf), splitter.traces.get(k)) for k, leaf in enumerate(splitter.leaves, 1))
-    plan = MixedStatement(number=number, source=short(source, 200), expression=ast.unparse(parent_stmt),
-                          leaves=leaves, binds=bound)
+    plan = MixedStatement(
+        number=number, source=short(source, 200), expression=ast.unparse(parent_stmt), leaves=leaves, binds=bound
+    )
     return plan, _mixed_block(test, number, leaves, parent_stmt), watch
 
 
@@ -977,10 +1227,16 @@ def _mixed_block(test: int, number: int, leaves: tuple[Leaf, ...], parent_stmt: 
     lines = []
     for leaf in leaves:
         ids = f"{test}, {number}, {leaf.number}"
-        lines += ["try:", f"    {LEAF_VALUE}_{number}_{leaf.number} = ({leaf.child})",
-                  f"except Exception as {LEAF_EXC}:", f"    {RUNTIME}.raised({ids}, {LEAF_EXC})",
-                  f"    {RUNTIME}.reached({test}, {number})", "    raise",
-                  "else:", f"    {RUNTIME}.value({ids}, {LEAF_VALUE}_{number}_{leaf.number})"]
+        lines += [
+            "try:",
+            f"    {LEAF_VALUE}_{number}_{leaf.number} = ({leaf.child})",
+            f"except Exception as {LEAF_EXC}:",
+            f"    {RUNTIME}.raised({ids}, {LEAF_EXC})",
+            f"    {RUNTIME}.reached({test}, {number})",
+            "    raise",
+            "else:",
+            f"    {RUNTIME}.value({ids}, {LEAF_VALUE}_{number}_{leaf.number})",
+        ]
     lines.append(f"{RUNTIME}.reached({test}, {number})")
 
     class Substitute(ast.NodeTransformer):
@@ -989,8 +1245,11 @@ def _mixed_block(test: int, number: int, leaves: tuple[Leaf, ...], parent_stmt: 
                 return ast.Name(id=f"{LEAF_VALUE}_{number}_{node.args[0].value}", ctx=ast.Load())
             if isinstance(node.func, ast.Name) and node.func.id == REPLAY_FN:  # the helper's own return value
                 record = self.visit(node.args[0])
-                return ast.Call(func=ast.Attribute(value=ast.Name(id=RUNTIME, ctx=ast.Load()), attr="returned",
-                                                   ctx=ast.Load()), args=[record], keywords=[])
+                return ast.Call(
+                    func=ast.Attribute(value=ast.Name(id=RUNTIME, ctx=ast.Load()), attr="returned", ctx=ast.Load()),
+                    args=[record],
+                    keywords=[],
+                )
             return self.generic_visit(node)
 
     lines.append(ast.unparse(ast.fix_missing_locations(Substitute().visit(copy.deepcopy(parent_stmt)))))
@@ -1001,9 +1260,14 @@ def _operand_block(test: int, number: int, leaves: tuple[Leaf, ...]) -> str:
     lines = []
     for leaf in leaves:
         ids = f"{test}, {number}, {leaf.number}"
-        lines += ["try:", f"    {LEAF_VALUE} = ({leaf.child})",
-                  f"except Exception as {LEAF_EXC}:", f"    {RUNTIME}.raised({ids}, {LEAF_EXC})",
-                  "else:", f"    {RUNTIME}.value({ids}, {LEAF_VALUE})"]
+        lines += [
+            "try:",
+            f"    {LEAF_VALUE} = ({leaf.child})",
+            f"except Exception as {LEAF_EXC}:",
+            f"    {RUNTIME}.raised({ids}, {LEAF_EXC})",
+            "else:",
+            f"    {RUNTIME}.value({ids}, {LEAF_VALUE})",
+        ]
     lines.append(f"{RUNTIME}.reached({test}, {number})")
     return "".join(f"{line}\n" for line in lines)
 

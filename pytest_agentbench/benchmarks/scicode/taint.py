@@ -35,6 +35,7 @@ they are called, is model-independent. When unsure, the analysis says model-depe
 The analysis assumes the model's code does not reach into the test's globals by name (genuine code
 does not; hostile code gains nothing, since the parent uses its own values).
 """
+
 from __future__ import annotations
 
 import ast
@@ -48,30 +49,129 @@ PARENT_MODULES = {"np": "numpy", "numpy": "numpy", "math": "math", "cmath": "cma
 IMPORTABLE_MODULES = frozenset({"numpy", "math", "cmath", "itertools", "functools", "operator", "fractions"})
 # dotted prefixes (canonical) whose results a second run cannot reproduce: random state shared with the
 # model's code, uninitialised memory, the clock, files of the child's folder
-IRREPRODUCIBLE = ("numpy.random", "numpy.empty", "numpy.empty_like", "numpy.datetime64", "numpy.load",
-                  "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile", "numpy.memmap", "numpy.save",
-                  "numpy.savez", "numpy.savetxt", "numpy.fromregex", "numpy.DataSource", "numpy.ctypeslib",
-                  "numpy.lib")
+IRREPRODUCIBLE = (
+    "numpy.random",
+    "numpy.empty",
+    "numpy.empty_like",
+    "numpy.datetime64",
+    "numpy.load",
+    "numpy.loadtxt",
+    "numpy.genfromtxt",
+    "numpy.fromfile",
+    "numpy.memmap",
+    "numpy.save",
+    "numpy.savez",
+    "numpy.savetxt",
+    "numpy.fromregex",
+    "numpy.DataSource",
+    "numpy.ctypeslib",
+    "numpy.lib",
+)
 # attributes a model-independent expression never uses (writing files; reaching code objects and frames)
 FORBIDDEN_ATTRIBUTES = frozenset({"tofile", "dump", "dumps"})
 # builtins whose results are reproducible and that run no code but their arguments' (set/frozenset: their
 # iteration order of strings depends on the interpreter's hash seed)
-SAFE_BUILTINS = frozenset({
-    "abs", "all", "any", "ascii", "bin", "bool", "bytes", "callable", "chr", "complex", "dict", "divmod",
-    "enumerate", "filter", "float", "format", "hasattr", "hex", "int", "isinstance", "issubclass", "iter", "len",
-    "list", "map", "max", "min", "next", "oct", "ord", "pow", "print", "range", "repr", "reversed", "round",
-    "slice", "sorted", "str", "sum", "tuple", "type", "zip", "True", "False", "None", "Ellipsis",
-    "NotImplemented",
-    *(name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)),
-})
+SAFE_BUILTINS = frozenset(
+    {
+        "abs",
+        "all",
+        "any",
+        "ascii",
+        "bin",
+        "bool",
+        "bytes",
+        "callable",
+        "chr",
+        "complex",
+        "dict",
+        "divmod",
+        "enumerate",
+        "filter",
+        "float",
+        "format",
+        "hasattr",
+        "hex",
+        "int",
+        "isinstance",
+        "issubclass",
+        "iter",
+        "len",
+        "list",
+        "map",
+        "max",
+        "min",
+        "next",
+        "oct",
+        "ord",
+        "pow",
+        "print",
+        "range",
+        "repr",
+        "reversed",
+        "round",
+        "slice",
+        "sorted",
+        "str",
+        "sum",
+        "tuple",
+        "type",
+        "zip",
+        "True",
+        "False",
+        "None",
+        "Ellipsis",
+        "NotImplemented",
+        *(
+            name
+            for name, value in vars(builtins).items()
+            if isinstance(value, type) and issubclass(value, BaseException)
+        ),
+    }
+)
 # calls whose result is a number or a string when their arguments are (values that cannot change in place)
-NUMBER_CALLS = frozenset({"int", "float", "complex", "abs", "round", "len", "str", "bool", "pow", "min", "max", "sum",
-                          "divmod", "ord", "chr", "repr", "hex", "oct", "bin", "format"})
+NUMBER_CALLS = frozenset(
+    {
+        "int",
+        "float",
+        "complex",
+        "abs",
+        "round",
+        "len",
+        "str",
+        "bool",
+        "pow",
+        "min",
+        "max",
+        "sum",
+        "divmod",
+        "ord",
+        "chr",
+        "repr",
+        "hex",
+        "oct",
+        "bin",
+        "format",
+    }
+)
 # node types a model-independent statement never holds (they bind outside their scope, reach the
 # interpreter, or iterate in hash order)
-_FORBIDDEN_NODES = (ast.Set, ast.SetComp, ast.Global, ast.Nonlocal, ast.ClassDef, ast.Yield, ast.YieldFrom,
-                    ast.Await, ast.AsyncFunctionDef, ast.AsyncFor, ast.AsyncWith, ast.Import, ast.ImportFrom,
-                    ast.NamedExpr, ast.Assert)
+_FORBIDDEN_NODES = (
+    ast.Set,
+    ast.SetComp,
+    ast.Global,
+    ast.Nonlocal,
+    ast.ClassDef,
+    ast.Yield,
+    ast.YieldFrom,
+    ast.Await,
+    ast.AsyncFunctionDef,
+    ast.AsyncFor,
+    ast.AsyncWith,
+    ast.Import,
+    ast.ImportFrom,
+    ast.NamedExpr,
+    ast.Assert,
+)
 
 
 # ---- names and scopes ----------------------------------------------------------------------------
@@ -130,8 +230,19 @@ def walk_scope(node: ast.AST):
         current = stack.pop()
         yield current
         for child in ast.iter_child_nodes(current):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
-                                  ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            if isinstance(
+                child,
+                (
+                    ast.FunctionDef,
+                    ast.AsyncFunctionDef,
+                    ast.Lambda,
+                    ast.ClassDef,
+                    ast.ListComp,
+                    ast.SetComp,
+                    ast.DictComp,
+                    ast.GeneratorExp,
+                ),
+            ):
                 yield child  # the node itself (its name binds here), not its body
                 continue
             stack.append(child)
@@ -227,8 +338,11 @@ def may_mutate(stmt: ast.stmt) -> bool:
         targets, value = [stmt.target], stmt.value
     else:
         return not isinstance(stmt, (ast.Pass, ast.Import, ast.ImportFrom))
-    plain = all(isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Starred, ast.Store, ast.Load))
-                for target in targets for n in ast.walk(target))
+    plain = all(
+        isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Starred, ast.Store, ast.Load))
+        for target in targets
+        for n in ast.walk(target)
+    )
     return not plain or (value is not None and any(isinstance(n, ast.Call) for n in ast.walk(value)))
 
 
@@ -252,6 +366,7 @@ def forbidden(node: ast.AST) -> bool:
 @dataclass(frozen=True)
 class Binding:
     """A model-independent value bound by the test text."""
+
     immutable: bool = False  # a number, a string or a tuple of those: it cannot change in place
     calls: frozenset[str] | None = None  # a function of the test text: the globals its body reads
     code: bool = False  # a module, or a ``def`` whose defaults cannot change in place (see Trust.pure)
@@ -268,7 +383,7 @@ class Trust:
         self.bound: dict[str, Binding | None] = {}  # names the test text bound; None: the child's value
         self.aliases: dict[str, frozenset[str]] = {}  # name -> names that may share its object
 
-    def copy(self) -> "Trust":
+    def copy(self) -> Trust:
         other = Trust(self.base)
         other.bound = dict(self.bound)
         other.aliases = dict(self.aliases)
@@ -382,8 +497,19 @@ class Trust:
             if isinstance(current, ast.Name):
                 (passed if argument and isinstance(current.ctx, ast.Load) else other).add(current.id)
                 return
-            if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
-                                    ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            if isinstance(
+                current,
+                (
+                    ast.FunctionDef,
+                    ast.AsyncFunctionDef,
+                    ast.Lambda,
+                    ast.ClassDef,
+                    ast.ListComp,
+                    ast.SetComp,
+                    ast.DictComp,
+                    ast.GeneratorExp,
+                ),
+            ):
                 other.update(n.id for n in ast.walk(current) if isinstance(n, ast.Name))
                 return
             if isinstance(current, ast.Call):
@@ -431,8 +557,11 @@ class Trust:
         value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
         fixed = value is not None and self.immutable(value)
         calls = frozenset(free_names(stmt)) if self.deferred(stmt) else None
-        code = isinstance(stmt, ast.FunctionDef) and not stmt.decorator_list and all(
-            self.immutable(d) for d in (*stmt.args.defaults, *stmt.args.kw_defaults) if d is not None)
+        code = (
+            isinstance(stmt, ast.FunctionDef)
+            and not stmt.decorator_list
+            and all(self.immutable(d) for d in (*stmt.args.defaults, *stmt.args.kw_defaults) if d is not None)
+        )
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):  # a module the parent imports too (import_effect "run")
             code, calls = True, frozenset()
         self.forget(names)
@@ -466,16 +595,21 @@ class Trust:
         self.forget([name])
         self.bound.pop(name, None)
 
-    def enter_function(self, local: set[str]) -> "Trust":
+    def enter_function(self, local: set[str]) -> Trust:
         """The analysis inside a function whose locals are ``local`` (unbound until its body binds them)."""
         inner = self.copy()
         inner.untrust(local)
         return inner
 
-    def leave_function(self, inner: "Trust", local: set[str]) -> None:
+    def leave_function(self, inner: Trust, local: set[str]) -> None:
         """Globals the function's body exposed are the child's here too (and what shares their objects)."""
-        self.expose([name for name, binding in self.bound.items()
-                     if name not in local and binding is not None and inner.bound.get(name) is None])
+        self.expose(
+            [
+                name
+                for name, binding in self.bound.items()
+                if name not in local and binding is not None and inner.bound.get(name) is None
+            ]
+        )
 
 
 def import_effect(stmt: ast.Import | ast.ImportFrom, helpers: frozenset[str]) -> tuple[str, set[str]]:
@@ -483,19 +617,39 @@ def import_effect(stmt: ast.Import | ast.ImportFrom, helpers: frozenset[str]) ->
     again, nothing to run), ``("run", names)`` (a module the parent imports too), ``("child", names)``."""
     names = bound_names(stmt)
     if isinstance(stmt, ast.Import):
-        if all(alias.asname in PARENT_MODULES and PARENT_MODULES[alias.asname] == alias.name
-               or alias.asname is None and alias.name in PARENT_MODULES for alias in stmt.names):
+        if all(
+            alias.asname in PARENT_MODULES
+            and PARENT_MODULES[alias.asname] == alias.name
+            or alias.asname is None
+            and alias.name in PARENT_MODULES
+            for alias in stmt.names
+        ):
             return "parent", names
-        if all(alias.name.split(".")[0] in IMPORTABLE_MODULES and alias.name not in IRREPRODUCIBLE
-               and "." not in alias.name for alias in stmt.names):
+        if all(
+            alias.name.split(".")[0] in IMPORTABLE_MODULES
+            and alias.name not in IRREPRODUCIBLE
+            and "." not in alias.name
+            for alias in stmt.names
+        ):
             return "run", names
         return "child", names
     module = stmt.module or ""
-    if stmt.level == 0 and module == "scicode.compare.cmp" and all(
-            alias.asname is None and alias.name in helpers for alias in stmt.names):
+    if (
+        stmt.level == 0
+        and module == "scicode.compare.cmp"
+        and all(alias.asname is None and alias.name in helpers for alias in stmt.names)
+    ):
         return "parent", names
-    if stmt.level == 0 and module in IMPORTABLE_MODULES and all(
-            alias.name != "*" and not any(f"{module}.{alias.name}" == p or f"{module}.{alias.name}".startswith(p + ".")
-                                          for p in IRREPRODUCIBLE) for alias in stmt.names):
+    if (
+        stmt.level == 0
+        and module in IMPORTABLE_MODULES
+        and all(
+            alias.name != "*"
+            and not any(
+                f"{module}.{alias.name}" == p or f"{module}.{alias.name}".startswith(p + ".") for p in IRREPRODUCIBLE
+            )
+            for alias in stmt.names
+        )
+    ):
         return "run", names
     return "child", names

@@ -15,6 +15,7 @@ The child scripts share the scoring scripts' pieces (``script.py``): the compari
 These targets are rebuilt from the validation ground truth; they are not the official
 ``test_data.h5`` (values can differ in the last bits, e.g. across numpy/scipy versions).
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,9 +25,9 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable
 
 import h5py
 
@@ -35,8 +36,7 @@ from ...core.data import DATA_DIR_ENV, DataError, find
 from ...sandbox.executors import GiB, Limits, run_python
 from . import dataset, h5codec, script
 
-NOT_OFFICIAL_NOTE = ("these targets are rebuilt from the validation ground truth; "
-                     "they are not the official test_data.h5")
+NOT_OFFICIAL_NOTE = "these targets are rebuilt from the validation ground truth; they are not the official test_data.h5"
 RECORD_FN = "_agentbench_record"
 STDERR_TAIL_LINES = 25
 # The recorded targets are a file the child writes, and RLIMIT_FSIZE (Limits.output_cap) counts it.
@@ -81,8 +81,10 @@ def find_problems_file(data_dir: Path) -> Path:
     f = dataset.PROBLEM_FILES["validation"]
     found = find(data_dir, f)
     if found is None:
-        raise RebuildError(f"{f.name} not found under {data_dir} (looked in {data_dir}/{f.subdir}/ "
-                           f"and {data_dir}/); pass --data-dir or set {DATA_DIR_ENV}")
+        raise RebuildError(
+            f"{f.name} not found under {data_dir} (looked in {data_dir}/{f.subdir}/ "
+            f"and {data_dir}/); pass --data-dir or set {DATA_DIR_ENV}"
+        )
     return found
 
 
@@ -128,8 +130,10 @@ def _prefilled_code(step_number: str, data_dir: Path | None) -> str:
     path = find(Path(data_dir), f) if data_dir is not None and f is not None else None
     if path is not None:
         return path.read_text(encoding="utf-8")
-    raise RebuildError(f"step {step_number} has no ground_truth_code and no {step_number}.txt "
-                       "prefilled file was found; targets can only be rebuilt for steps with code")
+    raise RebuildError(
+        f"step {step_number} has no ground_truth_code and no {step_number}.txt "
+        "prefilled file was found; targets can only be rebuilt for steps with code"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -140,16 +144,19 @@ def _target_key(node: ast.AST):
     """``None`` for ``target``, ``k`` for ``target[k]`` (int constant), else ``False``."""
     if isinstance(node, ast.Name) and node.id == "target":
         return None
-    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
-            and node.value.id == "target" and isinstance(node.slice, ast.Constant)
-            and type(node.slice.value) is int):
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "target"
+        and isinstance(node.slice, ast.Constant)
+        and type(node.slice.value) is int
+    ):
         return node.slice.value
     return False
 
 
 def _record_call(value: ast.expr, key) -> ast.Call:
-    return ast.Call(func=ast.Name(id=RECORD_FN, ctx=ast.Load()),
-                    args=[value, ast.Constant(value=key)], keywords=[])
+    return ast.Call(func=ast.Name(id=RECORD_FN, ctx=ast.Load()), args=[value, ast.Constant(value=key)], keywords=[])
 
 
 class _TargetRewriter(ast.NodeTransformer):
@@ -191,7 +198,8 @@ def rewrite_test_for_recording(test_code: str, where: str = "test") -> str:
         if isinstance(node, ast.Name) and node.id == "target":
             raise RebuildError(
                 f"{where}: line {node.lineno}: `target` is used outside a two-argument comparison "
-                "call or an `==` comparison, so the expected value cannot be recorded")
+                "call or an `==` comparison, so the expected value cannot be recorded"
+            )
     return ast.unparse(tree)
 
 
@@ -199,7 +207,7 @@ def rewrite_test_for_recording(test_code: str, where: str = "test") -> str:
 # child scripts
 
 # Run in the sandbox; they report through a result file outside its throw-away folder.
-_HELPERS = r'''
+_HELPERS = r"""
 
 def _agentbench_finish(ok, error="", kind=""):
     with open(_AGENTBENCH_RESULT, "w") as _fh:
@@ -215,9 +223,9 @@ def _agentbench_run(code, label):
         _kinds = [k.__name__ for k in type(exc).__mro__]
         _agentbench_finish(False, label + ": " + type(exc).__name__ + ": " + str(exc)[:500],
                            next((k for k in _kinds if k in _AGENTBENCH_ENV_KINDS), ""))
-'''
+"""
 
-_RECORDER = r'''
+_RECORDER = r"""
 _agentbench_records = []
 
 
@@ -240,7 +248,7 @@ def _agentbench_collect(records, test_number):
     values = [records[k] for k in sorted(keys)]
     # one indexed value cannot be a 1-tuple in the layout (it would read back unwrapped): a list
     return tuple(values) if len(values) > 1 else values
-'''
+"""
 
 
 def _code_block(code: str, label: str) -> str:
@@ -252,7 +260,10 @@ def _script_header(problem: dict, index: int, data_dir: Path | None, result_path
     parts = [
         "import importlib.util as _ab_util, json as _agentbench_json, sys as _ab_sys, types as _ab_types\n"
         "import traceback as _agentbench_tb\n\n",
-        script.LOADER, "\n", script.COMPARE_BLOCK, "\n",
+        script.LOADER,
+        "\n",
+        script.COMPARE_BLOCK,
+        "\n",
         f"_agentbench_h5codec = _ab_load('agentbench_h5codec', {codec_path!r})\n",
         f"_AGENTBENCH_RESULT = {str(result_path)!r}\n",
         f"_AGENTBENCH_ENV_KINDS = {sorted(ENVIRONMENT_EXCEPTIONS)!r}\n",
@@ -269,8 +280,9 @@ def _script_header(problem: dict, index: int, data_dir: Path | None, result_path
     return "".join(parts)
 
 
-def recording_script(problem: dict, index: int, out_file: Path, data_dir: Path | None = None, *,
-                     result_path: Path) -> str:
+def recording_script(
+    problem: dict, index: int, out_file: Path, data_dir: Path | None = None, *, result_path: Path
+) -> str:
     """Child script: ground truth, then the tests rewritten to record, then write ``out_file``."""
     step = problem["sub_steps"][index]
     number = step["step_number"]
@@ -290,8 +302,9 @@ def recording_script(problem: dict, index: int, out_file: Path, data_dir: Path |
     return "".join(parts)
 
 
-def verification_script(problem: dict, index: int, h5_path: Path, data_dir: Path | None = None, *,
-                        result_path: Path) -> str:
+def verification_script(
+    problem: dict, index: int, h5_path: Path, data_dir: Path | None = None, *, result_path: Path
+) -> str:
     """Child script: ground truth, then the ORIGINAL tests with ``target`` read from ``h5_path``."""
     step = problem["sub_steps"][index]
     number = step["step_number"]
@@ -311,7 +324,6 @@ def verification_script(problem: dict, index: int, h5_path: Path, data_dir: Path
     return "".join(parts)
 
 
-
 def child_limits(limits: Limits | None, timeout: float) -> Limits:
     """The limits of one rebuild child: ``limits`` (default: ``timeout`` and the sandbox's defaults) with
     room for the targets file it writes."""
@@ -326,8 +338,9 @@ CHILD_TARGETS = "targets.h5"
 RESULT_CAP = 1 << 20
 
 
-def run_child_script(source: str, *, limits: Limits, targets_in: bytes | None = None,
-                     targets_out: Path | None = None) -> str:
+def run_child_script(
+    source: str, *, limits: Limits, targets_in: bytes | None = None, targets_out: Path | None = None
+) -> str:
     """Run ``source`` in the sandbox; ``"ok"`` or a message saying what failed (an :class:`EnvironmentFailure`
     when the environment, not the ground truth, is at fault). ``targets_in`` is put in the child's folder as
     ``targets.h5``; with ``targets_out`` the ``targets.h5`` the child wrote is saved there."""
@@ -336,8 +349,9 @@ def run_child_script(source: str, *, limits: Limits, targets_in: bytes | None = 
         collect[CHILD_TARGETS] = limits.output_cap
     files = {CHILD_TARGETS: targets_in} if targets_in is not None else None
     try:
-        result = run_python(source, limits=limits, env=CHILD_ENV, executor=GROUND_TRUTH_EXECUTOR, files=files,
-                            collect=collect)
+        result = run_python(
+            source, limits=limits, env=CHILD_ENV, executor=GROUND_TRUTH_EXECUTOR, files=files, collect=collect
+        )
     except OSError as exc:  # the interpreter (or the sandbox around it) could not be started
         return EnvironmentFailure(f"the child could not start: {exc}")
     if result.timed_out:
@@ -380,8 +394,7 @@ def _run_steps(selected, make_script, jobs, progress, workroot: Path, limits: Li
         started = time.monotonic()
         try:
             source, targets_in, targets_out = make_script(problem, index, workroot / f"{number}.h5")
-            status = run_child_script(source, limits=limits, targets_in=targets_in,
-                                      targets_out=targets_out)
+            status = run_child_script(source, limits=limits, targets_in=targets_in, targets_out=targets_out)
         except (RebuildError, h5codec.TargetsError) as exc:
             status = str(exc)
         except OSError as exc:  # a file of the rebuild's own could not be written or read
@@ -398,9 +411,17 @@ def _run_steps(selected, make_script, jobs, progress, workroot: Path, limits: Li
     return dict(results)
 
 
-def rebuild_targets(problems: list[dict], out_path: Path, *, timeout: float = 600, jobs: int = 1,
-                    progress: Progress | None = None, steps: Iterable[str] | None = None,
-                    data_dir: Path | None = None, limits: Limits | None = None) -> dict:
+def rebuild_targets(
+    problems: list[dict],
+    out_path: Path,
+    *,
+    timeout: float = 600,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    steps: Iterable[str] | None = None,
+    data_dir: Path | None = None,
+    limits: Limits | None = None,
+) -> dict:
     """Recompute targets of ``steps`` (default all) from ground truth into ``out_path``.
 
     Returns ``{step_number: "ok" | error message}``. Steps that succeed are written (replacing
@@ -417,9 +438,13 @@ def rebuild_targets(problems: list[dict], out_path: Path, *, timeout: float = 60
         raise RebuildError(f"{out_path} exists and is not an HDF5 file; choose another --out path")
     workroot = Path(tempfile.mkdtemp(prefix="agentbench-targets-"))
     try:
+
         def make_script(problem, index, step_file):
-            return (recording_script(problem, index, CHILD_TARGETS, data_dir, result_path=CHILD_RESULT),
-                    None, step_file)
+            return (
+                recording_script(problem, index, CHILD_TARGETS, data_dir, result_path=CHILD_RESULT),
+                None,
+                step_file,
+            )
 
         report = _run_steps(selected, make_script, jobs, progress, workroot, limits)
         _merge_step_files(workroot, [s for s, status in report.items() if status == "ok"], out_path)
@@ -428,9 +453,17 @@ def rebuild_targets(problems: list[dict], out_path: Path, *, timeout: float = 60
     return report
 
 
-def verify_targets(problems: list[dict], h5_path: Path, timeout: float = 600, *, jobs: int = 1,
-                   progress: Progress | None = None, steps: Iterable[str] | None = None,
-                   data_dir: Path | None = None, limits: Limits | None = None) -> dict:
+def verify_targets(
+    problems: list[dict],
+    h5_path: Path,
+    timeout: float = 600,
+    *,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    steps: Iterable[str] | None = None,
+    data_dir: Path | None = None,
+    limits: Limits | None = None,
+) -> dict:
     """Run each step's original tests with its ground truth against ``h5_path``.
 
     Returns ``{step_number: "ok" | error message}``.
@@ -442,13 +475,17 @@ def verify_targets(problems: list[dict], h5_path: Path, timeout: float = 600, *,
     selected = _select_steps(problems, steps)
     workroot = Path(tempfile.mkdtemp(prefix="agentbench-verify-"))
     try:
+
         def make_script(problem, index, step_file):
             number = str(problem["sub_steps"][index]["step_number"])
             with h5py.File(h5_path, "r") as src, h5py.File(step_file, "w") as dst:
                 if number in src:  # only this step's targets go into the child's folder
                     src.copy(src[number], dst, name=number)
-            return (verification_script(problem, index, CHILD_TARGETS, data_dir, result_path=CHILD_RESULT),
-                    step_file.read_bytes(), None)
+            return (
+                verification_script(problem, index, CHILD_TARGETS, data_dir, result_path=CHILD_RESULT),
+                step_file.read_bytes(),
+                None,
+            )
 
         return _run_steps(selected, make_script, jobs, progress, workroot, limits)
     finally:

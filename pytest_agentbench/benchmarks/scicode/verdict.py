@@ -13,6 +13,7 @@ step passes only when every test's every assertion holds here.
 An operand that raised in the child fails its test only if the parent needs its value (as a
 short-circuited operand upstream is never evaluated).
 """
+
 from __future__ import annotations
 
 import builtins
@@ -87,9 +88,14 @@ class StepOutcome:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepOutcome:
         failure = data.get("failure")
-        return cls(passed=bool(data["passed"]), tests=int(data["tests"]), tests_passed=int(data["tests_passed"]),
-                   failure=Failure(**failure) if failure else None, stream_error=data.get("stream_error"),
-                   inputs_mutated=tuple(data.get("inputs_mutated", ())))
+        return cls(
+            passed=bool(data["passed"]),
+            tests=int(data["tests"]),
+            tests_passed=int(data["tests_passed"]),
+            failure=Failure(**failure) if failure else None,
+            stream_error=data.get("stream_error"),
+            inputs_mutated=tuple(data.get("inputs_mutated", ())),
+        )
 
 
 class _OperandError(Exception):
@@ -134,8 +140,9 @@ def _guarded(function: Callable[..., Any], label: str, numpy: Any) -> Callable[.
         sizes = [math.prod(shape) for shape in shapes]
         if math.prod(joint) != max(sizes):
             why = "an empty operand is close to anything" if 0 in sizes else "larger than either"
-            raise BroadcastMismatch(f"{label} compared shapes {shapes[0]} and {shapes[1]}, which broadcast to "
-                                    f"{joint}: {why}")
+            raise BroadcastMismatch(
+                f"{label} compared shapes {shapes[0]} and {shapes[1]}, which broadcast to {joint}: {why}"
+            )
         return function(a, b, *args, **kwargs)
 
     compare.__name__ = compare.__qualname__ = function.__name__
@@ -174,8 +181,14 @@ def parent_namespace() -> dict[str, Any]:
     helpers."""
     numpy = parent_numpy()
     compare = parent_compare(numpy)
-    ns: dict[str, Any] = {"__builtins__": builtins, "__name__": "agentbench_parent",
-                          "np": numpy, "numpy": numpy, "math": math, "cmath": cmath}
+    ns: dict[str, Any] = {
+        "__builtins__": builtins,
+        "__name__": "agentbench_parent",
+        "np": numpy,
+        "numpy": numpy,
+        "math": math,
+        "cmath": cmath,
+    }
     for name in CMP_HELPERS:
         ns[name] = getattr(compare, name)
     ns[REPLAY_FN] = replay
@@ -199,14 +212,21 @@ class _Record:
     def take(self, kind: str, *ids: Any) -> Any:
         """The result of the next recorded event, which must be ``kind`` with ``ids``."""
         if self.position >= len(self.events):
-            raise ReplayMismatch(f"the helper made more calls into the model's objects than the child recorded "
-                                 f"({len(self.events)} events)")
+            raise ReplayMismatch(
+                f"the helper made more calls into the model's objects than the child recorded "
+                f"({len(self.events)} events)"
+            )
         event = self.events[self.position]
         self.position += 1
-        if len(event) != 2 + len(ids) or event[0] != kind or any(
-                type(got) is not type(want) or got != want for got, want in zip(event[1:-1], ids)):
-            raise ReplayMismatch(f"event {self.position} of the child's record is {short(repr(event[:-1]), 120)}, "
-                                 f"the helper made {short(repr((kind, *ids)), 120)}")
+        if (
+            len(event) != 2 + len(ids)
+            or event[0] != kind
+            or any(type(got) is not type(want) or got != want for got, want in zip(event[1:-1], ids))
+        ):
+            raise ReplayMismatch(
+                f"event {self.position} of the child's record is {short(repr(event[:-1]), 120)}, "
+                f"the helper made {short(repr((kind, *ids)), 120)}"
+            )
         return self.result(event[-1])
 
     def result(self, tag: Any) -> Any:
@@ -221,6 +241,7 @@ class _Handle:
     """One of the model's objects (or functions), as the parent's run of a traced helper sees it: reading an
     attribute or calling it answers from the child's record, after checking it is the recorded event (the
     arguments compared as their encodings, bit for bit)."""
+
     __slots__ = ("_handle", "_record")
 
     def __init__(self, record: _Record, handle: int) -> None:
@@ -243,8 +264,15 @@ class _Handle:
         return self._record.take("call", self._handle, data)
 
 
-def replay(events: Any, fn: Any, args: list[Any], kwargs: dict[str, Any], keys: tuple[int | str, ...],
-           names: tuple[str, ...], modules: tuple[str, ...] = ()) -> Any:
+def replay(
+    events: Any,
+    fn: Any,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    keys: tuple[int | str, ...],
+    names: tuple[str, ...],
+    modules: tuple[str, ...] = (),
+) -> Any:
     """The parent's run of a traced helper ``fn`` (the test text's own function, defined in the parent):
     the arguments at ``keys`` and the globals ``names`` are the child's (data decoded from the record, or
     handles of the model's objects), the globals ``modules`` the parent's own modules; the helper's logic runs
@@ -270,8 +298,9 @@ def replay(events: Any, fn: Any, args: list[Any], kwargs: dict[str, Any], keys: 
     return run(*args, **kwargs)
 
 
-def read_stream(stream: bytes, plan: StepPlan, *, max_bytes: int = codec.DEFAULT_MAX_BYTES
-                ) -> tuple[_Received, str | None, str | None]:
+def read_stream(
+    stream: bytes, plan: StepPlan, *, max_bytes: int = codec.DEFAULT_MAX_BYTES
+) -> tuple[_Received, str | None, str | None]:
     """Decode and check the child's frames: ``(received, stream_error, protocol_error)``."""
     frames, error = codec.decode_stream(stream, max_bytes=plan.stream_cap(max_bytes))
     stream_error = str(error) if error else None
@@ -320,8 +349,14 @@ def read_stream(stream: bytes, plan: StepPlan, *, max_bytes: int = codec.DEFAULT
     return received, stream_error, None
 
 
-def evaluate(plan: StepPlan, stream: bytes, targets: Sequence[Any], *, max_bytes: int = codec.DEFAULT_MAX_BYTES,
-             limits: Limits | None = None) -> StepOutcome:
+def evaluate(
+    plan: StepPlan,
+    stream: bytes,
+    targets: Sequence[Any],
+    *,
+    max_bytes: int = codec.DEFAULT_MAX_BYTES,
+    limits: Limits | None = None,
+) -> StepOutcome:
     """Evaluate every test's assertions in a trusted process, bounded by ``limits`` (its timeout and
     memory: by default those of a step, ``Limits()``).
 
@@ -353,8 +388,11 @@ def _over_limit(bounded: Bounded, limits: Limits, n: int) -> StepOutcome:
     if bounded.ended == "time":
         what = f"comparisons exceeded the time limit of {limits.timeout:g} s (--bench-timeout)"
     elif bounded.ended == "memory":
-        what = (f"comparisons exceeded the memory limit of {limits.memory / GiB:g} GiB (--bench-memory-limit)"
-                if limits.memory else "comparisons ran out of memory")
+        what = (
+            f"comparisons exceeded the memory limit of {limits.memory / GiB:g} GiB (--bench-memory-limit)"
+            if limits.memory
+            else "comparisons ran out of memory"
+        )
     elif bounded.ended == "error":
         what = f"comparisons failed: {bounded.why}"
     else:
@@ -362,8 +400,14 @@ def _over_limit(bounded: Bounded, limits: Limits, n: int) -> StepOutcome:
     return StepOutcome(False, n, test - 1, Failure(test, "limit", f"{what} {where}"))
 
 
-def evaluate_here(plan: StepPlan, stream: bytes, targets: Sequence[Any], *, max_bytes: int = codec.DEFAULT_MAX_BYTES,
-                  progress: Callable[[dict[str, Any]], None] | None = None) -> StepOutcome:
+def evaluate_here(
+    plan: StepPlan,
+    stream: bytes,
+    targets: Sequence[Any],
+    *,
+    max_bytes: int = codec.DEFAULT_MAX_BYTES,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> StepOutcome:
     """:func:`evaluate` without its bounds, in this process (``progress({"test": k})`` as each test starts).
 
     Tests run in order in one namespace; the first failing test ends the evaluation, as upstream's
@@ -375,8 +419,13 @@ def evaluate_here(plan: StepPlan, stream: bytes, targets: Sequence[Any], *, max_
         raise ValueError(f"step {plan.step}: {len(targets)} targets for {n} tests")
     received, stream_error, protocol = read_stream(stream, plan, max_bytes=max_bytes)
     if protocol is not None:
-        return StepOutcome(False, n, 0, Failure(1, "protocol", f"the scoring process sent malformed operand "
-                                                               f"data ({protocol})"), stream_error)
+        return StepOutcome(
+            False,
+            n,
+            0,
+            Failure(1, "protocol", f"the scoring process sent malformed operand data ({protocol})"),
+            stream_error,
+        )
     ns = parent_namespace()
     for test in plan.tests:
         if progress is not None:
@@ -387,20 +436,25 @@ def evaluate_here(plan: StepPlan, stream: bytes, targets: Sequence[Any], *, max_
         with warnings.catch_warnings(), numpy.errstate(divide="warn", over="warn", under="ignore", invalid="warn"):
             warnings.simplefilter("ignore")
             if test.number not in received.started:
-                failure = Failure(test.number, "stopped", f"the scoring process stopped before test {test.number} "
-                                                          f"{where}")
+                failure = Failure(
+                    test.number, "stopped", f"the scoring process stopped before test {test.number} {where}"
+                )
             else:
                 failure = _run_parts(test.parent, test, received, ns, where)
             if failure is None and test.number not in received.ended:
-                failure = Failure(test.number, "stopped", f"the scoring process stopped after the last assertion "
-                                                          f"of test {test.number} {where}")
+                failure = Failure(
+                    test.number,
+                    "stopped",
+                    f"the scoring process stopped after the last assertion of test {test.number} {where}",
+                )
         if failure is not None:
             return StepOutcome(False, n, test.number - 1, failure, stream_error, received.inputs_mutated())
     return StepOutcome(True, n, n, None, stream_error, received.inputs_mutated())
 
 
-def _run_parts(parts: Sequence[Any], test: TestPlan, received: _Received, ns: dict[str, Any],
-               where: str) -> Failure | None:
+def _run_parts(
+    parts: Sequence[Any], test: TestPlan, received: _Received, ns: dict[str, Any], where: str
+) -> Failure | None:
     for part in parts:
         if isinstance(part, FunctionScope):
             failure = _run_parts(part.parts, test, received, dict(ns), where)  # its locals stay local
@@ -413,8 +467,9 @@ def _run_parts(parts: Sequence[Any], test: TestPlan, received: _Received, ns: di
     return None
 
 
-def _run_statement(part: ParentStatement | TrustedStatement, test: TestPlan, ns: dict[str, Any],
-                   where: str) -> Failure | None:
+def _run_statement(
+    part: ParentStatement | TrustedStatement, test: TestPlan, ns: dict[str, Any], where: str
+) -> Failure | None:
     t = test.number
     try:
         exec(compile(part.source, f"<test {t}>", "exec"), ns)
@@ -427,8 +482,9 @@ def _run_statement(part: ParentStatement | TrustedStatement, test: TestPlan, ns:
     return None
 
 
-def _run_assert(part: AssertPlan | MixedStatement, test: TestPlan, received: _Received, ns: dict[str, Any],
-                where: str) -> Failure | None:
+def _run_assert(
+    part: AssertPlan | MixedStatement, test: TestPlan, received: _Received, ns: dict[str, Any], where: str
+) -> Failure | None:
     t = test.number
     statement = isinstance(part, MixedStatement)
     if (t, part.number) not in received.reached:

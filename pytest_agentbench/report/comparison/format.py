@@ -1,6 +1,7 @@
 """What both comparison views share: how a rate, a difference and an interval read, and the page shell.
 
 One place so the table across models and the comparison of two runs print a number the same way."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -43,12 +44,16 @@ def page(title: str, sub: str, body: str, script: str = "") -> str:
     """A self-contained page: the report's CSS, ``body`` in ``<main>``; nothing is fetched (no network), and no
     script runs but ``script``, inline."""
     scripts = " script-src 'unsafe-inline';" if script else ""
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline';"
-        f"{scripts} img-src data:\">",
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
-        f"<header><h1>{esc(title)}</h1><div class=\"sub\">{esc(sub)}</div></header><main>",
-        body,
-        "</main>" + (f"<script>{script}</script>" if script else "") + "</body></html>"])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline';"
+            f'{scripts} img-src data:">',
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+            f'<header><h1>{esc(title)}</h1><div class="sub">{esc(sub)}</div></header><main>',
+            body,
+            "</main>" + (f"<script>{script}</script>" if script else "") + "</body></html>",
+        ]
+    )

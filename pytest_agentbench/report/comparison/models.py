@@ -13,16 +13,19 @@ linked to both models' report.html); summary.md holds the same comparisons as te
     pairs = compared_with_first([ModelRun("gpt-4o", summary, records, run_dir), ...])
     render_text(rows); render_markdown(rows, pairs=pairs); write_models_reports(folder, rows, title, pairs)
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ...core import records as rec
 from ...core.io import write_atomic
 from ..baseline import public
-from ..compare import Comparison, compare, render_text as comparison_text
+from ..compare import Comparison, compare
+from ..compare import render_text as comparison_text
 from ..highlight import esc
 from ..html import ANCHOR_JS, REPORT_HTML, headlines
 from ..summary import SUMMARY_JSON, SUMMARY_MD
@@ -44,21 +47,24 @@ class ModelRow:
     not_run: int = 0
 
 
-def model_row(model: str, summary: Mapping[str, Any], records: Iterable[rec.RecordLike],
-              run_dir: Path | str = "") -> ModelRow:
+def model_row(
+    model: str, summary: Mapping[str, Any], records: Iterable[rec.RecordLike], run_dir: Path | str = ""
+) -> ModelRow:
     """One model's row from its summary (in memory or summary.json) and its records (with the not-run stand-ins)."""
     records = list(records)
     cost = summary.get("cost")
     total = cost.get("total_usd") if isinstance(cost, Mapping) else None
     incomplete = summary.get("incomplete")
     return ModelRow(
-        model=model, metrics=headlines(summary, records),
+        model=model,
+        metrics=headlines(summary, records),
         counts=dict(summary.get("counts") or rec.count_statuses(records)),
         usage=dict(summary.get("usage") or {}),
         cost_usd=float(total) if isinstance(total, (int, float)) and not isinstance(total, bool) else None,
         gates=summary.get("gates_passed") if "gates_passed" in summary else None,
         run_dir=str(run_dir),
-        not_run=int(incomplete.get("not_run", 0)) if isinstance(incomplete, Mapping) else 0)
+        not_run=int(incomplete.get("not_run", 0)) if isinstance(incomplete, Mapping) else 0,
+    )
 
 
 @dataclass(frozen=True)
@@ -125,16 +131,16 @@ def pair_html(pair: Pair, page_dir: Path, alpha: float = 0.05) -> str:
     if pair.comparison is None or pair.a is None or pair.b is None:
         return note_section(pair, section_id, f"Not compared ({pair.error}).")
     try:
-        return comparison_section(pair.comparison, pair.a, pair.b, page_dir, alpha, title=pair.title,
-                                  section_id=section_id)
+        return comparison_section(
+            pair.comparison, pair.a, pair.b, page_dir, alpha, title=pair.title, section_id=section_id
+        )
     except Exception as exc:  # noqa: BLE001  (records written by a model's run: the page is shown without it)
         return note_section(pair, section_id, f"Not shown here ({type(exc).__name__}: {exc}); summary.md has it.")
 
 
 def note_section(pair: Pair, section_id: str, note: str) -> str:
     """The pair's section when it has no comparison to show: why not."""
-    return (f'<section class="comparison" id="{esc(section_id)}"><h2>{esc(pair.title)}</h2>'
-            f"<p>{esc(note)}</p></section>")
+    return f'<section class="comparison" id="{esc(section_id)}"><h2>{esc(pair.title)}</h2><p>{esc(note)}</p></section>'
 
 
 def metric_names(rows: Iterable[ModelRow]) -> list[str]:
@@ -177,8 +183,14 @@ def header(rows: list[ModelRow]) -> list[str]:
 
 
 def cells(row: ModelRow, names: list[str]) -> list[str]:
-    return [row.model, *(metric_cell(row, n) for n in names), items_cell(row), tokens_cell(row), cost_cell(row),
-            gates_cell(row)]
+    return [
+        row.model,
+        *(metric_cell(row, n) for n in names),
+        items_cell(row),
+        tokens_cell(row),
+        cost_cell(row),
+        gates_cell(row),
+    ]
 
 
 def table(rows: Iterable[ModelRow]) -> list[list[str]]:
@@ -201,16 +213,20 @@ def md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_markdown(rows: Iterable[ModelRow], title: str = "Models compared", pairs: Iterable[Pair] = (),
-                    alpha: float = 0.05) -> str:
+def render_markdown(
+    rows: Iterable[ModelRow], title: str = "Models compared", pairs: Iterable[Pair] = (), alpha: float = 0.05
+) -> str:
     """The table in Markdown, with each model's run folder below it, then each pair's comparison."""
     rows = list(rows)
     grid = table(rows)
-    lines = [f"## {title}", "", "| " + " | ".join(md_cell(c) for c in grid[0]) + " |",
-             "|" + "---|" * len(grid[0])]
+    lines = [f"## {title}", "", "| " + " | ".join(md_cell(c) for c in grid[0]) + " |", "|" + "---|" * len(grid[0])]
     lines += ["| " + " | ".join(md_cell(c) for c in line) + " |" for line in grid[1:]]
-    lines += ["", "Metrics: value (passed/units, 95% Wilson interval). Each model's own summary and report are in "
-                  "its run folder:", ""]
+    lines += [
+        "",
+        "Metrics: value (passed/units, 95% Wilson interval). Each model's own summary and report are in "
+        "its run folder:",
+        "",
+    ]
     lines += [f"- {row.model}: `{row.run_dir}`" for row in rows]
     return "\n".join(lines) + "\n" + "".join("\n" + pair_markdown(pair, alpha) for pair in pairs)
 
@@ -223,8 +239,7 @@ def html_fragment(rows: Iterable[ModelRow], links: Mapping[str, str] | None = No
     head = "".join(f"<th>{esc(c)}</th>" for c in grid[0])
     body = []
     for row, line in zip(rows, grid[1:]):
-        name = (f'<a href="{esc(links[row.model])}">{esc(row.model)}</a>' if row.model in links
-                else esc(row.model))
+        name = f'<a href="{esc(links[row.model])}">{esc(row.model)}</a>' if row.model in links else esc(row.model)
         rest = "".join(f"<td>{esc(c)}</td>" for c in line[1:-1])
         gate = line[-1]
         gate_html = f'<span class="{"bad" if gate == "FAILED" else "ok"}">{esc(gate)}</span>' if gate != NONE else NONE
@@ -232,15 +247,26 @@ def html_fragment(rows: Iterable[ModelRow], links: Mapping[str, str] | None = No
     return f'<table class="models"><tr>{head}</tr>{"".join(body)}</table>'
 
 
-def render_page(rows: Iterable[ModelRow], title: str, links: Mapping[str, str] | None = None,
-                pairs: Iterable[Pair] = (), page_dir: Path | str = ".", alpha: float = 0.05) -> str:
+def render_page(
+    rows: Iterable[ModelRow],
+    title: str,
+    links: Mapping[str, str] | None = None,
+    pairs: Iterable[Pair] = (),
+    page_dir: Path | str = ".",
+    alpha: float = 0.05,
+) -> str:
     """The session's report.html: the table, each model linked to its own report, then each later model
     compared with the first (``page_dir``: the page's folder, from which the transcripts are linked)."""
     sections = [pair_html(pair, Path(page_dir), alpha) for pair in pairs]
-    body = "".join([
-        "<h2>Models compared</h2>", html_fragment(rows, links),
-        "<p class=\"n\">Metrics: value (passed/units, 95% Wilson interval). Each model's name opens its own "
-        "report.</p>", *sections])
+    body = "".join(
+        [
+            "<h2>Models compared</h2>",
+            html_fragment(rows, links),
+            '<p class="n">Metrics: value (passed/units, 95% Wilson interval). Each model\'s name opens its own '
+            "report.</p>",
+            *sections,
+        ]
+    )
     return page(title, "models compared", body, script=ANCHOR_JS if sections else "")
 
 
@@ -253,8 +279,9 @@ def relative_link(folder: Path, run_dir: str) -> str:
         return target.absolute().as_uri() if target.is_absolute() else target.as_posix()
 
 
-def write_models_reports(folder: Path | str, rows: Iterable[ModelRow], title: str, pairs: Iterable[Pair] = (),
-                         alpha: float = 0.05) -> tuple[Path, Path]:
+def write_models_reports(
+    folder: Path | str, rows: Iterable[ModelRow], title: str, pairs: Iterable[Pair] = (), alpha: float = 0.05
+) -> tuple[Path, Path]:
     """``summary.md`` and ``report.html`` of the comparison in ``folder``; returns their paths."""
     folder = Path(folder)
     rows, pairs = list(rows), list(pairs)

@@ -10,10 +10,12 @@ answers with the ground truth, a ``bench_model`` with an ``answer(question)`` me
 ``--toy-wrong IDS`` plants wrong answers for those samples (a regression to detect); it is a free
 setting, so runs that differ only in it can still be compared.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pytest_agentbench.benchmarks.base import Benchmark, RunSpec
 from pytest_agentbench.core.errors import ConfigError
@@ -30,9 +32,16 @@ QUESTIONS: dict[str, list[tuple[str, str]]] = {
 }
 SAMPLE_IDS = tuple(f"{task}.{n}" for task, items in QUESTIONS.items() for n in range(1, len(items) + 1))
 
-WRONG = Option(name="toy_wrong", flag="--toy-wrong", kind="list", ini="agentbench_toy_wrong", metavar="IDS",
-               owner=NAME, help="toy benchmark: sample ids (e.g. t2.1) answered wrongly on purpose, comma separated.",
-               free_on_resume=True)
+WRONG = Option(
+    name="toy_wrong",
+    flag="--toy-wrong",
+    kind="list",
+    ini="agentbench_toy_wrong",
+    metavar="IDS",
+    owner=NAME,
+    help="toy benchmark: sample ids (e.g. t2.1) answered wrongly on purpose, comma separated.",
+    free_on_resume=True,
+)
 
 
 class ToyRun:
@@ -49,9 +58,13 @@ class ToyRun:
         if sample.id in self.wrong:
             answer += "0"  # the planted regression
         ok = answer == expected
-        return {"status": "pass" if ok else "fail",
-                "message": "" if ok else f"{question} = {expected}, answered {answer}",
-                "question": question, "expected": expected, "answer": answer}
+        return {
+            "status": "pass" if ok else "fail",
+            "message": "" if ok else f"{question} = {expected}, answered {answer}",
+            "question": question,
+            "expected": expected,
+            "answer": answer,
+        }
 
     def close(self) -> None:
         self.closed = True
@@ -73,15 +86,18 @@ class Toy(Benchmark):
         wrong = tuple(opts["toy_wrong"] or ())
         unknown = [i for i in wrong if i not in SAMPLE_IDS]
         if unknown:
-            raise ConfigError(f"--toy-wrong: unknown toy sample {', '.join(unknown)}; "
-                              f"valid samples: {', '.join(SAMPLE_IDS)}")
+            raise ConfigError(
+                f"--toy-wrong: unknown toy sample {', '.join(unknown)}; valid samples: {', '.join(SAMPLE_IDS)}"
+            )
         return {"toy_wrong": sorted(wrong)}
 
     def load_tasks(self, opts: Settings, split: str) -> list[Task]:
         tasks = []
         for task_id, items in QUESTIONS.items():
-            samples = [Sample(id=f"{task_id}.{n}", task_id=task_id, split=split, markers=("toy",), data=item)
-                       for n, item in enumerate(items, 1)]
+            samples = [
+                Sample(id=f"{task_id}.{n}", task_id=task_id, split=split, markers=("toy",), data=item)
+                for n, item in enumerate(items, 1)
+            ]
             tasks.append(Task(id=task_id, split=split, samples=samples))
         return tasks
 
@@ -92,8 +108,10 @@ class Toy(Benchmark):
         elif callable(getattr(model, "answer", None)):
             solve = model.answer
         else:
-            raise ConfigError("the toy benchmark needs --model=oracle, or a bench_model fixture whose "
-                              "answer(question) returns the answer as a string")
+            raise ConfigError(
+                "the toy benchmark needs --model=oracle, or a bench_model fixture whose "
+                "answer(question) returns the answer as a string"
+            )
         return ToyRun(solve, frozenset(spec.settings.get("toy_wrong") or ()))
 
     def summarize(self, records: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,12 +123,17 @@ class Toy(Benchmark):
         solved = sum(all(v) for v in by_task.values())
         accuracy = right / len(scored) if scored else 0.0
         task_accuracy = solved / len(by_task) if by_task else 0.0
-        markdown = ("## Toy benchmark\n\n| metric | value |\n|---|---|\n"
-                    f"| toy_accuracy | {accuracy:.1%} |\n| toy_task_accuracy | {task_accuracy:.1%} |\n")
-        return {"metrics": {"toy_accuracy": float(accuracy), "toy_task_accuracy": float(task_accuracy)},
-                "terminal": [f"toy: {right}/{len(scored)} samples right ({accuracy:.1%}), "
-                             f"{solved}/{len(by_task)} tasks solved"],
-                "markdown": markdown}
+        markdown = (
+            "## Toy benchmark\n\n| metric | value |\n|---|---|\n"
+            f"| toy_accuracy | {accuracy:.1%} |\n| toy_task_accuracy | {task_accuracy:.1%} |\n"
+        )
+        return {
+            "metrics": {"toy_accuracy": float(accuracy), "toy_task_accuracy": float(task_accuracy)},
+            "terminal": [
+                f"toy: {right}/{len(scored)} samples right ({accuracy:.1%}), {solved}/{len(by_task)} tasks solved"
+            ],
+            "markdown": markdown,
+        }
 
 
 benchmark = Toy()

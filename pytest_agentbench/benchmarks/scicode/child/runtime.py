@@ -10,6 +10,7 @@ model call changed in place an input the parent computes from (a note); ``("z", 
 The child's script loads this file by its path (``script.child_runtime``), and the codec by its path
 too: it imports nothing of this package (``tests/test_architecture.py`` checks it).
 """
+
 from __future__ import annotations
 
 import builtins
@@ -35,22 +36,43 @@ def load(name: str, path: str) -> types.ModuleType:
     return module
 
 
-def start(codec_path: str, channel: int | str, max_bytes: int, control_bytes: int, message_chars: int,
-          digest_bytes: int, traced: bool) -> Runtime:
+def start(
+    codec_path: str,
+    channel: int | str,
+    max_bytes: int,
+    control_bytes: int,
+    message_chars: int,
+    digest_bytes: int,
+    traced: bool,
+) -> Runtime:
     """The runtime of one step's script: frames go to ``channel`` (an inherited file descriptor number, or a
     file path), operand values within ``max_bytes``, control frames within ``control_bytes``. A plan with a
     traced helper gets the :class:`TracingRuntime`."""
     codec = load("_agentbench_codec", codec_path)
     kind = TracingRuntime if traced else Runtime
-    return kind(codec, channel, max_bytes=max_bytes, control_bytes=control_bytes, message_chars=message_chars,
-                digest_bytes=digest_bytes)
+    return kind(
+        codec,
+        channel,
+        max_bytes=max_bytes,
+        control_bytes=control_bytes,
+        message_chars=message_chars,
+        digest_bytes=digest_bytes,
+    )
 
 
 class Runtime:
     """What the tests' child code calls: one method per frame."""
 
-    def __init__(self, codec: types.ModuleType, channel: int | str, *, max_bytes: int, control_bytes: int,
-                 message_chars: int, digest_bytes: int) -> None:
+    def __init__(
+        self,
+        codec: types.ModuleType,
+        channel: int | str,
+        *,
+        max_bytes: int,
+        control_bytes: int,
+        message_chars: int,
+        digest_bytes: int,
+    ) -> None:
         self._codec = codec
         self._writer = codec.FrameWriter(channel, max_bytes=max_bytes)
         self._max_bytes = max_bytes
@@ -73,7 +95,7 @@ class Runtime:
             text = type(exc).__name__ + ": " + str(exc)
         except Exception:
             text = type(exc).__name__
-        return text[:self._message_chars]
+        return text[: self._message_chars]
 
     def test(self, t: int) -> None:
         self._control(("t", t))
@@ -82,7 +104,7 @@ class Runtime:
         try:
             self._writer.send(("v", t, a, k, value))
         except self._codec.CodecError as exc:
-            self._control(("x", t, a, k, str(exc)[:self._message_chars]))
+            self._control(("x", t, a, k, str(exc)[: self._message_chars]))
         except OSError:
             raise
         except Exception as exc:  # a value whose own methods fail while it is encoded
@@ -114,8 +136,14 @@ class TracingRuntime(Runtime):
         super().__init__(codec, channel, **sizes)
         self._returned: dict[int, tuple[list[tuple[Any, ...]], Any]] = {}
 
-    def trace(self, fn: types.FunctionType, args: Sequence[Any], kwargs: dict[str, Any], keys: Sequence[int | str],
-              names: Sequence[str]) -> list[tuple[Any, ...]]:
+    def trace(
+        self,
+        fn: types.FunctionType,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        keys: Sequence[int | str],
+        names: Sequence[str],
+    ) -> list[tuple[Any, ...]]:
         """Run the test's helper ``fn`` with the model's objects (the arguments at ``keys``, the globals
         ``names``) wrapped: the record of every call into them, for the parent to replay."""
         codec, max_bytes = self._codec, self._max_bytes
@@ -150,8 +178,9 @@ class TracingRuntime(Runtime):
                 return out
 
             def __call__(self, *a: Any, **k: Any) -> Any:
-                data = codec.encode((tuple(mark(x) for x in a), {n: mark(v) for n, v in k.items()}),
-                                    max_bytes=max_bytes)
+                data = codec.encode(
+                    (tuple(mark(x) for x in a), {n: mark(v) for n, v in k.items()}), max_bytes=max_bytes
+                )
                 tag, out = wrap(self._agentbench_obj(*[unwrap(x) for x in a], **{n: unwrap(v) for n, v in k.items()}))
                 events.append(("call", self._agentbench_h, data, tag))
                 return out
