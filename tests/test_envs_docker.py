@@ -76,11 +76,26 @@ def test_stale_container_of_a_dead_worker_is_removed(factory, workspace):
         network_mode="none",
         labels={"agentbench": "1", "agentbench.host": socket.gethostname(), "agentbench.pid": str(os.getpid())},
     )
+    # made by a process of another PID namespace (a sandbox, a container on this engine): its pid means
+    # nothing here, so its creator cannot be judged dead from here
+    foreign = client.containers.run(
+        needs("docker"),
+        ["sleep", "300"],
+        detach=True,
+        network_mode="none",
+        labels={
+            "agentbench": "1",
+            "agentbench.host": socket.gethostname(),
+            "agentbench.pid": "999999998",
+            "agentbench.pidns": "pid:[1]",
+        },
+    )
     try:
         assert remove_stale_containers(client) == [dead.id]
-        assert [c.id for c in labelled_containers()] == [alive.id]
+        assert {c.id for c in labelled_containers()} == {alive.id, foreign.id}
     finally:
         alive.remove(force=True)
+        foreign.remove(force=True)
         dead.remove(force=True) if dead.id in [c.id for c in labelled_containers()] else None
 
 

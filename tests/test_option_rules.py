@@ -41,13 +41,14 @@ from pytest_agentbench.core.options import (
     stored_options,
     view,
 )
-from pytest_agentbench.core.slurm import SLURM_OPTIONS, SlurmOptions
+from pytest_agentbench.core.slurm import SLURM_OPTIONS, SlurmOptions, read_secret, write_secret
 from pytest_agentbench.pytest_plugin.hostprobe import (
     apply_forwarded,
     forwarded,
     probe_settings,
 )
 from pytest_agentbench.pytest_plugin.options import all_options
+from pytest_agentbench.pytest_plugin.taskpackage import SecretValues
 
 from bench_runs import REPO, SHARED_DATA, free_port, wait_for
 
@@ -336,3 +337,41 @@ def test_listing_only_is_a_run_fact_not_an_option(bench):
     assert run.ret == pytest.ExitCode.USAGE_ERROR and "the official test_data.h5 is missing" in run.stderr.str()
     assert "listing_only" not in {o.name for o in all_options(registry.available_benchmarks())}
     assert Settings({"a": 1}).facts == RunFacts() and "listing_only" not in Settings({"a": 1})
+
+
+SECRET_TOKEN = Option("toy_token", "--toy-token", "a second secret.", secret=True, owner="toy", metavar="TOKEN")
+
+
+def test_a_slurm_runs_key_file_carries_every_secret_option_and_nothing_else(tmp_path):
+    """--bench-slurm-key=file: one 0600 file holds every secret option's value for the run's jobs; a file an
+    earlier release wrote (one bare value) still reaches the secret options that read a variable."""
+    values = {"model_api_key": "sk-first-secret", "toy_token": "t-second-secret"}
+    path = write_secret(tmp_path / "spool", values)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert read_secret(path, ["model_api_key"]) == values
+    path.write_text("sk-written-by-an-earlier-release\n", encoding="utf-8")
+    assert read_secret(path, ["model_api_key"]) == {"model_api_key": "sk-written-by-an-earlier-release"}
+    assert read_secret(tmp_path / "no-such-file", ["model_api_key"]) == {}
+
+
+@pytest.mark.e2e
+def test_a_slurm_job_sets_the_secret_values_before_the_plugin_reads_its_options(pytester):
+    """run-task's session gets the secrets from the key file in memory (``SecretValues``): the plugin's settings
+    have them although the job's command line and environment name none."""
+    options = (*all_options(registry.available_benchmarks()), SECRET_TOKEN)
+    secrets = SecretValues({"model_api_key": "sk-from-the-key-file", "toy_token": "t", "not_an_option": "x"}, options)
+    assert set(secrets.values) == {SECRET_TOKEN.dest, next(o.dest for o in options if o.name == "model_api_key")}
+    pytester.makeconftest(
+        """
+        import pytest
+        from pytest_agentbench.pytest_plugin.run import SETTINGS
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_configure(config):
+            print("settings key:", config.stash[SETTINGS]["model_api_key"])
+        """
+    )
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-s", plugins=[secrets])
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["settings key: sk-from-the-key-file"])

@@ -14,7 +14,7 @@ import math
 import os
 import shlex
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -369,14 +369,32 @@ def ended_without_package(
     return out
 
 
-def write_secret(spool: Path, key: str) -> Path:
-    """The run's API key in a file only its owner can read (created 0600, never widened)."""
+def write_secret(spool: Path, secrets: Mapping[str, str]) -> Path:
+    """The run's secret option values (``{option name: value}``, JSON) in a file only its owner can read
+    (created 0600, never widened)."""
     path = Path(spool) / SECRET_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.fchmod(fd, 0o600)
-        os.write(fd, key.encode("utf-8"))
+        os.write(fd, json.dumps({"secrets": dict(secrets)}).encode("utf-8"))
     finally:
         os.close(fd)
     return path
+
+
+def read_secret(path: Path, legacy_names: Sequence[str]) -> dict[str, str]:
+    """What ``write_secret`` wrote: ``{option name: value}``; nothing when there is no file. A file of an earlier
+    release holds one bare value, its only secret option's: it is given to ``legacy_names`` (the secret options
+    that read an environment variable, as that one did)."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("secrets"), dict):
+        return {str(k): str(v) for k, v in data["secrets"].items() if v}
+    return {name: text for name in legacy_names} if text else {}

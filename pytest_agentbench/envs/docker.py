@@ -144,11 +144,24 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def pid_namespace() -> str:
+    """This process's PID namespace (``pid:[4026531836]``), or "" where /proc does not say."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def remove_stale_containers(client: DockerClient) -> list[str]:
-    """Remove the labelled containers whose creator on this host is dead; returns their ids."""
+    """Remove the labelled containers whose creator on this host is dead; returns their ids. Only a creator in
+    this process's PID namespace can be judged: seen from another (a sandbox, a container sharing the engine),
+    a live creator's pid names no process here, and its containers would be removed under it."""
     removed: list[str] = []
     filters: dict[str, str | list[str] | bool] = {"label": [f"{LABEL}=1", f"{LABEL}.host={socket.gethostname()}"]}
+    here = pid_namespace()
     for container in client.containers.list(all=True, filters=filters):
+        if container.labels.get(f"{LABEL}.pidns", here) != here:
+            continue
         try:
             pid = int(container.labels.get(f"{LABEL}.pid", "0"))
         except ValueError:
@@ -613,6 +626,7 @@ class DockerFactory(EnvFactory):
             LABEL: "1",
             f"{LABEL}.host": socket.gethostname(),
             f"{LABEL}.pid": str(os.getpid()),
+            f"{LABEL}.pidns": pid_namespace(),
             f"{LABEL}.name": name[:200],
         }
         kwargs: dict[str, Any] = {

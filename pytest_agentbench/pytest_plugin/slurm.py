@@ -72,11 +72,11 @@ class SlurmBackend:
         write_run_settings(self.config, state)
         folder = spool.spool_dir(state.run_dir)
         (folder / "logs").mkdir(parents=True, exist_ok=True)
-        api_key = opts["model_api_key"]
-        if api_key and mine.slurm_key == "file":
-            slurm.write_secret(folder, api_key)
         secret = [o for o in all_options(available_benchmarks()) if o.secret]
-        env = slurm.clean_env([opts.get(o.name) for o in secret], [o.env for o in secret if o.env])
+        values = {o.name: str(opts[o.name]) for o in secret if opts.get(o.name)}
+        if values and mine.slurm_key == "file":
+            slurm.write_secret(folder, values)
+        env = slurm.clean_env(values.values(), [o.env for o in secret if o.env])
         before, after = slurm.common_args(mine.slurm_partition, mine.slurm_account, mine.slurm_args)
         cwd = str(self.config.invocation_params.dir)
         try:

@@ -28,14 +28,15 @@ from typing import Any
 
 import pytest
 
+from ..benchmarks.registry import available_benchmarks
 from ..core import records as rec
-from ..core import spool
+from ..core import slurm, spool
+from ..core.options import Option
 from ..report.resume import stored_cwd, write_settings_once
 from .collect import BenchItem
+from .options import all_options
 from .run import STATE, BenchState, base_record
 from .selfdescribe import settings_file_content
-
-SECRET_ENV = "OPENAI_API_KEY"
 
 
 def unit_of(item: BenchItem) -> str:
@@ -328,15 +329,27 @@ def session_args(run_dir: Path, extra: list[str]) -> list[str]:
     return args
 
 
-def read_secret(run_dir: Path) -> None:
-    """The run's API key from its 0600 file into this process's own environment (never a job's)."""
-    file = spool.spool_dir(run_dir) / spool.SECRET_FILE
-    try:
-        key = file.read_text(encoding="utf-8").strip()
-    except OSError:
-        return
-    if key:
-        os.environ[SECRET_ENV] = key
+class SecretValues:
+    """The run's secret option values, read from the run's 0600 file, set on this session's options before the
+    plugin reads them: held in this process's memory only (never a job's script, environment or command line),
+    as a remote worker holds them from its worker input."""
+
+    def __init__(self, values: Mapping[str, str], options: Iterable[Option]) -> None:
+        by_name = {o.name: o for o in options if o.secret}
+        self.values = {by_name[name].dest: value for name, value in values.items() if name in by_name}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        for dest, value in self.values.items():
+            setattr(config.option, dest, value)
+
+
+def read_secret(run_dir: Path) -> SecretValues:
+    """The secret option values the run left for its jobs (``--bench-slurm-key=file``), as a plugin."""
+    options = all_options(available_benchmarks())
+    legacy = [o.name for o in options if o.secret and o.env]
+    values = slurm.read_secret(spool.spool_dir(run_dir) / spool.SECRET_FILE, legacy)
+    return SecretValues(values, options)
 
 
 def interrupted(signum: int, _frame: Any) -> None:
@@ -350,13 +363,13 @@ def interrupted(signum: int, _frame: Any) -> None:
 def run_task_session(run_dir: Path, unit: str, rest: list[str]) -> int:
     """``run-task``'s session (``cli/tasks.py`` checked the arguments): run one task of the run in the folder
     the run was started from and write its package; 0 when the package is written."""
-    read_secret(run_dir)
+    secrets = read_secret(run_dir)
     cwd = stored_cwd(run_dir)
     if cwd:
         os.chdir(cwd)
     signal.signal(signal.SIGTERM, interrupted)  # scancel, a time limit: tear down what the task started
     packager = TaskPackager(run_dir, unit)
-    code = pytest.main(session_args(run_dir, rest), plugins=[packager])
+    code = pytest.main(session_args(run_dir, rest), plugins=[packager, secrets])
     if packager.written is None:
         print(f"run-task: task {unit} of {run_dir} wrote no package (pytest exit {int(code)})", file=sys.stderr)
         return int(code) or 1

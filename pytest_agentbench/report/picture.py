@@ -63,7 +63,7 @@ def figure(summary: dict[str, Any], *, headlines: dict[str, str], baseline: dict
     each task is a dark tick with a white outline drawn above the bars, visible on any colour and at 0 or 1."""
     # why: matplotlib takes about half a second to import, and only the end of a run draws
     from matplotlib import patheffects  # why: matplotlib, as above
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # why: matplotlib, as above
     from matplotlib.figure import Figure  # why: matplotlib, as above
     from matplotlib.lines import Line2D  # why: matplotlib, as above
     from matplotlib.patches import Patch  # why: matplotlib, as above
