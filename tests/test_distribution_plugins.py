@@ -27,7 +27,7 @@ from pytest_agentbench.pytest_plugin.run import STATE
 
 DISTRIBUTION = "agentbench-distribution"
 WIRING = ("pytest_configure_node", "pytest_xdist_make_scheduler", "pytest_xdist_newgateway", "pytest_handlecrashitem",
-          "pytest_xdist_setupnodes", "pytest_testnodedown")
+          "pytest_xdist_setupnodes", "pytest_testnodedown", "pytest_xdist_node_collection_finished")
 
 def ours(plugin):
     return (getattr(plugin, "__module__", None) or getattr(plugin, "__name__", "")).startswith("pytest_agentbench")
@@ -62,7 +62,7 @@ def pytest_sessionstart(session):
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     write(config, "end", sorted(n for n, _ in config.pluginmanager.list_name_plugin()
-                                if n and n.startswith(DISTRIBUTION)))
+                                if n and n.startswith("agentbench-")))
 """
 
 
@@ -70,6 +70,7 @@ def seen(folder: Path) -> dict[str, object]:
     return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
 
 
+@pytest.mark.e2e
 def test_one_plugin_owns_the_xdist_wiring_on_the_controller_and_one_is_on_each_worker(
     pytester, tiny, tmp_path, monkeypatch
 ):
@@ -98,6 +99,7 @@ def test_one_plugin_owns_the_xdist_wiring_on_the_controller_and_one_is_on_each_w
         "pytest_handlecrashitem",
         "pytest_xdist_make_scheduler",
         "pytest_xdist_newgateway",
+        "pytest_xdist_node_collection_finished",
     ]
     assert controller["handshake"] is None
     for worker in ("gw0", "gw1"):
@@ -108,7 +110,7 @@ def test_one_plugin_owns_the_xdist_wiring_on_the_controller_and_one_is_on_each_w
         # what the controller sent, read back typed: the controller's run folder, only the benchmark collected
         assert start["handshake"] == {"run_dir": controller["run_dir"], "only_bench": True, "remote": False}
         assert Path(start["run_dir"]).resolve() == Path(controller["run_dir"]).resolve() == run.resolve()
-    assert found["controller-end"] == []  # unregistered at unconfigure
+    assert found["controller-end"] == []  # every plugin object of the run unregistered at unconfigure
     assert all(found[f"{worker}-end"] == [] for worker in ("gw0", "gw1") if f"{worker}-end" in found), found
 
 
@@ -130,6 +132,7 @@ class MadeWorker:
         }
 
 
+@pytest.mark.e2e
 def test_a_workers_plugin_reads_the_handshake_and_is_unregistered_at_unconfigure(
     pytester, shared_data, tmp_path, monkeypatch
 ):
@@ -160,6 +163,7 @@ def test_a_workers_plugin_reads_the_handshake_and_is_unregistered_at_unconfigure
     assert found["gw7-end"] == []
 
 
+@pytest.mark.e2e
 def test_without_xdist_the_process_is_alone_and_no_distribution_plugin_is_registered(
     pytester, tiny, tmp_path, monkeypatch
 ):
@@ -183,6 +187,7 @@ def pytest_configure_node(node):
 """
 
 
+@pytest.mark.e2e
 def test_a_worker_refuses_worker_input_it_does_not_know_naming_the_key(pytester, tiny):
     with open(pytester.path / "conftest.py", "a") as conftest:
         conftest.write(BOGUS_KEY_CONFTEST)

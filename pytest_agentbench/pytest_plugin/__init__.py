@@ -32,7 +32,7 @@ from ..models.options import build_model, model_settings
 from . import hookspecs
 from .checks import before_items, bench_model_overridden, node_checks, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
-from .distribution import CONTROLLER_PLUGIN, DistributionController, take_role, unregister
+from .distribution import CONTROLLER_PLUGIN, DistributionController, take_role
 from .durations import DurationsWriter
 from .handshake import HandshakeError, Role, role_of
 from .options import all_options, read, register, run_file_arguments, several_models
@@ -164,8 +164,16 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(SlurmBackend(config, state), "agentbench-slurm")
 
 
+PLUGIN_PREFIX = "agentbench-"  # every plugin object a run registers is named so (writer, reporter, distribution...)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    unregister(config)
+    """Every plugin object the run registered leaves the plugin manager: a session run in-process (pytester's
+    inline runs, a notebook) leaves nothing behind. pluggy has already listed this call's implementations, so
+    their own unconfigure hooks still run."""
+    for name, plugin in list(config.pluginmanager.list_name_plugin()):
+        if name and name.startswith(PLUGIN_PREFIX) and plugin is not None:
+            config.pluginmanager.unregister(plugin, name)
 
 
 def plugin_name(base: str, state: BenchState) -> str:

@@ -3,7 +3,9 @@
 ``take_role`` decides at the first configure hook what this process is (handshake.py: controller, worker, or
 alone) and, on a worker, reads what its controller sent (``WorkerInput``) and registers ``DistributionWorker``.
 The plugin's ``pytest_configure`` registers ``DistributionController`` on the controller of a benchmark run.
-Between them they own every xdist hook pytest-agentbench implements; ``pytest_unconfigure`` unregisters both.
+Between them they own every xdist hook pytest-agentbench implements (the progress line and the reporter hear
+a worker's collection from the controller: ``handshake.on_worker_collection``); ``pytest_unconfigure``
+unregisters both, with every other plugin object of the run.
 
 What they do: workers learn the run from the controller, one task's samples stay on one worker, in order, and
 an item whose worker died still gets a record. A sample may need what the earlier samples of its task produced
@@ -27,13 +29,12 @@ import pytest
 from ..core import records as rec
 from . import xdist_compat as xc
 from .collect import item_entries
-from .handshake import WORKER_INPUT, Role, WorkerInput, decide_role
+from .handshake import WORKER_COLLECTION, WORKER_INPUT, Role, WorkerInput, decide_role
 from .remote import RemoteHosts, RemoteWorker, make_placement_scheduler, remote_hosts
 from .run import BenchState, base_record
 
 CONTROLLER_PLUGIN = "agentbench-distribution-controller"
 WORKER_PLUGIN = "agentbench-distribution-worker"
-PLUGINS = (CONTROLLER_PLUGIN, WORKER_PLUGIN)
 
 
 def take_role(config: pytest.Config) -> Role:
@@ -49,15 +50,6 @@ def take_role(config: pytest.Config) -> Role:
         # pytest_configure is historic: the worker's own is called as it registers, before the plugin reads options
         config.pluginmanager.register(DistributionWorker(handshake), WORKER_PLUGIN)
     return role
-
-
-def unregister(config: pytest.Config) -> None:
-    """At unconfigure: the distribution plugins leave the plugin manager (a session run in-process, as pytester's
-    inline runs do, leaves nothing behind)."""
-    for name in PLUGINS:
-        plugin = config.pluginmanager.get_plugin(name)
-        if plugin is not None:
-            config.pluginmanager.unregister(plugin, name)
 
 
 class DistributionWorker:
@@ -99,6 +91,10 @@ class DistributionController:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Before xdist starts any gateway: refuse what cannot run remotely, then take over placement."""
         self.remote = remote_hosts(self.config, self.state, self.note_host)
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        for listener in self.config.stash.get(WORKER_COLLECTION, []):
+            listener(ids)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_newgateway(self, gateway: Any) -> None:

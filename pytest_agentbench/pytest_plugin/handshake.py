@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,17 @@ class Role(enum.Enum):
 
 
 ROLE = pytest.StashKey[Role]()
+# Under xdist the controller collects nothing itself: who needs the selection hears a worker's collection from
+# the distribution controller (the one plugin that implements xdist's hooks).
+WORKER_COLLECTION = pytest.StashKey[list[Callable[[list[str]], None]]]()
+
+
+def on_worker_collection(config: pytest.Config, listener: Callable[[list[str]], None]) -> None:
+    """``listener(ids)`` is called with the node ids each xdist worker collected (every worker collects the same
+    items, with -k/-m/--deselect applied); without xdist it is never called."""
+    config.stash.setdefault(WORKER_COLLECTION, []).append(listener)
+
+
 WORKER_INPUT = pytest.StashKey["WorkerInput | None"]()  # on a worker: what its controller sent (None: nothing)
 
 

@@ -24,6 +24,7 @@ import pytest
 
 from ..core import records as rec
 from ..models.options import ORACLE
+from .handshake import on_worker_collection
 from .run import STATE
 
 counts_text = rec.counts_text  # the formats every report shares (core/records.py)
@@ -151,8 +152,12 @@ class Progress:
         self.lock = threading.RLock()
         self.stop = threading.Event()
         self.heartbeat: threading.Thread | None = None
-        if config.pluginmanager.hasplugin("xdist"):
-            config.pluginmanager.register(XdistTotal(self), "agentbench-progress-xdist")
+        on_worker_collection(config, self.worker_collected)
+
+    def worker_collected(self, ids: list[str]) -> None:
+        """Under xdist the controller collects nothing itself: the total comes from the workers' collections."""
+        if ids and self.total is None:
+            self.total = len(ids)
 
     # ---- pytest hooks ----
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -242,14 +247,3 @@ class Progress:
                 terminal.currentfspath = None
             else:
                 writer.write(("\n" if writer.width_of_current_line else "") + text + "\n", flush=True)
-
-
-class XdistTotal:
-    """Under xdist the controller collects nothing itself: the total comes from the workers' collections."""
-
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        if ids and self.progress.total is None:
-            self.progress.total = len(ids)

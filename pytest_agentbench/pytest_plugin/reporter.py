@@ -50,6 +50,7 @@ from ..report.summary import (
     write_reports,
 )
 from .collect import BenchItem, item_entries
+from .handshake import on_worker_collection
 from .progress import status_line
 from .provenance import command_line, run_info
 from .replaycheck import stop_replay_without_cache
@@ -74,9 +75,15 @@ class Reporter:
         self.streaks: dict[str, Streak] = {}  # per worker: the same count the worker stops on
         self.session_exit: int | None = None  # several models: the exit status before the gates (ModelsReport)
         self.finished = lambda session: None  # several models: ModelsReport's call once this model is judged
-        if config.pluginmanager.hasplugin("xdist"):
-            suffix = "" if state.model is None else f"-{state.model}"
-            config.pluginmanager.register(XdistSelection(self), f"agentbench-reporter-xdist{suffix}")
+        on_worker_collection(config, self.worker_collected)
+
+    def worker_collected(self, ids: list[str]) -> None:
+        """Under xdist the controller collects nothing itself: the selection is a worker's collection."""
+        if self.plan.known:
+            return
+        state = self.state
+        entries = item_entries(state.benchmark, state.tasks, state.options.attempts, state.models)
+        self.select([entries[nodeid][1] for nodeid in ids if nodeid in entries and entries[nodeid][0] == state.model])
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The selection, after -k, -m and --deselect (without xdist: this process collected)."""
@@ -300,23 +307,6 @@ class ModelsReport:
 
 def is_bench_node(nodeid: str, state: BenchState) -> bool:
     return nodeid.startswith(f"{state.benchmark.name}/") or nodeid.startswith(f"{state.benchmark.name}::")
-
-
-class XdistSelection:
-    """Under xdist the controller collects nothing itself: the selection is a worker's collection (every
-    worker collects the same items, with -k/-m/--deselect applied)."""
-
-    def __init__(self, reporter: Reporter) -> None:
-        self.reporter = reporter
-
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        if self.reporter.plan.known:
-            return
-        state = self.reporter.state
-        entries = item_entries(state.benchmark, state.tasks, state.options.attempts, state.models)
-        self.reporter.select(
-            [entries[nodeid][1] for nodeid in ids if nodeid in entries and entries[nodeid][0] == state.model]
-        )
 
 
 def not_run_fields(state: BenchState, sample: Sample) -> dict[str, Any]:
