@@ -19,6 +19,7 @@ from pytest_agentbench.benchmarks.scicode.h5codec import (
 from pytest_agentbench.cli import main as cli
 
 from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from capabilities import missing
 
 DATA_DIR = SHARED_DATA
 
@@ -243,7 +244,7 @@ def problems():
     try:
         return rebuild.load_problems(rebuild.find_problems_file(DATA_DIR))
     except rebuild.RebuildError as exc:
-        pytest.skip(f"SciCode validation data not available: {exc}")
+        missing("the SciCode validation data", f"{exc} (set AGENTBENCH_DATA_DIR to the staged data)")
 
 
 # target[k] form (10.3), never-used target (78.1), `(expr) == target` (29.3, 38.3),
