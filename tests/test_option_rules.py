@@ -41,7 +41,10 @@ from pytest_agentbench.core.options import (
     stored_options,
     view,
 )
+from pytest_agentbench.core.run_options import RUN_OPTIONS, RunOptions
 from pytest_agentbench.core.slurm import SLURM_OPTIONS, SlurmOptions, read_secret, write_secret
+from pytest_agentbench.envs.options import ENV_OPTIONS, EnvOptions
+from pytest_agentbench.models.options import MODEL_OPTIONS, ModelOptions
 from pytest_agentbench.pytest_plugin.hostprobe import (
     apply_forwarded,
     forwarded,
@@ -49,6 +52,8 @@ from pytest_agentbench.pytest_plugin.hostprobe import (
 )
 from pytest_agentbench.pytest_plugin.options import all_options
 from pytest_agentbench.pytest_plugin.taskpackage import SecretValues
+from pytest_agentbench.report.options import REPORT_OPTIONS, ReportOptions
+from pytest_agentbench.sandbox.options import SANDBOX_OPTIONS, SandboxOptions
 
 from bench_runs import REPO, SHARED_DATA, free_port, wait_for
 
@@ -301,6 +306,49 @@ def test_a_layers_typed_view_names_exactly_its_options():
     )
     typed = view(SlurmOptions, opts)
     assert (typed.slurm_max_running, typed.detach, typed.slurm_key, typed.backend) == (3, True, "file", "local")
+
+
+LAYER_VIEWS = [
+    (RunOptions, RUN_OPTIONS),
+    (SandboxOptions, SANDBOX_OPTIONS),
+    (EnvOptions, ENV_OPTIONS),
+    (ModelOptions, MODEL_OPTIONS),
+    (ReportOptions, REPORT_OPTIONS),
+    (SlurmOptions, SLURM_OPTIONS),
+]
+
+
+@pytest.mark.parametrize(("layer_view", "options"), LAYER_VIEWS, ids=[cls.__name__ for cls, _ in LAYER_VIEWS])
+def test_every_layers_view_names_exactly_its_options_and_is_filled_by_its_defaults(layer_view, options, tmp_path):
+    """Each layer's typed view has one field per option of the layer, in order, and resolved defaults fill it."""
+    assert [f.name for f in fields(layer_view)] == [o.name for o in options]
+    opts = resolve(options, Sources(cli={}, ini={}, env={}, invocation_dir=tmp_path, rootdir=tmp_path))
+    typed = view(layer_view, opts)
+    assert {f.name: getattr(typed, f.name) for f in fields(layer_view)} == dict(opts)
+
+
+def test_every_option_every_run_shares_is_a_field_of_exactly_one_view():
+    """No shared option lacks a typed view (a benchmark's own options, with an ``owner``, are the benchmark's)."""
+    view_fields = [f.name for cls, _ in LAYER_VIEWS for f in fields(cls)]
+    shared = [o.name for o in all_options(registry.available_benchmarks()) if o.owner is None]
+    assert sorted(view_fields) == sorted(shared)
+
+
+def test_a_view_carries_the_values_a_run_gives(tmp_path):
+    """Values given on the command line, in the environment and the ini file reach the views typed."""
+    sources = Sources(
+        cli={"attempts": "3", "memory_limit": "2.5", "fail_under": ["main=0.5"]},
+        ini={"env_memory": "2g", "model_timeout": "12"},
+        env={"AGENTBENCH_DATA_DIR": "somewhere"},
+        invocation_dir=tmp_path,
+        rootdir=tmp_path,
+    )
+    opts = resolve((*RUN_OPTIONS, *SANDBOX_OPTIONS, *ENV_OPTIONS, *MODEL_OPTIONS, *REPORT_OPTIONS), sources)
+    run, sandbox, env = view(RunOptions, opts), view(SandboxOptions, opts), view(EnvOptions, opts)
+    model, report = view(ModelOptions, opts), view(ReportOptions, opts)
+    assert (run.attempts, run.data_dir, run.cache_dir) == (3, tmp_path / "somewhere", tmp_path / ".agentbench_cache")
+    assert (sandbox.memory_limit, sandbox.executor, env.env_memory, env.env) == (2.5, "fork", 2 << 30, None)
+    assert (model.model_timeout, model.cache, report.fail_under, report.baseline) == (12.0, "rw", ("main=0.5",), None)
 
 
 @pytest.fixture

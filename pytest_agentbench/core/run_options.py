@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 from .options import Option
 
 RUN_OPTIONS: tuple[Option, ...] = (
@@ -170,3 +173,24 @@ RUN_OPTIONS: tuple[Option, ...] = (
         metavar="N",
     ),
 )
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The run's shared settings, typed (``view(RunOptions, opts)``); one field per option of RUN_OPTIONS."""
+
+    bench: str | None
+    config: Path | None
+    split: str | None
+    ids: tuple[str, ...]
+    data_dir: Path
+    cache_dir: Path
+    report_dir: Path
+    run_id: str | None
+    timeout: float
+    max_consecutive_errors: int
+    allow_custom_data: bool
+    allow_version_skew: bool
+    host_timeout: float
+    attempts: int
+    max_retries: int

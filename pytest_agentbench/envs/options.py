@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import ConfigError
@@ -80,6 +81,19 @@ ENV_OPTIONS = (
         free_on_resume=True,
     ),
 )
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    """The environments' settings, typed (``view(EnvOptions, opts)``); one field per option of ENV_OPTIONS."""
+
+    env: str | None
+    docker_image: str
+    docker_network: str
+    gpus: str | None
+    env_memory: int
+    host_network: str
+    keep_workspaces: bool
 
 
 def env_settings(opts: Mapping[str, Any], default: str = "host") -> dict[str, Any]:

@@ -6,10 +6,11 @@ notebook builds the same client as a pytest run. Errors are ``ConfigError`` nami
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ConfigError
-from ..core.options import Option, Settings
+from ..core.options import Option, Settings, view
 from .cache import CACHE_MODES
 from .defaults import DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_TIMEOUT, PROTOCOLS
 from .oracle import OracleModel
@@ -154,20 +155,40 @@ MODEL_OPTIONS: tuple[Option, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class ModelOptions:
+    """The model's settings, typed (``view(ModelOptions, opts)``); one field per option of MODEL_OPTIONS."""
+
+    model: str | None
+    model_base_url: str | None
+    model_api_key: str | None
+    model_protocol: str
+    model_params: Any  # a JSON value (an object of request parameters), None when not given
+    model_timeout: float
+    model_max_retries: int
+    model_retry_delay: float
+    cache: str
+    model_preflight: str
+    model_price: str | None  # the canonical PROMPT,COMPLETION text
+    max_cost_per_item: float | None
+    max_cost: float | None
+
+
 def model_settings(opts: Settings) -> dict[str, Any]:
     """The model settings a run records (never the API key), checked; ``price`` only when one is given."""
-    base_url = opts["model_base_url"] or DEFAULT_BASE_URL
-    price = price_of(opts.get("model_price"))
+    model = view(ModelOptions, opts)
+    base_url = model.model_base_url or DEFAULT_BASE_URL
+    price = price_of(model.model_price)
     return {
-        "model": opts["model"] or None,
+        "model": model.model or None,
         "base_url": base_url.rstrip("/"),
-        "protocol": opts["model_protocol"],
-        "params": dict(opts["model_params"] or {}),
-        "timeout": float(opts["model_timeout"]),
-        "max_retries": int(opts["model_max_retries"]),
-        "retry_base_delay": float(opts["model_retry_delay"]),
-        "cache_dir": str(opts["cache_dir"]),
-        "cache_mode": opts["cache"],
+        "protocol": model.model_protocol,
+        "params": dict(model.model_params or {}),
+        "timeout": float(model.model_timeout),
+        "max_retries": int(model.model_max_retries),
+        "retry_base_delay": float(model.model_retry_delay),
+        "cache_dir": str(opts["cache_dir"]),  # a run option (RUN_OPTIONS), not the model's
+        "cache_mode": model.cache,
         **({"price": price.to_settings()} if price is not None else {}),
     }
 

@@ -20,9 +20,10 @@ from ..benchmarks.registry import get_benchmark
 from ..core import records as rec
 from ..core.errors import ConfigError, choose
 from ..core.io import CollectedFiles, DirectoryFiles, natural_key
-from ..core.options import RunFacts, Settings
+from ..core.options import RunFacts, Settings, view
+from ..core.run_options import RunOptions
 from ..models.cache import CacheJournal
-from ..models.options import ORACLE, model_settings
+from ..models.options import ORACLE, ModelOptions, model_settings
 from ..report.baseline import baseline_for_run
 from ..report.options import gate_config
 from ..report.resume import resume_controller
@@ -43,11 +44,12 @@ def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only:
         )
     if model["model"] == ORACLE:  # no server, no cache: the endpoint settings would only mislead
         model = {"model": ORACLE}
-    out = {"benchmark": benchmark.name, "split": split, **model, "item_timeout": opts.timeout}
-    if opts.attempts > 1:  # only when given: a run of one attempt records exactly what it did before
-        out["attempts"] = opts.attempts
-    if opts.max_retries:
-        out["item_retries"] = opts.max_retries
+    run = view(RunOptions, opts)
+    out = {"benchmark": benchmark.name, "split": split, **model, "item_timeout": run.timeout}
+    if run.attempts > 1:  # only when given: a run of one attempt records exactly what it did before
+        out["attempts"] = run.attempts
+    if run.max_retries:
+        out["item_retries"] = run.max_retries
     out.update(budget_settings(opts, out))
     return out
 
@@ -55,7 +57,9 @@ def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only:
 def budget_settings(opts: Settings, settings: dict[str, Any]) -> dict[str, Any]:
     """The run's budgets (only those given); a budget needs a price to count against (not the oracle's: it
     calls no model)."""
-    budgets = {name: opts[name] for name in ("max_cost_per_item", "max_cost") if opts.get(name) is not None}
+    model = view(ModelOptions, opts)
+    given = {"max_cost_per_item": model.max_cost_per_item, "max_cost": model.max_cost}
+    budgets = {name: value for name, value in given.items() if value is not None}
     if budgets and "price" not in settings and settings.get("model") != ORACLE:
         flag = "--bench-max-cost-per-item" if "max_cost_per_item" in budgets else "--bench-max-cost"
         raise ConfigError(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
-from ..core.options import Option
+from ..core.options import Option, view
 
 FAIL_UNDER_HELP = (
     "gate: fail the run (exit 1) when METRIC is below VALUE, e.g. main=0.4 or main=40%; repeatable. "
@@ -240,6 +240,26 @@ REPORT_OPTIONS: tuple[Option, ...] = (
 
 
 @dataclass(frozen=True)
+class ReportOptions:
+    """The report's settings, typed (``view(ReportOptions, opts)``); one field per option of REPORT_OPTIONS."""
+
+    fail_under: tuple[str, ...]
+    baseline: Path | None
+    max_drop: tuple[str, ...]
+    fail_over: tuple[str, ...]
+    max_errors: int | None
+    update_baseline: bool
+    allow_incomplete: bool
+    significance: float | None
+    allow_underpowered: bool
+    gate_score: str
+    resume: Path | None
+    resume_merge: bool
+    replay: Path | None
+    progress_interval: float
+
+
+@dataclass(frozen=True)
 class Threshold:
     name: str  # as the user wrote it (main, accuracy)
     metric: str  # the key in summary["metrics"]
@@ -338,31 +358,32 @@ def named(opts: Mapping[str, Any], name: str, flag: str) -> str:
 
 def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
     """The gates of this run from the resolved REPORT_OPTIONS, checked now so a typo costs no model calls."""
-    fail_under = parse_thresholds(opts["fail_under"] or (), named(opts, "fail_under", "--bench-fail-under"), benchmark)
-    max_drop = parse_thresholds(opts["max_drop"] or (), named(opts, "max_drop", "--bench-max-drop"), benchmark)
-    baseline = opts["baseline"]
-    update = bool(opts["update_baseline"])
+    gates = view(ReportOptions, opts)
+    fail_under = parse_thresholds(gates.fail_under or (), named(opts, "fail_under", "--bench-fail-under"), benchmark)
+    max_drop = parse_thresholds(gates.max_drop or (), named(opts, "max_drop", "--bench-max-drop"), benchmark)
+    baseline = gates.baseline
+    update = bool(gates.update_baseline)
     if max_drop and not baseline:
         raise ConfigError("--bench-max-drop needs --bench-baseline PATH (an earlier summary.json)")
     if update and not baseline:
         raise ConfigError("--bench-update-baseline needs --bench-baseline PATH (where to write it)")
-    score = opts.get("gate_score") or "automatic"
-    if score == "reviewed" and not opts.get("review"):
+    score = gates.gate_score or "automatic"
+    if score == "reviewed" and not opts.get("review"):  # --bench-review: a benchmark's option (CORE-Bench)
         raise ConfigError(
             "--bench-gate-score=reviewed judges the score with human verdicts applied: give them with "
             "--bench-review FILE.yaml (see docs/review.md), or leave the gates on the "
             "automatic score"
         )
-    fail_over = parse_cost_bounds(opts.get("fail_over") or (), named(opts, "fail_over", "--bench-fail-over"))
+    fail_over = parse_cost_bounds(gates.fail_over or (), named(opts, "fail_over", "--bench-fail-over"))
     return GateConfig(
         fail_under,
         max_drop,
-        opts["max_errors"],
+        gates.max_errors,
         baseline,
         update,
-        opts["significance"],
-        allow_underpowered=bool(opts.get("allow_underpowered")),
-        allow_incomplete=bool(opts.get("allow_incomplete")),
+        gates.significance,
+        allow_underpowered=bool(gates.allow_underpowered),
+        allow_incomplete=bool(gates.allow_incomplete),
         score=score,
         fail_over=fail_over,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import ConfigError
@@ -46,6 +47,15 @@ SANDBOX_OPTIONS = (
         "(bubblewrap and user namespaces, or root); without it such a run says 'isolation: none'.",
     ),
 )
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    """The sandbox's settings, typed (``view(SandboxOptions, opts)``); one field per option of SANDBOX_OPTIONS."""
+
+    executor: str
+    memory_limit: float
+    require_isolation: bool
 
 
 def private_folders(opts: Mapping[str, Any]) -> dict[str, str]:
