@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -36,3 +37,10 @@ def wait_for(condition, timeout: float, what: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def ctrl_c_as_a_terminal_gives_it() -> None:
+    """``preexec_fn`` of a pytest run a test stops with SIGINT: SIGINT at its default, so Python turns it into
+    KeyboardInterrupt. A suite started in the background by a non-interactive shell (``.ci/run &``) has SIGINT
+    ignored, every child inherits that, and Python then leaves it ignored: the Ctrl-C would never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

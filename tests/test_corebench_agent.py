@@ -15,7 +15,7 @@ import pytest
 # pytester drops the modules a run imported
 from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noqa: F401
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from bench_runs import SHARED_DATA, ctrl_c_as_a_terminal_gives_it  # honours $AGENTBENCH_DATA_DIR
 from capabilities import needs
 from capsule_factory import build_capsule_archive, labelled_containers
 from fake_openai import FakeOpenAI
@@ -315,6 +315,7 @@ def test_ctrl_c_removes_the_container(pytester, tmp_path, server):
             "--bench-docker-network=none",
         ],
         cwd=pytester.path,
+        preexec_fn=ctrl_c_as_a_terminal_gives_it,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -28,7 +28,7 @@ from pytest_agentbench.benchmarks.registry import get_benchmark
 from pytest_agentbench.report.options import GateConfig
 from pytest_agentbench.report.summary import build_summary, judge
 
-from bench_runs import read_jsonl, run_dirs
+from bench_runs import ctrl_c_as_a_terminal_gives_it, read_jsonl, run_dirs
 from scicode_builders import MODEL_CONFTEST, tiny_problems, write_dataset
 
 BLOCKING_CUBE = (
@@ -85,6 +85,7 @@ def test_interrupted_run_says_incomplete_counts_the_rest_and_resumes(pytester, b
         cwd=pytester.path,
         env=env,
         start_new_session=True,
+        preexec_fn=ctrl_c_as_a_terminal_gives_it,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

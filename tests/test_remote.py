@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import REPO, SHARED_DATA, free_port, read_jsonl, wait_for
+from bench_runs import REPO, SHARED_DATA, ctrl_c_as_a_terminal_gives_it, free_port, read_jsonl, wait_for
 from capabilities import missing, needs
 from capsule_factory import write_capsule_tree
 from fake_openai import FakeOpenAI
@@ -533,6 +533,7 @@ def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopb
             pytest_cmd(*common, "--bench-run-id=lost"),
             cwd=tmp_path,
             env=controller_env(OPENAI_API_KEY=API_KEY),
+            preexec_fn=ctrl_c_as_a_terminal_gives_it,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
