@@ -88,6 +88,7 @@ def test_stale_container_of_a_dead_worker_is_removed(factory, workspace):
             "agentbench.host": socket.gethostname(),
             "agentbench.pid": "999999998",
             "agentbench.pidns": "pid:[1]",
+            STAGED_BY_LABEL: str(os.getpid()),  # the other worker's tests leave it alone
         },
     )
     try:

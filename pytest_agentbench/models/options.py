@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ConfigError
-from ..core.options import Option, Settings, view
+from ..core.options import Option, Settings
 from .cache import CACHE_MODES
 from .defaults import DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_TIMEOUT, PROTOCOLS
 from .oracle import OracleModel
@@ -176,19 +176,19 @@ class ModelOptions:
 
 def model_settings(opts: Settings) -> dict[str, Any]:
     """The model settings a run records (never the API key), checked; ``price`` only when one is given."""
-    model = view(ModelOptions, opts)
-    base_url = model.model_base_url or DEFAULT_BASE_URL
-    price = price_of(model.model_price)
+    # read by name, not through ModelOptions: plain-Python callers (the preflight's) pass a partial mapping
+    base_url = opts["model_base_url"] or DEFAULT_BASE_URL
+    price = price_of(opts.get("model_price"))
     return {
-        "model": model.model or None,
+        "model": opts["model"] or None,
         "base_url": base_url.rstrip("/"),
-        "protocol": model.model_protocol,
-        "params": dict(model.model_params or {}),
-        "timeout": float(model.model_timeout),
-        "max_retries": int(model.model_max_retries),
-        "retry_base_delay": float(model.model_retry_delay),
-        "cache_dir": str(opts["cache_dir"]),  # a run option (RUN_OPTIONS), not the model's
-        "cache_mode": model.cache,
+        "protocol": opts["model_protocol"],
+        "params": dict(opts["model_params"] or {}),
+        "timeout": float(opts["model_timeout"]),
+        "max_retries": int(opts["model_max_retries"]),
+        "retry_base_delay": float(opts["model_retry_delay"]),
+        "cache_dir": str(opts["cache_dir"]),
+        "cache_mode": opts["cache"],
         **({"price": price.to_settings()} if price is not None else {}),
     }
 
