@@ -7,7 +7,11 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,3 +48,53 @@ def ctrl_c_as_a_terminal_gives_it() -> None:
     KeyboardInterrupt. A suite started in the background by a non-interactive shell (``.ci/run &``) has SIGINT
     ignored, every child inherits that, and Python then leaves it ignored: the Ctrl-C would never arrive."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def worker_host_env(home: Path, cache: Path, path: Sequence[str] = (), **extra: str) -> dict[str, str]:
+    """A worker host's environment: ``path`` then this checkout first on the path, the staged data, ``cache`` (and
+    the machine secret, which signs rebuilt targets), ``extra``; nothing of the test run's own pytest/xdist, model
+    or agentbench variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_", "AGENTBENCH_"))}
+    env.update(
+        HOME=str(home),
+        PYTHONPATH=os.pathsep.join([*path, str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        AGENTBENCH_DATA_DIR=str(SHARED_DATA),
+        AGENTBENCH_OFFLINE="1",
+        AGENTBENCH_CACHE_DIR=str(cache),
+        AGENTBENCH_SECRET_FILE=os.environ["AGENTBENCH_SECRET_FILE"],
+        **extra,
+    )
+    return env
+
+
+class SocketHost:
+    """One ``execnet.script.socketserver`` on 127.0.0.1 with ``env`` (``worker_host_env``): the worker it serves
+    runs inside its process."""
+
+    def __init__(self, home: Path, env: Mapping[str, str]) -> None:
+        home.mkdir(parents=True)
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "execnet.script.socketserver", self.address],
+            cwd=home,
+            env=dict(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.output: list[str] = []
+        stdout = self.proc.stdout
+        assert stdout is not None
+        threading.Thread(target=lambda: self.output.extend(iter(stdout.readline, "")), daemon=True).start()
+        wait_for(
+            lambda: any("Entering Accept loop" in line for line in self.output) or self.proc.poll() is not None,
+            60,
+            f"the socket server on {self.address} to listen",
+        )
+        assert self.proc.poll() is None, "".join(self.output)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()  # works on a stopped process too
+        self.proc.wait(30)

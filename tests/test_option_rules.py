@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
@@ -55,7 +54,7 @@ from pytest_agentbench.pytest_plugin.taskpackage import SecretValues
 from pytest_agentbench.report.options import REPORT_OPTIONS, ReportOptions
 from pytest_agentbench.sandbox.options import SANDBOX_OPTIONS, SandboxOptions
 
-from bench_runs import REPO, SHARED_DATA, free_port, wait_for
+from bench_runs import REPO, SocketHost, worker_host_env
 
 TOYBENCH = REPO / "tests" / "toybench"
 TOKEN = "tok-9f3c61d2e8a4b7"  # the second secret's value: must appear in no file and no output
@@ -109,48 +108,13 @@ def install_secret_toy(site: Path, entry: str = "secrettoy:benchmark") -> Path:
     return site
 
 
+def secret_toy_host_env(home: Path, site: Path, seen: Path) -> dict[str, str]:
+    """A socket host's environment with the toy installed (``site``) and its notes file."""
+    return worker_host_env(home, home / "cache", [str(site), str(TOYBENCH)], SECRETTOY_SEEN=str(seen))
+
+
 def python_path(site: Path) -> str:
     return os.pathsep.join([str(site), str(TOYBENCH), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-
-
-class SocketHost:
-    """``python -m execnet.script.socketserver`` on 127.0.0.1 (the worker runs in its process), with the toy
-    installed, this checkout and the staged data, and none of the test run's own variables."""
-
-    def __init__(self, home: Path, site: Path, seen: Path) -> None:
-        home.mkdir(parents=True)
-        self.address = f"127.0.0.1:{free_port()}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_", "AGENTBENCH_"))}
-        env.update(
-            HOME=str(home),
-            PYTHONPATH=python_path(site),
-            AGENTBENCH_DATA_DIR=str(SHARED_DATA),
-            AGENTBENCH_OFFLINE="1",
-            AGENTBENCH_CACHE_DIR=str(home / "cache"),
-            SECRETTOY_SEEN=str(seen),
-            AGENTBENCH_SECRET_FILE=os.environ["AGENTBENCH_SECRET_FILE"],
-        )
-        self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "execnet.script.socketserver", self.address],
-            cwd=home,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.output: list[str] = []
-        threading.Thread(target=lambda: self.output.extend(iter(self.proc.stdout.readline, "")), daemon=True).start()
-        wait_for(
-            lambda: any("Entering Accept loop" in line for line in self.output) or self.proc.poll() is not None,
-            60,
-            f"the socket server on {self.address} to listen",
-        )
-        assert self.proc.poll() is None, "".join(self.output)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(30)
 
 
 def files_containing(folder: Path, text: str) -> list[Path]:
@@ -167,7 +131,7 @@ def test_a_second_secret_option_is_never_stored_sent_to_the_probe_or_written(tmp
     project = tmp_path / "project"
     project.mkdir()
     (project / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n", encoding="utf-8")
-    host = SocketHost(tmp_path / "host", site, seen)
+    host = SocketHost(tmp_path / "host", secret_toy_host_env(tmp_path / "host", site, seen))
     try:
         # the run is a user's: none of this test's own xdist worker variables (role() reads PYTEST_XDIST_WORKER)
         env = {

@@ -19,12 +19,11 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import execnet
 import pytest
 
-from bench_runs import REPO, SHARED_DATA, free_port, read_jsonl, wait_for
+from bench_runs import SHARED_DATA, SocketHost, read_jsonl, wait_for, worker_host_env
 from fake_openai import FakeOpenAI
 
 pytestmark = [pytest.mark.e2e, pytest.mark.remote, pytest.mark.slow]
@@ -34,57 +33,12 @@ STEPS = ["1.1", "19.1", "19.2", "3.1"]
 HOST_TIMEOUT = 8  # --bench-host-timeout: the silent host is declared lost within 10 s (a healthy one answers in time)
 
 
-def host_env(home: Path, cache: Path) -> dict[str, str]:
-    """A worker host's environment: this checkout first on the path, the staged data, the session's cache of
-    rebuilt targets (and its machine secret, which signs them); nothing of the test run's own pytest/xdist."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_", "AGENTBENCH_"))}
-    env.update(
-        HOME=str(home),
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        AGENTBENCH_DATA_DIR=str(SHARED_DATA),
-        AGENTBENCH_OFFLINE="1",
-        AGENTBENCH_CACHE_DIR=str(cache),
-        AGENTBENCH_SECRET_FILE=os.environ["AGENTBENCH_SECRET_FILE"],
-    )
-    return env
-
-
-class SocketHost:
-    """One ``execnet.script.socketserver`` on 127.0.0.1: the worker it serves runs inside its process."""
-
-    def __init__(self, home: Path, cache: Path) -> None:
-        home.mkdir(parents=True)
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "execnet.script.socketserver", self.address],
-            cwd=home,
-            env=host_env(home, cache),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.output: list[str] = []
-        threading.Thread(target=lambda: self.output.extend(iter(self.proc.stdout.readline, "")), daemon=True).start()
-        wait_for(
-            lambda: any("Entering Accept loop" in line for line in self.output) or self.proc.poll() is not None,
-            60,
-            f"the socket server on {self.address} to listen",
-        )
-        assert self.proc.poll() is None, "".join(self.output)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()  # works on a stopped process too
-        self.proc.wait(30)
-
-
 @pytest.fixture
 def socket_hosts(tmp_path, shared_cache):
     hosts: list[SocketHost] = []
     try:
         for name in ("host-a", "host-b"):
-            hosts.append(SocketHost(tmp_path / name, shared_cache))
+            hosts.append(SocketHost(tmp_path / name, worker_host_env(tmp_path / name, shared_cache)))
         yield hosts
     finally:
         for host in hosts:
