@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.io import trim_parts
 from ..core.text import decode
+from ..sandbox.jail import namespace_of
 from ..sandbox.result import ExecResult
 from .base import (
     DEFAULT_OUTPUT_CAP,
@@ -146,10 +147,7 @@ def _pid_alive(pid: int) -> bool:
 
 def pid_namespace() -> str:
     """This process's PID namespace (``pid:[4026531836]``), or "" where /proc does not say."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
+    return namespace_of(os.getpid()) or ""
 
 
 def remove_stale_containers(client: DockerClient) -> list[str]:
