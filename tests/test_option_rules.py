@@ -31,6 +31,7 @@ from pytest_agentbench.core.options import (
     HOST_OWN,
     HOST_RULES,
     Option,
+    OptionError,
     RunFacts,
     Settings,
     Sources,
@@ -42,8 +43,10 @@ from pytest_agentbench.core.options import (
 )
 from pytest_agentbench.core.run_options import RUN_OPTIONS, RunOptions
 from pytest_agentbench.core.slurm import SLURM_OPTIONS, SlurmOptions, read_secret, write_secret
-from pytest_agentbench.envs.options import ENV_OPTIONS, EnvOptions
-from pytest_agentbench.models.options import MODEL_OPTIONS, ModelOptions
+from pytest_agentbench.envs.host import HostFactory
+from pytest_agentbench.envs.options import ENV_OPTIONS, EnvOptions, build_env
+from pytest_agentbench.models.options import MODEL_OPTIONS, ModelOptions, build_model, model_settings
+from pytest_agentbench.models.preflight import skip_reason
 from pytest_agentbench.pytest_plugin.hostprobe import (
     apply_forwarded,
     forwarded,
@@ -52,7 +55,7 @@ from pytest_agentbench.pytest_plugin.hostprobe import (
 from pytest_agentbench.pytest_plugin.options import all_options
 from pytest_agentbench.pytest_plugin.taskpackage import SecretValues
 from pytest_agentbench.report.options import REPORT_OPTIONS, ReportOptions
-from pytest_agentbench.sandbox.options import SANDBOX_OPTIONS, SandboxOptions
+from pytest_agentbench.sandbox.options import SANDBOX_OPTIONS, SandboxOptions, limits_from
 
 from bench_runs import REPO, SocketHost, worker_host_env
 
@@ -313,6 +316,72 @@ def test_a_view_carries_the_values_a_run_gives(tmp_path):
     assert (run.attempts, run.data_dir, run.cache_dir) == (3, tmp_path / "somewhere", tmp_path / ".agentbench_cache")
     assert (sandbox.memory_limit, sandbox.executor, env.env_memory, env.env) == (2.5, "fork", 2 << 30, None)
     assert (model.model_timeout, model.cache, report.fail_under, report.baseline) == (12.0, "rw", ("main=0.5",), None)
+
+
+@pytest.mark.parametrize(("layer_view", "options"), LAYER_VIEWS, ids=[cls.__name__ for cls, _ in LAYER_VIEWS])
+def test_a_partial_mapping_fills_the_declared_defaults(layer_view, options, tmp_path, monkeypatch):
+    """A plain-Python caller's mapping may name only some options: the others get the default their Option
+    declares, exactly what ``resolve`` gives a run that sets nothing in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    assert layer_view.OPTIONS is options
+    resolved = resolve(options, Sources(cli={}, ini={}, env={}, invocation_dir=tmp_path, rootdir=tmp_path))
+    assert view(layer_view, {}) == view(layer_view, resolved)
+    assert view(SandboxOptions, {"memory_limit": 2}) == SandboxOptions("fork", 2.0, False)
+    assert view(RunOptions, {"ids": ["1.1", "2"], "timeout": "5"}).ids == ("1.1", "2")
+    assert view(EnvOptions, {"env_memory": "2g", "gpus": None}) == view(EnvOptions, resolved_with(env_memory="2g"))
+
+
+def resolved_with(**cli):
+    """ENV_OPTIONS resolved with these command-line values (the current folder as the invocation folder)."""
+    return resolve(ENV_OPTIONS, Sources(cli=cli, ini={}, env={}, invocation_dir=Path.cwd(), rootdir=Path.cwd()))
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"memory_limt": 2}, "unknown setting 'memory_limt' (did you mean 'memory_limit'?): the settings read here"),
+        ({"timeout": 2}, "unknown setting 'timeout': the settings read here are executor, memory_limit, require_"),
+        ({"memory_limit": "lots"}, "setting memory_limit (--bench-memory-limit) must be a positive number, got 'lots'"),
+        ({"memory_limit": -1}, "setting memory_limit (--bench-memory-limit) must be a positive number, got -1"),
+        ({"executor": "threads"}, "setting executor (--bench-executor) 'threads' is not a valid value"),
+        ({"require_isolation": "maybe"}, "setting require_isolation (--bench-require-isolation) 'maybe' is not a"),
+    ],
+)
+def test_a_partial_mapping_with_an_unknown_name_or_a_wrong_value_is_refused_naming_it(given, says):
+    with pytest.raises(OptionError) as refused:
+        view(SandboxOptions, given)
+    assert str(refused.value).startswith(says)
+
+
+def test_the_readers_honour_values_given_through_a_partial_mapping(tmp_path, monkeypatch):
+    """limits_from, build_env, model_settings, build_model and skip_reason read their layers' views of a partial
+    mapping: what it gives counts, the rest are the declared defaults, and a name no layer they read declares is
+    refused, naming it (not silently left at its default)."""
+    monkeypatch.chdir(tmp_path)
+    limits = limits_from({"memory_limit": 2, "data_dir": tmp_path / "d"}, timeout=3)
+    assert (limits.memory, limits.timeout, limits.hidden) == (2 << 30, 3, (str(tmp_path / "d"),))
+    assert limits_from({}, timeout=1).memory == 4 << 30 and limits_from({}, timeout=1).hidden == ()
+    host = build_env({"executor": "subprocess", "memory_limit": 1.5, "env_memory": "2g", "keep_workspaces": True})
+    assert isinstance(host, HostFactory) and (host.executor, host.python_memory, host.memory) == (
+        "subprocess",
+        3 << 29,
+        2 << 30,
+    )
+    assert host.keep_workspaces and host.hidden == () and host.network == "user"
+    settings = model_settings({"model": "gpt-x", "model_timeout": "12", "model_base_url": "http://127.0.0.1:1/v1/"})
+    assert (settings["timeout"], settings["base_url"], settings["protocol"], settings["cache_mode"]) == (
+        12.0,
+        "http://127.0.0.1:1/v1",
+        "chat",
+        "rw",
+    )
+    assert settings["cache_dir"] == str(tmp_path / ".agentbench_cache") and "price" not in settings
+    assert build_model({"model": "oracle"}).is_oracle
+    assert skip_reason({"model": "gpt-x", "cache": "replay"}) == "--bench-cache replay calls no endpoint"
+    with pytest.raises(OptionError, match="unknown setting 'env_memroy'"):
+        build_env({"env_memroy": "2g"})
+    with pytest.raises(OptionError, match=r"setting model_timeout \(--model-timeout\) must be a positive number"):
+        model_settings({"model": "gpt-x", "model_timeout": "soon"})
 
 
 @pytest.fixture

@@ -10,13 +10,14 @@ registers the options with pytest's parser and hands their raw values to ``resol
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 KINDS = ("str", "int", "float", "bool", "choice", "path", "list", "multi", "json", "size")
 # What a remote worker host gets of an option (``Option.hosts``)
@@ -225,13 +226,54 @@ class Settings(Mapping[str, Any]):
         return f"Settings({dict(self._values)!r})"
 
 
-View = TypeVar("View")
+class LayerView(Protocol):
+    """What ``view`` needs of a layer's typed view: the option tuple its fields are named after, in order."""
+
+    OPTIONS: ClassVar[tuple[Option, ...]]
+
+
+View = TypeVar("View", bound=LayerView)
 
 
 def view(cls: type[View], opts: Mapping[str, Any]) -> View:
-    """A layer's typed view of resolved settings: the frozen dataclass ``cls``, whose fields are named after the
-    layer's options, filled with their values (e.g. ``view(SlurmOptions, opts).slurm_key``)."""
-    return cls(**{f.name: opts[f.name] for f in fields(cls)})  # type: ignore[arg-type]
+    """A layer's typed view of settings: the frozen dataclass ``cls``, whose fields are named after the layer's
+    options (``cls.OPTIONS``), filled with their values (e.g. ``view(SlurmOptions, opts).slurm_key``).
+
+    Resolved ``Settings`` are read as they are. A plain mapping (a notebook's or a test's few settings) is first
+    checked against this view by ``given_settings``. An option the settings lack gets its declared default."""
+    settings = given_settings(opts, cls)
+    return cls(**{o.name: settings[o.name] if o.name in settings else declared_default(o) for o in cls.OPTIONS})
+
+
+def given_settings(opts: Mapping[str, Any], *views: type[LayerView]) -> Settings:
+    """Settings as a plain-Python caller gives them (a partial mapping, option name -> value) to a reader of
+    ``views``, checked the way ``resolve`` checks a value: each is converted and checked by its option (a relative
+    path against the current folder), None counts as not given, and a name that is no option of ``views`` is an
+    OptionError naming it. Resolved ``Settings`` are returned as they are: ``resolve`` checked them."""
+    if isinstance(opts, Settings):
+        return opts
+    known = {o.name: o for cls in views for o in cls.OPTIONS}
+    unknown = [name for name in opts if name not in known]
+    if unknown:
+        close = [m for name in unknown for m in difflib.get_close_matches(name, known, n=1)]
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        raise OptionError(
+            f"unknown setting {', '.join(map(repr, unknown))}{hint}: the settings read here are {', '.join(known)}"
+        )
+    here = Path.cwd()
+    return Settings({name: given_value(known[name], value, here) for name, value in opts.items() if value is not None})
+
+
+def given_value(option: Option, value: Any, base: Path) -> Any:
+    """One value a plain-Python caller gives for ``option``, converted and checked as ``convert`` does."""
+    if option.kind == "list" and isinstance(value, (list, tuple)):
+        value = ",".join(map(str, value))  # already split: the comma-separated form the option reads
+    return convert(option, value, f"setting {option.name} ({option.flag})", base)
+
+
+def declared_default(option: Option) -> Any:
+    """The value ``resolve`` gives an option nothing sets, a relative path taken from the current folder."""
+    return _default(option, Path.cwd())
 
 
 def resolve(options: Iterable[Option], sources: Sources) -> Settings:

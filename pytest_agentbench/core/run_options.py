@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from .options import Option
 
@@ -179,6 +180,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
 class RunOptions:
     """The run's shared settings, typed (``view(RunOptions, opts)``); one field per option of RUN_OPTIONS."""
 
+    OPTIONS: ClassVar[tuple[Option, ...]] = RUN_OPTIONS
     bench: str | None
     config: Path | None
     split: str | None

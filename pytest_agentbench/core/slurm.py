@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .io import write_atomic
 from .options import Option
@@ -136,6 +136,7 @@ SLURM_OPTIONS: tuple[Option, ...] = (
 class SlurmOptions:
     """The backend's settings, typed (``view(SlurmOptions, opts)``); one field per option of SLURM_OPTIONS."""
 
+    OPTIONS: ClassVar[tuple[Option, ...]] = SLURM_OPTIONS
     backend: str
     slurm_partition: str | None
     slurm_account: str | None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core.errors import ConfigError
-from ..core.options import HOST_GPU, Option
-from ..sandbox.limits import DEFAULT_MEMORY_LIMIT
-from ..sandbox.options import limits_from, private_paths
+from ..core.options import HOST_GPU, Option, given_settings, view
+from ..core.run_options import RunOptions
+from ..sandbox.options import SandboxOptions, limits_from, private_paths
 from .base import EnvFactory
 from .docker import DEFAULT_IMAGE, DEFAULT_NETWORK, DockerFactory
 from .host import HOST_NETWORKS, HostFactory
@@ -87,6 +87,7 @@ ENV_OPTIONS = (
 class EnvOptions:
     """The environments' settings, typed (``view(EnvOptions, opts)``); one field per option of ENV_OPTIONS."""
 
+    OPTIONS: ClassVar[tuple[Option, ...]] = ENV_OPTIONS
     env: str | None
     docker_image: str
     docker_network: str
@@ -97,28 +98,29 @@ class EnvOptions:
 
 
 def env_settings(opts: Mapping[str, Any], default: str = "host") -> dict[str, Any]:
-    """The environment part of resolved settings, as plain values (for records and reports); ``default``
-    is the environment when ``--bench-env`` is not given (the benchmark's choice)."""
+    """The environment part of settings (resolved, or a plain mapping of ENV_OPTIONS: the ones it lacks take their
+    defaults), as plain values (for records and reports); ``default`` is the environment when ``--bench-env`` is
+    not given (the benchmark's choice)."""
+    env = view(EnvOptions, opts)
     return {
-        "env": opts["env"] or default,
-        "docker_image": opts["docker_image"],
-        "docker_network": opts["docker_network"],
-        "gpus": opts["gpus"] or None,
-        "memory": opts["env_memory"],
-        "keep_workspaces": bool(opts["keep_workspaces"]),
-        "host_network": opts.get("host_network") or "user",
+        "env": env.env or default,
+        "docker_image": env.docker_image,
+        "docker_network": env.docker_network,
+        "gpus": env.gpus or None,
+        "memory": env.env_memory,
+        "keep_workspaces": bool(env.keep_workspaces),
+        "host_network": env.host_network or "user",
     }
 
 
 def build_env(opts: Mapping[str, Any], default: str = "host") -> EnvFactory:
     """The environment factory selected by ``env`` (``default`` when it is not given).
 
-    Tool scripts on the host run like scoring scripts: with the sandbox's ``executor`` and
-    ``memory_limit`` when ``opts`` has them (the sandbox's defaults otherwise)."""
-    try:
-        settings = env_settings(opts, default)
-    except KeyError as missing:
-        raise ConfigError(f"environment settings lack {missing}; resolve ENV_OPTIONS before build_env") from None
+    ``opts`` are resolved settings or a plain mapping of the environments', the sandbox's and the run's options
+    (the ones it lacks take their defaults). Tool scripts on the host run like scoring scripts: with the sandbox's
+    ``executor`` and ``memory_limit``."""
+    given = given_settings(opts, EnvOptions, SandboxOptions, RunOptions)
+    settings = env_settings(given, default)
     if settings["env"] == "docker":
         return DockerFactory(
             image=settings["docker_image"],
@@ -131,13 +133,12 @@ def build_env(opts: Mapping[str, Any], default: str = "host") -> EnvFactory:
         raise ConfigError(
             f"unknown environment {settings['env']!r} (--bench-env / agentbench_env); valid: {', '.join(ENV_KINDS)}"
         )
-    python = limits_from(opts, timeout=1.0).memory if "memory_limit" in opts else DEFAULT_MEMORY_LIMIT
     return HostFactory(
         keep_workspaces=settings["keep_workspaces"],
         gpus=settings["gpus"],
         memory=settings["memory"],
-        executor=opts.get("executor", "fork"),
-        python_memory=python,
-        hidden=private_paths(opts),
+        executor=view(SandboxOptions, given).executor,
+        python_memory=limits_from(given, timeout=1.0).memory,
+        hidden=private_paths(given),
         network=settings["host_network"],
     )

@@ -1,16 +1,19 @@
 """Options of the model layer, the model settings a run records, and the model factory.
 
-Plain Python: ``build_model(opts)`` takes resolved ``Settings`` (see ``core/options.py``), so a
-notebook builds the same client as a pytest run. Errors are ``ConfigError`` naming the fix.
+Plain Python: ``build_model(opts)`` takes resolved ``Settings`` (see ``core/options.py``) or a plain mapping of
+a few options (the rest take their defaults), so a notebook builds the same client as a pytest run. Errors are
+``ConfigError`` naming the fix.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import ConfigError
-from ..core.options import Option, Settings
+from ..core.options import Option, given_settings, view
+from ..core.run_options import RunOptions
 from .cache import CACHE_MODES
 from .defaults import DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_TIMEOUT, PROTOCOLS
 from .oracle import OracleModel
@@ -159,6 +162,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
 class ModelOptions:
     """The model's settings, typed (``view(ModelOptions, opts)``); one field per option of MODEL_OPTIONS."""
 
+    OPTIONS: ClassVar[tuple[Option, ...]] = MODEL_OPTIONS
     model: str | None
     model_base_url: str | None
     model_api_key: str | None
@@ -174,21 +178,25 @@ class ModelOptions:
     max_cost: float | None
 
 
-def model_settings(opts: Settings) -> dict[str, Any]:
-    """The model settings a run records (never the API key), checked; ``price`` only when one is given."""
-    # read by name, not through ModelOptions: plain-Python callers (the preflight's) pass a partial mapping
-    base_url = opts["model_base_url"] or DEFAULT_BASE_URL
-    price = price_of(opts.get("model_price"))
+def model_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The model settings a run records (never the API key), checked; ``price`` only when one is given.
+
+    ``opts`` are resolved settings or a plain mapping of the model's and the run's options (the preflight's
+    plain-Python callers): the ones it lacks take their defaults."""
+    given = given_settings(opts, ModelOptions, RunOptions)
+    model = view(ModelOptions, given)
+    base_url = model.model_base_url or DEFAULT_BASE_URL
+    price = price_of(model.model_price)
     return {
-        "model": opts["model"] or None,
+        "model": model.model or None,
         "base_url": base_url.rstrip("/"),
-        "protocol": opts["model_protocol"],
-        "params": dict(opts["model_params"] or {}),
-        "timeout": float(opts["model_timeout"]),
-        "max_retries": int(opts["model_max_retries"]),
-        "retry_base_delay": float(opts["model_retry_delay"]),
-        "cache_dir": str(opts["cache_dir"]),
-        "cache_mode": opts["cache"],
+        "protocol": model.model_protocol,
+        "params": dict(model.model_params or {}),
+        "timeout": float(model.model_timeout),
+        "max_retries": int(model.model_max_retries),
+        "retry_base_delay": float(model.model_retry_delay),
+        "cache_dir": str(view(RunOptions, given).cache_dir),  # a run option (RUN_OPTIONS), not the model's
+        "cache_mode": model.cache,
         **({"price": price.to_settings()} if price is not None else {}),
     }
 
@@ -202,12 +210,13 @@ def check_api_key(settings: dict[str, Any], api_key: str | None) -> None:
         )
 
 
-def build_model(opts: Settings) -> OracleModel | OpenAIModel:
+def build_model(opts: Mapping[str, Any]) -> OracleModel | OpenAIModel:
     """The model of this run: ``OracleModel`` for ``--model oracle``, else an ``OpenAIModel``.
 
     ``opts["cache_dir"]`` is used as given (the plugin resolves it against the rootdir, so xdist
     workers and the controller share one cache)."""
-    settings = model_settings(opts)
+    given = given_settings(opts, ModelOptions, RunOptions)
+    settings = model_settings(given)
     name = settings["model"]
     if not name:
         raise ConfigError(
@@ -216,7 +225,7 @@ def build_model(opts: Settings) -> OracleModel | OpenAIModel:
         )
     if name == ORACLE:
         return OracleModel({"model": ORACLE})
-    api_key = opts["model_api_key"]
+    api_key = view(ModelOptions, given).model_api_key
     check_api_key(settings, api_key)
     from .client import OpenAIModel  # why: the openai SDK is imported only when a real model is used
 

@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.errors import ConfigError
-from .options import ORACLE, check_api_key, model_settings
+from ..core.options import given_settings, view
+from ..core.run_options import RunOptions
+from .options import ORACLE, ModelOptions, check_api_key, model_settings
 
 CONNECT_TIMEOUT = 3.0  # seconds to open the connection
 READ_TIMEOUT = 8.0  # seconds for the answer (capped by --model-timeout)
@@ -24,21 +26,23 @@ OFF_HINT = "--model-preflight=off skips this check"
 
 def skip_reason(opts: Mapping[str, Any]) -> str | None:
     """Why no preflight request is made for these settings, or None when one is."""
-    if not opts["model"]:
+    model = view(ModelOptions, opts)
+    if not model.model:
         return "no model"
-    if opts["model"] == ORACLE:
+    if model.model == ORACLE:
         return "the oracle needs no endpoint"
-    if opts["cache"] in ("replay", "ro"):
-        return f"--bench-cache {opts['cache']} calls no endpoint"
-    if opts["model_preflight"] == "off":
+    if model.cache in ("replay", "ro"):
+        return f"--bench-cache {model.cache} calls no endpoint"
+    if model.model_preflight == "off":
         return "--model-preflight off"
     return None
 
 
 def preflight(opts: Mapping[str, Any]) -> str:
     """Check the key, the endpoint and the model with one request; a note for the run header, or ConfigError."""
-    settings = model_settings(opts)  # type: ignore[arg-type]
-    api_key = opts["model_api_key"]
+    given = given_settings(opts, ModelOptions, RunOptions)
+    settings = model_settings(given)
+    api_key = view(ModelOptions, given).model_api_key
     check_api_key(settings, api_key)
     import openai  # why: the openai SDK is loaded only when a real model is checked
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core.errors import ConfigError
 from ..core.options import Option, view
@@ -243,6 +243,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
 class ReportOptions:
     """The report's settings, typed (``view(ReportOptions, opts)``); one field per option of REPORT_OPTIONS."""
 
+    OPTIONS: ClassVar[tuple[Option, ...]] = REPORT_OPTIONS
     fail_under: tuple[str, ...]
     baseline: Path | None
     max_drop: tuple[str, ...]

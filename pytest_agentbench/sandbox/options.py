@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core.errors import ConfigError
-from ..core.options import Option
-from ..core.run_options import RUN_OPTIONS
+from ..core.options import Option, given_settings, view
+from ..core.run_options import RUN_OPTIONS, RunOptions
 from .executors import EXECUTORS
 from .isolation import Isolation, probe
 from .limits import GiB, Limits
@@ -53,6 +53,7 @@ SANDBOX_OPTIONS = (
 class SandboxOptions:
     """The sandbox's settings, typed (``view(SandboxOptions, opts)``); one field per option of SANDBOX_OPTIONS."""
 
+    OPTIONS: ClassVar[tuple[Option, ...]] = SANDBOX_OPTIONS
     executor: str
     memory_limit: float
     require_isolation: bool
@@ -60,8 +61,12 @@ class SandboxOptions:
 
 def private_folders(opts: Mapping[str, Any]) -> dict[str, str]:
     """Folder -> the flag that names it, for the run's folders that children must not see: the options declared
-    ``private`` (the data dir, the cache and the reports: targets, checksum stamps, cached data, reports)."""
-    return {str(opts[o.name]): o.flag for o in RUN_OPTIONS if o.private and opts.get(o.name)}
+    ``private`` (the data dir, the cache and the reports: targets, checksum stamps, cached data, reports).
+
+    Plain-Python settings that name none of them (a partial mapping) hide nothing: only the folders given."""
+    settings = given_settings(opts, RunOptions)
+    run = view(RunOptions, settings)
+    return {str(getattr(run, o.name)): o.flag for o in RUN_OPTIONS if o.private and settings.get(o.name)}
 
 
 def private_paths(opts: Mapping[str, Any]) -> tuple[str, ...]:
@@ -70,16 +75,19 @@ def private_paths(opts: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def limits_from(opts: Mapping[str, Any], timeout: float) -> Limits:
-    """The limits of one child run under the resolved settings ``opts`` and a wall-clock ``timeout``.
+    """The limits of one child run under the settings ``opts`` (resolved, or a plain mapping of the sandbox's and
+    the run's options: the ones it lacks take their defaults) and a wall-clock ``timeout``.
 
     The run's private folders (``private_paths``) are hidden from the child when it is isolated."""
-    return Limits(timeout=timeout, memory=int(opts["memory_limit"] * GiB), hidden=private_paths(opts))
+    settings = given_settings(opts, SandboxOptions, RunOptions)
+    sandbox = view(SandboxOptions, settings)
+    return Limits(timeout=timeout, memory=int(sandbox.memory_limit * GiB), hidden=private_paths(settings))
 
 
 def isolation_from(opts: Mapping[str, Any]) -> Isolation:
     """How children are isolated on this machine; a ConfigError when isolation is required and impossible."""
     found = probe()
-    if not found.active and opts.get("require_isolation"):
+    if not found.active and view(SandboxOptions, opts).require_isolation:
         raise ConfigError(
             f"--bench-require-isolation: this machine cannot isolate the children that run model code: {found.why}"
         )
