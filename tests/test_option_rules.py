@@ -25,6 +25,9 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_agentbench.benchmarks import registry
+from pytest_agentbench.benchmarks.corebench.bench import CoreBench
+from pytest_agentbench.benchmarks.corebench.options import default_env
+from pytest_agentbench.benchmarks.scicode.bench import SciCode
 from pytest_agentbench.core.options import (
     HOST_FORWARDED,
     HOST_GPU,
@@ -42,7 +45,15 @@ from pytest_agentbench.core.options import (
     view,
 )
 from pytest_agentbench.core.run_options import RUN_OPTIONS, RunOptions
-from pytest_agentbench.core.slurm import SLURM_OPTIONS, SlurmOptions, read_secret, write_secret
+from pytest_agentbench.core.slurm import (
+    HARNESS_MIB,
+    SLURM_OPTIONS,
+    TIME_MARGIN,
+    SlurmOptions,
+    read_secret,
+    write_secret,
+)
+from pytest_agentbench.core.types import Sample
 from pytest_agentbench.envs.host import HostFactory
 from pytest_agentbench.envs.options import ENV_OPTIONS, EnvOptions, build_env
 from pytest_agentbench.models.options import MODEL_OPTIONS, ModelOptions, build_model, model_settings
@@ -382,6 +393,22 @@ def test_the_readers_honour_values_given_through_a_partial_mapping(tmp_path, mon
         build_env({"env_memroy": "2g"})
     with pytest.raises(OptionError, match=r"setting model_timeout \(--model-timeout\) must be a positive number"):
         model_settings({"model": "gpt-x", "model_timeout": "soon"})
+
+
+def test_the_benchmarks_read_the_layers_views():
+    """A Slurm job's memory and time come from the sandbox's, the run's and the environments' views of the settings
+    (options a hand-made Settings lacks take their defaults); CORE-Bench's default environment from the model's and
+    the backend's views, also of a partial mapping."""
+    sample = [Sample("1.1", "1", "validation")]
+    request = SciCode().job_request(sample, Settings({"memory_limit": 2.0, "timeout": 30.0}))
+    assert (request.memory_mib, request.seconds) == (2048 + HARNESS_MIB, 30.0 + TIME_MARGIN)
+    assert SciCode().job_request(sample, Settings({})).memory_mib == 4096 + HARNESS_MIB
+    core = CoreBench().job_request(sample, Settings({"agent_time": 60, "timeout": 30.0, "env_memory": 16 << 30}))
+    assert (core.memory_mib, core.seconds) == ((16 << 10) + HARNESS_MIB, 90.0 + TIME_MARGIN)
+    assert (default_env({"model": "gpt-x"}), default_env({"model": "oracle"})) == ("docker", "host")
+    assert default_env({"model": "gpt-x", "backend": "slurm"}) == "host"
+    with pytest.raises(OptionError, match="setting backend \\(--bench-backend\\) 'slurmm' is not a valid value"):
+        default_env({"model": "gpt-x", "backend": "slurmm"})
 
 
 @pytest.fixture

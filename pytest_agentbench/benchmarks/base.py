@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from ..core.io import DirectoryFiles, RunFiles
-from ..core.options import Option, Settings
+from ..core.options import Option, Settings, view
 from ..core.records import RecordData
+from ..core.run_options import RunOptions
 from ..core.slurm import HARNESS_MIB, TIME_MARGIN, Request
 from ..core.types import Sample, Task
+from ..sandbox.options import SandboxOptions
 
 
 @dataclass(frozen=True)
@@ -108,9 +110,9 @@ class Benchmark:
         run = [s for s in samples if not s.skip_reason]
         return Request(
             cpus=1,
-            memory_mib=int(float(opts["memory_limit"]) * 1024) + HARNESS_MIB,
+            memory_mib=int(float(view(SandboxOptions, opts).memory_limit) * 1024) + HARNESS_MIB,
             gpu=any("gpu" in s.markers for s in samples),
-            seconds=len(run) * float(opts["timeout"]) + TIME_MARGIN,
+            seconds=len(run) * float(view(RunOptions, opts).timeout) + TIME_MARGIN,
         )
 
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> BenchRun:

@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ...core.errors import ConfigError
 from ...core.io import natural_key
-from ...core.options import Settings
+from ...core.options import Settings, view
 from ...core.records import RecordData
 from ...core.records import counts_text as records_counts_text
+from ...core.run_options import RunOptions
 from ...core.slurm import HARNESS_MIB, TIME_MARGIN, Request
 from ...core.types import Sample, Task
+from ...envs.options import EnvOptions
+from ...models.options import ModelOptions
 from ..base import Benchmark, RunSpec
 from . import capsules, dataset, prepare, review, scorer
 from .agent import CoreAgent
@@ -67,7 +70,7 @@ class CoreBench(Benchmark):
                 "add --bench-env=docker (and an image with docker.io, --bench-docker-image)"
             )
         settings["isolation"] = describe_isolation(
-            {**settings, "model": opts.get("model"), "host_network": opts.get("host_network")}
+            {**settings, "model": view(ModelOptions, opts).model, "host_network": view(EnvOptions, opts).host_network}
         )
         custom = opts["dataset_path"]
         settings["dataset_revision"] = dataset.dataset_revision(Path(custom) if custom else None)
@@ -79,13 +82,12 @@ class CoreBench(Benchmark):
     def job_request(self, samples: list[Sample], opts: Settings) -> Request:
         """A capsule's job: the agent's time and the scoring's, the environment's memory, a GPU when marked."""
         request = super().job_request(samples, opts)
-        seconds = float(opts["agent_time"]) + float(opts["timeout"]) + TIME_MARGIN
+        seconds = float(opts["agent_time"]) + float(view(RunOptions, opts).timeout) + TIME_MARGIN
+        memory = view(EnvOptions, opts).env_memory
         return replace(
             request,
             seconds=seconds,
-            memory_mib=max(request.memory_mib, int(opts["env_memory"]) // 2**20 + HARNESS_MIB)
-            if opts["env_memory"]
-            else request.memory_mib,
+            memory_mib=max(request.memory_mib, int(memory) // 2**20 + HARNESS_MIB) if memory else request.memory_mib,
         )
 
     def data_hashes(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, str]:

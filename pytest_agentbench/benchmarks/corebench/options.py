@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ...core.options import Option
+from ...core.options import Option, given_settings, view
+from ...core.slurm import SlurmOptions
+from ...models.options import ModelOptions
 from ...models.price import price_of
 from . import agent, capsules, prepare
 
@@ -221,9 +223,10 @@ def default_env(opts: Mapping[str, Any]) -> str:
     never sees the answers, the data dir or the controller's files (``--bench-env=host`` given explicitly
     runs it in the isolated host sandbox instead); the oracle runs no agent (the host, unused). With
     ``--bench-backend=slurm`` the host sandbox (bubblewrap) is the default: Slurm nodes rarely allow Docker."""
-    if opts.get("backend") == "slurm":  # Docker is rarely allowed on Slurm nodes: bubblewrap on the host
+    given = given_settings(opts, ModelOptions, SlurmOptions)
+    if view(SlurmOptions, given).backend == "slurm":  # Docker is rarely allowed on Slurm nodes: bubblewrap on the host
         return "host"
-    return "host" if opts.get("model") in (None, "oracle") else "docker"
+    return "host" if view(ModelOptions, given).model in (None, "oracle") else "docker"
 
 
 def describe_isolation(settings: Mapping[str, Any]) -> str:

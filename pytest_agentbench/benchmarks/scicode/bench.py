@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.data import DataError, find, sha256_of
 from ...core.errors import ConfigError
-from ...core.options import Option, Settings
+from ...core.options import Option, Settings, view
 from ...core.records import RecordData
+from ...core.run_options import RunOptions
 from ...core.types import Sample, Task
+from ...models.options import ModelOptions
 from ...models.price import price_of
 from ...sandbox.codec import DEFAULT_MAX_BYTES
-from ...sandbox.options import limits_from
+from ...sandbox.options import SandboxOptions, limits_from
 from ..base import Benchmark, RunSpec
 from . import dataset
 from .archive import DEFAULT_URL as DEFAULT_DATA_URL
@@ -185,8 +187,9 @@ class SciCode(Benchmark):
 
     # ---- settings ----------------------------------------------------------------------------
     def configure(self, opts: Settings, split: str) -> dict[str, Any]:
-        oracle = opts.get("model") == "oracle"
-        narrowed = oracle and split != "validation" and not opts.get("split")
+        sandbox = view(SandboxOptions, opts)
+        oracle = view(ModelOptions, opts).model == "oracle"
+        narrowed = oracle and split != "validation" and not view(RunOptions, opts).split
         if narrowed:  # no split asked for: the oracle scores the split it can answer, unless a test item is named
             named = oracle_test_ids(opts)
             if named:
@@ -198,8 +201,8 @@ class SciCode(Benchmark):
         out: dict[str, Any] = {
             "mode": "oracle" if oracle else mode,
             "background": bool(opts["background"]),
-            "executor": opts["executor"],
-            "memory_limit_gib": float(opts["memory_limit"]),
+            "executor": sandbox.executor,
+            "memory_limit_gib": float(sandbox.memory_limit),
         }
         if mode == "tool_use" and not oracle:
             out.update(tool_loops=int(opts["tool_loops"]), tool_timeout=float(opts["tool_timeout"]))
@@ -284,7 +287,7 @@ class SciCode(Benchmark):
         )
         settings = RunSettings(
             targets=table,
-            executor=opts["executor"],
+            executor=view(SandboxOptions, opts).executor,
             overlap=bool(opts["overlap"]),
             prefilled=prefilled,
             selected=frozenset(spec.selected),
@@ -294,7 +297,7 @@ class SciCode(Benchmark):
             settings,
             solver,
             env,
-            limits_from(opts, timeout=float(opts["timeout"])),
+            limits_from(opts, timeout=float(view(RunOptions, opts).timeout)),
             files=spec.files,
             problems={t.id: t.data for t in spec.tasks},
         )
