@@ -246,22 +246,34 @@ def view(cls: type[View], opts: Mapping[str, Any]) -> View:
 
 
 def given_settings(opts: Mapping[str, Any], *views: type[LayerView]) -> Settings:
-    """Settings as a plain-Python caller gives them (a partial mapping, option name -> value) to a reader of
-    ``views``, checked the way ``resolve`` checks a value: each is converted and checked by its option (a relative
-    path against the current folder), None counts as not given, and a name that is no option of ``views`` is an
-    OptionError naming it. Resolved ``Settings`` are returned as they are: ``resolve`` checked them."""
+    """Settings as a plain-Python caller gives them (a mapping, option name -> value) to a reader of ``views``,
+    checked the way ``resolve`` checks a value: each is converted and checked by its option (a relative path
+    against the current folder), and None counts as not given. A name close to one the reader reads is an
+    OptionError naming both (a misspelled setting would otherwise fall back to its default unseen); other names
+    are left alone, since a caller may hand every reader the same wider mapping. Resolved ``Settings`` are
+    returned as they are: ``resolve`` checked them."""
     if isinstance(opts, Settings):
         return opts
     known = {o.name: o for cls in views for o in cls.OPTIONS}
-    unknown = [name for name in opts if name not in known]
-    if unknown:
-        close = [m for name in unknown for m in difflib.get_close_matches(name, known, n=1)]
-        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+    misspelled = {
+        name: close[0]
+        for name in opts
+        if name not in known and (close := difflib.get_close_matches(name, known, n=1, cutoff=0.8))
+    }
+    if misspelled:
         raise OptionError(
-            f"unknown setting {', '.join(map(repr, unknown))}{hint}: the settings read here are {', '.join(known)}"
+            "unknown setting "
+            + ", ".join(f"{name!r} (did you mean {close!r}?)" for name, close in misspelled.items())
+            + f": the settings read here are {', '.join(known)}"
         )
     here = Path.cwd()
-    return Settings({name: given_value(known[name], value, here) for name, value in opts.items() if value is not None})
+    return Settings(
+        {
+            name: given_value(known[name], value, here)
+            for name, value in opts.items()
+            if name in known and value is not None
+        }
+    )
 
 
 def given_value(option: Option, value: Any, base: Path) -> Any:
