@@ -30,9 +30,10 @@ else:  # pytest itself depends on tomli below 3.11
 # algorithm its documentation states ("Initialization: determining rootdir and configfile"), with the
 # releases in which it changed; tests/test_pathargs.py checks it against pytest's own answer on each
 # supported release.
-NEWER = pytest.version_tuple >= (9, 0)
-# the files that can hold pytest's settings, in pytest's order of precedence (pytest.toml came with 9.0)
-CONFIG_NAMES = (("pytest.toml", ".pytest.toml") if NEWER else ()) + (
+# since 9.0 pytest.toml and a [tool.pytest] table (native TOML) hold settings
+NATIVE_TOML = pytest.version_tuple >= (9, 0)
+# the files that can hold pytest's settings, in pytest's order of precedence
+CONFIG_NAMES = (("pytest.toml", ".pytest.toml") if NATIVE_TOML else ()) + (
     "pytest.ini",
     ".pytest.ini",
     "pyproject.toml",
@@ -101,7 +102,7 @@ def holds_settings(path: Path) -> bool:
     if path.name == "setup.cfg":
         return "tool:pytest" in read_ini(path).sections
     table = read_toml(path).get("tool", {}).get("pytest", {})
-    return bool(table) if NEWER else "ini_options" in table  # [tool.pytest] itself holds settings since 9.0
+    return bool(table) if NATIVE_TOML else "ini_options" in table
 
 
 def locate_config(starts: Sequence[Path]) -> tuple[Path | None, Path | None]:
