@@ -50,6 +50,11 @@ def ctrl_c_as_a_terminal_gives_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def checkout_python_path(path: Sequence[str] = ()) -> str:
+    """A PYTHONPATH of ``path``, then this checkout, then the test run's own PYTHONPATH."""
+    return os.pathsep.join([*path, str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def worker_host_env(home: Path, cache: Path, path: Sequence[str] = (), **extra: str) -> dict[str, str]:
     """A worker host's environment: ``path`` then this checkout first on the path, the staged data, ``cache`` (and
     the machine secret, which signs rebuilt targets), ``extra``; nothing of the test run's own pytest/xdist, model
@@ -57,7 +62,7 @@ def worker_host_env(home: Path, cache: Path, path: Sequence[str] = (), **extra: 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_", "AGENTBENCH_"))}
     env.update(
         HOME=str(home),
-        PYTHONPATH=os.pathsep.join([*path, str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        PYTHONPATH=checkout_python_path(path),
         AGENTBENCH_DATA_DIR=str(SHARED_DATA),
         AGENTBENCH_OFFLINE="1",
         AGENTBENCH_CACHE_DIR=str(cache),

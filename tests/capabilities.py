@@ -14,7 +14,8 @@ Capabilities (the set-up that provides each one is named in its message):
 - ``ssh``: an ssh client; gives its path.
 - ``sshd``: the two loopback SSH worker hosts (.ci/ssh-setup) and an ssh client; gives the info .ci/ssh-setup
   wrote (a dict).
-- ``slurm``: the two-node Slurm test cluster is up (.ci/slurm-setup).
+- ``slurm``: the two-node Slurm test cluster is up (.ci/slurm-setup); gives the info .ci/slurm-setup wrote (a
+  dict: the state folder, each node's slurmd pid file and start command).
 - ``chromium``: a Chromium to open report pages in; gives its path.
 - ``dev-tool``: ``needs("dev-tool", "mypy")``: a tool of the ``test`` extra is installed; gives its module.
 - ``compat-venv``: ``needs("compat-venv", PYTEST, XDIST)`` builds (or reuses) the venv of .ci/compat-venv;
@@ -41,6 +42,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SSH_INFO = Path(os.environ.get("AGENTBENCH_SSH_INFO", "/run/agentbench-ssh.json"))
+SLURM_INFO = Path(os.environ.get("AGENTBENCH_SLURM_INFO", "/run/agentbench-slurm.json"))
+SLURM_NODES = ("node1", "node2")
 TEST_IMAGE_ENV = "AGENTBENCH_TEST_IMAGE"
 DEFAULT_TEST_IMAGE = "agentbench-test:bookworm"
 DIND_IMAGE = "agentbench-dind:bookworm"
@@ -136,18 +139,27 @@ def ssh_hosts() -> dict:
     return json.loads(SSH_INFO.read_text())
 
 
-def slurm_cluster() -> None:
-    if shutil.which("sbatch") is None:
-        raise Lacking("the Slurm commands are not installed (run .ci/slurm-setup as root)")
+def slurm_nodes_down() -> str | None:
+    """Why the two test nodes are not both answering (sinfo's view), or None when they are."""
     try:
         out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t %G"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        raise Lacking(f"sinfo failed: {exc}") from exc
+        return f"sinfo failed: {exc}"
     states = {line.split()[0]: line.split()[1] for line in out.splitlines() if line.split()}
-    if not all(states.get(n, "").startswith(("idle", "mix", "alloc", "comp")) for n in ("node1", "node2")):
-        raise Lacking(
-            f"the two-node test cluster is not up (sinfo: {out.strip() or 'nothing'}; run .ci/slurm-setup as root)"
-        )
+    if all(states.get(n, "").startswith(("idle", "mix", "alloc", "comp")) for n in SLURM_NODES):
+        return None
+    return f"the two-node test cluster is not up (sinfo: {out.strip() or 'nothing'}; run .ci/slurm-setup as root)"
+
+
+def slurm_cluster() -> dict:
+    if shutil.which("sbatch") is None:
+        raise Lacking("the Slurm commands are not installed (run .ci/slurm-setup as root)")
+    problem = slurm_nodes_down()
+    if problem:
+        raise Lacking(problem)
+    if not SLURM_INFO.is_file():
+        raise Lacking(f"no Slurm test cluster info: {SLURM_INFO} is missing (run .ci/slurm-setup as root)")
+    return json.loads(SLURM_INFO.read_text())
 
 
 def chromium() -> str:

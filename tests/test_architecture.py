@@ -329,6 +329,38 @@ def private_names(code: Codebase) -> list[str]:
     return bad
 
 
+# pytest's public modules; ``_pytest`` and their private names change between releases without notice
+PYTEST_PUBLIC = ("pytest", "xdist", "pluggy")
+
+
+def owner_name(node: ast.expr) -> str:
+    """The last name of what an attribute is read from: ``config`` in ``config._x``, ``item.config._x``."""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def pytest_private_uses(code: Codebase) -> list[str]:
+    """Imports of ``_pytest``, private names imported from pytest/pytest-xdist/pluggy, and private attributes
+    read from a pytest config (any name ending in ``config``: ``config._parser``, ``item.config._x``)."""
+    bad = []
+    for name, module in code.modules.items():
+        for imp in code.imports[name]:
+            parts = imp.target.split(".")
+            private = [n for n in (*parts[1:], *imp.names) if is_private(n)]
+            if parts[0] == "_pytest" or (parts[0] in PYTEST_PUBLIC and private):
+                bad.append(f"{code.where(imp)}: imports {', '.join(imp.names) or imp.target} from {imp.target}")
+        reads = [
+            node
+            for node in ast.walk(code.trees[name])
+            if isinstance(node, ast.Attribute) and is_private(node.attr) and owner_name(node.value).endswith("config")
+        ]
+        bad += [f"{module.rel}:{node.lineno}: reads {ast.unparse(node)}" for node in sorted(reads, key=line_of)]
+    return bad
+
+
+def line_of(node: ast.expr) -> int:
+    return node.lineno
+
+
 DIRECTIVE = re.compile(r"\b(noqa|type:\s*ignore|pragma|pylint|isort|fmt|ruff)\b[:\s\w,\[\]-]*", re.IGNORECASE)
 
 
@@ -485,6 +517,36 @@ def test_the_child_side_imports_nothing_of_the_trusted_side():
     assert len(child) < 10, f"the child side should stay small: {sorted(child)}"
     bad = child_imports_of_trusted(CODE)
     assert not bad, "the child side imports the trusted side:\n" + "\n".join(bad)
+
+
+def test_the_plugin_uses_only_public_pytest():
+    """Only pytest's and pytest-xdist's public API: nothing from ``_pytest``, no private name of theirs, no
+    private attribute of a config (``config._parser``)."""
+    bad = pytest_private_uses(CODE)
+    assert not bad, "private pytest API used:\n" + "\n".join(bad)
+
+
+PRIVATE_PYTEST = (
+    "import pytest\nimport _pytest\nfrom _pytest.config.findpaths import determine_setup\nfrom xdist import _x\n\n"
+    "def hook(early_config, item, parser):\n"
+    "    early_config._parser.parse_known_args([])\n"
+    "    return item.config._inicache, early_config.rootpath, item._private, parser.parse_known_args([])\n"
+)
+
+
+def test_the_public_pytest_rule_finds_a_breach(tmp_path):
+    """On a made-up plugin with each kind of breach (and public uses beside them that must pass)."""
+    folder = tmp_path / ROOT
+    (folder / "pytest_plugin").mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "pytest_plugin" / "__init__.py").write_text(PRIVATE_PYTEST)
+    assert pytest_private_uses(Codebase(folder)) == [
+        f"{ROOT}/pytest_plugin/__init__.py:2: imports _pytest from _pytest",
+        f"{ROOT}/pytest_plugin/__init__.py:3: imports determine_setup from _pytest.config.findpaths",
+        f"{ROOT}/pytest_plugin/__init__.py:4: imports _x from xdist",
+        f"{ROOT}/pytest_plugin/__init__.py:7: reads early_config._parser",
+        f"{ROOT}/pytest_plugin/__init__.py:8: reads item.config._inicache",
+    ]
 
 
 FAKE_PACKAGE = {

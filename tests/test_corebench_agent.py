@@ -39,11 +39,10 @@ def env_args(kind: str) -> list[str]:
     return ["--bench-env=host"]
 
 
-def run_bench(pytester, tmp_path, server, kind, difficulty, *extra) -> tuple[pytest.RunResult, dict, Path]:
-    staged = tmp_path / "staged"
-    build_capsule_archive(staged, CAPSULE, figure=True)
-    run_dir = tmp_path / "reports" / "core-bench" / "agent-model" / f"{kind}-{difficulty}"
-    result = pytester.runpytest_subprocess(
+def agent_run_args(server: FakeOpenAI, staged: Path, reports: Path) -> list[str]:
+    """``pytest`` arguments of a run of CAPSULE (staged in ``staged``) by the scripted agent model, reports in
+    ``reports``, no cache."""
+    return [
         "--bench=core-bench",
         "--bench-split=train",
         f"--bench-ids={CAPSULE}",
@@ -51,13 +50,22 @@ def run_bench(pytester, tmp_path, server, kind, difficulty, *extra) -> tuple[pyt
         f"--model-base-url={server.base_url}",
         "--model-api-key=x",
         "--bench-cache=off",
-        "--model-max-retries=0",
-        f"--bench-difficulty={difficulty}",
         f"--bench-capsules-dir={staged}",
-        f"--bench-report-dir={tmp_path / 'reports'}",
-        f"--bench-run-id={kind}-{difficulty}",
+        f"--bench-report-dir={reports}",
         "-p",
         "no:cacheprovider",
+    ]
+
+
+def run_bench(pytester, tmp_path, server, kind, difficulty, *extra) -> tuple[pytest.RunResult, dict, Path]:
+    staged = tmp_path / "staged"
+    build_capsule_archive(staged, CAPSULE, figure=True)
+    run_dir = tmp_path / "reports" / "core-bench" / "agent-model" / f"{kind}-{difficulty}"
+    result = pytester.runpytest_subprocess(
+        *agent_run_args(server, staged, tmp_path / "reports"),
+        "--model-max-retries=0",
+        f"--bench-difficulty={difficulty}",
+        f"--bench-run-id={kind}-{difficulty}",
         *env_args(kind),
         *extra,
     )
@@ -236,21 +244,7 @@ def test_model_failure_is_a_model_error(pytester, tmp_path, server):
 def test_gpu_capsule_is_an_env_error_without_bench_gpus(pytester, tmp_path, server):
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE, gpu=True)
-    pytester.runpytest_subprocess(
-        "--bench=core-bench",
-        "--bench-split=train",
-        f"--bench-ids={CAPSULE}",
-        "--model=agent-model",
-        f"--model-base-url={server.base_url}",
-        "--model-api-key=x",
-        "--bench-cache=off",
-        f"--bench-capsules-dir={staged}",
-        f"--bench-report-dir={tmp_path / 'reports'}",
-        "-p",
-        "no:cacheprovider",
-        "--bench-run-id=gpu",
-        "-rs",
-    )
+    pytester.runpytest_subprocess(*agent_run_args(server, staged, tmp_path / "reports"), "--bench-run-id=gpu", "-rs")
     record = json.loads((tmp_path / "reports" / "core-bench" / "agent-model" / "gpu" / "records.jsonl").read_text())
     assert record["status"] == "env_error" and record["gpu_required"] is True  # counted, not skipped
     assert "needs a GPU and --bench-gpus is not set" in record["message"] and "not gpu" in record["message"]
@@ -299,17 +293,7 @@ def test_ctrl_c_removes_the_container(pytester, tmp_path, server):
             sys.executable,
             "-m",
             "pytest",
-            "--bench=core-bench",
-            "--bench-split=train",
-            f"--bench-ids={CAPSULE}",
-            "--model=agent-model",
-            f"--model-base-url={server.base_url}",
-            "--model-api-key=x",
-            "--bench-cache=off",
-            f"--bench-capsules-dir={staged}",
-            f"--bench-report-dir={tmp_path / 'reports'}",
-            "-p",
-            "no:cacheprovider",
+            *agent_run_args(server, staged, tmp_path / "reports"),
             "--bench-env=docker",
             f"--bench-docker-image={image}",
             "--bench-docker-network=none",

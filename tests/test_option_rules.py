@@ -68,7 +68,7 @@ from pytest_agentbench.pytest_plugin.taskpackage import SecretValues
 from pytest_agentbench.report.options import REPORT_OPTIONS, ReportOptions
 from pytest_agentbench.sandbox.options import SANDBOX_OPTIONS, SandboxOptions, limits_from
 
-from bench_runs import REPO, SocketHost, worker_host_env
+from bench_runs import REPO, SocketHost, checkout_python_path, worker_host_env
 
 TOYBENCH = REPO / "tests" / "toybench"
 TOKEN = "tok-9f3c61d2e8a4b7"  # the second secret's value: must appear in no file and no output
@@ -127,10 +127,6 @@ def secret_toy_host_env(home: Path, site: Path, seen: Path) -> dict[str, str]:
     return worker_host_env(home, home / "cache", [str(site), str(TOYBENCH)], SECRETTOY_SEEN=str(seen))
 
 
-def python_path(site: Path) -> str:
-    return os.pathsep.join([str(site), str(TOYBENCH), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-
-
 def files_containing(folder: Path, text: str) -> list[Path]:
     """Every file under ``folder`` whose bytes contain ``text``."""
     needle = text.encode()
@@ -150,7 +146,7 @@ def test_a_second_secret_option_is_never_stored_sent_to_the_probe_or_written(tmp
         # the run is a user's: none of this test's own xdist worker variables (role() reads PYTEST_XDIST_WORKER)
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
-            "PYTHONPATH": python_path(site),
+            "PYTHONPATH": checkout_python_path([str(site), str(TOYBENCH)]),
             "SECRETTOY_SEEN": str(seen),
             "AGENTBENCH_OFFLINE": "1",
         }

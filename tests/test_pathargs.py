@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pytest_agentbench.benchmarks.registry import available_benchmarks
 from pytest_agentbench.pytest_plugin.options import all_options
+from pytest_agentbench.pytest_plugin.pathargs import determine_setup
 
 PATH_OPTIONS = sorted((o for o in all_options(available_benchmarks()) if o.kind == "path"), key=lambda o: o.flag)
 
@@ -89,3 +92,37 @@ def test_equals_form_outside_the_project_works(pytester, tiny, outside):
     result = tiny(f"--bench-report-dir={outside}", broken="2.2")
     result.assert_outcomes(passed=4, failed=1)
     assert (outside / "scicode" / "mutant" / "from-ini" / "steps.jsonl").is_file()
+
+
+# (files to write, free arguments, -c, --rootdir): the layouts where pytest's rules differ, including the ones
+# that changed between releases (pytest.toml and [tool.pytest] in 9.0, a bare pyproject.toml in 8.1, -c of a
+# non-file in 9.2); "{outside}" is a folder beside the project
+LAYOUTS = {
+    "no-arguments": ({"tox.ini": "[pytest]\n"}, [], None, None),
+    "sub-pytest-ini": ({"tox.ini": "[pytest]\n", "sub/pytest.ini": ""}, ["sub"], None, None),
+    "node-id": ({"pytest.ini": "", "sub/setup.cfg": "[tool:pytest]\n", "sub/t.py": ""}, ["sub/t.py::t"], None, None),
+    "outside": ({"tox.ini": "[pytest]\n"}, ["{outside}"], None, None),
+    "tox-ini-without-pytest": ({"sub/tox.ini": "[tox]\n", "sub/setup.py": ""}, ["sub"], None, None),
+    "setup-cfg-without-pytest": ({"sub/setup.cfg": "[metadata]\n"}, ["sub"], None, None),
+    "bare-pyproject": ({"sub/pyproject.toml": "[project]\nname = 'x'\n"}, ["sub"], None, None),
+    "tool-pytest-table": ({"sub/pyproject.toml": "[tool.pytest]\nminversion = '8.0'\n"}, ["sub"], None, None),
+    "ini-options": ({"sub/pyproject.toml": "[tool.pytest.ini_options]\n"}, ["sub"], None, None),
+    "pytest-toml": ({"pytest.ini": "", "sub/pytest.toml": ""}, ["sub"], None, None),
+    "two-folders": ({"a/tox.ini": "[pytest]\n", "b/x": ""}, ["a", "b"], None, None),
+    "rootdir": ({"sub/pytest.ini": ""}, ["sub"], None, "{outside}"),
+    "config-file": ({"other.ini": "[pytest]\n", "sub/pytest.ini": ""}, ["sub"], "other.ini", None),
+    "config-file-not-a-file": ({"sub/pytest.ini": ""}, ["sub"], os.devnull, None),
+}
+
+
+@pytest.mark.parametrize("files, free, inifile, rootdir", LAYOUTS.values(), ids=list(LAYOUTS))
+def test_the_setup_is_worked_out_as_pytest_does(pytester, outside, files, free, inifile, rootdir):
+    """The rootdir and configfile this plugin works out for an argument list are the ones pytest finds."""
+    for rel, text in files.items():
+        (pytester.path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pytester.path / rel).write_text(text)
+    free = [arg.format(outside=outside) for arg in free]
+    rootdir = rootdir and rootdir.format(outside=outside)
+    args = [*free, *(["-c", inifile] if inifile else []), *(["--rootdir", rootdir] if rootdir else [])]
+    config = pytester.parseconfig(*args)
+    assert determine_setup(inifile, free, rootdir, pytester.path) == (config.rootpath, config.inipath)

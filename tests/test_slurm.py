@@ -1,6 +1,7 @@
-"""``--bench-backend=slurm`` on a real two-node Slurm cluster on this machine (.ci/slurm-setup: node1 has a
-pretend GPU, node2 runs in its own UTS namespace). Without the cluster the tests skip with the reason
-(CI=true: they fail).
+"""``--bench-backend=slurm`` on a real two-node Slurm cluster on this machine (.ci/slurm-setup, run by .ci/run
+before pytest: node1 has a pretend GPU, node2 runs in its own UTS namespace). The tests read what the set-up
+wrote (tests/capabilities.py ``needs("slurm")``) and never run it. Without the cluster they skip with the
+reason (CI=true: they fail).
 
 Kept small (two one-step SciCode problems, two synthetic capsules): the whole module takes a few minutes.
 """
@@ -20,19 +21,19 @@ from pytest_agentbench.core import records as rec
 from pytest_agentbench.core import slurm, spool
 
 from bench_runs import read_jsonl
-from capabilities import needs
+from capabilities import needs, slurm_nodes_down
 from capsule_factory import write_capsule_tree
 
 pytestmark = [pytest.mark.e2e, pytest.mark.remote, pytest.mark.slow]
 
 IDS = "1,3"
-SLURM_STATE = Path(os.environ.get("AGENTBENCH_SLURM_STATE", "/var/lib/agentbench-slurm"))
 SMALL = ("--bench-memory-limit=2",)  # 3 GiB jobs: two fit on each 8 GB node
 
 
 @pytest.fixture(scope="module")
-def cluster() -> None:
-    needs("slurm")
+def cluster() -> dict:
+    """What .ci/slurm-setup wrote: the state folder, each node's slurmd pid file and start command."""
+    return needs("slurm")
 
 
 def comparable(record: dict) -> dict:
@@ -94,7 +95,7 @@ def test_detached_run_then_collect_gives_the_waiting_runs_summary(
             ["scontrol", "write", "batch_script", array["job"], "-"], capture_output=True, text=True
         ).stdout
         assert secret not in script
-    found = subprocess.run(["grep", "-rl", secret, str(SLURM_STATE)], capture_output=True, text=True).stdout
+    found = subprocess.run(["grep", "-rl", secret, cluster["state"]], capture_output=True, text=True).stdout
     assert not found, f"the API key is in Slurm's state: {found}"
     collect_job = detached.stdout.str().split("collect job ")[1].split()[0]
     wait_for_job(collect_job)
@@ -207,9 +208,9 @@ def element_of(run_dir: Path, unit: str) -> tuple[str, str, str] | None:
     return (f"{where[0]}_{where[1]}", *state[:2]) if state else None
 
 
-def kill_node(node: str, job_label: str) -> None:
+def kill_node(cluster: dict, node: str, job_label: str) -> None:
     """The node's slurmd and the task's processes die, as when a machine is lost."""
-    pid = int((SLURM_STATE / f"slurmd-{node}.pid").read_text())
+    pid = int(Path(cluster["nodes"][node]["pid_file"]).read_text())
     os.kill(pid, 9)
     job = subprocess.run(["squeue", "-h", "-j", job_label, "-o", "%A"], capture_output=True, text=True).stdout.strip()
     steps = subprocess.run(["pgrep", "-f", f"slurmstepd: \\[{job}\\."], capture_output=True, text=True).stdout.split()
@@ -219,6 +220,19 @@ def kill_node(node: str, job_label: str) -> None:
             subprocess.run(["pkill", "-9", "-P", child], check=False)  # the forkserver and sandboxes under it
             os.kill(int(child), 9)
         os.kill(int(step), 9)
+
+
+def bring_back(cluster: dict, node: str, timeout: float = 90) -> None:
+    """The node's slurmd starts again the way .ci/slurm-setup started it (its command is in the set-up's info)
+    and Slurm takes the node back into service (a node marked down is resumed)."""
+    subprocess.run(cluster["nodes"][node]["start"], check=False, capture_output=True, timeout=60)
+    deadline = time.monotonic() + timeout
+    while (problem := slurm_nodes_down()) and time.monotonic() < deadline:
+        state = subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%t"], capture_output=True, text=True).stdout
+        if any(word in state for word in ("down", "drain", "inval", "fail")):
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False, capture_output=True)
+        time.sleep(2)
+    assert problem is None, problem
 
 
 def hurry_requeued(run_dir: Path, controller: subprocess.Popen, timeout: float = 240) -> None:
@@ -264,6 +278,7 @@ def test_a_lost_node_requeues_the_task_and_the_run_completes(
         stderr=subprocess.STDOUT,
         text=True,
     )
+    killed = None
     try:
         deadline = time.monotonic() + 120
         element = None
@@ -274,16 +289,16 @@ def test_a_lost_node_requeues_the_task_and_the_run_completes(
             time.sleep(1)
         assert element and element[1] == "RUNNING", element
         time.sleep(8)  # the task is inside its item
-        kill_node(element[2], element[0])
+        killed = element[2]
+        kill_node(cluster, killed, element[0])
         flag.unlink()
         hurry_requeued(run_dir, controller)
         out, _ = controller.communicate(timeout=420)
     finally:
         if controller.poll() is None:
             controller.kill()
-        subprocess.run(
-            [str(Path(__file__).resolve().parents[1] / ".ci" / "slurm-setup")], check=False, capture_output=True
-        )  # the killed node comes back for the other tests
+        if killed:
+            bring_back(cluster, killed)  # the killed node comes back for the other tests
     assert controller.returncode == 0, out[-4000:]
     records = {r["id"]: r for r in read_jsonl(run_dir / "steps.jsonl")}
     assert sorted(records) == ["1.1", "3.1"] and {r["status"] for r in records.values()} == {"pass"}, out[-3000:]

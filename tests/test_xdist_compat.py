@@ -11,9 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -22,6 +19,8 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_agentbench.pytest_plugin import xdist_compat
+
+from bench_runs import SocketHost
 
 PACKAGE = Path(xdist_compat.__file__).resolve().parents[1]
 ADAPTER = Path(xdist_compat.__file__).resolve()
@@ -173,21 +172,11 @@ def test_cut_worker_ends_a_socket_gateway_whose_host_went_silent(tmp_path):
     ``SocketIO.kill`` does nothing, so a cut that only called it left the run waiting forever (issue 20)."""
     import execnet
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{probe.getsockname()[1]}"
-    server = subprocess.Popen(
-        [sys.executable, "-u", "-m", "execnet.script.socketserver", address],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    host = SocketHost(tmp_path / "host", os.environ)
     try:
-        assert "Entering Accept loop" in server.stdout.readline()
-        gateway = execnet.makegateway(f"socket={address}")
+        gateway = execnet.makegateway(f"socket={host.address}")
         channel = gateway.remote_exec("channel.send(channel.receive())")
-        os.kill(server.pid, signal.SIGSTOP)
+        os.kill(host.proc.pid, signal.SIGSTOP)
         with pytest.raises(execnet.TimeoutError):  # silent: nothing ends the wait by itself
             channel.receive(timeout=1)
         started = time.monotonic()
@@ -197,5 +186,4 @@ def test_cut_worker_ends_a_socket_gateway_whose_host_went_silent(tmp_path):
         assert time.monotonic() - started < 5
         gateway.exit()
     finally:
-        server.kill()
-        server.wait(30)
+        host.stop()

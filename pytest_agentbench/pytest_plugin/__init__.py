@@ -66,7 +66,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     pytest flags a run file gives (pytest reads ``args`` again after this hook, as pytest-xdist's ``-n auto``
     documentation does it)."""
     options = all_options(available_benchmarks())
-    error = space_form_error(early_config, args, options)
+    error = space_form_error(early_config, parser, args, options)
     if error:
         raise pytest.UsageError(error)
     args += run_file_arguments(early_config, options)
