@@ -33,7 +33,11 @@ SENSITIVE = [
     "tests/test_scicode_plugin.py::test_k_and_deselect_work_on_node_ids",
     "tests/test_scicode_plugin.py::test_prefilled_marker_selects_the_three_official_steps",
     "tests/test_scicode_plugin.py::test_last_failed_reruns_only_the_failed_steps",
-    "tests/test_controller_writer.py",
+    # the worker-to-controller delivery through xdist's reports, and xdist's crashed-worker hook; the module's
+    # other end-to-end tests send the same deliveries (a cap, core-bench attempts) and its unit tests use no pytest
+    "tests/test_controller_writer.py::test_workers_write_nothing_yet_records_files_and_cache_arrive_once",
+    "tests/test_controller_writer.py::"
+    "test_a_worker_killed_mid_item_leaves_an_error_record_and_resume_runs_exactly_the_lost_items",
     "tests/test_pathargs.py",  # works out the rootdir/configfile by pytest's rules, which change between releases
 ]
 
