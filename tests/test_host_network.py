@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.envs.docker import DockerFactory
 from pytest_agentbench.envs.host import HostFactory
 
 import envs_contract as contract
@@ -115,6 +116,27 @@ def test_background_jobs_share_the_namespace_between_commands(tmp_path):
             30,
         )
     assert fetched.stdout.strip() == "200", fetched.stderr
+
+
+@pytest.mark.docker
+def test_the_user_network_leaves_this_machines_mounts_alone(tmp_path):
+    """slirp4netns's sandbox detaches its copy of this machine's mounts; that must not reach this machine's
+    namespace. Run as root it did: the engine's view of every running container's file system (the overlay
+    mounts under Docker's shared /var/lib/docker) went with it, and the archive API then answered 404
+    (``Could not find the file /tmp in container``) for a container still running."""
+    needs("bwrap")
+    needs("slirp4netns")
+    docker = DockerFactory(image=needs("docker"), network="none")
+    try:
+        with docker.start(contract.make_workspace(tmp_path / "docker")) as container:
+            container.write_file("before.txt", "written before")
+            with HostFactory(network="user").start(contract.make_workspace(tmp_path / "host")) as host:
+                assert host.run("echo up", 30).stdout == "up\n"
+            assert container.read_file("before.txt") == b"written before"
+            container.write_file("after.txt", "written after")
+            assert container.run("cat before.txt after.txt", 30).stdout == "written beforewritten after"
+    finally:
+        docker.close()
 
 
 # ---- through pytest, as a user runs CORE-Bench --------------------------------------------------

@@ -45,7 +45,10 @@ from ..core.data import secret_path
 from ..core.errors import ConfigError
 from ..sandbox.executors import run_python
 from ..sandbox.isolation import (
+    CLONE_NEWNS,
     MOUNT_RACE_TRIES,
+    MS_REC,
+    MS_SLAVE,
     SANDBOX_UID,
     Isolation,
     bwrap_argv,
@@ -101,6 +104,21 @@ if spec.get("sandbox"):
     os.execv(argv[0], argv)
 os.chdir(spec["cwd"])
 os.execve(spec["bash"], ["bash", "-c", spec["command"]], spec["env"])
+"""
+# Between the plugin and slirp4netns: a mount namespace of its own whose mounts take this machine's changes but
+# send none back. Why: --enable-sandbox makes only "/" private before it detaches the old root, so run as root
+# (in this machine's user namespace) its detaching unmounts, on this machine, every mount below a shared one:
+# under Docker's /var/lib/docker, every running container's file system as the engine sees it (its archive
+# API then answers 404 for a running container). Not allowed to make the namespace (not root), slirp4netns
+# makes its own inside a user namespace, where those mounts arrive as slaves already: nothing to do then.
+# argv: CLONE_NEWNS, the propagation flags, then slirp4netns's argv. No package import: it starts fast.
+NETWORK_LAUNCHER = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(int(sys.argv[1])) == 0:
+    if libc.mount(None, b"/", None, ctypes.c_ulong(int(sys.argv[2])), None) != 0:
+        sys.exit("cannot make the mounts of its namespace slaves: " + os.strerror(ctypes.get_errno()))
+os.execv(sys.argv[3], sys.argv[3:])
 """
 # In the command's bwrap sandbox: give up every privilege, then become bash.
 INNER = r"""
@@ -507,8 +525,10 @@ class UserNetwork:
         self.exit_write: int | None = exit_write  # None once closed
         try:
             self.proc = subprocess.Popen(
-                # --enable-sandbox: it runs in a mount namespace of its own, without capabilities but binding ports
+                # --enable-sandbox: it runs in a mount namespace of its own, without capabilities but binding ports;
+                # the launcher first puts it in one whose mounts are slaves (see NETWORK_LAUNCHER)
                 [
+                    *(sys.executable, "-S", "-c", NETWORK_LAUNCHER, str(CLONE_NEWNS), str(MS_REC | MS_SLAVE)),
                     program,
                     "--configure",
                     "--mtu=65520",
