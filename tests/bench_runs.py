@@ -27,6 +27,23 @@ def run_dirs(root: Path, bench: str = "scicode") -> list[Path]:
     return sorted(p for p in (Path(root) / "reports" / bench).glob("*/*") if p.is_dir())
 
 
+# The two validation problems whose scoring is most of a full run's time (51.4 runs a molecular dynamics
+# simulation, 47.4 a Monte Carlo one: about 40 s and 25 s of upstream test code on one core). A test that checks
+# how a run is driven (models, workers, executors) rather than that the whole split resolves leaves them out.
+HEAVY_VALIDATION_PROBLEMS = ("51", "47")
+
+
+def validation_problems(leave_out: Sequence[str] = HEAVY_VALIDATION_PROBLEMS) -> tuple[list[str], int]:
+    """The validation split's problem ids without ``leave_out`` (for ``--bench-ids``), and their scored steps."""
+    ids, steps = [], 0
+    for line in (SHARED_DATA / "scicode" / "problems_dev.jsonl").read_text().splitlines():
+        problem = json.loads(line)
+        if problem["problem_id"] not in leave_out:
+            ids.append(problem["problem_id"])
+            steps += len(problem["sub_steps"])
+    return ids, steps
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 (a socket server or scripted endpoint binds it next)."""
     with socket.socket() as sock:
