@@ -130,7 +130,7 @@ def build_summary(
     if any("attempt" in r for r in ordered):
         result = summarize_attempts(ordered, benchmark, settings, list(declared.units))
     else:
-        result = benchmark.summarize(ordered, settings)
+        result = benchmark.summarize([rec.Record.from_json(r) for r in ordered], settings)
     counts = run_counts(ordered, result.get("raw_counts"))
     data = {
         "settings": dict(settings),
@@ -185,7 +185,8 @@ def summarize_attempts(
 ) -> dict[str, Any]:
     """--bench-attempts K > 1: the benchmark summarizes each attempt; the metrics are their means (what
     gates and compare read); ``attempts`` holds each attempt's metrics, standard errors and pass@k."""
-    results = {a: benchmark.summarize(rs, settings) for a, rs in attempts_of(records).items()}
+    by_attempt = attempts_of(records)
+    results = {a: benchmark.summarize([rec.as_record(r) for r in rs], settings) for a, rs in by_attempt.items()}
     stats = attempt_stats({a: r["metrics"] for a, r in results.items()}, records)
     raw: dict[str, Any] = {}
     for r in results.values():  # raw counts are summed over attempts
