@@ -226,7 +226,8 @@ def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay
     1-based: the last); its own fields are the counted try's, its duration the sum of all."""
     result = run_once(run, sample)
     tries = [result]
-    while result.status in rec.ERROR_STATUSES and len(tries) <= max_retries:
+    # by key: a plain dict of another package's benchmark may lack a status (a KeyError: the item's error)
+    while result["status"] in rec.ERROR_STATUSES and len(tries) <= max_retries:
         time.sleep(backoff_delay(len(tries) - 1, base_delay))
         result = run_once(run, replace(sample, retry=len(tries)))
         tries.append(result)

@@ -97,17 +97,17 @@ class RecordWriter:
         if record is None or not (call.when == "call" or not report.passed):
             return
         fresh = record.key not in self.state.resumed  # a resumed record is already in the file
-        if fresh:
-            record = self.guarded("record", item.nodeid, report, record, lambda r: self.build(item, r))
+        if fresh:  # the hook changes the JSON object in place: an error record keeps the identity it left
+            data = record.to_json()
+            record = self.guarded("record", item.nodeid, report, data, lambda _: self.build(item, data))
         record = self.deliver(item, report, record, fresh)
         self.attach(item, report, record, fresh)
 
-    def build(self, item: BenchItem, record: rec.Record) -> rec.Record:
+    def build(self, item: BenchItem, data: rec.RecordData) -> rec.Record:
         """The finished record: plugins' fields added, every string valid UTF-8, plain JSON data. The public
-        hook gets the record's JSON object to change in place (its contract); the ``Record`` is made again from
-        what it left."""
+        hook gets the record's JSON object, ``data``, to change in place (its contract); the ``Record`` is made
+        again from what it left."""
         self.config.hook.pytest_agentbench_test_fault(stage="record", nodeid=item.nodeid)
-        data = record.to_json()
         self.config.hook.pytest_agentbench_record(record=data, item=item)
         return rec.Record.from_json(rec.plain(repair_record(rec.Record.from_json(data))))
 
@@ -122,7 +122,7 @@ class RecordWriter:
         item.user_properties.extend(rec.junit_properties(record))
         item.stash[RECORD] = None  # written once (the record stays in the report)
 
-    def guarded(self, stage: str, nodeid: str, report: pytest.TestReport, record: rec.Record, step) -> rec.Record:
+    def guarded(self, stage: str, nodeid: str, report: pytest.TestReport, record: rec.RecordLike, step) -> rec.Record:
         """``step(record)``; when it raises, the item's error record for ``stage`` (and a failed report)."""
         try:
             return step(record)
