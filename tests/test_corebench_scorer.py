@@ -22,6 +22,7 @@ from pytest_agentbench.benchmarks.corebench.scorer import (
     question_totals,
     score_report,
 )
+from pytest_agentbench.core.records import Record
 
 from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 from capsule_factory import CapsuleServer, build_capsule_archive, corebench_options
@@ -351,7 +352,8 @@ def test_oracle_passes_and_workspace_is_removed(tmp_path, item, monkeypatch):
     assert not list(Path(tempfile.gettempdir()).glob(f"corebench-{CID}-*"))
     saved = tmp_path / "run" / "artifacts" / CID
     assert "Task: codeocean_hard" in (saved / "prompt.txt").read_text()
-    json.dumps(record)  # records are JSON
+    assert isinstance(record, Record)  # typed where it is made (records.sample_record)
+    json.dumps(record.to_json())  # its JSON object is plain JSON
 
 
 def test_agent_sees_hard_workspace_and_nested_report_scores(tmp_path, item):

@@ -14,9 +14,13 @@ import pytest
 from pytest_agentbench.benchmarks.registry import get_benchmark
 from pytest_agentbench.core import records as rec
 from pytest_agentbench.core.records import Record
+from pytest_agentbench.core.types import Sample
+from pytest_agentbench.pytest_plugin.run import run_with_retries
 from pytest_agentbench.report.baseline import json_text, load_summary, write_baseline
 from pytest_agentbench.report.ledger import Ledger, RunPlan
 from pytest_agentbench.report.summary import Summary, Verdict, build_summary, render_markdown
+
+from scicode_builders import MODEL_CONFTEST
 
 OLD = Path(__file__).parent / "old_runs" / "scicode-tiny"
 IDENTITY = ("benchmark", "task", "id", "split", "scored", "model")
@@ -128,3 +132,81 @@ def test_a_resume_of_an_old_run_reuses_every_record(tiny, pytester, shared_cache
         "notes",
         "isolation",
     }
+
+
+# ---- records are typed where they are made ---------------------------------------------------------------
+SAMPLE = Sample(id="4.2", task_id="4", split="validation")
+
+
+def test_a_benchmark_makes_its_record_typed_and_checked():
+    fields = {"answer": "7", "status": "fail", "generation": {"model_calls": 1}}
+    record = rec.sample_record("toy", SAMPLE, fields)
+    identity = (record.benchmark, record.task, record.id, record.split, record.scored)
+    assert identity == ("toy", "4", "4.2", "validation", True)
+    assert (record.status, record.message) == ("fail", "")  # a message left out is empty
+    assert record.extra == {"answer": "7", "generation": {"model_calls": 1}}
+    # the sample's identity first, then the benchmark's fields in their order (report.html lists them so)
+    assert list(record.to_json()) == [*IDENTITY[:5], "answer", "status", "generation", "message"]
+    with pytest.raises(ValueError, match="toy 4.2: status 'passed' is none of pass, fail, "):
+        rec.sample_record("toy", SAMPLE, {"status": "passed"})
+    with pytest.raises(ValueError, match="toy 4.2: record field 'message' is NoneType, not str"):
+        rec.sample_record("toy", SAMPLE, {"status": "pass", "message": None})
+    with pytest.raises(ValueError, match="record field 'scored' is int, not bool"):
+        rec.sample_record("toy", SAMPLE, {"status": "pass", "scored": 1})
+
+
+class CheckedRun:
+    """A benchmark's run (the BenchRun protocol) whose record is made by ``sample_record``."""
+
+    def __init__(self, fields):
+        self.fields = fields
+
+    def run_sample(self, sample):
+        return rec.sample_record("toy", sample, self.fields)
+
+    def close(self):
+        pass
+
+
+class PlainRun(CheckedRun):
+    """A benchmark of another package that still returns its record's fields as a dict."""
+
+    def run_sample(self, sample):
+        return dict(self.fields)
+
+
+def test_the_run_loop_carries_records_and_a_record_failing_its_check_is_the_items_error():
+    made = run_with_retries(CheckedRun({"status": "pass", "answer": "7"}), SAMPLE, max_retries=0)
+    assert isinstance(made, Record) and made.status == "pass" and made["answer"] == "7"
+    assert list(made.to_json()) == [*IDENTITY[:5], "status", "answer", "message", "duration"]
+    plain = run_with_retries(PlainRun({"status": "fail", "answer": "8"}), SAMPLE, max_retries=0)
+    assert isinstance(plain, Record) and (plain.status, plain.message, plain["answer"]) == ("fail", "", "8")
+    broken = run_with_retries(CheckedRun({"status": "passed"}), SAMPLE, max_retries=1)
+    assert isinstance(broken, Record) and broken.status == "error"  # retried once (an error), then kept
+    assert "ValueError: toy 4.2: status 'passed' is none of" in broken.message
+    assert broken["counted_try"] == 2 and [t["status"] for t in broken["tries"]] == ["error", "error"]
+
+
+RECORD_HOOK = """
+def pytest_agentbench_record(record, item):
+    # a user's conftest changes the record in place (the hook's contract), a common field included
+    if record["id"] == "3.1":
+        record["status"] = "fail"
+        record["message"] = "failed by the reviewer"
+    record["reviewed_by"] = "conftest"
+"""
+
+
+@pytest.mark.e2e
+def test_a_record_the_hook_changed_in_place_is_the_one_written_and_summarized(tiny, pytester):
+    pytester.makeconftest(MODEL_CONFTEST + RECORD_HOOK)
+    result = tiny("--bench-ids=1,3", "--bench-run-id=hooked")
+    result.assert_outcomes(passed=3)  # the item's outcome was decided before the hook ran
+    run_dir = pytester.path / "reports" / "scicode" / "mutant" / "hooked"
+    records = {r["id"]: r for r in rec.read_records(run_dir / "steps.jsonl")}
+    assert sorted(records) == ["1.1", "1.2", "3.1"]
+    assert all(r["reviewed_by"] == "conftest" for r in records.values())
+    assert (records["3.1"]["status"], records["3.1"]["message"]) == ("fail", "failed by the reviewer")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["counts"] == {"pass": 2, "fail": 1}
+    assert {i["id"]: i["status"] for i in summary["items"]} == {"1.1": "pass", "1.2": "pass", "3.1": "fail"}

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Protocol
 
 from ..core.io import DirectoryFiles, RunFiles
 from ..core.options import Option, Settings, view
-from ..core.records import RecordData
+from ..core.records import Record, RecordLike
 from ..core.run_options import RunOptions
 from ..core.slurm import HARNESS_MIB, TIME_MARGIN, Request
 from ..core.types import Sample, Task
@@ -55,8 +55,10 @@ class RunSpec:
 class BenchRun(Protocol):
     """One benchmark's run in one process."""
 
-    def run_sample(self, sample: Sample) -> RecordData:
-        """Run and score one sample; return its record (see core/records.py for the common keys)."""
+    def run_sample(self, sample: Sample) -> RecordLike:
+        """Run and score one sample; return its ``Record`` (``records.sample_record``: the common fields typed and
+        checked, the benchmark's own fields beside them). A benchmark of another package may still return the
+        record's fields as a dict; the run loop makes the ``Record`` of it."""
 
     def close(self) -> None:
         """Release what the run holds (threads, servers); called once at the end of the session."""
@@ -120,9 +122,10 @@ class Benchmark:
         fixture values); choose the solver here, once."""
         raise NotImplementedError
 
-    def summarize(self, records: list[RecordData], settings: Mapping[str, Any]) -> dict[str, Any]:
-        """Metrics from the records of one run (controller side): a dict with ``metrics`` (name -> float),
-        ``terminal`` (list of lines) and ``markdown`` (str); other keys go into summary.json."""
+    def summarize(self, records: list[Record], settings: Mapping[str, Any]) -> dict[str, Any]:
+        """Metrics from the records of one run (controller side; each a ``Record``, read-only): a dict with
+        ``metrics`` (name -> float), ``terminal`` (list of lines) and ``markdown`` (str); other keys go into
+        summary.json."""
         raise NotImplementedError
 
 

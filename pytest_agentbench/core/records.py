@@ -1,12 +1,18 @@
 """Per-item records, appended to the run's log as each item finishes.
 
-A record has two forms. ``RecordData`` is its JSON object (a plain dict): the records file's line, what the
-``pytest_agentbench_record`` hook changes in place, what a benchmark's ``run_sample`` returns the fields of and
-its ``summarize`` reads, and what an xdist report carries. ``Record`` is the typed, read-only form the controller
-and the report layer pass around once a record is finished: the common fields (``benchmark``, ``task``, ``id``,
-``split``, ``status``, ``scored``, ``message``) as attributes, every other field (the benchmark's own, ``model``,
-``attempt``, ``duration``, and ``host`` / ``worker``, where the item ran) in ``extra``. ``Record.from_json(data)``
-and ``record.to_json()`` give back the same object, key order included, so the files never change.
+A record has two forms. ``Record`` is the typed, read-only form every part of the package makes and passes
+around: the common fields (``benchmark``, ``task``, ``id``, ``split``, ``status``, ``scored``, ``message``) as
+attributes, every other field (the benchmark's own, ``model``, ``attempt``, ``duration``, and ``host`` /
+``worker``, where the item ran) in ``extra``. A benchmark's ``run_sample`` makes one with ``sample_record`` (its
+status checked against ``STATUSES``), the run loop adds the item's identity and timing to it, the writer carries
+it to the records file and the report layer and ``summarize`` read it.
+
+``RecordData`` is its JSON object (a plain dict), and stays the form only where a record must be plain data:
+the records file's line (``record_line``, ``read_records``), what an xdist report carries in
+``user_properties`` (execnet carries plain data only), and the argument of the public
+``pytest_agentbench_record`` hook, which users' conftests change in place (the plugin passes the JSON object and
+makes the ``Record`` again from what the hook left). ``Record.from_json(data)`` and ``record.to_json()`` give
+back the same object, key order included, so the files never change.
 
 Records travel from xdist workers to the controller in the test report's ``user_properties`` under
 ``RECORD_PROPERTY``, with the item's run files and new model-cache entries under ``DELIVERY_PROPERTY``: the
@@ -26,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .io import natural_key, write_atomic
-from .types import attempt_key
+from .types import Sample, attempt_key
 
 RECORD_PROPERTY = "agentbench_record"
 # what a worker hands the controller with a record: {"append", "files", "cache", "bytes"} (pytest_plugin/writer.py)
@@ -152,6 +158,32 @@ class Record(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.to_json())
+
+
+def sample_record(benchmark: str, sample: Sample, fields: Mapping[str, Any]) -> Record:
+    """A benchmark's record of one sample (what ``run_sample`` returns): the sample's identity (``benchmark``,
+    ``task``, ``id``, ``split``, ``scored``), then ``fields`` in their order: the verdict (``status``, one of
+    ``STATUSES``; ``message``, text, empty when left out) and the benchmark's own fields. A field of ``fields``
+    that is also part of the identity replaces it in place. Raises ValueError for a status outside
+    ``STATUSES`` or a common field of the wrong type: a bug of the benchmark, which the run loop records as
+    the item's error."""
+    identity = {
+        "benchmark": benchmark,
+        "task": sample.task_id,
+        "id": sample.id,
+        "split": sample.split,
+        "scored": sample.scored,
+    }
+    data = {**identity, **fields}
+    data.setdefault("message", "")
+    if data.get("status") not in STATUSES:
+        raise ValueError(f"{benchmark} {sample.id}: status {data.get('status')!r} is none of {', '.join(STATUSES)}")
+    for key, kind in COMMON_FIELDS.items():
+        if type(data[key]) is not kind:
+            raise ValueError(
+                f"{benchmark} {sample.id}: record field {key!r} is {type(data[key]).__name__}, not {kind.__name__}"
+            )
+    return Record.from_json(data)
 
 
 def as_mapping(value: object) -> Mapping[str, Any]:

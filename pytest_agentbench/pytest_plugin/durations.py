@@ -53,14 +53,14 @@ def measured(state: BenchState) -> dict[str, dict[str, float]]:
     return out
 
 
-def write_durations(state: BenchState, records: Iterable[rec.RecordData]) -> int:
+def write_durations(state: BenchState, records: Iterable[rec.Record]) -> int:
     """Merge the durations of ``records`` into durations.json; returns how many samples were written."""
     fresh: dict[str, dict[str, float]] = {}
     for record in records:
         duration = record.get("duration")
-        if rec.is_lost(record) or not isinstance(duration, (int, float)) or record.get("status") == "skipped":
+        if rec.is_lost(record) or not isinstance(duration, (int, float)) or record.status == "skipped":
             continue
-        fresh.setdefault(str(record.get("task")), {})[str(record.get("id"))] = round(float(duration), 3)
+        fresh.setdefault(record.task, {})[record.id] = round(float(duration), 3)
     if not fresh:
         return 0
     path = durations_path(state)
@@ -114,7 +114,7 @@ class DurationsWriter:
         if session.config.option.collectonly or self.state.options["cache"] == "ro":
             return  # nothing ran, or the cache dir is not to be written
         try:
-            records = rec.latest_by_id(rec.read_records(self.state.records_path)).values()
-            write_durations(self.state, records)
+            finished = rec.latest_by_id(rec.read_records(self.state.records_path)).values()
+            write_durations(self.state, [rec.Record.from_json(r) for r in finished])
         except OSError:  # a read-only cache dir costs the next run its ordering, nothing else
             pass

@@ -151,9 +151,10 @@ class WorkerInput:
             return self.model_run_dirs[model]
         return self.run_dir
 
-    def resumed_records(self) -> dict[str, dict[str, Any]]:
+    def resumed_records(self) -> dict[str, rec.Record]:
         """The finished records a resumed run reuses, by record key (none when the run is not resumed)."""
-        return rec.latest_by_id(json.loads(self.resumed)) if self.resumed else {}
+        finished = rec.latest_by_id(json.loads(self.resumed)) if self.resumed else {}
+        return {key: rec.Record.from_json(record) for key, record in finished.items()}
 
 
 def remote_input(ours: Mapping[str, Any]) -> RemoteInput | None:

@@ -217,7 +217,7 @@ class RemoteWorker:
         if self.gpus or not isinstance(pyfuncitem, BenchItem) or pyfuncitem.get_closest_marker(GPU_MARKER) is None:
             return False
         state: BenchState = state_of(pyfuncitem)
-        record = {
+        fields = {
             **base_record(pyfuncitem.sample, state),
             "status": "env_error",
             "duration": 0.0,
@@ -230,6 +230,7 @@ class RemoteWorker:
             "host": host.hostname(),
             rec.UNPLACED_FIELD: "gpu",
         }  # a resume with a GPU host runs it
+        record = rec.Record.from_json(fields)
         pyfuncitem.stash[RECORD] = record
         outcome(record)
         return True

@@ -96,12 +96,12 @@ class Reporter:
     def select(self, samples: list[Sample]) -> None:
         if self.config.option.collectonly:  # listing the items runs none: nothing is missing
             return
-        selected: list[rec.RecordData] = []
+        selected: list[rec.Record] = []
         for sample in samples:
             item = {**base_record(sample, self.state), **not_run_fields(self.state, sample)}
             if sample.skip_reason:  # a prefilled step: a skipped record whether or not the session reached it
                 item.update(status="skipped", message=sample.skip_reason)
-            selected.append(item)
+            selected.append(rec.Record.from_json(item))  # no status yet, unless skipped (``absent`` says so)
         self.plan.select(selected)
         stop_replay_without_cache(self.config, self.state, samples)  # before any item runs
 

@@ -45,7 +45,7 @@ class BenchState:
     )
     gates: Any = None  # report.options.GateConfig, controller only
     baseline: Any = None  # the baseline summary dict, when one is given and comparable
-    resumed: dict[str, rec.RecordData] = field(default_factory=dict)  # id -> finished record (--bench-resume)
+    resumed: dict[str, rec.Record] = field(default_factory=dict)  # id -> finished record (--bench-resume)
     notes: list[str] = field(default_factory=list)  # shown in the header (resume, baseline)
     run: BenchRun | None = None  # opened by the bench_run fixture at the first item of this process
     worker_hosts: dict[str, str] = field(default_factory=dict)  # controller: xdist worker id -> host, from its records
@@ -85,7 +85,7 @@ class Streak:
 STATE = pytest.StashKey[BenchState]()
 MODEL_STATES = pytest.StashKey[dict]()  # model name -> BenchState, in a run of several models
 SETTINGS = pytest.StashKey[Settings]()
-RECORD = pytest.StashKey[rec.RecordData | None]()  # the item's record, until it is attached to its report
+RECORD = pytest.StashKey[rec.Record | None]()  # the item's record, until it is attached to its report
 
 
 def state_of(item: pytest.Item) -> BenchState:
@@ -123,7 +123,8 @@ class ModelRuns:
             run.close()
 
 
-def base_record(sample: Any, state: BenchState) -> rec.RecordData:
+def base_record(sample: Any, state: BenchState) -> dict[str, Any]:
+    """The item's identity, the first fields of its record (a fragment: it has no status yet)."""
     record = {
         "benchmark": state.benchmark.name,
         "task": sample.task_id,
@@ -162,7 +163,7 @@ def describe(exc: BaseException) -> str:
     return repaired(text)
 
 
-def error_record(record: rec.RecordData, stage: str, exc: BaseException) -> rec.RecordData:
+def error_record(record: rec.RecordLike, stage: str, exc: BaseException) -> rec.Record:
     """The record of an item whose ``stage`` (a key of STAGES) failed with ``exc``: an ``error`` naming the
     stage and the cause, with the item's identity from ``record``. What ``record`` held beyond that is dropped:
     it may be what failed (a value that cannot be written, a field a plugin broke)."""
@@ -177,33 +178,36 @@ def error_record(record: rec.RecordData, stage: str, exc: BaseException) -> rec.
     if isinstance(record.get("status"), str):
         out["status_before_error"] = record["status"]
     out.setdefault("duration", 0.0)
-    return out
+    return rec.Record.from_json(out)
 
 
-def count_repaired(record: rec.RecordData) -> rec.RecordData:
+def count_repaired(record: rec.Record) -> rec.Record:
     """The item's ``text_repaired``: what its benchmark counted where text entered (the record's own count,
     its generation's: model replies, tool arguments and output) as one total, kept only when above 0."""
-    generation = record.get("generation")
-    parts = [record.get("text_repaired"), generation.get("text_repaired") if isinstance(generation, dict) else 0]
+    data = record.to_json()
+    generation = data.get("generation")
+    parts = [data.get("text_repaired"), generation.get("text_repaired") if isinstance(generation, dict) else 0]
     total = sum(n for n in parts if isinstance(n, int))
-    record.pop("text_repaired", None)
+    data.pop("text_repaired", None)
     if total:
-        record["text_repaired"] = total
-    return record
+        data["text_repaired"] = total
+    return rec.Record.from_json(data)
 
 
-def repair_record(record: rec.RecordData) -> rec.RecordData:
+def repair_record(record: rec.Record) -> rec.Record:
     """The record with every string valid UTF-8: text a boundary did not repair (a plugin's field, a message
     built from a child's words) is repaired here, where the record is finished, and added to ``text_repaired``."""
-    fixed, count = repair_value(record)
+    fixed, count = repair_value(record.to_json())
     if not count:
         return record
     assert isinstance(fixed, dict)  # repair_value gives a dict back for a dict
     fixed["text_repaired"] = int(fixed.get("text_repaired") or 0) + count
-    return fixed
+    return rec.Record.from_json(fixed)
 
 
-def run_once(run: BenchRun, sample: Sample) -> rec.RecordData:
+def run_once(run: BenchRun, sample: Sample) -> rec.Record:
+    """One try of the sample: its benchmark's ``Record`` (the fields of a dict a benchmark of another package
+    returns made one), with a message and the try's ``duration``."""
     started = time.monotonic()
     try:
         result = dict(run.run_sample(sample))
@@ -211,10 +215,10 @@ def run_once(run: BenchRun, sample: Sample) -> rec.RecordData:
         result = {"status": "error", "message": describe(exc), "traceback": repaired(traceback.format_exc(limit=20))}
     result.setdefault("message", "")
     result["duration"] = round(time.monotonic() - started, 3)
-    return result
+    return rec.Record.from_json(result)
 
 
-def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay: float = 0.0) -> rec.RecordData:
+def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay: float = 0.0) -> rec.Record:
     """The sample's result; an infrastructure failure (``records.ERROR_STATUSES``) is run again up to
     ``max_retries`` times (the run reuses the model answers it has), after the model client's backoff
     (``base_delay`` doubling, with jitter: a failing endpoint gets time to recover). A result that took more
@@ -222,18 +226,18 @@ def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay
     1-based: the last); its own fields are the counted try's, its duration the sum of all."""
     result = run_once(run, sample)
     tries = [result]
+    # by key: a plain dict of another package's benchmark may lack a status (a KeyError: the item's error)
     while result["status"] in rec.ERROR_STATUSES and len(tries) <= max_retries:
         time.sleep(backoff_delay(len(tries) - 1, base_delay))
         result = run_once(run, replace(sample, retry=len(tries)))
         tries.append(result)
     if len(tries) == 1:
         return result
-    return {
-        **result,
-        "tries": tries,
-        "counted_try": len(tries),
-        "duration": round(sum(t["duration"] for t in tries), 3),
-    }
+    return result.replaced(
+        tries=[t.to_json() for t in tries],
+        counted_try=len(tries),
+        duration=round(sum(t["duration"] for t in tries), 3),
+    )
 
 
 def run_item(item: pytest.Item, run: BenchRun) -> None:
@@ -241,14 +245,13 @@ def run_item(item: pytest.Item, run: BenchRun) -> None:
     state = state_of(item)
     sample: Sample = item.sample  # type: ignore[attr-defined]  # a BenchItem's (collect.py); typed on pytest.Item
     if sample.key in state.resumed:  # finished in the interrupted run: reported from its record, not run again
-        replay(item, dict(state.resumed[sample.key]))
+        replay(item, state.resumed[sample.key])
         return
     started = time.monotonic()
     try:
         item.config.hook.pytest_agentbench_test_fault(stage="score", nodeid=item.nodeid)
-        record = base_record(sample, state)
-        record.update(run_with_retries(run, sample, state.options.max_retries, state.options.model_retry_delay))
-        record.update(where_ran())
+        result = run_with_retries(run, sample, state.options.max_retries, state.options.model_retry_delay)
+        record = rec.Record.from_json({**base_record(sample, state), **result.to_json(), **where_ran()})
         record = repair_record(count_repaired(record))  # before its message reaches the terminal
     except Exception as exc:  # whatever fails while one item is scored is that item's error, never the run's
         identity = {**base_record(sample, state), **where_ran(), "duration": round(time.monotonic() - started, 3)}
@@ -257,12 +260,12 @@ def run_item(item: pytest.Item, run: BenchRun) -> None:
     outcome(record)
 
 
-def replay(item: pytest.Item, record: rec.RecordData) -> None:
+def replay(item: pytest.Item, record: rec.Record) -> None:
     item.stash[RECORD] = record
     outcome(record)
 
 
-def outcome(record: rec.RecordData) -> None:
+def outcome(record: rec.Record) -> None:
     """Turn a record's status into the pytest outcome."""
     status = record["status"]
     if status == rec.PASS:

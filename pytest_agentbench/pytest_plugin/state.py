@@ -135,22 +135,20 @@ def prepare_controller(state: BenchState) -> None:
     state.notes += notes
 
 
-def revise_resumed(
-    benchmark: Benchmark, records_path: Path, finished: dict[str, rec.RecordData]
-) -> dict[str, rec.RecordData]:
+def revise_resumed(benchmark: Benchmark, records_path: Path, finished: dict[str, rec.Record]) -> dict[str, rec.Record]:
     """The reused records as this run's settings derive them (CORE-Bench: its --bench-review applied to the
     automatic verdicts, which stay); the records file is rewritten (atomically) when that changes a line."""
     revise = getattr(benchmark, "revise_record", None)
     if not callable(revise) or not finished:
         return finished
     lines = rec.read_records(records_path)
-    revised = [revise(r) for r in lines]
+    revised = [rec.as_record(revise(rec.Record.from_json(r))) for r in lines]
     if revised != lines:
         rec.rewrite_records(records_path, revised)
-    return {key: revise(record) for key, record in finished.items()}
+    return {key: rec.as_record(revise(record)) for key, record in finished.items()}
 
 
-def drop_rerun(records_path: Path, finished: dict[str, rec.RecordData], notes: list[str]) -> dict[str, rec.RecordData]:
+def drop_rerun(records_path: Path, finished: dict[str, rec.Record], notes: list[str]) -> dict[str, rec.Record]:
     """The records a resumed run reuses: not those of items whose worker died (``records.is_lost``) or whose
     host lacked what they need (``records.is_unplaced``), which run again. Their lines leave the records file
     (rewritten atomically), so each item ends with one record."""

@@ -138,7 +138,8 @@ def replay_reports(
     record: rec.RecordData | None,
     delivery: dict[str, Any] | None,
 ) -> None:
-    """The item's reports as its own run made them, through the public hooks (as xdist's controller does)."""
+    """The item's reports as its own run made them, through the public hooks (as xdist's controller does); the
+    record is its JSON object, as a worker's report carries it."""
     config.hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     for phase in phases:
         props: list[tuple[str, Any]] = list(item.user_properties) if phase["when"] == "teardown" else []
@@ -163,7 +164,7 @@ def replay_reports(
     config.hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
-def record_phases(record: rec.RecordData) -> list[dict[str, Any]]:
+def record_phases(record: rec.Record) -> list[dict[str, Any]]:
     """Reports for an item known only by its record (a resumed one, a lost one)."""
     status = record.get("status")
     if status == rec.PASS:
@@ -210,31 +211,33 @@ def take_in(config: pytest.Config, path: Path, items: Mapping[str, BenchItem], t
         if isinstance(record, dict) and rec.record_key(record) in state.resumed:
             record = None  # already in the records file: reported from there, not written twice
         delivery = {**entry["delivery"], "append": True} if record is not None else None
-        replay_reports(
-            config, items[nodeid], entry["phases"], record or state.resumed.get(items[nodeid].sample.key), delivery
-        )
+        if record is None and items[nodeid].sample.key in state.resumed:
+            record = state.resumed[items[nodeid].sample.key].to_json()
+        replay_reports(config, items[nodeid], entry["phases"], record, delivery)
     spool.mark_taken(path)
     taken.add(unit)
     return unit
 
 
-def report_from_record(config: pytest.Config, item: BenchItem, record: rec.RecordData, write: bool) -> None:
+def report_from_record(config: pytest.Config, item: BenchItem, record: rec.Record, write: bool) -> None:
     """An item reported from a record: a resumed one (not written again) or a new one such as a lost record
     (``write``: appended by the controller's writer like a delivered record)."""
     delivery = {"append": True, "files": [], "cache": [], "bytes": 0} if write else None
-    replay_reports(config, item, record_phases(record), record, delivery)
+    replay_reports(config, item, record_phases(record), record.to_json(), delivery)
 
 
-def lost_record(item: BenchItem, state: BenchState, message: str, worker: str, host: str) -> dict[str, Any]:
-    return {
-        **base_record(item.sample, state),
-        "status": "error",
-        "message": message,
-        rec.LOST_FIELD: True,
-        "duration": 0.0,
-        "worker": worker,
-        "host": host,
-    }
+def lost_record(item: BenchItem, state: BenchState, message: str, worker: str, host: str) -> rec.Record:
+    return rec.Record.from_json(
+        {
+            **base_record(item.sample, state),
+            "status": "error",
+            "message": message,
+            rec.LOST_FIELD: True,
+            "duration": 0.0,
+            "worker": worker,
+            "host": host,
+        }
+    )
 
 
 def warn_once(config: pytest.Config, text: str) -> None:

@@ -68,7 +68,7 @@ class RecordWriter:
         self.note_budget()
         return True
 
-    def count_cost(self, record: rec.RecordData) -> None:
+    def count_cost(self, record: rec.Record) -> None:
         self.budget.add(record)
         if self.budget.exhausted:
             self.note_budget()
@@ -96,20 +96,23 @@ class RecordWriter:
         record = record_of(item, call, report, self.state)
         if record is None or not (call.when == "call" or not report.passed):
             return
-        fresh = rec.record_key(record) not in self.state.resumed  # a resumed record is already in the file
-        if fresh:
-            record = self.guarded("record", item.nodeid, report, record, lambda r: self.build(item, r))
+        fresh = record.key not in self.state.resumed  # a resumed record is already in the file
+        if fresh:  # the hook changes the JSON object in place: an error record keeps the identity it left
+            data = record.to_json()
+            record = self.guarded("record", item.nodeid, report, data, lambda _: self.build(item, data))
         record = self.deliver(item, report, record, fresh)
         self.attach(item, report, record, fresh)
 
-    def build(self, item: BenchItem, record: rec.RecordData) -> rec.RecordData:
-        """The finished record: plugins' fields added, every string valid UTF-8, plain JSON data."""
+    def build(self, item: BenchItem, data: rec.RecordData) -> rec.Record:
+        """The finished record: plugins' fields added, every string valid UTF-8, plain JSON data. The public
+        hook gets the record's JSON object, ``data``, to change in place (its contract); the ``Record`` is made
+        again from what it left."""
         self.config.hook.pytest_agentbench_test_fault(stage="record", nodeid=item.nodeid)
-        self.config.hook.pytest_agentbench_record(record=record, item=item)
-        return rec.plain(repair_record(record))
+        self.config.hook.pytest_agentbench_record(record=data, item=item)
+        return rec.Record.from_json(rec.plain(repair_record(rec.Record.from_json(data))))
 
-    def attach(self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData, fresh: bool) -> None:
-        report.user_properties.append((rec.RECORD_PROPERTY, record))
+    def attach(self, item: BenchItem, report: pytest.TestReport, record: rec.Record, fresh: bool) -> None:
+        report.user_properties.append((rec.RECORD_PROPERTY, record.to_json()))  # plain data: xdist carries it
         if fresh:
             self.count_cost(record)
             stop = self.streak.add(record)
@@ -119,9 +122,7 @@ class RecordWriter:
         item.user_properties.extend(rec.junit_properties(record))
         item.stash[RECORD] = None  # written once (the record stays in the report)
 
-    def guarded(
-        self, stage: str, nodeid: str, report: pytest.TestReport, record: rec.RecordData, step
-    ) -> rec.RecordData:
+    def guarded(self, stage: str, nodeid: str, report: pytest.TestReport, record: rec.RecordLike, step) -> rec.Record:
         """``step(record)``; when it raises, the item's error record for ``stage`` (and a failed report)."""
         try:
             return step(record)
@@ -141,36 +142,32 @@ class RecordWriter:
             identity = {**base_record(item.sample, self.state), **where_ran()}
             record = error_record(identity, "record", exc)
             fail_report(report, record)
-            fresh = rec.record_key(record) not in self.state.resumed
+            fresh = record.key not in self.state.resumed
             self.attach(item, report, self.deliver(item, report, record, fresh), fresh)
         except pytest.exit.Exception:
             raise
         except Exception as again:  # nothing more can be done for this item; the run goes on
             warnings.warn(f"agentbench: {item.nodeid}: no record could be made: {again!r}", stacklevel=1)
 
-    def deliver(
-        self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData, fresh: bool
-    ) -> rec.RecordData:
+    def deliver(self, item: BenchItem, report: pytest.TestReport, record: rec.Record, fresh: bool) -> rec.Record:
         """Make the record (and the item's files) durable, or hand them on; returns the record to report."""
         raise NotImplementedError
 
 
-def revised(benchmark: Any, record: rec.RecordData) -> rec.RecordData:
+def revised(benchmark: Any, record: rec.Record) -> rec.Record:
     """The record as this run's settings derive it on the controller (CORE-Bench: ``--bench-review`` applied beside
     the automatic verdicts); a failure there keeps the record as it came, with a warning."""
     revise = getattr(benchmark, "revise_record", None)
     if not callable(revise):
         return record
     try:
-        return revise(record)
+        return rec.as_record(revise(record))
     except Exception as exc:  # a bug in a benchmark's revision must not cost the item its record
-        warnings.warn(
-            f"agentbench: {rec.record_key(record)}: record not revised: {type(exc).__name__}: {exc}", stacklevel=1
-        )
+        warnings.warn(f"agentbench: {record.key}: record not revised: {type(exc).__name__}: {exc}", stacklevel=1)
         return record
 
 
-def fail_report(report: Any, record: rec.RecordData) -> None:
+def fail_report(report: Any, record: rec.Record) -> None:
     """Show an item whose record became an error as failed, with the record's message."""
     report.outcome = "failed"
     report.longrepr = f"error: {record['message']}"
@@ -185,14 +182,12 @@ class ControllerWriter(RecordWriter):
         self.cache: ResponseCache | None = None  # this process's response cache, opened for the first entries
         self.last_written: str | None = None  # key of the last record this run appended
 
-    def deliver(
-        self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData, fresh: bool
-    ) -> rec.RecordData:
+    def deliver(self, item: BenchItem, report: pytest.TestReport, record: rec.Record, fresh: bool) -> rec.Record:
         if fresh:  # an item run here: its files are already in the run folder (DirectoryFiles)
             record = self.write(item.nodeid, report, record)
         return record
 
-    def write(self, nodeid: str, report: Any, record: rec.RecordData) -> rec.RecordData:
+    def write(self, nodeid: str, report: Any, record: rec.Record) -> rec.Record:
         """Append the record; one that cannot be written becomes the item's error record (written instead)."""
         record = revised(self.state.benchmark, record)
         try:
@@ -205,7 +200,7 @@ class ControllerWriter(RecordWriter):
         self.append(line, record)
         return record
 
-    def append(self, line: bytes, record: rec.RecordData) -> None:
+    def append(self, line: bytes, record: rec.Record) -> None:
         """Append one line to the records file; when that fails no item's record can say so: the run stops
         (exit 3) naming the file, the cause and the last record written."""
         path = self.state.records_path
@@ -221,11 +216,11 @@ class ControllerWriter(RecordWriter):
             )
             pytest.exit(
                 f"agentbench: cannot append to the records file {path} ({exc}); {last}; the record of "
-                f"{rec.record_key(record)} and those after it are not written. Free space or restore the "
+                f"{record.key} and those after it are not written. Free space or restore the "
                 f"folder, then --bench-resume {self.state.run_dir} runs the rest",
                 returncode=3,
             )
-        self.last_written = rec.record_key(record)
+        self.last_written = record.key
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -248,15 +243,16 @@ class ControllerWriter(RecordWriter):
         if problems:
             for problem in problems:
                 warnings.warn(f"agentbench: {rec.record_key(record)}: {problem}", stacklevel=1)
-            record["delivery_errors"] = problems
+            record["delivery_errors"] = problems  # in place: the report carries them too
         if record.get("worker") and record.get("host"):
             self.state.worker_hosts[str(record["worker"])] = str(record["host"])
         if delivery.get("append", True) and rec.record_key(record) not in self.state.resumed:
-            self.count_cost(record)  # what every worker spent: past the budget, no more work goes out
-            written = self.write(report.nodeid, report, record)
-            if written is not record:  # it became the item's error record: the report carries that one
+            received = rec.Record.from_json(record)
+            self.count_cost(received)  # what every worker spent: past the budget, no more work goes out
+            written = self.write(report.nodeid, report, received)
+            if written is not received:  # it became the item's error record: the report carries that one
                 report.user_properties = [
-                    (k, written if k == rec.RECORD_PROPERTY else v) for k, v in report.user_properties
+                    (k, written.to_json() if k == rec.RECORD_PROPERTY else v) for k, v in report.user_properties
                 ]
 
     def controller_cache(self, delivery: Mapping[str, Any]) -> ResponseCache | None:
@@ -271,9 +267,7 @@ class ControllerWriter(RecordWriter):
 class WorkerWriter(RecordWriter):
     """An xdist worker: the record, the item's files and its new cache entries travel in the report."""
 
-    def deliver(
-        self, item: BenchItem, report: pytest.TestReport, record: rec.RecordData, fresh: bool
-    ) -> rec.RecordData:
+    def deliver(self, item: BenchItem, report: pytest.TestReport, record: rec.Record, fresh: bool) -> rec.Record:
         files = self.state.files.take()
         entries = self.state.journal.take() if self.state.journal is not None else {}
         try:
@@ -298,38 +292,36 @@ def owns(state: BenchState, record: Any) -> bool:
     return state.model is None or (isinstance(record, dict) and record.get("model") == state.model)
 
 
-def check_sendable(record: rec.RecordData, delivery: dict[str, Any]) -> None:
+def check_sendable(record: rec.Record, delivery: dict[str, Any]) -> None:
     """Raise unless execnet can carry the record and the delivery to the controller: a value it refuses
     (text that is not UTF-8, a type it does not know) would otherwise stop the worker, and with it the run."""
     import execnet  # why: only an xdist worker delivers, and xdist brings execnet
 
-    execnet.dumps([record, delivery])
+    execnet.dumps([record.to_json(), delivery])
 
 
 def record_of(
     item: BenchItem, call: pytest.CallInfo, report: pytest.TestReport, state: BenchState
-) -> rec.RecordData | None:
+) -> rec.Record | None:
     """The item's record for this phase of its run, or None (a phase that adds none)."""
     record = item.stash.get(RECORD, None)
     if call.when == "call" and record is None:
-        record = {
-            **base_record(item.sample, state),
-            "status": "error",
-            "message": "item ran without a record",
-            **where_ran(),
-        }
+        fields = {**base_record(item.sample, state), "status": "error", "message": "item ran without a record"}
+        record = rec.Record.from_json({**fields, **where_ran()})
     if call.when == "setup" and not report.passed:
         # A fixture failed (an unreachable model, an environment that did not start): still a record.
         status = "skipped" if report.skipped else "error"
-        record = {
-            **base_record(item.sample, state),
-            "status": status,
-            "message": short_reason(report),
-            "duration": 0.0,
-            **where_ran(),
-        }
+        record = rec.Record.from_json(
+            {
+                **base_record(item.sample, state),
+                "status": status,
+                "message": short_reason(report),
+                "duration": 0.0,
+                **where_ran(),
+            }
+        )
     if call.when == "setup" and report.skipped and item.sample.key in state.resumed:
-        record = dict(state.resumed[item.sample.key])  # a skip marker fired: report the old record
+        record = state.resumed[item.sample.key]  # a skip marker fired: report the old record
     return record
 
 
@@ -346,7 +338,7 @@ def size_text(size: int) -> str:
     return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size} bytes"
 
 
-def over_cap(record: rec.RecordData, size: int, files: Mapping[str, bytes]) -> rec.RecordData:
+def over_cap(record: rec.Record, size: int, files: Mapping[str, bytes]) -> rec.Record:
     """The record of an item whose delivery is over the cap: an error that says what was not kept and why."""
     names = ", ".join(sorted(files)[:5]) + (" ..." if len(files) > 5 else "")
     message = (
@@ -355,7 +347,9 @@ def over_cap(record: rec.RecordData, size: int, files: Mapping[str, bytes]) -> r
         f"({names or 'model responses only'}); run this item without -n/--tx to keep them"
     )
     kept = {k: v for k, v in record.items() if k != "trajectory"}  # it names a file that is not written
-    return {**kept, "status": "error", "message": message, "status_before_cap": record.get("status")}
+    return rec.Record.from_json(
+        {**kept, "status": "error", "message": message, "status_before_cap": record.get("status")}
+    )
 
 
 def unpack(blob: Any, what: str) -> bytes:

@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..core.records import ERROR_STATUSES, PASS, RecordLike
+from ..core.records import ERROR_STATUSES, PASS, R, RecordLike
 
 NOT_RUN = "not_run"  # the status of a selected item without a record (report/summary.py)
 
@@ -55,11 +55,11 @@ def counts_line(counts: Mapping[str, int]) -> str:
     return head + (f" ({raw})" if raw else "")
 
 
-def attempts_of(records: Iterable[RecordLike]) -> dict[int, list[dict[str, Any]]]:
+def attempts_of(records: Iterable[R]) -> dict[int, list[R]]:
     """Records by attempt (1..K); records without ``attempt`` (a run of one attempt) are attempt 1."""
-    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    out: dict[int, list[R]] = defaultdict(list)
     for record in records:
-        out[int(record.get("attempt") or 1)].append(dict(record))
+        out[int(record.get("attempt") or 1)].append(record)
     return dict(sorted(out.items()))
 
 

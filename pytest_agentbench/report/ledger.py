@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.records import Record, RecordData, as_record, record_key
+from ..core.records import Record, as_record, record_key
 
 
 @dataclass
@@ -20,13 +20,13 @@ class RunPlan:
     identity, what its benchmark knows before it runs, and ``skipped`` for a prefilled step). ``items`` is None
     until the selection is known, and stays None when the session only lists items."""
 
-    items: list[RecordData] | None = None
+    items: list[Record] | None = None
 
     @property
     def known(self) -> bool:
         return self.items is not None
 
-    def select(self, items: Iterable[RecordData]) -> None:
+    def select(self, items: Iterable[Record]) -> None:
         self.items = list(items)
 
     def __len__(self) -> int:

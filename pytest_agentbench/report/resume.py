@@ -28,7 +28,7 @@ RUN_KEY = "_run"  # in settings.json: how the run was asked for (its options and
 
 @dataclass
 class Resumed:
-    records: dict[str, rec.RecordData] = field(default_factory=dict)
+    records: dict[str, rec.Record] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -69,7 +69,7 @@ def load_for_controller(records_path: Path) -> Resumed:
         warnings.warn(str(w.message), stacklevel=2)
     if caught:
         rec.rewrite_records(records_path, records)
-    out.records = rec.latest_by_id(records)
+    out.records = {key: rec.Record.from_json(r) for key, r in rec.latest_by_id(records).items()}
     out.notes.insert(
         0, f"resuming {records_path.parent}: {len(out.records)} finished record(s) reused, the rest runs now"
     )

@@ -121,11 +121,11 @@ def build_summary(
     """The summary of a run from its records and ``benchmark.summarize``; it also stores the benchmark's
     gate metrics, headlines and free settings, so two summary.json files can be compared on their own.
     With ``selection`` (the session's items) the metrics are over every selected item, those not run included."""
-    ran = [dict(r) for r in records]
+    ran = [rec.as_record(r) for r in records]
     chosen = [dict(item) for item in selection or ()]
     stand_ins = not_run_records(chosen, ran)
     incomplete = incomplete_of(chosen, ran, stand_ins) if selection is not None else None
-    ordered: list[dict[str, Any]] = sorted([*ran, *(r.to_json() for r in stand_ins)], key=rec.sort_key)
+    ordered: list[rec.Record] = sorted([*ran, *stand_ins], key=rec.sort_key)
     declared = Declared.of(benchmark)
     if any("attempt" in r for r in ordered):
         result = summarize_attempts(ordered, benchmark, settings, list(declared.units))
@@ -139,10 +139,10 @@ def build_summary(
         "run_counts": counts,
         "items": [
             {
-                "id": r["id"],
-                "task": r["task"],
-                "status": r["status"],
-                "scored": r.get("scored", True),
+                "id": r.id,
+                "task": r.task,
+                "status": r.status,
+                "scored": r.scored,
                 **({"attempt": r["attempt"]} if "attempt" in r else {}),
                 **answers_of(r),
                 **reviewed_status_of(r),
@@ -162,7 +162,7 @@ def build_summary(
     )
 
 
-def usage_of_run(records: list[rec.RecordData]) -> dict[str, float]:
+def usage_of_run(records: list[rec.Record]) -> dict[str, float]:
     """Model usage totals. ``model_calls`` counts every call the harness made, a cache hit included;
     ``endpoint_calls`` those that reached the model's endpoint (what the terminal and summary.md call
     "model calls": 0 for a replay)."""
@@ -181,7 +181,7 @@ def answers_of(record: rec.RecordLike) -> dict[str, str]:
 
 
 def summarize_attempts(
-    records: list[rec.RecordData], benchmark: Any, settings: Mapping[str, Any], headlines: list[str]
+    records: list[rec.Record], benchmark: Any, settings: Mapping[str, Any], headlines: list[str]
 ) -> dict[str, Any]:
     """--bench-attempts K > 1: the benchmark summarizes each attempt; the metrics are their means (what
     gates and compare read); ``attempts`` holds each attempt's metrics, standard errors and pass@k."""

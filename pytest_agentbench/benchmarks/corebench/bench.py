@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ...core.errors import ConfigError
 from ...core.io import natural_key
 from ...core.options import Settings, view
-from ...core.records import RecordData
+from ...core.records import Record, RecordLike, as_record
 from ...core.records import counts_text as records_counts_text
 from ...core.run_options import RunOptions
 from ...core.slurm import HARNESS_MIB, TIME_MARGIN, Request
@@ -123,14 +123,14 @@ class CoreBench(Benchmark):
             split_size=self.split_sizes.get(split),
         )
 
-    def summarize(self, records: list[RecordData], settings: Mapping[str, Any]) -> dict[str, Any]:
+    def summarize(self, records: list[Record], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, settings, self.review)
 
-    def revise_record(self, record: RecordData) -> RecordData:
+    def revise_record(self, record: RecordLike) -> Record:
         """A finished record with this run's review applied (instead of any it was written with; none: the
         record as the automatic grader left it). The controller calls it for every record it writes and for the
         records a resumed run reuses, so workers (remote ones get no paths) need no review file."""
-        return review.apply_review(record, self.review)
+        return Record.from_json(review.apply_review(record, self.review))
 
     def first_call_misses(
         self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task], samples: list[Any], model: Any
@@ -211,13 +211,13 @@ def _ratio(numerator: int, denominator: int) -> float | None:
     return numerator / denominator if denominator else None
 
 
-def compute_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def compute_metrics(records: Sequence[Record]) -> dict[str, Any]:
     """Upstream's aggregates; every counted capsule is in the denominators, errors included.
 
     Written/figure task accuracy count a capsule once it got all its written (figure) questions
     right, over the capsules that have such questions, as upstream does.
     """
-    counted = [r for r in records if r.get("scored", True) and r.get("status") != "skipped"]
+    counted = [r for r in records if r.scored and r.status != "skipped"]
     written_tasks = [r for r in counted if r.get("total_written", 0) > 0]
     figure_tasks = [r for r in counted if r.get("total_figure", 0) > 0]
     correct_w = sum(r.get("correct_written", 0) for r in counted)
@@ -226,7 +226,7 @@ def compute_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     total_f = sum(r.get("total_figure", 0) for r in counted)
     metrics: dict[str, Any] = {
         "capsules": len(counted),
-        "correct_capsules": sum(1 for r in counted if r.get("status") == "pass"),
+        "correct_capsules": sum(1 for r in counted if r.status == "pass"),
         "written_tasks": len(written_tasks),
         "correct_written_tasks": sum(1 for r in written_tasks if r.get("correct_written") == r["total_written"]),
         "figure_tasks": len(figure_tasks),
@@ -270,11 +270,12 @@ def _fraction(metrics: dict[str, Any], num: str, den: str) -> str:
 
 
 def summarize(
-    records: list[dict[str, Any]], settings: Mapping[str, Any], reviewed: review.Review | None = None
+    given: Sequence[RecordLike], settings: Mapping[str, Any], reviewed: review.Review | None = None
 ) -> dict[str, Any]:
     """The metrics, terminal lines and Markdown of a run; with a review (``settings["review"]``), ``scores``
     holds the automatic and the reviewed metrics (``metrics`` stays the automatic one) and ``notes`` the
-    overrides this run's selection left out."""
+    overrides this run's selection left out. The records are read as ``Record``s (a JSON object is made one)."""
+    records = [as_record(r) for r in given]
     m = compute_metrics(records)
     statuses = records_counts_text(count_statuses(records)) or "none"  # the format of every report
     head = (
@@ -314,14 +315,14 @@ def summarize(
 
 
 def review_scores(
-    records: list[dict[str, Any]],
+    records: list[Record],
     settings: Mapping[str, Any],
     automatic: dict[str, Any],
     reviewed: review.Review | None,
 ) -> tuple[dict[str, Any], list[str]]:
     """``{"automatic": {"metrics"}, "reviewed": {"metrics", file, overrides, changed, ...}}`` and the warnings:
     overrides naming capsules outside this run's selection (ignored) or capsules that were never scored."""
-    views = [review.reviewed_view(r) for r in records]
+    views = [as_record(review.reviewed_view(r)) for r in records]
     file = settings.get("review")
     applied = [r["review"] for r in records if isinstance(r.get("review"), dict)]
     notes = []
@@ -421,7 +422,7 @@ def verdict_cell(question: Mapping[str, Any]) -> str:
 
 
 def render_markdown(
-    records: list[dict[str, Any]], metrics: dict[str, Any], lines: list[str], scores: Mapping[str, Any] | None = None
+    records: Sequence[Record], metrics: dict[str, Any], lines: list[str], scores: Mapping[str, Any] | None = None
 ) -> str:
     out = ["## CORE-Bench", "", *[f"- {line.strip()}" for line in lines], ""]
     if scores:

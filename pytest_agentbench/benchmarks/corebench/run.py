@@ -106,7 +106,11 @@ class CoreBenchRun:
             "submission_source": None,
         }
 
-    def run_sample(self, sample: Sample) -> rec.RecordData:
+    def run_sample(self, sample: Sample) -> rec.Record:
+        return rec.sample_record(NAME, sample, self.sample_fields(sample))
+
+    def sample_fields(self, sample: Sample) -> dict[str, Any]:
+        """The fields of the sample's record: its settings, the capsule's, the solver's verdict."""
         task = sample.data
         record = self.base_record(sample)
         preinstalled = self.settings.get("preinstalled_input_dir")

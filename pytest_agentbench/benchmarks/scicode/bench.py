@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.data import DataError, find, sha256_of
 from ...core.errors import ConfigError
 from ...core.options import Option, Settings, view
-from ...core.records import RecordData
+from ...core.records import Record
 from ...core.run_options import RunOptions
 from ...core.types import Sample, Task
 from ...models.options import ModelOptions
@@ -302,7 +302,7 @@ class SciCode(Benchmark):
             problems={t.id: t.data for t in spec.tasks},
         )
 
-    def summarize(self, records: list[RecordData], settings: Mapping[str, Any]) -> dict[str, Any]:
+    def summarize(self, records: list[Record], settings: Mapping[str, Any]) -> dict[str, Any]:
         return summarize(records, dict(settings), self.categories)
 
     def first_call_misses(

@@ -1,27 +1,30 @@
-"""SciCode's metrics: main-problem resolve rate and the micro-averaged subproblem rate."""
+"""SciCode's metrics: main-problem resolve rate and the micro-averaged subproblem rate.
+
+Records are read as ``Record``s (``summarize`` makes one of a JSON object it is given): the common fields
+(status, task, split, id, scored) as attributes, the benchmark's own (category, exec_duration) by key."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ...core.records import INFRA_STATUSES, PASS, count_statuses, sort_key
+from ...core.records import INFRA_STATUSES, PASS, Record, RecordLike, as_record, count_statuses, sort_key
 from . import timelimits
 from .dataset import UNCLASSIFIED
 
 ORDER = ("validation", "test")
 
 
-def split_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
+def split_metrics(records: list[Record]) -> dict[str, Any]:
     """A problem is resolved when every one of its scored steps passed; the subproblem rate is
     passed steps over scored steps (micro average, not the mean of per-problem ratios)."""
-    scored = [r for r in records if r.get("scored", True) and r["status"] != "skipped"]
-    by_problem: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    scored = [r for r in records if r.scored and r.status != "skipped"]
+    by_problem: dict[str, list[Record]] = defaultdict(list)
     for record in scored:
-        by_problem[record["task"]].append(record)
-    resolved = sum(1 for steps in by_problem.values() if all(s["status"] == PASS for s in steps))
-    passed = sum(1 for r in scored if r["status"] == PASS)
+        by_problem[record.task].append(record)
+    resolved = sum(1 for steps in by_problem.values() if all(s.status == PASS for s in steps))
+    passed = sum(1 for r in scored if r.status == PASS)
     return {
         "problems": len(by_problem),
         "problems_resolved": resolved,
@@ -30,15 +33,15 @@ def split_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
         "steps_passed": passed,
         "subproblem": passed / len(scored) if scored else 0.0,
         "counts": count_statuses(records),
-        "infra_errors": sum(1 for r in scored if r["status"] in INFRA_STATUSES),
+        "infra_errors": sum(1 for r in scored if r.status in INFRA_STATUSES),
     }
 
 
-def problem_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def problem_rows(records: list[Record]) -> list[dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     for record in sorted(records, key=sort_key):
-        row = rows.setdefault(record["task"], {"problem": record["task"], "split": record["split"], "steps": []})
-        row["steps"].append({"id": record["id"], "status": record["status"]})
+        row = rows.setdefault(record.task, {"problem": record.task, "split": record.split, "steps": []})
+        row["steps"].append({"id": record.id, "status": record.status})
     for row in rows.values():
         scored = [s for s in row["steps"] if s["status"] != "skipped"]
         row["passed"] = sum(1 for s in scored if s["status"] == PASS)
@@ -48,13 +51,12 @@ def problem_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summarize(
-    records: list[dict[str, Any]], settings: dict[str, Any], categories: Mapping[str, str] | None = None
+    given: Iterable[RecordLike], settings: dict[str, Any], categories: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """``categories``: problem id -> category (a problem not named there is ``unclassified``)."""
+    records = [as_record(r) for r in given]
     splits = {
-        s: split_metrics([r for r in records if r["split"] == s])
-        for s in ORDER
-        if any(r["split"] == s for r in records)
+        s: split_metrics([r for r in records if r.split == s]) for s in ORDER if any(r.split == s for r in records)
     }
     overall = split_metrics(records)
     metrics = {"main": overall["main"], "subproblem": overall["subproblem"]}
@@ -88,11 +90,11 @@ def summarize(
 CATEGORY_KEYS = ("problems", "problems_resolved", "main", "steps", "steps_passed", "subproblem")
 
 
-def category_metrics(records: list[dict[str, Any]], categories: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+def category_metrics(records: list[Record], categories: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """Both headline metrics per category (--bench-category), categories in name order."""
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[str, list[Record]] = defaultdict(list)
     for record in records:
-        groups[record.get("category") or categories.get(str(record["task"])) or UNCLASSIFIED].append(record)
+        groups[record.get("category") or categories.get(record.task) or UNCLASSIFIED].append(record)
     return {name: split_metrics(groups[name]) for name in sorted(groups)}
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...core import pyast
 from ...core.io import DirectoryFiles, RunFiles, trim
-from ...core.records import BUDGET, RecordData
+from ...core.records import BUDGET, Record, sample_record
 from ...core.text import printable
 from ...core.types import Sample
 from ...sandbox import codec
@@ -40,6 +40,7 @@ from .extract import PARSE_FAILURES
 from .locate import RebuiltTable, Targets, TargetTable
 from .solvers import Generated, Solver
 
+NAME = "scicode"  # the benchmark's name (--bench), in each record it makes
 RECORD_OUTPUT_LIMIT = 4000  # characters of stdout/stderr kept in a record
 CHANNEL = "operands.bin"  # the file in the child's work folder its operand values are written to
 
@@ -85,10 +86,11 @@ class SciCodeRun:
         self.pool: ThreadPoolExecutor | None = None
 
     # ---- the BenchRun protocol ------------------------------------------------------------
-    def run_sample(self, sample: Sample) -> RecordData:
-        return self.run_step(
+    def run_sample(self, sample: Sample) -> Record:
+        fields = self.run_step(
             self.problems[sample.task_id], sample.data["index"], attempt=sample.attempt, retry=sample.retry
         )
+        return sample_record(NAME, sample, fields)
 
     def prepare_sample(self, sample: Sample) -> None:
         """Have the targets of the sample's step (its problem's targets rebuilt when they must be) before the

@@ -9,19 +9,21 @@ limits on the machine that scored them.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from ...core.io import natural_key
-from ...core.records import PASS
+from ...core.records import PASS, RecordLike, as_record
 
 COMMON_LIMITS = (60, 120, 180, 300)
 
 
-def sensitivity(records: list[dict[str, Any]], limits: tuple[int, ...] = COMMON_LIMITS) -> dict[str, Any]:
+def sensitivity(records: Iterable[RecordLike], limits: tuple[int, ...] = COMMON_LIMITS) -> dict[str, Any]:
     """``{"limits": {"60": [ids...], ...}, "cores": N, "timed": K}`` over passing steps with a duration."""
-    timed = [r for r in records if r.get("status") == PASS and isinstance(r.get("exec_duration"), (int, float))]
+    passed = [r for r in map(as_record, records) if r.status == PASS]
+    timed = [r for r in passed if isinstance(r.get("exec_duration"), (int, float))]
     over = {
-        str(limit): sorted((r["id"] for r in timed if r["exec_duration"] > limit), key=natural_key) for limit in limits
+        str(limit): sorted((r.id for r in timed if r["exec_duration"] > limit), key=natural_key) for limit in limits
     }
     return {
         "limits": over,
