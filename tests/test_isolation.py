@@ -415,7 +415,7 @@ def test_the_probe_says_why_and_require_isolation_refuses(monkeypatch):
         assert not found.active and found.describe() == f"none (turned off with ${ISOLATION_ENV}=off)"
         with pytest.raises(ConfigError, match="--bench-require-isolation: this machine cannot isolate"):
             isolation_from({"require_isolation": True})
-        assert isolation_from({"require_isolation": False}) is found
+        assert isolation_from({"require_isolation": False}) == found
         assert not ForkServer(preload=()).isolation.active
     finally:
         monkeypatch.delenv(ISOLATION_ENV)
@@ -461,3 +461,15 @@ def test_a_checkout_on_the_python_path_binds_only_the_package(pythonpath):
         assert package in paths, paths
         around = [p for p in paths if p == str(REPO) or str(REPO).startswith(p.rstrip("/") + "/")]
         assert around == [], paths
+
+
+def test_the_environment_switch_is_read_at_every_probe_not_kept_with_the_machines_answer(isolation, monkeypatch):
+    """A process running several sessions (a notebook, pytester runs) gets each session's own setting: a session
+    with isolation turned off leaves the next one isolated again."""
+    machine = probe()
+    assert machine.active, machine.why
+    monkeypatch.setenv(ISOLATION_ENV, "off")
+    turned_off = probe()
+    assert not turned_off.active and turned_off.why == f"turned off with ${ISOLATION_ENV}=off"
+    monkeypatch.delenv(ISOLATION_ENV)
+    assert probe() == machine

@@ -175,17 +175,27 @@ _PROBED: dict[str, Isolation] = {}
 
 
 def probe(refresh: bool = False) -> Isolation:
-    """Whether (and how) children can be isolated on this machine; tried for real once per process."""
+    """Whether (and how) children can be isolated on this machine; tried for real once per process.
+
+    ``$AGENTBENCH_ISOLATION=off`` is read at every call, not kept with the machine's answer: a process that runs
+    several sessions (a notebook, pytester) gets each session's own setting."""
+    turned_off = turned_off_by_environment()
+    if turned_off is not None:
+        return turned_off
     if "result" in _PROBED and not refresh:
         return _PROBED["result"]
     _PROBED["result"] = result = _probe()
     return result
 
 
-def _probe() -> Isolation:
+def turned_off_by_environment() -> Isolation | None:
     setting = os.environ.get(ISOLATION_ENV, "").strip().lower()
     if setting in ("off", "0", "no", "none", "false"):
         return Isolation("none", f"turned off with ${ISOLATION_ENV}={os.environ[ISOLATION_ENV]}")
+    return None
+
+
+def _probe() -> Isolation:
     if not sys.platform.startswith("linux"):
         return Isolation("none", f"needs Linux namespaces; this is {sys.platform}")
     bwrap = shutil.which("bwrap")
