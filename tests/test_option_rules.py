@@ -360,9 +360,15 @@ def test_a_partial_mapping_with_a_misspelled_name_or_a_wrong_value_is_refused_na
 
 
 def test_a_mapping_wider_than_the_reader_reads_is_accepted():
-    """Another layer's or a benchmark's settings in the same mapping are not the reader's business."""
-    wide = {"memory_limit": 2, "timeout": 5, "docker_image": "x", "bench_mode": "naive"}
+    """Another layer's or a benchmark's settings in the same mapping are not the reader's business, even when
+    a name is close to one the reader reads (SciCode's mode and tool_timeout beside model and model_timeout)."""
+    from pytest_agentbench.benchmarks.scicode.bench import SciCode
+
+    assert {o.name for o in SciCode.options} >= {"mode", "tool_timeout"}
+    wide = {"memory_limit": 2, "timeout": 5, "docker_image": "x", "mode": "tool_use", "tool_timeout": 30}
     assert view(SandboxOptions, wide) == SandboxOptions("fork", 2.0, False)
+    assert build_model({"model": "oracle", "mode": "tool_use", "tool_timeout": 30}).is_oracle
+    assert model_settings({"model": "gpt-x", "mode": "naive", "tool_timeout": 5})["model"] == "gpt-x"
 
 
 def test_the_readers_honour_values_given_through_a_partial_mapping(tmp_path, monkeypatch):

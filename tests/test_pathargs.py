@@ -112,6 +112,9 @@ LAYOUTS = {
     "rootdir": ({"sub/pytest.ini": ""}, ["sub"], None, "{outside}"),
     "config-file": ({"other.ini": "[pytest]\n", "sub/pytest.ini": ""}, ["sub"], "other.ini", None),
     "config-file-not-a-file": ({"sub/pytest.ini": ""}, ["sub"], os.devnull, None),
+    "empty-hidden-ini": ({"tox.ini": "[pytest]\n", "sub/.pytest.ini": "", "sub/setup.py": ""}, ["sub"], None, None),
+    "hidden-ini": ({"tox.ini": "[pytest]\n", "sub/.pytest.ini": "[pytest]\n"}, ["sub"], None, None),
+    "config-file-and-rootdir": ({"other.ini": "[pytest]\n", "sub/x": ""}, ["sub"], "other.ini", "{outside}"),
 }
 
 

@@ -31,6 +31,11 @@ class OptionError(ValueError):
     """A setting's value is wrong; the message names the setting, where the value came from and the fix."""
 
 
+# The name of every option declared in this process (by any layer or benchmark module imported): a plain-Python
+# caller's mapping may hold any of them beside the ones a reader reads (given_settings).
+DECLARED_NAMES: set[str] = set()
+
+
 @dataclass(frozen=True)
 class Option:
     """One setting.
@@ -100,6 +105,7 @@ class Option:
         problem = rule_conflict(self)
         if problem:
             raise ValueError(f"option {self.flag}: {problem}")
+        DECLARED_NAMES.add(self.name)
 
     @property
     def dest(self) -> str:
@@ -248,9 +254,10 @@ def view(cls: type[View], opts: Mapping[str, Any]) -> View:
 def given_settings(opts: Mapping[str, Any], *views: type[LayerView]) -> Settings:
     """Settings as a plain-Python caller gives them (a mapping, option name -> value) to a reader of ``views``,
     checked the way ``resolve`` checks a value: each is converted and checked by its option (a relative path
-    against the current folder), and None counts as not given. A name close to one the reader reads is an
-    OptionError naming both (a misspelled setting would otherwise fall back to its default unseen); other names
-    are left alone, since a caller may hand every reader the same wider mapping. Resolved ``Settings`` are
+    against the current folder), and None counts as not given. A name that no declared option has and that is
+    close to one the reader reads is an OptionError naming both (a misspelled setting would otherwise fall back
+    to its default unseen); other names are left alone, since a caller may hand every reader the same wider
+    mapping (SciCode's ``mode`` beside the model's ``model``). Resolved ``Settings`` are
     returned as they are: ``resolve`` checked them."""
     if isinstance(opts, Settings):
         return opts
@@ -258,7 +265,9 @@ def given_settings(opts: Mapping[str, Any], *views: type[LayerView]) -> Settings
     misspelled = {
         name: close[0]
         for name in opts
-        if name not in known and (close := difflib.get_close_matches(name, known, n=1, cutoff=0.8))
+        if name not in known
+        and name not in DECLARED_NAMES
+        and (close := difflib.get_close_matches(name, known, n=1, cutoff=0.8))
     }
     if misspelled:
         raise OptionError(

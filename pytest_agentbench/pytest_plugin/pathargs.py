@@ -42,6 +42,8 @@ CONFIG_NAMES = (("pytest.toml", ".pytest.toml") if NATIVE_TOML else ()) + (
 )
 # since 8.1 a pyproject.toml without pytest settings marks the rootdir when no other file does
 PYPROJECT_FALLBACK = pytest.version_tuple >= (8, 1)
+# since 9.0 a .pytest.ini holds settings even without a [pytest] section, as a pytest.ini always did
+HIDDEN_INI_ALWAYS = pytest.version_tuple >= (9, 0)
 # since 9.2 a -c path that is not a file (-c /dev/null) no longer roots the run at its folder
 NON_FILE_CONFIG_ROOTS_AT_ARGS = pytest.version_tuple >= (9, 2)
 
@@ -95,9 +97,9 @@ def read_ini(path: Path) -> iniconfig.IniConfig:
 
 def holds_settings(path: Path) -> bool:
     """Whether pytest takes this config file as the run's configfile (rather than looking further up)."""
-    if path.name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"):
+    if path.name in ("pytest.toml", ".pytest.toml", "pytest.ini") or (path.name == ".pytest.ini" and HIDDEN_INI_ALWAYS):
         return True  # even when empty
-    if path.name == "tox.ini":
+    if path.name in ("tox.ini", ".pytest.ini"):
         return "pytest" in read_ini(path)
     if path.name == "setup.cfg":
         return "tool:pytest" in read_ini(path).sections
