@@ -283,12 +283,16 @@ print(json.dumps(found))
 def test_a_scoring_child_cannot_find_rebuilt_targets_in_its_inherited_memory(tmp_path):
     """Targets are rebuilt by running ground truth and taking back the file it recorded. Were that done by the
     fork server that later forks the model's scoring children, the recorded bytes would stay in its heap and
-    every later child could read them from its own memory. A child forked after a rebuild finds none."""
+    every later child could read them from its own memory. A child forked after a rebuild finds none.
+
+    The process's shared fork server starts afresh first: it keeps the files its children gave back in its
+    memory, and another test may have had it score the oracle, whose outputs are the targets' values."""
     import h5py
     import numpy as np
 
-    from pytest_agentbench.sandbox.executors import Limits, run_python
+    from pytest_agentbench.sandbox.executors import Limits, get_executor, run_python
 
+    get_executor("fork").close()  # the next run starts a new server process
     assert run_python("print('up')", limits=Limits(timeout=60), executor="fork").stdout.strip() == "up"
     data_dir = Path(os.environ["AGENTBENCH_DATA_DIR"]) / "scicode"
     problems = [json.loads(line) for line in (data_dir / "problems_dev.jsonl").read_text().splitlines()]
