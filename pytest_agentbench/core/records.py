@@ -160,6 +160,18 @@ class Record(Mapping[str, Any]):
         return len(self.to_json())
 
 
+def sample_identity(benchmark: str, sample: Sample) -> dict[str, Any]:
+    """The first fields of every record of ``sample``, in their order: which benchmark, task, sample and split,
+    and whether it counts in the metrics."""
+    return {
+        "benchmark": benchmark,
+        "task": sample.task_id,
+        "id": sample.id,
+        "split": sample.split,
+        "scored": sample.scored,
+    }
+
+
 def sample_record(benchmark: str, sample: Sample, fields: Mapping[str, Any]) -> Record:
     """A benchmark's record of one sample (what ``run_sample`` returns): the sample's identity (``benchmark``,
     ``task``, ``id``, ``split``, ``scored``), then ``fields`` in their order: the verdict (``status``, one of
@@ -167,14 +179,7 @@ def sample_record(benchmark: str, sample: Sample, fields: Mapping[str, Any]) -> 
     that is also part of the identity replaces it in place. Raises ValueError for a status outside
     ``STATUSES`` or a common field of the wrong type: a bug of the benchmark, which the run loop records as
     the item's error."""
-    identity = {
-        "benchmark": benchmark,
-        "task": sample.task_id,
-        "id": sample.id,
-        "split": sample.split,
-        "scored": sample.scored,
-    }
-    data = {**identity, **fields}
+    data = {**sample_identity(benchmark, sample), **fields}
     data.setdefault("message", "")
     if data.get("status") not in STATUSES:
         raise ValueError(f"{benchmark} {sample.id}: status {data.get('status')!r} is none of {', '.join(STATUSES)}")

@@ -125,14 +125,7 @@ class ModelRuns:
 
 def base_record(sample: Any, state: BenchState) -> dict[str, Any]:
     """The item's identity, the first fields of its record (a fragment: it has no status yet)."""
-    record = {
-        "benchmark": state.benchmark.name,
-        "task": sample.task_id,
-        "id": sample.id,
-        "split": sample.split,
-        "scored": sample.scored,
-        "model": state.settings.get("model"),
-    }
+    record = {**rec.sample_identity(state.benchmark.name, sample), "model": state.settings.get("model")}
     if sample.repeated:  # --bench-attempts K > 1: records of one sample are told apart by their attempt
         record["attempt"] = sample.attempt
     return record

@@ -99,7 +99,7 @@ class RecordWriter:
         fresh = record.key not in self.state.resumed  # a resumed record is already in the file
         if fresh:  # the hook changes the JSON object in place: an error record keeps the identity it left
             data = record.to_json()
-            record = self.guarded("record", item.nodeid, report, data, lambda _: self.build(item, data))
+            record = self.guarded("record", item.nodeid, report, data, lambda d: self.build(item, d))
         record = self.deliver(item, report, record, fresh)
         self.attach(item, report, record, fresh)
 
