@@ -10,7 +10,7 @@ then times collecting all SciCode items.
 The targets of the validation split are rebuilt from the ground truth once into ``--work``.
 ``--synthetic`` skips SciCode and times a set of numpy/scipy import-heavy scripts instead.
 ``--distributed N`` only times the warm validation oracle run end to end with ``-n N`` (a warm-up run, then
-3 timed runs) against ``max(longest problem, total / N) + start-up`` (docs/scheduling.md).
+3 timed runs) against ``max(longest problem, total / N) + start-up`` (docs/distributed.md).
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from pytest_agentbench.benchmarks.corebench.scorer import (
 )
 from pytest_agentbench.core.records import Record
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from capsule_factory import CapsuleServer, build_capsule_archive, corebench_options
+from helpers.bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from helpers.capsule_factory import CapsuleServer, build_capsule_archive, corebench_options
 
 DATA = SHARED_DATA
 

@@ -1,5 +1,5 @@
-"""CORE-Bench, issue 12 items 6-11: metadata override, workspace root, preinstalled inputs, nested Docker,
-GPU accounting and scoring evidence. (Item 12, the scorer against upstream: test_corebench_scorer_upstream.py.)"""
+"""CORE-Bench: metadata override, workspace root, preinstalled inputs, nested Docker,
+GPU accounting and scoring evidence. (The scorer against upstream: test_corebench_scorer_upstream.py.)"""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pytest_agentbench.benchmarks.base import RunSpec
 from pytest_agentbench.benchmarks.corebench import dataset, prepare
 from pytest_agentbench.core.options import OptionError
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from capsule_factory import build_capsule_archive, corebench_options, write_capsule_tree
+from helpers.bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from helpers.capsule_factory import build_capsule_archive, corebench_options, write_capsule_tree
 
 DATA = SHARED_DATA
 CID = "capsule-7038571"
@@ -180,9 +180,9 @@ NESTED = (
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pytester, tmp_path, monkeypatch):
-    from capabilities import missing, needs
-    from capsule_factory import labelled_containers
-    from fake_openai import FakeOpenAI
+    from helpers.capabilities import missing, needs
+    from helpers.capsule_factory import labelled_containers
+    from helpers.fake_openai import FakeOpenAI
 
     image = needs("docker-dind")
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
@@ -232,18 +232,11 @@ def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pyt
 def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytester, tmp_path, monkeypatch):
     """Done-when: a train capsule under Docker with --bench-workspace-root /workspace/core-bench; its inputs
     are preinstalled in the image (nothing downloaded or uploaded)."""
-    import io
-    import os
-    import tarfile
-
-    from capabilities import needs
-    from capsule_factory import labelled_containers
-    from fake_openai import FakeOpenAI
+    from helpers.capabilities import needs
+    from helpers.capsule_factory import image_with_inputs, labelled_containers
+    from helpers.fake_openai import FakeOpenAI
 
     base = needs("docker")
-    import docker
-
-    client = docker.from_env()
     inputs = tmp_path / "inputs"
     write_capsule_tree(inputs, CID)
     (inputs / "input.json").write_text(
@@ -258,21 +251,11 @@ def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytes
             }
         )
     )
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(inputs, arcname="inputs")
-    builder = client.containers.create(base, ["true"])
-    image = f"agentbench-preinstalled:t{os.getpid()}"
-    try:
-        builder.put_archive("/opt", buffer.getvalue())
-        builder.commit(repository=image.split(":")[0], tag=image.split(":")[1])
-    finally:
-        builder.remove(force=True)
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
     empty = tmp_path / "no-capsules"
     empty.mkdir()
     answers = next(t for t in dataset.load_split(DATA, "train") if t["capsule_id"] == CID)["results"][0]
-    try:
+    with image_with_inputs(base, inputs, "agentbench-preinstalled") as image:
         with FakeOpenAI() as server:
             server.reply(tool_calls=[("bash", {"command": "pwd && ls -A"})])
             server.reply(tool_calls=[("submit", {"answers": answers})])
@@ -298,8 +281,6 @@ def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytes
             tools = [
                 m["content"] for r in server.requests for m in r["body"].get("messages", []) if m["role"] == "tool"
             ]
-    finally:
-        client.images.remove(image, force=True)
     record = json.loads((tmp_path / "r" / "core-bench" / "agent-model" / "pre" / "records.jsonl").read_text())
     assert record["status"] == "pass", record["message"]
     assert record["report_path"] == "/workspace/core-bench/report.json" and record["gpu_required"] is False
@@ -349,8 +330,8 @@ def _answers():
 def test_train_capsule_runs_on_the_host_at_a_custom_workspace_root(pytester, tmp_path, monkeypatch):
     """The host environment maps --bench-workspace-root per item: the agent works at the root, writes
     report.json there with bash, and the record's report_path is under it."""
-    from capabilities import needs
-    from fake_openai import FakeOpenAI
+    from helpers.capabilities import needs
+    from helpers.fake_openai import FakeOpenAI
 
     needs("bwrap")
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
@@ -376,7 +357,7 @@ def test_train_capsule_runs_on_the_host_at_a_custom_workspace_root(pytester, tmp
 def test_without_isolation_the_host_names_the_folder_it_really_used(pytester, tmp_path, monkeypatch):
     """No sandbox, no mount namespace: the root cannot be applied, so prompt, hints, report_path and the
     header name the item's own folder instead, and the record says the root was not applied."""
-    from fake_openai import FakeOpenAI
+    from helpers.fake_openai import FakeOpenAI
 
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
     monkeypatch.setenv("AGENTBENCH_ISOLATION", "off")

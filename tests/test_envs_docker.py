@@ -3,7 +3,9 @@ code_interpreter giving the same results in Docker as on the host."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 
 import pytest
@@ -12,9 +14,11 @@ from pytest_agentbench.envs import EnvError, EnvSkip
 from pytest_agentbench.envs.docker import DockerFactory, remove_stale_containers
 from pytest_agentbench.envs.host import HostFactory
 
-import envs_contract as contract
-from capabilities import needs
-from capsule_factory import STAGED_BY_LABEL, labelled_containers
+from helpers import envs_contract as contract
+from helpers.capabilities import needs
+from helpers.capsule_factory import STAGED_BY_LABEL, labelled_containers
+from helpers.fake_openai import FakeOpenAI
+from helpers.scicode_builders import CLOSE, custom_data_args, problem, step, write_dataset
 
 pytestmark = pytest.mark.docker
 
@@ -106,6 +110,7 @@ def test_gpu_needs_bench_gpus(factory, workspace):
 
 
 def test_missing_image_is_an_env_error(workspace):
+    needs("docker")  # a reachable engine: without one the error is about the engine, not the image
     made = DockerFactory(image="agentbench-no-such-image:never", network="none")
     with pytest.raises(EnvError, match="agentbench-no-such-image:never"):
         made.start(workspace)
@@ -163,3 +168,131 @@ def test_view_image_renders_a_pdf_page_where_pdftoppm_exists(factory, workspace,
             assert reply.startswith("error: cannot show a PDF: pdftoppm is not installed"), reply
         reply = agent._dispatch({"id": "c2", "name": "view_image", "arguments": '{"path": "capsule/notes.txt"}'})
         assert reply == "error: capsule/notes.txt is not a PNG, JPEG, GIF, WebP or PDF file"
+
+
+# ---- tool calls share nothing ----------------------------------------------------------------------------------
+
+# The first call plants what a later call could run or read (a daemon, a .pth and a sitecustomize in every site
+# folder it can write, files in /tmp, /dev/shm, the home folder and above its own folder) and shows it worked.
+PLANT = r"""
+import json, os, site, time
+MARK = "@@MARK@@"
+planted = []
+def plant(path, text):
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as handle:
+            handle.write(text)
+        planted.append(path)
+    except OSError:
+        pass
+for folder in site.getsitepackages() + [site.getusersitepackages()]:
+    plant(os.path.join(folder, MARK + ".pth"), "import builtins; setattr(builtins, %r, 1)\n" % (MARK + "_pth"))
+    for name in ("sitecustomize.py", "usercustomize.py"):
+        plant(os.path.join(folder, name), "import os; os.environ['%s_ENV'] = '1'\n" % MARK)
+for folder in ("/tmp", "/dev/shm", os.path.expanduser("~"), os.path.dirname(os.getcwd())):
+    plant(os.path.join(folder, MARK + "-file"), "left by the first call")
+log = "/tmp/" + MARK + "-daemon.log"
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sh", [MARK + "-daemon", "-c", "while :; do date >> %s; sleep 0.2; done" % log])
+    os._exit(0)
+time.sleep(1)
+print("UID", os.getuid(), os.geteuid())
+print("PLANTED", json.dumps(planted))
+print("DAEMON", os.path.exists(log) and os.path.getsize(log) > 0)
+"""
+
+# The second call looks for all of it: the daemon among the processes it can see, the files, the .pth's effect.
+PROBE = r"""
+import builtins, json, os, site
+MARK = "@@MARK@@"
+found = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        cmdline = open("/proc/%s/cmdline" % pid, "rb").read()
+    except OSError:
+        continue
+    if MARK.encode() in cmdline:
+        found.append("process %s: %r" % (pid, cmdline[:80]))
+roots = ["/tmp", "/dev/shm", os.path.expanduser("~"), os.path.dirname(os.getcwd())]
+roots += site.getsitepackages() + [site.getusersitepackages()]
+for root in roots:
+    for folder, _, files in os.walk(root):
+        found += [os.path.join(folder, f) for f in files if MARK in f or f in ("sitecustomize.py", "usercustomize.py")]
+if hasattr(builtins, MARK + "_pth"):
+    found.append("a planted .pth ran")
+found += ["environment: " + k for k in os.environ if MARK in k]
+print("UID", os.getuid(), os.geteuid())
+print("FOUND", json.dumps(sorted(set(found))))
+"""
+
+
+def planted_and_found(first: str, second: str) -> tuple[list[str], list[str]]:
+    """What the first call says it planted (its daemon running) and what the second found; both ran as non-root."""
+    for output in (first, second):
+        uids = re.search(r"^UID (\d+) (\d+)$", output, re.M)
+        assert uids and "0" not in uids.groups(), f"a tool call ran as root:\n{output}"
+    assert "DAEMON True" in first, f"the first call's daemon did not run:\n{first}"
+    planted = json.loads(re.search(r"^PLANTED (.*)$", first, re.M).group(1))
+    found = json.loads(re.search(r"^FOUND (.*)$", second, re.M).group(1))
+    return planted, found
+
+
+def test_a_tool_call_leaves_nothing_for_the_next(factory):
+    mark = f"agentbench-leftover-{os.getpid()}"
+    first = factory.run_python(PLANT.replace("@@MARK@@", mark), 20)
+    second = factory.run_python(PROBE.replace("@@MARK@@", mark), 20)
+    assert first["status"] == second["status"] == "ok", (first, second)
+    planted, found = planted_and_found(first["stdout"], second["stdout"])
+    assert any(path.startswith("/tmp/") for path in planted), planted  # it could write; the next call sees none
+    assert found == [], f"the second call found what the first left: {found}"
+
+
+def test_a_long_tool_script_arrives_whole(factory):
+    source = "text = " + repr("x" * 3_000_000) + "\nprint(len(text), len(open('main.py').read()))\n"
+    result = factory.run_python(source, 30)
+    assert result == {"status": "ok", "exit_code": 0, "stdout": f"3000000 {len(source)}\n", "stderr": ""}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_code_interpreter_calls_of_two_problems_share_nothing(bench, pytester, shared_data):
+    """SciCode in tool-use mode with --bench-env=docker: the scripted model's tool call on problem 1 starts a
+    daemon and plants files; its tool call on problem 2 looks for them and finds none, and neither runs as root."""
+    problems = [
+        problem("1", [step("1.1", "def add(a, b):\n    return a + b", [CLOSE.format(call="add(1, 2)")])]),
+        problem("2", [step("2.1", "def sq(a):\n    return a * a", [CLOSE.format(call="sq(3)")])]),
+    ]
+    data, h5 = write_dataset(pytester.path, shared_data, targets={"1.1": [3], "2.1": [9]}, problems=problems)
+    mark = f"agentbench-leftover-{os.getpid()}"
+    seen: dict[str, str] = {}
+
+    def make(body: dict) -> dict:
+        messages = body["messages"]
+        number = next(n for n in ("1.1", "2.1") if any(f"step {n}" in str(m.get("content")) for m in messages))
+        if messages[-1]["role"] == "tool":
+            seen[number] = messages[-1]["content"]
+            code = next(s["ground_truth_code"] for p in problems for s in p["sub_steps"] if s["step_number"] == number)
+            return {"text": f"```python\n{code}\n```\n"}
+        tool = PLANT if number == "1.1" else PROBE
+        return {"tool_calls": [("code_interpreter", {"code": tool.replace("@@MARK@@", mark)})]}
+
+    with FakeOpenAI() as server:
+        for _ in range(4):
+            server.reply_with(make)
+        result = bench(
+            *custom_data_args(data, h5, "--bench-mode=tool_use", model="scripted", server=server),
+            "--bench-cache=off",
+            "--bench-env=docker",
+            f"--bench-docker-image={needs('docker')}",
+            "--bench-docker-network=none",
+            subprocess=True,
+        )
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert set(seen) == {"1.1", "2.1"}, seen
+    planted, found = planted_and_found(seen["1.1"], seen["2.1"])
+    assert planted, seen["1.1"]
+    assert found == [], f"problem 2's tool call found what problem 1's left: {found}"
+    assert labelled_containers() == []

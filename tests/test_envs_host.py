@@ -16,8 +16,8 @@ from pytest_agentbench.envs import EnvError, EnvSkip
 from pytest_agentbench.envs.host import HostFactory
 from pytest_agentbench.sandbox.isolation import NO_ISOLATION
 
-import envs_contract as contract
-from capabilities import needs
+from helpers import envs_contract as contract
+from helpers.capabilities import needs
 
 ROOT = "/workspace/core-bench"  # a workspace root this machine does not have
 

@@ -1,4 +1,4 @@
-"""Issue 21 point 3: the isolated host environment's commands have a network namespace of their own.
+"""The isolated host environment's commands have a network namespace of their own.
 
 This test opens, on this machine, a TCP listener on 127.0.0.1, an abstract unix socket and a TCP listener
 on one of the machine's non-loopback addresses (the stand-in for the internet; no other address is ever
@@ -22,10 +22,10 @@ import pytest
 from pytest_agentbench.envs.docker import DockerFactory
 from pytest_agentbench.envs.host import HostFactory
 
-import envs_contract as contract
-from capabilities import needs
-from capsule_factory import build_capsule_archive
-from network_listeners import Listener, machine_addresses
+from helpers import envs_contract as contract
+from helpers.capabilities import needs
+from helpers.capsule_factory import build_capsule_archive
+from helpers.network_listeners import Listener, machine_addresses
 
 pytestmark = pytest.mark.isolation
 
@@ -172,7 +172,7 @@ def corebench_host_run(pytester, tmp_path, base_url: str, run_id: str, *extra: s
 def test_the_agent_of_a_corebench_run_cannot_reach_the_controllers_loopback(pytester, tmp_path, listeners):
     """A real model's agent (the scripted server) runs the probe with bash; its tool output says what answered,
     and the run's isolation line names the network namespace."""
-    from fake_openai import FakeOpenAI
+    from helpers.fake_openai import FakeOpenAI
 
     needs("bwrap")
     needs("slirp4netns")

@@ -1,4 +1,4 @@
-"""Text that is not valid UTF-8 never ends a run: it is repaired where it enters (issue 19, point 1).
+"""Text that is not valid UTF-8 never ends a run: it is repaired where it enters.
 
 A lone UTF-16 surrogate is what a JSON ``"\\udc80"`` escape decodes to: Python holds it in a str, but it cannot
 be encoded as UTF-8, so one such character in a record, a cache entry or an xdist report used to end the whole
@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
-from scicode_builders import write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.fake_openai import FakeOpenAI
 
 LONE = "\udc80"  # JSON "\udc80": a lone low surrogate
 FFFD = "\ufffd"
@@ -80,26 +79,20 @@ def step_of(body: dict) -> str:
 
 
 @pytest.fixture
-def tiny_data(pytester, shared_data):
-    return write_dataset(pytester.path, shared_data)
+def tiny_data(custom_scicode):
+    custom_scicode.write()
+    return custom_scicode
 
 
 def run_tiny(bench, server: FakeOpenAI, tiny_data, tmp_path, *args: str):
-    data, h5 = tiny_data
     cache = tmp_path / "model-cache"
-    return bench(
-        "--bench=scicode",
-        "--bench-split=validation",
-        "--model=hostile",
-        f"--model-base-url={server.base_url}",
-        "--model-api-key=k",
-        f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
+    return tiny_data(
         "--bench-mode=naive",
         "--bench-timeout=20",
         f"--bench-cache-dir={cache}",
         *args,
+        model="hostile",
+        server=server,
         subprocess=True,
     )
 
@@ -210,17 +203,7 @@ def bench_model():
 @pytest.mark.slow
 def test_hostile_text_from_a_users_own_client(bench, pytester, tiny_data):
     pytester.makeconftest(CLIENT_CONFTEST)
-    data, h5 = tiny_data
-    result = bench(
-        "--bench=scicode",
-        "--bench-split=validation",
-        "--model=hostile-client",
-        f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
-        "--bench-timeout=20",
-        subprocess=True,
-    )
+    result = tiny_data("--bench-timeout=20", model="hostile-client", subprocess=True)
     records = assert_complete(result, pytester)
     assert records["1.1"]["status"] == "pass" and f"# caf{FFFD}{FFFD}" in records["1.1"]["code"]
     assert records["1.1"]["text_repaired"] == 2
@@ -233,7 +216,7 @@ def test_hostile_text_from_a_users_own_client(bench, pytester, tiny_data):
 def core_bench_answers() -> tuple[str, dict]:
     from pytest_agentbench.benchmarks.corebench import dataset
 
-    from bench_runs import SHARED_DATA
+    from helpers.bench_runs import SHARED_DATA
 
     task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
     return CAPSULE, task["results"][0]
@@ -247,7 +230,7 @@ CAPSULE = "capsule-7038571"
 def test_hostile_text_in_a_core_bench_report_and_tool_output(pytester, tmp_path, monkeypatch, shared_data):
     import base64
 
-    from capsule_factory import build_capsule_archive
+    from helpers.capsule_factory import build_capsule_archive
 
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(shared_data))
     capsule, answers = core_bench_answers()

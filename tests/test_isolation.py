@@ -22,10 +22,10 @@ from pytest_agentbench.sandbox.isolation import ISOLATION_ENV, NO_ISOLATION, SAN
 from pytest_agentbench.sandbox.limits import Limits, MiB
 from pytest_agentbench.sandbox.options import isolation_from
 
-from bench_runs import SHARED_DATA
-from capabilities import needs
-from executor_pairs import KINDS, executor_pair, process_with, wait_gone
-from network_listeners import Listener
+from helpers.bench_runs import SHARED_DATA
+from helpers.capabilities import needs
+from helpers.executor_pairs import KINDS, executor_pair, process_with, wait_gone
+from helpers.network_listeners import Listener
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench_runs import run_dirs
+from helpers.bench_runs import run_dirs
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""Issue 11 part 5: the red team. Hostile code, written here, tries every class of attack the issue lists;
+"""The red team. Hostile code, written here, tries every class of attack on the scoring child we know of;
 each step must fail with its exact reason, and nothing of it may survive the step or the run.
 
 Cheap by design: one pytester run scores many hostile steps. The dataset has one problem per attack
@@ -30,9 +30,9 @@ import pytest
 import pytest_agentbench
 from pytest_agentbench.benchmarks.scicode import dataset
 
-from bench_runs import read_jsonl, run_dirs
-from capabilities import needs
-from scicode_builders import problem, step
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.capabilities import needs
+from helpers.scicode_builders import custom_data_args, problem, step
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -581,12 +581,7 @@ def redteam(pytester, bench, shared_data, shared_cache, monkeypatch):
         attacks_file.write_text(json.dumps(answers))
         monkeypatch.setenv("REDTEAM_ATTACKS", str(attacks_file))
         result = bench(
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--model=redteam",
-            f"--bench-data-dir={data_dir}",
-            "--bench-allow-custom-data",
-            "--bench-timeout=60",
+            *custom_data_args(data_dir, None, "--bench-timeout=60", model="redteam"),
             *args,
             subprocess=True,
         )

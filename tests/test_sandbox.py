@@ -10,14 +10,21 @@ import time
 import pytest
 
 from pytest_agentbench.core.io import trim
-from pytest_agentbench.sandbox.executors import Limits, MiB, SubprocessExecutor, get_executor, run_python
+from pytest_agentbench.sandbox.executors import (
+    ForkServerPool,
+    Limits,
+    MiB,
+    SubprocessExecutor,
+    get_executor,
+    run_python,
+)
 from pytest_agentbench.sandbox.forkserver import ForkServer
 from pytest_agentbench.sandbox.integrity import run_failure
 from pytest_agentbench.sandbox.jail import descendants
 from pytest_agentbench.sandbox.result import ExecResult
 from pytest_agentbench.sandbox.workdir import EXECUTOR_DIED
 
-from executor_pairs import KINDS, executor_pair, wait_gone, wait_until
+from helpers.executor_pairs import KINDS, executor_pair, wait_gone, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -280,6 +287,57 @@ def test_fork_server_is_torn_down_on_close():
     assert server.run("print(1)").stdout == "1\n"
     server.close()
     assert wait_until(lambda: not alive(pid), 2.0)
+
+
+def test_a_fork_server_started_by_a_thread_outlives_the_thread():
+    """A chain's thread may be the first to run a tool call; the server it starts must not die when that
+    thread ends (under bwrap, the parent-death signal follows the starting thread)."""
+    import threading
+
+    server = ForkServer(preload=())
+    try:
+        starter = threading.Thread(target=server.start)
+        starter.start()
+        starter.join(60)
+        pid = server.server_pid
+        time.sleep(0.5)
+        assert pid is not None and alive(pid), "the fork server died with the thread that started it"
+        assert server.run("print(1)").stdout == "1\n" and server.server_pid == pid and server.restarts == 0
+    finally:
+        server.close()
+
+
+def test_runs_at_the_same_time_each_get_a_fork_server_and_overlap():
+    """The tool calls of chains generated at once are not queued behind one fork server: a run that begins
+    while another runs gets a server of its own (kept for later runs), and the two run side by side."""
+    import threading
+
+    pool = ForkServerPool()
+    script = "import time\nbegan = time.time()\ntime.sleep(1.5)\nprint(began, time.time())\n"
+
+    def two_at_once() -> list:
+        results: list = [None, None]
+
+        def one(i: int) -> None:
+            results[i] = pool.run(script)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        return results
+
+    try:
+        two_at_once()  # (the second server starts during the first round: the next one finds both warm)
+        assert pool.servers == 2
+        results = two_at_once()
+        (a0, a1), (b0, b1) = (map(float, r.stdout.split()) for r in results)
+        assert max(a0, b0) < min(a1, b1), results  # the two ran at once
+        assert pool.servers == 2  # kept and reused
+        assert pool.run("print(7)").stdout == "7\n" and pool.servers == 2  # a lone run takes an idle one
+    finally:
+        pool.close()
 
 
 def test_subprocess_executor_is_available_through_run_python():

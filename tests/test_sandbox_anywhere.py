@@ -1,4 +1,4 @@
-"""The sandbox works wherever Python is installed (issue 19, point 3).
+"""The sandbox works wherever Python is installed.
 
 A REAL venv made under /tmp for this module (``python -m venv --system-site-packages``: numpy, scipy, h5py and
 the package come from the site folders and $PYTHONPATH the test gives it) is used through four spellings: its
@@ -27,14 +27,14 @@ from pathlib import Path
 import numpy
 import pytest
 
-from pytest_agentbench.pytest_plugin.remote import refusal_of
+from pytest_agentbench.pytest_plugin.distribution.remote import refusal_of
 from pytest_agentbench.sandbox.isolation import NO_ISOLATION, links_on_the_way
 from pytest_agentbench.sandbox.limits import package_parent
 from pytest_agentbench.sandbox.selftest import run_self_test
 
-from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from capabilities import needs
-from scicode_builders import PROBLEMS, TARGETS
+from helpers.bench_runs import SHARED_DATA, assert_sandboxed_step_passed, oracle_step_argv
+from helpers.capabilities import needs
+from helpers.scicode_builders import PROBLEMS, TARGETS
 
 SPELLINGS = ["tmp", "linked-folder", "home-link", "relative"]
 
@@ -230,27 +230,10 @@ def test_a_scicode_run_with_a_venv_under_tmp_rebuilds_and_passes(venv, spelling,
     done = run_with(
         venv,
         spelling,
-        [
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--model=oracle",
-            "--bench-ids=3",
-            f"--bench-cache-dir={tmp_path / 'cache'}",
-            f"--bench-report-dir={tmp_path / 'reports'}",
-        ],
+        oracle_step_argv(f"--bench-cache-dir={tmp_path / 'cache'}", f"--bench-report-dir={tmp_path / 'reports'}"),
         timeout=1200,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    header = " ".join(
-        line.removeprefix("agentbench:").strip() for line in done.stdout.splitlines() if line.startswith("agentbench:")
-    )
-    assert "sandbox self-test passed" in header, header
-    records = read_jsonl(run_dirs(tmp_path)[0] / "steps.jsonl")
-    assert [r["status"] for r in records] == ["pass"], [(r["status"], r.get("message")) for r in records]
+    assert_sandboxed_step_passed(done, tmp_path)
 
 
 @pytest.mark.e2e
@@ -264,18 +247,7 @@ def test_a_self_test_failure_is_exit_4_before_any_item(venv, tmp_path):
     done = run_with(
         venv,
         "tmp",
-        [
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--model=oracle",
-            "--bench-ids=3",
-            f"--bench-cache-dir={venv.path}",
-            f"--bench-report-dir={reports}",
-        ],
+        oracle_step_argv(f"--bench-cache-dir={venv.path}", f"--bench-report-dir={reports}"),
         timeout=600,
     )
     assert done.returncode == 4, done.stdout[-3000:] + done.stderr[-3000:]
@@ -309,7 +281,7 @@ def test_a_self_test_failure_is_exit_4_before_any_item(venv, tmp_path):
 def test_a_remote_host_whose_python_cannot_run_in_its_sandbox_is_refused_by_name(venv, tmp_path):
     """The host probe (what a remote worker's host runs before its worker starts) runs the self-test there with
     that host's own hidden folders; a host whose interpreter is hidden is refused, by name, with the cause."""
-    code = "from pytest_agentbench.pytest_plugin.hostprobe import main; main()"
+    code = "from pytest_agentbench.pytest_plugin.distribution.hostprobe import main; main()"
     request = json.dumps({"bench": "scicode", "split": "validation", "settings": {}})
     argv0, cwd = venv.argv0("tmp")
 

@@ -1,4 +1,4 @@
-"""Issue 21 point 2: every process a SciCode step starts ends when the step ends, wherever it moved itself.
+"""Every process a SciCode step starts ends when the step ends, wherever it moved itself.
 
 Step 1.1's answer starts a daemon when its function is called by the step's test: it double-forks, calls
 ``setsid``, leaves the run's cgroup where it can (unisolated it runs as the controller's user), renames
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
-from capabilities import needs
-from scicode_builders import CLOSE, TARGETS, problem, step, write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.capabilities import needs
+from helpers.scicode_builders import CLOSE, TARGETS, custom_data_args, problem, step, write_dataset
 
 pytestmark = pytest.mark.isolation
 
@@ -192,13 +192,7 @@ def daemon_run(pytester, bench, shared_data, monkeypatch):
         watcher.thread.start()
         try:
             result = bench(
-                "--bench=scicode",
-                "--bench-split=validation",
-                "--model=daemons",
-                f"--bench-data-dir={data}",
-                f"--bench-h5={h5}",
-                "--bench-allow-custom-data",
-                "--bench-timeout=30",
+                *custom_data_args(data, h5, "--bench-timeout=30", model="daemons"),
                 f"--bench-executor={executor}",
                 subprocess=True,
             )
@@ -250,7 +244,7 @@ print("made", pid > 0)
 def executors(request):
     from pytest_agentbench.sandbox.isolation import NO_ISOLATION
 
-    from executor_pairs import executor_pair
+    from helpers.executor_pairs import executor_pair
 
     if request.param == "isolated":
         needs("bwrap")

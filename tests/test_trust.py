@@ -1,4 +1,4 @@
-"""Issue 11 part 3: nothing a child can write is trusted later.
+"""Nothing a child can write is trusted later.
 
 Checksum stamps are signed with a per-machine secret kept outside every child's view, so a stamp written
 by anyone else is ignored; a file changed after its check (even with its mtime set back) is re-hashed;
@@ -199,8 +199,8 @@ def test_rebuilt_targets_are_read_from_the_checked_bytes(tmp_path, fake_rebuild,
 def corebench_settings(tmp_path, monkeypatch, **values):
     from pytest_agentbench.core.options import Settings
 
-    from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-    from capsule_factory import corebench_options
+    from helpers.bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+    from helpers.capsule_factory import corebench_options
 
     opts = corebench_options(SHARED_DATA, tmp_path)
     return Settings({**opts, **values})
@@ -283,16 +283,14 @@ print(json.dumps(found))
 def test_a_scoring_child_cannot_find_rebuilt_targets_in_its_inherited_memory(tmp_path):
     """Targets are rebuilt by running ground truth and taking back the file it recorded. Were that done by the
     fork server that later forks the model's scoring children, the recorded bytes would stay in its heap and
-    every later child could read them from its own memory. A child forked after a rebuild finds none.
-
-    The process's shared fork server starts afresh first: it keeps the files its children gave back in its
-    memory, and another test may have had it score the oracle, whose outputs are the targets' values."""
+    every later child could read them from its own memory. A child forked after a rebuild finds none, though
+    the process's shared fork server may have scored the oracle (whose outputs are the targets' values) for
+    another test before: the server never holds what its children wrote."""
     import h5py
     import numpy as np
 
-    from pytest_agentbench.sandbox.executors import Limits, get_executor, run_python
+    from pytest_agentbench.sandbox.executors import Limits, run_python
 
-    get_executor("fork").close()  # the next run starts a new server process
     assert run_python("print('up')", limits=Limits(timeout=60), executor="fork").stdout.strip() == "up"
     data_dir = Path(os.environ["AGENTBENCH_DATA_DIR"]) / "scicode"
     problems = [json.loads(line) for line in (data_dir / "problems_dev.jsonl").read_text().splitlines()]
@@ -307,3 +305,92 @@ def test_a_scoring_child_cannot_find_rebuilt_targets_in_its_inherited_memory(tmp
     found = run_python(f"WANTED = {wanted!r}\n" + SCAN_OWN_MEMORY, limits=Limits(timeout=120), executor="fork")
     assert found.exit_code == 0, found
     assert json.loads(found.stdout) == 0
+
+
+# A model's answer that looks for what an earlier run held: the ground truth's return value (its period, found as
+# two halves, so the whole never exists in this process's own objects) and the ground truth's code. Found, it
+# returns the value the period makes; not found, an answer that fails. It prints what it found.
+LOOTING_ANSWER = r"""
+def secret():
+    ctypes = __import__("ctypes")  # (an import statement would be taken out of the answer, as upstream does)
+    value, value_tail = bytes.fromhex("{value}"), bytes.fromhex("{value_tail}")
+    code, code_tail = bytes.fromhex("{code}"), bytes.fromhex("{code_tail}")
+    loot, code_hits = b"", 0
+    for line in open("/proc/self/maps"):
+        fields = line.split()
+        if "r" not in fields[1] or (len(fields) > 5 and fields[5].startswith("[v")):
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        for offset in range(start, end, 1 << 20):  # a window at a time: the address space is limited
+            try:
+                region = ctypes.string_at(offset, min(end, offset + (1 << 20) + {size}) - offset)
+            except Exception:
+                continue
+            for head, tail, hits in ((value, value_tail, "value"), (code, code_tail, "code")):
+                at = region.find(head)
+                while 0 <= at < 1 << 20:
+                    if region[at + len(head):at + len(head) + len(tail)] == tail:
+                        if hits == "code":
+                            code_hits += 1
+                        elif len(region) >= at + {size}:
+                            loot = loot or region[at:at + {size}]
+                    at = region.find(head, at + 1)
+    print(f"found: value {{bool(loot)}}, code {{code_hits}}")
+    if loot:
+        return np.tile(np.frombuffer(loot, dtype=np.float64), {repeat})
+    return np.zeros({count})
+"""
+
+
+@pytest.mark.e2e
+def test_a_run_files_second_model_finds_none_of_the_oracles_values_or_code(
+    pytester, shared_data, shared_cache, monkeypatch
+):
+    """A run file scores the oracle, then a model whose scoring child scans its own memory for the oracle's return
+    value and code, and returns the value it finds. Every scoring child is forked from the same fork server, but
+    the server never holds what a child ran or wrote: the second model finds nothing and fails its step."""
+    import numpy as np
+
+    from helpers.bench_runs import read_jsonl
+    from helpers.fake_openai import FakeOpenAI
+    from helpers.scicode_builders import CLOSE, problem, step, write_dataset
+
+    period, repeat = 4, 16
+    truth = np.tile(np.random.default_rng(20261203).random(period), repeat)
+    ground_truth = f"def secret():\n    return np.tile(np.random.default_rng(20261203).random({period}), {repeat})"
+    raw, code_text = truth[:period].tobytes(), b"default_rng(20261203).random"
+    answer = LOOTING_ANSWER.format(
+        value=raw[:8].hex(),
+        value_tail=raw[8:16].hex(),
+        code=code_text[:14].hex(),
+        code_tail=code_text[14:].hex(),
+        size=len(raw),
+        repeat=repeat,
+        count=len(truth),
+    )
+    problems = [problem("1", [step("1.1", ground_truth, [CLOSE.format(call="secret()")], header="def secret():")])]
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AGENTBENCH_CONFIG", "AGENTBENCH_DATA_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AGENTBENCH_OFFLINE", "1")
+    monkeypatch.setenv("LOOTER_KEY", "sk-looter")
+    data, h5 = write_dataset(pytester.path, shared_data, targets={"1.1": [truth]}, problems=problems)
+    with FakeOpenAI() as looter:
+        looter.reply(f"```python\n{answer}\n```")
+        (pytester.path / "agentbench.yaml").write_text(
+            f"bench: {{bench: scicode, split: validation, data_dir: {data.name}, h5: {h5.name},\n"
+            "        allow_custom_data: true, mode: naive, timeout: 120}\n"
+            "models:\n"
+            "  - name: oracle\n"
+            f"  - {{name: looter, base_url: '{looter.base_url}', api_key_env: LOOTER_KEY}}\n"
+        )
+        result = pytester.runpytest(
+            "-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}", "--bench-config=agentbench.yaml",
+            "--bench-run-id=loot",
+        )  # fmt: skip
+    out = result.stdout.str()
+    folder = pytester.path / "reports" / "scicode"
+    records = {model: read_jsonl(folder / model / "loot" / "steps.jsonl") for model in ("oracle", "looter")}
+    assert [r["status"] for r in records["oracle"]] == ["pass"], out
+    [looted] = records["looter"]
+    assert looted["stdout"] == "found: value False, code 0\n", looted  # the scan ran and found nothing
+    assert looted["status"] == "fail", looted

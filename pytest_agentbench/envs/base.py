@@ -20,18 +20,41 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
+import re
 import shutil
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..sandbox.isolation import under
 from ..sandbox.result import ExecResult
+from .copyout import DEFAULT_COPY_OUT_CAP, CopyOut
 
 DEFAULT_OUTPUT_LIMIT = 16 * 1024  # bytes of a stream kept for the caller: half head, half tail
 DEFAULT_OUTPUT_CAP = 1 << 30  # a command's files (its output included) may not grow past this (RLIMIT_FSIZE)
 MAX_FILE_READ = 64 << 20  # read_file refuses bigger files: they are never meant for a model
+# where ``start(..., blocked_hosts=)`` points a name in the environment's /etc/hosts: the unspecified addresses,
+# which lead to no machine outside the environment (a connection goes to its own loopback, or fails)
+BLOCKED_ADDRESSES = ("0.0.0.0", "::")
+
+
+HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*")
+
+
+def check_host_names(names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` when each is a plain DNS name (they become /etc/hosts lines); ValueError naming the first that
+    is not."""
+    for name in names:
+        if not isinstance(name, str) or not HOST_NAME.fullmatch(name):
+            raise ValueError(f"cannot block host name {name!r}: not a DNS name (letters, digits, '-' and '.')")
+    return tuple(names)
+
+
+def blocked_hosts_lines(names: Sequence[str]) -> str:
+    """The /etc/hosts lines that make ``names`` resolve to ``BLOCKED_ADDRESSES`` only."""
+    return "".join(f"{address}\t{name}\n" for name in check_host_names(names) for address in BLOCKED_ADDRESSES)
 
 
 class EnvError(Exception):
@@ -63,10 +86,14 @@ class Environment(ABC):
     workdir: str = ""  # where commands start, as the environment sees it
     workdir_note: str = ""  # why ``workdir`` is not the one ``start`` asked for (empty when it is)
 
-    def __init__(self, workspace: Path, *, keep_workspace: bool = False, name: str = "") -> None:
+    def __init__(
+        self, workspace: Path, *, keep_workspace: bool = False, name: str = "", copy_cap: int = DEFAULT_COPY_OUT_CAP
+    ) -> None:
         self.workspace = Path(workspace)
         self.keep_workspace = keep_workspace
         self.name = name
+        self.copy_cap = copy_cap  # most bytes copy_out brings home (apparent size of regular files)
+        self.copied: CopyOut | None = None  # what the last copy_out brought and left out
         self.stopped = False
         self.released = False
 
@@ -84,10 +111,12 @@ class Environment(ABC):
 
     @abstractmethod
     def copy_out(self, dest_dir: Path) -> Path:
-        """Make ``dest_dir`` hold the environment's workspace; returns ``dest_dir``.
+        """Make ``dest_dir`` hold the environment's workspace, within ``copy_cap``; returns ``dest_dir``.
 
-        With the workspace the environment was started from as ``dest_dir`` this refreshes it
-        (the host environment already works there, so it does nothing)."""
+        With the workspace the environment was started from as ``dest_dir`` this refreshes it (the host
+        environment already works there, so it only removes what a copy would leave out). ``copied`` then says
+        what came and what was left out (``envs.copyout``: special files, links out of the tree or in a loop,
+        files past the cap); bad entries never raise."""
 
     @abstractmethod
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
@@ -243,4 +272,4 @@ class EnvFactory(ABC):
         return "none (this environment does not say)"
 
     def close(self) -> None:
-        """Release what the factory keeps between items (e.g. a long-lived container)."""
+        """Release what the factory keeps between items (e.g. a container started ahead for the next call)."""

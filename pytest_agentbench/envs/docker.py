@@ -14,13 +14,20 @@ handler cover the rest.
 Commands run as ``bash`` scripts in ``/capsule`` in their own process group (job control), with
 their output in files inside the container of which only the head and tail are read back; a
 command past its timeout has its group killed.
+
+Tool scripts (``DockerFactory.run_python``: SciCode's ``code_interpreter``) run in a container of their own
+per call, as uid 65534 on a read-only root file system, removed after the call (``FreshCalls``).
 """
 
 from __future__ import annotations
 
 import atexit
+import base64
+import contextlib
 import io
 import os
+import posixpath
+import shlex
 import shutil
 import signal
 import socket
@@ -28,15 +35,19 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from types import FrameType, ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from ..core.io import trim_parts
 from ..core.text import decode
+from ..sandbox.containment import AGENT_COMMAND_DOCKER, TOOL_CALL_DOCKER, container_options
 from ..sandbox.jail import namespace_of
 from ..sandbox.result import ExecResult
 from .base import (
+    BLOCKED_ADDRESSES,
     DEFAULT_OUTPUT_CAP,
     DEFAULT_OUTPUT_LIMIT,
     MAX_FILE_READ,
@@ -44,9 +55,11 @@ from .base import (
     EnvFactory,
     Environment,
     EnvSkip,
+    check_host_names,
     check_timeout,
     python_result,
 )
+from .copyout import DEFAULT_COPY_OUT_CAP, CopyOut, check_links
 
 DEFAULT_IMAGE = "python:3.12-bookworm"
 DEFAULT_NETWORK = "bridge"
@@ -185,6 +198,19 @@ def _tar_bytes(files: dict[str, bytes], dirs: tuple[str, ...] = ()) -> bytes:
     return buffer.getvalue()
 
 
+def output_report(base: str, limit: int) -> str:
+    """Shell that prints the sizes of a command's two output files, then the head and tail of each (all when it
+    has at most ``limit`` bytes), and removes them: a 100 MB output never leaves the container."""
+    half = limit // 2
+    return (
+        f"so=$(wc -c < {base}.out 2>/dev/null || echo 0); se=$(wc -c < {base}.err 2>/dev/null || echo 0); "
+        f'echo "$so $se"; '
+        f"for f in {base}.out {base}.err; do s=$(wc -c < $f 2>/dev/null || echo 0); "
+        f'if [ "$s" -le {limit} ]; then cat $f 2>/dev/null; else head -c {half} $f; tail -c {half} $f; fi; done; '
+        f"rm -f {base}.out {base}.err {base}.sh {base}.pid"
+    )
+
+
 class DockerEnvironment(Environment):
     kind = "docker"
     workdir = WORKDIR
@@ -200,8 +226,9 @@ class DockerEnvironment(Environment):
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         workdir: str = WORKDIR,
+        copy_cap: int = DEFAULT_COPY_OUT_CAP,
     ) -> None:
-        super().__init__(workspace, keep_workspace=keep_workspace, name=name)
+        super().__init__(workspace, keep_workspace=keep_workspace, name=name, copy_cap=copy_cap)
         self.workdir = workdir  # the workspace inside the container (CORE-Bench: --bench-workspace-root)
         self.client = client
         self.container = container
@@ -285,15 +312,12 @@ class DockerEnvironment(Environment):
     def _read_outputs(self, base: str) -> tuple[str, int, str, int, int]:
         """Head and tail of both streams in one exec; a 100 MB output never leaves the container. Last: how many
         characters of the kept bytes were not UTF-8 and became U+FFFD (the record's ``text_repaired``)."""
+        _, output = self._exec(["/bin/sh", "-c", output_report(base, self.output_limit)])
+        return self._parse_outputs(output)
+
+    def _parse_outputs(self, output: bytes) -> tuple[str, int, str, int, int]:
+        """What ``output_report`` printed, as ``_read_outputs`` returns it."""
         limit, half = self.output_limit, self.output_limit // 2
-        script = (
-            f"so=$(wc -c < {base}.out 2>/dev/null || echo 0); se=$(wc -c < {base}.err 2>/dev/null || echo 0); "
-            f'echo "$so $se"; '
-            f"for f in {base}.out {base}.err; do s=$(wc -c < $f 2>/dev/null || echo 0); "
-            f'if [ "$s" -le {limit} ]; then cat $f 2>/dev/null; else head -c {half} $f; tail -c {half} $f; fi; done; '
-            f"rm -f {base}.out {base}.err {base}.sh {base}.pid"
-        )
-        _, output = self._exec(["/bin/sh", "-c", script])
         first, _, rest = output.partition(b"\n")
         try:
             out_size, err_size = (int(x) for x in first.split())
@@ -379,10 +403,14 @@ class DockerEnvironment(Environment):
         self.container.put_archive("/tmp", _tar_bytes({}, dirs=(".agentbench",)))
 
     def copy_out(self, dest_dir: Path) -> Path:
-        """Stream ``/capsule`` out into ``dest_dir`` (emptied first when it is the start workspace).
+        """Stream the workspace out into ``dest_dir`` (emptied first when it is the start workspace), within
+        ``copy_cap`` (``envs.copyout``; ``copied`` says what came and what was left out).
 
-        The archive comes from untrusted code: members are extracted with tarfile's ``data`` filter,
-        which refuses absolute paths, ``..`` and links leading outside; such members are skipped."""
+        The archive comes from untrusted code and is never stored whole: it is read as a stream, each
+        member extracted with tarfile's ``data`` filter (which refuses absolute paths, ``..`` and links
+        leading outside), special files and files past the cap left out. A file larger than the whole cap is
+        never asked for (the folders on its way come entry by entry), so a 20 GB sparse file costs nothing;
+        the workspace's top-level files come first, so no folder can crowd out ``report.json``."""
         self._check()
         dest = Path(dest_dir)
         if dest.exists() and dest.resolve() == self.workspace.resolve():
@@ -392,29 +420,215 @@ class DockerEnvironment(Environment):
                 else:
                     child.unlink(missing_ok=True)
         dest.mkdir(parents=True, exist_ok=True)
-        stream, _ = self.container.get_archive(self.workdir)
-        self.skipped_members: list[str] = []
-        with tempfile.TemporaryFile(prefix="agentbench-get-") as fh:
-            for chunk in stream:
-                fh.write(chunk)
-            fh.seek(0)
-            with tarfile.open(fileobj=fh) as tar:
-                top = PurePosixPath(self.workdir).name
-                for member in tar:
-                    parts = PurePosixPath(member.name).parts
-                    if not parts or parts[0] != top or len(parts) == 1:
-                        continue
-                    member.name = str(PurePosixPath(*parts[1:]))
-                    try:
-                        tar.extract(member, dest, filter="data")
-                    except (tarfile.FilterError, OSError) as exc:
-                        self.skipped_members.append(f"{member.name}: {exc}")
+        record = CopyOut(self.copy_cap)
+        self.copied = record
+        # files left out below the cap are read past in the stream: at most that much again as the cap
+        reader = _Budgeted(self.copy_cap * 2 + (1 << 20))
+        try:
+            for path in self._plan(record):
+                if path.endswith("/"):
+                    (dest / path).mkdir(parents=True, exist_ok=True)
+                else:
+                    self._extract_part(path, dest, record, reader)
+        except _ReadLimit:
+            record.stopped = (
+                f"stopped after reading {reader.total} bytes of the workspace's archives (twice the cap of "
+                f"{self.copy_cap} bytes): the files after that point were not copied"
+            )
+        check_links(dest, record)
         return dest
+
+    def _listing(self, *argv: str) -> list[list[str]] | None:
+        """The sections of what a ``find -print0`` script prints, an empty name ending each (names are never
+        empty), as paths relative to the workspace; None when the script fails."""
+        code, output = self._exec(["/bin/sh", "-c", *argv])
+        if code != 0:
+            return None
+        sections: list[list[str]] = [[]]
+        for name in output.split(b"\0")[:-1]:
+            if not name:
+                sections.append([])
+            elif name.startswith(b"./"):
+                sections[-1].append(os.fsdecode(name[2:]).lstrip("/"))
+        return sections[:-1]
+
+    def _plan(self, record: CopyOut) -> list[str]:
+        """The workspace's paths (relative) to fetch as one archive each, in order; a trailing ``/``: a folder that
+        is only made, its entries being in the list. Files past the whole cap and sockets (which the engine's
+        archives drop without a word) are named in ``record`` and left out."""
+        found = self._listing(
+            f'find . -mindepth 1 -type f -size +{self.copy_cap}c -print0 && printf "\\0" && '
+            'find . -mindepth 1 -type s -print0 && printf "\\0"'
+        )
+        if found is None or len(found) < 2:
+            return [""]  # no find here: the whole tree in one archive
+        huge, sockets = set(found[0]), set(found[1])
+        for name in sorted(sockets):
+            record.skip(name, "a socket: special files are not copied")
+        opened = {""} | {str(PurePosixPath(p).parent) for p in huge} - {"."}
+        opened |= {str(a) for p in list(opened) for a in PurePosixPath(p).parents if str(a) != "."}
+        folders = sorted(opened)
+        script = 'for d; do find "./$d" -mindepth 1 -maxdepth 1 {} -print0 || exit 1; printf "\\0"; done'
+        listed = self._listing(script.format("! -type d"), "sh", *folders)
+        subfolders = self._listing(script.format("-type d"), "sh", *folders)
+        if listed is None or subfolders is None or len(listed) != len(folders) or len(subfolders) != len(folders):
+            return [""]
+        children = {f: (sorted(listed[i]), sorted(subfolders[i])) for i, f in enumerate(folders)}
+        plan: list[str] = []
+        self._expand("", children, huge, sockets, record, plan)
+        return plan
+
+    def _expand(
+        self,
+        folder: str,
+        children: dict[str, tuple[list[str], list[str]]],
+        huge: set[str],
+        sockets: set[str],
+        record: CopyOut,
+        plan: list[str],
+    ) -> None:
+        """``plan`` gets ``folder``'s entries: its files first (report.json before any subfolder's files), then its
+        subfolders, each as one archive unless a file past the cap lies in it."""
+        if folder:
+            plan.append(folder + "/")
+        files, subfolders = children.get(folder, ([], []))
+        for rel in files:
+            if rel in huge:
+                record.over_cap(rel, self._size(rel))
+            elif rel not in sockets:  # (named already)
+                plan.append(rel)
+        for rel in subfolders:
+            if rel in children:
+                self._expand(rel, children, huge, sockets, record, plan)
+            else:
+                plan.append(rel)
+
+    def _size(self, rel: str) -> int:
+        """The apparent size of a file, from the archive's stat header alone (its data is never read)."""
+        try:
+            stream, info = self.container.get_archive(f"{self.workdir.rstrip('/')}/{rel}")
+        except _docker().errors.APIError:
+            return self.copy_cap + 1
+        closer = getattr(stream, "close", None)
+        if closer is not None:
+            closer()
+        return int((info or {}).get("size", self.copy_cap + 1))
+
+    def _extract_part(self, rel: str, dest: Path, record: CopyOut, reader: _Budgeted) -> None:
+        """The archive of ``rel`` (the whole workspace for ``""``) extracted into ``dest`` within the cap."""
+        docker = _docker()
+        path = f"{self.workdir.rstrip('/')}/{rel}" if rel else self.workdir
+        try:
+            stream, _ = self.container.get_archive(path)
+        except docker.errors.APIError as exc:  # a link loop, or removed meanwhile by a background job
+            record.skip(rel, f"not copied: {getattr(exc, 'explanation', None) or exc}")
+            return
+        parent = str(PurePosixPath(rel).parent) if rel else None
+        try:
+            _extract_members(stream, dest, parent, record, reader)
+        except tarfile.TarError as exc:
+            record.skip(rel or ".", f"its archive could not be read to the end: {exc}")
+        finally:
+            closer = getattr(stream, "close", None)
+            if closer is not None:
+                closer()
+
+    def remove_paths(self, paths: Sequence[str]) -> None:
+        """Delete ``paths`` (absolute, in the container) as root, before the agent's first command: inputs the
+        image holds beside the workspace copied from them. Deleted, files of the image's layers cannot be read
+        back from inside: the container may not mount (unless privileged, which is not isolated anyway).
+        EnvError naming what remains when one cannot be deleted (a volume mounted there, a read-only file
+        system)."""
+        self._check()
+        for path in paths:
+            if not str(path).startswith("/") or ".." in PurePosixPath(path).parts or str(PurePosixPath(path)) == "/":
+                raise ValueError(f"remove_paths takes absolute paths below / without '..', got {path!r}")
+        quoted = " ".join(shlex.quote(str(PurePosixPath(p))) for p in paths)
+        script = (
+            f"rm -rf -- {quoted} 2>&1; for p in {quoted}; do "
+            f'if [ -e "$p" ] || [ -L "$p" ]; then echo "left: $p"; fi; done'
+        )
+        made = self.container.exec_run(["/bin/sh", "-c", script], user="root", workdir="/")
+        said = _output_bytes(made).decode(errors="replace")
+        if made.exit_code != 0 or "left: " in said:
+            raise EnvError(
+                f"cannot delete {', '.join(paths)} in container {self.container.short_id} (the agent would reach "
+                f"it): {said.strip()[-500:]}"
+            )
 
     # ---------------------------------------------------------------- the end
 
     def _release(self) -> None:
         _remove_container(self.container)
+
+
+class _ReadLimit(Exception):
+    """The archives of one copy_out carried more than their reader allows."""
+
+
+class _Budgeted:
+    """Reads the engine's archive streams as one file, counting every byte; ``_ReadLimit`` past ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.total = limit, 0
+        self.chunks: Any = iter(())
+        self.pending = bytearray()
+
+    def start(self, stream: Any) -> _Budgeted:
+        self.chunks, self.pending = iter(stream), bytearray()
+        return self
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self.pending) < size:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                break
+            self.total += len(chunk)
+            if self.total > self.limit:
+                raise _ReadLimit
+            self.pending += chunk
+        if size < 0:
+            size = len(self.pending)
+        out = bytes(self.pending[:size])
+        del self.pending[:size]  # cheap at the front of a bytearray
+        return out
+
+
+def _leaves_tree(name: str, target: str) -> bool:
+    """Whether a link at ``name`` to ``target`` leads outside the tree (an absolute target always does: it is
+    a path in the container)."""
+    if posixpath.isabs(target):
+        return True
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+    return joined == ".." or joined.startswith("../")
+
+
+def _extract_members(stream: Any, dest: Path, parent: str | None, record: CopyOut, reader: _Budgeted) -> None:
+    """Extract one archive stream into ``dest`` within ``record``'s cap; what is left out is named there. The
+    members' names are relative to ``parent`` (None: the archive of the whole workspace, its folder first)."""
+    with tarfile.open(fileobj=cast(IO[bytes], reader.start(stream)), mode="r|") as tar:
+        for member in tar:
+            parts = PurePosixPath(member.name).parts
+            if parent is None:
+                parts = parts[1:]  # the workspace folder's own name
+            elif parent != ".":
+                parts = (*PurePosixPath(parent).parts, *parts)
+            if not parts:
+                continue
+            member.name = str(PurePosixPath(*parts))
+            if not (member.isdir() or member.isfile() or member.issym() or member.islnk()):
+                record.skip(member.name, "a FIFO or device: special files are not copied")
+                continue
+            if member.issym() and _leaves_tree(member.name, member.linkname):
+                record.skip(member.name, "a symbolic link leading outside the workspace: not copied")
+                continue
+            if member.isfile() and not record.admit(member.size):
+                record.over_cap(member.name, member.size)
+                continue  # its data is read past, within the reader's limit
+            try:
+                tar.extract(member, dest, filter="data")
+            except (tarfile.FilterError, tarfile.StreamError, OSError) as exc:  # StreamError: a hard link to a
+                record.skip(member.name, f"not copied: {exc}")  # file left out (a stream cannot go back to it)
 
 
 NESTED_DOCKERD = (
@@ -528,6 +742,241 @@ def start_nested_daemon(env: DockerEnvironment, wait: float = NESTED_WAIT, *, wr
     )
 
 
+# ---- tool scripts (EnvFactory.run_python): a fresh container per call ------------------------------------
+#
+# Why a container per call: a tool script is a model's code, and what one call leaves (a daemon, a `.pth` file in
+# site-packages, a file in /tmp or the home folder) must not be there for the next call, which may be another
+# step, problem, attempt or model. A call's container has a read-only root file system, a tmpfs /tmp that holds
+# the call's folder and home, no capabilities and no_new_privs; its main process (root's `sleep` under the
+# engine's init) cannot be signalled by the call's code, which runs as CALL_USER through `docker exec`. The
+# container is removed after the call, which kills every process it started. Cost kept off a call's path: the
+# next call's container is started ahead (a spare nobody has used), and a finished call's container is removed in
+# the background; a call waits for the removals of the calls before it, so no process of an earlier call is alive
+# while its code runs.
+
+CALL_USER = "65534:65534"  # nobody: the tool's code is never root
+CALL_FOLDER = f"{PRIVATE}/py"  # the script's folder (main.py); "." in what the model is shown
+CALL_HOME = f"{PRIVATE}/home"
+CALL_OUTPUT = f"{PRIVATE}/call"  # .out, .err and .pid of the script
+CALL_CHUNK = 96 * 1024  # base64 characters per argument (the kernel takes at most 128 KiB per argument)
+CALL_ARGUMENTS = 8  # arguments of source per exec: well under the kernel's 2 MiB for all of them
+CALL_STREAM_TIMEOUT = 7 * 24 * 3600  # seconds: never in practice (a call's own deadline is kept by the caller)
+CALL_APPEND = f'mkdir -p {CALL_FOLDER} && printf %s "$@" | base64 -d >>{CALL_FOLDER}/main.py'
+
+
+def call_container_options(factory: DockerFactory) -> dict[str, Any]:
+    """The ``containers.run`` keywords of a tool call's container (the factory's network and limits)."""
+    kwargs: dict[str, Any] = {
+        **container_options(TOOL_CALL_DOCKER, network=factory.network),  # what the call can see and keep
+        "labels": {
+            LABEL: "1",
+            f"{LABEL}.host": socket.gethostname(),
+            f"{LABEL}.pid": str(os.getpid()),
+            f"{LABEL}.pidns": pid_namespace(),
+            f"{LABEL}.name": "tool call",
+        },
+        "working_dir": "/tmp",
+        "init": True,
+        "auto_remove": True,
+        "detach": True,
+    }
+    return {**kwargs, **factory.resource_limits()}
+
+
+def start_call_container(factory: DockerFactory) -> Container:
+    """A new, unused container for one tool call (EnvError when the engine refuses it)."""
+    client = factory.client()
+    factory._ensure_image(client)
+    try:
+        container: Container = client.containers.run(
+            factory.image, ["sleep", str(int(factory.lifetime))], **call_container_options(factory)
+        )
+    except _docker().errors.APIError as exc:
+        factory._remove_unstarted(client)
+        raise EnvError(f"starting a container for a tool script from {factory.image!r} failed: {exc}") from None
+    with _LIVE_LOCK:
+        _LIVE[_id(container)] = container
+    return container
+
+
+def source_groups(source: str) -> list[list[str]]:
+    """``source`` as base64 arguments, grouped per exec (base64: any text passes, NUL included)."""
+    encoded = base64.b64encode(source.encode()).decode("ascii")
+    chunks = [encoded[i : i + CALL_CHUNK] for i in range(0, len(encoded), CALL_CHUNK)] or [""]
+    return [chunks[i : i + CALL_ARGUMENTS] for i in range(0, len(chunks), CALL_ARGUMENTS)]
+
+
+class CallContainer(DockerEnvironment):
+    """One tool call's container, seen as an environment only for its exec plumbing: every exec runs as
+    CALL_USER in /tmp; no workspace is copied in or out (``workspace`` names the call's folder and is never
+    touched on this machine)."""
+
+    def __init__(self, client: DockerClient, container: Container) -> None:
+        super().__init__(client, container, Path(CALL_FOLDER), keep_workspace=True, name="tool call", workdir="/tmp")
+
+    def _exec(self, argv: list[str], *, environment: dict[str, str] | None = None) -> tuple[int | None, bytes]:
+        result = self.container.exec_run(
+            argv, workdir=self.workdir, environment=environment, demux=False, user=CALL_USER
+        )
+        return result.exit_code, _output_bytes(result)
+
+    def run_source(self, source: str, timeout: float, streams: DockerClient) -> ExecResult:
+        """``source`` as ``main.py`` in the call's folder with python3, output capped as ``run``'s. One exec runs
+        it and then prints its exit code and ``output_report``, read through ``streams`` (a client whose socket
+        never times out: the deadline is ``timeout``, kept here)."""
+        *first, last = source_groups(source)
+        for group in first:  # a script too long for one exec's arguments: the rest comes with the run
+            code, output = self._exec(["/bin/sh", "-c", CALL_APPEND, "sh", *group])
+            if code != 0:
+                raise EnvError(f"cannot write a tool script in container {self.container.short_id}: {output[:200]!r}")
+        base, blocks = CALL_OUTPUT, max(1, self.output_cap // 512)
+        outer = (
+            f"set -m; mkdir -p {CALL_HOME} && {{ {CALL_APPEND}; }} 2>{base}.err || exit 125; cd {CALL_FOLDER}; "
+            f"ulimit -f {blocks}; python3 main.py >{base}.out 2>{base}.err </dev/null & echo $! >{base}.pid; "
+            f"wait $!; printf '%s ' $?; {output_report(base, self.output_limit)}"
+        )
+        api = streams.api
+        exec_id = api.exec_create(
+            self.container.id,
+            ["/bin/bash", "-c", outer, "bash", *last],
+            stderr=False,
+            workdir="/tmp",
+            environment={**PYTHON_ENV, "HOME": CALL_HOME},
+            user=CALL_USER,
+        )["Id"]
+        started = time.monotonic()
+        report = StreamReader(api.exec_start(exec_id, stream=True), 4 * self.output_limit + 4096)
+        timed_out = not report.done.wait(timeout)
+        if timed_out:  # every process of the call (CALL_USER's, daemons too); the container's own are root's
+            self._exec(["/bin/sh", "-c", "kill -KILL -1 2>/dev/null; true"])
+            report.done.wait(10)
+        duration = time.monotonic() - started
+        code_text, _, rest = bytes(report.data).partition(b" ")
+        exit_code = None if timed_out else int(code_text) if code_text.isdigit() else None
+        if timed_out or exit_code is None:  # (the script's processes may have killed the reporting shell)
+            stdout, out_size, stderr, err_size, repaired = self._read_outputs(base)
+            exit_code = None if timed_out else api.exec_inspect(exec_id).get("ExitCode")
+        else:
+            stdout, out_size, stderr, err_size, repaired = self._parse_outputs(rest)
+        # the folder is per call; "." makes the output the same as the host sandbox's
+        stdout, stderr = (t.replace(CALL_FOLDER + "/", "./").replace(CALL_FOLDER, ".") for t in (stdout, stderr))
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=stdout,
+            stderr=stderr,
+            timed_out=timed_out,
+            duration=duration,
+            stdout_bytes=out_size,
+            stderr_bytes=err_size,
+            text_repaired=repaired,
+        )
+
+
+class StreamReader:
+    """Reads an exec's output stream to its end in a thread of its own (at most ``cap`` bytes kept); ``done`` is
+    set at the end."""
+
+    def __init__(self, stream: Any, cap: int) -> None:
+        self.data = bytearray()
+        self.done = threading.Event()
+        self.cap = cap
+        threading.Thread(target=self.read, args=(stream,), name="agentbench-tool-output", daemon=True).start()
+
+    def read(self, stream: Any) -> None:
+        try:
+            for chunk in stream:
+                if len(self.data) < self.cap:
+                    self.data += chunk[: self.cap - len(self.data)]
+        except Exception:  # (the container went away under the stream: what was read is all there is)
+            pass
+        finally:
+            self.done.set()
+
+
+class FreshCalls:
+    """A factory's tool calls, each in a container of its own (see the section's comment)."""
+
+    def __init__(self, factory: DockerFactory) -> None:
+        self.factory = factory
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentbench-tool-containers")
+        self.spare: Future[Container] | None = None
+        self.removals: list[tuple[Container, Future[None]]] = []
+        self._streams: DockerClient | None = None
+
+    def streams(self) -> DockerClient:
+        """A client of the factory's engine for reading a call's output: its socket never times out (the
+        client's default gives up after 60 s of silence, and a call may be silent for longer)."""
+        with self.lock:
+            if self._streams is None:
+                self.factory.client()  # (reachable, and the stale containers swept)
+                self._streams = _docker().from_env(timeout=CALL_STREAM_TIMEOUT)
+            return self._streams
+
+    def run_python(self, source: str, timeout: float) -> dict[str, Any]:
+        timeout = check_timeout(timeout)
+        self.wait_for_removals()
+        container = self.take()
+        try:
+            result = CallContainer(self.factory.client(), container).run_source(source, timeout, self.streams())
+        except BaseException:
+            with contextlib.suppress(Exception):  # (still listed for the exit hooks if this fails)
+                _remove_container(container)
+            raise
+        self.retire(container)
+        return python_result(result)
+
+    def take(self) -> Container:
+        """An unused container (the spare, else a new one); a new spare is started for the next call."""
+        with self.lock:
+            spare, self.spare = self.spare, None
+        container = None
+        if spare is not None:
+            try:
+                container = spare.result()
+            except Exception:  # (a spare that failed to start: try once more now, with its error if it fails)
+                container = None
+        if container is None:
+            container = start_call_container(self.factory)
+        with self.lock:
+            if self.spare is None:
+                self.spare = self.pool.submit(start_call_container, self.factory)
+        return container
+
+    def retire(self, container: Container) -> None:
+        with self.lock:
+            self.removals.append((container, self.pool.submit(_remove_container, container)))
+
+    def wait_for_removals(self) -> None:
+        """Until every earlier call's container is gone (one whose removal failed is removed again here; if that
+        fails too, EnvError, and the next call tries again)."""
+        with self.lock:
+            pending, self.removals = self.removals, []
+        for number, (container, future) in enumerate(pending):
+            try:
+                future.result()
+            except Exception:
+                try:
+                    _remove_container(container)
+                except Exception as exc:
+                    with self.lock:
+                        self.removals.extend((c, f) for c, f in pending[number:])
+                    raise EnvError(f"the container of an earlier tool call could not be removed: {exc}") from None
+
+    def close(self) -> None:
+        with self.lock:
+            spare, self.spare = self.spare, None
+        if spare is not None:
+            try:
+                _remove_container(spare.result())
+            except Exception:  # (never started: nothing to remove)
+                pass
+        try:
+            self.wait_for_removals()
+        finally:
+            self.pool.shutdown(wait=True)
+
+
 class DockerFactory(EnvFactory):
     """The ``bench_env`` value for ``--bench-env=docker``; connects to the engine on first use."""
 
@@ -544,14 +993,16 @@ class DockerFactory(EnvFactory):
         cpus: float | None = DEFAULT_CPUS,
         pids: int | None = DEFAULT_PIDS,
         lifetime: float = DEFAULT_LIFETIME,
+        copy_cap: int = DEFAULT_COPY_OUT_CAP,
     ) -> None:
         self.image, self.network, self.gpus = image, network, gpus
+        self.copy_cap = copy_cap
         self.keep_workspaces = keep_workspaces
         self.memory, self.cpus, self.pids, self.lifetime = memory, cpus, pids, lifetime
         self._client: DockerClient | None = None
         self._image_ready = False
         self._lock = threading.Lock()
-        self._python_env: DockerEnvironment | None = None
+        self._calls: FreshCalls | None = None
 
     def client(self) -> DockerClient:
         with self._lock:
@@ -570,6 +1021,10 @@ class DockerFactory(EnvFactory):
                 remove_stale_containers(client)
                 self._client = client
             return self._client
+
+    def ensure_image(self) -> None:
+        """EnvError unless the engine is reachable and has the image or can pull it (a check before any item)."""
+        self._ensure_image(self.client())
 
     def _ensure_image(self, client: DockerClient) -> None:
         if self._image_ready:
@@ -608,9 +1063,14 @@ class DockerFactory(EnvFactory):
         lifetime: float | None = None,
         workdir: str | None = None,
         nested_docker: bool = False,
+        kind: str = AGENT_COMMAND_DOCKER,
+        blocked_hosts: Sequence[str] = (),
     ) -> DockerEnvironment:
         """``workdir``: where the workspace goes in the container (default /capsule). ``nested_docker``: a
-        privileged container running its own dockerd (see ``start_nested_daemon``); not isolated."""
+        privileged container running its own dockerd (see ``start_nested_daemon``); not isolated. ``kind``: the
+        kind of run it is for (``sandbox.containment.KINDS``), which gives its containment options.
+        ``blocked_hosts``: names the container's /etc/hosts maps to ``BLOCKED_ADDRESSES`` (name resolution
+        only: a root agent may edit the file, and an address found otherwise is not stopped)."""
         workdir = workdir or WORKDIR
         if needs_gpu and not self.gpus:
             raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
@@ -628,24 +1088,21 @@ class DockerFactory(EnvFactory):
             f"{LABEL}.name": name[:200],
         }
         kwargs: dict[str, Any] = {
-            "network_mode": self.network,
+            **container_options(kind, network=self.network),  # what the container's runs can see and keep
             "labels": labels,
             "working_dir": workdir,
             "init": True,
             "auto_remove": True,
             "detach": True,
         }
-        if self.memory:
-            kwargs["mem_limit"] = self.memory
-        if self.cpus:
-            kwargs["nano_cpus"] = int(float(self.cpus) * 1e9)
-        if self.pids:
-            kwargs["pids_limit"] = int(self.pids)
+        kwargs.update(self.resource_limits())
         requests = self._device_requests(needs_gpu)
         if requests:
             kwargs["device_requests"] = requests
         if nested_docker:
             kwargs["privileged"] = True
+        if blocked_hosts and not self.network.startswith("container:"):  # (that mode shares another's /etc/hosts)
+            kwargs["extra_hosts"] = [f"{n}:{a}" for n in check_host_names(blocked_hosts) for a in BLOCKED_ADDRESSES]
         seconds = int(lifetime or self.lifetime)
         reduced = False  # nested Docker with every capability the engine has instead of --privileged
         try:
@@ -674,7 +1131,13 @@ class DockerFactory(EnvFactory):
         with _LIVE_LOCK:
             _LIVE[_id(container)] = container
         env = DockerEnvironment(
-            client, container, workspace, keep_workspace=self.keep_workspaces, name=name, workdir=workdir
+            client,
+            container,
+            workspace,
+            keep_workspace=self.keep_workspaces,
+            name=name,
+            workdir=workdir,
+            copy_cap=self.copy_cap,
         )
         try:
             env.put_workspace()
@@ -694,16 +1157,30 @@ class DockerFactory(EnvFactory):
             _remove_container(left)
 
     def run_python(self, source: str, timeout: float) -> dict[str, Any]:
-        """A tool script in Docker: one long-lived container per process, a fresh folder per run."""
-        if self._python_env is None or self._python_env.stopped:
-            self._python_env = self.start(Path(tempfile.mkdtemp(prefix="agentbench-python-")), name="python")
-        return self._python_env.run_python(source, timeout)
+        """A tool script in Docker: a fresh container per call, as CALL_USER (see ``FreshCalls``)."""
+        with self._lock:
+            if self._calls is None:
+                self._calls = FreshCalls(self)
+            calls = self._calls
+        return calls.run_python(source, timeout)
+
+    def resource_limits(self) -> dict[str, Any]:
+        """The ``containers.run`` keywords of the memory, CPU and process limits every container gets."""
+        limits: dict[str, Any] = {}
+        if self.memory:
+            limits["mem_limit"] = self.memory
+        if self.cpus:
+            limits["nano_cpus"] = int(float(self.cpus) * 1e9)
+        if self.pids:
+            limits["pids_limit"] = int(self.pids)
+        return limits
 
     def describe_isolation(self) -> str:
         network = "no network" if self.network == "none" else f"network {self.network}"
         return f"docker container ({network}; the engine's isolation)"
 
     def close(self) -> None:
-        if self._python_env is not None:
-            self._python_env.stop()
-            self._python_env = None
+        with self._lock:
+            calls, self._calls = self._calls, None
+        if calls is not None:
+            calls.close()

@@ -43,6 +43,7 @@ from typing import Any
 
 from ..core.data import secret_path
 from ..core.errors import ConfigError
+from ..sandbox.containment import AGENT_COMMAND_HOST, sandbox_argv
 from ..sandbox.executors import run_python
 from ..sandbox.isolation import (
     CLONE_NEWNS,
@@ -51,13 +52,13 @@ from ..sandbox.isolation import (
     MS_SLAVE,
     SANDBOX_UID,
     Isolation,
-    bwrap_argv,
     check_relocation_target,
     give_to_sandbox_user,
     mount_race,
     private_homes,
     probe,
     sandbox_visible_folders,
+    under,
 )
 from ..sandbox.jail import ProcessJail, group_members, kill_group, kill_tree, proc_table
 from ..sandbox.limits import DEFAULT_MEMORY_LIMIT, Limits, child_env, package_parent
@@ -72,10 +73,12 @@ from .base import (
     Environment,
     EnvSkip,
     PathView,
+    blocked_hosts_lines,
     check_timeout,
     python_result,
     resolve_inside,
 )
+from .copyout import DEFAULT_COPY_OUT_CAP, copy_tree, prune_tree
 
 DEFAULT_MEMORY = 8 << 30  # RLIMIT_AS of a command: generous, agents install and run real code
 DEFAULT_PROCESSES = 1024
@@ -131,6 +134,15 @@ os.execve(spec["bash"], ["bash", "-c", spec["command"]], spec["env"])
 """
 
 
+def machine_hosts() -> str:
+    """This machine's /etc/hosts (a sandbox's starts from it), ending in a newline; empty when it has none."""
+    try:
+        text = Path("/etc/hosts").read_text(errors="replace")
+    except OSError:
+        return ""
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
 def world_readable(path: Path) -> bool:
     return bool(path.stat().st_mode & stat.S_IROTH)
 
@@ -162,11 +174,14 @@ class HostEnvironment(Environment):
         hidden: Sequence[str] = (),
         workdir: str | None = None,
         network: str = "user",
+        copy_cap: int = DEFAULT_COPY_OUT_CAP,
+        blocked_hosts: Sequence[str] = (),
     ) -> None:
         """``workdir``: where the commands see the workspace (None: at its host path); applied under
         isolation only, else ``workdir_note`` says why not. ``network`` (isolated only): ``user`` or ``none``
-        (see ``HOST_NETWORKS``)."""
-        super().__init__(workspace, keep_workspace=keep_workspace, name=name)
+        (see ``HOST_NETWORKS``). ``blocked_hosts`` (isolated only): names the sandboxes' /etc/hosts maps to
+        ``BLOCKED_ADDRESSES``."""
+        super().__init__(workspace, keep_workspace=keep_workspace, name=name, copy_cap=copy_cap)
         if not self.workspace.is_dir():
             raise EnvError(f"workspace {self.workspace} is not a folder; prepare it before starting the environment")
         self.workspace = self.workspace.resolve()
@@ -215,6 +230,7 @@ class HostEnvironment(Environment):
                     gpus=gpus,
                     workdir=self.workdir if relocated else None,
                     network=network,
+                    blocked_hosts=blocked_hosts,
                 )
             except BaseException:
                 self._release()
@@ -352,10 +368,13 @@ class HostEnvironment(Environment):
             give_to_sandbox_user(target)
 
     def copy_out(self, dest_dir: Path) -> Path:
+        """Within ``copy_cap`` (see ``envs.copyout``); ``copied`` says what came and what was left out. Into
+        the workspace itself nothing is copied: what a copy would leave out is removed there."""
         dest = Path(dest_dir)
         if dest.exists() and dest.resolve() == self.workspace:
-            return dest  # the host environment works in place
-        shutil.copytree(self.workspace, dest, symlinks=True, dirs_exist_ok=True)
+            self.copied = prune_tree(self.workspace, self.copy_cap)  # the host environment works in place
+        else:
+            self.copied = copy_tree(self.workspace, dest, self.copy_cap)
         return dest
 
     # ---------------------------------------------------------------- the end
@@ -395,6 +414,7 @@ class Holder:
         gpus: str | None,
         workdir: str | None = None,
         network: str = "user",
+        blocked_hosts: Sequence[str] = (),
     ) -> None:
         if network not in HOST_NETWORKS:
             raise EnvError(
@@ -420,6 +440,9 @@ class Holder:
         self.resolver = private / "resolv.conf"  # the commands' resolver: slirp4netns's, not this machine's
         self.resolver.write_text(f"nameserver {SLIRP_DNS}\n")
         self.resolver.chmod(0o644)
+        self.hosts = private / "hosts"  # this machine's, plus the names the commands must not resolve
+        self.hosts.write_text(machine_hosts() + blocked_hosts_lines(blocked_hosts))
+        self.hosts.chmod(0o644)
         self.fds: list[int] = []
         for attempt in range(MOUNT_RACE_TRIES):
             problem = self._start()
@@ -433,7 +456,10 @@ class Holder:
                     prefix = self._argv(
                         pidns_fd=self.fds[0], network=True, isolation=dataclasses.replace(isolation, mode="root")
                     )
-                    self.prefix = prefix[:-2] + ["--ro-bind", str(self.resolver), "/etc/resolv.conf"] + prefix[-2:]
+                    binds = ["--ro-bind", str(self.resolver), "/etc/resolv.conf"]
+                    if os.path.isfile("/etc/hosts") and not os.path.islink("/etc/hosts"):  # (a mount point of bwrap)
+                        binds += ["--ro-bind", str(self.hosts), "/etc/hosts"]
+                    self.prefix = prefix[:-2] + binds + prefix[-2:]
                 except BaseException:
                     self.close()
                     raise
@@ -450,8 +476,13 @@ class Holder:
         info_fd: int | None = None,
     ) -> list[str]:
         try:
-            return bwrap_argv(
-                isolation or self.isolation, network=network, pidns_fd=pidns_fd, info_fd=info_fd, **self.layout
+            return sandbox_argv(
+                AGENT_COMMAND_HOST,
+                isolation or self.isolation,
+                network=network,
+                pidns_fd=pidns_fd,
+                info_fd=info_fd,
+                **self.layout,
             )
         except ValueError as exc:  # a layout the sandbox cannot have (e.g. a folder it cannot list)
             raise EnvError(f"cannot start the isolated host environment: {exc}") from None
@@ -600,6 +631,17 @@ def run_tool_script(
     return python_result(result)
 
 
+def with_extra_masks(hidden: Sequence[str], extra: Sequence[str]) -> tuple[str, ...]:
+    """``hidden`` and the folders of ``extra`` not already inside one of them (a mask inside a mask could not be
+    made: the outer one is an empty read-only folder)."""
+    out = list(hidden)
+    for path in (str(p) for p in extra):
+        real = os.path.realpath(path)
+        if not under(real, [os.path.realpath(p) for p in out]):
+            out = [p for p in out if not under(os.path.realpath(p), [real])] + [path]
+    return tuple(out)
+
+
 class HostFactory(EnvFactory):
     """The ``bench_env`` value for ``--bench-env=host``."""
 
@@ -616,9 +658,12 @@ class HostFactory(EnvFactory):
         hidden: Sequence[str] = (),
         isolation: Isolation | None = None,
         network: str = "user",
+        copy_cap: int = DEFAULT_COPY_OUT_CAP,
     ) -> None:
         """``hidden``: folders no command or tool script may see (the data dir, the cache, the reports);
-        ``network``: the isolated commands' network, ``user`` or ``none`` (``HOST_NETWORKS``)."""
+        ``network``: the isolated commands' network, ``user`` or ``none`` (``HOST_NETWORKS``); ``copy_cap``:
+        most bytes ``copy_out`` keeps of a workspace."""
+        self.copy_cap = copy_cap
         if network not in HOST_NETWORKS:
             raise ConfigError(
                 f"unknown host network {network!r} (--bench-host-network); valid: {', '.join(HOST_NETWORKS)}"
@@ -632,11 +677,20 @@ class HostFactory(EnvFactory):
         self.isolation = probe() if isolation is None else isolation
 
     def start(
-        self, workspace: Path, *, needs_gpu: bool = False, name: str = "", workdir: str | None = None
+        self,
+        workspace: Path,
+        *,
+        needs_gpu: bool = False,
+        name: str = "",
+        workdir: str | None = None,
+        hidden: Sequence[str] = (),
+        blocked_hosts: Sequence[str] = (),
     ) -> HostEnvironment:
         """``workdir``: where the commands see the item's own folder ``workspace`` (isolated: bound there in
         the item's sandboxes, so concurrent items never share a host path; without isolation not applied,
-        the environment's ``workdir_note`` says so)."""
+        the environment's ``workdir_note`` says so). ``hidden``: this item's folders masked besides the
+        factory's (a benchmark's copies of what the item must not see); ``blocked_hosts``: names its
+        /etc/hosts maps to ``BLOCKED_ADDRESSES`` (isolated only)."""
         if needs_gpu and not self.gpus:
             raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
         return HostEnvironment(
@@ -648,9 +702,11 @@ class HostFactory(EnvFactory):
             executor=self.executor,
             python_memory=self.python_memory,
             isolation=self.isolation,
-            hidden=self.hidden,
+            hidden=with_extra_masks(self.hidden, hidden),
             workdir=workdir,
             network=self.network,
+            copy_cap=self.copy_cap,
+            blocked_hosts=blocked_hosts,
         )
 
     def describe_isolation(self) -> str:

@@ -11,6 +11,7 @@ from ..core.options import HOST_GPU, Option, given_settings, view
 from ..core.run_options import RunOptions
 from ..sandbox.options import SandboxOptions, limits_from, private_paths
 from .base import EnvFactory
+from .copyout import DEFAULT_COPY_OUT_CAP
 from .docker import DEFAULT_IMAGE, DEFAULT_NETWORK, DockerFactory
 from .host import HOST_NETWORKS, HostFactory
 
@@ -49,7 +50,8 @@ ENV_OPTIONS = (
         "gpus",
         "--bench-gpus",
         ini="agentbench_gpus",
-        help="GPUs for items that need one: all, or comma-separated device ids. Without it such items are skipped.",
+        help="GPUs for items that need one: all, or comma-separated device ids. Without it such an item ends in "
+        "env_error (counted in the score, as upstream counts it); deselect them with -m 'not gpu'.",
         hosts=HOST_GPU,
     ),
     Option(
@@ -70,6 +72,16 @@ ENV_OPTIONS = (
         help="network of the isolated host environment's commands, in a network namespace of their own: user "
         "(default; outbound access through slirp4netns, none to this machine's loopback listeners or "
         "abstract unix sockets) or none (no network).",
+    ),
+    Option(
+        "copy_out_cap",
+        "--bench-copy-out-cap",
+        kind="size",
+        default=DEFAULT_COPY_OUT_CAP,
+        ini="agentbench_copy_out_cap",
+        help="most bytes of an item's workspace brought home after its agent ran, by apparent size (a sparse file "
+        "counts as its length), e.g. 1g (default). Special files, links out of the workspace or in a loop and files "
+        "past the cap are left out and named in the record's copy_out.",
     ),
     Option(
         "keep_workspaces",
@@ -94,6 +106,7 @@ class EnvOptions:
     gpus: str | None
     env_memory: int
     host_network: str
+    copy_out_cap: int
     keep_workspaces: bool
 
 
@@ -110,6 +123,7 @@ def env_settings(opts: Mapping[str, Any], default: str = "host") -> dict[str, An
         "memory": env.env_memory,
         "keep_workspaces": bool(env.keep_workspaces),
         "host_network": env.host_network or "user",
+        "copy_out_cap": env.copy_out_cap,
     }
 
 
@@ -128,6 +142,7 @@ def build_env(opts: Mapping[str, Any], default: str = "host") -> EnvFactory:
             gpus=settings["gpus"],
             keep_workspaces=settings["keep_workspaces"],
             memory=settings["memory"],
+            copy_cap=settings["copy_out_cap"],
         )
     if settings["env"] != "host":
         raise ConfigError(
@@ -141,4 +156,5 @@ def build_env(opts: Mapping[str, Any], default: str = "host") -> EnvFactory:
         python_memory=limits_from(given, timeout=1.0).memory,
         hidden=private_paths(given),
         network=settings["host_network"],
+        copy_cap=settings["copy_out_cap"],
     )

@@ -4,7 +4,8 @@ Two executors share one contract (``run(source, limits=, env=, files=) -> ExecRe
 
 * ``"fork"`` (default): a long-lived server per process, started lazily, with the benchmark's
   libraries already imported; every script runs in a child forked from that pristine server
-  (see ``forkserver.py``). Nothing a child changes is visible to the next one.
+  (see ``forkserver.py``). Nothing a child changes is visible to the next one, and the server never
+  reads what a run was given or wrote (this process does), so no child inherits another run's values.
 * ``"subprocess"``: a fresh interpreter per script (slow but simple, the reference behaviour).
 
 Both run the script as ``main.py`` in a fresh temporary directory, in a new session/process group,
@@ -33,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -41,11 +41,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
-from .forkserver import ForkServer
+from .containment import SCORING_SUBPROCESS, sandbox_argv
+from .forkserver import ForkServer, ForkServerPool
+from .interpreter import Python, executable_of
 from .isolation import (
     MOUNT_RACE_TRIES,
     Isolation,
-    bwrap_argv,
     child_environment,
     mount_race,
     needed_paths,
@@ -62,6 +63,7 @@ __all__ = [
     "Executor",
     "ExecResult",
     "ForkServer",
+    "ForkServerPool",
     "GiB",
     "Limits",
     "MiB",
@@ -125,12 +127,14 @@ os._exit(os.waitstatus_to_exitcode(status))
 
 
 class SubprocessExecutor:
-    """A fresh ``python main.py`` per script (in a bwrap sandbox of its own when the machine can isolate)."""
+    """A fresh ``python main.py`` per script (in a bwrap sandbox of its own when the machine can isolate);
+    ``python``: another interpreter than the running one (a grading environment's)."""
 
     kind = "subprocess"
 
-    def __init__(self, isolation: Isolation | None = None) -> None:
+    def __init__(self, isolation: Isolation | None = None, python: Python | None = None) -> None:
         self.isolation = probe() if isolation is None else isolation
+        self.python = python
 
     def run(
         self,
@@ -167,7 +171,7 @@ class SubprocessExecutor:
                 "env": full_env,
                 "cgroup": str(jail.cgroup) if jail.cgroup else "",
             }
-            argv = [sys.executable, "-S", "-c", LAUNCHER]
+            argv = [executable_of(self.python), "-S", "-c", LAUNCHER]
             if isolated:
                 # Python's folders as this (fully started) interpreter knows them: the -S launcher cannot
                 # tell a venv's site folders, and its child must find them under its fresh /tmp too
@@ -176,10 +180,10 @@ class SubprocessExecutor:
                     work=str(work),
                     status_fd=status_write,
                     bind=[".stdout", ".stderr", *(collect or {})],
-                    needed=needed_paths(),
-                    links=python_links(),
+                    needed=needed_paths() if self.python is None else list(self.python.needed),
+                    links=python_links() if self.python is None else list(self.python.links),
                 )
-                argv = bwrap_argv(self.isolation, writable=[str(work)]) + argv
+                argv = sandbox_argv(SCORING_SUBPROCESS, self.isolation, writable=[str(work)], python=self.python) + argv
             launcher_env = dict(full_env, PYTHONPATH=package_parent())
             started = time.monotonic()
             timed_out = processes_hit = False
@@ -238,13 +242,14 @@ class SubprocessExecutor:
 _EXECUTORS: dict[str, Executor] = {}
 
 
-def get_executor(kind: str = "fork") -> Executor:
-    """The executor of ``kind`` ("fork" or "subprocess"); one shared instance per process."""
+def get_executor(kind: str = "fork", python: Python | None = None) -> Executor:
+    """The executor of ``kind`` ("fork" or "subprocess") running ``python`` (default: the running interpreter);
+    one shared instance per process and interpreter (for "fork", a pool of fork servers, one per run at once)."""
     if kind not in EXECUTORS:
         raise ValueError(f"unknown executor {kind!r}; use 'fork' (default, fast) or 'subprocess'")
-    pid_key = f"{kind}:{os.getpid()}"
+    pid_key = f"{kind}:{os.getpid()}" + ("" if python is None else f":{python.executable}")
     if pid_key not in _EXECUTORS:
-        _EXECUTORS[pid_key] = ForkServer() if kind == "fork" else SubprocessExecutor()
+        _EXECUTORS[pid_key] = ForkServerPool(python=python) if kind == "fork" else SubprocessExecutor(python=python)
     return _EXECUTORS[pid_key]
 
 
@@ -256,10 +261,12 @@ def run_python(
     files: Mapping[str, bytes | str] | None = None,
     executor: str = "fork",
     collect: Mapping[str, int] | None = None,
+    python: Python | None = None,
 ) -> ExecResult:
     """Run ``source`` as ``main.py`` in a new temporary directory and process group, under ``limits``,
-    isolated from this machine where it can be (``isolation.probe``).
+    isolated from this machine where it can be (``isolation.probe``), by ``python`` (default: the running
+    interpreter; ``interpreter.describe`` gives another).
 
     ``files`` (name -> content) are put next to it; ``collect`` (plain name -> cap in bytes) names files
     the script may write in its folder and that come back in ``ExecResult.files`` (at most cap + 1 bytes)."""
-    return get_executor(executor).run(source, limits=limits, env=env, files=files, collect=collect)
+    return get_executor(executor, python).run(source, limits=limits, env=env, files=files, collect=collect)

@@ -1,13 +1,21 @@
 """The fork-server executor: a warm parent with the benchmark's libraries imported, one child per script.
 
-The client (``ForkServer``, one per process: each pytest-xdist worker has its own) starts the server
-lazily as a separate process in its own session, and talks to it over a socketpair with
-length-prefixed pickles. The server imports numpy, scipy, sympy, h5py and matplotlib (Agg) once and
+The client (``ForkServer``) starts the server lazily as a separate process in its own session, and talks
+to it over a socketpair with length-prefixed pickles; a server runs one script at a time, so a process keeps
+a pool of them (``ForkServerPool``: each pytest-xdist worker has its own), one per run in progress. The
+server imports numpy, scipy, sympy, h5py and matplotlib (Agg) once and
 never runs user code: for every request it forks a child, which leaves for its own session and
-process group, joins the run's cgroup, chdirs into a fresh temporary directory, points fds 0/1/2
+process group, joins the run's cgroup, chdirs into the run's temporary directory, points fds 0/1/2
 at /dev/null and two output files, sets the rlimits and then runs the script as ``__main__``.
 Because every child is forked from the same pristine server, nothing a child changes (a module
 attribute, a global, a file) can be seen by the next one.
+
+Every child starts with a copy of the server's memory, so the server never holds anything of a run: the
+client makes the run's folder, writes the script and its files there and, after the run, reads its output
+and collected files itself. The server gets only the folder's path, the names of the files to hand back,
+the limits and the environment, and answers with how the run ended (exit status, time, limits hit). No
+child finds another run's code, inputs or outputs (another model's, another attempt's, the oracle's) in its
+own memory.
 
 The server is a child subreaper, so anything a script leaves behind (even after ``setsid()``) is
 re-parented to it and killed after the run. Under isolation the server also traces each child (ptrace,
@@ -24,6 +32,8 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import concurrent.futures
+import contextlib
 import ctypes
 import importlib.machinery
 import os
@@ -39,18 +49,18 @@ import tempfile
 import threading
 import time
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .containment import SCORING_FORK, enter_run, sandbox_argv
+from .interpreter import Python, executable_of
 from .isolation import (
     MOUNT_RACE_TRIES,
     Isolation,
     RunNamespace,
-    bwrap_argv,
     child_environment,
-    enter_child,
     make_non_dumpable,
     mount_race,
     needed_paths,
@@ -156,16 +166,17 @@ def serve(fd: int, preload: Sequence[str] = DEFAULT_PRELOAD, isolation: str | No
         request = _recv(sock)
         if request is None:
             return
+        work = Path(request["workdir"])
         try:
-            work, jail, limits = _prepare(request)
-        except (ValueError, OSError) as exc:
+            limits = Limits(**request["limits"])
+            jail = ProcessJail(limits)
+        except (TypeError, ValueError, OSError) as exc:
             _send(sock, {"error": f"{type(exc).__name__}: {exc}"})
             continue
         _flush_std()
         try:
             space = RunNamespace(own_pidns) if own_pidns is not None else None
         except OSError as exc:
-            shutil.rmtree(work, ignore_errors=True)
             jail.close()
             _send(sock, {"error": f"could not isolate the run: {exc}"})
             continue
@@ -178,23 +189,11 @@ def serve(fd: int, preload: Sequence[str] = DEFAULT_PRELOAD, isolation: str | No
             _child(sock, request, work, jail, limits, isolation)  # never returns
         if space is not None:
             space.leave()
-        _send(sock, {"started": pid, "workdir": str(work), "cgroup": str(jail.cgroup or "")})
-        result = _supervise(sock, pid, work, jail, limits, space, request.get("collect"), wake)
-        shutil.rmtree(work, ignore_errors=True)
-        if result is None:  # the client went away mid-run
+        _send(sock, {"started": pid, "cgroup": str(jail.cgroup or "")})
+        ended = _supervise(sock, pid, jail, limits, space, wake)
+        if ended is None:  # the client went away mid-run
             return
-        _send(sock, {"result": result.to_dict()})
-
-
-def _prepare(request: Message) -> tuple[Path, ProcessJail, Limits]:
-    limits = Limits(**request["limits"])
-    work = Path(tempfile.mkdtemp(prefix="agentbench-"))
-    try:
-        prepare_workdir(work, request["source"], request["files"], request.get("collect"))
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return work, ProcessJail(limits), limits
+        _send(sock, {"ended": ended})
 
 
 def _flush_std() -> None:
@@ -225,14 +224,13 @@ def _stop_for_tracing(wake: int) -> None:
 def _supervise(
     sock: socket.socket,
     pid: int,
-    work: Path,
     jail: ProcessJail,
     limits: Limits,
     space: RunNamespace | None,
-    collect: dict[str, int] | None,
     wake: int | None = None,
-) -> ExecResult | None:
-    """Wait for the run's end (or its limits), kill what is left, read what it wrote.
+) -> Message | None:
+    """Wait for the run's end (or its limits), kill what is left, and say how it ended (None: the client
+    went away). What the run wrote is the client's to read: this process never reads it (see ``ForkServer``).
 
     Under isolation the child is traced: it stops at the start of its exit, still alive, and every other
     process of its PID namespace is killed and gone before it may finish, so nothing of the run can write
@@ -278,17 +276,12 @@ def _supervise(
     jail.close()
     if client_gone:
         return None
-    result = collect_result(
-        work,
-        limits,
-        os.waitstatus_to_exitcode(status),
-        started,
-        timed_out=timed_out,
-        limit="processes" if processes_hit and not timed_out else None,
-        processes_hit=processes_hit,
-    )
-    result.files = read_collected(work, collect)
-    return result
+    return {
+        "exit_code": os.waitstatus_to_exitcode(status),
+        "seconds": time.monotonic() - started,
+        "timed_out": timed_out,
+        "processes_hit": processes_hit,
+    }
 
 
 def _continue_stopped(pid: int, wake: int, first: bool, space: RunNamespace | None) -> bool:
@@ -352,7 +345,8 @@ def _child(
                 isolation == "root"
             ):  # as root no RLIMIT_NPROC (the cgroup counts); as uid 65534 it would count every worker
                 apply_child_limits(limits)
-            enter_child(
+            enter_run(
+                SCORING_FORK,
                 isolation,
                 work=work,
                 disk=limits.disk,
@@ -488,15 +482,33 @@ class ForkServerError(RuntimeError):
     pass
 
 
+# bwrap's --die-with-parent is the kernel's parent-death signal, which fires when the *thread* that started the
+# process ends: a server started by a chain's thread (a tool call) would die with that thread. One thread that
+# lives as long as the process starts every server.
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentbench-forkserver-start")
+
+
+def _on_starter_thread(start: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """``start()`` (a process start) on the process's long-lived starter thread."""
+    return _SPAWNER.submit(start).result()
+
+
 class ForkServer:
     """Client of one fork server; ``run`` is serialised (one script at a time per server)."""
 
     kind = "fork"
 
     def __init__(
-        self, preload: Sequence[str] = DEFAULT_PRELOAD, start_timeout: float = 300.0, isolation: Isolation | None = None
+        self,
+        preload: Sequence[str] = DEFAULT_PRELOAD,
+        start_timeout: float = 300.0,
+        isolation: Isolation | None = None,
+        python: Python | None = None,
     ):
-        """``isolation``: how children are isolated (default: what ``isolation.probe()`` finds here)."""
+        """``isolation``: how children are isolated (default: what ``isolation.probe()`` finds here); ``python``:
+        the interpreter the server (and so every child) runs, default the running one (a grading environment's
+        runs this package's source from its path: the server imports only the standard library of it)."""
+        self.python = python
         self.preload = tuple(preload)
         self.start_timeout = start_timeout
         self.isolation = probe() if isolation is None else isolation
@@ -541,21 +553,23 @@ class ForkServer:
             f"serve({theirs.fileno()}, {self.preload!r}, {mode!r})"
         )
         env = dict(child_env(), PYTHONPATH=package_parent())  # (the scripts get their own environment)
-        argv = [sys.executable, "-c", code]
+        argv = [executable_of(self.python), "-c", code]
         if mode:
             self._base = Path(tempfile.mkdtemp(prefix="agentbench-forkserver-"))
             env["TMPDIR"] = str(self._base)  # the runs' folders (output files) live here, outside the children's view
-            argv = bwrap_argv(self.isolation, writable=[str(self._base)]) + argv
+            argv = sandbox_argv(SCORING_FORK, self.isolation, writable=[str(self._base)], python=self.python) + argv
         try:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                cwd="/" if mode else None,
-                stdout=fd,
-                stderr=fd,
-                pass_fds=[theirs.fileno()],
-                env=env,
-                start_new_session=True,
+            self._proc = _on_starter_thread(
+                lambda: subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    cwd="/" if mode else None,
+                    stdout=fd,
+                    stderr=fd,
+                    pass_fds=[theirs.fileno()],
+                    env=env,
+                    start_new_session=True,
+                )
             )
         finally:
             os.close(fd)
@@ -585,35 +599,50 @@ class ForkServer:
         full_env = child_env(env)
         if self.isolation.active:
             full_env = child_environment(full_env)
-        request = {
-            "source": source,
-            "limits": asdict(limits),
-            "env": full_env,
-            "files": dict(files or {}),
-            "collect": dict(collect or {}),
-        }
         with self._lock:
             self._ensure_started()
-            started = time.monotonic()
-            assert self._sock is not None
-            self._sock.settimeout(limits.timeout + 60)  # the server enforces the limit; this is a backstop
+            # The run's folder is made, filled and read here, never by the server: what one run was given and
+            # wrote never enters the memory every later child is forked from.
+            work = Path(tempfile.mkdtemp(prefix="agentbench-", dir=self._base))
             try:
-                _send(self._sock, request)
-                first = _recv(self._sock)
-                if first is not None and "error" in first:
-                    raise ValueError(first["error"])
-                second = _recv(self._sock) if first is not None else None
-            except (OSError, EOFError, pickle.UnpicklingError):
-                second = None
-            if second is not None:
-                return ExecResult(**second["result"])
-            return self._recover(first, limits, started)
+                prepare_workdir(work, source, files, collect)
+                return self._run_in(work, limits, full_env, dict(collect or {}))
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
 
-    def _recover(self, started_msg: Message | None, limits: Limits, started: float) -> ExecResult:
+    def _run_in(self, work: Path, limits: Limits, env: dict[str, str], collect: dict[str, int]) -> ExecResult:
+        # what the server gets: where the run's folder is, the names of the files it hands back, how to run it
+        request = {"workdir": str(work), "limits": asdict(limits), "env": env, "collect": collect}
+        started = time.monotonic()
+        assert self._sock is not None
+        self._sock.settimeout(limits.timeout + 60)  # the server enforces the limit; this is a backstop
+        try:
+            _send(self._sock, request)
+            first = _recv(self._sock)
+            if first is not None and "error" in first:
+                raise ValueError(first["error"])
+            second = _recv(self._sock) if first is not None else None
+        except (OSError, EOFError, pickle.UnpicklingError):
+            second = None
+        if second is None:
+            return self._recover(first, work, limits, started)
+        ended = second["ended"]
+        result = collect_result(
+            work,
+            limits,
+            ended["exit_code"],
+            time.monotonic() - ended["seconds"],  # the run's own duration, as the server timed it
+            timed_out=ended["timed_out"],
+            limit="processes" if ended["processes_hit"] and not ended["timed_out"] else None,
+            processes_hit=ended["processes_hit"],
+        )
+        result.files = read_collected(work, collect)
+        return result
+
+    def _recover(self, started_msg: Message | None, work: Path, limits: Limits, started: float) -> ExecResult:
         """The server died (or hung) mid-run: kill what is left of the run, report a failed run, restart later."""
         self.restarts += 1
         pid = started_msg.get("started") if started_msg else None
-        work = Path(started_msg["workdir"]) if started_msg else None
         server_pid = self._proc.pid if self._proc else None
         base, self._base = self._base, None  # keep the run's folder until its output is read
         self._teardown()
@@ -627,10 +656,9 @@ class ForkServer:
                 jail.kill_all(server_pid)
         jail.close()
         result = ExecResult(exit_code=None, stdout="", stderr="", duration=time.monotonic() - started)
-        if work is not None and work.exists():
+        if started_msg is not None and work.exists():
             result = collect_result(work, limits, None, started, timed_out=False)
             result.exit_code = None
-            shutil.rmtree(work, ignore_errors=True)
         if base is not None:
             shutil.rmtree(base, ignore_errors=True)
         result.stderr += f"\n{EXECUTOR_DIED}: the fork server died during this run (did the script kill its parent?)\n"
@@ -659,3 +687,59 @@ class ForkServer:
     def close(self) -> None:
         with self._lock:
             self._teardown()
+
+
+class ForkServerPool:
+    """The fork servers of one process and interpreter: a run takes an idle server or starts another, so runs
+    at the same time (the ``code_interpreter`` calls of chains generated concurrently, beside the scoring) are
+    not queued behind one server. The callers bound how many run at once (``--bench-tool-concurrency``, one
+    scoring run at a time), and so how many servers there are; each is kept for later runs, and each is the
+    pristine server this module describes: no run's files or outputs enter any server's memory."""
+
+    kind = "fork"
+
+    def __init__(self, python: Python | None = None, isolation: Isolation | None = None) -> None:
+        self.python = python
+        self.isolation = probe() if isolation is None else isolation
+        self._lock = threading.Lock()
+        self._idle: list[ForkServer] = []  # the most recently used last: one caller keeps using one server
+        self._servers: list[ForkServer] = []
+        atexit.register(self.close)
+
+    @contextlib.contextmanager
+    def _borrowed(self) -> Iterator[ForkServer]:
+        """An idle server (a new one when every server is busy), given back after the run."""
+        with self._lock:
+            if self._idle:
+                server = self._idle.pop()
+            else:
+                server = ForkServer(isolation=self.isolation, python=self.python)
+                self._servers.append(server)
+        try:
+            yield server
+        finally:
+            with self._lock:
+                self._idle.append(server)
+
+    def run(
+        self,
+        source: str,
+        limits: Limits = Limits(),
+        env: dict[str, str] | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        collect: Mapping[str, int] | None = None,
+    ) -> ExecResult:
+        with self._borrowed() as server:
+            return server.run(source, limits=limits, env=env, files=files, collect=collect)
+
+    @property
+    def servers(self) -> int:
+        """How many servers the pool has started (the most runs it had at once)."""
+        with self._lock:
+            return len(self._servers)
+
+    def close(self) -> None:
+        with self._lock:
+            servers, self._servers, self._idle = self._servers, [], []
+        for server in servers:
+            server.close()

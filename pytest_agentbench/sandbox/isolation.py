@@ -12,7 +12,8 @@ What a child gets (both executors, tool scripts, and the host environment's comm
   folder, /srv, reached through links): its folders are bound after every mount that could cover them
   (the private /tmp and /dev/shm, a mask it lies strictly inside) and the links on the way to them are
   made again (``python_links``), so nothing mounted later hides them; ``selftest.py`` checks it for real;
-* a private, size-capped ``/tmp`` (tmpfs) holding its work folder (scoring and tool scripts), or the
+* a private, size-capped ``/tmp`` (tmpfs) holding its work folder (scoring and tool scripts; with ``$TMPDIR``
+  elsewhere the work folder keeps its host path, on a folder of that tmpfs put over its parent), or the
   environment's workspace and private folders (host environment: on disk, no total cap); the host
   environment can also have its workspace at another path (CORE-Bench's workspace root): then the
   sandbox's root is a read-only tmpfs on which the machine's folders are bound again, read-only,
@@ -453,6 +454,7 @@ def bwrap_argv(
     info_fd: int | None = None,
     devices: Iterable[str] = (),
     relocated: Iterable[tuple[str, str]] = (),
+    python: tuple[Sequence[str], Sequence[tuple[str, str]]] | None = None,
 ) -> list[str]:
     """The bwrap command line of a sandbox process (the command follows it).
 
@@ -460,13 +462,17 @@ def bwrap_argv(
     read-write at the same path, ``readable`` read-only; ``hidden``: paths masked by an empty folder
     (or /dev/null); ``pidns_fd``/``userns_fd``: join an existing sandbox's namespaces instead of making
     new ones; ``devices``: device files made visible (GPUs); ``relocated``: (host folder, sandbox path)
-    pairs bound read-write at another path (the host path is then masked where it would be visible).
+    pairs bound read-write at another path (the host path is then masked where it would be visible);
+    ``python``: the folders and links of the interpreter the sandbox runs (``interpreter.Python``'s ``needed``
+    and ``links``) when it is not the running one (default: ``needed_paths()`` and ``python_links()``).
 
     The sandbox's root is a read-only tmpfs holding the machine's system folders (``SYSTEM_TOPS``, read-only),
     what Python needs (``needed_paths``) and the folders named here; nothing else of the machine exists in it
     (see ``mirror_root``, which also makes the way to relocated paths)."""
     if not iso.active or not iso.bwrap:
         raise ValueError(f"no isolation here: {iso.why}")
+    python_paths = needed_paths() if python is None else [str(path) for path in python[0]]
+    python_pairs = python_links() if python is None else [(str(a), str(b)) for a, b in python[1]]
     relocated = [(str(source), check_relocation_target(target)) for source, target in relocated]
     targets = [target for _, target in relocated]
     homes = private_homes()
@@ -489,25 +495,19 @@ def bwrap_argv(
         resolver = os.path.realpath("/etc/resolv.conf")
         if os.path.isfile(resolver) and not under(resolver, system):
             readable.append(resolver)
-    needed = [("--ro-bind", path, path) for path in needed_paths() if under(path, replaced) or not under(path, system)]
+    needed = [("--ro-bind", path, path) for path in python_paths if under(path, replaced) or not under(path, system)]
     shared = (
         [("--ro-bind", path, path) for path in readable]
         + [("--bind", str(path), str(path)) for path in writable]
         + [("--bind", source, target) for source, target in relocated]
     )
     whole = [*system, *(path for _, _, path in needed + shared)]  # (the folders visible with all they hold)
-    links = [(link, text) for link, text in python_links() if not under(link, whole)]
+    links = [(link, text) for link, text in python_pairs if not under(link, whole)]
     if tmp is not None:  # /tmp is a host folder that outlives this sandbox: its links are made there, once
         make_links_in(tmp, [(link, text) for link, text in links if under(link, ["/tmp"])])
         links = [(link, text) for link, text in links if not under(link, ["/tmp"])]
-    # bwrap would make the missing parents of a mount point private (0700): make them traversable for uid 65534
-    parents: set[str] = set()
-    for path in [*(path for _, _, path in needed + shared), *(link for link, _ in links)]:
-        parent = os.path.dirname(path)
-        while parent != "/" and (under(parent, replaced) or not under(parent, system)) and parent not in replaced:
-            parents.add(parent)
-            parent = os.path.dirname(parent)
-    for parent in sorted(parents):
+    mount_points = [*(path for _, _, path in needed + shared), *(link for link, _ in links)]
+    for parent in traversable_parents(mount_points, replaced, system):
         args += ["--perms", "0755", "--dir", parent]
     for kind, source, path in needed:  # after the tmpfs on /tmp and the homes: nothing mounted later covers them
         args += [kind, source, path]
@@ -529,14 +529,38 @@ def bwrap_argv(
     # Python inside a masked folder (a venv in the cache folder, the interpreter below a hidden /opt/data) is
     # bound again on top of the mask: only it, not the folder's other files (a mask on Python itself stays)
     masked_real = [os.path.realpath(path) for path in masked]
-    for path in needed_paths():
+    for path in python_paths:
         if inside(path, masked_real):
             args += ["--ro-bind", path, path]
-    for link, text in python_links():
-        if inside(link, masked_real) and not under(link, needed_paths()):
+    for link, text in python_pairs:
+        if inside(link, masked_real) and not under(link, python_paths):
             args += ["--symlink", text, link]
     for kind, source, path in shared:
         args += [kind, source, path]
+    args += namespace_args(iso, network=network, pidns_fd=pidns_fd, userns_fd=userns_fd)
+    for top in read_only_tops:  # last: every mount point in them is made (the mounts themselves keep their mode)
+        args += ["--remount-ro", top]
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
+    return args + ["--die-with-parent", "--"]
+
+
+def traversable_parents(mount_points: Iterable[str], replaced: list[str], system: list[str]) -> list[str]:
+    """The missing parents of the mount points, which bwrap would make private (0700): made 0755 so uid 65534
+    can pass through them."""
+    parents: set[str] = set()
+    for path in mount_points:
+        parent = os.path.dirname(path)
+        while parent != "/" and (under(parent, replaced) or not under(parent, system)) and parent not in replaced:
+            parents.add(parent)
+            parent = os.path.dirname(parent)
+    return sorted(parents)
+
+
+def namespace_args(iso: Isolation, *, network: bool, pidns_fd: int | None, userns_fd: int | None) -> list[str]:
+    """The namespaces of a sandbox (new ones, or the sandbox's whose descriptors are given), its cgroup folder
+    and its /proc."""
+    args: list[str] = []
     if iso.mode == "root" and PIDS_CGROUP_DIR.is_dir():  # the sandbox process puts each run into its own cgroup
         args += ["--bind", str(PIDS_CGROUP_DIR), str(PIDS_CGROUP_DIR)]
     args += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
@@ -546,12 +570,7 @@ def bwrap_argv(
     if iso.mode == "userns":
         args += ["--userns", str(userns_fd)] if userns_fd is not None else ["--unshare-user"]
         args += ["--uid", "0", "--gid", "0", "--cap-add", "ALL"]
-    args += ["--proc", "/proc"]
-    for top in read_only_tops:  # last: every mount point in them is made (the mounts themselves keep their mode)
-        args += ["--remount-ro", top]
-    if info_fd is not None:
-        args += ["--info-fd", str(info_fd)]
-    return args + ["--die-with-parent", "--"]
+    return args + ["--proc", "/proc"]
 
 
 def make_links_in(folder: str, links: Iterable[tuple[str, str]]) -> None:
@@ -691,6 +710,18 @@ class RunNamespace:
 
 
 FRESH_MOUNTS = ("/tmp", "/dev/shm")  # what every child gets afresh: anything of Python there is bound again
+WORK_COVER = "/tmp/.agentbench-work"  # in a child's fresh /tmp: what it sees in place of the work folder's parent
+
+
+def work_cover(work: str) -> str | None:
+    """The host folder a child's fresh mounts must cover so that it has its own work folder and sees nothing
+    else of the folder holding it: None when the work folder lies under the fresh ``/tmp`` or ``/dev/shm``;
+    otherwise its parent (``$TMPDIR`` elsewhere: ``/var/tmp``, a node's scratch disk, a home folder), or the
+    work folder itself when that parent is ``/``."""
+    if under(work, FRESH_MOUNTS):
+        return None
+    parent = posixpath.dirname(work)
+    return work if parent == "/" else parent
 
 
 def enter_child(
@@ -705,8 +736,9 @@ def enter_child(
 ) -> None:
     """In the child, before any model code: private mounts, the work folder, then no privileges.
 
-    The work folder is made again at the same path inside the new private ``/tmp``, with a copy of
-    what the original holds, except the names in ``bind`` (the output files), which are bound there:
+    The work folder is made again at the same path inside the new private ``/tmp`` (a work folder elsewhere,
+    with ``$TMPDIR`` outside ``/tmp``: on a folder of that ``/tmp`` put over its parent, ``work_cover``), with a
+    copy of what the original holds, except the names in ``bind`` (the output files), which are bound there:
     the child sees the files its output goes to, as without isolation. ``needed``/``links``: Python's
     folders and the links on the way to them (``needed_paths``/``python_links``, the default; a ``-S``
     launcher gets its caller's, since it cannot tell a venv's site folders itself): those the fresh
@@ -717,6 +749,8 @@ def enter_child(
     unshare(CLONE_NEWNS | CLONE_NEWIPC)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     work = Path(work)
+    cover = work_cover(str(work))
+    fresh = [*FRESH_MOUNTS, *([cover] if cover else [])]
     masks = [os.path.realpath(path) for path in hidden]
     # opened in the new mount namespace, before /tmp is covered: the sources of the copy and the binds
     original = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
@@ -724,7 +758,7 @@ def enter_child(
     keep = {
         path: os.open(path, os.O_PATH)
         for path in needed
-        if (under(path, FRESH_MOUNTS) or inside(path, masks)) and os.path.exists(path)
+        if (under(path, fresh) or inside(path, masks)) and os.path.exists(path)
     }
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     tmpfs_options = "mode=1777"
@@ -733,9 +767,12 @@ def enter_child(
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
     if os.path.isdir("/dev/shm"):
         mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
+    if cover:  # a folder of the fresh /tmp (so the disk cap counts it) over the host folder holding the work folder
+        os.mkdir(WORK_COVER, 0o755)
+        mount(WORK_COVER, cover, None, MS_BIND)
     # Python or the package under /tmp (a venv, a test's site folder) and the links to it, again: after the
     # fresh tmpfs, before the masks (a hidden folder that is Python's folder, or in it, stays hidden) ...
-    _python_again(keep, pairs, lambda path: under(path, FRESH_MOUNTS) and not inside(path, masks))
+    _python_again(keep, pairs, lambda path: under(path, fresh) and not inside(path, masks))
     for real in masks:
         if os.path.isdir(real):
             mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV, "size=4096,nr_inodes=64,mode=0555")
@@ -745,7 +782,7 @@ def enter_child(
     _python_again(keep, pairs, lambda path: inside(path, masks))
     for fd in keep.values():
         os.close(fd)
-    work.mkdir(parents=True)
+    work.mkdir(parents=True, exist_ok=cover == str(work))
     _copy_tree(original, work, skip=set(bind))
     os.close(original)
     for name, fd in outputs.items():

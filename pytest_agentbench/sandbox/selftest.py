@@ -2,8 +2,8 @@
 and hidden folders, imports what scoring needs (numpy, scipy, h5py and this package).
 
 Run once per process per (interpreter, binds) by the controller before any item (``pytest_plugin/checks.py``)
-and by every remote host's probe (``pytest_plugin/hostprobe.py``); a failure is a usage error naming what the
-sandbox does not show and how to fix it, so no run spends its items on ``could not rebuild the targets``.
+and by every remote host's probe (``pytest_plugin/distribution/hostprobe.py``); a failure is a usage error naming
+what the sandbox does not show and how to fix it, so no run spends its items on ``could not rebuild the targets``.
 It uses the subprocess executor's way in (bwrap, then the launcher's private ``/tmp``, ``/dev/shm`` and masks,
 then ``exec`` of ``sys.executable``): the strictest of the sandboxes, and the one the targets rebuild uses.
 """
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .executors import SubprocessExecutor
+from .interpreter import Python, executable_of
 from .isolation import ISOLATION_ENV, SANDBOX_UID, Isolation, needed_paths, probe, python_links, site_folders, under
 from .limits import Limits, package_parent
 
@@ -79,53 +80,63 @@ _DONE: dict[tuple[object, ...], SelfTest] = {}
 
 
 def run_self_test(
-    isolation: Isolation | None = None, hidden: Sequence[str] | Mapping[str, str] = ()
+    isolation: Isolation | None = None,
+    hidden: Sequence[str] | Mapping[str, str] = (),
+    python: Python | None = None,
 ) -> SelfTest | None:
     """The self-test under ``isolation`` (default: ``probe()``) with the run's ``hidden`` folders (a mapping
     gives each the option that names it, for the message); None when children are not isolated (nothing to
     test). Once per process per interpreter, binds and isolation mode: the hidden folders count only where
-    they meet Python's folders (elsewhere they cannot change the answer)."""
+    they meet Python's folders (elsewhere they cannot change the answer). ``python``: another interpreter
+    than the running one (a grading environment's), which must import every module of ``MODULES``."""
     iso = probe() if isolation is None else isolation
     if not iso.active:
         return None
     labels = {os.path.realpath(str(p)): label for p, label in hidden.items()} if isinstance(hidden, Mapping) else {}
     hidden = [os.path.realpath(str(path)) for path in hidden]
-    python = [*needed_paths(), *(link for link, _ in python_links())]
-    meeting = tuple(sorted(h for h in hidden if any(under(p, [h]) or under(h, [p]) for p in python)))
-    key = (sys.executable, iso.mode, tuple(needed_paths()), tuple(python_links()), meeting)
+    needed = needed_paths() if python is None else list(python.needed)
+    links = python_links() if python is None else list(python.links)
+    seen = [*needed, *(link for link, _ in links)]
+    meeting = tuple(sorted(h for h in hidden if any(under(p, [h]) or under(h, [p]) for p in seen)))
+    key = (executable_of(python), iso.mode, tuple(needed), tuple(links), meeting)
     if key not in _DONE:
-        _DONE[key] = _run(iso, hidden, labels)
+        _DONE[key] = _run(iso, hidden, labels, python)
     return _DONE[key]
 
 
-def _run(iso: Isolation, hidden: Sequence[str], labels: Mapping[str, str]) -> SelfTest:
-    modules = [name for name in MODULES if importable(name)]  # what is missing here is no sandbox's fault
-    paths = expected_paths()
+def _run(iso: Isolation, hidden: Sequence[str], labels: Mapping[str, str], python: Python | None = None) -> SelfTest:
+    executable = executable_of(python)
+    if python is None:
+        modules = [name for name in MODULES if importable(name)]  # what is missing here is no sandbox's fault
+        paths = expected_paths()
+    else:  # another interpreter must have all of them: it is there to score
+        modules = list(MODULES)
+        paths = other_expected_paths(python)
     files = {EXPECTED_FILE: json.dumps({"paths": paths, "modules": modules})}
     started = time.monotonic()
     try:
-        result = SubprocessExecutor(iso).run(
+        result = SubprocessExecutor(iso, python=python).run(
             SCRIPT,
             limits=Limits(timeout=TIMEOUT, hidden=tuple(hidden)),
             files=files,
             env={"PYTHONPATH": package_path()},
         )
     except (OSError, ValueError) as exc:  # the sandbox could not even be started
-        problem = f"the sandbox for {sys.executable} could not be started ({type(exc).__name__}: {exc}); {FIX}"
-        return SelfTest(False, time.monotonic() - started, sys.executable, problem)
+        problem = f"the sandbox for {executable} could not be started ({type(exc).__name__}: {exc}); {FIX}"
+        return SelfTest(False, time.monotonic() - started, executable, problem)
     seconds = time.monotonic() - started
     found = last_json_line(result.stdout)
     if found is None:
         tail = " | ".join(line.strip() for line in result.stderr.strip().splitlines()[-3:]) or "no output"
         why = "timed out" if result.timed_out else f"exit status {result.exit_code}"
         problem = (
-            f"{sys.executable} could not run in the sandbox ({why}: {tail}); "
-            f"{explain([sys.executable, *masked_python(hidden)], hidden, labels)}{FIX}"
+            f"{executable} could not run in the sandbox ({why}: {tail}); "
+            f"{explain([executable, *masked_python(hidden)], hidden, labels)}{FIX}"
         )
-        return SelfTest(False, seconds, sys.executable, problem)
+        return SelfTest(False, seconds, executable, problem)
     failed = {name: error for name, error in found["imports"].items() if error != "ok"}
     if not failed and result.exit_code == 0:  # (a folder it cannot see that nothing needed: a $PYTHONPATH
-        return SelfTest(True, seconds, sys.executable)  # entry only root may read is skipped, as outside)
+        return SelfTest(True, seconds, executable)  # entry only root may read is skipped, as outside)
     parts = []
     if found["missing"]:
         parts.append(f"not visible: {', '.join(found['missing'])}")
@@ -135,10 +146,8 @@ def _run(iso: Isolation, hidden: Sequence[str], labels: Mapping[str, str]) -> Se
         parts.append("cannot import " + "; ".join(f"{name} ({error})" for name, error in failed.items()))
     if not parts:
         parts.append(f"the script ended with exit status {result.exit_code}")
-    problem = (
-        f"inside the sandbox, {sys.executable}: {'; '.join(parts)}; {explain(found['missing'], hidden, labels)}{FIX}"
-    )
-    return SelfTest(False, seconds, sys.executable, problem)
+    problem = f"inside the sandbox, {executable}: {'; '.join(parts)}; {explain(found['missing'], hidden, labels)}{FIX}"
+    return SelfTest(False, seconds, executable, problem)
 
 
 def package_path() -> str:
@@ -159,6 +168,18 @@ def expected_paths() -> list[tuple[str, bool]]:
         *sorted(os.path.realpath(p) for p in site_folders() if os.path.isdir(p)),
         *(link for link, _ in python_links()),
     ]:
+        if path and path not in out:
+            try:
+                out[path] = os.path.isdir(path) and bool(os.listdir(path))
+            except OSError:
+                out[path] = False
+    return list(out.items())
+
+
+def other_expected_paths(python: Python) -> list[tuple[str, bool]]:
+    """``expected_paths`` of another interpreter: its path and the folders it told (``interpreter.describe``)."""
+    out: dict[str, bool] = {}
+    for path in [python.executable, *python.needed, *(link for link, _ in python.links)]:
         if path and path not in out:
             try:
                 out[path] = os.path.isdir(path) and bool(os.listdir(path))

@@ -199,7 +199,11 @@ class CoreAgent:
         )
 
     def _loop(self, messages: list[dict]) -> tuple[str, str]:
-        from ...models.client import ModelError, tool_result_message  # why: it imports the openai SDK (slow)
+        from ...models.client import (  # why: it imports the openai SDK (slow)
+            ModelError,
+            count_failed_call,
+            tool_result_message,
+        )
 
         acc = self.accounting
         while True:
@@ -217,6 +221,7 @@ class CoreAgent:
             try:
                 completion = self.model.complete(messages, tools=TOOLS, sample_index=self.sample_index)
             except ModelError as exc:
+                count_failed_call(acc, exc)
                 return "model_error", printable(exc)  # the server's text: no escape sequence reaches a record
             self._count(completion)
             self.turns.append(turn_of(completion, len(messages)))
@@ -254,7 +259,8 @@ class CoreAgent:
         acc["tool_calls"] += 1
         name = call.get("name")
         try:
-            args, repaired = repair_value(json.loads(call.get("arguments") or "{}"))
+            # refused before decoding when nested past the scorer's limit: the repair and the record recurse per level
+            args, repaired = repair_value(scorer.loads_shallow(call.get("arguments") or "{}"))
             self._count_repaired(repaired)  # a JSON "\\udc80" escape in the arguments is a lone surrogate
             if not isinstance(args, dict):
                 raise ToolError("the arguments must be a JSON object")

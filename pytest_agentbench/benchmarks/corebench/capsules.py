@@ -18,10 +18,12 @@ import re
 import shutil
 import tarfile
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import NamedTuple
 
-from ...core.data import DataError, download, fingerprint, sha256_of, sign, signed
+from ...core.data import OFFLINE_ENV, DataError, download, fingerprint, offline, sha256_of, sign, signed
 from ...core.io import write_atomic
 
 DEFAULT_CAPSULE_URL = "https://corebench.cs.princeton.edu/capsules"
@@ -199,6 +201,8 @@ def prepare_capsule(
     if (store / capsule_id).is_dir():
         return Capsule(store / capsule_id, STAGED, None)
     archive = store / f"{capsule_id}.tar.gz"
+    if not archive.is_file() and offline():
+        raise _unavailable(capsule_id, url, store, f"it is not in {store} and downloads are off (${OFFLINE_ENV})")
     if not archive.is_file():
         try:
             download(url, archive, sha256, retries=retries, backoff=backoff, timeout=timeout)
@@ -267,6 +271,25 @@ def stamped_sha256(archive: Path, extract_root: Path) -> str | None:
     except (OSError, ValueError, TypeError, KeyError):
         return None
     return digest if isinstance(digest, str) and signed(message, data.get("mac")) else None
+
+
+def at_hand(capsule_id: str, store: Path) -> bool:
+    """Whether the capsule is in the store (an unpacked folder or its tarball): nothing to download."""
+    return (Path(store) / capsule_id).is_dir() or (Path(store) / f"{capsule_id}.tar.gz").is_file()
+
+
+def download_problem(url: str, timeout: float = 15) -> str | None:
+    """Why ``url`` cannot be downloaded now (HTTP status, unreachable host), or None when a HEAD request finds
+    it: one cheap request per missing capsule instead of a failed download per item."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return None
+    except urllib.error.HTTPError as exc:
+        if exc.code in (405, 501):  # a host that answers no HEAD says nothing against the download
+            return None
+        return f"HTTP {exc.code} {exc.reason}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return str(getattr(exc, "reason", None) or exc)
 
 
 def unpacked_capsule(capsule_id: str, store: Path, extract_root: Path) -> Path | None:

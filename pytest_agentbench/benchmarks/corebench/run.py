@@ -18,7 +18,6 @@ import shlex
 import shutil
 import socket
 import tempfile
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +25,12 @@ from typing import Any
 
 from ...core import records as rec
 from ...core.data import DataError
+from ...core.errors import warn_about
 from ...core.io import DirectoryFiles, RunFiles
 from ...core.types import Sample
 from ...envs import EnvError, EnvFactory, EnvSkip
 from . import agent as agent_mod
-from . import capsules, dataset, prepare, review, scorer
+from . import capsules, dataset, prepare, reach, review, scorer
 from .options import DEFAULT_WORKSPACE_ROOT, agent_limits
 
 NAME = "core-bench"
@@ -152,7 +152,7 @@ class CoreBenchRun:
         capsule)."""
         capsule_id = task["capsule_id"]
         if submission.warning:
-            warnings.warn(f"core-bench {capsule_id}: {submission.warning}", stacklevel=2)
+            warn_about(f"core-bench {capsule_id}: {submission.warning}", f"core-bench/{key or capsule_id}")
         score = scorer.score_report(task["results"], submission.report, upstream_abort=self.settings["upstream_abort"])
         root = self.settings["workspace_root"]
         out = {
@@ -194,19 +194,9 @@ class LocalSolver(Solver):
         # a cleanup failure (files the agent made undeletable) must not cost the verdict
         extra: dict[str, Any] = {}
         if capsule_root is None:  # preinstalled inputs: this solver's environment is this machine
-            folder = Path(run.settings["preinstalled_input_dir"])
-            try:
-                raw = (folder / prepare.MANIFEST).read_bytes()
-            except OSError as exc:
-                return {
-                    "status": "env_error",
-                    "message": f"preinstalled inputs: cannot read {folder / prepare.MANIFEST}: {exc}",
-                }
-            uses_gpu, problem = run.manifest_check(sample, raw)
+            capsule_root, extra, problem = preinstalled_here(run, sample)
             if problem:
                 return {"status": "env_error", "message": problem}
-            capsule_root = folder / capsule_id
-            extra = prepare.gpu_evidence(uses_gpu, prepare.capsule_needs_gpu(capsule_root))
         with tempfile.TemporaryDirectory(prefix=f"corebench-{capsule_id}-", ignore_cleanup_errors=True) as tmp:
             workspace = Path(tmp)
             try:
@@ -274,6 +264,14 @@ class AgentSolver(Solver):
     kind: str  # the factory's kind ("host", "docker"), recorded as "env"
     keep_workspaces: bool = False
 
+    def isolation(self, nested: bool) -> str:
+        """What the record says of the agent's isolation."""
+        if nested:
+            return "none (privileged)"
+        if isinstance(self.factory, EnvFactory):
+            return self.factory.describe_isolation()
+        return "unknown (a user's environment factory)"
+
     def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path | None, prompt: str) -> dict[str, Any]:
         task = sample.data
         capsule_id = task["capsule_id"]
@@ -282,16 +280,7 @@ class AgentSolver(Solver):
         workspace = Path(tempfile.mkdtemp(prefix=f"corebench-{capsule_id}-"))
         kept = self.keep_workspaces
         nested = bool(settings.get("docker_dind")) and settings["difficulty"] == "medium"
-        base: dict[str, Any] = {
-            "env": self.kind,
-            "isolation": "none (privileged)"
-            if nested
-            else (
-                self.factory.describe_isolation()
-                if isinstance(self.factory, EnvFactory)
-                else "unknown (a user's environment factory)"
-            ),
-        }
+        base: dict[str, Any] = {"env": self.kind, "isolation": self.isolation(nested)}
         if kept:
             base["workspace"] = str(workspace)
 
@@ -303,16 +292,27 @@ class AgentSolver(Solver):
             out = {**base, "status": status, "message": message}
             return {**out, rec.UNPLACED_FIELD: unplaced} if unplaced else out
 
+        preinstalled = settings.get("preinstalled_input_dir")
+        # the host environment runs on this machine: preinstalled inputs are this machine's folder, copied here
+        here = capsule_root is None and self.kind == "host"
+        if here:
+            capsule_root, gpu_fields, problem = preinstalled_here(run, sample)
+            if problem:
+                return give_up("env_error", problem)
+            base.update(gpu_fields)
         if capsule_root is not None:
             try:
                 prepare.prepare_workspace(capsule_root, workspace, capsule_id, settings["difficulty"])
             except OSError as exc:
                 return give_up("env_error", f"preparing the workspace failed: {exc}")
-            needs_gpu = bool(prepare.capsule_needs_gpu(capsule_root))
+            needs_gpu = bool(base["gpu_required"] if here else prepare.capsule_needs_gpu(capsule_root))
         else:
             needs_gpu = False  # decided by the manifest, read in the environment
+        # every other copy of the capsule stays out of the agent's reach (reach.py)
+        copies = reach.capsule_copies(run.store, run.extract_root, capsule_root, preinstalled if here else None)
+        reach_options = self.reach_options(task, copies)
         try:
-            env = self.start(workspace, needs_gpu, capsule_id, root, nested)
+            env = self.start(workspace, needs_gpu, capsule_id, root, nested, reach_options)
             if capsule_root is None:
                 uses_gpu, problem, gpu_note = self.copy_preinstalled(run, sample, env)
                 if problem:
@@ -321,8 +321,10 @@ class AgentSolver(Solver):
                 if uses_gpu:  # the manifest wins: a fresh environment with the GPU, the inputs copied again
                     env.stop()
                     workspace = Path(tempfile.mkdtemp(prefix=f"corebench-{capsule_id}-"))
-                    env = self.start(workspace, True, capsule_id, root, nested)
-                    self.copy_preinstalled(run, sample, env)
+                    env = self.start(workspace, True, capsule_id, root, nested, reach_options)
+                    _, problem, _ = self.copy_preinstalled(run, sample, env)
+                    if problem:
+                        return give_up("env_error", problem, env)
         except EnvError as exc:
             return give_up("env_error", str(exc), unplaced=exc.unplaced)
         workdir = getattr(env, "workdir", "") or root
@@ -342,6 +344,7 @@ class AgentSolver(Solver):
                     self.model, env, questions, agent_limits(settings), sample_index=sample.attempt - 1
                 ).run(prompt)
                 env.copy_out(workspace)  # report.json and whatever else the agent wrote
+                base.update(copy_out_fields(env))
             except EnvError as exc:
                 return {**base, "status": "env_error", "message": f"environment failed: {exc}"}
             trajectory = agent_mod.write_trajectory(
@@ -359,14 +362,30 @@ class AgentSolver(Solver):
             out["report_path"] = f"{workdir}/{submission.report_path}"
         if nested:
             out["nested_docker"] = True
-        if result.end_reason != "submitted":
-            ended = f"agent ended without submitting ({result.end_reason}): {result.message}"
-            out["message"] = f"{ended}; {out['message']}" if out["message"] else ended
-        return out
+        return with_end_reason(out, result)
 
-    def start(self, workspace: Path, needs_gpu: bool, capsule_id: str, root: str, nested: bool) -> Any:
+    def reach_options(self, task: Mapping[str, Any], copies: tuple[str, ...]) -> dict[str, Any]:
+        """What ``start`` keeps from the agent: the capsule's publication hosts (both environments) and, on the
+        host, the folders holding other copies of the capsule. A user's own factory gets neither (it decides
+        what its agent sees)."""
+        if not isinstance(self.factory, EnvFactory):
+            return {}
+        options: dict[str, Any] = {"blocked_hosts": reach.blocked_hosts(task)}
+        if self.kind == "host":
+            options["hidden"] = copies
+        return options
+
+    def start(
+        self,
+        workspace: Path,
+        needs_gpu: bool,
+        capsule_id: str,
+        root: str,
+        nested: bool,
+        reach_options: Mapping[str, Any] | None = None,
+    ) -> Any:
         """An environment on ``workspace`` at ``root``; no GPU to be had is an env_error (it counts, as upstream)."""
-        options: dict[str, Any] = {"workdir": root}
+        options: dict[str, Any] = {"workdir": root, **(reach_options or {})}
         if nested:
             options["nested_docker"] = True
         try:
@@ -381,7 +400,8 @@ class AgentSolver(Solver):
 
     @staticmethod
     def copy_preinstalled(run: CoreBenchRun, sample: Sample, env: Any) -> tuple[bool, str | None, dict[str, Any]]:
-        """Check the manifest and copy the preinstalled capsule into the environment's fresh workspace."""
+        """Check the manifest, copy the preinstalled capsule into the environment's fresh workspace (the difficulty
+        applied there), then delete the preinstalled folder, so the agent finds no copy with the answers."""
         folder = run.settings["preinstalled_input_dir"]
         try:
             raw = env.read_file(f"{folder}/{prepare.MANIFEST}")
@@ -403,7 +423,51 @@ class AgentSolver(Solver):
             )
         probe = env.run(f"cat {shlex.quote(folder)}/{sample.id}/REPRODUCING.md 2>/dev/null", 60)
         said = prepare.needs_gpu(probe.stdout) if probe.exit_code == 0 else None
+        remove = getattr(env, "remove_paths", None)
+        if not callable(remove):
+            return (
+                False,
+                (
+                    f"preinstalled inputs: the {type(env).__name__} environment cannot delete {folder} (no "
+                    f"remove_paths), so the agent would find the capsule's results there; use --bench-env=docker "
+                    f"or --bench-env=host"
+                ),
+                {},
+            )
+        remove([folder])  # (EnvError when it cannot: the item is an env_error)
         return uses_gpu, None, prepare.gpu_evidence(uses_gpu, said)
+
+
+def with_end_reason(out: dict[str, Any], result: Any) -> dict[str, Any]:
+    """The scored record, its message led by how the agent ended when it did not submit."""
+    if result.end_reason != "submitted":
+        ended = f"agent ended without submitting ({result.end_reason}): {result.message}"
+        out["message"] = f"{ended}; {out['message']}" if out["message"] else ended
+    return out
+
+
+def copy_out_fields(env: Any) -> dict[str, Any]:
+    """``copy_out`` for the record when the copy left something out: the cap, the bytes kept, what was not
+    copied (a user's environment may not say: nothing then)."""
+    copied = getattr(env, "copied", None)
+    if copied is None or getattr(copied, "complete", True):
+        return {}
+    return {"copy_out": copied.to_record()}
+
+
+def preinstalled_here(run: CoreBenchRun, sample: Sample) -> tuple[Path, dict[str, Any], str | None]:
+    """Preinstalled inputs on this machine (a solver or environment that runs here): the capsule's folder, the
+    record's GPU fields, and None, or why the manifest does not fit."""
+    folder = Path(run.settings["preinstalled_input_dir"])
+    capsule_root = folder / sample.data["capsule_id"]
+    try:
+        raw = (folder / prepare.MANIFEST).read_bytes()
+    except OSError as exc:
+        return capsule_root, {}, f"preinstalled inputs: cannot read {folder / prepare.MANIFEST}: {exc}"
+    uses_gpu, problem = run.manifest_check(sample, raw)
+    if problem:
+        return capsule_root, {}, problem
+    return capsule_root, prepare.gpu_evidence(uses_gpu, prepare.capsule_needs_gpu(capsule_root)), None
 
 
 def choose_solver(model: Any, env: Any) -> Solver:
@@ -464,4 +528,4 @@ def save_artifacts(files: RunFiles | None, key: str, prompt: str, submission: sc
             ),
         )
     except (OSError, ValueError) as exc:  # artifacts are a convenience; the record holds the verdicts
-        warnings.warn(f"core-bench {key}: could not save artifacts in {folder}: {exc}", stacklevel=2)
+        warn_about(f"core-bench {key}: could not save artifacts in {folder}: {exc}", folder)

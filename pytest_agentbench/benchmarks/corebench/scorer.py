@@ -38,6 +38,10 @@ from ...core.text import repair_value
 
 REPORT_NAME = "report.json"
 MAX_REPORT_BYTES = 10 * 1024 * 1024  # a report is a handful of answers; refuse runaway files
+# A report is an object of answers (depth 1, a list answer 2 or 3). Deeper JSON is refused before it is decoded:
+# the decoder, the text repair, the verdicts' copies and the record's encoding all recurse once per level, and
+# about 900 levels already exhaust Python's recursion limit in one of them.
+MAX_JSON_DEPTH = 100
 
 
 class IncomparableValue(Exception):
@@ -315,22 +319,64 @@ def find_report(workspace: Path) -> Path | None:
     return None
 
 
+class TooDeep(ValueError):
+    """JSON (text or an already decoded value) nested deeper than MAX_JSON_DEPTH."""
+
+    def __init__(self, limit: int = MAX_JSON_DEPTH) -> None:
+        super().__init__(f"nested deeper than {limit} levels")
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def json_text_depth(text: str) -> int:
+    """How deep arrays and objects nest in JSON ``text`` (brackets inside strings do not count), found without
+    decoding it and without recursion: linear in the text, also for 10 MB of brackets."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets.encode("ascii"), dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max())
+
+
+def loads_shallow(text: str, limit: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` for JSON from outside; ``TooDeep`` (a ValueError) before decoding nesting past ``limit``."""
+    if json_text_depth(text) > limit:
+        raise TooDeep(limit)
+    return json.loads(text)
+
+
+def check_value_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
+    """``TooDeep`` when dicts, lists and tuples nest deeper than ``limit`` in ``value`` (a user's client may return
+    any object, a cyclic one too: a cycle is infinitely deep). Iterative: safe at any depth."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if not isinstance(item, (dict, list, tuple)):
+            continue
+        if depth > limit:
+            raise TooDeep(limit)
+        pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+
+
 def _parse_json_object(text: str) -> Any:
     text = text.strip()
     fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, flags=re.DOTALL)
     if fenced:
         text = fenced.group(1)
     try:
-        return json.loads(text)
+        return loads_shallow(text)
     except json.JSONDecodeError:
         start, end = text.find("{"), text.rfind("}")
         if 0 <= start < end:
-            return json.loads(text[start : end + 1])  # prose around one JSON object
+            return loads_shallow(text[start : end + 1])  # prose around one JSON object
         raise
 
 
 # json.loads failures that are not JSONDecodeError: an integer past Python's digit limit (ValueError),
-# nesting deeper than the recursion limit (RecursionError)
+# nesting past MAX_JSON_DEPTH (TooDeep, a ValueError); RecursionError stays as a last guard
 JSON_FAILURES = (ValueError, RecursionError)
 
 
@@ -385,7 +431,15 @@ def read_report(path: Path, source: str) -> Submission:
             report_path=source,
         )
     try:
-        value = json.loads(text)
+        value = loads_shallow(text)
+    except TooDeep as exc:
+        return Submission(
+            {},
+            warning=f"{source} is refused: {exc}; scored as an empty submission",
+            report_status="invalid",
+            source=source,
+            report_path=source,
+        )
     except JSON_FAILURES as exc:
         return Submission(
             {},
@@ -423,6 +477,10 @@ def load_submission(workspace: Path, final_answer: Any = None) -> Submission:
             return Submission(
                 {}, "final_answer", f"final answer holds no JSON object ({_why(exc)}); scored as an empty submission"
             )
+    try:
+        check_value_depth(final_answer)
+    except TooDeep as exc:
+        return Submission({}, "final_answer", f"final answer is {exc}; scored as an empty submission")
     report, warning = _as_object(final_answer, "final answer")
     report, repaired = repair_value(report)
     return Submission(report, "final_answer", warning, text_repaired=repaired)
