@@ -7,8 +7,6 @@ import json
 import re
 
 import pytest
-import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
-from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from pytest_agentbench.cli import main as cli
 from pytest_agentbench.core.errors import ConfigError
@@ -17,7 +15,7 @@ from pytest_agentbench.report.compare import compare, metric_rows, min_flips, re
 from pytest_agentbench.report.declared import DEFAULT_HEADLINES, Declared, declared_in
 from pytest_agentbench.report.summary import build_summary
 
-from bench_runs import run_dirs
+from helpers.bench_runs import run_dirs
 from toybench import Toy as ToyBenchmark
 
 
@@ -68,7 +66,7 @@ def test_mcnemar_and_bootstrap_are_exact_and_deterministic():
 
 
 def test_compare_shows_other_settings_and_refuses_only_other_splits(tmp_path, capsys):
-    """Issue 13: runs of other models or modes are what users compare: the differing settings are shown
+    """Runs of other models or modes are what users compare: the differing settings are shown
     in a table; only different benchmarks or splits are refused."""
     for name, background, model in (("a", True, "oracle"), ("b", False, "gpt-x")):
         (tmp_path / f"{name}.json").write_text(
@@ -82,6 +80,29 @@ def test_compare_shows_other_settings_and_refuses_only_other_splits(tmp_path, ca
     assert cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "c.json")]) == 2
     assert "different splits (validation vs test)" in capsys.readouterr().err
     assert cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "missing")]) == 2
+
+
+def test_compare_shows_isolation_only_when_more_than_its_self_test_time_differs(tmp_path, capsys):
+    line = (
+        "bwrap (privileged): uid 65534, no capabilities, system folders only (read-only), private /tmp, own PID "
+        "namespace, no network for scripts; sandbox self-test passed (python3 imports numpy, scipy; {} s)"
+    )
+    runs = {}
+    for name, seconds, model in (("a", "0.4", "m"), ("b", "2.3", "m"), ("c", "2.3", "other")):
+        runs[name] = tmp_path / f"{name}.json"
+        runs[name].write_text(json.dumps(fake_summary({"1.1": "pass"}, isolation=line.format(seconds), model=model)))
+    assert cli(["compare", str(runs["a"]), str(runs["b"])]) == 0
+    assert "settings that differ:" not in capsys.readouterr().out  # only the self-test's time differs
+    other = fake_summary({"1.1": "pass"}, isolation="none (not requested)", model="m")
+    runs["d"] = tmp_path / "d.json"
+    runs["d"].write_text(json.dumps(other))
+    assert cli(["compare", str(runs["a"]), str(runs["d"])]) == 0
+    out = capsys.readouterr().out
+    assert "isolation" in out and "no network for scripts; sandbox self-test passed" in out, out  # whole, not cut
+    assert re.search(r"^    A: bwrap \(privileged\): uid 65534, .* \(python3 imports numpy, scipy\)$", out, re.M), out
+    assert re.search(r"^    B: none \(not requested\)$", out, re.M), out
+    assert cli(["compare", str(runs["b"]), str(runs["c"])]) == 0
+    assert re.search(r"^  model +m +other$", capsys.readouterr().out, re.M)  # short values stay a table
 
 
 def test_compare_scores_the_items_both_runs_share(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The comparison in the viewer (issue 24 point 1): a run with a baseline shows the metrics side by side with
+"""The comparison in the viewer: a run with a baseline shows the metrics side by side with
 deltas and intervals, the gates with their numbers and the flipped items linked to both runs' transcripts;
 ``compare A B --html OUT`` writes the same section for any two runs. Checked in headless Chromium."""
 
@@ -10,17 +10,15 @@ import re
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
-from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from pytest_agentbench.cli import main as cli
 from pytest_agentbench.report.compare import compare
 from pytest_agentbench.report.comparison import render_compare_page
 from pytest_agentbench.report.html import write_html
 
-from bench_runs import run_dirs
-from capabilities import needs
-from cdp import Chromium
+from helpers.bench_runs import run_dirs
+from helpers.capabilities import needs
+from helpers.cdp import Chromium
 
 HOSTILE = "</script><script>alert(1)</script>"
 BROKEN = "return 100 + "  # what the mutant model writes into a broken step (scicode_builders.MODEL_CONFTEST)

@@ -9,8 +9,10 @@ import pytest
 
 from pytest_agentbench.benchmarks.corebench import capsules, prepare
 from pytest_agentbench.benchmarks.corebench.capsules import CapsuleError, ensure_capsule, safe_extract
+from pytest_agentbench.benchmarks.corebench.checks import check_capsules
+from pytest_agentbench.core.errors import ConfigError
 
-from capsule_factory import (
+from helpers.capsule_factory import (
     MALICIOUS_KINDS,
     CapsuleServer,
     build_capsule_archive,
@@ -122,6 +124,36 @@ def test_missing_capsule_names_url_and_folder(served, monkeypatch):
     message = str(info.value)
     assert "/capsule-7654321.tar.gz" in message and f"put it in {store}/" in message
     assert "--bench-capsules-dir" in message
+
+
+def test_offline_a_capsule_is_not_downloaded(served, monkeypatch):
+    root, store, extracted = served
+    monkeypatch.setenv("AGENTBENCH_OFFLINE", "1")
+    with CapsuleServer(root) as server:
+        _serve(monkeypatch, server)
+        with pytest.raises(CapsuleError, match=r"downloads are off \(\$AGENTBENCH_OFFLINE\)") as info:
+            ensure_capsule(CID, store, extracted, backoff=0.01)
+        assert server.requests == []
+    assert f"put it in {store}/" in str(info.value) and not (store / f"{CID}.tar.gz").exists()
+
+
+def test_the_check_before_items_names_every_capsule_it_cannot_have(tmp_path, monkeypatch):
+    """Staged capsules pass; missing ones are one error (offline: without a request; online: an unreachable host)."""
+    store = tmp_path / "store"
+    build_capsule_archive(store, CID)
+    opts = {"data_dir": str(tmp_path / "data"), "cache_dir": str(tmp_path / "cache"), "capsules_dir": str(store)}
+    monkeypatch.setenv(capsules.CAPSULE_URL_ENV, "http://127.0.0.1:9")  # nothing listens there
+    check_capsules(opts, [CID])  # staged: nothing to fetch
+    monkeypatch.setenv("AGENTBENCH_OFFLINE", "1")
+    with pytest.raises(ConfigError) as offline:
+        check_capsules(opts, [CID, "capsule-1", "capsule-2"])
+    assert f"2 selected capsule(s) are not in {store} and downloads are off" in str(offline.value)
+    assert "capsule-1, capsule-2." in str(offline.value) and CID not in str(offline.value)
+    monkeypatch.delenv("AGENTBENCH_OFFLINE")
+    with pytest.raises(ConfigError) as online:
+        check_capsules(opts, [CID, "capsule-1"])
+    assert f"1 selected capsule(s) are not in {store} and cannot be downloaded (" in str(online.value)
+    assert "): capsule-1. Put each in" in str(online.value)
 
 
 def test_prestaged_archive_and_folder_need_no_network(tmp_path, monkeypatch):

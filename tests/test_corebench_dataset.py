@@ -12,8 +12,8 @@ from pytest_agentbench.benchmarks.corebench.dataset import DatasetError
 from pytest_agentbench.benchmarks.corebench.scorer import question_totals, score_report
 from pytest_agentbench.core.options import OptionError
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from capsule_factory import corebench_options
+from helpers.bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from helpers.capsule_factory import corebench_options
 
 DATA = SHARED_DATA
 CORE = DATA / "core_bench"

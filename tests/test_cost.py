@@ -9,19 +9,12 @@ import re
 
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
-from scicode_builders import CLOSE, problem, step, write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.scicode_builders import asked_number, numbered_problems
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-PROBLEMS = [
-    problem(
-        str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")], header=f"def f{k}():")]
-    )
-    for k in range(1, 5)
-]
-TARGETS = {f"{k}.1": [k] for k in range(1, 5)}
+PROBLEMS, TARGETS = numbered_problems(range(1, 5))
 # 1000 prompt and 500 completion tokens at $2 / $10 per million: $0.002 + $0.005 per call
 PRICE, CALL_COST = "2,10", 0.007
 
@@ -30,42 +23,27 @@ def right_answer(usage: bool = True):
     """Reply with f<k> returning k (a right answer), with or without token usage."""
 
     def make(body: dict) -> dict:
-        k = re.findall(r"def f(\d+)\(\)", json.dumps(body["messages"]))[-1]
+        k = asked_number(body)
         tokens = {"prompt_tokens": 1000, "completion_tokens": 500} if usage else {"prompt_tokens": None}
         return {"text": f"```python\ndef f{k}():\n    return {k}\n```", **tokens}
 
     return make
 
 
-@pytest.fixture
-def server():
-    with FakeOpenAI() as fake:
-        yield fake
-
-
-def scicode_args(pytester, shared_data, server, *extra: str) -> tuple[str, ...]:
-    data, h5 = write_dataset(pytester.path, shared_data, targets=TARGETS, problems=PROBLEMS)
-    return (
-        "--bench=scicode",
-        "--bench-split=validation",
-        f"--model-base-url={server.base_url}",
-        "--model-api-key=k",
-        "--bench-mode=naive",
-        f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
-        f"--bench-cache-dir={pytester.path / 'cache'}",
-        *extra,
+def scicode_args(pytester, custom_scicode, server, *extra: str) -> list[str]:
+    custom_scicode.write(PROBLEMS, TARGETS)
+    return custom_scicode.args(
+        "--bench-mode=naive", f"--bench-cache-dir={pytester.path / 'cache'}", *extra, model=None, server=server
     )
 
 
-def test_a_priced_model_shows_cost_in_records_summaries_and_report(pytester, bench, shared_data, server):
+def test_a_priced_model_shows_cost_in_records_summaries_and_report(pytester, bench, custom_scicode, server):
     for _ in range(4):
         server.reply_with(right_answer())
     (pytester.path / "agentbench.yaml").write_text(
         "models:\n  - name: m\n    price: {prompt_per_mtok: 2, completion_per_mtok: 10}\n"
     )
-    args = scicode_args(pytester, shared_data, server)
+    args = scicode_args(pytester, custom_scicode, server)
     result = bench(*args, "--bench-config=agentbench.yaml", "--bench-run-id=fresh", "--bench-fail-over=cost=1")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(
@@ -77,8 +55,7 @@ def test_a_priced_model_shows_cost_in_records_summaries_and_report(pytester, ben
     )
     # the same answers replayed from the cache: nothing spent, what they would have cost shown apart
     replay = bench(
-        "--bench-replay",
-        str(pytester.path / "reports/scicode/m/fresh"),
+        f"--bench-replay={pytester.path / 'reports/scicode/m/fresh'}",
         "--bench-run-id=replayed",
         f"--model-base-url={server.base_url}",
         f"--bench-cache-dir={pytester.path / 'cache'}",
@@ -107,13 +84,13 @@ def test_a_priced_model_shows_cost_in_records_summaries_and_report(pytester, ben
     replay.stdout.fnmatch_lines(["cost: $0.0000 spent*replayed calls would have cost $0.0280*"])
 
 
-def test_the_cost_gate_fails_when_the_run_cost_more(pytester, bench, shared_data, server):
+def test_the_cost_gate_fails_when_the_run_cost_more(pytester, bench, custom_scicode, server):
     for _ in range(4):
         server.reply_with(right_answer())
     result = bench(
         *scicode_args(
             pytester,
-            shared_data,
+            custom_scicode,
             server,
             "--model=m",
             f"--model-price={PRICE}",
@@ -132,13 +109,13 @@ def test_the_cost_gate_fails_when_the_run_cost_more(pytester, bench, shared_data
     assert [g["ok"] for g in gates] == [False, True]
 
 
-def test_an_endpoint_without_usage_leaves_the_cost_unknown(pytester, bench, shared_data, server):
+def test_an_endpoint_without_usage_leaves_the_cost_unknown(pytester, bench, custom_scicode, server):
     for _ in range(4):
         server.reply_with(right_answer(usage=False))
     result = bench(
         *scicode_args(
             pytester,
-            shared_data,
+            custom_scicode,
             server,
             "--model=m",
             f"--model-price={PRICE}",
@@ -161,42 +138,69 @@ def test_an_endpoint_without_usage_leaves_the_cost_unknown(pytester, bench, shar
     assert cost["total_usd"] is None and cost["per_solved_usd"] is None and cost["unknown_items"] == 4
 
 
-def test_a_run_budget_leaves_items_not_run(pytester, bench, shared_data, server):
+def test_a_run_budget_leaves_items_not_run(pytester, bench, custom_scicode, server):
     for _ in range(4):
         server.reply_with(right_answer())
     result = bench(
         *scicode_args(
             pytester,
-            shared_data,
+            custom_scicode,
             server,
             "--model=m",
             f"--model-price={PRICE}",
             "--bench-cache=off",
             "--bench-max-cost=0.01",
+            "--bench-max-connections=1",  # one call at a time: the budget is seen after each (see below for more)
         )
     )
     assert result.ret == 1  # an incomplete run that ended normally
-    assert len(server.requests) == 2  # $0.007, then $0.014: spent, no third item started
+    assert len(server.requests) == 2  # $0.007, then $0.014: spent, no third call and no third item started
     run_dir = run_dirs(pytester.path)[0]
     assert [r["id"] for r in read_jsonl(run_dir / "steps.jsonl")] == ["1.1", "2.1"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["complete"] is False and summary["incomplete"]["items"] == ["3.1", "4.1"]
     assert summary["counts"] == {"pass": 2, "not_run": 2}
     assert summary["cost"]["total_usd"] == pytest.approx(2 * CALL_COST) and summary["cost"]["max_cost"] == 0.01
+    stop = "run budget --bench-max-cost=$0.01 reached: no new item started after that"
     result.stdout.fnmatch_lines(
         [
             "incomplete: 2 of 4 items not run: 3.1, 4.1",
-            "run budget spent: $0.0140 of --bench-max-cost=$0.01; no new item started",
+            "run counts: Total 4, Evaluated 2, Error 0, Not run 2 (*); items scored 2 of 4",
+            "cost: $0.0140 spent, against a run budget of $0.01 (price $2 / $10 per million*",
+            f"{stop} (the items already running finished; the cost line counts them)",
         ]
     )
-    assert (
-        "run budget spent: $0.0140 of --bench-max-cost=$0.01; no new item started"
-        in (run_dir / "summary.md").read_text()
+    out = result.stdout.str()
+    assert set(re.findall(r"\$\d+\.\d{4}", out)) == {"$0.0140", "$0.0070"}  # spent, and per solved task
+    assert stop in (run_dir / "summary.md").read_text()
+    # pytest's last line counts the two that ran; the plugin's, after it, the two that did not
+    last = [line for line in result.stdout.lines if line.strip()]
+    assert re.search(r"=+ 2 passed in .* =+", last[-2]), last[-3:]
+    assert last[-1].startswith("agentbench: 2 of 4 selected items not run (not in the counts above)"), last[-3:]
+
+    # the rest, resumed under a larger budget: this session's usage and cost apart from the reused records'
+    for _ in range(2):
+        server.reply_with(right_answer())
+    resumed = bench(f"--bench-resume={run_dir}", "--bench-max-cost=1")
+    assert resumed.ret == 0, resumed.stdout.str()
+    assert len(server.requests) == 4  # two more: what this session asked
+    usage = json.loads((run_dir / "summary.json").read_text())["usage"]
+    assert usage["endpoint_calls"] == 4
+    assert usage["this_session"]["endpoint_calls"] == 2 and usage["this_session"]["items"] == 2
+    assert usage["reused"]["endpoint_calls"] == 2 and usage["reused"]["items"] == 2
+    resumed.stdout.fnmatch_lines(
+        [
+            "agentbench: 4 done (4 pass) · elapsed * · 2 model calls, 3000 tokens, 0 cache hits",
+            "agentbench: 2 records reused from the earlier session, their usage (not counted above): "
+            "2 model calls, 3000 tokens, 0 cache hits",
+            "cost: $0.0280 spent, $0.0140 of it in this session, against a run budget of $1 (price*",
+        ]
     )
+    assert "this session: 2 model calls" in (run_dir / "summary.md").read_text()
 
 
-def test_a_budget_needs_a_price_and_a_price_is_checked(pytester, bench, shared_data, server):
-    args = scicode_args(pytester, shared_data, server, "--model=m")
+def test_a_budget_needs_a_price_and_a_price_is_checked(pytester, bench, custom_scicode, server):
+    args = scicode_args(pytester, custom_scicode, server, "--model=m")
     unpriced = bench(*args, "--bench-max-cost=1")
     assert unpriced.ret == 4
     unpriced.stderr.fnmatch_lines(["*--bench-max-cost needs the model's price*--model-price=PROMPT,COMPLETION*"])
@@ -215,12 +219,12 @@ def test_a_budget_needs_a_price_and_a_price_is_checked(pytester, bench, shared_d
     assert not server.requests
 
 
-def test_a_per_item_budget_stops_the_scicode_harness(pytester, bench, shared_data, server):
+def test_a_per_item_budget_stops_the_scicode_harness(pytester, bench, custom_scicode, server):
     for _ in range(4):  # each step's first reply asks for a tool call ($0.007): its budget is then spent
         server.reply(tool_calls=[("code_interpreter", {"code": "print(1)"})], prompt_tokens=1000, completion_tokens=500)
     args = scicode_args(
         pytester,
-        shared_data,
+        custom_scicode,
         server,
         "--model=m",
         f"--model-price={PRICE}",
@@ -238,41 +242,33 @@ def test_a_per_item_budget_stops_the_scicode_harness(pytester, bench, shared_dat
     assert records[0]["generation"]["tool_calls"] == 1
 
 
-def test_a_run_budget_holds_across_workers(pytester, bench, shared_data, server):
-    problems = [
-        problem(
-            str(k),
-            [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")], header=f"def f{k}():")],
-        )
-        for k in range(1, 9)
-    ]
-    data, h5 = write_dataset(
-        pytester.path, shared_data, targets={f"{k}.1": [k] for k in range(1, 9)}, problems=problems
-    )
+def test_a_run_budget_holds_across_workers(pytester, bench, custom_scicode, server):
+    custom_scicode.write(*numbered_problems(range(1, 9)))
     for _ in range(8):
         server.reply_with(right_answer())
-    result = bench(
-        "--bench=scicode",
-        "--bench-split=validation",
-        "--model=m",
-        f"--model-base-url={server.base_url}",
-        "--model-api-key=k",
+    result = custom_scicode(
         "--bench-mode=naive",
-        f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
         "--bench-cache=off",
         f"--model-price={PRICE}",
         "--bench-max-cost=0.01",
+        "--bench-max-connections=2",  # one chain at a time per worker
         "-n",
         "2",
+        model="m",
+        server=server,
         subprocess=True,
     )
     assert result.ret == 1, result.stdout.str()
     run_dir = run_dirs(pytester.path)[0]
     ran = read_jsonl(run_dir / "steps.jsonl")
     summary = json.loads((run_dir / "summary.json").read_text())
-    # each worker holds the item after the one it runs (xdist needs it): at most two per worker start
-    assert 2 <= len(ran) <= 4 and len(server.requests) == len(ran)
+    # each worker holds the item after the one it runs (xdist needs it): at most two per worker start, and the
+    # held item's step may have been generated ahead without being scored; every call is in the run's cost
+    assert 2 <= len(ran) <= 4 and len(ran) <= len(server.requests) <= len(ran) + 2
+    assert summary["cost"]["total_usd"] == pytest.approx(len(server.requests) * CALL_COST)
     assert summary["complete"] is False and summary["incomplete"]["not_run"] == 8 - len(ran)
-    assert "run budget spent" in (run_dir / "summary.md").read_text()
+    assert "run budget --bench-max-cost=$0.01 reached" in (run_dir / "summary.md").read_text()
+    # one cost figure: the run's, counted once every record is in (the items running at the stop included)
+    spent = [f for f in re.findall(r"\$\d+\.\d{4}", result.stdout.str())]
+    assert spent and spent[0] == f"${summary['cost']['total_usd']:.4f}", result.stdout.str()[-3000:]
+    assert "run budget spent" not in result.stdout.str()

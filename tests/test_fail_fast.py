@@ -1,4 +1,4 @@
-"""Issue 13, part 1: a run fails before spending items.
+"""A run fails before spending items.
 
 The model configuration is checked once at session start (one usage error, exit 4, no report folder,
 well within 10 s): a missing key, a refused key, a dead endpoint, an unknown model; a run stops after
@@ -18,8 +18,7 @@ from pytest_agentbench.core.options import Settings
 from pytest_agentbench.models.preflight import preflight, skip_reason
 from pytest_agentbench.pytest_plugin.run import Streak
 
-from bench_runs import read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
+from helpers.bench_runs import read_jsonl, run_dirs
 
 ONE_STEP = ["--bench=scicode", "--bench-split=validation", "--bench-ids=1.1", "--bench-mode=naive"]
 
@@ -28,12 +27,6 @@ def dead_port() -> int:
     with socket.socket() as sock:  # a port nothing listens on (bound, then released)
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-@pytest.fixture
-def server():
-    with FakeOpenAI() as fake:
-        yield fake
 
 
 def opts(**values) -> Settings:
@@ -109,15 +102,15 @@ def test_a_healthy_endpoint_passes(server):
     server.models = ["gpt-x"]
     assert preflight(opts(model_base_url=server.base_url)).startswith(f"model preflight: {server.base_url} lists gpt-x")
     server.list_models = False  # a server that does not list: one token is asked for, no scripted reply spent
-    assert "answered a 1-token request for gpt-x" in preflight(opts(model_base_url=server.base_url))
-    assert len(server.preflights) == 3 and not server.requests
+    assert "answered a 1-token request for gpt-x (Chat Completions)" in preflight(opts(model_base_url=server.base_url))
+    assert len(server.preflights) == 4 and not server.requests  # each time: the listing and one capped request
 
 
 def test_preflight_is_skipped_when_no_endpoint_is_called():
     assert skip_reason(opts()) is None
     assert "oracle" in skip_reason(opts(model="oracle"))
     assert "replay" in skip_reason(opts(cache="replay"))
-    assert "ro" in skip_reason(opts(cache="ro"))
+    assert skip_reason(opts(cache="ro")) is None  # a miss calls the endpoint: a warm cache must not hide it
     assert "off" in skip_reason(opts(model_preflight="off"))
 
 
@@ -216,7 +209,7 @@ def test_missing_key_is_one_usage_error_even_with_the_preflight_off(bench, pytes
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_stop_under_xdist_counts_per_worker(tiny, pytester):
+def test_stop_under_xdist_counts_across_workers(tiny, pytester):
     result = tiny("--bench-max-consecutive-errors=2", "-n", "2", errors="1.1,1.2,2.1,2.2,3.1")
     assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
     assert "stopped after 2 model errors in a row" in result.stdout.str()

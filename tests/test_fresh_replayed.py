@@ -5,33 +5,26 @@ replayed answers."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
-from scicode_builders import CLOSE, problem, step, write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.fake_openai import FakeOpenAI
+from helpers.scicode_builders import asked_number, numbered_problems
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-PROBLEMS = [
-    problem(
-        str(k), [step(f"{k}.1", f"def f{k}():\n    return {k}", [CLOSE.format(call=f"f{k}()")], header=f"def f{k}():")]
-    )
-    for k in range(1, 5)
-]
-TARGETS = {f"{k}.1": [k] for k in range(1, 5)}
+PROBLEMS, TARGETS = numbered_problems(range(1, 5))
 
 
 def answer(offset: int):
     """Reply with f<k> returning k + offset (offset 0: right)."""
 
     def make(body: dict) -> dict:
-        k = re.findall(r"def f(\d+)\(\)", json.dumps(body["messages"]))[-1]
-        return {"text": f"```python\ndef f{k}():\n    return {int(k) + offset}\n```"}
+        k = asked_number(body)
+        return {"text": f"```python\ndef f{k}():\n    return {k + offset}\n```"}
 
     return make
 
@@ -44,29 +37,19 @@ def compare(a, b) -> str:
     return done.stdout
 
 
-def test_fresh_and_replayed_answers_are_labelled_counted_and_compared(pytester, bench, shared_data):
-    data, h5 = write_dataset(pytester.path, shared_data, targets=TARGETS, problems=PROBLEMS)
+def test_fresh_and_replayed_answers_are_labelled_counted_and_compared(pytester, bench, custom_scicode):
+    custom_scicode.write(PROBLEMS, TARGETS)
     with FakeOpenAI() as server:
         for _ in range(20):
             server.reply_with(answer(0))
-        args = (
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--model=m",
-            f"--model-base-url={server.base_url}",
-            "--model-api-key=k",
-            "--bench-mode=naive",
-            f"--bench-data-dir={data}",
-            f"--bench-h5={h5}",
-            "--bench-allow-custom-data",
-            f"--bench-cache-dir={pytester.path / 'cache'}",
+        args = custom_scicode.args(
+            "--bench-mode=naive", f"--bench-cache-dir={pytester.path / 'cache'}", model="m", server=server
         )
         assert bench(*args, "--bench-run-id=fresh").ret == 0
         calls = len(server.requests)
         assert (
             bench(
-                "--bench-replay",
-                str(pytester.path / "reports/scicode/m/fresh"),
+                f"--bench-replay={pytester.path / 'reports/scicode/m/fresh'}",
                 "--bench-run-id=replayed",
                 f"--bench-cache-dir={pytester.path / 'cache'}",
                 f"--model-base-url={server.base_url}",

@@ -1,7 +1,7 @@
-"""Score gates and baselines: unit tests on hand-made summaries, then the exit-code table of issue 7
+"""Score gates and baselines: unit tests on hand-made summaries, then the exit codes of docs/gates.md
 through pytester.
 
-The pytester runs use the tiny hand-made SciCode dataset of tests/scicode_builders.py (3 problems,
+The pytester runs use the tiny hand-made SciCode dataset of tests/helpers/scicode_builders.py (3 problems,
 5 steps) with a model that answers with the ground truth except for the steps named ``broken``
 (a wrong answer) or ``errors`` (a model error), so two runs differ on known steps with the same settings.
 """
@@ -12,8 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
-from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.core.options import OptionError, Sources, resolve
@@ -23,8 +21,8 @@ from pytest_agentbench.report.gates import GateResult, decide_exit, evaluate, re
 from pytest_agentbench.report.options import REPORT_OPTIONS, GateConfig, gate_config, parse_fraction
 from pytest_agentbench.report.summary import judge, judge_without_items
 
-from bench_runs import run_dirs
-from scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
+from helpers.bench_runs import run_dirs
+from helpers.scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
 from toybench import Toy as ToyBenchmark
 
 
@@ -98,8 +96,8 @@ def test_gate_config_from_command_line_and_ini(tmp_path):
         ),
         ({"fail_under": ["solved"]}, "--bench-fail-under takes METRIC=VALUE (e.g. main=0.4), got 'solved'"),
         ({"fail_under": ["solved=40"]}, "--bench-fail-under solved: '40' is above 1"),
-        ({"max_drop": ["solved=5%"]}, "--bench-max-drop needs --bench-baseline PATH (an earlier summary.json)"),
-        ({"update_baseline": True}, "--bench-update-baseline needs --bench-baseline PATH (where to write it)"),
+        ({"max_drop": ["solved=5%"]}, "--bench-max-drop needs --bench-baseline=PATH (an earlier summary.json)"),
+        ({"update_baseline": True}, "--bench-update-baseline needs --bench-baseline=PATH (where to write it)"),
     ],
 )
 def test_gate_config_errors_name_the_fix(tmp_path, cli, message):
@@ -199,6 +197,32 @@ def test_max_drop_counts_only_a_significant_drop_in_the_metrics_unit(tmp_path):
     cfg = gates(tmp_path, max_drop=["solved=10%"], baseline="b.json", significance="0.6", allow_underpowered=True)
     [result] = evaluate(cfg, b, compare(a, b))
     assert not result.ok and result.detail.endswith("significant (McNemar over tasks p = 0.5 < 0.6)")
+
+
+def test_a_run_without_a_drop_holds_under_a_gate_too_weak_for_its_limit(tmp_path):
+    a, _ = drop_pair()
+    cfg = gates(tmp_path, max_drop=["solved=10%"], baseline="b.json", significance="0.05")
+    [result] = evaluate(cfg, a, compare(a, a))  # compared with its own identical answers
+    assert result.ok, result.line()
+    assert result.detail.startswith("solved 100.0% -> 100.0% (drop 0.0 pp, limit 10.0 pp); note: this gate cannot")
+    assert (
+        "over 10 tasks" in result.detail
+        and "select more tasks (the whole split) or add --bench-attempts" in result.detail
+    )
+
+
+def test_a_significant_drop_fails_as_such_before_any_power_question(tmp_path):
+    """20 tasks, 13 lost and none gained (p = 0.000244): 20 tasks cannot see a 1-point drop, but this one is real."""
+    ids = [f"{t}.1" for t in range(1, 21)]
+    a = toy_summary({i: "pass" for i in ids}, solved_fraction=1.0)
+    b = toy_summary({i: "fail" if int(i.split(".")[0]) <= 13 else "pass" for i in ids}, solved_fraction=0.35)
+    cfg = gates(tmp_path, max_drop=["solved=1%"], baseline="b.json", significance="0.05")
+    [result] = evaluate(cfg, b, compare(a, b))
+    assert not result.ok
+    assert result.line() == (
+        "FAIL --bench-max-drop solved=1%: significant drop: solved 100.0% -> 35.0% (drop 65.0 pp, limit 1.0 pp); "
+        "significant (McNemar over tasks p = 0.000244 < 0.05)"
+    )
 
 
 def test_max_drop_refuses_runs_that_scored_other_items(tmp_path):

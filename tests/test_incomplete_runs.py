@@ -1,4 +1,4 @@
-"""Partial runs say so (issue 19, point 5): a run in which some selected items never ran (Ctrl-C, -x, a stop
+"""Partial runs say so: a run in which some selected items never ran (Ctrl-C, -x, a stop
 after model errors) reports `incomplete: K of N items not run` in the terminal, summary.md, summary.json
 and report.html, lists them, counts them as not passed in every metric, prints the command that resumes
 it and fails its gates unless --bench-allow-incomplete.
@@ -21,15 +21,13 @@ import time
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
-from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from pytest_agentbench.benchmarks.registry import get_benchmark
 from pytest_agentbench.report.options import GateConfig
 from pytest_agentbench.report.summary import build_summary, judge
 
-from bench_runs import ctrl_c_as_a_terminal_gives_it, read_jsonl, run_dirs
-from scicode_builders import MODEL_CONFTEST, tiny_problems, write_dataset
+from helpers.bench_runs import ctrl_c_as_a_terminal_gives_it, read_jsonl, run_dirs
+from helpers.scicode_builders import MODEL_CONFTEST, custom_data_args, tiny_problems, write_dataset
 
 BLOCKING_CUBE = (
     "def cube(a):\n    import os, time\n    while os.path.exists({flag!r}):\n"
@@ -61,12 +59,7 @@ def test_interrupted_run_says_incomplete_counts_the_rest_and_resumes(pytester, b
         "-p",
         "no:cacheprovider",
         f"--bench-cache-dir={shared_cache}",
-        "--bench=scicode",
-        "--bench-split=validation",
-        "--model=mutant",
-        f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
+        *custom_data_args(data, h5),
         "--bench-timeout=120",
         "--bench-fail-under",
         "main=0%",
@@ -144,15 +137,38 @@ def test_interrupted_run_says_incomplete_counts_the_rest_and_resumes(pytester, b
     # the printed command, run as printed (the flag is gone: 2.2 finishes now), completes the run
     command = resume_line(out)
     assert command == summary["incomplete"]["resume"]
-    assert command.endswith(f"--bench-resume {run}") and "--bench-run-id" not in command
-    words = shlex.split(command)
-    assert words[:3] == [sys.executable, "-m", "pytest"]
-    resumed = subprocess.run(words, cwd=pytester.path, env=env, capture_output=True, text=True, timeout=600)
+    assert command.endswith(f"--bench-resume={run}") and "--bench-run-id" not in command
+    cd, words = command.split(" && ", 1)
+    assert cd == f"cd {shlex.quote(str(pytester.path))}"
+    assert shlex.split(words)[:3] == [sys.executable, "-m", "pytest"]
+    resumed = subprocess.run(command, shell=True, env=env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "items not run" not in resumed.stdout
     done = json.loads((run / "summary.json").read_text())
     assert done["complete"] is True and "incomplete" not in done
     assert done["metrics"]["main"] == 1.0 and done["counts"] == {"pass": 5}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_printed_resume_command_works_pasted_in_another_folder(tiny, pytester, monkeypatch):
+    """Reports outside the project, the command pasted in a third folder: it says where to run (the project's
+    conftest.py defines the model) and gives the run folder with '=' (its space form is refused)."""
+    reports = pytester.path.parent / f"{pytester.path.name} reports"  # outside the project, a space in its name
+    elsewhere = pytester.path.parent / f"{pytester.path.name}-elsewhere"
+    elsewhere.mkdir()
+    stopped = tiny("--bench-max-consecutive-errors=1", f"--bench-report-dir={reports}", errors="1.1", subprocess=True)
+    assert stopped.ret == pytest.ExitCode.INTERRUPTED, stopped.stdout.str()[-2000:]
+    command = resume_line(stopped.stdout.str())
+    [run] = [p for p in (reports / "scicode").glob("*/*") if p.is_dir()]
+    assert shlex.split(command)[-1] == f"--bench-resume={run}", command
+    monkeypatch.setenv("ERROR_STEPS", "")
+    resumed = subprocess.run(command, shell=True, cwd=elsewhere, capture_output=True, text=True, timeout=600)
+    out = resumed.stdout + resumed.stderr
+    assert "items not run" not in resumed.stdout and "4 passed" in resumed.stdout, out[-3000:]
+    assert resumed.returncode == pytest.ExitCode.TESTS_FAILED, out[-3000:]  # 1.1's model_error record is kept
+    done = json.loads((run / "summary.json").read_text())
+    assert done["complete"] is True and done["counts"] == {"pass": 4, "model_error": 1}, done["counts"]
 
 
 @pytest.mark.e2e
@@ -163,7 +179,7 @@ def test_stopped_by_x_fails_its_gates_unless_allowed(tiny, pytester):
     out = stopped.stdout.str()
     assert "incomplete: 3 of 5 items not run: 2.1, 2.2, 3.1" in out
     assert "FAIL incomplete: 3 of 5 items not run" in out
-    assert "--bench-resume " in resume_line(out)
+    assert "--bench-resume=" in resume_line(out)
     summary = json.loads((latest_run(pytester) / "summary.json").read_text())
     assert summary["gates_passed"] is False and summary["metrics"]["main"] == 0.0
     assert summary["metrics"]["subproblem"] == pytest.approx(1 / 5)

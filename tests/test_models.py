@@ -16,8 +16,7 @@ from pytest_agentbench.models.client import Completion, ModelError, OpenAIModel,
 from pytest_agentbench.models.options import MODEL_OPTIONS, build_model, model_settings
 from pytest_agentbench.models.oracle import OracleModel
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from fake_openai import FakeOpenAI
+from helpers.bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 
 PROTOCOLS = ["chat", "responses"]
 HELLO = [{"role": "user", "content": "hello"}]
@@ -29,30 +28,6 @@ TOOL = {
         "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
     },
 }
-
-
-@pytest.fixture
-def server():
-    with FakeOpenAI() as fake:
-        yield fake
-
-
-@pytest.fixture
-def make_model(server, tmp_path):
-    def make(protocol="chat", **overrides):
-        options = dict(
-            base_url=server.base_url,
-            api_key="sk-test",
-            protocol=protocol,
-            cache_dir=tmp_path / "cache",
-            retry_base_delay=0.001,
-            max_retries=3,
-            timeout=5,
-        )
-        options.update(overrides)
-        return OpenAIModel("fake-model", **options)
-
-    return make
 
 
 def endpoint(protocol: str) -> str:
@@ -342,14 +317,14 @@ def test_models_are_built_from_settings_without_pytest(tmp_path):
     opts = model_opts(
         tmp_path,
         cli={"model": "gpt-x", "model_params": '{"temperature": 0}', "cache": "ro"},
-        env={"OPENAI_BASE_URL": "http://127.0.0.1:1/v1/", "OPENAI_API_KEY": "sk-secret"},
+        env={"OPENAI_BASE_URL": "http://127.0.0.1:1/v1/", "OPENAI_API_KEY": "sk-secret", "HOME": str(tmp_path)},
     )
     settings = model_settings(opts)
     assert settings["base_url"] == "http://127.0.0.1:1/v1" and settings["params"] == {"temperature": 0}
-    assert settings["cache_dir"] == str(tmp_path / "root" / ".agentbench_cache")  # relative to the rootdir
+    assert settings["cache_dir"] == str(tmp_path / ".cache" / "pytest-agentbench")  # the per-user folder
     assert "sk-secret" not in repr(settings)
     model = build_model(opts)
-    assert isinstance(model, OpenAIModel) and str(model.cache.root).startswith(str(tmp_path / "root"))
+    assert isinstance(model, OpenAIModel) and str(model.cache.root).startswith(str(tmp_path / ".cache"))
     assert build_model(model_opts(tmp_path, ini={"model": "oracle"})).is_oracle
     with pytest.raises(ConfigError, match="no model given"):
         build_model(model_opts(tmp_path))

@@ -71,18 +71,32 @@ def test_space_form_from_pytest_addopts_is_refused(pytester, outside, monkeypatc
     assert f"--bench-report-dir={outside}" in result.stderr.str()
 
 
-@pytest.mark.parametrize("form", ["space", "equals"])
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_harmless_value_keeps_ini_key_and_conftest_model(pytester, tiny, form):
-    """`--bench-report-dir reports` inside the project changes nothing: the ini key and the conftest's
-    bench_model (which breaks step 2.2; the built-in client could not even be built) take effect."""
+def test_equals_form_inside_the_project_keeps_ini_key_and_conftest_model(pytester, tiny):
+    """`--bench-report-dir=reports` inside the project: the ini key and the conftest's bench_model (which breaks
+    step 2.2; the built-in client could not even be built) take effect."""
     pytester.makeini("[pytest]\nagentbench_run_id = from-ini\n")
     (pytester.path / "reports").mkdir()
-    args = ["--bench-report-dir", "reports"] if form == "space" else ["--bench-report-dir=reports"]
-    result = tiny(*args, broken="2.2")
+    result = tiny("--bench-report-dir=reports", broken="2.2")
     result.assert_outcomes(passed=4, failed=1)
     assert (pytester.path / "reports" / "scicode" / "mutant" / "from-ini" / "steps.jsonl").is_file()
+
+
+@pytest.mark.parametrize("exists", [False, True], ids=["missing", "harmless"])
+@pytest.mark.e2e
+def test_space_form_of_a_path_option_is_refused_whether_or_not_the_path_exists(pytester, exists):
+    """A path that does not exist yet (or one inside the project) leaves pytest's setup alone today, and the same
+    command is refused the day it exists: refused always, naming the option and its '=' form."""
+    pytester.makeini("[pytest]\n")
+    value = pytester.path / "runs" / "my run"
+    if exists:
+        value.mkdir(parents=True)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--bench-resume", str(value), "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    text = result.stderr.str()
+    assert f"'--bench-resume {value}': a path option takes its value after '='" in text, text
+    assert f"Write the option with '=': --bench-resume='{value}'" in text, text
 
 
 @pytest.mark.e2e

@@ -6,12 +6,10 @@ from __future__ import annotations
 import re
 
 import pytest
-import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
-from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from pytest_agentbench.pytest_plugin import progress
 
-from scicode_builders import MODEL_CONFTEST
+from helpers.scicode_builders import MODEL_CONFTEST
 
 PROGRESS = re.compile(
     r"^agentbench: (\d)/5 done \((\d) pass(?:, (\d) fail)?\) · elapsed [^·]+ s"
@@ -54,7 +52,7 @@ def test_verbose_lines_stay_whole(tiny):
     items = [line for line in lines if line.startswith("scicode/") and line.rstrip().endswith("%]")]
     assert len(items) == 5 and all(re.match(r"^scicode/\d::\d\.\d (PASSED|FAILED) +\[ *\d+%\]$", i) for i in items)
     eta = [line for line in lines if "ETA" in line]
-    assert eta and all(PROGRESS.match(line) for line in eta)  # an ETA while items remain
+    assert all(PROGRESS.match(line) for line in eta)  # (five items are too few for one: the xdist test has it)
     assert re.search(
         r"agentbench: 5 done \(4 pass, 1 fail\) · elapsed [^·]+ s · 5 model calls, 0 tokens, "
         r"0 cache hits",
@@ -78,6 +76,15 @@ def test_quiet_keeps_every_outcome_letter(tiny):
 
 
 @pytest.mark.e2e
+def test_the_final_count_is_shown_however_recent_the_last_line(tiny):
+    """Lines are at most one per interval, but the line saying every item is done is never held back: it is
+    the run's last word on progress (a heartbeat just before the last item ended once swallowed it)."""
+    result = tiny("-q", "--bench-progress-interval=3600")
+    progress_lines = [line for line in result.outlines if PROGRESS.match(line)]
+    assert [PROGRESS.match(line).group(1) for line in progress_lines] == ["5"], progress_lines
+
+
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_header_is_a_short_block(tiny):
     result = tiny("--co", "--bench-run-id=hdr")
@@ -94,7 +101,9 @@ def test_header_is_a_short_block(tiny):
 @pytest.mark.slow
 def test_long_running_items(tiny, pytester, how):
     pytester.makeconftest(SLOW_CONFTEST)
-    result = tiny(*how, "--bench-progress-interval=0.2")
+    # no generation ahead: 3.1's slow answer is then asked while its own item runs (with chains generated ahead it
+    # would be ready before the item starts)
+    result = tiny(*how, "--bench-progress-interval=0.2", "--no-bench-overlap")
     out = result.stdout.str()
     assert result.ret == 0, out[-2000:]
     if how == ("-v",):  # the heartbeat's line never cuts the item's own line
@@ -104,6 +113,53 @@ def test_long_running_items(tiny, pytester, how):
     assert re.search(r"agentbench: \d/5 done \(\d pass\) · elapsed", out)
     finished = out.split("agentbench: 5/5 done")[1].split("\n")
     assert "running" not in finished[1]  # a finished item is no longer listed
+
+
+# every step's answer takes 1 s: under -n 2 two problems run side by side
+PACED_CONFTEST = (
+    MODEL_CONFTEST
+    + """
+import time
+
+_answer = Mutant.answer_step
+def _paced(self, problem, index, previous_code, **attempt):
+    time.sleep(1.0)
+    return _answer(self, problem, index, previous_code)
+Mutant.answer_step = _paced
+"""
+)
+TIMED = re.compile(r"^agentbench: (\d+)/15 done .*· elapsed ([^·]+) s(?: · ETA ([^·]+) s)?", re.M)
+
+
+def seconds(text: str) -> float:
+    """``12``, ``1.5``, ``2 min 05`` (progress.duration_text without its last " s") in seconds."""
+    minutes, _, rest = text.rpartition(" min ")
+    return float(minutes or 0) * 60 + float(rest)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_eta_under_xdist_is_paced_by_finished_items_over_the_workers(tiny, pytester):
+    """The first ETA was once the pace since the first item started (each worker's first item carrying the
+    worker's set-up) times the items left, as if no two ran at once: many times the time left. It now waits for
+    a few items that carry no set-up and spreads the rest over the workers."""
+    pytester.makeconftest(PACED_CONFTEST)
+    # 15 items; one chain per worker at a time (its share of two connections), so items finish at an even pace
+    result = tiny("-n", "2", "-v", "--bench-max-connections=2", "--bench-progress-interval=0", "--bench-attempts=3")
+    out = result.stdout.str()
+    assert result.ret == 0, out[-3000:]
+    lines = [(int(done), seconds(elapsed), eta) for done, elapsed, eta in TIMED.findall(out)]
+    assert [done for done, _, _ in lines] == list(range(1, 16)), out[-3000:]
+    end = lines[-1][1]
+    etas = [(done, seconds(eta), end - elapsed) for done, elapsed, eta in lines if eta]
+    assert etas and all(done >= progress.MIN_ETA_ITEMS for done, _, _ in etas), etas  # none from one item's time
+    # (the first items can finish in a burst: their answers were generated during the workers' set-up)
+    for done, eta, left in [e for e in etas if e[0] > 15 // 2]:
+        assert left / 2 - 1.5 <= eta <= 1.5 * left + 1.5, (done, eta, left)  # the elapsed time is in whole s
+    # under -v each progress line is a line of its own beside xdist's outcome lines
+    shown = [line for line in out.splitlines() if "/15 done" in line]
+    assert len(shown) == 15 and all(line.startswith("agentbench: ") for line in shown), shown
+    assert all(line.rstrip().endswith("cache hits") for line in shown), shown
 
 
 @pytest.mark.e2e
@@ -141,5 +197,10 @@ def test_texts():
         progress.usage_text({"model_calls": 6, "cache_hits": 6, "tokens": 90, "tool_calls": 0})
         == "0 model calls, 90 tokens, 6 cache hits"
     )
-    assert progress.eta_seconds(2, 10, 20.0) == 80.0 and progress.eta_seconds(0, 10, 5.0) is None
+    # the items left at the rate of those finished since the first one
+    # the newer half of the paced items (2 of 5) came in the 8 s since the one before: 4 s each, 6 left take 24 s
+    assert progress.eta_seconds(4, 10, [0.0, 0.1, 4.0, 8.0, 12.0], 12.0) == pytest.approx(24.0)
+    assert progress.eta_seconds(4, 10, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], 5.0) == pytest.approx(6.0)  # 1 s each
+    assert progress.eta_seconds(6, 10, [1.0, 2.0, 3.0, 4.0], 5.0) is None  # too few finished to pace the rest
+    assert progress.eta_seconds(10, 10, [float(i) for i in range(9)], 10.0) is None
     assert progress.duration_text(125) == "2 min 05 s"

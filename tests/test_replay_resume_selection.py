@@ -1,4 +1,4 @@
-"""Issue 13, part 2 (missing pieces): a resume checks ``--deselect`` like ``-k``/``-m`` (refused with the
+"""A resume checks ``--deselect`` like ``-k``/``-m`` (refused with the
 difference, or merged with --bench-resume-merge), and ``--bench-replay RUN_DIR`` with the model's server
 gone makes 0 model calls and says how many cache hits it made, in the terminal, summary.md and summary.json."""
 
@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
-from scicode_builders import write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.e2e
 
@@ -38,17 +37,17 @@ def test_resume_refuses_another_deselect(tiny, bench, pytester):
     stored = json.loads((run / "settings.json").read_text())["_run"]["selection"]
     assert stored["deselect"] == [NOT_2_2]
 
-    other = bench("--bench-resume", str(run), "--deselect=scicode/3::3.1")
+    other = bench(f"--bench-resume={run}", "--deselect=scicode/3::3.1")
     assert other.ret == pytest.ExitCode.USAGE_ERROR
     error = other.stderr.str()
     assert "this command differs from the run's own settings (settings.json)" in error
     assert f"--deselect: {NOT_2_2} in the run, scicode/3::3.1 now" in error and "--bench-resume-merge" in error
-    dropped = bench("--bench-resume", str(run), f"--deselect={NOT_2_2}", "--deselect=scicode/3::3.1")
+    dropped = bench(f"--bench-resume={run}", f"--deselect={NOT_2_2}", "--deselect=scicode/3::3.1")
     assert dropped.ret == pytest.ExitCode.USAGE_ERROR
     assert f"--deselect: {NOT_2_2} in the run, {NOT_2_2},scicode/3::3.1 now" in dropped.stderr.str()
     assert [r["id"] for r in read_jsonl(run / "steps.jsonl")] == ["1.1", "1.2"]  # refused before any item ran
 
-    same = bench("--bench-resume", str(run), f"--deselect={NOT_2_2}")  # the run's own: continues it
+    same = bench(f"--bench-resume={run}", f"--deselect={NOT_2_2}")  # the run's own: continues it
     assert same.ret == pytest.ExitCode.OK, same.stdout.str() + same.stderr.str()
     same.assert_outcomes(passed=4, deselected=1)
     assert items_of(run) == ["1.1", "1.2", "2.1", "3.1"]
@@ -57,7 +56,7 @@ def test_resume_refuses_another_deselect(tiny, bench, pytester):
 @pytest.mark.slow
 def test_resume_alone_keeps_the_runs_deselect(tiny, bench, pytester):
     run = interrupted(tiny, pytester, "r", f"--deselect={NOT_2_2}")
-    resumed = bench("--bench-resume", str(run))
+    resumed = bench(f"--bench-resume={run}")
     assert resumed.ret == pytest.ExitCode.OK, resumed.stdout.str() + resumed.stderr.str()
     resumed.assert_outcomes(passed=4, deselected=1)
     assert "2 finished record(s) reused" in resumed.stdout.str()
@@ -69,7 +68,7 @@ def test_resume_merge_adds_the_deselected_items_back(tiny, bench, pytester):
     run = interrupted(tiny, pytester, "r", f"--deselect={NOT_2_2}")
     # this command deselects 3.1 instead: the union of both selections is every item (an item stays
     # deselected only when both deselect it)
-    merged = bench("--bench-resume", str(run), "--deselect=scicode/3::3.1", "--bench-resume-merge")
+    merged = bench(f"--bench-resume={run}", "--deselect=scicode/3::3.1", "--bench-resume-merge")
     assert merged.ret == pytest.ExitCode.OK, merged.stdout.str() + merged.stderr.str()
     merged.assert_outcomes(passed=5)
     assert items_of(run) == ["1.1", "1.2", "2.1", "2.2", "3.1"]  # never narrowed
@@ -80,25 +79,18 @@ ADD_AND_TWICE = "```python\ndef add(a, b):\n    return a + b\n\ndef twice(a):\n 
 
 
 @pytest.mark.slow
-def test_replay_with_the_server_gone_makes_no_model_call(pytester, bench, shared_data, tmp_path):
-    data, h5 = write_dataset(pytester.path, shared_data)
+def test_replay_with_the_server_gone_makes_no_model_call(pytester, bench, custom_scicode, tmp_path):
     cache = tmp_path / "own-cache"  # a cache of its own: the hits counted are this run's responses only
     with FakeOpenAI() as server:
         for _ in range(2):  # steps 1.1 and 1.2, one call each (naive mode)
             server.reply(ADD_AND_TWICE, prompt_tokens=100, completion_tokens=20)
-        first = bench(
-            "--bench=scicode",
-            "--bench-split=validation",
+        first = custom_scicode(
             "--bench-ids=1",
             "--bench-mode=naive",
-            "--model=m",
-            f"--model-base-url={server.base_url}",
-            "--model-api-key=k",
-            f"--bench-data-dir={data}",
-            f"--bench-h5={h5}",
-            "--bench-allow-custom-data",
             f"--bench-cache-dir={cache}",
             "--bench-run-id=first",
+            model="m",
+            server=server,
         )
         assert first.ret == pytest.ExitCode.OK, first.stdout.str()
         assert server.count("/chat/completions") == 2
@@ -107,7 +99,7 @@ def test_replay_with_the_server_gone_makes_no_model_call(pytester, bench, shared
 
     # the server is stopped; the cache folder is typed again only because the `bench` fixture types the
     # session's shared one on every command line (a value typed for a replay wins over the run's)
-    replay = bench("--bench-replay", str(original), "--bench-run-id=again", f"--bench-cache-dir={cache}")
+    replay = bench(f"--bench-replay={original}", "--bench-run-id=again", f"--bench-cache-dir={cache}")
     assert replay.ret == pytest.ExitCode.OK, replay.stdout.str() + replay.stderr.str()
     replay.assert_outcomes(passed=2)
     replay.stdout.fnmatch_lines(

@@ -1,8 +1,8 @@
-"""The small ones of issue 19 (point 6): a report folder that cannot be written is a usage error before any
+"""Four small guarantees: a report folder that cannot be written is a usage error before any
 work; item retries wait with the client's backoff; the client's retries of one request are counted; a replay
 whose cache lacks the first model call of a selected task stops before any item, naming it.
 
-Runs go through pytester as a user runs pytest, against tests/fake_openai.py (a scripted server on
+Runs go through pytester as a user runs pytest, against tests/helpers/fake_openai.py (a scripted server on
 127.0.0.1) and the staged validation data.
 """
 
@@ -13,11 +13,9 @@ import os
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
-from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
+from helpers.bench_runs import SHARED_DATA, read_jsonl, run_dirs
+from helpers.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.e2e
 
@@ -152,13 +150,13 @@ def test_replay_without_the_cached_first_calls_stops_naming_the_tasks(bench, pyt
         empty = tmp_path / "empty-cache"
         empty.mkdir()
         for extra in ((), ("-n", "2")):
-            missing = bench("--bench-replay", str(run), f"--bench-cache-dir={empty}", *extra, subprocess=True)
+            missing = bench(f"--bench-replay={run}", f"--bench-cache-dir={empty}", *extra, subprocess=True)
             assert missing.ret == pytest.ExitCode.USAGE_ERROR, missing.stdout.str()[-2000:]
             out = missing.stdout.str() + missing.stderr.str()
             assert "lacks the first model call of 2 selected task(s): 1, 3" in out
             assert "passed" not in out.splitlines()[-1] and "model_error" not in out
         # the cache of the recorded run holds them: the replay runs, still without a request
-        replay = bench("--bench-replay", str(run), f"--bench-cache-dir={cache_dir}", subprocess=True)
+        replay = bench(f"--bench-replay={run}", f"--bench-cache-dir={cache_dir}", subprocess=True)
         assert replay.ret == 1 and "model_error" not in replay.stdout.str(), replay.stdout.str()[-2000:]
         assert fake.count() == asked
 
@@ -170,7 +168,7 @@ CAPSULE = "capsule-7038571"
 def test_corebench_replay_without_the_cached_first_call_stops_naming_the_capsule(pytester, tmp_path, monkeypatch):
     from pytest_agentbench.benchmarks.corebench import dataset
 
-    from capsule_factory import build_capsule_archive
+    from helpers.capsule_factory import build_capsule_archive
 
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(SHARED_DATA))
     staged = tmp_path / "staged"

@@ -10,11 +10,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
-from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.report.resume import (
@@ -25,8 +24,8 @@ from pytest_agentbench.report.resume import (
     write_settings_once,
 )
 
-from bench_runs import read_jsonl, run_dirs
-from scicode_builders import MODEL_CONFTEST, tiny_problems, write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.scicode_builders import MODEL_CONFTEST, custom_data_args, tiny_problems, write_dataset
 
 BLOCKING_SIX = (
     "def six():\n    import os, time\n    while os.path.exists({flag!r}):\n        time.sleep(0.05)\n    return 6"
@@ -48,15 +47,7 @@ def test_killed_run_resumed_matches_an_uninterrupted_run(pytester, bench, shared
         pytester.path, shared_data, problems=tiny_problems(**{"3.1": BLOCKING_SIX.format(flag=str(flag))})
     )
     pytester.makeconftest(MODEL_CONFTEST)
-    args = [
-        "--bench=scicode",
-        "--bench-split=validation",
-        "--model=mutant",
-        f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
-        "--bench-timeout=60",
-    ]
+    args = custom_data_args(data, h5, "--bench-timeout=60")
     monkeypatch.setenv("BREAK_STEPS", "2.2")
     # The blocking step waits on a file of this machine: its scoring child must see the real file system.
     monkeypatch.setenv("AGENTBENCH_ISOLATION", "off")
@@ -91,7 +82,7 @@ def test_killed_run_resumed_matches_an_uninterrupted_run(pytester, bench, shared
     flag.unlink()
     flag.parent.rmdir()
 
-    resumed = bench(*args, "--bench-resume", str(records.parent), "-n", "2", "-rA")
+    resumed = bench(*args, f"--bench-resume={records.parent}", "-n", "2", "-rA")
     assert resumed.ret == pytest.ExitCode.TESTS_FAILED
     resumed.assert_outcomes(passed=4, failed=1)
     out = resumed.stdout.str()
@@ -114,7 +105,7 @@ def test_resume_refuses_other_settings(tiny, pytester):
     first = tiny("--bench-run-id=one", broken="2.2")
     assert first.ret == pytest.ExitCode.TESTS_FAILED
     [run] = run_dirs(pytester.path)
-    other = tiny("--bench-resume", str(run), "--no-bench-background")
+    other = tiny(f"--bench-resume={run}", "--no-bench-background")
     assert other.ret == pytest.ExitCode.USAGE_ERROR
     assert "settings differ from the interrupted run's: background: true vs false" in other.stderr.str()
 
@@ -136,7 +127,8 @@ def test_settings_are_checked_against_the_first_records_settings(tmp_path):
         check_settings(tmp_path, {**settings, "model": "other", "mode": "b"})
     assert str(error.value) == (
         f"--bench-resume {tmp_path}: this run's settings differ from the interrupted run's: "
-        f"model: m vs other; mode: a vs b; resume with the same options"
+        f"model: m vs other; mode: a vs b; resume with the run's own options, or start a new run "
+        "(leave out --bench-resume) to use these: the run's finished records were made with its own"
     )
 
 
@@ -151,8 +143,10 @@ def test_controller_drops_a_torn_line(tmp_path):
         + "\n"
         + '{"id": "2.1", "sta'
     )
-    with pytest.warns(UserWarning, match="dropped torn last line 4 of"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the note is the plugin's own line: no warning besides it
         resumed = load_for_controller(records)
+    assert any(note.startswith("dropped torn last line 4 of") for note in resumed.notes), resumed.notes
     assert {k: r["status"] for k, r in resumed.records.items()} == {"1.1": "fail", "1.2": "fail"}  # the last wins
     assert resumed.notes[0] == f"resuming {tmp_path}: 2 finished record(s) reused, the rest runs now"
     assert records.read_text().endswith("}\n")  # the torn line is cut off the file, so appends stay whole

@@ -7,10 +7,12 @@ A capsule already unpacked is known before collection, so its ``gpu`` marker is 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from ..benchmarks.corebench import capsules, dataset, prepare
+from ..core.run_options import default_cache_dir
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +22,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--split", choices=dataset.SPLITS, default="test")
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="the run's --bench-data-dir")
-    parser.add_argument("--cache-dir", type=Path, default=Path(".agentbench_cache"), help="the run's --bench-cache-dir")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="the run's --bench-cache-dir (default: as a run's: $AGENTBENCH_CACHE_DIR, else the per-user folder)",
+    )
     parser.add_argument("--capsules-dir", type=Path, default=None, help="the run's --bench-capsules-dir")
     parser.add_argument("--dataset-path", type=Path, default=None, help="the run's --bench-dataset-path")
     parser.add_argument("--ids", default="", help="comma-separated capsule ids (default: the whole split)")
@@ -39,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fetch-capsules: {exc}", file=sys.stderr)
         return 2
     wanted = [i for i in args.ids.split(",") if i] or [t["capsule_id"] for t in tasks]
+    if args.cache_dir is None:  # where a run started here looks by default
+        given = os.environ.get("AGENTBENCH_CACHE_DIR", "")
+        args.cache_dir = Path(given) if given else default_cache_dir(os.environ, Path.cwd())
     store = capsules.archive_store(args.data_dir, args.cache_dir, args.capsules_dir)
     extract_root = args.cache_dir / "capsules" / "extracted"  # where the plugin looks (CoreBenchRun.extract_root)
     failed = 0

@@ -19,22 +19,39 @@ import openai
 
 from ..core.text import repair, repaired
 from .cache import DEFAULT_CACHE_DIR, ResponseCache, cache_key
+from .concurrency import DEFAULT_MAX_CONNECTIONS, CallGate, Spending
 from .defaults import (  # noqa: F401
     DEFAULT_BASE_URL,
     DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_RETRY_TIME,
     DEFAULT_RETRY_BASE_DELAY,
     DEFAULT_RETRY_MAX_DELAY,
     DEFAULT_TIMEOUT,
     PROTOCOLS,
     backoff_delay,
 )
+from .retrytime import retry_time_left, spend_retry_time
 
 # statuses worth another try, as in OpenAI's own client: timeout, conflict, rate limit, server errors
 RETRYABLE_STATUSES = {408, 409, 429}
 
 
 class ModelError(Exception):
-    """A model call that could not produce a reply (after retries, or a replay-mode cache miss)."""
+    """A model call that could not produce a reply (after retries, or a replay-mode cache miss).
+
+    ``request_retries``: the requests retried before giving up (the record counts them as it counts a reply's)."""
+
+    def __init__(self, message: str, request_retries: int = 0) -> None:
+        super().__init__(message)
+        self.request_retries = request_retries
+
+
+def count_failed_call(accounting: dict[str, Any], error: BaseException) -> None:
+    """Add the retries of a call that ended in ``error`` to an item's ``accounting`` (a reply's are added by
+    ``usage.count_completion``): a record says how hard the endpoint was tried even when it never answered."""
+    retries = getattr(error, "request_retries", 0) or 0
+    if retries:
+        accounting["request_retries"] = accounting.get("request_retries", 0) + retries
 
 
 @dataclass
@@ -336,6 +353,13 @@ def is_retryable(error: Exception) -> bool:
     return False
 
 
+def is_rate_limit(error: Exception) -> bool:
+    """A 429, or any refusal that says when to come back (Retry-After)."""
+    if isinstance(error, openai.APIStatusError) and error.status_code == 429:
+        return True
+    return isinstance(error, openai.APIStatusError) and retry_after_seconds(error) is not None
+
+
 def describe_error(error: Exception) -> str:
     """One line for a failed call; the server's own words in it are repaired (they came from outside)."""
     if isinstance(error, openai.APITimeoutError):
@@ -354,7 +378,7 @@ def fix_hint(error: Exception | None) -> str:
     if status in (400, 422):
         return "check --model-params and --model-protocol against what the server accepts"
     if status == 429:
-        return "the server is rate limiting; lower the number of workers (-n) or raise --model-max-retries"
+        return "the server is rate limiting; lower --bench-max-connections or raise --model-max-retries"
     if isinstance(error, openai.APITimeoutError):
         return "raise --model-timeout or check that the server is responsive"
     if isinstance(error, openai.APIConnectionError):
@@ -379,6 +403,10 @@ class OpenAIModel:
         cache_mode: str = "rw",
         retry_base_delay: float = DEFAULT_RETRY_BASE_DELAY,
         retry_max_delay: float = DEFAULT_RETRY_MAX_DELAY,
+        max_retry_time: float = DEFAULT_MAX_RETRY_TIME,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        price: Any = None,
+        max_cost: float | None = None,
     ):
         if protocol not in PROTOCOLS:
             raise ValueError(f"model protocol {protocol!r} is not one of {', '.join(PROTOCOLS)}")
@@ -390,10 +418,24 @@ class OpenAIModel:
         self.max_retries = int(max_retries)
         self.retry_base_delay = float(retry_base_delay)
         self.retry_max_delay = float(retry_max_delay)
+        self.max_retry_time = float(max_retry_time)
         self.cache = ResponseCache(cache_dir, cache_mode)
-        # local OpenAI-compatible servers usually ignore the key, but the SDK insists on one
+        # local OpenAI-compatible servers usually ignore the key, but the SDK insists on one; the SDK's own
+        # retries are off (max_retries=0): every retry happens in _call_with_retries, where it is counted and timed
+        # Requests in flight are bounded by the gate (--bench-max-connections, this process's share); the SDK's
+        # connection pool is sized to it, so a request that passed the gate never waits for a connection.
+        self.gate = CallGate(max_connections)
+        self.price = price  # models.price.Price of the fresh calls, counted against max_cost as they return
+        self.spending = Spending(self.gate, max_cost)
+        # (the Limits class of whichever HTTP library this SDK release is built on)
+        limits = type(openai.DEFAULT_CONNECTION_LIMITS)
+        pool = limits(max_connections=self.gate.limit, max_keepalive_connections=self.gate.limit)
         self._client = openai.OpenAI(
-            base_url=self.base_url, api_key=api_key or "not-set", timeout=self.timeout, max_retries=0
+            base_url=self.base_url,
+            api_key=api_key or "not-set",
+            timeout=self.timeout,
+            max_retries=0,
+            http_client=openai.DefaultHttpxClient(limits=pool, timeout=self.timeout),
         )
         self.settings = {
             "model": name,
@@ -402,6 +444,7 @@ class OpenAIModel:
             "params": self.params,
             "timeout": self.timeout,
             "max_retries": self.max_retries,
+            "max_retry_time": self.max_retry_time,
             "cache_dir": str(cache_dir),
             "cache_mode": cache_mode,
         }
@@ -441,6 +484,8 @@ class OpenAIModel:
                 "the recorded run."
             )
         completion = self._call_with_retries(messages, tools, tool_choice)
+        if self.price is not None and completion.usage_reported:
+            self.spending.add(self.price.cost(completion.prompt_tokens, completion.completion_tokens))
         if not completion.is_empty:  # empty replies are not worth replaying
             self.cache.put(key, completion.to_record())
         return completion
@@ -448,30 +493,68 @@ class OpenAIModel:
     def _call_with_retries(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tool_choice: str | None
     ) -> Completion:
+        """The request, retried on retryable failures: at most ``max_retries`` times, and never past
+        ``max_retry_time`` seconds of retries, counted from the first failure and shared by every request of the
+        item (retrytime.py: the waits and the repeated attempts; a retry's own timeout is cut to what is left), so
+        a failing endpoint costs an item a bounded time while a long reply that failed late still gets its
+        retries. Every retry is counted, on the reply or on the error."""
         last_error: Exception | None = None
-        attempts = self.max_retries + 1
-        for attempt in range(attempts):
+        failed_at: float | None = None  # when the first attempt failed: the retry time starts there
+        timeout: float | None = None  # the first attempt has the client's --model-timeout
+        out_of_time = False
+        attempt = 0
+        while True:
             started = time.monotonic()
             try:
-                completion = self._call_once(messages, tools, tool_choice)
+                with self.gate.slot():  # (CallsStopped once the run's budget is spent: not retried)
+                    completion = self._call_once(messages, tools, tool_choice, timeout=timeout)
             except openai.OpenAIError as error:
                 last_error = error
-                if not is_retryable(error) or attempt == attempts - 1:
+                if is_rate_limit(error):  # fewer requests in flight for a while, from every chain of this process
+                    self.gate.rate_limited(retry_after_seconds(error))
+                if not is_retryable(error) or attempt >= self.max_retries:
                     break
-                time.sleep(self._backoff(attempt, error))
+                if failed_at is None:
+                    failed_at = time.monotonic()
+                wait = self._backoff(attempt, error)
+                left = retry_time_left(self.max_retry_time, failed_at) - wait  # the item's budget
+                if left <= 0:
+                    out_of_time = True
+                    break
+                time.sleep(wait)
+                timeout = min(self.timeout, left)
+                attempt += 1
                 continue
             except ValueError as error:  # a reply we cannot read; retrying will not help
                 last_error = error
                 break
             completion.latency = time.monotonic() - started
             completion.request_retries = attempt
+            spend_retry_time(failed_at)
             return completion
-        assert last_error is not None  # every way out of the loop without a reply set it
+        spend_retry_time(failed_at)
         tried = f"{attempt + 1} attempt{'s' if attempt else ''}"
+        if out_of_time and failed_at is not None:
+            spent = time.monotonic() - failed_at
+            tried += f", {spent:.0f} s of retries (--model-max-retry-time={self.max_retry_time:g})"
         raise ModelError(
             f"model {self.name!r} at {self.endpoint} failed after {tried}: "
-            f"{describe_error(last_error)}. Fix: {fix_hint(last_error)}."
+            f"{describe_error(last_error)}. Fix: {fix_hint(last_error)}.",
+            request_retries=attempt,
         )
+
+    def send_once(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | None = None,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Completion:
+        """Exactly one request as the run would send it (the cache is neither read nor written, nothing is
+        retried; the SDK's errors are raised): the model preflight's probe of the endpoint."""
+        return self._call_once(messages, tools, tool_choice, timeout=timeout, params=params)
 
     def _backoff(self, attempt: int, error: Exception) -> float:
         requested = retry_after_seconds(error)
@@ -480,26 +563,37 @@ class OpenAIModel:
         return backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay)
 
     def _call_once(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tool_choice: str | None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        tool_choice: str | None,
+        *,
+        timeout: float | None = None,
+        params: dict[str, Any] | None = None,
     ) -> Completion:
+        """One request, no cache, no retry (raises the SDK's errors). ``params`` replace the run's extra request
+        fields (the preflight caps the reply); ``timeout`` replaces --model-timeout for this request."""
         # The request is plain JSON (messages and tools as the harness built them), so it goes to the SDK as
         # keyword arguments of type Any rather than as the SDK's TypedDicts.
         request: dict[str, Any] = {"model": self.name}
+        if timeout is not None:
+            request["timeout"] = timeout
+        fields = self.params if params is None else params
         if self.protocol == "chat":
             request["messages"] = messages
             if tools:
                 request["tools"] = tools
             if tools and tool_choice:
                 request["tool_choice"] = tool_choice
-            if self.params:
-                request["extra_body"] = self.params
+            if fields:
+                request["extra_body"] = fields
             return parse_chat_reply(self._client.chat.completions.create(**request))
         request["input"] = messages_to_input_items(messages)
         if tools:
             request["tools"] = tools_to_responses(tools)
         if tools and tool_choice:
             request["tool_choice"] = tool_choice
-        body = responses_params(self.params)
+        body = responses_params(fields)
         if body:
             request["extra_body"] = body
         return parse_responses_reply(self._client.responses.create(**request))

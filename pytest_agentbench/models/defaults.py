@@ -9,6 +9,7 @@ DEFAULT_TIMEOUT = 600.0
 DEFAULT_MAX_RETRIES = 6
 DEFAULT_RETRY_BASE_DELAY = 1.0
 DEFAULT_RETRY_MAX_DELAY = 60.0
+DEFAULT_MAX_RETRY_TIME = 120.0  # seconds one request may spend on retries before its item is a model_error
 
 
 def backoff_delay(attempt: int, base: float = DEFAULT_RETRY_BASE_DELAY, cap: float = DEFAULT_RETRY_MAX_DELAY) -> float:

@@ -15,7 +15,15 @@ from ..core.errors import ConfigError
 from ..core.options import Option, given_settings, view
 from ..core.run_options import RunOptions
 from .cache import CACHE_MODES
-from .defaults import DEFAULT_BASE_URL, DEFAULT_MAX_RETRIES, DEFAULT_RETRY_BASE_DELAY, DEFAULT_TIMEOUT, PROTOCOLS
+from .concurrency import DEFAULT_MAX_CONNECTIONS
+from .defaults import (
+    DEFAULT_BASE_URL,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_RETRY_TIME,
+    DEFAULT_RETRY_BASE_DELAY,
+    DEFAULT_TIMEOUT,
+    PROTOCOLS,
+)
 from .oracle import OracleModel
 from .price import BUDGET_OPTIONS, PRICE_OPTION, price_of
 
@@ -118,6 +126,21 @@ MODEL_OPTIONS: tuple[Option, ...] = (
         free_on_resume=True,
     ),
     Option(
+        "model_max_retry_time",
+        "--model-max-retry-time",
+        "seconds an item's model requests may spend on retries in all (backoff waits and repeated attempts, from "
+        "each request's first failure; every request of the item, its tool-use rounds or agent turns, draws from "
+        "the same budget) before the item ends in model_error: a failing endpoint costs each item about this "
+        f"long at most, whatever --model-max-retries allows (default {DEFAULT_MAX_RETRY_TIME:g}).",
+        kind="float",
+        default=DEFAULT_MAX_RETRY_TIME,
+        minimum=0,
+        ini="agentbench_model_max_retry_time",
+        metavar="SECONDS",
+        runfile_group="models",
+        free_on_resume=True,
+    ),
+    Option(
         "model_retry_delay",
         "--model-retry-delay",
         f"base delay in seconds of the exponential retry backoff (default {DEFAULT_RETRY_BASE_DELAY:g}).",
@@ -138,19 +161,35 @@ MODEL_OPTIONS: tuple[Option, ...] = (
         choices=CACHE_MODES,
         default="rw",
         ini="agentbench_cache",
+        help_group="run",
     ),
     Option(
         "model_preflight",
         "--model-preflight",
-        "at session start, prove the endpoint answers with one cheap request (list the models, else a "
-        "1-token completion): a missing key, a dead endpoint or an unknown model is then one usage error "
-        "(exit 4) before any item runs. Skipped for the oracle and with --bench-cache replay|ro "
-        "(default on).",
+        "at session start, prove the endpoint answers the run: list the models, then send one request shaped "
+        "like the run's first (its prompt, protocol, params and tools; the reply capped at a token). A missing "
+        "or refused key (401/403, or a gateway's 400), a dead endpoint, an unknown model or a 5xx that one retry "
+        "does not clear is then one usage error (exit 4) quoting the endpoint, before any item runs, even when "
+        "the cache is warm. Skipped for the oracle and with --bench-cache replay (default on).",
         kind="choice",
         choices=("on", "off"),
         default="on",
         ini="agentbench_model_preflight",
         runfile_group="models",
+        free_on_resume=True,
+    ),
+    Option(
+        "max_connections",
+        "--bench-max-connections",
+        "model requests in flight at once in the session: each process generates the steps of all the problems "
+        "(and attempts) it holds concurrently, ahead of scoring, up to its share (this number divided over the "
+        "xdist workers, at least 1 each); items are still scored in order. A rate limit (HTTP 429, Retry-After) "
+        f"lowers it for a while (default {DEFAULT_MAX_CONNECTIONS}; 1: one chain at a time).",
+        kind="int",
+        default=DEFAULT_MAX_CONNECTIONS,
+        minimum=1,
+        ini="agentbench_max_connections",
+        metavar="N",
         free_on_resume=True,
     ),
     PRICE_OPTION,
@@ -170,9 +209,11 @@ class ModelOptions:
     model_params: Any  # a JSON value (an object of request parameters), None when not given
     model_timeout: float
     model_max_retries: int
+    model_max_retry_time: float
     model_retry_delay: float
     cache: str
     model_preflight: str
+    max_connections: int
     model_price: str | None  # the canonical PROMPT,COMPLETION text
     max_cost_per_item: float | None
     max_cost: float | None
@@ -194,6 +235,7 @@ def model_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
         "params": dict(model.model_params or {}),
         "timeout": float(model.model_timeout),
         "max_retries": int(model.model_max_retries),
+        "max_retry_time": float(model.model_max_retry_time),
         "retry_base_delay": float(model.model_retry_delay),
         "cache_dir": str(view(RunOptions, given).cache_dir),  # a run option (RUN_OPTIONS), not the model's
         "cache_mode": model.cache,
@@ -210,11 +252,12 @@ def check_api_key(settings: dict[str, Any], api_key: str | None) -> None:
         )
 
 
-def build_model(opts: Mapping[str, Any]) -> OracleModel | OpenAIModel:
+def build_model(opts: Mapping[str, Any], *, connections: int | None = None) -> OracleModel | OpenAIModel:
     """The model of this run: ``OracleModel`` for ``--model oracle``, else an ``OpenAIModel``.
 
     ``opts["cache_dir"]`` is used as given (the plugin resolves it against the rootdir, so xdist
-    workers and the controller share one cache)."""
+    workers and the controller share one cache). ``connections``: this process's share of
+    --bench-max-connections (an xdist worker's, from its controller); None: all of it."""
     given = given_settings(opts, ModelOptions, RunOptions)
     settings = model_settings(given)
     name = settings["model"]
@@ -240,4 +283,8 @@ def build_model(opts: Mapping[str, Any]) -> OracleModel | OpenAIModel:
         cache_dir=settings["cache_dir"],
         cache_mode=settings["cache_mode"],
         retry_base_delay=settings["retry_base_delay"],
+        max_retry_time=settings["max_retry_time"],
+        max_connections=connections or int(view(ModelOptions, given).max_connections),
+        price=price_of(settings.get("price")),
+        max_cost=view(ModelOptions, given).max_cost,
     )

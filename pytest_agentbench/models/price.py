@@ -217,5 +217,10 @@ class RunBudget:
         return self.limit is not None and self.spent >= self.limit
 
     def text(self) -> str:
+        """Why no new item starts. It names no sum: items already running finish after it is said, so the
+        run's cost is the one figure the cost line gives (report/cost.py), counted when every record is in."""
         unknown = f" ({self.unknown} item(s) of unknown cost counted as $0)" if self.unknown else ""
-        return f"run budget spent: ${self.spent:.4f} of --bench-max-cost=${self.limit:g}{unknown}; no new item started"
+        return (
+            f"run budget --bench-max-cost=${self.limit:g} reached{unknown}: no new item started after that "
+            f"(the items already running finished; the cost line counts them)"
+        )

@@ -3,8 +3,9 @@
 pytest works out the rootdir, the ini file and the conftest cut-off before plugins are loaded, so in
 ``--bench-report-dir /tmp/x`` (a space, not ``=``) it reads ``/tmp/x`` as a test path when that folder
 exists. The project's ini file and conftest.py are then silently ignored. Once the plugin is loaded
-its options are known: the setup is worked out again with their values removed from the free
-arguments, and a difference is a usage error naming the option and the ``--option=value`` form.
+its options are known: a path option written with a space on the command line is a usage error naming the
+option and the ``--option=value`` form, whether or not the path exists yet; for the other options the setup is
+worked out again with their values removed from the free arguments, and a difference is the same usage error.
 Recovering silently is not offered: addopts, ``-p`` and the cache dir were already derived from the
 wrong ini file.
 """
@@ -12,6 +13,7 @@ wrong ini file.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -173,20 +175,42 @@ def setup_without_option_values(
 def space_form_error(
     config: pytest.Config, parser: pytest.Parser, args: Sequence[str], options: Iterable[Option]
 ) -> str | None:
-    """The usage error to raise, or None when every option value left pytest's setup alone."""
+    """The usage error to raise, or None when every option value left pytest's setup alone and no path option was
+    written with a space.
+
+    A path option's space form is refused even when its path does not exist (yet): the same command line would be
+    refused the day it does (a resumed run's folder, a report folder made by the first run)."""
+    options = tuple(options)
     culprits = space_form_values(args, options)
     if not culprits:
         return None
     rootpath, inipath = setup_without_option_values(config, parser, args)
     if (rootpath, inipath) == (config.rootpath, config.inipath):
-        return None
+        return space_form_path_error(culprits, {o.flag for o in options if o.kind == "path"})
     written = ", ".join(f"'{flag} {value}'" for flag, value in culprits)
-    fixed = " ".join(f"{flag}={value}" for flag, value in culprits)
     ignored = ([f"the ini file {inipath}"] if inipath else []) + [
         f"the conftest.py files under {inipath.parent if inipath else rootpath}"
     ]
     return (
         f"agentbench: pytest read the value in {written} as a test path before the plugin's options were "
         f"known, which moved the rootdir to {config.rootpath} (it should be {rootpath}); "
-        f"{' and '.join(ignored)} would be ignored. Write the option with '=': {fixed}"
+        f"{' and '.join(ignored)} would be ignored. Write the option with '=': {equals_form(culprits)}"
+    )
+
+
+def equals_form(culprits: Sequence[tuple[str, str]]) -> str:
+    return " ".join(f"{flag}={shlex.quote(value)}" for flag, value in culprits)
+
+
+def space_form_path_error(culprits: Sequence[tuple[str, str]], path_flags: set[str]) -> str | None:
+    """The usage error for path options written ``--flag PATH``, whose PATH left the setup alone."""
+    paths = [(flag, value) for flag, value in culprits if flag in path_flags]
+    if not paths:
+        return None
+    written = ", ".join(f"'{flag} {value}'" for flag, value in paths)
+    return (
+        f"agentbench: {written}: a path option takes its value after '=': pytest reads a separate value as a "
+        f"test path before the plugin's options are known, and once that path exists it moves the rootdir and "
+        f"the project's ini file and conftest.py are ignored, so the space form is refused whether or not the "
+        f"path exists. Write the option with '=': {equals_form(paths)}"
     )

@@ -24,7 +24,8 @@ import pytest
 
 from ..core import records as rec
 from ..models.options import ORACLE
-from .handshake import on_worker_collection
+from .concurrency import IN_FLIGHT_PROPERTY
+from .distribution.handshake import Role, on_worker_collection, role_of
 from .run import STATE
 
 counts_text = rec.counts_text  # the formats every report shares (core/records.py)
@@ -33,8 +34,8 @@ usage_text = rec.usage_text
 LONG_RUNNING = 30.0  # seconds: an item running longer is listed with its age
 HEADER_WIDTH = 100  # the run header is wrapped to lines of about this many characters
 # settings shown on the header's first lines (the rest go in the wrapped block)
-HEADER_FIRST = ("benchmark", "split", "model", "run_id")
-HEADER_HIDDEN = ("notes", "data_hashes", "isolation")
+HEADER_FIRST = ("benchmark", "dataset", "split", "model", "run_id")
+HEADER_HIDDEN = ("notes", "data_hashes", "isolation", "comparability")
 
 
 # ---- text (pure) --------------------------------------------------------------------------------
@@ -49,11 +50,21 @@ def duration_text(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def eta_seconds(done: int, total: int | None, running_for: float) -> float | None:
-    """Time left at the pace so far; ``running_for``: seconds since the first item started."""
-    if not total or not done or done >= total:
+MIN_ETA_ITEMS = 5  # items pacing the ETA before it is shown: the first ones can be a burst of answers generated ahead
+
+
+def eta_seconds(done: int, total: int | None, finishes: list[float], now: float) -> float | None:
+    """Time left at the run's recent throughput: the items left at the rate of the newer half of ``finishes``
+    (when each item that paces the ETA finished: no worker's first item, which carries its set-up, nor a skipped
+    item or reused record), over the time from the finish before them to ``now``. A rate, not items' durations,
+    since workers run side by side and a worker that generates several chains ahead finishes items in bursts
+    of near-zero time; the newer half only, since the first items can be such a burst, of answers generated
+    during the workers' set-up. None until ``MIN_ETA_ITEMS`` items pace it."""
+    if not total or done >= total or len(finishes) < MIN_ETA_ITEMS:
         return None
-    return running_for / done * (total - done)
+    newer = len(finishes) // 2
+    window = now - finishes[-newer - 1]
+    return (total - done) * window / newer if window > 0 else None
 
 
 def status_line(
@@ -62,18 +73,21 @@ def status_line(
     counts: Mapping[str, int],
     elapsed: float,
     usage: Mapping[str, float] | None,
-    running_for: float | None = None,
+    eta: float | None = None,
+    in_flight: int | None = None,
 ) -> str:
-    """``agentbench: 3/5 done (2 pass, 1 fail) · elapsed 12 s · ETA 8 s · 4 model calls, ...``."""
+    """``agentbench: 3/5 done (2 pass, 1 fail) · elapsed 12 s · ETA 8 s · 4 model calls, ... · 3 calls in
+    flight``."""
     parts = [f"{done}/{total} done" if total else f"{done} done"]
     if counts:
         parts[0] += f" ({counts_text(counts)})"
     parts.append(f"elapsed {duration_text(elapsed)}")
-    eta = eta_seconds(done, total, elapsed if running_for is None else running_for)
     if eta is not None:
         parts.append(f"ETA {duration_text(eta)}")
     if usage is not None:
         parts.append(usage_text(usage))
+    if in_flight is not None:
+        parts.append(f"{in_flight} call{'' if in_flight == 1 else 's'} in flight")
     return "agentbench: " + " · ".join(parts)
 
 
@@ -105,6 +119,8 @@ def header_lines(
     agentbench: note: ...
     """
     first = [str(settings.get("benchmark", "?"))]
+    if settings.get("dataset"):  # a benchmark's data other than its default (SciCode-Verified)
+        first.append(f"dataset: {settings['dataset']}")
     for key, label in (("split", "split"), ("model", "model"), ("run_id", "run")):
         if settings.get(key) is not None:
             first.append(f"{label} {settings[key]}")
@@ -143,12 +159,15 @@ class Progress:
         self.show_usage = state is None or state.settings.get("model") != ORACLE
         self.started = time.monotonic()
         self.last_shown = self.started
-        self.first_item: float | None = None  # when the first item started (the pace of the ETA)
+        self.finishes: list[float] = []  # when each item that paces the ETA finished (monotonic)
+        self.workers: set[str] = set()  # the workers whose first record came (its time is the worker's set-up)
         self.done = 0
         self.total: int | None = None
         self.counts: dict[str, int] = {}
         self.totals = rec.usage_totals([])
         self.running: dict[str, float] = {}  # node id -> when it started (monotonic)
+        self.state = state
+        self.in_flight: dict[str, int] = {}  # worker id ("" without xdist) -> its calls in flight, at its last item
         self.lock = threading.RLock()
         self.stop = threading.Event()
         self.heartbeat: threading.Thread | None = None
@@ -178,8 +197,6 @@ class Progress:
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         with self.lock:
             self.running[nodeid] = time.monotonic()
-            if self.first_item is None:
-                self.first_item = self.running[nodeid]
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         with self.lock:
@@ -188,15 +205,31 @@ class Progress:
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
+            if name == IN_FLIGHT_PROPERTY and isinstance(value, list) and len(value) == 2:
+                with self.lock:
+                    self.in_flight[str(value[0])] = int(value[1])
             if name == rec.RECORD_PROPERTY and isinstance(value, dict):
                 with self.lock:
                     self.running.pop(report.nodeid, None)  # finished, whatever comes after its record
+                    if self.paces(value):
+                        self.finishes.append(time.monotonic())
                     self.done += 1
                     status = str(value.get("status", "error"))
                     self.counts[status] = self.counts.get(status, 0) + 1
                     for key, amount in rec.usage_of(value).items():
                         self.totals[key] = self.totals.get(key, 0) + amount
                 self.maybe_show()
+
+    def paces(self, record: Mapping[str, Any]) -> bool:
+        """Whether this finished item's time paces the ETA: not a worker's first item, which carries the worker's
+        set-up (its session fixtures: the model, the environment, SciCode's targets: 8 s against 0.3 s of an
+        item), nor a skipped one or a resumed run's record reported again at once."""
+        worker = str(record.get("worker", ""))
+        first = worker not in self.workers
+        self.workers.add(worker)
+        state = self.config.stash.get(STATE, None)
+        reused = state is not None and rec.record_key(record) in state.resumed
+        return not first and not reused and record.get("status") != "skipped"
 
     # ---- display ----
     def elapsed(self) -> float:
@@ -211,15 +244,25 @@ class Progress:
                     self.counts,
                     now - self.started,
                     self.totals if self.show_usage else None,
-                    now - (self.first_item or self.started),
+                    eta_seconds(self.done, self.total, self.finishes, now),
+                    self.calls_in_flight(),
                 )
             ]
             running = running_line(self.running, now)
         return out + ([running] if running else [])
 
+    def calls_in_flight(self) -> int | None:
+        """This process's model requests in flight now, else the sum of what the workers' last reports said
+        (None when no process has a model client that counts them)."""
+        gate = self.state.gate if self.state is not None else None
+        if gate is not None:
+            return int(gate.in_flight)
+        return sum(self.in_flight.values()) if self.in_flight else None
+
     def maybe_show(self) -> None:
         now = time.monotonic()
-        if now - self.last_shown < self.interval:
+        last = self.total is not None and self.done >= self.total  # the final count is always shown
+        if now - self.last_shown < self.interval and not last:
             return
         self.show(self.lines(now), now)
 
@@ -241,8 +284,9 @@ class Progress:
             self.last_shown = now
             writer = terminal._tw
             text = "\n".join(lines)
-            if self.config.get_verbosity() >= 1:
+            if self.config.get_verbosity() >= 1 and role_of(self.config) is not Role.CONTROLLER:
                 # pytest ends this line itself, and writes the running item's location again before its outcome
+                # (under xdist each outcome is a line of its own, after a newline only where pytest left one)
                 writer.write("\n" + text, flush=True)
                 terminal.currentfspath = None
             else:

@@ -1,4 +1,4 @@
-"""--bench-replay checks its cache before any item runs (issue 19): a replay whose response cache lacks the
+"""--bench-replay checks its cache before any item runs: a replay whose response cache lacks the
 first model call of a selected task would spend the whole run on ``model_error`` items.
 
 Once the controller knows the selection (``Reporter.select``), a benchmark that can say where its tasks start

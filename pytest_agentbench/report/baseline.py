@@ -16,6 +16,7 @@ from typing import Any
 from ..core.errors import ConfigError
 from ..core.io import write_atomic
 from ..core.records import json_default
+from . import comparability
 
 # Settings of the layers every run shares (run, models, sandbox, envs) that may differ between two
 # runs that are still comparable. A benchmark adds its own with ``Benchmark.free_settings``.
@@ -28,6 +29,7 @@ COMMON_FREE_SETTINGS = frozenset(
         "params",
         "timeout",
         "max_retries",
+        "max_retry_time",
         "retry_base_delay",
         "cache_dir",
         "cache_mode",
@@ -42,6 +44,7 @@ COMMON_FREE_SETTINGS = frozenset(
         "isolation",
         "price",
         "max_cost",
+        "comparability",  # compared on its own (comparability.py): an older run has none
     }
 )
 
@@ -121,11 +124,18 @@ def short(value: Any) -> str:
 
 
 def baseline_for_run(
-    baseline: Path | None, update: bool, settings: Mapping[str, Any], free: Iterable[str] = ()
+    baseline: Path | None,
+    update: bool,
+    settings: Mapping[str, Any],
+    free: Iterable[str] = (),
+    *,
+    allow_incomparable: bool = False,
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """The baseline this run is compared with (None when there is none to compare), and notes for the header.
 
-    A baseline with other settings is refused (ConfigError), unless this run replaces it on purpose."""
+    A baseline with other settings, or whose dataset, grading environments or harness differ (its comparability
+    keys), is refused (ConfigError), unless this run replaces it on purpose or ``allow_incomparable`` (then it is
+    compared and the notes name every difference)."""
     if not baseline:
         return None, []
     file = summary_path(baseline)
@@ -135,12 +145,21 @@ def baseline_for_run(
         data = load_summary(baseline)
     except BaselineError as exc:
         raise ConfigError(f"--bench-baseline: {exc}") from None
-    diffs = settings_differences(data["settings"], settings, free)
+    keys = comparability.of(data), settings.get(comparability.KEY)
+    diffs = settings_differences(data["settings"], settings, free) + comparability.incomparable(*keys)
+    unknown = comparability.unknown_note(*keys)
+    if diffs and allow_incomparable and not update:
+        return data, [
+            f"baseline {data['_path']} is NOT comparable with this run ({'; '.join(diffs)}): compared anyway, "
+            f"as --bench-allow-incomparable asks; read the comparison and its gates with that in mind",
+            *([unknown] if unknown else []),
+        ]
     if diffs and not update:
         raise ConfigError(
-            f"refusing to compare with the baseline {data['_path']}: its settings differ from "
-            f"this run's: {'; '.join(diffs)}. Run with the baseline's settings, or replace the baseline "
-            f"on purpose with --bench-update-baseline"
+            f"refusing to compare with the baseline {data['_path']}: it is not comparable with this run: "
+            f"{'; '.join(diffs)}. Run with the baseline's settings and data, replace the baseline "
+            f"on purpose with --bench-update-baseline, or compare anyway with --bench-allow-incomparable "
+            f"(the report then says the runs are not comparable)"
         )
     if diffs:
         return None, [
@@ -148,5 +167,6 @@ def baseline_for_run(
             f"not compared; --bench-update-baseline replaces it"
         ]
     return data, [
-        f"baseline: {data['_path']} (model {data['settings'].get('model')}, run {data['settings'].get('run_id')})"
+        f"baseline: {data['_path']} (model {data['settings'].get('model')}, run {data['settings'].get('run_id')})",
+        *([unknown] if unknown else []),
     ]

@@ -14,6 +14,7 @@ summary states it, so this module knows no benchmark.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import numpy as np
 from ..core.io import natural_key
 from ..core.records import PASS, record_key
 from ..core.types import attempt_key
+from . import comparability
 from .baseline import settings_diff, settings_differences
 from .declared import Declared, declared_in
 
@@ -47,6 +49,8 @@ class Comparison:
     replayed: int = 0  # shared items whose answers this run (B) took from the response cache
     settings_table: list[tuple[str, str, str]] = field(default_factory=list)  # every setting that differs: key, A, B
     declared: Declared = field(default_factory=Declared)  # the benchmark's gate metrics, headlines, free settings
+    incomparable: list[str] = field(default_factory=list)  # dataset, grading environments, harness that differ
+    unknown: str | None = None  # what a run older than the comparability keys leaves unchecked
 
     @property
     def benchmark(self) -> str:
@@ -113,22 +117,50 @@ def compare(
         1 for i in common if items_a[i].get("responses") and items_a[i].get("responses") == items_b[i].get("responses")
     )
     comparison.replayed = sum(1 for i in common if items_b[i].get("answers") == "replayed")
-    comparison.settings_table = settings_table(a["settings"], b["settings"])
+    keys = comparability.of(a), comparability.of(b)
+    comparison.settings_table = settings_table(a["settings"], b["settings"]) + comparability.differences(*keys)
+    comparison.incomparable = comparability.incomparable(*keys)
+    comparison.unknown = comparability.unknown_note(*keys, what="A")
     if comparison.only_a or comparison.only_b:  # other selections: score both on the items they share
         comparison.metrics = [(name, boot["a"], boot["b"]) for name, boot in comparison.bootstrap.items()]
     return comparison
 
 
-HIDDEN_SETTINGS = frozenset({"run_id", "notes", "cache_dir", "_run"})
+HIDDEN_SETTINGS = frozenset({"run_id", "notes", "cache_dir", "_run", comparability.KEY})
+# How long a start-up check took ("self-test passed (...; 2.3 s)") says nothing of how the runs differ
+TIMINGS = re.compile(r";\s*\d+(?:\.\d+)?\s*s\)")
+TIMED_SETTINGS = frozenset({"isolation"})
+TABLE_COLUMN = 22  # a value of A longer than this is shown on lines of its own, whole
 
 
 def settings_table(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """Every setting whose value differs between the two runs (nested dicts key by key), as text."""
+    """Every setting whose value differs between the two runs (nested dicts key by key), as text; the settings
+    that carry a check's duration (``isolation``) are compared without it."""
 
     def text(value: Any) -> str:
         return "(not set)" if value is None else str(value)
 
-    return [(key, text(left), text(right)) for key, left, right in settings_diff(a, b, HIDDEN_SETTINGS)]
+    def untimed(settings: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            k: TIMINGS.sub(")", v) if k in TIMED_SETTINGS and isinstance(v, str) else v for k, v in settings.items()
+        }
+
+    return [
+        (key, text(left), text(right)) for key, left, right in settings_diff(untimed(a), untimed(b), HIDDEN_SETTINGS)
+    ]
+
+
+def settings_lines(table: list[tuple[str, str, str]]) -> list[str]:
+    """The differing settings as a table of three columns; a setting whose value of A does not fit its column
+    is given whole on lines of its own (A and B), never cut."""
+    width = max(len(k) for k, _, _ in table) + 2
+    lines = ["", "settings that differ:", f"  {'setting':<{width}}{'A':<{TABLE_COLUMN + 2}}B"]
+    for key, left, right in table:
+        if len(left) <= TABLE_COLUMN:
+            lines.append(f"  {key:<{width}}{left:<{TABLE_COLUMN + 2}}{right}")
+        else:
+            lines += [f"  {key}", f"    A: {left}", f"    B: {right}"]
+    return lines
 
 
 def min_flips(alpha: float) -> int:
@@ -294,14 +326,26 @@ def units_of(c: Comparison) -> dict[str, int]:
     return {"item": c.mcnemar["item"]["n"], "task": c.mcnemar["task"]["n"]}
 
 
+def comparability_warnings(c: Comparison) -> list[str]:
+    """The runs are not comparable (dataset, grading environments or harness differ), or one of them cannot say."""
+    out = []
+    if c.incomparable:
+        out.append(
+            "the runs are NOT comparable (their dataset, grading environments or harness differ): "
+            + "; ".join(c.incomparable)
+        )
+    if c.unknown:
+        out.append(c.unknown)
+    return out
+
+
 def render_text(c: Comparison, alpha: float = 0.05) -> list[str]:
     lines = [f"A: {_label(c.a)}", f"B: {_label(c.b)}"]
     if c.settings_table:
-        width = max(len(k) for k, _, _ in c.settings_table) + 2
-        lines += ["", "settings that differ:", f"  {'setting':<{width}}{'A':<24}B"]
-        lines += [f"  {k:<{width}}{a[:22]:<24}{b}" for k, a, b in c.settings_table]
+        lines += settings_lines(c.settings_table)
     if c.settings_diff:
         lines.append("WARNING: these settings change what is asked or how it is scored: " + "; ".join(c.settings_diff))
+    lines += [f"WARNING: {w}" for w in comparability_warnings(c)]
     shared = shared_line(c)
     if shared:
         lines.append(shared)
@@ -349,6 +393,7 @@ def render_markdown(c: Comparison, alpha: float = 0.05, title: str = "## Compari
         out += [f"| {k} | {a} | {b} |".replace("\n", " ") for k, a, b in c.settings_table] + [""]
     if c.settings_diff:
         out += ["**Settings differ:** " + "; ".join(c.settings_diff), ""]
+    out += [f"**Warning:** {w}  " for w in comparability_warnings(c)]
     if shared_line(c):
         out += [f"Scores are {shared_line(c)}.", ""]
     out += [f"{line.replace('WARNING:', '**Warning:**')}  " for line in responses_lines(c)]

@@ -45,8 +45,35 @@ def solved_tasks(records: Sequence[rec.RecordLike]) -> int:
     return sum(tasks.values())
 
 
-def cost_summary(records: Sequence[rec.RecordLike], settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``summary["cost"]``: totals, cost per solved task, per task, and the budgets the run had."""
+def cost_summary(
+    records: Sequence[rec.RecordLike],
+    settings: Mapping[str, Any],
+    reused: Iterable[str] = (),
+    unscored: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """``summary["cost"]``: totals, cost per solved task, per task, and the budgets the run had. ``reused``: keys
+    of the records an earlier session wrote (a resumed run): ``this_session_usd`` is what this session spent.
+    ``unscored``: the accounting of model work done ahead that no record reports (a step generated for an item
+    that never ran): in ``unscored`` and in the totals, since it was paid for."""
+    out = priced_summary(records, settings, reused)
+    if unscored:
+        ahead = total(item_spent({"generation": u}) for u in unscored) if settings.get("price") else None
+        out["unscored"] = {
+            "steps": len(unscored),
+            "model_calls": sum(int(u.get("model_calls") or 0) for u in unscored),
+            "cost_usd": ahead,
+        }
+        if out.get("priced"):
+            out["total_usd"] = total([out["total_usd"], ahead])
+            if "this_session_usd" in out:
+                out["this_session_usd"] = total([out["this_session_usd"], ahead])
+    return out
+
+
+def priced_summary(
+    records: Sequence[rec.RecordLike], settings: Mapping[str, Any], reused: Iterable[str] = ()
+) -> dict[str, Any]:
+    """``cost_summary`` of the records alone."""
     price = settings.get("price")
     ran = [r for r in records if r.get("status") != "not_run"]
     missing = sum(
@@ -83,6 +110,9 @@ def cost_summary(records: Sequence[rec.RecordLike], settings: Mapping[str, Any])
             task: total(values) for task, values in sorted(per_task.items(), key=lambda kv: natural_key(kv[0]))
         },
     }
+    earlier = set(reused)
+    if earlier:  # a session's budget counts what that session spends
+        out["this_session_usd"] = total(v for k, v in spent.items() if k not in earlier)
     for budget in ("max_cost_per_item", "max_cost"):
         if settings.get(budget) is not None:
             out[budget] = settings[budget]
@@ -104,10 +134,21 @@ def cost_line(cost: Mapping[str, Any]) -> str | None:
             return f"cost: unknown (no --model-price; {cost['usage_missing']} model replies reported no token usage)"
         return None
     price = cost.get("price") or {}
+    spent = f"cost: {usd(cost.get('total_usd'))} spent"
+    if "this_session_usd" in cost:  # a resumed run: the reused records were paid for by an earlier session
+        spent += f", {usd(cost['this_session_usd'])} of it in this session"
+    if cost.get("max_cost") is not None:
+        spent += f", against a run budget of ${cost['max_cost']:g}"
     parts = [
-        f"cost: {usd(cost.get('total_usd'))} spent (price ${price.get('prompt_per_mtok', 0):g} / "
+        f"{spent} (price ${price.get('prompt_per_mtok', 0):g} / "
         f"${price.get('completion_per_mtok', 0):g} per million prompt / completion tokens)"
     ]
+    ahead = cost.get("unscored") or {}
+    if ahead.get("steps"):
+        parts.append(
+            f"{ahead['steps']} step(s) generated ahead and never scored cost {usd(ahead.get('cost_usd'))} "
+            f"({ahead.get('model_calls', 0)} model calls; in the total)"
+        )
     solved = cost.get("solved") or 0
     parts.append(f"{usd(cost.get('per_solved_usd'))} per solved task ({solved} solved)" if solved else "no task solved")
     if cost.get("replayed_usd"):

@@ -128,29 +128,47 @@ def drop_gate(
         )
     drop = before - after
     text = f"{t.name} {before:.1%} -> {after:.1%} (drop {drop * 100:.1f} pp, limit {t.value * 100:.1f} pp)"
-    if cfg.significance is not None:
-        underpowered = power_note(cfg, t, comparison)
-        if underpowered is not None:
-            text += f"; {underpowered.detail}"
-            if not underpowered.ok:
-                return GateResult(gate, False, f"underpowered: {text}")
+    if cfg.significance is None:
+        return GateResult(gate, drop <= t.value + EPSILON, text)
+    return tested_drop_gate(cfg, cfg.significance, t, comparison, gate, text, drop)
+
+
+def tested_drop_gate(
+    cfg: GateConfig, alpha: float, t: Threshold, comparison: Comparison, gate: str, text: str, drop: float
+) -> GateResult:
+    """A max-drop gate with --bench-significance, its reasons in the order that matters: a drop within the limit
+    holds (the test can only excuse a drop, never make one; a weak test is a note), a significant drop beyond it
+    fails as such, and a drop beyond it that the test could not tell from noise fails as underpowered when the test
+    could not have seen a drop as small as the limit (else it holds as not significant)."""
+    power = power_note(cfg, t, comparison)
     if drop <= t.value + EPSILON:
-        return GateResult(gate, True, text)
-    if cfg.significance is not None:
-        p = drop_p_value(comparison, t.name)
-        unit = comparison.unit_of(t.name)
-        if p >= cfg.significance:
-            return GateResult(
-                gate,
-                True,
-                f"{text}; not significant (McNemar over {unit}s p = {p:.3g} >= {cfg.significance:g}), so not counted",
+        if power is not None:
+            text += (
+                f"; {power.detail}"
+                if power.ok
+                else f"; note: this gate cannot see a drop as small as its limit: {power.detail}"
             )
-        text += f"; significant (McNemar over {unit}s p = {p:.3g} < {cfg.significance:g})"
-    return GateResult(gate, False, text)
+        return GateResult(gate, True, text)
+    p = drop_p_value(comparison, t.name)
+    test = f"McNemar over {comparison.unit_of(t.name)}s p = {p:.3g}"
+    if p < alpha:
+        return GateResult(gate, False, f"significant drop: {text}; significant ({test} < {alpha:g})")
+    if power is not None and not power.ok and not cfg.allow_underpowered:
+        return GateResult(
+            gate,
+            False,
+            f"underpowered: {text}; not significant ({test}), but this gate cannot see a drop as small as its "
+            f"limit: {power.detail}",
+        )
+    shown = ""
+    if power is not None:
+        shown = f"{power.detail}{'' if power.ok else ' (underpowered, allowed by --bench-allow-underpowered)'}; "
+    return GateResult(gate, True, f"{text}; {shown}not significant ({test} >= {alpha:g}), so not counted")
 
 
 def power_note(cfg: GateConfig, t: Threshold, comparison: Comparison) -> GateResult | None:
-    """Whether the gate's paired test could detect a drop as small as its limit (checked with a significance)."""
+    """Whether the gate's paired test could detect a drop as small as its limit (``ok``), with the smallest drop it
+    detects and, when it cannot, what would give it the power."""
     unit = comparison.unit_of(t.name)
     counts = comparison.mcnemar.get(unit) or {}
     units = int(counts.get("n", 0))
@@ -160,12 +178,10 @@ def power_note(cfg: GateConfig, t: Threshold, comparison: Comparison) -> GateRes
     detail = found.text(cfg.alpha)
     if found.drop is not None and found.drop <= t.value + EPSILON:
         return GateResult("power", True, detail)
-    if cfg.allow_underpowered:
-        return GateResult("power", True, f"{detail} (underpowered, allowed by --bench-allow-underpowered)")
     return GateResult(
         "power",
         False,
-        f"{detail} > the limit; select more {unit}s or attempts, raise the limit, or pass --bench-allow-underpowered",
+        f"{detail} > the limit; select more {unit}s (the whole split) or add --bench-attempts, or raise the limit",
     )
 
 

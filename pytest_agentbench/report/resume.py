@@ -54,7 +54,8 @@ def check_settings(run_dir: Path, settings: Mapping[str, Any], free: Iterable[st
     if diffs:
         raise ConfigError(
             f"--bench-resume {run_dir}: this run's settings differ from the "
-            f"interrupted run's: {'; '.join(diffs)}; resume with the same options"
+            f"interrupted run's: {'; '.join(diffs)}; resume with the run's own options, or start a new run "
+            "(leave out --bench-resume) to use these: the run's finished records were made with its own"
         )
 
 
@@ -64,9 +65,8 @@ def load_for_controller(records_path: Path) -> Resumed:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         records = rec.read_records(records_path)
-    for w in caught:
-        out.notes.append(str(w.message))
-        warnings.warn(str(w.message), stacklevel=2)
+    # the run's header shows them as the plugin's own notes (which carry the "agentbench:" prefix already)
+    out.notes += [str(w.message).removeprefix("agentbench: ") for w in caught]
     if caught:
         rec.rewrite_records(records_path, records)
     out.records = {key: rec.Record.from_json(r) for key, r in rec.latest_by_id(records).items()}

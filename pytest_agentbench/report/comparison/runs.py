@@ -28,7 +28,15 @@ from ...benchmarks.registry import get_benchmark
 from ...core import records as rec
 from ...core.errors import ConfigError
 from ...core.io import write_atomic
-from ..compare import Comparison, drop_p_value, responses_lines, shared_line, too_small, units_of
+from ..compare import (
+    Comparison,
+    comparability_warnings,
+    drop_p_value,
+    responses_lines,
+    shared_line,
+    too_small,
+    units_of,
+)
 from ..gates import GateResult
 from ..highlight import esc
 from ..html import ANCHOR_JS, REPORT_HTML, item_anchor, item_or_fallback, status_badge
@@ -147,6 +155,7 @@ def header_html(a: RunSide, b: RunSide, c: Comparison, alpha: float, page_dir: P
     warnings_ = []
     if c.settings_diff:
         warnings_.append("these settings change what is asked or how it is scored: " + "; ".join(c.settings_diff))
+    warnings_ += comparability_warnings(c)
     if shared_line(c):
         warnings_.append(f"scores are {shared_line(c)}")
     warnings_ += [line.removeprefix("WARNING: ") for line in responses_lines(c)]
