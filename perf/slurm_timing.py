@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_agentbench.core import slurm, spool  # noqa: E402
+from pytest_agentbench.backends.slurm import commands as slurm  # noqa: E402
+from pytest_agentbench.backends.slurm import spool  # noqa: E402
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:

@@ -1,12 +1,13 @@
-"""The architecture of issue 10, as checks that cannot pass hollowly.
+"""The architecture (docs/architecture.md), as checks that cannot pass hollowly.
 
 1. Layering, read from the source with ``ast`` (module-level and function-level imports alike, no
-   ignore list): ``{pytest_plugin, cli} -> report -> benchmarks -> {envs, models} -> sandbox -> core``,
-   imports point down only (the command line, ``cli``, sits beside the plugin and imports neither it nor
-   pytest), no import cycle between any two modules, only ``pytest_plugin`` imports
-   pytest, no private name crosses a module boundary, every function-level import says why, the
-   core layers do not know the benchmarks by name, and the trust boundary is a module boundary: the
-   modules that run in the untrusted child import nothing from the trusted side.
+   ignore list): ``{pytest_plugin, cli} -> {report, backends} -> benchmarks -> {envs, models} -> sandbox ->
+   core``, imports point down only (the command line, ``cli``, sits beside the plugin and imports neither it nor
+   pytest; the back-ends, ``backends``, sit beside the report, so no benchmark imports one), no import cycle
+   between any two modules, only ``pytest_plugin`` imports pytest, no private name crosses a module boundary,
+   every function-level import says why, the core layers do not know the benchmarks by name, and the trust
+   boundary is a module boundary: the modules that run in the untrusted child import nothing from the trusted
+   side.
 2. Every module of the non-plugin packages imports without pytest, in a fresh interpreter.
 3. A third benchmark (tests/toybench), installed as a distribution into a temporary site folder and
    found through its entry point alone, gets collection, reports, gates, a baseline, ``compare`` and
@@ -32,6 +33,7 @@ import textwrap
 import tokenize
 import zipfile
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pytest
@@ -46,12 +48,24 @@ TOYBENCH = TESTS / "toybench"
 PYTEST_MODULES = ("pytest", "_pytest", "pluggy", "xdist")
 PLUGIN = f"{ROOT}.pytest_plugin"
 # The packages that must not know the benchmarks by name.
-BENCHMARK_BLIND = ("core", "sandbox", "envs", "models", "report", "pytest_plugin")
+BENCHMARK_BLIND = ("core", "sandbox", "envs", "models", "report", "backends", "pytest_plugin")
 BENCHMARK_NAME = re.compile(r"sci[-_ ]?code|core[-_ ]?bench", re.IGNORECASE)
 # rank: imports point from a higher rank to a lower one; two units of one rank do not import each other, so
-# the command line (``cli``) never imports the plugin. The package root and ``__main__`` (``python -m``) sit
+# the command line (``cli``) never imports the plugin. The back-ends (``backends``: Slurm's commands and task
+# packages) sit beside the report: only the plugin and the command line may use them, and a benchmark states its
+# tasks' needs through ``core.jobs`` instead. The package root and ``__main__`` (``python -m``) sit
 # on top; nothing imports them.
-LAYERS = {"pytest_plugin": 6, "cli": 6, "report": 5, "benchmarks": 4, "envs": 3, "models": 3, "sandbox": 2, "core": 1}
+LAYERS = {
+    "pytest_plugin": 6,
+    "cli": 6,
+    "report": 5,
+    "benchmarks": 4,
+    "envs": 3,
+    "models": 3,
+    "sandbox": 2,
+    "backends": 5,
+    "core": 1,
+}
 TOP = 7
 # The child side of the trust boundary: the modules whose code runs in the untrusted child, beside the model's
 # code. A package named ``child`` (benchmarks/scicode/child/) and the modules the child loads from elsewhere
@@ -86,17 +100,29 @@ class Codebase:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.root = folder.name
-        self.modules: dict[str, Module] = {}
-        for path in sorted(folder.rglob("*.py")):
-            parts = (self.root, *path.relative_to(folder).with_suffix("").parts)
+
+    # Read on first use, not when the module is imported: collecting the tests does not parse the package.
+    @cached_property
+    def modules(self) -> dict[str, Module]:
+        modules = {}
+        for path in sorted(self.folder.rglob("*.py")):
+            parts = (self.root, *path.relative_to(self.folder).with_suffix("").parts)
             is_package = parts[-1] == "__init__"
             name = ".".join(parts[:-1] if is_package else parts)
-            self.modules[name] = Module(name, path, str(path.relative_to(folder.parent)), is_package)
-        self.sources = {name: m.path.read_text(encoding="utf-8") for name, m in self.modules.items()}
-        self.trees = {
-            name: ast.parse(text, filename=str(self.modules[name].path)) for name, text in self.sources.items()
-        }
-        self.imports = {name: self.imports_of(name) for name in self.modules}
+            modules[name] = Module(name, path, str(path.relative_to(self.folder.parent)), is_package)
+        return modules
+
+    @cached_property
+    def sources(self) -> dict[str, str]:
+        return {name: m.path.read_text(encoding="utf-8") for name, m in self.modules.items()}
+
+    @cached_property
+    def trees(self) -> dict[str, ast.Module]:
+        return {name: ast.parse(text, filename=str(self.modules[name].path)) for name, text in self.sources.items()}
+
+    @cached_property
+    def imports(self) -> dict[str, list[Import]]:
+        return {name: self.imports_of(name) for name in self.modules}
 
     def absolute(self, module: str, level: int, name: str | None) -> str:
         """The absolute module name of a (possibly relative) ``from`` import."""
@@ -464,10 +490,10 @@ def test_every_module_belongs_to_a_layer():
 
 
 def test_imports_point_down_the_layers():
-    """{pytest_plugin, cli} -> report -> benchmarks -> {envs, models} -> sandbox -> core: an import never
-    points up or sideways (the command line never imports the plugin; envs and models are independent; so are
-    two benchmarks; the benchmark framework, base.py and registry.py, does not import a concrete benchmark).
-    Function-level imports count."""
+    """{pytest_plugin, cli} -> {report, backends} -> benchmarks -> {envs, models} -> sandbox -> core: an import
+    never points up or sideways (the command line never imports the plugin; envs and models are independent; so
+    are the report and the back-ends, and so are two benchmarks; no benchmark imports a back-end; the benchmark
+    framework, base.py and registry.py, does not import a concrete benchmark). Function-level imports count."""
     bad = imports_against_layers(CODE)
     assert not bad, "imports against the layering:\n" + "\n".join(bad)
 
@@ -498,7 +524,7 @@ def test_function_level_imports_say_why():
 def test_the_core_does_not_know_the_benchmarks_by_name():
     """No "scicode"/"core-bench"/"core_bench" literal (help texts and f-strings included; docstrings and
     comments not) and no import of a concrete benchmark in core/, sandbox/, envs/, models/, report/,
-    pytest_plugin/."""
+    backends/, pytest_plugin/."""
     bad = benchmark_names(CODE)
     assert not bad, "benchmark names in the benchmark-blind layers:\n" + "\n".join(bad)
 
@@ -522,7 +548,8 @@ def test_the_child_side_imports_nothing_of_the_trusted_side():
 def test_the_plugin_uses_only_public_pytest():
     """Nothing from ``_pytest``, no private name imported from pytest, pytest-xdist or pluggy, and no private
     attribute of a config (``config._parser``). What this rule does not see: xdist's undocumented objects, which
-    only ``xdist_compat.py`` touches (docs/compatibility.md), and a private attribute read through ``getattr``."""
+    only ``distribution/xdist_compat.py`` touches (docs/testing.md), and a private attribute read through
+    ``getattr``."""
     bad = pytest_private_uses(CODE)
     assert not bad, "private pytest API used:\n" + "\n".join(bad)
 
@@ -1158,7 +1185,7 @@ def test_no_test_module_imports_another():
     """Shared builders live in fixtures or helper modules (fake_openai.py, capsule_factory.py, ...): a test
     module imports neither another test module nor conftest.py, and a helper module or conftest.py imports
     no test module (which would make it a test module's import by the back door)."""
-    files = sorted(TESTS.glob("*.py"))
+    files = sorted([*TESTS.glob("*.py"), *TESTS.glob("helpers/*.py")])
     assert len([f for f in files if f.name.startswith("test_")]) > 10
     bad = []
     for path in files:

@@ -1,4 +1,4 @@
-"""Issue 12 items 1, 2, 4, 5: SciCode categories, run counts, repeated attempts, retried infrastructure failures."""
+"""SciCode categories, run counts, repeated attempts, retried infrastructure failures."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pytest_agentbench.report.attempts import attempt_stats, pass_at_k, run_coun
 from pytest_agentbench.report.compare import compare
 from pytest_agentbench.report.summary import build_summary, render_markdown
 
-from bench_runs import read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
-from scicode_builders import MODEL_CONFTEST, tiny_problems, write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.fake_openai import FakeOpenAI
+from helpers.scicode_builders import MODEL_CONFTEST, custom_data_args, tiny_problems, write_dataset
 
 
 def summary_of(pytester) -> dict:
@@ -86,7 +86,7 @@ def test_run_counts_in_every_summary(tiny, pytester):
     result = tiny(errors="2.2", broken="3.1")
     line = (
         "run counts: Total 3, Evaluated 2, Error 1 (main_problem_resolved 1, main_problem_total 3, "
-        "subproblem_correct 3, subproblem_total 5)"
+        "subproblem_correct 3, subproblem_total 5); items scored 4 of 5"
     )
     result.stdout.fnmatch_lines([line])
     summary = summary_of(pytester)
@@ -94,6 +94,8 @@ def test_run_counts_in_every_summary(tiny, pytester):
         "total": 3,
         "evaluated": 2,
         "error": 1,
+        "items": 5,
+        "items_scored": 4,  # 2.2 ended in an error: no verdict
         "main_problem_resolved": 1,
         "main_problem_total": 3,
         "subproblem_correct": 3,
@@ -121,7 +123,7 @@ def test_run_counts_of_a_core_bench_summary():
 
     records = [capsule("capsule-1", "pass"), capsule("capsule-2", "fail"), capsule("capsule-3", "env_error")]
     summary = build_summary(records, get_benchmark("core-bench"), {"benchmark": "core-bench", "split": "test"})
-    assert summary["run_counts"] == {"total": 3, "evaluated": 2, "error": 1}
+    assert summary["run_counts"] == {"total": 3, "evaluated": 2, "error": 1, "items": 3, "items_scored": 2}
     assert "Run counts: Total 3, Evaluated 2, Error 1" in render_markdown(summary)
     assert run_counts([{"task": "1", "id": "1.1", "status": "eval_error"}])["error"] == 1
 
@@ -183,20 +185,17 @@ def test_three_attempts_of_a_model_right_once(bench, pytester, shared_data, tmp_
     with FakeOpenAI() as server:
         for _ in range(20):
             server.reply_with(right_on_second_call(counter))
-        args = [
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--model=scripted",
-            f"--model-base-url={server.base_url}",
-            "--model-api-key=k",
+        args = custom_data_args(
+            data,
+            h5,
             "--bench-mode=naive",
-            f"--bench-data-dir={data}",
-            f"--bench-h5={h5}",
-            "--bench-allow-custom-data",
             "--bench-ids=3",
             "--bench-attempts=3",
+            "--bench-max-connections=1",  # the attempts ask one after another: the second call is attempt 2's
             f"--bench-cache-dir={cache}",
-        ]
+            model="scripted",
+            server=server,
+        )
         collected = bench(*args, "--collect-only", "-q")
         assert re.findall(r"scicode/\S+", collected.stdout.str()) == [
             "scicode/3::3.1[attempt1]",

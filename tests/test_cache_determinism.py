@@ -1,4 +1,4 @@
-"""Issue 19 point 4 and issue 20 point 5: only deterministic results are cached, and a process prepares only
+"""Only deterministic results are cached, and a process prepares only
 what it runs.
 
 A cache entry (SciCode's rebuilt targets of one problem, a CORE-Bench capsule unpacked from its tarball) is
@@ -22,9 +22,9 @@ from pytest_agentbench.benchmarks.scicode import locate
 from pytest_agentbench.benchmarks.scicode.locate import RebuiltTable, build_problem, entry_key, entry_path
 from pytest_agentbench.sandbox.executors import Limits
 
-from bench_runs import read_jsonl, run_dirs
-from capsule_factory import build_capsule_archive, write_capsule_tree
-from scicode_builders import MODEL_CONFTEST, PROBLEMS, tiny_problems, write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.capsule_factory import build_capsule_archive, write_capsule_tree
+from helpers.scicode_builders import MODEL_CONFTEST, PROBLEMS, custom_data_args, tiny_problems, write_dataset
 
 STEPS = [s["step_number"] for p in PROBLEMS for s in p["sub_steps"]]
 
@@ -47,12 +47,7 @@ def rebuilding(pytester, bench, shared_data, tmp_path):
         for old in run_dirs(pytester.path):
             (old / "steps.jsonl").unlink(missing_ok=True)
         result = bench(
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--model=mutant",
-            f"--bench-data-dir={data}",
-            "--bench-allow-custom-data",
-            "--bench-timeout=20",
+            *custom_data_args(data, None, "--bench-timeout=20"),
             f"--bench-cache-dir={cache}",
             *args,
         )

@@ -1,4 +1,4 @@
-"""tests/capabilities.py, the one "needs a capability" helper: locally a missing capability skips the test with
+"""tests/helpers/capabilities.py, the one "needs a capability" helper: locally a missing capability skips the test with
 the reason; under CI=true it fails it, so CI never passes by skipping what it must run."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 NEEDS_WHAT_NOBODY_HAS = """
-from capabilities import missing, needs
+from helpers.capabilities import missing, needs
 
 def test_missing():
     missing("a-thing", "no such thing here (run .ci/thing-setup)")

@@ -1,7 +1,8 @@
-"""Issue 20, "CI checks the oldest and the newest supported releases": the compatibility-sensitive tests
+"""CI checks the oldest and the newest supported releases: the compatibility-sensitive tests
 (collection and ids, ``-k``/``-m``/``--deselect``/``--lf``, xdist placement, resume) run again in fresh venvs
 that pin the lowest supported pytest/pytest-xdist and the newest this project was tested with (the bounds in
-pyproject.toml). ``.ci/compat-venv`` builds each venv once (reused while pyproject.toml is unchanged).
+pyproject.toml). ``.ci/compat-venv`` builds each venv once (reused while pyproject.toml and constraints.txt are
+unchanged); the newest pair is the one constraints.txt pins for the suite itself.
 
 Without ``CI=true`` a venv that cannot be built (no network, no index) skips its case with the reason; under
 ``CI=true`` that is a failure. ``AGENTBENCH_COMPAT=0`` leaves the matrix out (e.g. a quick local run);
@@ -14,15 +15,14 @@ import subprocess
 
 import pytest
 
-from bench_runs import REPO, SHARED_DATA
-from capabilities import needs
+from helpers.bench_runs import REPO, SHARED_DATA
+from helpers.capabilities import COMPAT_MATRIX, needs
 
 # e2e: it runs pytest in other venvs. Its own bounds (a venv build of up to 1200 s, a run of up to 3000 s) are
 # longer than .ci/run's per-test hang guard (--timeout=1800), so it gets a guard to match.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(4500)]
 
-# (pytest, pytest-xdist): the floor of pyproject.toml's bounds and the newest releases tested
-MATRIX = [("8.0.0", "3.5.0"), ("9.2.0", "3.8.0")]
+MATRIX = COMPAT_MATRIX
 # what depends on pytest's and xdist's behaviour; the remote-worker tests run where their hosts are
 SENSITIVE = [
     "tests/test_ids.py",

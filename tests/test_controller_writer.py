@@ -1,4 +1,4 @@
-"""Issue 14, the foundation: the xdist controller is the only writer of the run.
+"""The foundation of distributed runs: the xdist controller is the only writer of the run.
 
 Under ``-n 2`` the workers write nothing under the run folder (an audit hook in each worker refuses and logs any
 such write), yet records, trajectories and model-cache entries arrive exactly once and match a run without
@@ -22,9 +22,9 @@ from pytest_agentbench.models.cache import CacheJournal, ResponseCache
 from pytest_agentbench.pytest_plugin import writer
 from pytest_agentbench.pytest_plugin.writer import pack_delivery, store_delivery
 
-from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
-from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
+from helpers.bench_runs import SHARED_DATA, read_jsonl, run_dirs
+from helpers.fake_openai import FakeOpenAI
+from helpers.scicode_builders import CLOSE, MODEL_CONFTEST, custom_data_args, problem, step, write_dataset
 
 NEXT_STEP = "NEXT STEP - PROBLEM STEP AND FUNCTION HEADER"
 # Distinct function headers, so the scripted model can tell from a prompt which step is asked.
@@ -105,7 +105,7 @@ def answer(body: dict) -> dict:
 
 
 def entries(cache_dir: Path) -> dict[str, str]:
-    # model responses; durations.json beside them holds the scheduler's timings (docs/scheduling.md)
+    # model responses; durations.json beside them holds the scheduler's timings (docs/distributed.md)
     return {p.stem: p.read_text() for p in cache_dir.rglob("*.json") if p.name != "durations.json"}
 
 
@@ -128,18 +128,7 @@ def test_workers_write_nothing_yet_records_files_and_cache_arrive_once(bench, py
     with FakeOpenAI() as server:
         for _ in range(40):
             server.reply_with(answer)
-        args = [
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--model=gt-player",
-            "--bench-mode=naive",
-            f"--model-base-url={server.base_url}",
-            "--model-api-key=k",
-            f"--bench-data-dir={data}",
-            f"--bench-h5={h5}",
-            "--bench-allow-custom-data",
-            "--bench-timeout=60",
-        ]
+        args = custom_data_args(data, h5, "--bench-mode=naive", "--bench-timeout=60", model="gt-player", server=server)
         serial = bench(*args, f"--bench-cache-dir={serial_cache}", "--bench-run-id=serial", subprocess=True)
         assert serial.ret == 0, serial.stdout.str()[-3000:]
         monkeypatch.setenv("WORKER_CACHE_ROOT", str(worker_caches))
@@ -170,8 +159,7 @@ def test_workers_write_nothing_yet_records_files_and_cache_arrive_once(bench, py
 
     # the model is gone: the run re-scored from the controller's cache alone
     replay = bench(
-        "--bench-replay",
-        str(runs["n2"]),
+        f"--bench-replay={runs['n2']}",
         f"--bench-cache-dir={controller_cache}",
         "--bench-run-id=replay",
         subprocess=True,
@@ -199,15 +187,7 @@ def pytest_sessionstart(session):
         for _ in range(4):
             server.reply_with(answer)
         result = bench(
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--model=gt-player",
-            "--bench-mode=naive",
-            f"--model-base-url={server.base_url}",
-            "--model-api-key=k",
-            f"--bench-data-dir={data}",
-            f"--bench-h5={h5}",
-            "--bench-allow-custom-data",
+            *custom_data_args(data, h5, "--bench-mode=naive", model="gt-player", server=server),
             "--bench-ids=3.1",
             "-n",
             "2",
@@ -247,24 +227,31 @@ def test_a_worker_killed_mid_item_leaves_an_error_record_and_resume_runs_exactly
     flag = pytester.path / "kill-once"
     flag.write_text("")
     monkeypatch.setenv("KILL_FLAG", str(flag))
-    monkeypatch.setenv("KILL_STEPS", "3.1")  # the first step of its problem: generated in its own item
-    first = tiny("-n", "2", "--bench-run-id=crashed", broken="2.2")
+    monkeypatch.setenv("KILL_STEPS", "3.1")  # its generation kills the worker, in 3.1's item or earlier, ahead
+    # one connection per worker: it holds one problem and generates the next one's first step ahead at most
+    one_chain = "--bench-max-connections=2"
+    first = tiny("-n", "2", one_chain, "--bench-run-id=crashed", broken="2.2")
     assert not flag.exists(), first.stdout.str()[-3000:]
     assert first.ret == pytest.ExitCode.TESTS_FAILED
     assert "replacing crashed worker" in first.stdout.str()  # xdist's restart: the run went on without it
     [run] = run_dirs(pytester.path)
     records = read_jsonl(run / "steps.jsonl")
     assert sorted(r["id"] for r in records) == ["1.1", "1.2", "2.1", "2.2", "3.1"]  # the lost item is not run again
-    [lost] = [r for r in records if r["id"] == "3.1"]
-    assert lost["status"] == "error" and lost["lost"] is True and lost["worker"] in ("gw0", "gw1")
-    assert f"worker '{lost['worker']}' on host {socket.gethostname()} died while running this item" in lost["message"]
-    assert "--bench-resume runs it again" in lost["message"]
+    lost = [r for r in records if r.get("lost")]
+    assert lost and len({r["task"] for r in lost}) == 1, records  # the item it was in (and its problem's later steps)
+    for record in lost:
+        assert record["status"] == "error" and record["worker"] in ("gw0", "gw1")
+        assert f"worker '{record['worker']}' on host {socket.gethostname()} died while running" in record["message"]
+        assert "--bench-resume runs it again" in record["message"]
     summary = json.loads((run / "summary.json").read_text())
-    assert {i["id"]: i["status"] for i in summary["items"]}["3.1"] == "error"  # counted, as any infrastructure error
+    statuses = {i["id"]: i["status"] for i in summary["items"]}
+    assert all(statuses[r["id"]] == "error" for r in lost)  # counted, as any infrastructure error
 
-    resumed = tiny("-n", "2", "--bench-resume", str(run), broken="2.2")
+    resumed = tiny("-n", "2", one_chain, f"--bench-resume={run}", broken="2.2")
     out = resumed.stdout.str()
-    assert "4 finished record(s) reused" in out and "1 item(s) whose worker died run again: 3.1" in out
+    ids = ", ".join(sorted(r["id"] for r in lost))
+    assert f"{5 - len(lost)} finished record(s) reused" in out, out[-3000:]
+    assert f"{len(lost)} item(s) whose worker died run again: {ids}" in out, out[-3000:]
     lines = read_jsonl(run / "steps.jsonl")
     assert sorted(r["id"] for r in lines) == ["1.1", "1.2", "2.1", "2.2", "3.1"]  # every record exactly once
     assert not any(r.get("lost") for r in lines)
@@ -272,8 +259,9 @@ def test_a_worker_killed_mid_item_leaves_an_error_record_and_resume_runs_exactly
     assert statuses == {"1.1": "pass", "1.2": "pass", "2.1": "pass", "2.2": "fail", "3.1": "pass"}
     resumed.assert_outcomes(passed=4, failed=1)
 
-    again = tiny("-n", "2", "--bench-resume", str(run), broken="2.2")  # nothing lost any more: nothing runs again
-    assert "5 finished record(s) reused" in again.stdout.str() and "whose worker died" not in again.stdout.str()
+    again = tiny("-n", "2", one_chain, f"--bench-resume={run}", broken="2.2")  # nothing lost any more: none runs
+    said = again.stdout.str()
+    assert "all 5 item(s) have a finished record, nothing is left to run" in said and "whose worker died" not in said
     assert read_jsonl(run / "steps.jsonl") == lines
 
 
@@ -354,7 +342,7 @@ CAPSULES = ["capsule-7038571", "capsule-0201225"]  # train capsules
 def test_core_bench_artifacts_and_records_per_attempt(pytester, tmp_path, monkeypatch, attempts, xdist):
     from pytest_agentbench.benchmarks.corebench import capsules
 
-    from capsule_factory import build_capsule_archive  # why: only the CORE-Bench cases build capsules
+    from helpers.capsule_factory import build_capsule_archive  # why: only the CORE-Bench cases build capsules
 
     staged = tmp_path / "staged"
     for capsule_id in CAPSULES:

@@ -15,10 +15,10 @@ import pytest
 # pytester drops the modules a run imported
 from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noqa: F401
 
-from bench_runs import SHARED_DATA, ctrl_c_as_a_terminal_gives_it  # honours $AGENTBENCH_DATA_DIR
-from capabilities import needs
-from capsule_factory import build_capsule_archive, labelled_containers
-from fake_openai import FakeOpenAI
+from helpers.bench_runs import SHARED_DATA, ctrl_c_as_a_terminal_gives_it  # honours $AGENTBENCH_DATA_DIR
+from helpers.capabilities import needs
+from helpers.capsule_factory import build_capsule_archive, labelled_containers
+from helpers.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.e2e
 
@@ -104,12 +104,6 @@ def check_conversation(server: FakeOpenAI) -> None:
     rejected = tool_messages(requests[4])[-1]
     assert rejected.startswith("Not accepted") and json.dumps(first_key) in rejected
     assert '"what is the answer?"' in rejected
-
-
-@pytest.fixture
-def server():
-    with FakeOpenAI() as fake:
-        yield fake
 
 
 @pytest.fixture(autouse=True)
@@ -244,7 +238,9 @@ def test_model_failure_is_a_model_error(pytester, tmp_path, server):
 def test_gpu_capsule_is_an_env_error_without_bench_gpus(pytester, tmp_path, server):
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE, gpu=True)
-    pytester.runpytest_subprocess(*agent_run_args(server, staged, tmp_path / "reports"), "--bench-run-id=gpu", "-rs")
+    pytester.runpytest_subprocess(
+        *agent_run_args(server, staged, tmp_path / "reports"), "--bench-run-id=gpu", "--bench-env=host", "-rs"
+    )
     record = json.loads((tmp_path / "reports" / "core-bench" / "agent-model" / "gpu" / "records.jsonl").read_text())
     assert record["status"] == "env_error" and record["gpu_required"] is True  # counted, not skipped
     assert "needs a GPU and --bench-gpus is not set" in record["message"] and "not gpu" in record["message"]
@@ -259,6 +255,15 @@ def test_gpu_capsule_is_an_env_error_without_bench_gpus(pytester, tmp_path, serv
     resumed.stdout.fnmatch_lines([f"*1 item(s) whose host lacked what they need run again: {CAPSULE}*"])
     lines = (run_dir / "records.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["unplaced"] == "gpu", lines  # run again, one record
+
+
+def test_the_gpus_help_says_what_becomes_of_a_gpu_capsule_without_it():
+    """The test above shows the record: an env_error that counts. --bench-gpus's help must say the same."""
+    from pytest_agentbench.envs import ENV_OPTIONS
+
+    [gpus] = [o for o in ENV_OPTIONS if o.flag == "--bench-gpus"]
+    assert "env_error" in gpus.help and "skipped" not in gpus.help, gpus.help
+    assert "-m 'not gpu'" in gpus.help
 
 
 def test_bad_agent_option_is_a_usage_error(pytester, tmp_path, server):

@@ -24,8 +24,8 @@ from pytest_agentbench.benchmarks.corebench import (
 from pytest_agentbench.benchmarks.corebench.scorer import question_totals
 from pytest_agentbench.core.options import OptionError
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from capsule_factory import corebench_options
+from helpers.bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from helpers.capsule_factory import corebench_options
 
 DATA = SHARED_DATA
 REPO = Path(__file__).resolve().parents[1]
@@ -170,7 +170,7 @@ def test_score_and_run_one_capsule_from_plain_python(tmp_path):
         import json, sys
         from pathlib import Path
         sys.path.insert(0, {str(REPO / "tests")!r})
-        from capsule_factory import build_capsule_archive, corebench_options
+        from helpers.capsule_factory import build_capsule_archive, corebench_options
         from pytest_agentbench.benchmarks.corebench import CoreBenchRun, benchmark, choose_solver, score_report
         from pytest_agentbench.benchmarks.corebench import dataset
 

@@ -1,4 +1,4 @@
-"""CORE-Bench's scorer against upstream (issue 12 item 12): a transcription of upstream ``eval_result_json``'s
+"""CORE-Bench's scorer against upstream: a transcription of upstream ``eval_result_json``'s
 rules and the scorer agree on fixed cases and on random reports in abort mode, the default mode never crashes,
 and finding the report gives a verdict for every file."""
 

@@ -1,4 +1,4 @@
-"""Issue 22, point 2, "one distribution component": a distributed run has one pytest-agentbench plugin object that
+"""One distribution component: a distributed run has one pytest-agentbench plugin object that
 owns the xdist wiring on the controller and one on each worker (registered only there), the worker input is one
 typed handshake built and read in one place each, the role is decided once, and the plugins leave the plugin
 manager at unconfigure."""
@@ -11,9 +11,9 @@ from pathlib import Path
 import execnet
 import pytest
 
-from pytest_agentbench.pytest_plugin.handshake import HandshakeError, RemoteInput, WorkerInput
+from pytest_agentbench.pytest_plugin.distribution.handshake import HandshakeError, RemoteInput, WorkerInput
 
-from bench_runs import read_jsonl, run_dirs
+from helpers.bench_runs import read_jsonl, run_dirs
 
 # What a conftest sees in each process: the role, the plugins of pytest-agentbench that implement xdist's
 # wiring hooks (the controller's hooks; a worker must have none), the distribution plugins by name, what the
@@ -22,7 +22,7 @@ SEEING_CONFTEST = """
 
 import json, os
 import pytest
-from pytest_agentbench.pytest_plugin.handshake import ROLE, WORKER_INPUT
+from pytest_agentbench.pytest_plugin.distribution.handshake import ROLE, WORKER_INPUT
 from pytest_agentbench.pytest_plugin.run import STATE
 
 DISTRIBUTION = "agentbench-distribution"
@@ -97,6 +97,7 @@ def test_one_plugin_owns_the_xdist_wiring_on_the_controller_and_one_is_on_each_w
     assert sorted(controller["wiring"]["agentbench-distribution-controller"]) == [
         "pytest_configure_node",
         "pytest_handlecrashitem",
+        "pytest_testnodedown",
         "pytest_xdist_make_scheduler",
         "pytest_xdist_newgateway",
         "pytest_xdist_node_collection_finished",

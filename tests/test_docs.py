@@ -2,8 +2,10 @@
 ``--model*``, ``--no-bench-*``) and ini key (``agentbench_*``) is one ``pytest --help`` lists, each
 ``python -m pytest_agentbench COMMAND`` is one its usage lists, each repository file named in a code span
 exists, each relative link reaches a file (and a heading, when it names an anchor), every page is reachable
-from the README, docs/options.md lists exactly the options ``pytest --help`` shows, and the README stays a
-ten-minute read (issue 22)."""
+from the README, docs/options.md lists exactly the options ``pytest --help`` shows, the README stays a
+ten-minute read, and no file of the repository points at a tracker's issue number instead of saying what and
+why (the tracker is not in the repository; another project's issue named with its project, ``SciCode#2``, is
+a public reference and allowed)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import REPO
+from helpers.bench_runs import REPO
 
 README_MAX_BYTES = 12 * 1024
-HELP_GROUP = "agent/code benchmarks (pytest-agentbench):"
+HELP_GROUP = re.compile(r"^agentbench \((.+)\):$", re.MULTILINE)  # the title of each of the plugin's groups
 
 # An agentbench option anywhere in a page: prose, code spans and command lines alike. `--benchmark-*`
 # (pytest-benchmark) and a bare `--bench-` prefix are not matches.
@@ -27,18 +29,37 @@ INI_KEY = re.compile(r"(?<![\w.$])agentbench_[a-z][a-z0-9_]*")
 COMMAND = re.compile(r"python3? -m pytest_agentbench ([a-z][a-z|-]*)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
+# a number of this project's tracker: the word issue (or issues) before a number, or a number in parentheses
+ISSUE_NUMBER = re.compile(r"\bissues? #?\d+|\(#\d+\)", re.IGNORECASE)
+# where a reference could be written: everything of the repository but tools' caches and what runs put in
+# data/ and reports/ (their own README.md files are the repository's)
+TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".cfg", ".ini", ".yaml", ".yml", ".json", ".sh", ".html", ".js", ".css"}
+NOT_SOURCE = {".git", "__pycache__", ".mypy_cache", ".ruff_cache", ".venv", "venv", "build", "dist"}
+RUN_FOLDERS = {"data", "reports"}
 
 
 # ---------------------------------------------------------------- what exists
 
 
+def help_groups(help_text: str) -> dict[str, str]:
+    """The text of each of the plugin's groups in ``pytest --help``, by title (``model, cost and budget``)."""
+    titles = list(HELP_GROUP.finditer(help_text))
+    assert titles, "pytest --help has no group 'agentbench (...)': is the plugin loaded?"
+    return {
+        title.group(1): re.split(r"^\S.*:\s*$", help_text[title.end() :], maxsplit=1, flags=re.MULTILINE)[0]
+        for title in titles  # each group up to the next group's title
+    }
+
+
+def group_options(group: str) -> set[str]:
+    return set(re.findall(r"^ {2}(--[a-z0-9-]+)", group, re.MULTILINE))
+
+
 def help_options(help_text: str) -> tuple[set[str], set[str]]:
-    """The options and ini keys of the plugin's group in ``pytest --help``."""
-    assert HELP_GROUP in help_text, f"pytest --help has no group {HELP_GROUP!r}: is the plugin loaded?"
-    group = help_text.split(HELP_GROUP, 1)[1]
-    group = re.split(r"^\S.*:\s*$", group, maxsplit=1, flags=re.MULTILINE)[0]  # up to the next group's title
-    options = set(re.findall(r"^ {2}(--[a-z0-9-]+)", group, re.MULTILINE))
-    ini_keys = set(re.findall(r"\[ini (agentbench_[a-z0-9_]+)", " ".join(group.split())))
+    """The options and ini keys of the plugin's groups in ``pytest --help``."""
+    groups = help_groups(help_text).values()
+    options = {o for group in groups for o in group_options(group)}
+    ini_keys = {k for group in groups for k in re.findall(r"\[ini (agentbench_[a-z0-9_]+)", " ".join(group.split()))}
     return options, ini_keys
 
 
@@ -49,7 +70,7 @@ def help_long_options(help_text: str) -> set[str]:
 
 def help_environment_variables(help_text: str) -> set[str]:
     """The environment variables the plugin's options read, as ``pytest --help`` names them (``[... env $X]``)."""
-    group = help_text.split(HELP_GROUP, 1)[1]
+    group = " ".join(help_groups(help_text).values())
     return set(re.findall(r"env (\$[A-Z][A-Z0-9_]*)", " ".join(group.split())))
 
 
@@ -186,6 +207,30 @@ def page_problems(
     return problems
 
 
+def sections(page: Path) -> dict[str, str]:
+    """The text under each ``## heading`` of ``page``, by heading (code marks dropped, lower case)."""
+    parts = re.split(r"^## +(.+?) *$", FENCE.sub("", page.read_text(encoding="utf-8")), flags=re.MULTILINE)
+    return {heading.replace("`", "").strip().lower(): body for heading, body in zip(parts[1::2], parts[2::2])}
+
+
+def grouping_problems(page: Path, groups: dict[str, str]) -> list[str]:
+    """docs/options.md has a section per group of ``pytest --help``, its heading naming the group's title,
+    listing the group's options."""
+    found = sections(page)
+    problems = []
+    for title, text in groups.items():
+        body = next((text for heading, text in found.items() if title.lower() in heading), None)
+        if body is None:
+            problems.append(f"{page.name} has no section whose heading names '{title}', the group of pytest --help")
+            continue
+        listed = set(OPTION.findall(body))
+        problems += [
+            f"{page.name}: {o} is not in section '{title}', its group in pytest --help"
+            for o in sorted(group_options(text) - listed)
+        ]
+    return problems
+
+
 def unreachable_pages(readme: Path, pages: list[Path]) -> list[Path]:
     """The pages no chain of relative links from the README reaches."""
     seen, todo = {readme.resolve()}, [readme.resolve()]
@@ -211,6 +256,24 @@ def options_page_problems(page: Path, options: set[str], environment: set[str] =
         + [f"{page.name} lists {o}, which pytest --help does not" for o in sorted(listed - options)]
         + [f"{page.name} does not name {v}" for v in sorted(environment) if not re.search(re.escape(v) + r"\b", text)]
     )
+
+
+def issue_numbers(root: Path) -> list[str]:
+    """``path:line: text`` for every tracker issue number in the repository's text files (extension-less
+    scripts under ``.ci/`` included)."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        parts = path.relative_to(root).parts
+        if not path.is_file() or NOT_SOURCE & set(parts) or parts[0].endswith(".egg-info"):
+            continue
+        if parts[0] in RUN_FOLDERS and parts[1:] != ("README.md",):
+            continue
+        if path.suffix not in TEXT_SUFFIXES and not (parts[0] == ".ci" and not path.suffix):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if ISSUE_NUMBER.search(line):
+                found.append(f"{path.relative_to(root).as_posix()}:{number}: {line.strip()}")
+    return found
 
 
 # ---------------------------------------------------------------- the repository's pages
@@ -239,8 +302,23 @@ def test_the_options_page_lists_every_option_and_variable_of_pytest_help(pytest_
     assert options_page_problems(REPO / "docs" / "options.md", options, environment) == []
 
 
+def test_pytest_help_groups_the_options_by_concern_as_the_options_page_does(pytest_help):
+    groups = help_groups(pytest_help)
+    assert {"selection and data", "model, cost and budget", "reports and gates", "--bench=scicode"} <= set(groups)
+    assert all(len(group_options(text)) <= 25 for text in groups.values()), {
+        title: len(group_options(text)) for title, text in groups.items()
+    }  # no flat list of every option
+    assert "--model-max-retries" in group_options(groups["model, cost and budget"])
+    assert "--bench-mode" in group_options(groups["--bench=scicode"])
+    assert grouping_problems(REPO / "docs" / "options.md", groups) == []
+
+
 def test_every_docs_page_is_reachable_from_the_readme():
     assert unreachable_pages(REPO / "README.md", doc_pages()[1:]) == []
+
+
+def test_no_file_names_a_tracker_issue_number_instead_of_saying_why():
+    assert issue_numbers(REPO) == []
 
 
 def test_the_readme_is_a_ten_minute_read():
@@ -284,6 +362,28 @@ def test_the_checker_names_what_a_fabricated_page_gets_wrong(tmp_path, pytest_he
     orphan = tmp_path / "docs" / "orphan.md"
     orphan.write_text("# Nobody links here\n")
     assert unreachable_pages(page, [tmp_path / "docs" / "real.md", orphan]) == [orphan]
+
+
+def test_the_issue_number_check_finds_each_form_and_spares_other_projects(tmp_path):
+    issue = "issue"  # written apart, so this file does not hold what it looks for
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(f'"""Checks ({issue} 13: fail fast)."""\n# see {issue.title()} #22\n')
+    (tmp_path / "CHANGELOG.md").write_text(f"- Fixed the cache ({'#'}41).\n- Fixed {issue}s 19 and 20.\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "fine.md").write_text("SciCode#2 and siegelz/core-bench#40; pytest-xdist #282; point 5\n")
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci" / "run").write_text(f"#!/bin/sh\n# {issue} 7\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.md").write_text(f"{issue} 9 in downloaded data\n")
+    (tmp_path / "data" / "README.md").write_text(f"Fixed in {issue} 3.\n")
+    assert issue_numbers(tmp_path) == [
+        f".ci/run:2: # {issue} 7",
+        f"CHANGELOG.md:1: - Fixed the cache ({'#'}41).",
+        f"CHANGELOG.md:2: - Fixed {issue}s 19 and 20.",
+        f"data/README.md:1: Fixed in {issue} 3.",
+        f'pkg/mod.py:1: """Checks ({issue} 13: fail fast)."""',
+        f"pkg/mod.py:2: # see {issue.title()} #22",
+    ]
 
 
 def test_the_options_check_fails_both_ways(tmp_path, pytest_help):

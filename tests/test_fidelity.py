@@ -1,4 +1,4 @@
-"""Issue 11 part 6: fidelity loose ends, pinned against upstream SciCode's rules.
+"""Fidelity loose ends, pinned against upstream SciCode's rules.
 
 * Symbol-keyed dicts compare as upstream's ``process_symbol_in_dict`` does: a Symbol value under a
   Symbol key stays a Symbol (so it equals no string target), a Symbol value under a str key is its name.

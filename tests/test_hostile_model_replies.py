@@ -1,8 +1,8 @@
 """Held-out red team (helper H3): hostile model replies scored as a user runs pytest.
 
 Written without reading tests/test_redteam.py, test_isolation.py or test_trust.py. A scripted
-OpenAI-compatible model (tests/fake_openai.py) answers each attacked validation step with the code
-of one attack (tests/heldout_attacks.py) and every other step with its ground truth. One
+OpenAI-compatible model (tests/helpers/fake_openai.py) answers each attacked validation step with the code
+of one attack (tests/helpers/heldout_attacks.py) and every other step with its ground truth. One
 ``pytest --bench=scicode`` process holds every attack of an executor (fork, subprocess); the attacks on
 the trusted process's time and memory (D1-D3), the unparseable reply (R1) and the tool-use attack (T1)
 get a process each. All start together and each is stopped at its own time limit.
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-import heldout_attacks as H
-from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from capabilities import needs
-from fake_openai import FakeOpenAI
+from helpers import heldout_attacks as H
+from helpers.bench_runs import SHARED_DATA, read_jsonl, run_dirs
+from helpers.capabilities import needs
+from helpers.fake_openai import FakeOpenAI
 
 pytestmark = [pytest.mark.e2e, pytest.mark.isolation, pytest.mark.slow]
 

@@ -10,17 +10,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
-from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
-from pytest_agentbench.report.highlight import JSON, SHELL, code_html, python_segments, regex_segments
+from pytest_agentbench.report.highlight import JSON, SHELL, TEXT_LIMIT, code_html, python_segments, regex_segments
 from pytest_agentbench.report.html import render_html, wilson
 
-from bench_runs import read_jsonl, run_dirs
-from capabilities import needs
-from cdp import Chromium, chromium_path
-from fake_openai import FakeOpenAI
-from scicode_builders import CLOSE, problem, step, tiny_problems, write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.capabilities import needs
+from helpers.cdp import Chromium, chromium_path
+from helpers.fake_openai import FakeOpenAI
+from helpers.scicode_builders import CLOSE, problem, step, tiny_problems
 
 HOSTILE = "</script><script>alert(1)</script>"
 
@@ -122,6 +120,36 @@ def test_corebench_questions_trajectory_and_escaping(tmp_path):
     assert "http://" not in page and "https://" not in page and " src=" not in page  # nothing fetched
 
 
+def test_notes_follow_the_results_texts_show_whole_and_corebench_metrics_are_labelled(tmp_path):
+    summary, record = corebench_summary_and_record()
+    summary["metrics"] = {
+        "capsules": 2,
+        "correct_capsules": 0,
+        "capsule_accuracy": 0.0,
+        "questions": 4,
+        "correct_questions": 1,
+        "question_accuracy": 0.25,
+        "status_fail": 2,
+    }
+    slightly_long = "x" * TEXT_LIMIT + "the end of it"
+    really_long = "y" * (3 * TEXT_LIMIT)
+    records = [
+        {**record, "message": slightly_long},
+        {**record, "id": "capsule-2", "task": "capsule-2", "message": really_long},
+    ]
+    page = render_html(summary, records, tmp_path, notes=["targets rebuilt from the ground truth"])
+    assert page.index("Headline metrics") < page.index("targets rebuilt from the ground truth")  # results first
+    assert '<details class="notes"><summary>1 note(s)' in page  # folded
+    assert "the end of it" in page  # 13 characters over the limit: shown, not cut
+    assert page.count("more characters") == 1 and "the whole text is in the run&#x27;s records" in page
+    metrics = page.split('<table id="metrics">', 1)[1].split("</table>", 1)[0]
+    assert '<td>questions right</td><td class="num">1</td><td class="num">4</td><td class="num">25.0%</td>' in (
+        metrics
+    ), metrics
+    assert ">correct_questions<" not in metrics and ">question_accuracy<" not in metrics  # no raw key dump
+    assert "<td>status_fail</td>" in metrics  # what no row names, by its key
+
+
 @pytest.mark.e2e
 def test_report_html_in_a_browser(tiny, tmp_path):
     # 3.1's code carries a script-closing comment: the page must show it as text
@@ -156,6 +184,12 @@ def test_report_html_in_a_browser(tiny, tmp_path):
         shown = page.text
         assert HOSTILE in shown  # the hostile comment is text on the page, never a script
         assert page.evaluate("document.scripts.length") == 1
+        # code gets the page's width, not a narrow column beside the item's facts
+        share = page.evaluate(
+            "Math.max.apply(null, Array.from(document.querySelectorAll('pre.code')).map("
+            "function(p){return p.getBoundingClientRect().width;})) / document.getElementById('tasks').clientWidth"
+        )
+        assert share > 0.4, share  # (0.1 when the task's facts took the width; a 780 px window here)
         shot = page.screenshot(tmp_path / "report.png")
         assert page.errors == []
     assert shot.stat().st_size > 10_000
@@ -224,13 +258,13 @@ TOOL_CODE = 'import math\n\n\ndef six():\n    """Six, checked."""\n    return 6 
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_tool_calls_render_as_code_with_tokens_per_turn(bench, pytester, shared_data):
+def test_tool_calls_render_as_code_with_tokens_per_turn(bench, pytester, custom_scicode):
     """A tool-use run against a scripted endpoint: the transcript shows the tool call's code decoded from its JSON
     arguments, as numbered, highlighted lines, its output beneath it, and each model turn's tokens and latency."""
     problems = [
         problem("3", [step("3.1", "def six():\n    return 6", [CLOSE.format(call="six()")], header="def six():")])
     ]
-    data, h5 = write_dataset(pytester.path, shared_data, targets={"3.1": [6]}, problems=problems)
+    custom_scicode.write(problems, {"3.1": [6]})
     with FakeOpenAI() as server:
         server.reply(
             "Let me check it first.",
@@ -239,18 +273,8 @@ def test_tool_calls_render_as_code_with_tokens_per_turn(bench, pytester, shared_
             completion_tokens=56,
         )
         server.reply("Done:\n```python\ndef six():\n    return 6\n```\n", prompt_tokens=1400, completion_tokens=21)
-        result = bench(
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--model=scripted",
-            "--bench-mode=tool_use",
-            f"--model-base-url={server.base_url}",
-            "--model-api-key=k",
-            f"--bench-data-dir={data}",
-            f"--bench-h5={h5}",
-            "--bench-allow-custom-data",
-            "--bench-cache=off",
-            "--bench-run-id=tools",
+        result = custom_scicode(
+            "--bench-mode=tool_use", "--bench-cache=off", "--bench-run-id=tools", model="scripted", server=server
         )
     assert result.ret == 0, result.stdout.str()[-3000:]
     run_dir = next(p for p in run_dirs(pytester.path) if p.name == "tools")
@@ -443,8 +467,9 @@ def test_task_table_sorts_and_searches_and_failures_show_question_and_interval(t
         metrics = page.evaluate(
             "Array.prototype.map.call(document.getElementById('metrics').rows,function(r){return r.innerText;})"
         )
-        assert "capsule_accuracy\t33.3%" in metrics and "question_accuracy\t50.0%" in metrics
-        assert "capsules\t3" in metrics and "correct_capsules\t1" in metrics
+        assert metrics[0] == "metric\tcorrect\tof\trate"  # the benchmark's labelled rows, not a key dump
+        assert "capsules solved (every question right)\t1\t3\t33.3%" in metrics
+        assert not [row for row in metrics if row.startswith(("capsule_accuracy", "correct_capsules"))], metrics
         summary_line = page.evaluate("document.querySelector('#item-capsule-3>summary').innerText")
         assert summary_line == "fail capsule-3 100.0 s · 50 tokens (2 model calls, 1.50 s) · $0.5000"
         assert page.errors == []
@@ -524,6 +549,7 @@ def test_odd_records_and_trajectory_files_still_render(tmp_path):
     records = [
         {
             "id": "a",
+            "benchmark": "core-bench",  # its questions are CORE-Bench's item details
             "status": "pass",
             "generation": "weird",
             "duration": "x",

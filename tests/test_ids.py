@@ -1,4 +1,4 @@
-"""Issue 20, "no private pytest API": items get their ids from pytest's public construction, so the ids
+"""No private pytest API: items get their ids from pytest's public construction, so the ids
 ``--collect-only`` prints on the installed pytest are the forms the README documents; a run folder that
 stored the older CORE-Bench form (``core-bench/capsule-X``, before pytest 9.2 made items take
 ``<parent>::<name>``) still resumes with its selection, and ``--deselect`` takes either form."""
@@ -12,8 +12,8 @@ import pytest
 
 from pytest_agentbench.benchmarks.corebench import capsules
 
-from bench_runs import REPO, SHARED_DATA, read_jsonl, run_dirs
-from capsule_factory import build_capsule_archive
+from helpers.bench_runs import REPO, SHARED_DATA, read_jsonl, run_dirs
+from helpers.capsule_factory import build_capsule_archive
 
 
 def readme_forms() -> dict[str, str]:
@@ -124,11 +124,11 @@ def test_a_run_that_stored_the_old_corebench_form_resumes_with_its_selection(pyt
     records.write_text(records.read_text().splitlines()[0] + "\n")
     (run / "summary.json").unlink()
 
-    resumed = pytester.runpytest_subprocess(*common[:1], "--bench-resume", str(run), "-p", "no:cacheprovider")
+    resumed = pytester.runpytest_subprocess(*common[:1], f"--bench-resume={run}", "-p", "no:cacheprovider")
     resumed.assert_outcomes(passed=2, deselected=1)
     assert "1 finished record(s) reused" in resumed.stdout.str()
     assert sorted(r["id"] for r in read_jsonl(records)) == sorted(GOOD[:2])  # each once; the deselected one never
     again = pytester.runpytest_subprocess(
-        "--bench-resume", str(run), f"--deselect=core-bench/{GOOD[2]}", "-p", "no:cacheprovider"
+        f"--bench-resume={run}", f"--deselect=core-bench/{GOOD[2]}", "-p", "no:cacheprovider"
     )  # the old form given again is the same selection
     again.assert_outcomes(passed=2, deselected=1)

@@ -1,4 +1,4 @@
-"""Issue 13, parts 5 and 6: inputs are checked where they enter, before any item runs, and a failed data
+"""Inputs are checked where they enter, before any item runs, and a failed data
 lookup leaves nothing behind; the project's tests find the data through $AGENTBENCH_DATA_DIR."""
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def test_tests_find_the_data_through_the_environment():
     here = Path(__file__).parent
     # the shared data folder in any spelling: joined with /, relative to the checkout or a machine's absolute path
     pattern = re.compile(r"""["']shared["']\s*/\s*["']data["']|shared""" + "/data")
-    offenders = [p.name for p in here.glob("*.py") if p.name != "bench_runs.py" and pattern.search(p.read_text())]
+    modules = [*here.glob("*.py"), *here.glob("helpers/*.py")]
+    offenders = [p.name for p in modules if p.name != "bench_runs.py" and pattern.search(p.read_text())]
     assert offenders == []
     assert pattern.search('root = "/srv/shared' + '/data"') and pattern.search('REPO.parent / "shared" / ' + '"data"')
 

@@ -1,9 +1,10 @@
-"""No item can end the run (issue 19, point 2).
+"""No item can end the run.
 
 Whatever fails while one item is scored, while its record is built, written or delivered from an xdist worker
 becomes that item's ``error`` record naming the stage and the cause; every other item gets its record and the
 reports are written. The faults are injected through the test-only hook ``pytest_agentbench_test_fault``,
-implemented in the run's conftest.py (xdist workers load it too), never by patching the plugin. A records file
+which the run's conftest.py declares and implements (xdist workers load it too; the plugin's hook spec does not
+ship it), never by patching the plugin. A records file
 that cannot be appended to is the one failure no item's record can hold: the run stops with exit 3 naming the
 file and the last record written.
 """
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import read_jsonl
-from scicode_builders import MODEL_CONFTEST, write_dataset
+from helpers.bench_runs import read_jsonl
+from helpers.scicode_builders import MODEL_CONFTEST, CustomScicode
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -24,6 +25,17 @@ TINY_STEPS = ["1.1", "1.2", "2.1", "2.2", "3.1"]
 FAULT_CONFTEST = (
     MODEL_CONFTEST
     + '''
+
+class FaultHooks:
+    """The test-only hook this suite declares (pytest_agentbench.pytest_plugin.faults calls it where declared)."""
+
+    def pytest_agentbench_test_fault(stage, nodeid):
+        """Raise here to make ``stage`` (score, record, deliver, write) of item ``nodeid`` fail."""
+
+
+def pytest_addhooks(pluginmanager):
+    pluginmanager.add_hookspecs(FaultHooks)
+
 
 def pytest_agentbench_test_fault(stage, nodeid):
     """FAULT=stage:step[,stage:step...]: that stage of that step raises, as a bug would."""
@@ -52,20 +64,15 @@ def pytest_agentbench_record(record, item):
 def faulty(pytester, bench, shared_data, monkeypatch):
     """Run the tiny dataset (ground truth answers) with the fault conftest: faulty(*args, FAULT=..., ...)."""
     pytester.makeconftest(FAULT_CONFTEST)
-    data, h5 = write_dataset(pytester.path, shared_data)
+    custom = CustomScicode(pytester, bench, shared_data)
+    custom.write()
     reports = pytester.path / "reports"
 
     def run(*args: str, **env: str):
         for name in ("FAULT", "CYCLIC", "BREAK_FILE_AT", "HOW", "BREAK_STEPS", "ERROR_STEPS"):
             monkeypatch.setenv(name, env.get(name, ""))
         monkeypatch.setenv("REPORTS", str(reports))
-        return bench(
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--model=mutant",
-            f"--bench-data-dir={data}",
-            f"--bench-h5={h5}",
-            "--bench-allow-custom-data",
+        return custom(
             "--bench-timeout=20",
             f"--bench-report-dir={reports}",
             "--bench-run-id=faults",

@@ -5,8 +5,6 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
-import scipy.stats  # noqa: F401  loaded before pytester's in-process runs, which cannot re-import numpy's C parts
-from matplotlib.backends import backend_agg  # noqa: F401  (same reason)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""Issue 22: an option carries its rules (``secret``, ``stored``, ``free_on_resume``, ``hosts``, ``private``),
+"""An option carries its rules (``secret``, ``stored``, ``free_on_resume``, ``hosts``, ``private``),
 and every consumer asks the options, not a list of names.
 
 The proof is a SECOND secret option, declared the way any benchmark declares an option: the toy benchmark
@@ -24,10 +24,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from pytest_agentbench.backends.slurm.commands import SLURM_OPTIONS, SlurmOptions, read_secret, write_secret
 from pytest_agentbench.benchmarks import registry
 from pytest_agentbench.benchmarks.corebench.bench import CoreBench
 from pytest_agentbench.benchmarks.corebench.options import default_env
 from pytest_agentbench.benchmarks.scicode.bench import SciCode
+from pytest_agentbench.core.jobs import BACKEND_OPTIONS, HARNESS_MIB, TIME_MARGIN, BackendOptions
 from pytest_agentbench.core.options import (
     HOST_FORWARDED,
     HOST_GPU,
@@ -44,31 +46,23 @@ from pytest_agentbench.core.options import (
     stored_options,
     view,
 )
-from pytest_agentbench.core.run_options import RUN_OPTIONS, RunOptions
-from pytest_agentbench.core.slurm import (
-    HARNESS_MIB,
-    SLURM_OPTIONS,
-    TIME_MARGIN,
-    SlurmOptions,
-    read_secret,
-    write_secret,
-)
+from pytest_agentbench.core.run_options import RUN_OPTIONS, RunOptions, user_cache_dir
 from pytest_agentbench.core.types import Sample
 from pytest_agentbench.envs.host import HostFactory
 from pytest_agentbench.envs.options import ENV_OPTIONS, EnvOptions, build_env
 from pytest_agentbench.models.options import MODEL_OPTIONS, ModelOptions, build_model, model_settings
 from pytest_agentbench.models.preflight import skip_reason
-from pytest_agentbench.pytest_plugin.hostprobe import (
+from pytest_agentbench.pytest_plugin.distribution.hostprobe import (
     apply_forwarded,
     forwarded,
     probe_settings,
 )
 from pytest_agentbench.pytest_plugin.options import all_options
-from pytest_agentbench.pytest_plugin.taskpackage import SecretValues
+from pytest_agentbench.pytest_plugin.slurm.taskpackage import SecretValues
 from pytest_agentbench.report.options import REPORT_OPTIONS, ReportOptions
 from pytest_agentbench.sandbox.options import SANDBOX_OPTIONS, SandboxOptions, limits_from
 
-from bench_runs import REPO, SocketHost, checkout_python_path, worker_host_env
+from helpers.bench_runs import REPO, SocketHost, checkout_python_path, worker_host_env
 
 TOYBENCH = REPO / "tests" / "toybench"
 TOKEN = "tok-9f3c61d2e8a4b7"  # the second secret's value: must appear in no file and no output
@@ -269,7 +263,7 @@ def test_a_layers_typed_view_names_exactly_its_options():
     """``view(SlurmOptions, opts)``: one typed field per option of the layer, filled from resolved settings."""
     assert [f.name for f in fields(SlurmOptions)] == [o.name for o in SLURM_OPTIONS]
     opts = resolve(
-        SLURM_OPTIONS,
+        (*BACKEND_OPTIONS, *SLURM_OPTIONS),
         Sources(
             cli={"slurm_max_running": "3", "detach": True},
             ini={},
@@ -279,7 +273,8 @@ def test_a_layers_typed_view_names_exactly_its_options():
         ),
     )
     typed = view(SlurmOptions, opts)
-    assert (typed.slurm_max_running, typed.detach, typed.slurm_key, typed.backend) == (3, True, "file", "local")
+    assert (typed.slurm_max_running, typed.detach, typed.slurm_key) == (3, True, "file")
+    assert view(BackendOptions, opts).backend == "local"
 
 
 LAYER_VIEWS = [
@@ -288,6 +283,7 @@ LAYER_VIEWS = [
     (EnvOptions, ENV_OPTIONS),
     (ModelOptions, MODEL_OPTIONS),
     (ReportOptions, REPORT_OPTIONS),
+    (BackendOptions, BACKEND_OPTIONS),
     (SlurmOptions, SLURM_OPTIONS),
 ]
 
@@ -313,14 +309,15 @@ def test_a_view_carries_the_values_a_run_gives(tmp_path):
     sources = Sources(
         cli={"attempts": "3", "memory_limit": "2.5", "fail_under": ["main=0.5"]},
         ini={"env_memory": "2g", "model_timeout": "12"},
-        env={"AGENTBENCH_DATA_DIR": "somewhere"},
+        env={"AGENTBENCH_DATA_DIR": "somewhere", "XDG_CACHE_HOME": str(tmp_path / "xdg")},
         invocation_dir=tmp_path,
         rootdir=tmp_path,
     )
     opts = resolve((*RUN_OPTIONS, *SANDBOX_OPTIONS, *ENV_OPTIONS, *MODEL_OPTIONS, *REPORT_OPTIONS), sources)
     run, sandbox, env = view(RunOptions, opts), view(SandboxOptions, opts), view(EnvOptions, opts)
     model, report = view(ModelOptions, opts), view(ReportOptions, opts)
-    assert (run.attempts, run.data_dir, run.cache_dir) == (3, tmp_path / "somewhere", tmp_path / ".agentbench_cache")
+    cache = tmp_path / "xdg" / "pytest-agentbench"
+    assert (run.attempts, run.data_dir, run.cache_dir) == (3, tmp_path / "somewhere", cache)
     assert (sandbox.memory_limit, sandbox.executor, env.env_memory, env.env) == (2.5, "fork", 2 << 30, None)
     assert (model.model_timeout, model.cache, report.fail_under, report.baseline) == (12.0, "rw", ("main=0.5",), None)
 
@@ -393,7 +390,7 @@ def test_the_readers_honour_values_given_through_a_partial_mapping(tmp_path, mon
         "chat",
         "rw",
     )
-    assert settings["cache_dir"] == str(tmp_path / ".agentbench_cache") and "price" not in settings
+    assert settings["cache_dir"] == str(user_cache_dir(os.environ)) and "price" not in settings
     assert build_model({"model": "oracle"}).is_oracle
     assert skip_reason({"model": "gpt-x", "cache": "replay"}) == "--bench-cache replay calls no endpoint"
     with pytest.raises(OptionError, match="unknown setting 'env_memroy'"):
@@ -490,3 +487,18 @@ def test_a_slurm_job_sets_the_secret_values_before_the_plugin_reads_its_options(
     result = pytester.runpytest("-p", "no:cacheprovider", "-s", plugins=[secrets])
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["settings key: sk-from-the-key-file"])
+
+
+def test_an_option_shows_in_its_declared_help_group_else_its_layers_else_its_benchmarks():
+    from pytest_agentbench.core.options import help_group_title, place
+
+    declared = Option("a", "--bench-a", "a.", help_group="selection")
+    undeclared = Option("b", "--bench-b", "b.")
+    own = Option("c", "--bench-c", "c.", owner="toy")
+    placed = dict(zip("abc", place((declared, undeclared, own), "model")))
+    assert help_group_title(placed["a"]) == "selection and data"
+    assert help_group_title(placed["b"]) == "model, cost and budget"  # an option added without a group still shows
+    assert help_group_title(placed["c"]) == "--bench=toy"
+    assert help_group_title(undeclared) == "running, cache and resume"  # placed by no layer
+    with pytest.raises(ValueError, match="help_group must be one of selection, model"):
+        Option("d", "--bench-d", "d.", help_group="misc")

@@ -1,4 +1,4 @@
-"""No comparison is decided by the child's values alone (issue 21, point 1).
+"""No comparison is decided by the child's values alone.
 
 The trusted parent evaluates the test text itself: the helpers the test text defines, library calls,
 operators and the comparisons run in the parent on decoded values; only the model's calls (and what reads
@@ -27,11 +27,11 @@ import json
 import pytest
 
 from pytest_agentbench.benchmarks.scicode import split
-from pytest_agentbench.benchmarks.scicode.taint import canonical, dotted
+from pytest_agentbench.benchmarks.scicode.split.taint import canonical, dotted
 from pytest_agentbench.benchmarks.scicode.verdict import evaluate_here
 
-from bench_runs import SHARED_DATA
-from scicode_builders import MODEL_CONFTEST, problem, step, write_dataset
+from helpers.bench_runs import SHARED_DATA
+from helpers.scicode_builders import MODEL_CONFTEST, CustomScicode, problem, step
 
 
 def official_steps() -> list[dict]:
@@ -296,17 +296,9 @@ def custom(pytester, bench, shared_data):
         )
         for n, code in ANSWERS.items()
     ]
-    data, h5 = write_dataset(pytester.path, shared_data, targets={n: [True] for n in ANSWERS}, problems=problems)
-    return lambda *args: bench(
-        "--bench=scicode",
-        "--bench-split=validation",
-        "--model=mutant",
-        f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
-        "--bench-timeout=60",
-        *args,
-    )
+    custom = CustomScicode(pytester, bench, shared_data)
+    custom.write(problems, {n: [True] for n in ANSWERS})
+    return lambda *args: custom("--bench-timeout=60", *args)
 
 
 @pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""Issue 20, "heaviest work first": the placement scheduler hands whole tasks out heaviest first (the previous
+"""Heaviest work first: the placement scheduler hands whole tasks out heaviest first (the previous
 run's durations from ``<cache dir>/durations.json``, else the benchmark's estimate), GPU units to GPU workers
 before cost order, and the controller writes durations.json at the end of a run.
 
@@ -14,10 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_agentbench.pytest_plugin.placement import PlacementScheduling
+from pytest_agentbench.pytest_plugin.distribution.placement import PlacementScheduling
 
-from bench_runs import read_jsonl, run_dirs
-from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.scicode_builders import CLOSE, MODEL_CONFTEST, CustomScicode, problem, step
 
 # --------------------------------------------------------------------------- real -n 2 runs
 
@@ -40,14 +40,9 @@ def costed_problems() -> tuple[list[dict], dict[str, list]]:
 def run_costed(pytester, bench, shared_data, cache: Path, run_id: str):
     pytester.makeconftest(MODEL_CONFTEST)
     problems, targets = costed_problems()
-    data, h5 = write_dataset(pytester.path, shared_data, targets=targets, problems=problems)
-    result = bench(
-        "--bench=scicode",
-        "--bench-split=validation",
-        "--model=mutant",
-        f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
+    custom = CustomScicode(pytester, bench, shared_data)
+    custom.write(problems, targets)
+    result = custom(
         f"--bench-cache-dir={cache}",
         "-n",
         "2",

@@ -20,7 +20,7 @@ from pytest_agentbench.report.baseline import json_text, load_summary, write_bas
 from pytest_agentbench.report.ledger import Ledger, RunPlan
 from pytest_agentbench.report.summary import Summary, Verdict, build_summary, render_markdown
 
-from scicode_builders import MODEL_CONFTEST
+from helpers.scicode_builders import MODEL_CONFTEST
 
 OLD = Path(__file__).parent / "old_runs" / "scicode-tiny"
 IDENTITY = ("benchmark", "task", "id", "split", "scored", "model")
@@ -89,6 +89,20 @@ def test_old_summary_json_survives_load_and_save(tmp_path):
     assert (tmp_path / "baseline.json").read_text() == text
 
 
+# run counts added since the old run was made (the items selected and scored): the rest is as it was
+ADDED_RUN_COUNTS = ("items", "items_scored")
+
+
+# what a resumed run's usage adds: this session's calls apart from the reused records'
+ADDED_USAGE = ("this_session", "reused")
+
+
+def without_added_counts(summary: dict) -> dict:
+    counts = {k: v for k, v in summary["run_counts"].items() if k not in ADDED_RUN_COUNTS}
+    usage = {k: v for k, v in summary["usage"].items() if k not in ADDED_USAGE}
+    return {**summary, "run_counts": counts, "usage": usage}
+
+
 def test_the_old_records_give_the_old_summary_and_summary_md():
     old = json.loads((OLD / "summary.json").read_text())
     records = old_records()
@@ -101,13 +115,15 @@ def test_the_old_records_give_the_old_summary_and_summary_md():
     assert len(ledger) == 5 and "2.2" in ledger and ledger.records() == records
     summary = build_summary(ledger, get_benchmark("scicode"), old["settings"], plan.items)
     assert set(old) - set(summary.to_json()) == {"run", "exit_code"}  # added at the end of the session
-    assert {k: v for k, v in old.items() if k not in ("run", "exit_code")} == summary.to_json()
+    assert {k: v for k, v in old.items() if k not in ("run", "exit_code")} == without_added_counts(summary.to_json())
     assert summary.not_run == [] and summary.terminal[0].startswith("validation: main problems resolved 1/3")
     summary.update(run=old["run"], exit_code=old["exit_code"])
     markdown = render_markdown(summary, Verdict(exit_before=1, exit_code=1), picture=True)
     # the tables of the run and its settings list them in the order the run made them (the files sort them)
     head, _, tables = markdown.partition("\n## Run\n")
     old_head, _, old_tables = (OLD / "summary.md").read_text().partition("\n## Run\n")
+    # the run counts' line names how many items were scored, a figure added since the old run was made
+    old_head = old_head.replace("subproblem_total 5)\n", "subproblem_total 5); items scored 4 of 5\n")
     assert head == old_head and sorted(tables.splitlines()) == sorted(old_tables.splitlines())
 
 
@@ -124,13 +140,19 @@ def test_a_resume_of_an_old_run_reuses_every_record(tiny, pytester, shared_cache
     assert (run_dir / "steps.jsonl").read_bytes() == (OLD / "steps.jsonl").read_bytes()
     assert (run_dir / "settings.json").read_text() == moved
     old, new = (json.loads((folder / "summary.json").read_text()) for folder in (OLD, run_dir))
-    assert {k: v for k, v in new.items() if k not in ("run", "settings")} == {
+    assert new["usage"]["this_session"]["model_calls"] == 0  # nothing ran: every call was the first session's
+    assert new["usage"]["reused"]["items"] == 5
+    # the comparability keys are new since the old run was made: the resumed summary records them
+    assert "comparability" not in old and new["comparability"]["benchmark"] == "scicode"
+    assert {k: v for k, v in without_added_counts(new).items() if k not in ("run", "settings", "comparability")} == {
         k: v for k, v in old.items() if k not in ("run", "settings")
     }
-    assert {k for k in new["settings"] if new["settings"][k] != old["settings"][k]} <= {
+    # settings added since the old run was made (max_retry_time) are recorded with their defaults
+    assert {k for k in new["settings"] if new["settings"][k] != old["settings"].get(k)} <= {
         "cache_dir",
         "notes",
         "isolation",
+        "max_retry_time",
     }
 
 

@@ -1,11 +1,11 @@
-"""Remote xdist workers over SSH and execnet socket gateways (issue 14), on two loopback "hosts" made by
+"""Remote xdist workers over SSH and execnet socket gateways, on two loopback "hosts" made by
 .ci/ssh-setup.
 
 Each host is an unprivileged account with its own venv (the package installed from this checkout, not
 editable), data dir, cache and state; account b declares one GPU through the test-only override
 AGENTBENCH_TEST_GPUS in its worker python wrapper (read on that host, not here). The controller (this
 root process) keeps its report dir at mode 0700, so a worker could not have written a record there.
-Without the setup the tests skip with the reason (CI=true: they fail); see tests/capabilities.py. The tests only
+Without the setup the tests skip with the reason (CI=true: they fail); see tests/helpers/capabilities.py. The tests only
 read what the set-up wrote: after a change to the package, rerun .ci/ssh-setup as root (.ci/run does).
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_runs import (
+from helpers.bench_runs import (
     REPO,
     SHARED_DATA,
     ctrl_c_as_a_terminal_gives_it,
@@ -35,9 +35,9 @@ from bench_runs import (
     validation_problems,
     wait_for,
 )
-from capabilities import missing, needs
-from capsule_factory import write_capsule_tree
-from fake_openai import FakeOpenAI
+from helpers.capabilities import missing, needs
+from helpers.capsule_factory import write_capsule_tree
+from helpers.fake_openai import FakeOpenAI
 
 VALIDATION = ["--bench=scicode", "--bench-split=validation", "--model=oracle"]
 # The runs compared across hosts leave out the two problems whose upstream tests are most of a run's CPU: what
@@ -231,6 +231,43 @@ def test_validation_oracle_over_two_hosts_matches_a_local_run(loopback, local_va
         assert home_files(Path(host["home"])) == loopback["before"][account], f"stray files in {account}'s home"
         found = [p for p in Path(host["home"]).rglob("*") if p.name in ("steps.jsonl", "records.jsonl", "summary.json")]
         assert not found, found
+
+
+@pytest.mark.e2e
+@pytest.mark.remote
+@pytest.mark.slow
+def test_a_remote_host_builds_its_own_grading_environment_and_grades_in_it(loopback, tmp_path):
+    """--bench-grading-envs on a remote host: the worker resolves the built-in spec where it runs (its own
+    cache, built there by pip on first use, as a user's host does), and the records keep that environment's
+    verdict. The controller finds its own copy (the one .ci/grading-envs built)."""
+    from pytest_agentbench.benchmarks.scicode import gradingenvs
+
+    host = next(h for h in loopback["hosts"] if h["account"] == "agentbench-b")
+    built = Path(host["home"]) / "cache" / "grading-envs"
+    reports = private_dir(tmp_path / "reports")
+    done = run(
+        tmp_path,
+        *VALIDATION,
+        "--bench-ids=1,3",
+        "--bench-grading-envs=2025",
+        f"--bench-report-dir={reports}",
+        "--bench-run-id=graded",
+        "-d",
+        *tx(loopback, "agentbench-b"),
+        timeout=1200,
+        **{gradingenvs.ROOT_ENV: str(needs("grading-envs"))},
+    )
+    try:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        records = records_of(reports / "scicode" / "oracle" / "graded")
+        assert sorted(r["id"] for r in records) == ["1.1", "3.1"]
+        for record in records:
+            assert record["worker"] == "gw0" and record["status"] == "pass", record
+            assert {name: v["status"] for name, v in record["grading_envs"].items()} == {"2025": "pass"}, record
+        # built on the host, in its own cache, for its own interpreter
+        assert [p.name.split("-")[0] for p in built.iterdir() if (p / gradingenvs.STAMP).is_file()] == ["2025"]
+    finally:
+        shutil.rmtree(built, ignore_errors=True)  # (the hosts' homes are checked for leftovers)
 
 
 @pytest.fixture
@@ -623,7 +660,7 @@ def test_run_settings_travel_without_paths_and_resolve_the_same(tmp_path, monkey
 
     from pytest_agentbench.benchmarks.registry import available_benchmarks
     from pytest_agentbench.core.options import Sources, resolve
-    from pytest_agentbench.pytest_plugin.hostprobe import apply_forwarded, forwarded
+    from pytest_agentbench.pytest_plugin.distribution.hostprobe import apply_forwarded, forwarded
     from pytest_agentbench.pytest_plugin.options import all_options
 
     options = all_options(available_benchmarks())
@@ -665,7 +702,7 @@ def test_run_settings_travel_without_paths_and_resolve_the_same(tmp_path, monkey
 
 
 def test_refusals_name_the_worker_the_host_and_the_difference():
-    from pytest_agentbench.pytest_plugin.remote import refusal_of
+    from pytest_agentbench.pytest_plugin.distribution.remote import refusal_of
 
     expected = {"version": "0.1.0", "build": "abc", "data_hashes": {"a.jsonl": "1" * 64, "b.txt": "2" * 64}}
     same = {"version": "0.1.0", "build": "abc", "data_hashes": dict(expected["data_hashes"]), "data_dir": "/d"}
@@ -681,7 +718,7 @@ def test_refusals_name_the_worker_the_host_and_the_difference():
     assert "could not be probed: boom" in refusal_of("gw0", "u@h", {"probe_error": "boom"}, expected)
 
 
-# --------------------------------------------------------------------------- a host that goes silent (issue 20)
+# --------------------------------------------------------------------------- a host that goes silent
 
 SILENT_TIMEOUT = 8.0  # --bench-host-timeout for the silent-host test: a lost host is declared within 10 s
 
@@ -908,7 +945,7 @@ def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, 
 
 
 def test_ssh_liveness_options_are_added_only_where_the_users_config_leaves_them_unset(tmp_path):
-    from pytest_agentbench.pytest_plugin.remote import ssh_liveness_options, with_liveness
+    from pytest_agentbench.pytest_plugin.distribution.remote import ssh_liveness_options, with_liveness
 
     needs("ssh")
     plain = tmp_path / "plain_config"
@@ -926,7 +963,7 @@ def test_ssh_liveness_options_are_added_only_where_the_users_config_leaves_them_
 
 
 def test_version_differences_name_each_package():
-    from pytest_agentbench.pytest_plugin.hostprobe import installed_versions, version_differences
+    from pytest_agentbench.pytest_plugin.distribution.hostprobe import installed_versions, version_differences
 
     mine = installed_versions({})
     assert set(mine) == {"pytest", "pytest-xdist", "execnet", "numpy", "scipy", "h5py"}

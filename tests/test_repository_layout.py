@@ -1,4 +1,4 @@
-"""The top of the repository, as a user of a pytest plugin project expects it (issue 22, point 7): a root
+"""The top of the repository, as a user of a pytest plugin project expects it: a root
 ``conftest.py`` for the repository's own tests that cannot change a benchmark run started in the checkout, and
 ``data/`` and ``reports/`` as the documented default folders, each with a README and its contents ignored."""
 

@@ -17,10 +17,10 @@ import yaml
 from pytest_agentbench.benchmarks.corebench import capsules, dataset
 from pytest_agentbench.benchmarks.corebench.review import load_review
 
-from bench_runs import SHARED_DATA, read_jsonl
-from capabilities import needs
-from capsule_factory import build_capsule_archive
-from cdp import Chromium
+from helpers.bench_runs import SHARED_DATA, read_jsonl
+from helpers.capabilities import needs
+from helpers.capsule_factory import build_capsule_archive
+from helpers.cdp import Chromium
 
 HOSTILE = "</textarea><script>alert(1)</script>\x1b[31m\n# not: a key"
 WRONG, RIGHT = "capsule-0201225", "capsule-7038571"  # 8 questions (one answered wrong), 1 question
@@ -184,7 +184,7 @@ def test_gates_judge_the_automatic_score_unless_asked_for_the_reviewed_one(core_
 def test_reviewed_gate_without_a_review_is_a_usage_error(core_run):
     result, run = core_run("--bench-gate-score=reviewed", "--bench-fail-under=accuracy=50%")
     assert result.ret == 4
-    result.stderr.fnmatch_lines(["*--bench-gate-score=reviewed *--bench-review FILE.yaml*"])
+    result.stderr.fnmatch_lines(["*--bench-gate-score=reviewed *--bench-review=FILE.yaml*"])
     assert not run.exists()
 
 

@@ -15,9 +15,9 @@ from pytest_agentbench.benchmarks.registry import available_benchmarks
 from pytest_agentbench.core import runfile
 from pytest_agentbench.pytest_plugin.options import all_options
 
-from bench_runs import read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
-from scicode_builders import MODEL_CONFTEST, write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.fake_openai import FakeOpenAI
+from helpers.scicode_builders import MODEL_CONFTEST, write_dataset
 
 
 def write(path: Path, text: str) -> Path:

@@ -1,4 +1,4 @@
-"""Issue 12 item 3: the official targets from the data archive (--bench-data-url), served on 127.0.0.1 only."""
+"""The official targets from the data archive (--bench-data-url), served on 127.0.0.1 only."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from pytest_agentbench.benchmarks.scicode import archive, dataset
 from pytest_agentbench.core.data import DataError, sha256_of
 
-from scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
+from helpers.scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
 
 pytestmark = pytest.mark.e2e
 
@@ -268,5 +268,5 @@ def test_rebuilt_targets_refuse_the_test_split_and_an_h5(bench, archived):
 @pytest.mark.slow
 def test_targets_option_in_help(bench):
     shown = " ".join(bench("--help").stdout.str().split())
-    assert "--bench-targets={auto,official,rebuilt}" in shown and "agentbench_targets" in shown
+    assert "--bench-targets={auto,official,rebuilt,verified}" in shown and "agentbench_targets" in shown
     assert "official (the official file even for a validation-only run" in shown

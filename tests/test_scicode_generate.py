@@ -8,11 +8,9 @@ import pytest
 
 from pytest_agentbench.benchmarks.scicode.generate import FINAL_REQUEST, TOOL_NAME, generate_step
 from pytest_agentbench.benchmarks.scicode.prompts import build_prompt, load_templates
-from pytest_agentbench.models.client import OpenAIModel
 from pytest_agentbench.sandbox.executors import Limits, run_python
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from fake_openai import FakeOpenAI
+from helpers.bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 
 DATA = SHARED_DATA
 STEP_1_CODE = (
@@ -36,30 +34,6 @@ def templates():
     return load_templates(DATA)
 
 
-@pytest.fixture
-def server():
-    with FakeOpenAI() as fake:
-        yield fake
-
-
-@pytest.fixture
-def model_for(server, tmp_path):
-    def make(protocol="chat", **overrides):
-        options = dict(
-            base_url=server.base_url,
-            api_key="k",
-            protocol=protocol,
-            cache_dir=tmp_path / "cache",
-            retry_base_delay=0.001,
-            max_retries=1,
-            timeout=10,
-        )
-        options.update(overrides)
-        return OpenAIModel("fake-model", **options)
-
-    return make
-
-
 def run_code(code: str, timeout: float) -> dict:
     """Like the lead's runner: the problem's dependencies preloaded, in a sandboxed child."""
     result = run_python("import numpy as np\n" + code, limits=Limits(timeout=timeout))
@@ -77,9 +51,9 @@ def code_call(code: str):
     return (TOOL_NAME, {"code": code})
 
 
-def test_naive_single_call(server, model_for, problem, templates):
+def test_naive_single_call(server, make_model, problem, templates):
     server.reply(ANSWER, prompt_tokens=100, completion_tokens=20)
-    result = generate(model_for(), problem, templates, mode="naive")
+    result = generate(make_model(), problem, templates, mode="naive")
     assert (result.status, result.code) == ("ok", ANSWER_CODE)
     assert result.response_text == ANSWER
     assert result.accounting["model_calls"] == 1 and result.accounting["tool_calls"] == 0
@@ -92,10 +66,10 @@ def test_naive_single_call(server, model_for, problem, templates):
 
 
 @pytest.mark.parametrize("protocol", ["chat", "responses"])
-def test_tool_use_runs_the_code_and_returns_output(server, model_for, problem, templates, protocol):
+def test_tool_use_runs_the_code_and_returns_output(server, make_model, problem, templates, protocol):
     server.reply("Testing.", tool_calls=[code_call("print(np.arange(3).sum() + 2)")])
     server.reply(ANSWER)
-    result = generate(model_for(protocol), problem, templates)
+    result = generate(make_model(protocol), problem, templates)
     assert (result.status, result.code) == ("ok", ANSWER_CODE)
     assert result.accounting["model_calls"] == 2 and result.accounting["tool_calls"] == 1
     assert result.accounting["prompt_tokens"] == 22
@@ -112,12 +86,12 @@ def test_tool_use_runs_the_code_and_returns_output(server, model_for, problem, t
         assert second["input"][-1]["output"] == tool_message["content"]
 
 
-def test_several_tool_calls_run_in_order(server, model_for, problem, templates):
+def test_several_tool_calls_run_in_order(server, make_model, problem, templates):
     server.reply(
         tool_calls=[code_call("print('first')"), code_call("raise ValueError('boom')"), code_call("print('third')")]
     )
     server.reply(ANSWER)
-    result = generate(model_for(), problem, templates)
+    result = generate(make_model(), problem, templates)
     outputs = [m["content"] for m in result.trajectory if m["role"] == "tool"]
     assert len(outputs) == 3 and result.accounting["tool_calls"] == 3
     assert "first" in outputs[0]
@@ -127,11 +101,11 @@ def test_several_tool_calls_run_in_order(server, model_for, problem, templates):
     assert [m["tool_call_id"] for m in result.trajectory[3:6]] == ids
 
 
-def test_tool_budget_then_final_answer_without_tools(server, model_for, problem, templates):
+def test_tool_budget_then_final_answer_without_tools(server, make_model, problem, templates):
     for i in range(2):
         server.reply(tool_calls=[code_call(f"print({i})")])
     server.reply(ANSWER)
-    result = generate(model_for(), problem, templates, tool_loops=2)
+    result = generate(make_model(), problem, templates, tool_loops=2)
     assert (result.status, result.code) == ("ok", ANSWER_CODE)
     assert result.accounting["model_calls"] == 3 and result.accounting["tool_calls"] == 2
     last = server.requests[-1]["body"]
@@ -139,19 +113,19 @@ def test_tool_budget_then_final_answer_without_tools(server, model_for, problem,
     assert last["messages"][-1] == {"role": "user", "content": FINAL_REQUEST}
 
 
-def test_tool_calls_after_budget_are_not_run(server, model_for, problem, templates):
+def test_tool_calls_after_budget_are_not_run(server, make_model, problem, templates):
     server.reply(tool_calls=[code_call("print(1)")])
     server.reply(tool_calls=[code_call("print(2)")])
-    result = generate(model_for(), problem, templates, tool_loops=1)
+    result = generate(make_model(), problem, templates, tool_loops=1)
     assert result.status == "parse_error"
     assert result.accounting["tool_calls"] == 1
     assert "no more tool calls" in result.trajectory[-1]["content"]
 
 
-def test_malformed_tool_arguments_are_reported_to_the_model(server, model_for, problem, templates):
+def test_malformed_tool_arguments_are_reported_to_the_model(server, make_model, problem, templates):
     server.reply(tool_calls=[(TOOL_NAME, "{not json"), (TOOL_NAME, {"source": "x"}), ("shell", {"cmd": "ls"})])
     server.reply(ANSWER)
-    result = generate(model_for(), problem, templates)
+    result = generate(make_model(), problem, templates)
     assert result.status == "ok"
     outputs = [m["content"] for m in result.trajectory if m["role"] == "tool"]
     assert "not valid JSON" in outputs[0]
@@ -159,53 +133,53 @@ def test_malformed_tool_arguments_are_reported_to_the_model(server, model_for, p
     assert "unknown tool 'shell'" in outputs[2]
 
 
-def test_tool_timeout_is_reported(server, model_for, problem, templates):
+def test_tool_timeout_is_reported(server, make_model, problem, templates):
     server.reply(tool_calls=[code_call("while True:\n    pass")])
     server.reply(ANSWER)
-    result = generate(model_for(), problem, templates, tool_timeout=1)
+    result = generate(make_model(), problem, templates, tool_timeout=1)
     assert "status: timeout" in result.trajectory[3]["content"]
     assert result.status == "ok"
 
 
 @pytest.mark.parametrize("mode", ["naive", "tool_use"])
-def test_reply_without_code_is_a_parse_error(server, model_for, problem, templates, mode):
+def test_reply_without_code_is_a_parse_error(server, make_model, problem, templates, mode):
     server.reply("I think the lattice should be tiled, but I will not write code.")
-    result = generate(model_for(), problem, templates, mode=mode)
+    result = generate(make_model(), problem, templates, mode=mode)
     assert result.status == "parse_error" and result.code is None
     assert "get_lattice_coords" in result.message
     assert result.response_text.startswith("I think")
 
 
 @pytest.mark.parametrize("protocol", ["chat", "responses"])
-def test_cut_off_reply_is_truncated(server, model_for, problem, templates, protocol):
+def test_cut_off_reply_is_truncated(server, make_model, problem, templates, protocol):
     server.reply("```python\ndef get_lattice_coords(latvec, nlatvec=1):\n    coords = [", finish_reason="length")
-    result = generate(model_for(protocol), problem, templates, mode="naive")
+    result = generate(make_model(protocol), problem, templates, mode="naive")
     assert result.status == "truncated" and result.code is None
     assert "token limit" in result.message and "--model-params" in result.message
 
 
-def test_model_error_is_a_status_not_an_exception(server, model_for, problem, templates):
+def test_model_error_is_a_status_not_an_exception(server, make_model, problem, templates):
     def tool_call_then_break(body):
         server.always_status = 500  # every later request fails
         return {"tool_calls": [code_call("print(1)")]}
 
     server.reply_with(tool_call_then_break)
-    result = generate(model_for(max_retries=1), problem, templates)
+    result = generate(make_model(max_retries=1), problem, templates)
     assert result.status == "model_error" and result.code is None
     assert "500" in result.message and "fake-model" in result.message
     assert result.accounting["model_calls"] == 1 and result.accounting["tool_calls"] == 1
     assert server.count() == 3  # the good call, then one try and one retry
 
 
-def test_rerun_from_cache_replays_the_whole_trajectory(server, model_for, problem, templates):
+def test_rerun_from_cache_replays_the_whole_trajectory(server, make_model, problem, templates):
     server.reply(tool_calls=[code_call("print(7)")])
     server.reply(ANSWER)
-    first = generate(model_for(), problem, templates)
+    first = generate(make_model(), problem, templates)
     assert server.count() == 2
-    again = generate(model_for(cache_mode="replay"), problem, templates)
+    again = generate(make_model(cache_mode="replay"), problem, templates)
     assert server.count() == 2
     assert (again.status, again.code) == ("ok", ANSWER_CODE)
     assert again.accounting["cache_hits"] == again.accounting["model_calls"] == 2
     assert again.trajectory == first.trajectory
-    other_sample = generate(model_for(cache_mode="replay"), problem, templates, sample_index=1)
+    other_sample = generate(make_model(cache_mode="replay"), problem, templates, sample_index=1)
     assert other_sample.status == "model_error" and "not in cache (replay mode)" in other_sample.message

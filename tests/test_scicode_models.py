@@ -14,8 +14,8 @@ import pytest
 
 from pytest_agentbench.core.records import comparable
 
-from bench_runs import SHARED_DATA, read_jsonl, run_dirs, validation_problems
-from fake_openai import FakeOpenAI
+from helpers.bench_runs import SHARED_DATA, read_jsonl, run_dirs, validation_problems
+from helpers.fake_openai import FakeOpenAI
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -68,11 +68,10 @@ def ground_truth_model(body: dict) -> dict:
 
 
 @pytest.fixture
-def server():
-    with FakeOpenAI() as fake:
-        for _ in range(400):
-            fake.reply_with(ground_truth_model)
-        yield fake
+def server(server):
+    for _ in range(400):
+        server.reply_with(ground_truth_model)
+    return server
 
 
 def model_args(server: FakeOpenAI, *extra: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Inputs a test passes to the model's function, then reads (issue 11, finding F2b, held-out attack A32).
+"""Inputs a test passes to the model's function, then reads (held-out attack A32 of tests/helpers/heldout_attacks.py).
 
 78.2's test passes ``state`` to ``runge_kutta_4th_order`` and then computes its expectation from ``state``
 (``expected_theta = state[0] * np.cos(...)``, ``final_state[0] < state[0]``); 51.4's test 4 computes its
@@ -9,7 +9,7 @@ inputs in place so that the expectation agrees with a wrong answer fails; genuin
 its inputs passes, and its record notes ``inputs_mutated`` (where upstream's verdict would differ).
 
 The end-to-end tests score both steps as a user does: ``pytest --bench=scicode`` against a scripted model
-(tests/fake_openai.py) that answers the two steps with one variant's code and every earlier step with its
+(tests/helpers/fake_openai.py) that answers the two steps with one variant's code and every earlier step with its
 ground truth; the three runs (attack, genuine code that mutates, ground truth) start together. 51.4 takes
 one to two minutes of CPU per run (three minutes of wall time here for the module).
 """
@@ -27,9 +27,9 @@ import pytest
 from pytest_agentbench.benchmarks.scicode import split, verdict
 from pytest_agentbench.sandbox import codec
 
-import heldout_attacks as H
-from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
+from helpers import heldout_attacks as H
+from helpers.bench_runs import SHARED_DATA, read_jsonl, run_dirs
+from helpers.fake_openai import FakeOpenAI
 
 STEPS = ("51.4", "78.2")
 RUN_TIMEOUT = 1500  # seconds for one run (targets rebuilt first when the cache is cold)
@@ -203,7 +203,7 @@ def test_the_parent_computes_expectations_from_inputs_the_model_received():
     plan = plan_of("78.2")
     assert [a.expression for a in plan.tests[0].asserts] == [
         "np.isclose(_agentbench_leaf(1)[0], expected_theta, atol=0.1)"
-    ]  # the parent takes the item (issue 21)
+    ]  # the parent takes the item: no verdict on the child's values alone
     assert [a.expression for a in plan.tests[1].asserts] == ["_agentbench_leaf(1)[0] < state[0]"]
     assert [[leaf.source for leaf in a.leaves] for t in plan.tests[:2] for a in t.asserts] == [
         ["final_state"],
@@ -225,7 +225,7 @@ def test_the_parent_computes_expectations_from_inputs_the_model_received():
         "(np.isclose(final_energy, initial_energy), np.allclose(final_linear_momentum, initial_linear_momentum), "
         "np.allclose(final_angular_momentum, initial_angular_momentum)) == target"
     )
-    # the final values too: the parent runs the test's own functions on the model's positions (issue 21)
+    # the final values too: the parent runs the test's own functions on the model's positions
     assert [
         (m.expression, [leaf.source for leaf in m.leaves])
         for m in plan.tests[3].parent
@@ -252,7 +252,7 @@ def leaves_of(test: str) -> list[str]:
         # the test's own code stores the child's values in it: the child's from then on
         ("x = np.zeros(2)\nx[0] = f()\nassert np.allclose(g(), x)", ["g()", "x"]),
         ("x = np.zeros(2)\nnp.copyto(x, f())\nassert np.allclose(g(), x)", ["g()", "x"]),
-        # the parent builds the list itself (issue 21): x is never read by the child's code
+        # the parent builds the list itself: x is never read by the child's code
         ("x = np.zeros(2)\nlst = [f(), x]\nassert np.allclose(g(), x)", ["g()"]),
         # a method of an object the test made from the model's code, a function of the test text calling it
         ("x = np.zeros(2)\nobj = f()\nobj.run(x)\nassert np.allclose(g(), x)", ["g()", "x"]),
@@ -269,7 +269,7 @@ def test_a_function_of_the_test_text_that_holds_no_data_is_not_exposed_by_a_call
     """51.4's total_energy is called on the child's positions too: that does not make what it computed
     from the test's own values the child's."""
     helpers = "def e(p):\n    return np.sum(p ** 2)\nx = np.ones(3)\nstart = e(x)\ny = f(x)\nend = e(y)\n"
-    assert leaves_of(helpers + "assert np.isclose(end, start)") == []  # end = e(y) runs in the parent (issue 21)
+    assert leaves_of(helpers + "assert np.isclose(end, start)") == []  # end = e(y) runs in the parent
     plan = split.split_step([helpers + "assert np.isclose(end, start)"], "9.9")
     [mixed] = [m for m in plan.tests[0].parent if isinstance(m, split.MixedStatement)]
     assert (mixed.expression, [leaf.source for leaf in mixed.leaves]) == ("end = e(_agentbench_leaf(1))", ["y"])

@@ -8,7 +8,7 @@ import pytest
 
 from pytest_agentbench.benchmarks.scicode.prompts import build_prompt, load_templates
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from helpers.bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 
 DATA = SHARED_DATA
 

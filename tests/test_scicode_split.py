@@ -1,8 +1,9 @@
-"""Splitting SciCode's test cases (benchmarks/scicode/split.py): the child computes operands, the parent compares.
+"""Splitting SciCode's test cases (benchmarks/scicode/split/): the child computes operands, the parent compares.
 
 * every one of the 1,082 official test cases (both splits) splits, and no child code holds ``target``,
   an ``assert`` or a comparison call;
-* the shapes named in issue 11 split as decided there (29.3, 51.4, 78.x, 10.6, 31.2, 30.3, 76.4, ...);
+* the hard shapes of the official tests split as the rules of the split package say (29.3, 51.4, 78.x, 10.6,
+  31.2, 30.3, 76.4, ...);
 * the parent's evaluation on hand-made operand streams: pass, each kind of failure, hostile streams;
 * test-split shapes without public targets, on hand-written genuine values: a scipy.sparse ``kron``
   operator dict (62.2, 62.4, 62.5) and a Symbol-keyed dict (17.1);
@@ -44,7 +45,7 @@ from pytest_agentbench.sandbox import codec
 from pytest_agentbench.sandbox.limits import Limits, MiB
 from pytest_agentbench.sandbox.result import ExecResult
 
-from bench_runs import SHARED_DATA
+from helpers.bench_runs import SHARED_DATA
 
 SCICODE = SHARED_DATA / "scicode"
 TIMEOUT = 900  # seconds per child (51.4 takes minutes on a busy machine)
@@ -109,7 +110,7 @@ def test_every_official_test_case_splits(name, steps, cases):
 
 
 def test_only_the_target_unpacking_statements_run_in_the_parent():
-    """1,061 test cases use `target` only inside `assert`; the other 21 only unpack it (issue 11)."""
+    """1,061 test cases use `target` only inside `assert`; the other 21 only unpack it."""
     unpacking = []
     for problems in SPLITS.values():
         for problem in problems:
@@ -127,7 +128,7 @@ def test_only_the_target_unpacking_statements_run_in_the_parent():
     assert len(unpacking) == 21
 
 
-# ---- the shapes issue 11 names -------------------------------------------------------------------
+# ---- the hard shapes --------------------------------------------------------------------------
 def leaves(plan: split.StepPlan, test: int = 1, assertion: int = 1) -> list[str]:
     return [leaf.source for leaf in plan.tests[test - 1].asserts[assertion - 1].leaves]
 
@@ -138,12 +139,12 @@ def expression(plan: split.StepPlan, test: int = 1, assertion: int = 1) -> str:
 
 def test_a_comparison_without_target_still_runs_in_the_parent():
     plan = plan_of("29.3")
-    # the test text's own arithmetic on the model's value runs in the parent too (issue 21)
+    # the test text's own arithmetic on the model's value runs in the parent too: no verdict on child values alone
     assert expression(plan) == "np.isclose(0, _agentbench_leaf(1)[:, 0].T @ _agentbench_leaf(1)[:, 3]) == target"
     assert leaves(plan) == ["B"]
     plan = plan_of("51.4")
-    # the initial values come from the test's own inputs as written (the parent's pristine copy, issue 11 A32);
-    # the final ones the parent computes with the test's own total_energy from the model's positions (issue 21)
+    # the initial values come from the test's own inputs as written (the parent's pristine copy: held-out attack A32);
+    # the final ones the parent computes with the test's own total_energy from the model's positions
     assert expression(plan, 4) == (
         "(np.isclose(final_energy, initial_energy), np.allclose(final_linear_momentum, "
         "initial_linear_momentum), np.allclose(final_angular_momentum, "
@@ -198,7 +199,7 @@ def test_helpers_that_only_compare_run_in_the_parent_others_in_the_child():
     assert expression(plan) == "test_identity(np.cov(_agentbench_leaf(1))) == s and np.allclose(_agentbench_leaf(1), v)"
     assert leaves(plan) == ["Z"]
     # 30.3: test_gradient calls the model's wavefunction object: the child records those calls, the parent
-    # runs the helper's own logic and answers the calls from the record (issue 21)
+    # runs the helper's own logic and answers the calls from the record
     plan = plan_of("30.3")
     assert not [p for p in plan.tests[0].parent if isinstance(p, split.ParentStatement)]
     assert leaves(plan)[0].startswith("test_gradient(np.random.randn(5, 2, 3), MultiplyWF(")
@@ -213,7 +214,7 @@ def test_helpers_that_only_compare_run_in_the_parent_others_in_the_child():
     )
     # 64.6's helper reads the module the dependencies import: the parent's own itertools
     assert expression(plan_of("64.6")).startswith("(abs(np.average(")
-    # `diff` the parent computes from the model's values with the test's own code (issue 21)
+    # `diff` the parent computes from the model's values with the test's own code
     assert expression(plan_of("32.3"), 4) == "(abs(diff) < 1e-06, is_symmetric(_agentbench_leaf(1))) == target"
 
 
@@ -287,7 +288,7 @@ def test_the_parent_keeps_names_in_step_order():
             "np.isclose(_agentbench_leaf(1), h(2.0))",
             ["f()"],
         ),
-        # passed to the model's function only: the parent computes from its own pristine copy (issue 11, A32)
+        # passed to the model's function only: the parent computes from its own pristine copy (held-out attack A32)
         (
             "x = np.array([1.0])\ny = f(x)\nexpected = 2 * x\nassert np.allclose(y, expected)",
             "np.allclose(_agentbench_leaf(1), expected)",
@@ -332,7 +333,7 @@ def test_the_parent_keeps_names_in_step_order():
             ["f()", "simps([1, 2, 3])"],
         ),
         ("assert np.isclose(f(), HBAR)", "np.isclose(_agentbench_leaf(1), _agentbench_leaf(2))", ["f()", "HBAR"]),
-        # h reads the child's global: the child sends it (recording h's run), the parent runs h (issue 21)
+        # h reads the child's global: the child sends it (recording h's run), the parent runs h
         (
             "def h(v):\n    return v * scale\nscale = f()\nassert np.isclose(g(), h(2.0))",
             "np.isclose(_agentbench_leaf(1), "
@@ -356,7 +357,7 @@ def expression_of(plan: split.StepPlan) -> str:
 
 
 def test_a_builtin_the_childs_code_rebinds_stays_genuine_in_the_test_text():
-    """Names the model's code binds never change what the test text's names mean (issue 21): `from math
+    """Names the model's code binds never change what the test text's names mean: `from math
     import *` (problems 26 and 56 depend on it) or `def pow` leave the test's `pow` the builtin, unless pow
     is a function the model was asked to write."""
     tests = ["x = pow(2, 3)\nassert f() == x"]
@@ -1096,7 +1097,7 @@ def test_the_child_runs_only_the_child_side_of_the_package(tmp_path):
     (the operand runtime of child/, the codec, the comparison helpers: the child side that
     tests/test_architecture.py holds to its import rule) and imports no module of the package, though the
     package is on its path; with a traced helper too. The operands it sends still pass."""
-    package = Path(split.__file__).resolve().parents[2]
+    package = Path(script.__file__).resolve().parents[2]
     traced = split_step([TRACED_TEST], "9.9")
     assert any(leaf.trace for test in traced.tests for part in test.evaluated for leaf in part.leaves)
     for plan, code, targets in (
@@ -1178,7 +1179,7 @@ def test_a_child_cannot_send_an_expected_value_that_depends_on_no_model_code():
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_the_operand_cap_option_reaches_scoring(tiny, pytester):
-    from bench_runs import read_jsonl, run_dirs
+    from helpers.bench_runs import read_jsonl, run_dirs
 
     result = tiny("--bench-operand-cap=60", "--bench-run-id=capped")
     assert result.ret == pytest.ExitCode.TESTS_FAILED

@@ -1,4 +1,4 @@
-"""Issue 13, part 2: self-describing runs. A run's settings.json says how it was asked for, so
+"""Self-describing runs. A run's settings.json says how it was asked for, so
 ``--bench-resume DIR`` alone continues it (a different selection or setting is refused with the
 difference, or merged on request), ``--bench-replay DIR`` re-scores it from the cache, and summary.json
 and summary.md say when, on what and how the run was made."""
@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.core.errors import AgentbenchWarning
+from pytest_agentbench.core.records import read_records
 from pytest_agentbench.pytest_plugin.provenance import command_line, git_commit
 
-from bench_runs import read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
-from scicode_builders import write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.fake_openai import FakeOpenAI
+from helpers.scicode_builders import custom_data_args, write_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,9 +28,9 @@ def items_of(run: Path) -> list[str]:
     return [i["id"] for i in json.loads((run / "summary.json").read_text())["items"]]
 
 
-def interrupted(tiny, pytester) -> Path:
+def interrupted(tiny, pytester, *args: str) -> Path:
     """A run of problems 1 and 3 without background, interrupted before its last step (3.1) was written."""
-    first = tiny("--bench-run-id=r", "--bench-ids=1,3", "--no-bench-background")
+    first = tiny("--bench-run-id=r", "--bench-ids=1,3", "--no-bench-background", *args)
     assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     [run] = run_dirs(pytester.path)
     records = run / "steps.jsonl"
@@ -43,7 +45,7 @@ def test_resume_alone_continues_the_run_with_its_settings_and_selection(tiny, be
     run = interrupted(tiny, pytester)
     stored = json.loads((run / "settings.json").read_text())["_run"]
     assert stored["options"]["ids"] == ["1", "3"] and stored["options"]["background"] is False
-    resumed = bench("--bench-resume", str(run), "--bench-progress-interval=0")  # a free setting may change
+    resumed = bench(f"--bench-resume={run}", "--bench-progress-interval=0")  # a free setting may change
     assert resumed.ret == pytest.ExitCode.OK, resumed.stdout.str() + resumed.stderr.str()
     resumed.assert_outcomes(passed=3)
     assert "2 finished record(s) reused" in resumed.stdout.str()
@@ -55,18 +57,63 @@ def test_resume_alone_continues_the_run_with_its_settings_and_selection(tiny, be
 @pytest.mark.e2e
 def test_resume_refuses_another_selection_or_setting_and_merges_on_request(tiny, bench, pytester):
     run = interrupted(tiny, pytester)
-    other = bench("--bench-resume", str(run), "--bench-ids=2", "--bench-background", "-k", "1")
+    other = bench(f"--bench-resume={run}", "--bench-ids=2", "--bench-background", "-k", "1")
     assert other.ret == pytest.ExitCode.USAGE_ERROR
     error = other.stderr.str()
     assert "this command differs from the run's own settings (settings.json)" in error
     assert "--bench-ids: 1,3 in the run, 2 now" in error
     assert "--bench-background: False in the run, True now" in error and "-k: (not set) in the run, 1 now" in error
     assert "--bench-resume-merge" in error
-    merged = bench("--bench-resume", str(run), "--bench-ids=2", "--bench-resume-merge")
+    merged = bench(f"--bench-resume={run}", "--bench-ids=2", "--bench-resume-merge")
     assert merged.ret == pytest.ExitCode.OK, merged.stdout.str() + merged.stderr.str()
     merged.assert_outcomes(passed=5)
     assert items_of(run) == ["1.1", "1.2", "2.1", "2.2", "3.1"]  # the union, never narrowed
     assert json.loads((run / "settings.json").read_text())["_run"]["options"]["ids"] == ["1", "3", "2"]
+
+
+@pytest.mark.e2e
+def test_a_resume_over_another_mode_advises_a_new_run_not_a_merge(tiny, bench, pytester):
+    """--bench-resume-merge adds a selection; for a setting such as --bench-mode the way out is a new run (the
+    finished records were made in the run's mode) or the run's own mode, whether the run gave it or not."""
+    run = interrupted(tiny, pytester, "--bench-mode=tool_use")
+    given = bench(f"--bench-resume={run}", "--bench-mode=naive")
+    assert given.ret == pytest.ExitCode.USAGE_ERROR
+    error = " ".join(given.stderr.str().split())
+    assert "--bench-mode: tool_use in the run, naive now" in error, error
+    assert "--bench-resume-merge" not in error, error
+    assert "to use another setting (--bench-mode), start a new run (leave out --bench-resume)" in error, error
+    stored = json.loads((run / "settings.json").read_text())
+    del stored["_run"]["options"]["mode"]  # as a run that left the mode at its default records it
+    (run / "settings.json").write_text(json.dumps(stored))
+    default = bench(f"--bench-resume={run}", "--bench-mode=naive")
+    assert default.ret == pytest.ExitCode.USAGE_ERROR
+    error = " ".join(default.stderr.str().split())
+    assert "mode: tool_use vs naive" in error and "--bench-resume-merge" not in error, error
+    assert "resume with the run's own options, or start a new run (leave out --bench-resume)" in error, error
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_torn_records_line_is_the_plugins_own_note_not_a_warning_into_its_code(tiny, pytester):
+    run = interrupted(tiny, pytester)
+    with (run / "steps.jsonl").open("a") as records:
+        records.write('{"id": "3.1", "sta')  # a write the kill cut short
+    resumed = tiny(f"--bench-resume={run}", "-W", "default", subprocess=True)
+    out = resumed.stdout.str() + resumed.stderr.str()
+    assert resumed.ret == pytest.ExitCode.OK, out
+    assert f"agentbench: note: dropped torn last line 3 of {run / 'steps.jsonl'}" in out, out
+    # (another installed plugin may warn about itself; none of the plugin's own warnings reaches the user)
+    assert "AgentbenchWarning" not in out and "warnings summary" not in out and "pytest_agentbench/" not in out, out
+
+
+def test_a_warning_of_the_plugin_points_at_what_it_concerns(tmp_path):
+    records = tmp_path / "steps.jsonl"
+    records.write_text('{"id": "1.1", "status": "pass"}\n{"id": "1.2", "sta')
+    with pytest.warns(AgentbenchWarning) as caught:
+        assert [r["id"] for r in read_records(records)] == ["1.1"]
+    [warning] = caught
+    assert warning.filename == str(records), warning.filename  # not a line of the plugin's code
+    assert "dropped torn last line 2" in str(warning.message)
 
 
 @pytest.mark.e2e
@@ -96,27 +143,41 @@ def test_resume_command_of_the_package(tiny, pytester, shared_cache):
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_replay_rescores_a_run_from_its_cached_responses(pytester, bench, shared_data):
+def test_resuming_a_finished_run_says_so_and_starts_nothing(pytester, bench, shared_data):
+    """Nothing left to run: no preflight, no worker, no "the rest runs now"; the reports are written again."""
     data, h5 = write_dataset(pytester.path, shared_data)
     with FakeOpenAI() as server:
         server.reply("```python\ndef six():\n    return 6\n```")
         first = bench(
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--bench-ids=3.1",
-            "--bench-mode=naive",
-            "--model=m",
-            f"--model-base-url={server.base_url}",
-            "--model-api-key=k",
-            f"--bench-data-dir={data}",
-            f"--bench-h5={h5}",
-            "--bench-allow-custom-data",
-            "--bench-run-id=first",
+            *custom_data_args(data, h5, "--bench-ids=3.1", "--bench-mode=naive", model="m", server=server),
+            "--bench-run-id=done",
+        )
+        assert first.ret == pytest.ExitCode.OK, first.stdout.str()
+        [run] = run_dirs(pytester.path)
+        (run / "summary.json").unlink()
+        asked, preflights = len(server.requests), len(server.preflights)
+        resumed = bench(f"--bench-resume={run}", f"--model-base-url={server.base_url}", "--model-api-key=k", "-n", "2")
+        out = resumed.stdout.str()
+        assert resumed.ret == pytest.ExitCode.OK, out + resumed.stderr.str()
+        assert (len(server.requests), len(server.preflights)) == (asked, preflights)  # no preflight, no call
+    assert "all 1 item(s) have a finished record, nothing is left to run" in out, out
+    assert "the rest runs now" not in out and "preflight" not in out.lower(), out
+    assert not re.search(r"bringing up nodes|created: \d+/\d+ workers|\[gw\d+\]", out), out  # no xdist worker
+    assert items_of(run) == ["3.1"]  # the summary written again
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_replay_rescores_a_run_from_its_cached_responses(pytester, bench, custom_scicode):
+    with FakeOpenAI() as server:
+        server.reply("```python\ndef six():\n    return 6\n```")
+        first = custom_scicode(
+            "--bench-ids=3.1", "--bench-mode=naive", "--bench-run-id=first", model="m", server=server
         )
         assert first.ret == pytest.ExitCode.OK, first.stdout.str()
     [original] = run_dirs(pytester.path)
     # the server is gone: nothing is retyped, no model is called, the new run has its own folder
-    replay = bench("--bench-replay", str(original), "--bench-run-id=again")
+    replay = bench(f"--bench-replay={original}", "--bench-run-id=again")
     assert replay.ret == pytest.ExitCode.OK, replay.stdout.str() + replay.stderr.str()
     assert f"replaying {original}" in replay.stdout.str()
     again = original.parent / "again"

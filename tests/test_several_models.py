@@ -1,5 +1,5 @@
 """Several models, one run: a run file that lists more than one model runs each of them in one session, with its
-own run folder, summary and gates, and ends with one table across the models (issue 23, point 2)."""
+own run folder, summary and gates, and ends with one table across the models."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from bench_runs import read_jsonl
-from fake_openai import FakeOpenAI
-from scicode_builders import MODEL_CONFTEST, write_dataset
+from helpers.bench_runs import read_jsonl
+from helpers.fake_openai import FakeOpenAI
+from helpers.scicode_builders import MODEL_CONFTEST, write_dataset
 
 # step -> (right code, wrong code) of the tiny dataset (scicode_builders)
 CODE = {

@@ -1,6 +1,6 @@
 """``--bench-backend=slurm`` on a real two-node Slurm cluster on this machine (.ci/slurm-setup, run by .ci/run
 before pytest: node1 has a pretend GPU, node2 runs in its own UTS namespace). The tests read what the set-up
-wrote (tests/capabilities.py ``needs("slurm")``) and never run it. Without the cluster they skip with the
+wrote (tests/helpers/capabilities.py ``needs("slurm")``) and never run it. Without the cluster they skip with the
 reason (CI=true: they fail).
 
 Kept small (two one-step SciCode problems, two synthetic capsules): the whole module takes a few minutes.
@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.backends.slurm import commands as slurm
+from pytest_agentbench.backends.slurm import spool
 from pytest_agentbench.core import records as rec
-from pytest_agentbench.core import slurm, spool
 
-from bench_runs import read_jsonl
-from capabilities import needs, slurm_nodes_down
-from capsule_factory import write_capsule_tree
+from helpers.bench_runs import read_jsonl
+from helpers.capabilities import needs, slurm_nodes_down
+from helpers.capsule_factory import write_capsule_tree
 
 pytestmark = [pytest.mark.e2e, pytest.mark.remote, pytest.mark.slow]
 
@@ -67,6 +68,25 @@ def test_validation_oracle_through_slurm_gives_the_local_records(cluster, bench,
     for record in got.values():  # each record names its job and node
         assert record["worker"].startswith("slurm "), record
         assert record["host"] in ("node1", "node2"), record
+
+
+def test_slurm_jobs_grade_in_each_grading_environment_where_they_run(
+    cluster, bench, pytester: pytest.Pytester, monkeypatch
+) -> None:
+    """Each job resolves the grading environments on its node (here the ones .ci/grading-envs built, found by
+    the spec hash as a second run finds its own) and its records keep one verdict per environment."""
+    from pytest_agentbench.benchmarks.scicode import gradingenvs
+
+    monkeypatch.setenv(gradingenvs.ROOT_ENV, str(needs("grading-envs")))
+    done = bench(
+        *scicode_args("graded"), "--bench-backend=slurm", "--bench-grading-envs=2024,2025", "--bench-grading-envs-all"
+    )
+    assert done.ret == 0, done.stdout.str()[-3000:]
+    got = records_of(pytester, "graded")
+    assert sorted(got) == ["1.1", "3.1"], got
+    for record in got.values():
+        assert record["status"] == "pass" and record["host"] in ("node1", "node2"), record
+        assert {name: v["status"] for name, v in record["grading_envs"].items()} == {"2024": "pass", "2025": "pass"}
 
 
 def test_an_impossible_request_is_a_usage_error_with_slurms_message(cluster, bench) -> None:

@@ -1,4 +1,4 @@
-"""Issue 20, a lost socket-gateway host: ``--tx socket=HOST:PORT`` workers (execnet's own socket server,
+"""A lost socket-gateway host: ``--tx socket=HOST:PORT`` workers (execnet's own socket server,
 ``python -m execnet.script.socketserver``) on 127.0.0.1, one of which goes silent mid-item without closing its
 connection (its server process, in which the worker runs, is stopped with SIGSTOP: no FIN, no RST, as when a
 host drops off the network). The run must end like one that lost an ssh host: lost records for the silent
@@ -23,8 +23,8 @@ import time
 import execnet
 import pytest
 
-from bench_runs import SHARED_DATA, SocketHost, read_jsonl, wait_for, worker_host_env
-from fake_openai import FakeOpenAI
+from helpers.bench_runs import SHARED_DATA, SocketHost, read_jsonl, wait_for, worker_host_env
+from helpers.fake_openai import FakeOpenAI
 
 pytestmark = [pytest.mark.e2e, pytest.mark.remote, pytest.mark.slow]
 
@@ -158,7 +158,7 @@ def test_a_silent_socket_host_is_lost_and_the_run_finishes_on_the_other(pytester
 
     # the session ends as an incomplete run does: what is missing, and the command that runs it
     assert f"incomplete run: {len(lost)} item(s) not run; resume with:" in out, tail
-    assert f"--bench-resume {run_dir}" in out, tail
+    assert f"--bench-resume={run_dir}" in out, tail
 
     # the healthy host's server outlives its worker and serves the next run, also once the worker's watch on
     # its controller would have run out (it ends with the gateway, not by stopping the server)

@@ -1,4 +1,4 @@
-"""One task, one package (issue 25, point 1), without any scheduler: ``python -m pytest_agentbench run-task``
+"""One task, one package, without any scheduler: ``python -m pytest_agentbench run-task``
 runs one task of a run with the run's settings and writes its package into the run's spool; ``collect``
 takes the packages in with the code that takes in xdist deliveries and writes the summaries."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.backends.slurm import spool
 from pytest_agentbench.core import records as rec
-from pytest_agentbench.core import spool
 
-from bench_runs import read_jsonl, run_dirs
+from helpers.bench_runs import read_jsonl, run_dirs
 
 pytestmark = pytest.mark.e2e
 

@@ -8,8 +8,8 @@ import pytest
 
 from pytest_agentbench.benchmarks.scicode import timelimits
 
-from bench_runs import read_jsonl, run_dirs
-from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
+from helpers.bench_runs import read_jsonl, run_dirs
+from helpers.scicode_builders import CLOSE, MODEL_CONFTEST, problem, step
 
 SLOW = "def slow():\n    import time\n    time.sleep(2.5)\n    return 1"
 
@@ -30,24 +30,16 @@ def test_sensitivity_counts_passing_steps_over_each_limit():
 
 
 @pytest.mark.e2e
-def test_a_slow_passing_step_is_named_at_the_limits_it_exceeds(pytester, bench, shared_data):
+def test_a_slow_passing_step_is_named_at_the_limits_it_exceeds(pytester, custom_scicode):
     problems = [
         problem("1", [step("1.1", SLOW, [CLOSE.format(call="slow()")], header="def slow():")]),
         problem(
             "2", [step("2.1", "def quick():\n    return 2", [CLOSE.format(call="quick()")], header="def quick():")]
         ),
     ]
-    data, h5 = write_dataset(pytester.path, shared_data, targets={"1.1": [1], "2.1": [2]}, problems=problems)
+    custom_scicode.write(problems, {"1.1": [1], "2.1": [2]})
     pytester.makeconftest(MODEL_CONFTEST)
-    result = bench(
-        "--bench=scicode",
-        "--bench-split=validation",
-        "--model=mutant",
-        f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
-        "--bench-timeout=60",
-    )
+    result = custom_scicode("--bench-timeout=60")
     assert result.ret == 0
     [run] = run_dirs(pytester.path)
     durations = {r["id"]: r["exec_duration"] for r in read_jsonl(run / "steps.jsonl")}

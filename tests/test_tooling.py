@@ -12,13 +12,14 @@ skipped locally and fails under ``CI=true`` (``needs("dev-tool", ...)``).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from capabilities import needs
+from helpers.capabilities import COMPAT_MATRIX, needs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -76,3 +77,7 @@ def test_constraints_pin_the_tools_within_the_supported_ranges() -> None:
             name = req.name.lower()
             assert name in pins, f"constraints.txt pins no {name}: run .ci/update-constraints"
             assert req.specifier.contains(pins[name]), f"constraints.txt's {name}=={pins[name]} is outside {req}"
+    # the newest end of the compat matrix is what the suite itself runs with, and .ci/run builds the matrix's venvs
+    assert COMPAT_MATRIX[-1] == (pins["pytest"], pins["pytest-xdist"])
+    built = re.search(r"^for pins in (.*); do$", (ROOT / ".ci" / "run").read_text(), re.MULTILINE)
+    assert built and [tuple(p.strip('"').split()) for p in built.group(1).split('" "')] == COMPAT_MATRIX

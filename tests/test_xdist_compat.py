@@ -1,5 +1,5 @@
-"""Issue 20, "no private pytest or xdist API": every pytest-xdist/execnet attribute the package uses that they
-do not document is listed in ``pytest_plugin/xdist_compat.py`` and used nowhere else, and each still exists
+"""No private pytest or xdist API: every pytest-xdist/execnet attribute the package uses that they do not
+document is listed in ``pytest_plugin/distribution/xdist_compat.py`` and used nowhere else, and each still exists
 in the installed releases (a failure names the attribute, the release, and what uses it). A real ``-n 1`` run
 calls each adapter function on xdist's own objects."""
 
@@ -18,11 +18,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_agentbench.pytest_plugin import xdist_compat
+from pytest_agentbench.pytest_plugin.distribution import xdist_compat
 
-from bench_runs import SocketHost
+from helpers.bench_runs import SocketHost
 
-PACKAGE = Path(xdist_compat.__file__).resolve().parents[1]
+PACKAGE = Path(xdist_compat.__file__).resolve().parents[2]
 ADAPTER = Path(xdist_compat.__file__).resolve()
 
 
@@ -58,12 +58,28 @@ def test_each_internal_the_adapter_uses_still_exists(owner, attribute):
         found = present(owner, attribute)
     except (ImportError, AttributeError, OSError, TypeError) as exc:
         pytest.fail(
-            f"{owner} is gone in {releases} ({exc}): pytest_plugin/xdist_compat.py uses its "
+            f"{owner} is gone in {releases} ({exc}): pytest_plugin/distribution/xdist_compat.py uses its "
             f"{attribute!r}; adapt the adapter or bound the release in pyproject.toml"
         )
     assert found, (
-        f"{owner}.{attribute} is gone in {releases}: pytest_plugin/xdist_compat.py uses it; adapt the "
+        f"{owner}.{attribute} is gone in {releases}: pytest_plugin/distribution/xdist_compat.py uses it; adapt the "
         f"adapter or bound the release in pyproject.toml"
+    )
+
+
+@pytest.mark.parametrize("group", xdist_compat.EITHER, ids=lambda g: " or ".join(f"{o}.{a}" for o, a in g))
+def test_one_shape_of_each_internal_that_changed_shape_exists(group):
+    releases = f"pytest-xdist {version('pytest-xdist')}, execnet {version('execnet')}"
+
+    def exists(owner: str, attribute: str) -> bool:
+        try:
+            return present(owner, attribute)
+        except (ImportError, AttributeError, OSError, TypeError):
+            return False
+
+    assert any(exists(owner, attribute) for owner, attribute in group), (
+        f"none of {[f'{o}.{a}' for o, a in group]} exists in {releases}: pytest_plugin/distribution/xdist_compat.py "
+        f"uses one of them; adapt the adapter or bound the release in pyproject.toml"
     )
 
 
@@ -98,12 +114,12 @@ def test_no_module_but_the_adapter_touches_xdist_or_execnet_internals():
             for pattern, what in FORBIDDEN.items():
                 if re.search(pattern, code) and not code.strip().startswith(('"', "'", "``")):
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{number}: {what}: {line.strip()}")
-    assert not found, "use pytest_plugin/xdist_compat.py for:\n" + "\n".join(found)
+    assert not found, "use pytest_plugin/distribution/xdist_compat.py for:\n" + "\n".join(found)
 
 
 PROBE_CONFTEST = """
 import json, os, pytest
-from pytest_agentbench.pytest_plugin import xdist_compat as xc
+from pytest_agentbench.pytest_plugin.distribution import xdist_compat as xc
 
 SEEN = {}
 
@@ -169,7 +185,7 @@ def test_the_adapter_works_on_xdists_own_objects(pytester, tmp_path, monkeypatch
 def test_cut_worker_ends_a_socket_gateway_whose_host_went_silent(tmp_path):
     """A socket gateway whose host stopped answering (its server stopped: no FIN, no RST) has a receive blocked
     on it; ``cut_worker`` (what the heartbeat calls on a lost host) must end it at once, as end-of-file. execnet's
-    ``SocketIO.kill`` does nothing, so a cut that only called it left the run waiting forever (issue 20)."""
+    ``SocketIO.kill`` does nothing, so a cut that only called it left the run waiting forever."""
     import execnet
 
     host = SocketHost(tmp_path / "host", os.environ)

@@ -17,16 +17,16 @@ and on the controller ``summarize(records, settings)`` -> metrics, terminal line
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from ..core.io import DirectoryFiles, RunFiles
+from ..core.jobs import HARNESS_MIB, TIME_MARGIN, JobRequest
 from ..core.options import Option, Settings, view
 from ..core.records import Record, RecordLike
 from ..core.run_options import RunOptions
-from ..core.slurm import HARNESS_MIB, TIME_MARGIN, Request
 from ..core.types import Sample, Task
 from ..sandbox.options import SandboxOptions
 
@@ -46,6 +46,10 @@ class RunSpec:
     # writes through it only, never into ``run_dir``: on an xdist worker the files travel to the controller, the
     # only writer of the run. Default: ``DirectoryFiles(run_dir)`` (a notebook, a single process).
     files: RunFiles = None  # type: ignore[assignment]
+    # The samples this process holds now (those it will still run, in its order), asked again as work arrives: a
+    # benchmark may prepare them ahead (SciCode generates their chains concurrently). None: not known.
+    held: Callable[[], Sequence[Sample]] | None = None
+    workers: int = 1  # processes of the session that run items: a session-wide bound is divided over them
 
     def __post_init__(self) -> None:
         if self.files is None:
@@ -65,6 +69,8 @@ class BenchRun(Protocol):
 
     # Optional: ``prepare_sample(sample) -> None``, called before ``run_sample`` outside its timing (the item's
     # ``duration``), for work a sample needs that is not its own (SciCode: rebuilding its problem's targets).
+    # Optional: ``unscored() -> list[dict]``, after ``close``: the accounting (``generation`` fields) of model work
+    # done ahead that no record reports (a step generated for an item that never ran): the run's cost counts it.
 
 
 class Benchmark:
@@ -82,6 +88,19 @@ class Benchmark:
     gate_metrics: ClassVar[Mapping[str, str]] = {}  # gate name (--bench-fail-under NAME=...) -> metrics key
     headlines: ClassVar[Mapping[str, str]] = {}  # headline metrics key -> unit compare resamples: "task" or "item"
     free_settings: ClassVar[frozenset[str]] = frozenset()  # settings a baseline may differ in
+    # What report.html shows of this benchmark beyond the common parts (the report layer names no benchmark):
+    # answer counts under the headline cards (label -> record fields of correct answers and of answers), the
+    # Categories table's columns (heading, then summary["categories"][name] keys: passed, total, rate), the
+    # record fields the item's own details show (not repeated in its field table), and CSS and JavaScript the
+    # page appends to its own (no record value is ever put in a script).
+    answer_counts: ClassVar[Mapping[str, tuple[str, str]]] = {}
+    category_columns: ClassVar[tuple[tuple[str, str, str, str], ...]] = ()
+    # the Metrics table's labelled rows: (label, then summary["metrics"] keys: correct, total, rate); the metrics
+    # no row names follow by their keys
+    metric_rows: ClassVar[tuple[tuple[str, str, str, str], ...]] = ()
+    item_fields_shown: ClassVar[frozenset[str]] = frozenset()
+    page_css: ClassVar[str] = ""
+    page_js: ClassVar[str] = ""
 
     def configure(self, opts: Settings, split: str) -> dict[str, Any]:
         """Check the benchmark's options together (raise ConfigError naming the fix) and return the
@@ -96,6 +115,18 @@ class Benchmark:
         """sha256 of the data files this run reads, so a baseline made from other data is not compared."""
         return {}
 
+    def comparability(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """What makes two runs of this benchmark comparable beyond the keys every run records (benchmark, split,
+        selection, time limit, package version): ``dataset`` (its name, version and files' hashes),
+        ``grading_envs`` (each environment that grades, with the package versions it has), ``harness`` (how the
+        model is asked) and any other key (prompt templates' hashes). Called once ``data_hashes`` are in
+        ``settings``; stored in summary.json under ``comparability``. A gate refuses a baseline whose
+        ``dataset``, ``grading_envs`` or ``harness`` differ (docs/gates.md)."""
+        out: dict[str, Any] = {"dataset": {"name": self.name, "hashes": dict(settings.get("data_hashes") or {})}}
+        if settings.get("grading_envs"):
+            out["grading_envs"] = list(settings["grading_envs"])
+        return out
+
     def expected_cost(self, sample: Sample) -> float:
         """How long ``sample`` is expected to take, in any unit common to the benchmark's samples: the
         scheduler runs the heaviest tasks first when no earlier run measured them (durations.json)."""
@@ -105,22 +136,44 @@ class Benchmark:
         """The environment (``--bench-env`` value) the ``bench_env`` fixture builds when none is given."""
         return "host"
 
-    def job_request(self, samples: list[Sample], opts: Settings) -> Request:
+    def job_request(self, samples: list[Sample], opts: Settings) -> JobRequest:
         """What a scheduler job running these samples (one task, in order) asks for: one CPU, the memory its
         children may use plus the harness's, a GPU when a sample is marked ``gpu``, and time for every
         sample's limit plus a margin (``--bench-backend=slurm``)."""
         run = [s for s in samples if not s.skip_reason]
-        return Request(
+        return JobRequest(
             cpus=1,
             memory_mib=int(float(view(SandboxOptions, opts).memory_limit) * 1024) + HARNESS_MIB,
             gpu=any("gpu" in s.markers for s in samples),
             seconds=len(run) * float(view(RunOptions, opts).timeout) + TIME_MARGIN,
         )
 
+    def check_selection(
+        self, opts: Settings, settings: Mapping[str, Any], samples: list[Sample], env: Any
+    ) -> list[str]:
+        """Once, on the controller, before any item runs, when every item runs on this machine: what the selected
+        ``samples`` need that can be known up front (their data files, the environment's image). ``env`` is the
+        environment factory the run's items get (None when a conftest supplies its own ``bench_env``). Raise
+        ConfigError naming everything missing and the fix (the run ends with a usage error and no item runs);
+        return notes for the report header."""
+        return []
+
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> BenchRun:
         """Start this process's run with the model and environment (the bench_model and bench_env
         fixture values); choose the solver here, once."""
         raise NotImplementedError
+
+    def page_sections(self, summary: Mapping[str, Any], records: Sequence[RecordLike]) -> list[str]:
+        """report.html sections of this benchmark's own, placed after the gates: HTML, every value escaped."""
+        return []
+
+    def item_headline(self, record: RecordLike) -> str | None:
+        """The text of an item's summary line in report.html (plain text); None: the record's message."""
+        return None
+
+    def item_details(self, record: RecordLike) -> list[str]:
+        """HTML shown in an item's details after its message (every value escaped)."""
+        return []
 
     def summarize(self, records: list[Record], settings: Mapping[str, Any]) -> dict[str, Any]:
         """Metrics from the records of one run (controller side; each a ``Record``, read-only): a dict with

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class ConfigError(Exception):
@@ -17,3 +19,16 @@ def choose(names: Iterable[str], value: str, what: str) -> str:
     if value not in names:
         raise ConfigError(f"unknown {what} {value!r}; valid values: {', '.join(names)}")
     return value
+
+
+class AgentbenchWarning(UserWarning):
+    """Something a run tells its user about without stopping (a torn records line, an agent's unreadable report,
+    an item's files a worker could not deliver). ``warn_about`` gives it the location of what it concerns, so
+    pytest's warnings summary points at the file or item, never at the plugin's code; hide them with
+    ``-W ignore::pytest_agentbench.core.errors.AgentbenchWarning``."""
+
+
+def warn_about(message: str, where: str | Path) -> None:
+    """An ``AgentbenchWarning`` located at ``where`` (a file of the run, or an item's id). Line 0: no line of a data
+    file is printed under it (a records line can be long); the message says which line it means."""
+    warnings.warn_explicit(message, AgentbenchWarning, filename=str(where), lineno=0)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -25,6 +26,20 @@ HOST_FORWARDED = "forwarded"  # the controller's value, when it was set explicit
 HOST_OWN = "own"  # nothing: each host uses its own environment and defaults (paths differ between hosts)
 HOST_GPU = "gpu"  # forwarded, and used only by a host that has a GPU
 HOST_RULES = (HOST_FORWARDED, HOST_OWN, HOST_GPU)
+
+
+# The groups of ``pytest --help`` (and the sections of docs/options.md), in the order shown: key -> title.
+# ``Option.help_group`` names one; an option that names none is shown in the group of the layer declaring it
+# (``place``), a benchmark's own option in that benchmark's group (``help_group_title``).
+HELP_GROUPS = {
+    "selection": "selection and data",
+    "model": "model, cost and budget",
+    "run": "running, cache and resume",
+    "isolation": "isolation and environments",
+    "distribution": "remote workers and Slurm",
+    "gates": "reports and gates",
+}
+DEFAULT_HELP_GROUP = "run"  # an option no declaration or layer places
 
 
 class OptionError(ValueError):
@@ -46,11 +61,15 @@ class Option:
       demand a "file" or a "dir"), list (comma-separated: a tuple of non-empty strings), multi
       (repeatable flag and ini line list: a tuple of the strings as given), json (a JSON value),
       size (``8g``, ``512m``, bytes: an int).
+    ``default`` may be a callable ``(environment, base folder) -> value``: a default that depends on where the
+    user is (the per-user cache folder).
     Numbers are finite; ``minimum``/``maximum`` bound them (``exclusive_minimum`` for "> 0").
     ``check(value)`` may return a cleaned value or raise ``ValueError`` with the reason.
     ``runfile_group`` is the section of a run file (core/runfile.py) that may set it.
     ``negatable`` adds ``--no-<flag>`` for bools. ``owner`` is the benchmark that declared the
     option, or None for options every run shares.
+    ``help_group`` is the group of ``pytest --help`` that shows it (a key of ``HELP_GROUPS``); None: the group of
+    the layer that declares it (``place``), for a benchmark's own option its benchmark's group.
 
     The option's rules, which every consumer reads from here (never from a list of names):
       ``secret``: the value (an API key) is never written anywhere, not even inside the command line a report
@@ -91,6 +110,7 @@ class Option:
     free_on_resume: bool = False
     hosts: str | None = None  # one of HOST_RULES; None: "own" for a path, else "forwarded"
     private: bool = False
+    help_group: str | None = None  # a key of HELP_GROUPS; None: the declaring layer's, or the benchmark's
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -133,7 +153,23 @@ def rule_conflict(option: Option) -> str | None:
         return "a path names a folder of this host: its hosts rule is 'own'"
     if option.private and (option.kind != "path" or option.owner is not None):
         return "only a path option every run shares (no owner) can be private"
+    if option.help_group is not None and option.help_group not in HELP_GROUPS:
+        return f"help_group must be one of {', '.join(HELP_GROUPS)}, not {option.help_group!r}"
     return None
+
+
+def place(options: Iterable[Option], help_group: str) -> tuple[Option, ...]:
+    """``options`` of one layer, each that names no help group (and is no benchmark's own) in ``help_group``."""
+    return tuple(
+        o if o.help_group is not None or o.owner is not None else replace(o, help_group=help_group) for o in options
+    )
+
+
+def help_group_title(option: Option) -> str:
+    """The title of the ``pytest --help`` group that shows ``option``."""
+    if option.help_group is None and option.owner is not None:
+        return f"--bench={option.owner}"
+    return HELP_GROUPS[option.help_group or DEFAULT_HELP_GROUP]
 
 
 def secret_names(options: Iterable[Option]) -> frozenset[str]:
@@ -294,7 +330,7 @@ def given_value(option: Option, value: Any, base: Path) -> Any:
 
 def declared_default(option: Option) -> Any:
     """The value ``resolve`` gives an option nothing sets, a relative path taken from the current folder."""
-    return _default(option, Path.cwd())
+    return _default(option, Path.cwd(), os.environ)
 
 
 def resolve(options: Iterable[Option], sources: Sources) -> Settings:
@@ -308,7 +344,9 @@ def resolve(options: Iterable[Option], sources: Sources) -> Settings:
             base = sources.ini_dir
         elif origin.startswith(FILE_ORIGIN) and sources.file_dir:
             base = sources.file_dir
-        values[option.name] = convert(option, raw, where, base) if raw is not None else _default(option, base)
+        values[option.name] = (
+            convert(option, raw, where, base) if raw is not None else _default(option, base, sources.env)
+        )
         origins[option.name] = origin
     return Settings(values, origins)
 
@@ -332,7 +370,9 @@ def pick(option: Option, sources: Sources) -> tuple[Any, str, str]:
     return None, "default", "default"
 
 
-def _default(option: Option, base: Path) -> Any:
+def _default(option: Option, base: Path, env: Mapping[str, str]) -> Any:
+    if callable(option.default):  # a default that depends on the user's environment (the per-user cache folder)
+        return option.default(env, base)
     if option.default is None:
         return () if option.kind in ("list", "multi") else None
     if option.kind == "path":

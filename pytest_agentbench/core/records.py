@@ -25,12 +25,12 @@ import fcntl
 import json
 import os
 import stat
-import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .errors import warn_about
 from .io import natural_key, write_atomic
 from .types import Sample, attempt_key
 
@@ -62,7 +62,8 @@ INFRA_STATUSES = ("model_error", "env_error", "error")
 # Outcomes that are no verdict on the model: the run counts' Error, and what --bench-max-retries runs again.
 ERROR_STATUSES = ("model_error", "eval_error", "env_error", "error")
 # Fields that legitimately differ between two runs of the same thing (``*_source``: built now or taken from the
-# cache, see docs/cache.md).
+# cache, see docs/runs.md; ``operands_bytes``: the size of the values the scored code sent, whose last digits
+# follow the host's numeric kernels, e.g. the BLAS core type OpenBLAS picks on a CPU).
 VOLATILE_FIELDS = (
     "duration",
     "worker",
@@ -71,6 +72,7 @@ VOLATILE_FIELDS = (
     "finished",
     "latency",
     "exec_duration",
+    "operands_bytes",
     "run_dir",
     "targets_source",
     "capsule_source",
@@ -276,7 +278,7 @@ def read_records(path: Path) -> list[RecordData]:
             records.append(json.loads(raw))
         except json.JSONDecodeError:
             where = "torn last line" if number >= len(lines) - 1 else "corrupt line"
-            warnings.warn(f"agentbench: dropped {where} {number} of {path} (an interrupted write)", stacklevel=2)
+            warn_about(f"agentbench: dropped {where} {number} of {path} (an interrupted write)", path)
     return records
 
 

@@ -2,11 +2,48 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from .options import Option
+
+CACHE_APP = "pytest-agentbench"  # the per-user cache folder's name under $XDG_CACHE_HOME (~/.cache)
+LEGACY_CACHE_DIR = ".agentbench_cache"  # the default of earlier releases, in the rootdir
+
+
+def user_cache_dir(env: Mapping[str, str]) -> Path:
+    """The per-user cache folder: ``$XDG_CACHE_HOME/pytest-agentbench`` (an absolute ``XDG_CACHE_HOME`` only, as
+    the XDG base directory specification says), else ``~/.cache/pytest-agentbench``. One folder for every run
+    of the user, wherever pytest starts: a run file run from another folder reuses its targets and answers."""
+    xdg = env.get("XDG_CACHE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / CACHE_APP
+    home = env.get("HOME") or os.path.expanduser("~")
+    return Path(home) / ".cache" / CACHE_APP
+
+
+def default_cache_dir(env: Mapping[str, str], rootdir: Path) -> Path:
+    """``--bench-cache-dir``'s default: a ``.agentbench_cache/`` an earlier release made in the rootdir while it
+    is there (its rebuilt targets and answers stay usable; the run says so), else the per-user folder."""
+    legacy = Path(rootdir) / LEGACY_CACHE_DIR
+    if legacy.is_dir():
+        return legacy
+    return user_cache_dir(env)
+
+
+def legacy_cache_note(cache_dir: Path, origin: str, rootdir: Path) -> str | None:
+    """What the run says when it uses an earlier release's folder-local cache by default, else None."""
+    if origin != "default" or Path(cache_dir) != Path(rootdir) / LEGACY_CACHE_DIR:
+        return None
+    return (
+        f"cache: using {cache_dir}, the folder-local cache of an earlier release; the default is now one "
+        f"folder per user ($XDG_CACHE_HOME/{CACHE_APP}, else ~/.cache/{CACHE_APP}): move it there to share it "
+        f"with runs started elsewhere, or keep it with --bench-cache-dir"
+    )
+
 
 RUN_OPTIONS: tuple[Option, ...] = (
     Option(
@@ -15,6 +52,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "benchmark to run (an installed benchmark's name); without it the plugin does nothing.",
         ini="agentbench_bench",
         metavar="NAME",
+        help_group="selection",
     ),
     Option(
         "config",
@@ -30,6 +68,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         metavar="FILE",
         runfile_group=None,
         stored=False,
+        help_group="selection",
     ),
     Option(
         "split",
@@ -37,6 +76,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "benchmark split (default: the benchmark's own default split).",
         ini="agentbench_split",
         metavar="SPLIT",
+        help_group="selection",
     ),
     Option(
         "ids",
@@ -45,6 +85,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         kind="list",
         ini="agentbench_ids",
         metavar="IDS",
+        help_group="selection",
     ),
     Option(
         "data_dir",
@@ -58,14 +99,17 @@ RUN_OPTIONS: tuple[Option, ...] = (
         metavar="DIR",
         free_on_resume=True,
         private=True,
+        help_group="selection",
     ),
     Option(
         "cache_dir",
         "--bench-cache-dir",
-        "cache folder, relative to the rootdir: model responses, files a benchmark derives from its data, "
-        "checksum stamps (default $AGENTBENCH_CACHE_DIR, else .agentbench_cache/).",
+        "cache folder (a relative path is taken from the rootdir): model responses, files a benchmark derives "
+        "from its data, checksum stamps (default $AGENTBENCH_CACHE_DIR, else one folder per user: "
+        "$XDG_CACHE_HOME/pytest-agentbench, else ~/.cache/pytest-agentbench; a .agentbench_cache/ folder "
+        "an earlier release left in the rootdir is used while it is there).",
         kind="path",
-        default=".agentbench_cache",
+        default=default_cache_dir,
         relative_to="rootdir",
         ini="agentbench_cache_dir",
         env="AGENTBENCH_CACHE_DIR",
@@ -83,6 +127,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         metavar="DIR",
         free_on_resume=True,
         private=True,
+        help_group="gates",
     ),
     Option(
         "run_id",
@@ -91,6 +136,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_run_id",
         metavar="ID",
         stored=False,
+        help_group="gates",
     ),
     Option(
         "timeout",
@@ -107,9 +153,10 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(
         "max_consecutive_errors",
         "--bench-max-consecutive-errors",
-        "stop the run (as -x does, writing complete reports of what finished) after N items in a row ended in "
-        "model_error on one process (per worker under -n); eval_error and env_error never stop a run; "
-        "0 never stops (default 10).",
+        "stop the run (as -x does, writing complete reports of what finished, labelled incomplete) after N "
+        "items in a row ended in model_error, counted across all workers under -n in the order they finish "
+        "(no more work is handed out; workers finish the items they hold); eval_error and env_error never stop "
+        "a run; 0 never stops (default 10).",
         kind="int",
         default=10,
         minimum=0,
@@ -125,6 +172,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         kind="bool",
         default=False,
         ini="agentbench_allow_custom_data",
+        help_group="selection",
     ),
     Option(
         "allow_version_skew",
@@ -135,6 +183,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         kind="bool",
         default=False,
         ini="agentbench_allow_version_skew",
+        help_group="distribution",
     ),
     Option(
         "host_timeout",
@@ -148,6 +197,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         maximum=600,
         ini="agentbench_host_timeout",
         metavar="SECONDS",
+        help_group="distribution",
     ),
     Option(
         "attempts",

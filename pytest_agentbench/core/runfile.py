@@ -33,6 +33,7 @@ MODEL_KEYS = {
     "params": "model_params",
     "timeout": "model_timeout",
     "max_retries": "model_max_retries",
+    "max_retry_time": "model_max_retry_time",
     "retry_delay": "model_retry_delay",
     "preflight": "model_preflight",
     "price": "model_price",

@@ -5,12 +5,14 @@ frozen ``Settings`` (kept in ``config.stash``), builds the run's state (``state.
 benchmark's samples as items (``collect.py``), runs them (``run.py``, the ``bench_run`` fixture),
 writes their records (``writer.py``) and reports on the controller (``reporter.py``, ``progress.py``).
 The plugin is inert unless ``--bench`` (or the ``agentbench_bench`` ini key) names a benchmark.
-The xdist role is decided once, at the first configure hook (``take_role``, distribution.py): the xdist
-controller (or the only process) is the one writer of the run (``ControllerWriter``) and reports
-(``Reporter``); an xdist worker (``WorkerWriter``) sends each record, the item's files and its new model-cache
-entries to it in the item's report. One plugin object on the controller and one on each worker own the xdist
-hooks (distribution.py); they are unregistered at unconfigure.
-Other plugins extend it through the hooks in ``hookspecs.py``.
+How this process takes part in the run (alone, xdist controller or worker, Slurm, a ``run-task`` or ``collect``
+session) is one row of the table in ``modes.py``, which ``pytest_configure`` follows. The xdist role is decided
+once, at the first configure hook (``take_role``, ``distribution/``): the xdist controller (or the only process)
+is the one writer of the run (``ControllerWriter``) and reports (``Reporter``); an xdist worker
+(``WorkerWriter``) sends each record, the item's files and its new model-cache entries to it in the item's
+report. One plugin object on the controller and one on each worker own the xdist hooks
+(``distribution/plugins.py``); they are unregistered at unconfigure. The Slurm back-end's pytest side is
+``slurm/``. Other plugins extend it through the hooks in ``hookspecs.py``.
 """
 
 from __future__ import annotations
@@ -30,19 +32,20 @@ from ..envs import build_env
 from ..models.cache import ResponseCache
 from ..models.options import build_model, model_settings
 from . import hookspecs
-from .checks import before_items, bench_model_overridden, node_checks, other_benchmark_options
+from .checks import bench_model_overridden, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
-from .distribution import CONTROLLER_PLUGIN, DistributionController, take_role
-from .durations import DurationsWriter
-from .handshake import HandshakeError, Role, role_of
+from .concurrency import InFlight, connections_of, held_samples, keep_unscored, workers_of
+from .distribution.durations import DurationsWriter
+from .distribution.handshake import HandshakeError, run_alone
+from .distribution.plugins import CONTROLLER_PLUGIN, DistributionController, take_role
+from .modes import RunMode, Situation, run_mode
 from .options import all_options, read, register, run_file_arguments, several_models
 from .pathargs import space_form_error
 from .progress import Progress, header_lines
 from .run import MODEL_STATES, SETTINGS, STATE, BenchState, ModelRuns, states_of
 from .selfdescribe import DEFINITION, definition, restore
-from .slurm import SlurmBackend, collect_ended
-from .state import make_state, new_run_id
-from .taskpackage import CollectSession, PackageCollector, TaskPackager, plugin_of
+from .signals import StopSignals
+from .state import make_state, new_run_id, nothing_left
 from .writer import ControllerWriter, WorkerWriter
 
 GENERIC_MARKERS = {"docker": "needs a Docker engine (pytest-agentbench's own tests)"}
@@ -114,29 +117,45 @@ def pytest_configure(config: pytest.Config) -> None:
             return
         other_benchmark_options(options, opts, opts.bench)
         several = several_models(config, options, opts)  # a run file listing several models, none picked
+        situation = Situation.of(config, opts, several)
+        mode = run_mode(situation)
+        if mode.refusal is not None:
+            raise ConfigError(mode.refusal(situation))
         if several:
-            if opts.backend == "slurm":
-                raise ConfigError(
-                    f"--bench-backend=slurm runs one model per session, and the run file lists "
-                    f"{len(several)} models ({', '.join(several)}): pick one with --model=NAME"
-                )
-            states = model_states(config, options, several)
+            states = model_states(config, options, several, mode)
             state = next(iter(states.values()))
             config.stash[MODEL_STATES] = states
         else:
-            state = make_state(config, opts)
-            if not state.is_worker:
-                before_items(config, opts, state)  # report dir, model preflight, resume merge, significance
-            elif plugin_of(config, TaskPackager) is not None and not config.option.collectonly:
-                node_checks(opts, state)  # a Slurm job: isolation and the sandbox self-test on its node
+            state = one_state(config, opts, mode)
+            if mode.distributes and nothing_left(state):  # a finished run resumed: reports again, in-process
+                run_alone(config)
+                mode = run_mode(Situation.of(config, opts, several))
     except (ConfigError, DataError) as exc:
         raise usage_error(exc) from None
     config.stash[STATE] = state
+    register_run(config, mode, state)
+
+
+def one_state(config: pytest.Config, opts: Settings, mode: RunMode) -> BenchState:
+    """The state of a run of one model, checked as its mode says (ConfigError, DataError)."""
+    state = make_state(config, opts)
+    if mode.checks is not None:
+        mode.checks(config, opts, state)  # report dir, model preflight, resume merge, significance; a node's sandbox
+    return state
+
+
+def register_run(config: pytest.Config, mode: RunMode, state: BenchState) -> None:
+    """The plugin objects of the run in ``mode``, registered in the order their hooks rely on (the terminal calls
+    the last registered first)."""
+    stop_signals = StopSignals()  # SIGTERM/SIGHUP (a CI time-out, Kubernetes, Slurm) stop the run as Ctrl-C does
+    stop_signals.install()
+    config.pluginmanager.register(stop_signals, "agentbench-signals")
     runs = states_of(config)
-    writer = WorkerWriter if state.is_worker else ControllerWriter
+    writer = WorkerWriter if mode.sends else ControllerWriter
     for each in runs:
         config.pluginmanager.register(writer(config, each), plugin_name("agentbench-writer", each))
-    if state.is_worker:
+        config.pluginmanager.register(InFlight(each), plugin_name("agentbench-in-flight", each))
+    if mode.sends:
         return
     from .reporter import ModelsReport, Reporter  # why: the report layer imports numpy; only a benchmark run reports
 
@@ -147,21 +166,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(durations, plugin_name("agentbench-durations", reporter.state))
     if state.model is not None:  # a run of several models: one verdict and one table across them
         config.pluginmanager.register(ModelsReport(config, reporters), "agentbench-models")
-    config.pluginmanager.register(Progress(config, opts.progress_interval), "agentbench-progress")
-    if role_of(config) is Role.CONTROLLER:
+    config.pluginmanager.register(Progress(config, settings_of(config).progress_interval), "agentbench-progress")
+    if mode.distributes:
         config.pluginmanager.register(DistributionController(config, state, runs), CONTROLLER_PLUGIN)
-    if plugin_of(config, PackageCollector) is not None:  # python -m pytest_agentbench collect
-        ended = collect_ended(state.run_dir)  # a Slurm run's jobs that ended without a package are lost
-        config.pluginmanager.register(CollectSession(config, state, ended), "agentbench-collect-session")
-    elif opts.backend == "slurm":
-        if role_of(config) is Role.CONTROLLER:
-            raise usage_error(
-                ConfigError(
-                    "--bench-backend=slurm runs every task as a Slurm job: leave out "
-                    "-n/--dist/--tx (pytest-xdist) for this run"
-                )
-            )
-        config.pluginmanager.register(SlurmBackend(config, state), "agentbench-slurm")
+    if mode.engine is not None:
+        engine, name = mode.engine(config, state)
+        config.pluginmanager.register(engine, name)
 
 
 PLUGIN_PREFIX = "agentbench-"  # every plugin object a run registers is named so (writer, reporter, distribution...)
@@ -182,10 +192,11 @@ def plugin_name(base: str, state: BenchState) -> str:
 
 
 def model_states(
-    config: pytest.Config, options: tuple[Option, ...], several: dict[str, Settings]
+    config: pytest.Config, options: tuple[Option, ...], several: dict[str, Settings], mode: RunMode
 ) -> dict[str, BenchState]:
-    """One state per model of a run file that lists several (each with its own settings, run folder and checks),
-    sharing one run id; a conftest's own ``bench_model`` cannot stand for several models (ConfigError)."""
+    """One state per model of a run file that lists several (each with its own settings, run folder and the checks
+    of the session's ``mode``), sharing one run id; a conftest's own ``bench_model`` cannot stand for several models
+    (ConfigError)."""
     names = tuple(several)
     if bench_model_overridden(config):
         raise ConfigError(
@@ -200,8 +211,8 @@ def model_states(
             opts = opts.with_values(run_id=run_id)
         state = make_state(config, opts, names)
         state.definition = definition(config, options, opts)  # settings.json: resumable as that model's run
-        if not state.is_worker:
-            before_items(config, opts, state)
+        if mode.checks is not None:
+            mode.checks(config, opts, state)
         states[name] = state
     return states
 
@@ -243,8 +254,14 @@ def bench_model(pytestconfig: pytest.Config):
     try:
         several = pytestconfig.stash.get(MODEL_STATES, None)
         if several:  # a run of several models: each model's client, by name
-            return {name: build_model(state.options) for name, state in several.items()}
-        return build_model(settings_of(pytestconfig))
+            return {
+                name: build_model(
+                    state.options, connections=connections_of(pytestconfig, state.options.max_connections)
+                )
+                for name, state in several.items()
+            }
+        opts = settings_of(pytestconfig)
+        return build_model(opts, connections=connections_of(pytestconfig, opts.max_connections))
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -276,6 +293,7 @@ def bench_run(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) 
     run = open_run(request, state, bench_model, bench_env)
     yield run
     run.close()
+    keep_unscored(request.config, state, run)
     state.run = None
 
 
@@ -294,7 +312,10 @@ def open_run(request: pytest.FixtureRequest, state: BenchState, model: Any, env:
         data_dir=opts.data_dir,
         cache_dir=opts.cache_dir,
         files=state.files,
+        held=held_samples(request.session, state),
+        workers=workers_of(request.config),
     )
+    state.gate = getattr(model, "gate", None)  # models.concurrency.CallGate: stopped with the run's budget
     cache = getattr(model, "cache", None)
     if state.journal is not None and isinstance(cache, ResponseCache):
         cache.journal = state.journal  # on a worker: new entries also travel to the controller's cache

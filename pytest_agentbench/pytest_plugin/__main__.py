@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .taskpackage import collect_session, run_task_session
+from .slurm.taskpackage import collect_session, run_task_session
 
 
 def main(argv: list[str]) -> int:

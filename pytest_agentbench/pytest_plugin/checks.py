@@ -1,8 +1,10 @@
-"""Checks made once on the controller before any item runs (issue 13: fail before spending items).
+"""Checks made once on the controller before any item runs, so a run fails before it spends
+anything on items.
 
 ``before_items`` runs them all at configure time.
 
-``preflight_note``: one cheap request to the model endpoint (``models/preflight.py``), unless the run
+``preflight_note``: the model endpoint's preflight (``models/preflight.py``): a listing and one request shaped
+like the run's first (``first_call``: the benchmark's harness builds it for the first task), unless the run
 needs no endpoint or a conftest supplies its own ``bench_model``. ``other_benchmark_options``: a
 benchmark's own option given on the command line of a run of another benchmark is a mistake.
 ``check_report_dir``: the report folder can be created (found now, not after the work is done);
@@ -17,38 +19,64 @@ import os
 import types
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ..core.errors import ConfigError
 from ..core.host import hostname
 from ..core.options import Option, Settings
+from ..core.run_options import legacy_cache_note
+from ..envs import build_env
 from ..models.options import ORACLE, check_api_key, model_settings
-from ..models.preflight import preflight, skip_reason
+from ..models.preflight import FirstCall, preflight, skip_reason
 from ..sandbox.options import isolation_from, private_folders
 from ..sandbox.selftest import run_self_test
 from .run import BenchState
 from .selfdescribe import rewrite_definition
+from .state import nothing_left
 
 
 def bench_model_overridden(config: pytest.Config) -> bool:
     """Whether a conftest or plugin loaded so far defines its own ``bench_model`` fixture (not checked)."""
+    return fixture_overridden(config, "bench_model")
+
+
+def fixture_overridden(config: pytest.Config, name: str) -> bool:
+    """Whether a conftest or plugin loaded so far defines its own fixture ``name`` instead of the plugin's."""
     ours = __name__.rsplit(".", 1)[0]
     for plugin in config.pluginmanager.get_plugins():
         module = plugin if isinstance(plugin, types.ModuleType) else None
-        if module is not None and not module.__name__.startswith(ours) and "bench_model" in vars(module):
+        if module is not None and not module.__name__.startswith(ours) and name in vars(module):
             return True
     return False
 
 
-def preflight_note(config: pytest.Config, opts: Settings) -> str | None:
+def preflight_note(config: pytest.Config, opts: Settings, state: BenchState | None = None) -> str | None:
     """Run the model preflight when this run calls an endpoint; a note for the header, or ConfigError."""
     if config.option.collectonly or not opts.model or opts.model == ORACLE or bench_model_overridden(config):
         return None
     check_api_key(model_settings(opts), opts.model_api_key)  # no network: checked even with the preflight off
     if skip_reason(opts) is not None:
         return None
-    return preflight(opts)
+    return preflight(opts, first_call(opts, state) if state is not None else None)
+
+
+def first_call(opts: Settings, state: BenchState) -> FirstCall | None:
+    """The shape of the run's first model request (its first task's, built by the benchmark's own harness with
+    the run's settings), or None when the benchmark cannot say (the preflight then sends a plain "ping")."""
+    check = getattr(state.benchmark, "first_call_misses", None)
+    task = next((t for t in state.tasks if t.samples), None)
+    if not callable(check) or task is None:
+        return None
+    from ..models.probe import FirstRequestKeeper  # why: it imports the openai SDK, loaded only for a real model
+
+    keeper = FirstRequestKeeper(str(opts.model))
+    try:
+        check(opts, state.settings, [task], list(task.samples), keeper)
+    except Exception:  # the harness could not build it here (a data file missing, ...): the items will say why
+        return None
+    return keeper.seen
 
 
 def other_benchmark_options(options: Iterable[Option], opts: Settings, bench: str) -> None:
@@ -131,6 +159,9 @@ def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> No
     """The controller's checks and notes before any item runs (ConfigError: the plugin shows a usage error)."""
     if opts.resume and opts.resume_merge:
         rewrite_definition(state.run_dir, config)  # the run's settings.json names the merged selection
+    legacy = legacy_cache_note(opts.cache_dir, opts.origin("cache_dir"), Path(config.rootpath))
+    if legacy:
+        state.notes.append(legacy)
     if opts.replay:
         state.notes.append(f"replaying {opts.replay}: its settings and selection, cached model responses only")
     if opts.significance:  # a test that can never reject is no gate
@@ -141,10 +172,28 @@ def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> No
     if not config.option.collectonly:
         check_report_dir(state.run_dir, opts.report_dir)
         probe_report_dir(state.run_dir, opts.report_dir)
+        if nothing_left(state):  # a finished run resumed: its records are reported again, nothing runs
+            return
         sandbox_self_test(opts, state)  # a hidden interpreter would fail every item: found before any
-        note = preflight_note(config, opts)  # one cheap request: a dead endpoint costs no items
+        note = preflight_note(config, opts, state)  # a dead endpoint or a refused key costs no items
         if note:
             state.notes.append(note)
+
+
+def selection_checks(config: pytest.Config, state: BenchState, samples: list[Any]) -> None:
+    """The benchmark's own checks of the selection (``Benchmark.check_selection``), before any item runs: exit 4
+    with its message when something every item needs is missing. Skipped when items run on other hosts or Slurm
+    nodes, which have their own data and engines."""
+    from .distribution.remote import remote_specs  # why: it imports this module's neighbours; only this check needs it
+
+    opts = state.options
+    if config.option.collectonly or opts["backend"] == "slurm" or remote_specs(config):
+        return
+    try:
+        env = None if fixture_overridden(config, "bench_env") else build_env(opts, state.benchmark.default_env(opts))
+        state.notes += state.benchmark.check_selection(opts, state.settings, samples, env)
+    except ConfigError as exc:
+        pytest.exit(f"agentbench: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def node_checks(opts: Settings, state: BenchState) -> None:
@@ -162,5 +211,5 @@ def node_checks(opts: Settings, state: BenchState) -> None:
             f"on Slurm node {node}: {exc}. With --bench-backend=slurm model code runs only in "
             f"bubblewrap sandboxes: install bubblewrap and allow unprivileged user namespaces on "
             f"the nodes, or leave this node out (--bench-slurm-args='--exclude={node}'); see "
-            f"docs/slurm.md"
+            f"docs/distributed.md"
         ) from None

@@ -27,15 +27,3 @@ def pytest_agentbench_summary(summary: dict[str, Any]) -> None:
     ``summary`` (the fields summary.json holds: ``report.summary.Summary.data``). Keys starting with ``_``
     are not written to summary.json. Change it in place.
     """
-
-
-def pytest_agentbench_test_fault(stage: str, nodeid: str) -> None:
-    """Test-only: raise here to make a stage of one item's life fail, as a bug or a broken environment would.
-
-    Called in the process where the stage runs, with the item's node id: ``score`` and ``record`` where the item
-    runs (an xdist worker, or the only process), ``deliver`` on an xdist worker as it hands the record on, and
-    ``write`` on the process that appends records (the only process, or the controller). Whatever is raised
-    becomes that item's ``error`` record naming the stage and the cause; the other items and the reports are
-    unaffected. pytest-agentbench's own tests implement it in a conftest.py (which xdist workers load too);
-    nothing else should.
-    """

@@ -16,18 +16,29 @@ from typing import Any, Literal
 
 import pytest
 
+from ..backends.slurm.commands import SLURM_OPTIONS
 from ..benchmarks.base import Registered
 from ..core import runfile
-from ..core.options import Option, OptionError, Settings, Sources, by_name, help_text, resolve
+from ..core.jobs import BACKEND_OPTIONS
+from ..core.options import (
+    HELP_GROUPS,
+    Option,
+    OptionError,
+    Settings,
+    Sources,
+    by_name,
+    help_group_title,
+    help_text,
+    place,
+    resolve,
+)
 from ..core.run_options import RUN_OPTIONS
-from ..core.slurm import SLURM_OPTIONS
 from ..envs import ENV_OPTIONS
 from ..models.options import MODEL_OPTIONS
 from ..report.options import REPORT_OPTIONS
 from ..sandbox.options import SANDBOX_OPTIONS
 
-GROUP = "agentbench"
-GROUP_TITLE = "agent/code benchmarks (pytest-agentbench)"
+GROUP_PREFIX = "agentbench"  # every group of the plugin in pytest --help: "agentbench (model, cost and budget)"
 METAVARS = {
     "int": "N",
     "float": "NUMBER",
@@ -41,13 +52,15 @@ METAVARS = {
 
 def all_options(registered: Registered) -> tuple[Option, ...]:
     """The options of every layer and of every registered benchmark, each once, in a stable order."""
+    # each layer's help group, for its options that name none (Option.help_group)
     options: list[Option] = [
-        *RUN_OPTIONS,
-        *SANDBOX_OPTIONS,
-        *MODEL_OPTIONS,
-        *ENV_OPTIONS,
-        *REPORT_OPTIONS,
-        *SLURM_OPTIONS,
+        *place(RUN_OPTIONS, "run"),
+        *place(SANDBOX_OPTIONS, "isolation"),
+        *place(MODEL_OPTIONS, "model"),
+        *place(ENV_OPTIONS, "isolation"),
+        *place(REPORT_OPTIONS, "gates"),
+        *place(BACKEND_OPTIONS, "distribution"),  # before the Slurm options, as --bench-backend always was
+        *place(SLURM_OPTIONS, "distribution"),
     ]
     for name in sorted(registered.found):
         options += registered.found[name].options
@@ -67,8 +80,25 @@ def with_choices(option: Option, registered: Registered) -> Option:
     return option
 
 
+def help_groups(options: tuple[Option, ...]) -> dict[str, list[Option]]:
+    """The options by the title of their ``pytest --help`` group: the shared groups in HELP_GROUPS's order, then
+    each benchmark's; a group without options is left out."""
+    order = [*HELP_GROUPS.values(), *sorted({help_group_title(o) for o in options} - set(HELP_GROUPS.values()))]
+    grouped: dict[str, list[Option]] = {title: [] for title in order}
+    for option in options:
+        grouped[help_group_title(option)].append(option)
+    return {title: found for title, found in grouped.items() if found}
+
+
 def register(parser: pytest.Parser, options: tuple[Option, ...]) -> None:
-    group = parser.getgroup(GROUP, GROUP_TITLE)
+    after = None
+    for title, grouped in help_groups(options).items():
+        name = f"{GROUP_PREFIX} ({title})"
+        register_group(parser, parser.getgroup(name, name, after=after), grouped)
+        after = name
+
+
+def register_group(parser: pytest.Parser, group: pytest.OptionGroup, options: list[Option]) -> None:
     for option in options:
         text = help_text(option)
         cli_help = text.replace("%", "%%")  # argparse %-formats help texts

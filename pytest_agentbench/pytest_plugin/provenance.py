@@ -1,4 +1,4 @@
-"""What a run records about itself (issue 13: self-describing runs): when it ran, on what, and how it was started.
+"""What a run records about itself, so a run describes itself: when it ran, on what, and how it was started.
 
 ``run_info`` is stored as ``summary["run"]`` (summary.json) and shown in summary.md: start and end time
 (UTC), duration, the plugin's version, Python/numpy/scipy versions, the git commit of the working
@@ -59,6 +59,12 @@ def command_line(args: Sequence[str]) -> str:
     if orig and list(args) == orig[len(orig) - len(args) :] and len(orig) > len(args):
         return shlex.join(redact(orig, option_flags()))
     return shlex.join(["pytest", *redact(args, option_flags())])
+
+
+def session_command(verb: str, run_dir: Path | str) -> str:
+    """``python -m pytest_agentbench VERB RUN_DIR``, shell-quoted with absolute paths: the ``resume`` and
+    ``collect`` commands run in the folder the run was started from, so the line works pasted in any folder."""
+    return shlex.join([sys.executable, "-m", "pytest_agentbench", verb, os.path.abspath(run_dir)])
 
 
 def option_flags() -> tuple[frozenset[str], frozenset[str]]:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from ..core import records as rec
+from ..core.records import usage_text
 from ..core.types import Sample
 from ..models.options import ORACLE
 from ..report.attempts import counts_line
@@ -49,8 +50,10 @@ from ..report.summary import (
     judge_without_items,
     write_reports,
 )
+from ..report.usage import replayed_text
+from .checks import selection_checks
 from .collect import BenchItem, item_entries
-from .handshake import on_worker_collection
+from .distribution.handshake import on_worker_collection
 from .progress import status_line
 from .provenance import command_line, run_info
 from .replaycheck import stop_replay_without_cache
@@ -72,7 +75,8 @@ class Reporter:
         self.verdict: Verdict | None = None
         self.written: Written | None = None
         self.html: Path | None = None  # report.html, once written
-        self.streaks: dict[str, Streak] = {}  # per worker: the same count the worker stops on
+        self.streak = Streak(state.options.max_consecutive_errors)  # one row for the run, every worker's records
+        self.streak_workers: set[str] = set()  # the workers whose records are in the current row
         self.session_exit: int | None = None  # several models: the exit status before the gates (ModelsReport)
         self.finished = lambda session: None  # several models: ModelsReport's call once this model is judged
         on_worker_collection(config, self.worker_collected)
@@ -104,6 +108,7 @@ class Reporter:
             selected.append(rec.Record.from_json(item))  # no status yet, unless skipped (``absent`` says so)
         self.plan.select(selected)
         stop_replay_without_cache(self.config, self.state, samples)  # before any item runs
+        selection_checks(self.config, self.state, samples)  # the benchmark's data and image, before any item
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         found = False
@@ -122,21 +127,39 @@ class Reporter:
             self.other_failures += 1
 
     def count_errors(self, record: rec.Record) -> None:
-        """The worker's model-error row, as the worker counts it: a stop is noted in the reports."""
+        """The run's model-error row, over every worker's records in the order they arrive: at the limit the
+        stop is noted in the reports and no more work is handed out (xdist's workers finish the items they hold;
+        the rest is reported not run). The only process stops itself (writer.py) on the same count."""
         if rec.record_key(record) in self.state.resumed:
             return
         worker = str(record.get("worker", "main"))
-        streak = self.streaks.setdefault(worker, Streak(self.state.options.max_consecutive_errors))
-        stop = streak.add(record)
-        if stop and not any(note.startswith("stopped after") for note in self.state.notes):
-            self.state.notes.append(stop.removeprefix("agentbench: ") + ("" if worker == "main" else f" (on {worker})"))
+        stop = self.streak.add(record)
+        if not self.streak.count:
+            self.streak_workers = set()
+        elif record.get("status") == Streak.STATUS:
+            self.streak_workers = self.streak_workers | {worker}
+        if not stop or self.state.error_stop:
+            return
+        workers = sorted(self.streak_workers - {"main"})
+        where = (
+            f" (across workers {', '.join(workers)})" if len(workers) > 1 else f" (on {workers[0]})" if workers else ""
+        )
+        self.state.error_stop = stop.removeprefix("agentbench: ").replace("; last:", f"{where}; last:", 1)
+        self.state.notes.append(self.state.error_stop)
 
     def summary(self) -> Summary:
         if self._summary is None:
-            self._summary = build_summary(self.ledger, self.state.benchmark, self.state.settings, self.plan.items)
+            self._summary = build_summary(
+                self.ledger,
+                self.state.benchmark,
+                self.state.settings,
+                self.plan.items,
+                reused=self.state.resumed,
+                unscored=self.state.unscored,
+            )
             if self._summary.get("incomplete"):
                 self._summary["incomplete"]["resume"] = resume_command(
-                    self.config.invocation_params.args, self.state.run_dir
+                    self.config.invocation_params.args, self.state.run_dir, self.config.invocation_params.dir
                 )
         return self._summary
 
@@ -186,9 +209,27 @@ class Reporter:
         self.html = write_html(state.run_dir, summary.to_json(), records, notes=state.notes, sections=sections)
         self.finished(session)
 
+    def usage_lines(self, terminalreporter, summary: Summary) -> None:
+        """The status line with this session's usage; a resumed run's reused records' usage on its own line."""
+        whole = summary["usage"]
+        usage = whole.get("this_session", whole) if self.state.settings.get("model") != ORACLE else None
+        terminalreporter.write_line(
+            status_line(len(self.ledger), None, summary["counts"], time.monotonic() - self.started, usage)
+        )
+        if usage is not None and "reused" in whole:
+            reused = whole["reused"]
+            terminalreporter.write_line(
+                f"agentbench: {reused['items']:g} records reused from the earlier session, their usage "
+                f"(not counted above): {usage_text(reused)}"
+            )
+
     def exit_before(self, session: pytest.Session) -> int:
-        """The session's exit status before any gate judged it (several models: each model's gates judge that)."""
-        return self.session_exit if self.session_exit is not None else session.exitstatus
+        """The session's exit status before any gate judged it (several models: each model's gates judge that).
+        A run stopped on model errors in a row is interrupted (2), as -x makes it in a single process."""
+        status = self.session_exit if self.session_exit is not None else session.exitstatus
+        if self.state.error_stop and status in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+            return pytest.ExitCode.INTERRUPTED
+        return status
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         verdict = self.verdict
@@ -207,17 +248,19 @@ class Reporter:
             incomplete = summary.get("incomplete")
             if incomplete:
                 terminalreporter.write_line(incomplete_text(incomplete), red=True, bold=True)
+            replayed = replayed_text(summary["usage"], self.state.settings)
+            if replayed:  # at a temperature above 0 a "new" sample would be the old one
+                terminalreporter.write_line(replayed, yellow=True, bold=True)
             for line in summary.terminal:
                 terminalreporter.write_line(line)
             terminalreporter.write_line(f"run counts: {counts_line(summary['run_counts'])}")
-            usage = summary["usage"] if self.state.settings.get("model") != ORACLE else None
-            terminalreporter.write_line(
-                status_line(len(self.ledger), None, summary["counts"], time.monotonic() - self.started, usage)
-            )
+            self.usage_lines(terminalreporter, summary)
             for line in cost_terminal_lines(summary.get("cost") or {}):
                 terminalreporter.write_line(line)
             if self.state.budget_stop:  # why the items not run did not start
                 terminalreporter.write_line(self.state.budget_stop, yellow=True)
+            if self.state.error_stop:
+                terminalreporter.write_line(self.state.error_stop, red=True)
         if verdict is not None and verdict.comparison is not None:
             for line in render_text(verdict.comparison, verdict.alpha):
                 terminalreporter.write_line(line)
@@ -243,6 +286,29 @@ class Reporter:
                     f"incomplete run: {incomplete['not_run']} item(s) not run; resume with:", yellow=True
                 )
                 terminalreporter.write_line(f"  {incomplete['resume']}", bold=True)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """After pytest's own last line, which counts only the items that ran: the plugin's, naming those not run
+        (the session's last word on an incomplete run)."""
+        line = self.not_run_line()
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        if line is not None and terminal is not None:
+            terminal.write_line(line, yellow=True, bold=True)
+
+    def not_run_line(self) -> str | None:
+        if self.config.option.collectonly or not self.plan:
+            return None
+        model = f" of {self.state.model}" if self.state.model is not None else ""
+        if not self.ledger:  # (a usage error after collection says why itself)
+            ran = self.verdict is not None and self.verdict.exit_before in (0, 1, 2)
+            return f"agentbench: none of the {len(self.plan)} selected items{model} ran" if ran else None
+        incomplete = self.summary().get("incomplete")
+        if not incomplete:
+            return None
+        return (
+            f"agentbench: {incomplete['not_run']} of {incomplete['selected']} selected items{model} not run "
+            f"(not in the counts above); the resume command is printed above"
+        )
 
 
 class ModelsReport:
@@ -320,9 +386,11 @@ def not_run_fields(state: BenchState, sample: Sample) -> dict[str, Any]:
 NOT_REPEATED = ("--bench-resume", "--bench-replay", "--bench-run-id")
 
 
-def resume_command(args: tuple[str, ...] | list[str], run_dir: Path) -> str:
-    """The command that continues this run: this session's command line (``-n``, paths and plugins kept), without
-    its own resume/replay/run id, plus ``--bench-resume RUN_DIR`` (settings.json restores the rest)."""
+def resume_command(args: tuple[str, ...] | list[str], run_dir: Path, invocation_dir: Path) -> str:
+    """The command that continues this run, to paste from any folder: ``cd`` to the folder this session started in
+    (its conftest.py, ini file and relative paths mean what they meant), then this session's command line (``-n``,
+    paths and plugins kept) without its own resume/replay/run id, plus ``--bench-resume=RUN_DIR`` (absolute, in the
+    ``=`` form the plugin demands of a path; settings.json restores the rest). Every word is shell-quoted."""
     kept: list[str] = []
     skip_next = False
     for word in shlex.split(command_line(args)):
@@ -334,4 +402,6 @@ def resume_command(args: tuple[str, ...] | list[str], run_dir: Path) -> str:
             skip_next = not eq
             continue
         kept.append(word)
-    return shlex.join([*kept, "--bench-resume", str(run_dir)])
+    folder = Path(os.path.abspath(invocation_dir))
+    resume = os.path.abspath(folder / run_dir)
+    return f"cd {shlex.quote(str(folder))} && " + shlex.join([*kept, f"--bench-resume={resume}"])

@@ -24,6 +24,8 @@ from ..core.options import Settings
 from ..core.text import printable, repair_value, repaired
 from ..core.types import Sample, Task
 from ..models.defaults import backoff_delay
+from ..models.retrytime import item_retry_time
+from .faults import stage_fault
 
 
 @dataclass
@@ -55,10 +57,15 @@ class BenchState:
     models: tuple[str, ...] = ()
     definition: dict[str, Any] | None = None  # this model's settings.json ``_run`` (None: the session's)
     budget_stop: str | None = None  # why no new item starts: the run budget (--bench-max-cost) is spent
+    error_stop: str | None = None  # why no new item starts: model errors in a row across the run's processes
+    gate: Any = None  # models.concurrency.CallGate of this process's model client (None: it has none)
+    unscored: list[dict[str, Any]] = field(default_factory=list)  # model work done ahead no record reports
 
 
 class Streak:
-    """Items in a row that ended in model_error (a skipped item neither adds nor breaks the row)."""
+    """Items in a row that ended in model_error (a skipped item neither adds nor breaks the row), counted on
+    the records in the order they finish, whichever process ran them: the controller counts one row for the
+    whole run (a failing endpoint fails every worker's items alike)."""
 
     STATUS = "model_error"
 
@@ -203,7 +210,8 @@ def run_once(run: BenchRun, sample: Sample) -> rec.Record:
     returns made one), with a message and the try's ``duration``."""
     started = time.monotonic()
     try:
-        result = dict(run.run_sample(sample))
+        with item_retry_time():  # the item's model requests share one --model-max-retry-time
+            result = dict(run.run_sample(sample))
     except Exception as exc:  # a bug or an unexpected failure must still leave a record
         result = {"status": "error", "message": describe(exc), "traceback": repaired(traceback.format_exc(limit=20))}
     result.setdefault("message", "")
@@ -242,7 +250,7 @@ def run_item(item: pytest.Item, run: BenchRun) -> None:
         return
     started = time.monotonic()
     try:
-        item.config.hook.pytest_agentbench_test_fault(stage="score", nodeid=item.nodeid)
+        stage_fault(item.config, "score", item.nodeid)
         result = run_with_retries(run, sample, state.options.max_retries, state.options.model_retry_delay)
         record = rec.Record.from_json({**base_record(sample, state), **result.to_json(), **where_ran()})
         record = repair_record(count_repaired(record))  # before its message reaches the terminal

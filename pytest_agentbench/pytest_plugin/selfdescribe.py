@@ -139,7 +139,8 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings) 
     raw = sources(config, options)
     cli = dict(raw.cli)
     kept = stored.get("options", {})
-    diffs: list[str] = []
+    diffs: list[str] = []  # settings: only a new run, or the run's own value, fits
+    selection_diffs: list[str] = []  # what --bench-resume-merge can add to the run's selection
     for option in stored_options(options):
         given = opts.origin(option.name) == "command line"
         was = kept.get(option.name)
@@ -154,7 +155,9 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings) 
         if option.name == "ids" and merge:
             cli["ids"] = None if not was else ",".join(dict.fromkeys([*was, *now]))
             continue
-        diffs.append(f"{option.flag}: {shown(was)} in the run, {shown(now)} now")
+        (selection_diffs if option.name == "ids" else diffs).append(
+            f"{option.flag}: {shown(was)} in the run, {shown(now)} now"
+        )
     for key, short in SELECTION.items():
         was, now = stored_selection(stored, key), selection_of(config, key)
         if not now:
@@ -163,13 +166,9 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings) 
             if merge:
                 setattr(config.option, key, merged_selection(key, was, now))
             else:
-                diffs.append(f"{short}: {shown(was)} in the run, {shown(now)} now")
-    if diffs:
-        raise pytest.UsageError(
-            f"agentbench: {flag} {folder}: this command differs from the run's own settings (settings.json): "
-            f"{'; '.join(diffs)}. Leave them out to continue the run as it was"
-            + (", or add --bench-resume-merge to add a selection to the run's" if resuming else "")
-        )
+                selection_diffs.append(f"{short}: {shown(was)} in the run, {shown(now)} now")
+    if diffs or selection_diffs:
+        raise pytest.UsageError(refusal(flag, folder, diffs, selection_diffs))
     if not resuming:
         cli["cache"] = "replay"  # only the run's cached responses: no model is called
     if cli.get("model") and not raw.cli.get("model"):  # a run file of several models: this run's model entry
@@ -178,6 +177,25 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings) 
         return resolve(options, replace(raw, cli=cli))
     except OptionError as exc:
         raise pytest.UsageError(f"agentbench: {flag} {folder}: {exc}") from None
+
+
+def refusal(flag: str, folder: Any, diffs: list[str], selection_diffs: list[str]) -> str:
+    """Why a resume or replay is refused, and the way out that fits what differs: a selection can be added to the
+    run's (--bench-resume-merge); a setting cannot, since the run's finished records were made with the old one."""
+    text = (
+        f"agentbench: {flag} {folder}: this command differs from the run's own settings (settings.json): "
+        f"{'; '.join(diffs + selection_diffs)}. Leave them out to continue the run as it was"
+    )
+    if flag != "--bench-resume":
+        return text
+    if selection_diffs:
+        text += ", add --bench-resume-merge to add this selection to the run's"
+    if diffs:
+        text += (
+            f"; to use another setting ({', '.join(d.split(':', 1)[0] for d in diffs)}), start a new run (leave out "
+            f"{flag}): the run's finished records were made with its own"
+        )
+    return text
 
 
 def settings_file_content(

@@ -24,14 +24,15 @@ from ..core.options import RunFacts, Settings, view
 from ..core.run_options import RunOptions
 from ..models.cache import CacheJournal
 from ..models.options import ORACLE, ModelOptions, model_settings
-from ..report.baseline import baseline_for_run
+from ..report.baseline import BaselineError, baseline_for_run, load_summary
+from ..report.comparability import UNKNOWN
 from ..report.options import gate_config
 from ..report.resume import resume_controller
 from ..sandbox.options import isolation_from
-from .collect import select_ids
-from .handshake import WORKER_INPUT, Role, role_of
+from .collect import select_ids, with_attempts
+from .distribution.handshake import WORKER_INPUT, Role, role_of
 from .run import BenchState
-from .taskpackage import TaskPackager, plugin_of
+from .slurm.taskpackage import TaskPackager, plugin_of
 
 
 def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only: bool) -> dict[str, Any]:
@@ -69,6 +70,39 @@ def budget_settings(opts: Settings, settings: dict[str, Any]) -> dict[str, Any]:
     return budgets
 
 
+def comparability_of(benchmark: Benchmark, opts: Settings, split: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The keys that say whether two runs are comparable (the report adds the selection, known at the end); a
+    replay also records the replayed run's, read from its summary.json ("unknown" when it has none)."""
+    out: dict[str, Any] = {
+        "benchmark": benchmark.name,
+        "split": split,
+        "time_limit": settings.get("item_timeout"),
+        "package": package_version(),
+        **benchmark.comparability(opts, split, settings),
+    }
+    if opts.replay:
+        out["replayed"] = replayed_comparability(Path(opts.replay))
+    return out
+
+
+def package_version() -> str:
+    from importlib import metadata  # why: only the comparability keys need it
+
+    try:
+        return metadata.version("pytest-agentbench")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def replayed_comparability(folder: Path) -> Any:
+    """The comparability keys of the run a replay re-grades (from its summary.json), or "unknown"."""
+    try:
+        found = load_summary(folder).get("comparability")
+    except BaselineError:
+        return UNKNOWN
+    return found if isinstance(found, dict) else UNKNOWN
+
+
 def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = ()) -> BenchState:
     """This process's state (of its model ``opts.model`` when ``models`` lists the several models of the
     session); raises ConfigError or DataError (the caller turns them into usage errors)."""
@@ -81,9 +115,10 @@ def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = 
     split = settings["split"]  # a benchmark may narrow the default split (SciCode's oracle: validation)
     tasks = select_ids(benchmark.load_tasks(opts, split), opts.ids, benchmark.name)
     settings["data_hashes"] = benchmark.data_hashes(opts, split, settings)
+    settings["comparability"] = comparability_of(benchmark, opts, split, settings)
     # How children that run model code are isolated here; a benchmark may say more (CORE-Bench: its agent's env).
     settings.setdefault("isolation", isolation_from(opts).describe())
-    # Who writes the run: the xdist role was decided once (handshake.py); a ``run-task`` session (its
+    # Who writes the run: the xdist role was decided once (distribution/handshake.py); a ``run-task`` session (its
     # TaskPackager) writes like a worker, its deliveries going into the task's package instead of reports.
     packager = plugin_of(config, TaskPackager)
     is_worker = role_of(config) is Role.WORKER or packager is not None
@@ -130,9 +165,34 @@ def prepare_controller(state: BenchState) -> None:
         resumed = resume_controller(state.run_dir, state.records_path, state.settings, free)
         state.resumed = drop_rerun(state.records_path, resumed.records, resumed.notes)
         state.resumed = revise_resumed(state.benchmark, state.records_path, state.resumed)
+        if nothing_left(state):
+            resumed.notes[0] = (
+                f"resuming {state.run_dir}: all {len(state.resumed)} item(s) have a finished record, nothing is "
+                "left to run; the reports are written again from the records"
+            )
         state.notes += resumed.notes
-    state.baseline, notes = baseline_for_run(state.gates.baseline, state.gates.update_baseline, state.settings, free)
+    state.baseline, notes = baseline_for_run(
+        state.gates.baseline,
+        state.gates.update_baseline,
+        state.settings,
+        free,
+        allow_incomparable=state.gates.allow_incomparable,
+    )
     state.notes += notes
+
+
+def nothing_left(state: BenchState) -> bool:
+    """A resumed run that has a finished record for every item of its selection (--bench-ids, --bench-attempts):
+    nothing is left to run, whatever -k/-m/--deselect narrow, so no worker, preflight or self-test is needed."""
+    if not state.options.resume or state.is_worker:
+        return False
+    keys = [
+        sample.key
+        for task in state.tasks
+        for sample in with_attempts(task.samples, state.options.attempts)
+        if not sample.skip_reason  # a prefilled step is reported skipped, never recorded as run
+    ]
+    return all(key in state.resumed for key in keys)
 
 
 def revise_resumed(benchmark: Benchmark, records_path: Path, finished: dict[str, rec.Record]) -> dict[str, rec.Record]:

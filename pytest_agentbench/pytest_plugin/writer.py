@@ -1,6 +1,6 @@
 """Records, files and cache entries of a run: the controller (or the only process) is their only writer.
 
-Which writer a process has follows from its role, decided once at configure time (handshake.py:
+Which writer a process has follows from its role, decided once at configure time (distribution/handshake.py:
 ``hasattr(config, "workerinput")``, as pytest-xdist documents it and pytest-json-report does):
 
 * ``ControllerWriter``, the only process or the xdist controller. An item run here has its record appended
@@ -13,11 +13,13 @@ Which writer a process has follows from its role, decided once at configure time
   the record and the delivery to the item's report; over ``MAX_DELIVERY_BYTES`` (compressed) the files and
   entries stay behind and the record becomes an error that says so.
 
-Both count model errors in a row (``Streak``) on the records of the items they run, as ``-x`` does; plugins
+The only process counts model errors in a row (``Streak``) on the records of the items it runs and stops as
+``-x`` does; under xdist the controller counts them across every worker (reporter.py) and hands out no more
+work, so a failing endpoint stops the run after N errors in all, not N per worker. Plugins
 may add fields to a record first through the ``pytest_agentbench_record`` hook. Both count what the fresh records
 cost against ``--bench-max-cost`` (``RunBudget``): once it is spent, no further item of this process starts (its
 protocol is skipped: no report, no record, so the summary reports it ``not run``). The controller counts every
-record delivered to it too, and then hands out no more work (placement.py reads ``state.budget_stop``).
+record delivered to it too, and then hands out no more work (distribution/placement.py reads ``state.budget_stop``).
 
 No item can end the run: whatever fails while its record is built (``record``), written (``write``) or handed to
 the controller (``deliver``) makes that item's record an ``error`` naming the stage and the cause
@@ -29,7 +31,6 @@ the last record written (no item's record could say so).
 from __future__ import annotations
 
 import traceback
-import warnings
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,10 +39,13 @@ from typing import Any
 import pytest
 
 from ..core import records as rec
+from ..core.errors import warn_about
 from ..core.io import UnsafePath, write_under
 from ..models.cache import ResponseCache
 from ..models.price import RunBudget
 from .collect import BenchItem
+from .faults import stage_fault
+from .provenance import session_command
 from .run import RECORD, BenchState, Streak, base_record, error_record, repair_record, where_ran
 
 MAX_DELIVERY_BYTES = 64 * 2**20  # compressed files + cache entries one item may send to the controller
@@ -77,6 +81,8 @@ class RecordWriter:
         if self.state.budget_stop is None:
             self.state.budget_stop = self.budget.text()
             self.state.notes.append(self.state.budget_stop)
+        if self.state.gate is not None:  # no new model request either, from any chain generating ahead
+            self.state.gate.stop(self.state.budget_stop)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -107,7 +113,7 @@ class RecordWriter:
         """The finished record: plugins' fields added, every string valid UTF-8, plain JSON data. The public
         hook gets the record's JSON object, ``data``, to change in place (its contract); the ``Record`` is made
         again from what it left."""
-        self.config.hook.pytest_agentbench_test_fault(stage="record", nodeid=item.nodeid)
+        stage_fault(self.config, "record", item.nodeid)
         self.config.hook.pytest_agentbench_record(record=data, item=item)
         return rec.Record.from_json(rec.plain(repair_record(rec.Record.from_json(data))))
 
@@ -115,7 +121,7 @@ class RecordWriter:
         report.user_properties.append((rec.RECORD_PROPERTY, record.to_json()))  # plain data: xdist carries it
         if fresh:
             self.count_cost(record)
-            stop = self.streak.add(record)
+            stop = None if self.state.is_worker else self.streak.add(record)  # a worker's row is the controller's
             if stop and not item.session.shouldstop:
                 item.session.shouldstop = stop  # as -x: the session ends after this item, reports complete
         # junitxml writes the teardown report's properties: the item's list is copied into it.
@@ -135,7 +141,7 @@ class RecordWriter:
 
     def last_resort(self, item: BenchItem, report: pytest.TestReport, exc: Exception) -> None:
         """An unexpected failure of ``finish``: the item still gets an error record when one can be made."""
-        warnings.warn(f"agentbench: {item.nodeid}: {''.join(traceback.format_exception(exc, limit=5))}", stacklevel=1)
+        warn_about(f"agentbench: {item.nodeid}: {''.join(traceback.format_exception(exc, limit=5))}", item.nodeid)
         if report.when != "call" and report.passed:
             return
         try:
@@ -147,7 +153,7 @@ class RecordWriter:
         except pytest.exit.Exception:
             raise
         except Exception as again:  # nothing more can be done for this item; the run goes on
-            warnings.warn(f"agentbench: {item.nodeid}: no record could be made: {again!r}", stacklevel=1)
+            warn_about(f"agentbench: {item.nodeid}: no record could be made: {again!r}", item.nodeid)
 
     def deliver(self, item: BenchItem, report: pytest.TestReport, record: rec.Record, fresh: bool) -> rec.Record:
         """Make the record (and the item's files) durable, or hand them on; returns the record to report."""
@@ -163,7 +169,7 @@ def revised(benchmark: Any, record: rec.Record) -> rec.Record:
     try:
         return rec.as_record(revise(record))
     except Exception as exc:  # a bug in a benchmark's revision must not cost the item its record
-        warnings.warn(f"agentbench: {record.key}: record not revised: {type(exc).__name__}: {exc}", stacklevel=1)
+        warn_about(f"agentbench: {record.key}: record not revised: {type(exc).__name__}: {exc}", record.key)
         return record
 
 
@@ -191,7 +197,7 @@ class ControllerWriter(RecordWriter):
         """Append the record; one that cannot be written becomes the item's error record (written instead)."""
         record = revised(self.state.benchmark, record)
         try:
-            self.config.hook.pytest_agentbench_test_fault(stage="write", nodeid=nodeid)
+            stage_fault(self.config, "write", nodeid)
             line = rec.record_line(record)
         except Exception as exc:
             record = error_record(record, "write", exc)
@@ -217,7 +223,7 @@ class ControllerWriter(RecordWriter):
             pytest.exit(
                 f"agentbench: cannot append to the records file {path} ({exc}); {last}; the record of "
                 f"{record.key} and those after it are not written. Free space or restore the "
-                f"folder, then --bench-resume {self.state.run_dir} runs the rest",
+                f"folder, then `{session_command('resume', self.state.run_dir)}` runs the rest",
                 returncode=3,
             )
         self.last_written = record.key
@@ -242,10 +248,11 @@ class ControllerWriter(RecordWriter):
             return
         if problems:
             for problem in problems:
-                warnings.warn(f"agentbench: {rec.record_key(record)}: {problem}", stacklevel=1)
+                warn_about(f"agentbench: {rec.record_key(record)}: {problem}", self.state.run_dir)
             record["delivery_errors"] = problems  # in place: the report carries them too
         if record.get("worker") and record.get("host"):
-            self.state.worker_hosts[str(record["worker"])] = str(record["host"])
+            # a remote host's probe named it first, with its --tx address: that stays the fuller name
+            self.state.worker_hosts.setdefault(str(record["worker"]), str(record["host"]))
         if delivery.get("append", True) and rec.record_key(record) not in self.state.resumed:
             received = rec.Record.from_json(record)
             self.count_cost(received)  # what every worker spent: past the budget, no more work goes out
@@ -271,7 +278,7 @@ class WorkerWriter(RecordWriter):
         files = self.state.files.take()
         entries = self.state.journal.take() if self.state.journal is not None else {}
         try:
-            self.config.hook.pytest_agentbench_test_fault(stage="deliver", nodeid=item.nodeid)
+            stage_fault(self.config, "deliver", item.nodeid)
             delivery = pack_delivery(files, entries, append=fresh)
             if delivery["bytes"] > MAX_DELIVERY_BYTES:
                 record = over_cap(record, delivery["bytes"], files)

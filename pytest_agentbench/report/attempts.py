@@ -2,7 +2,8 @@
 
 Run counts: Total (selected tasks), Evaluated (tasks with a verdict) and Error (tasks with any item
 that ended in an infrastructure failure: ``records.ERROR_STATUSES``), stated next to the benchmark's
-raw counts; Not run (tasks with an item that never ran, no error) when the run is incomplete.
+raw counts; Not run (tasks with an item that never ran, no error) when the run is incomplete; then the
+items scored (a verdict: not skipped, not an error, not "not run") of the selected items.
 
 Attempts: with K > 1 every record carries ``attempt`` (1..K). The benchmark summarizes each attempt on
 its own; the run's metrics are the mean over attempts (gates and compare read them), each with its
@@ -44,15 +45,24 @@ def run_counts(records: Iterable[RecordLike], raw: Mapping[str, int] | None = No
     out = {"total": len(tasks), "evaluated": len(evaluated), "error": len(error)}
     if not_run:
         out["not_run"] = len(not_run)
+    # items too: a task with one item not run has no verdict, so "Evaluated 0" can follow many scored items
+    items = [r for rs in tasks.values() for r in rs if r.get("status") != "skipped"]
+    verdicts = [r for r in items if scored(r) and r.get("status") not in (*ERROR_STATUSES, NOT_RUN)]
+    out.update(items=len(items), items_scored=len(verdicts))
     return {**out, **dict(raw or {})}
 
 
+OWN_COUNTS = ("total", "evaluated", "error", "not_run", "items", "items_scored")
+
+
 def counts_line(counts: Mapping[str, int]) -> str:
+    """``Total 3, Evaluated 1, Error 0, Not run 2 (raw counts); items scored 3 of 5``."""
     head = f"Total {counts['total']}, Evaluated {counts['evaluated']}, Error {counts['error']}"
     if counts.get("not_run"):
         head += f", Not run {counts['not_run']}"
-    raw = ", ".join(f"{k} {v}" for k, v in counts.items() if k not in ("total", "evaluated", "error", "not_run"))
-    return head + (f" ({raw})" if raw else "")
+    raw = ", ".join(f"{k} {v}" for k, v in counts.items() if k not in OWN_COUNTS)
+    items = f"; items scored {counts['items_scored']} of {counts['items']}" if "items" in counts else ""
+    return head + (f" ({raw})" if raw else "") + items
 
 
 def attempts_of(records: Iterable[R]) -> dict[int, list[R]]:

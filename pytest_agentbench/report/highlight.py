@@ -65,10 +65,12 @@ def esc(value: Any) -> str:
 
 
 def clip(text: Any, limit: int = TEXT_LIMIT) -> str:
+    """``text`` as a page shows it: whole, unless it is really long (a quarter over ``limit``, and at least half of
+    it or 500 characters over): a cut that hides a few characters saves nothing and costs the reader the end."""
     shown = "" if text is None else text if isinstance(text, str) else json.dumps(text, indent=1, default=str)
-    if len(shown) <= limit:
+    if len(shown) <= limit + max(limit // 4, min(500, limit // 2)):
         return shown
-    return shown[:limit] + f"\n… ({len(shown) - limit} more characters in the run's files)"
+    return shown[:limit] + f"\n… ({len(shown) - limit} more characters: the whole text is in the run's records)"
 
 
 def python_segments(source: str) -> list[Segment]:

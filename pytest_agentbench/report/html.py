@@ -2,9 +2,11 @@
 
 Headline metrics with 95% Wilson intervals, the status counts, a per-task table with filters (status,
 split, category when the records have one), and for every item its message, code, stdout/stderr,
-trajectory (model turns and tool calls, read from the run's ``trajectories/`` files) and, when the
-record has them, its questions (reported value, accepted value or interval, verdict); then the
-metrics (per category too, when the summary has them), the run's settings and data hashes. Plain
+trajectory (model turns and tool calls, read from the run's ``trajectories/`` files) and the details its
+benchmark adds (``Benchmark.item_details``); then the metrics (per category too, in the columns the benchmark
+declares), the run's settings and data hashes. This module names no benchmark: what is a benchmark's own comes
+from its declarations (``benchmarks.base.Benchmark``: ``answer_counts``, ``category_columns``,
+``page_sections``, ...). Plain
 HTML with inline CSS and a few lines of inline JavaScript that only filter rows: every value from a
 record is escaped (model output is hostile), none is put in a script.
 """
@@ -18,13 +20,16 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from ..benchmarks.base import Benchmark
+from ..benchmarks.registry import get_benchmark
 from ..core import records as rec
+from ..core.errors import ConfigError
 from ..core.io import natural_key, write_atomic
 from .cost import html_section as html_cost_section
 from .declared import declared_in
 from .highlight import clip, code_html, esc
-from .review_html import REVIEW_CSS, REVIEW_JS, review_mark, review_section
 from .transcript import number, transcript_html
+from .usage import replayed_text
 
 REPORT_HTML = "report.html"
 Z95 = 1.959963984540054
@@ -95,17 +100,27 @@ def by_difficulty(records: list[rec.RecordLike], unit: str) -> dict[str, tuple[i
     return {level: rate_counts([r for r in records if str(r.get("difficulty")) == level], unit) for level in levels}
 
 
-QUESTION_KINDS = (("written", "correct_written", "total_written"), ("figure", "correct_figure", "total_figure"))
+def benchmark_of(name: Any) -> Benchmark:
+    """The benchmark whose page parts report.html shows; a neutral one when it is not installed (an old run read
+    elsewhere): the common parts are shown."""
+    try:
+        return get_benchmark(str(name))
+    except ConfigError:
+        return Benchmark()
 
 
-def question_counts(records: list[rec.RecordLike]) -> dict[str, tuple[int, int]]:
-    """(correct, total) questions per kind over the scored records that count them (CORE-Bench: written and
-    figure questions; an item not run counts its questions as not answered)."""
+def answer_counts(records: list[rec.RecordLike], declared: Mapping[str, tuple[str, str]]) -> dict[str, tuple[int, int]]:
+    """(correct, total) per label the benchmark declares (``Benchmark.answer_counts``: label -> the record fields
+    counting correct answers and answers), over the scored records that count them (an item not run counts its
+    answers as not given)."""
     out = {}
-    for kind, correct, total in QUESTION_KINDS:
+    for label, (correct, total) in declared.items():
         counted = [r for r in scored_items(records) if is_number(r.get(total))]
         if counted:
-            out[kind] = (int(sum(number(r.get(correct)) for r in counted)), int(sum(number(r[total]) for r in counted)))
+            out[label] = (
+                int(sum(number(r.get(correct)) for r in counted)),
+                int(sum(number(r[total]) for r in counted)),
+            )
     return out
 
 
@@ -113,14 +128,16 @@ def question_counts(records: list[rec.RecordLike]) -> dict[str, tuple[int, int]]
 CSS = r"""
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1c1e21;background:#f6f7f9}
 header{background:#1f2937;color:#fff;padding:14px 24px}header h1{margin:0;font-size:20px}
-header .sub{color:#cbd5e1;font-size:13px}main{padding:16px 24px;max-width:1400px}
+header .sub{color:#cbd5e1;font-size:13px}main{padding:16px 24px;max-width:2000px}
 .cards{display:flex;flex-wrap:wrap;gap:12px;margin:8px 0 16px}
 .card{background:#fff;border:1px solid #d0d7de;border-radius:8px;padding:10px 16px;min-width:180px}
 .card .v{font-size:26px;font-weight:600}.n{color:#57606a;font-size:12px}
-.nocat .cat{display:none}.nocost .cost{display:none}
+.nocat .cat{display:none}.nocost .cost{display:none}.nosplit .split{display:none}.notok .tok{display:none}
 table{border-collapse:collapse;background:#fff;width:100%}th,td{border:1px solid #d0d7de;padding:4px 8px;
 text-align:left;vertical-align:top}th{background:#eef1f4}td.num{text-align:right;white-space:nowrap}
-#tasks>tbody>tr>td:last-child{max-width:0;width:62%}#tasks .prose,#tasks .msg{overflow-wrap:anywhere}
+#tasks>tbody>tr>td:last-child{max-width:0}#tasks>tbody>tr>td:not(:last-child),#tasks>thead th:not(:last-child)
+{width:1%;white-space:nowrap}details.notes{margin:8px 0;color:#57606a}
+details.notes>summary{cursor:pointer}#tasks .prose,#tasks .msg{overflow-wrap:anywhere}
 th.sort{cursor:pointer;user-select:none;white-space:nowrap}th.sort::after{content:" \2195";color:#8c959f}
 th.sort[data-dir=asc]::after{content:" \25B2";color:#1c1e21}
 th.sort[data-dir=desc]::after{content:" \25BC";color:#1c1e21}
@@ -138,6 +155,7 @@ pre.out{background:#161b22;color:#c9d1d9;max-height:320px}
 .st-env_error{background:#455a64}.st-error{background:#000}.st-skipped{background:#9e9e9e}.st-budget{background:#8d6e00}
 .st-not_run{background:#fff;color:#c62828;border:1px dashed #c62828}
 .incomplete{background:#fdecea;border:1px solid #c62828;border-radius:8px;padding:8px 14px}
+.replayed{background:#fff8e1;border:1px solid #f9a825;border-radius:8px;padding:8px 14px;margin:8px 0}
 .filters{margin:8px 0;display:flex;gap:14px;align-items:center;flex-wrap:wrap}
 details.item{margin:6px 0 10px;border-left:3px solid #d0d7de;padding-left:10px}
 details.item>summary{cursor:pointer}.msg{color:#8b1a1a;white-space:pre-wrap}.role{font-weight:600}
@@ -256,6 +274,15 @@ STATUS_RANK = {
 }
 
 
+def notes_html(notes: list[str]) -> str:
+    """The run's notes (how the pipeline ran: targets, isolation, cache, resume), folded below the results."""
+    if not notes:
+        return ""
+    items = "".join(f"<li>{esc(n)}</li>" for n in notes)
+    summary = f"<summary>{len(notes)} note(s) on how the run was made</summary>"
+    return f'<details class="notes">{summary}<ul>{items}</ul></details>'
+
+
 def status_badge(status: Any) -> str:
     return f'<span class="st st-{esc(status)}">{esc(status)}</span>'
 
@@ -336,65 +363,12 @@ def item_facts(record: rec.RecordLike, trajectory: Mapping[str, Any] | None) -> 
     return " · ".join(parts)
 
 
-def accepted_text(question: Mapping[str, Any]) -> str:
-    """The accepted answer: an interval for a numeric question, else the expected value."""
-    expected = question.get("expected")
-    if question.get("kind") == "numeric" and isinstance(expected, list) and len(expected) == 2:
-        if all(is_number(x) for x in expected):
-            return f"[{expected[0]:.6g}, {expected[1]:.6g}]"
-        return str(expected)
-    return json.dumps(expected, default=str, ensure_ascii=False)
-
-
-def reported_text(question: Mapping[str, Any]) -> str:
-    if not question.get("answered", True):
-        return "(not answered)"
-    return json.dumps(question.get("submitted"), default=str, ensure_ascii=False)
-
-
-def questions_html(questions: list[Any]) -> str:
-    rows = ["<table><tr><th>question</th><th>reported</th><th>accepted</th><th>verdict</th></tr>"]
-    for q in questions:
-        if not isinstance(q, dict):
-            continue
-        verdict = '<span class="ok">correct</span>' if q.get("correct") else '<span class="bad">wrong</span>'
-        note = f" — {esc(q['note'])}" if q.get("note") else ""
-        rows.append(
-            f"<tr><td>{esc(q.get('question'))}</td><td>{esc(reported_text(q))}</td>"
-            f"<td>{esc(accepted_text(q))}</td><td>{verdict}{note}{review_mark(q)}</td></tr>"
-        )
-    rows.append("</table>")
-    return "".join(rows)
-
-
-def wrong_questions_html(questions: list[Any]) -> str:
-    """One line per wrong answer: the whole question, the reported value and the accepted value or interval."""
-    lines = []
-    for q in questions:
-        if not isinstance(q, dict) or q.get("correct"):
-            continue
-        what = "interval" if q.get("kind") == "numeric" and isinstance(q.get("expected"), list) else "value"
-        note = f" ({esc(q['note'])})" if q.get("note") else ""
-        lines.append(
-            f'<li class="wrong"><span class="bad">wrong:</span> {esc(q.get("question"))} — reported '
-            f"<code>{esc(reported_text(q))}</code>, accepted {what} <code>{esc(accepted_text(q))}</code>"
-            f"{note}</li>"
-        )
-    return f'<ul class="wrong">{"".join(lines)}</ul>' if lines else ""
-
-
-def questions_summary(questions: list[Any]) -> str:
-    graded = [q for q in questions if isinstance(q, dict)]
-    return f"{sum(1 for q in graded if q.get('correct'))}/{len(graded)} questions correct"
-
-
 SHOWN_ELSEWHERE = {
     "code",
     "stdout",
     "stderr",
     "message",
     "trajectory",
-    "questions",
     "status",
     "id",
     "task",
@@ -413,11 +387,12 @@ def meta_value(value: Any) -> str:
     return str(value)
 
 
-def meta_html(record: rec.RecordLike) -> str:
-    """The record's other fields as a two-column table; a nested object (``generation``) one row per key."""
+def meta_html(record: rec.RecordLike, shown: frozenset[str] = frozenset()) -> str:
+    """The record's other fields (not ``shown`` by the item's own details) as a two-column table; a nested object
+    (``generation``) one row per key."""
     rows = []
     for key, value in record.items():
-        if key in SHOWN_ELSEWHERE or value in (None, "", [], {}):
+        if key in SHOWN_ELSEWHERE or key in shown or value in (None, "", [], {}):
             continue
         if isinstance(value, Mapping):
             rows += [(f"{key}.{k}", v) for k, v in value.items() if v not in (None, "", [], {})]
@@ -443,9 +418,9 @@ def item_html(record: rec.RecordLike, run_dir: Path | None, open_: bool = False,
     rid = record.get("id")
     target = f' id="{esc(item_anchor(rec.record_key(record)))}"' if anchor else ""
     trajectory = read_trajectory(run_dir, record.get("trajectory"))
-    questions = record.get("questions") if isinstance(record.get("questions"), list) else []
+    bench = benchmark_of(record.get("benchmark"))
     facts = item_facts(record, trajectory)
-    headline = questions_summary(questions) if questions else clip(record.get("message"), 200)
+    headline = bench.item_headline(record) or clip(record.get("message"), 200)
     out = [
         f'<details class="item"{target}{" open" if open_ else ""}><summary>'
         f"{status_badge(record.get('status'))} <b>{esc(rid)}</b> "
@@ -453,9 +428,7 @@ def item_html(record: rec.RecordLike, run_dir: Path | None, open_: bool = False,
     ]
     if record.get("message"):
         out.append(f'<div class="msg">{esc(clip(record.get("message")))}</div>')
-    if questions:
-        out.append(wrong_questions_html(questions))
-        out.append(questions_html(questions))
+    out += bench.item_details(record)
     if record.get("code"):
         out.append(f'<div class="th">code</div>{code_html(clip(record["code"]), "python")}')
     for stream in ("stdout", "stderr", "traceback"):
@@ -463,7 +436,7 @@ def item_html(record: rec.RecordLike, run_dir: Path | None, open_: bool = False,
             out.append(f'<div class="th">{stream}</div>{pre(record[stream], "out")}')
     if trajectory is not None:
         out.append(transcript_html(trajectory))
-    out.append(meta_html(record))
+    out.append(meta_html(record, bench.item_fields_shown))
     out.append("</details>")
     return "".join(out)
 
@@ -514,28 +487,31 @@ def task_rows(records: list[rec.RecordLike], run_dir: Path | None) -> tuple[list
         rows.append(
             f'<tr class="task" data-id="{esc(task)}" data-statuses="{esc(" ".join(statuses))}" '
             f'data-split="{esc(split)}" data-category="{esc(category)}"><td><b>{esc(task)}</b></td>'
-            f"<td>{esc(split)}</td><td class=cat>{esc(category)}</td>"
+            f"<td class=split>{esc(split)}</td><td class=cat>{esc(category)}</td>"
             f'<td class="num" data-sort="{passed / len(scored) if scored else ""}">{passed}/{len(scored)}</td>'
             f'<td data-sort="{worst}">{" ".join(status_badge(s) for s in statuses)}</td>'
             f"{number_cell(duration, f'{duration:.1f} s' if duration is not None else '')}"
-            f"{number_cell(tokens, f'{tokens:,.0f}' if tokens else '')}"
+            f"{number_cell(tokens, f'{tokens:,.0f}' if tokens else '', 'num tok')}"
             f"{number_cell(cost, dollars(cost) if cost is not None else '', 'num cost')}"
             f"<td>{body}</td></tr>"
         )
     return rows, values
 
 
-def tasks_table_head(categories: bool, cost: bool) -> str:
-    """The task table's head: click a column (or press Enter on it) to sort, again to reverse."""
-    classes = " ".join(c for c, hidden in (("nocat", not categories), ("nocost", not cost)) if hidden)
+def tasks_table_head(categories: bool, cost: bool, splits: bool = True, tokens: bool = True) -> str:
+    """The task table's head: click a column (or press Enter on it) to sort, again to reverse. A column that
+    would say nothing (one split, no tokens, no cost) is hidden, so the items column, where code is shown, keeps
+    the width."""
+    hidden = (("nocat", not categories), ("nocost", not cost), ("nosplit", not splits), ("notok", not tokens))
+    classes = " ".join(c for c, hide in hidden if hide)
     sortable = [
         ("task", "text", ""),
-        ("split", "text", ""),
+        ("split", "text", "split"),
         ("category", "text", "cat"),
         ("passed", "num", ""),
         ("status", "num", ""),
         ("duration", "num", ""),
-        ("tokens", "num", ""),
+        ("tokens", "num", "tok"),
         ("cost", "num", "cost"),
     ]
     heads = "".join(
@@ -584,6 +560,31 @@ def metric_text(value: Any, rate: bool) -> str:
     return str(value)
 
 
+def metrics_table_rows(
+    metrics: Mapping[str, Any], rates: set[str], labelled: Iterable[tuple[str, str, str, str]]
+) -> str:
+    """The Metrics table: the benchmark's labelled rows (``Benchmark.metric_rows``: label, correct, total and rate
+    keys) as label, correct, of and rate, then every metric no row names, by its key."""
+    rows, named = [], set()
+    for label, correct, total, rate in labelled:
+        if total not in metrics:
+            continue
+        named |= {correct, total, rate}
+        share = pct(float(metrics[rate])) if rate in metrics else "n/a"
+        rows.append(
+            f'<tr><td>{esc(label)}</td><td class="num">{esc(metrics.get(correct, 0))}</td>'
+            f'<td class="num">{esc(metrics[total])}</td><td class="num">{esc(share)}</td></tr>'
+        )
+    head = "<tr><th>metric</th><th>correct</th><th>of</th><th>rate</th></tr>" if rows else ""
+    span = ' colspan="3"' if rows else ""
+    rest = [
+        f"<tr><td>{esc(k)}</td><td{span}>{esc(metric_text(v, k in rates))}</td></tr>"
+        for k, v in metrics.items()
+        if k not in named
+    ]
+    return head + "".join(rows) + "".join(rest)
+
+
 def category_cell(metrics: Mapping[str, Any], passed: str, total: str, rate: str) -> str:
     """``1/2 (50.0%)``: one headline metric of a category (summary.json's ``categories``)."""
     return f"{metrics.get(passed, 0)}/{metrics.get(total, 0)} ({pct(float(metrics.get(rate) or 0.0))})"
@@ -605,6 +606,7 @@ def render_html(
     records = sorted((dict(r) for r in records), key=rec.sort_key)
     run_dir = Path(run_dir) if run_dir is not None else None
     settings = summary.get("settings", {})
+    bench = benchmark_of(settings.get("benchmark"))
     title = (
         f"{settings.get('benchmark')} · {settings.get('model')} · {settings.get('split')} "
         f"· run {settings.get('run_id')}"
@@ -618,15 +620,17 @@ def render_html(
             for level, (k, n) in h["by_difficulty"].items()
         )
         levels += "".join(
-            f'<div class="n">{kind} questions: {k}/{n} correct</div>'
-            for kind, (k, n) in question_counts(records).items()
+            f'<div class="n">{esc(label)}: {k}/{n} correct</div>'
+            for label, (k, n) in answer_counts(records, bench.answer_counts).items()
         )
         cards.append(
             f'<div class="card"><div>{esc(h["name"])}</div><div class="v">{esc(pct(h["value"]))}</div>'
             f'<div class="n">{h["k"]}/{h["n"]} · {esc(ci_text)} (Wilson)</div>{levels}</div>'
         )
     counts = summary.get("counts") or rec.count_statuses(records)
-    usage = summary.get("usage") or {}
+    whole: Mapping[str, Any] = summary.get("usage") or {}
+    now = whole.get("this_session")
+    usage: Mapping[str, Any] = now if isinstance(now, Mapping) else whole
     hits = number(usage.get("cache_hits"))
     usage_text = (
         (
@@ -636,6 +640,10 @@ def render_html(
         if usage and (any(usage.values()) or settings.get("model") != "oracle")
         else ""
     )  # the oracle calls no model
+    if usage is not whole and usage_text:  # a resumed run: the reused records' calls were made earlier
+        reused = number(whole["reused"].get("items"))
+        usage_text = f"this session: {usage_text} (the {reused:g} reused records' not counted)"
+    replayed = replayed_text(whole, settings)
     rows, values = task_rows(records, run_dir)
     costs = [c for c in (cost_of(r) for r in records) if c is not None]
     has_cost = bool(costs)
@@ -643,9 +651,7 @@ def render_html(
         usage_text += f"{', ' if usage_text else ''}{dollars(sum(costs))} over {len(costs)} of {len(records)} items"
     metrics = summary.get("metrics") or {}
     rates = rate_keys(summary)
-    metric_rows = "".join(
-        f"<tr><td>{esc(k)}</td><td>{esc(metric_text(v, k in rates))}</td></tr>" for k, v in metrics.items()
-    )
+    metric_rows = metrics_table_rows(metrics, rates, bench.metric_rows)
     setting_rows = "".join(
         f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in settings.items() if k not in ("data_hashes", "notes")
     )
@@ -662,11 +668,13 @@ def render_html(
         for g in gates
     )
     category_rows = "".join(
-        f"<tr><td>{esc(name)}</td><td>{esc(category_cell(m, 'problems_resolved', 'problems', 'main'))}</td>"
-        f"<td>{esc(category_cell(m, 'steps_passed', 'steps', 'subproblem'))}</td></tr>"
+        f"<tr><td>{esc(name)}</td>"
+        + "".join(f"<td>{esc(category_cell(m, *keys))}</td>" for _, *keys in bench.category_columns)
+        + "</tr>"
         for name, m in (summary.get("categories") or {}).items()
-        if isinstance(m, Mapping)
+        if isinstance(m, Mapping) and bench.category_columns
     )
+    category_heads = "".join(f"<th>{esc(heading)}</th>" for heading, *_ in bench.category_columns)
     category_filter = (
         (
             f'<label>category <select id="f-category"><option value="">all</option>'
@@ -682,15 +690,16 @@ def render_html(
         # nothing is fetched: no network, and no script but the inline one below
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">",
-        f"<title>{esc(title)}</title><style>{CSS}{REVIEW_CSS}</style></head><body>",
+        f"<title>{esc(title)}</title><style>{CSS}{bench.page_css}</style></head><body>",
         f'<header><h1>{esc(title)}</h1><div class="sub">{len(records)} items · '
         f"{esc(', '.join(f'{n} {s}' for s, n in counts.items()))}"
         f"{' · ' + esc(usage_text) if usage_text else ''}</div></header><main>",
         incomplete_html(summary.get("incomplete")),
-        *[f"<p><b>Note:</b> {esc(n)}</p>" for n in notes],
+        f'<div class="replayed"><p><b>{esc(replayed)}</b></p></div>' if replayed else "",
         f'<h2>Headline metrics</h2><div class="cards">{"".join(cards) or "<p>no headline metric</p>"}</div>',
         f"<ul>{gate_html}</ul>" if gate_html else "",
-        review_section(summary, records),  # both scores and the review-file export (CORE-Bench)
+        notes_html(notes),
+        *bench.page_sections(summary, records),
         *sections,
         '<h2>Tasks</h2><div class="filters">'
         f'<label>status <select id="f-status"><option value="">all</option>{options(values["status"])}</select></label>'
@@ -699,21 +708,26 @@ def render_html(
         'placeholder="id, question, code, output"></label>'
         '<button id="f-open" type="button">expand shown</button><button id="f-close" type="button">collapse all'
         '</button><span id="f-count"></span></div>',
-        tasks_table_head(bool(values["category"]), has_cost),
+        tasks_table_head(
+            len(values["category"]) > 1,
+            has_cost,
+            len(values["split"]) > 1,
+            any(usage_of(r)["tokens"] for r in records),
+        ),
         *rows,
         "</tbody></table>",
         f'<h2>Metrics</h2><table id="metrics">{metric_rows}</table>',
         html_cost_section(summary.get("cost") or {}, summary.get("items") or []),  # report/cost.py
         (
-            '<h2>Categories</h2><table class="categories"><tr><th>category</th><th>main problems resolved</th>'
-            f"<th>subproblems passed</th></tr>{category_rows}</table>"
+            f'<h2>Categories</h2><table class="categories"><tr><th>category</th>{category_heads}</tr>'
+            f"{category_rows}</table>"
         )
         if category_rows
         else "",
         f"<h2>Settings</h2><table>{setting_rows}</table>",
         f"<h2>Run</h2><table>{run_rows}</table>" if run_rows else "",
         f"<h2>Data hashes (sha256)</h2><table>{hash_rows}</table>" if hash_rows else "",
-        f"</main><script>{JS}{REVIEW_JS}</script></body></html>",
+        f"</main><script>{JS}{bench.page_js}</script></body></html>",
     ]
     return "\n".join(p for p in parts if p)
 

@@ -38,13 +38,15 @@ UPDATE_HELP = (
 )
 SIGNIFICANCE_HELP = (
     "with --bench-max-drop: count a drop only when it is significant at this level "
-    "(exact McNemar test over the metric's units, e.g. 0.05); the gate then also fails as "
-    "underpowered when the smallest drop the test could detect (80% power) exceeds its limit."
+    "(exact McNemar test over the metric's units, e.g. 0.05); a significant drop beyond the limit fails as "
+    "such, and a drop beyond it that is not significant fails as underpowered when the smallest drop the "
+    "test could detect (80% power) exceeds the limit. A drop within the limit holds (with a note when the "
+    "test is that weak)."
 )
 UNDERPOWERED_HELP = (
-    "with --bench-max-drop and --bench-significance: an underpowered gate (its test cannot detect a "
-    "drop as small as its limit) passes on its other merits instead of failing; the report still "
-    "gives the detectable drop."
+    "with --bench-max-drop and --bench-significance: a drop beyond the limit that is not significant "
+    "holds even when the test could not detect a drop as small as the limit (instead of failing as "
+    "underpowered); the report still gives the detectable drop."
 )
 RESUME_HELP = (
     "continue an interrupted run in RUN_DIR: its settings and selection are read from RUN_DIR/settings.json "
@@ -164,6 +166,18 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         free_on_resume=True,
     ),
     Option(
+        "allow_incomparable",
+        "--bench-allow-incomparable",
+        "compare with the --bench-baseline even when the two runs are not comparable (another dataset or "
+        "dataset version, other grading environments or package versions, another harness, other settings): "
+        "without it such a baseline is a usage error; with it the report names every difference.",
+        kind="bool",
+        default=False,
+        ini="agentbench_allow_incomparable",
+        runfile_group="gates",
+        free_on_resume=True,
+    ),
+    Option(
         "significance",
         "--bench-significance",
         SIGNIFICANCE_HELP,
@@ -203,6 +217,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_resume",
         metavar="RUN_DIR",
         stored=False,
+        help_group="run",
     ),
     Option(
         "resume_merge",
@@ -213,6 +228,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         default=False,
         ini="agentbench_resume_merge",
         stored=False,
+        help_group="run",
     ),
     Option(
         "replay",
@@ -224,6 +240,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_replay",
         metavar="RUN_DIR",
         stored=False,
+        help_group="run",
     ),
     Option(
         "progress_interval",
@@ -235,6 +252,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_progress_interval",
         metavar="SECONDS",
         free_on_resume=True,
+        help_group="run",
     ),
 )
 
@@ -251,6 +269,7 @@ class ReportOptions:
     max_errors: int | None
     update_baseline: bool
     allow_incomplete: bool
+    allow_incomparable: bool
     significance: float | None
     allow_underpowered: bool
     gate_score: str
@@ -280,6 +299,7 @@ class GateConfig:
     allow_underpowered: bool = False  # --bench-allow-underpowered: a max-drop gate that cannot see its limit passes
     score: str = "automatic"  # --bench-gate-score: the score the gates and the baseline comparison read
     fail_over: tuple[Threshold, ...] = ()  # --bench-fail-over: cost bounds (Threshold.value in USD)
+    allow_incomparable: bool = False  # --bench-allow-incomparable: a baseline that is not comparable is compared
 
     @property
     def any_gate(self) -> bool:
@@ -365,14 +385,14 @@ def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
     baseline = gates.baseline
     update = bool(gates.update_baseline)
     if max_drop and not baseline:
-        raise ConfigError("--bench-max-drop needs --bench-baseline PATH (an earlier summary.json)")
+        raise ConfigError("--bench-max-drop needs --bench-baseline=PATH (an earlier summary.json)")
     if update and not baseline:
-        raise ConfigError("--bench-update-baseline needs --bench-baseline PATH (where to write it)")
+        raise ConfigError("--bench-update-baseline needs --bench-baseline=PATH (where to write it)")
     score = gates.gate_score or "automatic"
     if score == "reviewed" and not opts.get("review"):  # --bench-review: a benchmark's option (CORE-Bench)
         raise ConfigError(
             "--bench-gate-score=reviewed judges the score with human verdicts applied: give them with "
-            "--bench-review FILE.yaml (see docs/review.md), or leave the gates on the "
+            "--bench-review=FILE.yaml (see docs/options.md), or leave the gates on the "
             "automatic score"
         )
     fail_over = parse_cost_bounds(gates.fail_over or (), named(opts, "fail_over", "--bench-fail-over"))
@@ -385,6 +405,7 @@ def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
         gates.significance,
         allow_underpowered=bool(gates.allow_underpowered),
         allow_incomplete=bool(gates.allow_incomplete),
+        allow_incomparable=bool(gates.allow_incomparable),
         score=score,
         fail_over=fail_over,
     )

@@ -22,13 +22,14 @@ unplaced) count as not run for that label too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core import records as rec
 from ..core.io import natural_key, write_atomic
+from . import comparability
 from . import cost as run_cost
 from .attempts import NOT_RUN, attempt_lines, attempt_markdown, attempt_stats, attempts_of, counts_line, run_counts
 from .baseline import json_text, public, write_baseline
@@ -41,6 +42,7 @@ from .html import REPORT_HTML
 from .options import GateConfig
 from .picture import draw
 from .scores import AUTOMATIC, REVIEWED, reviewed_status_of, score_view
+from .usage import replayed_text, split_usage, usage_line, usage_totals
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -117,11 +119,16 @@ def build_summary(
     benchmark: Any,
     settings: Mapping[str, Any],
     selection: Iterable[rec.RecordLike] | None = None,
+    reused: Iterable[str] = (),
+    unscored: Sequence[Mapping[str, Any]] = (),
 ) -> Summary:
     """The summary of a run from its records and ``benchmark.summarize``; it also stores the benchmark's
     gate metrics, headlines and free settings, so two summary.json files can be compared on their own.
-    With ``selection`` (the session's items) the metrics are over every selected item, those not run included."""
+    With ``selection`` (the session's items) the metrics are over every selected item, those not run included.
+    ``reused``: keys of the records an earlier session wrote (a resumed run): the usage says them apart.
+    ``unscored``: model work done ahead that no record reports (report/cost.py counts it)."""
     ran = [rec.as_record(r) for r in records]
+    reused = set(reused)
     chosen = [dict(item) for item in selection or ()]
     stand_ins = not_run_records(chosen, ran)
     incomplete = incomplete_of(chosen, ran, stand_ins) if selection is not None else None
@@ -132,8 +139,14 @@ def build_summary(
     else:
         result = benchmark.summarize(ordered, settings)
     counts = run_counts(ordered, result.get("raw_counts"))
+    keys = settings.get(comparability.KEY)
     data = {
-        "settings": dict(settings),
+        "settings": {k: v for k, v in settings.items() if k != comparability.KEY},
+        **(
+            {comparability.KEY: comparability.with_selection(keys, (rec.record_key(r) for r in ordered))}
+            if isinstance(keys, dict)
+            else {}
+        ),
         "metrics": result["metrics"],
         "counts": rec.count_statuses(ordered),
         "run_counts": counts,
@@ -150,8 +163,8 @@ def build_summary(
             }
             for r in ordered
         ],
-        "usage": usage_of_run(ordered),
-        "cost": run_cost.cost_summary(ordered, settings),
+        "usage": split_usage(ordered, reused),
+        "cost": run_cost.cost_summary(ordered, settings, reused, unscored),
         **({"complete": incomplete is None} if selection is not None else {}),
         **({"incomplete": incomplete} if incomplete else {}),
         **{k: v for k, v in result.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")},
@@ -166,12 +179,7 @@ def usage_of_run(records: list[rec.Record]) -> dict[str, float]:
     """Model usage totals. ``model_calls`` counts every call the harness made, a cache hit included;
     ``endpoint_calls`` those that reached the model's endpoint (what the terminal and summary.md call
     "model calls": 0 for a replay)."""
-    usage = rec.usage_totals(records)
-    usage["endpoint_calls"] = max(0, (usage.get("model_calls") or 0) - (usage.get("cache_hits") or 0))
-    labels = [answers_of(r).get("answers") for r in records]
-    for label in ("fresh", "replayed", "mixed"):  # items whose answers came from the endpoint, the cache, both
-        usage[f"{label}_items"] = labels.count(label)
-    return usage
+    return usage_totals(records)
 
 
 def answers_of(record: rec.RecordLike) -> dict[str, str]:
@@ -274,6 +282,7 @@ def judge(
         )
         summary["comparison"] = {
             "baseline": baseline.get("_path"),
+            "incomparable": verdict.comparison.incomparable,
             "flipped": verdict.comparison.flipped,
             "mcnemar": verdict.comparison.mcnemar,
             "bootstrap": verdict.comparison.bootstrap,
@@ -319,6 +328,9 @@ def render_markdown(
         ]
         if incomplete.get("resume"):
             lines += ["Resume it with:", "", "```", str(incomplete["resume"]), "```", ""]
+    replayed = replayed_text(summary.get("usage") or {}, settings)
+    if replayed:  # a headline: at a temperature above 0 a "new" sample is the old one
+        lines += [f"> **{replayed}**", ""]
     for note in [*settings.get("notes", []), *notes, *summary.get("notes", [])]:
         lines += [f"> **Note:** {note}", ""]
     if verdict is not None and verdict.gate_results:
@@ -330,7 +342,7 @@ def render_markdown(
         lines += ["", f"Run counts: {counts_line(summary['run_counts'])}"]
     usage = summary.get("usage")
     if usage and (any(usage.values()) or settings.get("model") != "oracle"):  # the oracle calls no model
-        lines += ["", "Usage: " + rec.usage_text(usage)]
+        lines += ["", "Usage: " + usage_line(usage)]
     cost_md = run_cost.markdown(summary.get("cost") or {}, summary.get("items") or [])
     if cost_md:
         lines += ["", cost_md.rstrip()]
@@ -351,6 +363,13 @@ def render_markdown(
     if hashes:
         lines += ["", "## Data (sha256)", "", "| file | sha256 |", "|---|---|"]
         lines += [f"| {cell(name)} | `{cell(digest)}` |" for name, digest in hashes.items()]
+    keys = comparability.of(summary)
+    if keys:  # the data hashes are above; the rest says what another run must share to be compared with this one
+        shown = {k: v for k, v in comparability.flat(keys).items() if ".hashes." not in k}
+        lines += ["", "## Comparability", "", "| key | value |", "|---|---|"]
+        lines += [f"| {cell(k)} | {cell(comparability.text(v))} |" for k, v in shown.items()]
+        if keys.get("replayed"):
+            lines.append(f"| replayed | {cell(comparability.text(keys['replayed']))} |")
     return "\n".join(lines) + "\n"
 
 

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ...core.errors import ConfigError
 from ...core.io import natural_key
+from ...core.jobs import HARNESS_MIB, TIME_MARGIN, JobRequest
 from ...core.options import Settings, view
 from ...core.records import Record, RecordLike, as_record
 from ...core.records import counts_text as records_counts_text
 from ...core.run_options import RunOptions
-from ...core.slurm import HARNESS_MIB, TIME_MARGIN, Request
 from ...core.types import Sample, Task
 from ...envs.options import EnvOptions
 from ...models.options import ModelOptions
 from ..base import Benchmark, RunSpec
-from . import capsules, dataset, prepare, review, scorer
+from . import capsules, checks, dataset, page, prepare, reach, review, scorer
 from .agent import CoreAgent
 from .options import CORE_BENCH_OPTIONS, agent_limits, default_env, describe_isolation, effective_settings
 from .run import NAME, CoreBenchRun, choose_solver
@@ -54,6 +54,15 @@ class CoreBench(Benchmark):
     headlines = {"accuracy": "item"}  # capsule accuracy: passed capsules over scored ones
     # where commands ran; and the review file, which changes no automatic verdict (a resumed run may add one)
     free_settings = frozenset({"env", "docker_dind", "workspace_root", "isolation", "review"})
+    # report.html: the questions of each capsule, and the human review (page.py)
+    answer_counts = {
+        "written questions": ("correct_written", "total_written"),
+        "figure questions": ("correct_figure", "total_figure"),
+    }
+    item_fields_shown = frozenset({"questions"})
+    page_css = page.REVIEW_CSS
+    metric_rows = page.METRIC_ROWS
+    page_js = page.REVIEW_JS
 
     def __init__(self) -> None:
         self.split_sizes: dict[str, int] = {}  # capsules per split, from load_tasks (for "N of 45 selected")
@@ -69,6 +78,9 @@ class CoreBench(Benchmark):
                 "--bench-docker-dind runs medium items in a privileged Docker container: "
                 "add --bench-env=docker (and an image with docker.io, --bench-docker-image)"
             )
+        overlap = reach.overlap(settings["workspace_root"], settings["preinstalled_input_dir"])
+        if overlap:
+            raise ConfigError(overlap)
         settings["isolation"] = describe_isolation(
             {**settings, "model": view(ModelOptions, opts).model, "host_network": view(EnvOptions, opts).host_network}
         )
@@ -79,7 +91,21 @@ class CoreBench(Benchmark):
     def default_env(self, opts: Settings) -> str:
         return default_env(opts)
 
-    def job_request(self, samples: list[Sample], opts: Settings) -> Request:
+    # ---- report.html ---------------------------------------------------------------------------
+    def page_sections(self, summary: Mapping[str, Any], records: Sequence[RecordLike]) -> list[str]:
+        return [page.review_section(summary, records)]  # both scores and the review-file export
+
+    def item_headline(self, record: RecordLike) -> str | None:
+        questions = record.get("questions")
+        return page.questions_summary(questions) if isinstance(questions, list) and questions else None
+
+    def item_details(self, record: RecordLike) -> list[str]:
+        questions = record.get("questions")
+        if not isinstance(questions, list) or not questions:
+            return []
+        return [page.wrong_questions_html(questions), page.questions_html(questions)]
+
+    def job_request(self, samples: list[Sample], opts: Settings) -> JobRequest:
         """A capsule's job: the agent's time and the scoring's, the environment's memory, a GPU when marked."""
         request = super().job_request(samples, opts)
         seconds = float(opts["agent_time"]) + float(view(RunOptions, opts).timeout) + TIME_MARGIN
@@ -109,6 +135,13 @@ class CoreBench(Benchmark):
         self.review = review.load_review(path, tasks, split) if path else None
         folders = local_capsule_folders(opts)
         return [tasks_entry(task, split, gpu=known_gpu(task["capsule_id"], folders)) for task in tasks]
+
+    def check_selection(
+        self, opts: Settings, settings: Mapping[str, Any], samples: list[Sample], env: Any
+    ) -> list[str]:
+        """Before any item: every selected capsule is in the store or downloadable, the agent's image exists."""
+        checks.check_selection(opts, [s.task_id for s in samples if not s.skip_reason], env)
+        return []
 
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> CoreBenchRun:
         split = spec.settings.get("split", "")

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ...core.jobs import BackendOptions
 from ...core.options import Option, given_settings, view
-from ...core.slurm import SlurmOptions
 from ...models.options import ModelOptions
 from ...models.price import price_of
 from . import agent, capsules, prepare
@@ -118,7 +118,8 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         owner=OWNER,
         metavar="PATH",
         help="CORE-Bench: a folder inside the environment image holding the capsule (<capsule_id>/) and an "
-        "input.json manifest; the workspace is copied from it instead of uploaded.",
+        "input.json manifest; the workspace is copied from it instead of uploaded, then the folder is deleted "
+        "in the container (masked on the host) before the agent's first command.",
     ),
     Option(
         "docker_dind",
@@ -140,7 +141,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         owner=OWNER,
         metavar="FILE.yaml",
         help="CORE-Bench: a YAML file of human verdicts that override the automatic one for single questions "
-        "(capsule, question, verdict, reviewer, reason; see docs/review.md). Summaries then carry an "
+        "(capsule, question, verdict, reviewer, reason; see docs/corebench.md). Summaries then carry an "
         "automatic and a reviewed score; records keep the automatic verdict beside the override.",
         free_on_resume=True,
     ),
@@ -223,8 +224,8 @@ def default_env(opts: Mapping[str, Any]) -> str:
     never sees the answers, the data dir or the controller's files (``--bench-env=host`` given explicitly
     runs it in the isolated host sandbox instead); the oracle runs no agent (the host, unused). With
     ``--bench-backend=slurm`` the host sandbox (bubblewrap) is the default: Slurm nodes rarely allow Docker."""
-    given = given_settings(opts, ModelOptions, SlurmOptions)
-    if view(SlurmOptions, given).backend == "slurm":  # Docker is rarely allowed on Slurm nodes: bubblewrap on the host
+    given = given_settings(opts, ModelOptions, BackendOptions)
+    if view(BackendOptions, given).backend == "slurm":  # Docker is rarely allowed on Slurm nodes
         return "host"
     return "host" if view(ModelOptions, given).model in (None, "oracle") else "docker"
 

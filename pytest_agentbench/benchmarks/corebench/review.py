@@ -113,7 +113,7 @@ def load_review(path: Path | str, tasks: Sequence[Mapping[str, Any]], split: str
     if not isinstance(data, dict) or set(data) != {"overrides"} or not isinstance(data["overrides"], list):
         raise ConfigError(
             f"--bench-review: {path}:1: the file must be a mapping with one key, `overrides:`, "
-            f"holding a list of entries ({', '.join(FIELDS)}); see docs/review.md"
+            f"holding a list of entries ({', '.join(FIELDS)}); see docs/corebench.md"
         )
     by_capsule = {str(t.get("capsule_id")): t for t in tasks}
     overrides: list[Override] = []

@@ -1,0 +1,1 @@
+"""Back-ends: where a run's tasks run away from the pytest session (plain Python, no pytest)."""

@@ -1,0 +1,75 @@
+"""What CORE-Bench checks before any item runs: every selected capsule can be had, and the agent's image exists.
+
+Without these a missing capsule or an image that cannot be pulled costs each item its retries and ends as one
+``env_error`` per item; found up front they are one usage error naming everything missing and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...core.data import OFFLINE_ENV, offline
+from ...core.errors import ConfigError
+from ...envs import EnvError
+from ...envs.docker import DockerFactory
+from ...models.options import ORACLE
+from . import capsules
+
+LISTED = 20  # capsule ids named in a message
+
+
+def named(ids: Sequence[str]) -> str:
+    return ", ".join(ids[:LISTED]) + (f", ... ({len(ids)} in all)" if len(ids) > LISTED else "")
+
+
+def check_capsules(opts: Mapping[str, Any], capsule_ids: Sequence[str]) -> None:
+    """ConfigError unless every capsule is in the store or (online) its download answers."""
+    chosen = opts.get("capsules_dir")
+    store = capsules.archive_store(Path(opts["data_dir"]), Path(opts["cache_dir"]), Path(chosen) if chosen else None)
+    missing = [cid for cid in capsule_ids if not capsules.at_hand(cid, store)]
+    if not missing:
+        return
+    where = (
+        f"Put each in {store}/ as <capsule_id>.tar.gz (from {capsules.capsule_base_url()}/<capsule_id>.tar.gz) or "
+        f"as an unpacked <capsule_id>/ folder, or point --bench-capsules-dir at a folder that has them"
+    )
+    if offline():
+        raise ConfigError(
+            f"CORE-Bench: {len(missing)} selected capsule(s) are not in {store} and downloads are off "
+            f"(${OFFLINE_ENV}): {named(missing)}. {where}"
+        )
+    problems = {cid: capsules.download_problem(capsules.capsule_url(cid)) for cid in missing}
+    failed = {cid: why for cid, why in problems.items() if why is not None}
+    if failed:
+        first = next(iter(failed.values()))
+        raise ConfigError(
+            f"CORE-Bench: {len(failed)} selected capsule(s) are not in {store} and cannot be downloaded "
+            f"({first}): {named(list(failed))}. {where}"
+        )
+
+
+def check_image(env: Any) -> None:
+    """ConfigError unless the Docker image the agent runs in is on the engine or can be pulled (when the run's
+    environment is Docker)."""
+    if not isinstance(env, DockerFactory):
+        return
+    try:
+        env.ensure_image()
+    except EnvError as exc:
+        raise ConfigError(
+            f"CORE-Bench: {exc} (for example `docker pull {env.image}`, or `docker build -t {env.image} .` "
+            f"from your Dockerfile, or --bench-docker-image=IMAGE of one the engine has)"
+        ) from None
+
+
+def check_selection(opts: Mapping[str, Any], capsule_ids: Sequence[str], env: Any) -> None:
+    """Capsules first (no engine needed), then the image of the environment ``env`` (a factory, or None) when an
+    agent runs in it (the oracle runs none)."""
+    if not capsule_ids:
+        return
+    if not opts.get("preinstalled_input_dir"):  # else the capsules are inside the image
+        check_capsules(opts, capsule_ids)
+    if opts.get("model") not in (None, "", ORACLE):
+        check_image(env)
