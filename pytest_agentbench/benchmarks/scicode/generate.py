@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...core.text import repair_value
+from ...models.concurrency import CallsStopped
 from ...models.price import Price, over_budget, start_costs
 from ...models.usage import count_completion, turn_of
 from .extract import extract_code, function_name_of
@@ -185,7 +186,7 @@ def generate_step(
 ) -> GenResult:
     """Ask ``model`` for the code of step ``step_index`` (0-based) of ``problem``; ``price`` costs its calls,
     ``budget`` (USD) bounds what they may cost."""
-    from ...models.client import ModelError  # why: the client loads openai (2 s); importing SciCode stays light
+    from ...models.client import ModelError, count_failed_call  # why: the client loads openai (2 s)
 
     if mode not in MODES:
         raise ValueError(f"SciCode generation mode {mode!r} is not one of {', '.join(MODES)}")
@@ -215,8 +216,17 @@ def generate_step(
                 budget=budget,
             )
     except ModelError as error:
+        count_failed_call(accounting, error)
         result = GenResult(
             code=None, status="model_error", message=str(error), trajectory=trajectory, accounting=accounting
+        )
+    except CallsStopped as stopped:  # the run's budget was spent by other calls meanwhile: this one never went out
+        result = GenResult(
+            code=None,
+            status="budget",
+            message=f"the harness stopped: {stopped}",
+            trajectory=trajectory,
+            accounting=accounting,
         )
     result.turns = turns
     return result

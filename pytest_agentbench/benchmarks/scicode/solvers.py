@@ -11,6 +11,7 @@ A solver never raises for the model's misbehaviour: every outcome is a ``Generat
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -103,6 +104,7 @@ class ChatSolver:
         tool_timeout: float = 180.0,
         price: Any = None,
         budget: float | None = None,
+        tool_concurrency: int | None = None,
     ) -> None:
         from .generate import generate_step  # why: it loads openai (2 s), which the other solvers never need
 
@@ -116,6 +118,9 @@ class ChatSolver:
         self.tool_timeout = tool_timeout
         self.price = price  # models.price.Price: the step's calls are costed (None: not)
         self.budget = budget  # USD one step's calls may cost (--bench-max-cost-per-item)
+        # code_interpreter runs of concurrent chains at once (--bench-tool-concurrency); each is its own sandboxed
+        # run through the environment (nothing is shared between them): the bound only keeps the cores busy
+        self.tool_slots = threading.BoundedSemaphore(tool_concurrency) if tool_concurrency else None
 
     def solve(self, problem: dict[str, Any], index: int, previous: list[str], *, sample_index: int = 0) -> Generated:
         dependencies = problem.get("required_dependencies", "")
@@ -124,7 +129,10 @@ class ChatSolver:
             source = script.build_tool_script(dependencies=dependencies, previous_code=previous, code=code)
             if self.run_python is None:  # (the replay check's solver: its probe ends the step at the first call)
                 raise RuntimeError("this solver runs no tool code")
-            return self.run_python(source, min(timeout, self.tool_timeout))
+            if self.tool_slots is None:
+                return self.run_python(source, min(timeout, self.tool_timeout))
+            with self.tool_slots:
+                return self.run_python(source, min(timeout, self.tool_timeout))
 
         result = self.generate_step(
             self.model,
@@ -175,6 +183,7 @@ def choose_solver(
     tool_timeout: float = 180.0,
     price: Any = None,
     budget: float | None = None,
+    tool_concurrency: int | None = None,
 ) -> Solver:
     """The solver for ``model`` (the ``bench_model`` value), chosen once per run.
 
@@ -194,4 +203,5 @@ def choose_solver(
         tool_timeout=tool_timeout,
         price=price,
         budget=budget,
+        tool_concurrency=tool_concurrency,
     )
