@@ -18,8 +18,8 @@ from pytest_agentbench.benchmarks.scicode.h5codec import (
 )
 from pytest_agentbench.cli import main as cli
 
-from bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from capabilities import missing
+from helpers.bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from helpers.capabilities import missing
 
 DATA_DIR = SHARED_DATA
 

@@ -11,8 +11,8 @@ import pytest
 from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
 from pytest_agentbench.core.records import comparable
 
-from bench_runs import read_jsonl, run_dirs, validation_problems
-from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step
+from helpers.bench_runs import read_jsonl, run_dirs, validation_problems
+from helpers.scicode_builders import CLOSE, MODEL_CONFTEST, custom_data_args, problem, step
 
 pytestmark = pytest.mark.e2e
 
@@ -426,15 +426,7 @@ def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data):
         [p for p in originals if p["problem_id"] in ("1", "29")], h5, data_dir=shared_data
     )
     assert set(report.values()) == {"ok"}
-    result = bench(
-        "--bench=scicode",
-        "--bench-split=validation",
-        "--model=oracle",
-        "--bench-ids=1,29",
-        f"--bench-data-dir={data}",
-        "--bench-allow-custom-data",
-        f"--bench-h5={h5}",
-    )
+    result = bench(*custom_data_args(data, h5, "--bench-ids=1,29", model="oracle"))
     # 29.3 calls 29.1's normalize: a wrong earlier step fails the later one too, as upstream; 29.2 does not
     result.assert_outcomes(passed=1, failed=3)
     out = result.stdout.str()

@@ -13,7 +13,7 @@ from pytest_agentbench.benchmarks.scicode.run import RunSettings, SciCodeRun
 from pytest_agentbench.benchmarks.scicode.solvers import ClientSolver, Generated, OracleSolver
 from pytest_agentbench.sandbox.executors import Limits
 
-from bench_runs import SHARED_DATA
+from helpers.bench_runs import SHARED_DATA
 
 DATA_DIR = SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
 

@@ -1,4 +1,5 @@
-"""Known upstream defects of SciCode and CORE-Bench: each claim of docs/upstream-defects.md, checked.
+"""Known upstream defects of SciCode and CORE-Bench: each claim of the "Known upstream defects" sections of
+docs/scicode.md and docs/corebench.md, checked.
 
 Data claims walk the staged upstream files; behaviour claims run the plugin (or the plain-Python scorer)
 on the smallest input that shows the defect, so each test fails if this project ever starts to share it.
@@ -11,7 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-import scipy.integrate
 
 from pytest_agentbench.benchmarks.corebench.dataset import load_split
 from pytest_agentbench.benchmarks.corebench.scorer import load_submission, score_report
@@ -23,12 +23,12 @@ from pytest_agentbench.benchmarks.scicode.run import RunSettings, SciCodeRun
 from pytest_agentbench.core.run_options import RUN_OPTIONS
 from pytest_agentbench.sandbox.limits import Limits
 
-from bench_runs import SHARED_DATA, read_jsonl, run_dirs
-from fake_openai import FakeOpenAI
-from scicode_builders import CLOSE, MODEL_CONFTEST, problem, step, write_dataset
+from helpers.bench_runs import SHARED_DATA, read_jsonl, run_dirs
+from helpers.fake_openai import FakeOpenAI
+from helpers.scicode_builders import CLOSE, MODEL_CONFTEST, problem, step
 
 SCICODE = SHARED_DATA / "scicode"
-# What docs/upstream-defects.md lists; the data walks below must find exactly these.
+# What docs/scicode.md's "Known upstream defects" lists; the data walks below must find exactly these.
 SIMPS_USERS = {"2": "required_dependencies", "28": "required_dependencies", "57.3": "step_description_prompt"}
 CLASS_STEPS = {
     "13.6": "Maxwell",
@@ -77,7 +77,9 @@ def test_the_data_calls_simps_exactly_where_the_page_says():
 
 
 @pytest.mark.e2e
-def test_a_step_importing_simps_passes_with_ground_truth_on_a_scipy_without_it(pytester, bench, shared_data):
+def test_a_step_importing_simps_passes_with_ground_truth_on_a_scipy_without_it(pytester, custom_scicode):
+    import scipy.integrate  # why: SciPy is slow to import at collection; pytester has it loaded (in_process_imports)
+
     assert not hasattr(scipy.integrate, "simps"), "this SciPy still has simps: the shim is not exercised"
     samples = [1.0, 2.0, 4.0, 8.0]  # an even count: the case where old and new Simpson rules differ
     deps = "import numpy as np\nfrom scipy.integrate import simps"
@@ -96,17 +98,9 @@ def test_a_step_importing_simps_passes_with_ground_truth_on_a_scipy_without_it(p
         )
     ]
     expected = float(scipy.integrate.simpson(samples, dx=0.5))
-    data, h5 = write_dataset(pytester.path, shared_data, targets={"9.1": [expected]}, problems=problems)
+    custom_scicode.write(problems, {"9.1": [expected]})
     pytester.makeconftest(MODEL_CONFTEST)
-    result = bench(
-        "--bench=scicode",
-        "--bench-split=validation",
-        "--model=mutant",
-        f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
-        "--bench-timeout=60",
-    )
+    result = custom_scicode("--bench-timeout=60")
     [record] = read_jsonl(run_dirs(pytester.path)[0] / "steps.jsonl")
     assert record["status"] == "pass", record
     assert result.ret == 0
@@ -143,7 +137,7 @@ DOUBLE = "def double_incr(start):\n    return 2 * Counter(start).incr()"
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_a_class_answer_is_chosen_and_kept_whole_for_the_next_step(pytester, bench, shared_data):
+def test_a_class_answer_is_chosen_and_kept_whole_for_the_next_step(pytester, custom_scicode):
     """The reply shows a usage example before the class: choosing by `__init__` takes the example."""
     problems = [
         problem(
@@ -154,7 +148,7 @@ def test_a_class_answer_is_chosen_and_kept_whole_for_the_next_step(pytester, ben
             ],
         )
     ]
-    data, h5 = write_dataset(pytester.path, shared_data, targets={"5.1": [3], "5.2": [10]}, problems=problems)
+    custom_scicode.write(problems, {"5.1": [3], "5.2": [10]})
     class_reply = f"Usage:\n```python\nc = Counter(2)\nprint(c.incr())\n```\nThe class:\n```python\n{COUNTER}```\n"
     assert extract_code(class_reply, upstream_function_name(COUNTER_HEADER)).startswith("c = Counter(2)")
 
@@ -165,18 +159,7 @@ def test_a_class_answer_is_chosen_and_kept_whole_for_the_next_step(pytester, ben
     with FakeOpenAI() as server:
         for _ in range(4):
             server.reply_with(answer)
-        result = bench(
-            "--bench=scicode",
-            "--bench-split=validation",
-            "--model=m",
-            f"--model-base-url={server.base_url}",
-            "--model-api-key=k",
-            "--bench-mode=naive",
-            f"--bench-data-dir={data}",
-            f"--bench-h5={h5}",
-            "--bench-allow-custom-data",
-            "--bench-timeout=60",
-        )
+        result = custom_scicode("--bench-mode=naive", "--bench-timeout=60", model="m", server=server)
         second = [r for r in server.requests if "def double_incr" in json.dumps(r["body"]["messages"])]
     records = {r["id"]: r for r in read_jsonl(run_dirs(pytester.path)[0] / "steps.jsonl")}
     assert records["5.1"]["status"] == "pass", records["5.1"]

@@ -74,7 +74,7 @@ def fetch_h5(url: str, data_dir: Path, cache_dir: Path | None, *, verified: bool
         raise DataError(
             f"the official {dataset.H5_FILE.name} is missing and downloads are off (${OFFLINE_ENV}): "
             f"download {url} and extract its {dataset.H5_FILE.name} into {Path(data_dir) / dataset.SUBDIR}, "
-            f"or pass --bench-h5 PATH"
+            f"or pass --bench-h5=PATH"
         )
     folder = destination(Path(data_dir), cache_dir)
     zip_path = folder / ARCHIVE_NAME
@@ -84,7 +84,7 @@ def fetch_h5(url: str, data_dir: Path, cache_dir: Path | None, *, verified: bool
         raise DataError(
             f"the official {dataset.H5_FILE.name} is missing and the data archive could not be "
             f"downloaded from {url}: {exc}. Download it by hand and extract its "
-            f"{dataset.H5_FILE.name} into {folder}, or pass --bench-h5 PATH"
+            f"{dataset.H5_FILE.name} into {folder}, or pass --bench-h5=PATH"
         ) from exc
     dest = folder / dataset.H5_FILE.name
     try:

@@ -7,22 +7,24 @@ run (``open_run``: the targets are resolved and the solver chosen there, once); 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...core.data import DataError, find, sha256_of
+from ...core.data import DataError, find, fingerprint, sha256_of
 from ...core.errors import ConfigError
 from ...core.options import Option, Settings, view
 from ...core.records import Record
 from ...core.run_options import RunOptions
 from ...core.types import Sample, Task
+from ...models.concurrency import share
 from ...models.options import ModelOptions
 from ...models.price import price_of
 from ...sandbox.codec import DEFAULT_MAX_BYTES
-from ...sandbox.options import SandboxOptions, limits_from
+from ...sandbox.options import SandboxOptions, limits_from, private_folders
 from ..base import Benchmark, RunSpec
-from . import dataset
+from . import dataset, verified
 from .archive import DEFAULT_URL as DEFAULT_DATA_URL
 from .archive import fetch_h5, offline
 from .locate import RebuiltTable, Targets, TargetTable, locate
@@ -31,15 +33,30 @@ from .prompts import load_templates
 from .solvers import MODES, choose_solver
 
 if TYPE_CHECKING:
+    from .gradingenvs import GradingEnv
     from .run import SciCodeRun
 
 OWNER = "scicode"
-AUTO, OFFICIAL, REBUILT = "auto", "official", "rebuilt"  # --bench-targets
-TARGET_CHOICES = (AUTO, OFFICIAL, REBUILT)
+AUTO, OFFICIAL, REBUILT, VERIFIED = "auto", "official", "rebuilt", "verified"  # --bench-targets
+TARGET_CHOICES = (AUTO, OFFICIAL, REBUILT, VERIFIED)
+DATASETS = (OFFICIAL, VERIFIED)  # --bench-dataset
 ALL_CATEGORIES = "all"
 REBUILD_TIMEOUT_FACTOR = 10  # rebuilding one problem's targets may take this many tool timeouts
 
 OPTIONS = (
+    Option(
+        "dataset",
+        "--bench-dataset",
+        kind="choice",
+        choices=DATASETS,
+        default=OFFICIAL,
+        ini="agentbench_dataset",
+        owner=OWNER,
+        help="SciCode: which data: official (default: upstream's validation and test splits) or verified "
+        f"(SciCode-Verified {verified.VERSION}: the audited test split, {verified.N_PROBLEMS} problems, and its "
+        f"corrected targets {verified.H5_NAME}, every file checked against its manifest's md5 before the run; "
+        f"read from <data dir>/{verified.SUBDIR}/, downloaded when missing).",
+    ),
     Option(
         "h5",
         "--bench-h5",
@@ -104,6 +121,19 @@ OPTIONS = (
         "--no-bench-overlap generates each step only when its item starts).",
     ),
     Option(
+        "tool_concurrency",
+        "--bench-tool-concurrency",
+        kind="int",
+        minimum=1,
+        ini="agentbench_tool_concurrency",
+        owner=OWNER,
+        metavar="N",
+        help="SciCode tool_use: code_interpreter runs at once in the session, over the chains generated "
+        "concurrently (each its own sandboxed run; divided over the xdist workers, at least 1 each; "
+        "default: the number of cores).",
+        free_on_resume=True,
+    ),
+    Option(
         "operand_cap",
         "--bench-operand-cap",
         kind="size",
@@ -133,11 +163,13 @@ OPTIONS = (
         default=AUTO,
         ini="agentbench_targets",
         owner=OWNER,
-        help="SciCode: where the targets come from: auto (default: the official test_data.h5 when it is "
-        "present or a test-split item is selected, fetched from --bench-data-url when missing; else rebuilt "
-        "from the ground truth), official (the official file even for a validation-only run, fetched when "
-        "missing; a usage error offline) or rebuilt (rebuilt from the ground truth even when the official "
-        "file is present; validation split only).",
+        help="SciCode: where the targets come from: auto (default: the dataset's own; official data: the "
+        "official test_data.h5 when it is present or a test-split item is selected, fetched from --bench-data-url "
+        "when missing, else rebuilt from the ground truth), official (the official file even for a "
+        "validation-only run, fetched when missing; a usage error offline), rebuilt (rebuilt from the ground "
+        "truth even when the official file is present; validation split only) or verified (SciCode-Verified's "
+        f"corrected {verified.H5_NAME}, checked against its manifest: with --bench-replay, re-grades a run's "
+        "answers against the corrected targets without a model call).",
     ),
     Option(
         "category",
@@ -149,6 +181,30 @@ OPTIONS = (
         metavar="NAME[,NAME...]",
         help="SciCode: run only the problems of these categories (exact match on a problem's category "
         "field; a problem without one is 'unclassified'; a list takes the union; default all).",
+    ),
+    Option(
+        "grading_envs",
+        "--bench-grading-envs",
+        kind="list",
+        default=(),
+        ini="agentbench_grading_envs",
+        owner=OWNER,
+        metavar="NAME[,NAME...]",
+        help="SciCode: grade every step in each of these Python environments; a step passes when it passes in "
+        "any, each environment's verdict kept. NAME is a built-in pinned spec (2024: NumPy 1.26 / SciPy 1.13; "
+        "2025: NumPy 2.2 / SciPy 1.15), built on first use as a venv in $AGENTBENCH_GRADING_ENVS or the cache "
+        "dir, or NAME=/path/to/python. No simps shim is applied in them (default: the running interpreter "
+        "alone, with the shim).",
+    ),
+    Option(
+        "grading_envs_all",
+        "--bench-grading-envs-all",
+        kind="bool",
+        default=False,
+        ini="agentbench_grading_envs_all",
+        owner=OWNER,
+        help="SciCode: with --bench-grading-envs, grade in every environment even after one passed (default: the "
+        "next environments are skipped once one passes).",
     ),
 )
 
@@ -180,15 +236,27 @@ class SciCode(Benchmark):
     headlines = {"main": "task", "subproblem": "item"}
     # How scoring runs, not what is asked or how it is scored: a baseline may differ in these.
     free_settings = frozenset({"executor", "memory_limit_gib", "tool_timeout"})
+    # report.html's Categories table: summarize() writes these counts per category
+    category_columns = (
+        ("main problems resolved", "problems_resolved", "problems", "main"),
+        ("subproblems passed", "steps_passed", "steps", "subproblem"),
+    )
 
     def __init__(self) -> None:
         self._located: tuple[Settings, str, Targets] | None = None  # this run's targets, found once
+        self._manifest: tuple[Settings, tuple[verified.Manifest, Path]] | None = (
+            None  # SciCode-Verified's, checked once
+        )
         self.categories: dict[str, str] = {}  # problem id -> category, of the problems loaded
 
     # ---- settings ----------------------------------------------------------------------------
     def configure(self, opts: Settings, split: str) -> dict[str, Any]:
         sandbox = view(SandboxOptions, opts)
         oracle = view(ModelOptions, opts).model == "oracle"
+        label = None
+        if is_verified(opts):
+            label = self.manifest(opts).label
+            split = verified_split(split, oracle)
         narrowed = oracle and split != "validation" and not view(RunOptions, opts).split
         if narrowed:  # no split asked for: the oracle scores the split it can answer, unless a test item is named
             named = oracle_test_ids(opts)
@@ -208,7 +276,15 @@ class SciCode(Benchmark):
             out.update(tool_loops=int(opts["tool_loops"]), tool_timeout=float(opts["tool_timeout"]))
         targets = self.targets(opts, split)
         out["targets"] = targets.kind
+        if opts.get("grading_envs"):  # built (or found) and self-tested here: a failure is a usage error
+            out["grading_envs"] = [env.describe() for env in grading_envs(opts)]
+            out["grading_envs_all"] = bool(opts.get("grading_envs_all"))
         notes = [targets.note()] if targets.note() else []
+        if label is not None:  # only then: an official run records exactly what it did before
+            out["dataset"] = label
+            out["split"] = split
+        elif targets.kind == VERIFIED:
+            notes.append(f"targets: SciCode-Verified's corrected {verified.H5_NAME}, for the official problems")
         if narrowed:
             out["split"] = split
             notes.insert(
@@ -220,6 +296,12 @@ class SciCode(Benchmark):
             out["notes"] = notes
         return out
 
+    def manifest(self, opts: Settings) -> verified.Manifest:
+        """SciCode-Verified's manifest and files, checked once per run (DataError at the first mismatch)."""
+        if self._manifest is None or self._manifest[0] is not opts:  # a run's own: the files may change between runs
+            self._manifest = (opts, verified.load_files(Path(opts["data_dir"]), custom_ok=not verify_data(opts)))
+        return self._manifest[1][0]
+
     def targets(self, opts: Settings, split: str) -> Targets:
         """Where this run's targets come from (checked once per run; ConfigError for a bad file)."""
         if self._located is None or self._located[0] is not opts or self._located[1] != split:
@@ -228,11 +310,24 @@ class SciCode(Benchmark):
 
     # ---- data ------------------------------------------------------------------------------
     def load_tasks(self, opts: Settings, split: str) -> list[Task]:
-        problems = dataset.load_problems(
-            Path(opts["data_dir"]), split, verify=verify_data(opts), stamp_dir=opts.get("cache_dir")
-        )
+        if is_verified(opts):
+            problems = self.verified_problems(opts, split)
+        else:
+            problems = dataset.load_problems(
+                Path(opts["data_dir"]), split, verify=verify_data(opts), stamp_dir=opts.get("cache_dir")
+            )
         self.categories.update({str(p["problem_id"]): dataset.category_of(p) for _, p in problems})
         return dataset.to_tasks(select_categories(problems, opts.get("category") or ()))
+
+    def verified_problems(self, opts: Settings, split: str) -> list[tuple[str, dict[str, Any]]]:
+        """SciCode-Verified's problems (its test split: the only one it has), from files the manifest checked."""
+        verified_split(split, view(ModelOptions, opts).model == "oracle")
+        self.manifest(opts)
+        assert self._manifest is not None
+        manifest, path = self._manifest[1]
+        problems = dataset.read_jsonl(path)
+        verified.check_count(manifest, problems)
+        return [("test", problem) for problem in problems]
 
     def expected_cost(self, sample: Sample) -> float:
         """A step costs its test cases (each runs the step's code once); a prefilled step is never run."""
@@ -243,19 +338,44 @@ class SciCode(Benchmark):
 
     def data_hashes(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, str]:
         """sha256 of the problems, prefilled code and targets this run reads (baselines compare them)."""
-        verified = verify_data(opts)
+        pinned = verify_data(opts)
         parts = ("validation", "test") if split == "all" else (split,)
         out = {}
-        for f in [*(dataset.PROBLEM_FILES[p] for p in parts), *dataset.PREFILLED_FILES.values()]:
+        files = [*dataset.PREFILLED_FILES.values()]
+        if not is_verified(opts):
+            files = [*(dataset.PROBLEM_FILES[p] for p in parts), *files]
+        else:  # checked against the manifest (configure): hashed here, they are small
+            folder = verified.folder(Path(opts["data_dir"]))
+            for name in (verified.PROBLEMS_NAME, verified.MANIFEST_NAME):
+                out[f"{verified.SUBDIR}/{name}"] = sha256_of(folder / name)
+        for f in files:
             path = find(Path(opts["data_dir"]), f)
             if path is not None:
                 # verified files match their pin
-                out[f.name] = f.sha256 if verified and f.sha256 is not None else sha256_of(path)
+                out[f.name] = f.sha256 if pinned and f.sha256 is not None else sha256_of(path)
         targets = self.targets(opts, split)
         if targets.path is not None:
             pin = dataset.H5_FILE.sha256
-            out["targets"] = pin if targets.kind == "official" and pin is not None else sha256_of(targets.path)
+            if targets.kind == VERIFIED and targets.sha256:
+                out["targets"] = targets.sha256
+            else:
+                out["targets"] = pin if targets.kind == "official" and pin is not None else sha256_of(targets.path)
         return out
+
+    def comparability(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The dataset (name, version, every file's sha256, the targets' kind), the grading environments (each with
+        the package versions it has), the harness and the prompt templates' sha256 (see docs/runs.md)."""
+        return {
+            "dataset": {
+                "name": settings.get("dataset") or "scicode official",
+                "revision": dataset.REVISION,
+                "targets": settings.get("targets"),
+                "hashes": dict(settings.get("data_hashes") or {}),
+            },
+            "grading_envs": list(settings.get("grading_envs") or [running_env()]),
+            "harness": {k: settings[k] for k in ("mode", "background", "tool_loops", "operand_cap") if k in settings},
+            "prompts": template_hashes(Path(opts["data_dir"])),
+        }
 
     # ---- running -------------------------------------------------------------------------
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> SciCodeRun:
@@ -266,11 +386,19 @@ class SciCode(Benchmark):
         selected = [t for t in spec.tasks if any(s.id in spec.selected for s in t.samples)]
         targets = self.targets(opts, split)
         table: TargetTable | RebuiltTable
+        envs = grading_envs(opts, spec.cache_dir) if opts.get("grading_envs") else ()  # where this worker runs
+        env_tables: dict[str, TargetTable | RebuiltTable] = {}
         if targets.kind == "rebuilt":  # each problem built when its first step reaches this process, untimed
             limits = limits_from(opts, timeout=float(opts["tool_timeout"]) * REBUILD_TIMEOUT_FACTOR)
-            table = RebuiltTable([t.data for t in selected], spec.cache_dir, data_dir=spec.data_dir, limits=limits)
+            problems = [t.data for t in selected]
+            table = RebuiltTable(problems, spec.cache_dir, data_dir=spec.data_dir, limits=limits)
+            for grading in envs:  # rebuilt in each environment: a target of one is not assumed to hold in another
+                env_tables[grading.name] = RebuiltTable(
+                    problems, spec.cache_dir, data_dir=spec.data_dir, limits=limits, python=grading.python
+                )
         else:
             table = TargetTable(targets)
+            env_tables = {grading.name: table for grading in envs}
         prefilled = {}
         if needs_prefilled(selected, spec.selected):
             prefilled = dataset.load_prefilled(spec.data_dir, verify=verify_data(opts), stamp_dir=spec.cache_dir)
@@ -284,6 +412,7 @@ class SciCode(Benchmark):
             tool_timeout=float(opts["tool_timeout"]),
             price=price_of(spec.settings.get("price")),
             budget=spec.settings.get("max_cost_per_item"),
+            tool_concurrency=share(int(opts.get("tool_concurrency") or cores()), spec.workers),
         )
         settings = RunSettings(
             targets=table,
@@ -292,6 +421,11 @@ class SciCode(Benchmark):
             prefilled=prefilled,
             selected=frozenset(spec.selected),
             operand_cap=int(opts["operand_cap"]),
+            grading_envs=tuple((grading, env_tables[grading.name]) for grading in envs),
+            grading_all=bool(opts.get("grading_envs_all")),
+            # as many chains as the model client lets requests be in flight (its gate: this process's share)
+            connections=int(getattr(getattr(model, "gate", None), "limit", 1)),
+            held=spec.held,
         )
         return SciCodeRun(
             settings,
@@ -347,6 +481,23 @@ class SciCode(Benchmark):
         return missing
 
 
+def grading_envs(opts: Settings, cache_dir: Any = None) -> tuple[GradingEnv, ...]:
+    """The environments --bench-grading-envs names, built or found where this process runs and self-tested in
+    the run's sandbox (the run's private folders hidden); a usage error names the one that failed."""
+    from . import gradingenvs  # why: it loads the sandbox; only a run with grading environments needs it
+
+    entries = gradingenvs.parse(opts.get("grading_envs") or ())
+    return gradingenvs.resolve(entries, cache_dir or opts.get("cache_dir"), hidden=private_folders(opts))
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def select_categories(problems: list[tuple[str, dict[str, Any]]], names: Any) -> list[tuple[str, dict[str, Any]]]:
     """The problems of the categories ``names`` (--bench-category; "all" or nothing keeps every problem).
     An unknown name is a ConfigError listing the categories present."""
@@ -363,10 +514,79 @@ def select_categories(problems: list[tuple[str, dict[str, Any]]], names: Any) ->
     return [(split, p) for split, p in problems if dataset.category_of(p) in wanted]
 
 
+def is_verified(opts: Mapping[str, Any]) -> bool:
+    """Whether the run is on SciCode-Verified (--bench-dataset=verified)."""
+    return opts.get("dataset") == VERIFIED
+
+
+def verified_split(split: str, oracle: bool) -> str:
+    """The split of a SciCode-Verified run: its test split (the only one it has); ConfigError for another."""
+    if oracle:
+        raise ConfigError(
+            "--model=oracle answers with the ground-truth code, which SciCode-Verified does not ship (it is a test "
+            "split); use --bench-dataset=official --bench-split=validation for the oracle"
+        )
+    if split == "validation":
+        raise ConfigError(
+            "--bench-dataset=verified has no validation split (SciCode-Verified audits the test split): use "
+            "--bench-split=test (or all), or --bench-dataset=official for the validation split"
+        )
+    return "test"
+
+
+def running_env() -> dict[str, str]:
+    """Today's single grading environment: the running interpreter and the scientific packages it has."""
+    import platform  # why: only a run's comparability keys need these
+    from importlib import metadata  # why: as platform
+
+    out = {"name": "default", "python": platform.python_version()}
+    for package in ("numpy", "scipy", "sympy", "h5py"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = "not installed"
+    return out
+
+
+def template_hashes(data_dir: Path) -> dict[str, str]:
+    """sha256 of each prompt template in the data dir ("missing" for one that is not there yet)."""
+    out = {}
+    for name, f in dataset.TEMPLATE_FILES.items():
+        path = find(data_dir, f)
+        out[name] = sha256_of(path) if path is not None else "missing"
+    return out
+
+
+def find_verified(opts: Settings) -> Targets:
+    """SciCode-Verified's corrected targets, checked against its manifest; ConfigError when they cannot be had
+    (offline and missing included: a run on them never goes on without them). Listing the items hashes nothing."""
+    data_dir, cache_dir = Path(opts["data_dir"]), opts.get("cache_dir")
+    # --bench-h5 names the dataset's own targets file: an official run's (a replay re-grading it) is not this one
+    given = Path(opts["h5"]) if opts.get("h5") and is_verified(opts) else None
+    if opts.facts.listing_only:
+        path = given or verified.folder(data_dir) / verified.H5_NAME
+        if path.is_file():
+            return Targets(path, VERIFIED)
+        return Targets(None, "missing", f"SciCode-Verified's {verified.H5_NAME} is not at {path}")
+    try:
+        manifest = verified.load_manifest(data_dir, custom_ok=not verify_data(opts))
+        path, sha = verified.h5_file(data_dir, manifest, cache_dir, given)
+    except DataError as exc:
+        raise ConfigError(str(exc)) from None
+    return Targets(path, VERIFIED, sha256=sha, stamp=fingerprint(path))
+
+
 def find_targets(opts: Settings, split: str) -> Targets:
     """The targets --bench-targets asks for (see ``locate``); ConfigError when they cannot be had."""
     choice = opts.get("targets") or AUTO
+    if choice == VERIFIED or (choice == AUTO and is_verified(opts)):
+        return find_verified(opts)
     data_dir, cache_dir, verified = Path(opts["data_dir"]), opts.get("cache_dir"), verify_data(opts)
+    if choice == REBUILT and is_verified(opts):
+        raise ConfigError(
+            "--bench-targets=rebuilt: SciCode-Verified ships no ground truth to rebuild its targets from; use "
+            "--bench-targets=auto (its corrected targets) or official"
+        )
     if choice == REBUILT:
         if opts.get("h5"):
             raise ConfigError(

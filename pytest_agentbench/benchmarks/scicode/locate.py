@@ -7,7 +7,7 @@
 * neither, on the validation split (or ``--bench-targets=rebuilt``): rebuilt from the ground truth, per problem
   when its first step reaches the process (``RebuiltTable``), under a file lock; stored in the cache folder
   (keyed by the problem's data and the numpy/scipy/h5py versions) only when every step rebuilt: a failure
-  is never cached (docs/cache.md);
+  is never cached (docs/runs.md);
 * nothing a child could have written is trusted later: the official file's fingerprint (inode, size,
   mtime, ctime) is taken when its checksum is checked and compared again before every step (a change
   means a re-hash); a rebuilt file's sha256 is signed with the machine secret in its manifest
@@ -35,10 +35,11 @@ from . import dataset
 
 if TYPE_CHECKING:
     from ...sandbox.executors import Limits
+    from ...sandbox.interpreter import Python
 
 REBUILT_NOTE = "targets rebuilt from ground truth, not the official file"
 H5_HELP = (
-    "the official test_data.h5 is missing: download it from {url} (sha256 {sha}) into {where}, or pass --bench-h5 PATH"
+    "the official test_data.h5 is missing: download it from {url} (sha256 {sha}) into {where}, or pass --bench-h5=PATH"
 )
 REBUILT_FOLDER = ("scicode", "rebuilt-targets")  # under the cache folder
 
@@ -222,8 +223,12 @@ class RebuiltTable:
         data_dir: Path | None,
         limits: Limits | None = None,
         timeout: float = 1800,
+        python: Python | None = None,
     ) -> None:
+        """``python``: the interpreter the ground truth runs in (a grading environment's; default the running one),
+        part of the cache's key through its package versions."""
         self.source = Targets(None, "rebuilt")
+        self.python = python
         self.folder = Path(cache_dir).joinpath(*REBUILT_FOLDER)
         self.problem_of = {
             str(step["step_number"]): problem for problem in problems for step in problem.get("sub_steps", [])
@@ -271,7 +276,13 @@ class RebuiltTable:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             return build_problem(
-                problem, self.folder, data_dir=self.data_dir, limits=self.limits, timeout=self.timeout, wait=wait
+                problem,
+                self.folder,
+                data_dir=self.data_dir,
+                limits=self.limits,
+                timeout=self.timeout,
+                wait=wait,
+                python=self.python,
             )
         except OSError as exc:  # the cache folder cannot be written: an environment failure of every step
             why = f"the cache folder {self.folder} cannot be used ({exc})"
@@ -341,7 +352,14 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def entry_key(problem: dict[str, Any], data_dir: Path | None) -> dict[str, Any]:
+def interpreter_versions(python: Python) -> dict[str, str]:
+    """``package_versions`` of another interpreter the rebuild's children run (a grading environment's), and its
+    path: two environments of the same versions are still two entries."""
+    versions = {"python": python.versions.get("python", ""), "executable": python.executable}
+    return versions | {name: python.versions.get(name, "not installed") for name in KEY_PACKAGES}
+
+
+def entry_key(problem: dict[str, Any], data_dir: Path | None, python: Python | None = None) -> dict[str, Any]:
     """What decides a problem's rebuilt targets: its data (sha256 of the problem and of any prefilled code its
     steps run instead of a ground truth), the package versions and the rebuild's format."""
     data = hashlib.sha256(json.dumps(problem, sort_keys=True).encode()).hexdigest()
@@ -352,7 +370,8 @@ def entry_key(problem: dict[str, Any], data_dir: Path | None) -> dict[str, Any]:
         found = find(Path(data_dir), f) if data_dir is not None and f is not None else None
         if not step.get("ground_truth_code") and found is not None:
             prefilled[number] = sha256_of(found)
-    return {"problem_sha256": data, "prefilled": prefilled, "versions": package_versions(), "format": REBUILD_FORMAT}
+    versions = package_versions() if python is None else interpreter_versions(python)
+    return {"problem_sha256": data, "prefilled": prefilled, "versions": versions, "format": REBUILD_FORMAT}
 
 
 def entry_path(problem: dict[str, Any], key: Mapping[str, Any], folder: Path) -> Path:
@@ -362,12 +381,19 @@ def entry_path(problem: dict[str, Any], key: Mapping[str, Any], folder: Path) ->
 
 
 def build_problem(
-    problem: dict[str, Any], folder: Path, *, data_dir: Path | None, limits: Limits | None, timeout: float, wait: bool
+    problem: dict[str, Any],
+    folder: Path,
+    *,
+    data_dir: Path | None,
+    limits: Limits | None,
+    timeout: float,
+    wait: bool,
+    python: Python | None = None,
 ) -> dict[str, Targets] | None:
     """The targets of each step of ``problem``: the cache's entry when it has a trusted one for the same key,
     else rebuilt now (stored only when every step rebuilt); None when ``wait`` is false and another process
     holds the problem's lock."""
-    key = entry_key(problem, data_dir)
+    key = entry_key(problem, data_dir, python)
     path = entry_path(problem, key, folder)
     manifest_path = path.with_suffix(".json")
     with open(Path(folder) / f".{path.name}.lock", "w") as lock:
@@ -378,7 +404,7 @@ def build_problem(
         digest = trusted_manifest(path, manifest_path, key)
         if digest is not None:
             return step_targets(problem, path, {}, digest, origin="cached")
-        report, content = rebuild_problem(problem, data_dir=data_dir, limits=limits, timeout=timeout)
+        report, content = rebuild_problem(problem, data_dir=data_dir, limits=limits, timeout=timeout, python=python)
         digest = hashlib.sha256(content).hexdigest() if content else None
         if content and all_rebuilt(problem, report):
             path.unlink(missing_ok=True)
@@ -389,7 +415,12 @@ def build_problem(
 
 
 def rebuild_problem(
-    problem: dict[str, Any], *, data_dir: Path | None, limits: Limits | None, timeout: float
+    problem: dict[str, Any],
+    *,
+    data_dir: Path | None,
+    limits: Limits | None,
+    timeout: float,
+    python: Python | None = None,
 ) -> tuple[dict[str, str], bytes | None]:
     """({step: "ok" or why not}, the bytes of the targets file, None when no step rebuilt), built in a private
     folder: nothing reaches the cache unless ``build_problem`` stores it."""
@@ -398,7 +429,7 @@ def rebuild_problem(
     with tempfile.TemporaryDirectory(prefix="agentbench-rebuild-") as tmp:
         out = Path(tmp) / "targets.h5"
         try:
-            report = rebuild_targets([problem], out, timeout=timeout, limits=limits, data_dir=data_dir)
+            report = rebuild_targets([problem], out, timeout=timeout, limits=limits, data_dir=data_dir, python=python)
         except RebuildError as exc:  # e.g. a problem without steps: every step says why
             report = {str(s["step_number"]): str(exc) for s in problem.get("sub_steps", [])}
         return report, (out.read_bytes() if out.is_file() else None)

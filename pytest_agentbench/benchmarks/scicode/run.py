@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,16 @@ from ...core.io import DirectoryFiles, RunFiles, trim
 from ...core.records import BUDGET, Record, sample_record
 from ...core.text import printable
 from ...core.types import Sample
+from ...models.retrytime import in_item_scope
 from ...sandbox import codec
 from ...sandbox.executors import Limits, run_python
 from ...sandbox.integrity import run_failure
+from ...sandbox.interpreter import Python
 from ...sandbox.result import ExecResult
-from . import dataset, h5codec, script, split, verdict
+from . import dataset, h5codec, multigrade, script, split, verdict
+from .chains import ChainRunner, NotAhead
 from .extract import PARSE_FAILURES
+from .gradingenvs import GradingEnv
 from .locate import RebuiltTable, Targets, TargetTable
 from .solvers import Generated, Solver
 
@@ -51,10 +56,17 @@ class RunSettings:
 
     targets: TargetTable | RebuiltTable
     executor: str = "fork"  # sandbox executor of the scoring scripts: fork or subprocess
-    overlap: bool = True  # generate the next step while the current one is scored
+    overlap: bool = True  # generate the steps of the problems held ahead, while earlier steps are scored
     prefilled: Mapping[str, str] = field(default_factory=dict)  # official code of the prefilled steps
     selected: frozenset[str] | None = None  # step ids this run will score (look-ahead stays inside); None: all
     operand_cap: int = codec.DEFAULT_MAX_BYTES  # bytes of encoded operand values a step's child may send
+    # --bench-grading-envs: each environment with its own targets table; empty: the running interpreter alone
+    grading_envs: tuple[tuple[GradingEnv, TargetTable | RebuiltTable], ...] = ()
+    grading_all: bool = False  # --bench-grading-envs-all: grade in every environment even after one passed
+    connections: int = 1  # chains generated at once (this process's share of --bench-max-connections)
+    # The samples this process holds (will run), in its order: their chains start ahead; None: a chain starts at
+    # its problem's first step scored here.
+    held: Callable[[], Sequence[Sample]] | None = None
 
 
 class SciCodeRun:
@@ -83,10 +95,23 @@ class SciCodeRun:
         self.files = files if files is not None else DirectoryFiles(Path(out_dir or "."))
         self.problems = dict(problems or {})
         self.generated: dict[tuple[str, int, int], Generated | Future] = {}  # (problem, step index, attempt)
-        self.pool: ThreadPoolExecutor | None = None
+        self.lock = threading.RLock()  # the memo is shared with the chains' threads
+        self.scored: set[tuple[str, int, int]] = set()  # the generations a record of this run reports
+        self.chains: ChainRunner | None = None
+        if settings.overlap and getattr(solver, "overlaps", False):  # (a notebook may score given code only)
+            self.chains = ChainRunner(
+                settings.connections,
+                lambda problem, index, previous, attempt: in_item_scope(solver.solve)(
+                    problem, index, previous, **sample_of(attempt)
+                ),
+                settings.prefilled,
+                self.generated,
+                self.lock,
+            )
 
     # ---- the BenchRun protocol ------------------------------------------------------------
     def run_sample(self, sample: Sample) -> Record:
+        self.start_held(sample)
         fields = self.run_step(
             self.problems[sample.task_id], sample.data["index"], attempt=sample.attempt, retry=sample.retry
         )
@@ -99,15 +124,47 @@ class SciCodeRun:
         problem = self.problems.get(sample.task_id)
         if problem is None:
             return
+        number = str(problem["sub_steps"][sample.data["index"]]["step_number"])
         try:
-            self.settings.targets.prepare_step(str(problem["sub_steps"][sample.data["index"]]["step_number"]))
+            if self.settings.grading_envs:
+                multigrade.prepare(self.settings.grading_envs, number)
+            else:
+                self.settings.targets.prepare_step(number)
         except Exception:  # noqa: BLE001 - see the docstring
             pass
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self.pool = None
+        if self.chains is not None:
+            self.chains.close()
+
+    def unscored(self) -> list[dict[str, Any]]:
+        """What the generations no record of this run reports cost (a step generated ahead whose item was not
+        scored here: the run stopped, its budget was spent, or it only fed a later step): one accounting each."""
+        with self.lock:
+            memo = list(self.generated.items())
+        out = []
+        for key, value in memo:
+            done: Any = value
+            if isinstance(value, Future):
+                done = value.result() if value.done() and not value.cancelled() and not value.exception() else None
+            if isinstance(done, Generated) and key not in self.scored and done.accounting.get("model_calls"):
+                out.append({"problem": key[0], "index": key[1], "attempt": key[2], **done.accounting})
+        return out
+
+    def start_held(self, sample: Sample) -> None:
+        """Start the chains of the problems (and attempts) this process holds, in its order, each up to the last
+        of its steps held: their generation runs ahead of scoring (chains.py)."""
+        if self.chains is None:
+            return
+        held = list(self.settings.held()) if self.settings.held is not None else []
+        last: dict[tuple[str, int], int] = {}
+        for s in [sample, *held]:
+            if s.skip_reason or s.task_id not in self.problems:
+                continue
+            key = (s.task_id, s.attempt)
+            last[key] = max(last.get(key, -1), int(s.data["index"]))
+        for (task_id, attempt), index in last.items():
+            self.chains.start(self.problems[task_id], attempt, index)
 
     # ---- one step -------------------------------------------------------------------------
     def run_step(self, problem: dict[str, Any], index: int, *, attempt: int = 1, retry: int = 0) -> dict[str, Any]:
@@ -121,8 +178,11 @@ class SciCodeRun:
         if retry:
             self.forget_failures(str(problem["problem_id"]), attempt)
             self.settings.targets.forget_failures(str(problem["problem_id"]))
+            multigrade.forget_failures(self.settings.grading_envs, str(problem["problem_id"]))
         previous = [self.code_of(problem, j, attempt) for j in range(index)]
         generated = self.generate(problem, index, previous, attempt)
+        with self.lock:
+            self.scored.add((str(problem["problem_id"]), index, attempt))
         record: dict[str, Any] = {
             "problem": str(problem["problem_id"]),
             "step": number,
@@ -144,19 +204,38 @@ class SciCodeRun:
             return {**record, "status": "parse_error", "message": message}
         if generated.status == "truncated":
             record["note"] = printable(generated.message)
-        self.prefetch_next(problem, index, [*previous, generated.code or ""], attempt)
+        self.ahead(problem, index, attempt)
+        code = generated.code or ""  # (usable: it parses, so it is there)
+        if self.settings.grading_envs:
+            return {
+                **record,
+                **multigrade.grade(
+                    number,
+                    self.settings.grading_envs,
+                    lambda targets, env: self.score(problem, index, previous, code, targets, python=env.python),
+                    every=self.settings.grading_all,
+                ),
+            }
         targets = self.settings.targets.for_step(number)
         record["targets"] = targets.kind
         if targets.path is None:
             return {**record, "status": targets.status, "message": targets.message}
         record["targets_source"] = targets.source  # rebuilt (by this process), cached, official or custom
-        code = generated.code or ""  # (usable: it parses, so it is there)
         return {**record, **self.score(problem, index, previous, code, targets)}
 
-    def score(self, problem: dict[str, Any], index: int, previous: list[str], code: str, targets: Targets) -> dict:
-        """Run the step's tests split in two (split.py, then verdict.py): the child runs the code and sends the
+    def score(
+        self,
+        problem: dict[str, Any],
+        index: int,
+        previous: list[str],
+        code: str,
+        targets: Targets,
+        python: Python | None = None,
+    ) -> dict:
+        """Run the step's tests split in two (split/, then verdict.py): the child runs the code and sends the
         operands of every assertion; this process reads the targets (checked against the digest it holds, as they are
-        read) and evaluates the assertions in a bounded copy of itself."""
+        read) and evaluates the assertions in a bounded copy of itself. ``python``: a grading environment's
+        interpreter the child runs (then without the ``simps`` shim); default the running one."""
         step = problem["sub_steps"][index]
         number = str(step["step_number"])
         n_tests = len(step["test_cases"])
@@ -189,10 +268,13 @@ class SciCodeRun:
             code=code,
             channel=CHANNEL,
             max_bytes=cap,
+            simps=python is None,
         )
         stream_cap = plan.stream_cap(cap)
         limits = dataclasses.replace(self.limits, output_cap=max(self.limits.output_cap, stream_cap + 1))
-        result = run_python(source, limits=limits, executor=self.settings.executor, collect={CHANNEL: stream_cap})
+        result = run_python(
+            source, limits=limits, executor=self.settings.executor, collect={CHANNEL: stream_cap}, python=python
+        )
         stream = result.files.get(CHANNEL, b"")
         outcome = verdict.evaluate(plan, stream, values, max_bytes=cap, limits=self.limits)  # bounded like the child
         return split_verdict(result, outcome, len(stream))
@@ -213,42 +295,48 @@ class SciCodeRun:
 
     def generate(self, problem: dict[str, Any], index: int, previous: list[str], attempt: int = 1) -> Generated:
         key = (str(problem["problem_id"]), index, attempt)
-        if key not in self.generated:
-            self.generated[key] = self.solver.solve(problem, index, previous, **sample_of(attempt))
-        memo = self.generated[key]
-        if isinstance(memo, Future):  # generated in the background while the previous step was scored
-            memo = self.generated[key] = memo.result()
+        with self.lock:
+            memo = self.generated.get(key)
+        if isinstance(memo, Future) and self.chains is not None:  # its chain generates it (or has, meanwhile)
+            try:
+                memo = self.chains.wait(key, memo)
+            except NotAhead:  # its chain stopped before it: generated here, as in the serial order
+                memo = None
+        if memo is None:
+            memo = self.solver.solve(problem, index, previous, **sample_of(attempt))
+        assert isinstance(memo, Generated)
+        with self.lock:
+            self.generated[key] = memo
         return memo
 
     def forget_failures(self, problem_id: str, attempt: int) -> None:
         """Drop the memo of this attempt's generations that ended in a model error (a retry asks again)."""
-        for key, memo in list(self.generated.items()):
-            if (
-                key[0] == problem_id
-                and key[2] == attempt
-                and isinstance(memo, Generated)
-                and memo.status == "model_error"
-            ):
-                del self.generated[key]
+        with self.lock:
+            for key, memo in list(self.generated.items()):
+                if (
+                    key[0] == problem_id
+                    and key[2] == attempt
+                    and isinstance(memo, Generated)
+                    and memo.status == "model_error"
+                ):
+                    del self.generated[key]
 
-    def prefetch_next(self, problem: dict[str, Any], index: int, codes: list[str], attempt: int = 1) -> None:
-        """Start generating the next step while this one is scored: it needs this step's code, not its
-        verdict, so a problem's wall time approaches the model's time alone. Only for a next step that
-        this run will score, so scoring one step alone never pays for a call it does not need."""
-        nxt = index + 1
-        if not (self.settings.overlap and self.solver.overlaps):
+    def ahead(self, problem: dict[str, Any], index: int, attempt: int = 1) -> None:
+        """Have the steps after this one generated while it is scored: they need its code, not its verdict. Only
+        up to the last step of the problem this run will score, so scoring one step alone never pays for a call
+        it does not need."""
+        if self.chains is None:
             return
-        if nxt >= len(problem["sub_steps"]) or (str(problem["problem_id"]), nxt, attempt) in self.generated:
-            return
-        number = str(problem["sub_steps"][nxt]["step_number"])
         selected = self.settings.selected
-        if number in dataset.PREFILLED_FILES or (selected is not None and number not in selected):
-            return
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentbench-prefetch")
-        self.generated[(str(problem["problem_id"]), nxt, attempt)] = self.pool.submit(
-            self.solver.solve, problem, nxt, codes, **sample_of(attempt)
-        )
+        steps = problem["sub_steps"]
+        wanted = [
+            j
+            for j in range(index + 1, len(steps))
+            if str(steps[j]["step_number"]) not in dataset.PREFILLED_FILES
+            and (selected is None or str(steps[j]["step_number"]) in selected)
+        ]
+        if wanted:
+            self.chains.start(problem, attempt, wanted[-1])
 
 
 def sample_of(attempt: int) -> dict[str, int]:

@@ -56,6 +56,8 @@ IMPORTS = "import sys as _ab_sys, types as _ab_types, importlib.util as _ab_util
 
 # What a scoring child starts with (before the operand runtime and any code of the problem).
 SHIMS = IMPORTS + "\n" + LOADER + "\n" + COMPARE_BLOCK + "\n" + SIMPS_SHIM + "del _ab_load, _ab_name, _ab_cmp\n"
+# ... in a grading environment (--bench-grading-envs): no `simps`, so each environment's verdict is its own
+SHIMS_WITHOUT_SIMPS = IMPORTS + "\n" + LOADER + "\n" + COMPARE_BLOCK + "\n" + "del _ab_load, _ab_name, _ab_cmp\n"
 
 # What a code_interpreter run starts with: the same `simps`. (The tests' comparison helpers are for
 # scoring; the tool may run in an environment that cannot see this package's files.)
@@ -123,13 +125,18 @@ def build_child_script(
     code: str,
     channel: int | str,
     max_bytes: int = codec.DEFAULT_MAX_BYTES,
+    simps: bool = True,
 ) -> str:
     """The whole child script of a step: the shims every SciCode script gets (:data:`SHIMS`: the comparison
-    helpers under the name the tests import, scipy's removed ``simps``), the operand runtime, the problem's
-    dependencies, the earlier steps' code, the step's code, then every test's child code. No target, no
-    comparison."""
+    helpers under the name the tests import, scipy's removed ``simps`` unless ``simps`` is false), the operand
+    runtime, the problem's dependencies, the earlier steps' code, the step's code, then every test's child
+    code. No target, no comparison."""
     traced = any(leaf.trace for test in plan.tests for part in test.evaluated for leaf in part.leaves)
-    parts = [SHIMS, child_runtime(channel, max_bytes=max_bytes, traced=traced), section("dependencies", dependencies)]
+    parts = [
+        SHIMS if simps else SHIMS_WITHOUT_SIMPS,
+        child_runtime(channel, max_bytes=max_bytes, traced=traced),
+        section("dependencies", dependencies),
+    ]
     for number, earlier in enumerate(previous_code, 1):
         parts.append(section(f"earlier step {number}", earlier))
     parts.append(section(f"step {plan.step}", code))

@@ -34,6 +34,7 @@ import h5py
 from ...core import pyast
 from ...core.data import DATA_DIR_ENV, DataError, find
 from ...sandbox.executors import GiB, Limits, run_python
+from ...sandbox.interpreter import Python
 from . import dataset, h5codec, script
 
 NOT_OFFICIAL_NOTE = "these targets are rebuilt from the validation ground truth; they are not the official test_data.h5"
@@ -339,7 +340,12 @@ RESULT_CAP = 1 << 20
 
 
 def run_child_script(
-    source: str, *, limits: Limits, targets_in: bytes | None = None, targets_out: Path | None = None
+    source: str,
+    *,
+    limits: Limits,
+    targets_in: bytes | None = None,
+    targets_out: Path | None = None,
+    python: Python | None = None,
 ) -> str:
     """Run ``source`` in the sandbox; ``"ok"`` or a message saying what failed (an :class:`EnvironmentFailure`
     when the environment, not the ground truth, is at fault). ``targets_in`` is put in the child's folder as
@@ -350,7 +356,13 @@ def run_child_script(
     files = {CHILD_TARGETS: targets_in} if targets_in is not None else None
     try:
         result = run_python(
-            source, limits=limits, env=CHILD_ENV, executor=GROUND_TRUTH_EXECUTOR, files=files, collect=collect
+            source,
+            limits=limits,
+            env=CHILD_ENV,
+            executor=GROUND_TRUTH_EXECUTOR,
+            files=files,
+            collect=collect,
+            python=python,
         )
     except OSError as exc:  # the interpreter (or the sandbox around it) could not be started
         return EnvironmentFailure(f"the child could not start: {exc}")
@@ -387,14 +399,16 @@ def child_outcome(raw: bytes) -> dict:
 # public API
 
 
-def _run_steps(selected, make_script, jobs, progress, workroot: Path, limits: Limits) -> dict:
+def _run_steps(selected, make_script, jobs, progress, workroot: Path, limits: Limits, python=None) -> dict:
     def run_one(item):
         problem, index = item
         number = problem["sub_steps"][index]["step_number"]
         started = time.monotonic()
         try:
             source, targets_in, targets_out = make_script(problem, index, workroot / f"{number}.h5")
-            status = run_child_script(source, limits=limits, targets_in=targets_in, targets_out=targets_out)
+            status = run_child_script(
+                source, limits=limits, targets_in=targets_in, targets_out=targets_out, python=python
+            )
         except (RebuildError, h5codec.TargetsError) as exc:
             status = str(exc)
         except OSError as exc:  # a file of the rebuild's own could not be written or read
@@ -421,8 +435,10 @@ def rebuild_targets(
     steps: Iterable[str] | None = None,
     data_dir: Path | None = None,
     limits: Limits | None = None,
+    python: Python | None = None,
 ) -> dict:
-    """Recompute targets of ``steps`` (default all) from ground truth into ``out_path``.
+    """Recompute targets of ``steps`` (default all) from ground truth into ``out_path``, the ground truth run
+    by ``python`` (a grading environment's interpreter; default the running one).
 
     Returns ``{step_number: "ok" | error message}``. Steps that succeed are written (replacing
     the same steps if ``out_path`` already exists; other steps in it are kept), atomically via a
@@ -446,7 +462,7 @@ def rebuild_targets(
                 step_file,
             )
 
-        report = _run_steps(selected, make_script, jobs, progress, workroot, limits)
+        report = _run_steps(selected, make_script, jobs, progress, workroot, limits, python)
         _merge_step_files(workroot, [s for s, status in report.items() if status == "ok"], out_path)
     finally:
         shutil.rmtree(workroot, ignore_errors=True)

@@ -6,5 +6,5 @@ Only :mod:`.runtime` lives here (the operand runtime the tests' child code calls
 which the test text imports). The child loads each of them by file path, so none of them imports any
 module of this package but another child-side one; ``tests/test_architecture.py`` checks that from the
 source. Everything that decides a verdict (the plan, the parent's evaluation) is on the trusted side
-(``split.py``, ``plan.py``, ``script.py``, ``verdict.py``) and may import from here, never the other way.
+(``split/``, ``plan.py``, ``script.py``, ``verdict.py``) and may import from here, never the other way.
 """
