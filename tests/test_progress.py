@@ -144,8 +144,18 @@ def test_the_eta_under_xdist_is_paced_by_finished_items_over_the_workers(tiny, p
     worker's set-up) times the items left, as if no two ran at once: many times the time left. It now waits for
     a few items that carry no set-up and spreads the rest over the workers."""
     pytester.makeconftest(PACED_CONFTEST)
-    # 15 items; one chain per worker at a time (its share of two connections), so items finish at an even pace
-    result = tiny("-n", "2", "-v", "--bench-max-connections=2", "--bench-progress-interval=0", "--bench-attempts=3")
+    # 15 items, each asking its 1 s answer while it runs (no generation ahead), so items finish at an even pace:
+    # with answers generated during the workers' set-up, most items could finish in one burst (a slow start once
+    # gave 8 of 15 in a second), and no rate seen then says how long the rest take
+    result = tiny(
+        "-n",
+        "2",
+        "-v",
+        "--no-bench-overlap",
+        "--bench-max-connections=2",
+        "--bench-progress-interval=0",
+        "--bench-attempts=3",
+    )
     out = result.stdout.str()
     assert result.ret == 0, out[-3000:]
     lines = [(int(done), seconds(elapsed), eta) for done, elapsed, eta in TIMED.findall(out)]
@@ -153,7 +163,6 @@ def test_the_eta_under_xdist_is_paced_by_finished_items_over_the_workers(tiny, p
     end = lines[-1][1]
     etas = [(done, seconds(eta), end - elapsed) for done, elapsed, eta in lines if eta]
     assert etas and all(done >= progress.MIN_ETA_ITEMS for done, _, _ in etas), etas  # none from one item's time
-    # (the first items can finish in a burst: their answers were generated during the workers' set-up)
     for done, eta, left in [e for e in etas if e[0] > 15 // 2]:
         assert left / 2 - 1.5 <= eta <= 1.5 * left + 1.5, (done, eta, left)  # the elapsed time is in whole s
     # under -v each progress line is a line of its own beside xdist's outcome lines
