@@ -46,6 +46,8 @@ def run_costed(pytester, bench, shared_data, cache: Path, run_id: str):
         f"--bench-cache-dir={cache}",
         "-n",
         "2",
+        # one unit per worker at a time: several held at once go out shortest chain first (tested below)
+        "--bench-max-connections=2",
         f"--bench-run-id={run_id}",
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
@@ -147,7 +149,9 @@ def stand_in_config(workers: int, reports: list):
     )
 
 
-def scheduler(collection, *, gpu_items=(), gpu_workers=(), names=("gw0", "gw1"), cost=None, reports=None, stopped=None):
+def scheduler(
+    collection, *, gpu_items=(), gpu_workers=(), names=("gw0", "gw1"), cost=None, reports=None, stopped=None, held=1
+):
     reports = [] if reports is None else reports
     # as durations.plan_costs makes them: a capsule is its own unit, a SciCode problem's steps one unit
     unit_of = lambda nodeid: nodeid if nodeid.startswith("core-bench::") else nodeid.rsplit("::", 1)[0]  # noqa: E731
@@ -159,6 +163,7 @@ def scheduler(collection, *, gpu_items=(), gpu_workers=(), names=("gw0", "gw1"),
         unit_of=unit_of,
         unit_cost=(lambda unit, nodeids: cost[unit]) if cost else None,
         stopped=stopped,
+        held=held,
     )
     workers = [Worker(n) for n in names]
     for worker in workers:
@@ -227,6 +232,30 @@ def test_the_next_heaviest_goes_to_the_worker_that_is_free_first():
     assert ran(a, steps)[3:] == ["scicode/4::4.1", "scicode/4::4.2"]
     finish_all(sched, [a, b], steps)
     assert "scicode/5::5.1" in ran(a, steps) + ran(b, steps) and a.shutting_down and b.shutting_down
+
+
+def steps_of(chains: dict[str, int]) -> list[str]:
+    return [f"scicode/{p}::{p}.{s}" for p, n in chains.items() for s in range(1, n + 1)]
+
+
+def test_units_held_at_once_go_out_shortest_chain_first_and_a_dead_worker_loses_the_one_it_ran():
+    chains = {"1": 5, "2": 1, "3": 3, "4": 2, "5": 1, "6": 4, "7": 2}
+    steps = steps_of(chains)
+    cost = {"scicode/1": 10.0, "scicode/2": 9.0, "scicode/3": 8.0, "scicode/4": 7.0, "scicode/5": 6.0}
+    cost |= {"scicode/6": 1.0, "scicode/7": 0.5}
+    reports: list = []
+    sched, (a, b) = scheduler(steps, cost=cost, held=3, reports=reports)
+    # which units each worker holds follows cost (1, 3, 5 and 2, 4, 6, round after round); each worker scores
+    # its short chains first, while the long ones are still being generated
+    assert ran(a, steps) == steps_of({"5": 1, "3": 3, "1": 5})
+    assert ran(b, steps) == steps_of({"2": 1, "4": 2, "6": 4})
+    complete(sched, b, steps, 1)  # b finished unit 2: it takes the next unit, after those it holds
+    assert ran(b, steps)[7:] == steps_of({"7": 2})
+    complete(sched, a, steps, 2)  # a finished 5.1 and 3.1, then dies in 3.2: unit 1 (not begun) moves to b
+    assert sched.remove_node(a) == "scicode/3::3.2"
+    assert reports == [("scicode/3::3.3", "gw0")]
+    finish_all(sched, [b], steps)
+    assert ran(b, steps)[9:] == steps_of({"1": 5}) and b.shutting_down
 
 
 def test_the_rest_of_a_dead_workers_task_is_reported_lost_and_its_units_not_begun_move():

@@ -10,6 +10,11 @@ Scheduling``; returned from ``pytest_xdist_make_scheduler``) on its own, touchin
   ``<cache dir>/durations.json``, else the benchmark's declared estimate), each to the first worker that is
   free; a worker is free when it waits on its last item (xdist runs an item only once it knows the next one,
   so a worker always gets its next unit as it starts its last item);
+* a worker that holds several units at once (it generates their chains concurrently) is sent the ones it
+  holds from the start shortest chain first, heaviest first among equal lengths: a short chain's answers are
+  all in early, so it is scored while the long chains are still generating, and what is left to score after
+  the last answer is the end of the longest chain, not every unit queued behind it (which units go to which
+  worker still follows cost alone);
 * GPU placement comes before cost: a worker whose host has a GPU takes GPU units first; a worker without one
   never takes them while some live worker has one (when none has, they go anywhere and end as env_error
   "no worker with a GPU", see remote.py, so they stay in the run's denominator);
@@ -75,6 +80,7 @@ class PlacementScheduling:
         self.queue: list[tuple[str, Unit]] = []  # units not given out, heaviest first
         self.costs: dict[str, float] = {}
         self.order: list[str] = []  # every unit given out, in order (for the log and the tests)
+        self.unsent: dict[Any, list[str]] | None = None  # units given at the start, sent once all are chosen
 
     # ---- xdist's Scheduling interface
     @property
@@ -171,11 +177,15 @@ class PlacementScheduling:
         for nodeid in self.collection:
             units.setdefault(self.unit_of(nodeid), {})[nodeid] = False
         self.enqueue(list(units.items()))
-        for node in self.nodes:  # one unit each first, so the heaviest start at once on every worker
+        self.unsent = {node: [] for node in self.nodes}
+        for node in self.nodes:  # one unit each first, so the heaviest are spread over the workers
             self.give(node)
         for _ in range(self.held):  # then round after round, so the workers' held units are alike
             for node in self.nodes:
                 self.feed(node)
+        for node in self.nodes:
+            self.send_held(node)
+        self.unsent = None
 
     # ---- placement
     def enqueue(self, units: list[tuple[str, Unit]]) -> None:
@@ -195,6 +205,7 @@ class PlacementScheduling:
                 self.give(node)
             return
         if not self.give(node) and not (self.keep_free and self.held_elsewhere(node)):
+            self.send_held(node)  # what it was given comes before being told to finish
             xc.shut_down(node)
 
     def held_elsewhere(self, node: Any) -> bool:
@@ -216,9 +227,28 @@ class PlacementScheduling:
         self.assigned[node][scope] = unit
         self.order.append(scope)
         self.log(f"{xc.worker_id(node)} <- {scope} (expected cost {self.costs[scope]:.3g})")
+        if self.unsent is not None and node in self.unsent:
+            self.unsent[node].append(scope)
+        else:
+            self.send(node, unit)
+        return True
+
+    def send(self, node: Any, unit: Unit) -> None:
         collection = self.collections[node]
         xc.send_items(node, [collection.index(nodeid) for nodeid, done in unit.items() if not done])
-        return True
+
+    def send_held(self, node: Any) -> None:
+        """Send the units ``node`` was given at the start, shortest chain first (see the module's rules), and
+        keep ``assigned`` in the order the worker runs them (``remove_node`` finds the running unit by it)."""
+        if self.unsent is None or node not in self.unsent:
+            return
+        held = self.unsent.pop(node)
+        units = self.assigned[node]
+        if self.held > 1:  # one unit at a time: they run as given, heaviest first
+            held.sort(key=lambda scope: (len(units[scope]), -self.costs[scope]))
+        self.assigned[node] = {**{s: u for s, u in units.items() if s not in held}, **{s: units[s] for s in held}}
+        for scope in held:
+            self.send(node, units[scope])
 
     def pick(self, node: Any) -> int | None:
         """The queue index of ``node``'s next unit: a GPU worker's heaviest GPU unit, else the heaviest unit it
