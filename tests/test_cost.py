@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 
 import pytest
 
@@ -272,3 +274,43 @@ def test_a_run_budget_holds_across_workers(pytester, bench, custom_scicode, serv
     spent = [f for f in re.findall(r"\$\d+\.\d{4}", result.stdout.str())]
     assert spent and spent[0] == f"${summary['cost']['total_usd']:.4f}", result.stdout.str()[-3000:]
     assert "run budget spent" not in result.stdout.str()
+
+
+def test_a_run_budget_stops_the_model_calls_of_every_worker_at_once(pytester, bench, custom_scicode, server):
+    """Each worker used to count only its own calls against the run budget, so every worker could spend all of
+    it. Problem 1 (the first task placed, so one worker's) is answered only after the other worker's three quick
+    calls, which reach the $0.02 budget; the controller then stops the first worker's requests at once: its call
+    in flight finishes, and the task it holds beside problem 1 is never asked for (it was, before: five calls)."""
+    custom_scicode.write(*numbered_problems(range(1, 9)))
+    quick, answered = right_answer(), threading.Semaphore(0)
+
+    def answer(body: dict) -> dict:
+        if asked_number(body) != 1:
+            answered.release()
+            return quick(body)
+        for _ in range(3):  # problem 1 is answered after the other worker's three calls (60 s at most each)
+            answered.acquire(timeout=60)
+        time.sleep(1.5)  # and after the controller heard what they cost
+        return quick(body)
+
+    for _ in range(8):
+        server.reply_with(answer)
+    result = custom_scicode(
+        "--bench-mode=naive",
+        "--bench-cache=off",
+        f"--model-price={PRICE}",
+        "--bench-max-cost=0.02",
+        "--bench-max-connections=2",  # one chain at a time per worker
+        "-n",
+        "2",
+        model="m",
+        server=server,
+        subprocess=True,
+    )
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    asked = sorted(asked_number(r["body"]) for r in server.requests)
+    assert 1 in asked and len(asked) <= 4, asked  # three quick calls spent it; problem 1's was in flight
+    run_dir = run_dirs(pytester.path)[0]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["cost"]["total_usd"] == pytest.approx(len(asked) * CALL_COST)
+    assert "reached by the model calls of all workers" in (run_dir / "summary.md").read_text()

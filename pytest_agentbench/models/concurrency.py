@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 DEFAULT_MAX_CONNECTIONS = 16
 MIN_COOL_DOWN = 5.0  # seconds a lowered bound holds at least after a rate limit (longer when the server asks)
@@ -91,15 +91,20 @@ class CallGate:
 
 class Spending:
     """What one process's fresh model calls cost so far, against the run's budget (``--bench-max-cost``): once
-    it is reached, ``gate`` stops every new request at once, whichever chain would send it."""
+    it is reached, ``gate`` stops every new request at once, whichever chain would send it. Each cost is also
+    handed to ``listeners`` (an xdist worker tells its controller, which adds up every worker's calls and stops
+    them all once the session's total reaches the budget)."""
 
     def __init__(self, gate: CallGate, limit: float | None) -> None:
         self.gate = gate
         self.limit = limit
         self.lock = threading.Lock()
         self.spent = 0.0
+        self.listeners: list[Callable[[float], None]] = []
 
     def add(self, usd: float) -> None:
+        for listener in list(self.listeners):
+            listener(usd)
         with self.lock:
             self.spent = round(self.spent + usd, 9)
             reached = self.limit is not None and self.spent >= self.limit

@@ -37,7 +37,7 @@ from .collect import BenchCollector, BenchItem, marker_name
 from .concurrency import InFlight, connections_of, held_samples, keep_unscored, workers_of
 from .distribution.durations import DurationsWriter
 from .distribution.handshake import HandshakeError, run_alone
-from .distribution.plugins import CONTROLLER_PLUGIN, DistributionController, take_role
+from .distribution.plugins import CONTROLLER_PLUGIN, DistributionController, count_in_session_budget, take_role
 from .modes import RunMode, Situation, run_mode
 from .options import all_options, read, register, run_file_arguments, several_models
 from .pathargs import space_form_error
@@ -316,6 +316,7 @@ def open_run(request: pytest.FixtureRequest, state: BenchState, model: Any, env:
         workers=workers_of(request.config),
     )
     state.gate = getattr(model, "gate", None)  # models.concurrency.CallGate: stopped with the run's budget
+    count_in_session_budget(request.config, state, model)  # on a worker: its calls count in the session's
     cache = getattr(model, "cache", None)
     if state.journal is not None and isinstance(cache, ResponseCache):
         cache.journal = state.journal  # on a worker: new entries also travel to the controller's cache

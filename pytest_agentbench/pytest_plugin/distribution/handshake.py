@@ -32,7 +32,17 @@ MODEL_RUN_DIRS_KEY = "agentbench_model_run_dirs"  # JSON text: model -> run fold
 REMOTE_KEY = "agentbench_remote"  # a remote worker: {"settings", "host", "gpus", "host_timeout"}
 HEARTBEAT_KEY = "agentbench_heartbeat"  # a remote worker: an execnet channel to its controller
 WORKERS_KEY = "agentbench_workers"  # how many workers share the session's bounds (--bench-max-connections, ...)
-KEYS = (RUN_DIR_KEY, ONLY_BENCH_KEY, RESUMED_KEY, MODEL_RUN_DIRS_KEY, REMOTE_KEY, HEARTBEAT_KEY, WORKERS_KEY)
+BUDGET_KEY = "agentbench_budget"  # an execnet channel: the run budget counted over every worker (budget.py)
+KEYS = (
+    RUN_DIR_KEY,
+    ONLY_BENCH_KEY,
+    RESUMED_KEY,
+    MODEL_RUN_DIRS_KEY,
+    REMOTE_KEY,
+    HEARTBEAT_KEY,
+    WORKERS_KEY,
+    BUDGET_KEY,
+)
 REQUIRED_KEYS = (RUN_DIR_KEY, ONLY_BENCH_KEY)
 REMOTE_FIELDS = ("settings", "host", "gpus", "host_timeout")
 PREFIX = "agentbench_"  # every key of ours starts so; xdist's own (workerid, testrunuid, ...) and others' do not
@@ -107,7 +117,8 @@ class RemoteInput:
 class WorkerInput:
     """What a controller tells each worker about the run: where its records go (the controller writes them; a
     worker only names its run), whether only the benchmark is collected, in a run of several models each model's
-    run folder, in a resumed run the finished records it reuses, and on a remote worker ``remote``."""
+    run folder, in a resumed run the finished records it reuses, on a remote worker ``remote``, and when the run
+    has a budget the channel its model calls' costs go by (``budget``)."""
 
     run_dir: Path
     only_bench: bool
@@ -115,6 +126,7 @@ class WorkerInput:
     resumed: str = ""  # JSON text of the reused records, encoded once on the controller (``records.json_default``)
     remote: RemoteInput | None = None
     workers: int = 1  # the session's workers: each takes its share of the session-wide bounds
+    budget: Any = None  # the run budget's execnet channel to the controller (budget.py), when the run has one
 
     def to_workerinput(self) -> dict[str, Any]:
         """The ``workerinput`` entries (plain values execnet can carry) that ``from_workerinput`` reads back."""
@@ -125,6 +137,8 @@ class WorkerInput:
             out[MODEL_RUN_DIRS_KEY] = json.dumps({model: str(path) for model, path in self.model_run_dirs.items()})
         if self.resumed:
             out[RESUMED_KEY] = self.resumed
+        if self.budget is not None:
+            out[BUDGET_KEY] = self.budget
         if self.remote is not None:
             remote = self.remote
             out[REMOTE_KEY] = {
@@ -158,6 +172,7 @@ class WorkerInput:
             resumed=str(ours.get(RESUMED_KEY) or ""),
             remote=remote_input(ours),
             workers=max(1, int(ours.get(WORKERS_KEY) or 1)),
+            budget=ours.get(BUDGET_KEY),
         )
 
     def run_dir_of(self, model: str | None) -> Path:

@@ -31,6 +31,7 @@ from ..collect import item_entries
 from ..concurrency import take_unscored
 from ..run import BenchState, base_record
 from . import xdist_compat as xc
+from .budget import BudgetLink, SharedBudget
 from .handshake import WORKER_COLLECTION, WORKER_INPUT, Role, WorkerInput, decide_role
 from .remote import RemoteHosts, RemoteWorker, make_placement_scheduler, remote_hosts
 
@@ -53,12 +54,20 @@ def take_role(config: pytest.Config) -> Role:
     return role
 
 
+def count_in_session_budget(config: pytest.Config, state: BenchState, model: Any) -> None:
+    """On a worker of a run with a budget: ``model``'s calls count in the session's total (budget.py)."""
+    worker = config.pluginmanager.get_plugin(WORKER_PLUGIN)
+    if isinstance(worker, DistributionWorker) and worker.budget is not None:
+        worker.budget.attach(state, model)
+
+
 class DistributionWorker:
     """An xdist worker's side of a benchmark run (registered only on workers): what its controller sent."""
 
     def __init__(self, handshake: WorkerInput) -> None:
         self.handshake = handshake
         self.remote = RemoteWorker(handshake.remote) if handshake.remote is not None else None
+        self.budget = BudgetLink(handshake.budget) if handshake.budget is not None else None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_configure(self, config: pytest.Config) -> None:
@@ -87,6 +96,7 @@ class DistributionController:
         self.resumed = json.dumps(list(state.resumed.values()), default=rec.json_default) if state.resumed else ""
         self.remote: RemoteHosts | None = None  # set at session start when the run has remote --tx workers
         self.samples: dict[str, Any] | None = None  # node id -> sample, built at the first crash
+        self.budget = SharedBudget(self.runs)  # every worker's model calls against each run's --bench-max-cost
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -116,6 +126,7 @@ class DistributionController:
             resumed=self.resumed,
             remote=self.remote.worker_input(node) if self.remote is not None else None,
             workers=max(1, xc.expected_workers(self.config)),
+            budget=self.budget.channel_for(node),
         )
         node.workerinput.update(handshake.to_workerinput())
 
