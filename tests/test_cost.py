@@ -244,15 +244,14 @@ def test_a_per_item_budget_stops_the_scicode_harness(pytester, bench, custom_sci
     assert records[0]["generation"]["tool_calls"] == 1
 
 
-def test_a_run_budget_holds_across_workers(pytester, bench, custom_scicode, server):
-    custom_scicode.write(*numbered_problems(range(1, 9)))
-    for _ in range(8):
-        server.reply_with(right_answer())
-    result = custom_scicode(
+def budget_run_on_two_workers(custom_scicode, server, max_cost: str, *extra: str):
+    """The written dataset under ``-n 2``, one chain at a time per worker, priced, with a run budget."""
+    return custom_scicode(
+        *extra,
         "--bench-mode=naive",
         "--bench-cache=off",
         f"--model-price={PRICE}",
-        "--bench-max-cost=0.01",
+        f"--bench-max-cost={max_cost}",
         "--bench-max-connections=2",  # one chain at a time per worker
         "-n",
         "2",
@@ -260,6 +259,13 @@ def test_a_run_budget_holds_across_workers(pytester, bench, custom_scicode, serv
         server=server,
         subprocess=True,
     )
+
+
+def test_a_run_budget_holds_across_workers(pytester, bench, custom_scicode, server):
+    custom_scicode.write(*numbered_problems(range(1, 9)))
+    for _ in range(8):
+        server.reply_with(right_answer())
+    result = budget_run_on_two_workers(custom_scicode, server, "0.01")
     assert result.ret == 1, result.stdout.str()
     run_dir = run_dirs(pytester.path)[0]
     ran = read_jsonl(run_dir / "steps.jsonl")
@@ -295,18 +301,8 @@ def test_a_run_budget_stops_the_model_calls_of_every_worker_at_once(pytester, be
 
     for _ in range(8):
         server.reply_with(answer)
-    result = custom_scicode(
-        "--bench-mode=naive",
-        "--bench-cache=off",
-        f"--model-price={PRICE}",
-        "--bench-max-cost=0.02",
-        "--bench-max-connections=2",  # one chain at a time per worker
-        "-n",
-        "2",
-        model="m",
-        server=server,
-        subprocess=True,
-    )
+    # a cache of its own: no durations from earlier runs, so the tasks' costs are equal and go out in order
+    result = budget_run_on_two_workers(custom_scicode, server, "0.02", f"--bench-cache-dir={pytester.path / 'cache'}")
     assert result.ret == 1, result.stdout.str()[-3000:]
     asked = sorted(asked_number(r["body"]) for r in server.requests)
     assert 1 in asked and len(asked) <= 4, asked  # three quick calls spent it; problem 1's was in flight
