@@ -21,8 +21,6 @@ from typing import Any
 from ..run import BenchState
 from . import xdist_compat as xc
 
-CLOSED = object()  # what a channel's callback gets once the channel closes (execnet's endmarker)
-
 
 def stop_text(limit: float) -> str:
     """Why no new request and no new task starts. Like the records' budget text it names no sum: the cost line
@@ -64,7 +62,7 @@ class SharedBudget:
         with self.lock:
             self.channels.append(channel)
             stops = dict(self.stopped)
-        channel.setcallback(self.heard, endmarker=CLOSED)
+        channel.setcallback(self.heard)
         for model, reason in stops.items():
             send(channel, ("stop", model, reason))
         return channel
@@ -104,7 +102,7 @@ class BudgetLink:
         self.send_lock = threading.Lock()  # the model's chains report from several threads
         self.runs: dict[str | None, tuple[BenchState, Any]] = {}  # model -> (its state, its model's gate)
         self.stopped: dict[str | None, str] = {}
-        channel.setcallback(self.heard, endmarker=CLOSED)
+        channel.setcallback(self.heard)
 
     def attach(self, state: BenchState, model: Any) -> None:
         """Count ``model``'s calls (a client with ``spending`` and ``gate``; the oracle has neither) in the

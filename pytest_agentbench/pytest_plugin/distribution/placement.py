@@ -242,11 +242,11 @@ class PlacementScheduling:
         keep ``assigned`` in the order the worker runs them (``remove_node`` finds the running unit by it)."""
         if self.unsent is None or node not in self.unsent:
             return
-        held = self.unsent.pop(node)
+        held = self.unsent.pop(node)  # (every unit the worker has: all were given while ``unsent`` was set)
         units = self.assigned[node]
         if self.held > 1:  # one unit at a time: they run as given, heaviest first
             held.sort(key=lambda scope: (len(units[scope]), -self.costs[scope]))
-        self.assigned[node] = {**{s: u for s, u in units.items() if s not in held}, **{s: units[s] for s in held}}
+        self.assigned[node] = {scope: units[scope] for scope in held}
         for scope in held:
             self.send(node, units[scope])
 
