@@ -107,6 +107,8 @@ LEAKY = {
 }
 
 KINDS = ("scoring-fork", "scoring-subprocess", "tool-call-host", "agent-command-host")
+DOCKER_KINDS = ("tool-call-docker", "agent-command-docker")  # Docker's default profile and namespaces
+ALL_KINDS = [*KINDS, *(pytest.param(kind, marks=pytest.mark.docker) for kind in DOCKER_KINDS)]
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +131,14 @@ def runner(executors, factory, tmp_path) -> Callable[[str], Callable[[str], str]
     """``runner(kind)`` -> a function that runs a Python source as one run of that kind and returns its stdout.
     Agent commands: each call is another item's environment (items share nothing)."""
     started: list = []
+    docker: list = []
+
+    def docker_factory():
+        from pytest_agentbench.envs.docker import DockerFactory  # why: the docker SDK, for these kinds only
+
+        if not docker:
+            docker.append(DockerFactory(image=needs("docker"), network="none"))
+        return docker[0]
 
     def make(kind: str) -> Callable[[str], str]:
         def scoring(source: str, executor: str) -> str:
@@ -153,7 +163,24 @@ def runner(executors, factory, tmp_path) -> Callable[[str], Callable[[str], str]
             assert result.exit_code == 0, result
             return result.stdout
 
+        def docker_tool_call(source: str) -> str:
+            out = docker_factory().run_python(source, 120)
+            assert out["status"] == "ok", out
+            return out["stdout"]
+
+        def docker_agent_command(source: str) -> str:
+            space = tmp_path / f"item-{len(started)}"
+            space.mkdir()
+            (space / "probe.py").write_text(source)
+            env = docker_factory().start(space)
+            started.append(env)
+            result = env.run("python3 probe.py", 120)
+            assert result.exit_code == 0, result
+            return result.stdout
+
         return {
+            "tool-call-docker": docker_tool_call,
+            "agent-command-docker": docker_agent_command,
             "scoring-fork": lambda source: scoring(source, "fork"),
             "scoring-subprocess": lambda source: scoring(source, "subprocess"),
             "tool-call-host": tool_call,
@@ -163,6 +190,8 @@ def runner(executors, factory, tmp_path) -> Callable[[str], Callable[[str], str]
     yield make
     for env in started:
         env.stop()
+    for made in docker:
+        made.close()
 
 
 def last_json(text: str) -> dict:
@@ -170,7 +199,7 @@ def last_json(text: str) -> dict:
 
 
 @pytest.mark.isolation
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_what_a_run_stores_in_per_user_kernel_state_is_gone_for_the_next(runner, kind):
     run = runner(kind)
     tag = f"agentbench-{uuid.uuid4().hex[:12]}"
@@ -178,6 +207,9 @@ def test_what_a_run_stores_in_per_user_kernel_state_is_gone_for_the_next(runner,
     first = last_json(run(probe.replace("MODE", '"store"')))
     second = last_json(run(probe.replace("MODE", '"look"')))
     assert second["found"] == [], f"{kind}: the next run found what the first stored ({first['stored']})"
+    if kind in DOCKER_KINDS:  # (the engine's user namespace; its profile refuses the keyrings)
+        assert not [what for what in first["stored"] if what.startswith("key")], first
+        return
     # each run is uid 65534 of a user namespace made for it (mapping that one uid), never the machine's; (the
     # namespaces' numbers are not compared: the kernel reuses the number of one that is gone)
     assert first["uid"] == second["uid"] == SANDBOX_UID
@@ -197,13 +229,15 @@ def test_refused_calls_fail_in_the_child(runner, kind):
 
 
 @pytest.mark.isolation
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_a_child_gets_only_the_allowlisted_environment(runner, kind, monkeypatch):
     for name, value in LEAKY.items():
         monkeypatch.setenv(name, value)
     env = last_json(runner(kind)(ENVIRONMENT))
     assert not set(LEAKY) & set(env), f"{kind} leaks {set(LEAKY) & set(env)}"
     assert not any(value in json.dumps(env) for value in LEAKY.values())
+    if kind in DOCKER_KINDS:  # (the image's own environment)
+        return
     assert env["HOME"] == "/tmp" or env["HOME"].endswith("/home")  # its own home (agent: the item's)
     from pytest_agentbench.sandbox.limits import CHILD_SETTINGS, passes_to_children
 
