@@ -35,7 +35,7 @@ LONG_RUNNING = 30.0  # seconds: an item running longer is listed with its age
 HEADER_WIDTH = 100  # the run header is wrapped to lines of about this many characters
 # settings shown on the header's first lines (the rest go in the wrapped block)
 HEADER_FIRST = ("benchmark", "dataset", "split", "model", "run_id")
-HEADER_HIDDEN = ("notes", "data_hashes", "isolation", "comparability")
+HEADER_HIDDEN = ("notes", "data_hashes", "isolation", "comparability", "child_env")
 
 
 # ---- text (pure) --------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from ..report.baseline import BaselineError, baseline_for_run, load_summary
 from ..report.comparability import UNKNOWN
 from ..report.options import gate_config
 from ..report.resume import resume_controller
+from ..sandbox.limits import passed_env_names
 from ..sandbox.options import isolation_from
 from .collect import select_ids, with_attempts
 from .distribution.handshake import WORKER_INPUT, Role, role_of
@@ -118,6 +119,7 @@ def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = 
     settings["comparability"] = comparability_of(benchmark, opts, split, settings)
     # How children that run model code are isolated here; a benchmark may say more (CORE-Bench: its agent's env).
     settings.setdefault("isolation", isolation_from(opts).describe())
+    settings["child_env"] = passed_env_names()  # the names of our environment a child may inherit (settings.json)
     # Who writes the run: the xdist role was decided once (distribution/handshake.py); a ``run-task`` session (its
     # TaskPackager) writes like a worker, its deliveries going into the task's package instead of reports.
     packager = plugin_of(config, TaskPackager)

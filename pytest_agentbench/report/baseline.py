@@ -42,6 +42,7 @@ COMMON_FREE_SETTINGS = frozenset(
         "docker_image",
         "item_retries",
         "isolation",
+        "child_env",
         "price",
         "max_cost",
         "comparability",  # compared on its own (comparability.py): an older run has none

@@ -1,8 +1,9 @@
 """What a run of model code can see and keep: one rule, one table, one way in.
 
-The rule (``RULE``): *a run of model code shares no memory, process, writable file or container with a run of
-another (model, task, attempt), and sees no reference answer.* A run is one scoring child, one tool call
-(``code_interpreter``) or one agent command; ``RunIdentity`` is the (model, task, attempt) it belongs to.
+The rule (``RULE``): *a run of model code shares no memory, process, writable file, container or kernel
+state with a run of another (model, task, attempt), and sees no reference answer.* A run is one scoring child,
+one tool call (``code_interpreter``) or one agent command; ``RunIdentity`` is the (model, task, attempt) it
+belongs to.
 
 ``KINDS`` is the declarative table, one ``RunKind`` per kind of run: what it can see (read-only, writable and
 masked paths), its network, its user and how long what it writes lives (per call or per item). ``docs/security.md``
@@ -28,8 +29,8 @@ from typing import Any
 from .isolation import SYSTEM_TOPS, Isolation, bwrap_argv, enter_child
 
 RULE = (
-    "A run of model code shares no memory, process, writable file or container with a run of another "
-    "(model, task, attempt), and sees no reference answer."
+    "A run of model code shares no memory, process, writable file, container or kernel state with a run of "
+    "another (model, task, attempt), and sees no reference answer."
 )
 
 PER_CALL = "per call"
@@ -49,6 +50,21 @@ MASKED = (
     "the checksum key ($AGENTBENCH_SECRET_FILE)",
 )
 SANDBOX_USER = "uid 65534, no capabilities, no_new_privs"
+# the kernel surfaces: what the kernel keeps per user, the system calls, the environment
+OWN_USER_NAMESPACE = (
+    "its own, made for the run (uid 65534 in it; keyrings, message-queue and inotify counts start empty and "
+    "die with it); where the machine allows none, the isolation line says so and --bench-require-isolation "
+    "refuses the run"
+)
+SECCOMP_FILTER = (
+    "libseccomp filter (sandbox/syscalls.py): what Docker's default profile refuses (keyrings, bpf, perf, "
+    "userfaultfd, ptrace, mounts and namespaces, io_uring, modules, clocks, personality flags) fails with EPERM"
+)
+ALLOWLISTED_ENV = (
+    "allowlist (limits.passes_to_children): PATH, LANG/LANGUAGE/LC_*, HOME and TMPDIR (its own /tmp), thread "
+    "counts, PYTHONUNBUFFERED, MPLBACKEND/PYTHONHASHSEED/PYTHONDONTWRITEBYTECODE, this package's folder on "
+    "PYTHONPATH, plus what the benchmark declares"
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +87,9 @@ class RunKind:
     ``what``: scoring, tool call or agent command; ``where``: host, Docker or Slurm node; ``layout``: the
     ``bwrap_argv`` arguments its sandbox process may be given (bwrap kinds; empty for Docker); ``network_allowed``:
     whether its sandbox may keep a network (the host commands' own per-item namespace); ``gap``: what of
-    ``RULE`` it does not meet yet (empty: it meets it)."""
+    ``RULE`` it does not meet yet (empty: it meets it). The kernel surfaces, denied by default: ``user_namespace``
+    (what the kernel keeps per user), ``seccomp`` (the system calls refused), ``environment`` (what it
+    inherits)."""
 
     name: str
     what: str
@@ -87,6 +105,9 @@ class RunKind:
     network_allowed: bool = False
     gap: str = ""
     docker: tuple[tuple[str, Any], ...] = ()  # Docker kinds: the ``docker run`` options containment sets
+    user_namespace: str = OWN_USER_NAMESPACE
+    seccomp: str = SECCOMP_FILTER
+    environment: str = ALLOWLISTED_ENV
 
     @property
     def bwrap(self) -> bool:
@@ -120,6 +141,13 @@ def host_script(name: str, what: str, how: str, gap: str = "", other_python: boo
         gap=gap,
     )
 
+
+# Docker runs keep the engine's own kernel surfaces: its default seccomp profile, the container's namespaces
+DOCKER_USER_NAMESPACE = (
+    "the engine's (a container is its own IPC namespace; per-uid state such as keyrings is closed by the profile)"
+)
+DOCKER_SECCOMP = "Docker's default profile"
+DOCKER_ENV = "the image's, plus what the harness sets (none of the controller's)"
 
 # what a Docker tool call's container is given beyond its network (the tool call's row of the table)
 TOOL_CALL_CONTAINER: tuple[tuple[str, Any], ...] = (
@@ -160,6 +188,9 @@ KINDS: dict[str, RunKind] = {
             how="a fresh container per call, removed after it; the next call starts when it is gone",
             gap="with a network other than none, calls of other workers running at the same time share it",
             docker=TOOL_CALL_CONTAINER,
+            user_namespace=DOCKER_USER_NAMESPACE,
+            seccomp=DOCKER_SECCOMP,
+            environment=DOCKER_ENV,
         ),
         RunKind(
             AGENT_COMMAND_HOST,
@@ -194,6 +225,9 @@ KINDS: dict[str, RunKind] = {
             lifetime=PER_ITEM,
             how="docker exec in the item's own container; inputs preinstalled in the image are copied into the "
             "workspace and then deleted before the agent's first command",
+            user_namespace=DOCKER_USER_NAMESPACE,
+            seccomp=DOCKER_SECCOMP,
+            environment=DOCKER_ENV,
         ),
         RunKind(
             SLURM_NODE,
@@ -206,6 +240,7 @@ KINDS: dict[str, RunKind] = {
             user=SANDBOX_USER,
             lifetime="as on the host, per kind",
             how="the task's worker runs on the node and uses the host kinds' sandboxes there",
+            user_namespace="as on the host: " + OWN_USER_NAMESPACE + " (the node's self-test refuses a node without)",
         ),
     )
 }
@@ -245,12 +280,13 @@ def enter_run(
     disk: int | None,
     hidden: Sequence[str] = (),
     bind: Sequence[str] = (".stdout", ".stderr"),
-) -> None:
+) -> list[str]:
     """In a forked child of ``kind``'s sandbox process, before any model code: its own mounts (a fresh /tmp with
-    its work folder, the masks), then no privileges (``isolation.enter_child``)."""
+    its work folder, the masks), then no privileges, its own user namespace and the seccomp filter
+    (``isolation.enter_child``; returns what of those the machine did not allow)."""
     if kind_of(kind).lifetime != PER_CALL:
         raise ValueError(f"{kind} is not a per-call run of a forked child")
-    enter_child(mode, work=work, disk=disk, hidden=hidden, bind=bind)
+    return enter_child(mode, work=work, disk=disk, hidden=hidden, bind=bind)
 
 
 def container_options(kind: str, *, network: str) -> dict[str, Any]:
@@ -262,7 +298,20 @@ def container_options(kind: str, *, network: str) -> dict[str, Any]:
     return {"network_mode": network, **dict(run.docker)}
 
 
-SECURITY_COLUMNS = ("Run", "Where", "Read-only", "Writable", "Masked", "Network", "User", "Lifetime", "Not met yet")
+SECURITY_COLUMNS = (
+    "Run",
+    "Where",
+    "Read-only",
+    "Writable",
+    "Masked",
+    "Network",
+    "User",
+    "Lifetime",
+    "User namespace",
+    "Seccomp",
+    "Environment",
+    "Not met yet",
+)
 
 
 def security_rows(kinds: Iterable[RunKind] | None = None) -> list[str]:
@@ -281,6 +330,9 @@ def security_rows(kinds: Iterable[RunKind] | None = None) -> list[str]:
             run.network,
             run.user,
             run.lifetime,
+            run.user_namespace,
+            run.seccomp,
+            run.environment,
             run.gap or "-",
         )
         rows.append("| " + " | ".join(cells) + " |")

@@ -161,6 +161,8 @@ class SubprocessExecutor:
     ) -> ExecResult:
         isolated = self.isolation.active
         full_env = child_environment(child_env(env)) if isolated else child_env(env)
+        # the package's own folder, as a fork server's children have it on sys.path (none of the user's PYTHONPATH)
+        full_env = {"PYTHONPATH": package_parent(), **full_env}
         with tempfile.TemporaryDirectory(prefix="agentbench-") as tmp:
             work = Path(tmp)
             prepare_workdir(work, source, files, collect)

@@ -54,6 +54,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from . import syscalls
 from .containment import SCORING_FORK, enter_run, sandbox_argv
 from .interpreter import Python, executable_of
 from .isolation import (
@@ -154,6 +155,7 @@ def serve(fd: int, preload: Sequence[str] = DEFAULT_PRELOAD, isolation: str | No
         make_non_dumpable()  # children can neither read nor write our memory
         own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
         needed_paths()  # computed once here, not in every child
+        syscalls.program()  # (the seccomp filter too: a child installs it, a prctl call)
     for name in preload:
         try:
             __import__(name)

@@ -21,7 +21,11 @@ What a child gets (both executors, tool scripts, and the host environment's comm
 * its own PID namespace: it sees only its own processes in ``/proc``, the process that forked it is
   out of sight (``getppid() == 0``) and everything left in the namespace dies with the run;
 * no network (scoring and tool scripts) or the host's network (host environment commands);
-* its own IPC namespace.
+* its own IPC namespace;
+* its own user namespace (uid 65534 in it), so what the kernel keeps per user (keyrings, counts of message
+  queues and inotify watches) starts empty and dies with the run; and a seccomp filter (``syscalls.py``,
+  compiled by libseccomp) refusing at least what Docker's default profile refuses. Where the machine allows
+  either not, ``drop_privileges`` says so and the probe's ``Isolation.missing`` carries it.
 
 How: bubblewrap (``bwrap``) cannot wrap a forked child and Python 3.11 has no ``os.unshare``, so
 a *sandbox process* (the fork server, the subprocess executor's launcher, or the host
@@ -31,7 +35,8 @@ code: ``unshare`` of a mount and IPC namespace, a fresh tmpfs on ``/tmp`` and ``
 fresh ``/proc``, then the privileges are dropped. Two modes:
 
 * ``root`` (the controller runs as root): bwrap runs privileged (no user namespace); the child
-  drops to uid 65534 with ``setresuid``, which also clears its capabilities.
+  drops to uid 65534 with ``setresuid``, which also clears its capabilities, then (as that user) enters a user
+  namespace of its own mapping 65534 to itself.
 * ``userns`` (an ordinary user): bwrap makes a user namespace in which the sandbox process is uid 0
   with capabilities (that only count inside it); the child enters a nested user namespace that
   maps uid 65534 to the user, and drops every capability.
@@ -57,6 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from . import syscalls
 from .limits import Limits, apply_child_limits, join_cgroup, package_parent
 
 SANDBOX_UID = 65534  # "nobody"
@@ -155,19 +161,35 @@ class Isolation:
     mode: str
     why: str = ""
     bwrap: str | None = None
+    missing: tuple[str, ...] = ()  # kernel surfaces a child does not get here (user namespace, seccomp filter)
 
     @property
     def active(self) -> bool:
         return self.mode != "none"
+
+    @property
+    def complete(self) -> bool:
+        """Isolated, with every kernel surface denied (what ``--bench-require-isolation`` asks)."""
+        return self.active and not self.missing
+
+    def shortfall(self) -> str:
+        """Why the isolation here is not complete ("" when it is)."""
+        return self.why if not self.active else "; ".join(self.missing)
 
     def describe(self) -> str:
         """One line for the run's header and summary: ``bwrap (...)`` or ``none (why)``."""
         if not self.active:
             return f"none ({self.why})"
         how = "privileged" if self.mode == "root" else "user namespace"
+        kernel = (
+            f"NOT MET: {'; '.join(self.missing)}"
+            if self.missing
+            else f"own user namespace per run, seccomp filter ({len(syscalls.DENIED)} calls and namespace flags "
+            f"refused)"
+        )
         return (
             f"bwrap ({how}): uid {SANDBOX_UID}, no capabilities, system folders only (read-only), "
-            f"private /tmp, own PID namespace, no network for scripts"
+            f"private /tmp, own PID namespace, no network for scripts, {kernel}"
         )
 
 
@@ -218,7 +240,8 @@ def _probe() -> Isolation:
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Isolation("none", f"bwrap could not be run: {exc}")
-    if done.returncode != 0 or done.stdout.strip() != "isolated":
+    answer = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not answer or answer[0] != "isolated":
         lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
         reason = lines[-1] if lines else f"exit code {done.returncode}"
         hint = (
@@ -228,7 +251,7 @@ def _probe() -> Isolation:
             "user.max_user_namespaces)"
         )
         return Isolation("none", f"bwrap cannot isolate here: {reason}{hint}")
-    return candidate
+    return Isolation(candidate.mode, "", bwrap, tuple(answer[1:]))
 
 
 def self_test() -> None:
@@ -243,13 +266,14 @@ def self_test() -> None:
             os.close(read)
             os.makedirs("/tmp/agentbench-probe/sub")
             Path("/tmp/agentbench-probe/sub/main.py").write_text("pass")
-            enter_child(mode, work="/tmp/agentbench-probe", disk=1 << 20, bind=())
+            missing = enter_child(mode, work="/tmp/agentbench-probe", disk=1 << 20, bind=())
             ok = (
                 os.getuid() == SANDBOX_UID
                 and os.getppid() == 0
                 and Path("/tmp/agentbench-probe/sub/main.py").read_text() == "pass"
             )
-            os.write(write, b"isolated" if ok else f"uid {os.getuid()} ppid {os.getppid()}".encode())
+            answer = "\n".join(["isolated", *missing]) if ok else f"uid {os.getuid()} ppid {os.getppid()}"
+            os.write(write, answer.encode())
             os._exit(0)
         except BaseException as exc:  # report, never return into the caller's code
             os.write(write, f"child setup failed: {exc}".encode())
@@ -259,9 +283,9 @@ def self_test() -> None:
     answer = os.read(read, 1000).decode()
     os.waitpid(pid, 0)
     space.close()
-    if answer != "isolated":
+    if not answer.startswith("isolated"):
         sys.exit(answer)
-    print("isolated")
+    print(answer)
 
 
 # ---------------------------------------------------------------- the sandbox process (bwrap)
@@ -733,8 +757,11 @@ def enter_child(
     bind: Sequence[str] = (".stdout", ".stderr"),
     needed: Sequence[str] | None = None,
     links: Sequence[Sequence[str]] | None = None,
-) -> None:
-    """In the child, before any model code: private mounts, the work folder, then no privileges.
+    seccomp: bytes | None = None,
+) -> list[str]:
+    """In the child, before any model code: private mounts, the work folder, then no privileges, its own user
+    namespace and the seccomp filter (``drop_privileges``, whose list of what the machine did not allow it
+    returns).
 
     The work folder is made again at the same path inside the new private ``/tmp`` (a work folder elsewhere,
     with ``$TMPDIR`` outside ``/tmp``: on a folder of that ``/tmp`` put over its parent, ``work_cover``), with a
@@ -794,7 +821,7 @@ def enter_child(
             for name in (root, *(os.path.join(root, n) for n in dirs + names)):
                 if root != str(work) or os.path.basename(name) not in bind:
                     os.lchown(name, SANDBOX_UID, SANDBOX_GID)
-    drop_privileges(mode)
+    return drop_privileges(mode, seccomp)
 
 
 def _python_again(keep: Mapping[str, int], links: Sequence[tuple[str, str]], where: Callable[[str], bool]) -> None:
@@ -851,23 +878,45 @@ def _copy_tree(fd: int, dest: Path, skip: set[str]) -> None:
                 shutil.copyfileobj(src, out)
 
 
-def drop_privileges(mode: str) -> None:
-    """Become uid ``SANDBOX_UID`` with no capabilities and no way to gain any."""
+def drop_privileges(mode: str, seccomp: bytes | None = None) -> list[str]:
+    """Become uid ``SANDBOX_UID`` of a user namespace of the run's own, with no capabilities and no way to gain
+    any, behind the seccomp filter ``seccomp`` (default: ``syscalls.program()``, compiled here).
+
+    The run's own user namespace: what the kernel keeps per user (keyrings, inotify and message-queue counts)
+    is kept per user namespace, so it starts empty and dies with the run. Returns what could not be done on
+    this machine (the probe reports it; the run's ``isolation:`` line says so)."""
+    missing: list[str] = []
     if mode == "root":
         drop_bounding_set()
         os.setgroups([])
         os.setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID)
         os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)  # from uid 0: clears every capability
+        prctl(PR_SET_DUMPABLE, 1)  # (the uid change made /proc/self root's: its id maps must be ours to write)
+        try:  # as the unprivileged user: a namespace mapping that user to itself, and nothing else
+            own_user_namespace(SANDBOX_UID, SANDBOX_GID)
+        except OSError as exc:
+            missing.append(f"no user namespace per run ({exc.strerror or exc}; runs share uid {SANDBOX_UID})")
     else:
-        uid, gid = os.geteuid(), os.getegid()
-        unshare(CLONE_NEWUSER)  # a nested user namespace: whatever it grants counts only inside it
-        Path("/proc/self/setgroups").write_text("deny")
-        Path("/proc/self/uid_map").write_text(f"{SANDBOX_UID} {uid} 1")
-        Path("/proc/self/gid_map").write_text(f"{SANDBOX_GID} {gid} 1")
-        drop_bounding_set()  # (a new user namespace starts with a full bounding set)
-        clear_capabilities()
+        own_user_namespace(os.geteuid(), os.getegid())
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     prctl(PR_SET_DUMPABLE, 1)  # the child may inspect itself (/proc/self); nothing of ours is in it
+    code = seccomp if seccomp is not None else syscalls.program()
+    if code is None:
+        missing.append(f"no seccomp filter ({syscalls.unavailable()})")
+    else:
+        syscalls.install(code)
+    return missing
+
+
+def own_user_namespace(uid: int, gid: int) -> None:
+    """Enter a new user namespace in which the caller (``uid``/``gid`` outside) is ``SANDBOX_UID``, then drop
+    every capability it grants there."""
+    unshare(CLONE_NEWUSER)  # nested: whatever it grants counts only inside it
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{SANDBOX_UID} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{SANDBOX_GID} {gid} 1")
+    drop_bounding_set()  # (a new user namespace starts with a full bounding set)
+    clear_capabilities()
 
 
 def give_to_sandbox_user(root: str | os.PathLike[str]) -> None:

@@ -6,7 +6,6 @@ Plain standard library only: the subprocess launchers import this module with ``
 from __future__ import annotations
 
 import os
-import re
 import resource
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,15 +19,41 @@ DEFAULT_OUTPUT_CAP = 256 * MiB  # bytes a stream may reach before the script is 
 DEFAULT_MAX_PROCESSES = 256
 DEFAULT_DISK_LIMIT = 1 * GiB  # size of an isolated child's private /tmp (its work folder included)
 LIMIT_NAMES = ("wall", "memory", "cpu", "processes", "output")
-# environment variables a child never inherits: the model's key, the test runner's and the plugin's settings,
-# and whatever looks like a credential of another provider or service (a key given as
-# --model-api-key=$TOGETHER_API_KEY is still in the environment under its own name)
-HIDDEN_ENV_PREFIXES = ("OPENAI_", "PYTEST_", "AGENTBENCH_", "AWS_", "AZURE_", "GOOGLE_APPLICATION_")
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+# The environment a child inherits is an allowlist: where programs are, the locale, its home and temporary
+# folder (under isolation its own /tmp, ``isolation.child_environment``), the number of threads and whether
+# Python's output is buffered (a script killed mid-run keeps what it printed, as today); every other
+# name of ours (the model's key, a database URL, a webhook, a token under any name) stays with the controller.
+# A benchmark's or environment's own names come on top (``child_env``'s ``extra``).
+PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "HOME", "TMPDIR", "PYTHONUNBUFFERED")
+PASSED_ENV_PREFIXES = ("LC_",)
+THREAD_ENV = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "NUMEXPR_MAX_THREADS",
+    "NUMBA_NUM_THREADS",
+)
+# what every child is given, whatever ours says
+CHILD_SETTINGS = {"MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def hidden_from_children(name: str) -> bool:
-    return name.startswith(HIDDEN_ENV_PREFIXES) or bool(SECRET_NAME.search(name))
+def passes_to_children(name: str) -> bool:
+    """Whether a child inherits our variable ``name`` (the allowlist above)."""
+    return name in PASSED_ENV or name in THREAD_ENV or name.startswith(PASSED_ENV_PREFIXES)
+
+
+def passed_env_names() -> list[str]:
+    """The names a child may inherit, as the run's settings page shows them."""
+    return [
+        *PASSED_ENV,
+        *(prefix + "*" for prefix in PASSED_ENV_PREFIXES),
+        *THREAD_ENV,
+        *CHILD_SETTINGS,
+        "PYTHONPATH (scoring and tool scripts: this package's folder only)",
+    ]
 
 
 @dataclass(frozen=True)
@@ -90,16 +115,10 @@ def package_parent() -> str:
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a child: ours without secrets and plugin settings, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not hidden_from_children(k)}
-    env.update(
-        {
-            "MPLBACKEND": "Agg",
-            "PYTHONHASHSEED": "0",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
-        }
-    )
+    """The environment of a child: the allowlisted names of ours (``passes_to_children``), the fixed settings,
+    then ``extra`` (what the benchmark or environment declares)."""
+    env = {k: v for k, v in os.environ.items() if passes_to_children(k)}
+    env.update(CHILD_SETTINGS, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"))
     if extra:
         bad = [k for k, v in extra.items() if not isinstance(k, str) or not isinstance(v, str)]
         if bad:

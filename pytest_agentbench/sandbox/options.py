@@ -87,8 +87,9 @@ def limits_from(opts: Mapping[str, Any], timeout: float) -> Limits:
 def isolation_from(opts: Mapping[str, Any]) -> Isolation:
     """How children are isolated on this machine; a ConfigError when isolation is required and impossible."""
     found = probe()
-    if not found.active and view(SandboxOptions, opts).require_isolation:
+    if not found.complete and view(SandboxOptions, opts).require_isolation:
         raise ConfigError(
-            f"--bench-require-isolation: this machine cannot isolate the children that run model code: {found.why}"
+            f"--bench-require-isolation: this machine cannot isolate the children that run model code: "
+            f"{found.shortfall()}"
         )
     return found
