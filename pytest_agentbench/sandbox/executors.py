@@ -34,13 +34,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.trees import scratch_folder
 from .containment import SCORING_SUBPROCESS, sandbox_argv
 from .forkserver import ForkServer, ForkServerPool
 from .interpreter import Python, executable_of
@@ -161,8 +160,7 @@ class SubprocessExecutor:
     ) -> ExecResult:
         isolated = self.isolation.active
         full_env = child_environment(child_env(env)) if isolated else child_env(env)
-        with tempfile.TemporaryDirectory(prefix="agentbench-") as tmp:
-            work = Path(tmp)
+        with scratch_folder("agentbench-") as work:
             prepare_workdir(work, source, files, collect)
             jail = ProcessJail(limits)
             status_read, status_write = os.pipe() if isolated else (None, None)
