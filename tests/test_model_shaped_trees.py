@@ -19,6 +19,7 @@ from pytest_agentbench.core.trees import TreeBounds, remove_tree
 from pytest_agentbench.envs.copyout import copy_tree, prune_tree
 
 from helpers.bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
+from helpers.capabilities import needs
 from helpers.capsule_factory import build_capsule_archive
 
 DEEP = 1500
@@ -103,9 +104,16 @@ def test_remove_tree_removes_any_depth_and_locked_folders(tmp_path):
 
 
 # ---- end to end: the agent's deep workspace is the agent's failure -------------------------------------------
+def env_args(kind: str) -> list[str]:
+    if kind == "docker":
+        return ["--bench-env=docker", f"--bench-docker-image={needs('docker')}", "--bench-docker-network=none"]
+    return ["--bench-env=host"]
+
+
+@pytest.mark.parametrize("kind", ["host", pytest.param("docker", marks=pytest.mark.docker)])
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_a_deep_workspace_fails_the_item_once_and_is_removed(pytester, tmp_path, server, monkeypatch):
+def test_a_deep_workspace_fails_the_item_once_and_is_removed(pytester, tmp_path, server, monkeypatch, kind):
     """The scripted agent nests a folder 1,500 deep, writes a sparse 2 TiB file and submits the right answers:
     the item fails (the agent's outcome, the bound named), is not retried (one conversation), and no
     workspace is left in the run's temporary folder."""
@@ -126,7 +134,7 @@ def test_a_deep_workspace_fails_the_item_once_and_is_removed(pytester, tmp_path,
         f"--model-base-url={server.base_url}",
         "--model-api-key=x",
         "--bench-cache=off",
-        "--bench-env=host",
+        *env_args(kind),
         "--bench-max-retries=2",
         f"--bench-capsules-dir={staged}",
         f"--bench-report-dir={tmp_path / 'reports'}",
