@@ -96,6 +96,17 @@ def test_the_gate_cuts_long_text_and_keeps_ordinary_text():
     assert printable(text) == text
 
 
+def test_the_stop_after_model_errors_quotes_the_last_message_inert():
+    """The reason a run stops on model errors in a row quotes the last one: pytest prints it ("Interrupted:"), the
+    plugin's report and summary.md's notes repeat it."""
+    from pytest_agentbench.pytest_plugin.run import Streak
+
+    stop = Streak(limit=1).add({"status": "model_error", "message": CORPUS})
+    assert stop is not None and "model errors in a row" in stop
+    assert_inert(stop, "the stop reason")
+    assert "\n" not in stop
+
+
 # ---- CORE-Bench: a scripted agent on a synthetic capsule ---------------------------------------------------
 def questions() -> dict:
     task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
