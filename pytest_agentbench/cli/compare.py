@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..core.text import printable
 from ..report.baseline import BaselineError, load_summary
 from ..report.compare import RESAMPLES, SEED, Comparison, compare, render_markdown, render_text
 from ..report.comparison import write_compare_page
@@ -57,7 +58,9 @@ def run_command(args: argparse.Namespace) -> tuple[int, Comparison | None]:
         )
         return 2, None
     c = compare(a, b, seed=args.seed, resamples=args.resamples)
-    print(render_markdown(c, args.alpha, "# Comparison") if args.markdown else "\n".join(render_text(c, args.alpha)))
+    # the runs' files are read as they are: what they hold is shown through the one gate for outside text
+    shown = [printable(line) for line in render_text(c, args.alpha)]
+    print(render_markdown(c, args.alpha, "# Comparison") if args.markdown else "\n".join(shown))
     return 0, c
 
 

@@ -6,6 +6,8 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
+from .text import printable
+
 
 class ConfigError(Exception):
     """The run is set up wrongly (an option, a missing file, a model that cannot do this benchmark).
@@ -31,4 +33,5 @@ class AgentbenchWarning(UserWarning):
 def warn_about(message: str, where: str | Path) -> None:
     """An ``AgentbenchWarning`` located at ``where`` (a file of the run, or an item's id). Line 0: no line of a data
     file is printed under it (a records line can be long); the message says which line it means."""
-    warnings.warn_explicit(message, AgentbenchWarning, filename=str(where), lineno=0)
+    # both are shown in pytest's warnings summary, and both may hold what an agent chose (a path, a report's name)
+    warnings.warn_explicit(printable(message), AgentbenchWarning, filename=printable(where, one_line=True), lineno=0)

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from .errors import warn_about
 from .io import natural_key, write_atomic
+from .text import printable
 from .types import Sample, attempt_key
 
 RECORD_PROPERTY = "agentbench_record"
@@ -373,7 +374,12 @@ def usage_text(totals: Mapping[str, float]) -> str:
 
 
 def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The few values a CI dashboard shows for an item (never the whole record: junitxml writes str(value))."""
+    """The few values a CI dashboard shows for an item (never the whole record: junitxml writes str(value)), each
+    one printable line."""
+    return [(name, printable(value, one_line=True)) for name, value in _junit_values(record)]
+
+
+def _junit_values(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [
         ("benchmark", str(record.get("benchmark", ""))),
         ("task", str(record.get("task", ""))),

@@ -1,9 +1,13 @@
-"""Text that someone else chose (a model's output, a child's stderr), made safe to show.
+"""Text that someone else chose (a model's output, a child's stderr, an agent's paths and answers), made safe to show.
 
-A record's message reaches the terminal (pytest's failure line), CI logs and the reports. Raw control
-characters in it would let the text redraw what a human reads: ``\\x1b[2K\\r\\x1b[32mPASSED`` erases
-the line and paints a green PASSED. ``printable`` keeps the text readable and makes every control
-character visible as its Python escape instead.
+A record's message reaches the terminal (pytest's failure line and warnings summary), CI logs, JUnit XML and the
+reports. Raw control characters in it would let the text redraw what a human reads: ``\\x1b[2K\\r\\x1b[32mPASSED``
+erases the line and paints a green PASSED; a carriage return or a Unicode line separator starts a new line in
+a Markdown renderer (a forged ``### capsule: pass`` heading); a bidi override shows the text backwards.
+``printable`` is the one gate every such string passes before any of those sinks: it keeps the text readable and
+makes every such character visible as its Python escape instead. With ``markdown=True`` it also makes the text
+one inert line of Markdown (a table cell, a bullet): no table, heading, list, quote, code or HTML syntax of its
+own survives. HTML pages escape with ``html.escape`` on top of it.
 """
 
 from __future__ import annotations
@@ -13,17 +17,48 @@ from typing import TypeVar, cast
 
 # C0 controls except \t and \n, DEL, and the C1 controls (U+0080-U+009F: CSI, OSC, ... on some terminals)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# characters that move or reorder what is shown without being control characters: the Unicode line and paragraph
+# separators (a line break to Markdown and many editors) and the bidirectional controls (embeddings, overrides,
+# isolates, marks), which make text read backwards
+_INVISIBLE = re.compile("[\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]")
+# Markdown that text inside one line can still make: escapes, code spans, emphasis, links and images, table
+# cells, raw HTML (GitHub renders some; a ">" alone makes nothing but at a line's start), strikethrough
+_MARKDOWN_INLINE = re.compile(r"([\\`*_\[\]|<~])")
+# Markdown only at a line's start: headings, lists, quotes, setext underlines, numbered lists
+_MARKDOWN_LEADING = re.compile(r"^(\s*)(?:([#>+=-])|(\d+)([.)])(?=\s|$))")
+ELLIPSIS = "…"
 
 
 def _visible(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def printable(text: object) -> str:
+def _leading_escaped(match: re.Match[str]) -> str:
+    space, mark, number, dot = match.groups()
+    return f"{space}\\{mark}" if mark else f"{space}{number}\\{dot}"
+
+
+def printable(text: object, *, markdown: bool = False, one_line: bool = False, limit: int | None = None) -> str:
     """``text`` with every control character except newline and tab written as a visible escape
-    (ESC -> ``\\x1b``, CR -> ``\\x0d``), so no escape sequence survives; other text is kept as is.
-    Backslashes are left alone: the result is for reading, not for decoding back."""
-    return _CONTROL.sub(_visible, text if isinstance(text, str) else str(text))
+    (ESC -> ``\\x1b``, CR -> ``\\x0d``), and the line and paragraph separators and bidi controls too
+    (U+2028 -> ``\\u2028``, U+202E -> ``\\u202e``), so no escape sequence survives; other text is kept as is.
+
+    ``one_line``: a newline is shown as ``\\n`` and a tab as a space, for a sink that is one line (a progress
+    line, a file name, a JUnit property). ``markdown``: one line, and Markdown's own characters backslash-escaped
+    (``|``, backticks, ``*``, ``_``, ``[``, ``<``, ...; ``#``, ``-``, ``>`` and the like at the start), so the text
+    renders as the characters it holds and never as structure. ``limit``: at most that many characters of the
+    original, an ellipsis marking a cut. Backslashes are left alone except in Markdown: the result is for
+    reading, not for decoding back."""
+    shown = text if isinstance(text, str) else str(text)
+    if limit is not None and len(shown) > limit:
+        shown = shown[: max(limit - 1, 0)] + ELLIPSIS
+    shown = _INVISIBLE.sub(_visible, _CONTROL.sub(_visible, shown))
+    if one_line or markdown:
+        shown = shown.replace("\n", "\\n").replace("\t", " ")
+    if markdown:
+        shown = _MARKDOWN_LEADING.sub(_leading_escaped, _MARKDOWN_INLINE.sub(r"\\\1", shown))
+    return shown
 
 
 # ---- repair: text from outside made valid UTF-8, once, where it enters ------------------------------------

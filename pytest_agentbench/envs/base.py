@@ -21,13 +21,13 @@ import errno
 import os
 import posixpath
 import re
-import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.trees import remove_tree
 from ..sandbox.isolation import under
 from ..sandbox.result import ExecResult
 from .copyout import DEFAULT_COPY_OUT_CAP, CopyOut
@@ -142,7 +142,7 @@ class Environment(ABC):
             self.end_processes()
         finally:
             if not self.keep_workspace:
-                shutil.rmtree(self.workspace, ignore_errors=True)
+                remove_tree(self.workspace)
 
     def __enter__(self) -> Environment:
         return self

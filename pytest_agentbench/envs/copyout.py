@@ -4,9 +4,10 @@ A workspace copied back (``Environment.copy_out``) holds at most ``cap`` bytes o
 by apparent size (a sparse file counts as its length, so the copy cannot grow past the cap when it is
 written out in full); special files (FIFOs, sockets, devices) are never copied; a symbolic link is kept
 only as a link that stays inside the tree (never followed, never a loop). Everything left out is named in
-the item's record (``CopyOut.to_record``) and the run goes on. Regular files are taken in a top-down walk,
-a folder's own files before its subfolders, so the files at the workspace root (a CORE-Bench
-``report.json``) come first.
+the item's record (``CopyOut.to_record``) and the run goes on. The walk is bounded (``core.trees``: depth,
+entries, path length): a tree past a bound is copied up to there, and ``past_bound`` says which bound it
+passed (its item fails: the agent made that tree). Regular files are taken in a top-down walk, a folder's own
+files before its subfolders, so the files at the workspace root (a CORE-Bench ``report.json``) come first.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import errno
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..core.trees import DEFAULT_BOUNDS, TreeBounds, TreePastBound, walk_tree
 
 DEFAULT_COPY_OUT_CAP = 1 << 30  # bytes; the same as a command's largest file (RLIMIT_FSIZE)
 MAX_NAMED = 50  # entries left out named in a record; the rest are counted
@@ -33,6 +37,8 @@ class CopyOut:
     files: int = 0
     skipped: list[dict[str, Any]] = field(default_factory=list)
     stopped: str | None = None  # why the copy ended before the end of the tree (the rest is not there)
+    bounds: TreeBounds = DEFAULT_BOUNDS  # how deep and wide a walk of the tree goes
+    past_bound: str | None = None  # the tree passed a bound of the walk: the agent's doing, its item fails
 
     def admit(self, size: int) -> bool:
         """Count a regular file of apparent ``size`` bytes in, when it fits in what is left of the cap."""
@@ -67,6 +73,8 @@ class CopyOut:
             out["skipped_more"] = len(self.skipped) - MAX_NAMED
         if self.stopped:
             out["stopped"] = self.stopped
+        if self.past_bound:
+            out["past_bound"] = self.past_bound
         return out
 
 
@@ -97,26 +105,13 @@ def link_problem(link: Path, root: Path) -> str | None:
     return None
 
 
-def _walk(root: Path, rel: str = "") -> list[tuple[str, os.stat_result]]:
-    """Every entry below ``root`` (lstat, never following a link): a folder's own entries before its subfolders'."""
-    folder = root / rel if rel else root
+def _walk(root: Path, record: CopyOut) -> Iterator[tuple[str, os.stat_result]]:
+    """Every entry below ``root`` (lstat, never following a link): a folder's own entries before its subfolders'.
+    At a bound of ``record`` the walk ends, saying so in ``record.stopped`` and ``record.past_bound``."""
     try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
-    entries, subfolders = [], []
-    for name in names:
-        path = f"{rel}/{name}" if rel else name
-        try:
-            info = os.lstat(root / path)
-        except OSError:
-            continue  # vanished meanwhile
-        entries.append((path, info))
-        if stat.S_ISDIR(info.st_mode):
-            subfolders.append(path)
-    for path in subfolders:
-        entries.extend(_walk(root, path))
-    return entries
+        yield from walk_tree(root, record.bounds)
+    except TreePastBound as exc:
+        record.past_bound = record.stopped = f"the workspace is not walked to its end: {exc}"
 
 
 def _unwanted(root: Path, path: str, info: os.stat_result, record: CopyOut) -> bool:
@@ -137,12 +132,13 @@ def _unwanted(root: Path, path: str, info: os.stat_result, record: CopyOut) -> b
     return False
 
 
-def copy_tree(src: Path, dest: Path, cap: int) -> CopyOut:
-    """Copy ``src`` into ``dest`` within ``cap`` bytes (see the module's rules); never raises for an entry."""
+def copy_tree(src: Path, dest: Path, cap: int, bounds: TreeBounds = DEFAULT_BOUNDS) -> CopyOut:
+    """Copy ``src`` into ``dest`` within ``cap`` bytes and ``bounds`` (see the module's rules); never raises for an
+    entry."""
     src, dest = Path(src), Path(dest)
-    record = CopyOut(cap)
+    record = CopyOut(cap, bounds=bounds)
     dest.mkdir(parents=True, exist_ok=True)
-    for path, info in _walk(src):
+    for path, info in _walk(src, record):
         if _unwanted(src, path, info, record):
             continue
         target = dest / path
@@ -173,13 +169,13 @@ def _copy_regular(source: Path, target: Path) -> None:
         os.chmod(target, stat.S_IMODE(os.fstat(fd).st_mode) & 0o777)  # executables stay so; no set-id bits
 
 
-def prune_tree(root: Path, cap: int) -> CopyOut:
+def prune_tree(root: Path, cap: int, bounds: TreeBounds = DEFAULT_BOUNDS) -> CopyOut:
     """Make the tree at ``root`` itself follow the copy rules, removing what a copy would leave out: for an
     environment that works in the workspace folder, where nothing is copied."""
     root = Path(root)
-    record = CopyOut(cap)
+    record = CopyOut(cap, bounds=bounds)
     # judged all before any is removed: removing one link of a loop would make the other a plain dangling link
-    doomed = [path for path, info in _walk(root) if _unwanted(root, path, info, record)]
+    doomed = [path for path, info in _walk(root, record) if _unwanted(root, path, info, record)]
     for path, entry in zip(doomed, record.skipped):
         try:
             (root / path).unlink()
@@ -193,7 +189,7 @@ def check_links(root: Path, record: CopyOut) -> None:
     extraction, when every link's target is in place)."""
     root = Path(root)
     bad = []
-    for path, info in _walk(root):
+    for path, info in _walk(root, record):
         problem = link_problem(root / path, root) if stat.S_ISLNK(info.st_mode) else None
         if problem:
             record.skip(path, f"{problem}: not copied")

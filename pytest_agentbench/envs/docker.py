@@ -28,7 +28,6 @@ import io
 import os
 import posixpath
 import shlex
-import shutil
 import signal
 import socket
 import tarfile
@@ -43,6 +42,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from ..core.io import trim_parts
 from ..core.text import decode
+from ..core.trees import remove_tree
 from ..sandbox.containment import AGENT_COMMAND_DOCKER, TOOL_CALL_DOCKER, container_options
 from ..sandbox.jail import namespace_of
 from ..sandbox.result import ExecResult
@@ -415,10 +415,7 @@ class DockerEnvironment(Environment):
         dest = Path(dest_dir)
         if dest.exists() and dest.resolve() == self.workspace.resolve():
             for child in dest.iterdir():
-                if child.is_dir() and not child.is_symlink():
-                    shutil.rmtree(child, ignore_errors=True)
-                else:
-                    child.unlink(missing_ok=True)
+                remove_tree(child)
         dest.mkdir(parents=True, exist_ok=True)
         record = CopyOut(self.copy_cap)
         self.copied = record
@@ -488,20 +485,23 @@ class DockerEnvironment(Environment):
         plan: list[str],
     ) -> None:
         """``plan`` gets ``folder``'s entries: its files first (report.json before any subfolder's files), then its
-        subfolders, each as one archive unless a file past the cap lies in it."""
-        if folder:
-            plan.append(folder + "/")
-        files, subfolders = children.get(folder, ([], []))
-        for rel in files:
-            if rel in huge:
-                record.over_cap(rel, self._size(rel))
-            elif rel not in sockets:  # (named already)
-                plan.append(rel)
-        for rel in subfolders:
-            if rel in children:
-                self._expand(rel, children, huge, sockets, record, plan)
-            else:
-                plan.append(rel)
+        subfolders, each as one archive unless a file past the cap lies in it. Depth first with a stack of its
+        own: the folders on the way to a huge file may be nested thousands deep."""
+        stack: list[tuple[str, bool]] = [(folder, True)]  # (path, expanded) in the order they go in the plan
+        while stack:
+            folder, expanded = stack.pop()
+            if not expanded:
+                plan.append(folder)
+                continue
+            if folder:
+                plan.append(folder + "/")
+            files, subfolders = children.get(folder, ([], []))
+            for rel in files:
+                if rel in huge:
+                    record.over_cap(rel, self._size(rel))
+                elif rel not in sockets:  # (named already)
+                    plan.append(rel)
+            stack.extend((rel, rel in children) for rel in reversed(subfolders))
 
     def _size(self, rel: str) -> int:
         """The apparent size of a file, from the archive's stat header alone (its data is never read)."""

@@ -43,6 +43,7 @@ from typing import Any
 
 from ..core.data import secret_path
 from ..core.errors import ConfigError
+from ..core.trees import remove_tree
 from ..sandbox.containment import AGENT_COMMAND_HOST, sandbox_argv
 from ..sandbox.executors import run_python
 from ..sandbox.isolation import (
@@ -391,7 +392,7 @@ class HostEnvironment(Environment):
                 if group_members(leader, table):
                     kill_group(leader)
         self.jail.close()
-        shutil.rmtree(self.private, ignore_errors=True)
+        remove_tree(self.private)
 
 
 class Holder:

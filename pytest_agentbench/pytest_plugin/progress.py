@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from ..core import records as rec
+from ..core.text import printable
 from ..models.options import ORACLE
 from .concurrency import IN_FLIGHT_PROPERTY
 from .distribution.handshake import Role, on_worker_collection, role_of
@@ -283,7 +284,7 @@ class Progress:
         with self.lock:
             self.last_shown = now
             writer = terminal._tw
-            text = "\n".join(lines)
+            text = "\n".join(printable(line, one_line=True) for line in lines)
             if self.config.get_verbosity() >= 1 and role_of(self.config) is not Role.CONTROLLER:
                 # pytest ends this line itself, and writes the running item's location again before its outcome
                 # (under xdist each outcome is a line of its own, after a newline only where pytest left one)

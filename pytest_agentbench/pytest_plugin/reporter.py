@@ -23,6 +23,7 @@ import pytest
 
 from ..core import records as rec
 from ..core.records import usage_text
+from ..core.text import printable
 from ..core.types import Sample
 from ..models.options import ORACLE
 from ..report.attempts import counts_line
@@ -251,8 +252,8 @@ class Reporter:
             replayed = replayed_text(summary["usage"], self.state.settings)
             if replayed:  # at a temperature above 0 a "new" sample would be the old one
                 terminalreporter.write_line(replayed, yellow=True, bold=True)
-            for line in summary.terminal:
-                terminalreporter.write_line(line)
+            for line in summary.terminal:  # a benchmark's lines may quote what a model or an agent wrote
+                terminalreporter.write_line(printable(line))
             terminalreporter.write_line(f"run counts: {counts_line(summary['run_counts'])}")
             self.usage_lines(terminalreporter, summary)
             for line in cost_terminal_lines(summary.get("cost") or {}):
@@ -263,7 +264,7 @@ class Reporter:
                 terminalreporter.write_line(self.state.error_stop, red=True)
         if verdict is not None and verdict.comparison is not None:
             for line in render_text(verdict.comparison, verdict.alpha):
-                terminalreporter.write_line(line)
+                terminalreporter.write_line(printable(line))
         if gate_results:
             ok = all(r.ok for r in gate_results)
             exit_code = verdict.exit_code if verdict is not None else exitstatus  # (gate results come with a verdict)

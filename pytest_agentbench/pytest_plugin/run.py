@@ -80,7 +80,8 @@ class Streak:
         if status == "skipped":
             return None
         self.count = self.count + 1 if status == self.STATUS else 0
-        self.last = str(record.get("message", ""))[:300]
+        # quoted in pytest's "Interrupted:" line, the plugin's report and summary.md's notes
+        self.last = printable(record.get("message", ""), one_line=True, limit=300)
         if self.limit and self.count >= self.limit:
             return (
                 f"agentbench: stopped after {self.count} model errors in a row "
@@ -272,6 +273,6 @@ def outcome(record: rec.Record) -> None:
     if status == rec.PASS:
         return
     if status == "skipped":
-        pytest.skip(record.get("message") or "skipped")
+        pytest.skip(printable(record.get("message") or "skipped"))
     # the one place a record's message reaches the terminal: model text may carry escape sequences
     pytest.fail(f"{status}: {printable(str(record.get('message', '')))}", pytrace=False)

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..core.io import natural_key
 from ..core.records import PASS, record_key
+from ..core.text import printable
 from ..core.types import attempt_key
 from . import comparability
 from .baseline import settings_diff, settings_differences
@@ -383,21 +384,21 @@ def render_markdown(c: Comparison, alpha: float = 0.05, title: str = "## Compari
     out = [
         title,
         "",
-        f"A (baseline): `{c.a.get('_path', '?')}` — model {c.a['settings'].get('model')}, "
-        f"run {c.a['settings'].get('run_id')}  ",
-        f"B (this run): model {c.b['settings'].get('model')}, run {c.b['settings'].get('run_id')}",
+        f"A (baseline): {_md(c.a.get('_path', '?'))} — model {_md(c.a['settings'].get('model'))}, "
+        f"run {_md(c.a['settings'].get('run_id'))}  ",
+        f"B (this run): model {_md(c.b['settings'].get('model'))}, run {_md(c.b['settings'].get('run_id'))}",
         "",
     ]
     if c.settings_table:
         out += ["| setting | A | B |", "|---|---|---|"]
-        out += [f"| {k} | {a} | {b} |".replace("\n", " ") for k, a, b in c.settings_table] + [""]
+        out += [f"| {_md(k)} | {_md(a)} | {_md(b)} |" for k, a, b in c.settings_table] + [""]
     if c.settings_diff:
-        out += ["**Settings differ:** " + "; ".join(c.settings_diff), ""]
-    out += [f"**Warning:** {w}  " for w in comparability_warnings(c)]
+        out += ["**Settings differ:** " + _md("; ".join(c.settings_diff)), ""]
+    out += [f"**Warning:** {_md(w)}  " for w in comparability_warnings(c)]
     if shared_line(c):
         out += [f"Scores are {shared_line(c)}.", ""]
-    out += [f"{line.replace('WARNING:', '**Warning:**')}  " for line in responses_lines(c)]
-    out += [f"**Warning:** {w}" for w in too_small(units_of(c), alpha)]
+    out += [f"{_md(line).replace('WARNING:', '**Warning:**')}  " for line in responses_lines(c)]
+    out += [f"**Warning:** {_md(w)}" for w in too_small(units_of(c), alpha)]
     out += ["| metric | A | B | B − A | 95% CI of B − A (tasks resampled) |", "|---|---|---|---|---|"]
     for name, left, right in c.metrics:
         delta = None if left is None or right is None else right - left
@@ -415,9 +416,18 @@ def render_markdown(c: Comparison, alpha: float = 0.05, title: str = "## Compari
     out += ["", f"### Flipped items ({len(c.flipped)})", ""]
     if c.flipped:
         out += ["| item | task | change | A | B |", "|---|---|---|---|---|"]
-        out += [f"| {f['id']} | {f['task']} | {f['direction']} | {f['a']} | {f['b']} |" for f in c.flipped]
+        out += [
+            f"| {_md(f['id'])} | {_md(f['task'])} | {_md(f['direction'])} | {_md(f['a'])} | {_md(f['b'])} |"
+            for f in c.flipped
+        ]
     else:
         out.append("None.")
     if c.only_a or c.only_b:
-        out += ["", f"Items only in A: {', '.join(c.only_a) or 'none'}; only in B: {', '.join(c.only_b) or 'none'}"]
+        only_a, only_b = _md(", ".join(c.only_a) or "none"), _md(", ".join(c.only_b) or "none")
+        out += ["", f"Items only in A: {only_a}; only in B: {only_b}"]
     return "\n".join(out) + "\n"
+
+
+def _md(value: Any) -> str:
+    """A value from a run's files as one inert line of Markdown."""
+    return printable(value, markdown=True)

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..core import records as rec
 from ..core.io import natural_key, write_atomic
+from ..core.text import printable
 from . import comparability
 from . import cost as run_cost
 from .attempts import NOT_RUN, attempt_lines, attempt_markdown, attempt_stats, attempts_of, counts_line, run_counts
@@ -332,7 +333,7 @@ def render_markdown(
     if replayed:  # a headline: at a temperature above 0 a "new" sample is the old one
         lines += [f"> **{replayed}**", ""]
     for note in [*settings.get("notes", []), *notes, *summary.get("notes", [])]:
-        lines += [f"> **Note:** {note}", ""]
+        lines += [f"> **Note:** {printable(note, markdown=True)}", ""]
     if verdict is not None and verdict.gate_results:
         lines.append(gates_markdown(verdict.gate_results, summary.get("exit_code", 1)))
     if picture:
@@ -352,7 +353,7 @@ def render_markdown(
     if run:  # when, on what and how the run was started (written by the plugin)
         lines += ["", "## Run", "", "| | |", "|---|---|"]
         lines += [
-            f"| {key.replace('_', ' ')} | {'`' + cell(value) + '`' if key == 'command' else cell(value)} |"
+            f"| {key.replace('_', ' ')} | {code_cell(value) if key == 'command' else cell(value)} |"
             for key, value in run.items()
         ]
     lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
@@ -362,7 +363,7 @@ def render_markdown(
     hashes = settings.get("data_hashes") or {}
     if hashes:
         lines += ["", "## Data (sha256)", "", "| file | sha256 |", "|---|---|"]
-        lines += [f"| {cell(name)} | `{cell(digest)}` |" for name, digest in hashes.items()]
+        lines += [f"| {cell(name)} | {code_cell(digest)} |" for name, digest in hashes.items()]
     keys = comparability.of(summary)
     if keys:  # the data hashes are above; the rest says what another run must share to be compared with this one
         shown = {k: v for k, v in comparability.flat(keys).items() if ".hashes." not in k}
@@ -374,8 +375,14 @@ def render_markdown(
 
 
 def cell(value: Any) -> str:
-    """A value in a Markdown table cell: pipes escaped, one line."""
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    """A value in a Markdown table cell: one inert line (``core.text.printable``)."""
+    return printable(value, markdown=True)
+
+
+def code_cell(value: Any) -> str:
+    """A value in a Markdown table cell as code: one printable line, its pipes escaped (GitHub reads ``\\|`` as a
+    pipe inside code in a table) and no backtick of its own to end the code span."""
+    return "`" + printable(value, one_line=True).replace("|", "\\|").replace("`", "'") + "`"
 
 
 def step_summary_markdown(markdown: str, run_id: Any) -> str:

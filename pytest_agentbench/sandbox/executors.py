@@ -34,13 +34,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.trees import scratch_folder
 from .containment import SCORING_SUBPROCESS, sandbox_argv
 from .forkserver import ForkServer, ForkServerPool
 from .interpreter import Python, executable_of
@@ -163,8 +162,7 @@ class SubprocessExecutor:
         full_env = child_environment(child_env(env)) if isolated else child_env(env)
         # the package's own folder, as a fork server's children have it on sys.path (none of the user's PYTHONPATH)
         full_env = {"PYTHONPATH": package_parent(), **full_env}
-        with tempfile.TemporaryDirectory(prefix="agentbench-") as tmp:
-            work = Path(tmp)
+        with scratch_folder("agentbench-") as work:
             prepare_workdir(work, source, files, collect)
             jail = ProcessJail(limits)
             status_read, status_write = os.pipe() if isolated else (None, None)

@@ -39,7 +39,6 @@ import importlib.machinery
 import os
 import pickle
 import select
-import shutil
 import signal
 import socket
 import struct
@@ -54,6 +53,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..core.trees import remove_tree
 from . import syscalls
 from .containment import SCORING_FORK, enter_run, sandbox_argv
 from .interpreter import Python, executable_of
@@ -610,7 +610,7 @@ class ForkServer:
                 prepare_workdir(work, source, files, collect)
                 return self._run_in(work, limits, full_env, dict(collect or {}))
             finally:
-                shutil.rmtree(work, ignore_errors=True)
+                remove_tree(work)
 
     def _run_in(self, work: Path, limits: Limits, env: dict[str, str], collect: dict[str, int]) -> ExecResult:
         # what the server gets: where the run's folder is, the names of the files it hands back, how to run it
@@ -662,7 +662,7 @@ class ForkServer:
             result = collect_result(work, limits, None, started, timed_out=False)
             result.exit_code = None
         if base is not None:
-            shutil.rmtree(base, ignore_errors=True)
+            remove_tree(base)
         result.stderr += f"\n{EXECUTOR_DIED}: the fork server died during this run (did the script kill its parent?)\n"
         return result
 
@@ -682,7 +682,7 @@ class ForkServer:
             self._log.unlink(missing_ok=True)
             self._log = None
         if self._base is not None:
-            shutil.rmtree(self._base, ignore_errors=True)
+            remove_tree(self._base)
             self._base = None
         self.own_pids = frozenset()
 

@@ -20,6 +20,7 @@ from ...core.options import Settings, view
 from ...core.records import Record, RecordLike, as_record
 from ...core.records import counts_text as records_counts_text
 from ...core.run_options import RunOptions
+from ...core.text import printable
 from ...core.types import Sample, Task
 from ...envs.options import EnvOptions
 from ...models.options import ModelOptions
@@ -404,9 +405,9 @@ def review_lines(scored: Mapping[str, Any]) -> list[str]:
 
 
 def _cell(value: Any, limit: int = 80) -> str:
+    """A value an agent may have chosen (an answer, a message) as one inert line of Markdown."""
     text = value if isinstance(value, str) else json.dumps(value, default=repr)
-    text = text.replace("|", "\\|").replace("\n", " ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return printable(text, markdown=True, limit=limit)
 
 
 def _expected_cell(question: dict[str, Any]) -> str:
@@ -457,7 +458,7 @@ def verdict_cell(question: Mapping[str, Any]) -> str:
 def render_markdown(
     records: Sequence[Record], metrics: dict[str, Any], lines: list[str], scores: Mapping[str, Any] | None = None
 ) -> str:
-    out = ["## CORE-Bench", "", *[f"- {line.strip()}" for line in lines], ""]
+    out = ["## CORE-Bench", "", *[f"- {printable(line.strip(), markdown=True)}" for line in lines], ""]
     if scores:
         out += scores_markdown(scores)
     for record in sorted(records, key=lambda r: natural_key(r.get("id", ""))):
@@ -466,7 +467,8 @@ def render_markdown(
         applied = record.get("review")
         found = applied if isinstance(applied, dict) else {}
         reviewed = f" (reviewed: {found['status']})" if found.get("overrides") else ""
-        out.append(f"### {record.get('id', '?')}{gpu}: {status}{reviewed}")
+        heading = printable(f"{record.get('id', '?')}{gpu}: {status}{reviewed}", markdown=True)
+        out.append(f"### {heading}")
         if record.get("message"):
             out += ["", _cell(record["message"], 300)]
         questions = record.get("questions") or []

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import socket
 import tempfile
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from ...core import records as rec
 from ...core.data import DataError
 from ...core.errors import warn_about
 from ...core.io import DirectoryFiles, RunFiles
+from ...core.trees import remove_tree, scratch_folder
 from ...core.types import Sample
 from ...envs import EnvError, EnvFactory, EnvSkip
 from . import agent as agent_mod
@@ -197,8 +197,7 @@ class LocalSolver(Solver):
             capsule_root, extra, problem = preinstalled_here(run, sample)
             if problem:
                 return {"status": "env_error", "message": problem}
-        with tempfile.TemporaryDirectory(prefix=f"corebench-{capsule_id}-", ignore_cleanup_errors=True) as tmp:
-            workspace = Path(tmp)
+        with scratch_folder(f"corebench-{capsule_id}-") as workspace:
             try:
                 prepare.prepare_workspace(capsule_root, workspace, capsule_id, run.settings["difficulty"])
             except OSError as exc:
@@ -288,7 +287,7 @@ class AgentSolver(Solver):
             if env is not None:
                 env.stop()
             elif not kept:
-                shutil.rmtree(workspace, ignore_errors=True)
+                remove_tree(workspace)
             out = {**base, "status": status, "message": message}
             return {**out, rec.UNPLACED_FIELD: unplaced} if unplaced else out
 
@@ -358,6 +357,7 @@ class AgentSolver(Solver):
             env.end_processes()  # the agent's background jobs could otherwise swap report.json while it is read
             submission = scorer.load_submission(workspace, result.final_answer)
         out = {**base, **run.score(task, submission, prompt, key=sample.key)}
+        out = with_tree_bound(out, env)
         if workdir != root and submission.report_path:
             out["report_path"] = f"{workdir}/{submission.report_path}"
         if nested:
@@ -444,6 +444,16 @@ def with_end_reason(out: dict[str, Any], result: Any) -> dict[str, Any]:
         ended = f"agent ended without submitting ({result.end_reason}): {result.message}"
         out["message"] = f"{ended}; {out['message']}" if out["message"] else ended
     return out
+
+
+def with_tree_bound(out: dict[str, Any], env: Any) -> dict[str, Any]:
+    """The scored record, failed when the workspace the agent left passed a bound of the walk that copies it
+    (``core.trees``): what is past the bound was never looked at, so no verdict can stand on it."""
+    past = getattr(getattr(env, "copied", None), "past_bound", None)
+    if not past:
+        return out
+    message = f"the agent's workspace was not taken in whole: {past}"
+    return {**out, "status": "fail", "message": f"{message}; {out['message']}" if out.get("message") else message}
 
 
 def copy_out_fields(env: Any) -> dict[str, Any]:

@@ -29,12 +29,13 @@ import stat
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from ...core.text import repair_value
+from ...core.trees import TreePastBound, walk_tree
 
 REPORT_NAME = "report.json"
 MAX_REPORT_BYTES = 10 * 1024 * 1024  # a report is a handful of answers; refuse runaway files
@@ -299,23 +300,27 @@ def find_report(workspace: Path) -> Path | None:
     """``report.json`` at the workspace root, else the first one in a sorted top-down walk.
 
     Symlinks are not followed and a report.json that resolves outside the workspace is skipped:
-    the agent controls the workspace, the plugin must not read files it points at. Never raises.
+    the agent controls the workspace, the plugin must not read files it points at. The walk is bounded
+    (``core.trees``): past a bound nothing more is looked at. Never raises.
     """
     workspace = Path(workspace)
     try:
         root = workspace.resolve()
     except (OSError, RuntimeError):
         return None
-    for directory, subdirs, files in os.walk(workspace):
-        subdirs.sort()
-        if REPORT_NAME in files:
-            candidate = Path(directory) / REPORT_NAME
+    try:
+        for path, info in walk_tree(workspace):
+            if PurePosixPath(path).name != REPORT_NAME or stat.S_ISDIR(info.st_mode):
+                continue
+            candidate = workspace / path
             try:
                 resolved = candidate.resolve()
                 if resolved.is_file() and resolved.is_relative_to(root):
                     return candidate
             except (OSError, RuntimeError):  # a symlink loop, a file that vanished
                 continue
+    except TreePastBound:
+        return None
     return None
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...core import records as rec
 from ...core.io import write_atomic
+from ...core.text import printable
 from ..baseline import public
 from ..compare import Comparison, compare
 from ..compare import render_text as comparison_text
@@ -210,7 +211,7 @@ def render_text(rows: Iterable[ModelRow]) -> list[str]:
 
 
 def md_cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    return printable(text, markdown=True)
 
 
 def render_markdown(
