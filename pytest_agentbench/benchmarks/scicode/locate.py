@@ -337,7 +337,7 @@ def rebuilt_table(
 # An entry is one problem's targets, stored only when every step rebuilt: the ground truth's outputs, which the
 # same inputs always give. Its key is everything that decides them (``entry_key``); a failure is never stored.
 
-REBUILD_FORMAT = 2  # raised when the rebuild's output for the same inputs changes (the rewriting, the codec)
+REBUILD_FORMAT = 3  # raised when the rebuild's output for the same inputs changes (the rewriting, the codec)
 KEY_PACKAGES = ("numpy", "scipy", "h5py")  # the ground truth computes with them; the file is written by h5py
 
 
