@@ -40,6 +40,7 @@ from ..report.cost import terminal_lines as cost_terminal_lines
 from ..report.html import write_html
 from ..report.ledger import Ledger, RunPlan
 from ..report.resume import write_settings_once
+from ..report.served import summary_text as served_text
 from ..report.summary import (
     Summary,
     Verdict,
@@ -251,6 +252,9 @@ class Reporter:
             replayed = replayed_text(summary["usage"], self.state.settings)
             if replayed:  # at a temperature above 0 a "new" sample would be the old one
                 terminalreporter.write_line(replayed, yellow=True, bold=True)
+            served = served_text(summary)
+            if served:  # the scores are another model's
+                terminalreporter.write_line(served, red=True, bold=True)
             for line in summary.terminal:
                 terminalreporter.write_line(line)
             terminalreporter.write_line(f"run counts: {counts_line(summary['run_counts'])}")
