@@ -11,6 +11,8 @@ notebook or a script, loaded on first use so that pytest loading the plugin pays
 
     tasks = ab.load_corebench_tasks("train")
     score = ab.score_corebench_report(tasks[0]["results"], {"What is the accuracy?": 0.93})
+
+    metrics = ab.benchmark_metrics("reports/scicode/oracle/RUN_ID")  # summary.json's metrics, from the records
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ _EXPORTS = {
     "load_corebench_tasks": ("pytest_agentbench.benchmarks.corebench.api", "load_tasks"),
     "score_corebench_report": ("pytest_agentbench.benchmarks.corebench.scorer", "score_report"),
     "load_corebench_submission": ("pytest_agentbench.benchmarks.corebench.scorer", "load_submission"),
+    "benchmark_metrics": ("pytest_agentbench.report.metrics_api", "benchmark_metrics"),
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -127,7 +127,10 @@ def test_compare_shows_the_keys_that_differ(tiny, pytester):
 
     out = compare()
     assert "comparability.grading_envs" in out
-    assert "WARNING: the runs are NOT comparable (their dataset, grading environments or harness differ)" in out
+    assert (
+        "WARNING: the runs are NOT comparable (their dataset, grading environments, harness or served model differ)"
+        in out
+    )
     rewrite(runs / "a" / "summary.json", lambda data: data.pop("comparability"))
     out = compare()
     assert "unknown (an older run)" in out and "A records no comparability keys" in out

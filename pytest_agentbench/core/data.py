@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import stat
 import sys
 import time
 import urllib.error
@@ -18,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .io import write_atomic
+from .run_options import user_cache_dir
 
 DATA_DIR_ENV = "AGENTBENCH_DATA_DIR"
 OFFLINE_ENV = "AGENTBENCH_OFFLINE"  # "1": never download, say where to put the file instead
-SECRET_ENV = "AGENTBENCH_SECRET_FILE"  # where the per-machine key that signs stamps lives
+SECRET_ENV = "AGENTBENCH_SECRET_FILE"  # where the key that signs stamps lives, when not in the cache folder
+SECRET_NAME = "secret"  # the key file in the cache folder
 CHUNK = 1 << 20
 _SECRET: dict[str, bytes | None] = {}
 
@@ -69,14 +72,14 @@ def checked_md5(path: Path, md5: str, stamp_dir: Path | None = None) -> tuple[st
         try:
             if stamp.is_file() and not stamp.is_symlink():
                 sha, _, held = stamp.read_text()[:300].partition("\n")
-                if signed(message + "|" + sha, held):
+                if signed(message + "|" + sha, held, stamp_dir):
                     return md5, sha
         except OSError:
             pass
     actual, sha = digests_of(path)
     if actual != md5:
         return None
-    mac = sign(message + "|" + sha) if stamp is not None else None
+    mac = sign(message + "|" + sha, stamp_dir) if stamp is not None else None
     if stamp is not None and mac is not None:
         try:
             stamp.parent.mkdir(parents=True, exist_ok=True)
@@ -97,22 +100,25 @@ def find(root: Path, f: DataFile) -> Path | None:
     return None
 
 
-def secret_path() -> Path:
-    """The per-machine key file: ``$AGENTBENCH_SECRET_FILE``, else ``$XDG_STATE_HOME`` (or
-    ``~/.local/state``)``/pytest-agentbench/secret``. It lives in the controller's home, which the
-    children that run model code never see (isolation replaces the home folders by empty ones)."""
+def secret_path(cache_dir: Path | None = None) -> Path:
+    """The key file that signs what ``cache_dir`` remembers: ``$AGENTBENCH_SECRET_FILE``, else ``secret`` in
+    that cache folder (the per-user one, ``$XDG_CACHE_HOME/pytest-agentbench`` or
+    ``~/.cache/pytest-agentbench``, when none is given). The key lives with the entries it signs, so they
+    verify wherever the folder is kept (a second run, a CI job that restores the cache in a fresh home); the
+    cache folder is private to the controller: the children that run model code never see it."""
     explicit = os.environ.get(SECRET_ENV)
     if explicit:
         return Path(explicit).expanduser()
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state) / "pytest-agentbench" / "secret"
+    folder = Path(cache_dir) if cache_dir is not None else user_cache_dir(os.environ)
+    return folder / SECRET_NAME
 
 
-def machine_secret() -> bytes | None:
-    """The key that signs checksum stamps and rebuilt-target manifests (created once, mode 0600);
-    None when it can be neither read nor created (then nothing is remembered: files are re-hashed)."""
-    path = secret_path()
-    key = str(path)
+def machine_secret(cache_dir: Path | None = None) -> bytes | None:
+    """The key that signs checksum stamps and rebuilt-target manifests of ``cache_dir`` (created once, mode
+    0600); None when it can be neither read nor created, or is not this user's alone (then nothing is
+    remembered: files are re-hashed, targets rebuilt)."""
+    path = secret_path(cache_dir)
+    key = os.path.abspath(path)
     if key not in _SECRET:
         _SECRET[key] = _load_or_create_secret(path)
     return _SECRET[key]
@@ -121,43 +127,68 @@ def machine_secret() -> bytes | None:
 def _load_or_create_secret(path: Path) -> bytes | None:
     for _ in range(2):
         try:
-            data = path.read_bytes()
-            return data if len(data) >= 32 else None
+            return _read_own_secret(path)
         except FileNotFoundError:
             pass
         except OSError:
             return None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            continue  # another process created it first: read theirs
+            _publish_new_secret(path)
         except OSError:
             return None
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(secrets.token_bytes(32))
     return None
 
 
-def sign(message: str) -> str | None:
-    """HMAC-SHA256 of ``message`` under the machine secret (None without a secret)."""
-    secret = machine_secret()
+def _read_own_secret(path: Path) -> bytes | None:
+    """The key when the file is a regular file of this user that nobody else can read or write (a key planted in
+    a shared cache folder by someone else, or one others can read, signs nothing)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            return None
+        data = fh.read(1024)
+    return data if len(data) >= 32 else None
+
+
+def _publish_new_secret(path: Path) -> None:
+    """Write a new key beside ``path`` and link it there only when no key is there yet: a process that reads the
+    key never sees it half-written, and of two processes creating it at once, both use the first one's."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(secrets.token_bytes(32))
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass  # another process published first: read theirs
+    finally:
+        draft.unlink(missing_ok=True)
+
+
+def sign(message: str, cache_dir: Path | None = None) -> str | None:
+    """HMAC-SHA256 of ``message`` under the key of ``cache_dir`` (None without a key)."""
+    secret = machine_secret(cache_dir)
     if secret is None:
         return None
     return hmac.new(secret, message.encode(), hashlib.sha256).hexdigest()
 
 
-def signed(message: str, mac: object) -> bool:
-    """Whether ``mac`` is this machine's signature of ``message`` (constant-time compare)."""
-    expected = sign(message)
+def signed(message: str, mac: object, cache_dir: Path | None = None) -> bool:
+    """Whether ``mac`` is the signature of ``message`` under the key of ``cache_dir`` (constant-time compare)."""
+    expected = sign(message, cache_dir)
     return expected is not None and isinstance(mac, str) and hmac.compare_digest(expected, mac)
 
 
 def fingerprint(path: Path) -> tuple[str, int, int, int, int, int]:
     """What changes whenever a file is rewritten, replaced or touched: its resolved path, device, inode,
     size, mtime and ctime (a writer can set the mtime back with utime, but not the ctime)."""
-    stat = path.stat()
-    return (str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    info = path.stat()
+    return (str(path.resolve()), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def verify(path: Path, f: DataFile, stamp_dir: Path | None = None) -> Path:
@@ -176,7 +207,7 @@ def verify(path: Path, f: DataFile, stamp_dir: Path | None = None) -> Path:
         key = hashlib.sha256(message.encode()).hexdigest()[:24]
         stamp = Path(stamp_dir) / "verified" / f"{f.name}.{key}"
         try:
-            if stamp.is_file() and not stamp.is_symlink() and signed(message, stamp.read_text()[:200]):
+            if stamp.is_file() and not stamp.is_symlink() and signed(message, stamp.read_text()[:200], stamp_dir):
                 return path
         except OSError:
             pass
@@ -188,7 +219,7 @@ def verify(path: Path, f: DataFile, stamp_dir: Path | None = None) -> Path:
             f"or replace it with the official file, or pass --bench-allow-custom-data to use it anyway "
             f"(the report then says the data is custom)."
         )
-    mac = sign(message) if stamp is not None else None
+    mac = sign(message, stamp_dir) if stamp is not None else None
     if stamp is not None and mac is not None:
         try:
             stamp.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +35,9 @@ from .retrytime import retry_time_left, spend_retry_time
 
 # statuses worth another try, as in OpenAI's own client: timeout, conflict, rate limit, server errors
 RETRYABLE_STATUSES = {408, 409, 429}
+
+
+MODEL_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._:/@+\-]")  # what a served model's name may not hold
 
 
 class ModelError(Exception):
@@ -66,6 +70,7 @@ class Completion:
     text_repaired: int = 0  # characters of the reply replaced by U+FFFD (lone surrogates): see repair_reply
     request_retries: int = 0  # requests retried (429, 5xx, ...) before this reply came; never cached
     usage_reported: bool = True  # False: the reply had no token usage, so its cost is unknown (models/price.py)
+    served_model: str = ""  # the model the endpoint said answered (the reply's ``model``; a gateway may swap it)
 
     @property
     def is_empty(self) -> bool:
@@ -96,11 +101,13 @@ class Completion:
         record.pop("usage_reported")
         if not self.usage_reported:  # kept only when missing: cache entries of replies with usage stay as they were
             record["usage_missing"] = True
+        if not record["served_model"]:  # a reply that named no model: its entry stays as entries always were
+            record.pop("served_model")
         return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Completion:
-        known = {
+        known: dict[str, Any] = {
             k: record[k]
             for k in (
                 "text",
@@ -113,6 +120,8 @@ class Completion:
             )
             if k in record
         }
+        if isinstance(record.get("served_model"), str):  # a replay keeps who answered the first time
+            known["served_model"] = served_model_of({"model": record["served_model"]})
         # an entry written before replies were repaired (or by another tool) is repaired here, counted too
         completion = repair_reply(cls(**known, cached=True))
         # an entry written before usage was tracked says nothing: zero tokens both ways is no usage report
@@ -270,8 +279,16 @@ def parse_chat_reply(reply: object) -> Completion:
             prompt_tokens=usage.get("prompt_tokens") or 0,
             completion_tokens=usage.get("completion_tokens") or 0,
             usage_reported=has_usage(usage, "prompt_tokens", "completion_tokens"),
+            served_model=served_model_of(data),
         )
     )
+
+
+def served_model_of(data: dict[str, Any]) -> str:
+    """The model the reply says answered (its ``model``), "" when it names none. The endpoint's text: kept to the
+    characters of model names (others become ``?``) and 200 of them, so every page can show it as it is."""
+    model = data.get("model")
+    return MODEL_NAME_UNSAFE.sub("?", model.strip()[:200]) if isinstance(model, str) else ""
 
 
 def has_usage(usage: dict[str, Any], *keys: str) -> bool:
@@ -314,6 +331,7 @@ def parse_responses_reply(reply: object) -> Completion:
             prompt_tokens=usage.get("input_tokens") or 0,
             completion_tokens=usage.get("output_tokens") or 0,
             usage_reported=has_usage(usage, "input_tokens", "output_tokens"),
+            served_model=served_model_of(data),
         )
     )
 

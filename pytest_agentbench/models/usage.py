@@ -5,7 +5,8 @@ counts, it holds ``responses``, a running sha256 over every reply's text and too
 item has the same digest were scored on the same answers), and ``answers``: ``fresh`` when every call
 reached the endpoint, ``replayed`` when every call came from the response cache, ``mixed`` otherwise. With a
 price (``models/price.py``) it also holds ``cost_usd`` (fresh calls) and ``replayed_cost_usd`` (cache hits: what
-they would have cost); ``usage_missing`` counts replies that reported no token usage.
+they would have cost); ``usage_missing`` counts replies that reported no token usage. ``served_models`` lists the
+models the endpoint said answered (each reply's ``model``, kept in the response cache so a replay keeps it).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ def count_completion(accounting: dict[str, Any], completion: Any, price: Price |
     if "latency" in accounting:
         accounting["latency"] += completion.latency
     add_call_cost(accounting, completion, price)
+    served = getattr(completion, "served_model", "")  # a custom client's reply may not say
+    if served:  # who the endpoint said answered, each name once
+        accounting["served_models"] = sorted({*accounting.get("served_models", []), served})
     accounting["responses"] = chained_digest(accounting.get("responses", ""), completion)
     accounting["answers"] = answers_label(accounting)
 

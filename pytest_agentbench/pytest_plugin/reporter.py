@@ -41,6 +41,7 @@ from ..report.cost import terminal_lines as cost_terminal_lines
 from ..report.html import write_html
 from ..report.ledger import Ledger, RunPlan
 from ..report.resume import write_settings_once
+from ..report.served import summary_text as served_text
 from ..report.summary import (
     Summary,
     Verdict,
@@ -252,6 +253,9 @@ class Reporter:
             replayed = replayed_text(summary["usage"], self.state.settings)
             if replayed:  # at a temperature above 0 a "new" sample would be the old one
                 terminalreporter.write_line(replayed, yellow=True, bold=True)
+            served = served_text(summary)
+            if served:  # the scores are another model's
+                terminalreporter.write_line(served, red=True, bold=True)
             for line in summary.terminal:  # a benchmark's lines may quote what a model or an agent wrote
                 terminalreporter.write_line(printable(line))
             terminalreporter.write_line(f"run counts: {counts_line(summary['run_counts'])}")

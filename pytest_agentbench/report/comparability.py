@@ -2,7 +2,8 @@
 
 The plugin records the keys every run has (benchmark, split, time limit, this package's version, and for a replay
 the replayed run's keys under ``replayed``), the benchmark its own through the Benchmark protocol (``dataset``,
-``grading_envs``, ``harness``, prompt templates' hashes), and the summary adds the selection. This module knows no
+``grading_envs``, ``harness``, prompt templates' hashes), and the summary adds the selection and who answered
+(``served_model``, report/served.py). This module knows no
 benchmark: it compares the dicts key by key. Two runs whose ``STRICT`` keys differ measure different things, so a
 gate refuses such a baseline (``baseline.baseline_for_run``) unless --bench-allow-incomparable; every other key is
 shown where it differs. A run older than these keys has none: it is "unknown", said so, and never refused for it
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 KEY = "comparability"
-STRICT = ("dataset", "grading_envs", "harness")  # a difference in one of these refuses a baseline
+STRICT = ("dataset", "grading_envs", "harness", "served_model")  # a difference in one of these refuses a baseline
 INFORMATIVE = frozenset({"replayed"})  # shown, never compared: what a replay re-graded
 UNKNOWN = "unknown"
 

@@ -328,11 +328,12 @@ def units_of(c: Comparison) -> dict[str, int]:
 
 
 def comparability_warnings(c: Comparison) -> list[str]:
-    """The runs are not comparable (dataset, grading environments or harness differ), or one of them cannot say."""
+    """The runs are not comparable (dataset, grading environments, harness or served model differ), or one of them
+    cannot say."""
     out = []
     if c.incomparable:
         out.append(
-            "the runs are NOT comparable (their dataset, grading environments or harness differ): "
+            "the runs are NOT comparable (their dataset, grading environments, harness or served model differ): "
             + "; ".join(c.incomparable)
         )
     if c.unknown:

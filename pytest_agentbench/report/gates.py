@@ -112,6 +112,13 @@ def drop_gate(
     gate = f"--bench-max-drop {t.name}={t.text}"
     if comparison is None:
         return GateResult(gate, True, baseline_note or "no baseline to compare with")
+    if comparison.incomparable and not cfg.allow_incomparable:  # known only at the end (who answered)
+        return GateResult(
+            gate,
+            False,
+            f"refused: the baseline is not comparable with this run ({'; '.join(comparison.incomparable)}); "
+            f"compare anyway with --bench-allow-incomparable",
+        )
     if comparison.only_a or comparison.only_b:
         return GateResult(
             gate,

@@ -28,6 +28,7 @@ from ..core.io import natural_key, write_atomic
 from .cost import html_section as html_cost_section
 from .declared import declared_in
 from .highlight import clip, code_html, esc
+from .served import summary_text as served_text
 from .transcript import number, transcript_html
 from .usage import replayed_text
 
@@ -644,6 +645,7 @@ def render_html(
         reused = number(whole["reused"].get("items"))
         usage_text = f"this session: {usage_text} (the {reused:g} reused records' not counted)"
     replayed = replayed_text(whole, settings)
+    served = served_text(summary)  # the scores are another model's
     rows, values = task_rows(records, run_dir)
     costs = [c for c in (cost_of(r) for r in records) if c is not None]
     has_cost = bool(costs)
@@ -696,6 +698,7 @@ def render_html(
         f"{' · ' + esc(usage_text) if usage_text else ''}</div></header><main>",
         incomplete_html(summary.get("incomplete")),
         f'<div class="replayed"><p><b>{esc(replayed)}</b></p></div>' if replayed else "",
+        f'<div class="replayed"><p><b>{esc(served)}</b></p></div>' if served else "",
         f'<h2>Headline metrics</h2><div class="cards">{"".join(cards) or "<p>no headline metric</p>"}</div>',
         f"<ul>{gate_html}</ul>" if gate_html else "",
         notes_html(notes),

@@ -169,8 +169,9 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         "allow_incomparable",
         "--bench-allow-incomparable",
         "compare with the --bench-baseline even when the two runs are not comparable (another dataset or "
-        "dataset version, other grading environments or package versions, another harness, other settings): "
-        "without it such a baseline is a usage error; with it the report names every difference.",
+        "dataset version, other grading environments or package versions, another harness, other settings, "
+        "answers from another model than asked): without it such a baseline is a usage error (or, for the "
+        "served model, known only at the end, a failed drop gate); with it the report names every difference.",
         kind="bool",
         default=False,
         ini="agentbench_allow_incomparable",

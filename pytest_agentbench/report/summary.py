@@ -43,6 +43,8 @@ from .html import REPORT_HTML
 from .options import GateConfig
 from .picture import draw
 from .scores import AUTOMATIC, REVIEWED, reviewed_status_of, score_view
+from .served import KEY as SERVED_KEY
+from .served import comparability_value, served_models, summary_text
 from .usage import replayed_text, split_usage, usage_line, usage_totals
 
 SUMMARY_JSON = "summary.json"
@@ -141,6 +143,10 @@ def build_summary(
         result = benchmark.summarize(ordered, settings)
     counts = run_counts(ordered, result.get("raw_counts"))
     keys = settings.get(comparability.KEY)
+    served = served_models(ordered)
+    served_key = comparability_value(served, settings.get("model"))
+    if isinstance(keys, dict) and served_key is not None:  # who answered, known only now
+        keys = {**keys, SERVED_KEY: served_key}
     data = {
         "settings": {k: v for k, v in settings.items() if k != comparability.KEY},
         **(
@@ -165,6 +171,7 @@ def build_summary(
             for r in ordered
         ],
         "usage": split_usage(ordered, reused),
+        **({"served_models": served} if served else {}),
         "cost": run_cost.cost_summary(ordered, settings, reused, unscored),
         **({"complete": incomplete is None} if selection is not None else {}),
         **({"incomplete": incomplete} if incomplete else {}),
@@ -332,6 +339,9 @@ def render_markdown(
     replayed = replayed_text(summary.get("usage") or {}, settings)
     if replayed:  # a headline: at a temperature above 0 a "new" sample is the old one
         lines += [f"> **{replayed}**", ""]
+    served = summary_text(summary)
+    if served:  # a headline: the scores are another model's
+        lines += [f"> **{served}**", ""]
     for note in [*settings.get("notes", []), *notes, *summary.get("notes", [])]:
         lines += [f"> **Note:** {printable(note, markdown=True)}", ""]
     if verdict is not None and verdict.gate_results:

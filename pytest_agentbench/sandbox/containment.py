@@ -47,7 +47,7 @@ PRIVATE_TMP = "its own /tmp and /dev/shm (tmpfs, size-capped), holding a copy of
 MASKED = (
     "the data dir, the cache and the reports (--bench-data-dir, --bench-cache-dir, --bench-report-dir)",
     "the controller's home folders",
-    "the checksum key ($AGENTBENCH_SECRET_FILE)",
+    "the checksum key (in the cache, or $AGENTBENCH_SECRET_FILE)",
 )
 SANDBOX_USER = "uid 65534, no capabilities, no_new_privs"
 # the kernel surfaces: what the kernel keeps per user, the system calls, the environment

@@ -542,7 +542,8 @@ def bwrap_argv(
     # a relocated folder is seen only where it was put, not also (read-only) at its host path
     visible_sources = [source for source, _ in relocated if not under(os.path.realpath(source), replaced)]
     # the key that signs checksum stamps: never visible to a child, wherever $AGENTBENCH_SECRET_FILE points
-    # (its default place is in the home folder, hidden anyway; the file is the controller's, mode 0600)
+    # (its default place is the cache folder, a private folder hidden anyway; the file is the controller's,
+    # mode 0600)
     seen = [*system, *(path for _, path, _ in needed), *(source for _, source, _ in shared)]
     masked = [
         path

@@ -55,6 +55,7 @@ class FakeOpenAI:
         self.models: list[str] = []  # what GET /v1/models lists
         self.list_models = True  # False: GET /v1/models is a 404, as on servers that do not list
         self.known_models: list[str] | None = None  # when set, completions of other models are a 404
+        self.served_model: str | None = None  # when set, replies say this model answered (a gateway's fallback)
         self.api_key: str | None = None  # when set, other bearer tokens get a 401
         self.preflights: list[dict] = []  # GET /v1/models and 1-token completions (never scripted replies)
         self.gateway_bad_key = False  # True: every request gets LiteLLM's 400 "No connected db."
@@ -307,7 +308,7 @@ class FakeOpenAI:
             "id": f"chatcmpl-{next(self._ids)}",
             "object": "chat.completion",
             "created": 0,
-            "model": body.get("model"),
+            "model": self.served_model or body.get("model"),
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
             **(
                 {}
@@ -350,7 +351,7 @@ class FakeOpenAI:
             "id": f"resp_{next(self._ids)}",
             "object": "response",
             "created_at": 0,
-            "model": body.get("model"),
+            "model": self.served_model or body.get("model"),
             "status": "incomplete" if cut else "completed",
             "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
             "output": output,

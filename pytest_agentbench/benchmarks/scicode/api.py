@@ -23,6 +23,7 @@ from .run import RunSettings, SciCodeRun
 from .solvers import Generated, OracleSolver
 
 DEFAULT_TIMEOUT = 1800.0  # seconds per step, as a run's --bench-timeout
+BENCHMARK = "scicode"  # the benchmark a record names (bench.SciCode.name)
 
 
 def data_folder(data_dir: str | os.PathLike[str] | None) -> Path:
@@ -90,11 +91,14 @@ def score_step(
     previous_code: Sequence[str] | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     out_dir: str | os.PathLike[str] | None = None,
+    split: str | None = None,
 ) -> dict[str, Any]:
     """Score ``code`` as the answer to step ``index`` (0-based) of ``problem``: the step's record (``status``
-    pass/fail/..., ``message``, ``tests_completed``, ...), as a run writes it. The code of the earlier steps is
-    ``previous_code`` (one string per step), else the problem's ground truth; it runs in the same sandbox and
-    limits as in a run (``timeout`` seconds for the step)."""
+    pass/fail/..., ``message``, ``tests_completed``, ...), as a run writes it, with its identity (``benchmark``,
+    ``task``, ``id``, ``split``, ``scored``), so ``benchmark_metrics`` takes a list of them. The code of the earlier
+    steps is ``previous_code`` (one string per step), else the problem's ground truth; it runs in the same sandbox
+    and limits as in a run (``timeout`` seconds for the step). ``split``: the problem's split (default:
+    ``validation`` for a problem with ground truth, else ``test``)."""
     run = SciCodeRun(
         RunSettings(targets=targets, overlap=False),
         GivenCode(index, code, previous_code),
@@ -103,6 +107,19 @@ def score_step(
         out_dir=Path(out_dir) if out_dir is not None else None,
     )
     try:
-        return run.run_step(problem, index)
+        return {**step_identity(problem, index, split), **run.run_step(problem, index)}
     finally:
         run.close()
+
+
+def step_identity(problem: dict[str, Any], index: int, split: str | None) -> dict[str, Any]:
+    """The fields a run's record of the step starts with: what the metrics group and count by."""
+    number = str(problem["sub_steps"][index]["step_number"])
+    has_ground_truth = any(step.get("ground_truth_code") for step in problem.get("sub_steps", []))
+    return {
+        "benchmark": BENCHMARK,
+        "task": str(problem["problem_id"]),
+        "id": number,
+        "split": split or ("validation" if has_ground_truth else "test"),
+        "scored": number not in dataset.PREFILLED_FILES,
+    }

@@ -10,7 +10,7 @@
   is never cached (docs/runs.md);
 * nothing a child could have written is trusted later: the official file's fingerprint (inode, size,
   mtime, ctime) is taken when its checksum is checked and compared again before every step (a change
-  means a re-hash); a rebuilt file's sha256 is signed with the machine secret in its manifest
+  means a re-hash); a rebuilt file's sha256 is signed with the cache folder's secret in its manifest
   (``core.data.sign``) and kept in memory, and the file is re-hashed against it before every step;
 * neither, otherwise: missing, and every step with code ends as ``eval_error`` saying where to get it.
 """
@@ -229,7 +229,8 @@ class RebuiltTable:
         part of the cache's key through its package versions."""
         self.source = Targets(None, "rebuilt")
         self.python = python
-        self.folder = Path(cache_dir).joinpath(*REBUILT_FOLDER)
+        self.cache_dir = Path(cache_dir)
+        self.folder = self.cache_dir.joinpath(*REBUILT_FOLDER)
         self.problem_of = {
             str(step["step_number"]): problem for problem in problems for step in problem.get("sub_steps", [])
         }
@@ -283,6 +284,7 @@ class RebuiltTable:
                 timeout=self.timeout,
                 wait=wait,
                 python=self.python,
+                key_dir=self.cache_dir,
             )
         except OSError as exc:  # the cache folder cannot be written: an environment failure of every step
             why = f"the cache folder {self.folder} cannot be used ({exc})"
@@ -335,7 +337,7 @@ def rebuilt_table(
 # An entry is one problem's targets, stored only when every step rebuilt: the ground truth's outputs, which the
 # same inputs always give. Its key is everything that decides them (``entry_key``); a failure is never stored.
 
-REBUILD_FORMAT = 2  # raised when the rebuild's output for the same inputs changes (the rewriting, the codec)
+REBUILD_FORMAT = 3  # raised when the rebuild's output for the same inputs changes (the rewriting, the codec)
 KEY_PACKAGES = ("numpy", "scipy", "h5py")  # the ground truth computes with them; the file is written by h5py
 
 
@@ -389,10 +391,13 @@ def build_problem(
     timeout: float,
     wait: bool,
     python: Python | None = None,
+    key_dir: Path | None = None,
 ) -> dict[str, Targets] | None:
     """The targets of each step of ``problem``: the cache's entry when it has a trusted one for the same key,
     else rebuilt now (stored only when every step rebuilt); None when ``wait`` is false and another process
-    holds the problem's lock."""
+    holds the problem's lock. Manifests are signed with the key of the cache folder ``key_dir`` (default:
+    ``folder`` itself)."""
+    key_dir = Path(folder) if key_dir is None else Path(key_dir)
     key = entry_key(problem, data_dir, python)
     path = entry_path(problem, key, folder)
     manifest_path = path.with_suffix(".json")
@@ -401,7 +406,7 @@ def build_problem(
             fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return None
-        digest = trusted_manifest(path, manifest_path, key)
+        digest = trusted_manifest(path, manifest_path, key, key_dir)
         if digest is not None:
             return step_targets(problem, path, {}, digest, origin="cached")
         report, content = rebuild_problem(problem, data_dir=data_dir, limits=limits, timeout=timeout, python=python)
@@ -409,7 +414,7 @@ def build_problem(
         if content and all_rebuilt(problem, report):
             path.unlink(missing_ok=True)
             write_atomic(path, content)  # a rename: never writes through a planted link
-            write_atomic(manifest_path, json.dumps(manifest(path, key, digest)))
+            write_atomic(manifest_path, json.dumps(manifest(path, key, digest, key_dir)))
             return step_targets(problem, path, report, digest, origin="rebuilt")
     return step_targets(problem, path, report, digest, origin="rebuilt", content=content)
 
@@ -472,16 +477,16 @@ def manifest_message(path: Path, key: Mapping[str, Any], digest: str | None) -> 
     return f"rebuilt-targets|{path.name}|{digest}|{json.dumps(dict(key), sort_keys=True)}"
 
 
-def manifest(path: Path, key: Mapping[str, Any], digest: str | None) -> dict[str, Any]:
-    """What an entry remembers next to its file: its key, the file's sha256 and their HMAC under the machine
-    secret (only the trusted process that built the file can write a valid one)."""
-    return {"key": dict(key), "sha256": digest, "mac": sign(manifest_message(path, key, digest))}
+def manifest(path: Path, key: Mapping[str, Any], digest: str | None, key_dir: Path) -> dict[str, Any]:
+    """What an entry remembers next to its file: its key, the file's sha256 and their HMAC under the cache
+    folder's secret (only the trusted process that built the file can write a valid one)."""
+    return {"key": dict(key), "sha256": digest, "mac": sign(manifest_message(path, key, digest), key_dir)}
 
 
-def trusted_manifest(path: Path, manifest_path: Path, key: Mapping[str, Any]) -> str | None:
-    """The sha256 of a cached entry when its manifest has this ``key``, is signed by this machine and the file
-    still has that sha256; None otherwise (missing, another key, from an older version, forged, or the file
-    changed): the problem is then rebuilt."""
+def trusted_manifest(path: Path, manifest_path: Path, key: Mapping[str, Any], key_dir: Path) -> str | None:
+    """The sha256 of a cached entry when its manifest has this ``key``, is signed with the cache folder's secret
+    and the file still has that sha256; None otherwise (missing, another key, from an older version, forged,
+    or the file changed): the problem is then rebuilt."""
     try:
         data = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
@@ -489,7 +494,7 @@ def trusted_manifest(path: Path, manifest_path: Path, key: Mapping[str, Any]) ->
     if not isinstance(data, dict) or data.get("key") != dict(key) or not isinstance(data.get("sha256"), str):
         return None
     digest = data["sha256"]
-    if not signed(manifest_message(path, key, digest), data.get("mac")):
+    if not signed(manifest_message(path, key, digest), data.get("mac"), key_dir):
         return None
     try:
         return digest if sha256_of(path) == digest else None
