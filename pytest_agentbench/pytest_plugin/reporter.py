@@ -106,9 +106,10 @@ class Reporter:
             if sample.skip_reason:  # a prefilled step: a skipped record whether or not the session reached it
                 item.update(status="skipped", message=sample.skip_reason)
             selected.append(rec.Record.from_json(item))  # no status yet, unless skipped (``absent`` says so)
+        # the benchmark's data and image, before any item and before the plan: a refused run shows no results banner
+        selection_checks(self.config, self.state, samples)
         self.plan.select(selected)
         stop_replay_without_cache(self.config, self.state, samples)  # before any item runs
-        selection_checks(self.config, self.state, samples)  # the benchmark's data and image, before any item
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         found = False
