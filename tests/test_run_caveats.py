@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 
+from pytest_agentbench.report.attempts import counts_line
 from pytest_agentbench.report.caveats import errors_of, run_warnings
 from pytest_agentbench.report.html import render_html
 from pytest_agentbench.report.summary import build_summary
@@ -45,6 +46,8 @@ def test_errors_are_counted_apart_and_every_page_shows_the_same_warning_and_comm
     for text in (warning.text, warning.detail):
         assert text in markdown and html.escape(text) in page
     assert RESUME in markdown and html.escape(RESUME) in page
+    counts = counts_line(summary["run_counts"])  # the terminal's "run counts: ..." (pytest_plugin/reporter.py)
+    assert f"Run counts: {counts}" in markdown and html.escape(f"run counts: {counts}") in page
     assert markdown.index(warning.text) < markdown.index("## ")  # above every number
 
 

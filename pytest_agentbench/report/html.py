@@ -26,6 +26,7 @@ from ..core import records as rec
 from ..core.errors import ConfigError
 from ..core.io import natural_key, write_atomic
 from . import caveats
+from .attempts import counts_line
 from .cost import html_section as html_cost_section
 from .declared import declared_in
 from .highlight import clip, code_html, esc
@@ -524,6 +525,13 @@ def tasks_table_head(categories: bool, cost: bool, splits: bool = True, tokens: 
     )
 
 
+def run_counts_html(counts: Any) -> str:
+    """The run counts, in the words the terminal and summary.md use (Total, Evaluated, Error, Not run, items)."""
+    if not isinstance(counts, Mapping) or "total" not in counts:
+        return ""
+    return f'<p class="counts">run counts: {esc(counts_line(counts))}</p>'
+
+
 def warnings_html(summary: Mapping[str, Any]) -> str:
     """The run's warnings (``caveats.run_warnings``, as the terminal and summary.md show them): items not run,
     items that ended in an error, replayed answers; then, once, the command that resumes the run."""
@@ -697,6 +705,7 @@ def render_html(
         f"{esc(', '.join(f'{n} {s}' for s, n in counts.items()))}"
         f"{' · ' + esc(usage_text) if usage_text else ''}</div></header><main>",
         warnings_html(summary),
+        run_counts_html(summary.get("run_counts")),
         f'<h2>Headline metrics</h2><div class="cards">{"".join(cards) or "<p>no headline metric</p>"}</div>',
         f"<ul>{gate_html}</ul>" if gate_html else "",
         notes_html(notes),
