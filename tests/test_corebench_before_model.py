@@ -76,3 +76,26 @@ def test_offline_an_image_the_engine_lacks_is_not_pulled(pytester, tmp_path, mon
     err = assert_usage_error_before_any_call(result, server)
     assert f"docker image '{image}' is not on the engine and pulls are off ($AGENTBENCH_OFFLINE)" in err, err
     assert "docker load" in err and f"docker build -t {image} ." in err and "--bench-docker-image" in err
+
+
+def test_narrowed_by_k_the_check_after_collection_is_still_a_plain_usage_error(pytester, tmp_path, monkeypatch):
+    staged = tmp_path / "staged"
+    build_capsule_archive(staged, STAGED)
+    monkeypatch.setenv(capsules.CAPSULE_URL_ENV, "http://127.0.0.1:9")
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(SHARED_DATA))
+    monkeypatch.setenv("AGENTBENCH_OFFLINE", "1")
+    with FakeOpenAI() as server:  # -k keeps the missing capsule: known only after collection
+        result = run_agent(
+            pytester,
+            tmp_path,
+            server,
+            f"--bench-ids={STAGED},{MISSING}",
+            f"--bench-capsules-dir={staged}",
+            "-k",
+            MISSING,
+        )
+    out, err = result.stdout.str(), result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, (out + err)[-3000:]
+    assert f"ERROR: agentbench: CORE-Bench: 1 selected capsule(s) are not in {staged}" in err, err
+    assert "_pytest.outcomes.Exit" not in out + err and "results" not in out
+    assert server.requests == []  # no agent turn

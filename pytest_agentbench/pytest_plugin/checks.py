@@ -220,14 +220,18 @@ def early_selection_checks(config: pytest.Config, state: BenchState) -> None:
     benchmark_checks(config, state, [s for task in state.tasks for s in task.samples])
 
 
-def selection_checks(config: pytest.Config, state: BenchState, samples: list[Any]) -> None:
+def selection_checks(config: pytest.Config, state: BenchState, samples: list[Any], collected_here: bool) -> None:
     """The benchmark's own checks of the selection pytest kept, before any item runs, unless they ran at configure
-    time already: exit 4 with its message when something every item needs is missing."""
+    time already: exit 4 with its message when something every item needs is missing. ``collected_here``: this
+    process collected (no xdist), so the usage error is pytest's own (``ERROR: agentbench: ...``); a controller
+    that learnt the selection from a worker's collection stops the session instead."""
     if state.selection_checked or not checks_apply(config, state):
         return
     try:
         benchmark_checks(config, state, samples)
     except ConfigError as exc:
+        if collected_here:
+            raise pytest.UsageError(f"agentbench: {exc}") from None
         pytest.exit(f"agentbench: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 

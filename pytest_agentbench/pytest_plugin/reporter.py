@@ -95,9 +95,9 @@ class Reporter:
             item.sample for item in session.items if isinstance(item, BenchItem) and item.model == self.state.model
         ]
         if samples:
-            self.select(samples)
+            self.select(samples, collected_here=True)
 
-    def select(self, samples: list[Sample]) -> None:
+    def select(self, samples: list[Sample], collected_here: bool = False) -> None:
         if self.config.option.collectonly:  # listing the items runs none: nothing is missing
             return
         selected: list[rec.Record] = []
@@ -107,7 +107,7 @@ class Reporter:
                 item.update(status="skipped", message=sample.skip_reason)
             selected.append(rec.Record.from_json(item))  # no status yet, unless skipped (``absent`` says so)
         # the benchmark's data and image, before any item and before the plan: a refused run shows no results banner
-        selection_checks(self.config, self.state, samples)
+        selection_checks(self.config, self.state, samples, collected_here)
         self.plan.select(selected)
         stop_replay_without_cache(self.config, self.state, samples)  # before any item runs
 
