@@ -95,14 +95,15 @@ def test_invalid_json_names_the_file(tmp_path):
         dataset.read_split(path, "train")
 
 
-def test_prompts_render_json_fields_like_upstream(train):
+def test_prompts_list_the_questions_as_json(train):
     templates = dataset.load_prompts(DATA)
     task = train[0]
     question = next(iter(task["results"][0]))
     for difficulty in prepare.DIFFICULTIES:
         prompt = prepare.render_prompt(templates, task, difficulty, hints=False)
         assert prompt.startswith(f"Task: codeocean_{difficulty}")
-        assert f"dict_keys([{question!r}])" in prompt
+        fields = json.dumps(list(task["results"][0]), ensure_ascii=False)
+        assert f"{fields}" in prompt and question in json.loads(fields) and "dict_keys" not in prompt
         assert "{json_fields}" not in prompt and "{task_prompt}" not in prompt
         assert (task["task_prompt"] in prompt) == (difficulty != "easy")  # easy has no {task_prompt}
         hinted = prepare.render_prompt(templates, task, difficulty, hints=True)

@@ -133,7 +133,7 @@ def test_offline_a_missing_capsule_is_one_usage_error_before_any_item(pytester, 
 
 def test_an_image_the_engine_lacks_and_cannot_pull_is_one_usage_error_before_any_item(pytester, tmp_path, monkeypatch):
     """A real model's agent runs in Docker by default: an image the engine lacks and cannot pull is exit 4 naming
-    it and the fixes, after the model preflight and before any item (no agent turn is asked for)."""
+    it and the fixes, before the model preflight and any item (no agent turn is asked for)."""
     needs("docker")
     staged = tmp_path / "staged"
     build_capsule_archive(staged, STAGED)

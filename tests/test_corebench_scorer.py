@@ -366,7 +366,7 @@ def test_agent_sees_hard_workspace_and_nested_report_scores(tmp_path, item):
     assert record["report_path"] == "/capsule/environment/results/report.json"
     assert (record["report_status"], record["submission_source"]) == ("found", "report")
     assert "REPRODUCING.md" not in agent.seen["files"] and "code/main.py" in agent.seen["files"]
-    assert "dict_keys(['Report the average AUC score" in agent.seen["prompt"]
+    assert '["Report the average AUC score' in agent.seen["prompt"] and "dict_keys" not in agent.seen["prompt"]
     assert sample.data["task_prompt"] in agent.seen["prompt"] and "Hints:" not in agent.seen["prompt"]
 
 

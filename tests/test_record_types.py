@@ -115,7 +115,10 @@ def test_the_old_records_give_the_old_summary_and_summary_md():
     assert len(ledger) == 5 and "2.2" in ledger and ledger.records() == records
     summary = build_summary(ledger, get_benchmark("scicode"), old["settings"], plan.items)
     assert set(old) - set(summary.to_json()) == {"run", "exit_code"}  # added at the end of the session
-    assert {k: v for k, v in old.items() if k not in ("run", "exit_code")} == without_added_counts(summary.to_json())
+    # the items that ended in an error, a key added since the old run was made
+    assert summary["errors"] == {"items": 1, "counts": {"model_error": 1}, "ids": ["3.1"]}
+    new = {k: v for k, v in without_added_counts(summary.to_json()).items() if k != "errors"}
+    assert {k: v for k, v in old.items() if k not in ("run", "exit_code")} == new
     assert summary.not_run == [] and summary.terminal[0].startswith("validation: main problems resolved 1/3")
     summary.update(run=old["run"], exit_code=old["exit_code"])
     markdown = render_markdown(summary, Verdict(exit_before=1, exit_code=1), picture=True)
@@ -124,29 +127,40 @@ def test_the_old_records_give_the_old_summary_and_summary_md():
     old_head, _, old_tables = (OLD / "summary.md").read_text().partition("\n## Run\n")
     # the run counts' line names how many items were scored, a figure added since the old run was made
     old_head = old_head.replace("subproblem_total 5)\n", "subproblem_total 5); items scored 4 of 5\n")
+    # the error warning moved from SciCode's own Markdown to the head every page shares (report/caveats.py)
+    old_head = old_head.replace(
+        "**1 step(s) ended in a model or environment error** (counted as not passed): the score is incomplete.\n\n", ""
+    ).replace(
+        "run old-format\n\n",
+        "run old-format\n\n> **1 item(s) ended in an error (1 model_error): 3.1**\n>\n> They are no verdict on the "
+        "model and count as not passed: the score is incomplete. Resuming the run runs them again with its own "
+        "settings and keeps the pass and fail verdicts.\n\n",
+    )
     assert head == old_head and sorted(tables.splitlines()) == sorted(old_tables.splitlines())
 
 
 @pytest.mark.e2e
-def test_a_resume_of_an_old_run_reuses_every_record(tiny, pytester, shared_cache):
+def test_a_resume_of_an_old_run_reuses_every_verdict(tiny, pytester, shared_cache):
     run_dir = pytester.path / "reports" / "scicode" / "mutant" / "old-format"
     shutil.copytree(OLD, run_dir)
     # the run moved here: its own options (settings.json "_run") name this test's dataset and cache
     settings = (OLD / "settings.json").read_text()
     moved = settings.replace("/tmp/types-gen/cache", str(shared_cache)).replace("/tmp/types-gen", str(pytester.path))
     (run_dir / "settings.json").write_text(moved)
-    result = tiny(f"--bench-resume={run_dir}", broken="", errors="")  # nothing runs: a fresh item would pass
-    result.assert_outcomes(passed=3, failed=2)
-    assert (run_dir / "steps.jsonl").read_bytes() == (OLD / "steps.jsonl").read_bytes()
+    # only 3.1, the old run's model_error, runs again: a fresh 2.2 would pass, its kept fail stays
+    result = tiny(f"--bench-resume={run_dir}", broken="", errors="")
+    result.assert_outcomes(passed=4, failed=1)
+    old_lines = (OLD / "steps.jsonl").read_bytes().splitlines(keepends=True)
+    new_lines = (run_dir / "steps.jsonl").read_bytes().splitlines(keepends=True)
+    assert new_lines[:-1] == [line for line in old_lines if b'"model_error"' not in line]
+    assert json.loads(new_lines[-1])["id"] == "3.1" and json.loads(new_lines[-1])["status"] == "pass"
     assert (run_dir / "settings.json").read_text() == moved
     old, new = (json.loads((folder / "summary.json").read_text()) for folder in (OLD, run_dir))
-    assert new["usage"]["this_session"]["model_calls"] == 0  # nothing ran: every call was the first session's
-    assert new["usage"]["reused"]["items"] == 5
+    assert new["usage"]["this_session"]["model_calls"] == 1  # 3.1 asked again; every other call was the first's
+    assert new["usage"]["reused"]["items"] == 4
     # the comparability keys are new since the old run was made: the resumed summary records them
     assert "comparability" not in old and new["comparability"]["benchmark"] == "scicode"
-    assert {k: v for k, v in without_added_counts(new).items() if k not in ("run", "settings", "comparability")} == {
-        k: v for k, v in old.items() if k not in ("run", "settings")
-    }
+    assert old["counts"] == {"pass": 3, "fail": 1, "model_error": 1} and new["counts"] == {"pass": 4, "fail": 1}
     # settings added since the old run was made (max_retry_time) are recorded with their defaults
     assert {k for k in new["settings"] if new["settings"][k] != old["settings"].get(k)} <= {
         "cache_dir",

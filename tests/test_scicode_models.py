@@ -182,11 +182,11 @@ def test_model_service_failures_are_model_errors(bench, pytester, cache_dir):
     assert fake.count() == 3
     out = result.stdout.str()
     assert "model_error:" in out
-    assert "1 step(s) ended in a model or environment error" in out
+    assert "WARNING: 1 item(s) ended in an error (1 model_error): 1.1" in out
     [run] = run_dirs(pytester.path)
     [record] = read_jsonl(run / "steps.jsonl")
     assert record["status"] == "model_error" and "500" in record["message"]
-    assert "model or environment error" in (run / "summary.md").read_text()
+    assert "1 item(s) ended in an error (1 model_error): 1.1" in (run / "summary.md").read_text()
 
 
 def test_rate_limit_then_success(bench, pytester, cache_dir):

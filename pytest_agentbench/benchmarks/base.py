@@ -50,6 +50,10 @@ class RunSpec:
     # benchmark may prepare them ahead (SciCode generates their chains concurrently). None: not known.
     held: Callable[[], Sequence[Sample]] | None = None
     workers: int = 1  # processes of the session that run items: a session-wide bound is divided over them
+    # The finished records an earlier session left and this run reuses (--bench-resume), by record key: a
+    # benchmark whose items build on other items' answers (SciCode's steps) takes those answers from them, so an
+    # item run again builds on exactly what the kept verdicts were given.
+    reused: Mapping[str, RecordLike] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.files is None:

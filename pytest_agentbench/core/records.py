@@ -46,6 +46,11 @@ UNPLACED_FIELD = "unplaced"
 PASS = "pass"
 # An item stopped by its cost budget (--bench-max-cost-per-item): not passed, a verdict (never retried, no error).
 BUDGET = "budget"
+# An item not run because an item it builds on ended without the model's answer (a SciCode step after a step that
+# ended in model_error): no verdict on the model, an error of the run, run again by --bench-resume.
+BLOCKED = "blocked"
+# The record field naming the item a blocked item waited for.
+BLOCKED_BY_FIELD = "blocked_by"
 STATUSES = (
     "pass",
     "fail",
@@ -55,13 +60,15 @@ STATUSES = (
     "model_error",
     "env_error",
     "error",
+    BLOCKED,
     BUDGET,
     "skipped",
 )
 # Errors of the model service or the environment say nothing about the model's ability; summaries show them apart.
-INFRA_STATUSES = ("model_error", "env_error", "error")
-# Outcomes that are no verdict on the model: the run counts' Error, and what --bench-max-retries runs again.
-ERROR_STATUSES = ("model_error", "eval_error", "env_error", "error")
+INFRA_STATUSES = ("model_error", "env_error", "error", BLOCKED)
+# Outcomes that are no verdict on the model: the run counts' Error, what --bench-max-retries and --bench-resume run
+# again.
+ERROR_STATUSES = ("model_error", "eval_error", "env_error", "error", BLOCKED)
 # Fields that legitimately differ between two runs of the same thing (``*_source``: built now or taken from the
 # cache, see docs/runs.md; ``operands_bytes``: the size of the values the scored code sent, whose last digits
 # follow the host's numeric kernels, e.g. the BLAS core type OpenBLAS picks on a CPU).
@@ -293,7 +300,14 @@ def is_unplaced(record: Mapping[str, Any]) -> bool:
 
 
 def runs_again_on_resume(record: Mapping[str, Any]) -> bool:
+    """An item with no result yet (its worker died, or its host lacked what it needs): not run, for every count."""
     return is_lost(record) or is_unplaced(record)
+
+
+def ended_in_error(record: Mapping[str, Any]) -> bool:
+    """A record that is no verdict on the model (``ERROR_STATUSES``: a model, environment or harness error, a
+    blocked item): --bench-resume runs its item again, with the run's own settings."""
+    return record.get("status") in ERROR_STATUSES
 
 
 def comparable(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -215,7 +215,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "max_retries",
         "--bench-max-retries",
         "run an item again, up to N times, when it ends in an infrastructure failure (model_error, "
-        "env_error, eval_error, error); cached model answers are reused and the record keeps every try "
+        "env_error, eval_error, error, blocked); cached model answers are reused and the record keeps every try "
         "(default 0).",
         kind="int",
         default=0,

@@ -122,3 +122,16 @@ def _repaired(value: object) -> tuple[object, int]:
         items = [item for item, _ in parts]
         return (items if isinstance(value, list) else tuple(items)), total
     return value, 0
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` on one line, whole when it fits in ``limit`` characters, else cut at the last word boundary before
+    the limit and ended with "...": a cut never leaves half a word that reads as another ("for t")."""
+    flat = " ".join(str(text).split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: max(0, limit - 3)]
+    space = cut.rfind(" ")
+    if space > limit // 2:  # a long word with no space near the limit is cut where it must be
+        cut = cut[:space]
+    return cut.rstrip(" .,;:") + "..."

@@ -40,6 +40,7 @@ from pathlib import Path, PurePosixPath
 from types import FrameType, ModuleType
 from typing import IO, TYPE_CHECKING, Any, cast
 
+from ..core.data import OFFLINE_ENV, offline
 from ..core.io import trim_parts
 from ..core.text import decode
 from ..core.trees import remove_tree
@@ -1033,6 +1034,12 @@ class DockerFactory(EnvFactory):
         try:
             client.images.get(self.image)
         except docker.errors.ImageNotFound:
+            if offline():  # downloads are off: an image is a download too
+                raise EnvError(
+                    f"docker image {self.image!r} is not on the engine and pulls are off (${OFFLINE_ENV}): load it "
+                    f"(`docker load -i IMAGE.tar`) or build it (`docker build -t {self.image} .`) on the engine, or "
+                    "choose one it has with --bench-docker-image"
+                ) from None
             try:
                 client.images.pull(self.image)
             except docker.errors.APIError as exc:

@@ -18,7 +18,7 @@ from typing import Any
 
 import openai
 
-from ..core.text import repair, repaired
+from ..core.text import clipped, repair, repaired
 from .cache import DEFAULT_CACHE_DIR, ResponseCache, cache_key
 from .concurrency import DEFAULT_MAX_CONNECTIONS, CallGate, Spending
 from .defaults import (  # noqa: F401
@@ -378,13 +378,16 @@ def is_rate_limit(error: Exception) -> bool:
     return isinstance(error, openai.APIStatusError) and retry_after_seconds(error) is not None
 
 
+MESSAGE_LIMIT = 1000  # characters of the server's words kept in a record's message (a gateway's 429 says a lot)
+
+
 def describe_error(error: Exception) -> str:
     """One line for a failed call; the server's own words in it are repaired (they came from outside)."""
     if isinstance(error, openai.APITimeoutError):
         return "request timed out"
     if isinstance(error, openai.APIStatusError):
-        return f"HTTP {error.status_code}: {repaired(str(error)[:500])}"
-    return f"{type(error).__name__}: {repaired(str(error)[:500])}"
+        return f"HTTP {error.status_code}: {repaired(clipped(str(error), MESSAGE_LIMIT))}"
+    return f"{type(error).__name__}: {repaired(clipped(str(error), MESSAGE_LIMIT))}"
 
 
 def fix_hint(error: Exception | None) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 from ..core.errors import ConfigError
 from ..core.options import given_settings, view
 from ..core.run_options import RunOptions
-from ..core.text import repaired
+from ..core.text import clipped, repaired
 from .options import ORACLE, ModelOptions, check_api_key, model_settings
 
 CONNECT_TIMEOUT = 3.0  # seconds to open the connection
@@ -78,14 +78,7 @@ def preflight(opts: Mapping[str, Any], first_call: FirstCall | None = None) -> s
     timeout = openai.Timeout(min(settings["timeout"], READ_TIMEOUT), connect=CONNECT_TIMEOUT)
     client = openai.OpenAI(base_url=url, api_key=api_key or "not-set", timeout=timeout, max_retries=0)
     started = time.monotonic()
-    try:
-        listed: list[str] | None = [m.id for m in client.models.list()]
-    except openai.APIStatusError as error:
-        if error.status_code in (401, 403):
-            raise ConfigError(key_refused(url, error)) from None
-        listed = None  # listing is not supported here (or refused as a gateway refuses a key: the request says)
-    except Exception as error:  # no answer at all (connection refused, DNS, TLS, timeout): the endpoint is unreachable
-        raise ConfigError(unreachable(url, error)) from None
+    listed = listed_models(client, url)
     if listed and name not in listed:
         shown = ", ".join(sorted(listed)[:20]) + (f", ... ({len(listed)} in all)" if len(listed) > 20 else "")
         raise ConfigError(
@@ -221,8 +214,7 @@ def refused(settings: Mapping[str, Any], call: FirstCall, error: Any, *, retried
 
 
 def short(error: BaseException | str) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= 200 else text[:197] + "..."
+    return clipped(str(error), 200)
 
 
 def key_refused(url: str, error: Any) -> str:
@@ -235,12 +227,44 @@ def key_refused(url: str, error: Any) -> str:
 def unreachable(url: str, error: Exception) -> str:
     import openai  # why: loaded by preflight() already; kept out of module import
 
-    what = (
-        "did not answer in time"
-        if isinstance(error, openai.APITimeoutError)
-        else f"cannot be reached ({short(error.__cause__ or error)})"
-    )
+    if isinstance(error, openai.APITimeoutError):
+        what = "did not answer in time"
+    elif isinstance(error, openai.APIConnectionError):
+        what = f"cannot be reached ({short(error.__cause__ or error)})"
+    else:  # an answer the SDK could not read: a server, but not an OpenAI-compatible API
+        return not_an_api(url, f"an answer the OpenAI SDK cannot read ({short(error)})")
     return (
         f"model preflight: {url} {what}: check --model-base-url (or OPENAI_BASE_URL) and that the "
         f"server is running; {OFF_HINT}"
     )
+
+
+def not_an_api(url: str, answer: str) -> str:
+    return (
+        f"model preflight: {url} answered with {answer}: it is probably not an OpenAI-compatible API base URL; "
+        f"check --model-base-url (or OPENAI_BASE_URL: an API's usually ends in /v1); {OFF_HINT}"
+    )
+
+
+def listed_models(client: Any, url: str) -> list[str] | None:
+    """The models the endpoint lists; None when it does not list them (an error status other than a refused key).
+    ConfigError when it cannot be reached, refuses the key, or answers with something other than JSON (a web page:
+    the base URL is a site, not an API)."""
+    import openai  # why: as in preflight()
+
+    try:
+        raw = client.models.with_raw_response.list()
+    except openai.APIStatusError as error:
+        if error.status_code in (401, 403):
+            raise ConfigError(key_refused(url, error)) from None
+        return None  # listing is not supported here (or refused as a gateway refuses a key: the request says)
+    except Exception as error:  # no answer at all (connection refused, DNS, TLS, timeout): the endpoint is unreachable
+        raise ConfigError(unreachable(url, error)) from None
+    kind = raw.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind and "json" not in kind:
+        named = "HTML" if "html" in kind else kind
+        raise ConfigError(not_an_api(url, f"{named} (not JSON) to GET {url.rstrip('/')}/models"))
+    try:
+        return [m.id for m in raw.parse()]
+    except Exception as error:  # noqa: BLE001 - an answer, not one of an API
+        raise ConfigError(unreachable(url, error)) from None

@@ -314,6 +314,7 @@ def open_run(request: pytest.FixtureRequest, state: BenchState, model: Any, env:
         files=state.files,
         held=held_samples(request.session, state),
         workers=workers_of(request.config),
+        reused=state.resumed,
     )
     state.gate = getattr(model, "gate", None)  # models.concurrency.CallGate: stopped with the run's budget
     count_in_session_budget(request.config, state, model)  # on a worker: its calls count in the session's

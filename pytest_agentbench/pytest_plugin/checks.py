@@ -175,24 +175,63 @@ def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> No
         if nothing_left(state):  # a finished run resumed: its records are reported again, nothing runs
             return
         sandbox_self_test(opts, state)  # a hidden interpreter would fail every item: found before any
+        early_selection_checks(config, state)  # a missing capsule or image costs no model call either
         note = preflight_note(config, opts, state)  # a dead endpoint or a refused key costs no items
         if note:
             state.notes.append(note)
 
 
-def selection_checks(config: pytest.Config, state: BenchState, samples: list[Any]) -> None:
-    """The benchmark's own checks of the selection (``Benchmark.check_selection``), before any item runs: exit 4
-    with its message when something every item needs is missing. Skipped when items run on other hosts or Slurm
-    nodes, which have their own data and engines."""
+def narrowed(config: pytest.Config) -> bool:
+    """Whether pytest narrows the benchmark's selection after collection (-k, -m, --deselect, --lf, node ids):
+    only then is the selection unknown at configure time."""
+    args = [str(a) for a in (config.args or ())]
+    return bool(
+        config.getoption("keyword", "")
+        or config.getoption("markexpr", "")
+        or config.getoption("deselect", None)
+        or config.getoption("lf", False)
+        or any("::" in a for a in args)
+    )
+
+
+def checks_apply(config: pytest.Config, state: BenchState) -> bool:
+    """The benchmark's checks of the selection run here: not when listing items, nor when items run on other hosts
+    or Slurm nodes, which have their own data and engines."""
     from .distribution.remote import remote_specs  # why: it imports this module's neighbours; only this check needs it
 
+    return not (config.option.collectonly or state.options["backend"] == "slurm" or remote_specs(config))
+
+
+def benchmark_checks(config: pytest.Config, state: BenchState, samples: list[Any]) -> None:
+    """The benchmark's own checks of ``samples`` (``Benchmark.check_selection``): ConfigError when something every
+    item needs is missing (CORE-Bench: a capsule, the agent's image)."""
     opts = state.options
-    if config.option.collectonly or opts["backend"] == "slurm" or remote_specs(config):
+    env = None if fixture_overridden(config, "bench_env") else build_env(opts, state.benchmark.default_env(opts))
+    state.notes += state.benchmark.check_selection(opts, state.settings, samples, env)
+    state.selection_checked = True
+
+
+def early_selection_checks(config: pytest.Config, state: BenchState) -> None:
+    """The benchmark's checks at configure time, before the model preflight, when the selection is already known
+    (--bench-ids; no -k, -m, --deselect or node ids narrow it later): a missing capsule is a usage error that
+    called no model (ConfigError)."""
+    if narrowed(config) or not checks_apply(config, state):
+        return
+    benchmark_checks(config, state, [s for task in state.tasks for s in task.samples])
+
+
+def selection_checks(config: pytest.Config, state: BenchState, samples: list[Any], collected_here: bool) -> None:
+    """The benchmark's own checks of the selection pytest kept, before any item runs, unless they ran at configure
+    time already: exit 4 with its message when something every item needs is missing. ``collected_here``: this
+    process collected (no xdist), so the usage error is pytest's own (``ERROR: agentbench: ...``); a controller
+    that learnt the selection from a worker's collection stops the session instead."""
+    if state.selection_checked or not checks_apply(config, state):
         return
     try:
-        env = None if fixture_overridden(config, "bench_env") else build_env(opts, state.benchmark.default_env(opts))
-        state.notes += state.benchmark.check_selection(opts, state.settings, samples, env)
+        benchmark_checks(config, state, samples)
     except ConfigError as exc:
+        if collected_here:
+            raise pytest.UsageError(f"agentbench: {exc}") from None
         pytest.exit(f"agentbench: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 

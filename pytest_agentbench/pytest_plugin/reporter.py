@@ -27,6 +27,8 @@ from ..core.text import printable
 from ..core.types import Sample
 from ..models.options import ORACLE
 from ..report.attempts import counts_line
+from ..report.caveats import resume_command as resume_of
+from ..report.caveats import run_warnings
 from ..report.compare import render_text
 from ..report.comparison import (
     MODELS_FOLDER,
@@ -41,18 +43,15 @@ from ..report.cost import terminal_lines as cost_terminal_lines
 from ..report.html import write_html
 from ..report.ledger import Ledger, RunPlan
 from ..report.resume import write_settings_once
-from ..report.served import summary_text as served_text
 from ..report.summary import (
     Summary,
     Verdict,
     Written,
     build_summary,
-    incomplete_text,
     judge,
     judge_without_items,
     write_reports,
 )
-from ..report.usage import replayed_text
 from .checks import selection_checks
 from .collect import BenchItem, item_entries
 from .distribution.handshake import on_worker_collection
@@ -97,9 +96,9 @@ class Reporter:
             item.sample for item in session.items if isinstance(item, BenchItem) and item.model == self.state.model
         ]
         if samples:
-            self.select(samples)
+            self.select(samples, collected_here=True)
 
-    def select(self, samples: list[Sample]) -> None:
+    def select(self, samples: list[Sample], collected_here: bool = False) -> None:
         if self.config.option.collectonly:  # listing the items runs none: nothing is missing
             return
         selected: list[rec.Record] = []
@@ -108,9 +107,10 @@ class Reporter:
             if sample.skip_reason:  # a prefilled step: a skipped record whether or not the session reached it
                 item.update(status="skipped", message=sample.skip_reason)
             selected.append(rec.Record.from_json(item))  # no status yet, unless skipped (``absent`` says so)
+        # the benchmark's data and image, before any item and before the plan: a refused run shows no results banner
+        selection_checks(self.config, self.state, samples, collected_here)
         self.plan.select(selected)
         stop_replay_without_cache(self.config, self.state, samples)  # before any item runs
-        selection_checks(self.config, self.state, samples)  # the benchmark's data and image, before any item
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         found = False
@@ -159,8 +159,9 @@ class Reporter:
                 reused=self.state.resumed,
                 unscored=self.state.unscored,
             )
-            if self._summary.get("incomplete"):
-                self._summary["incomplete"]["resume"] = resume_command(
+            mended = [self._summary[k] for k in ("incomplete", "errors") if self._summary.get(k)]
+            for part in mended:  # --bench-resume runs the items not run and those that ended in an error again
+                part["resume"] = resume_command(
                     self.config.invocation_params.args, self.state.run_dir, self.config.invocation_params.dir
                 )
         return self._summary
@@ -247,15 +248,15 @@ class Reporter:
             )
         if self.ledger:
             summary = self.summary()
-            incomplete = summary.get("incomplete")
-            if incomplete:
-                terminalreporter.write_line(incomplete_text(incomplete), red=True, bold=True)
-            replayed = replayed_text(summary["usage"], self.state.settings)
-            if replayed:  # at a temperature above 0 a "new" sample would be the old one
-                terminalreporter.write_line(replayed, yellow=True, bold=True)
-            served = served_text(summary)
-            if served:  # the scores are another model's
-                terminalreporter.write_line(served, red=True, bold=True)
+            for warning in run_warnings(summary):  # what report.html and summary.md lead with too
+                terminalreporter.write_line(
+                    f"WARNING: {warning.text}" if warning.kind == "errors" else warning.text,
+                    red=warning.kind != "replayed",
+                    yellow=warning.kind == "replayed",
+                    bold=True,
+                )
+                if warning.detail and warning.kind == "errors":
+                    terminalreporter.write_line(f"  {warning.detail}")
             for line in summary.terminal:  # a benchmark's lines may quote what a model or an agent wrote
                 terminalreporter.write_line(printable(line))
             terminalreporter.write_line(f"run counts: {counts_line(summary['run_counts'])}")
@@ -285,12 +286,20 @@ class Reporter:
             terminalreporter.write_line(
                 f"report: {self.state.run_dir}" + (f" (open {self.html.name} in a browser)" if self.html else "")
             )
-            incomplete = self.summary().get("incomplete")
-            if incomplete:  # last, where it is seen: the exact command that runs the rest
-                terminalreporter.write_line(
-                    f"incomplete run: {incomplete['not_run']} item(s) not run; resume with:", yellow=True
-                )
-                terminalreporter.write_line(f"  {incomplete['resume']}", bold=True)
+            command = resume_of(self.summary())
+            if command:  # last, where it is seen: the exact command that runs the rest
+                terminalreporter.write_line(f"{self.left_to_run()}; resume with:", yellow=True)
+                terminalreporter.write_line(f"  {command}", bold=True)
+
+    def left_to_run(self) -> str:
+        """``incomplete run: 2 item(s) not run, 1 ended in an error``: what a resume runs."""
+        summary = self.summary()
+        parts = []
+        if summary.get("incomplete"):
+            parts.append(f"{summary['incomplete']['not_run']} item(s) not run")
+        if summary.get("errors"):
+            parts.append(f"{summary['errors']['items']} ended in an error")
+        return f"{'incomplete run' if summary.get('incomplete') else 'incomplete score'}: {', '.join(parts)}"
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """After pytest's own last line, which counts only the items that ran: the plugin's, naming those not run

@@ -49,6 +49,7 @@ class BenchState:
     baseline: Any = None  # the baseline summary dict, when one is given and comparable
     resumed: dict[str, rec.Record] = field(default_factory=dict)  # id -> finished record (--bench-resume)
     notes: list[str] = field(default_factory=list)  # shown in the header (resume, baseline)
+    selection_checked: bool = False  # the benchmark's checks of the selection ran before the model preflight
     run: BenchRun | None = None  # opened by the bench_run fixture at the first item of this process
     worker_hosts: dict[str, str] = field(default_factory=dict)  # controller: xdist worker id -> host, from its records
     # A run of several models (a run file's list): one state per model; ``model`` names this state's model (its
@@ -63,7 +64,8 @@ class BenchState:
 
 
 class Streak:
-    """Items in a row that ended in model_error (a skipped item neither adds nor breaks the row), counted on
+    """Items in a row that ended in model_error (a skipped or blocked item neither adds nor breaks the row: a step
+    blocked by a model error says nothing new of the endpoint), counted on
     the records in the order they finish, whichever process ran them: the controller counts one row for the
     whole run (a failing endpoint fails every worker's items alike)."""
 
@@ -77,7 +79,7 @@ class Streak:
     def add(self, record: Mapping[str, Any]) -> str | None:
         """Count one fresh record; the reason to stop the run once the row reaches the limit, else None."""
         status = record.get("status")
-        if status == "skipped":
+        if status in ("skipped", rec.BLOCKED):
             return None
         self.count = self.count + 1 if status == self.STATUS else 0
         # quoted in pytest's "Interrupted:" line, the plugin's report and summary.md's notes

@@ -211,25 +211,40 @@ def revise_resumed(benchmark: Benchmark, records_path: Path, finished: dict[str,
 
 
 def drop_rerun(records_path: Path, finished: dict[str, rec.Record], notes: list[str]) -> dict[str, rec.Record]:
-    """The records a resumed run reuses: not those of items whose worker died (``records.is_lost``) or whose
-    host lacked what they need (``records.is_unplaced``), which run again. Their lines leave the records file
+    """The records a resumed run reuses: not those of items whose worker died (``records.is_lost``), whose
+    host lacked what they need (``records.is_unplaced``) or that ended in an error (``records.ended_in_error``:
+    no verdict on the model), which run again; pass and fail verdicts are kept. Their lines leave the records file
     (rewritten atomically), so each item ends with one record."""
     lines = rec.read_records(records_path)
-    if any(rec.runs_again_on_resume(r) for r in lines):  # (also lost ones xdist ran again: a later record follows)
-        rec.rewrite_records(records_path, [r for r in lines if not rec.runs_again_on_resume(r)])
+    if any(runs_again(r) for r in lines):  # (also lost ones xdist ran again: a later record follows)
+        rec.rewrite_records(records_path, [r for r in lines if not runs_again(r)])
     lost = sorted((key for key, record in finished.items() if rec.is_lost(record)), key=natural_key)
     unplaced = sorted((key for key, record in finished.items() if rec.is_unplaced(record)), key=natural_key)
-    if not lost and not unplaced:
+    errors = sorted(
+        (key for key, record in finished.items() if runs_again(record) and key not in (*lost, *unplaced)),
+        key=natural_key,
+    )
+    if not lost and not unplaced and not errors:
         return finished
-    kept = {key: record for key, record in finished.items() if key not in lost and key not in unplaced}
+    kept = {key: record for key, record in finished.items() if not runs_again(record)}
     if notes and notes[0].startswith("resuming "):  # the count report/resume.py wrote includes these
         notes[0] = f"resuming {records_path.parent}: {len(kept)} finished record(s) reused, the rest runs now"
-    for keys, why in ((unplaced, "whose host lacked what they need"), (lost, "whose worker died")):
+    statuses = sorted({str(finished[key].status) for key in errors}, key=rec.STATUSES.index)
+    for keys, why in (
+        (errors, f"that ended in an error ({', '.join(statuses)})"),
+        (unplaced, "whose host lacked what they need"),
+        (lost, "whose worker died"),
+    ):
         if keys:
             notes.insert(
                 1, f"{len(keys)} item(s) {why} run again: {', '.join(keys[:10])}" + (" ..." if len(keys) > 10 else "")
             )
     return kept
+
+
+def runs_again(record: rec.RecordLike) -> bool:
+    """A record a resumed run does not keep: its item runs again (not run yet, or no verdict on the model)."""
+    return rec.runs_again_on_resume(record) or rec.ended_in_error(record)
 
 
 def safe_name(text: str) -> str:

@@ -154,7 +154,7 @@ def settings_table(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str
 def settings_lines(table: list[tuple[str, str, str]]) -> list[str]:
     """The differing settings as a table of three columns; a setting whose value of A does not fit its column
     is given whole on lines of its own (A and B), never cut."""
-    width = max(len(k) for k, _, _ in table) + 2
+    width = max(len("setting"), *(len(k) for k, _, _ in table)) + 2  # a short key never runs into the heading
     lines = ["", "settings that differ:", f"  {'setting':<{width}}{'A':<{TABLE_COLUMN + 2}}B"]
     for key, left, right in table:
         if len(left) <= TABLE_COLUMN:
@@ -306,15 +306,17 @@ def shared_line(c: Comparison) -> str | None:
 
 
 def responses_lines(c: Comparison) -> list[str]:
-    """How many shared items were scored on the same answers, and a warning when most were: such a
-    comparison re-scores old generations and measures nothing new about the model."""
+    """How many shared items were scored on the same answers, and a warning when most of B's were replayed from
+    the response cache: such a comparison re-scores old generations and measures nothing new about the model.
+    Fresh answers equal to A's are no such thing (a deterministic model at temperature 0 gives them)."""
     if not c.shared:
         return []
     lines = [
         f"{c.same_responses} of {c.shared} shared items have the same model responses in both runs; "
         f"{c.replayed} of B's were replayed from the response cache"
+        + (" (fresh answers equal to A's: normal for a deterministic model)" if c.same_responses > c.replayed else "")
     ]
-    if 2 * max(c.same_responses, c.replayed) > c.shared:
+    if 2 * c.replayed > c.shared:
         lines.append(
             "WARNING: this comparison rests mostly on replayed answers: it re-scores old generations "
             "and says little about the model (run with --bench-cache=off or a new --bench-attempts "

@@ -25,12 +25,12 @@ from ..benchmarks.registry import get_benchmark
 from ..core import records as rec
 from ..core.errors import ConfigError
 from ..core.io import natural_key, write_atomic
+from . import caveats
+from .attempts import counts_line
 from .cost import html_section as html_cost_section
 from .declared import declared_in
 from .highlight import clip, code_html, esc
-from .served import summary_text as served_text
 from .transcript import number, transcript_html
-from .usage import replayed_text
 
 REPORT_HTML = "report.html"
 Z95 = 1.959963984540054
@@ -153,9 +153,9 @@ pre.out{background:#161b22;color:#c9d1d9;max-height:320px}
 .st{display:inline-block;padding:0 6px;border-radius:4px;color:#fff;font-size:12px;font-weight:600}
 .st-pass{background:#2e7d32}.st-fail{background:#c62828}.st-timeout{background:#ef6c00}
 .st-parse_error{background:#6a1b9a}.st-eval_error{background:#757575}.st-model_error{background:#212121}
-.st-env_error{background:#455a64}.st-error{background:#000}.st-skipped{background:#9e9e9e}.st-budget{background:#8d6e00}
+.st-env_error{background:#455a64}.st-error{background:#000}.st-blocked{background:#5d4037}.st-skipped{background:#9e9e9e}.st-budget{background:#8d6e00}
 .st-not_run{background:#fff;color:#c62828;border:1px dashed #c62828}
-.incomplete{background:#fdecea;border:1px solid #c62828;border-radius:8px;padding:8px 14px}
+.incomplete{background:#fdecea;border:1px solid #c62828;border-radius:8px;padding:8px 14px;margin:8px 0}
 .replayed{background:#fff8e1;border:1px solid #f9a825;border-radius:8px;padding:8px 14px;margin:8px 0}
 .filters{margin:8px 0;display:flex;gap:14px;align-items:center;flex-wrap:wrap}
 details.item{margin:6px 0 10px;border-left:3px solid #d0d7de;padding-left:10px}
@@ -269,6 +269,7 @@ STATUS_RANK = {
             "model_error",
             "env_error",
             "error",
+            "blocked",
             "not_run",
         )
     )
@@ -524,17 +525,26 @@ def tasks_table_head(categories: bool, cost: bool, splits: bool = True, tokens: 
     )
 
 
-def incomplete_html(incomplete: Any) -> str:
-    """The banner of an incomplete run: how many selected items did not run, which, and how to resume."""
-    if not isinstance(incomplete, Mapping):
+def run_counts_html(counts: Any) -> str:
+    """The run counts, in the words the terminal and summary.md use (Total, Evaluated, Error, Not run, items)."""
+    if not isinstance(counts, Mapping) or "total" not in counts:
         return ""
-    items = ", ".join(str(i) for i in incomplete.get("items") or [])
-    resume = (f"<div>resume with:</div>{pre(incomplete['resume'])}") if incomplete.get("resume") else ""
-    return (
-        f'<div class="incomplete"><p><b>incomplete: {esc(incomplete.get("not_run"))} of '
-        f"{esc(incomplete.get('selected'))} items not run</b>: {esc(items)}</p><p>Every metric is over the "
-        f"whole selection: an item not run counts as not passed.</p>{resume}</div>"
-    )
+    return f'<p class="counts">run counts: {esc(counts_line(counts))}</p>'
+
+
+def warnings_html(summary: Mapping[str, Any]) -> str:
+    """The run's warnings (``caveats.run_warnings``, as the terminal and summary.md show them): items not run,
+    items that ended in an error, replayed answers; then, once, the command that resumes the run."""
+    boxes = [
+        f'<div class="{"replayed" if w.kind == "replayed" else "incomplete"}"><p><b>{esc(w.text)}</b></p>'
+        + (f"<p>{esc(w.detail)}</p>" if w.detail else "")
+        + "</div>"
+        for w in caveats.run_warnings(summary)
+    ]
+    command = caveats.resume_command(summary)
+    if command:
+        boxes.append(f'<div class="incomplete resume"><div>resume with:</div>{pre(command)}</div>')
+    return "".join(boxes)
 
 
 def rate_keys(summary: Mapping[str, Any]) -> set[str]:
@@ -644,8 +654,6 @@ def render_html(
     if usage is not whole and usage_text:  # a resumed run: the reused records' calls were made earlier
         reused = number(whole["reused"].get("items"))
         usage_text = f"this session: {usage_text} (the {reused:g} reused records' not counted)"
-    replayed = replayed_text(whole, settings)
-    served = served_text(summary)  # the scores are another model's
     rows, values = task_rows(records, run_dir)
     costs = [c for c in (cost_of(r) for r in records) if c is not None]
     has_cost = bool(costs)
@@ -696,9 +704,8 @@ def render_html(
         f'<header><h1>{esc(title)}</h1><div class="sub">{len(records)} items · '
         f"{esc(', '.join(f'{n} {s}' for s, n in counts.items()))}"
         f"{' · ' + esc(usage_text) if usage_text else ''}</div></header><main>",
-        incomplete_html(summary.get("incomplete")),
-        f'<div class="replayed"><p><b>{esc(replayed)}</b></p></div>' if replayed else "",
-        f'<div class="replayed"><p><b>{esc(served)}</b></p></div>' if served else "",
+        warnings_html(summary),
+        run_counts_html(summary.get("run_counts")),
         f'<h2>Headline metrics</h2><div class="cards">{"".join(cards) or "<p>no headline metric</p>"}</div>',
         f"<ul>{gate_html}</ul>" if gate_html else "",
         notes_html(notes),

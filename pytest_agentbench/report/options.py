@@ -30,7 +30,7 @@ MAX_DROP_HELP = (
     "percentage points); repeatable."
 )
 MAX_ERRORS_HELP = (
-    "gate: fail when more than N items ended in a model or environment error (model_error, env_error, error)."
+    "gate: fail when more than N items ended in a model or environment error (model_error, env_error, error, blocked)."
 )
 UPDATE_HELP = (
     "write this run's summary to --bench-baseline (a .json path, else <path>/summary.json). "

@@ -18,6 +18,7 @@ STATUS_COLOURS = {
     "model_error": "#212121",
     "env_error": "#455a64",
     "error": "#000000",
+    "blocked": "#5d4037",
     "budget": "#8d6e00",
 }
 OTHER_COLOUR = "#bdbdbd"

@@ -26,8 +26,17 @@ class Detectable:
     noise: float  # the discordant proportion assumed (c)
     drop: float | None  # the smallest detectable drop, None when no drop up to 1 - c is
 
+    @property
+    def shown(self) -> str:
+        """The smallest detectable drop as a report shows it: ``4.0 pp``, ``none up to 60 pp``, or ``none`` when
+        the assumed noise leaves no room for a drop at all."""
+        if self.drop is not None:
+            return f"{self.drop * 100:.1f} pp"
+        room = (1 - self.noise) * 100
+        return f"none up to {room:.0f} pp" if round(room) >= 1 else "none (every unit may flip by chance)"
+
     def text(self, alpha: float) -> str:
-        shown = f"{self.drop * 100:.1f} pp" if self.drop is not None else f"none up to {(1 - self.noise) * 100:.0f} pp"
+        shown = self.shown
         return (
             f"smallest drop detectable with {POWER:.0%} power at {alpha:g} over {self.units} {self.unit}s "
             f"(assuming {self.noise:.1%} of them flip by chance): {shown}"

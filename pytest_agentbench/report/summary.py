@@ -30,7 +30,7 @@ from typing import Any
 from ..core import records as rec
 from ..core.io import natural_key, write_atomic
 from ..core.text import printable
-from . import comparability
+from . import caveats, comparability
 from . import cost as run_cost
 from .attempts import NOT_RUN, attempt_lines, attempt_markdown, attempt_stats, attempts_of, counts_line, run_counts
 from .baseline import json_text, public, write_baseline
@@ -44,8 +44,8 @@ from .options import GateConfig
 from .picture import draw
 from .scores import AUTOMATIC, REVIEWED, reviewed_status_of, score_view
 from .served import KEY as SERVED_KEY
-from .served import comparability_value, served_models, summary_text
-from .usage import replayed_text, split_usage, usage_line, usage_totals
+from .served import comparability_value, served_models
+from .usage import split_usage, usage_line, usage_totals
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
@@ -112,9 +112,7 @@ def incomplete_of(
 
 def incomplete_text(incomplete: Mapping[str, Any], limit: int = LISTED_NOT_RUN) -> str:
     """``incomplete: 2 of 5 items not run: 2.2, 3.1``."""
-    items = list(incomplete.get("items") or [])
-    shown = ", ".join(items[:limit]) + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
-    return f"incomplete: {incomplete['not_run']} of {incomplete['selected']} items not run: {shown}"
+    return caveats.incomplete_text(incomplete, limit)
 
 
 def build_summary(
@@ -136,6 +134,7 @@ def build_summary(
     stand_ins = not_run_records(chosen, ran)
     incomplete = incomplete_of(chosen, ran, stand_ins) if selection is not None else None
     ordered: list[rec.Record] = sorted([*ran, *stand_ins], key=rec.sort_key)
+    errors = caveats.errors_of(ordered)
     declared = Declared.of(benchmark)
     if any("attempt" in r for r in ordered):
         result = summarize_attempts(ordered, benchmark, settings, list(declared.units))
@@ -175,6 +174,7 @@ def build_summary(
         "cost": run_cost.cost_summary(ordered, settings, reused, unscored),
         **({"complete": incomplete is None} if selection is not None else {}),
         **({"incomplete": incomplete} if incomplete else {}),
+        **({"errors": errors} if errors else {}),
         **{k: v for k, v in result.items() if k not in ("metrics", "terminal", "markdown", "raw_counts")},
         **declared.to_summary(),
     }
@@ -326,22 +326,11 @@ def render_markdown(
     """summary.md: notes, gates, picture, the benchmark's own Markdown, usage, comparison, settings."""
     settings = summary["settings"]
     lines = [f"# {settings['benchmark']} — {settings.get('model')} — run {settings.get('run_id')}", ""]
-    incomplete = summary.get("incomplete")
-    if incomplete:  # first: every number below is over the whole selection, the items not run counted as failed
-        lines += [
-            f"> **{incomplete_text(incomplete)}**",
-            ">",
-            "> Every metric is over the whole selection: an item not run counts as not passed.",
-            "",
-        ]
-        if incomplete.get("resume"):
-            lines += ["Resume it with:", "", "```", str(incomplete["resume"]), "```", ""]
-    replayed = replayed_text(summary.get("usage") or {}, settings)
-    if replayed:  # a headline: at a temperature above 0 a "new" sample is the old one
-        lines += [f"> **{replayed}**", ""]
-    served = summary_text(summary)
-    if served:  # a headline: the scores are another model's
-        lines += [f"> **{served}**", ""]
+    for warning in caveats.run_warnings(summary):  # first: what every number below must be read with
+        lines += [f"> **{warning.text}**", *([">", f"> {warning.detail}"] if warning.detail else []), ""]
+    command = caveats.resume_command(summary)
+    if command:
+        lines += ["Resume it with:", "", "```", command, "```", ""]
     for note in [*settings.get("notes", []), *notes, *summary.get("notes", [])]:
         lines += [f"> **Note:** {printable(note, markdown=True)}", ""]
     if verdict is not None and verdict.gate_results:

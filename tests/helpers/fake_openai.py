@@ -20,7 +20,8 @@ Answering as a gateway does (LiteLLM's proxy, its JSON error bodies; the preflig
 ``gateway_bad_key = True`` answers every request with LiteLLM's 400 "No connected db." (how it refuses a key
 it cannot check); ``gateway_status = 500`` answers every POST with that status; ``gateway_error(times, status,
 retry_after, preflights)`` queues failures (429 with Retry-After, 500, ...) for the next POSTs;
-``gateway_down_after(n, status)`` answers n item requests, then fails every POST.
+``gateway_down_after(n, status)`` answers n item requests, then fails every POST. ``fail_when = f`` answers every
+item request whose body ``f`` gives a status for with that status (a step that always fails).
 
 Fixtures (loaded by tests/conftest.py through ``pytest_plugins``): ``server``, a started FakeOpenAI stopped after
 the test (a module that wants it scripted up front overrides it: ``def server(server): server.reply(...)``), and
@@ -62,6 +63,8 @@ class FakeOpenAI:
         self.gateway_status: int | None = None  # every POST (preflights too) gets this status, LiteLLM's body
         self._gateway_failures: deque = deque()  # (status, retry_after, preflights too) for the next POSTs
         self._down_after: tuple[int, int] | None = None  # (item requests still answered, status after them)
+        # a step that always fails: body -> the status to answer with (None: answer as scripted); no reply is used
+        self.fail_when: Callable[[dict], int | None] | None = None
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -254,6 +257,9 @@ class FakeOpenAI:
         with self._lock:
             if self.always_status is not None:
                 return self._error(self.always_status, None)
+            failing = self.fail_when(body) if self.fail_when is not None else None
+            if failing is not None:
+                return self._error(failing, None)
             if self._failures:
                 return self._error(*self._failures.popleft())
             if not self._replies:

@@ -161,8 +161,10 @@ def gpu_evidence(uses_gpu: bool, instructions_say: bool | None) -> dict[str, obj
 
 
 def json_fields(task: Mapping[str, Any]) -> str:
-    """The question list as upstream renders it into the prompt: ``str(dict.keys())``."""
-    return str(task["results"][0].keys())
+    """The questions, the exact keys report.json must have, as a JSON list (``["Report the ...", ...]``).
+    Upstream renders ``str(dict.keys())``, a Python repr (``dict_keys([...])``, quotes that change with the
+    text) an agent would have to decode; the keys and their order are the same."""
+    return json.dumps(list(task["results"][0]), ensure_ascii=False)
 
 
 def render_prompt(

@@ -434,6 +434,7 @@ class SciCode(Benchmark):
             limits_from(opts, timeout=float(view(RunOptions, opts).timeout)),
             files=spec.files,
             problems={t.id: t.data for t in spec.tasks},
+            reused=spec.reused.values(),
         )
 
     def summarize(self, records: list[Record], settings: Mapping[str, Any]) -> dict[str, Any]:

@@ -118,11 +118,7 @@ def terminal_lines(splits, overall, records) -> list[str]:
             f"subproblems passed {m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%})"
         )
         lines.append(f"  statuses: {_counts_text(m['counts'])}")
-    if overall["infra_errors"]:
-        lines.append(
-            f"WARNING: {overall['infra_errors']} step(s) ended in a model or environment error and count "
-            f"as not passed; the score is incomplete (re-run them, the cache keeps the rest)"
-        )
+    # steps that ended in an error: the report layer's warning says it on every page (report/caveats.py)
     # model usage: the plugin's last line says it for every benchmark
     return lines
 
@@ -142,12 +138,6 @@ def markdown(splits, overall, rows, records, by_category=None) -> str:
                 f"{m['steps_passed']}/{m['steps']} ({m['subproblem']:.1%}) |"
             )
     out += ["", "Statuses: " + (_counts_text(overall["counts"]) or "none"), ""]
-    if overall["infra_errors"]:
-        out += [
-            f"**{overall['infra_errors']} step(s) ended in a model or environment error** (counted as not "
-            f"passed): the score is incomplete.",
-            "",
-        ]
     # model usage: one line for every benchmark, written by the report layer (summary.md's "Usage:")
     out += ["## Problems", "", "| problem | split | resolved | steps passed | steps |", "|---|---|---|---|---|"]
     for row in rows:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +29,7 @@ from typing import Any
 
 from ...core import pyast
 from ...core.io import DirectoryFiles, RunFiles, trim
-from ...core.records import BUDGET, Record, sample_record
+from ...core.records import BLOCKED, BLOCKED_BY_FIELD, BUDGET, Record, RecordLike, as_mapping, sample_record
 from ...core.text import printable
 from ...core.types import Sample
 from ...models.retrytime import in_item_scope
@@ -75,7 +75,8 @@ class SciCodeRun:
     ``env`` is the environment factory (the ``bench_env`` value) the chat solver's tool code runs in;
     ``limits`` bound each scoring script; records are returned, trajectories written through ``files`` (the
     run's ``RunSpec.files``; a notebook may give ``out_dir`` instead: a folder they are written to).
-    ``problems`` (task id -> problem dict) lets ``run_sample`` find the problem of a sample."""
+    ``problems`` (task id -> problem dict) lets ``run_sample`` find the problem of a sample; ``reused``: the
+    records of an earlier session a resumed run keeps, whose answers the steps run again build on."""
 
     def __init__(
         self,
@@ -87,6 +88,7 @@ class SciCodeRun:
         *,
         problems: Mapping[str, dict[str, Any]] | None = None,
         files: RunFiles | None = None,
+        reused: Iterable[RecordLike] = (),
     ) -> None:
         self.settings = settings
         self.solver = solver
@@ -108,6 +110,7 @@ class SciCodeRun:
                 self.generated,
                 self.lock,
             )
+        self.reuse_answers(reused)
 
     # ---- the BenchRun protocol ------------------------------------------------------------
     def run_sample(self, sample: Sample) -> Record:
@@ -179,15 +182,14 @@ class SciCodeRun:
             self.forget_failures(str(problem["problem_id"]), attempt)
             self.settings.targets.forget_failures(str(problem["problem_id"]))
             multigrade.forget_failures(self.settings.grading_envs, str(problem["problem_id"]))
-        previous = [self.code_of(problem, j, attempt) for j in range(index)]
+        previous, waited = self.earlier_code(problem, index, attempt)
+        if waited is not None:
+            return blocked_record(problem, index, *waited)
         generated = self.generate(problem, index, previous, attempt)
         with self.lock:
             self.scored.add((str(problem["problem_id"]), index, attempt))
         record: dict[str, Any] = {
-            "problem": str(problem["problem_id"]),
-            "step": number,
-            "category": dataset.category_of(problem),  # report.html filters on it
-            "tests": len(step["test_cases"]),
+            **step_fields(problem, index),
             "code": generated.code,
             "generation": {"status": generated.status, **generated.accounting},
         }
@@ -280,6 +282,22 @@ class SciCodeRun:
         return split_verdict(result, outcome, len(stream))
 
     # ---- code of steps ----------------------------------------------------------------------
+    def earlier_code(
+        self, problem: dict[str, Any], index: int, attempt: int = 1
+    ) -> tuple[list[str], tuple[int, Generated] | None]:
+        """The code of the steps before ``index``, in order, and the first of them that ended without the model's
+        answer (a model error: its code is missing, so a step building on it is blocked, not scored), or None."""
+        previous: list[str] = []
+        for j in range(index):
+            if str(problem["sub_steps"][j]["step_number"]) in dataset.PREFILLED_FILES:
+                previous.append(self.code_of(problem, j, attempt))
+                continue
+            generated = self.generate(problem, j, previous, attempt)
+            if generated.status == "model_error":
+                return previous, (j, generated)
+            previous.append(generated.code or "")
+        return previous, None
+
     def code_of(self, problem: dict[str, Any], index: int, attempt: int = 1) -> str:
         """The code an earlier step contributes: the official code of a prefilled step, else its generated code."""
         number = str(problem["sub_steps"][index]["step_number"])
@@ -309,6 +327,25 @@ class SciCodeRun:
             self.generated[key] = memo
         return memo
 
+    def reuse_answers(self, records: Iterable[RecordLike]) -> None:
+        """Put the answers of kept records in the memo: a step run again (a resumed run's model_error or blocked
+        step) builds on the code the kept verdicts scored, not on a new sample (--bench-cache=off) of it. A record
+        without the model's answer (an error, a blocked step) leaves its step to be asked again."""
+        for record in records:
+            generation = as_mapping(record.get("generation"))
+            problem = self.problems.get(str(record.get("task")))
+            if problem is None or generation.get("status") in (None, "model_error", BLOCKED, BUDGET):
+                continue
+            numbers = [str(s["step_number"]) for s in problem["sub_steps"]]
+            if str(record.get("id")) not in numbers:
+                continue
+            key = (str(problem["problem_id"]), numbers.index(str(record.get("id"))), int(record.get("attempt") or 1))
+            code = record.get("code")
+            with self.lock:
+                self.generated[key] = Generated(
+                    code if isinstance(code, str) else None, str(generation["status"]), accounting={"model_calls": 0}
+                )
+
     def forget_failures(self, problem_id: str, attempt: int) -> None:
         """Drop the memo of this attempt's generations that ended in a model error (a retry asks again)."""
         with self.lock:
@@ -337,6 +374,34 @@ class SciCodeRun:
         ]
         if wanted:
             self.chains.start(problem, attempt, wanted[-1])
+
+
+def step_fields(problem: dict[str, Any], index: int) -> dict[str, Any]:
+    """The first fields of a step's record: which problem and step, its category, how many tests."""
+    step = problem["sub_steps"][index]
+    return {
+        "problem": str(problem["problem_id"]),
+        "step": str(step["step_number"]),
+        "category": dataset.category_of(problem),  # report.html filters on it
+        "tests": len(step["test_cases"]),
+    }
+
+
+def blocked_record(problem: dict[str, Any], index: int, earlier: int, waited: Generated) -> dict[str, Any]:
+    """The record of a step not run because an earlier step it builds on has no answer of the model: ``blocked``,
+    naming that step (``blocked_by``). Scoring it against the missing function would make the endpoint's failure
+    the model's; it runs again on --bench-resume and --bench-max-retries, once the earlier step has its answer."""
+    number = str(problem["sub_steps"][index]["step_number"])
+    waited_for = str(problem["sub_steps"][earlier]["step_number"])
+    return {
+        **step_fields(problem, index),
+        "code": None,
+        "generation": {"status": BLOCKED},
+        BLOCKED_BY_FIELD: waited_for,
+        "status": BLOCKED,
+        "message": f"not run: step {number} builds on step {waited_for}, which ended in {waited.status} "
+        "(no answer of the model to build on)",
+    }
 
 
 def sample_of(attempt: int) -> dict[str, int]:

@@ -198,13 +198,7 @@ def tests_html(c: Comparison, alpha: float) -> str:
         n = int(m.get("n", 0))
         flips = int(m.get("worse", 0)) + int(m.get("better", 0))
         found = detectable_drop(n, flips, alpha, unit) if n else None
-        power = (
-            "n/a"
-            if found is None
-            else f"{found.drop * 100:.1f} pp"
-            if found.drop is not None
-            else f"none up to {(1 - found.noise) * 100:.0f} pp"
-        )
+        power = "n/a" if found is None else found.shown
         p = float(m.get("p", 1.0))
         verdict = '<span class="bad">significant</span>' if p < alpha else "within noise"
         rows.append(
