@@ -23,6 +23,7 @@ from ...core.run_options import RunOptions
 from ...core.types import Sample, Task
 from ...envs.options import EnvOptions
 from ...models.options import ModelOptions
+from .. import agents
 from ..base import Benchmark, RunSpec
 from . import capsules, checks, dataset, page, prepare, reach, review, scorer
 from .agent import CoreAgent
@@ -31,6 +32,11 @@ from .run import NAME, CoreBenchRun, choose_solver
 
 if TYPE_CHECKING:
     from ...envs import Environment
+
+
+def agent_of(settings: Mapping[str, Any]) -> agents.AgentChoice:
+    """The run's agent (``--bench-agent``) from its settings."""
+    return agents.parse_agent(settings.get("agent"), settings.get("agent_command"))
 
 
 class CoreBench(Benchmark):
@@ -147,7 +153,7 @@ class CoreBench(Benchmark):
         split = spec.settings.get("split", "")
         return CoreBenchRun(
             spec.settings,
-            choose_solver(model, env),
+            choose_solver(model, env, agent_of(spec.settings)),
             data_dir=spec.data_dir,
             cache_dir=spec.cache_dir,
             files=spec.files,
