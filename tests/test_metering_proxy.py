@@ -180,3 +180,16 @@ def test_replay_answers_without_the_endpoint(server, make_model, tmp_path):
         reply = agent_client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
     assert reply.choices[0].message.content == "recorded"
     assert proxy.accounting["cache_hits"] == 1 and proxy.accounting["answers"] == "replayed"
+
+
+def test_the_scripted_server_streams_both_protocols(server):
+    """The tests' server as a streaming endpoint (what an agent pointed at it directly would see)."""
+    server.reply("streamed text", prompt_tokens=4, completion_tokens=2)
+    server.reply("", tool_calls=[("exec_command", {"cmd": "ls"}, "call_3")])
+    client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
+    with client.responses.stream(model="m", input="hi") as stream:
+        assert stream.get_final_response().output_text == "streamed text"
+    chunks = list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True))
+    calls = [c for chunk in chunks for choice in chunk.choices for c in choice.delta.tool_calls or []]
+    assert [(c.id, c.function.name) for c in calls] == [("call_3", "exec_command")]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
