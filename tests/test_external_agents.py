@@ -17,6 +17,7 @@ from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noq
 from helpers.bench_runs import SHARED_DATA
 from helpers.capabilities import needs
 from helpers.capsule_factory import build_capsule_archive
+from helpers.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.e2e
 
@@ -145,3 +146,71 @@ def test_bad_agent_name_is_a_usage_error(pytester, tmp_path, server):
     )
     assert result.ret != 0
     assert "unknown agent 'claude-code'" in result.stderr.str() + result.stdout.str()
+
+
+# ---------------------------------------------------------------- mini-swe-agent
+
+
+def script_mini(server: FakeOpenAI, answers: dict) -> None:
+    """mini-swe-agent's conversation: run the capsule's code, then submit the answers as its final output (the
+    first output line is mini's end marker; the rest is its submission)."""
+    server.reply(
+        "Let me run the code.",
+        tool_calls=[("bash", {"command": "cd code && python3 main.py && cat ../results/output.txt"})],
+        prompt_tokens=101,
+        completion_tokens=11,
+    )
+    submit = f"printf '%s\\n' COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT {shlex.quote(json.dumps(answers))}"
+    server.reply("Submitting.", tool_calls=[("bash", {"command": submit})], prompt_tokens=202, completion_tokens=22)
+
+
+def mini_args() -> list[str]:
+    return ["--bench-agent=mini-swe-agent", "--bench-keep-workspaces"]
+
+
+@pytest.fixture
+def mini(monkeypatch):
+    needs("bwrap")
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(needs("mini-swe-agent")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("right", [True, False])
+def test_mini_swe_agent_solves_or_fails_the_capsule(pytester, tmp_path, server, mini, right):
+    answers = questions() if right else {key: 0.5 for key in questions()}
+    script_mini(server, answers)
+    result, record, run_dir = run_agent(pytester, tmp_path, server, "mini", *mini_args())
+    assert record["status"] == ("pass" if right else "fail"), record["message"]
+    assert record["agent"] == {"name": "mini-swe-agent", "version": "2.4.6"}
+    assert record["end_reason"] == "submitted" and record["submission_source"] == "final_answer"
+    # the tokens the record counts are the ones the server reported, call by call
+    assert record["generation"]["model_calls"] == 2 == len(server.requests)
+    assert (record["generation"]["prompt_tokens"], record["generation"]["completion_tokens"]) == (303, 33)
+    body = server.requests[1]["body"]
+    assert body["model"] == "agent-model" and [t["function"]["name"] for t in body["tools"]] == ["bash"]
+    assert any("mean accuracy" in json.dumps(m) for m in body["messages"] if m["role"] == "tool")
+    for request in server.requests:
+        assert request["headers"]["authorization"] == f"Bearer {USER_KEY}"
+    trajectory = json.loads((run_dir / record["trajectory"]).read_text())
+    assert trajectory["agent"]["name"] == "mini-swe-agent" and len(trajectory["turns"]) == 2
+
+
+@pytest.mark.slow
+def test_mini_swe_agent_replay_gives_the_same_verdict_without_the_endpoint(pytester, tmp_path, server, mini):
+    script_mini(server, questions())
+    _, first, _ = run_agent(pytester, tmp_path, server, "record", *mini_args(), cache="rw")
+    assert first["status"] == "pass", first["message"]
+    base_url = server.base_url
+    server.stop()
+    # the same base URL (part of the cache key); nothing listens there now
+    _, again, _ = run_agent(pytester, tmp_path, _Gone(base_url), "replay", *mini_args(), cache="replay")
+    assert again["status"] == "pass", again["message"]
+    assert again["generation"]["answers"] == "replayed" and again["generation"]["cache_hits"] == 2
+    assert again["generation"]["responses"] == first["generation"]["responses"]
+
+
+class _Gone:
+    """A stopped server's address, for the run options."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
