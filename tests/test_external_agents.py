@@ -214,3 +214,52 @@ class _Gone:
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
+
+
+# ---------------------------------------------------------------- Codex CLI
+
+
+def script_codex(server: FakeOpenAI, answers: dict) -> None:
+    """Codex's conversation (the proxy turns its Responses API requests into these chat calls): run the code,
+    then answer in the final message."""
+    run = "cd code && python3 main.py && cat ../results/output.txt"
+    server.reply("", tool_calls=[("exec_command", {"cmd": run})], prompt_tokens=301, completion_tokens=31)
+    server.reply(json.dumps(answers), prompt_tokens=402, completion_tokens=42)
+
+
+@pytest.fixture
+def codex(monkeypatch):
+    needs("bwrap")
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(needs("codex")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("right", [True, False])
+def test_codex_solves_or_fails_the_capsule(pytester, tmp_path, server, codex, right):
+    answers = questions() if right else {key: 0.5 for key in questions()}
+    script_codex(server, answers)
+    result, record, run_dir = run_agent(pytester, tmp_path, server, "codex", "--bench-agent=codex")
+    assert record["status"] == ("pass" if right else "fail"), record["message"]
+    assert record["agent"] == {"name": "codex", "version": "0.171.0"}
+    assert record["end_reason"] == "submitted" and record["submission_source"] == "final_answer"
+    assert record["generation"]["model_calls"] == 2 == len(server.requests)
+    assert (record["generation"]["prompt_tokens"], record["generation"]["completion_tokens"]) == (703, 73)
+    body = server.requests[1]["body"]
+    assert "web_search" not in json.dumps(body["tools"])
+    assert any("mean accuracy: 0.9300" in json.dumps(m) for m in body["messages"] if m["role"] == "tool")
+    assert all(r["headers"]["authorization"] == f"Bearer {USER_KEY}" for r in server.requests)
+
+
+@pytest.mark.slow
+def test_codex_replay_gives_the_same_verdict_without_the_endpoint(pytester, tmp_path, server, codex):
+    """One turn only: Codex puts a random chunk id and the wall time in every command's output, so a later
+    request of a run with commands differs from the recorded one (docs/corebench.md says so)."""
+    server.reply(json.dumps(questions()), prompt_tokens=402, completion_tokens=42)
+    _, first, _ = run_agent(pytester, tmp_path, server, "record", "--bench-agent=codex", cache="rw")
+    assert first["status"] == "pass", first["message"]
+    base_url = server.base_url
+    server.stop()
+    _, again, _ = run_agent(pytester, tmp_path, _Gone(base_url), "replay", "--bench-agent=codex", cache="replay")
+    assert again["status"] == "pass", again["message"]
+    assert again["generation"]["answers"] == "replayed"
+    assert again["generation"]["responses"] == first["generation"]["responses"]

@@ -17,6 +17,9 @@ The ``command`` agent's contract (any agent CLI): ``--bench-agent-command`` is r
 * ``AGENTBENCH_ANSWER_FILE``: where the agent may write its final answer (a JSON object) instead of report.json;
 * ``AGENTBENCH_TIME_LIMIT`` and ``AGENTBENCH_COMMAND_TIMEOUT``: seconds for the whole run and one command.
 
+The named agents: ``mini-swe-agent`` (PyPI, a venv) and ``codex`` (npm ``@openai/codex``, its native binary run
+directly, on the Responses API through a custom provider).
+
 Without report.json and without an answer file, the command's standard output is read as its final message.
 """
 
@@ -36,8 +39,9 @@ from typing import Any
 BUILTIN = "builtin"
 COMMAND = "command"
 MINI_SWE_AGENT = "mini-swe-agent"
+CODEX = "codex"
 # the versions these settings were written and tested against; NAME==VERSION picks another
-PINNED = {MINI_SWE_AGENT: "2.4.6"}
+PINNED = {MINI_SWE_AGENT: "2.4.6", CODEX: "0.171.0"}
 AGENT_NAMES = (BUILTIN, COMMAND, *PINNED)
 INSTALL_TIMEOUT = 1800.0
 AGENTS_DIR_ENV = "AGENTBENCH_AGENTS_DIR"  # where installs go instead of <cache>/agents (shared by runs, by CI)
@@ -126,6 +130,36 @@ def install_python_agent(cache_dir: Path, choice: AgentChoice, requirement: str)
         os.chmod(folder, 0o755)  # the sandbox's user reads it
         marker.write_text(json.dumps({"requirement": requirement, "python": sys.executable}))
     return venv
+
+
+def install_npm_agent(cache_dir: Path, choice: AgentChoice, package: str) -> Path:
+    """``package`` installed with npm into a folder of the cache, once per (agent, version); its folder."""
+    folder = install_folder(cache_dir, choice)
+    marker = folder / "installed.json"
+    if marker.is_file():
+        return folder
+    npm = shutil.which("npm")
+    if npm is None:
+        raise AgentInstallError(f"installing {package} needs npm (e.g. apt-get install -y npm)")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.is_file():
+            return folder
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(mode=0o755)
+        argv = [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--ignore-scripts", package]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise AgentInstallError(f"installing {package} failed: {exc}") from None
+        if done.returncode != 0:
+            raise AgentInstallError(
+                f"installing {package} into {folder} failed (exit {done.returncode}): "
+                f"{done.stderr.strip()[-800:]}; check the npm registry is reachable"
+            )
+        marker.write_text(json.dumps({"package": package}))
+    return folder
 
 
 # ---------------------------------------------------------------- one run
@@ -252,9 +286,61 @@ class MiniSweAgent(ExternalAgent):
         return None
 
 
+class CodexAgent(ExternalAgent):
+    """OpenAI's Codex CLI, ``codex exec``: a custom model provider pointing at the proxy on the Responses API
+    (the only wire protocol it speaks), its own sandbox and approvals off (the plugin's sandbox holds it), web
+    search off (the proxy serves the model only), its last message written to a file."""
+
+    def install(self, cache_dir: Path) -> None:
+        self.install_dir = install_npm_agent(cache_dir, self.choice, f"@openai/codex@{self.choice.version}")
+
+    def binary(self) -> Path:
+        """The native binary (the npm package's Node shim only finds and starts it)."""
+        assert self.install_dir is not None, "install the agent first"
+        found = sorted(self.install_dir.glob("node_modules/@openai/codex*/vendor/*/bin/codex"))
+        if not found:
+            raise AgentInstallError(f"no codex binary for this platform under {self.install_dir}/node_modules")
+        return found[0]
+
+    def script(self, setting: AgentSetting) -> str:
+        provider = "model_providers.agentbench"
+        overrides = {
+            "model": setting.model,
+            "model_provider": "agentbench",
+            f"{provider}.name": "agentbench",
+            f"{provider}.base_url": setting.base_url,
+            f"{provider}.env_key": "OPENAI_API_KEY",
+            f"{provider}.wire_api": "responses",
+            "web_search": "disabled",
+        }
+        argv = [str(self.binary()), "exec", "--json", "--skip-git-repo-check"]
+        argv += ["--dangerously-bypass-approvals-and-sandbox", "-o", f"{setting.folder}/last-message.txt"]
+        for key, value in overrides.items():
+            argv += ["-c", f"{key}={json.dumps(value)}"]  # (a TOML string is a JSON string)
+        # in the agent's folder, a path that is the same for every item (the home's is not): codex names it in
+        # its instructions, which are part of the cache key (under /tmp it only warns it makes no helper links)
+        variables = {**setting.variables(), "CODEX_HOME": f"{setting.folder}/codex-home"}
+        return (
+            exports(variables)
+            + 'mkdir -p "$CODEX_HOME"\n'
+            + f'exec {shlex.join(argv)} "$(cat {shlex.quote(setting.prompt_file)})" < /dev/null\n'
+        )
+
+    def final_message(self, read: Any, setting: AgentSetting, stdout: str) -> str | None:
+        answer = super().final_message(read, setting, stdout)
+        if answer:
+            return answer
+        try:
+            return bytes(read(f"{setting.folder}/last-message.txt")).decode(errors="replace") or None
+        except (OSError, ValueError):
+            return None
+
+
 def make_agent(choice: AgentChoice) -> ExternalAgent:
     if choice.name == COMMAND:
         return CommandAgent(choice)
     if choice.name == MINI_SWE_AGENT:
         return MiniSweAgent(choice)
+    if choice.name == CODEX:
+        return CodexAgent(choice)
     raise ValueError(f"{choice.name} is not an external agent")

@@ -20,8 +20,8 @@ Capabilities (the set-up that provides each one is named in its message):
 - ``dev-tool``: ``needs("dev-tool", "mypy")``: a tool of the ``test`` extra is installed; gives its module.
 - ``compat-venv``: ``needs("compat-venv", PYTEST, XDIST)`` builds (or reuses) the venv of .ci/compat-venv;
   gives its python.
-- ``mini-swe-agent``: the pinned mini-swe-agent is installed in ``$AGENTBENCH_AGENTS_DIR`` (default
-  /tmp/agentbench-agents; .ci/agents installs it); gives that folder.
+- ``mini-swe-agent``, ``codex``: the pinned agent is installed in ``$AGENTBENCH_AGENTS_DIR`` (default
+  /tmp/agentbench-agents; .ci/agents installs both); gives that folder.
 - ``grading-envs``: SciCode's built-in grading environments (2024, 2025) are built for this interpreter in
   ``$AGENTBENCH_GRADING_ENVS`` (default /tmp/agentbench-grading-envs; .ci/grading-envs builds them); gives that
   folder.
@@ -247,4 +247,5 @@ PROBES: dict[str, Callable[..., Any]] = {
     "grading-envs": grading_envs,
     "dev-tool": dev_tool,
     "mini-swe-agent": lambda: installed_agent("mini-swe-agent"),
+    "codex": lambda: installed_agent("codex"),
 }

@@ -211,7 +211,8 @@ AGENT_OPTIONS: tuple[Option, ...] = (
         owner=OWNER,
         metavar="NAME[==VERSION]",
         help="CORE-Bench: the agent that works on each capsule: builtin (default, the plugin's own), "
-        "mini-swe-agent (pinned 2.4.6; NAME==VERSION for another) or command (--bench-agent-command). An "
+        "mini-swe-agent (pinned 2.4.6), codex (Codex CLI, pinned 0.171.0; NAME==VERSION for another) or "
+        "command (--bench-agent-command). An "
         "external agent runs in the host environment's sandbox and reaches the model only through a "
         "per-item metering proxy, with a per-item token instead of the key.",
     ),
