@@ -149,6 +149,12 @@ class CoreBench(Benchmark):
         checks.check_selection(opts, [s.task_id for s in samples if not s.skip_reason], env)
         return []
 
+    def comparability(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The base keys plus the agent as the ``harness``: the agent moves the score as much as the model does,
+        so a gate refuses a baseline of another agent (or another version of it) unless allowed."""
+        choice = agent_of(settings)
+        return {**super().comparability(opts, split, settings), "harness": {"agent": choice.label()}}
+
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> CoreBenchRun:
         split = spec.settings.get("split", "")
         return CoreBenchRun(
