@@ -108,6 +108,8 @@ def test_command_agent_answers_through_the_proxy(pytester, tmp_path, server, rig
     assert "CORE-Bench" in json.dumps(sent["body"]["messages"]) or len(sent["body"]["messages"][0]["content"]) > 100
     probe = json.loads((Path(record["workspace"]) / "key-probe.json").read_text())
     assert probe == {"environ": [], "files": []}
+    saved = json.loads((run_dir / "artifacts" / CAPSULE / "report.json").read_text())
+    assert saved == answers  # the final message, kept as the report.json the agent did not write
     trajectory = json.loads((run_dir / record["trajectory"]).read_text())
     assert trajectory["agent"] == {"name": "command", "version": None}
     assert trajectory["messages"][-1]["role"] == "assistant"

@@ -640,5 +640,7 @@ def save_artifacts(files: RunFiles | None, key: str, prompt: str, submission: sc
                 default=repr,
             ),
         )
+        if submission.source == "final_answer" and submission.report:  # the answers as report.json would hold them
+            files.write(f"{folder}/report.json", json.dumps(submission.report, indent=2, default=repr))
     except (OSError, ValueError) as exc:  # artifacts are a convenience; the record holds the verdicts
         warn_about(f"core-bench {key}: could not save artifacts in {folder}: {exc}", folder)
