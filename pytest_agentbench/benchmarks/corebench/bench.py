@@ -327,6 +327,7 @@ def summarize(
         f"CORE-Bench {settings.get('split', '?')} split, difficulty {settings.get('difficulty', '?')}, "
         f"hints {'on' if settings.get('hints') else 'off'}"
         f"{', upstream abort' if settings.get('upstream_abort') else ''}"
+        f"{', agent ' + str(settings['agent']) if settings.get('agent') else ''}"
     )
     size = max((r.get("split_size") or 0 for r in records), default=0)
     if size and len(records) < size:  # -m "not gpu", -k, --bench-ids: say how much of the split this is
