@@ -268,3 +268,31 @@ def test_codex_replay_gives_the_same_verdict_without_the_endpoint(pytester, tmp_
     assert again["status"] == "pass", again["message"]
     assert again["generation"]["answers"] == "replayed"
     assert again["generation"]["responses"] == first["generation"]["responses"]
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--bench-agent=command"], "needs --bench-agent-command"),
+        (["--bench-agent=mini-swe-agent", "--bench-env=docker"], "runs only in the host environment so far"),
+    ],
+)
+def test_an_agent_that_cannot_run_is_a_usage_error(pytester, tmp_path, server, options, said):
+    staged = tmp_path / "staged"
+    build_capsule_archive(staged, CAPSULE)
+    result = pytester.runpytest_subprocess(
+        "--bench=core-bench",
+        "--bench-split=train",
+        f"--bench-ids={CAPSULE}",
+        "--model=m",
+        f"--model-base-url={server.base_url}",
+        "--model-api-key=x",
+        f"--bench-capsules-dir={staged}",
+        "--bench-docker-image=agentbench-no-such-image:x",
+        "-p",
+        "no:cacheprovider",
+        *options,
+    )
+    assert result.ret != 0
+    assert said in result.stderr.str() + result.stdout.str()
+    assert server.requests == []
