@@ -296,3 +296,41 @@ def test_an_agent_that_cannot_run_is_a_usage_error(pytester, tmp_path, server, o
     assert result.ret != 0
     assert said in result.stderr.str() + result.stdout.str()
     assert server.requests == []
+
+
+# An agent that keeps asking until the proxy says no (then waits to be ended)
+GREEDY_AGENT = r"""
+import json, os, time, urllib.error, urllib.request
+for n in range(20):
+    body = json.dumps({"model": "x", "messages": [{"role": "user", "content": f"call {n}"}]}).encode()
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body, headers={
+        "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(request, timeout=60).read()
+    except urllib.error.HTTPError as exc:
+        open("refused.txt", "w").write(f"{exc.code} {exc.read().decode()}")
+        break
+time.sleep(600)
+"""
+
+
+def test_a_spent_budget_ends_the_agent_with_budget(pytester, tmp_path, server):
+    needs("bwrap")
+    for _ in range(3):  # $0.007 a call at $2 / $10 per million tokens: the third is never asked
+        server.reply("more", prompt_tokens=1000, completion_tokens=500)
+    command = f"{shlex.quote(sys.executable)} - <<'AGENT'\n{GREEDY_AGENT}\nAGENT"
+    _, record, _ = run_agent(
+        pytester,
+        tmp_path,
+        server,
+        "budget",
+        "--bench-agent=command",
+        f"--bench-agent-command={command}",
+        "--model-price=2,10",
+        "--bench-max-cost-per-item=0.01",
+        "--bench-agent-time=300",
+    )
+    assert record["status"] == "budget" and record["end_reason"] == "budget", record["message"]
+    assert "spent $0.0140 of its budget of $0.01 (--bench-max-cost-per-item)" in record["message"]
+    assert record["generation"]["model_calls"] == 2 == len(server.requests)
+    assert record["generation"]["agent_seconds"] < 300  # ended by the plugin, not by its time limit

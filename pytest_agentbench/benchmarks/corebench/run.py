@@ -31,6 +31,7 @@ from ...core.io import DirectoryFiles, RunFiles
 from ...core.text import printable
 from ...core.types import Sample
 from ...envs import EnvError, EnvFactory, EnvSkip
+from ...sandbox.result import ExecResult
 from .. import agents
 from . import agent as agent_mod
 from . import capsules, dataset, prepare, reach, review, scorer
@@ -516,7 +517,12 @@ class ExternalAgentSolver(AgentSolver):
         env.write_file(setting.prompt_file, prompt)
         started = time.monotonic()
         with proxy:
-            done = env.run(self.agent.script(setting), limits.time)
+            try:
+                done = env.run(self.agent.script(setting), limits.time)
+            except (OSError, EnvError) as exc:  # the proxy ended the environment's processes under the command
+                if not proxy.state:
+                    raise
+                done = ExecResult(exit_code=None, stdout="", stderr=str(exc))
         accounting = {
             **proxy.accounting,
             "agent_seconds": round(time.monotonic() - started, 3),
