@@ -275,9 +275,11 @@ def test_codex_replay_gives_the_same_verdict_without_the_endpoint(pytester, tmp_
     [
         (["--bench-agent=command"], "needs --bench-agent-command"),
         (["--bench-agent=mini-swe-agent", "--bench-env=docker"], "runs only in the host environment so far"),
+        (["--bench-agent=mini-swe-agent==0.0.999999", "--bench-env=host"], "installing mini-swe-agent==0.0.999999"),
     ],
 )
-def test_an_agent_that_cannot_run_is_a_usage_error(pytester, tmp_path, server, options, said):
+def test_an_agent_that_cannot_run_is_a_usage_error(pytester, tmp_path, server, monkeypatch, options, said):
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(tmp_path / "agents"))
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE)
     result = pytester.runpytest_subprocess(

@@ -65,8 +65,8 @@ def check_image(env: Any) -> None:
 
 
 def check_agent(opts: Mapping[str, Any], env: Any) -> None:
-    """ConfigError unless the agent (--bench-agent) can run: a known agent, ``command`` with its command line, and
-    an external agent only in the host environment (the one that gives it its metering proxy so far)."""
+    """ConfigError unless the agent (--bench-agent) can run: a known agent, ``command`` with its command line, an
+    external agent only in the host environment (the one that gives it its metering proxy so far), installed."""
     from .. import agents  # why: only a run that names an agent needs it
 
     try:
@@ -79,6 +79,11 @@ def check_agent(opts: Mapping[str, Any], env: Any) -> None:
             f"CORE-Bench: --bench-agent={choice.name} runs only in the host environment so far, not "
             f"--bench-env={kind}; pass --bench-env=host (the agent is sandboxed there as the built-in one is)"
         )
+    if choice.external:  # once, before any item: an install can take minutes, which no item's time should pay
+        try:
+            agents.make_agent(choice).install(Path(opts["cache_dir"]))
+        except agents.AgentInstallError as exc:
+            raise ConfigError(f"CORE-Bench: --bench-agent={choice.label()}: {exc}") from None
 
 
 def check_selection(opts: Mapping[str, Any], capsule_ids: Sequence[str], env: Any) -> None:
