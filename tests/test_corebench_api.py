@@ -73,6 +73,8 @@ def test_options_keep_their_flags_ini_keys_and_defaults():
             600.0,
             "core-bench",
         ),
+        "agent": ("--bench-agent", "agentbench_agent", "builtin", "core-bench"),
+        "agent_command": ("--bench-agent-command", "agentbench_agent_command", None, "core-bench"),
     }
     assert [o.negative_flag for o in CORE_BENCH_OPTIONS if o.negatable] == ["--no-bench-hints"]
 

@@ -31,6 +31,7 @@ import glob
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -124,6 +125,19 @@ if libc.unshare(int(sys.argv[1])) == 0:
         sys.exit("cannot make the mounts of its namespace slaves: " + os.strerror(ctypes.get_errno()))
 os.execv(sys.argv[3], sys.argv[3:])
 """
+# Between the plugin and a socket in the environment's network namespace: joins it (a user: its user namespace
+# first, which a threaded process such as the plugin may not do), listens on its loopback and hands the socket
+# back over the channel; the plugin serves it (a socket stays in the namespace it was made in).
+LISTENER_LAUNCHER = r"""
+import json, socket, sys
+spec = json.loads(sys.argv[1])
+from pytest_agentbench.sandbox.isolation import CLONE_NEWNET, CLONE_NEWUSER, setns
+if spec.get("userns_fd") is not None:
+    setns(spec["userns_fd"], CLONE_NEWUSER)
+setns(spec["netns_fd"], CLONE_NEWNET)
+listener = socket.create_server(("127.0.0.1", 0))
+socket.send_fds(socket.socket(fileno=spec["channel_fd"]), [b"L"], [listener.fileno()])
+"""
 # In the command's bwrap sandbox: give up every privilege, then become bash.
 INNER = r"""
 import json, os, sys
@@ -177,11 +191,13 @@ class HostEnvironment(Environment):
         network: str = "user",
         copy_cap: int = DEFAULT_COPY_OUT_CAP,
         blocked_hosts: Sequence[str] = (),
+        readable: Sequence[str] = (),
     ) -> None:
         """``workdir``: where the commands see the workspace (None: at its host path); applied under
         isolation only, else ``workdir_note`` says why not. ``network`` (isolated only): ``user`` or ``none``
         (see ``HOST_NETWORKS``). ``blocked_hosts`` (isolated only): names the sandboxes' /etc/hosts maps to
-        ``BLOCKED_ADDRESSES``."""
+        ``BLOCKED_ADDRESSES``. ``readable`` (isolated only): host folders the commands see read-only at their
+        own path (an external agent's install)."""
         super().__init__(workspace, keep_workspace=keep_workspace, name=name, copy_cap=copy_cap)
         if not self.workspace.is_dir():
             raise EnvError(f"workspace {self.workspace} is not a folder; prepare it before starting the environment")
@@ -232,6 +248,7 @@ class HostEnvironment(Environment):
                     workdir=self.workdir if relocated else None,
                     network=network,
                     blocked_hosts=blocked_hosts,
+                    readable=readable,
                 )
             except BaseException:
                 self._release()
@@ -343,6 +360,32 @@ class HostEnvironment(Environment):
         """A tool script in the sandbox, as the factory runs it (a fresh folder, not the workspace)."""
         return run_tool_script(source, timeout, executor=self.executor, memory=self.python_memory, hidden=self.hidden)
 
+    def loopback_listener(self) -> socket.socket:
+        """A TCP socket listening on 127.0.0.1 as the environment's commands see it: isolated, the loopback of
+        the item's own network namespace (nothing else of this machine reaches it, nor it anything of this
+        machine's loopback); without isolation, this machine's loopback (the commands run as this user)."""
+        if self.holder is None or self.holder.netns_fd is None:
+            return socket.create_server(("127.0.0.1", 0))
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds = [fd for fd in (self.holder.netns_fd, self.holder.userns_fd, theirs.fileno()) if fd is not None]
+        spec = {"netns_fd": self.holder.netns_fd, "userns_fd": self.holder.userns_fd, "channel_fd": theirs.fileno()}
+        with mine, theirs:
+            proc = subprocess.run(
+                [sys.executable, "-S", "-c", LISTENER_LAUNCHER, json.dumps(spec)],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                env=dict(self.env, PYTHONPATH=package_parent()),
+                pass_fds=fds,
+                timeout=60,
+            )
+            if proc.returncode != 0:
+                problem = proc.stderr.decode(errors="replace").strip()[-500:]
+                raise EnvError(f"cannot listen in the host environment's network namespace: {problem}")
+            _, received, _, _ = socket.recv_fds(mine, 1, 1)
+        if not received:
+            raise EnvError("cannot listen in the host environment's network namespace: no socket came back")
+        return socket.socket(fileno=received[0])
+
     # ---------------------------------------------------------------- files
 
     # Paths are the environment's (relative ones from ``workdir``), resolved as the sandbox sees them; the
@@ -416,6 +459,7 @@ class Holder:
         workdir: str | None = None,
         network: str = "user",
         blocked_hosts: Sequence[str] = (),
+        readable: Sequence[str] = (),
     ) -> None:
         if network not in HOST_NETWORKS:
             raise EnvError(
@@ -433,6 +477,7 @@ class Holder:
         writable = [str(private / "home")] + ([] if workdir else [str(workspace)])
         self.layout: dict[str, Any] = dict(
             writable=writable,
+            readable=[str(path) for path in readable],
             tmp=str(private / "tmp"),
             hidden=list(hidden),
             devices=devices,
@@ -686,12 +731,14 @@ class HostFactory(EnvFactory):
         workdir: str | None = None,
         hidden: Sequence[str] = (),
         blocked_hosts: Sequence[str] = (),
+        readable: Sequence[str] = (),
     ) -> HostEnvironment:
         """``workdir``: where the commands see the item's own folder ``workspace`` (isolated: bound there in
         the item's sandboxes, so concurrent items never share a host path; without isolation not applied,
         the environment's ``workdir_note`` says so). ``hidden``: this item's folders masked besides the
         factory's (a benchmark's copies of what the item must not see); ``blocked_hosts``: names its
-        /etc/hosts maps to ``BLOCKED_ADDRESSES`` (isolated only)."""
+        /etc/hosts maps to ``BLOCKED_ADDRESSES`` (isolated only); ``readable``: host folders its commands see
+        read-only (an external agent's install; isolated only)."""
         if needs_gpu and not self.gpus:
             raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
         return HostEnvironment(
@@ -708,6 +755,7 @@ class HostFactory(EnvFactory):
             network=self.network,
             copy_cap=self.copy_cap,
             blocked_hosts=blocked_hosts,
+            readable=readable,
         )
 
     def describe_isolation(self) -> str:

@@ -196,7 +196,7 @@ KINDS: dict[str, RunKind] = {
             AGENT_COMMAND_HOST,
             "agent command",
             "host",
-            read_only=(SYSTEM, PYTHON),
+            read_only=(SYSTEM, PYTHON, "an external agent's install (--bench-agent), outside the workspace"),
             writable=(
                 "the item's workspace (at its path, or at --bench-workspace-root)",
                 "the item's own home and /tmp",
@@ -210,7 +210,7 @@ KINDS: dict[str, RunKind] = {
             user=SANDBOX_USER,
             lifetime=PER_ITEM,
             how="a bwrap sandbox per command, joined to the item's PID and network namespaces",
-            layout=frozenset({"writable", "tmp", "hidden", "devices", "relocated", "pidns_fd", "info_fd"}),
+            layout=frozenset({"writable", "readable", "tmp", "hidden", "devices", "relocated", "pidns_fd", "info_fd"}),
             network_allowed=True,
         ),
         RunKind(

@@ -20,6 +20,8 @@ Capabilities (the set-up that provides each one is named in its message):
 - ``dev-tool``: ``needs("dev-tool", "mypy")``: a tool of the ``test`` extra is installed; gives its module.
 - ``compat-venv``: ``needs("compat-venv", PYTEST, XDIST)`` builds (or reuses) the venv of .ci/compat-venv;
   gives its python.
+- ``mini-swe-agent``, ``codex``: the pinned agent is installed in ``$AGENTBENCH_AGENTS_DIR`` (default
+  /tmp/agentbench-agents; .ci/agents installs both); gives that folder.
 - ``grading-envs``: SciCode's built-in grading environments (2024, 2025) are built for this interpreter in
   ``$AGENTBENCH_GRADING_ENVS`` (default /tmp/agentbench-grading-envs; .ci/grading-envs builds them); gives that
   folder.
@@ -209,6 +211,21 @@ def grading_envs() -> Path:
     return root
 
 
+AGENTS_ROOT = "/tmp/agentbench-agents"
+
+
+def installed_agent(name: str) -> Path:
+    from pytest_agentbench.benchmarks import agents
+
+    root = Path(os.environ.get(agents.AGENTS_DIR_ENV) or AGENTS_ROOT)
+    folder = root / f"{name}-{agents.PINNED[name]}"
+    if not (folder / "installed.json").is_file():
+        raise Lacking(
+            f"{name} {agents.PINNED[name]} is not installed in {root}: run .ci/agents (AGENTBENCH_AGENTS_DIR={root})"
+        )
+    return root
+
+
 def dev_tool(module: str) -> str:
     """A development tool of the ``test`` extra (mypy, ruff), run as ``python -m MODULE``."""
     if importlib.util.find_spec(module) is None:
@@ -229,4 +246,6 @@ PROBES: dict[str, Callable[..., Any]] = {
     "compat-venv": compat_venv,
     "grading-envs": grading_envs,
     "dev-tool": dev_tool,
+    "mini-swe-agent": lambda: installed_agent("mini-swe-agent"),
+    "codex": lambda: installed_agent("codex"),
 }

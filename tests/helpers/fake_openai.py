@@ -1,6 +1,7 @@
 """A small scripted OpenAI-compatible server on 127.0.0.1 for tests.
 
-Serves POST /v1/chat/completions and POST /v1/responses from a queue of scripted replies, logs
+Serves POST /v1/chat/completions and POST /v1/responses from a queue of scripted replies (streamed as
+server-sent events when the request asks for ``stream``: chat chunks, or the Responses API's events), logs
 every request, and can be told to fail (429 with Retry-After, persistent 500) or to be slow.
 
     with FakeOpenAI() as server:
@@ -389,6 +390,44 @@ def gateway_body(status: int, retry_after: float | None, message: str | None = N
     return status, headers, {"error": {"message": text, "type": kind, "param": None, "code": str(status)}}
 
 
+def stream_events(path: str, reply: dict) -> list[str]:
+    """A finished reply as the stream a server sends when the request says ``stream: true``: Chat Completions
+    chunks ending in ``[DONE]``, or the Responses API's typed events (created, each output item, completed)."""
+    if path.endswith("/chat/completions"):
+        choice = reply["choices"][0]
+        base = {k: reply[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+        delta = {"role": "assistant", "content": choice["message"].get("content") or ""}
+        calls = [{**call, "index": i} for i, call in enumerate(choice["message"].get("tool_calls") or [])]
+        chunks = [
+            {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+            *({**base, "choices": [{"index": 0, "delta": {"tool_calls": [c]}, "finish_reason": None}]} for c in calls),
+            {
+                **base,
+                "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+                **({"usage": reply["usage"]} if "usage" in reply else {}),
+            },
+        ]
+        return [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
+    events: list[dict] = [{"type": "response.created", "response": {**reply, "status": "in_progress", "output": []}}]
+    for index, item in enumerate(reply["output"]):
+        events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            events.append({"type": "response.output_text.delta", **where, "delta": text})
+            events.append({"type": "response.output_text.done", **where, "text": text})
+        elif item["type"] == "function_call":
+            where = {"item_id": item["id"], "output_index": index}
+            events.append({"type": "response.function_call_arguments.delta", **where, "delta": item["arguments"]})
+            events.append({"type": "response.function_call_arguments.done", **where, "arguments": item["arguments"]})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": reply})
+    return [
+        f"event: {event['type']}\ndata: {json.dumps({**event, 'sequence_number': n})}\n\n"
+        for n, event in enumerate(events)
+    ]
+
+
 def _make_handler(fake: FakeOpenAI):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -401,6 +440,8 @@ def _make_handler(fake: FakeOpenAI):
             except ValueError:
                 body = {"_unparsed": raw.decode("utf-8", "replace")}
             status, headers, payload = fake.answer(self.path, body, {k.lower(): v for k, v in self.headers.items()})
+            if status == 200 and body.get("stream"):  # the same reply as server-sent events
+                return self.send_events(stream_events(self.path, payload))
             data = json.dumps(payload).encode()
             try:
                 self.send_response(status)
@@ -412,6 +453,18 @@ def _make_handler(fake: FakeOpenAI):
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (timeout test)
+
+        def send_events(self, events: list[str]) -> None:
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for event in events:
+                    self.wfile.write(event.encode())
+                self.close_connection = True
+            except (BrokenPipeError, ConnectionResetError):
+                pass
 
         def do_GET(self):  # noqa: N802 (http.server naming)
             status, headers, payload = fake.answer_get(self.path, {k.lower(): v for k, v in self.headers.items()})

@@ -24,6 +24,7 @@ from ...core.text import printable
 from ...core.types import Sample, Task
 from ...envs.options import EnvOptions
 from ...models.options import ModelOptions
+from .. import agents
 from ..base import Benchmark, RunSpec
 from . import capsules, checks, dataset, page, prepare, reach, review, scorer
 from .agent import CoreAgent
@@ -32,6 +33,11 @@ from .run import NAME, CoreBenchRun, choose_solver
 
 if TYPE_CHECKING:
     from ...envs import Environment
+
+
+def agent_of(settings: Mapping[str, Any]) -> agents.AgentChoice:
+    """The run's agent (``--bench-agent``) from its settings."""
+    return agents.parse_agent(settings.get("agent"), settings.get("agent_command"))
 
 
 class CoreBench(Benchmark):
@@ -144,11 +150,17 @@ class CoreBench(Benchmark):
         checks.check_selection(opts, [s.task_id for s in samples if not s.skip_reason], env)
         return []
 
+    def comparability(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The base keys plus the agent as the ``harness``: the agent moves the score as much as the model does,
+        so a gate refuses a baseline of another agent (or another version of it) unless allowed."""
+        choice = agent_of(settings)
+        return {**super().comparability(opts, split, settings), "harness": {"agent": choice.label()}}
+
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> CoreBenchRun:
         split = spec.settings.get("split", "")
         return CoreBenchRun(
             spec.settings,
-            choose_solver(model, env),
+            choose_solver(model, env, agent_of(spec.settings)),
             data_dir=spec.data_dir,
             cache_dir=spec.cache_dir,
             files=spec.files,
@@ -316,6 +328,7 @@ def summarize(
         f"CORE-Bench {settings.get('split', '?')} split, difficulty {settings.get('difficulty', '?')}, "
         f"hints {'on' if settings.get('hints') else 'off'}"
         f"{', upstream abort' if settings.get('upstream_abort') else ''}"
+        f"{', agent ' + str(settings['agent']) if settings.get('agent') else ''}"
     )
     size = max((r.get("split_size") or 0 for r in records), default=0)
     if size and len(records) < size:  # -m "not gpu", -k, --bench-ids: say how much of the split this is

@@ -64,6 +64,28 @@ def check_image(env: Any) -> None:
         ) from None
 
 
+def check_agent(opts: Mapping[str, Any], env: Any) -> None:
+    """ConfigError unless the agent (--bench-agent) can run: a known agent, ``command`` with its command line, an
+    external agent only in the host environment (the one that gives it its metering proxy so far), installed."""
+    from .. import agents  # why: only a run that names an agent needs it
+
+    try:
+        choice = agents.parse_agent(opts.get("agent"), opts.get("agent_command"))
+    except ValueError as exc:
+        raise ConfigError(f"CORE-Bench: --bench-agent: {exc}") from None
+    kind = getattr(env, "kind", None)
+    if choice.external and kind not in (None, "host"):
+        raise ConfigError(
+            f"CORE-Bench: --bench-agent={choice.name} runs only in the host environment so far, not "
+            f"--bench-env={kind}; pass --bench-env=host (the agent is sandboxed there as the built-in one is)"
+        )
+    if choice.external:  # once, before any item: an install can take minutes, which no item's time should pay
+        try:
+            agents.make_agent(choice).install(Path(opts["cache_dir"]))
+        except agents.AgentInstallError as exc:
+            raise ConfigError(f"CORE-Bench: --bench-agent={choice.label()}: {exc}") from None
+
+
 def check_selection(opts: Mapping[str, Any], capsule_ids: Sequence[str], env: Any) -> None:
     """Capsules first (no engine needed), then the image of the environment ``env`` (a factory, or None) when an
     agent runs in it (the oracle runs none)."""
@@ -72,4 +94,5 @@ def check_selection(opts: Mapping[str, Any], capsule_ids: Sequence[str], env: An
     if not opts.get("preinstalled_input_dir"):  # else the capsules are inside the image
         check_capsules(opts, capsule_ids)
     if opts.get("model") not in (None, "", ORACLE):
+        check_agent(opts, env)
         check_image(env)

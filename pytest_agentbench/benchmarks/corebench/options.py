@@ -193,6 +193,58 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
 )
 
 
+def agent_choice(value: str) -> str:
+    """The check of --bench-agent: a known agent, with a version where it has one."""
+    from .. import agents  # why: the check runs only when the option is given
+
+    agents.parse_agent(value, command="(checked with the settings)")
+    return value
+
+
+AGENT_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "agent",
+        "--bench-agent",
+        default="builtin",
+        check=agent_choice,
+        ini="agentbench_agent",
+        owner=OWNER,
+        metavar="NAME[==VERSION]",
+        help="CORE-Bench: the agent that works on each capsule: builtin (default, the plugin's own), "
+        "mini-swe-agent (pinned 2.4.6), codex (Codex CLI, pinned 0.171.0; NAME==VERSION for another) or "
+        "command (--bench-agent-command). An "
+        "external agent runs in the host environment's sandbox and reaches the model only through a "
+        "per-item metering proxy, with a per-item token instead of the key.",
+    ),
+    Option(
+        "agent_command",
+        "--bench-agent-command",
+        default=None,
+        ini="agentbench_agent_command",
+        owner=OWNER,
+        metavar="COMMAND",
+        help="CORE-Bench with --bench-agent=command: the agent's bash command line, run in the workspace "
+        "with OPENAI_BASE_URL, OPENAI_API_KEY (the item's token), AGENTBENCH_PROMPT_FILE and "
+        "AGENTBENCH_ANSWER_FILE set (see docs/corebench.md).",
+    ),
+)
+CORE_BENCH_OPTIONS = CORE_BENCH_OPTIONS + AGENT_OPTIONS
+
+
+def agent_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The agent's part of the settings: nothing for the built-in agent (earlier runs compare), else its name
+    with the version (``mini-swe-agent==2.4.6``) and, for ``command``, the command line."""
+    from .. import agents  # why: kept off the plugin's start-up path
+
+    choice = agents.parse_agent(opts.get("agent"), opts.get("agent_command"))
+    if not choice.external:
+        return {}
+    out: dict[str, Any] = {"agent": f"{choice.name}=={choice.version}" if choice.version else choice.name}
+    if choice.command:
+        out["agent_command"] = choice.command
+    return out
+
+
 def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of a CORE-Bench run (report header, summary.json, baselines) from resolved options.
 
@@ -216,6 +268,7 @@ def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
         "agent_tokens": opts["agent_tokens"],
         "agent_command_timeout": float(opts["agent_command_timeout"]),
         **({"review": str(opts["review"])} if opts.get("review") else {}),  # only when given: older runs match
+        **agent_settings(opts),
     }
 
 

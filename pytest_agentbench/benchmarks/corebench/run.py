@@ -17,6 +17,7 @@ import json
 import shlex
 import socket
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,12 @@ from ...core import records as rec
 from ...core.data import DataError
 from ...core.errors import warn_about
 from ...core.io import DirectoryFiles, RunFiles
+from ...core.text import printable
 from ...core.trees import remove_tree, scratch_folder
 from ...core.types import Sample
 from ...envs import EnvError, EnvFactory, EnvSkip
+from ...sandbox.result import ExecResult
+from .. import agents
 from . import agent as agent_mod
 from . import capsules, dataset, prepare, reach, review, scorer
 from .options import DEFAULT_WORKSPACE_ROOT, agent_limits
@@ -339,17 +343,16 @@ class AgentSolver(Solver):
         questions = list(task["results"][0].keys())
         with env:  # stopped on every way out: the container removed, the host processes killed
             try:
-                result = agent_mod.CoreAgent(
-                    self.model, env, questions, agent_limits(settings), sample_index=sample.attempt - 1
-                ).run(prompt)
+                result = self.run_agent(run, sample, env, questions, prompt)
                 env.copy_out(workspace)  # report.json and whatever else the agent wrote
                 base.update(copy_out_fields(env))
             except EnvError as exc:
                 return {**base, "status": "env_error", "message": f"environment failed: {exc}"}
             trajectory = agent_mod.write_trajectory(
-                run.files, sample.key, result, {"env": base["env"], "prompt": prompt}
+                run.files, sample.key, result, {"env": base["env"], "prompt": prompt, **self.trajectory_extra(result)}
             )
             base.update(end_reason=result.end_reason, generation=result.accounting, trajectory=trajectory)
+            base.update(self.record_fields(result))
             if result.end_reason == "model_error":
                 return {**base, "status": "model_error", "message": f"agent stopped: {result.message}"}
             if result.end_reason == rec.BUDGET:  # not scored: upstream's cost cap ended the task unsolved
@@ -363,6 +366,21 @@ class AgentSolver(Solver):
         if nested:
             out["nested_docker"] = True
         return with_end_reason(out, result)
+
+    def run_agent(self, run: CoreBenchRun, sample: Sample, env: Any, questions: list[str], prompt: str) -> Any:
+        """The agent's run in the started ``env``: an ``agent.AgentResult``."""
+        return agent_mod.CoreAgent(
+            self.model, env, questions, agent_limits(run.settings), sample_index=sample.attempt - 1
+        ).run(prompt)
+
+    def trajectory_extra(self, result: Any) -> dict[str, Any]:
+        """What the trajectory file keeps besides the conversation (an external agent's own log)."""
+        return {}
+
+    def record_fields(self, result: Any) -> dict[str, Any]:
+        """The record's fields of the agent itself (an external agent's name and version; the built-in agent's
+        records stay as they were, so earlier runs compare)."""
+        return {}
 
     def reach_options(self, task: Mapping[str, Any], copies: tuple[str, ...]) -> dict[str, Any]:
         """What ``start`` keeps from the agent: the capsule's publication hosts (both environments) and, on the
@@ -438,6 +456,107 @@ class AgentSolver(Solver):
         return uses_gpu, None, prepare.gpu_evidence(uses_gpu, said)
 
 
+@dataclass
+class ExternalAgentSolver(AgentSolver):
+    """An agent CLI someone else wrote (``--bench-agent``, ``benchmarks.agents``), run as model code in the item's
+    environment and talking to the item's metering proxy (``models.proxy``) instead of the endpoint."""
+
+    agent: Any = None  # an ``agents.ExternalAgent``
+
+    def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path | None, prompt: str) -> dict[str, Any]:
+        if self.kind != "host":
+            return {
+                "status": "error",
+                "message": f"--bench-agent={self.agent.choice.name} runs only in --bench-env=host so far "
+                f"(not {self.kind}); pass --bench-env=host",
+            }
+        try:
+            self.agent.install(run.cache_dir)
+        except agents.AgentInstallError as exc:
+            return {"status": "env_error", "message": f"agent {self.agent.choice.label()}: {exc}"}
+        return super().solve(run, sample, capsule_root, prompt)
+
+    def reach_options(self, task: Mapping[str, Any], copies: tuple[str, ...]) -> dict[str, Any]:
+        options = super().reach_options(task, copies)
+        if options and self.agent.install_dir is not None:  # the install, read-only in the sandbox
+            options["readable"] = (str(self.agent.install_dir),)
+        return options
+
+    def run_agent(self, run: CoreBenchRun, sample: Sample, env: Any, questions: list[str], prompt: str) -> Any:
+        from ...models.proxy import MeteringProxy  # why: with the client, it imports the openai SDK (slow)
+
+        limits = agent_limits(run.settings)
+        listen = getattr(env, "loopback_listener", None)
+        if not callable(listen):
+            raise EnvError(f"the {self.kind} environment cannot give an external agent its model endpoint")
+        found = env.run(f'd="${{TMPDIR:-/tmp}}/{agents.AGENT_FOLDER}"; mkdir -p "$d" && cd "$d" && pwd', 60)
+        folder = found.stdout.strip()
+        if found.exit_code != 0 or not folder.startswith("/"):
+            raise EnvError(f"cannot make the agent's folder in the environment: {found.stderr.strip()[-300:]}")
+        proxy = MeteringProxy(
+            self.model,
+            listener=listen(),
+            sample_index=sample.attempt - 1,
+            price=limits.price,
+            tokens=limits.tokens,
+            cost=limits.cost,
+            on_stop=env.end_processes,  # a spent budget or a failed endpoint ends the agent at once
+        )
+        setting = agents.AgentSetting(
+            base_url=proxy.base_url,
+            token=proxy.token,
+            model=str(getattr(self.model, "name", "model")),
+            prompt_file=f"{folder}/prompt.txt",
+            answer_file=f"{folder}/answer.json",
+            folder=folder,
+            workdir=getattr(env, "workdir", "") or run.settings["workspace_root"],
+            time_limit=limits.time,
+            command_timeout=limits.command_timeout,
+            steps=limits.steps,
+        )
+        env.write_file(setting.prompt_file, prompt)
+        started = time.monotonic()
+        with proxy:
+            try:
+                done = env.run(self.agent.script(setting), limits.time)
+            except (OSError, EnvError) as exc:  # the proxy ended the environment's processes under the command
+                if not proxy.state:
+                    raise
+                done = ExecResult(exit_code=None, stdout="", stderr=str(exc))
+        accounting = {
+            **proxy.accounting,
+            "agent_seconds": round(time.monotonic() - started, 3),
+            "agent_exit_code": done.exit_code,
+        }
+        final = None
+        if proxy.state:
+            reason, message = proxy.state, proxy.message
+        else:
+            final = self.agent.final_message(env.read_file, setting, done.stdout)
+            if done.timed_out:
+                reason, message = "time_limit", f"the agent ran out of its {limits.time:g} s"
+            elif done.exit_code == 0:
+                reason, message = "submitted", ""
+            else:
+                reason = "agent_error"
+                message = f"the agent exited with {done.exit_code}: {printable(done.stderr.strip()[-500:])}"
+        self.output = {"stdout": printable(done.stdout[-4000:]), "stderr": printable(done.stderr[-4000:])}
+        return agent_mod.AgentResult(
+            end_reason=reason,
+            final_answer=final,
+            message=message,
+            accounting=accounting,
+            trajectory=proxy.messages,
+            turns=proxy.turns,
+        )
+
+    def trajectory_extra(self, result: Any) -> dict[str, Any]:
+        return {"agent": self.agent.choice.to_record(), "agent_output": getattr(self, "output", {})}
+
+    def record_fields(self, result: Any) -> dict[str, Any]:
+        return {"agent": self.agent.choice.to_record()}
+
+
 def with_end_reason(out: dict[str, Any], result: Any) -> dict[str, Any]:
     """The scored record, its message led by how the agent ended when it did not submit."""
     if result.end_reason != "submitted":
@@ -480,12 +599,13 @@ def preinstalled_here(run: CoreBenchRun, sample: Sample) -> tuple[Path, dict[str
     return capsule_root, prepare.gpu_evidence(uses_gpu, prepare.capsule_needs_gpu(capsule_root)), None
 
 
-def choose_solver(model: Any, env: Any) -> Solver:
+def choose_solver(model: Any, env: Any, agent: agents.AgentChoice | None = None) -> Solver:
     """The solver for this model, chosen once per run (in this order):
 
     * the oracle (``model.is_oracle``): writes the reference answers;
     * a user's own client with ``run_agent(workspace=, prompt=, sample=, ctx=)``;
-    * a chat client with ``complete(...)``: our tool-using agent, in the environment factory ``env``;
+    * a chat client with ``complete(...)``: our tool-using agent, or the external ``agent`` (``--bench-agent``)
+      talking to it through a metering proxy, in the environment factory ``env``;
     * anything else: every capsule is an error saying the model has no CORE-Bench agent.
     """
     if getattr(model, "is_oracle", False):
@@ -495,12 +615,11 @@ def choose_solver(model: Any, env: Any) -> Solver:
     if callable(getattr(model, "complete", None)):
         if env is None or not callable(getattr(env, "start", None)):
             return Failing("the bench_env fixture gave no environment factory with start()")
-        return AgentSolver(
-            model,
-            env,
-            kind=getattr(env, "kind", type(env).__name__),
-            keep_workspaces=bool(getattr(env, "keep_workspaces", False)),
-        )
+        kind = getattr(env, "kind", type(env).__name__)
+        keep = bool(getattr(env, "keep_workspaces", False))
+        if agent is not None and agent.external:
+            return ExternalAgentSolver(model, env, kind=kind, keep_workspaces=keep, agent=agents.make_agent(agent))
+        return AgentSolver(model, env, kind=kind, keep_workspaces=keep)
     label = getattr(model, "name", None) or type(model).__name__
     return Unsupported(f"model {label} has no CORE-Bench agent yet")
 
@@ -537,5 +656,7 @@ def save_artifacts(files: RunFiles | None, key: str, prompt: str, submission: sc
                 default=repr,
             ),
         )
+        if submission.source == "final_answer" and submission.report:  # the answers as report.json would hold them
+            files.write(f"{folder}/report.json", json.dumps(submission.report, indent=2, default=repr))
     except (OSError, ValueError) as exc:  # artifacts are a convenience; the record holds the verdicts
         warn_about(f"core-bench {key}: could not save artifacts in {folder}: {exc}", folder)

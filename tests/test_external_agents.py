@@ -1,0 +1,338 @@
+"""External agents (``--bench-agent``) end to end: a CORE-Bench capsule worked on by an agent CLI in the host
+environment's sandbox, its model calls going through the item's metering proxy to the scripted server."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# imported before any in-process pytester run (numpy cannot be imported twice in one process)
+from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noqa: F401
+
+from helpers.bench_runs import SHARED_DATA
+from helpers.capabilities import needs
+from helpers.capsule_factory import build_capsule_archive
+from helpers.fake_openai import FakeOpenAI
+
+pytestmark = pytest.mark.e2e
+
+CAPSULE = "capsule-7038571"
+USER_KEY = "sk-user-secret-d41d8cd98f00"
+
+# The command agent: one model call through the proxy, the reply's text written as the answer file; what the
+# sandbox can find of the user's key (environment, its own files, the workspace) goes into the workspace.
+COMMAND_AGENT = r"""
+import json, os, subprocess, urllib.request
+prompt = open(os.environ["AGENTBENCH_PROMPT_FILE"]).read()
+body = json.dumps({"model": "x", "messages": [{"role": "user", "content": prompt}]}).encode()
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body, headers={
+    "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+reply = json.load(urllib.request.urlopen(request, timeout=60))
+open(os.environ["AGENTBENCH_ANSWER_FILE"], "w").write(reply["choices"][0]["message"]["content"])
+found = subprocess.run(["grep", "-rIl", "--", os.environ["USER_KEY_PROBE"], "/etc", "/tmp", os.environ["HOME"], "."],
+                       capture_output=True, text=True).stdout
+leaks = {"environ": [k for k, v in os.environ.items() if os.environ["USER_KEY_PROBE"] in v and k != "USER_KEY_PROBE"],
+         "files": [f for f in found.splitlines() if "key-probe" not in f]}
+open("key-probe.json", "w").write(json.dumps(leaks))
+"""
+
+
+def questions() -> dict:
+    task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
+    return task["results"][0]
+
+
+@pytest.fixture(autouse=True)
+def data_env(monkeypatch):
+    monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(SHARED_DATA))
+
+
+def run_agent(pytester, tmp_path, server: Any, run_id: str, *extra: str, cache: str = "off"):
+    staged = tmp_path / "staged"
+    if not staged.exists():
+        build_capsule_archive(staged, CAPSULE, figure=True)
+    reports = tmp_path / "reports"
+    result = pytester.runpytest_subprocess(
+        "--bench=core-bench",
+        "--bench-split=train",
+        f"--bench-ids={CAPSULE}",
+        "--model=agent-model",
+        f"--model-base-url={server.base_url}",
+        f"--model-api-key={USER_KEY}",
+        "--model-max-retries=0",
+        f"--bench-cache={cache}",
+        f"--bench-cache-dir={tmp_path / 'cache'}",
+        f"--bench-capsules-dir={staged}",
+        f"--bench-report-dir={reports}",
+        f"--bench-run-id={run_id}",
+        "--bench-env=host",
+        "--bench-difficulty=easy",
+        "-p",
+        "no:cacheprovider",
+        *extra,
+    )
+    run_dir = reports / "core-bench" / "agent-model" / run_id
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 1, result.stdout.str()[-3000:]
+    return result, records[0], run_dir
+
+
+def command_args() -> list[str]:
+    """The command agent's options: its script inline (nothing of the test's folders is in the sandbox)."""
+    command = (
+        f"USER_KEY_PROBE={shlex.quote(USER_KEY)} {shlex.quote(sys.executable)} - <<'AGENT'\n{COMMAND_AGENT}\nAGENT"
+    )
+    return ["--bench-agent=command", f"--bench-agent-command={command}", "--bench-keep-workspaces"]
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_command_agent_answers_through_the_proxy(pytester, tmp_path, server, right):
+    needs("bwrap")
+    answers = questions()
+    if not right:
+        answers = {key: "no idea" for key in answers}
+    server.reply(json.dumps(answers), prompt_tokens=123, completion_tokens=45)
+    result, record, run_dir = run_agent(pytester, tmp_path, server, "command", *command_args())
+    assert record["status"] == ("pass" if right else "fail"), record["message"]
+    assert record["agent"] == {"name": "command", "version": None}
+    result.stdout.fnmatch_lines(["CORE-Bench train split, difficulty easy, hints on, agent command*"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["settings"]["agent"] == "command" and summary["comparability"]["harness"] == {"agent": "command"}
+    assert record["submission_source"] == "final_answer"
+    assert record["generation"]["model_calls"] == 1 == len(server.requests)
+    assert (record["generation"]["prompt_tokens"], record["generation"]["completion_tokens"]) == (123, 45)
+    sent = server.requests[0]
+    assert sent["headers"]["authorization"] == f"Bearer {USER_KEY}"  # the plugin's client, not the agent
+    assert "CORE-Bench" in json.dumps(sent["body"]["messages"]) or len(sent["body"]["messages"][0]["content"]) > 100
+    probe = json.loads((Path(record["workspace"]) / "key-probe.json").read_text())
+    assert probe == {"environ": [], "files": []}
+    saved = json.loads((run_dir / "artifacts" / CAPSULE / "report.json").read_text())
+    assert saved == answers  # the final message, kept as the report.json the agent did not write
+    trajectory = json.loads((run_dir / record["trajectory"]).read_text())
+    assert trajectory["agent"] == {"name": "command", "version": None}
+    assert trajectory["messages"][-1]["role"] == "assistant"
+
+
+def test_command_agent_that_cannot_reach_the_endpoint_directly(pytester, tmp_path, server):
+    """The agent's sandbox has no way to this machine's loopback: the real endpoint is out of its reach."""
+    needs("bwrap")
+    port = server.base_url.split(":")[2].split("/")[0]
+    command = (
+        f"{shlex.quote(sys.executable)} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 5)\" "
+        "2>err.txt; echo $? > reached.txt"
+    )
+    result, record, _ = run_agent(
+        pytester,
+        tmp_path,
+        server,
+        "reach",
+        "--bench-agent=command",
+        f"--bench-agent-command={command}",
+        "--bench-keep-workspaces",
+    )
+    assert (Path(record["workspace"]) / "reached.txt").read_text().strip() != "0"
+    assert server.requests == []
+    assert record["status"] == "fail"  # no answer: an invalid submission, scored as such
+
+
+def test_bad_agent_name_is_a_usage_error(pytester, tmp_path, server):
+    result = pytester.runpytest_subprocess(
+        "--bench=core-bench",
+        "--model=m",
+        f"--model-base-url={server.base_url}",
+        "--bench-agent=claude-code",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret != 0
+    assert "unknown agent 'claude-code'" in result.stderr.str() + result.stdout.str()
+
+
+# ---------------------------------------------------------------- mini-swe-agent
+
+
+def script_mini(server: FakeOpenAI, answers: dict) -> None:
+    """mini-swe-agent's conversation: run the capsule's code, then submit the answers as its final output (the
+    first output line is mini's end marker; the rest is its submission)."""
+    server.reply(
+        "Let me run the code.",
+        tool_calls=[("bash", {"command": "cd code && python3 main.py && cat ../results/output.txt"})],
+        prompt_tokens=101,
+        completion_tokens=11,
+    )
+    submit = f"printf '%s\\n' COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT {shlex.quote(json.dumps(answers))}"
+    server.reply("Submitting.", tool_calls=[("bash", {"command": submit})], prompt_tokens=202, completion_tokens=22)
+
+
+def mini_args() -> list[str]:
+    return ["--bench-agent=mini-swe-agent", "--bench-keep-workspaces"]
+
+
+@pytest.fixture
+def mini(monkeypatch):
+    needs("bwrap")
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(needs("mini-swe-agent")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("right", [True, False])
+def test_mini_swe_agent_solves_or_fails_the_capsule(pytester, tmp_path, server, mini, right):
+    answers = questions() if right else {key: 0.5 for key in questions()}
+    script_mini(server, answers)
+    result, record, run_dir = run_agent(pytester, tmp_path, server, "mini", *mini_args())
+    assert record["status"] == ("pass" if right else "fail"), record["message"]
+    assert record["agent"] == {"name": "mini-swe-agent", "version": "2.4.6"}
+    assert record["end_reason"] == "submitted" and record["submission_source"] == "final_answer"
+    # the tokens the record counts are the ones the server reported, call by call
+    assert record["generation"]["model_calls"] == 2 == len(server.requests)
+    assert (record["generation"]["prompt_tokens"], record["generation"]["completion_tokens"]) == (303, 33)
+    body = server.requests[1]["body"]
+    assert body["model"] == "agent-model" and [t["function"]["name"] for t in body["tools"]] == ["bash"]
+    assert any("mean accuracy" in json.dumps(m) for m in body["messages"] if m["role"] == "tool")
+    for request in server.requests:
+        assert request["headers"]["authorization"] == f"Bearer {USER_KEY}"
+    trajectory = json.loads((run_dir / record["trajectory"]).read_text())
+    assert trajectory["agent"]["name"] == "mini-swe-agent" and len(trajectory["turns"]) == 2
+
+
+@pytest.mark.slow
+def test_mini_swe_agent_replay_gives_the_same_verdict_without_the_endpoint(pytester, tmp_path, server, mini):
+    script_mini(server, questions())
+    _, first, _ = run_agent(pytester, tmp_path, server, "record", *mini_args(), cache="rw")
+    assert first["status"] == "pass", first["message"]
+    base_url = server.base_url
+    server.stop()
+    # the same base URL (part of the cache key); nothing listens there now
+    _, again, _ = run_agent(pytester, tmp_path, _Gone(base_url), "replay", *mini_args(), cache="replay")
+    assert again["status"] == "pass", again["message"]
+    assert again["generation"]["answers"] == "replayed" and again["generation"]["cache_hits"] == 2
+    assert again["generation"]["responses"] == first["generation"]["responses"]
+
+
+class _Gone:
+    """A stopped server's address, for the run options."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+
+
+# ---------------------------------------------------------------- Codex CLI
+
+
+def script_codex(server: FakeOpenAI, answers: dict) -> None:
+    """Codex's conversation (the proxy turns its Responses API requests into these chat calls): run the code,
+    then answer in the final message."""
+    run = "cd code && python3 main.py && cat ../results/output.txt"
+    server.reply("", tool_calls=[("exec_command", {"cmd": run})], prompt_tokens=301, completion_tokens=31)
+    server.reply(json.dumps(answers), prompt_tokens=402, completion_tokens=42)
+
+
+@pytest.fixture
+def codex(monkeypatch):
+    needs("bwrap")
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(needs("codex")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("right", [True, False])
+def test_codex_solves_or_fails_the_capsule(pytester, tmp_path, server, codex, right):
+    answers = questions() if right else {key: 0.5 for key in questions()}
+    script_codex(server, answers)
+    result, record, run_dir = run_agent(pytester, tmp_path, server, "codex", "--bench-agent=codex")
+    assert record["status"] == ("pass" if right else "fail"), record["message"]
+    assert record["agent"] == {"name": "codex", "version": "0.171.0"}
+    assert record["end_reason"] == "submitted" and record["submission_source"] == "final_answer"
+    assert record["generation"]["model_calls"] == 2 == len(server.requests)
+    assert (record["generation"]["prompt_tokens"], record["generation"]["completion_tokens"]) == (703, 73)
+    body = server.requests[1]["body"]
+    assert "web_search" not in json.dumps(body["tools"])
+    assert any("mean accuracy: 0.9300" in json.dumps(m) for m in body["messages"] if m["role"] == "tool")
+    assert all(r["headers"]["authorization"] == f"Bearer {USER_KEY}" for r in server.requests)
+
+
+@pytest.mark.slow
+def test_codex_replay_gives_the_same_verdict_without_the_endpoint(pytester, tmp_path, server, codex):
+    """One turn only: Codex puts a random chunk id and the wall time in every command's output, so a later
+    request of a run with commands differs from the recorded one (docs/corebench.md says so)."""
+    server.reply(json.dumps(questions()), prompt_tokens=402, completion_tokens=42)
+    _, first, _ = run_agent(pytester, tmp_path, server, "record", "--bench-agent=codex", cache="rw")
+    assert first["status"] == "pass", first["message"]
+    base_url = server.base_url
+    server.stop()
+    _, again, _ = run_agent(pytester, tmp_path, _Gone(base_url), "replay", "--bench-agent=codex", cache="replay")
+    assert again["status"] == "pass", again["message"]
+    assert again["generation"]["answers"] == "replayed"
+    assert again["generation"]["responses"] == first["generation"]["responses"]
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--bench-agent=command"], "needs --bench-agent-command"),
+        (["--bench-agent=mini-swe-agent", "--bench-env=docker"], "runs only in the host environment so far"),
+        (["--bench-agent=mini-swe-agent==0.0.999999", "--bench-env=host"], "installing mini-swe-agent==0.0.999999"),
+    ],
+)
+def test_an_agent_that_cannot_run_is_a_usage_error(pytester, tmp_path, server, monkeypatch, options, said):
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(tmp_path / "agents"))
+    staged = tmp_path / "staged"
+    build_capsule_archive(staged, CAPSULE)
+    result = pytester.runpytest_subprocess(
+        "--bench=core-bench",
+        "--bench-split=train",
+        f"--bench-ids={CAPSULE}",
+        "--model=m",
+        f"--model-base-url={server.base_url}",
+        "--model-api-key=x",
+        f"--bench-capsules-dir={staged}",
+        "--bench-docker-image=agentbench-no-such-image:x",
+        "-p",
+        "no:cacheprovider",
+        *options,
+    )
+    assert result.ret != 0
+    assert said in result.stderr.str() + result.stdout.str()
+    assert server.requests == []
+
+
+# An agent that keeps asking until the proxy says no (then waits to be ended)
+GREEDY_AGENT = r"""
+import json, os, time, urllib.error, urllib.request
+for n in range(20):
+    body = json.dumps({"model": "x", "messages": [{"role": "user", "content": f"call {n}"}]}).encode()
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body, headers={
+        "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(request, timeout=60).read()
+    except urllib.error.HTTPError as exc:
+        open("refused.txt", "w").write(f"{exc.code} {exc.read().decode()}")
+        break
+time.sleep(600)
+"""
+
+
+def test_a_spent_budget_ends_the_agent_with_budget(pytester, tmp_path, server):
+    needs("bwrap")
+    for _ in range(3):  # $0.007 a call at $2 / $10 per million tokens: the third is never asked
+        server.reply("more", prompt_tokens=1000, completion_tokens=500)
+    command = f"{shlex.quote(sys.executable)} - <<'AGENT'\n{GREEDY_AGENT}\nAGENT"
+    _, record, _ = run_agent(
+        pytester,
+        tmp_path,
+        server,
+        "budget",
+        "--bench-agent=command",
+        f"--bench-agent-command={command}",
+        "--model-price=2,10",
+        "--bench-max-cost-per-item=0.01",
+        "--bench-agent-time=300",
+    )
+    assert record["status"] == "budget" and record["end_reason"] == "budget", record["message"]
+    assert "spent $0.0140 of its budget of $0.01 (--bench-max-cost-per-item)" in record["message"]
+    assert record["generation"]["model_calls"] == 2 == len(server.requests)
+    assert record["generation"]["agent_seconds"] < 300  # ended by the plugin, not by its time limit
