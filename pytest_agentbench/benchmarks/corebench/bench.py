@@ -37,6 +37,8 @@ class CoreBench(Benchmark):
     name = NAME
     splits = dataset.SPLITS
     default_split = "test"
+    datasets = dataset.DATASETS  # --bench-dataset: v1 (default), v1.1, v1.1-ood
+    default_dataset = dataset.V1
     group_items = False
     records_file = "records.jsonl"
     options = CORE_BENCH_OPTIONS
@@ -67,12 +69,14 @@ class CoreBench(Benchmark):
     def __init__(self) -> None:
         self.split_sizes: dict[str, int] = {}  # capsules per split, from load_tasks (for "N of 45 selected")
         self.review: review.Review | None = None  # --bench-review, checked against the split by load_tasks
+        self.manifest_sha256: str | None = None  # a v1.1 set's manifest as read by load_tasks
 
     def configure(self, opts: Settings, split: str) -> dict[str, Any]:
         """The effective settings of a run, from options already checked by their declarations."""
         if split not in dataset.SPLITS:
             raise ConfigError(f"unknown CORE-Bench split {split!r}; valid: {', '.join(dataset.SPLITS)}")
         settings = effective_settings(opts)
+        check_data_set(opts, split)
         if settings["docker_dind"] and settings["env"] != "docker":
             raise ConfigError(
                 "--bench-docker-dind runs medium items in a privileged Docker container: "
@@ -117,16 +121,39 @@ class CoreBench(Benchmark):
         )
 
     def data_hashes(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, str]:
+        if self.manifest_sha256 is not None and settings.get("dataset"):  # a v1.1 set: its manifest
+            return {"manifest": self.manifest_sha256}
         revision = settings.get("dataset_revision", dataset.UPSTREAM_REV)
         return {"metadata": revision} if revision != dataset.UPSTREAM_REV else {}
+
+    def comparability(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """v1: the keys every benchmark records (unchanged, so earlier v1 runs stay comparable); a v1.1 set: its
+        name, release, grading rules and manifest sha256, so a gate refuses a v1 baseline for it (and the other
+        way round) unless --bench-allow-incomparable."""
+        keys = super().comparability(opts, split, settings)
+        if settings.get("dataset"):
+            keys["dataset"].update(
+                set=settings["dataset"],
+                label=settings.get("dataset_label"),
+                version=settings.get("dataset_version"),
+                grading=settings.get("grading"),
+            )
+        return keys
 
     def load_tasks(self, opts: Mapping[str, Any], split: str) -> list[Task]:
         """Every capsule of ``split`` in upstream order, one sample each (``opts["data_dir"]`` holds the data,
         ``opts["dataset_path"]`` replaces the split's file). Capsules already on disk whose REPRODUCING.md
         asks for a GPU get the ``gpu`` marker here, so ``-m "not gpu"`` deselects them."""
+        chosen = dataset.data_set(opts.get("dataset"))
         try:
             custom = opts.get("dataset_path")
-            tasks = dataset.read_custom(Path(custom)) if custom else dataset.load_split(Path(opts["data_dir"]), split)
+            if chosen.manifest is not None:  # a v1.1 set: its manifest, pinned unless --bench-allow-custom-data
+                verify = not opts.get("allow_custom_data", False)
+                tasks, self.manifest_sha256 = dataset.load_manifest(Path(opts["data_dir"]), chosen, verify=verify)
+            else:
+                tasks = (
+                    dataset.read_custom(Path(custom)) if custom else dataset.load_split(Path(opts["data_dir"]), split)
+                )
         except dataset.DatasetError as exc:
             raise ConfigError(str(exc)) from None
         self.split_sizes[split] = len(tasks)
@@ -134,6 +161,8 @@ class CoreBench(Benchmark):
         path = opts.get("review")
         self.review = review.load_review(path, tasks, split) if path else None
         folders = local_capsule_folders(opts)
+        if chosen.manifest is not None:  # the manifest's gpu flags decide, as in the v1.1 harness
+            return [tasks_entry(task, split, gpu=bool(task.get("gpu"))) for task in tasks]
         return [tasks_entry(task, split, gpu=known_gpu(task["capsule_id"], folders)) for task in tasks]
 
     def check_selection(
@@ -205,7 +234,34 @@ class CoreBench(Benchmark):
             "total_figure": figure,
             "split_size": self.split_sizes.get(sample.split),
             "difficulty": settings.get("difficulty"),
+            **dataset.record_fields(settings),
         }
+
+
+def check_data_set(opts: Settings, split: str) -> None:
+    """A v1.1 set is its test manifest at the hard difficulty, graded by its own rules: anything else is a
+    usage error naming the fix."""
+    chosen = dataset.data_set(opts.get("dataset"))
+    if chosen.manifest is None:
+        return
+    flag = f"--bench-dataset={chosen.name}"
+    if opts["difficulty"] != "hard":
+        raise ConfigError(
+            f"{flag} is hard-only ({chosen.label} revises CORE-Bench Hard): leave out --bench-difficulty "
+            f"or give --bench-difficulty=hard, or use --bench-dataset=v1 for {opts['difficulty']}"
+        )
+    if split != "test":
+        raise ConfigError(f"{flag} has one split, test: leave out --bench-split or give --bench-split=test")
+    if opts.get("dataset_path"):
+        raise ConfigError(
+            f"--bench-dataset-path replaces v1's split file; for {flag} put a manifest at "
+            f"<data dir>/{chosen.manifest.subdir}/{chosen.manifest.name} and add --bench-allow-custom-data"
+        )
+    if opts.get("preinstalled_input_dir"):
+        raise ConfigError(
+            f"--bench-preinstalled-input-dir is not supported with {flag} yet (the v1.1 workspace is prepared "
+            "from the unpacked capsule): leave it out"
+        )
 
 
 class WorkspaceAt:
@@ -219,7 +275,8 @@ def local_capsule_folders(opts: Mapping[str, Any]) -> list[Path]:
     """Where unpacked capsules may already be: the store and the extraction cache."""
     data_dir, cache_dir = Path(opts.get("data_dir") or "data"), Path(opts.get("cache_dir") or ".agentbench_cache")
     chosen = opts.get("capsules_dir")
-    store = capsules.archive_store(data_dir, cache_dir, Path(chosen) if chosen else None)
+    folder = dataset.data_set(opts.get("dataset")).capsule_folder
+    store = capsules.archive_store(data_dir, cache_dir, Path(chosen) if chosen else None, folder)
     return [store, cache_dir / "capsules" / "extracted"]
 
 
@@ -312,7 +369,7 @@ def summarize(
     m = compute_metrics(records)
     statuses = records_counts_text(count_statuses(records)) or "none"  # the format of every report
     head = (
-        f"CORE-Bench {settings.get('split', '?')} split, difficulty {settings.get('difficulty', '?')}, "
+        f"{data_set_text(settings)} {settings.get('split', '?')} split, difficulty {settings.get('difficulty', '?')}, "
         f"hints {'on' if settings.get('hints') else 'off'}"
         f"{', upstream abort' if settings.get('upstream_abort') else ''}"
     )
@@ -326,12 +383,13 @@ def summarize(
     unisolated = [text for text in unisolated if text.startswith("none")]
     if unisolated:  # the agent could reach the answers: every report says so
         head += f"; isolation: {unisolated[0]}"
+    headline = " (the v1.1 headline)" if settings.get("grading") == "v1.1" else ""
     lines = [
         head,
-        f"capsules correct:        {_fraction(m, 'correct_capsules', 'capsules')}",
+        f"capsules correct:        {_fraction(m, 'correct_capsules', 'capsules')}  task-level accuracy{headline}",
         f"  written-question tasks {_fraction(m, 'correct_written_tasks', 'written_tasks')}",
         f"  figure-question tasks  {_fraction(m, 'correct_figure_tasks', 'figure_tasks')}",
-        f"questions correct:       {_fraction(m, 'correct_questions', 'questions')}",
+        f"questions correct:       {_fraction(m, 'correct_questions', 'questions')}  question-level accuracy",
         f"statuses: {statuses}",
     ]
     out: dict[str, Any] = {"metrics": m, "terminal": lines}
@@ -345,6 +403,18 @@ def summarize(
             lines += [f"warning: {note}" for note in notes]
     out["markdown"] = render_markdown(records, m, lines, scores)
     return out
+
+
+def data_set_text(settings: Mapping[str, Any]) -> str:
+    """The data set as the headline names it: ``CORE-Bench v1``, or a v1.1 set with its manifest's sha256 and
+    grading rules."""
+    if not settings.get("dataset"):
+        return "CORE-Bench v1"
+    manifest = (settings.get("data_hashes") or {}).get("manifest") or "?"
+    return (
+        f"{settings.get('dataset_label')} (--bench-dataset={settings['dataset']}, manifest sha256 {manifest[:12]}, "
+        f"{settings.get('grading')} grading rules)"
+    )
 
 
 def review_scores(

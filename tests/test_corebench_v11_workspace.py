@@ -1,0 +1,79 @@
+"""The workspace as CORE-Bench v1.1 prepares it (hard only): every results/ folder and the files the authors' hard
+filter leaves out are gone before the agent starts; v1's difficulties are unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_agentbench.benchmarks.corebench import prepare
+
+from helpers.capsule_factory import write_capsule_tree
+from helpers.corebench_v11 import HIDDEN_EXTRAS, KEPT_EXTRAS
+
+CAPSULE = "capsule-3639589"
+
+
+def files_under(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() or p.is_symlink()}
+
+
+@pytest.fixture
+def capsule(tmp_path):
+    root = write_capsule_tree(tmp_path / "store", CAPSULE)
+    for rel, text in {**HIDDEN_EXTRAS, **KEPT_EXTRAS}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "data" / "results").mkdir()  # an empty results folder deep down goes too
+    return root
+
+
+def test_the_v11_hard_workspace_drops_results_and_the_filtered_files(capsule, tmp_path):
+    workspace = prepare.prepare_workspace(capsule, tmp_path / "ws", CAPSULE, "hard", rules="v1.1")
+    left = files_under(workspace)
+    assert not [f for f in left if "results" in f.split("/")]
+    assert not any((workspace / p).exists() for p in ("results", "code/results", "data/results"))
+    for gone in ["REPRODUCING.md", "code/run", "code/run.sh", "environment/Dockerfile", *HIDDEN_EXTRAS]:
+        assert gone not in left, gone
+    for kept in ["code/main.py", "code/README.md", "data/values.csv", "metadata/metadata.yml", *KEPT_EXTRAS]:
+        assert kept in left, kept
+    # folders left empty by the filter go (upstream copies files only): no empty environment/ or cache/
+    assert not (workspace / "environment").exists() and not (workspace / "code" / "cache").exists()
+    assert not list(workspace.rglob("*.tar.gz"))
+    assert (capsule / "results" / "output.txt").is_file()  # the unpacked capsule itself is untouched
+
+
+def test_v1_hard_keeps_an_empty_results_folder_and_the_other_files(capsule, tmp_path):
+    workspace = prepare.prepare_workspace(capsule, tmp_path / "ws", CAPSULE, "hard")
+    left = files_under(workspace)
+    assert (workspace / "results").is_dir() and not any((workspace / "results").iterdir())
+    assert "code/results/old_output.txt" in left and "data/train_split.csv" in left  # v1 removes neither
+
+
+@pytest.mark.parametrize(
+    ("path", "dropped"),
+    [
+        ("results/a.txt", True),
+        ("code/sub/results/a.txt", True),
+        ("resultsfile.txt", False),
+        ("code/REPRODUCING.md", True),
+        ("environment/Dockerfile", True),
+        ("code/environment.yml", False),
+        ("code/run", True),
+        ("code/run.py", False),
+        ("x/code/run.sh", True),
+        ("data/mtrain3.parquet", True),
+        ("data/TRAIN.H5", True),
+        ("data/train.py", False),
+        ("data/cache/x", True),
+        ("data/Cache/x", True),
+        ("code/checkpoint", True),
+        ("code/Checkpoint-2.bin", True),
+        ("code/a.CKPT", True),  # the name is lowered first
+        ("code/ckpt.txt", False),
+        ("code/__pycache__/m.pyc", True),
+    ],
+)
+def test_the_hard_filter_rules(path, dropped):
+    assert prepare.v11_hard_drops(path) is dropped
