@@ -214,3 +214,38 @@ def test_a_v1_baseline_is_refused_for_a_v11_run_unless_allowed(v11, monkeypatch)
     )
     assert allowed.ret == 0, allowed.stdout.str()[-3000:]
     assert "comparability.dataset" in allowed.stdout.str()
+
+
+def test_a_v1_runs_saved_answers_are_regraded_by_the_v11_rules(v11):
+    """A v1 run (on a custom task file holding one capsule of the set and one outside it) fails the capsule by
+    v1's rules; its replay with --bench-dataset=v1.1 re-grades the saved answers by v1.1's: it passes, the capsules
+    the v1 run never had are skipped, and nothing is fetched or run."""
+    from helpers.corebench_v11 import manifest_text, task, tasks
+
+    colour = next(t for t in tasks() if t["capsule_id"] == COLOUR_CAPSULE)
+    outside = task("capsule-1111111", "Not in v1.1", {"Report the seed.": 7})
+    custom = v11.tmp / "v1_tasks.json"
+    custom.write_text(manifest_text([colour, outside]))
+    store = v11.manifest.parent / "capsules"
+    build_capsule_archive(store, "capsule-1111111")
+    data = v11.manifest.parent.parent.parent
+    result, v1_folder = v11(
+        f"--bench-dataset-path={custom}", f"--bench-capsules-dir={store}", run_id="v1", custom=False
+    )
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    assert records_of(v1_folder)[COLOUR_CAPSULE]["status"] == "fail"  # "Green" and 96.125 are wrong by v1's rules
+
+    (v11.listing / f"{COLOUR_CAPSULE}.json").unlink()
+    result, folder = v11(f"--bench-replay={v1_folder}", "--bench-dataset=v1.1", f"--bench-data-dir={data}", run_id="rg")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    result.assert_outcomes(passed=1, skipped=2)
+    records = records_of(folder)
+    regraded = records[COLOUR_CAPSULE]
+    assert regraded["status"] == "pass" and regraded["dataset"] == "v1.1" and regraded["grading"] == "v1.1"
+    assert regraded["regrade"] == {"from": str(v1_folder), "replayed_dataset": "v1", "grading": "v1.1"}
+    assert {q["rule"] for q in regraded["questions"]} == {"alias", "isclose"}
+    assert "not re-graded" in records[GPU_CAPSULE]["message"] or records[GPU_CAPSULE]["status"] == "skipped"
+    assert not (v11.listing / f"{COLOUR_CAPSULE}.json").exists()  # no agent ran
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["settings"]["regrade"]["from"] == str(v1_folder)
+    assert summary["comparability"]["replayed"]["dataset"]["name"] == "core-bench"

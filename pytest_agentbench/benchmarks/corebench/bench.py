@@ -24,10 +24,10 @@ from ...core.types import Sample, Task
 from ...envs.options import EnvOptions
 from ...models.options import ModelOptions
 from ..base import Benchmark, RunSpec
-from . import capsules, checks, dataset, page, prepare, reach, review, scorer
+from . import capsules, checks, dataset, page, prepare, reach, regrade, review, scorer
 from .agent import CoreAgent
 from .options import CORE_BENCH_OPTIONS, agent_limits, default_env, describe_isolation, effective_settings
-from .run import NAME, CoreBenchRun, choose_solver
+from .run import NAME, CoreBenchRun, RegradeSolver, choose_solver
 
 if TYPE_CHECKING:
     from ...envs import Environment
@@ -90,6 +90,13 @@ class CoreBench(Benchmark):
         )
         custom = opts["dataset_path"]
         settings["dataset_revision"] = dataset.dataset_revision(Path(custom) if custom else None)
+        source = regrade.regrade_source(opts)
+        if source is not None:
+            settings.update(regrade.regrade_fields(source, settings.get("grading") or "v1"))
+            settings["notes"] = [
+                f"re-grade: the answers {source} saved, scored by the {settings.get('grading')} rules against "
+                f"{settings.get('dataset_label')} for the capsules both have; no agent runs and no model is called"
+            ]
         return settings
 
     def default_env(self, opts: Settings) -> str:
@@ -161,6 +168,9 @@ class CoreBench(Benchmark):
         path = opts.get("review")
         self.review = review.load_review(path, tasks, split) if path else None
         folders = local_capsule_folders(opts)
+        source = regrade.regrade_source(opts)
+        if source is not None:  # a re-grade: the capsules the replayed run has no answers for are skipped
+            return [regraded_entry(task, split, source) for task in tasks]
         if chosen.manifest is not None:  # the manifest's gpu flags decide, as in the v1.1 harness
             return [tasks_entry(task, split, gpu=bool(task.get("gpu"))) for task in tasks]
         return [tasks_entry(task, split, gpu=known_gpu(task["capsule_id"], folders)) for task in tasks]
@@ -168,15 +178,19 @@ class CoreBench(Benchmark):
     def check_selection(
         self, opts: Settings, settings: Mapping[str, Any], samples: list[Sample], env: Any
     ) -> list[str]:
-        """Before any item: every selected capsule is in the store or downloadable, the agent's image exists."""
+        """Before any item: every selected capsule is in the store or downloadable, the agent's image exists
+        (a re-grade needs neither)."""
+        if regrade.regrade_source(opts) is not None:
+            return []
         checks.check_selection(opts, [s.task_id for s in samples if not s.skip_reason], env)
         return []
 
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> CoreBenchRun:
         split = spec.settings.get("split", "")
+        source = regrade.regrade_source(spec.options)
         return CoreBenchRun(
             spec.settings,
-            choose_solver(model, env),
+            RegradeSolver(source) if source is not None else choose_solver(model, env),
             data_dir=spec.data_dir,
             cache_dir=spec.cache_dir,
             files=spec.files,
@@ -203,6 +217,8 @@ class CoreBench(Benchmark):
         such a run could never be replayed anyway."""
         from ...models.probe import FirstCallProbe, FirstCallSeen  # why: it loads openai; only a replay needs it
 
+        if regrade.regrade_source(opts) is not None:  # a re-grade calls no model
+            return []
         wanted = {s.task_id for s in samples}
         chosen = [t for t in tasks if t.id in wanted]
         if not chosen:
@@ -252,7 +268,7 @@ def check_data_set(opts: Settings, split: str) -> None:
         )
     if split != "test":
         raise ConfigError(f"{flag} has one split, test: leave out --bench-split or give --bench-split=test")
-    if opts.get("dataset_path"):
+    if opts.get("dataset_path") and regrade.regrade_source(opts) is None:
         raise ConfigError(
             f"--bench-dataset-path replaces v1's split file; for {flag} put a manifest at "
             f"<data dir>/{chosen.manifest.subdir}/{chosen.manifest.name} and add --bench-allow-custom-data"
@@ -285,6 +301,14 @@ def known_gpu(capsule_id: str, folders: list[Path]) -> bool:
     GPU (unknown ones: decided at run time)."""
     folder = capsules.unpacked_capsule(capsule_id, *folders)
     return folder is not None and bool(prepare.capsule_needs_gpu(folder))
+
+
+def regraded_entry(task: dict[str, Any], split: str, source: Path) -> Task:
+    """A task of a re-grade: skipped, with the reason, when the replayed run saved no answers for it."""
+    entry = tasks_entry(task, split, gpu=bool(task.get("gpu")))
+    if not regrade.has_saved_submission(source, task["capsule_id"]):
+        entry.samples[:] = [replace(s, skip_reason=regrade.not_in_run_reason(source)) for s in entry.samples]
+    return entry
 
 
 def tasks_entry(task: dict[str, Any], split: str, gpu: bool = False) -> Task:

@@ -30,7 +30,7 @@ from ...core.io import DirectoryFiles, RunFiles
 from ...core.types import Sample
 from ...envs import EnvError, EnvFactory, EnvSkip
 from . import agent as agent_mod
-from . import capsules, dataset, grading_v11, prepare, reach, review, scorer
+from . import capsules, dataset, grading_v11, prepare, reach, regrade, review, scorer
 from .options import DEFAULT_WORKSPACE_ROOT, agent_limits
 
 NAME = "core-bench"
@@ -118,6 +118,8 @@ class CoreBenchRun:
         """The fields of the sample's record: its settings, the capsule's, the solver's verdict."""
         task = sample.data
         record = self.base_record(sample)
+        if isinstance(self.solver, RegradeSolver):  # saved answers only: no capsule, no agent, no model
+            return review.apply_review({**record, **self.solver.regrade(self, sample)}, self.review)
         preinstalled = self.settings.get("preinstalled_input_dir")
         try:
             templates = self.templates()
@@ -273,6 +275,28 @@ class Unsupported(LocalSolver):
 
     def answer(self, run: CoreBenchRun, sample: Sample, workspace: Path, prompt: str) -> dict[str, Any]:
         return {"status": "error", "message": self.message}
+
+
+@dataclass
+class RegradeSolver(Solver):
+    """Re-grades the answers another run saved (``regrade.py``) by this run's data set and rules."""
+
+    folder: Path
+
+    def regrade(self, run: CoreBenchRun, sample: Sample) -> dict[str, Any]:
+        origin = regrade.regrade_fields(self.folder, run.data_set.grading)
+        submission, problem = regrade.load_saved(self.folder, sample.key)
+        if submission is None:
+            return {**origin, "status": "error", "message": problem}
+        prompt_file = self.folder / "artifacts" / sample.key / "prompt.txt"
+        try:
+            prompt = prompt_file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            prompt = ""
+        return {**origin, **run.score(sample.data, submission, prompt, key=sample.key)}
+
+    def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path | None, prompt: str) -> dict[str, Any]:
+        return self.regrade(run, sample)
 
 
 @dataclass
