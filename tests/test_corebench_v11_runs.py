@@ -135,6 +135,9 @@ def test_a_v11_run_is_graded_by_the_v11_rules_and_says_which_data_it_used(v11):
     assert f"CORE-Bench v1.1 mainline (--bench-dataset=v1.1, manifest sha256 {sha[:12]}" in out
     assert re.search(r"capsules correct: +3/3 \(100\.0%\) +task-level accuracy \(the v1\.1 headline\)", out)
     assert re.search(r"questions correct: +5/5 \(100\.0%\) +question-level accuracy", out)
+    # the reports show the rule that decided each verdict
+    assert "correct (isclose)" in (folder / "summary.md").read_text()
+    assert "rule: alias" in (folder / "report.html").read_text()
 
 
 def test_the_agent_starts_without_results_or_the_hard_filters_files(v11):

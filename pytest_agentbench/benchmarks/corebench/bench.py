@@ -539,6 +539,8 @@ def verdict_cell(question: Mapping[str, Any]) -> str:
         if question.get("correct")
         else "wrong" + (f": {_cell(question['note'], 60)}" if question.get("note") else "")
     )
+    if question.get("rule"):  # v1.1 grading: the rule that decided
+        verdict += f" ({_cell(question['rule'], 20)})"
     found = question.get("review")
     if isinstance(found, Mapping):
         verdict += (
