@@ -77,3 +77,18 @@ def test_v1_hard_keeps_an_empty_results_folder_and_the_other_files(capsule, tmp_
 )
 def test_the_hard_filter_rules(path, dropped):
     assert prepare.v11_hard_drops(path) is dropped
+
+
+def test_the_plugin_pins_the_published_v11_sets():
+    from pytest_agentbench.benchmarks.corebench import dataset
+
+    main, ood = dataset.DATA_SETS["v1.1"], dataset.DATA_SETS["v1.1-ood"]
+    assert main.manifest.sha256 == "d4aa5ebb984df7f293e04f2dd120722f172fddea6fcb54a0c928e09bc6ef837d"
+    assert ood.manifest.sha256 == "ad09c0cc164fd6d73b3891e2c42e8e04eee28aed861cb5a8e57a2a9f74f668c5"
+    assert (len(main.capsule_ids), len(set(main.capsule_ids)), len(ood.capsule_ids)) == (39, 39, 19)
+    assert not set(main.capsule_ids) & set(ood.capsule_ids)
+    assert (
+        main.capsule_url == "https://huggingface.co/datasets/agent-evals/core-bench-v1.1-mainline/resolve/main/capsules"
+    )
+    assert (main.manifest.subdir, main.capsule_folder) == ("core_bench/v1.1", "core_bench/v1.1/capsules")
+    assert dataset.data_set(None) is dataset.DATA_SETS["v1"] and dataset.DATA_SETS["v1"].manifest is None
