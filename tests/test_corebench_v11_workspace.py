@@ -92,3 +92,24 @@ def test_the_plugin_pins_the_published_v11_sets():
     )
     assert (main.manifest.subdir, main.capsule_folder) == ("core_bench/v1.1", "core_bench/v1.1/capsules")
     assert dataset.data_set(None) is dataset.DATA_SETS["v1"] and dataset.DATA_SETS["v1"].manifest is None
+
+
+def test_fetch_capsules_readies_a_v11_set_and_names_its_gpu_capsules(tmp_path, monkeypatch, capsys):
+    from pytest_agentbench.cli.capsules import main
+
+    from helpers.bench_runs import SHARED_DATA
+    from helpers.corebench_v11 import GPU_CAPSULE, LIST_CAPSULE, write_v11_data
+
+    monkeypatch.setenv("AGENTBENCH_OFFLINE", "1")
+    data = tmp_path / "data"
+    write_v11_data(data, SHARED_DATA)
+    args = ["--dataset=v1.1", f"--data-dir={data}", f"--cache-dir={tmp_path / 'cache'}"]
+    assert main(args) == 2  # the synthetic manifest is not the pinned one
+    assert "checksum mismatch" in capsys.readouterr().err
+    assert main([*args, "--allow-custom-data"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"{GPU_CAPSULE} ready in" in out and "(needs a GPU)" in out.split(f"{GPU_CAPSULE} ready in")[1].split("\n")[0]
+    )
+    assert "(needs a GPU)" not in out.split(f"{LIST_CAPSULE} ready in")[1].split("\n")[0]
+    assert "3 of 3 capsules ready" in out
