@@ -100,7 +100,7 @@ def test_command_agent_answers_through_the_proxy(pytester, tmp_path, server, rig
     result, record, run_dir = run_agent(pytester, tmp_path, server, "command", *command_args())
     assert record["status"] == ("pass" if right else "fail"), record["message"]
     assert record["agent"] == {"name": "command", "version": None}
-    result.stdout.fnmatch_lines(["CORE-Bench train split, difficulty easy, hints on, agent command*"])
+    result.stdout.fnmatch_lines(["CORE-Bench v1 train split, difficulty easy, hints on, agent command*"])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["settings"]["agent"] == "command" and summary["comparability"]["harness"] == {"agent": "command"}
     assert record["submission_source"] == "final_answer"

@@ -83,6 +83,9 @@ class Benchmark:
     name: ClassVar[str] = ""  # the value of --bench
     splits: ClassVar[tuple[str, ...]] = ()
     default_split: ClassVar[str] = ""
+    # --bench-dataset: the data sets the benchmark offers (none: the option is refused) and the one used without it
+    datasets: ClassVar[tuple[str, ...]] = ()
+    default_dataset: ClassVar[str] = ""
     # When true the samples of a task are collected under a per-task collector (``<bench>/<task>::<sample>``,
     # kept whole on one xdist worker), otherwise directly (``<bench>/<sample>``).
     group_items: ClassVar[bool] = True

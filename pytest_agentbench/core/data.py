@@ -248,7 +248,7 @@ def find_or_fetch(
     if not allow_download:
         raise DataError(
             f"{f.name} not found (looked in {where}) and downloads are off (${OFFLINE_ENV}); "
-            f"download it from {f.url} and put it at {dest}"
+            f"download it from {f.url}{pinned_text(f)} and put it at {dest}"
         )
     try:
         return download(f.url, dest, f.sha256)
@@ -258,6 +258,11 @@ def find_or_fetch(
             f"Download it by hand and put it at {dest}, or point --bench-data-dir / ${DATA_DIR_ENV} "
             f"at a folder that has it."
         ) from exc
+
+
+def pinned_text(f: DataFile) -> str:
+    """`` (sha256 ...)`` of a pinned file, for the messages that say what to download."""
+    return f" (sha256 {f.sha256})" if f.sha256 else ""
 
 
 def _progress(name: str, done: int, total: int | None, started: float) -> None:

@@ -79,6 +79,14 @@ RUN_OPTIONS: tuple[Option, ...] = (
         help_group="selection",
     ),
     Option(
+        "dataset",
+        "--bench-dataset",
+        "which data set of the benchmark (default: the benchmark's own default); each benchmark declares its choices.",
+        ini="agentbench_dataset",
+        metavar="NAME",
+        help_group="selection",
+    ),
+    Option(
         "ids",
         "--bench-ids",
         "exact selection, comma separated: a task id (77) or a sample id (77.3). Unlike -k, 7 does not match 17 or 70.",
@@ -234,6 +242,7 @@ class RunOptions:
     bench: str | None
     config: Path | None
     split: str | None
+    dataset: str | None
     ids: tuple[str, ...]
     data_dir: Path
     cache_dir: Path

@@ -70,13 +70,16 @@ def all_options(registered: Registered) -> tuple[Option, ...]:
 
 
 def with_choices(option: Option, registered: Registered) -> Option:
-    """--bench and --bench-split list what the installed benchmarks accept in their help."""
+    """--bench, --bench-split and --bench-dataset list what the installed benchmarks accept in their help."""
     found = [registered.found[n] for n in sorted(registered.found)]
     if option.name == "bench" and found:
         return replace(option, help=f"{option.help} Installed: {', '.join(b.name for b in found)}.")
     if option.name == "split" and found:
         splits = "; ".join(f"{b.name} {'|'.join(b.splits)} (default {b.default_split})" for b in found)
         return replace(option, help=f"{option.help} {splits}.")
+    if option.name == "dataset" and any(b.datasets for b in found):
+        sets = "; ".join(f"{b.name} {'|'.join(b.datasets)} (default {b.default_dataset})" for b in found if b.datasets)
+        return replace(option, help=f"{option.help} {sets}.")
     return option
 
 

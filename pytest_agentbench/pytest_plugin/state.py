@@ -104,10 +104,20 @@ def replayed_comparability(folder: Path) -> Any:
     return found if isinstance(found, dict) else UNKNOWN
 
 
+def check_dataset(benchmark: Benchmark, given: str | None) -> None:
+    """--bench-dataset names one of the data sets the benchmark declares (none given: the benchmark's default)."""
+    if given is None:
+        return
+    if not benchmark.datasets:
+        raise ConfigError(f"--bench-dataset does not apply to --bench={benchmark.name}: it offers one data set")
+    choose(benchmark.datasets, given, f"{benchmark.name} data set (--bench-dataset)")
+
+
 def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = ()) -> BenchState:
     """This process's state (of its model ``opts.model`` when ``models`` lists the several models of the
     session); raises ConfigError or DataError (the caller turns them into usage errors)."""
     benchmark = get_benchmark(opts.bench)
+    check_dataset(benchmark, opts.dataset)
     split = choose(benchmark.splits, opts.split or benchmark.default_split, f"{benchmark.name} split (--bench-split)")
     settings = run_settings(benchmark, opts, split, bool(config.option.collectonly))
     if config.option.collectonly:  # listing the items needs none of the data only scoring reads

@@ -26,10 +26,10 @@ from ...envs.options import EnvOptions
 from ...models.options import ModelOptions
 from .. import agents
 from ..base import Benchmark, RunSpec
-from . import capsules, checks, dataset, page, prepare, reach, review, scorer
+from . import capsules, checks, dataset, page, prepare, reach, regrade, review, scorer
 from .agent import CoreAgent
 from .options import CORE_BENCH_OPTIONS, agent_limits, default_env, describe_isolation, effective_settings
-from .run import NAME, CoreBenchRun, choose_solver
+from .run import NAME, CoreBenchRun, RegradeSolver, choose_solver
 
 if TYPE_CHECKING:
     from ...envs import Environment
@@ -44,6 +44,8 @@ class CoreBench(Benchmark):
     name = NAME
     splits = dataset.SPLITS
     default_split = "test"
+    datasets = dataset.DATASETS  # --bench-dataset: v1 (default), v1.1, v1.1-ood
+    default_dataset = dataset.V1
     group_items = False
     records_file = "records.jsonl"
     options = CORE_BENCH_OPTIONS
@@ -74,12 +76,14 @@ class CoreBench(Benchmark):
     def __init__(self) -> None:
         self.split_sizes: dict[str, int] = {}  # capsules per split, from load_tasks (for "N of 45 selected")
         self.review: review.Review | None = None  # --bench-review, checked against the split by load_tasks
+        self.manifest_sha256: str | None = None  # a v1.1 set's manifest as read by load_tasks
 
     def configure(self, opts: Settings, split: str) -> dict[str, Any]:
         """The effective settings of a run, from options already checked by their declarations."""
         if split not in dataset.SPLITS:
             raise ConfigError(f"unknown CORE-Bench split {split!r}; valid: {', '.join(dataset.SPLITS)}")
         settings = effective_settings(opts)
+        check_data_set(opts, split)
         if settings["docker_dind"] and settings["env"] != "docker":
             raise ConfigError(
                 "--bench-docker-dind runs medium items in a privileged Docker container: "
@@ -93,6 +97,13 @@ class CoreBench(Benchmark):
         )
         custom = opts["dataset_path"]
         settings["dataset_revision"] = dataset.dataset_revision(Path(custom) if custom else None)
+        source = regrade.regrade_source(opts)
+        if source is not None:
+            settings.update(regrade.regrade_fields(source, settings.get("grading") or "v1"))
+            settings["notes"] = [
+                f"re-grade: the answers {source} saved, scored by the {settings.get('grading')} rules against "
+                f"{settings.get('dataset_label')} for the capsules both have; no agent runs and no model is called"
+            ]
         return settings
 
     def default_env(self, opts: Settings) -> str:
@@ -124,16 +135,41 @@ class CoreBench(Benchmark):
         )
 
     def data_hashes(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, str]:
+        if self.manifest_sha256 is not None and settings.get("dataset"):  # a v1.1 set: its manifest
+            return {"manifest": self.manifest_sha256}
         revision = settings.get("dataset_revision", dataset.UPSTREAM_REV)
         return {"metadata": revision} if revision != dataset.UPSTREAM_REV else {}
+
+    def comparability(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """v1: the keys every benchmark records (unchanged, so earlier v1 runs stay comparable); a v1.1 set: its
+        name, release, grading rules and manifest sha256, so a gate refuses a v1 baseline for it (and the other
+        way round) unless --bench-allow-incomparable. Every set: the agent as the ``harness``, since the agent moves
+        the score as much as the model does (a baseline of another agent, or another version of it, is refused
+        unless allowed)."""
+        keys = {**super().comparability(opts, split, settings), "harness": {"agent": agent_of(settings).label()}}
+        if settings.get("dataset"):
+            keys["dataset"].update(
+                set=settings["dataset"],
+                label=settings.get("dataset_label"),
+                version=settings.get("dataset_version"),
+                grading=settings.get("grading"),
+            )
+        return keys
 
     def load_tasks(self, opts: Mapping[str, Any], split: str) -> list[Task]:
         """Every capsule of ``split`` in upstream order, one sample each (``opts["data_dir"]`` holds the data,
         ``opts["dataset_path"]`` replaces the split's file). Capsules already on disk whose REPRODUCING.md
         asks for a GPU get the ``gpu`` marker here, so ``-m "not gpu"`` deselects them."""
+        chosen = dataset.data_set(opts.get("dataset"))
         try:
             custom = opts.get("dataset_path")
-            tasks = dataset.read_custom(Path(custom)) if custom else dataset.load_split(Path(opts["data_dir"]), split)
+            if chosen.manifest is not None:  # a v1.1 set: its manifest, pinned unless --bench-allow-custom-data
+                verify = not opts.get("allow_custom_data", False)
+                tasks, self.manifest_sha256 = dataset.load_manifest(Path(opts["data_dir"]), chosen, verify=verify)
+            else:
+                tasks = (
+                    dataset.read_custom(Path(custom)) if custom else dataset.load_split(Path(opts["data_dir"]), split)
+                )
         except dataset.DatasetError as exc:
             raise ConfigError(str(exc)) from None
         self.split_sizes[split] = len(tasks)
@@ -141,26 +177,29 @@ class CoreBench(Benchmark):
         path = opts.get("review")
         self.review = review.load_review(path, tasks, split) if path else None
         folders = local_capsule_folders(opts)
+        source = regrade.regrade_source(opts)
+        if source is not None:  # a re-grade: the capsules the replayed run has no answers for are skipped
+            return [regraded_entry(task, split, source) for task in tasks]
+        if chosen.manifest is not None:  # the manifest's gpu flags decide, as in the v1.1 harness
+            return [tasks_entry(task, split, gpu=bool(task.get("gpu"))) for task in tasks]
         return [tasks_entry(task, split, gpu=known_gpu(task["capsule_id"], folders)) for task in tasks]
 
     def check_selection(
         self, opts: Settings, settings: Mapping[str, Any], samples: list[Sample], env: Any
     ) -> list[str]:
-        """Before any item: every selected capsule is in the store or downloadable, the agent's image exists."""
+        """Before any item: every selected capsule is in the store or downloadable, the agent's image exists
+        (a re-grade needs neither)."""
+        if regrade.regrade_source(opts) is not None:
+            return []
         checks.check_selection(opts, [s.task_id for s in samples if not s.skip_reason], env)
         return []
 
-    def comparability(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, Any]:
-        """The base keys plus the agent as the ``harness``: the agent moves the score as much as the model does,
-        so a gate refuses a baseline of another agent (or another version of it) unless allowed."""
-        choice = agent_of(settings)
-        return {**super().comparability(opts, split, settings), "harness": {"agent": choice.label()}}
-
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> CoreBenchRun:
         split = spec.settings.get("split", "")
+        source = regrade.regrade_source(spec.options)
         return CoreBenchRun(
             spec.settings,
-            choose_solver(model, env, agent_of(spec.settings)),
+            RegradeSolver(source) if source is not None else choose_solver(model, env, agent_of(spec.settings)),
             data_dir=spec.data_dir,
             cache_dir=spec.cache_dir,
             files=spec.files,
@@ -187,6 +226,8 @@ class CoreBench(Benchmark):
         such a run could never be replayed anyway."""
         from ...models.probe import FirstCallProbe, FirstCallSeen  # why: it loads openai; only a replay needs it
 
+        if regrade.regrade_source(opts) is not None:  # a re-grade calls no model
+            return []
         wanted = {s.task_id for s in samples}
         chosen = [t for t in tasks if t.id in wanted]
         if not chosen:
@@ -218,7 +259,34 @@ class CoreBench(Benchmark):
             "total_figure": figure,
             "split_size": self.split_sizes.get(sample.split),
             "difficulty": settings.get("difficulty"),
+            **dataset.record_fields(settings),
         }
+
+
+def check_data_set(opts: Settings, split: str) -> None:
+    """A v1.1 set is its test manifest at the hard difficulty, graded by its own rules: anything else is a
+    usage error naming the fix."""
+    chosen = dataset.data_set(opts.get("dataset"))
+    if chosen.manifest is None:
+        return
+    flag = f"--bench-dataset={chosen.name}"
+    if opts["difficulty"] != "hard":
+        raise ConfigError(
+            f"{flag} is hard-only ({chosen.label} revises CORE-Bench Hard): leave out --bench-difficulty "
+            f"or give --bench-difficulty=hard, or use --bench-dataset=v1 for {opts['difficulty']}"
+        )
+    if split != "test":
+        raise ConfigError(f"{flag} has one split, test: leave out --bench-split or give --bench-split=test")
+    if opts.get("dataset_path") and regrade.regrade_source(opts) is None:
+        raise ConfigError(
+            f"--bench-dataset-path replaces v1's split file; for {flag} put a manifest at "
+            f"<data dir>/{chosen.manifest.subdir}/{chosen.manifest.name} and add --bench-allow-custom-data"
+        )
+    if opts.get("preinstalled_input_dir"):
+        raise ConfigError(
+            f"--bench-preinstalled-input-dir is not supported with {flag} yet (the v1.1 workspace is prepared "
+            "from the unpacked capsule): leave it out"
+        )
 
 
 class WorkspaceAt:
@@ -232,7 +300,8 @@ def local_capsule_folders(opts: Mapping[str, Any]) -> list[Path]:
     """Where unpacked capsules may already be: the store and the extraction cache."""
     data_dir, cache_dir = Path(opts.get("data_dir") or "data"), Path(opts.get("cache_dir") or ".agentbench_cache")
     chosen = opts.get("capsules_dir")
-    store = capsules.archive_store(data_dir, cache_dir, Path(chosen) if chosen else None)
+    folder = dataset.data_set(opts.get("dataset")).capsule_folder
+    store = capsules.archive_store(data_dir, cache_dir, Path(chosen) if chosen else None, folder)
     return [store, cache_dir / "capsules" / "extracted"]
 
 
@@ -241,6 +310,14 @@ def known_gpu(capsule_id: str, folders: list[Path]) -> bool:
     GPU (unknown ones: decided at run time)."""
     folder = capsules.unpacked_capsule(capsule_id, *folders)
     return folder is not None and bool(prepare.capsule_needs_gpu(folder))
+
+
+def regraded_entry(task: dict[str, Any], split: str, source: Path) -> Task:
+    """A task of a re-grade: skipped, with the reason, when the replayed run saved no answers for it."""
+    entry = tasks_entry(task, split, gpu=bool(task.get("gpu")))
+    if not regrade.has_saved_submission(source, task["capsule_id"]):
+        entry.samples[:] = [replace(s, skip_reason=regrade.not_in_run_reason(source)) for s in entry.samples]
+    return entry
 
 
 def tasks_entry(task: dict[str, Any], split: str, gpu: bool = False) -> Task:
@@ -325,7 +402,7 @@ def summarize(
     m = compute_metrics(records)
     statuses = records_counts_text(count_statuses(records)) or "none"  # the format of every report
     head = (
-        f"CORE-Bench {settings.get('split', '?')} split, difficulty {settings.get('difficulty', '?')}, "
+        f"{data_set_text(settings)} {settings.get('split', '?')} split, difficulty {settings.get('difficulty', '?')}, "
         f"hints {'on' if settings.get('hints') else 'off'}"
         f"{', upstream abort' if settings.get('upstream_abort') else ''}"
         f"{', agent ' + str(settings['agent']) if settings.get('agent') else ''}"
@@ -340,12 +417,13 @@ def summarize(
     unisolated = [text for text in unisolated if text.startswith("none")]
     if unisolated:  # the agent could reach the answers: every report says so
         head += f"; isolation: {unisolated[0]}"
+    headline = " (the v1.1 headline)" if settings.get("grading") == "v1.1" else ""
     lines = [
         head,
-        f"capsules correct:        {_fraction(m, 'correct_capsules', 'capsules')}",
+        f"capsules correct:        {_fraction(m, 'correct_capsules', 'capsules')}  task-level accuracy{headline}",
         f"  written-question tasks {_fraction(m, 'correct_written_tasks', 'written_tasks')}",
         f"  figure-question tasks  {_fraction(m, 'correct_figure_tasks', 'figure_tasks')}",
-        f"questions correct:       {_fraction(m, 'correct_questions', 'questions')}",
+        f"questions correct:       {_fraction(m, 'correct_questions', 'questions')}  question-level accuracy",
         f"statuses: {statuses}",
     ]
     out: dict[str, Any] = {"metrics": m, "terminal": lines}
@@ -359,6 +437,18 @@ def summarize(
             lines += [f"warning: {note}" for note in notes]
     out["markdown"] = render_markdown(records, m, lines, scores)
     return out
+
+
+def data_set_text(settings: Mapping[str, Any]) -> str:
+    """The data set as the headline names it: ``CORE-Bench v1``, or a v1.1 set with its manifest's sha256 and
+    grading rules."""
+    if not settings.get("dataset"):
+        return "CORE-Bench v1"
+    manifest = (settings.get("data_hashes") or {}).get("manifest") or "?"
+    return (
+        f"{settings.get('dataset_label')} (--bench-dataset={settings['dataset']}, manifest sha256 {manifest[:12]}, "
+        f"{settings.get('grading')} grading rules)"
+    )
 
 
 def review_scores(
@@ -459,6 +549,8 @@ def verdict_cell(question: Mapping[str, Any]) -> str:
         if question.get("correct")
         else "wrong" + (f": {_cell(question['note'], 60)}" if question.get("note") else "")
     )
+    if question.get("rule"):  # v1.1 grading: the rule that decided
+        verdict += f" ({_cell(question['rule'], 20)})"
     found = question.get("review")
     if isinstance(found, Mapping):
         verdict += (

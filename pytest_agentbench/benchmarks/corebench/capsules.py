@@ -35,12 +35,14 @@ class CapsuleError(Exception):
     """A capsule cannot be had or is unsafe; the message says where to put a good copy."""
 
 
-def capsule_base_url() -> str:
-    return os.environ.get(CAPSULE_URL_ENV, DEFAULT_CAPSULE_URL).rstrip("/")
+def capsule_base_url(published: str | None = None) -> str:
+    """Where capsules are downloaded from: ``$AGENTBENCH_CAPSULE_URL`` (a mirror), else where the data set publishes
+    them (``published``; v1's host when None)."""
+    return os.environ.get(CAPSULE_URL_ENV, published or DEFAULT_CAPSULE_URL).rstrip("/")
 
 
-def capsule_url(capsule_id: str) -> str:
-    return f"{capsule_base_url()}/{capsule_id}.tar.gz"
+def capsule_url(capsule_id: str, published: str | None = None) -> str:
+    return f"{capsule_base_url(published)}/{capsule_id}.tar.gz"
 
 
 def check_capsule_id(capsule_id: str) -> str:
@@ -66,15 +68,19 @@ def is_writable_dir(path: Path) -> bool:
     return os.access(probe, os.W_OK | os.X_OK) and bool(probe.stat().st_mode & 0o222)
 
 
-def archive_store(data_dir: Path, cache_dir: Path, capsules_dir: Path | None = None) -> Path:
-    """Where archives live: ``--bench-capsules-dir``, else ``<data>/core_bench/capsules`` when
-    writable, else ``<cache>/capsules``."""
+def archive_store(
+    data_dir: Path, cache_dir: Path, capsules_dir: Path | None = None, folder: str = "core_bench/capsules"
+) -> Path:
+    """Where archives live: ``--bench-capsules-dir``, else ``<data>/<folder>`` (the data set's: v1's
+    ``core_bench/capsules``, a v1.1 set's ``core_bench/<set>/capsules``) when writable, else ``<cache>/<folder>``
+    (v1: ``<cache>/capsules``)."""
     if capsules_dir is not None:
         return Path(capsules_dir)
-    preferred = Path(data_dir) / "core_bench" / "capsules"
+    preferred = Path(data_dir) / folder
     if is_writable_dir(preferred):
         return preferred
-    return Path(cache_dir) / "capsules"
+    fallback = folder.removeprefix("core_bench/")
+    return Path(cache_dir) / fallback
 
 
 # --------------------------------------------------------------------------- safe extraction
@@ -185,6 +191,7 @@ def prepare_capsule(
     extract_root: Path,
     *,
     sha256: str | None = None,
+    published: str | None = None,
     retries: int = 3,
     backoff: float = 1.0,
     timeout: float = 60,
@@ -197,7 +204,7 @@ def prepare_capsule(
     are removed. A failure (download, unsafe or corrupt archive) leaves nothing behind and raises."""
     check_capsule_id(capsule_id)
     store, extract_root = Path(store), Path(extract_root)
-    url = capsule_url(capsule_id)
+    url = capsule_url(capsule_id, published)
     if (store / capsule_id).is_dir():
         return Capsule(store / capsule_id, STAGED, None)
     archive = store / f"{capsule_id}.tar.gz"

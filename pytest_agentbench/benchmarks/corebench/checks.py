@@ -15,7 +15,7 @@ from ...core.errors import ConfigError
 from ...envs import EnvError
 from ...envs.docker import DockerFactory
 from ...models.options import ORACLE
-from . import capsules
+from . import capsules, dataset
 
 LISTED = 20  # capsule ids named in a message
 
@@ -27,20 +27,25 @@ def named(ids: Sequence[str]) -> str:
 def check_capsules(opts: Mapping[str, Any], capsule_ids: Sequence[str]) -> None:
     """ConfigError unless every capsule is in the store or (online) its download answers."""
     chosen = opts.get("capsules_dir")
-    store = capsules.archive_store(Path(opts["data_dir"]), Path(opts["cache_dir"]), Path(chosen) if chosen else None)
+    data_set = dataset.data_set(opts.get("dataset"))
+    store = capsules.archive_store(
+        Path(opts["data_dir"]), Path(opts["cache_dir"]), Path(chosen) if chosen else None, data_set.capsule_folder
+    )
+    published = data_set.capsule_url
     missing = [cid for cid in capsule_ids if not capsules.at_hand(cid, store)]
     if not missing:
         return
     where = (
-        f"Put each in {store}/ as <capsule_id>.tar.gz (from {capsules.capsule_base_url()}/<capsule_id>.tar.gz) or "
-        f"as an unpacked <capsule_id>/ folder, or point --bench-capsules-dir at a folder that has them"
+        f"Put each in {store}/ as <capsule_id>.tar.gz "
+        f"(from {capsules.capsule_base_url(published)}/<capsule_id>.tar.gz) or as an unpacked <capsule_id>/ folder, "
+        "or point --bench-capsules-dir at a folder that has them"
     )
     if offline():
         raise ConfigError(
             f"CORE-Bench: {len(missing)} selected capsule(s) are not in {store} and downloads are off "
             f"(${OFFLINE_ENV}): {named(missing)}. {where}"
         )
-    problems = {cid: capsules.download_problem(capsules.capsule_url(cid)) for cid in missing}
+    problems = {cid: capsules.download_problem(capsules.capsule_url(cid, published)) for cid in missing}
     failed = {cid: why for cid, why in problems.items() if why is not None}
     if failed:
         first = next(iter(failed.values()))

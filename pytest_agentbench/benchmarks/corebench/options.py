@@ -15,7 +15,7 @@ from ...core.jobs import BackendOptions
 from ...core.options import Option, given_settings, view
 from ...models.options import ModelOptions
 from ...models.price import price_of
-from . import agent, capsules, prepare
+from . import agent, capsules, dataset, prepare
 
 OWNER = "core-bench"
 DEFAULT_WORKSPACE_ROOT = "/capsule/environment"
@@ -252,12 +252,13 @@ def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     declared by the environment layer) is taken when given, else :func:`default_env`.
     """
     capsules_dir = opts["capsules_dir"]
+    chosen = dataset.data_set(opts.get("dataset"))
     return {
         "difficulty": opts["difficulty"],
         "hints": bool(opts["hints"]),
         "upstream_abort": bool(opts["upstream_abort"]),
         "capsules_dir": str(capsules_dir) if capsules_dir else None,
-        "capsule_url": capsules.capsule_base_url(),
+        "capsule_url": capsules.capsule_base_url(chosen.capsule_url),
         "env": opts.get("env") or default_env(opts),
         "workspace_root": opts["workspace_root"],
         "dataset_path": str(opts["dataset_path"]) if opts["dataset_path"] else None,
@@ -269,6 +270,20 @@ def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
         "agent_command_timeout": float(opts["agent_command_timeout"]),
         **({"review": str(opts["review"])} if opts.get("review") else {}),  # only when given: older runs match
         **agent_settings(opts),
+        **dataset_settings(chosen),
+    }
+
+
+def dataset_settings(chosen: dataset.DataSet) -> dict[str, Any]:
+    """The data set's settings (--bench-dataset): none for v1, so a v1 run's settings stay what they were and its
+    earlier runs remain its baselines; a v1.1 set's name, label, release and grading rules."""
+    if chosen.name == dataset.V1:
+        return {}
+    return {
+        "dataset": chosen.name,
+        "dataset_label": chosen.label,
+        "dataset_version": chosen.version,
+        "grading": chosen.grading,
     }
 
 

@@ -254,6 +254,7 @@ def questions_html(questions: list[Any]) -> str:
             continue
         verdict = '<span class="ok">correct</span>' if q.get("correct") else '<span class="bad">wrong</span>'
         note = f" — {esc(q['note'])}" if q.get("note") else ""
+        note += f" (rule: {esc(q['rule'])})" if q.get("rule") else ""  # v1.1 grading names what decided
         rows.append(
             f"<tr><td>{esc(q.get('question'))}</td><td>{esc(reported_text(q))}</td>"
             f"<td>{esc(accepted_html_text(q))}</td><td>{verdict}{note}{review_mark(q)}</td></tr>"

@@ -12,6 +12,8 @@ and ``report.json`` is expected there. What each difficulty removes (same as ups
 from __future__ import annotations
 
 import json
+import os
+import posixpath
 import shlex
 import shutil
 from collections.abc import Mapping
@@ -88,15 +90,70 @@ def apply_difficulty(capsule: Path, difficulty: str) -> None:
             _remove(capsule / "code" / script)
 
 
-def prepare_workspace(capsule_root: Path, workspace: Path, capsule_id: str, difficulty: str) -> Path:
+def prepare_workspace(capsule_root: Path, workspace: Path, capsule_id: str, difficulty: str, rules: str = "v1") -> Path:
     """Copy the unpacked capsule's contents into ``workspace`` (its folders directly there) and apply
-    ``difficulty``."""
+    ``difficulty``; ``rules="v1.1"``: the v1.1 hard workspace instead (:func:`apply_v11_hard`)."""
     check_difficulty(difficulty)
     target = Path(workspace)
     # symlinks stay links: they were checked to point inside the capsule when it was unpacked
     shutil.copytree(capsule_root, target, symlinks=True, dirs_exist_ok=True)
-    apply_difficulty(target, difficulty)
+    if rules == "v1.1":
+        apply_v11_hard(target)
+    else:
+        apply_difficulty(target, difficulty)
     return target
+
+
+# --------------------------------------------------------------------------- the v1.1 hard workspace
+
+TRAINING_SUFFIXES = (".csv", ".txt", ".json", ".parquet", ".h5", ".hdf5")
+
+
+def v11_hard_drops(relative: str) -> bool:
+    """Whether the v1.1 harness leaves the capsule file at ``relative`` (POSIX, from the capsule root) out of the
+    hard workspace. Upstream matches the path under its ``/environment/`` target folder, so a pattern with a
+    leading slash matches at any depth: results/ folders, REPRODUCING.md, the capsule's environment/ folder,
+    code/run and code/run.sh, training data (a name holding "train" with a data suffix), cache/ and Cache/
+    folders, checkpoints (a name starting "checkpoint" or holding ".ckpt") and __pycache__/."""
+    path = "/environment/" + relative
+    name = posixpath.basename(path).lower()
+    return (
+        "/results/" in path
+        or path.endswith("/REPRODUCING.md")
+        or "/environment/environment/" in path
+        or path.endswith(("/code/run.sh", "/code/run"))
+        or ("train" in name and name.endswith(TRAINING_SUFFIXES))
+        or "/cache/" in path
+        or "/Cache/" in path
+        or name.startswith("checkpoint")
+        or ".ckpt" in name
+        or "/__pycache__/" in path
+    )
+
+
+def apply_v11_hard(capsule: Path) -> list[str]:
+    """The v1.1 hard workspace in place: every ``results`` folder removed (the pre-rendered answers that led to
+    the audit), every file :func:`v11_hard_drops` names removed, then the folders left empty (upstream copies
+    files only). Returns what was removed, relative to ``capsule``."""
+    root = Path(capsule)
+    removed = []
+    for folder, subdirs, files in os.walk(root, topdown=True):
+        here = Path(folder)
+        for name in [d for d in subdirs if d == "results"]:
+            _remove(here / name)
+            removed.append((here / name).relative_to(root).as_posix() + "/")
+        subdirs[:] = [d for d in subdirs if d != "results" and not (here / d).is_symlink()]
+        entries = files + [d for d in os.listdir(here) if (here / d).is_symlink() and d not in files]
+        for name in entries:
+            relative = (here / name).relative_to(root).as_posix()
+            if v11_hard_drops(relative):
+                _remove(here / name)
+                removed.append(relative)
+    for folder, _, _ in os.walk(root, topdown=False):  # children first: a folder emptied below goes too
+        path = Path(folder)
+        if path != root and not any(path.iterdir()):
+            path.rmdir()
+    return removed
 
 
 def difficulty_script(difficulty: str) -> str:

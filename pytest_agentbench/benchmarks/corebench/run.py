@@ -34,7 +34,7 @@ from ...envs import EnvError, EnvFactory, EnvSkip
 from ...sandbox.result import ExecResult
 from .. import agents
 from . import agent as agent_mod
-from . import capsules, dataset, prepare, reach, review, scorer
+from . import capsules, dataset, grading_v11, prepare, reach, regrade, review, scorer
 from .options import DEFAULT_WORKSPACE_ROOT, agent_limits
 
 NAME = "core-bench"
@@ -76,7 +76,10 @@ class CoreBenchRun:
         self.model = model
         self.env = env
         capsules_dir = self.settings.get("capsules_dir")
-        self.store = capsules.archive_store(self.data_dir, self.cache_dir, Path(capsules_dir) if capsules_dir else None)
+        self.data_set = dataset.data_set(self.settings.get("dataset"))  # --bench-dataset: v1, v1.1, v1.1-ood
+        self.store = capsules.archive_store(
+            self.data_dir, self.cache_dir, Path(capsules_dir) if capsules_dir else None, self.data_set.capsule_folder
+        )
         self.extract_root = self.cache_dir / "capsules" / "extracted"
         self._templates: dict[str, str] | None = None
 
@@ -108,6 +111,8 @@ class CoreBenchRun:
             "report_status": None,
             "report_path": None,
             "submission_source": None,
+            **dataset.record_fields(settings),
+            **({"grading": self.data_set.grading} if self.data_set.grading != "v1" else {}),
         }
 
     def run_sample(self, sample: Sample) -> rec.Record:
@@ -117,12 +122,18 @@ class CoreBenchRun:
         """The fields of the sample's record: its settings, the capsule's, the solver's verdict."""
         task = sample.data
         record = self.base_record(sample)
+        if isinstance(self.solver, RegradeSolver):  # saved answers only: no capsule, no agent, no model
+            return review.apply_review({**record, **self.solver.regrade(self, sample)}, self.review)
         preinstalled = self.settings.get("preinstalled_input_dir")
         try:
             templates = self.templates()
             # preinstalled inputs: the capsule is inside the environment image, nothing is fetched or uploaded
             capsule = (
-                None if preinstalled else capsules.prepare_capsule(task["capsule_id"], self.store, self.extract_root)
+                None
+                if preinstalled
+                else capsules.prepare_capsule(
+                    task["capsule_id"], self.store, self.extract_root, published=self.data_set.capsule_url
+                )
             )
         except (capsules.CapsuleError, dataset.DatasetError, DataError, OSError) as exc:
             return {**record, "status": "env_error", "message": str(exc)}
@@ -131,12 +142,26 @@ class CoreBenchRun:
         if capsule is not None and capsule.sha256 is not None:
             record["capsule_sha256"] = capsule.sha256
         if capsule_root is not None:
-            record["gpu_required"] = prepare.capsule_needs_gpu(capsule_root)
+            record["gpu_required"] = self.needs_gpu(task, capsule_root)
         prompt = prepare.render_prompt(
             templates, task, self.settings["difficulty"], self.settings["hints"], root=self.settings["workspace_root"]
         )
         # --bench-review: the overrides of this capsule beside the automatic verdicts
         return review.apply_review({**record, **self.solver.solve(self, sample, capsule_root, prompt)}, self.review)
+
+    def needs_gpu(self, task: Mapping[str, Any], capsule_root: Path) -> bool | None:
+        """Whether the capsule runs with a GPU: a v1.1 set's manifest flag (as its harness decides), else what
+        REPRODUCING.md says (None: it does not say)."""
+        if self.data_set.manifest is not None:
+            return bool(task.get("gpu"))
+        return prepare.capsule_needs_gpu(capsule_root)
+
+    def prepare_workspace(self, capsule_root: Path, workspace: Path, capsule_id: str) -> Path:
+        """The capsule copied into ``workspace`` as the run's data set prepares it (v1: by difficulty; v1.1: the
+        hard workspace with every results/ folder removed)."""
+        return prepare.prepare_workspace(
+            capsule_root, workspace, capsule_id, self.settings["difficulty"], rules=self.data_set.grading
+        )
 
     def manifest_check(self, sample: Sample, raw: bytes) -> tuple[bool, str | None]:
         """(uses_gpu, None) when the preinstalled manifest fits this item, else (False, why not)."""
@@ -157,7 +182,7 @@ class CoreBenchRun:
         capsule_id = task["capsule_id"]
         if submission.warning:
             warn_about(f"core-bench {capsule_id}: {submission.warning}", f"core-bench/{key or capsule_id}")
-        score = scorer.score_report(task["results"], submission.report, upstream_abort=self.settings["upstream_abort"])
+        score = self.grade(task, submission.report)
         root = self.settings["workspace_root"]
         out = {
             **score.to_record(),
@@ -173,6 +198,13 @@ class CoreBenchRun:
             out["text_repaired"] = submission.text_repaired
         save_artifacts(self.files, key or capsule_id, prompt, submission)
         return out
+
+    def grade(self, task: Mapping[str, Any], report: Mapping[str, Any]) -> scorer.CapsuleScore:
+        """The capsule's verdicts by the data set's grading rules (v1 or v1.1), upstream's abort when asked for."""
+        abort = bool(self.settings["upstream_abort"])
+        if self.data_set.grading == "v1.1":
+            return grading_v11.score_report_v11(task["results"], report, task["capsule_id"], upstream_abort=abort)
+        return scorer.score_report(task["results"], report, upstream_abort=abort)
 
     def close(self) -> None:
         """Nothing is held between capsules (each environment is stopped with its item)."""
@@ -203,7 +235,7 @@ class LocalSolver(Solver):
                 return {"status": "env_error", "message": problem}
         with scratch_folder(f"corebench-{capsule_id}-") as workspace:
             try:
-                prepare.prepare_workspace(capsule_root, workspace, capsule_id, run.settings["difficulty"])
+                run.prepare_workspace(capsule_root, workspace, capsule_id)
             except OSError as exc:
                 return {**extra, "status": "env_error", "message": f"preparing the workspace failed: {exc}"}
             outcome = self.answer(run, sample, workspace, prompt)
@@ -246,6 +278,28 @@ class Unsupported(LocalSolver):
 
     def answer(self, run: CoreBenchRun, sample: Sample, workspace: Path, prompt: str) -> dict[str, Any]:
         return {"status": "error", "message": self.message}
+
+
+@dataclass
+class RegradeSolver(Solver):
+    """Re-grades the answers another run saved (``regrade.py``) by this run's data set and rules."""
+
+    folder: Path
+
+    def regrade(self, run: CoreBenchRun, sample: Sample) -> dict[str, Any]:
+        origin = regrade.regrade_fields(self.folder, run.data_set.grading)
+        submission, problem = regrade.load_saved(self.folder, sample.key)
+        if submission is None:
+            return {**origin, "status": "error", "message": problem}
+        prompt_file = self.folder / "artifacts" / sample.key / "prompt.txt"
+        try:
+            prompt = prompt_file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            prompt = ""
+        return {**origin, **run.score(sample.data, submission, prompt, key=sample.key)}
+
+    def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path | None, prompt: str) -> dict[str, Any]:
+        return self.regrade(run, sample)
 
 
 @dataclass
@@ -305,10 +359,10 @@ class AgentSolver(Solver):
             base.update(gpu_fields)
         if capsule_root is not None:
             try:
-                prepare.prepare_workspace(capsule_root, workspace, capsule_id, settings["difficulty"])
+                run.prepare_workspace(capsule_root, workspace, capsule_id)
             except OSError as exc:
                 return give_up("env_error", f"preparing the workspace failed: {exc}")
-            needs_gpu = bool(base["gpu_required"] if here else prepare.capsule_needs_gpu(capsule_root))
+            needs_gpu = bool(base["gpu_required"] if here else run.needs_gpu(task, capsule_root))
         else:
             needs_gpu = False  # decided by the manifest, read in the environment
         # every other copy of the capsule stays out of the agent's reach (reach.py)

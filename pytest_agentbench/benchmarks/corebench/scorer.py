@@ -59,6 +59,16 @@ class QuestionVerdict:
     expected: Any  # [low, high] for numeric questions, else the reference value
     correct: bool
     note: str | None = None  # why it is wrong when that is not obvious
+    rule: str | None = None  # v1.1 grading: the rule that decided (interval, widening, isclose, alias, bool, ...)
+    evidence: dict[str, Any] | None = None  # v1.1 numeric: the raw interval, the decimals d and the tolerance
+
+    def to_record(self) -> dict[str, Any]:
+        """The verdict as a record field; ``rule`` and ``evidence`` only when set, so v1 records stay as they were."""
+        out = asdict(self)
+        for extra in ("rule", "evidence"):
+            if out[extra] is None:
+                del out[extra]
+        return out
 
 
 @dataclass
@@ -92,7 +102,7 @@ class CapsuleScore:
 
     def to_record(self) -> dict[str, Any]:
         return {
-            "questions": [asdict(v) for v in self.verdicts],
+            "questions": [v.to_record() for v in self.verdicts],
             "correct_written": self.correct_written,
             "total_written": self.total_written,
             "correct_figure": self.correct_figure,
@@ -136,7 +146,7 @@ def prediction_interval(values: list[Any]) -> tuple[float, float]:
         return float(mean - half), float(mean + half)
 
 
-def _questions(results: Any) -> dict[str, str]:
+def question_kinds(results: Any) -> dict[str, str]:
     """question -> kind, for the questions of the first reference run (an unusable gold has none)."""
     if not isinstance(results, (list, tuple)) or not results or not isinstance(results[0], Mapping):
         return {}
@@ -145,7 +155,7 @@ def _questions(results: Any) -> dict[str, str]:
 
 def question_totals(results: list[Mapping[str, Any]]) -> tuple[int, int]:
     """(written, figure) question counts of a task, for records that could not be scored."""
-    questions = list(_questions(results))
+    questions = list(question_kinds(results))
     figure = sum(1 for q in questions if is_figure_question(q))
     return len(questions) - figure, figure
 
@@ -173,10 +183,10 @@ def _within(value: Any, low: float, high: float) -> bool:
             # numpy broadcasts lists, so a one-number list compares like upstream's does
             return bool(lo <= value) and bool(value <= hi)
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        raise IncomparableValue(f"{_short(value)} cannot be compared with a number") from exc
+        raise IncomparableValue(f"{short_repr(value)} cannot be compared with a number") from exc
 
 
-def _short(value: Any, limit: int = 80) -> str:
+def short_repr(value: Any, limit: int = 80) -> str:
     """A value's repr for a note, safe for values whose repr itself fails (huge ints, deep nesting)."""
     try:
         text = repr(value)
@@ -194,7 +204,7 @@ def _judge(kind: str, value: Any, expected: Any, interval: tuple[float, float] |
             return value == expected
         return str(value).lower() == str(expected).lower()
     except (ValueError, RecursionError, TypeError, OverflowError) as exc:  # str() of a huge int, deep nesting
-        raise IncomparableValue(f"{_short(value)} cannot be compared ({type(exc).__name__})") from exc
+        raise IncomparableValue(f"{short_repr(value)} cannot be compared ({type(exc).__name__})") from exc
 
 
 # --------------------------------------------------------------------------- scoring
@@ -212,7 +222,7 @@ def score_report(gold: Any, report: Any, *, upstream_abort: bool = False) -> Cap
         from pytest_agentbench.benchmarks.corebench import score_report
         score = score_report(task["results"], json.load(open("report.json")))
     """
-    kinds = _questions(gold)
+    kinds = question_kinds(gold)
     if not kinds and not (isinstance(gold, (list, tuple)) and gold and isinstance(gold[0], Mapping)):
         return CapsuleScore(error="the gold has no reference run (expected a list of objects)")
     results = list(gold)
@@ -230,7 +240,7 @@ def score_report(gold: Any, report: Any, *, upstream_abort: bool = False) -> Cap
         try:
             intervals[question] = prediction_interval([run[question] for run in results])
         except Exception as exc:  # a run lacks it, mixed types, huge integers: upstream's outer handler
-            unusable[question] = f"reference runs unusable ({type(exc).__name__}: {_short(str(exc), 120)})"
+            unusable[question] = f"reference runs unusable ({type(exc).__name__}: {short_repr(str(exc), 120)})"
             continue
         expected[question] = list(intervals[question])
 

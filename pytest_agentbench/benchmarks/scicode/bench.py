@@ -45,19 +45,6 @@ REBUILD_TIMEOUT_FACTOR = 10  # rebuilding one problem's targets may take this ma
 
 OPTIONS = (
     Option(
-        "dataset",
-        "--bench-dataset",
-        kind="choice",
-        choices=DATASETS,
-        default=OFFICIAL,
-        ini="agentbench_dataset",
-        owner=OWNER,
-        help="SciCode: which data: official (default: upstream's validation and test splits) or verified "
-        f"(SciCode-Verified {verified.VERSION}: the audited test split, {verified.N_PROBLEMS} problems, and its "
-        f"corrected targets {verified.H5_NAME}, every file checked against its manifest's md5 before the run; "
-        f"read from <data dir>/{verified.SUBDIR}/, downloaded when missing).",
-    ),
-    Option(
         "h5",
         "--bench-h5",
         kind="path",
@@ -217,6 +204,9 @@ ORACLE_SPLIT = (
 class SciCode(Benchmark):
     name = "scicode"
     splits = dataset.SPLITS
+    # --bench-dataset: official (upstream's validation and test splits) or verified (SciCode-Verified)
+    datasets = DATASETS
+    default_dataset = OFFICIAL
     default_split = "all"
     group_items = True
     records_file = "steps.jsonl"
