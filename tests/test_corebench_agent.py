@@ -172,9 +172,7 @@ def test_timeout_flood_and_no_submit_end_cleanly(pytester, tmp_path, server, kin
     server.reply(tool_calls=[("bash", {"command": "sleep 30", "timeout": 1})])
     server.reply(tool_calls=[("bash", {"command": "head -c 100000000 /dev/zero | tr '\\0' y"})])
     server.reply(tool_calls=[("bash", {"command": f"sleep {marker} > /dev/null 2>&1 &\necho started"})])
-    started = time.monotonic()
     result, record, run_dir = run_bench(pytester, tmp_path, server, kind, "easy", "--bench-agent-steps=3")
-    assert time.monotonic() - started < 60
     result.assert_outcomes(failed=1)
     assert record["status"] == "fail" and record["end_reason"] == "max_steps"
     assert "agent ended without submitting (max_steps)" in record["message"]
