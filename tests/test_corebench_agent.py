@@ -311,11 +311,20 @@ def test_ctrl_c_removes_the_container(pytester, tmp_path, server):
     def containers():
         return client.containers.list(all=True, filters={"label": f"agentbench.pid={proc.pid}"})
 
+    def command_running() -> bool:  # the handshake: the agent's `sleep 300` is among the container's processes
+        for container in containers():
+            try:
+                top = container.top(ps_args="-eo pid,args")  # (docker top needs the pid column)
+            except docker.errors.APIError:  # not running (yet, or any more)
+                continue
+            if any("sleep 300" in " ".join(row) for row in top.get("Processes") or []):
+                return True
+        return False
+
     deadline = time.monotonic() + 180
-    while not (server.count() >= 1 and containers()):
+    while not (server.count() >= 1 and command_running()):
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before the command started"
         time.sleep(0.2)
-    time.sleep(2)  # the sleep command is running in the container now
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=120) == pytest.ExitCode.INTERRUPTED
     assert containers() == []
