@@ -7,7 +7,7 @@ exec, before and after each series. The overhead of a call is the difference of 
 on the engine (warm).
 
     python perf/docker_tool_calls.py [--image agentbench-test:bookworm] [--calls 12] [--pause 1.0]
-                                     [--root CHECKOUT]
+                                     [--rounds 2] [--root CHECKOUT]
 
 ``--root`` imports the package from another checkout (e.g. the main branch before a change), so one script
 measures both. Prints the first (cold) call, the medians and the overhead per call.
@@ -53,13 +53,14 @@ def script_alone(factory: Any, source: str, rounds: int) -> list[float]:
     return per_run
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--image", default="agentbench-test:bookworm", help="a warm image with python3 and numpy")
     parser.add_argument("--calls", type=int, default=12, help="timed calls per series")
     parser.add_argument("--pause", type=float, default=1.0, help="seconds between calls in the paused series")
+    parser.add_argument("--rounds", type=int, default=2, help="timings of the script alone before and after a series")
     parser.add_argument("--root", default=str(ROOT), help="the checkout whose package is measured")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(args.root).resolve()))
     docker_env = importlib.import_module("pytest_agentbench.envs.docker")
     script = importlib.import_module("pytest_agentbench.benchmarks.scicode.script")
@@ -73,9 +74,9 @@ def main() -> int:
         # the script alone is timed before and after each series: on a busy machine the floor drifts
         series = []
         for name, pause in (("back to back", 0.0), (f"{args.pause:g} s apart", args.pause)):
-            before = script_alone(factory, source, 2)
+            before = script_alone(factory, source, args.rounds)
             times = timed_calls(factory, source, args.calls, pause)
-            series.append((name, times, statistics.median(before + script_alone(factory, source, 2))))
+            series.append((name, times, statistics.median(before + script_alone(factory, source, args.rounds))))
     finally:
         factory.close()
     print(f"first call (cold): {cold:.3f} s")

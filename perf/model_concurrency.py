@@ -166,7 +166,7 @@ def sampled(spans: list[tuple[float, float]], every: float) -> list[int]:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency", type=float, default=2.0, help="seconds the server takes per reply")
     parser.add_argument("--ids", default="1,3,4,19,29,38,44,70,78", help="validation problems (--bench-ids)")
@@ -174,7 +174,7 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16, help="--bench-max-connections of the runs with it")
     parser.add_argument("--sample", type=float, default=2.0, help="seconds between in-flight samples shown")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "agentbench-perf-cache"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     every = problems()
     chosen = [every[i] for i in args.ids.split(",")]
     steps = [s for p in chosen for s in p["sub_steps"]]
@@ -208,7 +208,7 @@ def main() -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for workers in (int(w) for w in args.workers.split(",")):
-        for connections in (max(1, workers), args.connections):
+        for connections in sorted({max(1, workers), args.connections}):
             r = run_once(args, workers, connections, steps)
             print(
                 f"| {workers} | {connections} | {r['wall']:.0f} s | {r['wall'] - bound:+.0f} s | "

@@ -5,12 +5,15 @@ with the floor (the same scripts executed one after another in one warm process,
 then times collecting all SciCode items.
 
     python perf/scoring_speed.py [--data-dir ../shared/data] [--work /tmp/agentbench-speed]
-                                      [--synthetic] [--distributed N]
+                                      [--synthetic [--count 50]] [--ids 1,3] [--distributed N [--repeat 3]]
+                                      [--no-collect] [--overlap-steps 6] [--overlap-seconds 1.5]
 
 The targets of the validation split are rebuilt from the ground truth once into ``--work``.
-``--synthetic`` skips SciCode and times a set of numpy/scipy import-heavy scripts instead.
+``--synthetic`` skips SciCode and times a set of numpy/scipy import-heavy scripts instead. ``--ids`` scores only
+these validation problems. The test suite runs the script at a tiny size (tests/test_perf_scripts.py) so its code
+paths cannot rot; the figures only mean something at the default size on an idle machine.
 ``--distributed N`` only times the warm validation oracle run end to end with ``-n N`` (a warm-up run, then
-3 timed runs) against ``max(longest problem, total / N) + start-up`` (docs/distributed.md).
+``--repeat`` timed runs) against ``max(longest problem, total / N) + start-up`` (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -56,9 +59,10 @@ print(json.dumps(times))
 """
 
 
-def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
-    """The 50 validation steps as the plugin scores them (the child computes the operands, this process holds
-    the targets rebuilt from ground truth and compares): child source, its plan and its targets per step."""
+def scicode_jobs(data_dir: Path, work: Path, ids: str = "") -> list[dict]:
+    """The 50 validation steps (those of the problems ``ids`` names, when given) as the plugin scores them (the
+    child computes the operands, this process holds the targets rebuilt from ground truth and compares): child
+    source, its plan and its targets per step."""
     from pytest_agentbench.benchmarks.scicode import h5codec, script, split
     from pytest_agentbench.benchmarks.scicode.run import CHANNEL
     from pytest_agentbench.benchmarks.scicode.targets import (
@@ -70,8 +74,11 @@ def scicode_jobs(data_dir: Path, work: Path) -> list[dict]:
 
     problems = load_problems(find_problems_file(data_dir / "scicode"))
     dev = [p for p in problems if any(s.get("ground_truth_code") for s in p["sub_steps"])]
-    h5 = work / "validation-targets.h5"
-    report_path = work / "validation-targets.json"
+    if ids:
+        dev = [p for p in dev if str(p["problem_id"]) in ids.split(",")]
+    suffix = f"-{ids.replace(',', '_')}" if ids else ""  # a selection's targets never pass for the whole split's
+    h5 = work / f"validation-targets{suffix}.h5"
+    report_path = work / f"validation-targets{suffix}.json"
     if not (h5.is_file() and report_path.is_file()):
         print(f"rebuilding validation targets into {h5} (once) ...", flush=True)
         report = rebuild_targets(dev, h5, timeout=600, jobs=2, data_dir=data_dir / "scicode")
@@ -126,8 +133,6 @@ def time_executor(kind: str, jobs: list[dict], limits: Limits) -> tuple[list[flo
     """Per-step wall time of the child's run (what the executor costs) and how many steps passed; the
     parent's comparisons (a bounded fork of this process per step) are checked but not timed."""
     executor = get_executor(kind)
-    if kind == "fork":
-        executor.start()  # server start-up is paid once per worker; reported separately
     times, passed = [], 0
     for job in jobs:
         collect = job.get("collect")
@@ -220,7 +225,7 @@ def bench_model():
 """
 
 
-def time_overlap(work: Path, steps: int = 6, latency: float = 1.5, test_seconds: float = 1.5) -> None:
+def time_overlap(work: Path, steps: int = 6, latency: float = 1.5, test_seconds: float = 1.5) -> bool:
     """One problem whose model call takes ``latency`` and whose tests take ``test_seconds`` per step,
     run with and without generating step k+1 while step k is scored."""
     from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
@@ -284,12 +289,13 @@ def time_overlap(work: Path, steps: int = 6, latency: float = 1.5, test_seconds:
         times[flag] = time.monotonic() - started
         if done.returncode != 0:
             print(f"overlap run {flag} failed: {done.stdout[-800:]}")
-            return
+            return False
     print(
         f"overlap: {steps} steps, model {latency:g} s per call, tests {test_seconds:g} s per step: "
         f"with overlap {times['--bench-overlap']:.1f} s, without {times['--no-bench-overlap']:.1f} s "
         f"(model time alone {steps * latency:.1f} s; both include pytest start-up)"
     )
+    return True
 
 
 TIMING_CONFTEST = """
@@ -409,13 +415,21 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="only time the warm validation oracle end to end with -n N against its bound",
     )
-    parser.add_argument("--ids", default="", help="with --distributed: only these problems (--bench-ids)")
+    parser.add_argument("--ids", default="", help="only these validation problems (--bench-ids)")
+    parser.add_argument("--count", type=int, default=50, help="with --synthetic: how many scripts")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="timed runs of --distributed (after a warm-up) and of collection"
+    )
+    parser.add_argument("--overlap-steps", type=int, default=6, help="steps of the overlap problem (0: skip it)")
+    parser.add_argument(
+        "--overlap-seconds", type=float, default=1.5, help="the overlap problem's model latency and test time per step"
+    )
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     if args.distributed:
-        ratio = time_distributed(args.data_dir.resolve(), args.work, args.distributed, ids=args.ids)
+        ratio = time_distributed(args.data_dir.resolve(), args.work, args.distributed, args.repeat, args.ids)
         return 0 if ratio is not None else 1
-    jobs = synthetic_jobs() if args.synthetic else scicode_jobs(args.data_dir.resolve(), args.work)
+    jobs = synthetic_jobs(args.count) if args.synthetic else scicode_jobs(args.data_dir.resolve(), args.work, args.ids)
     limits = Limits(timeout=600)
     print(
         f"{len(jobs)} scripts ({'synthetic' if args.synthetic else 'SciCode validation oracle'}); "
@@ -423,18 +437,26 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     started = time.monotonic()
-    get_executor("fork").start()
-    print(f"fork server start-up: {time.monotonic() - started:.2f} s (once per worker)")
+    get_executor("fork").run("pass")  # the pool's first run starts its server: paid once per worker
+    print(f"fork server start-up and a first empty run: {time.monotonic() - started:.2f} s (once per worker)")
     fork, fork_passed = time_executor("fork", jobs, limits)
     sub, sub_passed = time_executor("subprocess", jobs, limits)
     floor = time_floor(jobs, args.work)
     summary("floor", floor, floor)
     summary("fork", fork, floor, fork_passed)
     summary("subprocess", sub, floor, sub_passed)
-    if not args.no_collect and not args.synthetic:
-        time_collection(args.data_dir.resolve(), args.work)
-    if not args.synthetic:
-        time_overlap(args.work)
+    if (
+        not args.no_collect
+        and not args.synthetic
+        and time_collection(args.data_dir.resolve(), args.work, args.repeat) is None
+    ):
+        return 1
+    if (
+        not args.synthetic
+        and args.overlap_steps
+        and not time_overlap(args.work, args.overlap_steps, args.overlap_seconds, args.overlap_seconds)
+    ):
+        return 1
     fork_overhead = statistics.median([t - f for t, f in zip(fork, floor)])
     sub_overhead = statistics.median([t - f for t, f in zip(sub, floor)])
     ratio = sub_overhead / fork_overhead if fork_overhead > 0 else float("inf")

@@ -4,7 +4,7 @@ Submits the whole default split (80 problems, 341 items) as held jobs (``--hold`
 cancelled afterwards), then writes one synthetic package per task (every item's record, no files) into the
 run's spool and times ``python -m pytest_agentbench collect RUN_DIR``. Needs a Slurm cluster (.ci/slurm-setup).
 
-    python perf/slurm_timing.py [--data-dir ../shared/data] [--work /tmp/agentbench-slurm-timing]
+    python perf/slurm_timing.py [--data-dir ../shared/data] [--work /tmp/agentbench-slurm-timing] [--ids 1,2]
 
 Prints: the submission as the plugin times it (grouping, requests, sbatch calls; the shared-folder check job
 before it is not included), the whole detached command, and the whole collect command with the part of it
@@ -35,13 +35,14 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, subproc
     return time.monotonic() - started, done
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--data-dir", default=os.environ.get("AGENTBENCH_DATA_DIR") or str(ROOT.parent / "shared" / "data")
     )
     parser.add_argument("--work", default="/tmp/agentbench-slurm-timing")
-    args = parser.parse_args()
+    parser.add_argument("--ids", default="", help="only these problems (--bench-ids; default: the whole split)")
+    args = parser.parse_args(argv)
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -64,6 +65,7 @@ def main() -> int:
         "--model-preflight=off",
         "--bench-run-id=timing",
         f"--bench-cache-dir={work / 'cache'}",
+        *([f"--bench-ids={args.ids}"] if args.ids else []),
     ]
     listed = subprocess.run([*common, "--collect-only", "-q"], cwd=work, env=env, capture_output=True, text=True)
     nodeids = [line.strip() for line in listed.stdout.splitlines() if "::" in line]

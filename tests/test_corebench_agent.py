@@ -172,9 +172,7 @@ def test_timeout_flood_and_no_submit_end_cleanly(pytester, tmp_path, server, kin
     server.reply(tool_calls=[("bash", {"command": "sleep 30", "timeout": 1})])
     server.reply(tool_calls=[("bash", {"command": "head -c 100000000 /dev/zero | tr '\\0' y"})])
     server.reply(tool_calls=[("bash", {"command": f"sleep {marker} > /dev/null 2>&1 &\necho started"})])
-    started = time.monotonic()
     result, record, run_dir = run_bench(pytester, tmp_path, server, kind, "easy", "--bench-agent-steps=3")
-    assert time.monotonic() - started < 60
     result.assert_outcomes(failed=1)
     assert record["status"] == "fail" and record["end_reason"] == "max_steps"
     assert "agent ended without submitting (max_steps)" in record["message"]
@@ -313,11 +311,20 @@ def test_ctrl_c_removes_the_container(pytester, tmp_path, server):
     def containers():
         return client.containers.list(all=True, filters={"label": f"agentbench.pid={proc.pid}"})
 
+    def command_running() -> bool:  # the handshake: the agent's `sleep 300` is among the container's processes
+        for container in containers():
+            try:
+                top = container.top(ps_args="-eo pid,args")  # (docker top needs the pid column)
+            except docker.errors.APIError:  # not running (yet, or any more)
+                continue
+            if any("sleep 300" in " ".join(row) for row in top.get("Processes") or []):
+                return True
+        return False
+
     deadline = time.monotonic() + 180
-    while not (server.count() >= 1 and containers()):
+    while not (server.count() >= 1 and command_running()):
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before the command started"
         time.sleep(0.2)
-    time.sleep(2)  # the sleep command is running in the container now
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=120) == pytest.ExitCode.INTERRUPTED
     assert containers() == []

@@ -25,7 +25,7 @@ from pytest_agentbench.benchmarks.corebench.scorer import question_totals
 from pytest_agentbench.core.options import OptionError
 
 from helpers.bench_runs import SHARED_DATA  # honours $AGENTBENCH_DATA_DIR
-from helpers.capsule_factory import corebench_options
+from helpers.capsule_factory import corebench_options, host_network_ready
 
 DATA = SHARED_DATA
 REPO = Path(__file__).resolve().parents[1]
@@ -168,6 +168,7 @@ def test_record_of_a_score_is_json(train):
 def test_score_and_run_one_capsule_from_plain_python(tmp_path):
     """What a notebook does: import the package, score a report, run the oracle on one capsule; pytest is
     never imported."""
+    host_network_ready()  # (the script's own configure would refuse a host run without slirp4netns)
     script = textwrap.dedent(f"""
         import json, sys
         from pathlib import Path

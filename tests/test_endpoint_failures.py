@@ -58,10 +58,9 @@ def opts(server: FakeOpenAI, **values) -> Settings:
 
 
 def refused(server: FakeOpenAI, first_call: FirstCall | None = None, **values) -> str:
-    started = time.monotonic()
     with pytest.raises(ConfigError) as error:
         preflight(opts(server, **values), first_call)
-    assert time.monotonic() - started < 10  # seconds, not the minutes the run's retries would take
+    assert len(posts(server)) <= 2  # the probe and at most one retry, not the run's retries
     return str(error.value)
 
 
@@ -108,11 +107,12 @@ def test_a_500_that_one_retry_clears_passes_the_preflight(server):
     assert len(posts(server)) == 2
 
 
-def test_a_rate_limited_preflight_passes(server):
+def test_a_rate_limited_preflight_passes(server, real_retry_waits):
     server.gateway_error(times=1, status=429, retry_after=30, preflights=True)
     started = time.monotonic()
     assert "answered HTTP 429" in preflight(opts(server))
-    assert time.monotonic() - started < 5  # the preflight does not wait out the server's Retry-After
+    assert len(posts(server)) == 1  # not retried: the run's retries deal with a rate limit
+    assert time.monotonic() - started < 30  # nor was the server's Retry-After of 30 s waited out
 
 
 # ---- the client: retries counted where they happen, bounded in time ----------------------------------------------
@@ -137,7 +137,7 @@ def test_retries_of_a_call_that_fails_are_counted(server, make_model):
     assert LITELLM_500 in str(error.value)
 
 
-def test_a_429_waits_for_its_retry_after(server, make_model):
+def test_a_429_waits_for_its_retry_after(server, make_model, real_retry_waits):
     server.gateway_error(times=1, status=429, retry_after=0.4)
     server.reply("done")
     started = time.monotonic()
@@ -153,7 +153,7 @@ def test_the_retry_time_bounds_a_failing_call(server, make_model):
     with pytest.raises(ModelError) as error:
         client.complete([{"role": "user", "content": "hi"}])
     took = time.monotonic() - started
-    assert took < 3.0, took  # 1000 retries allowed, 1.5 s of them spent
+    assert took < 15, took  # 1000 retries allowed, 1.5 s of them spent (ten times that at most)
     assert "--model-max-retry-time=1.5" in str(error.value) and 2 <= error.value.request_retries < 20
 
 
@@ -214,14 +214,12 @@ def run_against(bench, server: FakeOpenAI, dataset, cache_dir, *args: str):
 @pytest.mark.slow
 def test_an_always_500_endpoint_is_exit_4_at_the_preflight_in_seconds(bench, pytester, server, dataset, cache_dir):
     server.gateway_status = 500
-    started = time.monotonic()
     result = run_against(bench, server, dataset, cache_dir, "--bench-mode=naive")
-    took = time.monotonic() - started
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
     err = result.stderr.str()
     assert "model preflight" in err and "answered HTTP 500" in err and LITELLM_500 in err
-    assert not server.requests and not (pytester.path / "reports").exists()  # no item ran
-    assert took < 60, took  # a whole pytest start on a loaded machine; the items' retries would be minutes
+    assert not server.requests and not (pytester.path / "reports").exists()  # no item ran, so none retried
+    assert len(posts(server)) <= 2  # the preflight's probe and at most one retry
 
 
 @pytest.mark.e2e
@@ -275,7 +273,7 @@ def test_a_failed_item_counts_its_retries_and_max_retry_time_bounds_it(bench, py
     [record] = read_jsonl(run / "steps.jsonl")
     assert record["status"] == "model_error" and "--model-max-retry-time=3" in record["message"], record
     assert record["generation"]["request_retries"] == len(server.requests) - 1 >= 2  # every retry, counted
-    assert record["duration"] < 8, record["duration"]  # 1000 retries allowed: 3 s of them spent
+    assert record["duration"] < 30, record["duration"]  # 1000 retries allowed: 3 s of them spent (10x at most)
 
 
 @pytest.mark.e2e

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 import pytest
 
@@ -47,11 +46,9 @@ def opts(**values) -> Settings:
 
 
 def refused(**values) -> str:
-    """preflight() with these settings: one ConfigError, well within 10 s (no retries, no backoff)."""
-    started = time.monotonic()
+    """preflight() with these settings: one ConfigError."""
     with pytest.raises(ConfigError) as error:
         preflight(opts(**values))
-    assert time.monotonic() - started < 10
     return str(error.value)
 
 
@@ -120,16 +117,14 @@ def test_preflight_is_skipped_when_no_endpoint_is_called():
 def test_a_run_exits_4_with_one_message_and_no_report_folder(bench, pytester, server, case):
     server.models = ["llama-3"]
     url = f"http://127.0.0.1:{dead_port()}/v1" if case == "dead endpoint" else server.base_url
-    started = time.monotonic()
     result = bench(
         *ONE_STEP, "--model=gpt-x", f"--model-base-url={url}", "--model-api-key=k", subprocess=True
     )  # a fresh process, as a user starts it
-    took = time.monotonic() - started  # wall time of a whole pytest start: generous on a loaded CI machine
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
     errors = [line for line in result.stderr.lines if line.strip()]
     assert len(errors) == 1 and errors[0].startswith("ERROR: agentbench: model preflight: "), errors
     assert "Traceback" not in result.stdout.str() and not (pytester.path / "reports").exists()
-    assert took < 60 and not server.requests
+    assert not server.requests  # no item asked the model, so none retried
 
 
 # ---- consecutive model errors ----------------------------------------------------------------------

@@ -29,9 +29,10 @@ from pytest_agentbench.report.summary import build_summary, judge
 from helpers.bench_runs import ctrl_c_as_a_terminal_gives_it, read_jsonl, run_dirs
 from helpers.scicode_builders import MODEL_CONFTEST, custom_data_args, tiny_problems, write_dataset
 
-BLOCKING_CUBE = (
-    "def cube(a):\n    import os, time\n    while os.path.exists({flag!r}):\n"
-    "        time.sleep(0.05)\n    return a * a * a"
+BLOCKING_CUBE = (  # says it is being scored (the handshake), then waits until the flag is gone
+    "def cube(a):\n    import os, time\n    if os.path.exists({flag!r}):\n"
+    "        open({flag!r} + '.scoring', 'w').close()\n"
+    "    while os.path.exists({flag!r}):\n        time.sleep(0.05)\n    return a * a * a"
 )
 
 
@@ -87,10 +88,10 @@ def test_interrupted_run_says_incomplete_counts_the_rest_and_resumes(pytester, b
     records = run / "steps.jsonl"
     try:
         deadline = time.monotonic() + 300  # generous: CI machines are loaded by the other tests
-        while not (records.exists() and len(read_jsonl(records)) >= 3):  # 1.1, 1.2, 2.1 done; 2.2 blocks
+        scoring = flag.with_name(flag.name + ".scoring")
+        while not (records.exists() and len(read_jsonl(records)) >= 3 and scoring.exists()):  # 2.2 is being scored
             assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be stopped"
             time.sleep(0.1)
-        time.sleep(0.5)  # 2.2 is being scored
         os.kill(proc.pid, signal.SIGINT)  # Ctrl-C
         try:
             out, _ = proc.communicate(timeout=60)
@@ -102,6 +103,7 @@ def test_interrupted_run_says_incomplete_counts_the_rest_and_resumes(pytester, b
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         flag.unlink(missing_ok=True)
+        flag.with_name(flag.name + ".scoring").unlink(missing_ok=True)
         flag.parent.rmdir()
 
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out  # 2 is never rewritten

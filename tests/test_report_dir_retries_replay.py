@@ -83,7 +83,7 @@ def test_a_writable_report_dir_keeps_no_probe_and_no_empty_folder(bench, pyteste
 
 # ---- retries -------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_item_retries_wait_with_the_clients_backoff(bench, pytester, cache_dir):
+def test_item_retries_wait_with_the_clients_backoff(bench, pytester, cache_dir, real_retry_waits):
     with FakeOpenAI() as fake:
         fake.always_status = 500
         result = bench(

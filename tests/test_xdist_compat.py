@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import time
 from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
@@ -195,11 +194,9 @@ def test_cut_worker_ends_a_socket_gateway_whose_host_went_silent(tmp_path):
         os.kill(host.proc.pid, signal.SIGSTOP)
         with pytest.raises(execnet.TimeoutError):  # silent: nothing ends the wait by itself
             channel.receive(timeout=1)
-        started = time.monotonic()
         xdist_compat.cut_worker(SimpleNamespace(gateway=gateway))  # a worker is a WorkerController; it has .gateway
-        with pytest.raises(EOFError):
+        with pytest.raises(EOFError):  # the cut ends the wait: a silent host would give execnet.TimeoutError
             channel.receive(timeout=10)
-        assert time.monotonic() - started < 5
         gateway.exit()
     finally:
         host.stop()

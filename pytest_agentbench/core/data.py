@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .io import write_atomic
+from .retrywait import pause_before_retry
 from .run_options import user_cache_dir
 
 DATA_DIR_ENV = "AGENTBENCH_DATA_DIR"
@@ -346,7 +347,7 @@ def _download(
     last: Exception | None = None
     for attempt in range(retries + 1):
         if attempt:
-            time.sleep(backoff * 2 ** (attempt - 1))
+            pause_before_retry(backoff * 2 ** (attempt - 1))
         try:
             _fetch_once(url, part, timeout)
             break

@@ -18,6 +18,7 @@ from typing import Any
 
 import openai
 
+from ..core.retrywait import pause_before_retry
 from ..core.text import clipped, repair, repaired
 from .cache import DEFAULT_CACHE_DIR, ResponseCache, cache_key
 from .concurrency import DEFAULT_MAX_CONNECTIONS, CallGate, Spending
@@ -542,7 +543,7 @@ class OpenAIModel:
                 if left <= 0:
                     out_of_time = True
                     break
-                time.sleep(wait)
+                pause_before_retry(wait)
                 timeout = min(self.timeout, left)
                 attempt += 1
                 continue

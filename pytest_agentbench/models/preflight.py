@@ -24,6 +24,7 @@ from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.options import given_settings, view
+from ..core.retrywait import pause_before_retry
 from ..core.run_options import RunOptions
 from ..core.text import clipped, repaired
 from .options import ORACLE, ModelOptions, check_api_key, model_settings
@@ -140,7 +141,7 @@ def first_request(settings: Mapping[str, Any], api_key: str | None, call: FirstC
         return f"answered HTTP {first.status_code} to {shape}; the run's retries deal with it"
     again: dict[str, Any] = {"params": params}
     if first.status_code >= 500:
-        time.sleep(min(MAX_RETRY_WAIT, retry_wait(first)))
+        pause_before_retry(min(MAX_RETRY_WAIT, retry_wait(first)))
     elif first.status_code in (400, 422):
         again = {"params": None}  # exactly the run's request: the cap may be what the server refused
     else:

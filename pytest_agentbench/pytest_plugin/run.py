@@ -21,6 +21,7 @@ import pytest
 from ..benchmarks.base import Benchmark, BenchRun
 from ..core import records as rec
 from ..core.options import Settings
+from ..core.retrywait import pause_before_retry
 from ..core.text import printable, repair_value, repaired
 from ..core.types import Sample, Task
 from ..models.defaults import backoff_delay
@@ -232,7 +233,7 @@ def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay
     tries = [result]
     # by key: a plain dict of another package's benchmark may lack a status (a KeyError: the item's error)
     while result["status"] in rec.ERROR_STATUSES and len(tries) <= max_retries:
-        time.sleep(backoff_delay(len(tries) - 1, base_delay))
+        pause_before_retry(backoff_delay(len(tries) - 1, base_delay))
         result = run_once(run, replace(sample, retry=len(tries)))
         tries.append(result)
     if len(tries) == 1:

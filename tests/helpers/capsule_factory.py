@@ -12,6 +12,7 @@ import gzip
 import http.server
 import io
 import os
+import shutil
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -269,6 +270,19 @@ def labelled_containers() -> list:
     return [c for c in found if orphan_or_mine(c)]
 
 
+def host_network_ready() -> None:
+    """A CORE-Bench host run of a real model refuses to configure when bubblewrap isolates its agent but
+    slirp4netns, which gives the agent's commands their network, is missing (a usage error naming the fix):
+    on such a machine a test that configures one needs slirp4netns, and skips (or fails under CI) without it.
+    Imports nothing of pytest while slirp4netns is there (a test's plain-Python script calls it too)."""
+    from pytest_agentbench.sandbox.isolation import probe
+
+    if shutil.which("slirp4netns") is None and probe().active:
+        from helpers.capabilities import needs
+
+        needs("slirp4netns")
+
+
 def corebench_options(
     data_dir: Path,
     cache_dir: Path,
@@ -278,10 +292,14 @@ def corebench_options(
     base: Path | None = None,
 ):
     """CORE-Bench's options resolved as the plugin resolves them (command line > ini > default), without
-    pytest, plus the run-wide values a benchmark reads (``data_dir``, ``cache_dir``, ``env``)."""
+    pytest, plus the run-wide values a benchmark reads (``data_dir``, ``cache_dir``, ``env``). On a machine
+    whose host environment would need slirp4netns to configure (see ``host_network_ready``) the test ends
+    through ``needs``."""
     from pytest_agentbench.benchmarks.corebench import CORE_BENCH_OPTIONS
     from pytest_agentbench.core.options import Settings, Sources, resolve
 
+    if ((cli or {}).get("host_network") or (ini or {}).get("host_network") or "user") == "user":
+        host_network_ready()
     base = Path(base or cache_dir)
     own = resolve(
         CORE_BENCH_OPTIONS, Sources(cli=dict(cli or {}), ini=dict(ini or {}), env={}, invocation_dir=base, rootdir=base)

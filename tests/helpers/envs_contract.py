@@ -31,7 +31,7 @@ def check_timeout_kills_the_group(env, marker: str) -> None:
     started = time.monotonic()
     result = env.run(f"sleep {marker} & sleep 30", 1)
     assert result.timed_out and result.exit_code is None
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 10  # ten times the limit: the 30 s sleep was cut
     # the environment's own view of its processes (a container has its own /proc)
     listing = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
     assert env.run(f"{listing} | grep -c '^sleep {marker}'", 10).stdout.strip() == "0"
@@ -39,12 +39,10 @@ def check_timeout_kills_the_group(env, marker: str) -> None:
 
 
 def check_flood_is_trimmed(env) -> None:
-    started = time.monotonic()
     result = env.run("head -c 100000000 /dev/zero | tr '\\0' z; echo done >&2", 120)
     assert result.exit_code == 0 and result.stdout_bytes == 100_000_000 and result.trimmed
     assert len(result.stdout) < 20_000 and "bytes trimmed of 100000000" in result.stdout
-    assert result.stderr == "done\n"
-    assert time.monotonic() - started < 60
+    assert result.stderr == "done\n" and not result.timed_out
 
 
 def check_files(env, workspace: Path) -> None:

@@ -1,6 +1,7 @@
 """The fixtures of pytest runs (loaded by tests/conftest.py through ``pytest_plugins``): ``shared_data``,
-``shared_cache``, ``cache_dir``, ``machine_secret`` and ``bench`` (run pytest as a user does), and ``pytester``
-made safe for in-process runs (``in_process_imports``)."""
+``shared_cache``, ``cache_dir``, ``machine_secret`` and ``bench`` (run pytest as a user does), ``pytester``
+made safe for in-process runs (``in_process_imports``), and no real retry waits (``no_retry_waits``; a test of
+the waits asks for ``real_retry_waits``)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,21 @@ def machine_secret(tmp_path_factory) -> Path:
     path = root / "agentbench-secret"
     os.environ.setdefault("AGENTBENCH_SECRET_FILE", str(path))
     return Path(os.environ["AGENTBENCH_SECRET_FILE"])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_retry_waits() -> None:
+    """Every retry of the session, in this process and in every pytest run it starts (in-process or not), goes
+    out at once: the model client's backoff and a server's Retry-After, the pause between an item's tries and a
+    download's backoff are computed and budgeted as usual but not slept (core/retrywait.py). A test of the waits
+    themselves sets ``AGENTBENCH_RETRY_WAIT_SCALE=1`` for itself (``real_retry_waits``)."""
+    os.environ["AGENTBENCH_RETRY_WAIT_SCALE"] = "0"
+
+
+@pytest.fixture
+def real_retry_waits(monkeypatch) -> None:
+    """This test's retries wait as a user's do (a test of the wait itself)."""
+    monkeypatch.setenv("AGENTBENCH_RETRY_WAIT_SCALE", "1")
 
 
 @pytest.fixture
