@@ -658,12 +658,11 @@ def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopb
 def test_run_settings_travel_without_paths_and_resolve_the_same(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from pytest_agentbench.benchmarks.registry import available_benchmarks
     from pytest_agentbench.core.options import Sources, resolve
     from pytest_agentbench.pytest_plugin.distribution.hostprobe import apply_forwarded, forwarded
     from pytest_agentbench.pytest_plugin.options import all_options
 
-    options = all_options(available_benchmarks())
+    options = all_options()
     cli = {
         "bench": "scicode",
         "model": "m",

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentbench.benchmarks.registry import available_benchmarks
 from pytest_agentbench.core import runfile
 from pytest_agentbench.pytest_plugin.options import all_options
 
@@ -204,7 +203,7 @@ def test_init_writes_an_example_that_loads_and_never_overwrites(tmp_path):
     command = [sys.executable, "-m", "pytest_agentbench", "init"]
     first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    loaded = runfile.load(tmp_path / "agentbench.yaml", all_options(available_benchmarks()))
+    loaded = runfile.load(tmp_path / "agentbench.yaml", all_options())
     assert loaded.options["bench"].value == "scicode" and loaded.model_names() == ["gpt-4o"]
     assert loaded.pytest_args["n"].value == 2
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)

@@ -12,8 +12,6 @@ import os
 import secrets
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -245,6 +243,8 @@ def _progress(name: str, done: int, total: int | None, started: float) -> None:
 
 def _fetch_once(url: str, part: Path, timeout: float) -> None:
     """Append the rest of ``url`` to ``part``, resuming with a Range request when it exists."""
+    import urllib.request  # why: only a download needs the HTTP client; the plugin loads this module in every run
+
     have = part.stat().st_size if part.exists() else 0
     request = urllib.request.Request(url, headers={"User-Agent": "pytest-agentbench"})
     if have:
@@ -307,6 +307,8 @@ def remove_empty(part: Path, folders: list[Path]) -> None:
 def _download(
     url: str, dest: Path, part: Path, sha256: str | None, *, retries: int, backoff: float, timeout: float
 ) -> Path:
+    import urllib.error  # why: only a download needs the HTTP client; the plugin loads this module in every run
+
     last: Exception | None = None
     for attempt in range(retries + 1):
         if attempt:

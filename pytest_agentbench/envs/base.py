@@ -30,7 +30,8 @@ from typing import Any
 
 from ..sandbox.isolation import under
 from ..sandbox.result import ExecResult
-from .copyout import DEFAULT_COPY_OUT_CAP, CopyOut
+from .copyout import CopyOut
+from .defaults import DEFAULT_COPY_OUT_CAP
 
 DEFAULT_OUTPUT_LIMIT = 16 * 1024  # bytes of a stream kept for the caller: half head, half tail
 DEFAULT_OUTPUT_CAP = 1 << 30  # a command's files (its output included) may not grow past this (RLIMIT_FSIZE)

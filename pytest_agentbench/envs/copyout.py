@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-DEFAULT_COPY_OUT_CAP = 1 << 30  # bytes; the same as a command's largest file (RLIMIT_FSIZE)
 MAX_NAMED = 50  # entries left out named in a record; the rest are counted
 
 

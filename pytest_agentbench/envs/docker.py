@@ -59,10 +59,9 @@ from .base import (
     check_timeout,
     python_result,
 )
-from .copyout import DEFAULT_COPY_OUT_CAP, CopyOut, check_links
+from .copyout import CopyOut, check_links
+from .defaults import DEFAULT_COPY_OUT_CAP, DEFAULT_IMAGE, DEFAULT_NETWORK
 
-DEFAULT_IMAGE = "python:3.12-bookworm"
-DEFAULT_NETWORK = "bridge"
 DEFAULT_MEMORY = 8 << 30  # bytes (the engine also takes "8g")
 DEFAULT_CPUS = 2.0
 DEFAULT_PIDS = 1024

@@ -78,12 +78,13 @@ from .base import (
     python_result,
     resolve_inside,
 )
-from .copyout import DEFAULT_COPY_OUT_CAP, copy_tree, prune_tree
+from .copyout import copy_tree, prune_tree
+from .defaults import DEFAULT_COPY_OUT_CAP, HOST_NETWORKS
 
 DEFAULT_MEMORY = 8 << 30  # RLIMIT_AS of a command: generous, agents install and run real code
 DEFAULT_PROCESSES = 1024
 KERNEL_FOLDERS = ("/proc", "/sys", "/dev")  # the sandbox's own: the controller's are not what the agent saw
-HOST_NETWORKS = ("user", "none")  # --bench-host-network: outbound through slirp4netns, or no network at all
+
 USER_NETWORK_STACK = "slirp4netns"
 USER_NETWORK_HINT = "install it, e.g. apt-get install -y slirp4netns, or pass --bench-host-network=none"
 SLIRP_DNS = "10.0.2.3"  # slirp4netns's resolver address in the namespace (its gateway 10.0.2.2 maps to nothing here)

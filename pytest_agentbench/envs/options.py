@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import ConfigError
 from ..core.options import HOST_GPU, Option, given_settings, view
 from ..core.run_options import RunOptions
 from ..sandbox.options import SandboxOptions, limits_from, private_paths
-from .base import EnvFactory
-from .copyout import DEFAULT_COPY_OUT_CAP
-from .docker import DEFAULT_IMAGE, DEFAULT_NETWORK, DockerFactory
-from .host import HOST_NETWORKS, HostFactory
+from .defaults import DEFAULT_COPY_OUT_CAP, DEFAULT_IMAGE, DEFAULT_NETWORK, HOST_NETWORKS
+
+if TYPE_CHECKING:
+    from .base import EnvFactory
+
 
 ENV_KINDS = ("host", "docker")
 DEFAULT_ENV_MEMORY = 8 << 30
@@ -133,6 +134,9 @@ def build_env(opts: Mapping[str, Any], default: str = "host") -> EnvFactory:
     ``opts`` are resolved settings or a plain mapping of the environments', the sandbox's and the run's options
     (the ones it lacks take their defaults). Tool scripts on the host run like scoring scripts: with the sandbox's
     ``executor`` and ``memory_limit``."""
+    from .docker import DockerFactory  # why: only a run that uses an environment imports one
+    from .host import HostFactory  # why: as above
+
     given = given_settings(opts, EnvOptions, SandboxOptions, RunOptions)
     settings = env_settings(given, default)
     if settings["env"] == "docker":

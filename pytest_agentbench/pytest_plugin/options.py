@@ -17,7 +17,7 @@ from typing import Any, Literal
 import pytest
 
 from ..backends.slurm.commands import SLURM_OPTIONS
-from ..benchmarks.base import Registered
+from ..benchmarks.registry import benchmark_names, declared_options
 from ..core import runfile
 from ..core.jobs import BACKEND_OPTIONS
 from ..core.options import (
@@ -33,7 +33,7 @@ from ..core.options import (
     resolve,
 )
 from ..core.run_options import RUN_OPTIONS
-from ..envs import ENV_OPTIONS
+from ..envs.options import ENV_OPTIONS
 from ..models.options import MODEL_OPTIONS
 from ..report.options import REPORT_OPTIONS
 from ..sandbox.options import SANDBOX_OPTIONS
@@ -50,8 +50,9 @@ METAVARS = {
 }
 
 
-def all_options(registered: Registered) -> tuple[Option, ...]:
-    """The options of every layer and of every registered benchmark, each once, in a stable order."""
+def all_options() -> tuple[Option, ...]:
+    """The options of every layer and of every installed benchmark, each once, in a stable order (the benchmarks'
+    declarations are read without loading the benchmarks: benchmarks/registry.py)."""
     # each layer's help group, for its options that name none (Option.help_group)
     options: list[Option] = [
         *place(RUN_OPTIONS, "run"),
@@ -61,22 +62,18 @@ def all_options(registered: Registered) -> tuple[Option, ...]:
         *place(REPORT_OPTIONS, "gates"),
         *place(BACKEND_OPTIONS, "distribution"),  # before the Slurm options, as --bench-backend always was
         *place(SLURM_OPTIONS, "distribution"),
+        *declared_options(),
     ]
-    for name in sorted(registered.found):
-        options += registered.found[name].options
-    options = [with_choices(o, registered) for o in options]
+    options = [with_choices(o) for o in options]
     by_name(options)  # a name or flag declared twice is a programming error, found at start-up
     return tuple(options)
 
 
-def with_choices(option: Option, registered: Registered) -> Option:
-    """--bench and --bench-split list what the installed benchmarks accept in their help."""
-    found = [registered.found[n] for n in sorted(registered.found)]
-    if option.name == "bench" and found:
-        return replace(option, help=f"{option.help} Installed: {', '.join(b.name for b in found)}.")
-    if option.name == "split" and found:
-        splits = "; ".join(f"{b.name} {'|'.join(b.splits)} (default {b.default_split})" for b in found)
-        return replace(option, help=f"{option.help} {splits}.")
+def with_choices(option: Option) -> Option:
+    """--bench lists the installed benchmarks in its help."""
+    names = benchmark_names()
+    if option.name == "bench" and names:
+        return replace(option, help=f"{option.help} Installed: {', '.join(names)}.")
     return option
 
 
@@ -185,6 +182,28 @@ def load_run_file(found: Sources, options: tuple[Option, ...]) -> runfile.RunFil
         return None
     path = resolve([config_option], found)["config"]
     return runfile.load(path, options) if path is not None else None
+
+
+# The options that ask for a benchmark run: without one of them given, the plugin does nothing in the session.
+ASKING = ("bench", "config", "resume", "replay")
+
+
+def asks_for_benchmark(early_config: pytest.Config, options: tuple[Option, ...]) -> bool:
+    """Whether the session asks for a benchmark: one of ``ASKING`` given on the command line, in its environment
+    variable or in its ini key. Nothing is resolved or checked here: a run that asks reads them all at configure."""
+    namespace = early_config.known_args_namespace
+    declared = by_name(options)
+    for name in ASKING:
+        option = declared.get(name)
+        if option is None:
+            continue
+        if getattr(namespace, option.dest, None) not in (None, "", []):
+            return True
+        if option.env and os.environ.get(option.env, ""):
+            return True
+        if option.ini and early_config.getini(option.ini) not in (None, "", []):
+            return True
+    return False
 
 
 def run_file_arguments(early_config: pytest.Config, options: tuple[Option, ...]) -> list[str]:

@@ -18,7 +18,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..benchmarks.registry import available_benchmarks
 from .options import all_options
 
 PACKAGE = "pytest-agentbench"
@@ -69,7 +68,7 @@ def session_command(verb: str, run_dir: Path | str) -> str:
 
 def option_flags() -> tuple[frozenset[str], frozenset[str]]:
     """(flags of secret options, every other flag) of every registered benchmark's option set."""
-    options = all_options(available_benchmarks())
+    options = all_options()
     return (frozenset(o.flag for o in options if o.secret), frozenset(o.flag for o in options if not o.secret))
 
 

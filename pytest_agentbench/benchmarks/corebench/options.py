@@ -9,13 +9,17 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.jobs import BackendOptions
 from ...core.options import Option, given_settings, view
 from ...models.options import ModelOptions
 from ...models.price import price_of
-from . import agent, capsules, prepare
+from . import prepare
+from .defaults import DEFAULT_COMMAND_TIMEOUT, DEFAULT_STEPS, DEFAULT_TIME
+
+if TYPE_CHECKING:
+    from .agent import AgentLimits
 
 OWNER = "core-bench"
 DEFAULT_WORKSPACE_ROOT = "/capsule/environment"
@@ -149,23 +153,23 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         "agent_steps",
         "--bench-agent-steps",
         kind="int",
-        default=agent.DEFAULT_STEPS,
+        default=DEFAULT_STEPS,
         minimum=0,
         exclusive_minimum=True,
         ini="agentbench_agent_steps",
         owner=OWNER,
-        help=f"CORE-Bench agent: most model turns per capsule (default {agent.DEFAULT_STEPS}).",
+        help=f"CORE-Bench agent: most model turns per capsule (default {DEFAULT_STEPS}).",
     ),
     Option(
         "agent_time",
         "--bench-agent-time",
         kind="float",
-        default=agent.DEFAULT_TIME,
+        default=DEFAULT_TIME,
         minimum=0,
         exclusive_minimum=True,
         ini="agentbench_agent_time",
         owner=OWNER,
-        help=f"CORE-Bench agent: seconds per capsule (default {agent.DEFAULT_TIME:g}, as upstream).",
+        help=f"CORE-Bench agent: seconds per capsule (default {DEFAULT_TIME:g}, as upstream).",
     ),
     Option(
         "agent_tokens",
@@ -182,13 +186,13 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         "agent_command_timeout",
         "--bench-agent-command-timeout",
         kind="float",
-        default=agent.DEFAULT_COMMAND_TIMEOUT,
+        default=DEFAULT_COMMAND_TIMEOUT,
         minimum=0,
         exclusive_minimum=True,
         ini="agentbench_agent_command_timeout",
         owner=OWNER,
         help=f"CORE-Bench agent: default timeout of one bash command in seconds (default "
-        f"{agent.DEFAULT_COMMAND_TIMEOUT:g}); the agent may ask for up to ten times more.",
+        f"{DEFAULT_COMMAND_TIMEOUT:g}); the agent may ask for up to ten times more.",
     ),
 )
 
@@ -199,13 +203,15 @@ def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     ``opts`` holds at least the values of ``CORE_BENCH_OPTIONS``; ``env`` (the environment option,
     declared by the environment layer) is taken when given, else :func:`default_env`.
     """
+    from .capsules import capsule_base_url  # why: declaring the options must not import the capsule downloader
+
     capsules_dir = opts["capsules_dir"]
     return {
         "difficulty": opts["difficulty"],
         "hints": bool(opts["hints"]),
         "upstream_abort": bool(opts["upstream_abort"]),
         "capsules_dir": str(capsules_dir) if capsules_dir else None,
-        "capsule_url": capsules.capsule_base_url(),
+        "capsule_url": capsule_base_url(),
         "env": opts.get("env") or default_env(opts),
         "workspace_root": opts["workspace_root"],
         "dataset_path": str(opts["dataset_path"]) if opts["dataset_path"] else None,
@@ -254,9 +260,11 @@ def describe_isolation(settings: Mapping[str, Any]) -> str:
     )
 
 
-def agent_limits(settings: Mapping[str, Any]) -> agent.AgentLimits:
+def agent_limits(settings: Mapping[str, Any]) -> AgentLimits:
     """The agent's limits from the run settings (its price and cost budget are there when given)."""
-    return agent.AgentLimits(
+    from .agent import AgentLimits  # why: declaring the options must not import the agent
+
+    return AgentLimits(
         steps=settings["agent_steps"],
         time=settings["agent_time"],
         tokens=settings["agent_tokens"],

@@ -24,7 +24,6 @@ from pathlib import Path, PurePosixPath
 from ...core.data import OFFLINE_ENV, DataError, download, sha256_of
 from . import dataset
 
-DEFAULT_URL = "http://opencompass.oss-cn-shanghai.aliyuncs.com/datasets/agentcompass/scicode.zip"
 ARCHIVE_NAME = "scicode-data.zip"
 
 

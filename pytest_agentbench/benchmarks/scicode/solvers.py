@@ -20,8 +20,6 @@ from ...core.text import repair
 from ...models.oracle import OracleModel
 from . import script
 
-MODES = ("tool_use", "naive")  # of the chat harness (generate.py)
-
 
 @dataclass
 class Generated:

@@ -96,7 +96,10 @@ def run_alone(config: pytest.Config) -> None:
 
 
 def role_of(config: pytest.Config) -> Role:
-    return config.stash[ROLE]
+    """This process's role: decided at configure time in a benchmark run; in a session without one (a test that
+    asks for the ``bench_model`` fixture), when first asked."""
+    role = config.stash.get(ROLE, None)
+    return role if role is not None else decide_role(config)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from importlib.metadata import version as dist_version
 from pathlib import Path
 from typing import Any
 
-from ...benchmarks.registry import available_benchmarks, get_benchmark
+from ...benchmarks.registry import get_benchmark
 from ...core import host
 from ...core.data import DataError
 from ...core.errors import ConfigError
@@ -162,7 +162,7 @@ def probe(request: Mapping[str, Any]) -> dict[str, Any]:
     hidden: dict[str, str] = {}
     bench = request.get("bench")
     if bench:
-        options = all_options(available_benchmarks())
+        options = all_options()
         try:
             opts = host_settings(options, request.get("settings") or {})
             hidden = private_folders(opts)

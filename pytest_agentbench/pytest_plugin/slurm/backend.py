@@ -23,7 +23,6 @@ import pytest
 
 from ...backends.slurm import commands as slurm
 from ...backends.slurm import spool
-from ...benchmarks.registry import available_benchmarks
 from ...core.jobs import JobRequest
 from ...core.options import view
 from ..collect import BenchItem
@@ -75,7 +74,7 @@ class SlurmBackend:
         write_run_settings(self.config, state)
         folder = spool.spool_dir(state.run_dir)
         (folder / "logs").mkdir(parents=True, exist_ok=True)
-        secret = [o for o in all_options(available_benchmarks()) if o.secret]
+        secret = [o for o in all_options() if o.secret]
         values = {o.name: str(opts[o.name]) for o in secret if opts.get(o.name)}
         if values and mine.slurm_key == "file":
             slurm.write_secret(folder, values)
