@@ -215,7 +215,7 @@ def test_a_core_bench_item_records_a_deep_report_and_the_copy_cap(pytester, tmp_
             "--bench-run-id=deep",
             "--bench-env=host",
             "--bench-agent-steps=3",
-            "--bench-copy-out-cap=1m",
+            "--bench-set=copy_out_cap=1m",
             "--bench-keep-workspaces",
             "-p",
             "no:cacheprovider",

@@ -56,10 +56,11 @@ def group_options(group: str) -> set[str]:
 
 
 def help_options(help_text: str) -> tuple[set[str], set[str]]:
-    """The options and ini keys of the plugin's groups in ``pytest --help``."""
+    """The options of the plugin's groups in ``pytest --help``, and the plugin's ini keys (those of the options not
+    shown as flags, ``--bench-set NAME=VALUE``, too: pytest lists every ini key in its ini-options section)."""
     groups = help_groups(help_text).values()
     options = {o for group in groups for o in group_options(group)}
-    ini_keys = {k for group in groups for k in re.findall(r"\[ini (agentbench_[a-z0-9_]+)", " ".join(group.split()))}
+    ini_keys = set(re.findall(r"^ {2}(agentbench_[a-z0-9_]+) \(", help_text, re.MULTILINE))
     return options, ini_keys
 
 

@@ -39,7 +39,7 @@ def test_bad_input_is_a_usage_error_before_any_item(bench, pytester, arg, messag
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_shared_options_are_never_refused(bench):
-    result = bench(*VALIDATION_STEP, "--bench-env=host", "--bench-executor=subprocess", "--collect-only", "-q")
+    result = bench(*VALIDATION_STEP, "--bench-env=host", "--bench-set=executor=subprocess", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
 
 

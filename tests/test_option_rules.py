@@ -346,7 +346,7 @@ def resolved_with(**cli):
         ({"memory_limt": 2}, "unknown setting 'memory_limt' (did you mean 'memory_limit'?): the settings read here"),
         ({"memory_limit": "lots"}, "setting memory_limit (--bench-memory-limit) must be a positive number, got 'lots'"),
         ({"memory_limit": -1}, "setting memory_limit (--bench-memory-limit) must be a positive number, got -1"),
-        ({"executor": "threads"}, "setting executor (--bench-executor) 'threads' is not a valid value"),
+        ({"executor": "threads"}, "setting executor (--bench-set executor) 'threads' is not a valid value"),
         ({"require_isolation": "maybe"}, "setting require_isolation (--bench-require-isolation) 'maybe' is not a"),
     ],
 )

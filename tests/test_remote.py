@@ -719,7 +719,7 @@ def test_refusals_name_the_worker_the_host_and_the_difference():
 
 # --------------------------------------------------------------------------- a host that goes silent
 
-SILENT_TIMEOUT = 8.0  # --bench-host-timeout for the silent-host test: a lost host is declared within 10 s
+SILENT_TIMEOUT = 8.0  # --bench-set host_timeout for the silent-host test: a lost host is declared within 10 s
 
 
 def stop_connection(account: str) -> tuple[list[int], list[int]]:
@@ -757,7 +757,7 @@ def test_a_silent_host_is_lost_within_the_bound_and_the_run_finishes_on_the_othe
             f"--model-base-url={server.base_url}",
             f"--bench-ids={KILL_IDS}",
             "--model-max-retries=0",
-            f"--bench-host-timeout={SILENT_TIMEOUT}",
+            f"--bench-set=host_timeout={SILENT_TIMEOUT}",
             f"--bench-report-dir={reports}",
             *both(loopback),
         ]
@@ -937,9 +937,11 @@ def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, 
         f"worker gw0 on agentbench-a has other package versions than the controller (numpy: worker "
         f"{numpy.__version__}, controller 0.0.1)"
     ) in refused.stderr, refused.stderr[-2000:]
-    assert "--bench-allow-version-skew" in refused.stderr
+    assert "--bench-set=allow_version_skew=true" in refused.stderr
     assert not list((tmp_path / "reports").rglob("*.jsonl"))
-    allowed = run(tmp_path, *args, "--bench-allow-version-skew", timeout=300, AGENTBENCH_TEST_VERSIONS="numpy=0.0.1")
+    allowed = run(
+        tmp_path, *args, "--bench-set=allow_version_skew=true", timeout=300, AGENTBENCH_TEST_VERSIONS="numpy=0.0.1"
+    )
     assert allowed.returncode == 0, allowed.stdout[-3000:] + allowed.stderr[-2000:]
 
 

@@ -91,7 +91,7 @@ def test_item_retries_wait_with_the_clients_backoff(bench, pytester, cache_dir):
                 fake,
                 "--bench-ids=1.1",
                 "--model-max-retries=0",
-                "--model-retry-delay=0.4",
+                "--bench-set=model_retry_delay=0.4",
                 "--bench-max-retries=2",
                 f"--bench-cache-dir={cache_dir}",
                 "--bench-mode=naive",

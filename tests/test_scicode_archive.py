@@ -1,4 +1,4 @@
-"""The official targets from the data archive (--bench-data-url), served on 127.0.0.1 only."""
+"""The official targets from the data archive (--bench-set data_url), served on 127.0.0.1 only."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def args(served: Served, *extra: str) -> list[str]:
         "--bench-split=test",
         "--model=mutant",
         f"--bench-data-dir={served.data}",
-        f"--bench-data-url={served.url}",
+        f"--bench-set=data_url={served.url}",
         "--bench-timeout=20",
         *extra,
     ]
@@ -132,7 +132,7 @@ def test_offline_mode_forbids_the_archive_and_validation_runs_never_fetch_it(ben
         "--bench-split=validation",
         "--model=mutant",
         f"--bench-data-dir={archived.data}",
-        f"--bench-data-url={archived.url}",
+        f"--bench-set=data_url={archived.url}",
         "--bench-allow-custom-data",
         "--collect-only",
     )
@@ -169,7 +169,7 @@ def validation_args(served: Served, *extra: str) -> list[str]:
         "--bench-split=validation",
         "--model=mutant",
         f"--bench-data-dir={served.data}",
-        f"--bench-data-url={served.url}",
+        f"--bench-set=data_url={served.url}",
         "--bench-timeout=20",
         "--bench-allow-custom-data",
         *extra,

@@ -1181,7 +1181,7 @@ def test_a_child_cannot_send_an_expected_value_that_depends_on_no_model_code():
 def test_the_operand_cap_option_reaches_scoring(tiny, pytester):
     from helpers.bench_runs import read_jsonl, run_dirs
 
-    result = tiny("--bench-operand-cap=60", "--bench-run-id=capped")
+    result = tiny("--bench-set=operand_cap=60", "--bench-run-id=capped")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result = tiny("--bench-run-id=default")
     assert result.ret == pytest.ExitCode.OK

@@ -184,6 +184,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         default=False,
         ini="agentbench_allow_version_skew",
         help_group="distribution",
+        shown=False,
     ),
     Option(
         "host_timeout",
@@ -198,6 +199,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_host_timeout",
         metavar="SECONDS",
         help_group="distribution",
+        shown=False,
     ),
     Option(
         "attempts",

@@ -83,6 +83,7 @@ ENV_OPTIONS = (
         help="most bytes of an item's workspace brought home after its agent ran, by apparent size (a sparse file "
         "counts as its length), e.g. 1g (default). Special files, links out of the workspace or in a loop and files "
         "past the cap are left out and named in the record's copy_out.",
+        shown=False,
     ),
     Option(
         "keep_workspaces",

@@ -536,7 +536,7 @@ class OpenAIModel:
         tried = f"{attempt + 1} attempt{'s' if attempt else ''}"
         if out_of_time and failed_at is not None:
             spent = time.monotonic() - failed_at
-            tried += f", {spent:.0f} s of retries (--model-max-retry-time={self.max_retry_time:g})"
+            tried += f", {spent:.0f} s of retries (--bench-set=model_max_retry_time={self.max_retry_time:g})"
         raise ModelError(
             f"model {self.name!r} at {self.endpoint} failed after {tried}: "
             f"{describe_error(last_error)}. Fix: {fix_hint(last_error)}.",

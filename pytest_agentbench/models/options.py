@@ -139,6 +139,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
         runfile_group="models",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "model_retry_delay",
@@ -151,6 +152,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
         runfile_group="models",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "cache",

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from . import hookspecs
-from .options import all_options, asks_for_benchmark, register, run_file_arguments
+from .options import SET_OPTION, all_options, asks_for_benchmark, register, removed_flag_error, run_file_arguments
 from .pathargs import space_form_error
 
 SESSION_PLUGIN = "agentbench-session"  # the benchmark run's plugin (session.py), registered only when asked for
@@ -37,7 +37,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     session asks for a benchmark, register the run's plugin and add the pytest flags a run file gives (pytest reads
     ``args`` again after this hook, as pytest-xdist's ``-n auto`` documentation does it)."""
     options = all_options()
-    error = space_form_error(early_config, parser, args, options)
+    error = space_form_error(early_config, parser, args, (*[o for o in options if o.shown], SET_OPTION))
+    error = error or removed_flag_error(early_config.known_args_namespace, options)
     if error:
         raise pytest.UsageError(error)
     if not asks_for_benchmark(early_config, options):

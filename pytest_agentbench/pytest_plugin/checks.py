@@ -83,7 +83,7 @@ def other_benchmark_options(options: Iterable[Option], opts: Settings, bench: st
     """ConfigError naming the options of another benchmark given on the command line (shared ones never)."""
     wrong = [o for o in options if o.owner and o.owner != bench and opts.origin(o.name) == "command line"]
     if wrong:
-        named = ", ".join(f"{o.flag} (a {o.owner} option)" for o in wrong)
+        named = ", ".join(f"{o.spelling} (a {o.owner} option)" for o in wrong)
         raise ConfigError(f"{named} do(es) not apply to --bench={bench}; remove it, or run --bench={wrong[0].owner}")
 
 

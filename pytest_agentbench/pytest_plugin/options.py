@@ -10,6 +10,7 @@ time; after that nothing reads ``config.getoption`` or ``config.getini``.
 from __future__ import annotations
 
 import os
+from argparse import SUPPRESS
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +23,7 @@ from ..core import runfile
 from ..core.jobs import BACKEND_OPTIONS
 from ..core.options import (
     HELP_GROUPS,
+    SET_FLAG,
     Option,
     OptionError,
     Settings,
@@ -31,6 +33,7 @@ from ..core.options import (
     help_text,
     place,
     resolve,
+    set_values,
 )
 from ..core.run_options import RUN_OPTIONS
 from ..envs.options import ENV_OPTIONS
@@ -87,12 +90,68 @@ def help_groups(options: tuple[Option, ...]) -> dict[str, list[Option]]:
     return {title: found for title, found in grouped.items() if found}
 
 
+# The one repeatable flag for the options not shown (Option.shown); declared as an Option for the readers of the
+# command line (pathargs), never resolved as a setting itself: its entries become the named options' values.
+SET_OPTION = Option(
+    "set",
+    SET_FLAG,
+    "set any other setting by its name, repeatable: --bench-set tool_concurrency=4 --bench-set executor=subprocess "
+    "(each is also an ini key agentbench_NAME and a run-file key; `python -m pytest_agentbench options` lists "
+    "every setting, its default and help). A name no setting has is a usage error naming the close ones.",
+    kind="multi",
+    metavar="NAME=VALUE",
+    runfile_group=None,
+    stored=False,
+    help_group="run",
+)
+
+
 def register(parser: pytest.Parser, options: tuple[Option, ...]) -> None:
     after = None
-    for title, grouped in help_groups(options).items():
+    for title, grouped in help_groups(tuple(o for o in options if o.shown) + (SET_OPTION,)).items():
         name = f"{GROUP_PREFIX} ({title})"
         register_group(parser, parser.getgroup(name, name, after=after), grouped)
         after = name
+    hidden = [o for o in options if not o.shown]
+    register_removed(parser.getgroup(GROUP_PREFIX), hidden)
+    for option in hidden:
+        register_ini(parser, option)
+
+
+def register_removed(group: pytest.OptionGroup, options: list[Option]) -> None:
+    """The old flags of the options not shown: accepted by the parser, out of --help, and refused with the new
+    spelling (``removed_flag_error``), so a script or an ini file's addopts that still gives one is not ignored."""
+    for option in options:
+        if option.kind == "bool":
+            group.addoption(option.flag, dest=removed_dest(option), action="store_true", help=SUPPRESS)
+            if option.negative_flag is not None:
+                group.addoption(option.negative_flag, dest=removed_dest(option), action="store_true", help=SUPPRESS)
+        else:
+            group.addoption(option.flag, dest=removed_dest(option), default=None, help=SUPPRESS)
+
+
+def removed_dest(option: Option) -> str:
+    return f"agentbench_removed_{option.name}"
+
+
+def removed_flag_error(namespace: Any, options: tuple[Option, ...]) -> str | None:
+    """The usage error for the old flags given (of options no longer shown), naming each one's new spelling."""
+    given = [o for o in options if not o.shown and getattr(namespace, removed_dest(o), None) not in (None, False)]
+    if not given:
+        return None
+    spelled = "; ".join(
+        f"{o.flag}{'/' + o.negative_flag if o.negative_flag else ''} is now {o.usage()}"
+        + (f" (or ini {o.ini})" if o.ini else "")
+        for o in given
+    )
+    return f"agentbench: {spelled}. `python -m pytest_agentbench options` lists every setting."
+
+
+def register_ini(parser: pytest.Parser, option: Option) -> None:
+    if option.ini:
+        # a named Literal: mypy reads a bare string in a conditional as a type form against pytest 9.2's stubs
+        ini_type: Literal["linelist", "string"] = "linelist" if option.kind == "multi" else "string"
+        parser.addini(option.ini, help=help_text(option), type=ini_type)
 
 
 def register_group(parser: pytest.Parser, group: pytest.OptionGroup, options: list[Option]) -> None:
@@ -135,16 +194,13 @@ def register_group(parser: pytest.Parser, group: pytest.OptionGroup, options: li
                 metavar=option.metavar or METAVARS.get(option.kind, "VALUE"),
                 help=cli_help,
             )
-        if option.ini:
-            # a named Literal: mypy reads a bare string in a conditional as a type form against pytest 9.2's stubs
-            ini_type: Literal["linelist", "string"] = "linelist" if option.kind == "multi" else "string"
-            parser.addini(option.ini, help=text, type=ini_type)
+        register_ini(parser, option)
 
 
 def sources(config: pytest.Config, options: tuple[Option, ...], model: str | None = None) -> Sources:
     """The raw values of this run: command line, environment, run file, ini file and the folders paths are
     relative to. ``model``: the run file's entry to take (default: the one --model names, or the only one)."""
-    cli: dict[str, Any] = {o.name: config.getoption(o.dest) for o in options}
+    cli = command_line_values(config.option, options)
     ini: dict[str, Any] = {o.name: config.getini(o.ini) for o in options if o.ini}
     inipath = config.inipath
     found = Sources(
@@ -160,6 +216,21 @@ def sources(config: pytest.Config, options: tuple[Option, ...], model: str | Non
         return found
     picked = model if model is not None else cli.get("model")
     return replace(found, file=run_file.values_for(picked, found.env), file_dir=run_file.folder)
+
+
+def command_line_values(namespace: Any, options: tuple[Option, ...]) -> dict[str, Any]:
+    """Option name -> the command line's value: its flag's, else a ``--bench-set NAME=VALUE`` entry's (an option
+    not shown has only these; the plugin's own machinery may also set its ``dest``, as a remote worker's
+    settings do). A bad entry is a usage error."""
+    try:
+        entries = set_values(getattr(namespace, SET_OPTION.dest, None) or (), options)
+    except OptionError as exc:
+        raise pytest.UsageError(f"agentbench: {exc}") from None
+    values: dict[str, Any] = {}
+    for option in options:
+        value = getattr(namespace, option.dest, None)
+        values[option.name] = entries.get(option.name) if value is None else value
+    return values
 
 
 def several_models(config: pytest.Config, options: tuple[Option, ...], opts: Settings) -> dict[str, Settings]:

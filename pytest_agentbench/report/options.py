@@ -229,6 +229,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_resume_merge",
         stored=False,
         help_group="run",
+        shown=False,
     ),
     Option(
         "replay",
@@ -253,6 +254,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
         free_on_resume=True,
         help_group="run",
+        shown=False,
     ),
 )
 

@@ -145,7 +145,7 @@ KINDS: dict[str, RunKind] = {
         host_script(
             TOOL_CALL_HOST,
             "tool call",
-            "the scoring executor's sandbox (--bench-executor), a fresh folder per call",
+            "the scoring executor's sandbox (--bench-set executor), a fresh folder per call",
         ),
         RunKind(
             TOOL_CALL_DOCKER,

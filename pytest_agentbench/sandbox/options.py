@@ -29,6 +29,7 @@ SANDBOX_OPTIONS = (
         help="how scoring scripts run: fork (default; a warm fork server) or subprocess "
         "(a fresh interpreter per step).",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "memory_limit",

@@ -1,7 +1,7 @@
-"""The official targets from the reference system's data archive (``--bench-data-url``).
+"""The official targets from the reference system's data archive (``--bench-set data_url``).
 
 When the official ``test_data.h5`` is absent and a run needs the official targets (a test-split item is
-selected, or ``--bench-targets=official`` asks for them), the ZIP at ``--bench-data-url`` is downloaded
+selected, or ``--bench-targets=official`` asks for them), the ZIP at ``--bench-set data_url`` is downloaded
 (``core.data.download``: resumable, retried,
 with progress) and only its ``test_data.h5`` is extracted: streamed into a temporary file next to its
 destination, checked against the pinned sha256 (refused with both sums unless custom data is allowed),

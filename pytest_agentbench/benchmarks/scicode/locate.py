@@ -167,7 +167,7 @@ def locate(
     """The targets file of a run (``path`` None when rebuilt or missing); ConfigError for a bad file.
 
     ``fetch``: when the official file is in neither the data dir nor the cache dir, get it this way
-    (``archive.fetch_h5`` from --bench-data-url; given only when the run needs the official targets, so
+    (``archive.fetch_h5`` from --bench-set data_url; given only when the run needs the official targets, so
     a validation split given a fetch never falls back to the rebuild)."""
     if h5 is not None:
         path = Path(h5)

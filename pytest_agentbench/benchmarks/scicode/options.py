@@ -93,7 +93,8 @@ OPTIONS = (
         ini="agentbench_overlap",
         owner=OWNER,
         help="SciCode: generate the next step while the current one is scored (default on; "
-        "--no-bench-overlap generates each step only when its item starts).",
+        "--bench-set=overlap=false generates each step only when its item starts).",
+        shown=False,
     ),
     Option(
         "tool_concurrency",
@@ -107,6 +108,7 @@ OPTIONS = (
         "concurrently (each its own sandboxed run; divided over the xdist workers, at least 1 each; "
         "default: the number of cores).",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "operand_cap",
@@ -118,6 +120,7 @@ OPTIONS = (
         metavar="SIZE",
         help="SciCode: most bytes of operand values a step's scoring child may send to be compared "
         "(default 256m); a test whose values exceed it fails with the reason.",
+        shown=False,
     ),
     Option(
         "data_url",
@@ -129,6 +132,7 @@ OPTIONS = (
         help="SciCode: ZIP archive holding the official test_data.h5, downloaded (and only that file "
         "extracted, checked against its pinned sha256) when the file is missing and the official targets "
         f"are needed (a test-split item is selected, or --bench-targets=official; default {DEFAULT_DATA_URL}).",
+        shown=False,
     ),
     Option(
         "targets",
@@ -139,7 +143,7 @@ OPTIONS = (
         ini="agentbench_targets",
         owner=OWNER,
         help="SciCode: where the targets come from: auto (default: the dataset's own; official data: the "
-        "official test_data.h5 when it is present or a test-split item is selected, fetched from --bench-data-url "
+        "official test_data.h5 when it is present or a test-split item is selected, fetched from --bench-set data_url "
         "when missing, else rebuilt from the ground truth), official (the official file even for a "
         "validation-only run, fetched when missing; a usage error offline), rebuilt (rebuilt from the ground "
         "truth even when the official file is present; validation split only) or verified (SciCode-Verified's "

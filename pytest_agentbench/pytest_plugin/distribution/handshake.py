@@ -107,7 +107,7 @@ class RemoteInput:
     """What a worker on another host (``--tx ssh=...``/``socket=...``) gets besides the run: the controller's
     explicitly set run settings as command-line values (in memory only: they may hold the API key; paths are
     never among them), its host as the controller names it and the GPUs the probe found there, the liveness
-    bound (``--bench-host-timeout``) and the heartbeat channel (None only where no gateway exists, in a test)."""
+    bound (``--bench-set host_timeout``) and the heartbeat channel (None only where no gateway exists, in a test)."""
 
     settings: Mapping[str, Any]
     host: str

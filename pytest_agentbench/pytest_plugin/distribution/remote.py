@@ -50,7 +50,7 @@ from .hostprobe import (
 
 GPU_MARKER = "gpu"
 NO_GPU_WORKER = "no worker with a GPU"
-PINGS_PER_TIMEOUT = 4  # heartbeats (and ssh keep-alives) per --bench-host-timeout
+PINGS_PER_TIMEOUT = 4  # heartbeats (and ssh keep-alives) per --bench-set host_timeout
 CHANNEL_CLOSED = object()  # what a heartbeat channel's callback gets once the channel closes (execnet's endmarker)
 
 
@@ -525,7 +525,7 @@ def version_refusal(
     worker: str, label: str, caps: dict[str, Any], controller: dict[str, str | None], allow_skew: bool
 ) -> str | None:
     """A host whose protocol (pytest, pytest-xdist, execnet) or verdict (numpy, scipy, h5py) packages differ
-    from the controller's is refused with the differences, unless --bench-allow-version-skew."""
+    from the controller's is refused with the differences, unless --bench-set=allow_version_skew=true."""
     if allow_skew or "versions" not in caps:
         return None
     diff = version_differences(caps["versions"], controller)
@@ -534,7 +534,7 @@ def version_refusal(
     return (
         f"agentbench: worker {worker} on {label} has other package versions than the controller "
         f"({'; '.join(diff)}): install the controller's versions on the worker host, or pass "
-        f"--bench-allow-version-skew to run anyway (verdicts may then differ between hosts)"
+        f"--bench-set=allow_version_skew=true to run anyway (verdicts may then differ between hosts)"
     )
 
 
