@@ -268,7 +268,7 @@ def test_a_failed_item_counts_its_retries_and_max_retry_time_bounds_it(bench, py
         cache_dir,
         "--bench-mode=naive",
         "--bench-ids=1.1",
-        "--model-max-retries=1000",
+        "--bench-set=model_max_retries=1000",
         "--bench-set=model_max_retry_time=3",
     )
     [run] = run_dirs(pytester.path)
@@ -291,8 +291,8 @@ def test_an_endpoint_that_dies_midway_stops_the_run_across_workers(bench, pytest
         dataset,
         cache_dir,
         "--bench-mode=naive",
-        "--model-max-retries=0",
-        "--bench-max-consecutive-errors=3",
+        "--bench-set=model_max_retries=0",
+        "--bench-set=max_consecutive_errors=3",
         "--bench-max-connections=2",  # one problem at a time per worker, so the two workers' records interleave
         "-n",
         "2",
@@ -304,7 +304,7 @@ def test_an_endpoint_that_dies_midway_stops_the_run_across_workers(bench, pytest
     summary = json.loads((run / "summary.json").read_text())
     errors = [r for r in records if r["status"] == "model_error"]
     # the row of 3 was counted over both workers' records, in the order they arrived
-    assert "stopped after 3 model errors in a row (--bench-max-consecutive-errors=3)" in out
+    assert "stopped after 3 model errors in a row (--bench-set=max_consecutive_errors=3)" in out
     assert "across workers gw0, gw1" in (run / "summary.md").read_text()
     assert {r["worker"] for r in errors[:3]} == {"gw0", "gw1"}
     # no work was handed out after the stop: what the two workers held (one running, one next) at most

@@ -188,7 +188,7 @@ def test_unreachable_server(tmp_path):
 
 def test_timeout_is_retried_then_reported(server, make_model):
     server.delay = 1.0
-    with pytest.raises(ModelError, match="timed out.*--model-timeout"):
+    with pytest.raises(ModelError, match="timed out.*--bench-set model_timeout"):
         make_model("chat", timeout=0.2, max_retries=1).complete(HELLO)
     assert server.count() == 2
 
@@ -394,10 +394,8 @@ def test_cli_builds_models_and_settings(pytester, monkeypatch):
         "responses",
         "--model-params",
         '{"temperature": 0}',
-        "--model-timeout",
-        "12",
-        "--model-max-retries",
-        "2",
+        "--bench-set=model_timeout=12",
+        "--bench-set=model_max_retries=2",
         "--bench-cache",
         "ro",
         "-p",

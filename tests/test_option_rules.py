@@ -344,8 +344,11 @@ def resolved_with(**cli):
     ("given", "says"),
     [
         ({"memory_limt": 2}, "unknown setting 'memory_limt' (did you mean 'memory_limit'?): the settings read here"),
-        ({"memory_limit": "lots"}, "setting memory_limit (--bench-memory-limit) must be a positive number, got 'lots'"),
-        ({"memory_limit": -1}, "setting memory_limit (--bench-memory-limit) must be a positive number, got -1"),
+        (
+            {"memory_limit": "lots"},
+            "setting memory_limit (--bench-set memory_limit) must be a positive number, got 'lots'",
+        ),
+        ({"memory_limit": -1}, "setting memory_limit (--bench-set memory_limit) must be a positive number, got -1"),
         ({"executor": "threads"}, "setting executor (--bench-set executor) 'threads' is not a valid value"),
         ({"require_isolation": "maybe"}, "setting require_isolation (--bench-require-isolation) 'maybe' is not a"),
     ],
@@ -395,7 +398,9 @@ def test_the_readers_honour_values_given_through_a_partial_mapping(tmp_path, mon
     assert skip_reason({"model": "gpt-x", "cache": "replay"}) == "--bench-cache replay calls no endpoint"
     with pytest.raises(OptionError, match="unknown setting 'env_memroy'"):
         build_env({"env_memroy": "2g"})
-    with pytest.raises(OptionError, match=r"setting model_timeout \(--model-timeout\) must be a positive number"):
+    with pytest.raises(
+        OptionError, match=r"setting model_timeout \(--bench-set model_timeout\) must be a positive number"
+    ):
         model_settings({"model": "gpt-x", "model_timeout": "soon"})
 
 
@@ -455,7 +460,7 @@ SECRET_TOKEN = Option("toy_token", "--toy-token", "a second secret.", secret=Tru
 
 
 def test_a_slurm_runs_key_file_carries_every_secret_option_and_nothing_else(tmp_path):
-    """--bench-slurm-key=file: one 0600 file holds every secret option's value for the run's jobs; a file an
+    """--bench-set=slurm_key=file: one 0600 file holds every secret option's value for the run's jobs; a file an
     earlier release wrote (one bare value) still reaches the secret options that read a variable."""
     values = {"model_api_key": "sk-first-secret", "toy_token": "t-second-secret"}
     path = write_secret(tmp_path / "spool", values)

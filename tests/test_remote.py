@@ -237,7 +237,7 @@ def test_validation_oracle_over_two_hosts_matches_a_local_run(loopback, local_va
 @pytest.mark.remote
 @pytest.mark.slow
 def test_a_remote_host_builds_its_own_grading_environment_and_grades_in_it(loopback, tmp_path):
-    """--bench-grading-envs on a remote host: the worker resolves the built-in spec where it runs (its own
+    """--bench-set grading_envs on a remote host: the worker resolves the built-in spec where it runs (its own
     cache, built there by pip on first use, as a user's host does), and the records keep that environment's
     verdict. The controller finds its own copy (the one .ci/grading-envs built)."""
     from pytest_agentbench.benchmarks.scicode import gradingenvs
@@ -249,7 +249,7 @@ def test_a_remote_host_builds_its_own_grading_environment_and_grades_in_it(loopb
         tmp_path,
         *VALIDATION,
         "--bench-ids=1,3",
-        "--bench-grading-envs=2025",
+        "--bench-set=grading_envs=2025",
         f"--bench-report-dir={reports}",
         "--bench-run-id=graded",
         "-d",
@@ -370,7 +370,7 @@ def test_a_host_with_other_data_is_refused_with_the_difference(loopback, tmp_pat
             *both(loopback),
         ]
         pinned = run(tmp_path, *args, timeout=300)
-        custom = run(tmp_path, *args, "--bench-allow-custom-data", timeout=300)  # hashes of what is there
+        custom = run(tmp_path, *args, "--bench-set=allow_custom_data=true", timeout=300)  # hashes of what is there
     finally:
         problems.write_bytes(saved)
     for done in (pinned, custom):
@@ -437,7 +437,7 @@ def corebench_args(staged: Path, reports: Path, run_id: str) -> list[str]:
         "--bench=core-bench",
         "--bench-split=train",
         "--model=oracle",
-        "--bench-gpus=all",
+        "--bench-set=gpus=all",
         f"--bench-ids={','.join(GPU_CAPSULES + CPU_CAPSULES)}",
         f"--bench-capsules-dir={staged}",
         f"--bench-report-dir={reports}",
@@ -582,7 +582,7 @@ def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopb
             "--model=fake-model",
             f"--model-base-url={server.base_url}",
             f"--bench-ids={KILL_IDS}",
-            "--model-max-retries=0",
+            "--bench-set=model_max_retries=0",
             f"--bench-report-dir={reports}",
             *both(loopback),
         ]
@@ -756,7 +756,7 @@ def test_a_silent_host_is_lost_within_the_bound_and_the_run_finishes_on_the_othe
             "--model=fake-model",
             f"--model-base-url={server.base_url}",
             f"--bench-ids={KILL_IDS}",
-            "--model-max-retries=0",
+            "--bench-set=model_max_retries=0",
             f"--bench-set=host_timeout={SILENT_TIMEOUT}",
             f"--bench-report-dir={reports}",
             *both(loopback),

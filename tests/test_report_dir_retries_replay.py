@@ -90,9 +90,9 @@ def test_item_retries_wait_with_the_clients_backoff(bench, pytester, cache_dir):
             *model_args(
                 fake,
                 "--bench-ids=1.1",
-                "--model-max-retries=0",
+                "--bench-set=model_max_retries=0",
                 "--bench-set=model_retry_delay=0.4",
-                "--bench-max-retries=2",
+                "--bench-set=max_retries=2",
                 f"--bench-cache-dir={cache_dir}",
                 "--bench-mode=naive",
             ),

@@ -89,14 +89,14 @@ def test_command_line_beats_environment_beats_run_file_beats_ini(pytester, bench
     )
     monkeypatch.setenv("AGENTBENCH_CACHE_DIR", str(pytester.path / "from-env"))
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--bench-config=run.yaml", "--bench-tool-loops=9", "--collect-only", "-q"
+        "-p", "no:cacheprovider", "--bench-config=run.yaml", "--bench-set=tool_loops=9", "--collect-only", "-q"
     )
     assert result.ret == 0, result.stdout.str()
     header = pytester.runpytest(
         "-p",
         "no:cacheprovider",
         "--bench-config=run.yaml",
-        "--bench-tool-loops=9",
+        "--bench-set=tool_loops=9",
         "--bench-run-id=x",
         "--bench-ids=3.1",
     )

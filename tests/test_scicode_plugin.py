@@ -182,7 +182,7 @@ def test_corrupt_jsonl_line_is_named(bench, pytester, shared_data):
         "--bench=scicode",
         "--bench-split=validation",
         f"--bench-data-dir={data}",
-        "--bench-allow-custom-data",
+        "--bench-set=allow_custom_data=true",
         "--collect-only",
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -285,8 +285,8 @@ def handmade(pytester, shared_data) -> list[str]:
         write_step_targets(h5, number, values)
     return [
         f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
+        f"--bench-set=h5={h5}",
+        "--bench-set=allow_custom_data=true",
         "--bench-split=validation",
         "--bench=scicode",
         "--model=oracle",
@@ -465,8 +465,8 @@ def test_fake_passes_fail_with_their_reason(bench, pytester, executor):
         write_step_targets(h5, number, [1])
     result = bench(
         f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
+        f"--bench-set=h5={h5}",
+        "--bench-set=allow_custom_data=true",
         "--bench-split=validation",
         "--bench=scicode",
         "--model=oracle",

@@ -507,7 +507,7 @@ def test_comparisons_that_run_over_the_memory_limit_fail_the_step():
     assert (outcome.passed, outcome.failure.kind, outcome.message) == (
         False,
         "limit",
-        "comparisons exceeded the memory limit of 0.046875 GiB (--bench-memory-limit) (test 1 of 1)",
+        "comparisons exceeded the memory limit of 0.046875 GiB (--bench-set memory_limit) (test 1 of 1)",
     )
     record = scicode_run.split_verdict(ExecResult(exit_code=0, stdout="", stderr="", duration=0.1), outcome, 10)
     assert (record["status"], record["message"], record["failure_kind"]) == ("fail", outcome.message, "limit")

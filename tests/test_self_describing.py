@@ -222,8 +222,8 @@ def test_git_commit_and_command_line():
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_significance_warns_when_the_selection_is_too_small(tiny):
-    result = tiny("--bench-significance=0.05", "--collect-only")
+    result = tiny("--bench-set=significance=0.05", "--collect-only")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     out = " ".join(result.stdout.str().split())
-    assert "--bench-significance 0.05: only 5 items: the exact McNemar test can never reach p < 0.05" in out
+    assert "--bench-set significance 0.05: only 5 items: the exact McNemar test can never reach p < 0.05" in out
     assert "only 3 tasks" in out

@@ -92,7 +92,7 @@ def test_a_silent_socket_host_is_lost_and_the_run_finishes_on_the_other(pytester
             "--model=fake-model",
             f"--model-base-url={server.base_url}",
             "--model-api-key=sk-socket-test",
-            "--model-max-retries=0",
+            "--bench-set=model_max_retries=0",
             f"--bench-ids={IDS}",
             f"--bench-set=host_timeout={HOST_TIMEOUT}",
             f"--bench-report-dir={reports}",

@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run's --bench-cache-dir (default: as a run's: $AGENTBENCH_CACHE_DIR, else the per-user folder)",
     )
     parser.add_argument("--capsules-dir", type=Path, default=None, help="the run's --bench-capsules-dir")
-    parser.add_argument("--dataset-path", type=Path, default=None, help="the run's --bench-dataset-path")
+    parser.add_argument("--dataset-path", type=Path, default=None, help="the run's --bench-set dataset_path")
     parser.add_argument("--ids", default="", help="comma-separated capsule ids (default: the whole split)")
     return parser
 

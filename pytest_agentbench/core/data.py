@@ -183,7 +183,7 @@ def verify(path: Path, f: DataFile, stamp_dir: Path | None = None) -> Path:
         raise DataError(
             f"checksum mismatch for {path}: expected sha256 {f.sha256}, got {actual}. "
             f"The file is corrupt or not the pinned upstream version; delete it to re-download it from {f.url}, "
-            f"or replace it with the official file, or pass --bench-allow-custom-data to use it anyway "
+            f"or replace it with the official file, or pass --bench-set=allow_custom_data=true to use it anyway "
             f"(the report then says the data is custom)."
         )
     mac = sign(message) if stamp is not None else None

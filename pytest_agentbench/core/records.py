@@ -43,7 +43,7 @@ LOST_FIELD = "lost"
 # run, run again by --bench-resume (with such a host among the workers it is placed there)
 UNPLACED_FIELD = "unplaced"
 PASS = "pass"
-# An item stopped by its cost budget (--bench-max-cost-per-item): not passed, a verdict (never retried, no error).
+# An item stopped by its cost budget (--bench-set max_cost_per_item): not passed, a verdict (never retried, no error).
 BUDGET = "budget"
 STATUSES = (
     "pass",
@@ -59,7 +59,7 @@ STATUSES = (
 )
 # Errors of the model service or the environment say nothing about the model's ability; summaries show them apart.
 INFRA_STATUSES = ("model_error", "env_error", "error")
-# Outcomes that are no verdict on the model: the run counts' Error, and what --bench-max-retries runs again.
+# Outcomes that are no verdict on the model: the run counts' Error, and what --bench-set max_retries runs again.
 ERROR_STATUSES = ("model_error", "eval_error", "env_error", "error")
 # Fields that legitimately differ between two runs of the same thing (``*_source``: built now or taken from the
 # cache, see docs/runs.md; ``operands_bytes``: the size of the values the scored code sent, whose last digits

@@ -163,6 +163,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_max_consecutive_errors",
         metavar="N",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "allow_custom_data",
@@ -173,6 +174,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         default=False,
         ini="agentbench_allow_custom_data",
         help_group="selection",
+        shown=False,
     ),
     Option(
         "allow_version_skew",
@@ -224,6 +226,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         minimum=0,
         ini="agentbench_max_retries",
         metavar="N",
+        shown=False,
     ),
 )
 

@@ -5,5 +5,5 @@ from __future__ import annotations
 
 DEFAULT_IMAGE = "python:3.12-bookworm"
 DEFAULT_NETWORK = "bridge"
-HOST_NETWORKS = ("user", "none")  # --bench-host-network: outbound through slirp4netns, or no network at all
+HOST_NETWORKS = ("user", "none")  # --bench-set host_network: outbound through slirp4netns, or no network at all
 DEFAULT_COPY_OUT_CAP = 1 << 30  # bytes; the same as a command's largest file (RLIMIT_FSIZE)

@@ -228,7 +228,7 @@ class DockerEnvironment(Environment):
         copy_cap: int = DEFAULT_COPY_OUT_CAP,
     ) -> None:
         super().__init__(workspace, keep_workspace=keep_workspace, name=name, copy_cap=copy_cap)
-        self.workdir = workdir  # the workspace inside the container (CORE-Bench: --bench-workspace-root)
+        self.workdir = workdir  # the workspace inside the container (CORE-Bench: --bench-set workspace_root)
         self.client = client
         self.container = container
         self.output_limit = output_limit
@@ -714,14 +714,14 @@ def start_nested_daemon(env: DockerEnvironment, wait: float = NESTED_WAIT, *, wr
     code, _ = env._exec(["/bin/sh", "-c", "command -v dockerd && command -v docker"])
     if code != 0:
         raise EnvError(
-            f"--bench-docker-dind: the image has no dockerd/docker client (install docker.io in it); "
+            f"--bench-set=docker_dind=true: the image has no dockerd/docker client (install docker.io in it); "
             f"container {env.container.short_id}"
         )
     if writable_cgroups:
         code, output = env._exec(["/bin/bash", "-c", WRITABLE_CGROUPS])
         if code != 0:
             raise EnvError(
-                f"--bench-docker-dind: could not make the cgroups writable in container "
+                f"--bench-set=docker_dind=true: could not make the cgroups writable in container "
                 f"{env.container.short_id}: {output.decode(errors='replace')[-500:]}"
             )
     api = env.client.api
@@ -736,7 +736,7 @@ def start_nested_daemon(env: DockerEnvironment, wait: float = NESTED_WAIT, *, wr
         time.sleep(0.25)
     _, log = env._exec(["/bin/sh", "-c", f"tail -n 15 {PRIVATE}/dockerd.log"])
     raise EnvError(
-        f"--bench-docker-dind: the nested Docker daemon did not answer within {wait:g} s (does the engine "
+        f"--bench-set=docker_dind=true: the nested Docker daemon did not answer within {wait:g} s (does the engine "
         f"allow privileged containers?); its log: {log.decode(errors='replace').strip()[-1500:]}"
     )
 
@@ -1037,12 +1037,12 @@ class DockerFactory(EnvFactory):
             except docker.errors.APIError as exc:
                 raise EnvError(
                     f"docker image {self.image!r} is not on the engine and pulling it failed: {exc}. "
-                    "Pull or build it there, or choose another with --bench-docker-image"
+                    "Pull or build it there, or choose another with --bench-set docker_image"
                 ) from None
         self._image_ready = True
 
     def _device_requests(self, needs_gpu: bool) -> list[Any]:
-        if not needs_gpu or not self.gpus:  # (start refuses an item that needs a GPU without --bench-gpus)
+        if not needs_gpu or not self.gpus:  # (start refuses an item that needs a GPU without --bench-set gpus)
             return []
         types = _docker().types
         if self.gpus == "all":
@@ -1072,7 +1072,9 @@ class DockerFactory(EnvFactory):
         only: a root agent may edit the file, and an address found otherwise is not stopped)."""
         workdir = workdir or WORKDIR
         if needs_gpu and not self.gpus:
-            raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
+            raise EnvSkip(
+                "needs a GPU and --bench-set gpus is not set (pass --bench-set=gpus=all or device ids to run it)"
+            )
         workspace = Path(workspace)
         if not workspace.is_dir():
             raise EnvError(f"workspace {workspace} is not a folder; prepare it before starting the environment")
@@ -1123,7 +1125,7 @@ class DockerFactory(EnvFactory):
             if nested_docker:
                 raise EnvError(
                     f"the Docker engine refused a privileged container from {self.image!r}, which "
-                    f"--bench-docker-dind needs for the nested Docker daemon: "
+                    f"--bench-set=docker_dind=true needs for the nested Docker daemon: "
                     f"{getattr(exc, 'explanation', None) or exc}"
                 ) from None
             raise EnvError(f"starting a container from {self.image!r} failed: {exc}") from None

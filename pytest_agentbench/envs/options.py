@@ -39,6 +39,7 @@ ENV_OPTIONS = (
         default=DEFAULT_IMAGE,
         ini="agentbench_docker_image",
         help=f"image of the Docker environment (default {DEFAULT_IMAGE}, pulled when missing).",
+        shown=False,
     ),
     Option(
         "docker_network",
@@ -46,6 +47,7 @@ ENV_OPTIONS = (
         default=DEFAULT_NETWORK,
         ini="agentbench_docker_network",
         help="network mode of the containers: bridge (default), none, host or a network name.",
+        shown=False,
     ),
     Option(
         "gpus",
@@ -54,6 +56,7 @@ ENV_OPTIONS = (
         help="GPUs for items that need one: all, or comma-separated device ids. Without it such an item ends in "
         "env_error (counted in the score, as upstream counts it); deselect them with -m 'not gpu'.",
         hosts=HOST_GPU,
+        shown=False,
     ),
     Option(
         "env_memory",
@@ -62,6 +65,7 @@ ENV_OPTIONS = (
         default=DEFAULT_ENV_MEMORY,
         ini="agentbench_env_memory",
         help="memory limit of an environment (docker mem_limit; address-space limit of a host command), e.g. 8g.",
+        shown=False,
     ),
     Option(
         "host_network",
@@ -73,6 +77,7 @@ ENV_OPTIONS = (
         help="network of the isolated host environment's commands, in a network namespace of their own: user "
         "(default; outbound access through slirp4netns, none to this machine's loopback listeners or "
         "abstract unix sockets) or none (no network).",
+        shown=False,
     ),
     Option(
         "copy_out_cap",
@@ -93,6 +98,7 @@ ENV_OPTIONS = (
         ini="agentbench_keep_workspaces",
         help="keep each item's workspace folder after the run (its path is in the record).",
         free_on_resume=True,
+        shown=False,
     ),
 )
 

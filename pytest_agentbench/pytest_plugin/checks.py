@@ -168,7 +168,9 @@ def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> No
         from ..report.compare import too_small  # why: the report layer imports numpy; only this check needs it
 
         units = {"item": sum(len(t.samples) for t in state.tasks), "task": len(state.tasks)}
-        state.notes += [f"--bench-significance {opts.significance:g}: {w}" for w in too_small(units, opts.significance)]
+        state.notes += [
+            f"--bench-set significance {opts.significance:g}: {w}" for w in too_small(units, opts.significance)
+        ]
     if not config.option.collectonly:
         check_report_dir(state.run_dir, opts.report_dir)
         probe_report_dir(state.run_dir, opts.report_dir)
@@ -210,6 +212,6 @@ def node_checks(opts: Settings, state: BenchState) -> None:
         raise ConfigError(
             f"on Slurm node {node}: {exc}. With --bench-backend=slurm model code runs only in "
             f"bubblewrap sandboxes: install bubblewrap and allow unprivileged user namespaces on "
-            f"the nodes, or leave this node out (--bench-slurm-args='--exclude={node}'); see "
+            f"the nodes, or leave this node out (--bench-set=slurm_args='--exclude={node}'); see "
             f"docs/distributed.md"
         ) from None

@@ -84,7 +84,7 @@ class Streak:
         if self.limit and self.count >= self.limit:
             return (
                 f"agentbench: stopped after {self.count} model errors in a row "
-                f"(--bench-max-consecutive-errors={self.limit}); last: {self.last}"
+                f"(--bench-set=max_consecutive_errors={self.limit}); last: {self.last}"
             )
         return None
 

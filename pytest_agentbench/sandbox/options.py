@@ -42,6 +42,7 @@ SANDBOX_OPTIONS = (
         metavar="GIB",
         help="address-space limit of each child process in GiB (default 4).",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "require_isolation",

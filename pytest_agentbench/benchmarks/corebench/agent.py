@@ -103,7 +103,7 @@ class AgentLimits:
     time: float = DEFAULT_TIME
     tokens: int | None = None
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT
-    cost: float | None = None  # USD the capsule's fresh model calls may cost (--bench-max-cost-per-item)
+    cost: float | None = None  # USD the capsule's fresh model calls may cost (--bench-set max_cost_per_item)
     price: Price | None = None  # the model's price (--model-price): without it nothing is costed
 
 

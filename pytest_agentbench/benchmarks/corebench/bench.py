@@ -75,8 +75,8 @@ class CoreBench(Benchmark):
         settings = effective_settings(opts)
         if settings["docker_dind"] and settings["env"] != "docker":
             raise ConfigError(
-                "--bench-docker-dind runs medium items in a privileged Docker container: "
-                "add --bench-env=docker (and an image with docker.io, --bench-docker-image)"
+                "--bench-set=docker_dind=true runs medium items in a privileged Docker container: "
+                "add --bench-env=docker (and an image with docker.io, --bench-set docker_image)"
             )
         overlap = reach.overlap(settings["workspace_root"], settings["preinstalled_input_dir"])
         if overlap:
@@ -170,7 +170,7 @@ class CoreBench(Benchmark):
     ) -> list[str]:
         """--bench-replay, before any item: the selected capsules whose agent's first model call (system prompt,
         the capsule's prompt, the tools) is not in the response cache. The workspace is where the run asks for it
-        (--bench-workspace-root): an environment that cannot apply it names a temporary folder in the prompt, so
+        (--bench-set workspace_root): an environment that cannot apply it names a temporary folder in the prompt, so
         such a run could never be replayed anyway."""
         from ...models.probe import FirstCallProbe, FirstCallSeen  # why: it loads openai; only a replay needs it
 

@@ -119,14 +119,14 @@ def is_encrypted(raw: bytes, name: str) -> bool:
 
 
 def read_custom(path: Path) -> list[dict[str, Any]]:
-    """Tasks from a user's metadata file (``--bench-dataset-path``): JSON, or GPG-encrypted with the
+    """Tasks from a user's metadata file (``--bench-set dataset_path``): JSON, or GPG-encrypted with the
     public passphrase; checked like the official files, with the file named in every error."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise DatasetError(f"--bench-dataset-path {path}: cannot be read ({exc})") from exc
-    source = f"--bench-dataset-path {path}"
+        raise DatasetError(f"--bench-set dataset_path {path}: cannot be read ({exc})") from exc
+    source = f"--bench-set dataset_path {path}"
     plaintext = decrypt_test_split(raw) if is_encrypted(raw, path.name) else raw
     try:
         tasks = json.loads(plaintext)

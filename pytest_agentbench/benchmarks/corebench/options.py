@@ -77,7 +77,8 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_hints",
         owner=OWNER,
         help="CORE-Bench: add short difficulty-specific hints to the task prompt (the same for every "
-        "model); --no-bench-hints gives upstream's prompt alone. Default on.",
+        "model); --bench-set=hints=false gives upstream's prompt alone. Default on.",
+        shown=False,
     ),
     Option(
         "upstream_abort",
@@ -89,6 +90,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         help="CORE-Bench: score like upstream, which stops reading a report at the first value "
         "that cannot be compared (e.g. text for a numeric question), so later answers earn "
         "nothing. Default: such a value fails only its own question.",
+        shown=False,
     ),
     Option(
         "workspace_root",
@@ -102,6 +104,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         f"results/, ...), REPRODUCING.md and report.json (default {DEFAULT_WORKSPACE_ROOT}); the host "
         f"environment applies it only under isolation, else the item's own folder is used and reports say so.",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "dataset_path",
@@ -113,6 +116,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         metavar="FILE",
         help="CORE-Bench: a task metadata file (JSON, or GPG-encrypted like core_test.json.gpg) used instead of "
         "the selected split's official file; checked like custom data and named in the report.",
+        shown=False,
     ),
     Option(
         "preinstalled_input_dir",
@@ -124,6 +128,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         help="CORE-Bench: a folder inside the environment image holding the capsule (<capsule_id>/) and an "
         "input.json manifest; the workspace is copied from it instead of uploaded, then the folder is deleted "
         "in the container (masked on the host) before the agent's first command.",
+        shown=False,
     ),
     Option(
         "docker_dind",
@@ -135,6 +140,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         help="CORE-Bench with --bench-env=docker: medium items run in a PRIVILEGED container with its own "
         "Docker daemon (the image needs docker.io); such a run is not isolated.",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "review",
@@ -159,6 +165,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_agent_steps",
         owner=OWNER,
         help=f"CORE-Bench agent: most model turns per capsule (default {DEFAULT_STEPS}).",
+        shown=False,
     ),
     Option(
         "agent_time",
@@ -170,6 +177,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_agent_time",
         owner=OWNER,
         help=f"CORE-Bench agent: seconds per capsule (default {DEFAULT_TIME:g}, as upstream).",
+        shown=False,
     ),
     Option(
         "agent_tokens",
@@ -181,6 +189,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_agent_tokens",
         owner=OWNER,
         help="CORE-Bench agent: budget of prompt plus completion tokens per capsule (default: none).",
+        shown=False,
     ),
     Option(
         "agent_command_timeout",
@@ -193,6 +202,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         owner=OWNER,
         help=f"CORE-Bench agent: default timeout of one bash command in seconds (default "
         f"{DEFAULT_COMMAND_TIMEOUT:g}); the agent may ask for up to ten times more.",
+        shown=False,
     ),
 )
 

@@ -318,7 +318,7 @@ class SciCode(Benchmark):
 
 
 def grading_envs(opts: Settings, cache_dir: Any = None) -> tuple[GradingEnv, ...]:
-    """The environments --bench-grading-envs names, built or found where this process runs and self-tested in
+    """The environments --bench-set grading_envs names, built or found where this process runs and self-tested in
     the run's sandbox (the run's private folders hidden); a usage error names the one that failed."""
     from . import gradingenvs  # why: it loads the sandbox; only a run with grading environments needs it
 
@@ -397,7 +397,7 @@ def find_verified(opts: Settings) -> Targets:
     """SciCode-Verified's corrected targets, checked against its manifest; ConfigError when they cannot be had
     (offline and missing included: a run on them never goes on without them). Listing the items hashes nothing."""
     data_dir, cache_dir = Path(opts["data_dir"]), opts.get("cache_dir")
-    # --bench-h5 names the dataset's own targets file: an official run's (a replay re-grading it) is not this one
+    # --bench-set h5 names the dataset's own targets file: an official run's (a replay re-grading it) is not this one
     given = Path(opts["h5"]) if opts.get("h5") and is_verified(opts) else None
     if opts.facts.listing_only:
         path = given or verified.folder(data_dir) / verified.H5_NAME
@@ -427,7 +427,7 @@ def find_targets(opts: Settings, split: str) -> Targets:
         if opts.get("h5"):
             raise ConfigError(
                 "--bench-targets=rebuilt rebuilds the targets from the ground truth: leave out "
-                "--bench-h5, or use --bench-targets=auto to score against that file"
+                "--bench-set h5, or use --bench-targets=auto to score against that file"
             )
         if needs_official(opts, split):
             raise ConfigError(
@@ -491,7 +491,7 @@ def oracle_test_ids(opts: Settings) -> list[str]:
 
 
 def verify_data(opts: Mapping[str, Any]) -> bool:
-    """Whether data files must match their pinned checksums (not with --bench-allow-custom-data)."""
+    """Whether data files must match their pinned checksums (not with --bench-set=allow_custom_data=true)."""
     return not opts.get("allow_custom_data", False)
 
 

@@ -34,12 +34,13 @@ OPTIONS = (
     ),
     Option(
         "h5",
-        "--bench-h5",
+        "--bench-set h5",
         kind="path",
         ini="agentbench_h5",
         owner=OWNER,
         metavar="PATH",
         help="SciCode: path to the official test_data.h5 (default: looked up in the data dir).",
+        shown=False,
     ),
     Option(
         "background",
@@ -71,6 +72,7 @@ OPTIONS = (
         ini="agentbench_tool_loops",
         owner=OWNER,
         help="SciCode tool_use: most rounds of tool calls per step (default 15).",
+        shown=False,
     ),
     Option(
         "tool_timeout",
@@ -83,6 +85,7 @@ OPTIONS = (
         owner=OWNER,
         help="SciCode tool_use: seconds per code_interpreter call (default 180).",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "overlap",
@@ -174,6 +177,7 @@ OPTIONS = (
         "2025: NumPy 2.2 / SciPy 1.15), built on first use as a venv in $AGENTBENCH_GRADING_ENVS or the cache "
         "dir, or NAME=/path/to/python. No simps shim is applied in them (default: the running interpreter "
         "alone, with the shim).",
+        shown=False,
     ),
     Option(
         "grading_envs_all",
@@ -182,7 +186,8 @@ OPTIONS = (
         default=False,
         ini="agentbench_grading_envs_all",
         owner=OWNER,
-        help="SciCode: with --bench-grading-envs, grade in every environment even after one passed (default: the "
+        help="SciCode: with --bench-set grading_envs, grade in every environment even after one passed (default: the "
         "next environments are skipped once one passes).",
+        shown=False,
     ),
 )

@@ -115,7 +115,7 @@ class ChatSolver:
         self.tool_loops = tool_loops
         self.tool_timeout = tool_timeout
         self.price = price  # models.price.Price: the step's calls are costed (None: not)
-        self.budget = budget  # USD one step's calls may cost (--bench-max-cost-per-item)
+        self.budget = budget  # USD one step's calls may cost (--bench-set max_cost_per_item)
         # code_interpreter runs of concurrent chains at once (--bench-set tool_concurrency); each is its own sandboxed
         # run through the environment (nothing is shared between them): the bound only keeps the cores busy
         self.tool_slots = threading.BoundedSemaphore(tool_concurrency) if tool_concurrency else None

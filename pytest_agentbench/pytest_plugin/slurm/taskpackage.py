@@ -348,7 +348,7 @@ class SecretValues:
 
 
 def read_secret(run_dir: Path) -> SecretValues:
-    """The secret option values the run left for its jobs (``--bench-slurm-key=file``), as a plugin."""
+    """The secret option values the run left for its jobs (``--bench-set=slurm_key=file``), as a plugin."""
     options = all_options()
     legacy = [o.name for o in options if o.secret and o.env]
     values = slurm.read_secret(spool.spool_dir(run_dir) / spool.SECRET_FILE, legacy)
