@@ -2,8 +2,8 @@
 .ci/ssh-setup.
 
 Each host is an unprivileged account with its own venv (the package installed from this checkout, not
-editable), data dir, cache and state; account b declares one GPU through the test-only override
-AGENTBENCH_TEST_GPUS in its worker python wrapper (read on that host, not here). The controller (this
+editable), data dir, cache and state; account b has one fake GPU: a test-only nvidia-smi that its worker python
+wrapper puts on its PATH (read on that host, not here). The controller (this
 root process) keeps its report dir at mode 0700, so a worker could not have written a record there.
 Without the setup the tests skip with the reason (CI=true: they fail); see tests/helpers/capabilities.py. The tests only
 read what the set-up wrote: after a change to the package, rerun .ci/ssh-setup as root (.ci/run does).
