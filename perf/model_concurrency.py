@@ -119,7 +119,7 @@ def run_once(args: argparse.Namespace, workers: int, connections: int, steps: li
             "--model=gt-player",
             f"--model-base-url={server.base_url}",
             "--model-api-key=perf",
-            "--model-preflight=off",
+            "--bench-set=model_preflight=off",
             "--bench-cache=off",
             f"--bench-cache-dir={args.cache}",
             f"--bench-max-connections={connections}",

@@ -264,7 +264,7 @@ def time_overlap(work: Path, steps: int = 6, latency: float = 1.5, test_seconds:
     (root / "conftest.py").write_text(OVERLAP_CONFTEST.replace("LATENCY", repr(latency)))
     (root / "pytest.ini").write_text("[pytest]\n")
     times = {}
-    for flag in ("--bench-overlap", "--no-bench-overlap"):
+    for flag in ("--bench-set=overlap=true", "--bench-set=overlap=false"):
         started = time.monotonic()
         done = subprocess.run(
             [
@@ -275,8 +275,8 @@ def time_overlap(work: Path, steps: int = 6, latency: float = 1.5, test_seconds:
                 "--bench-split=validation",
                 "--model=slow",
                 f"--bench-data-dir={root / 'data'}",
-                f"--bench-h5={h5}",
-                "--bench-allow-custom-data",
+                f"--bench-set=h5={h5}",
+                "--bench-set=allow_custom_data=true",
                 flag,
                 "-q",
                 "-p",
@@ -292,7 +292,7 @@ def time_overlap(work: Path, steps: int = 6, latency: float = 1.5, test_seconds:
             return False
     print(
         f"overlap: {steps} steps, model {latency:g} s per call, tests {test_seconds:g} s per step: "
-        f"with overlap {times['--bench-overlap']:.1f} s, without {times['--no-bench-overlap']:.1f} s "
+        f"with overlap {times['--bench-set=overlap=true']:.1f} s, without {times['--bench-set=overlap=false']:.1f} s "
         f"(model time alone {steps * latency:.1f} s; both include pytest start-up)"
     )
     return True

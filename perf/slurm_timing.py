@@ -62,14 +62,16 @@ def main(argv: list[str] | None = None) -> int:
         "--bench=scicode",
         "--model=timing-model",
         "--model-base-url=http://127.0.0.1:9/v1",
-        "--model-preflight=off",
+        "--bench-set=model_preflight=off",
         "--bench-run-id=timing",
         f"--bench-cache-dir={work / 'cache'}",
         *([f"--bench-ids={args.ids}"] if args.ids else []),
     ]
     listed = subprocess.run([*common, "--collect-only", "-q"], cwd=work, env=env, capture_output=True, text=True)
     nodeids = [line.strip() for line in listed.stdout.splitlines() if "::" in line]
-    wall, done = run([*common, "--bench-backend=slurm", "--bench-detach", "--bench-slurm-args=--hold"], work, env)
+    wall, done = run(
+        [*common, "--bench-backend=slurm", "--bench-set=detach=true", "--bench-set=slurm_args=--hold"], work, env
+    )
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-2000:])
         return 1

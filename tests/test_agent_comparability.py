@@ -36,7 +36,7 @@ def test_agent_settings_name_the_agent_only_when_external():
         "agent": "command",
         "agent_command": "my-agent",
     }
-    with pytest.raises(ValueError, match="needs --bench-agent-command"):
+    with pytest.raises(ValueError, match="needs --bench-set agent_command"):
         agents.parse_agent("command")
     with pytest.raises(ValueError, match="unknown agent 'opencode'"):
         agents.parse_agent("opencode")

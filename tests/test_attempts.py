@@ -310,7 +310,7 @@ def test_a_failed_try_is_run_again(tiny, pytester, monkeypatch, tmp_path, retrie
     calls = tmp_path / "calls.json"
     monkeypatch.setenv("CALLS_FILE", str(calls))
     monkeypatch.setenv("FLAKY_STEPS", "1.2")
-    result = tiny("--bench-ids=1", f"--bench-max-retries={retries}")
+    result = tiny("--bench-ids=1", f"--bench-set=max_retries={retries}")
     records = {r["id"]: r for r in records_of(pytester)}
     if not retries:
         assert result.ret == 1 and records["1.2"]["status"] == "model_error" and "tries" not in records["1.2"]

@@ -71,7 +71,7 @@ def rebuilding(pytester, bench, shared_data, tmp_path):
 def test_a_rebuild_the_environment_broke_is_an_env_error_and_the_next_run_rebuilds_it(rebuilding):
     """A memory limit under which the rebuild's interpreter cannot even import numpy: every step is an env_error
     naming the cause and nothing is stored; the next run (limit lifted, cache untouched) rebuilds and passes."""
-    broken, records = rebuilding("--bench-memory-limit=0.03")
+    broken, records = rebuilding("--bench-set=memory_limit=0.03")
     assert broken.ret == 1 and sorted(records) == STEPS
     for record in records.values():
         assert record["status"] == "env_error", record

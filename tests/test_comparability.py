@@ -1,5 +1,6 @@
 """Every summary records what makes two runs comparable; compare shows what differs, and a gate refuses a baseline
-whose dataset, grading environments or harness differ unless --bench-allow-incomparable (the report then says so).
+whose dataset, grading environments or harness differ unless --bench-set=allow_incomparable=true (the report then
+says so).
 A baseline older than these keys still loads: its keys are unknown, said so, and not refused for."""
 
 from __future__ import annotations
@@ -84,14 +85,21 @@ def test_a_gate_refuses_a_baseline_graded_elsewhere_unless_allowed(tiny, pyteste
     refused = tiny(f"--bench-baseline={baseline}", "--bench-max-drop=main=10%")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     err = refused.stderr.str()
-    assert "not comparable with this run" in err and "grading_envs: " in err and "--bench-allow-incomparable" in err
+    assert (
+        "not comparable with this run" in err
+        and "grading_envs: " in err
+        and "--bench-set=allow_incomparable=true" in err
+    )
     allowed = tiny(
-        f"--bench-baseline={baseline}", "--bench-max-drop=main=10%", "--bench-allow-incomparable", "--bench-run-id=b"
+        f"--bench-baseline={baseline}",
+        "--bench-max-drop=main=10%",
+        "--bench-set=allow_incomparable=true",
+        "--bench-run-id=b",
     )
     assert allowed.ret == pytest.ExitCode.OK
     run = pytester.path / "reports" / "scicode" / "mutant" / "b"
     md = (run / "summary.md").read_text()
-    assert "is NOT comparable with this run" in md and "--bench-allow-incomparable" in md
+    assert "is NOT comparable with this run" in md and "--bench-set=allow_incomparable=true" in md
     assert "the runs are NOT comparable" in md  # the comparison section too
     summary = json.loads((run / "summary.json").read_text())
     assert summary["comparison"]["incomparable"] and summary["comparison"]["incomparable"][0].startswith("grading_envs")

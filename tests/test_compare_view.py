@@ -63,8 +63,8 @@ def test_run_with_a_baseline_and_compare_html_show_deltas_flips_and_both_transcr
         "--bench-run-id=b",
         f"--bench-baseline={baseline}",
         "--bench-max-drop=main=10%",
-        "--bench-significance=0.05",
-        "--bench-allow-underpowered",
+        "--bench-set=significance=0.05",
+        "--bench-set=allow_underpowered=true",
         broken="1.2,2.1",
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]  # the drop is within noise

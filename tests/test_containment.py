@@ -56,7 +56,7 @@ OTHER_STARTS = {
     ("envs/host.py", "UserNetwork.__init__"): "slirp4netns, the item's network stack, outside the sandbox",
     ("envs/docker.py", "DockerEnvironment.put_workspace"): "mkdir of the workspace before any command",
     ("envs/docker.py", "DockerEnvironment.remove_paths"): "rm of preinstalled inputs, before any agent command",
-    ("envs/docker.py", "start_nested_daemon"): "the nested dockerd of a --bench-docker-dind container",
+    ("envs/docker.py", "start_nested_daemon"): "the nested dockerd of a --bench-set=docker_dind=true container",
     ("sandbox/integrity.py", "run_bounded"): "a bounded copy of this process for trusted comparisons",
     ("cli/tasks.py", "resume"): "pytest (the session)",
     ("cli/tasks.py", "become_session"): "pytest (the session)",

@@ -35,7 +35,7 @@ def questions() -> dict:
 
 def env_args(kind: str) -> list[str]:
     if kind == "docker":
-        return ["--bench-env=docker", f"--bench-docker-image={needs('docker')}", "--bench-docker-network=none"]
+        return ["--bench-env=docker", f"--bench-set=docker_image={needs('docker')}", "--bench-set=docker_network=none"]
     return ["--bench-env=host"]
 
 
@@ -63,7 +63,7 @@ def run_bench(pytester, tmp_path, server, kind, difficulty, *extra) -> tuple[pyt
     run_dir = tmp_path / "reports" / "core-bench" / "agent-model" / f"{kind}-{difficulty}"
     result = pytester.runpytest_subprocess(
         *agent_run_args(server, staged, tmp_path / "reports"),
-        "--model-max-retries=0",
+        "--bench-set=model_max_retries=0",
         f"--bench-difficulty={difficulty}",
         f"--bench-run-id={kind}-{difficulty}",
         *env_args(kind),
@@ -172,7 +172,7 @@ def test_timeout_flood_and_no_submit_end_cleanly(pytester, tmp_path, server, kin
     server.reply(tool_calls=[("bash", {"command": "sleep 30", "timeout": 1})])
     server.reply(tool_calls=[("bash", {"command": "head -c 100000000 /dev/zero | tr '\\0' y"})])
     server.reply(tool_calls=[("bash", {"command": f"sleep {marker} > /dev/null 2>&1 &\necho started"})])
-    result, record, run_dir = run_bench(pytester, tmp_path, server, kind, "easy", "--bench-agent-steps=3")
+    result, record, run_dir = run_bench(pytester, tmp_path, server, kind, "easy", "--bench-set=agent_steps=3")
     result.assert_outcomes(failed=1)
     assert record["status"] == "fail" and record["end_reason"] == "max_steps"
     assert "agent ended without submitting (max_steps)" in record["message"]
@@ -188,7 +188,7 @@ def test_timeout_flood_and_no_submit_end_cleanly(pytester, tmp_path, server, kin
 
 
 @pytest.mark.parametrize(
-    "option, reason", [("--bench-agent-time=2", "time_limit"), ("--bench-agent-tokens=30", "token_limit")]
+    "option, reason", [("--bench-set=agent_time=2", "time_limit"), ("--bench-set=agent_tokens=30", "token_limit")]
 )
 @pytest.mark.slow
 def test_time_and_token_limits_end_the_capsule(pytester, tmp_path, server, option, reason):
@@ -210,12 +210,12 @@ def test_a_per_item_budget_stops_the_agent_with_budget(pytester, tmp_path, serve
         "host",
         "easy",
         "--model-price=2,10",
-        "--bench-max-cost-per-item=0.01",
-        "--bench-max-retries=2",
+        "--bench-set=max_cost_per_item=0.01",
+        "--bench-set=max_retries=2",
         "--bench-max-errors=0",
     )
     assert record["status"] == "budget" and record["end_reason"] == "budget", record["message"]
-    assert "spent $0.0140 of its budget of $0.01 (--bench-max-cost-per-item)" in record["message"]
+    assert "spent $0.0140 of its budget of $0.01 (--bench-set max_cost_per_item)" in record["message"]
     assert record["generation"]["model_calls"] == 2 and record["generation"]["cost_usd"] == pytest.approx(0.014)
     assert len(server.requests) == 2 and "tries" not in record  # a verdict: never retried
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -241,7 +241,7 @@ def test_gpu_capsule_is_an_env_error_without_bench_gpus(pytester, tmp_path, serv
     )
     record = json.loads((tmp_path / "reports" / "core-bench" / "agent-model" / "gpu" / "records.jsonl").read_text())
     assert record["status"] == "env_error" and record["gpu_required"] is True  # counted, not skipped
-    assert "needs a GPU and --bench-gpus is not set" in record["message"] and "not gpu" in record["message"]
+    assert "needs a GPU and --bench-set gpus is not set" in record["message"] and "not gpu" in record["message"]
     assert f"(host {socket.gethostname()})" in record["message"]
     assert record["unplaced"] == "gpu"  # another host may have one: a resume runs it again
     assert server.requests == []
@@ -256,7 +256,7 @@ def test_gpu_capsule_is_an_env_error_without_bench_gpus(pytester, tmp_path, serv
 
 
 def test_the_gpus_help_says_what_becomes_of_a_gpu_capsule_without_it():
-    """The test above shows the record: an env_error that counts. --bench-gpus's help must say the same."""
+    """The test above shows the record: an env_error that counts. --bench-set gpus's help must say the same."""
     from pytest_agentbench.envs import ENV_OPTIONS
 
     [gpus] = [o for o in ENV_OPTIONS if o.flag == "--bench-gpus"]
@@ -270,11 +270,11 @@ def test_bad_agent_option_is_a_usage_error(pytester, tmp_path, server):
         "--bench-split=train",
         "--model=agent-model",
         f"--model-base-url={server.base_url}",
-        "--bench-agent-steps=zero",
+        "--bench-set=agent_steps=zero",
         "-p",
         "no:cacheprovider",
     )
-    result.stderr.fnmatch_lines(["*--bench-agent-steps must be a positive integer, got 'zero'*"])
+    result.stderr.fnmatch_lines(["*--bench-set agent_steps must be a positive integer, got 'zero'*"])
 
 
 @pytest.mark.docker
@@ -298,8 +298,8 @@ def test_ctrl_c_removes_the_container(pytester, tmp_path, server):
             "pytest",
             *agent_run_args(server, staged, tmp_path / "reports"),
             "--bench-env=docker",
-            f"--bench-docker-image={image}",
-            "--bench-docker-network=none",
+            f"--bench-set=docker_image={image}",
+            "--bench-set=docker_network=none",
         ],
         cwd=pytester.path,
         preexec_fn=ctrl_c_as_a_terminal_gives_it,

@@ -48,35 +48,40 @@ def test_benchmark_declares_everything_the_core_needs():
 
 
 def test_options_keep_their_flags_ini_keys_and_defaults():
-    table = {o.name: (o.flag, o.ini, o.default, o.owner) for o in CORE_BENCH_OPTIONS}
+    table = {o.name: (o.spelling, o.ini, o.default, o.owner) for o in CORE_BENCH_OPTIONS}
     assert table == {
         "difficulty": ("--bench-difficulty", "agentbench_difficulty", "hard", "core-bench"),
         "capsules_dir": ("--bench-capsules-dir", "agentbench_capsules_dir", None, "core-bench"),
-        "hints": ("--bench-hints", "agentbench_hints", True, "core-bench"),
-        "upstream_abort": ("--bench-upstream-abort", "agentbench_upstream_abort", False, "core-bench"),
-        "workspace_root": ("--bench-workspace-root", "agentbench_workspace_root", "/capsule/environment", "core-bench"),
-        "dataset_path": ("--bench-dataset-path", "agentbench_dataset_path", None, "core-bench"),
+        "hints": ("--bench-set hints", "agentbench_hints", True, "core-bench"),
+        "upstream_abort": ("--bench-set upstream_abort", "agentbench_upstream_abort", False, "core-bench"),
+        "workspace_root": (
+            "--bench-set workspace_root",
+            "agentbench_workspace_root",
+            "/capsule/environment",
+            "core-bench",
+        ),
+        "dataset_path": ("--bench-set dataset_path", "agentbench_dataset_path", None, "core-bench"),
         "preinstalled_input_dir": (
-            "--bench-preinstalled-input-dir",
+            "--bench-set preinstalled_input_dir",
             "agentbench_preinstalled_input_dir",
             None,
             "core-bench",
         ),
-        "docker_dind": ("--bench-docker-dind", "agentbench_docker_dind", False, "core-bench"),
+        "docker_dind": ("--bench-set docker_dind", "agentbench_docker_dind", False, "core-bench"),
         "review": ("--bench-review", "agentbench_review", None, "core-bench"),
-        "agent_steps": ("--bench-agent-steps", "agentbench_agent_steps", 40, "core-bench"),
-        "agent_time": ("--bench-agent-time", "agentbench_agent_time", 8100.0, "core-bench"),
-        "agent_tokens": ("--bench-agent-tokens", "agentbench_agent_tokens", None, "core-bench"),
+        "agent_steps": ("--bench-set agent_steps", "agentbench_agent_steps", 40, "core-bench"),
+        "agent_time": ("--bench-set agent_time", "agentbench_agent_time", 8100.0, "core-bench"),
+        "agent_tokens": ("--bench-set agent_tokens", "agentbench_agent_tokens", None, "core-bench"),
         "agent_command_timeout": (
-            "--bench-agent-command-timeout",
+            "--bench-set agent_command_timeout",
             "agentbench_agent_command_timeout",
             600.0,
             "core-bench",
         ),
         "agent": ("--bench-agent", "agentbench_agent", "builtin", "core-bench"),
-        "agent_command": ("--bench-agent-command", "agentbench_agent_command", None, "core-bench"),
+        "agent_command": ("--bench-set agent_command", "agentbench_agent_command", None, "core-bench"),
     }
-    assert [o.negative_flag for o in CORE_BENCH_OPTIONS if o.negatable] == ["--no-bench-hints"]
+    assert [o.negative_flag for o in CORE_BENCH_OPTIONS if o.negatable] == ["--bench-set=hints=false"]
 
 
 def test_configure_gives_the_effective_settings(tmp_path):
@@ -93,10 +98,10 @@ def test_configure_gives_the_effective_settings(tmp_path):
 @pytest.mark.parametrize(
     "cli, ini, message",
     [
-        ({"agent_steps": "zero"}, {}, "--bench-agent-steps must be a positive integer, got 'zero'"),
-        ({"agent_steps": "0"}, {}, "--bench-agent-steps must be a positive integer, got '0'"),
+        ({"agent_steps": "zero"}, {}, "--bench-set agent_steps must be a positive integer, got 'zero'"),
+        ({"agent_steps": "0"}, {}, "--bench-set agent_steps must be a positive integer, got '0'"),
         ({}, {"agent_time": "-5"}, "ini agentbench_agent_time must be a positive number, got '-5'"),
-        ({"agent_command_timeout": "nan"}, {}, "--bench-agent-command-timeout"),
+        ({"agent_command_timeout": "nan"}, {}, "--bench-set agent_command_timeout"),
         ({"difficulty": "extreme"}, {}, "valid values: easy, medium, hard"),
     ],
 )

@@ -71,11 +71,11 @@ def test_offline_an_image_the_engine_lacks_is_not_pulled(pytester, tmp_path, mon
             server,
             f"--bench-ids={STAGED}",
             f"--bench-capsules-dir={staged}",
-            f"--bench-docker-image={image}",
+            f"--bench-set=docker_image={image}",
         )
     err = assert_usage_error_before_any_call(result, server)
     assert f"docker image '{image}' is not on the engine and pulls are off ($AGENTBENCH_OFFLINE)" in err, err
-    assert "docker load" in err and f"docker build -t {image} ." in err and "--bench-docker-image" in err
+    assert "docker load" in err and f"docker build -t {image} ." in err and "--bench-set docker_image" in err
 
 
 def test_narrowed_by_k_the_check_after_collection_is_still_a_plain_usage_error(pytester, tmp_path, monkeypatch):

@@ -150,7 +150,7 @@ def test_an_image_the_engine_lacks_and_cannot_pull_is_one_usage_error_before_any
             "--bench-split=train",
             f"--bench-ids={STAGED}",
             f"--bench-capsules-dir={staged}",
-            f"--bench-docker-image={image}",
+            f"--bench-set=docker_image={image}",
             f"--bench-report-dir={tmp_path / 'reports'}",
             "--bench-run-id=image",
             "-p",
@@ -159,6 +159,6 @@ def test_an_image_the_engine_lacks_and_cannot_pull_is_one_usage_error_before_any
     err = result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, err[-3000:]
     assert f"docker image '{image}' is not on the engine and pulling it failed" in err, err
-    assert f"`docker pull {image}`" in err and "--bench-docker-image=IMAGE" in err
+    assert f"`docker pull {image}`" in err and "--bench-set=docker_image=IMAGE" in err
     assert server.requests == []  # no agent turn (the preflight is counted apart)
     assert not (tmp_path / "reports" / "core-bench" / "agent-model" / "image" / "records.jsonl").exists()

@@ -88,7 +88,7 @@ def _run_cheat(pytester, tmp_path, server, run_id: str, *args: str) -> tuple[dic
         "--model-api-key=x",
         "--bench-cache=off",
         "--bench-difficulty=hard",
-        "--bench-agent-steps=1",
+        "--bench-set=agent_steps=1",
         f"--bench-report-dir={tmp_path / 'r'}",
         f"--bench-run-id={run_id}",
         "-p",
@@ -137,9 +137,9 @@ def test_hard_capsule_preinstalled_in_the_image_keeps_its_answers_from_the_agent
                 "docker-pre",
                 f"--bench-capsules-dir={empty}",
                 "--bench-env=docker",
-                f"--bench-docker-image={image}",
-                "--bench-docker-network=bridge",  # the network on: the publication hosts must still not resolve
-                "--bench-preinstalled-input-dir=/opt/inputs",
+                f"--bench-set=docker_image={image}",
+                "--bench-set=docker_network=bridge",  # the network on: the publication hosts must still not resolve
+                "--bench-set=preinstalled_input_dir=/opt/inputs",
             )
     _check_nothing_reached(record, seen)
     assert "opt inputs: ls: cannot access '/opt/inputs'" in seen  # deleted before the agent's first command
@@ -184,7 +184,7 @@ def _host_cheat(pytester, tmp_path, monkeypatch, copy: str, visible: Path) -> No
         inputs = visible / "inputs"
         _capsule_with_answers(inputs)
         _manifest(inputs)
-        args.append(f"--bench-preinstalled-input-dir={inputs}")
+        args.append(f"--bench-set=preinstalled_input_dir={inputs}")
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(DATA))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(visible), os.environ.get("PYTHONPATH")) if p))
     with FakeOpenAI() as server:

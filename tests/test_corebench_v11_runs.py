@@ -74,13 +74,13 @@ def v11(pytester, tmp_path, monkeypatch):
         result = pytester.runpytest_subprocess(
             "--bench=core-bench",
             "--model=scripted",
-            "--model-preflight=off",
+            "--bench-set=model_preflight=off",
             "--bench-env=host",
             f"--bench-data-dir={data_dir}",
             f"--bench-cache-dir={tmp_path / 'cache'}",
             f"--bench-report-dir={tmp_path / 'reports'}",
             f"--bench-run-id={run_id}",
-            *(["--bench-allow-custom-data"] if custom else []),
+            *(["--bench-set=allow_custom_data=true"] if custom else []),
             "-p",
             "no:cacheprovider",
             *args,
@@ -213,7 +213,7 @@ def test_a_v1_baseline_is_refused_for_a_v11_run_unless_allowed(v11, monkeypatch)
     text = usage_error(v11("--bench-dataset=v1.1", f"--bench-baseline={v1_folder}", run_id="gated")[0])
     assert "dataset" in text
     allowed, _ = v11(
-        "--bench-dataset=v1.1", f"--bench-baseline={v1_folder}", "--bench-allow-incomparable", run_id="allowed"
+        "--bench-dataset=v1.1", f"--bench-baseline={v1_folder}", "--bench-set=allow_incomparable=true", run_id="allowed"
     )
     assert allowed.ret == 0, allowed.stdout.str()[-3000:]
     assert "comparability.dataset" in allowed.stdout.str()
@@ -233,7 +233,7 @@ def test_a_v1_runs_saved_answers_are_regraded_by_the_v11_rules(v11):
     build_capsule_archive(store, "capsule-1111111")
     data = v11.manifest.parent.parent.parent
     result, v1_folder = v11(
-        f"--bench-dataset-path={custom}", f"--bench-capsules-dir={store}", run_id="v1", custom=False
+        f"--bench-set=dataset_path={custom}", f"--bench-capsules-dir={store}", run_id="v1", custom=False
     )
     assert result.ret == 1, result.stdout.str()[-3000:]
     assert records_of(v1_folder)[COLOUR_CAPSULE]["status"] == "fail"  # "Green" and 96.125 are wrong by v1's rules

@@ -203,10 +203,10 @@ def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pyt
             "--bench-difficulty=medium",
             f"--bench-capsules-dir={staged}",
             "--bench-env=docker",
-            f"--bench-docker-image={image}",
-            "--bench-docker-network=none",
-            "--bench-docker-dind",
-            "--bench-workspace-root=/workspace/core-bench",
+            f"--bench-set=docker_image={image}",
+            "--bench-set=docker_network=none",
+            "--bench-set=docker_dind=true",
+            "--bench-set=workspace_root=/workspace/core-bench",
             f"--bench-report-dir={tmp_path / 'r'}",
             "--bench-run-id=dind",
             "-p",
@@ -230,7 +230,7 @@ def test_medium_capsule_reaches_a_nested_docker_daemon_at_the_workspace_root(pyt
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytester, tmp_path, monkeypatch):
-    """Done-when: a train capsule under Docker with --bench-workspace-root /workspace/core-bench; its inputs
+    """Done-when: a train capsule under Docker with --bench-set workspace_root /workspace/core-bench; its inputs
     are preinstalled in the image (nothing downloaded or uploaded)."""
     from helpers.capabilities import needs
     from helpers.capsule_factory import image_with_inputs, labelled_containers
@@ -269,10 +269,10 @@ def test_preinstalled_capsule_in_the_image_runs_at_a_custom_workspace_root(pytes
                 "--bench-cache=off",
                 f"--bench-capsules-dir={empty}",
                 "--bench-env=docker",
-                f"--bench-docker-image={image}",
-                "--bench-docker-network=none",
-                "--bench-preinstalled-input-dir=/opt/inputs",
-                "--bench-workspace-root=/workspace/core-bench",
+                f"--bench-set=docker_image={image}",
+                "--bench-set=docker_network=none",
+                "--bench-set=preinstalled_input_dir=/opt/inputs",
+                "--bench-set=workspace_root=/workspace/core-bench",
                 f"--bench-report-dir={tmp_path / 'r'}",
                 "--bench-run-id=pre",
                 "-p",
@@ -308,7 +308,7 @@ def _host_agent_run(pytester, tmp_path, server, run_id, *extra):
         "--bench-cache=off",
         f"--bench-capsules-dir={staged}",
         "--bench-env=host",
-        f"--bench-workspace-root={ROOT}",
+        f"--bench-set=workspace_root={ROOT}",
         f"--bench-report-dir={tmp_path / 'r'}",
         f"--bench-run-id={run_id}",
         "-p",
@@ -328,7 +328,7 @@ def _answers():
 @pytest.mark.isolation
 @pytest.mark.slow
 def test_train_capsule_runs_on_the_host_at_a_custom_workspace_root(pytester, tmp_path, monkeypatch):
-    """The host environment maps --bench-workspace-root per item: the agent works at the root, writes
+    """The host environment maps --bench-set workspace_root per item: the agent works at the root, writes
     report.json there with bash, and the record's report_path is under it."""
     from helpers.capabilities import needs
     from helpers.fake_openai import FakeOpenAI
@@ -339,7 +339,7 @@ def test_train_capsule_runs_on_the_host_at_a_custom_workspace_root(pytester, tmp
     with FakeOpenAI() as server:
         server.reply(tool_calls=[("bash", {"command": write})])
         server.reply(tool_calls=[("bash", {"command": "ls /workspace && cat report.json"})])
-        result, record, chats = _host_agent_run(pytester, tmp_path, server, "host-root", "--bench-agent-steps=2")
+        result, record, chats = _host_agent_run(pytester, tmp_path, server, "host-root", "--bench-set=agent_steps=2")
     run_dir = tmp_path / "r" / "core-bench" / "agent-model" / "host-root"
     messages = json.loads((run_dir / record["trajectory"]).read_text())["messages"]
     tools = [m["content"] for m in messages if m["role"] == "tool"]

@@ -46,13 +46,13 @@ def test_a_priced_model_shows_cost_in_records_summaries_and_report(pytester, ben
         "models:\n  - name: m\n    price: {prompt_per_mtok: 2, completion_per_mtok: 10}\n"
     )
     args = scicode_args(pytester, custom_scicode, server)
-    result = bench(*args, "--bench-config=agentbench.yaml", "--bench-run-id=fresh", "--bench-fail-over=cost=1")
+    result = bench(*args, "--bench-config=agentbench.yaml", "--bench-run-id=fresh", "--bench-set=fail_over=cost=1")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
             "cost: $0.0280 spent (price $2 / $10 per million prompt / completion tokens); "
             "$0.0070 per solved task (4 solved)*",
-            "PASS --bench-fail-over cost=1: cost = $0.0280 <= $1",
+            "PASS --bench-set fail_over cost=1: cost = $0.0280 <= $1",
         ]
     )
     # the same answers replayed from the cache: nothing spent, what they would have cost shown apart
@@ -97,14 +97,14 @@ def test_the_cost_gate_fails_when_the_run_cost_more(pytester, bench, custom_scic
             "--model=m",
             f"--model-price={PRICE}",
             "--bench-cache=off",
-            "--bench-fail-over=cost=$0.02,cost_per_solved=0.01",
+            "--bench-set=fail_over=cost=$0.02,cost_per_solved=0.01",
         )
     )
     assert result.ret == 1
     result.stdout.fnmatch_lines(
         [
-            "FAIL --bench-fail-over cost=$0.02: cost = $0.0280 > $0.02",
-            "PASS --bench-fail-over cost_per_solved=0.01: cost_per_solved = $0.0070 <= $0.01",
+            "FAIL --bench-set fail_over cost=$0.02: cost = $0.0280 > $0.02",
+            "PASS --bench-set fail_over cost_per_solved=0.01: cost_per_solved = $0.0070 <= $0.01",
         ]
     )
     gates = json.loads((run_dirs(pytester.path)[0] / "summary.json").read_text())["gates"]
@@ -122,14 +122,14 @@ def test_an_endpoint_without_usage_leaves_the_cost_unknown(pytester, bench, cust
             "--model=m",
             f"--model-price={PRICE}",
             "--bench-cache=off",
-            "--bench-fail-over=cost=100",
+            "--bench-set=fail_over=cost=100",
         )
     )
     assert result.ret == 1  # the gate cannot hold on an unknown cost
     result.stdout.fnmatch_lines(
         [
             "cost: unknown spent*unknown for 4 item(s): 4 model replies reported no token usage",
-            "FAIL --bench-fail-over cost=100: cost is unknown: some model replies reported no token usage",
+            "FAIL --bench-set fail_over cost=100: cost is unknown: some model replies reported no token usage",
         ]
     )
     run_dir = run_dirs(pytester.path)[0]
@@ -231,7 +231,7 @@ def test_a_per_item_budget_stops_the_scicode_harness(pytester, bench, custom_sci
         "--model=m",
         f"--model-price={PRICE}",
         "--bench-cache=off",
-        "--bench-max-cost-per-item=0.005",
+        "--bench-set=max_cost_per_item=0.005",
         "--bench-max-errors=0",
         "--bench-ids=1,2",
     )

@@ -5,7 +5,7 @@ cannot check, 500 with a JSON error body, 429 with Retry-After) stands in for a 
 model preflight sends one request shaped like the run's first and stops the run (exit 4, the endpoint's own
 message quoted) on 400/401/403/404/5xx that a retry does not clear, even when the cache is warm; the client
 counts every retry into the record (also when the call finally fails) and spends at most
---model-max-retry-time on them; a run whose endpoint dies midway stops after N model errors in a row counted
+--bench-set model_max_retry_time on them; a run whose endpoint dies midway stops after N model errors in a row counted
 across workers.
 """
 
@@ -154,11 +154,11 @@ def test_the_retry_time_bounds_a_failing_call(server, make_model):
         client.complete([{"role": "user", "content": "hi"}])
     took = time.monotonic() - started
     assert took < 15, took  # 1000 retries allowed, 1.5 s of them spent (ten times that at most)
-    assert "--model-max-retry-time=1.5" in str(error.value) and 2 <= error.value.request_retries < 20
+    assert "--bench-set=model_max_retry_time=1.5" in str(error.value) and 2 <= error.value.request_retries < 20
 
 
 def test_the_retry_time_is_the_items_across_its_requests(server, make_model):
-    """An item's requests (tool-use rounds, agent turns) share one --model-max-retry-time: a second request of
+    """An item's requests (tool-use rounds, agent turns) share one --bench-set model_max_retry_time: a second request of
     the same item gets what the first left, so a flaky endpoint cannot cost an item the budget per request."""
     server.delay = 0.2
     client = model(make_model, max_retries=1000, retry_base_delay=0.1, retry_max_delay=0.2, max_retry_time=2.5)
@@ -172,7 +172,7 @@ def test_the_retry_time_is_the_items_across_its_requests(server, make_model):
         with pytest.raises(ModelError) as error:
             client.complete([*ask, {"role": "assistant", "content": "round one"}])
         second = time.monotonic() - started
-    assert "--model-max-retry-time=2.5" in str(error.value)
+    assert "--bench-set=model_max_retry_time=2.5" in str(error.value)
     assert second < 1.9, second  # what the first request left (about 1 s), not 2.5 s of its own
     with item_retry_time():  # the next item has the whole budget again
         started = time.monotonic()
@@ -202,7 +202,7 @@ def dataset(custom_scicode):
 def run_against(bench, server: FakeOpenAI, dataset, cache_dir, *args: str):
     return dataset(
         f"--bench-cache-dir={cache_dir}",
-        "--model-retry-delay=0.2",
+        "--bench-set=model_retry_delay=0.2",
         *args,
         model="gpt-x",
         server=server,
@@ -266,12 +266,12 @@ def test_a_failed_item_counts_its_retries_and_max_retry_time_bounds_it(bench, py
         cache_dir,
         "--bench-mode=naive",
         "--bench-ids=1.1",
-        "--model-max-retries=1000",
-        "--model-max-retry-time=3",
+        "--bench-set=model_max_retries=1000",
+        "--bench-set=model_max_retry_time=3",
     )
     [run] = run_dirs(pytester.path)
     [record] = read_jsonl(run / "steps.jsonl")
-    assert record["status"] == "model_error" and "--model-max-retry-time=3" in record["message"], record
+    assert record["status"] == "model_error" and "--bench-set=model_max_retry_time=3" in record["message"], record
     assert record["generation"]["request_retries"] == len(server.requests) - 1 >= 2  # every retry, counted
     assert record["duration"] < 30, record["duration"]  # 1000 retries allowed: 3 s of them spent (10x at most)
 
@@ -289,8 +289,8 @@ def test_an_endpoint_that_dies_midway_stops_the_run_across_workers(bench, pytest
         dataset,
         cache_dir,
         "--bench-mode=naive",
-        "--model-max-retries=0",
-        "--bench-max-consecutive-errors=3",
+        "--bench-set=model_max_retries=0",
+        "--bench-set=max_consecutive_errors=3",
         "--bench-max-connections=2",  # one problem at a time per worker, so the two workers' records interleave
         "-n",
         "2",
@@ -302,7 +302,7 @@ def test_an_endpoint_that_dies_midway_stops_the_run_across_workers(bench, pytest
     summary = json.loads((run / "summary.json").read_text())
     errors = [r for r in records if r["status"] == "model_error"]
     # the row of 3 was counted over both workers' records, in the order they arrived
-    assert "stopped after 3 model errors in a row (--bench-max-consecutive-errors=3)" in out
+    assert "stopped after 3 model errors in a row (--bench-set=max_consecutive_errors=3)" in out
     assert "across workers gw0, gw1" in (run / "summary.md").read_text()
     assert {r["worker"] for r in errors[:3]} == {"gw0", "gw1"}
     # no work was handed out after the stop: what the two workers held (one running, one next) at most

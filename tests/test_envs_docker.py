@@ -105,7 +105,7 @@ def test_stale_container_of_a_dead_worker_is_removed(factory, workspace):
 
 
 def test_gpu_needs_bench_gpus(factory, workspace):
-    with pytest.raises(EnvSkip, match="--bench-gpus"):
+    with pytest.raises(EnvSkip, match="--bench-set gpus"):
         factory.start(workspace, needs_gpu=True)
 
 
@@ -286,8 +286,8 @@ def test_code_interpreter_calls_of_two_problems_share_nothing(bench, pytester, s
             *custom_data_args(data, h5, "--bench-mode=tool_use", model="scripted", server=server),
             "--bench-cache=off",
             "--bench-env=docker",
-            f"--bench-docker-image={needs('docker')}",
-            "--bench-docker-network=none",
+            f"--bench-set=docker_image={needs('docker')}",
+            "--bench-set=docker_network=none",
             subprocess=True,
         )
     assert result.ret == 0, result.stdout.str()[-3000:]

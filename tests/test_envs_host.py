@@ -63,7 +63,7 @@ def test_run_python_matches_the_contract(workspace):
 
 
 def test_gpu_needs_bench_gpus(workspace):
-    with pytest.raises(EnvSkip, match="--bench-gpus"):
+    with pytest.raises(EnvSkip, match="--bench-set gpus"):
         HostFactory().start(workspace, needs_gpu=True)
     HostFactory(gpus="0").start(workspace, needs_gpu=True).stop()
 
@@ -267,7 +267,7 @@ def test_bad_environment_settings_name_their_source():
         resolved(cli={"env": "podman"})
     with pytest.raises(OptionError, match="agentbench_env_memory.*'lots' is not a size"):
         resolved(ini={"env_memory": "lots"})
-    with pytest.raises(OptionError, match="--bench-memory-limit.*positive.*'0'"):
+    with pytest.raises(OptionError, match="--bench-set memory_limit.*positive.*'0'"):
         resolved(cli={"memory_limit": "0"})
 
 

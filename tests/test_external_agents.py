@@ -64,7 +64,7 @@ def run_agent(pytester, tmp_path, server: Any, run_id: str, *extra: str, cache: 
         "--model=agent-model",
         f"--model-base-url={server.base_url}",
         f"--model-api-key={USER_KEY}",
-        "--model-max-retries=0",
+        "--bench-set=model_max_retries=0",
         f"--bench-cache={cache}",
         f"--bench-cache-dir={tmp_path / 'cache'}",
         f"--bench-capsules-dir={staged}",
@@ -87,7 +87,7 @@ def command_args() -> list[str]:
     command = (
         f"USER_KEY_PROBE={shlex.quote(USER_KEY)} {shlex.quote(sys.executable)} - <<'AGENT'\n{COMMAND_AGENT}\nAGENT"
     )
-    return ["--bench-agent=command", f"--bench-agent-command={command}", "--bench-keep-workspaces"]
+    return ["--bench-agent=command", f"--bench-set=agent_command={command}", "--bench-set=keep_workspaces=true"]
 
 
 @pytest.mark.parametrize("right", [True, False])
@@ -132,7 +132,7 @@ def test_command_agent_that_cannot_reach_the_endpoint_directly(pytester, tmp_pat
         server,
         "reach",
         "--bench-agent=command",
-        f"--bench-agent-command={command}",
+        f"--bench-set=agent_command={command}",
         "--bench-keep-workspaces",
     )
     assert (Path(record["workspace"]) / "reached.txt").read_text().strip() != "0"
@@ -170,7 +170,7 @@ def script_mini(server: FakeOpenAI, answers: dict) -> None:
 
 
 def mini_args() -> list[str]:
-    return ["--bench-agent=mini-swe-agent", "--bench-keep-workspaces"]
+    return ["--bench-agent=mini-swe-agent", "--bench-set=keep_workspaces=true"]
 
 
 @pytest.fixture
@@ -273,7 +273,7 @@ def test_codex_replay_gives_the_same_verdict_without_the_endpoint(pytester, tmp_
 @pytest.mark.parametrize(
     ("options", "said"),
     [
-        (["--bench-agent=command"], "needs --bench-agent-command"),
+        (["--bench-agent=command"], "needs --bench-set agent_command"),
         (["--bench-agent=mini-swe-agent", "--bench-env=docker"], "runs only in the host environment so far"),
         (["--bench-agent=mini-swe-agent==0.0.999999", "--bench-env=host"], "installing mini-swe-agent==0.0.999999"),
     ],
@@ -290,7 +290,7 @@ def test_an_agent_that_cannot_run_is_a_usage_error(pytester, tmp_path, server, m
         f"--model-base-url={server.base_url}",
         "--model-api-key=x",
         f"--bench-capsules-dir={staged}",
-        "--bench-docker-image=agentbench-no-such-image:x",
+        "--bench-set=docker_image=agentbench-no-such-image:x",
         "-p",
         "no:cacheprovider",
         *options,
@@ -327,12 +327,12 @@ def test_a_spent_budget_ends_the_agent_with_budget(pytester, tmp_path, server):
         server,
         "budget",
         "--bench-agent=command",
-        f"--bench-agent-command={command}",
+        f"--bench-set=agent_command={command}",
         "--model-price=2,10",
-        "--bench-max-cost-per-item=0.01",
-        "--bench-agent-time=300",
+        "--bench-set=max_cost_per_item=0.01",
+        "--bench-set=agent_time=300",
     )
     assert record["status"] == "budget" and record["end_reason"] == "budget", record["message"]
-    assert "spent $0.0140 of its budget of $0.01 (--bench-max-cost-per-item)" in record["message"]
+    assert "spent $0.0140 of its budget of $0.01 (--bench-set max_cost_per_item)" in record["message"]
     assert record["generation"]["model_calls"] == 2 == len(server.requests)
     assert record["generation"]["agent_seconds"] < 300  # ended by the plugin, not by its time limit

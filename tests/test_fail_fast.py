@@ -133,7 +133,7 @@ def test_streak_counts_model_errors_only():
     for status in ("model_error", "model_error", "eval_error", "model_error", "skipped", "model_error"):
         stop = streak.add({"status": status, "message": status})
     assert stop is None and streak.count == 2  # eval_error broke the row; skipped neither adds nor breaks
-    assert "stopped after 3 model errors in a row (--bench-max-consecutive-errors=3)" in streak.add(
+    assert "stopped after 3 model errors in a row (--bench-set=max_consecutive_errors=3)" in streak.add(
         {"status": "model_error", "message": "HTTP 500"}
     )
     assert all(Streak(3).add({"status": "env_error"}) is None for _ in range(5))
@@ -144,10 +144,10 @@ def test_streak_counts_model_errors_only():
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_run_stops_after_consecutive_model_errors_with_complete_reports(tiny, pytester):
-    result = tiny("--bench-max-consecutive-errors=2", errors="1.1,1.2,2.1,2.2,3.1")
+    result = tiny("--bench-set=max_consecutive_errors=2", errors="1.1,1.2,2.1,2.2,3.1")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     out = result.stdout.str()
-    assert "stopped after 2 model errors in a row (--bench-max-consecutive-errors=2)" in out
+    assert "stopped after 2 model errors in a row (--bench-set=max_consecutive_errors=2)" in out
     [run] = run_dirs(pytester.path)
     records = read_jsonl(run / "steps.jsonl")
     assert [(r["id"], r["status"]) for r in records] == [("1.1", "model_error"), ("1.2", "model_error")]
@@ -196,7 +196,7 @@ def test_oracle_refuses_a_test_item_named_explicitly(bench):
 def test_missing_key_is_one_usage_error_even_with_the_preflight_off(bench, pytester, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    result = bench(*ONE_STEP, "--model=gpt-x", "--model-preflight=off")
+    result = bench(*ONE_STEP, "--model=gpt-x", "--bench-set=model_preflight=off")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "no API key for https://api.openai.com/v1" in result.stderr.str()
     assert not (pytester.path / "reports").exists()
@@ -205,7 +205,7 @@ def test_missing_key_is_one_usage_error_even_with_the_preflight_off(bench, pytes
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_stop_under_xdist_counts_across_workers(tiny, pytester):
-    result = tiny("--bench-max-consecutive-errors=2", "-n", "2", errors="1.1,1.2,2.1,2.2,3.1")
+    result = tiny("--bench-set=max_consecutive_errors=2", "-n", "2", errors="1.1,1.2,2.1,2.2,3.1")
     assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
     assert "stopped after 2 model errors in a row" in result.stdout.str()
     [run] = run_dirs(pytester.path)

@@ -1,4 +1,4 @@
-"""A max-drop gate with --bench-significance: a significant drop fails as such, a drop it cannot tell from noise
+"""A max-drop gate with --bench-set significance: a significant drop fails as such, a drop it cannot tell from noise
 fails as underpowered when the test could not see its limit, a run without a drop holds (with a power note)."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def validation_runs(pytester, bench, shared_data, monkeypatch):
 # the README's CI gates, as written there
 README_GATES = (
     "--bench-max-drop=subproblem=10%",
-    "--bench-significance=0.05",
+    "--bench-set=significance=0.05",
     "--bench-fail-under=subproblem=0.30",
     "--bench-max-errors=0",
 )
@@ -66,11 +66,11 @@ def test_a_run_identical_to_its_baseline_holds_with_a_power_note(pytester, bench
     assert "PASS --bench-max-drop subproblem=10%: subproblem 100.0% -> 100.0% (drop 0.0 pp" in out
     assert "note: this gate cannot see a drop as small as its limit" in out and "over 15 items" in out
     assert "select more items (the whole split) or add --bench-attempts" in out
-    strict = run("--bench-max-drop=main=1%", "--bench-significance=0.05")
+    strict = run("--bench-max-drop=main=1%", "--bench-set=significance=0.05")
     assert strict.ret == pytest.ExitCode.OK, strict.stdout.str()[-2000:]
     assert "over 15 tasks (assuming 6.7% of them flip by chance): 54.5 pp > the limit" in strict.stdout.str()
     # 15 problems detect a drop of 47.5 points at 0.1 (54.5 at 0.05): a 50-point gate is within reach, no note
-    generous = run("--bench-max-drop=main=50%", "--bench-significance=0.1")
+    generous = run("--bench-max-drop=main=50%", "--bench-set=significance=0.1")
     assert generous.ret == pytest.ExitCode.OK, generous.stdout.str()[-2000:]
     assert (
         "PASS --bench-max-drop main=50%: main 100.0% -> 100.0% (drop 0.0 pp, limit 50.0 pp); smallest drop "
@@ -97,6 +97,6 @@ def test_a_real_regression_fails_as_significant_and_a_noisy_one_as_underpowered(
     assert noisy.ret == pytest.ExitCode.TESTS_FAILED, out[-2000:]
     assert "FAIL --bench-max-drop subproblem=10%: underpowered: subproblem 100.0% -> 80.0%" in out
     assert "not significant (McNemar over items p = 0.25), but this gate cannot see a drop as small" in out
-    allowed = run(*README_GATES[:2], "--bench-allow-underpowered", broken="1.1,2.1,3.1")
+    allowed = run(*README_GATES[:2], "--bench-set=allow_underpowered=true", broken="1.1,2.1,3.1")
     assert allowed.ret == pytest.ExitCode.OK, allowed.stdout.str()[-2000:]
-    assert "(underpowered, allowed by --bench-allow-underpowered); not significant" in allowed.stdout.str()
+    assert "(underpowered, allowed by --bench-set=allow_underpowered=true); not significant" in allowed.stdout.str()

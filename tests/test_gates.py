@@ -62,10 +62,10 @@ def report_opts(tmp_path: Path, cli: dict | None = None, ini: dict | None = None
 
 
 def test_report_options_keep_their_flags_and_ini_keys():
-    flags = {o.name: (o.flag, o.ini) for o in REPORT_OPTIONS}
+    flags = {o.name: (o.spelling, o.ini) for o in REPORT_OPTIONS}
     assert flags["fail_under"] == ("--bench-fail-under", "agentbench_fail_under")
     assert flags["max_drop"] == ("--bench-max-drop", "agentbench_max_drop")
-    assert flags["progress_interval"] == ("--bench-progress-interval", "agentbench_progress_interval")
+    assert flags["progress_interval"] == ("--bench-set progress_interval", "agentbench_progress_interval")
     assert all(ini == "agentbench_" + name for name, (_, ini) in flags.items())
 
 
@@ -111,8 +111,8 @@ def test_gate_config_errors_name_the_fix(tmp_path, cli, message):
     [
         ({"max_errors": "-1"}, ["--bench-max-errors", "'-1'"]),
         ({"max_errors": "many"}, ["--bench-max-errors", "'many'"]),
-        ({"significance": "1"}, ["--bench-significance", "a level between 0 and 1", "'1'"]),
-        ({"progress_interval": "-2"}, ["--bench-progress-interval", "'-2'"]),
+        ({"significance": "1"}, ["--bench-set significance", "a level between 0 and 1", "'1'"]),
+        ({"progress_interval": "-2"}, ["--bench-set progress_interval", "'-2'"]),
         ({"resume": "nowhere"}, ["--bench-resume", "'nowhere'", "is not a folder; give the run folder"]),
     ],
 )
@@ -351,8 +351,8 @@ def test_baseline_written_on_purpose_and_a_drop_beyond_the_limit_fails(tiny, pyt
     noisy = tiny(
         f"--bench-baseline={baseline}",
         "--bench-max-drop=main=10%",
-        "--bench-significance=0.05",
-        "--bench-allow-underpowered",
+        "--bench-set=significance=0.05",
+        "--bench-set=allow_underpowered=true",
         broken="2.2,3.1",
     )
     assert noisy.ret == pytest.ExitCode.OK

@@ -1,4 +1,4 @@
-"""SciCode's grading environments (--bench-grading-envs): a step graded in several pinned Pythons passes when
+"""SciCode's grading environments (--bench-set grading_envs): a step graded in several pinned Pythons passes when
 any passes, each environment's verdict kept; a bad name, a failed build or an unfit interpreter is a usage
 error naming it; a replay re-grades an earlier run's answers in them with no model call.
 
@@ -56,7 +56,7 @@ def test_names_are_built_in_specs_or_name_equals_python_and_others_are_refused_n
         (["x="], "names no interpreter"),
         (["a b=/p"], "is not NAME or NAME=/path/to/python"),
     ]:
-        with pytest.raises(ConfigError, match="--bench-grading-envs: .*" + said.replace("(", r"\(")):
+        with pytest.raises(ConfigError, match="--bench-set grading_envs: .*" + said.replace("(", r"\(")):
             gradingenvs.parse(bad)
 
 
@@ -120,8 +120,8 @@ def test_an_interpreter_without_the_scientific_packages_is_a_usage_error_naming_
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     with FakeOpenAI() as fake:
-        result = bench(*run_args(pytester, shared_data, fake, f"--bench-grading-envs=bare={bare}/bin/python"))
-        missing = bench(*run_args(pytester, shared_data, fake, "--bench-grading-envs=nope=/no/such/python"))
+        result = bench(*run_args(pytester, shared_data, fake, f"--bench-set=grading_envs=bare={bare}/bin/python"))
+        missing = bench(*run_args(pytester, shared_data, fake, "--bench-set=grading_envs=nope=/no/such/python"))
         assert fake.count() == 0
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-2000:]
     out = result.stdout.str() + result.stderr.str()
@@ -163,7 +163,7 @@ def test_a_step_importing_simps_passes_in_2024_fails_in_2025_and_passes_combined
             [out] = read_jsonl(folder / "steps.jsonl")
             return out, json.loads((folder / "settings.json").read_text())
 
-        every, settings = replay("every", "--bench-grading-envs=2024,2025", "--bench-grading-envs-all")
+        every, settings = replay("every", "--bench-set=grading_envs=2024,2025", "--bench-set=grading_envs_all=true")
         assert fake.count() == asked, "a re-grade makes no model call"
         verdicts = every["grading_envs"]
         assert verdicts["2024"]["status"] == "pass" and verdicts["2024"]["tests_completed"] == 1
@@ -176,16 +176,16 @@ def test_a_step_importing_simps_passes_in_2024_fails_in_2025_and_passes_combined
         assert all(env["spec"] and env["python"].startswith(str(root)) for env in envs.values())
         assert settings["grading_envs_all"] is True
 
-        # without --bench-grading-envs-all, an environment after a pass is not run; one before it still is
-        first, _ = replay("first", "--bench-grading-envs=2024,2025")
+        # without --bench-set=grading_envs_all=true, an environment after a pass is not run; one before it still is
+        first, _ = replay("first", "--bench-set=grading_envs=2024,2025")
         assert first["grading_envs"]["2025"]["status"] == "skipped" and first["status"] == "pass"
-        late, _ = replay("late", "--bench-grading-envs=2025,2024")
+        late, _ = replay("late", "--bench-set=grading_envs=2025,2024")
         assert [late["grading_envs"][n]["status"] for n in ("2025", "2024")] == ["fail", "pass"]
         assert late["status"] == "pass" and late["graded_in"] == "2024"
 
         # an interpreter given by path: the 2025 venv under another name fails the step alone
         python = envs["2025"]["python"]
-        mine, settings = replay("mine", f"--bench-grading-envs=mine={python}", ret=1)
+        mine, settings = replay("mine", f"--bench-set=grading_envs=mine={python}", ret=1)
         assert mine["status"] == "fail" and mine["grading_envs"]["mine"]["status"] == "fail"
         assert settings["grading_envs"] == [{"name": "mine", "python": python, "versions": envs["2025"]["versions"]}]
         assert fake.count() == asked
@@ -205,8 +205,8 @@ def test_the_oracle_resolves_a_validation_problem_in_each_environment_with_targe
         "--model=oracle",
         "--bench-split=validation",
         "--bench-ids=1",
-        "--bench-grading-envs=2024,2025",
-        "--bench-grading-envs-all",
+        "--bench-set=grading_envs=2024,2025",
+        "--bench-set=grading_envs_all=true",
         f"--bench-cache-dir={cache}",
     )
     assert result.ret == 0, result.stdout.str()[-3000:]
@@ -230,7 +230,7 @@ def test_each_xdist_worker_grades_in_the_environments_it_resolves_itself(pyteste
         "--model=oracle",
         "--bench-split=validation",
         "--bench-ids=1,3",
-        "--bench-grading-envs=2024,2025",
+        "--bench-set=grading_envs=2024,2025",
         f"--bench-cache-dir={tmp_path / 'cache'}",
         "-n",
         "2",
@@ -239,7 +239,7 @@ def test_each_xdist_worker_grades_in_the_environments_it_resolves_itself(pyteste
     records = read_jsonl(run_dirs(pytester.path)[0] / "steps.jsonl")
     assert sorted(r["id"] for r in records) == ["1.1", "3.1"]
     assert {r["worker"] for r in records} <= {"gw0", "gw1"}
-    for record in records:  # without --bench-grading-envs-all the second is skipped once the first passed
+    for record in records:  # without --bench-set=grading_envs_all=true the second is skipped once the first passed
         assert record["status"] == "pass", record
         verdicts = {name: v["status"] for name, v in record["grading_envs"].items()}
         assert verdicts == {"2024": "pass", "2025": "skipped"}, record

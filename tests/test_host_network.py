@@ -3,7 +3,7 @@
 This test opens, on this machine, a TCP listener on 127.0.0.1, an abstract unix socket and a TCP listener
 on one of the machine's non-loopback addresses (the stand-in for the internet; no other address is ever
 contacted). An agent command reaches neither of the first two, by any way (127.0.0.1, slirp4netns's
-gateway 10.0.2.2, the machine's other addresses), nor sees them in /proc/net; with ``--bench-host-network=user``
+gateway 10.0.2.2, the machine's other addresses), nor sees them in /proc/net; with ``--bench-set=host_network=user``
 (the default) it still reaches the outbound listener, with ``none`` nothing. A run that needs slirp4netns
 where it is missing is refused before it starts (exit 4), with the install hint.
 """
@@ -99,7 +99,7 @@ def test_agent_commands_reach_no_listener_of_this_machine_but_the_outbound_one(l
     assert not seen["proc_unix"] and not seen["proc_tcp"], f"/proc/net shows this machine's sockets: {seen}"
     assert listeners["loop"].accepted == 0 and listeners["abstract"].accepted == 0
     if network == "user":
-        assert seen["outbound"] == "HELLO", f"no outbound access with --bench-host-network=user: {seen}"
+        assert seen["outbound"] == "HELLO", f"no outbound access with --bench-set=host_network=user: {seen}"
         assert listeners["outbound"].accepted == 1
     else:
         assert seen["outbound"] != "HELLO" and listeners["outbound"].accepted == 0, seen
@@ -161,7 +161,7 @@ def corebench_host_run(pytester, tmp_path, base_url: str, run_id: str, *extra: s
         f"--bench-run-id={run_id}",
         "-p",
         "no:cacheprovider",
-        "--bench-agent-steps=2",
+        "--bench-set=agent_steps=2",
         *extra,
         timeout=900,
     )
@@ -223,13 +223,13 @@ def test_a_run_that_needs_slirp4netns_where_it_is_missing_is_refused(pytester, t
     assert result.ret == 4, result.stdout.str()[-2000:] + result.stderr.str()[-2000:]
     result.stderr.fnmatch_lines(
         [
-            "*--bench-host-network=user*slirp4netns*not installed*apt-get install -y "
-            "slirp4netns*--bench-host-network=none*"
+            "*--bench-set=host_network=user*slirp4netns*not installed*apt-get install -y "
+            "slirp4netns*--bench-set=host_network=none*"
         ]
     )
     # with no network wanted nothing extra is needed: the same run is not refused for it
     none = corebench_host_run(
-        pytester, tmp_path, "http://127.0.0.1:9/v1", "none", "--bench-host-network=none", "--collect-only"
+        pytester, tmp_path, "http://127.0.0.1:9/v1", "none", "--bench-set=host_network=none", "--collect-only"
     )
     assert none.ret == 0, none.stdout.str()[-2000:] + none.stderr.str()[-2000:]
     assert squeezed("agent commands: own network namespace without network") in header_text(none)

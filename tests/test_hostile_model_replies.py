@@ -141,7 +141,7 @@ def start_run(
         f"--bench-mode={mode}",
         f"--model-base-url={server.base_url}",
         f"--model-api-key={secret}",
-        f"--bench-executor={executor}",
+        f"--bench-set=executor={executor}",
         f"--bench-timeout={bench_timeout}",
         f"--bench-cache-dir={context.cache}",
         f"--bench-ids={','.join(steps)}",

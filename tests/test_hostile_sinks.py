@@ -122,7 +122,7 @@ def script_path_attack(server) -> list[str]:
     The agent's one step ends it unsubmitted (the root's report.json, which submit writes, would win)."""
     make = f"mkdir -- '{HOSTILE_DIR}' && printf 'not json' > '{HOSTILE_DIR}/report.json'"
     server.reply(tool_calls=[("bash", {"command": make})])
-    return ["--bench-agent-steps=1"]
+    return ["--bench-set=agent_steps=1"]
 
 
 def script_answer_attack(server) -> list[str]:

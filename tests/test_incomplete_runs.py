@@ -4,7 +4,7 @@ and report.html, lists them, counts them as not passed in every metric, prints t
 it and fails its gates unless --bench-allow-incomplete.
 
 The runs are real: a SIGINT to a pytest process after three records, pytest's -x, and
---bench-max-consecutive-errors, on the tiny hand-made SciCode dataset (problems 1: 1.1 1.2, 2: 2.1 2.2,
+--bench-set max_consecutive_errors, on the tiny hand-made SciCode dataset (problems 1: 1.1 1.2, 2: 2.1 2.2,
 3: 3.1) with a model that answers with the ground truth except the steps it is told to break.
 """
 
@@ -159,7 +159,9 @@ def test_the_printed_resume_command_works_pasted_in_another_folder(tiny, pyteste
     reports = pytester.path.parent / f"{pytester.path.name} reports"  # outside the project, a space in its name
     elsewhere = pytester.path.parent / f"{pytester.path.name}-elsewhere"
     elsewhere.mkdir()
-    stopped = tiny("--bench-max-consecutive-errors=1", f"--bench-report-dir={reports}", errors="1.1", subprocess=True)
+    stopped = tiny(
+        "--bench-set=max_consecutive_errors=1", f"--bench-report-dir={reports}", errors="1.1", subprocess=True
+    )
     assert stopped.ret == pytest.ExitCode.INTERRUPTED, stopped.stdout.str()[-2000:]
     command = resume_line(stopped.stdout.str())
     [run] = [p for p in (reports / "scicode").glob("*/*") if p.is_dir()]
@@ -200,7 +202,7 @@ def test_stopped_by_x_fails_its_gates_unless_allowed(tiny, pytester):
 
 @pytest.mark.e2e
 def test_stop_after_model_errors_keeps_exit_2_and_fails_the_gates(tiny, pytester):
-    result = tiny("--bench-max-consecutive-errors=1", "--bench-fail-under=main=0%", errors="1.1")
+    result = tiny("--bench-set=max_consecutive_errors=1", "--bench-fail-under=main=0%", errors="1.1")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert "incomplete: 4 of 5 items not run: 1.2, 2.1, 2.2, 3.1" in result.stdout.str()
     summary = json.loads((latest_run(pytester) / "summary.json").read_text())

@@ -19,11 +19,11 @@ VALIDATION_STEP = ["--bench=scicode", "--bench-split=validation", "--bench-ids=1
     [
         ("--bench-timeout=nan", "--bench-timeout must be a positive number, got 'nan'"),
         ("--bench-timeout=inf", "--bench-timeout must be a positive number, got 'inf'"),
-        ("--bench-memory-limit=0", "--bench-memory-limit must be a positive number, got '0'"),
-        ("--bench-memory-limit=-1", "--bench-memory-limit must be a positive number, got '-1'"),
-        ("--bench-memory-limit=nan", "--bench-memory-limit must be a positive number, got 'nan'"),
+        ("--bench-set=memory_limit=0", "--bench-set memory_limit must be a positive number, got '0'"),
+        ("--bench-set=memory_limit=-1", "--bench-set memory_limit must be a positive number, got '-1'"),
+        ("--bench-set=memory_limit=nan", "--bench-set memory_limit must be a positive number, got 'nan'"),
         ("--bench-ids=,,,", "--bench-ids ',,,' names nothing"),
-        ("--bench-max-consecutive-errors=-1", "--bench-max-consecutive-errors must be"),
+        ("--bench-set=max_consecutive_errors=-1", "--bench-set max_consecutive_errors must be"),
         ("--bench-difficulty=easy", "--bench-difficulty (a core-bench option) do(es) not apply to --bench=scicode"),
     ],
 )
@@ -39,7 +39,7 @@ def test_bad_input_is_a_usage_error_before_any_item(bench, pytester, arg, messag
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_shared_options_are_never_refused(bench):
-    result = bench(*VALIDATION_STEP, "--bench-env=host", "--bench-executor=subprocess", "--collect-only", "-q")
+    result = bench(*VALIDATION_STEP, "--bench-env=host", "--bench-set=executor=subprocess", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
 
 
@@ -57,7 +57,7 @@ def test_report_dir_that_cannot_be_created(bench, pytester):
 def test_checksum_mismatch_names_the_escape_hatch(tmp_path):
     path = tmp_path / "problems.jsonl"
     path.write_text("{}\n")
-    with pytest.raises(DataError, match="pass --bench-allow-custom-data to use it anyway"):
+    with pytest.raises(DataError, match="pass --bench-set=allow_custom_data=true to use it anyway"):
         verify(path, DataFile("problems.jsonl", "http://127.0.0.1:9/p.jsonl", "0" * 64, "scicode"))
 
 

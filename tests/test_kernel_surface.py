@@ -331,7 +331,7 @@ def test_later_attempts_cannot_read_what_attempt_one_left_in_the_keyring(
                 "--bench-ids=3",
                 "--bench-attempts=3",
                 "--bench-max-connections=1",  # attempt 1 answers (and is scored) first
-                f"--bench-executor={executor}",
+                f"--bench-set=executor={executor}",
                 f"--bench-cache-dir={tmp_path / 'cache'}",
                 "--bench-require-isolation",
                 model="cheat",

@@ -106,7 +106,7 @@ def test_remove_tree_removes_any_depth_and_locked_folders(tmp_path):
 # ---- end to end: the agent's deep workspace is the agent's failure -------------------------------------------
 def env_args(kind: str) -> list[str]:
     if kind == "docker":
-        return ["--bench-env=docker", f"--bench-docker-image={needs('docker')}", "--bench-docker-network=none"]
+        return ["--bench-env=docker", f"--bench-set=docker_image={needs('docker')}", "--bench-set=docker_network=none"]
     return ["--bench-env=host"]
 
 
@@ -135,7 +135,7 @@ def test_a_deep_workspace_fails_the_item_once_and_is_removed(pytester, tmp_path,
         "--model-api-key=x",
         "--bench-cache=off",
         *env_args(kind),
-        "--bench-max-retries=2",
+        "--bench-set=max_retries=2",
         f"--bench-capsules-dir={staged}",
         f"--bench-report-dir={tmp_path / 'reports'}",
         "--bench-run-id=deep",

@@ -188,7 +188,7 @@ def test_unreachable_server(tmp_path):
 
 def test_timeout_is_retried_then_reported(server, make_model):
     server.delay = 1.0
-    with pytest.raises(ModelError, match="timed out.*--model-timeout"):
+    with pytest.raises(ModelError, match="timed out.*--bench-set model_timeout"):
         make_model("chat", timeout=0.2, max_retries=1).complete(HELLO)
     assert server.count() == 2
 
@@ -357,7 +357,8 @@ def test_model_params_may_not_override_the_harness(tmp_path):
 
 @pytest.mark.e2e
 def test_cli_malformed_model_params_is_a_usage_error(pytester):
-    result = pytester.runpytest("--model", "m", "--model-params", "{bad")
+    # checked in a run that asks for a benchmark (without one the plugin reads no option: tests/test_inert.py)
+    result = pytester.runpytest("--bench=scicode", "--model", "m", "--model-params", "{bad")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--model-params '{bad' is not valid JSON*"])
 
@@ -370,7 +371,7 @@ def test_cli_builds_models_and_settings(pytester, monkeypatch):
     pytester.makepyfile("""
         from pytest_agentbench.models.options import model_settings
         from pytest_agentbench.models.client import OpenAIModel
-        from pytest_agentbench.pytest_plugin import settings_of
+        from pytest_agentbench.pytest_plugin.session import settings_of
 
         def test_build(pytestconfig, bench_model):
             settings = model_settings(settings_of(pytestconfig))
@@ -393,10 +394,8 @@ def test_cli_builds_models_and_settings(pytester, monkeypatch):
         "responses",
         "--model-params",
         '{"temperature": 0}',
-        "--model-timeout",
-        "12",
-        "--model-max-retries",
-        "2",
+        "--bench-set=model_timeout=12",
+        "--bench-set=model_max_retries=2",
         "--bench-cache",
         "ro",
         "-p",

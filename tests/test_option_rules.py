@@ -194,7 +194,7 @@ def test_a_second_secret_option_is_never_stored_sent_to_the_probe_or_written(tmp
 def test_every_option_declares_consistent_rules():
     """The rules of every option of every layer and installed benchmark agree with each other, and a
     declaration that breaks one is refused where it is written."""
-    options = all_options(registry.available_benchmarks())
+    options = all_options()
     for option in options:
         assert rule_conflict(option) is None, option.flag
         assert option.hosts in HOST_RULES, option.flag
@@ -300,7 +300,7 @@ def test_every_layers_view_names_exactly_its_options_and_is_filled_by_its_defaul
 def test_every_option_every_run_shares_is_a_field_of_exactly_one_view():
     """No shared option lacks a typed view (a benchmark's own options, with an ``owner``, are the benchmark's)."""
     view_fields = [f.name for cls, _ in LAYER_VIEWS for f in fields(cls)]
-    shared = [o.name for o in all_options(registry.available_benchmarks()) if o.owner is None]
+    shared = [o.name for o in all_options() if o.owner is None]
     assert sorted(view_fields) == sorted(shared)
 
 
@@ -344,9 +344,12 @@ def resolved_with(**cli):
     ("given", "says"),
     [
         ({"memory_limt": 2}, "unknown setting 'memory_limt' (did you mean 'memory_limit'?): the settings read here"),
-        ({"memory_limit": "lots"}, "setting memory_limit (--bench-memory-limit) must be a positive number, got 'lots'"),
-        ({"memory_limit": -1}, "setting memory_limit (--bench-memory-limit) must be a positive number, got -1"),
-        ({"executor": "threads"}, "setting executor (--bench-executor) 'threads' is not a valid value"),
+        (
+            {"memory_limit": "lots"},
+            "setting memory_limit (--bench-set memory_limit) must be a positive number, got 'lots'",
+        ),
+        ({"memory_limit": -1}, "setting memory_limit (--bench-set memory_limit) must be a positive number, got -1"),
+        ({"executor": "threads"}, "setting executor (--bench-set executor) 'threads' is not a valid value"),
         ({"require_isolation": "maybe"}, "setting require_isolation (--bench-require-isolation) 'maybe' is not a"),
     ],
 )
@@ -395,7 +398,9 @@ def test_the_readers_honour_values_given_through_a_partial_mapping(tmp_path, mon
     assert skip_reason({"model": "gpt-x", "cache": "replay"}) == "--bench-cache replay calls no endpoint"
     with pytest.raises(OptionError, match="unknown setting 'env_memroy'"):
         build_env({"env_memroy": "2g"})
-    with pytest.raises(OptionError, match=r"setting model_timeout \(--model-timeout\) must be a positive number"):
+    with pytest.raises(
+        OptionError, match=r"setting model_timeout \(--bench-set model_timeout\) must be a positive number"
+    ):
         model_settings({"model": "gpt-x", "model_timeout": "soon"})
 
 
@@ -433,7 +438,7 @@ def test_the_registry_is_read_once_and_a_class_entry_point_is_one_instance(class
     toy = registry.get_benchmark("toy")
     assert type(toy).__name__ == "SecretToy"
     assert registry.get_benchmark("toy") is toy is first.found["toy"]  # one instance, its caches kept
-    assert "toy_token" in {o.name for o in all_options(registry.available_benchmarks())}
+    assert "toy_token" in {o.name for o in all_options()}
 
 
 @pytest.mark.e2e
@@ -447,7 +452,7 @@ def test_listing_only_is_a_run_fact_not_an_option(bench):
     assert "291 tests collected" in listed.stdout.str()
     run = bench(*args, "--bench-ids=1")
     assert run.ret == pytest.ExitCode.USAGE_ERROR and "the official test_data.h5 is missing" in run.stderr.str()
-    assert "listing_only" not in {o.name for o in all_options(registry.available_benchmarks())}
+    assert "listing_only" not in {o.name for o in all_options()}
     assert Settings({"a": 1}).facts == RunFacts() and "listing_only" not in Settings({"a": 1})
 
 
@@ -455,7 +460,7 @@ SECRET_TOKEN = Option("toy_token", "--toy-token", "a second secret.", secret=Tru
 
 
 def test_a_slurm_runs_key_file_carries_every_secret_option_and_nothing_else(tmp_path):
-    """--bench-slurm-key=file: one 0600 file holds every secret option's value for the run's jobs; a file an
+    """--bench-set=slurm_key=file: one 0600 file holds every secret option's value for the run's jobs; a file an
     earlier release wrote (one bare value) still reaches the secret options that read a variable."""
     values = {"model_api_key": "sk-first-secret", "toy_token": "t-second-secret"}
     path = write_secret(tmp_path / "spool", values)
@@ -470,7 +475,7 @@ def test_a_slurm_runs_key_file_carries_every_secret_option_and_nothing_else(tmp_
 def test_a_slurm_job_sets_the_secret_values_before_the_plugin_reads_its_options(pytester):
     """run-task's session gets the secrets from the key file in memory (``SecretValues``): the plugin's settings
     have them although the job's command line and environment name none."""
-    options = (*all_options(registry.available_benchmarks()), SECRET_TOKEN)
+    options = (*all_options(), SECRET_TOKEN)
     secrets = SecretValues({"model_api_key": "sk-from-the-key-file", "toy_token": "t", "not_an_option": "x"}, options)
     assert set(secrets.values) == {SECRET_TOKEN.dest, next(o.dest for o in options if o.name == "model_api_key")}
     pytester.makeconftest(
@@ -484,7 +489,9 @@ def test_a_slurm_job_sets_the_secret_values_before_the_plugin_reads_its_options(
         """
     )
     pytester.makepyfile("def test_nothing():\n    pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider", "-s", plugins=[secrets])
+    # a run file asks for the benchmark run's plugin (run-task's session gives --bench-resume) without a benchmark
+    pytester.path.joinpath("run.json").write_text('{"bench": {"timeout": 60}}', encoding="utf-8")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-s", "--bench-config=run.json", plugins=[secrets])
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["settings key: sk-from-the-key-file"])
 

@@ -10,7 +10,7 @@ own names mean.
   compared with each other (34.3's ``xn == xp``), and no function of the test text runs whole in the child
   (30.3's ``test_gradient`` and 72.1's ``test_neighbor`` call into the model's objects: the parent replays them
   with those calls answered from the child's record); the count of parent-evaluated helper calls is printed;
-* end to end, on hand-made data files (``--bench-allow-custom-data``): a model whose code rebinds builtins
+* end to end, on hand-made data files (``--bench-set=allow_custom_data=true``): a model whose code rebinds builtins
   (``range = range``, ``len = len``, ``from math import *``) and answers wrongly fails, also when its ``len``
   fakes the test's expectation; a wrong 49.4-style answer that patches numpy inside the child so that the
   test's own ``Nbody_Etot`` gives equal energies fails, where a correct one passes with the same patches;

@@ -6,11 +6,10 @@ import os
 
 import pytest
 
-from pytest_agentbench.benchmarks.registry import available_benchmarks
 from pytest_agentbench.pytest_plugin.options import all_options
 from pytest_agentbench.pytest_plugin.pathargs import determine_setup
 
-PATH_OPTIONS = sorted((o for o in all_options(available_benchmarks()) if o.kind == "path"), key=lambda o: o.flag)
+PATH_OPTIONS = sorted((o for o in all_options() if o.kind == "path"), key=lambda o: o.flag)
 
 
 @pytest.fixture
@@ -29,7 +28,7 @@ def test_every_path_option_is_covered():
         "--bench-cache-dir",
         "--bench-resume",
         "--bench-baseline",
-        "--bench-h5",
+        "--bench-set h5",
         "--bench-capsules-dir",
     } <= flags
 

@@ -44,7 +44,7 @@ def pytest_unconfigure(config):
 
 @pytest.mark.e2e
 def test_verbose_lines_stay_whole(tiny):
-    result = tiny("-v", "--bench-progress-interval=0", broken="2.2")
+    result = tiny("-v", "--bench-set=progress_interval=0", broken="2.2")
     lines = result.outlines
     progress_lines = [m.groups() for m in map(PROGRESS.match, lines) if m]
     assert [g[0] for g in progress_lines] == ["1", "2", "3", "4", "5"]  # one per finished item, counting up
@@ -63,7 +63,7 @@ def test_verbose_lines_stay_whole(tiny):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_quiet_keeps_every_outcome_letter(tiny):
-    result = tiny("-q", "--bench-progress-interval=0", broken="2.2")
+    result = tiny("-q", "--bench-set=progress_interval=0", broken="2.2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     progress_lines = [line for line in result.outlines if line.startswith("agentbench: ") and "/5 done" in line]
     assert len(progress_lines) == 5 and all(PROGRESS.match(line) for line in progress_lines)
@@ -79,7 +79,7 @@ def test_quiet_keeps_every_outcome_letter(tiny):
 def test_the_final_count_is_shown_however_recent_the_last_line(tiny):
     """Lines are at most one per interval, but the line saying every item is done is never held back: it is
     the run's last word on progress (a heartbeat just before the last item ended once swallowed it)."""
-    result = tiny("-q", "--bench-progress-interval=3600")
+    result = tiny("-q", "--bench-set=progress_interval=3600")
     progress_lines = [line for line in result.outlines if PROGRESS.match(line)]
     assert [PROGRESS.match(line).group(1) for line in progress_lines] == ["5"], progress_lines
 
@@ -103,7 +103,7 @@ def test_long_running_items(tiny, pytester, how):
     pytester.makeconftest(SLOW_CONFTEST)
     # no generation ahead: 3.1's slow answer is then asked while its own item runs (with chains generated ahead it
     # would be ready before the item starts)
-    result = tiny(*how, "--bench-progress-interval=0.2", "--no-bench-overlap")
+    result = tiny(*how, "--bench-set=progress_interval=0.2", "--bench-set=overlap=false")
     out = result.stdout.str()
     assert result.ret == 0, out[-2000:]
     if how == ("-v",):  # the heartbeat's line never cuts the item's own line
@@ -151,9 +151,9 @@ def test_the_eta_under_xdist_is_paced_by_finished_items_over_the_workers(tiny, p
         "-n",
         "2",
         "-v",
-        "--no-bench-overlap",
+        "--bench-set=overlap=false",
         "--bench-max-connections=2",
-        "--bench-progress-interval=0",
+        "--bench-set=progress_interval=0",
         "--bench-attempts=3",
     )
     out = result.stdout.str()
@@ -179,7 +179,7 @@ def test_oracle_prints_no_model_counters(bench):
         "--bench-split=validation",
         "--model=oracle",
         "--bench-ids=1.1",
-        "--bench-progress-interval=0",
+        "--bench-set=progress_interval=0",
     )
     out = result.stdout.str()
     assert re.search(r"agentbench: 1/1 done \(1 \w+\) · elapsed [^·]+ s$", out, re.M), out[-2000:]
@@ -189,7 +189,7 @@ def test_oracle_prints_no_model_counters(bench):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_no_terminal_prints_nothing(tiny):
-    result = tiny("-p", "no:terminal", "--bench-progress-interval=0")
+    result = tiny("-p", "no:terminal", "--bench-set=progress_interval=0")
     assert not [line for line in result.outlines if "agentbench" in line]
 
 

@@ -654,7 +654,7 @@ def batch(redteam, outcomes, executor: str):
     if executor not in outcomes:
         started = time.monotonic()
         select = [] if executor == "fork" else ["--bench-ids=" + ",".join(n.split(".")[0] for n in SUBPROCESS_STEPS)]
-        result, records = redteam(attacks(redteam.paths), f"--bench-executor={executor}", *select)
+        result, records = redteam(attacks(redteam.paths), f"--bench-set=executor={executor}", *select)
         time.sleep(1.0)  # a daemon that outlived its step would be visible now
         outcomes[executor] = {
             "records": records,

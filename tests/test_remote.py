@@ -2,8 +2,8 @@
 .ci/ssh-setup.
 
 Each host is an unprivileged account with its own venv (the package installed from this checkout, not
-editable), data dir, cache and state; account b declares one GPU through the test-only override
-AGENTBENCH_TEST_GPUS in its worker python wrapper (read on that host, not here). The controller (this
+editable), data dir, cache and state; account b has one fake GPU: a test-only nvidia-smi that its worker python
+wrapper puts on its PATH (read on that host, not here). The controller (this
 root process) keeps its report dir at mode 0700, so a worker could not have written a record there.
 Without the setup the tests skip with the reason (CI=true: they fail); see tests/helpers/capabilities.py. The tests only
 read what the set-up wrote: after a change to the package, rerun .ci/ssh-setup as root (.ci/run does).
@@ -237,7 +237,7 @@ def test_validation_oracle_over_two_hosts_matches_a_local_run(loopback, local_va
 @pytest.mark.remote
 @pytest.mark.slow
 def test_a_remote_host_builds_its_own_grading_environment_and_grades_in_it(loopback, tmp_path):
-    """--bench-grading-envs on a remote host: the worker resolves the built-in spec where it runs (its own
+    """--bench-set grading_envs on a remote host: the worker resolves the built-in spec where it runs (its own
     cache, built there by pip on first use, as a user's host does), and the records keep that environment's
     verdict. The controller finds its own copy (the one .ci/grading-envs built)."""
     from pytest_agentbench.benchmarks.scicode import gradingenvs
@@ -249,7 +249,7 @@ def test_a_remote_host_builds_its_own_grading_environment_and_grades_in_it(loopb
         tmp_path,
         *VALIDATION,
         "--bench-ids=1,3",
-        "--bench-grading-envs=2025",
+        "--bench-set=grading_envs=2025",
         f"--bench-report-dir={reports}",
         "--bench-run-id=graded",
         "-d",
@@ -370,7 +370,7 @@ def test_a_host_with_other_data_is_refused_with_the_difference(loopback, tmp_pat
             *both(loopback),
         ]
         pinned = run(tmp_path, *args, timeout=300)
-        custom = run(tmp_path, *args, "--bench-allow-custom-data", timeout=300)  # hashes of what is there
+        custom = run(tmp_path, *args, "--bench-set=allow_custom_data=true", timeout=300)  # hashes of what is there
     finally:
         problems.write_bytes(saved)
     for done in (pinned, custom):
@@ -437,7 +437,7 @@ def corebench_args(staged: Path, reports: Path, run_id: str) -> list[str]:
         "--bench=core-bench",
         "--bench-split=train",
         "--model=oracle",
-        "--bench-gpus=all",
+        "--bench-set=gpus=all",
         f"--bench-ids={','.join(GPU_CAPSULES + CPU_CAPSULES)}",
         f"--bench-capsules-dir={staged}",
         f"--bench-report-dir={reports}",
@@ -582,7 +582,7 @@ def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopb
             "--model=fake-model",
             f"--model-base-url={server.base_url}",
             f"--bench-ids={KILL_IDS}",
-            "--model-max-retries=0",
+            "--bench-set=model_max_retries=0",
             f"--bench-report-dir={reports}",
             *both(loopback),
         ]
@@ -658,12 +658,11 @@ def test_a_lost_worker_loses_its_item_naming_its_host_and_resume_completes(loopb
 def test_run_settings_travel_without_paths_and_resolve_the_same(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from pytest_agentbench.benchmarks.registry import available_benchmarks
     from pytest_agentbench.core.options import Sources, resolve
     from pytest_agentbench.pytest_plugin.distribution.hostprobe import apply_forwarded, forwarded
     from pytest_agentbench.pytest_plugin.options import all_options
 
-    options = all_options(available_benchmarks())
+    options = all_options()
     cli = {
         "bench": "scicode",
         "model": "m",
@@ -720,7 +719,7 @@ def test_refusals_name_the_worker_the_host_and_the_difference():
 
 # --------------------------------------------------------------------------- a host that goes silent
 
-SILENT_TIMEOUT = 8.0  # --bench-host-timeout for the silent-host test: a lost host is declared within 10 s
+SILENT_TIMEOUT = 8.0  # --bench-set host_timeout for the silent-host test: a lost host is declared within 10 s
 
 
 def stop_connection(account: str) -> tuple[list[int], list[int]]:
@@ -757,8 +756,8 @@ def test_a_silent_host_is_lost_within_the_bound_and_the_run_finishes_on_the_othe
             "--model=fake-model",
             f"--model-base-url={server.base_url}",
             f"--bench-ids={KILL_IDS}",
-            "--model-max-retries=0",
-            f"--bench-host-timeout={SILENT_TIMEOUT}",
+            "--bench-set=model_max_retries=0",
+            f"--bench-set=host_timeout={SILENT_TIMEOUT}",
             f"--bench-report-dir={reports}",
             *both(loopback),
         ]
@@ -938,9 +937,11 @@ def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, 
         f"worker gw0 on agentbench-a has other package versions than the controller (numpy: worker "
         f"{numpy.__version__}, controller 0.0.1)"
     ) in refused.stderr, refused.stderr[-2000:]
-    assert "--bench-allow-version-skew" in refused.stderr
+    assert "--bench-set=allow_version_skew=true" in refused.stderr
     assert not list((tmp_path / "reports").rglob("*.jsonl"))
-    allowed = run(tmp_path, *args, "--bench-allow-version-skew", timeout=300, AGENTBENCH_TEST_VERSIONS="numpy=0.0.1")
+    allowed = run(
+        tmp_path, *args, "--bench-set=allow_version_skew=true", timeout=300, AGENTBENCH_TEST_VERSIONS="numpy=0.0.1"
+    )
     assert allowed.returncode == 0, allowed.stdout[-3000:] + allowed.stderr[-2000:]
 
 

@@ -1,5 +1,5 @@
 """A resume checks ``--deselect`` like ``-k``/``-m`` (refused with the
-difference, or merged with --bench-resume-merge), and ``--bench-replay RUN_DIR`` with the model's server
+difference, or merged with --bench-set=resume_merge=true), and ``--bench-replay RUN_DIR`` with the model's server
 gone makes 0 model calls and says how many cache hits it made, in the terminal, summary.md and summary.json."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_resume_refuses_another_deselect(tiny, bench, pytester):
     assert other.ret == pytest.ExitCode.USAGE_ERROR
     error = other.stderr.str()
     assert "this command differs from the run's own settings (settings.json)" in error
-    assert f"--deselect: {NOT_2_2} in the run, scicode/3::3.1 now" in error and "--bench-resume-merge" in error
+    assert f"--deselect: {NOT_2_2} in the run, scicode/3::3.1 now" in error and "--bench-set=resume_merge=true" in error
     dropped = bench(f"--bench-resume={run}", f"--deselect={NOT_2_2}", "--deselect=scicode/3::3.1")
     assert dropped.ret == pytest.ExitCode.USAGE_ERROR
     assert f"--deselect: {NOT_2_2} in the run, {NOT_2_2},scicode/3::3.1 now" in dropped.stderr.str()
@@ -68,7 +68,7 @@ def test_resume_merge_adds_the_deselected_items_back(tiny, bench, pytester):
     run = interrupted(tiny, pytester, "r", f"--deselect={NOT_2_2}")
     # this command deselects 3.1 instead: the union of both selections is every item (an item stays
     # deselected only when both deselect it)
-    merged = bench(f"--bench-resume={run}", "--deselect=scicode/3::3.1", "--bench-resume-merge")
+    merged = bench(f"--bench-resume={run}", "--deselect=scicode/3::3.1", "--bench-set=resume_merge=true")
     assert merged.ret == pytest.ExitCode.OK, merged.stdout.str() + merged.stderr.str()
     merged.assert_outcomes(passed=5)
     assert items_of(run) == ["1.1", "1.2", "2.1", "2.2", "3.1"]  # never narrowed

@@ -1,4 +1,4 @@
-"""Human review of CORE-Bench verdicts (--bench-review, --bench-gate-score): runs as a user starts them.
+"""Human review of CORE-Bench verdicts (--bench-review, --bench-set gate_score): runs as a user starts them.
 
 A scripted client (a user's own ``run_agent``) answers two train capsules with their reference answers, except
 one number of capsule-0201225, for which it reports hostile text: the automatic grader marks that question wrong.
@@ -83,7 +83,7 @@ def core_run(pytester, tmp_path, monkeypatch):
         result = pytester.runpytest_subprocess(
             "--bench=core-bench",
             "--model=scripted",
-            "--model-preflight=off",
+            "--bench-set=model_preflight=off",
             "--bench-split=train",
             f"--bench-ids={WRONG},{RIGHT}",
             "--bench-difficulty=easy",
@@ -162,7 +162,10 @@ def test_gates_judge_the_automatic_score_unless_asked_for_the_reviewed_one(core_
     assert automatic.ret == 1, automatic.stdout.str()[-2000:]
     automatic.stdout.fnmatch_lines(["*FAIL --bench-fail-under accuracy=100%: accuracy = 50.0% < 100.0%*"])
     reviewed, run = core_run(
-        f"--bench-review={review}", "--bench-fail-under=accuracy=100%", "--bench-gate-score=reviewed", run_id="reviewed"
+        f"--bench-review={review}",
+        "--bench-fail-under=accuracy=100%",
+        "--bench-set=gate_score=reviewed",
+        run_id="reviewed",
     )
     assert reviewed.ret == 0, reviewed.stdout.str()[-2000:]
     reviewed.stdout.fnmatch_lines(
@@ -174,7 +177,10 @@ def test_gates_judge_the_automatic_score_unless_asked_for_the_reviewed_one(core_
         tmp_path, review_yaml(flip(RIGHT, next(iter(train_task(RIGHT)["results"][0])), "wrong")), "against.yaml"
     )
     judged, _ = core_run(
-        f"--bench-review={against}", "--bench-fail-under=accuracy=50%", "--bench-gate-score=reviewed", run_id="against"
+        f"--bench-review={against}",
+        "--bench-fail-under=accuracy=50%",
+        "--bench-set=gate_score=reviewed",
+        run_id="against",
     )
     assert judged.ret == 1
     judged.stdout.fnmatch_lines(["*FAIL --bench-fail-under accuracy=50% [[]reviewed score]: accuracy = 0.0% < 50.0%*"])
@@ -182,9 +188,9 @@ def test_gates_judge_the_automatic_score_unless_asked_for_the_reviewed_one(core_
 
 @pytest.mark.e2e
 def test_reviewed_gate_without_a_review_is_a_usage_error(core_run):
-    result, run = core_run("--bench-gate-score=reviewed", "--bench-fail-under=accuracy=50%")
+    result, run = core_run("--bench-set=gate_score=reviewed", "--bench-fail-under=accuracy=50%")
     assert result.ret == 4
-    result.stderr.fnmatch_lines(["*--bench-gate-score=reviewed *--bench-review=FILE.yaml*"])
+    result.stderr.fnmatch_lines(["*--bench-set=gate_score=reviewed *--bench-review=FILE.yaml*"])
     assert not run.exists()
 
 
@@ -329,7 +335,7 @@ def test_a_run_of_several_attempts_carries_the_mean_reviewed_score(core_run, tmp
         f"--bench-review={review}",
         "--bench-attempts=2",
         "--bench-fail-under=accuracy=100%",
-        "--bench-gate-score=reviewed",
+        "--bench-set=gate_score=reviewed",
     )
     assert result.ret == 0, result.stdout.str()[-2000:]
     summary = json.loads((run / "summary.json").read_text())
@@ -370,7 +376,7 @@ def scored_record(capsule: str, wrong: set[str] = frozenset()) -> dict:
 
 
 def test_max_drop_against_a_baseline_reads_the_reviewed_statuses(tmp_path):
-    """--bench-max-drop with --bench-gate-score=reviewed compares the reviewed item statuses with the baseline's."""
+    """--bench-max-drop with --bench-set=gate_score=reviewed compares the reviewed item statuses with the baseline's."""
     from pytest_agentbench.benchmarks.corebench import bench as corebench
     from pytest_agentbench.benchmarks.corebench.review import apply_review
     from pytest_agentbench.report.options import GateConfig, parse_thresholds

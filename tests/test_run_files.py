@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentbench.benchmarks.registry import available_benchmarks
 from pytest_agentbench.core import runfile
 from pytest_agentbench.pytest_plugin.options import all_options
 
@@ -90,14 +89,14 @@ def test_command_line_beats_environment_beats_run_file_beats_ini(pytester, bench
     )
     monkeypatch.setenv("AGENTBENCH_CACHE_DIR", str(pytester.path / "from-env"))
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--bench-config=run.yaml", "--bench-tool-loops=9", "--collect-only", "-q"
+        "-p", "no:cacheprovider", "--bench-config=run.yaml", "--bench-set=tool_loops=9", "--collect-only", "-q"
     )
     assert result.ret == 0, result.stdout.str()
     header = pytester.runpytest(
         "-p",
         "no:cacheprovider",
         "--bench-config=run.yaml",
-        "--bench-tool-loops=9",
+        "--bench-set=tool_loops=9",
         "--bench-run-id=x",
         "--bench-ids=3.1",
     )
@@ -204,7 +203,7 @@ def test_init_writes_an_example_that_loads_and_never_overwrites(tmp_path):
     command = [sys.executable, "-m", "pytest_agentbench", "init"]
     first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    loaded = runfile.load(tmp_path / "agentbench.yaml", all_options(available_benchmarks()))
+    loaded = runfile.load(tmp_path / "agentbench.yaml", all_options())
     assert loaded.options["bench"].value == "scicode" and loaded.model_names() == ["gpt-4o"]
     assert loaded.pytest_args["n"].value == 2
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)

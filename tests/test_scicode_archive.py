@@ -1,4 +1,4 @@
-"""The official targets from the data archive (--bench-data-url), served on 127.0.0.1 only."""
+"""The official targets from the data archive (--bench-set data_url), served on 127.0.0.1 only."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def args(served: Served, *extra: str) -> list[str]:
         "--bench-split=test",
         "--model=mutant",
         f"--bench-data-dir={served.data}",
-        f"--bench-data-url={served.url}",
+        f"--bench-set=data_url={served.url}",
         "--bench-timeout=20",
         *extra,
     ]
@@ -87,7 +87,7 @@ def args(served: Served, *extra: str) -> list[str]:
 @pytest.mark.slow
 def test_archive_supplies_the_missing_targets(bench, pytester, archived, monkeypatch):
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
-    result = bench(*args(archived, "--bench-allow-custom-data"))
+    result = bench(*args(archived, "--bench-set=allow_custom_data=true"))
     assert result.ret == 0, result.stdout.str()[-3000:] + result.stderr.str()[-2000:]
     result.stdout.fnmatch_lines(["test: main problems resolved 3/3 (100.0%), subproblems passed 5/5 (100.0%)"])
     extracted = archived.data / "scicode" / "test_data.h5"
@@ -95,7 +95,7 @@ def test_archive_supplies_the_missing_targets(bench, pytester, archived, monkeyp
     assert archived.paths == ["/scicode.zip"]
     assert not (archived.data / "scicode" / archive.ARCHIVE_NAME).exists()
     assert not list(pytester.path.rglob("escaped.txt")) and not (archived.data / "escaped.txt").exists()
-    again = bench(*args(archived, "--bench-allow-custom-data", "--collect-only", "-q"))
+    again = bench(*args(archived, "--bench-set=allow_custom_data=true", "--collect-only", "-q"))
     assert again.ret == 0 and archived.paths == ["/scicode.zip"]  # found in the data dir: no second download
 
 
@@ -113,7 +113,7 @@ def test_listing_the_items_never_fetches_the_archive(bench, archived, monkeypatc
     """--collect-only lists the test split's items without the official targets: nothing is scored, so the
     1 GB archive is not downloaded for it (online, with the file missing)."""
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
-    listed = bench(*args(archived, "--bench-allow-custom-data", "--collect-only", "-q"))
+    listed = bench(*args(archived, "--bench-set=allow_custom_data=true", "--collect-only", "-q"))
     assert listed.ret == 0, listed.stdout.str()[-3000:] + listed.stderr.str()[-2000:]
     assert archived.paths == [] and not (archived.data / "scicode" / "test_data.h5").exists()
     assert len([line for line in listed.stdout.lines if "::" in line]) == 5  # the 5 steps of the tiny problems
@@ -121,7 +121,7 @@ def test_listing_the_items_never_fetches_the_archive(bench, archived, monkeypatc
 
 @pytest.mark.slow
 def test_offline_mode_forbids_the_archive_and_validation_runs_never_fetch_it(bench, archived, monkeypatch):
-    offline = bench(*args(archived, "--bench-allow-custom-data", "--bench-ids=3"))
+    offline = bench(*args(archived, "--bench-set=allow_custom_data=true", "--bench-ids=3"))
     assert offline.ret == 1 and archived.paths == []  # no download: the step says where to get the file
     offline.stdout.fnmatch_lines(["*eval_error*the official test_data.h5 is missing*"])
     with pytest.raises(DataError, match=r"downloads are off \(\$AGENTBENCH_OFFLINE\)"):
@@ -132,8 +132,8 @@ def test_offline_mode_forbids_the_archive_and_validation_runs_never_fetch_it(ben
         "--bench-split=validation",
         "--model=mutant",
         f"--bench-data-dir={archived.data}",
-        f"--bench-data-url={archived.url}",
-        "--bench-allow-custom-data",
+        f"--bench-set=data_url={archived.url}",
+        "--bench-set=allow_custom_data=true",
         "--collect-only",
     )
     assert validation.ret == 0 and "targets=rebuilt" in validation.stdout.str()
@@ -169,9 +169,9 @@ def validation_args(served: Served, *extra: str) -> list[str]:
         "--bench-split=validation",
         "--model=mutant",
         f"--bench-data-dir={served.data}",
-        f"--bench-data-url={served.url}",
+        f"--bench-set=data_url={served.url}",
         "--bench-timeout=20",
-        "--bench-allow-custom-data",
+        "--bench-set=allow_custom_data=true",
         *extra,
     ]
 
@@ -225,7 +225,11 @@ def test_official_targets_of_a_read_only_data_dir_go_to_the_cache(bench, pyteste
 @pytest.mark.slow
 def test_official_targets_checked_against_the_pinned_sha256(bench, wrong_on_3_1, monkeypatch):
     monkeypatch.delenv("AGENTBENCH_OFFLINE")
-    args = [a for a in validation_args(wrong_on_3_1, "--bench-targets=official") if a != "--bench-allow-custom-data"]
+    args = [
+        a
+        for a in validation_args(wrong_on_3_1, "--bench-targets=official")
+        if a != "--bench-set=allow_custom_data=true"
+    ]
     result = bench(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     text = result.stderr.str()
@@ -259,9 +263,9 @@ def test_rebuilt_targets_refuse_the_test_split_and_an_h5(bench, archived):
     assert test.ret == pytest.ExitCode.USAGE_ERROR
     assert "--bench-targets=rebuilt: the test split has no public ground truth" in test.stderr.str()
     h5 = bench(
-        *validation_args(archived, "--bench-targets=rebuilt", f"--bench-h5={archived.data}/x.h5", "--collect-only")
+        *validation_args(archived, "--bench-targets=rebuilt", f"--bench-set=h5={archived.data}/x.h5", "--collect-only")
     )
-    assert h5.ret == pytest.ExitCode.USAGE_ERROR and "leave out --bench-h5" in h5.stderr.str()
+    assert h5.ret == pytest.ExitCode.USAGE_ERROR and "leave out --bench-set h5" in h5.stderr.str()
     assert archived.paths == []
 
 

@@ -174,7 +174,11 @@ def test_model_service_failures_are_model_errors(bench, pytester, cache_dir):
         pytester.makeini("[pytest]\nagentbench_model_retry_delay = 0\n")
         result = bench(
             *model_args(
-                fake, "--bench-ids=1.1", "--model-max-retries=2", f"--bench-cache-dir={cache_dir}", "--bench-mode=naive"
+                fake,
+                "--bench-ids=1.1",
+                "--bench-set=model_max_retries=2",
+                f"--bench-cache-dir={cache_dir}",
+                "--bench-mode=naive",
             ),
             subprocess=True,
         )
@@ -234,10 +238,10 @@ def test_unreachable_model_is_a_model_error_not_a_crash(bench, pytester, cache_d
         "--model=m",
         "--model-base-url=http://127.0.0.1:9/v1",
         "--model-api-key=x",
-        "--model-max-retries=1",
+        "--bench-set=model_max_retries=1",
         "--bench-ids=1.1",
         "--bench-mode=naive",
-        "--model-preflight=off",
+        "--bench-set=model_preflight=off",
         f"--bench-cache-dir={cache_dir}",
         subprocess=True,
     )

@@ -182,7 +182,7 @@ def test_corrupt_jsonl_line_is_named(bench, pytester, shared_data):
         "--bench=scicode",
         "--bench-split=validation",
         f"--bench-data-dir={data}",
-        "--bench-allow-custom-data",
+        "--bench-set=allow_custom_data=true",
         "--collect-only",
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -285,8 +285,8 @@ def handmade(pytester, shared_data) -> list[str]:
         write_step_targets(h5, number, values)
     return [
         f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
+        f"--bench-set=h5={h5}",
+        "--bench-set=allow_custom_data=true",
         "--bench-split=validation",
         "--bench=scicode",
         "--model=oracle",
@@ -297,7 +297,7 @@ def handmade(pytester, shared_data) -> list[str]:
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
 @pytest.mark.slow
 def test_each_status_and_the_metrics_on_a_handmade_dataset(bench, pytester, handmade, executor):
-    result = bench(*handmade, f"--bench-executor={executor}", "-rs")
+    result = bench(*handmade, f"--bench-set=executor={executor}", "-rs")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=5, failed=4, skipped=1)
     [run] = run_dirs(pytester.path)
@@ -371,7 +371,7 @@ def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist
     expected = [r for r in serial if r["task"] in problems]
     assert len(expected) == steps
     parallel_metrics = []
-    for extra in (["-n", "2", "--bench-executor=subprocess"], ["-n", "4"]):
+    for extra in (["-n", "2", "--bench-set=executor=subprocess"], ["-n", "4"]):
         selection = "--bench-ids=" + ",".join(problems)
         parallel, run_metrics = oracle_run(
             bench, pytester, f"n{extra[1]}", *extra, selection, problems=len(problems), steps=steps
@@ -386,7 +386,7 @@ def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist
 def test_executors_give_identical_records_on_mutated_code(bench, pytester, handmade):
     runs = {}
     for executor in ("fork", "subprocess"):
-        bench(*handmade, f"--bench-executor={executor}", f"--bench-run-id={executor}")
+        bench(*handmade, f"--bench-set=executor={executor}", f"--bench-run-id={executor}")
         path = pytester.path / "reports" / "scicode" / "oracle" / executor / "steps.jsonl"
         runs[executor] = sorted((comparable(r) for r in read_jsonl(path)), key=lambda r: r["id"])
     assert runs["fork"] == runs["subprocess"]
@@ -465,12 +465,12 @@ def test_fake_passes_fail_with_their_reason(bench, pytester, executor):
         write_step_targets(h5, number, [1])
     result = bench(
         f"--bench-data-dir={data}",
-        f"--bench-h5={h5}",
-        "--bench-allow-custom-data",
+        f"--bench-set=h5={h5}",
+        "--bench-set=allow_custom_data=true",
         "--bench-split=validation",
         "--bench=scicode",
         "--model=oracle",
-        f"--bench-executor={executor}",
+        f"--bench-set=executor={executor}",
     )
     result.assert_outcomes(failed=4)
     [run] = run_dirs(pytester.path)

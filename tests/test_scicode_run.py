@@ -241,7 +241,7 @@ def test_the_benchmark_api_runs_without_pytest(tmp_path, tiny_data):
             "test",
             "--model=oracle answers with the ground-truth code, which only SciCode's validation split ships",
         ),
-        ({"h5": "nope.h5"}, "validation", "--bench-h5 {tmp}/nope.h5 does not exist"),
+        ({"h5": "nope.h5"}, "validation", "--bench-set h5 {tmp}/nope.h5 does not exist"),
     ],
 )
 def test_configure_errors_name_the_fix(tmp_path, tiny_data, cli, split, message):

@@ -505,7 +505,7 @@ def test_comparisons_that_run_over_the_memory_limit_fail_the_step():
     assert (outcome.passed, outcome.failure.kind, outcome.message) == (
         False,
         "limit",
-        "comparisons exceeded the memory limit of 0.046875 GiB (--bench-memory-limit) (test 1 of 1)",
+        "comparisons exceeded the memory limit of 0.046875 GiB (--bench-set memory_limit) (test 1 of 1)",
     )
     record = scicode_run.split_verdict(ExecResult(exit_code=0, stdout="", stderr="", duration=0.1), outcome, 10)
     assert (record["status"], record["message"], record["failure_kind"]) == ("fail", outcome.message, "limit")
@@ -1179,7 +1179,7 @@ def test_a_child_cannot_send_an_expected_value_that_depends_on_no_model_code():
 def test_the_operand_cap_option_reaches_scoring(tiny, pytester):
     from helpers.bench_runs import read_jsonl, run_dirs
 
-    result = tiny("--bench-operand-cap=60", "--bench-run-id=capped")
+    result = tiny("--bench-set=operand_cap=60", "--bench-run-id=capped")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result = tiny("--bench-run-id=default")
     assert result.ret == pytest.ExitCode.OK

@@ -41,7 +41,8 @@ def vrun(pytester, bench, shared_data, monkeypatch):
             "--bench-dataset=verified",
             "--model=mutant",
             f"--bench-data-dir={data}",
-            "--bench-allow-custom-data",  # the small dataset is not v2's: its manifest is checked, not v2's pins
+            # the small dataset is not v2's: its manifest is checked, not v2's pins
+            "--bench-set=allow_custom_data=true",
             "--bench-timeout=20",
             *args,
         )
@@ -114,7 +115,7 @@ def test_a_manifest_of_another_version_needs_custom_data(vrun, bench):
     err = usage_error(
         bench("--bench=scicode", "--bench-dataset=verified", "--model=mutant", f"--bench-data-dir={vrun.data}")
     )
-    assert "is not dataset v2's manifest" in err and "--bench-allow-custom-data" in err
+    assert "is not dataset v2's manifest" in err and "--bench-set=allow_custom_data=true" in err
     assert verified.PROBLEMS_MD5 in err and verified.H5_MD5 in err
 
 

@@ -45,7 +45,7 @@ def test_resume_alone_continues_the_run_with_its_settings_and_selection(tiny, be
     run = interrupted(tiny, pytester)
     stored = json.loads((run / "settings.json").read_text())["_run"]
     assert stored["options"]["ids"] == ["1", "3"] and stored["options"]["background"] is False
-    resumed = bench(f"--bench-resume={run}", "--bench-progress-interval=0")  # a free setting may change
+    resumed = bench(f"--bench-resume={run}", "--bench-set=progress_interval=0")  # a free setting may change
     assert resumed.ret == pytest.ExitCode.OK, resumed.stdout.str() + resumed.stderr.str()
     resumed.assert_outcomes(passed=3)
     assert "2 finished record(s) reused" in resumed.stdout.str()
@@ -63,8 +63,8 @@ def test_resume_refuses_another_selection_or_setting_and_merges_on_request(tiny,
     assert "this command differs from the run's own settings (settings.json)" in error
     assert "--bench-ids: 1,3 in the run, 2 now" in error
     assert "--bench-background: False in the run, True now" in error and "-k: (not set) in the run, 1 now" in error
-    assert "--bench-resume-merge" in error
-    merged = bench(f"--bench-resume={run}", "--bench-ids=2", "--bench-resume-merge")
+    assert "--bench-set=resume_merge=true" in error
+    merged = bench(f"--bench-resume={run}", "--bench-ids=2", "--bench-set=resume_merge=true")
     assert merged.ret == pytest.ExitCode.OK, merged.stdout.str() + merged.stderr.str()
     merged.assert_outcomes(passed=5)
     assert items_of(run) == ["1.1", "1.2", "2.1", "2.2", "3.1"]  # the union, never narrowed
@@ -73,14 +73,14 @@ def test_resume_refuses_another_selection_or_setting_and_merges_on_request(tiny,
 
 @pytest.mark.e2e
 def test_a_resume_over_another_mode_advises_a_new_run_not_a_merge(tiny, bench, pytester):
-    """--bench-resume-merge adds a selection; for a setting such as --bench-mode the way out is a new run (the
+    """--bench-set=resume_merge=true adds a selection; for a setting such as --bench-mode the way out is a new run (the
     finished records were made in the run's mode) or the run's own mode, whether the run gave it or not."""
     run = interrupted(tiny, pytester, "--bench-mode=tool_use")
     given = bench(f"--bench-resume={run}", "--bench-mode=naive")
     assert given.ret == pytest.ExitCode.USAGE_ERROR
     error = " ".join(given.stderr.str().split())
     assert "--bench-mode: tool_use in the run, naive now" in error, error
-    assert "--bench-resume-merge" not in error, error
+    assert "--bench-set=resume_merge=true" not in error, error
     assert "to use another setting (--bench-mode), start a new run (leave out --bench-resume)" in error, error
     stored = json.loads((run / "settings.json").read_text())
     del stored["_run"]["options"]["mode"]  # as a run that left the mode at its default records it
@@ -88,7 +88,7 @@ def test_a_resume_over_another_mode_advises_a_new_run_not_a_merge(tiny, bench, p
     default = bench(f"--bench-resume={run}", "--bench-mode=naive")
     assert default.ret == pytest.ExitCode.USAGE_ERROR
     error = " ".join(default.stderr.str().split())
-    assert "mode: tool_use vs naive" in error and "--bench-resume-merge" not in error, error
+    assert "mode: tool_use vs naive" in error and "--bench-set=resume_merge=true" not in error, error
     assert "resume with the run's own options, or start a new run (leave out --bench-resume)" in error, error
 
 
@@ -222,8 +222,8 @@ def test_git_commit_and_command_line():
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_significance_warns_when_the_selection_is_too_small(tiny):
-    result = tiny("--bench-significance=0.05", "--collect-only")
+    result = tiny("--bench-set=significance=0.05", "--collect-only")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     out = " ".join(result.stdout.str().split())
-    assert "--bench-significance 0.05: only 5 items: the exact McNemar test can never reach p < 0.05" in out
+    assert "--bench-set significance 0.05: only 5 items: the exact McNemar test can never reach p < 0.05" in out
     assert "only 3 tasks" in out

@@ -1,7 +1,7 @@
 """Which model answered is part of the record: each reply's ``model`` (what the endpoint says answered) is kept in
 the record and the response cache; a run answered by another model than the one asked for (a gateway's fallback)
 says so in its headline on every page and in its comparability keys, and a gate against a baseline answered as
-asked is refused unless --bench-allow-incomparable."""
+asked is refused unless --bench-set allow_incomparable=true."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_a_fallback_model_is_recorded_replayed_headlined_and_refused_as_a_baseli
     for _ in PROBLEMS:
         server.reply_with(right_answer)
     gate = ("--bench-max-drop=subproblem=10%", f"--bench-baseline={pytester.path / 'baseline.json'}")
-    swapped = run("other", "swapped", "--bench-allow-incomparable")
+    swapped = run("other", "swapped", "--bench-set=allow_incomparable=true")
     assert swapped.ret == 0, swapped.stdout.str()
     server.served_model = None
 
@@ -110,6 +110,6 @@ def test_a_fallback_model_is_recorded_replayed_headlined_and_refused_as_a_baseli
     assert "FAIL --bench-max-drop subproblem=10%: refused: the baseline is not comparable with this run" in text
     assert "served_model: as asked vs" in text and headline in text
 
-    allowed = run("other", "allowed", *gate, "--bench-allow-incomparable")
+    allowed = run("other", "allowed", *gate, "--bench-set=allow_incomparable=true")
     assert allowed.ret == 0, allowed.stdout.str()
     assert "PASS --bench-max-drop subproblem=10%" in allowed.stdout.str()

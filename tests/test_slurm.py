@@ -28,7 +28,7 @@ from helpers.capsule_factory import write_capsule_tree
 pytestmark = [pytest.mark.e2e, pytest.mark.remote, pytest.mark.slow]
 
 IDS = "1,3"
-SMALL = ("--bench-memory-limit=2",)  # 3 GiB jobs: two fit on each 8 GB node
+SMALL = ("--bench-set=memory_limit=2",)  # 3 GiB jobs: two fit on each 8 GB node
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,10 @@ def test_slurm_jobs_grade_in_each_grading_environment_where_they_run(
 
     monkeypatch.setenv(gradingenvs.ROOT_ENV, str(needs("grading-envs")))
     done = bench(
-        *scicode_args("graded"), "--bench-backend=slurm", "--bench-grading-envs=2024,2025", "--bench-grading-envs-all"
+        *scicode_args("graded"),
+        "--bench-backend=slurm",
+        "--bench-set=grading_envs=2024,2025",
+        "--bench-set=grading_envs_all=true",
     )
     assert done.ret == 0, done.stdout.str()[-3000:]
     got = records_of(pytester, "graded")
@@ -90,7 +93,7 @@ def test_slurm_jobs_grade_in_each_grading_environment_where_they_run(
 
 
 def test_an_impossible_request_is_a_usage_error_with_slurms_message(cluster, bench) -> None:
-    done = bench(*scicode_args("impossible"), "--bench-backend=slurm", "--bench-slurm-args=--gres=gpu:2")
+    done = bench(*scicode_args("impossible"), "--bench-backend=slurm", "--bench-set=slurm_args=--gres=gpu:2")
     assert done.ret == 4
     assert "Requested node configuration is not available" in done.stderr.str() + done.stdout.str()
 
@@ -102,7 +105,7 @@ def test_detached_run_then_collect_gives_the_waiting_runs_summary(
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     waiting = bench(*scicode_args("waiting"), "--bench-backend=slurm")
     assert waiting.ret == 0, waiting.stdout.str()
-    detached = bench(*scicode_args("detached"), "--bench-backend=slurm", "--bench-detach")
+    detached = bench(*scicode_args("detached"), "--bench-backend=slurm", "--bench-set=detach=true")
     assert detached.ret == 0, detached.stdout.str()
     detached.stdout.fnmatch_lines(["*detached; collect job * runs *collect*", "collect: *pytest_agentbench collect *"])
     run_dir = pytester.path / "reports" / "scicode" / "oracle" / "detached"
@@ -158,7 +161,7 @@ def test_a_task_over_its_time_limit_is_lost_and_resume_submits_exactly_it(
     flag.write_text("")
     monkeypatch.setenv("H25_SLOW_FLAG", str(flag))
     pytester.makeconftest(SLOW_CONFTEST)
-    first = bench(*scicode_args("late"), "--bench-backend=slurm", "--bench-slurm-args=--time=1")
+    first = bench(*scicode_args("late"), "--bench-backend=slurm", "--bench-set=slurm_args=--time=1")
     assert first.ret == 1, first.stdout.str()
     records = records_of(pytester, "late")
     assert records["1.1"]["status"] == "pass"
@@ -189,11 +192,11 @@ def test_gpu_capsules_run_on_the_gpu_node(cluster, bench, pytester: pytest.Pytes
         "--bench=core-bench",
         "--bench-split=train",
         "--model=oracle",
-        "--bench-gpus=all",
+        "--bench-set=gpus=all",
         f"--bench-ids={GPU_CAPSULE},{CPU_CAPSULE}",
         f"--bench-capsules-dir={capsules}",
         "--bench-run-id=gpu",
-        "--bench-env-memory=2g",
+        "--bench-set=env_memory=2g",
         *SMALL,
         "--bench-backend=slurm",
     )

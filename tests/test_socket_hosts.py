@@ -30,7 +30,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.remote, pytest.mark.slow]
 
 IDS = "1,3,19"  # three validation problems, four steps (19 has two): each worker is in an item when one stops
 STEPS = ["1.1", "19.1", "19.2", "3.1"]
-HOST_TIMEOUT = 8  # --bench-host-timeout: the silent host is declared lost within 10 s (a healthy one answers in time)
+HOST_TIMEOUT = (
+    8  # --bench-set host_timeout: the silent host is declared lost within 10 s (a healthy one answers in time)
+)
 
 
 @pytest.fixture
@@ -90,9 +92,9 @@ def test_a_silent_socket_host_is_lost_and_the_run_finishes_on_the_other(pytester
             "--model=fake-model",
             f"--model-base-url={server.base_url}",
             "--model-api-key=sk-socket-test",
-            "--model-max-retries=0",
+            "--bench-set=model_max_retries=0",
             f"--bench-ids={IDS}",
-            f"--bench-host-timeout={HOST_TIMEOUT}",
+            f"--bench-set=host_timeout={HOST_TIMEOUT}",
             f"--bench-report-dir={reports}",
             f"--bench-cache-dir={shared_cache}",
             "--bench-run-id=silent",

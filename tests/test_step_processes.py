@@ -193,7 +193,7 @@ def daemon_run(pytester, bench, shared_data, monkeypatch):
         try:
             result = bench(
                 *custom_data_args(data, h5, "--bench-timeout=30", model="daemons"),
-                f"--bench-executor={executor}",
+                f"--bench-set=executor={executor}",
                 subprocess=True,
             )
         finally:

@@ -137,7 +137,7 @@ def test_a_scicode_run_with_tmpdir_outside_tmp_passes(tmpdir_elsewhere, executor
         [
             sys.executable,
             *oracle_step_argv(
-                f"--bench-executor={executor}",
+                f"--bench-set=executor={executor}",
                 f"--bench-cache-dir={tmp_path / 'cache'}",
                 f"--bench-report-dir={tmp_path / 'reports'}",
             ),

@@ -6,7 +6,7 @@ environment's containment and the plugin's time limit hold for it), and pointed 
 (``models.proxy``) with the item's own token as its key. What it leaves is read afterwards: ``report.json`` in
 the workspace, else its final message (or answer file) parsed as a JSON object.
 
-The ``command`` agent's contract (any agent CLI): ``--bench-agent-command`` is run with bash in the workspace
+The ``command`` agent's contract (any agent CLI): ``--bench-set agent_command`` is run with bash in the workspace
 (the current folder) with these variables set:
 
 * ``OPENAI_BASE_URL`` and ``OPENAI_API_BASE``: the proxy's ``.../v1`` (Chat Completions and Responses API);
@@ -58,7 +58,7 @@ class AgentChoice:
 
     name: str = BUILTIN
     version: str | None = None
-    command: str | None = None  # the command agent's command line (--bench-agent-command)
+    command: str | None = None  # the command agent's command line (--bench-set agent_command)
 
     @property
     def external(self) -> bool:
@@ -82,7 +82,7 @@ def parse_agent(text: str | None, command: str | None = None) -> AgentChoice:
         if version:
             raise ValueError(f"the {name} agent has no version to choose (give {name} alone)")
         if name == COMMAND and not (command or "").strip():
-            raise ValueError("--bench-agent=command needs --bench-agent-command (the agent's command line)")
+            raise ValueError("--bench-agent=command needs --bench-set agent_command (the agent's command line)")
         return AgentChoice(name, None, command if name == COMMAND else None)
     if version and not all(ch.isalnum() or ch in ".-+_" for ch in version):
         raise ValueError(f"agent version {version!r} is not a version number")

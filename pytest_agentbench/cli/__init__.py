@@ -29,6 +29,9 @@ commands:
                     with the run's settings and write its package into RUN_DIR/spool (a Slurm job does this)
   collect RUN_DIR   take in every package waiting in RUN_DIR/spool, write the run's records and summaries,
                     and remove the run's API key file
+  options [--markdown]
+                    every setting: how to set it (flag or --bench-set NAME=VALUE, ini key, environment,
+                    run file), its default and its help
 
 Run a benchmark with pytest itself, e.g.:
   pytest --bench=scicode --bench-split=validation --model=oracle -n 2
@@ -65,8 +68,10 @@ def command(name: str) -> Callable[[list[str]], int] | None:
         from .runfile import main as init  # why: load only the command that runs
 
         return init
-    if name in ("resume", "run-task", "collect"):
+    if name in ("resume", "run-task", "collect", "options"):
         from . import tasks  # why: load only the command that runs
 
-        return {"resume": tasks.resume, "run-task": tasks.run_task, "collect": tasks.collect}[name]
+        return {"resume": tasks.resume, "run-task": tasks.run_task, "collect": tasks.collect, "options": tasks.options}[
+            name
+        ]
     return None

@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--allow-custom-data",
         action="store_true",
-        help="the run's --bench-allow-custom-data: a v1.1 manifest whose sha256 is not the pinned one",
+        help="the run's --bench-set allow_custom_data=true: a v1.1 manifest whose sha256 is not the pinned one",
     )
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="the run's --bench-data-dir")
     parser.add_argument(
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run's --bench-cache-dir (default: as a run's: $AGENTBENCH_CACHE_DIR, else the per-user folder)",
     )
     parser.add_argument("--capsules-dir", type=Path, default=None, help="the run's --bench-capsules-dir")
-    parser.add_argument("--dataset-path", type=Path, default=None, help="the run's --bench-dataset-path")
+    parser.add_argument("--dataset-path", type=Path, default=None, help="the run's --bench-set dataset_path")
     parser.add_argument("--ids", default="", help="comma-separated capsule ids (default: the whole split)")
     return parser
 

@@ -71,6 +71,15 @@ def collect(argv: list[str]) -> int:
     become_session("collect", str(run_dir), *argv[1:])
 
 
+def options(argv: list[str]) -> int:
+    """``options [--markdown]``: every setting, described from the declarations the plugin registers (which live
+    on the plugin's side of the layers: this process becomes the plugin's listing)."""
+    if [a for a in argv if a != "--markdown"]:
+        print("usage: python -m pytest_agentbench options [--markdown]", file=sys.stderr)
+        return 2
+    become_session("options", *argv)
+
+
 def become_session(*args: str) -> NoReturn:
     """This process becomes the session's (see the module's docstring for why it is not a child)."""
     sys.stdout.flush()

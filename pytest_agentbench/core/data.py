@@ -13,8 +13,6 @@ import secrets
 import stat
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -217,7 +215,7 @@ def verify(path: Path, f: DataFile, stamp_dir: Path | None = None) -> Path:
         raise DataError(
             f"checksum mismatch for {path}: expected sha256 {f.sha256}, got {actual}. "
             f"The file is corrupt or not the pinned upstream version; delete it to re-download it from {f.url}, "
-            f"or replace it with the official file, or pass --bench-allow-custom-data to use it anyway "
+            f"or replace it with the official file, or pass --bench-set=allow_custom_data=true to use it anyway "
             f"(the report then says the data is custom)."
         )
     mac = sign(message, stamp_dir) if stamp is not None else None
@@ -282,6 +280,8 @@ def _progress(name: str, done: int, total: int | None, started: float) -> None:
 
 def _fetch_once(url: str, part: Path, timeout: float) -> None:
     """Append the rest of ``url`` to ``part``, resuming with a Range request when it exists."""
+    import urllib.request  # why: only a download needs the HTTP client; the plugin loads this module in every run
+
     have = part.stat().st_size if part.exists() else 0
     request = urllib.request.Request(url, headers={"User-Agent": "pytest-agentbench"})
     if have:
@@ -344,6 +344,8 @@ def remove_empty(part: Path, folders: list[Path]) -> None:
 def _download(
     url: str, dest: Path, part: Path, sha256: str | None, *, retries: int, backoff: float, timeout: float
 ) -> Path:
+    import urllib.error  # why: only a download needs the HTTP client; the plugin loads this module in every run
+
     last: Exception | None = None
     for attempt in range(retries + 1):
         if attempt:

@@ -1,8 +1,7 @@
 """What a machine offers a run: its name, cores, GPUs and the exact build of the installed package.
 
 Plain functions, read where they run: on a remote xdist worker's host they describe that host, never the
-controller. ``AGENTBENCH_TEST_GPUS`` is a test-only override (a number of GPUs to declare on a machine
-without any, so GPU placement can be tested); it is read on the host it describes.
+controller. GPUs are what ``nvidia-smi -L`` lists (the project's tests put a fake one on a worker's PATH).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import socket
 import subprocess
 from pathlib import Path
 
-TEST_GPUS_ENV = "AGENTBENCH_TEST_GPUS"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -31,14 +29,7 @@ def cores() -> int:
 
 
 def gpus() -> list[str]:
-    """The GPUs of this machine: ``nvidia-smi -L`` lines, or ``AGENTBENCH_TEST_GPUS`` declared ones."""
-    declared = os.environ.get(TEST_GPUS_ENV, "").strip()
-    if declared:
-        try:
-            count = int(declared)
-        except ValueError:
-            count = 0
-        return [f"declared GPU {i} (${TEST_GPUS_ENV}, test only)" for i in range(max(count, 0))]
+    """The GPUs of this machine: the ``GPU ...`` lines of ``nvidia-smi -L`` (none without it)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []

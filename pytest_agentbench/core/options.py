@@ -42,6 +42,9 @@ HELP_GROUPS = {
 DEFAULT_HELP_GROUP = "run"  # an option no declaration or layer places
 
 
+SET_FLAG = "--bench-set"  # the one repeatable flag that sets an option not shown (Option.shown): NAME=VALUE
+
+
 class OptionError(ValueError):
     """A setting's value is wrong; the message names the setting, where the value came from and the fix."""
 
@@ -70,6 +73,10 @@ class Option:
     option, or None for options every run shares.
     ``help_group`` is the group of ``pytest --help`` that shows it (a key of ``HELP_GROUPS``); None: the group of
     the layer that declares it (``place``), for a benchmark's own option its benchmark's group.
+    ``shown`` (default True): the option has a flag of its own, listed in ``pytest --help``: the settings a user
+    sets in a normal run. False: a tuning knob or an escape hatch, set on the command line with the one repeatable
+    ``--bench-set NAME=VALUE`` (``SET_FLAG``), as an ini key or a run-file key, and listed by ``python -m
+    pytest_agentbench options``; its ``flag`` is then its old spelling, which is refused with the new one.
 
     The option's rules, which every consumer reads from here (never from a list of names):
       ``secret``: the value (an API key) is never written anywhere, not even inside the command line a report
@@ -111,6 +118,7 @@ class Option:
     hosts: str | None = None  # one of HOST_RULES; None: "own" for a path, else "forwarded"
     private: bool = False
     help_group: str | None = None  # a key of HELP_GROUPS; None: the declaring layer's, or the benchmark's
+    shown: bool = True  # a flag of its own in pytest --help; False: set with --bench-set NAME=VALUE (and ini, run file)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -139,6 +147,19 @@ class Option:
     @property
     def takes_value(self) -> bool:
         return self.kind != "bool"
+
+    @property
+    def spelling(self) -> str:
+        """How the command line sets it: its flag, or ``--bench-set NAME`` for an option not shown."""
+        return self.flag if self.shown else f"{SET_FLAG} {self.name}"
+
+    def usage(self) -> str:
+        """The command-line form of the option with a value, for help texts and errors (``--bench-ids=IDS``,
+        ``--bench-set tool_loops=N``)."""
+        if self.shown and self.kind == "bool":
+            return self.flag
+        value = "true|false" if self.kind == "bool" else self.metavar or "|".join(self.choices) or self.kind.upper()
+        return f"{self.flag}={value}" if self.shown else f"{SET_FLAG} {self.name}={value}"
 
 
 def rule_conflict(option: Option) -> str | None:
@@ -325,7 +346,7 @@ def given_value(option: Option, value: Any, base: Path) -> Any:
     """One value a plain-Python caller gives for ``option``, converted and checked as ``convert`` does."""
     if option.kind == "list" and isinstance(value, (list, tuple)):
         value = ",".join(map(str, value))  # already split: the comma-separated form the option reads
-    return convert(option, value, f"setting {option.name} ({option.flag})", base)
+    return convert(option, value, f"setting {option.name} ({option.spelling})", base)
 
 
 def declared_default(option: Option) -> Any:
@@ -356,7 +377,7 @@ def pick(option: Option, sources: Sources) -> tuple[Any, str, str]:
     cli = sources.cli.get(option.name)
     if cli is not None and cli != []:
         shown = option.flag if cli is not False or not option.negatable else option.negative_flag
-        return cli, str(shown), "command line"
+        return cli, str(shown) if option.shown else option.spelling, "command line"
     if option.env and sources.env.get(option.env, "") != "":
         return sources.env[option.env], f"${option.env}", "environment"
     if option.name in sources.file:
@@ -524,4 +545,23 @@ def by_name(options: Sequence[Option]) -> dict[str, Option]:
             raise ValueError(f"option {option.flag} ({option.name}) is declared twice")
         out[option.name] = option
         flags.add(option.flag)
+    return out
+
+
+def set_values(entries: Iterable[str], options: Sequence[Option]) -> dict[str, str]:
+    """Option name -> raw value of each ``--bench-set NAME=VALUE`` (``NAME`` as a run file writes it; ``-`` for
+    ``_`` is accepted); a later entry of the same name wins. A malformed entry or an unknown name is an
+    OptionError, an unknown name listing the close ones."""
+    known = {o.name: o for o in options}
+    out: dict[str, str] = {}
+    for entry in entries:
+        name, equals, value = str(entry).partition("=")
+        name = name.strip().replace("-", "_")
+        if not equals or not name:
+            raise OptionError(f"{SET_FLAG} {entry!r}: write NAME=VALUE (`python -m pytest_agentbench options`)")
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
+            hint = f"did you mean {', '.join(close)}?" if close else "python -m pytest_agentbench options lists them"
+            raise OptionError(f"{SET_FLAG} {entry!r}: no setting is called {name!r}; {hint}")
+        out[name] = value
     return out

@@ -44,7 +44,7 @@ LOST_FIELD = "lost"
 # run, run again by --bench-resume (with such a host among the workers it is placed there)
 UNPLACED_FIELD = "unplaced"
 PASS = "pass"
-# An item stopped by its cost budget (--bench-max-cost-per-item): not passed, a verdict (never retried, no error).
+# An item stopped by its cost budget (--bench-set max_cost_per_item): not passed, a verdict (never retried, no error).
 BUDGET = "budget"
 # An item not run because an item it builds on ended without the model's answer (a SciCode step after a step that
 # ended in model_error): no verdict on the model, an error of the run, run again by --bench-resume.
@@ -66,7 +66,7 @@ STATUSES = (
 )
 # Errors of the model service or the environment say nothing about the model's ability; summaries show them apart.
 INFRA_STATUSES = ("model_error", "env_error", "error", BLOCKED)
-# Outcomes that are no verdict on the model: the run counts' Error, what --bench-max-retries and --bench-resume run
+# Outcomes that are no verdict on the model: the run counts' Error, what --bench-set max_retries and --bench-resume run
 # again.
 ERROR_STATUSES = ("model_error", "eval_error", "env_error", "error", BLOCKED)
 # Fields that legitimately differ between two runs of the same thing (``*_source``: built now or taken from the

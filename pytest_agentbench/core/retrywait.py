@@ -3,7 +3,7 @@ tries, the model preflight's second probe, a download's backoff.
 
 ``AGENTBENCH_RETRY_WAIT_SCALE`` multiplies every such pause (default 1: the wait as computed). The project's tests
 set it to 0 so that a retry test does not sit out real backoff; a user has no reason to change it. Only the sleep
-is scaled: each wait is still computed, and counted against ``--model-max-retry-time``, as it would be."""
+is scaled: each wait is still computed, and counted against ``--bench-set model_max_retry_time``, as it would be."""
 
 from __future__ import annotations
 

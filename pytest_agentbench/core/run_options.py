@@ -171,6 +171,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_max_consecutive_errors",
         metavar="N",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "allow_custom_data",
@@ -181,6 +182,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         default=False,
         ini="agentbench_allow_custom_data",
         help_group="selection",
+        shown=False,
     ),
     Option(
         "allow_version_skew",
@@ -192,6 +194,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         default=False,
         ini="agentbench_allow_version_skew",
         help_group="distribution",
+        shown=False,
     ),
     Option(
         "host_timeout",
@@ -206,6 +209,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_host_timeout",
         metavar="SECONDS",
         help_group="distribution",
+        shown=False,
     ),
     Option(
         "attempts",
@@ -230,6 +234,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         minimum=0,
         ini="agentbench_max_retries",
         metavar="N",
+        shown=False,
     ),
 )
 

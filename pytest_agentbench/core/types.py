@@ -19,7 +19,7 @@ class Sample:
     data: Any = None  # benchmark-owned payload (the step dict, the task dict, ...)
     # --bench-attempts: which independent attempt this is (1-based; model calls use sample_index attempt-1)
     attempt: int = 1
-    # --bench-max-retries: 0 for the first try of an item, n for its n-th retry after an infrastructure failure
+    # --bench-set max_retries: 0 for the first try of an item, n for its n-th retry after an infrastructure failure
     retry: int = 0
     repeated: bool = False  # true when the run has more than one attempt (every attempt is then named)
 

@@ -8,7 +8,7 @@ environment (the container's folder; the isolated host environment binds the ite
 its sandbox, each item in its own mount namespace); the environment's ``workdir`` says where it
 really is. The agent's commands start there, ``read_file``/``write_file`` take paths relative to it
 (or absolute inside the environment), ``copy_out`` brings the workspace back, and ``stop`` ends
-everything (the workspace folder too, unless ``--bench-keep-workspaces``).
+everything (the workspace folder too, unless ``--bench-set=keep_workspaces=true``).
 
 A new environment subclasses ``Environment`` and ``EnvFactory``; a user can also override ``bench_env``
 with any object that has the factory's ``start``/``run_python``/``close`` and returns something with
@@ -30,7 +30,8 @@ from typing import Any
 from ..core.trees import remove_tree
 from ..sandbox.isolation import under
 from ..sandbox.result import ExecResult
-from .copyout import DEFAULT_COPY_OUT_CAP, CopyOut
+from .copyout import CopyOut
+from .defaults import DEFAULT_COPY_OUT_CAP
 
 DEFAULT_OUTPUT_LIMIT = 16 * 1024  # bytes of a stream kept for the caller: half head, half tail
 DEFAULT_OUTPUT_CAP = 1 << 30  # a command's files (its output included) may not grow past this (RLIMIT_FSIZE)
@@ -69,7 +70,7 @@ class EnvError(Exception):
 
 
 class EnvSkip(Exception):
-    """The item cannot run in this environment by configuration (a GPU capsule without --bench-gpus)."""
+    """The item cannot run in this environment by configuration (a GPU capsule without --bench-set gpus)."""
 
 
 def python_result(result: ExecResult) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from typing import Any
 
 from ..core.trees import DEFAULT_BOUNDS, TreeBounds, TreePastBound, walk_tree
 
-DEFAULT_COPY_OUT_CAP = 1 << 30  # bytes; the same as a command's largest file (RLIMIT_FSIZE)
 MAX_NAMED = 50  # entries left out named in a record; the rest are counted
 
 

@@ -60,10 +60,9 @@ from .base import (
     check_timeout,
     python_result,
 )
-from .copyout import DEFAULT_COPY_OUT_CAP, CopyOut, check_links
+from .copyout import CopyOut, check_links
+from .defaults import DEFAULT_COPY_OUT_CAP, DEFAULT_IMAGE, DEFAULT_NETWORK
 
-DEFAULT_IMAGE = "python:3.12-bookworm"
-DEFAULT_NETWORK = "bridge"
 DEFAULT_MEMORY = 8 << 30  # bytes (the engine also takes "8g")
 DEFAULT_CPUS = 2.0
 DEFAULT_PIDS = 1024
@@ -230,7 +229,7 @@ class DockerEnvironment(Environment):
         copy_cap: int = DEFAULT_COPY_OUT_CAP,
     ) -> None:
         super().__init__(workspace, keep_workspace=keep_workspace, name=name, copy_cap=copy_cap)
-        self.workdir = workdir  # the workspace inside the container (CORE-Bench: --bench-workspace-root)
+        self.workdir = workdir  # the workspace inside the container (CORE-Bench: --bench-set workspace_root)
         self.client = client
         self.container = container
         self.output_limit = output_limit
@@ -716,14 +715,14 @@ def start_nested_daemon(env: DockerEnvironment, wait: float = NESTED_WAIT, *, wr
     code, _ = env._exec(["/bin/sh", "-c", "command -v dockerd && command -v docker"])
     if code != 0:
         raise EnvError(
-            f"--bench-docker-dind: the image has no dockerd/docker client (install docker.io in it); "
+            f"--bench-set=docker_dind=true: the image has no dockerd/docker client (install docker.io in it); "
             f"container {env.container.short_id}"
         )
     if writable_cgroups:
         code, output = env._exec(["/bin/bash", "-c", WRITABLE_CGROUPS])
         if code != 0:
             raise EnvError(
-                f"--bench-docker-dind: could not make the cgroups writable in container "
+                f"--bench-set=docker_dind=true: could not make the cgroups writable in container "
                 f"{env.container.short_id}: {output.decode(errors='replace')[-500:]}"
             )
     api = env.client.api
@@ -738,7 +737,7 @@ def start_nested_daemon(env: DockerEnvironment, wait: float = NESTED_WAIT, *, wr
         time.sleep(0.25)
     _, log = env._exec(["/bin/sh", "-c", f"tail -n 15 {PRIVATE}/dockerd.log"])
     raise EnvError(
-        f"--bench-docker-dind: the nested Docker daemon did not answer within {wait:g} s (does the engine "
+        f"--bench-set=docker_dind=true: the nested Docker daemon did not answer within {wait:g} s (does the engine "
         f"allow privileged containers?); its log: {log.decode(errors='replace').strip()[-1500:]}"
     )
 
@@ -1038,19 +1037,19 @@ class DockerFactory(EnvFactory):
                 raise EnvError(
                     f"docker image {self.image!r} is not on the engine and pulls are off (${OFFLINE_ENV}): load it "
                     f"(`docker load -i IMAGE.tar`) or build it (`docker build -t {self.image} .`) on the engine, or "
-                    "choose one it has with --bench-docker-image"
+                    "choose one it has with --bench-set docker_image"
                 ) from None
             try:
                 client.images.pull(self.image)
             except docker.errors.APIError as exc:
                 raise EnvError(
                     f"docker image {self.image!r} is not on the engine and pulling it failed: {exc}. "
-                    "Pull or build it there, or choose another with --bench-docker-image"
+                    "Pull or build it there, or choose another with --bench-set docker_image"
                 ) from None
         self._image_ready = True
 
     def _device_requests(self, needs_gpu: bool) -> list[Any]:
-        if not needs_gpu or not self.gpus:  # (start refuses an item that needs a GPU without --bench-gpus)
+        if not needs_gpu or not self.gpus:  # (start refuses an item that needs a GPU without --bench-set gpus)
             return []
         types = _docker().types
         if self.gpus == "all":
@@ -1080,7 +1079,9 @@ class DockerFactory(EnvFactory):
         only: a root agent may edit the file, and an address found otherwise is not stopped)."""
         workdir = workdir or WORKDIR
         if needs_gpu and not self.gpus:
-            raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
+            raise EnvSkip(
+                "needs a GPU and --bench-set gpus is not set (pass --bench-set=gpus=all or device ids to run it)"
+            )
         workspace = Path(workspace)
         if not workspace.is_dir():
             raise EnvError(f"workspace {workspace} is not a folder; prepare it before starting the environment")
@@ -1131,7 +1132,7 @@ class DockerFactory(EnvFactory):
             if nested_docker:
                 raise EnvError(
                     f"the Docker engine refused a privileged container from {self.image!r}, which "
-                    f"--bench-docker-dind needs for the nested Docker daemon: "
+                    f"--bench-set=docker_dind=true needs for the nested Docker daemon: "
                     f"{getattr(exc, 'explanation', None) or exc}"
                 ) from None
             raise EnvError(f"starting a container from {self.image!r} failed: {exc}") from None

@@ -12,12 +12,12 @@ the environment starts, so background jobs live on between commands and die at `
 command runs in a bwrap sandbox joined to it, as uid 65534 without capabilities, with a read-only
 view of the file system except the workspace and the environment's private home and /tmp, without
 sight of the run's private folders (data dir, cache, reports) or of any process outside the
-environment. The environment has its own network namespace (``--bench-host-network``): ``user`` (default)
+environment. The environment has its own network namespace (``--bench-set host_network``): ``user`` (default)
 gives outbound access through a user-mode network stack (slirp4netns, its mapping of the gateway to this
 machine's loopback turned off), so agents can install packages but reach none of this machine's loopback
 listeners nor its abstract unix sockets (those belong to a network namespace); ``none`` gives only the
 namespace's own loopback. Started with ``workdir=PATH`` (CORE-Bench's
-``--bench-workspace-root``), the sandboxes see the item's own host folder at ``PATH`` (and only
+``--bench-set workspace_root``), the sandboxes see the item's own host folder at ``PATH`` (and only
 there): each sandbox has its own mount namespace, so items running at once at the same ``PATH`` never
 share a folder. Without isolation the commands run as the same user, see the whole file system and
 work in the host folder itself (``workdir_note`` says that ``PATH`` was not applied);
@@ -80,14 +80,15 @@ from .base import (
     python_result,
     resolve_inside,
 )
-from .copyout import DEFAULT_COPY_OUT_CAP, copy_tree, prune_tree
+from .copyout import copy_tree, prune_tree
+from .defaults import DEFAULT_COPY_OUT_CAP, HOST_NETWORKS
 
 DEFAULT_MEMORY = 8 << 30  # RLIMIT_AS of a command: generous, agents install and run real code
 DEFAULT_PROCESSES = 1024
 KERNEL_FOLDERS = ("/proc", "/sys", "/dev")  # the sandbox's own: the controller's are not what the agent saw
-HOST_NETWORKS = ("user", "none")  # --bench-host-network: outbound through slirp4netns, or no network at all
+
 USER_NETWORK_STACK = "slirp4netns"
-USER_NETWORK_HINT = "install it, e.g. apt-get install -y slirp4netns, or pass --bench-host-network=none"
+USER_NETWORK_HINT = "install it, e.g. apt-get install -y slirp4netns, or pass --bench-set=host_network=none"
 SLIRP_DNS = "10.0.2.3"  # slirp4netns's resolver address in the namespace (its gateway 10.0.2.2 maps to nothing here)
 
 # Between the plugin and bash: joins the cgroup, applies the rlimits, then becomes bash (no preexec_fn
@@ -463,7 +464,7 @@ class Holder:
     ) -> None:
         if network not in HOST_NETWORKS:
             raise EnvError(
-                f"unknown host network {network!r} (--bench-host-network); valid: {', '.join(HOST_NETWORKS)}"
+                f"unknown host network {network!r} (--bench-set host_network); valid: {', '.join(HOST_NETWORKS)}"
             )
         self.isolation = isolation
         self.network = network
@@ -653,7 +654,7 @@ def check_host_network(network: str, isolation: Isolation, needed: bool = True) 
     (``needed``: a real model runs; the oracle runs no command)."""
     if network == "user" and needed and isolation.active and shutil.which(USER_NETWORK_STACK) is None:
         raise ConfigError(
-            f"--bench-host-network=user: the host environment's outbound network needs "
+            f"--bench-set=host_network=user: the host environment's outbound network needs "
             f"{USER_NETWORK_STACK}, which is not installed; {USER_NETWORK_HINT}"
         )
 
@@ -712,7 +713,7 @@ class HostFactory(EnvFactory):
         self.copy_cap = copy_cap
         if network not in HOST_NETWORKS:
             raise ConfigError(
-                f"unknown host network {network!r} (--bench-host-network); valid: {', '.join(HOST_NETWORKS)}"
+                f"unknown host network {network!r} (--bench-set host_network); valid: {', '.join(HOST_NETWORKS)}"
             )
         self.network = network
         self.keep_workspaces = keep_workspaces
@@ -740,7 +741,9 @@ class HostFactory(EnvFactory):
         /etc/hosts maps to ``BLOCKED_ADDRESSES`` (isolated only); ``readable``: host folders its commands see
         read-only (an external agent's install; isolated only)."""
         if needs_gpu and not self.gpus:
-            raise EnvSkip("needs a GPU and --bench-gpus is not set (pass --bench-gpus=all or device ids to run it)")
+            raise EnvSkip(
+                "needs a GPU and --bench-set gpus is not set (pass --bench-set=gpus=all or device ids to run it)"
+            )
         return HostEnvironment(
             workspace,
             keep_workspace=self.keep_workspaces,

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import ConfigError
 from ..core.options import HOST_GPU, Option, given_settings, view
 from ..core.run_options import RunOptions
 from ..sandbox.options import SandboxOptions, limits_from, private_paths
-from .base import EnvFactory
-from .copyout import DEFAULT_COPY_OUT_CAP
-from .docker import DEFAULT_IMAGE, DEFAULT_NETWORK, DockerFactory
-from .host import HOST_NETWORKS, HostFactory
+from .defaults import DEFAULT_COPY_OUT_CAP, DEFAULT_IMAGE, DEFAULT_NETWORK, HOST_NETWORKS
+
+if TYPE_CHECKING:
+    from .base import EnvFactory
+
 
 ENV_KINDS = ("host", "docker")
 DEFAULT_ENV_MEMORY = 8 << 30
@@ -38,6 +39,7 @@ ENV_OPTIONS = (
         default=DEFAULT_IMAGE,
         ini="agentbench_docker_image",
         help=f"image of the Docker environment (default {DEFAULT_IMAGE}, pulled when missing).",
+        shown=False,
     ),
     Option(
         "docker_network",
@@ -45,6 +47,7 @@ ENV_OPTIONS = (
         default=DEFAULT_NETWORK,
         ini="agentbench_docker_network",
         help="network mode of the containers: bridge (default), none, host or a network name.",
+        shown=False,
     ),
     Option(
         "gpus",
@@ -53,6 +56,7 @@ ENV_OPTIONS = (
         help="GPUs for items that need one: all, or comma-separated device ids. Without it such an item ends in "
         "env_error (counted in the score, as upstream counts it); deselect them with -m 'not gpu'.",
         hosts=HOST_GPU,
+        shown=False,
     ),
     Option(
         "env_memory",
@@ -61,6 +65,7 @@ ENV_OPTIONS = (
         default=DEFAULT_ENV_MEMORY,
         ini="agentbench_env_memory",
         help="memory limit of an environment (docker mem_limit; address-space limit of a host command), e.g. 8g.",
+        shown=False,
     ),
     Option(
         "host_network",
@@ -72,6 +77,7 @@ ENV_OPTIONS = (
         help="network of the isolated host environment's commands, in a network namespace of their own: user "
         "(default; outbound access through slirp4netns, none to this machine's loopback listeners or "
         "abstract unix sockets) or none (no network).",
+        shown=False,
     ),
     Option(
         "copy_out_cap",
@@ -82,6 +88,7 @@ ENV_OPTIONS = (
         help="most bytes of an item's workspace brought home after its agent ran, by apparent size (a sparse file "
         "counts as its length), e.g. 1g (default). Special files, links out of the workspace or in a loop and files "
         "past the cap are left out and named in the record's copy_out.",
+        shown=False,
     ),
     Option(
         "keep_workspaces",
@@ -91,6 +98,7 @@ ENV_OPTIONS = (
         ini="agentbench_keep_workspaces",
         help="keep each item's workspace folder after the run (its path is in the record).",
         free_on_resume=True,
+        shown=False,
     ),
 )
 
@@ -133,6 +141,9 @@ def build_env(opts: Mapping[str, Any], default: str = "host") -> EnvFactory:
     ``opts`` are resolved settings or a plain mapping of the environments', the sandbox's and the run's options
     (the ones it lacks take their defaults). Tool scripts on the host run like scoring scripts: with the sandbox's
     ``executor`` and ``memory_limit``."""
+    from .docker import DockerFactory  # why: only a run that uses an environment imports one
+    from .host import HostFactory  # why: as above
+
     given = given_settings(opts, EnvOptions, SandboxOptions, RunOptions)
     settings = env_settings(given, default)
     if settings["env"] == "docker":

@@ -400,12 +400,12 @@ def fix_hint(error: Exception | None) -> str:
     if status in (400, 422):
         return "check --model-params and --model-protocol against what the server accepts"
     if status == 429:
-        return "the server is rate limiting; lower --bench-max-connections or raise --model-max-retries"
+        return "the server is rate limiting; lower --bench-max-connections or raise --bench-set model_max_retries"
     if isinstance(error, openai.APITimeoutError):
-        return "raise --model-timeout or check that the server is responsive"
+        return "raise --bench-set model_timeout or check that the server is responsive"
     if isinstance(error, openai.APIConnectionError):
         return "check --model-base-url (or OPENAI_BASE_URL) and that the server is running"
-    return "check --model-base-url, --model and that the server is healthy, or raise --model-max-retries"
+    return "check --model-base-url, --model and that the server is healthy, or raise --bench-set model_max_retries"
 
 
 class OpenAIModel:
@@ -522,7 +522,7 @@ class OpenAIModel:
         retries. Every retry is counted, on the reply or on the error."""
         last_error: Exception | None = None
         failed_at: float | None = None  # when the first attempt failed: the retry time starts there
-        timeout: float | None = None  # the first attempt has the client's --model-timeout
+        timeout: float | None = None  # the first attempt has the client's --bench-set model_timeout
         out_of_time = False
         attempt = 0
         while True:
@@ -558,7 +558,7 @@ class OpenAIModel:
         tried = f"{attempt + 1} attempt{'s' if attempt else ''}"
         if out_of_time and failed_at is not None:
             spent = time.monotonic() - failed_at
-            tried += f", {spent:.0f} s of retries (--model-max-retry-time={self.max_retry_time:g})"
+            tried += f", {spent:.0f} s of retries (--bench-set=model_max_retry_time={self.max_retry_time:g})"
         raise ModelError(
             f"model {self.name!r} at {self.endpoint} failed after {tried}: "
             f"{describe_error(last_error)}. Fix: {fix_hint(last_error)}.",
@@ -594,7 +594,7 @@ class OpenAIModel:
         params: dict[str, Any] | None = None,
     ) -> Completion:
         """One request, no cache, no retry (raises the SDK's errors). ``params`` replace the run's extra request
-        fields (the preflight caps the reply); ``timeout`` replaces --model-timeout for this request."""
+        fields (the preflight caps the reply); ``timeout`` replaces --bench-set model_timeout for this request."""
         # The request is plain JSON (messages and tools as the harness built them), so it goes to the SDK as
         # keyword arguments of type Any rather than as the SDK's TypedDicts.
         request: dict[str, Any] = {"model": self.name}

@@ -111,6 +111,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
         runfile_group="models",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "model_max_retries",
@@ -124,6 +125,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
         metavar="N",
         runfile_group="models",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "model_max_retry_time",
@@ -131,7 +133,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
         "seconds an item's model requests may spend on retries in all (backoff waits and repeated attempts, from "
         "each request's first failure; every request of the item, its tool-use rounds or agent turns, draws from "
         "the same budget) before the item ends in model_error: a failing endpoint costs each item about this "
-        f"long at most, whatever --model-max-retries allows (default {DEFAULT_MAX_RETRY_TIME:g}).",
+        f"long at most, whatever --bench-set model_max_retries allows (default {DEFAULT_MAX_RETRY_TIME:g}).",
         kind="float",
         default=DEFAULT_MAX_RETRY_TIME,
         minimum=0,
@@ -139,6 +141,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
         runfile_group="models",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "model_retry_delay",
@@ -151,6 +154,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
         runfile_group="models",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "cache",
@@ -177,6 +181,7 @@ MODEL_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_model_preflight",
         runfile_group="models",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "max_connections",

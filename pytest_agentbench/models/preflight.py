@@ -11,7 +11,7 @@ each one ``ConfigError`` quoting the endpoint's own message and naming the fix. 
 limit (429) passes (the run's own retries deal with it).
 
 ``skip_reason(opts)`` says when no request is needed: the oracle, ``--bench-cache replay`` (no endpoint is
-called) and ``--model-preflight off``. A warm cache does not skip it: a cached answer must not hide a dead
+called) and ``--bench-set model_preflight off``. A warm cache does not skip it: a cached answer must not hide a dead
 endpoint or a refused key (``--bench-cache ro`` calls the endpoint on every miss).
 """
 
@@ -30,11 +30,11 @@ from ..core.text import clipped, repaired
 from .options import ORACLE, ModelOptions, check_api_key, model_settings
 
 CONNECT_TIMEOUT = 3.0  # seconds to open the connection
-READ_TIMEOUT = 8.0  # seconds for the listing's answer (capped by --model-timeout)
+READ_TIMEOUT = 8.0  # seconds for the listing's answer (capped by --bench-set model_timeout)
 FIRST_TIMEOUT = 30.0  # seconds for the answer to the run's first request, capped (a long prompt takes a moment)
 RETRY_WAIT = 1.0  # seconds before the one retry of a 5xx (a Retry-After up to MAX_RETRY_WAIT is honoured)
 MAX_RETRY_WAIT = 5.0
-OFF_HINT = "--model-preflight=off skips this check"
+OFF_HINT = "--bench-set=model_preflight=off skips this check"
 # statuses of the first request that end the run before any item when one retry does not clear them
 STOP_STATUSES = (400, 401, 403, 404, 422)
 
@@ -62,7 +62,7 @@ def skip_reason(opts: Mapping[str, Any]) -> str | None:
     if model.cache == "replay":
         return "--bench-cache replay calls no endpoint"
     if model.model_preflight == "off":
-        return "--model-preflight off"
+        return "--bench-set model_preflight off"
     return None
 
 
@@ -134,7 +134,7 @@ def first_request(settings: Mapping[str, Any], api_key: str | None, call: FirstC
     except openai.APIStatusError as error:
         first = error
     except openai.APITimeoutError:
-        return f"did not answer {shape} within {model.timeout:g} s (the run's requests wait --model-timeout)"
+        return f"did not answer {shape} within {model.timeout:g} s (the run's requests wait --bench-set model_timeout)"
     except Exception as error:  # no answer at all: the endpoint is unreachable
         raise ConfigError(unreachable(settings["base_url"], error)) from None
     if not stops(first.status_code):

@@ -113,6 +113,7 @@ BUDGET_OPTIONS: tuple[Option, ...] = (
         exclusive_minimum=True,
         ini="agentbench_max_cost_per_item",
         metavar="USD",
+        shown=False,
     ),
     Option(
         "max_cost",
@@ -168,7 +169,7 @@ def over_budget(accounting: Mapping[str, Any], budget: float | None) -> str | No
     """The message of an item whose spending reached ``budget`` (USD), else None."""
     if budget is None or spent(accounting) < budget:
         return None
-    return f"spent ${spent(accounting):.4f} of its budget of ${budget:g} (--bench-max-cost-per-item)"
+    return f"spent ${spent(accounting):.4f} of its budget of ${budget:g} (--bench-set max_cost_per_item)"
 
 
 def item_spent(record: Mapping[str, Any]) -> float | None:

@@ -1,6 +1,6 @@
 """The retry time of one item: every model request an item makes (a SciCode step's tool-use rounds, a CORE-Bench
-agent's turns) draws its retries from one ``--model-max-retry-time`` budget, so a failing endpoint costs an item
-at most that long however many requests it makes.
+agent's turns) draws its retries from one ``--bench-set model_max_retry_time`` budget, so a failing endpoint costs
+an item at most that long however many requests it makes.
 
 The item's runner opens the scope (``item_retry_time``) around the item; the client reads it
 (``retry_time_left``) and charges it (``spend_retry_time``). A request made outside any scope (a notebook, the

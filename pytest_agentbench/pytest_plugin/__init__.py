@@ -1,18 +1,12 @@
 """The pytest plugin (the ``pytest11`` entry point): the only package of pytest-agentbench that imports pytest.
 
-It registers every layer's options once (``options.py``), reads them once at configure time into a
-frozen ``Settings`` (kept in ``config.stash``), builds the run's state (``state.py``), collects the
-benchmark's samples as items (``collect.py``), runs them (``run.py``, the ``bench_run`` fixture),
-writes their records (``writer.py``) and reports on the controller (``reporter.py``, ``progress.py``).
-The plugin is inert unless ``--bench`` (or the ``agentbench_bench`` ini key) names a benchmark.
-How this process takes part in the run (alone, xdist controller or worker, Slurm, a ``run-task`` or ``collect``
-session) is one row of the table in ``modes.py``, which ``pytest_configure`` follows. The xdist role is decided
-once, at the first configure hook (``take_role``, ``distribution/``): the xdist controller (or the only process)
-is the one writer of the run (``ControllerWriter``) and reports (``Reporter``); an xdist worker
-(``WorkerWriter``) sends each record, the item's files and its new model-cache entries to it in the item's
-report. One plugin object on the controller and one on each worker own the xdist hooks
-(``distribution/plugins.py``); they are unregistered at unconfigure. The Slurm back-end's pytest side is
-``slurm/``. Other plugins extend it through the hooks in ``hookspecs.py``.
+This module is what pytest loads in every session of an environment the plugin is installed in, so it does
+little: it registers every layer's options (``options.py``: flags, ini keys; the benchmarks' declarations are
+read without loading a benchmark) and the hooks other plugins may implement (``hookspecs.py``), and it decides,
+before the conftests load, whether the session asks for a benchmark: ``--bench`` (or its ini key), a run file
+(``--bench-config``, its ini key or $AGENTBENCH_CONFIG), ``--bench-resume`` or ``--bench-replay``. Only then is
+the benchmark run's plugin (``session.py``) imported and registered; without it no option is resolved or checked,
+no benchmark, numpy, h5py, openai, yaml or docker is imported and no marker is added.
 """
 
 from __future__ import annotations
@@ -22,37 +16,11 @@ from typing import Any
 
 import pytest
 
-from ..benchmarks.base import BenchRun, RunSpec
-from ..benchmarks.registry import available_benchmarks
-from ..core.data import DataError
-from ..core.errors import ConfigError
-from ..core.options import Option, Settings
-from ..core.records import DELIVERY_PROPERTY, RECORD_PROPERTY
-from ..envs import build_env
-from ..models.cache import ResponseCache
-from ..models.options import build_model, model_settings
 from . import hookspecs
-from .checks import bench_model_overridden, other_benchmark_options
-from .collect import BenchCollector, BenchItem, marker_name
-from .concurrency import InFlight, connections_of, held_samples, keep_unscored, workers_of
-from .distribution.durations import DurationsWriter
-from .distribution.handshake import HandshakeError, run_alone
-from .distribution.plugins import CONTROLLER_PLUGIN, DistributionController, count_in_session_budget, take_role
-from .modes import RunMode, Situation, run_mode
-from .options import all_options, read, register, run_file_arguments, several_models
+from .options import SET_OPTION, all_options, asks_for_benchmark, register, removed_flag_error, run_file_arguments
 from .pathargs import space_form_error
-from .progress import Progress, header_lines
-from .run import MODEL_STATES, SETTINGS, STATE, BenchState, ModelRuns, states_of
-from .selfdescribe import DEFINITION, definition, restore
-from .signals import StopSignals
-from .state import make_state, new_run_id, nothing_left
-from .writer import ControllerWriter, WorkerWriter
 
-GENERIC_MARKERS = {"docker": "needs a Docker engine (pytest-agentbench's own tests)"}
-
-
-def usage_error(exc: Exception) -> pytest.UsageError:
-    return pytest.UsageError(f"agentbench: {exc}")
+SESSION_PLUGIN = "agentbench-session"  # the benchmark run's plugin (session.py), registered only when asked for
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -60,279 +28,52 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
-    register(parser, all_options(available_benchmarks()))
+    register(parser, all_options())
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    """Refuse an option value that pytest took for a test path before it knew the plugin's options; add the
-    pytest flags a run file gives (pytest reads ``args`` again after this hook, as pytest-xdist's ``-n auto``
-    documentation does it)."""
-    options = all_options(available_benchmarks())
-    error = space_form_error(early_config, parser, args, options)
+    """Refuse an option value that pytest took for a test path before it knew the plugin's options; when the
+    session asks for a benchmark, register the run's plugin and add the pytest flags a run file gives (pytest reads
+    ``args`` again after this hook, as pytest-xdist's ``-n auto`` documentation does it)."""
+    options = all_options()
+    error = space_form_error(early_config, parser, args, (*[o for o in options if o.shown], SET_OPTION))
+    error = error or removed_flag_error(early_config.known_args_namespace, options)
     if error:
         raise pytest.UsageError(error)
+    if not asks_for_benchmark(early_config, options):
+        return
+    from . import session  # why: a session that runs no benchmark imports none of the run's machinery
+
+    if not early_config.pluginmanager.has_plugin(SESSION_PLUGIN):
+        early_config.pluginmanager.register(session, SESSION_PLUGIN)
     args += run_file_arguments(early_config, options)
 
 
-def settings_of(config: pytest.Config) -> Settings:
-    """Every option's resolved value for this session (read once, at configure time)."""
-    return config.stash[SETTINGS]
-
-
-def markers(registered) -> dict[str, str]:
-    """Markers of every registered benchmark: its name, its splits and its own markers."""
-    out = dict(GENERIC_MARKERS)
-    for name in sorted(registered.found):
-        bench = registered.found[name]
-        out[marker_name(bench)] = f"a {bench.name} sample (pytest-agentbench)"
-        for split in bench.splits:
-            out.setdefault(split, f"a benchmark sample of the {split} split (pytest-agentbench)")
-        out.update(bench.markers)
-    return out
-
-
-@pytest.hookimpl(tryfirst=True, specname="pytest_configure")  # a second pytest_configure of this module, run first
-def pytest_configure_role(config: pytest.Config) -> None:
-    """Before any plugin reads an option: this process's xdist role, and on a worker what its controller sent
-    (a remote worker takes the controller's run settings here)."""
-    try:
-        take_role(config)
-    except HandshakeError as exc:
-        raise usage_error(exc) from None
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    registered = available_benchmarks()
-    for name, description in markers(registered).items():
-        config.addinivalue_line("markers", f"{name}: {description}")
-    options: tuple[Option, ...] = all_options(registered)
-    opts = read(config, options)
-    opts = restore(config, options, opts)  # --bench-resume/--bench-replay DIR: the run's own settings
-    config.stash[SETTINGS] = opts
-    config.stash[DEFINITION] = definition(config, options, opts)
-    try:
-        model_settings(opts)  # checked in every run, so a typo is found before anything runs
-        if not opts.bench:
-            return
-        other_benchmark_options(options, opts, opts.bench)
-        several = several_models(config, options, opts)  # a run file listing several models, none picked
-        situation = Situation.of(config, opts, several)
-        mode = run_mode(situation)
-        if mode.refusal is not None:
-            raise ConfigError(mode.refusal(situation))
-        if several:
-            states = model_states(config, options, several, mode)
-            state = next(iter(states.values()))
-            config.stash[MODEL_STATES] = states
-        else:
-            state = one_state(config, opts, mode)
-            if mode.distributes and nothing_left(state):  # a finished run resumed: reports again, in-process
-                run_alone(config)
-                mode = run_mode(Situation.of(config, opts, several))
-    except (ConfigError, DataError) as exc:
-        raise usage_error(exc) from None
-    config.stash[STATE] = state
-    register_run(config, mode, state)
-
-
-def one_state(config: pytest.Config, opts: Settings, mode: RunMode) -> BenchState:
-    """The state of a run of one model, checked as its mode says (ConfigError, DataError)."""
-    state = make_state(config, opts)
-    if mode.checks is not None:
-        mode.checks(config, opts, state)  # report dir, model preflight, resume merge, significance; a node's sandbox
-    return state
-
-
-def register_run(config: pytest.Config, mode: RunMode, state: BenchState) -> None:
-    """The plugin objects of the run in ``mode``, registered in the order their hooks rely on (the terminal calls
-    the last registered first)."""
-    stop_signals = StopSignals()  # SIGTERM/SIGHUP (a CI time-out, Kubernetes, Slurm) stop the run as Ctrl-C does
-    stop_signals.install()
-    config.pluginmanager.register(stop_signals, "agentbench-signals")
-    runs = states_of(config)
-    writer = WorkerWriter if mode.sends else ControllerWriter
-    for each in runs:
-        config.pluginmanager.register(writer(config, each), plugin_name("agentbench-writer", each))
-        config.pluginmanager.register(InFlight(each), plugin_name("agentbench-in-flight", each))
-    if mode.sends:
-        return
-    from .reporter import ModelsReport, Reporter  # why: the report layer imports numpy; only a benchmark run reports
-
-    reporters = [Reporter(config, each) for each in runs]
-    for reporter in reversed(reporters):  # the terminal calls the last registered first: models in the file's order
-        config.pluginmanager.register(reporter, plugin_name("agentbench-reporter", reporter.state))
-        durations = DurationsWriter(reporter.state)  # the scheduler's costs
-        config.pluginmanager.register(durations, plugin_name("agentbench-durations", reporter.state))
-    if state.model is not None:  # a run of several models: one verdict and one table across them
-        config.pluginmanager.register(ModelsReport(config, reporters), "agentbench-models")
-    config.pluginmanager.register(Progress(config, settings_of(config).progress_interval), "agentbench-progress")
-    if mode.distributes:
-        config.pluginmanager.register(DistributionController(config, state, runs), CONTROLLER_PLUGIN)
-    if mode.engine is not None:
-        engine, name = mode.engine(config, state)
-        config.pluginmanager.register(engine, name)
-
-
-PLUGIN_PREFIX = "agentbench-"  # every plugin object a run registers is named so (writer, reporter, distribution...)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Every plugin object the run registered leaves the plugin manager: a session run in-process (pytester's
-    inline runs, a notebook) leaves nothing behind. pluggy has already listed this call's implementations, so
-    their own unconfigure hooks still run."""
-    for name, plugin in list(config.pluginmanager.list_name_plugin()):
-        if name and name.startswith(PLUGIN_PREFIX) and plugin is not None:
-            config.pluginmanager.unregister(plugin, name)
-
-
-def plugin_name(base: str, state: BenchState) -> str:
-    """A plugin's name: one per run, so each model of a run of several models has its own."""
-    return base if state.model is None else f"{base}-{state.model}"
-
-
-def model_states(
-    config: pytest.Config, options: tuple[Option, ...], several: dict[str, Settings], mode: RunMode
-) -> dict[str, BenchState]:
-    """One state per model of a run file that lists several (each with its own settings, run folder and the checks
-    of the session's ``mode``), sharing one run id; a conftest's own ``bench_model`` cannot stand for several models
-    (ConfigError)."""
-    names = tuple(several)
-    if bench_model_overridden(config):
-        raise ConfigError(
-            f"a conftest.py overrides the bench_model fixture, and the run file lists {len(names)} "
-            f"models ({', '.join(names)}): a run of several models uses the built-in clients; pick "
-            f"one model with --model=NAME, or remove the override"
-        )
-    run_id = new_run_id()
-    states: dict[str, BenchState] = {}
-    for name, opts in several.items():
-        if not opts.run_id:  # every model's run folder has the session's run id
-            opts = opts.with_values(run_id=run_id)
-        state = make_state(config, opts, names)
-        state.definition = definition(config, options, opts)  # settings.json: resumable as that model's run
-        if mode.checks is not None:
-            mode.checks(config, opts, state)
-        states[name] = state
-    return states
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector):
-    report = yield
-    state = collector.config.stash.get(STATE, None)
-    if state is None or not isinstance(collector, pytest.Session) or not report.passed:
-        return report
-    root = BenchCollector.from_parent(
-        collector,
-        name=state.benchmark.name,
-        nodeid=state.benchmark.name,
-        benchmark=state.benchmark,
-        tasks=state.tasks,
-        attempts=state.options.attempts,
-        models=state.models,
-        model_name=state.settings.get("model"),
-    )
-    # With --bench and no explicit paths only the benchmark runs, never a user's tests/ by accident.
-    report.result = [root] if state.only_bench else [*report.result, root]
-    return report
-
-
-def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    runs = states_of(config)
-    if not runs:
-        return None
-    lines: list[str] = []
-    for state in runs:  # several models: one block each
-        lines += header_lines(state.settings, state.run_dir, [*state.settings.get("notes", []), *state.notes])
-    return lines
+# The fixtures are declared here, so that a test or a conftest.py may ask for (or override) them in any session;
+# what they do is the benchmark run's, imported when one is first asked for.
 
 
 @pytest.fixture(scope="session")
-def bench_model(pytestconfig: pytest.Config):
+def bench_model(pytestconfig: pytest.Config) -> Any:
     """The model under evaluation. Override this fixture in a conftest.py to plug in another client."""
-    try:
-        several = pytestconfig.stash.get(MODEL_STATES, None)
-        if several:  # a run of several models: each model's client, by name
-            return {
-                name: build_model(
-                    state.options, connections=connections_of(pytestconfig, state.options.max_connections)
-                )
-                for name, state in several.items()
-            }
-        opts = settings_of(pytestconfig)
-        return build_model(opts, connections=connections_of(pytestconfig, opts.max_connections))
-    except ConfigError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    from . import session  # why: only a session that uses the model imports the run's machinery
+
+    return session.model_fixture(pytestconfig)
 
 
 @pytest.fixture(scope="session")
-def bench_env(pytestconfig: pytest.Config):
+def bench_env(pytestconfig: pytest.Config) -> Iterator[Any]:
     """Where agent commands and tool code run (``--bench-env``). Override it to supply another environment."""
-    try:
-        opts = settings_of(pytestconfig)
-        state = pytestconfig.stash.get(STATE, None)
-        factory = build_env(opts, default=state.benchmark.default_env(opts) if state is not None else "host")
-    except ConfigError as exc:
-        raise usage_error(exc) from None
-    yield factory
-    factory.close()  # removes long-lived containers (a code tool's, for instance)
+    from . import session  # why: only a session that uses an environment imports the run's machinery
+
+    yield from session.env_fixture(pytestconfig)
 
 
 @pytest.fixture(scope="session")
-def bench_run(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) -> Iterator[BenchRun | ModelRuns]:
+def bench_run(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) -> Iterator[Any]:
     """This process's run of the benchmark, opened once at its first item with the model and environment
     (the solver is chosen here) and closed at the end of the session, before the environment."""
-    several = request.config.stash.get(MODEL_STATES, None)
-    if several:  # each model's run opens at its first item
-        runs = ModelRuns(lambda name: open_run(request, several[name], bench_model[name], bench_env))
-        yield runs
-        runs.close()
-        return
-    state: BenchState = request.config.stash[STATE]
-    run = open_run(request, state, bench_model, bench_env)
-    yield run
-    run.close()
-    keep_unscored(request.config, state, run)
-    state.run = None
+    from . import session  # why: only a benchmark run has a run
 
-
-def open_run(request: pytest.FixtureRequest, state: BenchState, model: Any, env: Any) -> BenchRun:
-    """The benchmark's run of ``state`` with ``model``: over the session's items of that run."""
-    selected = frozenset(
-        item.sample.id for item in request.session.items if isinstance(item, BenchItem) and item.model == state.model
-    )
-    opts = state.options
-    spec = RunSpec(
-        settings=state.settings,
-        options=opts,
-        tasks=tuple(state.tasks),
-        selected=selected,
-        run_dir=state.run_dir,
-        data_dir=opts.data_dir,
-        cache_dir=opts.cache_dir,
-        files=state.files,
-        held=held_samples(request.session, state),
-        workers=workers_of(request.config),
-        reused=state.resumed,
-    )
-    state.gate = getattr(model, "gate", None)  # models.concurrency.CallGate: stopped with the run's budget
-    count_in_session_budget(request.config, state, model)  # on a worker: its calls count in the session's
-    cache = getattr(model, "cache", None)
-    if state.journal is not None and isinstance(cache, ResponseCache):
-        cache.journal = state.journal  # on a worker: new entries also travel to the controller's cache
-    try:
-        state.run = state.benchmark.open_run(spec, model, env)
-    except ConfigError as exc:
-        raise usage_error(exc) from None
-    return state.run
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_logreport(report: pytest.TestReport):
-    """Keep whole records (and deliveries) out of junitxml, which writes str(value) of every teardown property."""
-    if report.when == "teardown":
-        report.user_properties = [
-            (k, v) for k, v in report.user_properties if k not in (RECORD_PROPERTY, DELIVERY_PROPERTY)
-        ]
-    return (yield)
+    yield from session.run_fixture(request, bench_model, bench_env)

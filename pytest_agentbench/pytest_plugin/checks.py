@@ -83,7 +83,7 @@ def other_benchmark_options(options: Iterable[Option], opts: Settings, bench: st
     """ConfigError naming the options of another benchmark given on the command line (shared ones never)."""
     wrong = [o for o in options if o.owner and o.owner != bench and opts.origin(o.name) == "command line"]
     if wrong:
-        named = ", ".join(f"{o.flag} (a {o.owner} option)" for o in wrong)
+        named = ", ".join(f"{o.spelling} (a {o.owner} option)" for o in wrong)
         raise ConfigError(f"{named} do(es) not apply to --bench={bench}; remove it, or run --bench={wrong[0].owner}")
 
 
@@ -168,7 +168,9 @@ def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> No
         from ..report.compare import too_small  # why: the report layer imports numpy; only this check needs it
 
         units = {"item": sum(len(t.samples) for t in state.tasks), "task": len(state.tasks)}
-        state.notes += [f"--bench-significance {opts.significance:g}: {w}" for w in too_small(units, opts.significance)]
+        state.notes += [
+            f"--bench-set significance {opts.significance:g}: {w}" for w in too_small(units, opts.significance)
+        ]
     if not config.option.collectonly:
         check_report_dir(state.run_dir, opts.report_dir)
         probe_report_dir(state.run_dir, opts.report_dir)
@@ -249,6 +251,6 @@ def node_checks(opts: Settings, state: BenchState) -> None:
         raise ConfigError(
             f"on Slurm node {node}: {exc}. With --bench-backend=slurm model code runs only in "
             f"bubblewrap sandboxes: install bubblewrap and allow unprivileged user namespaces on "
-            f"the nodes, or leave this node out (--bench-slurm-args='--exclude={node}'); see "
+            f"the nodes, or leave this node out (--bench-set=slurm_args='--exclude={node}'); see "
             f"docs/distributed.md"
         ) from None

@@ -1,6 +1,6 @@
 """Model calls in flight, per process: each process's share of the session's bounds, and what it holds.
 
-``--bench-max-connections`` (and a benchmark's own session-wide bounds, SciCode's ``--bench-tool-concurrency``)
+``--bench-max-connections`` (and a benchmark's own session-wide bounds, SciCode's ``--bench-set tool_concurrency``)
 are numbers for the session: under xdist the controller tells each worker how many workers share them
 (handshake.py, ``WorkerInput.workers``) and each takes ``share(N, workers)``. A benchmark prepares the samples a
 process holds ahead of scoring (``RunSpec.held``): the only process holds every item it selected; a worker

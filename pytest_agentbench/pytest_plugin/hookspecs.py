@@ -5,9 +5,10 @@ Registered with ``pluginmanager.add_hookspecs`` in ``pytest_addhooks``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..core.records import RecordData
+if TYPE_CHECKING:  # a session without --bench loads the hook specs, not the records module
+    from ..core.records import RecordData
 
 
 def pytest_agentbench_record(record: RecordData, item: Any) -> None:

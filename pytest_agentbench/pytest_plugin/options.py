@@ -10,6 +10,7 @@ time; after that nothing reads ``config.getoption`` or ``config.getini``.
 from __future__ import annotations
 
 import os
+from argparse import SUPPRESS
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -17,11 +18,12 @@ from typing import Any, Literal
 import pytest
 
 from ..backends.slurm.commands import SLURM_OPTIONS
-from ..benchmarks.base import Registered
+from ..benchmarks.registry import benchmark_names, declared_options
 from ..core import runfile
 from ..core.jobs import BACKEND_OPTIONS
 from ..core.options import (
     HELP_GROUPS,
+    SET_FLAG,
     Option,
     OptionError,
     Settings,
@@ -31,9 +33,10 @@ from ..core.options import (
     help_text,
     place,
     resolve,
+    set_values,
 )
 from ..core.run_options import RUN_OPTIONS
-from ..envs import ENV_OPTIONS
+from ..envs.options import ENV_OPTIONS
 from ..models.options import MODEL_OPTIONS
 from ..report.options import REPORT_OPTIONS
 from ..sandbox.options import SANDBOX_OPTIONS
@@ -50,8 +53,9 @@ METAVARS = {
 }
 
 
-def all_options(registered: Registered) -> tuple[Option, ...]:
-    """The options of every layer and of every registered benchmark, each once, in a stable order."""
+def all_options() -> tuple[Option, ...]:
+    """The options of every layer and of every installed benchmark, each once, in a stable order (the benchmarks'
+    declarations are read without loading the benchmarks: benchmarks/registry.py)."""
     # each layer's help group, for its options that name none (Option.help_group)
     options: list[Option] = [
         *place(RUN_OPTIONS, "run"),
@@ -61,25 +65,18 @@ def all_options(registered: Registered) -> tuple[Option, ...]:
         *place(REPORT_OPTIONS, "gates"),
         *place(BACKEND_OPTIONS, "distribution"),  # before the Slurm options, as --bench-backend always was
         *place(SLURM_OPTIONS, "distribution"),
+        *declared_options(),
     ]
-    for name in sorted(registered.found):
-        options += registered.found[name].options
-    options = [with_choices(o, registered) for o in options]
+    options = [with_choices(o) for o in options]
     by_name(options)  # a name or flag declared twice is a programming error, found at start-up
     return tuple(options)
 
 
-def with_choices(option: Option, registered: Registered) -> Option:
-    """--bench, --bench-split and --bench-dataset list what the installed benchmarks accept in their help."""
-    found = [registered.found[n] for n in sorted(registered.found)]
-    if option.name == "bench" and found:
-        return replace(option, help=f"{option.help} Installed: {', '.join(b.name for b in found)}.")
-    if option.name == "split" and found:
-        splits = "; ".join(f"{b.name} {'|'.join(b.splits)} (default {b.default_split})" for b in found)
-        return replace(option, help=f"{option.help} {splits}.")
-    if option.name == "dataset" and any(b.datasets for b in found):
-        sets = "; ".join(f"{b.name} {'|'.join(b.datasets)} (default {b.default_dataset})" for b in found if b.datasets)
-        return replace(option, help=f"{option.help} {sets}.")
+def with_choices(option: Option) -> Option:
+    """--bench lists the installed benchmarks in its help."""
+    names = benchmark_names()
+    if option.name == "bench" and names:
+        return replace(option, help=f"{option.help} Installed: {', '.join(names)}.")
     return option
 
 
@@ -93,12 +90,68 @@ def help_groups(options: tuple[Option, ...]) -> dict[str, list[Option]]:
     return {title: found for title, found in grouped.items() if found}
 
 
+# The one repeatable flag for the options not shown (Option.shown); declared as an Option for the readers of the
+# command line (pathargs), never resolved as a setting itself: its entries become the named options' values.
+SET_OPTION = Option(
+    "set",
+    SET_FLAG,
+    "set any other setting by its name, repeatable: --bench-set tool_concurrency=4 --bench-set executor=subprocess "
+    "(each is also an ini key agentbench_NAME and a run-file key; `python -m pytest_agentbench options` lists "
+    "every setting, its default and help). A name no setting has is a usage error naming the close ones.",
+    kind="multi",
+    metavar="NAME=VALUE",
+    runfile_group=None,
+    stored=False,
+    help_group="run",
+)
+
+
 def register(parser: pytest.Parser, options: tuple[Option, ...]) -> None:
     after = None
-    for title, grouped in help_groups(options).items():
+    for title, grouped in help_groups(tuple(o for o in options if o.shown) + (SET_OPTION,)).items():
         name = f"{GROUP_PREFIX} ({title})"
         register_group(parser, parser.getgroup(name, name, after=after), grouped)
         after = name
+    hidden = [o for o in options if not o.shown]
+    register_removed(parser.getgroup(GROUP_PREFIX), hidden)
+    for option in hidden:
+        register_ini(parser, option)
+
+
+def register_removed(group: pytest.OptionGroup, options: list[Option]) -> None:
+    """The old flags of the options not shown: accepted by the parser, out of --help, and refused with the new
+    spelling (``removed_flag_error``), so a script or an ini file's addopts that still gives one is not ignored."""
+    for option in options:
+        if option.kind == "bool":
+            group.addoption(option.flag, dest=removed_dest(option), action="store_true", help=SUPPRESS)
+            if option.negative_flag is not None:
+                group.addoption(option.negative_flag, dest=removed_dest(option), action="store_true", help=SUPPRESS)
+        else:
+            group.addoption(option.flag, dest=removed_dest(option), default=None, help=SUPPRESS)
+
+
+def removed_dest(option: Option) -> str:
+    return f"agentbench_removed_{option.name}"
+
+
+def removed_flag_error(namespace: Any, options: tuple[Option, ...]) -> str | None:
+    """The usage error for the old flags given (of options no longer shown), naming each one's new spelling."""
+    given = [o for o in options if not o.shown and getattr(namespace, removed_dest(o), None) not in (None, False)]
+    if not given:
+        return None
+    spelled = "; ".join(
+        f"{o.flag}{'/' + o.negative_flag if o.negative_flag else ''} is now {o.usage()}"
+        + (f" (or ini {o.ini})" if o.ini else "")
+        for o in given
+    )
+    return f"agentbench: {spelled}. `python -m pytest_agentbench options` lists every setting."
+
+
+def register_ini(parser: pytest.Parser, option: Option) -> None:
+    if option.ini:
+        # a named Literal: mypy reads a bare string in a conditional as a type form against pytest 9.2's stubs
+        ini_type: Literal["linelist", "string"] = "linelist" if option.kind == "multi" else "string"
+        parser.addini(option.ini, help=help_text(option), type=ini_type)
 
 
 def register_group(parser: pytest.Parser, group: pytest.OptionGroup, options: list[Option]) -> None:
@@ -141,16 +194,13 @@ def register_group(parser: pytest.Parser, group: pytest.OptionGroup, options: li
                 metavar=option.metavar or METAVARS.get(option.kind, "VALUE"),
                 help=cli_help,
             )
-        if option.ini:
-            # a named Literal: mypy reads a bare string in a conditional as a type form against pytest 9.2's stubs
-            ini_type: Literal["linelist", "string"] = "linelist" if option.kind == "multi" else "string"
-            parser.addini(option.ini, help=text, type=ini_type)
+        register_ini(parser, option)
 
 
 def sources(config: pytest.Config, options: tuple[Option, ...], model: str | None = None) -> Sources:
     """The raw values of this run: command line, environment, run file, ini file and the folders paths are
     relative to. ``model``: the run file's entry to take (default: the one --model names, or the only one)."""
-    cli: dict[str, Any] = {o.name: config.getoption(o.dest) for o in options}
+    cli = command_line_values(config.option, options)
     ini: dict[str, Any] = {o.name: config.getini(o.ini) for o in options if o.ini}
     inipath = config.inipath
     found = Sources(
@@ -166,6 +216,21 @@ def sources(config: pytest.Config, options: tuple[Option, ...], model: str | Non
         return found
     picked = model if model is not None else cli.get("model")
     return replace(found, file=run_file.values_for(picked, found.env), file_dir=run_file.folder)
+
+
+def command_line_values(namespace: Any, options: tuple[Option, ...]) -> dict[str, Any]:
+    """Option name -> the command line's value: its flag's, else a ``--bench-set NAME=VALUE`` entry's (an option
+    not shown has only these; the plugin's own machinery may also set its ``dest``, as a remote worker's
+    settings do). A bad entry is a usage error."""
+    try:
+        entries = set_values(getattr(namespace, SET_OPTION.dest, None) or (), options)
+    except OptionError as exc:
+        raise pytest.UsageError(f"agentbench: {exc}") from None
+    values: dict[str, Any] = {}
+    for option in options:
+        value = getattr(namespace, option.dest, None)
+        values[option.name] = entries.get(option.name) if value is None else value
+    return values
 
 
 def several_models(config: pytest.Config, options: tuple[Option, ...], opts: Settings) -> dict[str, Settings]:
@@ -188,6 +253,28 @@ def load_run_file(found: Sources, options: tuple[Option, ...]) -> runfile.RunFil
         return None
     path = resolve([config_option], found)["config"]
     return runfile.load(path, options) if path is not None else None
+
+
+# The options that ask for a benchmark run: without one of them given, the plugin does nothing in the session.
+ASKING = ("bench", "config", "resume", "replay")
+
+
+def asks_for_benchmark(early_config: pytest.Config, options: tuple[Option, ...]) -> bool:
+    """Whether the session asks for a benchmark: one of ``ASKING`` given on the command line, in its environment
+    variable or in its ini key. Nothing is resolved or checked here: a run that asks reads them all at configure."""
+    namespace = early_config.known_args_namespace
+    declared = by_name(options)
+    for name in ASKING:
+        option = declared.get(name)
+        if option is None:
+            continue
+        if getattr(namespace, option.dest, None) not in (None, "", []):
+            return True
+        if option.env and os.environ.get(option.env, ""):
+            return True
+        if option.ini and early_config.getini(option.ini) not in (None, "", []):
+            return True
+    return False
 
 
 def run_file_arguments(early_config: pytest.Config, options: tuple[Option, ...]) -> list[str]:

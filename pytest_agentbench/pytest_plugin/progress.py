@@ -3,7 +3,7 @@ items that have been running for a while (``51.4 running 120 s``); also the run 
 
 The same under xdist as without it: the controller counts the records that arrive in the reports, learns
 the total from the workers' collections and knows an item started through ``pytest_runtest_logstart``.
-A line is shown after a finished item at most every ``--bench-progress-interval`` seconds, and, while
+A line is shown after a finished item at most every ``--bench-set progress_interval`` seconds, and, while
 an item runs for more than ``LONG_RUNNING`` seconds, by a heartbeat thread. Lines go through the terminal
 reporter (nothing is printed with ``-p no:terminal``) and are placed so pytest's own lines are not cut:
 in -q and default mode a line is started after the current dots (which then continue on the next line);

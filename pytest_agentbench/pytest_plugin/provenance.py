@@ -18,8 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..benchmarks.registry import available_benchmarks
-from .options import all_options
+from .options import SET_OPTION, all_options
 
 PACKAGE = "pytest-agentbench"
 
@@ -69,8 +68,9 @@ def session_command(verb: str, run_dir: Path | str) -> str:
 
 def option_flags() -> tuple[frozenset[str], frozenset[str]]:
     """(flags of secret options, every other flag) of every registered benchmark's option set."""
-    options = all_options(available_benchmarks())
-    return (frozenset(o.flag for o in options if o.secret), frozenset(o.flag for o in options if not o.secret))
+    options = all_options()
+    others = frozenset({*(o.flag for o in options if not o.secret and o.shown), SET_OPTION.flag})
+    return (frozenset(o.flag for o in options if o.secret), others)
 
 
 def redact(argv: Sequence[str], flags: tuple[frozenset[str], frozenset[str]]) -> list[str]:

@@ -88,7 +88,7 @@ class Streak:
         if self.limit and self.count >= self.limit:
             return (
                 f"agentbench: stopped after {self.count} model errors in a row "
-                f"(--bench-max-consecutive-errors={self.limit}); last: {self.last}"
+                f"(--bench-set=max_consecutive_errors={self.limit}); last: {self.last}"
             )
         return None
 
@@ -214,7 +214,7 @@ def run_once(run: BenchRun, sample: Sample) -> rec.Record:
     returns made one), with a message and the try's ``duration``."""
     started = time.monotonic()
     try:
-        with item_retry_time():  # the item's model requests share one --model-max-retry-time
+        with item_retry_time():  # the item's model requests share one --bench-set model_max_retry_time
             result = dict(run.run_sample(sample))
     except Exception as exc:  # a bug or an unexpected failure must still leave a record
         result = {"status": "error", "message": describe(exc), "traceback": repaired(traceback.format_exc(limit=20))}

@@ -6,7 +6,8 @@ the options given for the run (every option not left at its default whose ``Opti
 a secret, not the session's own resume/replay options) and its pytest selection (``-k``, ``-m``,
 ``--deselect``). On resume these come back as if typed again. A command-line value that differs is refused
 with the difference, except for options declared ``free_on_resume`` (where reports go, progress, retries,
-the endpoint, ...); a different selection is refused too, or added to the run's with ``--bench-resume-merge``. Replay
+the endpoint, ...); a different selection is refused too, or added to the run's with
+``--bench-set=resume_merge=true``. Replay
 takes the run's options and forces
 ``--bench-cache replay``; what is typed on its command line wins (it is a new run).
 """
@@ -90,7 +91,7 @@ def same_selection(key: str, was: Any, now: Any) -> bool:
 
 
 def merged_selection(key: str, was: Any, now: Any) -> Any:
-    """--bench-resume-merge: the run's selection and this command's together. An expression becomes
+    """--bench-set=resume_merge=true: the run's selection and this command's together. An expression becomes
     ``(was) or (now)``; an item stays deselected only when both deselect it."""
     if key in LISTED:
         return [v for v in was if v in now]
@@ -140,7 +141,7 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings) 
     cli = dict(raw.cli)
     kept = stored.get("options", {})
     diffs: list[str] = []  # settings: only a new run, or the run's own value, fits
-    selection_diffs: list[str] = []  # what --bench-resume-merge can add to the run's selection
+    selection_diffs: list[str] = []  # what --bench-set=resume_merge=true can add to the run's selection
     for option in stored_options(options):
         given = opts.origin(option.name) == "command line"
         was = kept.get(option.name)
@@ -156,7 +157,7 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings) 
             cli["ids"] = None if not was else ",".join(dict.fromkeys([*was, *now]))
             continue
         (selection_diffs if option.name == "ids" else diffs).append(
-            f"{option.flag}: {shown(was)} in the run, {shown(now)} now"
+            f"{option.spelling}: {shown(was)} in the run, {shown(now)} now"
         )
     for key, short in SELECTION.items():
         was, now = stored_selection(stored, key), selection_of(config, key)
@@ -181,7 +182,8 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings) 
 
 def refusal(flag: str, folder: Any, diffs: list[str], selection_diffs: list[str]) -> str:
     """Why a resume or replay is refused, and the way out that fits what differs: a selection can be added to the
-    run's (--bench-resume-merge); a setting cannot, since the run's finished records were made with the old one."""
+    run's (--bench-set=resume_merge=true); a setting cannot, since the run's finished records were made with the old
+    one."""
     text = (
         f"agentbench: {flag} {folder}: this command differs from the run's own settings (settings.json): "
         f"{'; '.join(diffs + selection_diffs)}. Leave them out to continue the run as it was"
@@ -189,7 +191,7 @@ def refusal(flag: str, folder: Any, diffs: list[str], selection_diffs: list[str]
     if flag != "--bench-resume":
         return text
     if selection_diffs:
-        text += ", add --bench-resume-merge to add this selection to the run's"
+        text += ", add --bench-set=resume_merge=true to add this selection to the run's"
     if diffs:
         text += (
             f"; to use another setting ({', '.join(d.split(':', 1)[0] for d in diffs)}), start a new run (leave out "
@@ -208,7 +210,7 @@ def settings_file_content(
 
 
 def rewrite_definition(run_dir: Path, config: pytest.Config) -> None:
-    """--bench-resume-merge: the run's settings.json now names the merged selection."""
+    """--bench-set=resume_merge=true: the run's settings.json now names the merged selection."""
     file = Path(run_dir) / SETTINGS_FILE
     if not file.is_file() or DEFINITION not in config.stash:
         return

@@ -63,7 +63,7 @@ def budget_settings(opts: Settings, settings: dict[str, Any]) -> dict[str, Any]:
     given = {"max_cost_per_item": model.max_cost_per_item, "max_cost": model.max_cost}
     budgets = {name: value for name, value in given.items() if value is not None}
     if budgets and "price" not in settings and settings.get("model") != ORACLE:
-        flag = "--bench-max-cost-per-item" if "max_cost_per_item" in budgets else "--bench-max-cost"
+        flag = "--bench-set max_cost_per_item" if "max_cost_per_item" in budgets else "--bench-max-cost"
         raise ConfigError(
             f"{flag} needs the model's price to count against: pass --model-price=PROMPT,COMPLETION "
             f"(USD per million tokens) or give the model a price: in the run file"

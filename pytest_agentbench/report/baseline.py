@@ -152,14 +152,14 @@ def baseline_for_run(
     if diffs and allow_incomparable and not update:
         return data, [
             f"baseline {data['_path']} is NOT comparable with this run ({'; '.join(diffs)}): compared anyway, "
-            f"as --bench-allow-incomparable asks; read the comparison and its gates with that in mind",
+            f"as --bench-set=allow_incomparable=true asks; read the comparison and its gates with that in mind",
             *([unknown] if unknown else []),
         ]
     if diffs and not update:
         raise ConfigError(
             f"refusing to compare with the baseline {data['_path']}: it is not comparable with this run: "
             f"{'; '.join(diffs)}. Run with the baseline's settings and data, replace the baseline "
-            f"on purpose with --bench-update-baseline, or compare anyway with --bench-allow-incomparable "
+            f"on purpose with --bench-update-baseline, or compare anyway with --bench-set=allow_incomparable=true "
             f"(the report then says the runs are not comparable)"
         )
     if diffs:

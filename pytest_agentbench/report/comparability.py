@@ -5,8 +5,8 @@ the replayed run's keys under ``replayed``), the benchmark its own through the B
 ``grading_envs``, ``harness``, prompt templates' hashes), and the summary adds the selection and who answered
 (``served_model``, report/served.py). This module knows no
 benchmark: it compares the dicts key by key. Two runs whose ``STRICT`` keys differ measure different things, so a
-gate refuses such a baseline (``baseline.baseline_for_run``) unless --bench-allow-incomparable; every other key is
-shown where it differs. A run older than these keys has none: it is "unknown", said so, and never refused for it
+gate refuses such a baseline (``baseline.baseline_for_run``) unless --bench-set=allow_incomparable=true; every other
+key is shown where it differs. A run older than these keys has none: it is "unknown", said so, and never refused for it
 (its settings are still checked as before), so old baselines and run folders keep loading.
 """
 

@@ -160,7 +160,7 @@ def cost_line(cost: Mapping[str, Any]) -> str | None:
         )
     if cost.get("budget_stopped"):
         parts.append(
-            f"{cost['budget_stopped']} item(s) stopped by --bench-max-cost-per-item "
+            f"{cost['budget_stopped']} item(s) stopped by --bench-set max_cost_per_item "
             f"${cost.get('max_cost_per_item', 0):g}"
         )
     return "; ".join(parts)

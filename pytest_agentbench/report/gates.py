@@ -70,9 +70,9 @@ def evaluate(
 
 
 def cost_gate(t: Threshold, cost: dict[str, Any]) -> GateResult:
-    """``--bench-fail-over cost=USD``: what the run spent (or spent per solved task) must not exceed the limit;
+    """``--bench-set fail_over cost=USD``: what the run spent (or spent per solved task) must not exceed the limit;
     an unknown amount fails (no price, or replies without token usage)."""
-    gate = f"--bench-fail-over {t.name}={t.text}"
+    gate = f"--bench-set fail_over {t.name}={t.text}"
     value = cost.get(t.metric)
     if not isinstance(value, (int, float)):
         why = (
@@ -117,7 +117,7 @@ def drop_gate(
             gate,
             False,
             f"refused: the baseline is not comparable with this run ({'; '.join(comparison.incomparable)}); "
-            f"compare anyway with --bench-allow-incomparable",
+            f"compare anyway with --bench-set allow_incomparable=true",
         )
     if comparison.only_a or comparison.only_b:
         return GateResult(
@@ -143,7 +143,7 @@ def drop_gate(
 def tested_drop_gate(
     cfg: GateConfig, alpha: float, t: Threshold, comparison: Comparison, gate: str, text: str, drop: float
 ) -> GateResult:
-    """A max-drop gate with --bench-significance, its reasons in the order that matters: a drop within the limit
+    """A max-drop gate with --bench-set significance, its reasons in the order that matters: a drop within the limit
     holds (the test can only excuse a drop, never make one; a weak test is a note), a significant drop beyond it
     fails as such, and a drop beyond it that the test could not tell from noise fails as underpowered when the test
     could not have seen a drop as small as the limit (else it holds as not significant)."""
@@ -169,7 +169,9 @@ def tested_drop_gate(
         )
     shown = ""
     if power is not None:
-        shown = f"{power.detail}{'' if power.ok else ' (underpowered, allowed by --bench-allow-underpowered)'}; "
+        shown = (
+            f"{power.detail}{'' if power.ok else ' (underpowered, allowed by --bench-set=allow_underpowered=true)'}; "
+        )
     return GateResult(gate, True, f"{text}; {shown}not significant ({test} >= {alpha:g}), so not counted")
 
 

@@ -44,7 +44,7 @@ SIGNIFICANCE_HELP = (
     "test is that weak)."
 )
 UNDERPOWERED_HELP = (
-    "with --bench-max-drop and --bench-significance: a drop beyond the limit that is not significant "
+    "with --bench-max-drop and --bench-set significance: a drop beyond the limit that is not significant "
     "holds even when the test could not detect a drop as small as the limit (instead of failing as "
     "underpowered); the report still gives the detectable drop."
 )
@@ -79,7 +79,7 @@ NOT_A_RUN_FOLDER = "is not a folder; give the run folder of the interrupted run 
 
 
 def check_level(value: float) -> float:
-    """Option check of --bench-significance (core.options words it: "--flag must ..., got 'x'")."""
+    """Option check of --bench-set significance (core.options words it: "--flag must ..., got 'x'")."""
     if not 0 < value < 1:
         raise ValueError("must be a level between 0 and 1 (e.g. 0.05)")
     return value
@@ -133,6 +133,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         metavar="cost=USD",
         runfile_group="gates",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "max_errors",
@@ -177,6 +178,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_allow_incomparable",
         runfile_group="gates",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "significance",
@@ -188,6 +190,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         metavar="ALPHA",
         runfile_group="gates",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "allow_underpowered",
@@ -197,6 +200,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         default=False,
         ini="agentbench_allow_underpowered",
         runfile_group="gates",
+        shown=False,
     ),
     Option(
         "gate_score",
@@ -208,6 +212,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_gate_score",
         runfile_group="gates",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "resume",
@@ -230,6 +235,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_resume_merge",
         stored=False,
         help_group="run",
+        shown=False,
     ),
     Option(
         "replay",
@@ -254,6 +260,7 @@ REPORT_OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
         free_on_resume=True,
         help_group="run",
+        shown=False,
     ),
 )
 
@@ -297,10 +304,14 @@ class GateConfig:
     update_baseline: bool
     significance: float | None
     allow_incomplete: bool = False  # --bench-allow-incomplete: an incomplete run does not fail the gates
-    allow_underpowered: bool = False  # --bench-allow-underpowered: a max-drop gate that cannot see its limit passes
-    score: str = "automatic"  # --bench-gate-score: the score the gates and the baseline comparison read
-    fail_over: tuple[Threshold, ...] = ()  # --bench-fail-over: cost bounds (Threshold.value in USD)
-    allow_incomparable: bool = False  # --bench-allow-incomparable: a baseline that is not comparable is compared
+    allow_underpowered: bool = (
+        False  # --bench-set=allow_underpowered=true: a max-drop gate that cannot see its limit passes
+    )
+    score: str = "automatic"  # --bench-set gate_score: the score the gates and the baseline comparison read
+    fail_over: tuple[Threshold, ...] = ()  # --bench-set fail_over: cost bounds (Threshold.value in USD)
+    allow_incomparable: bool = (
+        False  # --bench-set=allow_incomparable=true: a baseline that is not comparable is compared
+    )
 
     @property
     def any_gate(self) -> bool:
@@ -308,7 +319,7 @@ class GateConfig:
 
     @property
     def alpha(self) -> float:
-        """The level the comparison's tests are read at: --bench-significance, else 0.05."""
+        """The level the comparison's tests are read at: --bench-set significance, else 0.05."""
         return self.significance or 0.05
 
 
@@ -392,11 +403,11 @@ def gate_config(opts: Mapping[str, Any], benchmark: Any) -> GateConfig:
     score = gates.gate_score or "automatic"
     if score == "reviewed" and not opts.get("review"):  # --bench-review: a benchmark's option (CORE-Bench)
         raise ConfigError(
-            "--bench-gate-score=reviewed judges the score with human verdicts applied: give them with "
+            "--bench-set=gate_score=reviewed judges the score with human verdicts applied: give them with "
             "--bench-review=FILE.yaml (see docs/options.md), or leave the gates on the "
             "automatic score"
         )
-    fail_over = parse_cost_bounds(gates.fail_over or (), named(opts, "fail_over", "--bench-fail-over"))
+    fail_over = parse_cost_bounds(gates.fail_over or (), named(opts, "fail_over", "--bench-set fail_over"))
     return GateConfig(
         fail_under,
         max_drop,

@@ -2,7 +2,7 @@
 
 A benchmark with a review (CORE-Bench's ``--bench-review``) puts both into its summary as ``scores`` (each with
 its own ``metrics``) and each reviewed item's status as ``reviewed_status`` in ``items``; ``metrics`` and each
-item's ``status`` stay the automatic ones. ``--bench-gate-score=reviewed`` makes the gates and the baseline
+item's ``status`` stay the automatic ones. ``--bench-set=gate_score=reviewed`` makes the gates and the baseline
 comparison read the reviewed ones through ``score_view``.
 """
 

@@ -5,7 +5,7 @@ A gateway may answer with another model than the one asked for (a fallback after
 scores are then that model's. A dated name of the same model (``gpt-4o`` answered as ``gpt-4o-2024-08-06``) is the
 model asked for. summary.json keeps ``served_models`` (each name with the items it answered) and, in its
 comparability keys, ``served_model``: ``"as asked"``, or the names when another model answered some item; two runs
-whose keys differ there are not comparable (a gate refuses the baseline unless --bench-allow-incomparable).
+whose keys differ there are not comparable (a gate refuses the baseline unless --bench-set allow_incomparable=true).
 """
 
 from __future__ import annotations

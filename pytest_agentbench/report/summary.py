@@ -281,7 +281,7 @@ def judge(
         exit_before=int(exit_status), exit_code=int(exit_status), alpha=gates.alpha if gates is not None else 0.05
     )
     score = gates.score if gates is not None else AUTOMATIC
-    judged = score_view(summary, score)  # --bench-gate-score=reviewed: the human verdicts applied
+    judged = score_view(summary, score)  # --bench-set=gate_score=reviewed: the human verdicts applied
     if baseline is not None:
         verdict.comparison = compare(
             score_view(baseline, score) if (baseline.get("scores") or {}).get(score) else dict(baseline),

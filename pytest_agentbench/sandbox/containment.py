@@ -40,7 +40,7 @@ SYSTEM = "system folders (" + ", ".join("/" + top for top in SYSTEM_TOPS) + "; t
 PYTHON = "Python, its installed packages and this package"
 # a scoring child may run a grading environment's interpreter instead: its venv is shown, even in the cache
 SCORING_PYTHON = (
-    "Python (the running one, or the grading environment's venv, --bench-grading-envs, also where it lies in "
+    "Python (the running one, or the grading environment's venv, --bench-set grading_envs, also where it lies in "
     "the cache), its installed packages and this package's source"
 )
 PRIVATE_TMP = "its own /tmp and /dev/shm (tmpfs, size-capped), holding a copy of its work folder"
@@ -173,7 +173,7 @@ KINDS: dict[str, RunKind] = {
         host_script(
             TOOL_CALL_HOST,
             "tool call",
-            "the scoring executor's sandbox (--bench-executor), a fresh folder per call",
+            "the scoring executor's sandbox (--bench-set executor), a fresh folder per call",
         ),
         RunKind(
             TOOL_CALL_DOCKER,
@@ -182,7 +182,7 @@ KINDS: dict[str, RunKind] = {
             read_only=("the image's whole file system",),
             writable=("a private 1 GiB tmpfs /tmp (the call's folder and home)", "its own /dev/shm"),
             masked=(),
-            network="--bench-docker-network",
+            network="--bench-set docker_network",
             user="uid 65534 (docker exec --user), no capabilities, no-new-privileges",
             lifetime=PER_CALL,
             how="a fresh container per call, removed after it; the next call starts when it is gone",
@@ -198,7 +198,7 @@ KINDS: dict[str, RunKind] = {
             "host",
             read_only=(SYSTEM, PYTHON, "an external agent's install (--bench-agent), outside the workspace"),
             writable=(
-                "the item's workspace (at its path, or at --bench-workspace-root)",
+                "the item's workspace (at its path, or at --bench-set workspace_root)",
                 "the item's own home and /tmp",
             ),
             masked=(
@@ -206,7 +206,7 @@ KINDS: dict[str, RunKind] = {
                 "the workspace's host path when it is relocated",
                 "the capsule store, extraction cache and preinstalled folder",
             ),
-            network="the item's own network namespace (--bench-host-network: user or none)",
+            network="the item's own network namespace (--bench-set host_network: user or none)",
             user=SANDBOX_USER,
             lifetime=PER_ITEM,
             how="a bwrap sandbox per command, joined to the item's PID and network namespaces",
@@ -220,7 +220,7 @@ KINDS: dict[str, RunKind] = {
             read_only=(),
             writable=("the whole container file system (the workspace copied in)",),
             masked=(),
-            network="--bench-docker-network",
+            network="--bench-set docker_network",
             user="the image's user (root in the default image)",
             lifetime=PER_ITEM,
             how="docker exec in the item's own container; inputs preinstalled in the image are copied into the "

@@ -54,6 +54,7 @@ from .isolation import (
 )
 from .jail import POLL_INTERVAL, ProcessJail
 from .limits import GiB, Limits, MiB, child_env, package_parent
+from .options import EXECUTORS
 from .result import ExecResult
 from .workdir import collect_result, prepare_workdir, read_collected
 
@@ -70,8 +71,6 @@ __all__ = [
     "get_executor",
     "run_python",
 ]
-
-EXECUTORS = ("fork", "subprocess")
 
 
 class Executor(Protocol):

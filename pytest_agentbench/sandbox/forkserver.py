@@ -694,7 +694,7 @@ class ForkServer:
 class ForkServerPool:
     """The fork servers of one process and interpreter: a run takes an idle server or starts another, so runs
     at the same time (the ``code_interpreter`` calls of chains generated concurrently, beside the scoring) are
-    not queued behind one server. The callers bound how many run at once (``--bench-tool-concurrency``, one
+    not queued behind one server. The callers bound how many run at once (``--bench-set tool_concurrency``, one
     scoring run at a time), and so how many servers there are; each is kept for later runs, and each is the
     pristine server this module describes: no run's files or outputs enter any server's memory."""
 

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import ConfigError
 from ..core.options import Option, given_settings, view
 from ..core.run_options import RUN_OPTIONS, RunOptions
-from .executors import EXECUTORS
-from .isolation import Isolation, probe
-from .limits import GiB, Limits
+
+if TYPE_CHECKING:
+    from .isolation import Isolation
+    from .limits import Limits
+
+# why here, not in executors.py: the plugin declares this option in every pytest run, which must not import the
+# executors (the fork server, containment, isolation) unless a benchmark runs
+EXECUTORS = ("fork", "subprocess")
 
 SANDBOX_OPTIONS = (
     Option(
@@ -24,6 +29,7 @@ SANDBOX_OPTIONS = (
         help="how scoring scripts run: fork (default; a warm fork server) or subprocess "
         "(a fresh interpreter per step).",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "memory_limit",
@@ -36,6 +42,7 @@ SANDBOX_OPTIONS = (
         metavar="GIB",
         help="address-space limit of each child process in GiB (default 4).",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "require_isolation",
@@ -79,6 +86,8 @@ def limits_from(opts: Mapping[str, Any], timeout: float) -> Limits:
     the run's options: the ones it lacks take their defaults) and a wall-clock ``timeout``.
 
     The run's private folders (``private_paths``) are hidden from the child when it is isolated."""
+    from .limits import GiB, Limits  # why: declaring the options must not import the sandbox's runtime
+
     settings = given_settings(opts, SandboxOptions, RunOptions)
     sandbox = view(SandboxOptions, settings)
     return Limits(timeout=timeout, memory=int(sandbox.memory_limit * GiB), hidden=private_paths(settings))
@@ -86,6 +95,8 @@ def limits_from(opts: Mapping[str, Any], timeout: float) -> Limits:
 
 def isolation_from(opts: Mapping[str, Any]) -> Isolation:
     """How children are isolated on this machine; a ConfigError when isolation is required and impossible."""
+    from .isolation import probe  # why: declaring the options must not import the sandbox's runtime
+
     found = probe()
     if not found.complete and view(SandboxOptions, opts).require_isolation:
         raise ConfigError(

@@ -225,7 +225,7 @@ STAGED_BY_LABEL = "agentbench.test-staged-by"  # the test process that made a co
 @contextlib.contextmanager
 def image_with_inputs(base: str, inputs: Path, name: str) -> Iterator[str]:
     """A Docker image: ``base`` with the folder ``inputs`` at /opt/inputs (a capsule preinstalled in the image,
-    for --bench-preinstalled-input-dir=/opt/inputs); its name, and the image removed afterwards."""
+    for --bench-set=preinstalled_input_dir=/opt/inputs); its name, and the image removed afterwards."""
     import docker  # why: only the Docker tests build images
 
     client = docker.from_env()

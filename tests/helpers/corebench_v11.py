@@ -3,7 +3,7 @@
 The real v1.1 files cannot be fetched here, so runs use a hand-made set of three capsules (real v1.1 ids, so the
 real aliases apply), written as the authors' manifest is (a JSON array dumped with indent 4, keys in v1's order,
 ``gpu`` only where true) into ``<data>/core_bench/v1.1/core_test.json``, with the capsules under
-``<data>/core_bench/v1.1/capsules/``. Its sha256 is not the pinned one: runs pass --bench-allow-custom-data.
+``<data>/core_bench/v1.1/capsules/``. Its sha256 is not the pinned one: runs pass --bench-set allow_custom_data=true.
 """
 
 from __future__ import annotations

@@ -32,6 +32,16 @@ def in_process_imports() -> None:
     # pytester run, pytester would unload it afterwards, and later connection errors would escape their handlers.
     openai.OpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1").close()
 
+    # The benchmark run's plugin and the benchmarks' runtimes load only in a session that asks for a benchmark;
+    # the registry keeps each benchmark object (with its caches) for the process, so their classes must outlive
+    # one pytester run as the benchmark objects do.
+    import pytest_agentbench.benchmarks.corebench.run  # noqa: F401
+    import pytest_agentbench.benchmarks.scicode.run  # noqa: F401
+    import pytest_agentbench.pytest_plugin.session  # noqa: F401
+    from pytest_agentbench.benchmarks.registry import available_benchmarks
+
+    available_benchmarks()
+
 
 @pytest.fixture
 def pytester(in_process_imports: None, pytester: pytest.Pytester) -> pytest.Pytester:

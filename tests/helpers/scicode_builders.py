@@ -152,8 +152,8 @@ def custom_data_args(data: Path, h5: Path | None, *extra: str, model: str | None
         *named,
         *served,
         f"--bench-data-dir={data}",
-        *([f"--bench-h5={h5}"] if h5 is not None else []),
-        "--bench-allow-custom-data",
+        *([f"--bench-set=h5={h5}"] if h5 is not None else []),
+        "--bench-set=allow_custom_data=true",
         *extra,
     ]
 

@@ -52,7 +52,7 @@ def args(fake: FakeOpenAI, cache_dir, *extra: str) -> list[str]:
         "--model=gt-player",
         f"--model-base-url={fake.base_url}",
         "--model-api-key=test-key",
-        "--model-max-retries=0",
+        "--bench-set=model_max_retries=0",
         f"--bench-cache-dir={cache_dir}",
         *extra,
     ]

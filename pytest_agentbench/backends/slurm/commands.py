@@ -1,7 +1,7 @@
 """Slurm, driven through its commands (``sbatch``, ``squeue``, ``scancel``) by subprocess: no Python binding tied
 to one Slurm version, no accounting needed. Plain functions and the Slurm options (``--bench-slurm-*``,
-``--bench-detach``; the choice of back-end and the engine-neutral ``JobRequest`` are ``core/jobs.py``); the pytest
-side is ``pytest_plugin/slurm/``.
+``--bench-set=detach=true``; the choice of back-end and the engine-neutral ``JobRequest`` are ``core/jobs.py``);
+the pytest side is ``pytest_plugin/slurm/``.
 
 A run's tasks go out as job arrays, one per distinct request (CPUs, memory, GPU, time): element ``i`` of an
 array runs the ``i``-th line of the array's unit list. What was submitted is kept in ``spool/jobs.json`` so a
@@ -63,6 +63,7 @@ SLURM_OPTIONS: tuple[Option, ...] = (
         metavar="NAME",
         help="Slurm partition for the run's jobs (sbatch --partition; default: the cluster's).",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "slurm_account",
@@ -71,6 +72,7 @@ SLURM_OPTIONS: tuple[Option, ...] = (
         metavar="NAME",
         help="Slurm account charged for the run's jobs (sbatch --account).",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "slurm_max_running",
@@ -82,6 +84,7 @@ SLURM_OPTIONS: tuple[Option, ...] = (
         metavar="N",
         help="at most N of the run's tasks run at once (the job array's %N; default: no limit).",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "slurm_args",
@@ -91,6 +94,7 @@ SLURM_OPTIONS: tuple[Option, ...] = (
         help="further sbatch arguments for every task's job, shell-quoted (e.g. '--qos=long --constraint=a100'); "
         "they come after the requests pytest-agentbench makes, so they win.",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "slurm_key",
@@ -103,6 +107,7 @@ SLURM_OPTIONS: tuple[Option, ...] = (
         "removed by collect) or node-env (the job's own $OPENAI_API_KEY on the node; nothing is written). "
         "The key is never in a job script or in the environment Slurm stores.",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "detach",
@@ -114,6 +119,7 @@ SLURM_OPTIONS: tuple[Option, ...] = (
         help="with --bench-backend=slurm: exit 0 once the tasks are submitted, printing the job ids and the "
         "collect command; a dependent job runs `python -m pytest_agentbench collect RUN_DIR` when they end.",
         free_on_resume=True,
+        shown=False,
     ),
 )
 
@@ -143,7 +149,7 @@ def sbatch_args(request: JobRequest) -> list[str]:
 
 
 def group_requests(requests: Mapping[str, JobRequest]) -> dict[JobRequest, list[str]]:
-    """Units by the array they go out in: one array per CPUs/memory/GPU shape (so --bench-slurm-max-running
+    """Units by the array they go out in: one array per CPUs/memory/GPU shape (so --bench-set slurm_max_running
     limits as few arrays as possible), each with the longest time any of its tasks needs."""
     shapes: dict[tuple[int, int, bool], list[str]] = {}
     for unit, request in requests.items():
@@ -189,7 +195,7 @@ def common_args(partition: str | None, account: str | None, extra: str | None) -
 
 def job_script(python: str, run_dir: Path, unit_list: Path, login: bool = False) -> str:
     """The array's job script: names only the run folder and the unit list (never a secret). ``login``
-    (``--bench-slurm-key=node-env``): a login shell, so the user's own start-up files on the node set the key."""
+    (``--bench-set=slurm_key=node-env``): a login shell, so the user's own start-up files on the node set the key."""
     shell = "#!/bin/bash -l" if login else "#!/bin/sh"
     return (
         f"{shell}\n# pytest-agentbench: one element of this array runs one task of the run\n"

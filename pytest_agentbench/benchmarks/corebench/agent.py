@@ -24,14 +24,12 @@ from ...models.price import Price, over_budget, start_costs
 from ...models.usage import count_completion, turn_of
 from ...sandbox.result import ExecResult
 from . import scorer
+from .defaults import DEFAULT_COMMAND_TIMEOUT, DEFAULT_STEPS, DEFAULT_TIME
 
 if TYPE_CHECKING:  # the openai SDK is imported when an agent runs, not when the plugin loads
     from ...envs import Environment
     from ...models.client import Completion
 
-DEFAULT_STEPS = 40
-DEFAULT_TIME = 8100.0  # seconds, as upstream
-DEFAULT_COMMAND_TIMEOUT = 600.0
 MAX_IMAGE_BYTES = 20 << 20
 IMAGE_TYPES = {
     b"\x89PNG\r\n\x1a\n": "image/png",
@@ -105,7 +103,7 @@ class AgentLimits:
     time: float = DEFAULT_TIME
     tokens: int | None = None
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT
-    cost: float | None = None  # USD the capsule's fresh model calls may cost (--bench-max-cost-per-item)
+    cost: float | None = None  # USD the capsule's fresh model calls may cost (--bench-set max_cost_per_item)
     price: Price | None = None  # the model's price (--model-price): without it nothing is costed
 
 

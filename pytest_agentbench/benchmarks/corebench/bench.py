@@ -86,8 +86,8 @@ class CoreBench(Benchmark):
         check_data_set(opts, split)
         if settings["docker_dind"] and settings["env"] != "docker":
             raise ConfigError(
-                "--bench-docker-dind runs medium items in a privileged Docker container: "
-                "add --bench-env=docker (and an image with docker.io, --bench-docker-image)"
+                "--bench-set=docker_dind=true runs medium items in a privileged Docker container: "
+                "add --bench-env=docker (and an image with docker.io, --bench-set docker_image)"
             )
         overlap = reach.overlap(settings["workspace_root"], settings["preinstalled_input_dir"])
         if overlap:
@@ -143,9 +143,9 @@ class CoreBench(Benchmark):
     def comparability(self, opts: Settings, split: str, settings: Mapping[str, Any]) -> dict[str, Any]:
         """v1: the keys every benchmark records (unchanged, so earlier v1 runs stay comparable); a v1.1 set: its
         name, release, grading rules and manifest sha256, so a gate refuses a v1 baseline for it (and the other
-        way round) unless --bench-allow-incomparable. Every set: the agent as the ``harness``, since the agent moves
-        the score as much as the model does (a baseline of another agent, or another version of it, is refused
-        unless allowed)."""
+        way round) unless --bench-set allow_incomparable=true. Every set: the agent as the ``harness``, since the
+        agent moves the score as much as the model does (a baseline of another agent, or another version of it, is
+        refused unless allowed)."""
         keys = {**super().comparability(opts, split, settings), "harness": {"agent": agent_of(settings).label()}}
         if settings.get("dataset"):
             keys["dataset"].update(
@@ -163,7 +163,8 @@ class CoreBench(Benchmark):
         chosen = dataset.data_set(opts.get("dataset"))
         try:
             custom = opts.get("dataset_path")
-            if chosen.manifest is not None:  # a v1.1 set: its manifest, pinned unless --bench-allow-custom-data
+            # a v1.1 set: its manifest, pinned unless --bench-set allow_custom_data=true
+            if chosen.manifest is not None:
                 verify = not opts.get("allow_custom_data", False)
                 tasks, self.manifest_sha256 = dataset.load_manifest(Path(opts["data_dir"]), chosen, verify=verify)
             else:
@@ -222,7 +223,7 @@ class CoreBench(Benchmark):
     ) -> list[str]:
         """--bench-replay, before any item: the selected capsules whose agent's first model call (system prompt,
         the capsule's prompt, the tools) is not in the response cache. The workspace is where the run asks for it
-        (--bench-workspace-root): an environment that cannot apply it names a temporary folder in the prompt, so
+        (--bench-set workspace_root): an environment that cannot apply it names a temporary folder in the prompt, so
         such a run could never be replayed anyway."""
         from ...models.probe import FirstCallProbe, FirstCallSeen  # why: it loads openai; only a replay needs it
 
@@ -279,12 +280,12 @@ def check_data_set(opts: Settings, split: str) -> None:
         raise ConfigError(f"{flag} has one split, test: leave out --bench-split or give --bench-split=test")
     if opts.get("dataset_path") and regrade.regrade_source(opts) is None:
         raise ConfigError(
-            f"--bench-dataset-path replaces v1's split file; for {flag} put a manifest at "
-            f"<data dir>/{chosen.manifest.subdir}/{chosen.manifest.name} and add --bench-allow-custom-data"
+            f"--bench-set dataset_path replaces v1's split file; for {flag} put a manifest at "
+            f"<data dir>/{chosen.manifest.subdir}/{chosen.manifest.name} and add --bench-set allow_custom_data=true"
         )
     if opts.get("preinstalled_input_dir"):
         raise ConfigError(
-            f"--bench-preinstalled-input-dir is not supported with {flag} yet (the v1.1 workspace is prepared "
+            f"--bench-set preinstalled_input_dir is not supported with {flag} yet (the v1.1 workspace is prepared "
             "from the unpacked capsule): leave it out"
         )
 

@@ -65,7 +65,7 @@ def check_image(env: Any) -> None:
     except EnvError as exc:
         raise ConfigError(
             f"CORE-Bench: {exc} (for example `docker pull {env.image}`, or `docker build -t {env.image} .` "
-            f"from your Dockerfile, or --bench-docker-image=IMAGE of one the engine has)"
+            f"from your Dockerfile, or --bench-set=docker_image=IMAGE of one the engine has)"
         ) from None
 
 

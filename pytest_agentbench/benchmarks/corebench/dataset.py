@@ -121,14 +121,14 @@ def is_encrypted(raw: bytes, name: str) -> bool:
 
 
 def read_custom(path: Path) -> list[dict[str, Any]]:
-    """Tasks from a user's metadata file (``--bench-dataset-path``): JSON, or GPG-encrypted with the
+    """Tasks from a user's metadata file (``--bench-set dataset_path``): JSON, or GPG-encrypted with the
     public passphrase; checked like the official files, with the file named in every error."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise DatasetError(f"--bench-dataset-path {path}: cannot be read ({exc})") from exc
-    source = f"--bench-dataset-path {path}"
+        raise DatasetError(f"--bench-set dataset_path {path}: cannot be read ({exc})") from exc
+    source = f"--bench-set dataset_path {path}"
     plaintext = decrypt_test_split(raw) if is_encrypted(raw, path.name) else raw
     try:
         tasks = json.loads(plaintext)
@@ -255,7 +255,7 @@ def validate_gpu_flags(tasks: list[dict[str, Any]], source: str) -> list[dict[st
 def load_manifest(data_dir: Path, chosen: DataSet, *, verify: bool = True) -> tuple[list[dict[str, Any]], str]:
     """A v1.1 set's tasks in manifest order and the manifest's sha256. The manifest is looked up in
     ``<data dir>/core_bench/<set>/`` and downloaded there when missing; it must match its pinned sha256 unless
-    ``verify`` is off (--bench-allow-custom-data: a hand-made manifest in the same layout)."""
+    ``verify`` is off (--bench-set allow_custom_data=true: a hand-made manifest in the same layout)."""
     from ...core.data import sha256_of  # why: hashing only a v1.1 run needs
 
     pinned = chosen.manifest

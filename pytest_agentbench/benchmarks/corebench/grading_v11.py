@@ -17,7 +17,7 @@ is our own. What differs from v1 (``scorer.score_report``):
 Upstream grades the reported keys in report order inside one ``try``: the first value that raises (text for a
 numeric question, a number in an aliased list) ends the grading of every later key. That changes per-question
 counts, never a task's verdict (the raising question is wrong anyway). ``upstream_abort=True`` (the run's
-``--bench-upstream-abort``, the same switch as v1's) reproduces it; by default such a value fails only its own
+``--bench-set upstream_abort=true``, the same switch as v1's) reproduces it; by default such a value fails only its own
 question.
 """
 

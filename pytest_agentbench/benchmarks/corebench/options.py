@@ -9,13 +9,18 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.jobs import BackendOptions
 from ...core.options import Option, given_settings, view
 from ...models.options import ModelOptions
 from ...models.price import price_of
-from . import agent, capsules, dataset, prepare
+from . import prepare
+from .defaults import DEFAULT_COMMAND_TIMEOUT, DEFAULT_STEPS, DEFAULT_TIME
+
+if TYPE_CHECKING:
+    from .agent import AgentLimits
+    from .dataset import DataSet
 
 OWNER = "core-bench"
 DEFAULT_WORKSPACE_ROOT = "/capsule/environment"
@@ -73,7 +78,8 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_hints",
         owner=OWNER,
         help="CORE-Bench: add short difficulty-specific hints to the task prompt (the same for every "
-        "model); --no-bench-hints gives upstream's prompt alone. Default on.",
+        "model); --bench-set=hints=false gives upstream's prompt alone. Default on.",
+        shown=False,
     ),
     Option(
         "upstream_abort",
@@ -85,6 +91,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         help="CORE-Bench: score like upstream, which stops reading a report at the first value "
         "that cannot be compared (e.g. text for a numeric question), so later answers earn "
         "nothing. Default: such a value fails only its own question.",
+        shown=False,
     ),
     Option(
         "workspace_root",
@@ -98,6 +105,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         f"results/, ...), REPRODUCING.md and report.json (default {DEFAULT_WORKSPACE_ROOT}); the host "
         f"environment applies it only under isolation, else the item's own folder is used and reports say so.",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "dataset_path",
@@ -109,6 +117,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         metavar="FILE",
         help="CORE-Bench: a task metadata file (JSON, or GPG-encrypted like core_test.json.gpg) used instead of "
         "the selected split's official file; checked like custom data and named in the report.",
+        shown=False,
     ),
     Option(
         "preinstalled_input_dir",
@@ -120,6 +129,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         help="CORE-Bench: a folder inside the environment image holding the capsule (<capsule_id>/) and an "
         "input.json manifest; the workspace is copied from it instead of uploaded, then the folder is deleted "
         "in the container (masked on the host) before the agent's first command.",
+        shown=False,
     ),
     Option(
         "docker_dind",
@@ -131,6 +141,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         help="CORE-Bench with --bench-env=docker: medium items run in a PRIVILEGED container with its own "
         "Docker daemon (the image needs docker.io); such a run is not isolated.",
         free_on_resume=True,
+        shown=False,
     ),
     Option(
         "review",
@@ -149,23 +160,25 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         "agent_steps",
         "--bench-agent-steps",
         kind="int",
-        default=agent.DEFAULT_STEPS,
+        default=DEFAULT_STEPS,
         minimum=0,
         exclusive_minimum=True,
         ini="agentbench_agent_steps",
         owner=OWNER,
-        help=f"CORE-Bench agent: most model turns per capsule (default {agent.DEFAULT_STEPS}).",
+        help=f"CORE-Bench agent: most model turns per capsule (default {DEFAULT_STEPS}).",
+        shown=False,
     ),
     Option(
         "agent_time",
         "--bench-agent-time",
         kind="float",
-        default=agent.DEFAULT_TIME,
+        default=DEFAULT_TIME,
         minimum=0,
         exclusive_minimum=True,
         ini="agentbench_agent_time",
         owner=OWNER,
-        help=f"CORE-Bench agent: seconds per capsule (default {agent.DEFAULT_TIME:g}, as upstream).",
+        help=f"CORE-Bench agent: seconds per capsule (default {DEFAULT_TIME:g}, as upstream).",
+        shown=False,
     ),
     Option(
         "agent_tokens",
@@ -177,18 +190,20 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_agent_tokens",
         owner=OWNER,
         help="CORE-Bench agent: budget of prompt plus completion tokens per capsule (default: none).",
+        shown=False,
     ),
     Option(
         "agent_command_timeout",
         "--bench-agent-command-timeout",
         kind="float",
-        default=agent.DEFAULT_COMMAND_TIMEOUT,
+        default=DEFAULT_COMMAND_TIMEOUT,
         minimum=0,
         exclusive_minimum=True,
         ini="agentbench_agent_command_timeout",
         owner=OWNER,
         help=f"CORE-Bench agent: default timeout of one bash command in seconds (default "
-        f"{agent.DEFAULT_COMMAND_TIMEOUT:g}); the agent may ask for up to ten times more.",
+        f"{DEFAULT_COMMAND_TIMEOUT:g}); the agent may ask for up to ten times more.",
+        shown=False,
     ),
 )
 
@@ -212,7 +227,7 @@ AGENT_OPTIONS: tuple[Option, ...] = (
         metavar="NAME[==VERSION]",
         help="CORE-Bench: the agent that works on each capsule: builtin (default, the plugin's own), "
         "mini-swe-agent (pinned 2.4.6), codex (Codex CLI, pinned 0.171.0; NAME==VERSION for another) or "
-        "command (--bench-agent-command). An "
+        "command (--bench-set agent_command=COMMAND). An "
         "external agent runs in the host environment's sandbox and reaches the model only through a "
         "per-item metering proxy, with a per-item token instead of the key.",
     ),
@@ -226,6 +241,7 @@ AGENT_OPTIONS: tuple[Option, ...] = (
         help="CORE-Bench with --bench-agent=command: the agent's bash command line, run in the workspace "
         "with OPENAI_BASE_URL, OPENAI_API_KEY (the item's token), AGENTBENCH_PROMPT_FILE and "
         "AGENTBENCH_ANSWER_FILE set (see docs/corebench.md).",
+        shown=False,
     ),
 )
 CORE_BENCH_OPTIONS = CORE_BENCH_OPTIONS + AGENT_OPTIONS
@@ -251,14 +267,17 @@ def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     ``opts`` holds at least the values of ``CORE_BENCH_OPTIONS``; ``env`` (the environment option,
     declared by the environment layer) is taken when given, else :func:`default_env`.
     """
+    from .capsules import capsule_base_url  # why: declaring the options must not import the capsule downloader
+    from .dataset import data_set  # why: nor the data files' downloader
+
     capsules_dir = opts["capsules_dir"]
-    chosen = dataset.data_set(opts.get("dataset"))
+    chosen = data_set(opts.get("dataset"))
     return {
         "difficulty": opts["difficulty"],
         "hints": bool(opts["hints"]),
         "upstream_abort": bool(opts["upstream_abort"]),
         "capsules_dir": str(capsules_dir) if capsules_dir else None,
-        "capsule_url": capsules.capsule_base_url(chosen.capsule_url),
+        "capsule_url": capsule_base_url(chosen.capsule_url),
         "env": opts.get("env") or default_env(opts),
         "workspace_root": opts["workspace_root"],
         "dataset_path": str(opts["dataset_path"]) if opts["dataset_path"] else None,
@@ -274,10 +293,12 @@ def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def dataset_settings(chosen: dataset.DataSet) -> dict[str, Any]:
+def dataset_settings(chosen: DataSet) -> dict[str, Any]:
     """The data set's settings (--bench-dataset): none for v1, so a v1 run's settings stay what they were and its
     earlier runs remain its baselines; a v1.1 set's name, label, release and grading rules."""
-    if chosen.name == dataset.V1:
+    from .dataset import V1  # why: declaring the options must not import the data files' downloader
+
+    if chosen.name == V1:
         return {}
     return {
         "dataset": chosen.name,
@@ -322,9 +343,11 @@ def describe_isolation(settings: Mapping[str, Any]) -> str:
     )
 
 
-def agent_limits(settings: Mapping[str, Any]) -> agent.AgentLimits:
+def agent_limits(settings: Mapping[str, Any]) -> AgentLimits:
     """The agent's limits from the run settings (its price and cost budget are there when given)."""
-    return agent.AgentLimits(
+    from .agent import AgentLimits  # why: declaring the options must not import the agent
+
+    return AgentLimits(
         steps=settings["agent_steps"],
         time=settings["agent_time"],
         tokens=settings["agent_tokens"],

@@ -1,6 +1,6 @@
 """Per-item workspaces and task prompts for the three CORE-Bench difficulties.
 
-The workspace is the folder the agent starts in (``--bench-workspace-root`` inside the environment);
+The workspace is the folder the agent starts in (``--bench-set workspace_root`` inside the environment);
 the capsule's folders (``code/``, ``data/``, ``results/``, ...) and REPRODUCING.md sit directly in it,
 and ``report.json`` is expected there. What each difficulty removes (same as upstream):
 

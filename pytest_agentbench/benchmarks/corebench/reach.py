@@ -15,7 +15,7 @@ With the network on, the capsule's publication hosts answer nothing: Code Ocean 
 results are published) and the DOI resolvers that lead there are mapped to an unspecified address in the
 environment's ``/etc/hosts`` (``envs.base.BLOCKED_ADDRESSES``), as other CORE-Bench harnesses block them. That
 blocks name resolution through the system resolver only: an agent that finds an address by other means (its own
-DNS query, an address it knows) is not stopped; ``--bench-docker-network=none`` / ``--bench-host-network=none``
+DNS query, an address it knows) is not stopped; ``--bench-set=docker_network=none`` / ``--bench-set=host_network=none``
 give no network at all.
 """
 
@@ -71,7 +71,7 @@ def overlap(workspace_root: str, preinstalled: str | None) -> str | None:
     for inner, outer in pairs:
         if inner == outer or inner.startswith(outer.rstrip("/") + "/"):
             return (
-                f"--bench-workspace-root {workspace_root} and --bench-preinstalled-input-dir {preinstalled} "
+                f"--bench-set workspace_root {workspace_root} and --bench-set preinstalled_input_dir {preinstalled} "
                 f"overlap: once copied into the workspace, the preinstalled folder is out of the agent's reach "
                 f"(deleted or masked); choose folders apart"
             )

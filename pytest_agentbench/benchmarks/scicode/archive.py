@@ -1,7 +1,7 @@
-"""The official targets from the reference system's data archive (``--bench-data-url``).
+"""The official targets from the reference system's data archive (``--bench-set data_url``).
 
 When the official ``test_data.h5`` is absent and a run needs the official targets (a test-split item is
-selected, or ``--bench-targets=official`` asks for them), the ZIP at ``--bench-data-url`` is downloaded
+selected, or ``--bench-targets=official`` asks for them), the ZIP at ``--bench-set data_url`` is downloaded
 (``core.data.download``: resumable, retried,
 with progress) and only its ``test_data.h5`` is extracted: streamed into a temporary file next to its
 destination, checked against the pinned sha256 (refused with both sums unless custom data is allowed),
@@ -24,7 +24,6 @@ from pathlib import Path, PurePosixPath
 from ...core.data import OFFLINE_ENV, DataError, download, sha256_of
 from . import dataset
 
-DEFAULT_URL = "http://opencompass.oss-cn-shanghai.aliyuncs.com/datasets/agentcompass/scicode.zip"
 ARCHIVE_NAME = "scicode-data.zip"
 
 
@@ -74,7 +73,7 @@ def fetch_h5(url: str, data_dir: Path, cache_dir: Path | None, *, verified: bool
         raise DataError(
             f"the official {dataset.H5_FILE.name} is missing and downloads are off (${OFFLINE_ENV}): "
             f"download {url} and extract its {dataset.H5_FILE.name} into {Path(data_dir) / dataset.SUBDIR}, "
-            f"or pass --bench-h5=PATH"
+            f"or pass --bench-set=h5=PATH"
         )
     folder = destination(Path(data_dir), cache_dir)
     zip_path = folder / ARCHIVE_NAME
@@ -84,7 +83,7 @@ def fetch_h5(url: str, data_dir: Path, cache_dir: Path | None, *, verified: bool
         raise DataError(
             f"the official {dataset.H5_FILE.name} is missing and the data archive could not be "
             f"downloaded from {url}: {exc}. Download it by hand and extract its "
-            f"{dataset.H5_FILE.name} into {folder}, or pass --bench-h5=PATH"
+            f"{dataset.H5_FILE.name} into {folder}, or pass --bench-set=h5=PATH"
         ) from exc
     dest = folder / dataset.H5_FILE.name
     try:
@@ -99,7 +98,7 @@ def fetch_h5(url: str, data_dir: Path, cache_dir: Path | None, *, verified: bool
                     raise DataError(
                         f"the {dataset.H5_FILE.name} in the archive {url} is not the official file: "
                         f"sha256 {actual}, expected {pinned}; it was not kept (a file of your own: "
-                        f"--bench-allow-custom-data)"
+                        f"--bench-set=allow_custom_data=true)"
                     )
                 os.replace(tmp, dest)
             finally:

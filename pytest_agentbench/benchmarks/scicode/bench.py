@@ -14,187 +14,37 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.data import DataError, find, fingerprint, sha256_of
 from ...core.errors import ConfigError
-from ...core.options import Option, Settings, view
+from ...core.options import Settings, view
 from ...core.records import Record
 from ...core.run_options import RunOptions
 from ...core.types import Sample, Task
 from ...models.concurrency import share
 from ...models.options import ModelOptions
 from ...models.price import price_of
-from ...sandbox.codec import DEFAULT_MAX_BYTES
 from ...sandbox.options import SandboxOptions, limits_from, private_folders
 from ..base import Benchmark, RunSpec
 from . import dataset, verified
-from .archive import DEFAULT_URL as DEFAULT_DATA_URL
 from .archive import fetch_h5, offline
 from .locate import RebuiltTable, Targets, TargetTable, locate
 from .metrics import summarize
 from .prompts import load_templates
-from .solvers import MODES, choose_solver
+from .solvers import choose_solver
 
 if TYPE_CHECKING:
     from .gradingenvs import GradingEnv
     from .run import SciCodeRun
 
-OWNER = "scicode"
-AUTO, OFFICIAL, REBUILT, VERIFIED = "auto", "official", "rebuilt", "verified"  # --bench-targets
-TARGET_CHOICES = (AUTO, OFFICIAL, REBUILT, VERIFIED)
-DATASETS = (OFFICIAL, VERIFIED)  # --bench-dataset
-ALL_CATEGORIES = "all"
-REBUILD_TIMEOUT_FACTOR = 10  # rebuilding one problem's targets may take this many tool timeouts
-
-OPTIONS = (
-    Option(
-        "h5",
-        "--bench-h5",
-        kind="path",
-        ini="agentbench_h5",
-        owner=OWNER,
-        metavar="PATH",
-        help="SciCode: path to the official test_data.h5 (default: looked up in the data dir).",
-    ),
-    Option(
-        "background",
-        "--bench-background",
-        kind="bool",
-        default=True,
-        negatable=True,
-        ini="agentbench_background",
-        owner=OWNER,
-        help="SciCode: include the scientific background in prompts (default on; "
-        "--no-bench-background leaves it out and the model is asked to write it).",
-    ),
-    Option(
-        "mode",
-        "--bench-mode",
-        kind="choice",
-        choices=MODES,
-        default="tool_use",
-        ini="agentbench_mode",
-        owner=OWNER,
-        help="SciCode harness: tool_use (default; the model may run code) or naive (one call per step).",
-    ),
-    Option(
-        "tool_loops",
-        "--bench-tool-loops",
-        kind="int",
-        default=15,
-        minimum=0,
-        ini="agentbench_tool_loops",
-        owner=OWNER,
-        help="SciCode tool_use: most rounds of tool calls per step (default 15).",
-    ),
-    Option(
-        "tool_timeout",
-        "--bench-tool-timeout",
-        kind="float",
-        default=180.0,
-        minimum=0,
-        exclusive_minimum=True,
-        ini="agentbench_tool_timeout",
-        owner=OWNER,
-        help="SciCode tool_use: seconds per code_interpreter call (default 180).",
-        free_on_resume=True,
-    ),
-    Option(
-        "overlap",
-        "--bench-overlap",
-        kind="bool",
-        default=True,
-        negatable=True,
-        ini="agentbench_overlap",
-        owner=OWNER,
-        help="SciCode: generate the next step while the current one is scored (default on; "
-        "--no-bench-overlap generates each step only when its item starts).",
-    ),
-    Option(
-        "tool_concurrency",
-        "--bench-tool-concurrency",
-        kind="int",
-        minimum=1,
-        ini="agentbench_tool_concurrency",
-        owner=OWNER,
-        metavar="N",
-        help="SciCode tool_use: code_interpreter runs at once in the session, over the chains generated "
-        "concurrently (each its own sandboxed run; divided over the xdist workers, at least 1 each; "
-        "default: the number of cores).",
-        free_on_resume=True,
-    ),
-    Option(
-        "operand_cap",
-        "--bench-operand-cap",
-        kind="size",
-        default=DEFAULT_MAX_BYTES,
-        ini="agentbench_operand_cap",
-        owner=OWNER,
-        metavar="SIZE",
-        help="SciCode: most bytes of operand values a step's scoring child may send to be compared "
-        "(default 256m); a test whose values exceed it fails with the reason.",
-    ),
-    Option(
-        "data_url",
-        "--bench-data-url",
-        ini="agentbench_data_url",
-        owner=OWNER,
-        metavar="URL",
-        default=DEFAULT_DATA_URL,
-        help="SciCode: ZIP archive holding the official test_data.h5, downloaded (and only that file "
-        "extracted, checked against its pinned sha256) when the file is missing and the official targets "
-        f"are needed (a test-split item is selected, or --bench-targets=official; default {DEFAULT_DATA_URL}).",
-    ),
-    Option(
-        "targets",
-        "--bench-targets",
-        kind="choice",
-        choices=TARGET_CHOICES,
-        default=AUTO,
-        ini="agentbench_targets",
-        owner=OWNER,
-        help="SciCode: where the targets come from: auto (default: the dataset's own; official data: the "
-        "official test_data.h5 when it is present or a test-split item is selected, fetched from --bench-data-url "
-        "when missing, else rebuilt from the ground truth), official (the official file even for a "
-        "validation-only run, fetched when missing; a usage error offline), rebuilt (rebuilt from the ground "
-        "truth even when the official file is present; validation split only) or verified (SciCode-Verified's "
-        f"corrected {verified.H5_NAME}, checked against its manifest: with --bench-replay, re-grades a run's "
-        "answers against the corrected targets without a model call).",
-    ),
-    Option(
-        "category",
-        "--bench-category",
-        kind="list",
-        default=(ALL_CATEGORIES,),
-        ini="agentbench_category",
-        owner=OWNER,
-        metavar="NAME[,NAME...]",
-        help="SciCode: run only the problems of these categories (exact match on a problem's category "
-        "field; a problem without one is 'unclassified'; a list takes the union; default all).",
-    ),
-    Option(
-        "grading_envs",
-        "--bench-grading-envs",
-        kind="list",
-        default=(),
-        ini="agentbench_grading_envs",
-        owner=OWNER,
-        metavar="NAME[,NAME...]",
-        help="SciCode: grade every step in each of these Python environments; a step passes when it passes in "
-        "any, each environment's verdict kept. NAME is a built-in pinned spec (2024: NumPy 1.26 / SciPy 1.13; "
-        "2025: NumPy 2.2 / SciPy 1.15), built on first use as a venv in $AGENTBENCH_GRADING_ENVS or the cache "
-        "dir, or NAME=/path/to/python. No simps shim is applied in them (default: the running interpreter "
-        "alone, with the shim).",
-    ),
-    Option(
-        "grading_envs_all",
-        "--bench-grading-envs-all",
-        kind="bool",
-        default=False,
-        ini="agentbench_grading_envs_all",
-        owner=OWNER,
-        help="SciCode: with --bench-grading-envs, grade in every environment even after one passed (default: the "
-        "next environments are skipped once one passes).",
-    ),
+from .options import (
+    ALL_CATEGORIES,
+    AUTO,
+    DATASETS,
+    OFFICIAL,
+    OPTIONS,
+    REBUILT,
+    VERIFIED,
 )
 
+REBUILD_TIMEOUT_FACTOR = 10  # rebuilding one problem's targets may take this many tool timeouts
 ORACLE_SPLIT = (
     "--model=oracle answers with the ground-truth code, which only SciCode's validation split ships; "
     "use --bench-split=validation (the test split has no public solutions)"
@@ -473,7 +323,7 @@ class SciCode(Benchmark):
 
 
 def grading_envs(opts: Settings, cache_dir: Any = None) -> tuple[GradingEnv, ...]:
-    """The environments --bench-grading-envs names, built or found where this process runs and self-tested in
+    """The environments --bench-set grading_envs names, built or found where this process runs and self-tested in
     the run's sandbox (the run's private folders hidden); a usage error names the one that failed."""
     from . import gradingenvs  # why: it loads the sandbox; only a run with grading environments needs it
 
@@ -552,7 +402,7 @@ def find_verified(opts: Settings) -> Targets:
     """SciCode-Verified's corrected targets, checked against its manifest; ConfigError when they cannot be had
     (offline and missing included: a run on them never goes on without them). Listing the items hashes nothing."""
     data_dir, cache_dir = Path(opts["data_dir"]), opts.get("cache_dir")
-    # --bench-h5 names the dataset's own targets file: an official run's (a replay re-grading it) is not this one
+    # --bench-set h5 names the dataset's own targets file: an official run's (a replay re-grading it) is not this one
     given = Path(opts["h5"]) if opts.get("h5") and is_verified(opts) else None
     if opts.facts.listing_only:
         path = given or verified.folder(data_dir) / verified.H5_NAME
@@ -582,7 +432,7 @@ def find_targets(opts: Settings, split: str) -> Targets:
         if opts.get("h5"):
             raise ConfigError(
                 "--bench-targets=rebuilt rebuilds the targets from the ground truth: leave out "
-                "--bench-h5, or use --bench-targets=auto to score against that file"
+                "--bench-set h5, or use --bench-targets=auto to score against that file"
             )
         if needs_official(opts, split):
             raise ConfigError(
@@ -646,7 +496,7 @@ def oracle_test_ids(opts: Settings) -> list[str]:
 
 
 def verify_data(opts: Mapping[str, Any]) -> bool:
-    """Whether data files must match their pinned checksums (not with --bench-allow-custom-data)."""
+    """Whether data files must match their pinned checksums (not with --bench-set=allow_custom_data=true)."""
     return not opts.get("allow_custom_data", False)
 
 

@@ -4,7 +4,7 @@ Tool-use mode gives the model one tool, ``code_interpreter(code)``, that runs Py
 benchmark's sandbox (the problem's dependencies and the earlier steps' code already loaded), so it
 can test its function before answering. After ``tool_loops`` rounds of tool calls the tools are
 switched off and the model is asked for its final code block. With a cost budget
-(--bench-max-cost-per-item) and a price, the loop checks before each call what the step's fresh calls
+(--bench-set max_cost_per_item) and a price, the loop checks before each call what the step's fresh calls
 have cost, and stops with the status ``budget`` once they reached it (a call is never cut off midway).
 
 Nothing here raises for model misbehaviour: every outcome is a GenResult with a status.

@@ -1,4 +1,4 @@
-"""SciCode's grading environments (--bench-grading-envs): the interpreters a step's scoring child runs in.
+"""SciCode's grading environments (--bench-set grading_envs): the interpreters a step's scoring child runs in.
 
 SciCode's code was written against the scientific Python of 2024; SciPy and NumPy have since removed and
 changed things (``scipy.integrate.simps``, NumPy 2's promotion rules). A step may be graded in several pinned
@@ -43,7 +43,7 @@ STAMP = "agentbench-grading-env.json"  # written last: a venv without it is an u
 BUILD_FORMAT = 1  # raised when the way a venv is built changes
 BUILD_TIMEOUT = 1800.0  # seconds for one environment's venv and install
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
-OPTION = "--bench-grading-envs"
+OPTION = "--bench-set grading_envs"
 
 
 class GradingEnvError(ConfigError):

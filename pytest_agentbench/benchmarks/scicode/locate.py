@@ -1,7 +1,7 @@
 """Where a run's targets come from, decided once per process before the first step is scored.
 
-* ``--bench-h5 PATH`` or a ``test_data.h5`` in the data dir: the official file (checksum verified once,
-  remembered by size and mtime) or, with ``--bench-allow-custom-data``, a custom file;
+* ``--bench-set h5 PATH`` or a ``test_data.h5`` in the data dir: the official file (checksum verified once,
+  remembered by size and mtime) or, with ``--bench-set=allow_custom_data=true``, a custom file;
 * neither, when the official targets are needed (a test-split item, or ``--bench-targets=official``):
   fetched from the data archive (archive.py; ``bench.find_targets`` decides, ``locate`` is given the fetch);
 * neither, on the validation split (or ``--bench-targets=rebuilt``): rebuilt from the ground truth, per problem
@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 REBUILT_NOTE = "targets rebuilt from ground truth, not the official file"
 H5_HELP = (
-    "the official test_data.h5 is missing: download it from {url} (sha256 {sha}) into {where}, or pass --bench-h5=PATH"
+    "the official test_data.h5 is missing: download it from {url} (sha256 {sha}) into {where}, "
+    "or pass --bench-set=h5=PATH"
 )
 REBUILT_FOLDER = ("scicode", "rebuilt-targets")  # under the cache folder
 
@@ -167,18 +168,20 @@ def locate(
     """The targets file of a run (``path`` None when rebuilt or missing); ConfigError for a bad file.
 
     ``fetch``: when the official file is in neither the data dir nor the cache dir, get it this way
-    (``archive.fetch_h5`` from --bench-data-url; given only when the run needs the official targets, so
+    (``archive.fetch_h5`` from --bench-set data_url; given only when the run needs the official targets, so
     a validation split given a fetch never falls back to the rebuild)."""
     if h5 is not None:
         path = Path(h5)
         if not path.is_file():
-            raise ConfigError(f"--bench-h5 {path} does not exist")
+            raise ConfigError(f"--bench-set h5 {path} does not exist")
         if not verified:
             return Targets(path, "custom")
         try:
             return official(path, cache_dir)
         except DataError as exc:
-            raise ConfigError(f"{exc} To score against a file of your own, add --bench-allow-custom-data.") from None
+            raise ConfigError(
+                f"{exc} To score against a file of your own, add --bench-set=allow_custom_data=true."
+            ) from None
     found = find(data_dir, dataset.H5_FILE)
     if found is None and cache_dir is not None:  # extracted there from the archive when data_dir is read-only
         found = find(Path(cache_dir), dataset.H5_FILE)

@@ -1,10 +1,10 @@
-"""Grading one step in several environments (--bench-grading-envs) and combining the verdicts.
+"""Grading one step in several environments (--bench-set grading_envs) and combining the verdicts.
 
 Each environment scores the step as the single environment does (the same split scoring, sandbox and
 limits, its own targets table: rebuilt targets are rebuilt in that environment), without the ``simps``
 shim. The step passes when any environment passes; the record keeps every environment's verdict under
 ``grading_envs`` and, at its top level, the fields of the verdict that decided it (the first that passed,
-else the first environment's), named by ``graded_in``. Without --bench-grading-envs-all the environments
+else the first environment's), named by ``graded_in``. Without --bench-set=grading_envs_all=true the environments
 after a pass are not run and say so.
 """
 
@@ -17,7 +17,7 @@ from .gradingenvs import GradingEnv
 from .locate import RebuiltTable, Targets, TargetTable
 
 SKIPPED = "skipped"
-SKIP_MESSAGE = "not graded: an earlier environment passed (--bench-grading-envs-all grades in every one)"
+SKIP_MESSAGE = "not graded: an earlier environment passed (--bench-set=grading_envs_all=true grades in every one)"
 # what each environment's verdict keeps (the child's output stays with the deciding verdict, at the top level)
 VERDICT_FIELDS = (
     "status",

@@ -60,9 +60,9 @@ class RunSettings:
     prefilled: Mapping[str, str] = field(default_factory=dict)  # official code of the prefilled steps
     selected: frozenset[str] | None = None  # step ids this run will score (look-ahead stays inside); None: all
     operand_cap: int = codec.DEFAULT_MAX_BYTES  # bytes of encoded operand values a step's child may send
-    # --bench-grading-envs: each environment with its own targets table; empty: the running interpreter alone
+    # --bench-set grading_envs: each environment with its own targets table; empty: the running interpreter alone
     grading_envs: tuple[tuple[GradingEnv, TargetTable | RebuiltTable], ...] = ()
-    grading_all: bool = False  # --bench-grading-envs-all: grade in every environment even after one passed
+    grading_all: bool = False  # --bench-set=grading_envs_all=true: grade in every environment even after one passed
     connections: int = 1  # chains generated at once (this process's share of --bench-max-connections)
     # The samples this process holds (will run), in its order: their chains start ahead; None: a chain starts at
     # its problem's first step scored here.
@@ -174,7 +174,7 @@ class SciCodeRun:
         """Generate (or reuse) the code of step ``index`` (0-based) of ``problem`` and score it: the record.
 
         ``attempt`` (--bench-attempts) is an independent sample of the whole problem (its own memo, model
-        calls with sample_index attempt-1); ``retry`` > 0 (--bench-max-retries) first forgets the
+        calls with sample_index attempt-1); ``retry`` > 0 (--bench-set max_retries) first forgets the
         generations of this attempt that failed, so they are asked again (answers in the cache are reused)."""
         step = problem["sub_steps"][index]
         number = str(step["step_number"])
@@ -390,7 +390,7 @@ def step_fields(problem: dict[str, Any], index: int) -> dict[str, Any]:
 def blocked_record(problem: dict[str, Any], index: int, earlier: int, waited: Generated) -> dict[str, Any]:
     """The record of a step not run because an earlier step it builds on has no answer of the model: ``blocked``,
     naming that step (``blocked_by``). Scoring it against the missing function would make the endpoint's failure
-    the model's; it runs again on --bench-resume and --bench-max-retries, once the earlier step has its answer."""
+    the model's; it runs again on --bench-resume and --bench-set max_retries, once the earlier step has its answer."""
     number = str(problem["sub_steps"][index]["step_number"])
     waited_for = str(problem["sub_steps"][earlier]["step_number"])
     return {

@@ -56,7 +56,7 @@ IMPORTS = "import sys as _ab_sys, types as _ab_types, importlib.util as _ab_util
 
 # What a scoring child starts with (before the operand runtime and any code of the problem).
 SHIMS = IMPORTS + "\n" + LOADER + "\n" + COMPARE_BLOCK + "\n" + SIMPS_SHIM + "del _ab_load, _ab_name, _ab_cmp\n"
-# ... in a grading environment (--bench-grading-envs): no `simps`, so each environment's verdict is its own
+# ... in a grading environment (--bench-set grading_envs): no `simps`, so each environment's verdict is its own
 SHIMS_WITHOUT_SIMPS = IMPORTS + "\n" + LOADER + "\n" + COMPARE_BLOCK + "\n" + "del _ab_load, _ab_name, _ab_cmp\n"
 
 # What a code_interpreter run starts with: the same `simps`. (The tests' comparison helpers are for

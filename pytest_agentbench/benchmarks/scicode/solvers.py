@@ -20,8 +20,6 @@ from ...core.text import repair
 from ...models.oracle import OracleModel
 from . import script
 
-MODES = ("tool_use", "naive")  # of the chat harness (generate.py)
-
 
 @dataclass
 class Generated:
@@ -117,8 +115,8 @@ class ChatSolver:
         self.tool_loops = tool_loops
         self.tool_timeout = tool_timeout
         self.price = price  # models.price.Price: the step's calls are costed (None: not)
-        self.budget = budget  # USD one step's calls may cost (--bench-max-cost-per-item)
-        # code_interpreter runs of concurrent chains at once (--bench-tool-concurrency); each is its own sandboxed
+        self.budget = budget  # USD one step's calls may cost (--bench-set max_cost_per_item)
+        # code_interpreter runs of concurrent chains at once (--bench-set tool_concurrency); each is its own sandboxed
         # run through the environment (nothing is shared between them): the bound only keeps the cores busy
         self.tool_slots = threading.BoundedSemaphore(tool_concurrency) if tool_concurrency else None
 

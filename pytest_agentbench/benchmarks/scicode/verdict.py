@@ -389,7 +389,7 @@ def _over_limit(bounded: Bounded, limits: Limits, n: int) -> StepOutcome:
         what = f"comparisons exceeded the time limit of {limits.timeout:g} s (--bench-timeout)"
     elif bounded.ended == "memory":
         what = (
-            f"comparisons exceeded the memory limit of {limits.memory / GiB:g} GiB (--bench-memory-limit)"
+            f"comparisons exceeded the memory limit of {limits.memory / GiB:g} GiB (--bench-set memory_limit)"
             if limits.memory
             else "comparisons ran out of memory"
         )

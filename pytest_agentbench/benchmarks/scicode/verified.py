@@ -6,7 +6,7 @@ The dataset lives in ``<data dir>/scicode_verified/`` in the repository's own la
 files from ``raw.githubusercontent.com`` at ``REVISION``, the h5 from the release tagged ``data``. Before a run
 every file is checked against the manifest's md5 (the JSONL, each patch, the h5) and the manifest against this
 build's pins (version v2, the JSONL's and the h5's md5): any mismatch is a DataError naming the file and the fix,
-so the run ends with a usage error before any item. ``--bench-allow-custom-data`` lifts the pins (a manifest of
+so the run ends with a usage error before any item. ``--bench-set=allow_custom_data=true`` lifts the pins (a manifest of
 another version, a hand-made dataset in this layout), never the manifest's own md5s.
 
 The target patches are checked, not applied: the corrected h5 already holds every correction (the patches are
@@ -122,8 +122,9 @@ def load_manifest(data_dir: Path, *, custom_ok: bool) -> Manifest:
         raise DataError(
             f"SciCode-Verified: {path} is not dataset {VERSION}'s manifest (version {manifest.version}, "
             f"{PROBLEMS_NAME} md5 {manifest.problems_md5}, {H5_NAME} md5 {manifest.h5_md5}; this build pins "
-            f"{VERSION}, {PROBLEMS_MD5}, {H5_MD5}): restore the {VERSION} files, or pass --bench-allow-custom-data "
-            f"to run on this manifest's files (the report then says the manifest is custom)"
+            f"{VERSION}, {PROBLEMS_MD5}, {H5_MD5}): restore the {VERSION} files, or pass "
+            f"--bench-set=allow_custom_data=true to run on this manifest's files (the report then says the manifest "
+            f"is custom)"
         )
     return manifest
 
@@ -179,5 +180,5 @@ def h5_file(data_dir: Path, manifest: Manifest, stamp_dir: Path | None, h5: Path
     sha256, checked against the manifest's md5 (DataError otherwise)."""
     path = Path(h5) if h5 is not None else fetched(data_dir, H5_NAME)
     if not path.is_file():
-        raise DataError(f"SciCode-Verified: --bench-h5 {path} does not exist")
+        raise DataError(f"SciCode-Verified: --bench-set h5 {path} does not exist")
     return path, check(path, manifest.h5_md5, H5_NAME, stamp_dir)

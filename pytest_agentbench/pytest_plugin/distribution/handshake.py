@@ -96,7 +96,10 @@ def run_alone(config: pytest.Config) -> None:
 
 
 def role_of(config: pytest.Config) -> Role:
-    return config.stash[ROLE]
+    """This process's role: decided at configure time in a benchmark run; in a session without one (a test that
+    asks for the ``bench_model`` fixture), when first asked."""
+    role = config.stash.get(ROLE, None)
+    return role if role is not None else decide_role(config)
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ class RemoteInput:
     """What a worker on another host (``--tx ssh=...``/``socket=...``) gets besides the run: the controller's
     explicitly set run settings as command-line values (in memory only: they may hold the API key; paths are
     never among them), its host as the controller names it and the GPUs the probe found there, the liveness
-    bound (``--bench-host-timeout``) and the heartbeat channel (None only where no gateway exists, in a test)."""
+    bound (``--bench-set host_timeout``) and the heartbeat channel (None only where no gateway exists, in a test)."""
 
     settings: Mapping[str, Any]
     host: str

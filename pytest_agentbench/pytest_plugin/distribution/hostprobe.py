@@ -3,8 +3,7 @@ worker receives from its controller (``forwarded`` / ``apply_forwarded``).
 
 The controller runs ``SERVE_SOURCE`` on each new xdist gateway before its worker starts (execnet's
 ``remote_exec``, see remote.py), which runs ``main`` in a child python on the host: the host's name, cores, GPUs
-(``nvidia-smi -L``, or the test-only
-``AGENTBENCH_TEST_GPUS`` read there), whether a Docker engine answers, how children can be isolated and
+(``nvidia-smi -L``, read there), whether a Docker engine answers, how children can be isolated and
 whether that host's interpreter runs in its sandbox (the self-test, ``sandbox/selftest.py``), the
 installed plugin's version and build, and the data hashes of the selected benchmark and split computed
 from the host's own data dir. What a host gets of each option is the option's ``hosts`` rule: per-host paths
@@ -25,7 +24,7 @@ from importlib.metadata import version as dist_version
 from pathlib import Path
 from typing import Any
 
-from ...benchmarks.registry import available_benchmarks, get_benchmark
+from ...benchmarks.registry import get_benchmark
 from ...core import host
 from ...core.data import DataError
 from ...core.errors import ConfigError
@@ -162,7 +161,7 @@ def probe(request: Mapping[str, Any]) -> dict[str, Any]:
     hidden: dict[str, str] = {}
     bench = request.get("bench")
     if bench:
-        options = all_options(available_benchmarks())
+        options = all_options()
         try:
             opts = host_settings(options, request.get("settings") or {})
             hidden = private_folders(opts)

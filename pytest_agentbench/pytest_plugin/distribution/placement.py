@@ -19,7 +19,7 @@ Scheduling``; returned from ``pytest_xdist_make_scheduler``) on its own, touchin
   never takes them while some live worker has one (when none has, they go anywhere and end as env_error
   "no worker with a GPU", see remote.py, so they stay in the run's denominator);
 * once the run budget is spent (``--bench-max-cost``, counted on the records delivered: ``state.budget_stop``),
-  or the run's model errors in a row reached --bench-max-consecutive-errors (``state.error_stop``)
+  or the run's model errors in a row reached --bench-set max_consecutive_errors (``state.error_stop``)
   no unit goes out any more: the queue is dropped, its items are reported not run;
 * a worker that can take nothing more is told to finish, so it never waits on its last item; except with
   ``keep_free`` (remote workers, which are never replaced): then it is kept while another worker holds a

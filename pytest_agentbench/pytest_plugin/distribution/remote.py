@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 
-from ...benchmarks.registry import available_benchmarks
 from ...core import host
 from ...core import records as rec
 from ...core.types import Sample
@@ -51,7 +50,7 @@ from .hostprobe import (
 
 GPU_MARKER = "gpu"
 NO_GPU_WORKER = "no worker with a GPU"
-PINGS_PER_TIMEOUT = 4  # heartbeats (and ssh keep-alives) per --bench-host-timeout
+PINGS_PER_TIMEOUT = 4  # heartbeats (and ssh keep-alives) per --bench-set host_timeout
 CHANNEL_CLOSED = object()  # what a heartbeat channel's callback gets once the channel closes (execnet's endmarker)
 
 
@@ -205,7 +204,7 @@ class RemoteWorker:
         """The controller's run settings replace this host's before the plugin reads its options; the worker
         stops by itself once its controller has been silent for the host timeout."""
         self.gpus = len(host.gpus())
-        apply_forwarded(config.option, all_options(available_benchmarks()), self.remote.settings, self.gpus, os.environ)
+        apply_forwarded(config.option, all_options(), self.remote.settings, self.gpus, os.environ)
         channel = self.remote.heartbeat
         if channel is not None:
             timeout = self.remote.host_timeout
@@ -299,7 +298,7 @@ class RemoteHosts:
         self.config = config
         self.state = state
         self.note_host = note_host  # (worker, host): the run learns where a worker runs
-        self.settings = forwarded(all_options(available_benchmarks()), config.stash[SETTINGS])
+        self.settings = forwarded(all_options(), config.stash[SETTINGS])
         self.expected = {
             "version": version_of(PACKAGE),
             "build": host.package_build(),
@@ -346,7 +345,7 @@ class RemoteHosts:
         xc.drop_rsync_roots(self.config, lambda root: root.name in ("pytest", "_pytest"))
 
     def probe(self, gateway: Any) -> dict[str, Any]:
-        settings = probe_settings(all_options(available_benchmarks()), self.settings)  # no secret option's value
+        settings = probe_settings(all_options(), self.settings)  # no secret option's value
         request = {"bench": self.state.benchmark.name, "split": self.state.split, "settings": settings}
         try:
             channel = gateway.remote_exec(SERVE_SOURCE)
@@ -526,7 +525,7 @@ def version_refusal(
     worker: str, label: str, caps: dict[str, Any], controller: dict[str, str | None], allow_skew: bool
 ) -> str | None:
     """A host whose protocol (pytest, pytest-xdist, execnet) or verdict (numpy, scipy, h5py) packages differ
-    from the controller's is refused with the differences, unless --bench-allow-version-skew."""
+    from the controller's is refused with the differences, unless --bench-set=allow_version_skew=true."""
     if allow_skew or "versions" not in caps:
         return None
     diff = version_differences(caps["versions"], controller)
@@ -535,7 +534,7 @@ def version_refusal(
     return (
         f"agentbench: worker {worker} on {label} has other package versions than the controller "
         f"({'; '.join(diff)}): install the controller's versions on the worker host, or pass "
-        f"--bench-allow-version-skew to run anyway (verdicts may then differ between hosts)"
+        f"--bench-set=allow_version_skew=true to run anyway (verdicts may then differ between hosts)"
     )
 
 

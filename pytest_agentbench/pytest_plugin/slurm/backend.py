@@ -1,9 +1,9 @@
 """``--bench-backend=slurm``: the session collects as usual, then submits one job array element per task
-instead of running items, and (unless ``--bench-detach``) takes each task's package in as it arrives, so
+instead of running items, and (unless ``--bench-set=detach=true``) takes each task's package in as it arrives, so
 items pass or fail, records are written and progress shows as in a local run.
 
 Before anything is submitted: settings.json is written (each job restores the run from it), the API key goes
-to a 0600 file in the spool (``--bench-slurm-key=file``; never into a job script or the environment Slurm
+to a 0600 file in the spool (``--bench-set=slurm_key=file``; never into a job script or the environment Slurm
 stores), and one small job must be able to write into the run folder (the nodes share it), else exit 4. An
 impossible request (more GPUs or memory than any node has) is refused by ``sbatch``: exit 4 with its message.
 A task whose job ended without a package gets a ``lost`` record naming the job, its state and node;
@@ -23,7 +23,6 @@ import pytest
 
 from ...backends.slurm import commands as slurm
 from ...backends.slurm import spool
-from ...benchmarks.registry import available_benchmarks
 from ...core.jobs import JobRequest
 from ...core.options import view
 from ..collect import BenchItem
@@ -75,7 +74,7 @@ class SlurmBackend:
         write_run_settings(self.config, state)
         folder = spool.spool_dir(state.run_dir)
         (folder / "logs").mkdir(parents=True, exist_ok=True)
-        secret = [o for o in all_options(available_benchmarks()) if o.secret]
+        secret = [o for o in all_options() if o.secret]
         values = {o.name: str(opts[o.name]) for o in secret if opts.get(o.name)}
         if values and mine.slurm_key == "file":
             slurm.write_secret(folder, values)

@@ -30,7 +30,6 @@ import pytest
 
 from ...backends.slurm import commands as slurm
 from ...backends.slurm import spool
-from ...benchmarks.registry import available_benchmarks
 from ...core import records as rec
 from ...core.options import Option
 from ...report.resume import stored_cwd, write_settings_once
@@ -349,8 +348,8 @@ class SecretValues:
 
 
 def read_secret(run_dir: Path) -> SecretValues:
-    """The secret option values the run left for its jobs (``--bench-slurm-key=file``), as a plugin."""
-    options = all_options(available_benchmarks())
+    """The secret option values the run left for its jobs (``--bench-set=slurm_key=file``), as a plugin."""
+    options = all_options()
     legacy = [o.name for o in options if o.secret and o.env]
     values = slurm.read_secret(spool.spool_dir(run_dir) / spool.SECRET_FILE, legacy)
     return SecretValues(values, options)
