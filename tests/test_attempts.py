@@ -37,15 +37,15 @@ def records_of(pytester) -> list[dict]:
 def test_categories_select_report_and_refuse_unknown_names(tiny, pytester, shared_data):
     categorized = tiny_problems(categories=("physics", "physics", "chemistry"))
     write_dataset(pytester.path, shared_data, problems=categorized)  # same folder as tiny's data
-    only = tiny("--bench-category=chemistry", "--collect-only", "-q")
+    only = tiny("--bench-set=category=chemistry", "--collect-only", "-q")
     assert only.ret == 0
     assert re.findall(r"scicode/\S+", only.stdout.str()) == ["scicode/3::3.1"]
-    union = tiny("--bench-category=chemistry,physics", "--collect-only", "-q")
+    union = tiny("--bench-set=category=chemistry,physics", "--collect-only", "-q")
     assert "5 tests collected" in union.stdout.str()
-    unknown = tiny("--bench-category=biology")
+    unknown = tiny("--bench-set=category=biology")
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR
     unknown.stderr.fnmatch_lines(
-        ["*unknown SciCode category biology in --bench-category; categories present: chemistry, physics (or all)*"]
+        ["*unknown SciCode category biology in --bench-set category; categories present: chemistry, physics (or all)*"]
     )
 
     result = tiny(broken="1.2")  # default: all categories
@@ -70,7 +70,7 @@ def test_categories_select_report_and_refuse_unknown_names(tiny, pytester, share
 def test_official_data_is_all_unclassified(bench):
     every = bench("--bench=scicode", "--bench-split=validation", "--collect-only", "-q")
     unclassified = bench(
-        "--bench=scicode", "--bench-split=validation", "--bench-category=unclassified", "--collect-only", "-q"
+        "--bench=scicode", "--bench-split=validation", "--bench-set=category=unclassified", "--collect-only", "-q"
     )
     assert every.ret == unclassified.ret == 0
     ids = re.findall(r"scicode/\S+", every.stdout.str())

@@ -81,7 +81,7 @@ def test_options_keep_their_flags_ini_keys_and_defaults():
         "agent": ("--bench-agent", "agentbench_agent", "builtin", "core-bench"),
         "agent_command": ("--bench-set agent_command", "agentbench_agent_command", None, "core-bench"),
     }
-    assert [o.negative_flag for o in CORE_BENCH_OPTIONS if o.negatable] == ["--bench-set=hints=false"]
+    assert [o.negative_flag for o in CORE_BENCH_OPTIONS if o.negatable] == ["--no-bench-hints"]
 
 
 def test_configure_gives_the_effective_settings(tmp_path):

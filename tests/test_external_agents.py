@@ -133,7 +133,7 @@ def test_command_agent_that_cannot_reach_the_endpoint_directly(pytester, tmp_pat
         "reach",
         "--bench-agent=command",
         f"--bench-set=agent_command={command}",
-        "--bench-keep-workspaces",
+        "--bench-set=keep_workspaces=true",
     )
     assert (Path(record["workspace"]) / "reached.txt").read_text().strip() != "0"
     assert server.requests == []

@@ -28,7 +28,7 @@ def test_every_path_option_is_covered():
         "--bench-cache-dir",
         "--bench-resume",
         "--bench-baseline",
-        "--bench-set h5",
+        "--bench-h5",
         "--bench-capsules-dir",
     } <= flags
 

@@ -43,7 +43,7 @@ def run_script(name: str, *args: str, cwd: Path, timeout: float = 900) -> str:
 
 def test_every_perf_script_has_a_smoke_run():
     smoked = {"collection_time.py", "docker_tool_calls.py", "model_concurrency.py", "scoring_speed.py"}
-    smoked |= {"slurm_timing.py"}
+    smoked |= {"slurm_timing.py", "plugin_overhead.py", "first_request.py"}
     assert {p.name for p in PERF.glob("*.py")} == smoked, "a new perf/ script needs a smoke run in this module"
 
 
@@ -108,3 +108,16 @@ def test_slurm_timing(tmp_path):
     output = run_script("slurm_timing.py", "--ids=1", f"--work={tmp_path / 'work'}", cwd=tmp_path)
     assert "whole detached pytest command" in output
     assert "collect:" in output
+
+
+@pytest.mark.slow
+def test_plugin_overhead(tmp_path):
+    output = run_script("plugin_overhead.py", "--pairs", "1", cwd=tmp_path)
+    assert "agentbench: wall" in output and "heavy libraries:" in output
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_first_request(tmp_path):
+    output = run_script("first_request.py", "--runs", "1", "--ids", "1", f"--cache={tmp_path / 'cache'}", cwd=tmp_path)
+    assert "start to first model request, median of 1:" in output

@@ -340,7 +340,7 @@ def cores() -> int:
 
 
 def select_categories(problems: list[tuple[str, dict[str, Any]]], names: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The problems of the categories ``names`` (--bench-category; "all" or nothing keeps every problem).
+    """The problems of the categories ``names`` (--bench-set category; "all" or nothing keeps every problem).
     An unknown name is a ConfigError listing the categories present."""
     wanted = {str(n).strip() for n in names if str(n).strip()}
     if not wanted or ALL_CATEGORIES in wanted:
@@ -350,7 +350,7 @@ def select_categories(problems: list[tuple[str, dict[str, Any]]], names: Any) ->
     if unknown:
         raise ConfigError(
             f"unknown SciCode categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} in "
-            f"--bench-category; categories present: {', '.join(present)} (or all)"
+            f"--bench-set category; categories present: {', '.join(present)} (or all)"
         )
     return [(split, p) for split, p in problems if dataset.category_of(p) in wanted]
 

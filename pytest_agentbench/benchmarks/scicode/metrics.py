@@ -91,7 +91,7 @@ CATEGORY_KEYS = ("problems", "problems_resolved", "main", "steps", "steps_passed
 
 
 def category_metrics(records: list[Record], categories: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """Both headline metrics per category (--bench-category), categories in name order."""
+    """Both headline metrics per category (--bench-set category), categories in name order."""
     groups: dict[str, list[Record]] = defaultdict(list)
     for record in records:
         groups[record.get("category") or categories.get(record.task) or UNCLASSIFIED].append(record)

@@ -150,6 +150,7 @@ OPTIONS = (
         metavar="NAME[,NAME...]",
         help="SciCode: run only the problems of these categories (exact match on a problem's category "
         "field; a problem without one is 'unclassified'; a list takes the union; default all).",
+        shown=False,
     ),
     Option(
         "grading_envs",
