@@ -103,10 +103,14 @@ else:  # no PID namespace: a subreaper, so whatever the script orphans stays our
     become_subreaper()
 if spec.get("isolation"):  # alone in the run's PID namespace: its end ends every process of the run
     from pytest_agentbench.sandbox.jail import trace_me, wait_ending_namespace
+    from pytest_agentbench.sandbox import syscalls
+    code = syscalls.program()
 pid = os.fork()
 if pid == 0:
     if spec.get("isolation"):
         trace_me()
+        if code is not None:  # after trace_me: the filter refuses ptrace, which the launcher's watch needs
+            syscalls.install(code)
     os.execve(sys.executable, [sys.executable, "main.py"], spec["env"])
 if spec.get("isolation"):
     status = wait_ending_namespace(pid)
@@ -176,6 +180,7 @@ class SubprocessExecutor:
                 # tell a venv's site folders, and its child must find them under its fresh /tmp too
                 spec.update(
                     isolation=self.isolation.mode,
+                    filter_script=True,
                     work=str(work),
                     status_fd=status_write,
                     bind=[".stdout", ".stderr", *(collect or {})],

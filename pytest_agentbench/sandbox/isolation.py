@@ -759,6 +759,7 @@ def enter_child(
     needed: Sequence[str] | None = None,
     links: Sequence[Sequence[str]] | None = None,
     seccomp: bytes | None = None,
+    filter_later: bool = False,
 ) -> list[str]:
     """In the child, before any model code: private mounts, the work folder, then no privileges, its own user
     namespace and the seccomp filter (``drop_privileges``, whose list of what the machine did not allow it
@@ -822,7 +823,7 @@ def enter_child(
             for name in (root, *(os.path.join(root, n) for n in dirs + names)):
                 if root != str(work) or os.path.basename(name) not in bind:
                     os.lchown(name, SANDBOX_UID, SANDBOX_GID)
-    return drop_privileges(mode, seccomp)
+    return drop_privileges(mode, seccomp, filter_later=filter_later)
 
 
 def _python_again(keep: Mapping[str, int], links: Sequence[tuple[str, str]], where: Callable[[str], bool]) -> None:
@@ -854,6 +855,9 @@ def enter_isolated_jail(spec: dict[str, Any]) -> None:
         bind=spec.get("bind", (".stdout", ".stderr")),
         needed=spec.get("needed"),
         links=spec.get("links"),
+        # the launcher traces its script to end the run's other processes at the script's exit: the filter, which
+        # refuses ptrace, goes on the script (after it asked to be traced), not on the launcher
+        filter_later=bool(spec.get("filter_script")),
     )
     if mode != "root":  # in its own user namespace RLIMIT_NPROC counts this run only
         apply_child_limits(limits)
@@ -879,7 +883,7 @@ def _copy_tree(fd: int, dest: Path, skip: set[str]) -> None:
                 shutil.copyfileobj(src, out)
 
 
-def drop_privileges(mode: str, seccomp: bytes | None = None) -> list[str]:
+def drop_privileges(mode: str, seccomp: bytes | None = None, *, filter_later: bool = False) -> list[str]:
     """Become uid ``SANDBOX_UID`` of a user namespace of the run's own, with no capabilities and no way to gain
     any, behind the seccomp filter ``seccomp`` (default: ``syscalls.program()``, compiled here).
 
@@ -904,7 +908,7 @@ def drop_privileges(mode: str, seccomp: bytes | None = None) -> list[str]:
     code = seccomp if seccomp is not None else syscalls.program()
     if code is None:
         missing.append(f"no seccomp filter ({syscalls.unavailable()})")
-    else:
+    elif not filter_later:  # later: a launcher that runs no model code filters the script it starts instead
         syscalls.install(code)
     return missing
 
