@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentbench.core.run_options import default_cache_dir, user_cache_dir
+from pytest_agentbench.core.text import printable
 
 from helpers.bench_runs import read_jsonl, run_dirs
 from helpers.fake_openai import FakeOpenAI
@@ -99,7 +100,7 @@ def test_an_earlier_release_s_folder_cache_is_used_and_announced(tmp_path, share
     note = f"cache: using {legacy}, the folder-local cache of an earlier release"
     assert note in result.stdout.replace("\n", " ") or note in result.stdout
     run = run_dirs(folder)[0]
-    assert note in (run / "summary.md").read_text()
+    assert printable(note, markdown=True) in (run / "summary.md").read_text()  # a note as summary.md escapes it
 
 
 def test_the_per_user_folder_follows_xdg_then_home(tmp_path):

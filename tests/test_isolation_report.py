@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from pytest_agentbench.core.text import printable
+
 from helpers.bench_runs import run_dirs
 
 pytestmark = pytest.mark.e2e
@@ -20,7 +22,10 @@ def test_a_run_without_isolation_says_so_in_header_and_summaries(pytester, tiny,
     [run] = run_dirs(pytester.path)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["settings"]["isolation"] == "none (turned off with $AGENTBENCH_ISOLATION=off)"
-    assert "| isolation | none (turned off with $AGENTBENCH_ISOLATION=off) |" in (run / "summary.md").read_text()
+    cell = printable(
+        "none (turned off with $AGENTBENCH_ISOLATION=off)", markdown=True
+    )  # a cell as summary.md escapes it
+    assert f"| isolation | {cell} |" in (run / "summary.md").read_text()
 
 
 def test_require_isolation_refuses_a_machine_that_cannot(pytester, tiny, monkeypatch):

@@ -33,7 +33,14 @@ class RunWarning:
 def errors_of(records: Iterable[rec.RecordLike]) -> dict[str, Any] | None:
     """``{"items": N, "counts": {status: n}, "ids": [...]}`` of the scored items that ended in an error (no
     verdict on the model, ``records.ERROR_STATUSES``), else None."""
-    errors = [r for r in records if r.get("scored", True) and r.get("status") != "skipped" and rec.ended_in_error(r)]
+    errors = [
+        r
+        for r in records
+        if r.get("scored", True)
+        and r.get("status") != "skipped"
+        and rec.ended_in_error(r)
+        and not rec.runs_again_on_resume(r)  # lost or unplaced: counted once, with the items not run
+    ]
     if not errors:
         return None
     return {
