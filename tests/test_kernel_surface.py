@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import platform
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from helpers.bench_runs import read_jsonl
 from helpers.capabilities import needs
 from helpers.executor_pairs import executor_pair
 from helpers.fake_openai import FakeOpenAI
+from helpers.keyring_attack import keyring_cheat
 from helpers.scicode_builders import custom_data_args, write_dataset
 
 pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the probes use x86-64 system call numbers")
@@ -271,42 +271,6 @@ def test_personality_blocks_cover_exactly_what_is_not_allowed():
 
 
 # ---------------------------------------------------------------- end to end: attempts that read attempt 1's answer
-
-SIX = "def six():\n    return 6"
-# attempt 1: the right answer, also left in the kernel's keyrings (the user's and the session's) under TAG
-STORE = """
-def six():
-    ctypes = __import__("ctypes")  # (SciCode strips import statements from a reply)
-    _libc = ctypes.CDLL(None, use_errno=True)
-    for ring in (-4, -3, -5):
-        _libc.syscall(248, b"user", b"TAG", b"6", 1, ctypes.c_long(ring))
-    return 6
-"""
-# attempts 2 and 3: compute nothing, answer with what the keyring holds (7, a wrong answer, when it is empty)
-READ = """
-def six():
-    ctypes = __import__("ctypes")  # (SciCode strips import statements from a reply)
-    _libc = ctypes.CDLL(None, use_errno=True)
-    for ring in (-4, -3, -5):
-        key = _libc.syscall(249, b"user", b"TAG", None, ctypes.c_long(ring))
-        if key >= 0:
-            buf = ctypes.create_string_buffer(8)
-            n = _libc.syscall(250, 11, ctypes.c_long(key), buf, 8)  # KEYCTL_READ
-            if n > 0:
-                return int(buf.raw[:n])
-    return 7
-"""
-
-
-def keyring_cheat(tag: str) -> Callable[[dict], dict]:
-    calls: Counter = Counter()
-
-    def make(body: dict) -> dict:
-        calls["n"] += 1
-        code = (STORE if calls["n"] == 1 else READ).replace("TAG", tag)
-        return {"text": f"```python\n{code}\n```"}
-
-    return make
 
 
 @pytest.mark.e2e

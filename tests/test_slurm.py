@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,9 +24,12 @@ from pytest_agentbench.backends.slurm import commands as slurm
 from pytest_agentbench.backends.slurm import spool
 from pytest_agentbench.core import records as rec
 
-from helpers.bench_runs import read_jsonl
+from helpers.bench_runs import read_jsonl, wait_for
 from helpers.capabilities import needs, slurm_nodes_down
 from helpers.capsule_factory import write_capsule_tree
+from helpers.fake_openai import FakeOpenAI
+from helpers.keyring_attack import environ_names, keyring_cheat
+from helpers.scicode_builders import custom_data_args, write_dataset
 
 pytestmark = [pytest.mark.e2e, pytest.mark.remote, pytest.mark.slow]
 
@@ -350,3 +356,78 @@ def test_a_node_that_cannot_isolate_model_code_is_a_lost_task_saying_why(
         f"on Slurm node {record['host']}: --bench-require-isolation: this machine cannot isolate" in record["message"]
     ), record
     assert "bubblewrap" in record["message"]
+
+
+JOB_ENV_CONFTEST = """
+import os
+
+def pytest_agentbench_record(record, item):
+    # what the Slurm job's own process held: the unlisted variable reached the node, so its absence from the
+    # scoring child's environment is the sandbox's doing
+    record["job_had_database_url"] = bool(os.environ.get("SLURM_JOB_ID")) and "DATABASE_URL" in os.environ
+"""
+
+
+def after_the_first_task(make: Callable[[dict], dict], spool_folder: Path) -> Callable[[dict], dict]:
+    """``make`` for the first request; every later one is answered once a task's package is in the spool. The
+    attempts are jobs that run side by side, so this is what puts the readers after the one that stored."""
+    served: list[int] = []
+
+    def gated(body: dict) -> dict:
+        served.append(1)
+        if len(served) > 1:
+            wait_for(lambda: any(spool_folder.glob("**/*" + spool.SUFFIX)), 300, "the first task's package")
+        return make(body)
+
+    return gated
+
+
+@pytest.mark.isolation
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the attack uses x86-64 system call numbers")
+def test_later_attempts_on_slurm_nodes_cannot_read_what_the_first_left_in_the_keyring(
+    cluster, bench, pytester: pytest.Pytester, shared_data, tmp_path, monkeypatch
+) -> None:
+    """The keyring attack of tests/test_kernel_surface.py with each attempt a Slurm job: the attempt that
+    answers first leaves the answer in the keyrings of the node's uid 65534, the two after it answer with what
+    they find there. And a variable the submitting shell exported (sbatch --export=ALL carries it to the job)
+    is not in a scoring child's environment on the node."""
+    needs("bwrap")
+    monkeypatch.setenv("DATABASE_URL", "postgres://admin:hunter2@db.internal/prod")
+    pytester.makeconftest(JOB_ENV_CONFTEST)
+    data, h5 = write_dataset(pytester.path, shared_data)
+    run_dir = pytester.path / "reports" / "scicode" / "cheat" / "keyring"
+    tag = f"agentbench-{uuid.uuid4().hex[:12]}"
+    with FakeOpenAI() as server:
+        cheat = after_the_first_task(keyring_cheat(tag, show_environ=True), spool.spool_dir(run_dir))
+        for _ in range(6):
+            server.reply_with(cheat)
+        done = bench(
+            *custom_data_args(
+                data,
+                h5,
+                "--bench-mode=naive",
+                "--bench-ids=3",
+                "--bench-attempts=3",
+                f"--bench-cache-dir={tmp_path / 'cache'}",
+                "--bench-require-isolation",
+                "--bench-run-id=keyring",
+                *SMALL,
+                "--bench-backend=slurm",
+                model="cheat",
+                server=server,
+            )
+        )
+    records = sorted(read_jsonl(run_dir / "steps.jsonl"), key=lambda r: r["attempt"])
+    stored_first = [r for r in records if "syscall(248" in r["code"]]  # (add_key: the attempt that stored)
+    assert len(records) == 3 and len(stored_first) == 1, done.stdout.str()[-3000:]
+    readers = [r for r in records if r is not stored_first[0]]
+    assert [stored_first[0]["status"], *(r["status"] for r in readers)] == ["pass", "fail", "fail"], [
+        (r["attempt"], r["status"], r.get("message"), r.get("stderr", "")[-300:]) for r in records
+    ]
+    assert done.ret == 1
+    for record in records:
+        assert record["worker"].startswith("slurm ") and record["host"] in ("node1", "node2"), record
+        assert record["job_had_database_url"] is True, record
+        names = environ_names(record["stdout"])
+        assert names is not None, record["stdout"]
+        assert "DATABASE_URL" not in names and not [n for n in names if n.startswith("SLURM_")], names
