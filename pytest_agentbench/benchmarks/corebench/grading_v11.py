@@ -34,10 +34,10 @@ from .scorer import (
     CapsuleScore,
     IncomparableValue,
     QuestionVerdict,
-    is_figure_question,
     normalize_reported,
     prediction_interval,
     question_kinds,
+    settle,
     short_repr,
 )
 
@@ -207,43 +207,12 @@ def score_report_v11(gold: Any, report: Any, capsule_id: str = "", *, upstream_a
         expected[question] = list(widened)
         evidence[question] = {"interval": list(interval), "decimals": d, "tolerance": tolerance}
 
-    verdicts = {
-        q: QuestionVerdict(
-            question=q,
-            kind=kind,
-            figure=is_figure_question(q),
-            answered=q in report,
-            submitted=report.get(q),
-            expected=expected[q],
-            correct=False,
-            note=None if q in report else "missing",
-            evidence=evidence.get(q),
+    def judge_one(verdict: QuestionVerdict, key: str) -> None:
+        verdict.correct, verdict.rule = judge(
+            verdict.kind, normalized[key], key, bounds, reference, string_aliases, list_aliases
         )
-        for q, kind in kinds.items()
-    }
-    score = CapsuleScore(verdicts=list(verdicts.values()))
-    if unusable:
-        for question, why in unusable.items():
-            verdicts[question].note = why
-        if upstream_abort:  # upstream computes every interval first: one failure gives 0 correct
-            score.error = f"{next(iter(unusable))!r}: {next(iter(unusable.values()))}"
-            return score
-    for key in report:  # report order: it matters only for upstream's abort
-        verdict = verdicts.get(key)
-        if verdict is None or key in unusable:
-            continue
-        if score.aborted_at is not None:
-            verdict.note = f"not scored: upstream stops at the first value that raises ({score.aborted_at!r})"
-            continue
-        try:
-            verdict.correct, verdict.rule = judge(
-                verdict.kind, normalized[key], key, bounds, reference, string_aliases, list_aliases
-            )
-        except IncomparableValue as exc:
-            verdict.note = str(exc)
-            if upstream_abort:
-                score.aborted_at = key
-    return score
+
+    return settle(kinds, report, expected, unusable, judge_one, upstream_abort=upstream_abort, evidence=evidence)
 
 
 def judge(

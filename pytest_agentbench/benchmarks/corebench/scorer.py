@@ -27,7 +27,7 @@ import os
 import re
 import stat
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -244,6 +244,26 @@ def score_report(gold: Any, report: Any, *, upstream_abort: bool = False) -> Cap
             continue
         expected[question] = list(intervals[question])
 
+    def judge_one(verdict: QuestionVerdict, key: str) -> None:
+        verdict.correct = _judge(verdict.kind, normalized[key], reference[key], intervals.get(key))
+
+    return settle(kinds, report, expected, unusable, judge_one, upstream_abort=upstream_abort)
+
+
+def settle(
+    kinds: Mapping[str, str],
+    report: Mapping[str, Any],
+    expected: Mapping[str, Any],
+    unusable: Mapping[str, str],
+    judge_one: Callable[[QuestionVerdict, str], None],
+    *,
+    upstream_abort: bool,
+    evidence: Mapping[str, Any] | None = None,
+) -> CapsuleScore:
+    """The verdicts of one capsule, as upstream reaches them under either rule set: one verdict per question, the
+    ``unusable`` questions noted (with ``upstream_abort`` none is scored), then the reported keys judged in report
+    order by ``judge_one`` (it sets the verdict's fields, or raises IncomparableValue, which with
+    ``upstream_abort`` leaves every later key unscored)."""
     verdicts: dict[str, QuestionVerdict] = {
         q: QuestionVerdict(
             question=q,
@@ -254,6 +274,7 @@ def score_report(gold: Any, report: Any, *, upstream_abort: bool = False) -> Cap
             expected=expected[q],
             correct=False,
             note=None if q in report else "missing",
+            evidence=(evidence or {}).get(q),
         )
         for q, kind in kinds.items()
     }
@@ -270,15 +291,13 @@ def score_report(gold: Any, report: Any, *, upstream_abort: bool = False) -> Cap
     # report order matters only for upstream's abort: later keys are never looked at
     for key in report:
         verdict = verdicts.get(key)
-        if verdict is None:
-            continue  # not a question: ignored
+        if verdict is None or key in unusable:
+            continue  # not a question (ignored), or noted above
         if score.aborted_at is not None:
-            verdict.note = f"not scored: upstream stops at the first incomparable value ({score.aborted_at!r})"
-            continue
-        if key in unusable:
+            verdict.note = f"not scored: upstream stops at the first value that raises ({score.aborted_at!r})"
             continue
         try:
-            verdict.correct = _judge(verdict.kind, normalized[key], reference[key], intervals.get(key))
+            judge_one(verdict, key)
         except IncomparableValue as exc:
             verdict.note = str(exc)
             if upstream_abort:
