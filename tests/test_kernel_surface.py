@@ -340,6 +340,20 @@ def test_this_machine_denies_every_kernel_surface(isolation):
     assert "own user namespace per run, seccomp filter" in isolation.describe()
 
 
+def test_the_probe_reports_what_its_child_measured_not_what_was_asked():
+    """A child still in its parent's user namespace, or not filtering, is reported even when setting it up raised
+    nothing (a kernel that ignores the request); what drop_privileges already reported is not said twice."""
+    from pytest_agentbench.sandbox.isolation import measured_shortfalls
+
+    filtered = "Name:\tpython3\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t1\n"
+    assert measured_shortfalls([], "user:[4026531837]", "user:[4026532999]", filtered) == []
+    shared = measured_shortfalls([], "user:[4026531837]", "user:[4026531837]", filtered)
+    assert shared == ["no user namespace per run (measured: the child is in user:[4026531837], its parent's)"]
+    unfiltered = measured_shortfalls([], "user:[1]", "user:[2]", filtered.replace("Seccomp:\t2", "Seccomp:\t0"))
+    assert unfiltered == ["no seccomp filter (measured: Seccomp: 0 in /proc/self/status)"]
+    assert measured_shortfalls(["no seccomp filter (libseccomp is missing)"], "a", "b", "Seccomp:\t0\n") == []
+
+
 def test_the_settings_page_lists_the_names_that_pass():
     from pytest_agentbench.sandbox.limits import passed_env_names
 

@@ -257,6 +257,7 @@ def _probe() -> Isolation:
 def self_test() -> None:
     """Run inside the probe's sandbox: make one child exactly as the executors do and check it."""
     mode = sys.argv[-1]
+    parent_users = os.readlink("/proc/self/ns/user")
     own = os.open("/proc/self/ns/pid", os.O_RDONLY)
     space = RunNamespace(own)
     read, write = os.pipe()
@@ -267,6 +268,9 @@ def self_test() -> None:
             os.makedirs("/tmp/agentbench-probe/sub")
             Path("/tmp/agentbench-probe/sub/main.py").write_text("pass")
             missing = enter_child(mode, work="/tmp/agentbench-probe", disk=1 << 20, bind=())
+            missing += measured_shortfalls(
+                missing, parent_users, os.readlink("/proc/self/ns/user"), Path("/proc/self/status").read_text()
+            )
             ok = (
                 os.getuid() == SANDBOX_UID
                 and os.getppid() == 0
@@ -286,6 +290,20 @@ def self_test() -> None:
     if not answer.startswith("isolated"):
         sys.exit(answer)
     print(answer)
+
+
+def measured_shortfalls(reported: Sequence[str], parent_users: str, child_users: str, status: str) -> list[str]:
+    """What the child measured of its own kernel surface and ``drop_privileges`` did not already report: a user
+    namespace that is its parent's (``/proc/self/ns/user`` links), a seccomp mode other than filtering
+    (``Seccomp:`` of ``/proc/self/status``). The ``isolation:`` line states what a child has, not what was asked."""
+    found: list[str] = []
+    said = " ".join(reported)
+    if child_users == parent_users and "user namespace" not in said:
+        found.append(f"no user namespace per run (measured: the child is in {child_users}, its parent's)")
+    mode = next((line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("Seccomp:")), "")
+    if mode != "2" and "seccomp" not in said:
+        found.append(f"no seccomp filter (measured: Seccomp: {mode or 'not reported'} in /proc/self/status)")
+    return found
 
 
 # ---------------------------------------------------------------- the sandbox process (bwrap)
