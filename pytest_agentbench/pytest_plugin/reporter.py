@@ -357,13 +357,16 @@ class RunsReport:
             first = self.reporters[0].state
             title = f"{first.benchmark.name} · {first.split} · run {first.run_dir.name}"
             alpha = first.gates.alpha if first.gates is not None else 0.05
-            self.written = write_models_reports(self.folder, self.rows, title, compared_with_first(runs), alpha)
+            allow = bool(first.gates is not None and first.gates.allow_incomparable)
+            pairs = compared_with_first(runs, allow_incomparable=allow)
+            self.written = write_models_reports(self.folder, self.rows, title, pairs, alpha)
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         if not self.rows:
             return
-        terminalreporter.write_sep("=", f"agentbench: {len(self.rows)} models compared")
+        what = "runs" if len({row.agent for row in self.rows}) > 1 else "models"
+        terminalreporter.write_sep("=", f"agentbench: {len(self.rows)} {what} compared")
         for line in render_models(self.rows):
             terminalreporter.write_line(line)
         failed = [
@@ -373,12 +376,13 @@ class RunsReport:
         ]
         if failed:
             terminalreporter.write_line(
-                f"agentbench gates FAILED for model(s): {', '.join(map(str, failed))} (exit code {self.exit_code})",
+                f"agentbench gates FAILED for {what[:-1]}(s): {', '.join(map(str, failed))} "
+                f"(exit code {self.exit_code})",
                 red=True,
                 bold=True,
             )
         if self.written is not None:
-            terminalreporter.write_line(f"models compared: {self.written[0]} (and {self.written[1].name})")
+            terminalreporter.write_line(f"{what} compared: {self.written[0]} (and {self.written[1].name})")
 
 
 def is_bench_node(nodeid: str, state: BenchState) -> bool:
