@@ -163,3 +163,22 @@ def test_an_unknown_agent_in_the_run_file_is_a_usage_error_naming_its_line(pytes
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert "agents.yaml:" in err and "unknown agent 'codx'" in err and "codex" in err, err
+
+
+def test_under_xdist_each_run_is_written_and_one_run_resumes_alone(pytester, tmp_path, server, run_file):
+    """Workers route each record to its run; a run's folder is then resumed as that run alone (its agent's
+    settings come back from its settings.json and the run file's entry)."""
+    needs("bwrap")
+    for _ in range(4):
+        server.reply_with(answering)
+    result = run(pytester, "-n", "2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()[-3000:]
+    assert [r["status"] for r in records_of(tmp_path, RUNS[0])] == ["pass"]
+    assert [r["status"] for r in records_of(tmp_path, RUNS[1])] == ["fail"]
+    assert {r["worker"] for name in RUNS for r in records_of(tmp_path, name)} <= {"gw0", "gw1"}
+    assert "2 runs compared" in result.stdout.str()
+    folder = tmp_path / "reports" / "core-bench" / FOLDERS[RUNS[1]] / "pair"
+    resumed = run(pytester, f"--bench-resume={folder}")
+    out = resumed.stdout.str()
+    assert "agent command" in out and "runs compared" not in out, out[-3000:]
+    assert records_of(tmp_path, RUNS[1])[0]["status"] == "fail" and len(server.requests) == 2  # nothing ran again
