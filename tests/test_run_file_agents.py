@@ -182,3 +182,11 @@ def test_under_xdist_each_run_is_written_and_one_run_resumes_alone(pytester, tmp
     out = resumed.stdout.str()
     assert "agent command" in out and "runs compared" not in out, out[-3000:]
     assert records_of(tmp_path, RUNS[1])[0]["status"] == "fail" and len(server.requests) == 2  # nothing ran again
+
+
+def test_agents_in_a_run_file_of_a_benchmark_without_agents_is_a_usage_error(pytester, run_file):
+    run_file.write_text(run_file.read_text().replace("bench: core-bench,", "bench: scicode,"))
+    result = run(pytester, "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "agents.yaml:7: agents: choose the agent of --bench=core-bench" in err and "--bench=scicode" in err, err

@@ -245,6 +245,7 @@ def several_runs(config: pytest.Config, options: tuple[Option, ...], opts: Setti
     run_file = load_run_file(found, options)
     if run_file is None or opts.resume or opts.replay:
         return {}
+    check_agents_apply(run_file, options, opts.bench)
     pairs = run_file.runs(found.cli.get("model"), found.cli.get("agent"))
     if len(pairs) < 2:
         return {}
@@ -258,6 +259,16 @@ def several_runs(config: pytest.Config, options: tuple[Option, ...], opts: Setti
     except OptionError as exc:
         raise pytest.UsageError(f"agentbench: {exc}") from None
     return out
+
+
+def check_agents_apply(run_file: runfile.RunFile, options: tuple[Option, ...], bench: str | None) -> None:
+    """A run file's ``agents:`` belongs to the benchmark that declares the agent option (a usage error else)."""
+    owner = by_name(options)["agent"].owner if run_file.agents else None
+    if owner and bench and owner != bench:
+        raise pytest.UsageError(
+            f"agentbench: {run_file.where(run_file.agents[0].line)}: agents: choose the agent of --bench={owner}; "
+            f"--bench={bench} has no agents to choose (remove the agents: section, or run --bench={owner})"
+        )
 
 
 def load_run_file(found: Sources, options: tuple[Option, ...]) -> runfile.RunFile | None:
