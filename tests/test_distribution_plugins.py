@@ -205,7 +205,7 @@ def full_input(heartbeat: object = None) -> WorkerInput:
     return WorkerInput(
         run_dir=Path("/reports/scicode/m/run-1"),
         only_bench=False,
-        model_run_dirs={"a": Path("/reports/scicode/a/both"), "b": Path("/reports/scicode/b/both")},
+        run_dirs={"a": Path("/reports/scicode/a/both"), "b": Path("/reports/scicode/b/both")},
         resumed=json.dumps([{"id": "1.1", "task": "1", "status": "pass"}]),
         remote=RemoteInput(
             settings={"bench": "scicode", "model_api_key": "sk-x", "ids": ["1.1"]},

@@ -28,6 +28,8 @@ models:
     params: {temperature: 0}              # --model-params
     # price: {prompt_per_mtok: 2.5, completion_per_mtok: 10}   # USD per million tokens (--model-price)
 
+# agents: [builtin, codex]    # CORE-Bench (--bench-agent): each (model, agent) pair is one run
+
 gates:
   fail_under: ["main=40%"]    # --bench-fail-under
   # baseline: reports/scicode/gpt-4o/last-good   # --bench-baseline

@@ -57,9 +57,10 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(
         "config",
         "--bench-config",
-        "run file (YAML or JSON) with the run's options, models, gates and pytest selection "
-        "(sections bench, models, gates, pytest; `python -m pytest_agentbench init` writes an example); "
-        "several models run in one session, each its own run, unless --model picks one; "
+        "run file (YAML or JSON) with the run's options, models, agents, gates and pytest selection "
+        "(sections bench, models, agents, gates, pytest; `python -m pytest_agentbench init` writes an example); "
+        "several models or agents run in one session, each (model, agent) pair its own run, unless --model "
+        "and --bench-agent pick one; "
         "the command line and the environment win over it, it wins over the ini file.",
         kind="path",
         exists="file",

@@ -2,11 +2,14 @@
 
     bench:   {bench: scicode, split: validation, timeout: 600}    # any option, by its name
     models:  [{name: gpt-4o, base_url: ..., api_key_env: OPENAI_API_KEY, params: {temperature: 0}}]
+    agents:  [builtin, codex, {name: command, command: "my-agent --task prompt.txt"}]
     gates:   {fail_under: ["main=40%"], max_drop: ["main=50%"], baseline: reports/base}
     pytest:  {k: "not 51", m: validation, deselect: [...], n: 2}
 
 Keys are the options' own names (``Option.name``); ``gates:`` takes the options that declare
-``runfile_group="gates"``, ``bench:`` every other option that is not a model's. A value read here keeps
+``runfile_group="gates"``, ``bench:`` every other option that is not a model's. Each (model, agent) pair of
+``models:`` and ``agents:`` is one run (``runs``); a session runs them all unless ``--model`` or
+``--bench-agent`` picks one. A value read here keeps
 where it came from (``file agentbench.yaml:12``), which errors and settings.json name. Precedence is the
 resolver's: command line > environment > run file > ini > default. The API key is never in the file:
 ``api_key_env`` names the environment variable that holds it.
@@ -22,7 +25,7 @@ from typing import Any
 
 from .options import Option, OptionError
 
-GROUPS = ("bench", "models", "gates", "pytest")
+GROUPS = ("bench", "models", "agents", "gates", "pytest")
 # pytest's own options a run file may give, and the flag each becomes on pytest's command line
 PYTEST_KEYS = {"k": "-k", "m": "-m", "deselect": "--deselect", "n": "-n"}
 # keys of one entry of ``models:`` -> the model option each sets
@@ -40,6 +43,9 @@ MODEL_KEYS = {
 }
 KEY_ENV = "api_key_env"
 MODEL_GROUP = "models"
+# keys of one entry of ``agents:`` (a name alone, or a mapping of these) -> the option each sets
+AGENT_KEYS = {"name": "agent", "command": "agent_command"}
+AGENT_GROUP = "agents"
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,18 @@ class ModelEntry:
 
 
 @dataclass(frozen=True)
+class AgentEntry:
+    name: str  # as --bench-agent takes it: ``codex``, ``codex==0.171.0``, ``command``
+    values: Mapping[str, Located]  # option name -> value (the agent options only)
+    line: int
+
+    @property
+    def run_label(self) -> str:
+        """The agent as a run's name shows it (``codex==0.171.0`` -> ``codex-0.171.0``)."""
+        return self.name.replace("==", "-")
+
+
+@dataclass(frozen=True)
 class RunFile:
     """What a run file says, every value with its place."""
 
@@ -65,6 +83,7 @@ class RunFile:
     options: Mapping[str, Located] = field(default_factory=dict)  # option name -> value
     models: tuple[ModelEntry, ...] = ()
     pytest_args: Mapping[str, Located] = field(default_factory=dict)  # "k", "m", "deselect", "n"
+    agents: tuple[AgentEntry, ...] = ()
 
     def where(self, line: int) -> str:
         return f"file {self.path.name}:{line}"
@@ -76,10 +95,15 @@ class RunFile:
     def model_names(self) -> list[str]:
         return [m.name for m in self.models]
 
-    def values_for(self, model: str | None, env: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
-        """Option name -> (raw value, where) for the resolver, with the model ``model`` (or the only one; with
-        several and none picked, the values every model shares)."""
+    def values_for(
+        self, model: str | None, env: Mapping[str, str], agent: str | None = None
+    ) -> dict[str, tuple[Any, str]]:
+        """Option name -> (raw value, where) for the resolver, with the model ``model`` and the agent ``agent``
+        (or the only one of each; with several and none picked, the values every run shares)."""
         out = {name: (located.value, self.where(located.line)) for name, located in self.options.items()}
+        picked = self.pick_agent(agent)
+        if picked is not None:
+            out.update({name: (located.value, self.where(located.line)) for name, located in picked.values.items()})
         entry = self.pick_model(model)
         if entry is not None:
             out.update(
@@ -94,9 +118,23 @@ class RunFile:
                 out["model_api_key"] = self.api_key(entry, env)
         return out
 
-    def several(self, model: str | None) -> bool:
-        """Whether this run runs every listed model (more than one, and no --model picks one of them)."""
-        return model is None and len(self.models) > 1
+    def runs(self, model: str | None, agent: str | None) -> list[tuple[str | None, AgentEntry | None]]:
+        """(model entry's name, agent entry) of each run the file asks for, models outermost: every listed model
+        unless ``model`` (--model) picks one, with every listed agent unless ``agent`` (--bench-agent) picks one
+        (None: what the rest of the settings say)."""
+        models: list[str | None] = [model] if model is not None or not self.models else [*self.model_names()]
+        agents: list[AgentEntry | None] = [None] if agent is not None or not self.agents else list(self.agents)
+        return [(m, a) for m in models for a in agents]
+
+    def several(self, model: str | None, agent: str | None = None) -> bool:
+        """Whether this session runs several runs (models or agents listed, and none picked on the command line)."""
+        return len(self.runs(model, agent)) > 1
+
+    def pick_agent(self, agent: str | None) -> AgentEntry | None:
+        """The entry of ``agent`` (or the only one); None when the file lists none, or several and none is picked."""
+        if agent is not None:
+            return next((a for a in self.agents if a.name == agent), None)
+        return self.agents[0] if len(self.agents) == 1 else None
 
     def pick_model(self, model: str | None) -> ModelEntry | None:
         """The entry of ``model`` (or the only one); None when the file lists none, or several and none is
@@ -166,6 +204,7 @@ class _Reader:
             )
         options: dict[str, Located] = {}
         models: tuple[ModelEntry, ...] = ()
+        agents: tuple[AgentEntry, ...] = ()
         pytest_args: dict[str, Located] = {}
         for key, key_node, value_node in self.mapping(root, "the run file"):
             if key == "bench":
@@ -174,11 +213,13 @@ class _Reader:
                 options.update(self.options_group(value_node, "gates"))
             elif key == MODEL_GROUP:
                 models = self.models(value_node)
+            elif key == AGENT_GROUP:
+                agents = self.agents(key_node, value_node)
             elif key == "pytest":
                 pytest_args = self.pytest_group(value_node)
             else:
                 raise self.fail(key_node, f"unknown section {key!r}; sections: {', '.join(GROUPS)}")
-        return RunFile(self.path, options, models, pytest_args)
+        return RunFile(self.path, options, models, pytest_args, agents)
 
     def options_group(self, node: Any, group: str) -> dict[str, Located]:
         out = {}
@@ -224,6 +265,37 @@ class _Reader:
             if name in (e.name for e in entries):
                 raise self.fail(item, f"model {name!r} is listed twice")
             entries.append(ModelEntry(name, values, item.start_mark.line + 1))
+        return tuple(entries)
+
+    def agents(self, key_node: Any, node: Any) -> tuple[AgentEntry, ...]:
+        """``agents:``: each entry an agent's name as --bench-agent takes it, or {name: ..., command: ...}."""
+        import yaml  # why: only a run with a run file needs it; plugin start-up stays light
+
+        if any(name not in self.options for name in AGENT_KEYS.values()):
+            raise self.fail(key_node, "agents: no installed benchmark has agents to choose (--bench-agent)")
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            raise self.fail(node, "agents: must be a list of agents, e.g. [builtin, codex]")
+        entries: list[AgentEntry] = []
+        for item in node.value:
+            if isinstance(item, yaml.ScalarNode):
+                given = {"agent": (item, item)}
+            else:
+                given = {}
+                for key, key_node_, value_node in self.mapping(item, "an agent"):
+                    if key not in AGENT_KEYS:
+                        valid = ", ".join(AGENT_KEYS)
+                        raise self.fail(key_node_, f"an agent: unknown key {key!r}; valid keys: {valid}")
+                    given[AGENT_KEYS[key]] = (key_node_, value_node)
+            if "agent" not in given:
+                raise self.fail(item, "an agent needs a name (name: codex)")
+            values = {
+                name: Located(as_raw(self.options[name], self.value(value)), at.start_mark.line + 1)
+                for name, (at, value) in given.items()
+            }
+            name = str(values["agent"].value)
+            if name in (e.name for e in entries):
+                raise self.fail(item, f"agent {name!r} is listed twice")
+            entries.append(AgentEntry(name, values, item.start_mark.line + 1))
         return tuple(entries)
 
     def pytest_group(self, node: Any) -> dict[str, Located]:

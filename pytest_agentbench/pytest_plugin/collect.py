@@ -19,13 +19,13 @@ from ..benchmarks.base import Benchmark, BenchRun
 from ..core.errors import ConfigError
 from ..core.io import natural_key
 from ..core.types import Sample, Task
-from .run import ModelRuns, run_item, state_of
+from .run import BenchState, SessionRuns, run_item, state_of
 
 
 def run_bench_item(request: pytest.FixtureRequest, bench_run: BenchRun) -> None:
     """The body of every benchmark item: fixtures are resolved by pytest, the work by the run loop."""
     item = request.node
-    run = bench_run[item.model] if isinstance(bench_run, ModelRuns) else bench_run
+    run = bench_run.of(item.state) if isinstance(bench_run, SessionRuns) else bench_run
     prepare_item(item, run)
     run_item(item, run)
 
@@ -45,19 +45,18 @@ class BenchItem(pytest.Function):
         self,
         *,
         sample: Sample,
-        benchmark: Benchmark,
-        model: str | None = None,
-        model_name: str | None = None,
+        state: BenchState,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.sample = sample
-        self.benchmark = benchmark
-        self.model = model  # a run of several models: whose item this is (None: the session's one model)
-        if model is None and model_name:
-            # -k matches the model's name in a run of one model too: a run of several models resumed one
-            # model's folder at a time keeps its -k "gpt-4o and ..."
-            self.extra_keyword_matches.add(model_name)
+        self.state = state  # the run this item belongs to
+        self.benchmark = benchmark = state.benchmark
+        model_name = state.settings.get("model")
+        if state.name is None and model_name:
+            # -k matches the model's name in a session of one run too: a session of several runs resumed one
+            # run's folder at a time keeps its -k "gpt-4o and ..."
+            self.extra_keyword_matches.add(str(model_name))
         for marker in (marker_name(benchmark), *sample.markers):
             self.add_marker(marker)
         if sample.split:
@@ -79,116 +78,80 @@ def marker_name(benchmark: Benchmark) -> str:
 
 
 class TaskCollector(pytest.Collector):
-    def __init__(
-        self,
-        *,
-        task: Task,
-        benchmark: Benchmark,
-        samples: list[tuple[str | None, Sample]],
-        model_name: str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, samples: list[tuple[BenchState, Sample]], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.task = task
-        self.benchmark = benchmark
-        self.samples = samples  # (model or None, sample), in the order they run
-        self.model_name = model_name
+        self.samples = samples  # (its run, sample), in the order they run
 
     def collect(self):
-        for model, sample in self.samples:
-            yield BenchItem.from_parent(
-                self,
-                name=item_name(sample, model),
-                callobj=run_bench_item,
-                sample=sample,
-                benchmark=self.benchmark,
-                model=model,
-                model_name=self.model_name,
-            )
+        for state, sample in self.samples:
+            yield bench_item(self, state, sample)
+
+
+def bench_item(parent: pytest.Collector, state: BenchState, sample: Sample) -> BenchItem:
+    return BenchItem.from_parent(
+        parent, name=item_name(sample, state.name), callobj=run_bench_item, sample=sample, state=state
+    )
 
 
 class BenchCollector(pytest.Collector):
-    """The root of a benchmark's items; ``tasks`` are already filtered by ``--bench-ids``."""
+    """The root of a benchmark's items: every run's (one, unless a run file lists several models or agents),
+    each run's tasks already filtered by ``--bench-ids``. A task's node holds its items of every run, a run's
+    steps in order (grouped); an ungrouped benchmark's sample is one item per run, side by side."""
 
-    def __init__(
-        self,
-        *,
-        benchmark: Benchmark,
-        tasks: list[Task],
-        attempts: int = 1,
-        models: tuple[str, ...] = (),
-        model_name: str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, runs: list[BenchState], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.benchmark = benchmark
-        self.tasks = tasks
-        self.attempts = attempts
-        self.models = models  # a run of several models: every sample once per model
-        self.model_name = model_name  # a run of one model: its name, which -k matches
+        self.runs = runs
 
     def collect(self):
-        name = self.benchmark.name
-        for task in self.tasks:
-            samples = per_model(with_attempts(task.samples, self.attempts), self.models, self.benchmark.group_items)
-            if self.benchmark.group_items:
+        benchmark = self.runs[0].benchmark
+        for task_id, samples in merged_tasks(self.runs):
+            if benchmark.group_items:
                 yield TaskCollector.from_parent(
-                    self,
-                    name=task.id,
-                    nodeid=f"{name}/{task.id}",
-                    task=task,
-                    benchmark=self.benchmark,
-                    samples=samples,
-                    model_name=self.model_name,
+                    self, name=task_id, nodeid=f"{benchmark.name}/{task_id}", samples=samples
                 )
             else:
-                for model, sample in samples:
-                    yield BenchItem.from_parent(
-                        self,
-                        name=item_name(sample, model),
-                        callobj=run_bench_item,
-                        sample=sample,
-                        benchmark=self.benchmark,
-                        model=model,
-                        model_name=self.model_name,
-                    )
+                for state, sample in samples:
+                    yield bench_item(self, state, sample)
 
 
-def per_model(samples: list[Sample], models: tuple[str, ...], grouped: bool) -> list[tuple[str | None, Sample]]:
-    """(model, sample) of each item: the samples as they are (model None) in a run of one model; else a task's
-    steps in order for each model in turn (grouped: a step needs the model's earlier steps), or each sample
-    once per model (ungrouped)."""
-    if not models:
-        return [(None, sample) for sample in samples]
+def run_samples(state: BenchState) -> list[tuple[str, list[Sample]]]:
+    """(task id, its samples with their attempts) of one run, in its order."""
+    return [(task.id, with_attempts(task.samples, state.options.attempts)) for task in state.tasks]
+
+
+def merged_tasks(runs: list[BenchState]) -> list[tuple[str, list[tuple[BenchState, Sample]]]]:
+    """Each task with the (run, sample) pairs of every run: a run's steps of the task in turn (grouped: a step
+    needs its run's earlier steps), or each sample once per run (ungrouped)."""
+    grouped = runs[0].benchmark.group_items
+    tasks: dict[str, list[list[tuple[BenchState, Sample]]]] = {}
+    for state in runs:
+        for task_id, samples in run_samples(state):
+            tasks.setdefault(task_id, []).append([(state, sample) for sample in samples])
     if grouped:
-        return [(model, sample) for model in models for sample in samples]
-    return [(model, sample) for sample in samples for model in models]
+        return [(task_id, [pair for run in per_run for pair in run]) for task_id, per_run in tasks.items()]
+    return [(task_id, [pair for column in zip(*per_run) for pair in column]) for task_id, per_run in tasks.items()]
 
 
-def item_name(sample: Sample, model: str | None) -> str:
-    """An item's name: the sample's key (``77.3``, ``77.3[attempt2]``) in a run of one model; with several,
-    the model in the brackets: ``77.3[gpt-4o]``, ``77.3[gpt-4o-attempt2]`` (``-k gpt-4o`` selects a model)."""
-    if model is None:
+def item_name(sample: Sample, run: str | None) -> str:
+    """An item's name: the sample's key (``77.3``, ``77.3[attempt2]``) in a session of one run; with several,
+    the run's name in the brackets: ``77.3[gpt-4o]``, ``77.3[gpt-4o-attempt2]`` (``-k gpt-4o`` selects a run)."""
+    if run is None:
         return sample.key
-    return f"{sample.id}[{model}-attempt{sample.attempt}]" if sample.repeated else f"{sample.id}[{model}]"
+    return f"{sample.id}[{run}-attempt{sample.attempt}]" if sample.repeated else f"{sample.id}[{run}]"
 
 
-def item_entries(
-    benchmark: Benchmark, tasks: list[Task], attempts: int, models: tuple[str, ...] = ()
-) -> dict[str, tuple[str | None, Sample]]:
-    """Node id -> (model, sample) of every item collection makes (model None in a run of one model)."""
-    out: dict[str, tuple[str | None, Sample]] = {}
-    for task in tasks:
-        for model, sample in per_model(with_attempts(task.samples, attempts), models, benchmark.group_items):
-            out[item_nodeid(benchmark, task.id, item_name(sample, model))] = (model, sample)
-    return out
+def item_entries(state: BenchState) -> dict[str, Sample]:
+    """Node id -> sample of every item collection makes for the run ``state``."""
+    return {
+        item_nodeid(state.benchmark, task_id, item_name(sample, state.name)): sample
+        for task_id, samples in run_samples(state)
+        for sample in samples
+    }
 
 
-def sample_nodeids(
-    benchmark: Benchmark, tasks: list[Task], attempts: int, models: tuple[str, ...] = ()
-) -> dict[str, Sample]:
-    """Node id -> sample of every item collection makes (the controller names a dead worker's item with it)."""
-    return {nodeid: sample for nodeid, (_, sample) in item_entries(benchmark, tasks, attempts, models).items()}
+def session_entries(runs: Iterable[BenchState]) -> dict[str, tuple[BenchState, Sample]]:
+    """Node id -> (its run, sample) of every benchmark item of the session."""
+    return {nodeid: (state, sample) for state in runs for nodeid, sample in item_entries(state).items()}
 
 
 def item_nodeid(benchmark: Benchmark, task_id: str, key: str) -> str:

@@ -54,13 +54,13 @@ def chains_per_worker(config: pytest.Config, state: BenchState) -> int:
 
 
 def held_samples(session: pytest.Session, state: BenchState) -> Callable[[], Sequence[Sample]]:
-    """The samples of ``state``'s model this process holds, in its order (RunSpec.held); a resumed run's
+    """The samples of ``state``'s run this process holds, in its order (RunSpec.held); a resumed run's
     finished items and prefilled steps are not among them."""
 
-    def wanted(item: Any) -> bool:  # (a BenchItem of this model's run)
+    def wanted(item: Any) -> bool:  # (a BenchItem of this run)
         return (
             isinstance(item, BenchItem)
-            and item.model == state.model
+            and item.state is state
             and not item.sample.skip_reason
             and item.sample.key not in state.resumed
         )

@@ -2,9 +2,10 @@
 which checks run before the items, whether it writes and reports the run or sends its records on, and which
 plugin runs its items. ``pytest_configure`` takes the first row that holds and follows it.
 
-A run file listing several models is not a row of its own: each row applies to each model's state (one state per
-model, ``model_states``), except where the table refuses the combination. ``--collect-only`` is not one either:
-the rows run as for a run, and the checks and run loops themselves skip what only scoring needs.
+A run file listing several models or agents is not a row of its own: each row applies to each run's state (one
+state per (model, agent) run, ``session.run_states``), except where the table refuses the combination.
+``--collect-only`` is not one either: the rows run as for a run, and the checks and run loops themselves skip
+what only scoring needs.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from .slurm.taskpackage import CollectSession, PackageCollector, TaskPackager, p
 
 @dataclass(frozen=True)
 class Situation:
-    """What picks a session's row: the xdist role, the back-end, the models of a run file, the command's
+    """What picks a session's row: the xdist role, the back-end, the several runs of a run file, the command's
     plugin (``run-task``'s packager, ``collect``'s collector)."""
 
     role: Role
     backend: str
-    models: tuple[str, ...]  # the several models of a run file, none picked; empty otherwise
+    runs: tuple[str, ...]  # the names of a run file's several runs (models, agents), none picked; empty otherwise
     packaging: bool  # a ``run-task`` session
     collecting: bool  # a ``collect`` session
 
@@ -39,7 +40,7 @@ class Situation:
         return cls(
             role=role_of(config),
             backend=str(opts["backend"]),
-            models=tuple(several),
+            runs=tuple(several),
             packaging=plugin_of(config, TaskPackager) is not None,
             collecting=plugin_of(config, PackageCollector) is not None,
         )
@@ -72,11 +73,18 @@ def task_checks(config: pytest.Config, opts: Settings, state: BenchState) -> Non
         node_checks(opts, state)
 
 
+def listed_runs(names: tuple[str, ...]) -> tuple[str, str]:
+    """What a run file's several runs are in a message, and how to pick one: ``2 models (a, b)``, or with several
+    agents (a run named ``<model>+<agent>``) ``2 runs (a+x, a+y)``."""
+    if any("+" in name for name in names):
+        return f"{len(names)} runs ({', '.join(names)})", "--model=NAME and --bench-agent=NAME"
+    return f"{len(names)} models ({', '.join(names)})", "--model=NAME"
+
+
 def several_on_slurm(situation: Situation) -> str:
-    return (
-        f"--bench-backend=slurm runs one model per session, and the run file lists "
-        f"{len(situation.models)} models ({', '.join(situation.models)}): pick one with --model=NAME"
-    )
+    listed, pick = listed_runs(situation.runs)
+    one = "run" if listed.split(" ", 2)[1] == "runs" else "model"
+    return f"--bench-backend=slurm runs one {one} per session, and the run file lists {listed}: pick one with {pick}"
 
 
 def slurm_under_xdist(situation: Situation) -> str:
@@ -97,7 +105,7 @@ def on_slurm(situation: Situation) -> bool:
 
 
 MODES: tuple[RunMode, ...] = (
-    RunMode("several models on Slurm", lambda s: bool(s.models) and on_slurm(s), refusal=several_on_slurm),
+    RunMode("several models on Slurm", lambda s: bool(s.runs) and on_slurm(s), refusal=several_on_slurm),
     RunMode("task package (run-task)", lambda s: s.packaging, checks=task_checks, sends=True),
     RunMode("xdist worker", lambda s: s.role is Role.WORKER, checks=None, sends=True),
     RunMode("collect", lambda s: s.collecting, engine=collect_engine),

@@ -197,9 +197,12 @@ def register_group(parser: pytest.Parser, group: pytest.OptionGroup, options: li
         register_ini(parser, option)
 
 
-def sources(config: pytest.Config, options: tuple[Option, ...], model: str | None = None) -> Sources:
+def sources(
+    config: pytest.Config, options: tuple[Option, ...], model: str | None = None, agent: str | None = None
+) -> Sources:
     """The raw values of this run: command line, environment, run file, ini file and the folders paths are
-    relative to. ``model``: the run file's entry to take (default: the one --model names, or the only one)."""
+    relative to. ``model``, ``agent``: the run file's entries to take (default: the ones --model and
+    --bench-agent name, or the only one)."""
     cli = command_line_values(config.option, options)
     ini: dict[str, Any] = {o.name: config.getini(o.ini) for o in options if o.ini}
     inipath = config.inipath
@@ -215,7 +218,8 @@ def sources(config: pytest.Config, options: tuple[Option, ...], model: str | Non
     if run_file is None:
         return found
     picked = model if model is not None else cli.get("model")
-    return replace(found, file=run_file.values_for(picked, found.env), file_dir=run_file.folder)
+    picked_agent = agent if agent is not None else cli.get("agent")
+    return replace(found, file=run_file.values_for(picked, found.env, picked_agent), file_dir=run_file.folder)
 
 
 def command_line_values(namespace: Any, options: tuple[Option, ...]) -> dict[str, Any]:
@@ -233,17 +237,38 @@ def command_line_values(namespace: Any, options: tuple[Option, ...]) -> dict[str
     return values
 
 
-def several_models(config: pytest.Config, options: tuple[Option, ...], opts: Settings) -> dict[str, Settings]:
-    """Model name -> that model's settings, when the run file lists several models and the command line picks
-    none (a run of several models); else {}. A resumed or replayed run is one model's run folder."""
+def several_runs(config: pytest.Config, options: tuple[Option, ...], opts: Settings) -> dict[str, Settings]:
+    """Run name -> that run's settings, when the run file lists several models or agents and the command line
+    picks none (one run per (model, agent) pair, named ``<model>``, or ``<model>+<agent>`` when it lists several
+    agents); else {}. A resumed or replayed run is one run's folder."""
     found = sources(config, options)
     run_file = load_run_file(found, options)
-    if run_file is None or not run_file.several(found.cli.get("model")) or opts.resume or opts.replay:
+    if run_file is None or opts.resume or opts.replay:
         return {}
+    check_agents_apply(run_file, options, opts.bench)
+    pairs = run_file.runs(found.cli.get("model"), found.cli.get("agent"))
+    if len(pairs) < 2:
+        return {}
+    several_agents = any(agent is not None for _, agent in pairs)
+    out: dict[str, Settings] = {}
     try:
-        return {name: resolve(options, sources(config, options, name)) for name in run_file.model_names()}
+        for model, agent in pairs:
+            settings = resolve(options, sources(config, options, model, agent.name if agent else None))
+            name = str(settings.model or "none")
+            out[f"{name}+{agent.run_label}" if several_agents and agent else name] = settings
     except OptionError as exc:
         raise pytest.UsageError(f"agentbench: {exc}") from None
+    return out
+
+
+def check_agents_apply(run_file: runfile.RunFile, options: tuple[Option, ...], bench: str | None) -> None:
+    """A run file's ``agents:`` belongs to the benchmark that declares the agent option (a usage error else)."""
+    owner = by_name(options)["agent"].owner if run_file.agents else None
+    if owner and bench and owner != bench:
+        raise pytest.UsageError(
+            f"agentbench: {run_file.where(run_file.agents[0].line)}: agents: choose the agent of --bench={owner}; "
+            f"--bench={bench} has no agents to choose (remove the agents: section, or run --bench={owner})"
+        )
 
 
 def load_run_file(found: Sources, options: tuple[Option, ...]) -> runfile.RunFile | None:

@@ -58,9 +58,8 @@ from .distribution.handshake import on_worker_collection
 from .progress import status_line
 from .provenance import command_line, run_info
 from .replaycheck import stop_replay_without_cache
-from .run import BenchState, Streak, base_record
+from .run import BenchState, Streak, base_record, owns
 from .selfdescribe import settings_file_content
-from .writer import owns
 
 
 class Reporter:
@@ -78,23 +77,20 @@ class Reporter:
         self.html: Path | None = None  # report.html, once written
         self.streak = Streak(state.options.max_consecutive_errors)  # one row for the run, every worker's records
         self.streak_workers: set[str] = set()  # the workers whose records are in the current row
-        self.session_exit: int | None = None  # several models: the exit status before the gates (ModelsReport)
-        self.finished = lambda session: None  # several models: ModelsReport's call once this model is judged
+        self.session_exit: int | None = None  # several runs: the exit status before the gates (RunsReport)
+        self.finished = lambda session: None  # several runs: RunsReport's call once this run is judged
         on_worker_collection(config, self.worker_collected)
 
     def worker_collected(self, ids: list[str]) -> None:
         """Under xdist the controller collects nothing itself: the selection is a worker's collection."""
         if self.plan.known:
             return
-        state = self.state
-        entries = item_entries(state.benchmark, state.tasks, state.options.attempts, state.models)
-        self.select([entries[nodeid][1] for nodeid in ids if nodeid in entries and entries[nodeid][0] == state.model])
+        entries = item_entries(self.state)
+        self.select([entries[nodeid] for nodeid in ids if nodeid in entries])
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The selection, after -k, -m and --deselect (without xdist: this process collected)."""
-        samples = [
-            item.sample for item in session.items if isinstance(item, BenchItem) and item.model == self.state.model
-        ]
+        samples = [item.sample for item in session.items if isinstance(item, BenchItem) and item.state is self.state]
         if samples:
             self.select(samples, collected_here=True)
 
@@ -117,7 +113,7 @@ class Reporter:
         for name, value in report.user_properties:
             if name == rec.RECORD_PROPERTY and isinstance(value, dict):
                 found = True
-                if not owns(self.state, value):  # another model's record (a run of several models)
+                if not owns(self.state, report.nodeid):  # another run's record (a session of several runs)
                     continue
                 if not self.ledger:  # the run folder exists from its first record on
                     write_settings_once(
@@ -172,8 +168,8 @@ class Reporter:
         state = self.state
         if not self.ledger:
             # listing items (--collect-only) runs none by design: the gates judge runs, not listings; nor are the
-            # gates of a model none of whose items was selected (-k picked other models of the run file)
-            listing = self.config.option.collectonly or (state.model is not None and not self.plan)
+            # gates of a run none of whose items was selected (-k picked other runs of the run file)
+            listing = self.config.option.collectonly or (state.name is not None and not self.plan)
             self.verdict = judge_without_items(None if listing else state.gates, self.exit_before(session))
             if self.plan and not listing and self.verdict.exit_code == 0 and not state.gates.allow_incomplete:
                 self.verdict.exit_code = 1  # items were selected and none ran: never a passing run
@@ -239,7 +235,7 @@ class Reporter:
         gate_results = verdict.gate_results if verdict is not None else []
         if not self.ledger and not gate_results and not self.plan:
             return
-        model = f" ({self.state.model})" if self.state.model is not None else ""
+        model = f" ({self.state.name})" if self.state.name is not None else ""
         terminalreporter.write_sep("=", f"agentbench: {self.state.benchmark.name} results{model}")
         if not self.ledger and self.plan and exitstatus in (0, 1, 2):
             terminalreporter.write_line(
@@ -312,7 +308,7 @@ class Reporter:
     def not_run_line(self) -> str | None:
         if self.config.option.collectonly or not self.plan:
             return None
-        model = f" of {self.state.model}" if self.state.model is not None else ""
+        model = f" of {self.state.name}" if self.state.name is not None else ""
         if not self.ledger:  # (a usage error after collection says why itself)
             ran = self.verdict is not None and self.verdict.exit_before in (0, 1, 2)
             return f"agentbench: none of the {len(self.plan)} selected items{model} ran" if ran else None
@@ -325,9 +321,9 @@ class Reporter:
         )
 
 
-class ModelsReport:
-    """A run of several models: each model's gates judge the session's own exit status (not another model's
-    verdict), the exit code is the worst of theirs, and the session ends with one table across the models
+class RunsReport:
+    """A session of several runs: each run's gates judge the session's own exit status (not another run's
+    verdict), the exit code is the worst of theirs, and the session ends with one table across the runs
     (terminal, and ``summary.md`` and ``report.html`` in ``<report dir>/<bench>/_models/<run id>/``)."""
 
     def __init__(self, config: pytest.Config, reporters: list[Reporter]) -> None:
@@ -352,7 +348,7 @@ class ModelsReport:
         self.exit_code = max(r.verdict.exit_code for r in self.reporters if r.verdict is not None)
         session.exitstatus = self.exit_code
         runs = [
-            ModelRun(str(r.state.model), r.summary(), [*r.ledger, *r.summary().not_run], r.state.run_dir)
+            ModelRun(str(r.state.name), r.summary(), [*r.ledger, *r.summary().not_run], r.state.run_dir)
             for r in self.reporters
             if r.ledger
         ]
@@ -361,28 +357,32 @@ class ModelsReport:
             first = self.reporters[0].state
             title = f"{first.benchmark.name} · {first.split} · run {first.run_dir.name}"
             alpha = first.gates.alpha if first.gates is not None else 0.05
-            self.written = write_models_reports(self.folder, self.rows, title, compared_with_first(runs), alpha)
+            allow = bool(first.gates is not None and first.gates.allow_incomparable)
+            pairs = compared_with_first(runs, allow_incomparable=allow)
+            self.written = write_models_reports(self.folder, self.rows, title, pairs, alpha)
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
         if not self.rows:
             return
-        terminalreporter.write_sep("=", f"agentbench: {len(self.rows)} models compared")
+        what = "runs" if len({row.agent for row in self.rows}) > 1 else "models"
+        terminalreporter.write_sep("=", f"agentbench: {len(self.rows)} {what} compared")
         for line in render_models(self.rows):
             terminalreporter.write_line(line)
         failed = [
-            r.state.model
+            r.state.name
             for r in self.reporters
             if r.verdict is not None and r.verdict.gate_results and not all(g.ok for g in r.verdict.gate_results)
         ]
         if failed:
             terminalreporter.write_line(
-                f"agentbench gates FAILED for model(s): {', '.join(map(str, failed))} (exit code {self.exit_code})",
+                f"agentbench gates FAILED for {what[:-1]}(s): {', '.join(map(str, failed))} "
+                f"(exit code {self.exit_code})",
                 red=True,
                 bold=True,
             )
         if self.written is not None:
-            terminalreporter.write_line(f"models compared: {self.written[0]} (and {self.written[1].name})")
+            terminalreporter.write_line(f"{what} compared: {self.written[0]} (and {self.written[1].name})")
 
 
 def is_bench_node(nodeid: str, state: BenchState) -> bool:

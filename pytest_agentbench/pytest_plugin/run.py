@@ -53,11 +53,10 @@ class BenchState:
     selection_checked: bool = False  # the benchmark's checks of the selection ran before the model preflight
     run: BenchRun | None = None  # opened by the bench_run fixture at the first item of this process
     worker_hosts: dict[str, str] = field(default_factory=dict)  # controller: xdist worker id -> host, from its records
-    # A run of several models (a run file's list): one state per model; ``model`` names this state's model (its
-    # items are named ``<id>[<model>]``), ``models`` every model of the session, in the file's order.
-    model: str | None = None
-    models: tuple[str, ...] = ()
-    definition: dict[str, Any] | None = None  # this model's settings.json ``_run`` (None: the session's)
+    # A session of several runs (a run file listing several models or agents): the run's name among them, which
+    # its items carry (``<id>[<name>]``); None when the run is the session's only one.
+    name: str | None = None
+    definition: dict[str, Any] | None = None  # this run's settings.json ``_run`` (None: the session's)
     budget_stop: str | None = None  # why no new item starts: the run budget (--bench-max-cost) is spent
     error_stop: str | None = None  # why no new item starts: model errors in a row across the run's processes
     gate: Any = None  # models.concurrency.CallGate of this process's model client (None: it has none)
@@ -93,41 +92,52 @@ class Streak:
         return None
 
 
-STATE = pytest.StashKey[BenchState]()
-MODEL_STATES = pytest.StashKey[dict]()  # model name -> BenchState, in a run of several models
+STATE = pytest.StashKey[BenchState]()  # the session's first run (its only one, unless a run file lists several)
+RUNS = pytest.StashKey[list[BenchState]]()  # every run of the session, in the run file's order
 SETTINGS = pytest.StashKey[Settings]()
 RECORD = pytest.StashKey[rec.Record | None]()  # the item's record, until it is attached to its report
 
 
 def state_of(item: pytest.Item) -> BenchState:
-    """The state of the run an item belongs to: its model's in a run of several models, else the session's."""
-    model = getattr(item, "model", None)
-    if model is not None:
-        return item.config.stash[MODEL_STATES][model]
-    return item.config.stash[STATE]
+    """The state of the run an item belongs to (a benchmark item is collected by its run)."""
+    state = getattr(item, "state", None)
+    return state if isinstance(state, BenchState) else item.config.stash[STATE]
 
 
 def states_of(config: pytest.Config) -> list[BenchState]:
-    """Every run of this session: one per model in a run of several models, else the one (none: no --bench)."""
-    several = config.stash.get(MODEL_STATES, None)
-    if several:
-        return list(several.values())
-    state = config.stash.get(STATE, None)
-    return [state] if state is not None else []
+    """Every run of this session, in the run file's order (none: no --bench)."""
+    runs: list[BenchState] = config.stash.get(RUNS, [])
+    return list(runs)
 
 
-class ModelRuns:
-    """The ``bench_run`` of a run of several models: each model's run, opened at that model's first item (a
-    ``-k`` that selects one model opens one) and closed at the end of the session."""
+def run_name_of(nodeid: str) -> str | None:
+    """The run an item's node id names in a session of several runs: ``77.3[gpt-4o]`` and
+    ``77.3[gpt-4o-attempt2]`` -> ``gpt-4o``; None for an item without one (the session's only run)."""
+    name = nodeid.rsplit("::", 1)[-1]
+    if not name.endswith("]") or "[" not in name:
+        return None
+    inside = name[name.index("[") + 1 : -1]
+    head, dash, attempt = inside.rpartition("-attempt")
+    return head if dash and attempt.isdigit() else (None if inside.startswith("attempt") else inside)
+
+
+def owns(state: BenchState, nodeid: str) -> bool:
+    """Whether the item ``nodeid`` (from a report: maybe another process's) belongs to ``state``'s run."""
+    return state.name is None or run_name_of(nodeid) == state.name
+
+
+class SessionRuns:
+    """The ``bench_run`` of a session of several runs: each run's ``BenchRun``, opened at its first item (a ``-k``
+    that selects one run opens one) and closed at the end of the session."""
 
     def __init__(self, open_run) -> None:
-        self.open_run = open_run  # model name -> BenchRun
-        self.runs: dict[str, BenchRun] = {}
+        self.open_run = open_run  # BenchState -> BenchRun
+        self.runs: dict[str | None, BenchRun] = {}
 
-    def __getitem__(self, model: str) -> BenchRun:
-        if model not in self.runs:
-            self.runs[model] = self.open_run(model)
-        return self.runs[model]
+    def of(self, state: BenchState) -> BenchRun:
+        if state.name not in self.runs:
+            self.runs[state.name] = self.open_run(state)
+        return self.runs[state.name]
 
     def close(self) -> None:
         for run in self.runs.values():

@@ -172,8 +172,10 @@ def restore(config: pytest.Config, options: tuple[Option, ...], opts: Settings) 
         raise pytest.UsageError(refusal(flag, folder, diffs, selection_diffs))
     if not resuming:
         cli["cache"] = "replay"  # only the run's cached responses: no model is called
-    if cli.get("model") and not raw.cli.get("model"):  # a run file of several models: this run's model entry
-        raw = sources(config, options, str(cli["model"]))
+    if (cli.get("model") and not raw.cli.get("model")) or (cli.get("agent") and not raw.cli.get("agent")):
+        # a run file of several runs: this run's model and agent entries
+        model, agent = cli.get("model"), cli.get("agent")
+        raw = sources(config, options, str(model) if model else None, str(agent) if agent else None)
     try:
         return resolve(options, replace(raw, cli=cli))
     except OptionError as exc:
@@ -204,7 +206,7 @@ def settings_file_content(
     settings: dict[str, Any], config: pytest.Config, found: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """What settings.json holds: the effective settings and, under ``_run``, how the run was asked for
-    (``found``: one model's definition in a run of several models; else the session's)."""
+    (``found``: one run's definition in a session of several runs; else the session's)."""
     found = found if found is not None else config.stash.get(DEFINITION, None)
     return {**settings, RUN_KEY: found} if found is not None else dict(settings)
 

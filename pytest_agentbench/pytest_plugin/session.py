@@ -36,10 +36,10 @@ from .concurrency import InFlight, connections_of, held_samples, keep_unscored, 
 from .distribution.durations import DurationsWriter
 from .distribution.handshake import HandshakeError, run_alone
 from .distribution.plugins import CONTROLLER_PLUGIN, DistributionController, count_in_session_budget, take_role
-from .modes import RunMode, Situation, run_mode
-from .options import all_options, read, several_models
+from .modes import RunMode, Situation, listed_runs, run_mode
+from .options import all_options, read, several_runs
 from .progress import Progress, header_lines
-from .run import MODEL_STATES, SETTINGS, STATE, BenchState, ModelRuns, states_of
+from .run import RUNS, SETTINGS, STATE, BenchState, SessionRuns, states_of
 from .selfdescribe import DEFINITION, definition, restore
 from .signals import StopSignals
 from .state import make_state, new_run_id, nothing_left
@@ -90,23 +90,24 @@ def pytest_configure(config: pytest.Config) -> None:
         for name, description in markers(get_benchmark(opts.bench)).items():
             config.addinivalue_line("markers", f"{name}: {description}")
         other_benchmark_options(options, opts, opts.bench)
-        several = several_models(config, options, opts)  # a run file listing several models, none picked
+        several = several_runs(config, options, opts)  # a run file listing several models or agents, none picked
         situation = Situation.of(config, opts, several)
         mode = run_mode(situation)
         if mode.refusal is not None:
             raise ConfigError(mode.refusal(situation))
         if several:
-            states = model_states(config, options, several, mode)
-            state = next(iter(states.values()))
-            config.stash[MODEL_STATES] = states
+            runs = run_states(config, options, several, mode)
+            state = runs[0]
         else:
             state = one_state(config, opts, mode)
             if mode.distributes and nothing_left(state):  # a finished run resumed: reports again, in-process
                 run_alone(config)
                 mode = run_mode(Situation.of(config, opts, several))
+            runs = [state]
     except (ConfigError, DataError) as exc:
         raise usage_error(exc) from None
     config.stash[STATE] = state
+    config.stash[RUNS] = runs
     register_run(config, mode, state)
 
 
@@ -131,15 +132,15 @@ def register_run(config: pytest.Config, mode: RunMode, state: BenchState) -> Non
         config.pluginmanager.register(InFlight(each), plugin_name("agentbench-in-flight", each))
     if mode.sends:
         return
-    from .reporter import ModelsReport, Reporter  # why: the report layer imports numpy; only a benchmark run reports
+    from .reporter import Reporter, RunsReport  # why: the report layer imports numpy; only a benchmark run reports
 
     reporters = [Reporter(config, each) for each in runs]
-    for reporter in reversed(reporters):  # the terminal calls the last registered first: models in the file's order
+    for reporter in reversed(reporters):  # the terminal calls the last registered first: runs in the file's order
         config.pluginmanager.register(reporter, plugin_name("agentbench-reporter", reporter.state))
         durations = DurationsWriter(reporter.state)  # the scheduler's costs
         config.pluginmanager.register(durations, plugin_name("agentbench-durations", reporter.state))
-    if state.model is not None:  # a run of several models: one verdict and one table across them
-        config.pluginmanager.register(ModelsReport(config, reporters), "agentbench-models")
+    if len(runs) > 1:  # a session of several runs: one verdict and one table across them
+        config.pluginmanager.register(RunsReport(config, reporters), "agentbench-runs")
     config.pluginmanager.register(Progress(config, settings_of(config).progress_interval), "agentbench-progress")
     if mode.distributes:
         config.pluginmanager.register(DistributionController(config, state, runs), CONTROLLER_PLUGIN)
@@ -161,33 +162,32 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def plugin_name(base: str, state: BenchState) -> str:
-    """A plugin's name: one per run, so each model of a run of several models has its own."""
-    return base if state.model is None else f"{base}-{state.model}"
+    """A plugin's name: one per run, so each run of a session of several has its own."""
+    return base if state.name is None else f"{base}-{state.name}"
 
 
-def model_states(
+def run_states(
     config: pytest.Config, options: tuple[Option, ...], several: dict[str, Settings], mode: RunMode
-) -> dict[str, BenchState]:
-    """One state per model of a run file that lists several (each with its own settings, run folder and the checks
-    of the session's ``mode``), sharing one run id; a conftest's own ``bench_model`` cannot stand for several models
-    (ConfigError)."""
-    names = tuple(several)
+) -> list[BenchState]:
+    """One state per run of a run file that lists several models or agents (each with its own settings, run folder
+    and the checks of the session's ``mode``), sharing one run id; a conftest's own ``bench_model`` cannot stand
+    for several models (ConfigError)."""
     if bench_model_overridden(config):
+        listed, pick = listed_runs(tuple(several))
         raise ConfigError(
-            f"a conftest.py overrides the bench_model fixture, and the run file lists {len(names)} "
-            f"models ({', '.join(names)}): a run of several models uses the built-in clients; pick "
-            f"one model with --model=NAME, or remove the override"
+            f"a conftest.py overrides the bench_model fixture, and the run file lists {listed}: a session of "
+            f"several runs uses the built-in clients; pick one with {pick}, or remove the override"
         )
     run_id = new_run_id()
-    states: dict[str, BenchState] = {}
+    states: list[BenchState] = []
     for name, opts in several.items():
-        if not opts.run_id:  # every model's run folder has the session's run id
+        if not opts.run_id:  # every run's folder has the session's run id
             opts = opts.with_values(run_id=run_id)
-        state = make_state(config, opts, names)
-        state.definition = definition(config, options, opts)  # settings.json: resumable as that model's run
+        state = make_state(config, opts, name)
+        state.definition = definition(config, options, opts)  # settings.json: resumable as that run alone
         if mode.checks is not None:
             mode.checks(config, opts, state)
-        states[name] = state
+        states.append(state)
     return states
 
 
@@ -197,16 +197,8 @@ def pytest_make_collect_report(collector: pytest.Collector):
     state = collector.config.stash.get(STATE, None)
     if state is None or not isinstance(collector, pytest.Session) or not report.passed:
         return report
-    root = BenchCollector.from_parent(
-        collector,
-        name=state.benchmark.name,
-        nodeid=state.benchmark.name,
-        benchmark=state.benchmark,
-        tasks=state.tasks,
-        attempts=state.options.attempts,
-        models=state.models,
-        model_name=state.settings.get("model"),
-    )
+    runs = states_of(collector.config)
+    root = BenchCollector.from_parent(collector, name=state.benchmark.name, nodeid=state.benchmark.name, runs=runs)
     # With --bench and no explicit paths only the benchmark runs, never a user's tests/ by accident.
     report.result = [root] if state.only_bench else [*report.result, root]
     return report
@@ -217,7 +209,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if not runs:
         return None
     lines: list[str] = []
-    for state in runs:  # several models: one block each
+    for state in runs:  # several runs: one block each
         lines += header_lines(state.settings, state.run_dir, [*state.settings.get("notes", []), *state.notes])
     return lines
 
@@ -225,13 +217,13 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 def model_fixture(pytestconfig: pytest.Config) -> Any:
     """The value of the ``bench_model`` fixture (declared in ``__init__.py``)."""
     try:
-        several = pytestconfig.stash.get(MODEL_STATES, None)
-        if several:  # a run of several models: each model's client, by name
+        runs = states_of(pytestconfig)
+        if len(runs) > 1:  # a session of several runs: each run's own client, by the run's name
             return {
-                name: build_model(
+                state.name: build_model(
                     state.options, connections=connections_of(pytestconfig, state.options.max_connections)
                 )
-                for name, state in several.items()
+                for state in runs
             }
         opts = settings_of(pytestconfig)
         return build_model(opts, connections=connections_of(pytestconfig, opts.max_connections))
@@ -251,11 +243,10 @@ def env_fixture(pytestconfig: pytest.Config) -> Iterator[Any]:
     factory.close()  # removes long-lived containers (a code tool's, for instance)
 
 
-def run_fixture(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) -> Iterator[BenchRun | ModelRuns]:
+def run_fixture(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any) -> Iterator[BenchRun | SessionRuns]:
     """The value of the ``bench_run`` fixture (declared in ``__init__.py``)."""
-    several = request.config.stash.get(MODEL_STATES, None)
-    if several:  # each model's run opens at its first item
-        runs = ModelRuns(lambda name: open_run(request, several[name], bench_model[name], bench_env))
+    if len(states_of(request.config)) > 1:  # each run opens at its first item
+        runs = SessionRuns(lambda state: open_run(request, state, bench_model[state.name], bench_env))
         yield runs
         runs.close()
         return
@@ -270,7 +261,7 @@ def run_fixture(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any
 def open_run(request: pytest.FixtureRequest, state: BenchState, model: Any, env: Any) -> BenchRun:
     """The benchmark's run of ``state`` with ``model``: over the session's items of that run."""
     selected = frozenset(
-        item.sample.id for item in request.session.items if isinstance(item, BenchItem) and item.model == state.model
+        item.sample.id for item in request.session.items if isinstance(item, BenchItem) and item.state is state
     )
     opts = state.options
     spec = RunSpec(

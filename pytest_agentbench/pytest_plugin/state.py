@@ -113,9 +113,9 @@ def check_dataset(benchmark: Benchmark, given: str | None) -> None:
     choose(benchmark.datasets, given, f"{benchmark.name} data set (--bench-dataset)")
 
 
-def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = ()) -> BenchState:
-    """This process's state (of its model ``opts.model`` when ``models`` lists the several models of the
-    session); raises ConfigError or DataError (the caller turns them into usage errors)."""
+def make_state(config: pytest.Config, opts: Settings, name: str | None = None) -> BenchState:
+    """This process's state of one run (``name``: the run's among the session's several, None: the session's
+    only run); raises ConfigError or DataError (the caller turns them into usage errors)."""
     benchmark = get_benchmark(opts.bench)
     check_dataset(benchmark, opts.dataset)
     split = choose(benchmark.splits, opts.split or benchmark.default_split, f"{benchmark.name} split (--bench-split)")
@@ -138,10 +138,10 @@ def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = 
     if packager is not None:
         run_dir, only_bench = packager.run_dir, True
     elif handshake is not None:
-        run_dir, only_bench = handshake.run_dir_of(opts.model if models else None), handshake.only_bench
+        run_dir, only_bench = handshake.run_dir_of(name), handshake.only_bench
     else:
         # a resumed run continues in the interrupted run's folder
-        run_dir = opts.resume or new_run_dir(opts, benchmark.name, settings.get("model") or "none")
+        run_dir = opts.resume or new_run_dir(opts, benchmark.name, name or settings.get("model") or "none")
         only_bench = config.args_source != pytest.Config.ArgsSource.ARGS
     settings["run_id"] = run_dir.name
     # The controller is the only writer of the run: a worker keeps an item's files and new cache entries in
@@ -158,8 +158,7 @@ def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = 
         is_worker=is_worker,
         files=CollectedFiles() if is_worker else DirectoryFiles(run_dir),
         journal=CacheJournal() if is_worker else None,
-        model=opts.model if models else None,
-        models=tuple(models),
+        name=name,
     )
     if not is_worker:
         prepare_controller(state)
@@ -266,6 +265,7 @@ def new_run_id() -> str:
 
 
 def new_run_dir(opts: Settings, bench: str, model: str) -> Path:
+    """``<report dir>/<bench>/<model>/<run id>`` (``model``: a run's name in a session of several runs)."""
     run_id = opts.run_id or new_run_id()
     # Created by the first record written, so --collect-only leaves no empty folders behind.
     return Path(opts.report_dir) / bench / safe_name(model) / safe_name(run_id)

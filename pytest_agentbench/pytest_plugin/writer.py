@@ -46,7 +46,7 @@ from ..models.price import RunBudget
 from .collect import BenchItem
 from .faults import stage_fault
 from .provenance import session_command
-from .run import RECORD, BenchState, Streak, base_record, error_record, repair_record, where_ran
+from .run import RECORD, BenchState, Streak, base_record, error_record, owns, repair_record, where_ran
 
 MAX_DELIVERY_BYTES = 64 * 2**20  # compressed files + cache entries one item may send to the controller
 MAX_UNPACKED_BYTES = 1024 * 2**20  # what one file or entry may expand to on the controller (a zlib bomb is refused)
@@ -87,7 +87,7 @@ class RecordWriter:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
-        if not isinstance(item, BenchItem) or item.model != self.state.model:  # another model's item: its writer's
+        if not isinstance(item, BenchItem) or item.state is not self.state:  # another run's item: its writer's
             return report
         try:
             self.finish(item, call, report)
@@ -237,7 +237,7 @@ class ControllerWriter(RecordWriter):
         if delivery is None:
             return
         record: Any = next((v for k, v in report.user_properties if k == rec.RECORD_PROPERTY), None)
-        if not owns(self.state, record):  # a run of several models: another model's writer stores it
+        if not owns(self.state, report.nodeid):  # a session of several runs: another run's writer stores it
             return
         report.user_properties = [(k, v) for k, v in report.user_properties if k != rec.DELIVERY_PROPERTY]
         try:
@@ -291,12 +291,6 @@ class WorkerWriter(RecordWriter):
             delivery = pack_delivery({}, {}, append=fresh)
         report.user_properties.append((rec.DELIVERY_PROPERTY, delivery))
         return record
-
-
-def owns(state: BenchState, record: Any) -> bool:
-    """Whether a record from a report belongs to ``state``'s run: always in a run of one model; in a run of
-    several, when the record names the state's model."""
-    return state.model is None or (isinstance(record, dict) and record.get("model") == state.model)
 
 
 def check_sendable(record: rec.Record, delivery: dict[str, Any]) -> None:

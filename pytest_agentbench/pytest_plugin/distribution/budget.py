@@ -110,7 +110,7 @@ class BudgetLink:
         spending, gate = getattr(model, "spending", None), getattr(model, "gate", None)
         if spending is None or gate is None:
             return
-        model_key = state.model
+        model_key = state.name
         spending.listeners.append(lambda usd: self.report(model_key, usd))
         with self.lock:
             self.runs[model_key] = (state, gate)

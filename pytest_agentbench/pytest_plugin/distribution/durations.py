@@ -19,7 +19,7 @@ from typing import Any
 
 from ...core import records as rec
 from ...core.io import write_atomic
-from ..collect import item_entries, task_of_nodeid
+from ..collect import session_entries, task_of_nodeid
 from ..run import BenchState
 
 DURATIONS_FILE = "durations.json"
@@ -73,12 +73,13 @@ def write_durations(state: BenchState, records: Iterable[rec.Record]) -> int:
     return sum(len(s) for s in fresh.values())
 
 
-def plan_costs(state: BenchState) -> tuple[Callable[[str], str], Callable[[str, list[str]], float]]:
-    """``unit_of(nodeid)`` and ``unit_cost(unit, nodeids)`` for the scheduler: a grouped benchmark's unit is a
-    task (one model's, in a run of several), an ungrouped one's an item; other tests are grouped as xdist's
-    load-scope does."""
+def plan_costs(runs: list[BenchState]) -> tuple[Callable[[str], str], Callable[[str, list[str]], float]]:
+    """``unit_of(nodeid)`` and ``unit_cost(unit, nodeids)`` for the scheduler over the session's runs: a grouped
+    benchmark's unit is a task (one run's, in a session of several), an ungrouped one's an item; other tests are
+    grouped as xdist's load-scope does."""
+    state = runs[0]
     bench = state.benchmark
-    entries = item_entries(bench, state.tasks, state.options.attempts, state.models)
+    entries = session_entries(runs)
     samples = {nodeid: sample for nodeid, (_, sample) in entries.items()}
     known = measured(state)
     estimate = {nodeid: float(bench.expected_cost(sample)) for nodeid, sample in samples.items()}
@@ -95,8 +96,8 @@ def plan_costs(state: BenchState) -> tuple[Callable[[str], str], Callable[[str, 
             return nodeid.rsplit("::", 1)[0]
         if not bench.group_items:
             return nodeid
-        model = entries[nodeid][0]  # several models: a task's steps in order per model, the models apart
-        return f"{bench.name}/{task_of_nodeid(nodeid, [bench])}" + (f"[{model}]" if model is not None else "")
+        run = entries[nodeid][0].name  # several runs: a task's steps in order per run, the runs apart
+        return f"{bench.name}/{task_of_nodeid(nodeid, [bench])}" + (f"[{run}]" if run is not None else "")
 
     def unit_cost(unit: str, nodeids: list[str]) -> float:
         return sum(seconds.get(n, estimate.get(n, 1.0) * scale) for n in nodeids)

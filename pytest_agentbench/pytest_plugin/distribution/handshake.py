@@ -28,7 +28,7 @@ from ...core import records as rec
 RUN_DIR_KEY = "agentbench_run_dir"
 ONLY_BENCH_KEY = "agentbench_only_bench"
 RESUMED_KEY = "agentbench_resumed"  # JSON text: the finished records a resumed run reuses (workers read no file)
-MODEL_RUN_DIRS_KEY = "agentbench_model_run_dirs"  # JSON text: model -> run folder, in a run of several models
+RUN_DIRS_KEY = "agentbench_run_dirs"  # JSON text: run name -> run folder, in a session of several runs
 REMOTE_KEY = "agentbench_remote"  # a remote worker: {"settings", "host", "gpus", "host_timeout"}
 HEARTBEAT_KEY = "agentbench_heartbeat"  # a remote worker: an execnet channel to its controller
 WORKERS_KEY = "agentbench_workers"  # how many workers share the session's bounds (--bench-max-connections, ...)
@@ -37,7 +37,7 @@ KEYS = (
     RUN_DIR_KEY,
     ONLY_BENCH_KEY,
     RESUMED_KEY,
-    MODEL_RUN_DIRS_KEY,
+    RUN_DIRS_KEY,
     REMOTE_KEY,
     HEARTBEAT_KEY,
     WORKERS_KEY,
@@ -119,13 +119,13 @@ class RemoteInput:
 @dataclass(frozen=True)
 class WorkerInput:
     """What a controller tells each worker about the run: where its records go (the controller writes them; a
-    worker only names its run), whether only the benchmark is collected, in a run of several models each model's
-    run folder, in a resumed run the finished records it reuses, on a remote worker ``remote``, and when the run
+    worker only names its run), whether only the benchmark is collected, in a session of several runs each run's
+    folder, in a resumed run the finished records it reuses, on a remote worker ``remote``, and when the run
     has a budget the channel its model calls' costs go by (``budget``)."""
 
     run_dir: Path
     only_bench: bool
-    model_run_dirs: Mapping[str, Path] = field(default_factory=dict)
+    run_dirs: Mapping[str, Path] = field(default_factory=dict)
     resumed: str = ""  # JSON text of the reused records, encoded once on the controller (``records.json_default``)
     remote: RemoteInput | None = None
     workers: int = 1  # the session's workers: each takes its share of the session-wide bounds
@@ -136,8 +136,8 @@ class WorkerInput:
         out: dict[str, Any] = {RUN_DIR_KEY: str(self.run_dir), ONLY_BENCH_KEY: self.only_bench}
         if self.workers > 1:
             out[WORKERS_KEY] = self.workers
-        if self.model_run_dirs:
-            out[MODEL_RUN_DIRS_KEY] = json.dumps({model: str(path) for model, path in self.model_run_dirs.items()})
+        if self.run_dirs:
+            out[RUN_DIRS_KEY] = json.dumps({name: str(path) for name, path in self.run_dirs.items()})
         if self.resumed:
             out[RESUMED_KEY] = self.resumed
         if self.budget is not None:
@@ -167,21 +167,21 @@ class WorkerInput:
         missing = [key for key in REQUIRED_KEYS if key not in ours]
         if missing:
             raise mismatch(f"lacks {', '.join(map(repr, missing))}")
-        dirs = json.loads(ours[MODEL_RUN_DIRS_KEY]) if MODEL_RUN_DIRS_KEY in ours else {}
+        dirs = json.loads(ours[RUN_DIRS_KEY]) if RUN_DIRS_KEY in ours else {}
         return cls(
             run_dir=Path(ours[RUN_DIR_KEY]),
             only_bench=bool(ours[ONLY_BENCH_KEY]),
-            model_run_dirs={model: Path(path) for model, path in dirs.items()},
+            run_dirs={name: Path(path) for name, path in dirs.items()},
             resumed=str(ours.get(RESUMED_KEY) or ""),
             remote=remote_input(ours),
             workers=max(1, int(ours.get(WORKERS_KEY) or 1)),
             budget=ours.get(BUDGET_KEY),
         )
 
-    def run_dir_of(self, model: str | None) -> Path:
-        """The run folder of ``model`` in a run of several models, else the run's."""
-        if model is not None and self.model_run_dirs:
-            return self.model_run_dirs[model]
+    def run_dir_of(self, name: str | None) -> Path:
+        """The folder of the run ``name`` in a session of several runs, else the run's."""
+        if name is not None and self.run_dirs:
+            return self.run_dirs[name]
         return self.run_dir
 
     def resumed_records(self) -> dict[str, rec.Record]:

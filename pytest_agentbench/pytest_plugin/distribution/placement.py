@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from ..concurrency import chains_per_worker
-from ..run import STATE
+from ..run import STATE, states_of
 from . import xdist_compat as xc
 from .durations import plan_costs
 
@@ -309,7 +309,7 @@ def placement_scheduler(
 ) -> PlacementScheduling:
     """The run's scheduler: units and their costs from the run's state (durations.py) when it has one."""
     state = config.stash.get(STATE, None)
-    unit_of, unit_cost = plan_costs(state) if state is not None else (None, None)
+    unit_of, unit_cost = plan_costs(states_of(config)) if state is not None else (None, None)
     stopped = (lambda: bool(state.budget_stop or state.error_stop)) if state is not None else None
     return PlacementScheduling(
         config,

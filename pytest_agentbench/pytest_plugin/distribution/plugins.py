@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from ...core import records as rec
-from ..collect import item_entries
+from ..collect import session_entries
 from ..concurrency import take_unscored
 from ..run import BenchState, base_record
 from . import xdist_compat as xc
@@ -90,7 +90,7 @@ class DistributionController:
     def __init__(self, config: pytest.Config, state: BenchState, runs: list[BenchState] | None = None) -> None:
         self.config = config
         self.state = state
-        self.runs = {run.model: run for run in runs or [state]}  # several models: each model's state
+        self.runs = {run.name: run for run in runs or [state]}  # several runs: each run's state, by its name
         self.dist = config.getoption("dist", None)  # xdist's --dist, read at configure time
         # the same for every worker, and possibly large: encoded once
         self.resumed = json.dumps(list(state.resumed.values()), default=rec.json_default) if state.resumed else ""
@@ -122,7 +122,7 @@ class DistributionController:
         handshake = WorkerInput(
             run_dir=state.run_dir,
             only_bench=state.only_bench,
-            model_run_dirs={m: s.run_dir for m, s in self.runs.items() if m is not None} if state.models else {},
+            run_dirs={name: s.run_dir for name, s in self.runs.items() if name is not None},
             resumed=self.resumed,
             remote=self.remote.worker_input(node) if self.remote is not None else None,
             workers=max(1, xc.expected_workers(self.config)),
@@ -150,13 +150,10 @@ class DistributionController:
         """xdist's report of the item a dead worker was running becomes that item's record: an error naming the
         worker and its host, marked lost (``--bench-resume`` runs it again). It is written like any other."""
         if self.samples is None:
-            self.samples = item_entries(
-                self.state.benchmark, self.state.tasks, self.state.options.attempts, self.state.models
-            )
+            self.samples = session_entries(self.runs.values())
         if crashitem not in self.samples:  # not a benchmark item (a user's test in the same session)
             return
-        model, sample = self.samples[crashitem]
-        state = self.runs.get(model, self.state)
+        state, sample = self.samples[crashitem]
         node = xc.crashed_worker(report)
         worker = xc.worker_id(node) if node is not None else "?"
         host = state.worker_hosts.get(worker) or gateway_host(node)

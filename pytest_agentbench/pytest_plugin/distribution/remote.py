@@ -32,10 +32,10 @@ import pytest
 from ...core import host
 from ...core import records as rec
 from ...core.types import Sample
-from ..collect import BenchItem, sample_nodeids
+from ..collect import BenchItem, session_entries
 from ..options import all_options
 from ..provenance import PACKAGE, version_of
-from ..run import RECORD, SETTINGS, BenchState, base_record, outcome, state_of
+from ..run import RECORD, SETTINGS, BenchState, base_record, outcome, state_of, states_of
 from . import xdist_compat as xc
 from .handshake import RemoteInput, Role, role_of
 from .hostprobe import (
@@ -445,8 +445,8 @@ class RemoteHosts:
     def scheduler(self, config: Any, log: Any):
         """The placement scheduler of a run with remote hosts: GPU items to GPU hosts, and room kept for the
         work of a host that is lost (remote hosts are not replaced)."""
-        samples = sample_nodeids(self.state.benchmark, self.state.tasks, self.state.options.attempts)
-        gpu_nodeids = frozenset(nodeid for nodeid, sample in samples.items() if needs_gpu(sample))
+        samples = session_entries(states_of(config))
+        gpu_nodeids = frozenset(nodeid for nodeid, (_, sample) in samples.items() if needs_gpu(sample))
         return make_placement_scheduler(
             config,
             log,

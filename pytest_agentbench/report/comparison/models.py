@@ -1,13 +1,17 @@
-"""The comparison of the models of one run (a run file that lists several models): one row per model, and
-each model after the first compared with the first.
+"""The comparison of the runs of one session (a run file that lists several models or agents): one row per run,
+and each run after the first compared with the first.
 
 Pure: from each model's summary and records to a table, as terminal lines, Markdown (the session's
 ``summary.md``) and HTML (a fragment, and the session's ``report.html`` page that links each model's own
 report). A row holds the benchmark's headline metrics with their 95% Wilson intervals (as each model's
 report.html shows them), the item counts, the tokens, the cost (``summary["cost"]["total_usd"]`` when the
-summary has one, "—" otherwise) and the model's gates. Below the table, each later model is compared with the
+summary has one, "—" otherwise) and the run's gates; when a run says which agent (the harness) produced its
+answers (``summary["comparability"]["harness"]["agent"]``: name and version), an ``agent`` column stands
+beside the model. Below the table, each later model is compared with the
 first as two runs are (``runs.py``: metrics with deltas and bootstrap intervals, McNemar tests, flipped items
 linked to both models' report.html); summary.md holds the same comparisons as text (``compare.render_text``).
+Two runs of different agents (or harnesses) are not comparable: their pair is refused, as a gate refuses such a
+baseline, unless ``allow_incomparable`` (--bench-set allow_incomparable=true) asks for it anyway.
 
     rows = [model_row("gpt-4o", summary, records, run_dir), ...]
     pairs = compared_with_first([ModelRun("gpt-4o", summary, records, run_dir), ...])
@@ -38,7 +42,7 @@ MODELS_FOLDER = "_models"  # <report dir>/<bench>/_models/<run id>/: no model's 
 
 @dataclass(frozen=True)
 class ModelRow:
-    model: str
+    model: str  # the run's name: the model, or ``<model>+<agent>`` in a session of several agents
     metrics: list[dict[str, Any]]  # html.headlines: name, value, k, n, interval
     counts: Mapping[str, int] = field(default_factory=dict)
     usage: Mapping[str, float] = field(default_factory=dict)
@@ -46,6 +50,15 @@ class ModelRow:
     gates: bool | None = None  # None: no gate given
     run_dir: str = ""
     not_run: int = 0
+    agent: str | None = None  # the harness's agent (name and version), when the summary names one
+    model_name: str = ""  # the model the summary names (shown in place of the run's name beside ``agent``)
+
+
+def harness_of(summary: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The harness the run's comparability keys name (a benchmark with agents: ``{"agent": "codex 0.171.0"}``)."""
+    keys = summary.get("comparability")
+    harness = keys.get("harness") if isinstance(keys, Mapping) else None
+    return harness if isinstance(harness, Mapping) else {}
 
 
 def model_row(
@@ -56,6 +69,9 @@ def model_row(
     cost = summary.get("cost")
     total = cost.get("total_usd") if isinstance(cost, Mapping) else None
     incomplete = summary.get("incomplete")
+    agent = harness_of(summary).get("agent")
+    settings = summary.get("settings")
+    named = settings.get("model") if isinstance(settings, Mapping) else None
     return ModelRow(
         model=model,
         metrics=headlines(summary, records),
@@ -65,6 +81,8 @@ def model_row(
         gates=summary.get("gates_passed") if "gates_passed" in summary else None,
         run_dir=str(run_dir),
         not_run=int(incomplete.get("not_run", 0)) if isinstance(incomplete, Mapping) else 0,
+        agent=str(agent) if agent is not None else None,
+        model_name=str(named) if named else "",
     )
 
 
@@ -99,15 +117,20 @@ def as_run(run: ModelRun) -> dict[str, Any]:
     return {**public(run.summary), "_path": str(Path(run.run_dir) / SUMMARY_JSON)}
 
 
-def compared_with_first(runs: Iterable[ModelRun]) -> list[Pair]:
-    """Each model after the first compared with the first (A the first, B the later one), from what is in
-    memory. A comparison that cannot be made costs only its own section, never the table."""
+def compared_with_first(runs: Iterable[ModelRun], allow_incomparable: bool = False) -> list[Pair]:
+    """Each run after the first compared with the first (A the first, B the later one), from what is in
+    memory. A comparison that cannot be made costs only its own section, never the table; one between runs
+    of different harnesses (agents) is refused unless ``allow_incomparable``."""
     runs = list(runs)
     if len(runs) < 2:
         return []
     first, pairs = runs[0], []
     summary_a = as_run(first)
     for run in runs[1:]:
+        refused = other_harness(first, run)
+        if refused and not allow_incomparable:
+            pairs.append(Pair(first.model, run.model, error=refused))
+            continue
         try:
             summary_b = as_run(run)
             c = compare(summary_a, summary_b)
@@ -117,6 +140,18 @@ def compared_with_first(runs: Iterable[ModelRun]) -> list[Pair]:
         except Exception as exc:  # noqa: BLE001  (one model's odd summary costs its comparison only)
             pairs.append(Pair(first.model, run.model, error=f"{type(exc).__name__}: {exc}"))
     return pairs
+
+
+def other_harness(a: ModelRun, b: ModelRun) -> str:
+    """Why two runs' harnesses (agents) make them incomparable, or "" when they are the same."""
+    harness_a, harness_b = harness_of(a.summary), harness_of(b.summary)
+    if harness_a == harness_b:
+        return ""
+    shown = ", ".join(f"{key}: {harness_a.get(key)} and {harness_b.get(key)}" for key in {**harness_a, **harness_b})
+    return (
+        f"the runs' harnesses differ ({shown}), so their scores measure different systems; compare them anyway "
+        f"with --bench-set allow_incomparable=true"
+    )
 
 
 def pair_markdown(pair: Pair, alpha: float = 0.05) -> str:
@@ -179,13 +214,20 @@ def items_cell(row: ModelRow) -> str:
     return text + (f" ({row.not_run} not run)" if row.not_run and "not_run" not in row.counts else "")
 
 
+def with_agents(rows: Iterable[ModelRow]) -> bool:
+    """Whether the table has an ``agent`` column: some run names its agent."""
+    return any(row.agent is not None for row in rows)
+
+
 def header(rows: list[ModelRow]) -> list[str]:
-    return ["model", *metric_names(rows), "items", "tokens", "cost", "gates"]
+    agent = ["agent"] if with_agents(rows) else []
+    return ["model", *agent, *metric_names(rows), "items", "tokens", "cost", "gates"]
 
 
-def cells(row: ModelRow, names: list[str]) -> list[str]:
+def cells(row: ModelRow, names: list[str], agents: bool = False) -> list[str]:
+    who = [row.model_name or row.model, row.agent or NONE] if agents else [row.model]
     return [
-        row.model,
+        *who,
         *(metric_cell(row, n) for n in names),
         items_cell(row),
         tokens_cell(row),
@@ -197,8 +239,8 @@ def cells(row: ModelRow, names: list[str]) -> list[str]:
 def table(rows: Iterable[ModelRow]) -> list[list[str]]:
     """Header and one list of cells per model."""
     rows = list(rows)
-    names = metric_names(rows)
-    return [header(rows), *(cells(row, names) for row in rows)]
+    names, agents = metric_names(rows), with_agents(rows)
+    return [header(rows), *(cells(row, names, agents) for row in rows)]
 
 
 def render_text(rows: Iterable[ModelRow]) -> list[str]:
@@ -240,7 +282,8 @@ def html_fragment(rows: Iterable[ModelRow], links: Mapping[str, str] | None = No
     head = "".join(f"<th>{esc(c)}</th>" for c in grid[0])
     body = []
     for row, line in zip(rows, grid[1:]):
-        name = f'<a href="{esc(links[row.model])}">{esc(row.model)}</a>' if row.model in links else esc(row.model)
+        text = esc(line[0])
+        name = f'<a href="{esc(links[row.model])}">{text}</a>' if row.model in links else text
         rest = "".join(f"<td>{esc(c)}</td>" for c in line[1:-1])
         gate = line[-1]
         gate_html = f'<span class="{"bad" if gate == "FAILED" else "ok"}">{esc(gate)}</span>' if gate != NONE else NONE
