@@ -28,13 +28,17 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..models.proxy import AgentView
 
 BUILTIN = "builtin"
 COMMAND = "command"
@@ -209,6 +213,10 @@ class ExternalAgent:
     def install(self, cache_dir: Path) -> None:
         """Make the agent's install (nothing for ``command``)."""
 
+    def request_view(self) -> Callable[[list[dict[str, Any]]], AgentView] | None:
+        """How the agent's requests are seen by the model and the response cache (``models.proxy``); None: as sent."""
+        return None
+
     def script(self, setting: AgentSetting) -> str:
         raise NotImplementedError
 
@@ -289,7 +297,11 @@ class MiniSweAgent(ExternalAgent):
 class CodexAgent(ExternalAgent):
     """OpenAI's Codex CLI, ``codex exec``: a custom model provider pointing at the proxy on the Responses API
     (the only wire protocol it speaks), its own sandbox and approvals off (the plugin's sandbox holds it), web
-    search off (the proxy serves the model only), its last message written to a file."""
+    search off (the proxy serves the model only), its last message written to a file. What Codex makes up in
+    each request is numbered or masked (``codex_view``) so a replay finds the recorded replies."""
+
+    def request_view(self) -> Callable[[list[dict[str, Any]]], AgentView] | None:
+        return codex_view
 
     def install(self, cache_dir: Path) -> None:
         self.install_dir = install_npm_agent(cache_dir, self.choice, f"@openai/codex@{self.choice.version}")
@@ -334,6 +346,69 @@ class CodexAgent(ExternalAgent):
             return bytes(read(f"{setting.folder}/last-message.txt")).decode(errors="replace") or None
         except (OSError, ValueError):
             return None
+
+
+# What Codex writes into a command's output that differs from run to run of the same conversation: a random id
+# of the output, the wall time, the random handle of a process still running (the model names it to wait on it or
+# write to it) and today's date in its environment context.
+CODEX_CHUNK_ID = re.compile(r"^(Chunk ID: )(\S+)$", re.M)
+CODEX_WALL_TIME = re.compile(r"^(Wall time: )[0-9.]+( seconds)$", re.M)
+CODEX_SESSION_ID = re.compile(r"(session ID )(\d+)")
+CODEX_DATE = re.compile(r"(<current_date>)[^<]*(</current_date>)")
+
+
+def ordinal(table: dict[str, int], value: str) -> int:
+    """``value``'s number in order of first appearance (1, 2, ...)."""
+    return table.setdefault(value, len(table) + 1)
+
+
+def with_session(call: dict[str, Any], swap: dict[str, int]) -> dict[str, Any]:
+    """A chat tool call whose ``session_id`` argument is swapped through ``swap`` (unchanged when not in it)."""
+    function = call.get("function") or {}
+    try:
+        arguments = json.loads(function.get("arguments") or "")
+    except (TypeError, ValueError):
+        return call
+    if not isinstance(arguments, dict) or str(arguments.get("session_id")) not in swap:
+        return call
+    arguments["session_id"] = swap[str(arguments["session_id"])]
+    return {**call, "function": {**function, "arguments": json.dumps(arguments)}}
+
+
+def codex_view(messages: list[dict[str, Any]]) -> AgentView:
+    """A Codex request as the model sees it (output ids and process handles numbered in order of appearance) and
+    as the response cache keys on it (wall times and the date masked too); the reply's process handles go back
+    to the live ones, so a model replayed from another run waits on the process of this one."""
+    chunks: dict[str, int] = {}
+    sessions: dict[str, int] = {}  # live handle -> its number
+    seen: list[dict[str, Any]] = []
+    for message in messages:
+        message = dict(message)
+        content = message.get("content")
+        if message.get("role") == "tool" and isinstance(content, str):
+            content = CODEX_CHUNK_ID.sub(lambda m: f"{m[1]}{ordinal(chunks, m[2])}", content)
+            message["content"] = CODEX_SESSION_ID.sub(lambda m: f"{m[1]}{ordinal(sessions, m[2])}", content)
+        if message.get("tool_calls"):
+            message["tool_calls"] = [with_session(call, sessions) for call in message["tool_calls"]]
+        seen.append(message)
+    keyed = [masked_codex_message(message) for message in seen]
+    live = {str(number): int(handle) for handle, number in sessions.items()}
+
+    def to_agent(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        back = [with_session({"function": call}, live)["function"] for call in calls]
+        return calls if back == calls else back
+
+    return AgentView(seen, keyed, to_agent)
+
+
+def masked_codex_message(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if not isinstance(content, str):
+        return message
+    content = CODEX_DATE.sub(r"\1(date)\2", content)
+    if message.get("role") == "tool":
+        content = CODEX_WALL_TIME.sub(r"\1(time)\2", content)
+    return {**message, "content": content}
 
 
 def make_agent(choice: AgentChoice) -> ExternalAgent:

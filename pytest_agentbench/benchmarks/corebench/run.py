@@ -555,6 +555,7 @@ class ExternalAgentSolver(AgentSolver):
             tokens=limits.tokens,
             cost=limits.cost,
             on_stop=env.end_processes,  # a spent budget or a failed endpoint ends the agent at once
+            view=self.agent.request_view(),
         )
         setting = agents.AgentSetting(
             base_url=proxy.base_url,
