@@ -33,6 +33,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,68 +103,69 @@ def install_folder(cache_dir: Path, choice: AgentChoice) -> Path:
     return Path(root) / f"{choice.name}-{choice.version}"
 
 
-def install_python_agent(cache_dir: Path, choice: AgentChoice, requirement: str) -> Path:
-    """A venv holding ``requirement`` in the cache, made once per (agent, version) and reused (a lock keeps
-    processes of one run from making it twice); its folder. Venvs cannot move, so it is made in place and
-    marked complete last: a half-made one is made again."""
-    folder = install_folder(cache_dir, choice)
-    venv, marker = folder / "venv", folder / "installed.json"
-    if marker.is_file():
-        return venv
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.is_file():
-            return venv
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(mode=0o755)
-        steps = [
-            [sys.executable, "-m", "venv", str(venv)],
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q", requirement],
-        ]
-        for argv in steps:
-            try:
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise AgentInstallError(f"installing {requirement} failed: {exc}") from None
-            if done.returncode != 0:
-                raise AgentInstallError(
-                    f"installing {requirement} into {venv} failed (exit {done.returncode}): "
-                    f"{done.stderr.strip()[-800:]}; check the package registry (pip's index) is reachable"
-                )
-        os.chmod(folder, 0o755)  # the sandbox's user reads it
-        marker.write_text(json.dumps({"requirement": requirement, "python": sys.executable}))
-    return venv
-
-
-def install_npm_agent(cache_dir: Path, choice: AgentChoice, package: str) -> Path:
-    """``package`` installed with npm into a folder of the cache, once per (agent, version); its folder."""
+def install_into_folder(
+    cache_dir: Path, choice: AgentChoice, what: str, steps: Callable[[Path], list[list[str]]], registry: str
+) -> Path:
+    """The agent's install folder, made once per (agent, version) and reused: ``steps(folder)`` (argv lists) run
+    in a temporary folder beside it, renamed into place when all succeeded, so no process ever sees a half-made
+    install; a lock keeps processes of one run (xdist workers) from making it twice. ``what`` and ``registry``
+    name the package and where it comes from in an AgentInstallError."""
     folder = install_folder(cache_dir, choice)
     marker = folder / "installed.json"
     if marker.is_file():
         return folder
-    npm = shutil.which("npm")
-    if npm is None:
-        raise AgentInstallError(f"installing {package} needs npm (e.g. apt-get install -y npm)")
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f".{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.is_file():
             return folder
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(mode=0o755)
-        argv = [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--ignore-scripts", package]
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise AgentInstallError(f"installing {package} failed: {exc}") from None
-        if done.returncode != 0:
-            raise AgentInstallError(
-                f"installing {package} into {folder} failed (exit {done.returncode}): "
-                f"{done.stderr.strip()[-800:]}; check the npm registry is reachable"
-            )
-        marker.write_text(json.dumps({"package": package}))
+            for argv in steps(staging):
+                run_install_step(argv, what, registry)
+            (staging / marker.name).write_text(json.dumps({"installed": what}))
+            os.chmod(staging, 0o755)  # the sandbox's user reads it
+            shutil.rmtree(folder, ignore_errors=True)  # a half-made install of an older plugin
+            os.rename(staging, folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def run_install_step(argv: list[str], what: str, registry: str) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise AgentInstallError(f"installing {what} failed: {exc}") from None
+    if done.returncode != 0:
+        raise AgentInstallError(
+            f"installing {what} failed (exit {done.returncode}, {shlex.join(argv[:4])} ...): "
+            f"{done.stderr.strip()[-800:]}; check {registry} is reachable"
+        )
+
+
+def venv_steps(requirement: str) -> Callable[[Path], list[list[str]]]:
+    """A venv (``venv/`` of the folder) holding ``requirement``. Its scripts' first lines name the temporary
+    folder, so they are run with the venv's python (which finds its packages wherever the venv is)."""
+
+    def steps(folder: Path) -> list[list[str]]:
+        venv = folder / "venv"
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+        return [[sys.executable, "-m", "venv", str(venv)], [*pip, requirement]]
+
+    return steps
+
+
+def npm_steps(package: str) -> Callable[[Path], list[list[str]]]:
+    """``package`` installed with npm into the folder, its install scripts not run."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise AgentInstallError(f"installing {package} needs npm (e.g. apt-get install -y npm)")
+
+    def steps(folder: Path) -> list[list[str]]:
+        return [[npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--ignore-scripts", package]]
+
+    return steps
 
 
 # ---------------------------------------------------------------- one run
@@ -242,7 +244,9 @@ class MiniSweAgent(ExternalAgent):
     (MSWEA_COST_TRACKING); its per-command timeout and step limit are the plugin's."""
 
     def install(self, cache_dir: Path) -> None:
-        self.install_dir = install_python_agent(cache_dir, self.choice, f"mini-swe-agent=={self.choice.version}")
+        requirement = f"mini-swe-agent=={self.choice.version}"
+        folder = install_into_folder(cache_dir, self.choice, requirement, venv_steps(requirement), "pip's index")
+        self.install_dir = folder / "venv"
 
     def script(self, setting: AgentSetting) -> str:
         assert self.install_dir is not None, "install the agent first"
@@ -256,6 +260,7 @@ class MiniSweAgent(ExternalAgent):
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no download of litellm's price list at start
         }
         argv = [
+            str(self.install_dir / "bin" / "python"),
             str(self.install_dir / "bin" / "mini"),
             "-m",
             f"openai/{setting.model}",
@@ -304,7 +309,8 @@ class CodexAgent(ExternalAgent):
         return codex_view
 
     def install(self, cache_dir: Path) -> None:
-        self.install_dir = install_npm_agent(cache_dir, self.choice, f"@openai/codex@{self.choice.version}")
+        package = f"@openai/codex@{self.choice.version}"
+        self.install_dir = install_into_folder(cache_dir, self.choice, package, npm_steps(package), "the npm registry")
 
     def binary(self) -> Path:
         """The native binary (the npm package's Node shim only finds and starts it)."""
