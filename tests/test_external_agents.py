@@ -356,3 +356,23 @@ def test_a_spent_budget_ends_the_agent_with_budget(pytester, tmp_path, server):
     assert "spent $0.0140 of its budget of $0.01 (--bench-set max_cost_per_item)" in record["message"]
     assert record["generation"]["model_calls"] == 2 == len(server.requests)
     assert record["generation"]["agent_seconds"] < 300  # ended by the plugin, not by its time limit
+
+
+def test_an_agent_past_its_time_is_ended_by_the_plugin(pytester, tmp_path, server):
+    """The whole run's time is the plugin's to hold: an agent that ignores the signal to stop and leaves a
+    background job holding its output is still ended at --bench-set agent_time."""
+    needs("bwrap")
+    command = "trap '' TERM INT HUP; (trap '' TERM; sleep 600) & sleep 600"
+    _, record, _ = run_agent(
+        pytester,
+        tmp_path,
+        server,
+        "time",
+        "--bench-agent=command",
+        f"--bench-set=agent_command={command}",
+        "--bench-set=agent_time=3",
+    )
+    assert record["end_reason"] == "time_limit", record["message"]
+    assert "ran out of its 3 s" in record["message"] and record["status"] == "fail"
+    assert record["generation"]["agent_seconds"] < 120  # ended by the plugin, long before the agent would end
+    assert server.requests == []

@@ -219,6 +219,11 @@ class ExternalAgent:
         """How the agent's requests are seen by the model and the response cache (``models.proxy``); None: as sent."""
         return None
 
+    def step_limit(self, steps: int) -> int | None:
+        """The most model calls the metering proxy serves (``--bench-set agent_steps`` where the agent has a switch
+        for its steps, so the plugin holds it to the limit it was given); None: no limit."""
+        return None
+
     def script(self, setting: AgentSetting) -> str:
         raise NotImplementedError
 
@@ -247,6 +252,9 @@ class MiniSweAgent(ExternalAgent):
         requirement = f"mini-swe-agent=={self.choice.version}"
         folder = install_into_folder(cache_dir, self.choice, requirement, venv_steps(requirement), "pip's index")
         self.install_dir = folder / "venv"
+
+    def step_limit(self, steps: int) -> int | None:
+        return steps  # one model call a step, as its agent.step_limit counts them
 
     def script(self, setting: AgentSetting) -> str:
         assert self.install_dir is not None, "install the agent first"

@@ -19,9 +19,10 @@ time and a replay would miss the cache. ``view`` (given by whoever knows the age
 keeps all the model needs of them), the messages the response cache keys on (measurements that vary from run to
 run masked too) and the way back for the handles in the reply's tool calls.
 
-Limits: after a model error, or once the item's tokens or cost reach their budget, every further request is
-refused with a 403 and ``on_stop`` is called once (the caller ends the agent's processes): an agent cannot keep
-spending by retrying. ``state`` says why the proxy stopped (``model_error``, ``token_limit``, ``budget``).
+Limits: after a model error, once the item's tokens or cost reach their budget, or once the agent asks for a
+model call past its ``steps``, every further request is refused with a 403 and ``on_stop`` is called once (the
+caller ends the agent's processes): an agent cannot keep spending by retrying, nor step past the limit it was
+given. ``state`` says why the proxy stopped (``model_error``, ``token_limit``, ``budget``, ``max_steps``).
 """
 
 from __future__ import annotations
@@ -322,7 +323,8 @@ class MeteringProxy:
 
     ``model``: the run's client (``complete(messages, tools=, sample_index=, tool_choice=)``); ``listener``: a
     bound, listening TCP socket (None: one on 127.0.0.1 is made); ``host``: the address the agent dials (the
-    listener's own by default); ``tokens``/``cost`` with ``price``: the item's budgets; ``on_stop``: called once
+    listener's own by default); ``tokens``/``cost`` with ``price``: the item's budgets; ``steps``: most model
+    calls (None: no limit); ``on_stop``: called once
     when the proxy stops serving (a model error or a spent budget); ``view``: each request as the model and the
     response cache see it (``AgentView``), None for the request as sent."""
 
@@ -336,6 +338,7 @@ class MeteringProxy:
         price: Price | None = None,
         tokens: int | None = None,
         cost: float | None = None,
+        steps: int | None = None,
         on_stop: Callable[[], None] | None = None,
         view: Callable[[list[dict[str, Any]]], AgentView] | None = None,
     ) -> None:
@@ -344,7 +347,8 @@ class MeteringProxy:
         self._keys_apart = view is not None and takes_cache_messages(model)
         self.token = "agentbench-" + secrets.token_urlsafe(24)
         self.sample_index = sample_index
-        self.price, self.tokens, self.cost = price, tokens, cost
+        self.price, self.tokens, self.cost, self.steps = price, tokens, cost, steps
+        self._asked = 0  # model calls asked for (a refused one not counted)
         self.on_stop = on_stop
         self.accounting: dict[str, Any] = start_costs(
             {"model_calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0, "request_retries": 0},
@@ -402,6 +406,11 @@ class MeteringProxy:
         with self._lock:
             if self.state:
                 raise ProxyRefusal(403, f"no more model calls for this item: {self.message}", self.state)
+            past_steps = self.steps is not None and self._asked >= self.steps
+            self._asked += not past_steps
+        if past_steps:
+            self.stop("max_steps", f"the agent asked for a model call past its {self.steps} steps")
+            raise ProxyRefusal(403, f"no more model calls for this item: {self.message}", self.state)
         view = self.view(messages) if self.view is not None else AgentView(messages, messages)
         keyed = {"cache_messages": view.key_messages} if self._keys_apart else {}
         try:

@@ -554,6 +554,7 @@ class ExternalAgentSolver(AgentSolver):
             price=limits.price,
             tokens=limits.tokens,
             cost=limits.cost,
+            steps=self.agent.step_limit(limits.steps),
             on_stop=env.end_processes,  # a spent budget or a failed endpoint ends the agent at once
             view=self.agent.request_view(),
         )
