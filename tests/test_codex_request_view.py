@@ -47,6 +47,10 @@ def test_codex_requests_of_two_runs_key_alike_and_differ_in_what_the_model_reads
     assert json.loads(recorded.model_messages[3]["tool_calls"][0]["function"]["arguments"]) == {"session_id": 1}
     other = codex_view(codex_request("6e3054", "0.2511", 19220, "2026-12-07", output="mean accuracy: 0.94"))
     assert other.key_messages != recorded.key_messages  # what a command printed is never masked
+    printed = "Chunk ID: ab12\nWall time: 1.5 seconds\nProcess running with session ID 77"
+    echoed = codex_view(codex_request("6e3054", "0.2511", 19220, "2026-12-07", output=printed))
+    assert echoed.model_messages[4]["content"].endswith(f"Output:\n{printed}\n")  # nor changed
+    assert echoed.key_messages[4]["content"].endswith(f"Output:\n{printed}\n")
     # the model's reply names the handle it was shown; the agent gets its own process back
     reply = [{"id": "c3", "name": "write_stdin", "arguments": json.dumps({"session_id": 1, "chars": ""})}]
     assert json.loads(replayed.to_agent(reply)[0]["arguments"]) == {"session_id": 7627, "chars": ""}

@@ -362,18 +362,26 @@ class CodexAgent(ExternalAgent):
             return None
 
 
-# What Codex writes into a command's output that differs from run to run of the same conversation: a random id
-# of the output, the wall time, the random handle of a process still running (the model names it to wait on it or
-# write to it) and today's date in its environment context.
+# What Codex writes into the header of a command's output (the lines before ``Output:``) that differs from run to
+# run of the same conversation: a random id of the output, the wall time, the random handle of a process still
+# running (the model names it to wait on it or write to it); and today's date in its environment context. What
+# the command printed (after ``Output:``) is never touched.
+CODEX_OUTPUT = "\nOutput:\n"
 CODEX_CHUNK_ID = re.compile(r"^(Chunk ID: )(\S+)$", re.M)
 CODEX_WALL_TIME = re.compile(r"^(Wall time: )[0-9.]+( seconds)$", re.M)
-CODEX_SESSION_ID = re.compile(r"(session ID )(\d+)")
+CODEX_SESSION_ID = re.compile(r"^(Process running with session ID )(\d+)$", re.M)
 CODEX_DATE = re.compile(r"(<current_date>)[^<]*(</current_date>)")
 
 
 def ordinal(table: dict[str, int], value: str) -> int:
     """``value``'s number in order of first appearance (1, 2, ...)."""
     return table.setdefault(value, len(table) + 1)
+
+
+def in_codex_header(content: str, change: Callable[[str], str]) -> str:
+    """``content`` (a tool message) with ``change`` applied to Codex's header only (none: unchanged)."""
+    head, marker, printed = content.partition(CODEX_OUTPUT)
+    return change(head) + marker + printed if marker else content
 
 
 def with_session(call: dict[str, Any], swap: dict[str, int]) -> dict[str, Any]:
@@ -395,13 +403,16 @@ def codex_view(messages: list[dict[str, Any]]) -> AgentView:
     to the live ones, so a model replayed from another run waits on the process of this one."""
     chunks: dict[str, int] = {}
     sessions: dict[str, int] = {}  # live handle -> its number
+
+    def numbered(head: str) -> str:
+        head = CODEX_CHUNK_ID.sub(lambda m: f"{m[1]}{ordinal(chunks, m[2])}", head)
+        return CODEX_SESSION_ID.sub(lambda m: f"{m[1]}{ordinal(sessions, m[2])}", head)
+
     seen: list[dict[str, Any]] = []
     for message in messages:
         message = dict(message)
-        content = message.get("content")
-        if message.get("role") == "tool" and isinstance(content, str):
-            content = CODEX_CHUNK_ID.sub(lambda m: f"{m[1]}{ordinal(chunks, m[2])}", content)
-            message["content"] = CODEX_SESSION_ID.sub(lambda m: f"{m[1]}{ordinal(sessions, m[2])}", content)
+        if message.get("role") == "tool" and isinstance(message.get("content"), str):
+            message["content"] = in_codex_header(message["content"], numbered)
         if message.get("tool_calls"):
             message["tool_calls"] = [with_session(call, sessions) for call in message["tool_calls"]]
         seen.append(message)
@@ -419,9 +430,10 @@ def masked_codex_message(message: dict[str, Any]) -> dict[str, Any]:
     content = message.get("content")
     if not isinstance(content, str):
         return message
-    content = CODEX_DATE.sub(r"\1(date)\2", content)
     if message.get("role") == "tool":
-        content = CODEX_WALL_TIME.sub(r"\1(time)\2", content)
+        content = in_codex_header(content, lambda head: CODEX_WALL_TIME.sub(r"\1(time)\2", head))
+    else:
+        content = CODEX_DATE.sub(r"\1(date)\2", content)
     return {**message, "content": content}
 
 

@@ -324,9 +324,9 @@ class MeteringProxy:
     ``model``: the run's client (``complete(messages, tools=, sample_index=, tool_choice=)``); ``listener``: a
     bound, listening TCP socket (None: one on 127.0.0.1 is made); ``host``: the address the agent dials (the
     listener's own by default); ``tokens``/``cost`` with ``price``: the item's budgets; ``steps``: most model
-    calls (None: no limit); ``on_stop``: called once
-    when the proxy stops serving (a model error or a spent budget); ``view``: each request as the model and the
-    response cache see it (``AgentView``), None for the request as sent."""
+    calls (None: no limit); ``on_stop``: called once when the proxy stops serving (a model error, a spent budget,
+    the steps); ``view``: each request as the model and the response cache see it (``AgentView``), None for the
+    request as sent."""
 
     def __init__(
         self,
