@@ -66,8 +66,7 @@ OTHER_STARTS = {
     ("core/host.py", "gpus"): "nvidia-smi -L",
     ("sandbox/interpreter.py", "describe"): "another interpreter telling its own folders (this package's code only)",
     ("benchmarks/scicode/gradingenvs.py", "build"): "venv and pip (or uv), building a grading environment",
-    ("benchmarks/agents.py", "install_python_agent"): "venv and pip, installing an external agent (--bench-agent)",
-    ("benchmarks/agents.py", "install_npm_agent"): "npm, installing an external agent (--bench-agent)",
+    ("benchmarks/agents.py", "run_install_step"): "venv and pip or npm, installing an external agent (--bench-agent)",
     ("envs/host.py", "HostEnvironment.loopback_listener"): "a socket made in the item's network namespace, handed back",
 }
 PROCESS_CALLS = {

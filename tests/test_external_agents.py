@@ -255,18 +255,38 @@ def test_codex_solves_or_fails_the_capsule(pytester, tmp_path, server, codex, ri
     assert all(r["headers"]["authorization"] == f"Bearer {USER_KEY}" for r in server.requests)
 
 
+def script_codex_turns(server: FakeOpenAI, answers: dict) -> None:
+    """Three commands, one a turn: the capsule's code started in the background of Codex's exec session (its
+    first output comes before the program ends), the session waited on by the id the model was shown, the
+    results read; then the answers as the final message."""
+    start = {"cmd": "cd code && sleep 1 && python3 main.py && echo finished", "yield_time_ms": 250}
+    server.reply("Running the code.", tool_calls=[("exec_command", start)], prompt_tokens=301, completion_tokens=31)
+    wait = {"session_id": 1, "chars": "", "yield_time_ms": 30000}
+    server.reply("Waiting for it.", tool_calls=[("write_stdin", wait)], prompt_tokens=402, completion_tokens=42)
+    read = {"cmd": "cat results/output.txt"}
+    server.reply("Reading the results.", tool_calls=[("exec_command", read)], prompt_tokens=503, completion_tokens=53)
+    server.reply(json.dumps(answers), prompt_tokens=604, completion_tokens=64)
+
+
+def tool_outputs(request: dict) -> list[str]:
+    return [str(m["content"]) for m in request["body"]["messages"] if m["role"] == "tool"]
+
+
 @pytest.mark.slow
-def test_codex_replay_gives_the_same_verdict_without_the_endpoint(pytester, tmp_path, server, codex):
-    """One turn only: Codex puts a random chunk id and the wall time in every command's output, so a later
-    request of a run with commands differs from the recorded one (docs/corebench.md says so)."""
-    server.reply(json.dumps(questions()), prompt_tokens=402, completion_tokens=42)
+def test_a_multi_turn_codex_run_replays_in_full_without_the_endpoint(pytester, tmp_path, server, codex):
+    script_codex_turns(server, questions())
     _, first, _ = run_agent(pytester, tmp_path, server, "record", "--bench-agent=codex", cache="rw")
     assert first["status"] == "pass", first["message"]
+    assert first["generation"]["model_calls"] == 4 == len(server.requests)
+    waited = tool_outputs(server.requests[2])[-1]
+    assert "Process exited with code 0" in waited and "finished" in waited  # the session the model named
+    assert "mean accuracy: 0.9300" in tool_outputs(server.requests[3])[-1]
     base_url = server.base_url
     server.stop()
     _, again, _ = run_agent(pytester, tmp_path, _Gone(base_url), "replay", "--bench-agent=codex", cache="replay")
     assert again["status"] == "pass", again["message"]
     assert again["generation"]["answers"] == "replayed"
+    assert again["generation"]["cache_hits"] == 4  # every request served from the recorded run, none missed
     assert again["generation"]["responses"] == first["generation"]["responses"]
 
 
@@ -336,3 +356,23 @@ def test_a_spent_budget_ends_the_agent_with_budget(pytester, tmp_path, server):
     assert "spent $0.0140 of its budget of $0.01 (--bench-set max_cost_per_item)" in record["message"]
     assert record["generation"]["model_calls"] == 2 == len(server.requests)
     assert record["generation"]["agent_seconds"] < 300  # ended by the plugin, not by its time limit
+
+
+def test_an_agent_past_its_time_is_ended_by_the_plugin(pytester, tmp_path, server):
+    """The whole run's time is the plugin's to hold: an agent that ignores the signal to stop and leaves a
+    background job holding its output is still ended at --bench-set agent_time."""
+    needs("bwrap")
+    command = "trap '' TERM INT HUP; (trap '' TERM; sleep 600) & sleep 600"
+    _, record, _ = run_agent(
+        pytester,
+        tmp_path,
+        server,
+        "time",
+        "--bench-agent=command",
+        f"--bench-set=agent_command={command}",
+        "--bench-set=agent_time=3",
+    )
+    assert record["end_reason"] == "time_limit", record["message"]
+    assert "ran out of its 3 s" in record["message"] and record["status"] == "fail"
+    assert record["generation"]["agent_seconds"] < 120  # ended by the plugin, long before the agent would end
+    assert server.requests == []

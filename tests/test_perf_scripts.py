@@ -43,7 +43,7 @@ def run_script(name: str, *args: str, cwd: Path, timeout: float = 900) -> str:
 
 def test_every_perf_script_has_a_smoke_run():
     smoked = {"collection_time.py", "docker_tool_calls.py", "model_concurrency.py", "scoring_speed.py"}
-    smoked |= {"slurm_timing.py", "plugin_overhead.py", "first_request.py"}
+    smoked |= {"slurm_timing.py", "plugin_overhead.py", "first_request.py", "agent_startup.py"}
     assert {p.name for p in PERF.glob("*.py")} == smoked, "a new perf/ script needs a smoke run in this module"
 
 
@@ -121,3 +121,12 @@ def test_plugin_overhead(tmp_path):
 def test_first_request(tmp_path):
     output = run_script("first_request.py", "--runs", "1", "--ids", "1", f"--cache={tmp_path / 'cache'}", cwd=tmp_path)
     assert "start to first model request, median of 1:" in output
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_agent_startup(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(needs("codex")))
+    output = run_script("agent_startup.py", "--runs=1", "--agents=builtin,codex", cwd=tmp_path)
+    assert "builtin: agent start to first model request, median of 1:" in output
+    assert "codex: agent start to first model request, median of 1:" in output

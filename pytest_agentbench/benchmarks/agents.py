@@ -28,13 +28,18 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..models.proxy import AgentView
 
 BUILTIN = "builtin"
 COMMAND = "command"
@@ -98,68 +103,69 @@ def install_folder(cache_dir: Path, choice: AgentChoice) -> Path:
     return Path(root) / f"{choice.name}-{choice.version}"
 
 
-def install_python_agent(cache_dir: Path, choice: AgentChoice, requirement: str) -> Path:
-    """A venv holding ``requirement`` in the cache, made once per (agent, version) and reused (a lock keeps
-    processes of one run from making it twice); its folder. Venvs cannot move, so it is made in place and
-    marked complete last: a half-made one is made again."""
-    folder = install_folder(cache_dir, choice)
-    venv, marker = folder / "venv", folder / "installed.json"
-    if marker.is_file():
-        return venv
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.is_file():
-            return venv
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(mode=0o755)
-        steps = [
-            [sys.executable, "-m", "venv", str(venv)],
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q", requirement],
-        ]
-        for argv in steps:
-            try:
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise AgentInstallError(f"installing {requirement} failed: {exc}") from None
-            if done.returncode != 0:
-                raise AgentInstallError(
-                    f"installing {requirement} into {venv} failed (exit {done.returncode}): "
-                    f"{done.stderr.strip()[-800:]}; check the package registry (pip's index) is reachable"
-                )
-        os.chmod(folder, 0o755)  # the sandbox's user reads it
-        marker.write_text(json.dumps({"requirement": requirement, "python": sys.executable}))
-    return venv
-
-
-def install_npm_agent(cache_dir: Path, choice: AgentChoice, package: str) -> Path:
-    """``package`` installed with npm into a folder of the cache, once per (agent, version); its folder."""
+def install_into_folder(
+    cache_dir: Path, choice: AgentChoice, what: str, steps: Callable[[Path], list[list[str]]], registry: str
+) -> Path:
+    """The agent's install folder, made once per (agent, version) and reused: ``steps(folder)`` (argv lists) run
+    in a temporary folder beside it, renamed into place when all succeeded, so no process ever sees a half-made
+    install; a lock keeps processes of one run (xdist workers) from making it twice. ``what`` and ``registry``
+    name the package and where it comes from in an AgentInstallError."""
     folder = install_folder(cache_dir, choice)
     marker = folder / "installed.json"
     if marker.is_file():
         return folder
-    npm = shutil.which("npm")
-    if npm is None:
-        raise AgentInstallError(f"installing {package} needs npm (e.g. apt-get install -y npm)")
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f".{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.is_file():
             return folder
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(mode=0o755)
-        argv = [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--ignore-scripts", package]
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise AgentInstallError(f"installing {package} failed: {exc}") from None
-        if done.returncode != 0:
-            raise AgentInstallError(
-                f"installing {package} into {folder} failed (exit {done.returncode}): "
-                f"{done.stderr.strip()[-800:]}; check the npm registry is reachable"
-            )
-        marker.write_text(json.dumps({"package": package}))
+            for argv in steps(staging):
+                run_install_step(argv, what, registry)
+            (staging / marker.name).write_text(json.dumps({"installed": what}))
+            os.chmod(staging, 0o755)  # the sandbox's user reads it
+            shutil.rmtree(folder, ignore_errors=True)  # a half-made install of an older plugin
+            os.rename(staging, folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def run_install_step(argv: list[str], what: str, registry: str) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise AgentInstallError(f"installing {what} failed: {exc}") from None
+    if done.returncode != 0:
+        raise AgentInstallError(
+            f"installing {what} failed (exit {done.returncode}, {shlex.join(argv[:4])} ...): "
+            f"{done.stderr.strip()[-800:]}; check {registry} is reachable"
+        )
+
+
+def venv_steps(requirement: str) -> Callable[[Path], list[list[str]]]:
+    """A venv (``venv/`` of the folder) holding ``requirement``. Its scripts' first lines name the temporary
+    folder, so they are run with the venv's python (which finds its packages wherever the venv is)."""
+
+    def steps(folder: Path) -> list[list[str]]:
+        venv = folder / "venv"
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+        return [[sys.executable, "-m", "venv", str(venv)], [*pip, requirement]]
+
+    return steps
+
+
+def npm_steps(package: str) -> Callable[[Path], list[list[str]]]:
+    """``package`` installed with npm into the folder, its install scripts not run."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise AgentInstallError(f"installing {package} needs npm (e.g. apt-get install -y npm)")
+
+    def steps(folder: Path) -> list[list[str]]:
+        return [[npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--ignore-scripts", package]]
+
+    return steps
 
 
 # ---------------------------------------------------------------- one run
@@ -209,6 +215,15 @@ class ExternalAgent:
     def install(self, cache_dir: Path) -> None:
         """Make the agent's install (nothing for ``command``)."""
 
+    def request_view(self) -> Callable[[list[dict[str, Any]]], AgentView] | None:
+        """How the agent's requests are seen by the model and the response cache (``models.proxy``); None: as sent."""
+        return None
+
+    def step_limit(self, steps: int) -> int | None:
+        """The most model calls the metering proxy serves (``--bench-set agent_steps`` where the agent has a switch
+        for its steps, so the plugin holds it to the limit it was given); None: no limit."""
+        return None
+
     def script(self, setting: AgentSetting) -> str:
         raise NotImplementedError
 
@@ -234,7 +249,12 @@ class MiniSweAgent(ExternalAgent):
     (MSWEA_COST_TRACKING); its per-command timeout and step limit are the plugin's."""
 
     def install(self, cache_dir: Path) -> None:
-        self.install_dir = install_python_agent(cache_dir, self.choice, f"mini-swe-agent=={self.choice.version}")
+        requirement = f"mini-swe-agent=={self.choice.version}"
+        folder = install_into_folder(cache_dir, self.choice, requirement, venv_steps(requirement), "pip's index")
+        self.install_dir = folder / "venv"
+
+    def step_limit(self, steps: int) -> int | None:
+        return steps  # one model call a step, as its agent.step_limit counts them
 
     def script(self, setting: AgentSetting) -> str:
         assert self.install_dir is not None, "install the agent first"
@@ -248,6 +268,7 @@ class MiniSweAgent(ExternalAgent):
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no download of litellm's price list at start
         }
         argv = [
+            str(self.install_dir / "bin" / "python"),
             str(self.install_dir / "bin" / "mini"),
             "-m",
             f"openai/{setting.model}",
@@ -289,10 +310,15 @@ class MiniSweAgent(ExternalAgent):
 class CodexAgent(ExternalAgent):
     """OpenAI's Codex CLI, ``codex exec``: a custom model provider pointing at the proxy on the Responses API
     (the only wire protocol it speaks), its own sandbox and approvals off (the plugin's sandbox holds it), web
-    search off (the proxy serves the model only), its last message written to a file."""
+    search off (the proxy serves the model only), its last message written to a file. What Codex makes up in
+    each request is numbered or masked (``codex_view``) so a replay finds the recorded replies."""
+
+    def request_view(self) -> Callable[[list[dict[str, Any]]], AgentView] | None:
+        return codex_view
 
     def install(self, cache_dir: Path) -> None:
-        self.install_dir = install_npm_agent(cache_dir, self.choice, f"@openai/codex@{self.choice.version}")
+        package = f"@openai/codex@{self.choice.version}"
+        self.install_dir = install_into_folder(cache_dir, self.choice, package, npm_steps(package), "the npm registry")
 
     def binary(self) -> Path:
         """The native binary (the npm package's Node shim only finds and starts it)."""
@@ -334,6 +360,81 @@ class CodexAgent(ExternalAgent):
             return bytes(read(f"{setting.folder}/last-message.txt")).decode(errors="replace") or None
         except (OSError, ValueError):
             return None
+
+
+# What Codex writes into the header of a command's output (the lines before ``Output:``) that differs from run to
+# run of the same conversation: a random id of the output, the wall time, the random handle of a process still
+# running (the model names it to wait on it or write to it); and today's date in its environment context. What
+# the command printed (after ``Output:``) is never touched.
+CODEX_OUTPUT = "\nOutput:\n"
+CODEX_CHUNK_ID = re.compile(r"^(Chunk ID: )(\S+)$", re.M)
+CODEX_WALL_TIME = re.compile(r"^(Wall time: )[0-9.]+( seconds)$", re.M)
+CODEX_SESSION_ID = re.compile(r"^(Process running with session ID )(\d+)$", re.M)
+CODEX_DATE = re.compile(r"(<current_date>)[^<]*(</current_date>)")
+
+
+def ordinal(table: dict[str, int], value: str) -> int:
+    """``value``'s number in order of first appearance (1, 2, ...)."""
+    return table.setdefault(value, len(table) + 1)
+
+
+def in_codex_header(content: str, change: Callable[[str], str]) -> str:
+    """``content`` (a tool message) with ``change`` applied to Codex's header only (none: unchanged)."""
+    head, marker, printed = content.partition(CODEX_OUTPUT)
+    return change(head) + marker + printed if marker else content
+
+
+def with_session(call: dict[str, Any], swap: dict[str, int]) -> dict[str, Any]:
+    """A chat tool call whose ``session_id`` argument is swapped through ``swap`` (unchanged when not in it)."""
+    function = call.get("function") or {}
+    try:
+        arguments = json.loads(function.get("arguments") or "")
+    except (TypeError, ValueError):
+        return call
+    if not isinstance(arguments, dict) or str(arguments.get("session_id")) not in swap:
+        return call
+    arguments["session_id"] = swap[str(arguments["session_id"])]
+    return {**call, "function": {**function, "arguments": json.dumps(arguments)}}
+
+
+def codex_view(messages: list[dict[str, Any]]) -> AgentView:
+    """A Codex request as the model sees it (output ids and process handles numbered in order of appearance) and
+    as the response cache keys on it (wall times and the date masked too); the reply's process handles go back
+    to the live ones, so a model replayed from another run waits on the process of this one."""
+    chunks: dict[str, int] = {}
+    sessions: dict[str, int] = {}  # live handle -> its number
+
+    def numbered(head: str) -> str:
+        head = CODEX_CHUNK_ID.sub(lambda m: f"{m[1]}{ordinal(chunks, m[2])}", head)
+        return CODEX_SESSION_ID.sub(lambda m: f"{m[1]}{ordinal(sessions, m[2])}", head)
+
+    seen: list[dict[str, Any]] = []
+    for message in messages:
+        message = dict(message)
+        if message.get("role") == "tool" and isinstance(message.get("content"), str):
+            message["content"] = in_codex_header(message["content"], numbered)
+        if message.get("tool_calls"):
+            message["tool_calls"] = [with_session(call, sessions) for call in message["tool_calls"]]
+        seen.append(message)
+    keyed = [masked_codex_message(message) for message in seen]
+    live = {str(number): int(handle) for handle, number in sessions.items()}
+
+    def to_agent(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        back = [with_session({"function": call}, live)["function"] for call in calls]
+        return calls if back == calls else back
+
+    return AgentView(seen, keyed, to_agent)
+
+
+def masked_codex_message(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if not isinstance(content, str):
+        return message
+    if message.get("role") == "tool":
+        content = in_codex_header(content, lambda head: CODEX_WALL_TIME.sub(r"\1(time)\2", head))
+    else:
+        content = CODEX_DATE.sub(r"\1(date)\2", content)
+    return {**message, "content": content}
 
 
 def make_agent(choice: AgentChoice) -> ExternalAgent:

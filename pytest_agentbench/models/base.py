@@ -20,6 +20,8 @@ class Model(Protocol):
         tools: list[dict[str, Any]] | None = None,
         sample_index: int = 0,
         tool_choice: str | None = None,
+        cache_messages: list[dict[str, Any]] | None = None,
     ) -> Completion:
-        """One reply of the model to ``messages`` (chat shape)."""
+        """One reply of the model to ``messages`` (chat shape). ``cache_messages``: what a response cache keys on
+        instead of ``messages`` (the metering proxy passes it only to a ``complete`` that takes it)."""
         ...

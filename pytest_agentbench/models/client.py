@@ -482,13 +482,15 @@ class OpenAIModel:
         tools: list[dict[str, Any]] | None = None,
         sample_index: int = 0,
         tool_choice: str | None = None,
+        cache_messages: list[dict[str, Any]] | None = None,
     ) -> Completion:
-        """One model reply for ``messages`` (chat shape); cached, retried; raises ModelError."""
+        """One model reply for ``messages`` (chat shape); cached, retried; raises ModelError. The cache keys on
+        ``cache_messages`` when given (an agent's request with what varies from run to run masked)."""
         key = cache_key(
             base_url=self.base_url,
             model=self.name,
             protocol=self.protocol,
-            messages=messages,
+            messages=messages if cache_messages is None else cache_messages,
             tools=tools or None,
             params=self.params,
             sample_index=sample_index,

@@ -23,6 +23,7 @@ class OracleModel:
         tools: list[dict[str, Any]] | None = None,
         sample_index: int = 0,
         tool_choice: str | None = None,
+        cache_messages: list[dict[str, Any]] | None = None,
     ) -> NoReturn:
         raise RuntimeError(
             "the oracle model has no replies: a benchmark must check model.is_oracle and use its "

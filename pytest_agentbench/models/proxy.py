@@ -12,19 +12,30 @@ The model the agent names is ignored (the run's model answers), and so are its s
 ``--model-params`` are sent). The proxy listens on a socket it is given (the environment makes one that only the
 agent's sandbox can reach) or on this machine's loopback.
 
-Limits: after a model error, or once the item's tokens or cost reach their budget, every further request is
-refused with a 403 and ``on_stop`` is called once (the caller ends the agent's processes): an agent cannot keep
-spending by retrying. ``state`` says why the proxy stopped (``model_error``, ``token_limit``, ``budget``).
+Replay: an agent may put ids and timings of its own making into the conversation (a command's random output
+id, the wall time it took, the handle of a process still running), so the same run sends different requests each
+time and a replay would miss the cache. ``view`` (given by whoever knows the agent) turns each request into an
+``AgentView``: the messages the model is sent (opaque handles replaced by their order of appearance, which
+keeps all the model needs of them), the messages the response cache keys on (measurements that vary from run to
+run masked too) and the way back for the handles in the reply's tool calls.
+
+Limits: after a model error, once the item's tokens or cost reach their budget, or once the agent asks for a
+model call past its ``steps``, every further request is refused with a 403 and ``on_stop`` is called once (the
+caller ends the agent's processes): an agent cannot keep spending by retrying, nor step past the limit it was
+given. ``state`` says why the proxy stopped (``model_error``, ``token_limit``, ``budget``, ``max_steps``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import secrets
 import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -279,6 +290,28 @@ def responses_events(response: dict[str, Any]) -> list[tuple[str, dict[str, Any]
 # ---------------------------------------------------------------- the proxy
 
 
+def same_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return calls
+
+
+@dataclass
+class AgentView:
+    """One request of an agent as the model and the response cache see it (see the module's text)."""
+
+    model_messages: list[dict[str, Any]]
+    key_messages: list[dict[str, Any]]
+    to_agent: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = same_calls  # the reply's tool calls
+
+
+def takes_cache_messages(model: Any) -> bool:
+    """Whether ``model.complete`` takes ``cache_messages`` (the plugin's client does; a user's may not)."""
+    try:
+        parameters = inspect.signature(model.complete).parameters.values()
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return any(p.name == "cache_messages" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
 class ProxyRefusal(Exception):
     def __init__(self, status: int, message: str, kind: str) -> None:
         super().__init__(message)
@@ -290,8 +323,10 @@ class MeteringProxy:
 
     ``model``: the run's client (``complete(messages, tools=, sample_index=, tool_choice=)``); ``listener``: a
     bound, listening TCP socket (None: one on 127.0.0.1 is made); ``host``: the address the agent dials (the
-    listener's own by default); ``tokens``/``cost`` with ``price``: the item's budgets; ``on_stop``: called once
-    when the proxy stops serving (a model error or a spent budget)."""
+    listener's own by default); ``tokens``/``cost`` with ``price``: the item's budgets; ``steps``: most model
+    calls (None: no limit); ``on_stop``: called once when the proxy stops serving (a model error, a spent budget,
+    the steps); ``view``: each request as the model and the response cache see it (``AgentView``), None for the
+    request as sent."""
 
     def __init__(
         self,
@@ -303,12 +338,17 @@ class MeteringProxy:
         price: Price | None = None,
         tokens: int | None = None,
         cost: float | None = None,
+        steps: int | None = None,
         on_stop: Callable[[], None] | None = None,
+        view: Callable[[list[dict[str, Any]]], AgentView] | None = None,
     ) -> None:
         self.model = model
+        self.view = view
+        self._keys_apart = view is not None and takes_cache_messages(model)
         self.token = "agentbench-" + secrets.token_urlsafe(24)
         self.sample_index = sample_index
-        self.price, self.tokens, self.cost = price, tokens, cost
+        self.price, self.tokens, self.cost, self.steps = price, tokens, cost, steps
+        self._asked = 0  # model calls asked for (a refused one not counted)
         self.on_stop = on_stop
         self.accounting: dict[str, Any] = start_costs(
             {"model_calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0, "request_retries": 0},
@@ -366,12 +406,20 @@ class MeteringProxy:
         with self._lock:
             if self.state:
                 raise ProxyRefusal(403, f"no more model calls for this item: {self.message}", self.state)
+            past_steps = self.steps is not None and self._asked >= self.steps
+            self._asked += not past_steps
+        if past_steps:
+            self.stop("max_steps", f"the agent asked for a model call past its {self.steps} steps")
+            raise ProxyRefusal(403, f"no more model calls for this item: {self.message}", self.state)
+        view = self.view(messages) if self.view is not None else AgentView(messages, messages)
+        keyed = {"cache_messages": view.key_messages} if self._keys_apart else {}
         try:
             completion = self.model.complete(
-                messages,
+                view.model_messages,
                 tools=tools or None,
                 sample_index=self.sample_index,
                 tool_choice=choice if isinstance(choice, str) else None,
+                **keyed,
             )
         except ModelError as exc:
             with self._lock:
@@ -381,7 +429,11 @@ class MeteringProxy:
             self.stop("model_error", str(exc))
             raise ProxyRefusal(502, f"the model call failed: {exc}", "model_error") from None
         with self._lock:
-            count_completion(self.accounting, completion, self.price)
+            count_completion(self.accounting, completion, self.price)  # the model's reply, as the model gave it
+        calls = view.to_agent(completion.tool_calls)
+        if calls != completion.tool_calls:
+            completion = dataclasses.replace(completion, tool_calls=calls)
+        with self._lock:
             self.turns.append(turn_of(completion, len(messages)))
             self.calls.append({"protocol": protocol, "messages": len(messages), "tools": len(tools)})
             if len(messages) + 1 >= len(self.messages):

@@ -554,7 +554,9 @@ class ExternalAgentSolver(AgentSolver):
             price=limits.price,
             tokens=limits.tokens,
             cost=limits.cost,
+            steps=self.agent.step_limit(limits.steps),
             on_stop=env.end_processes,  # a spent budget or a failed endpoint ends the agent at once
+            view=self.agent.request_view(),
         )
         setting = agents.AgentSetting(
             base_url=proxy.base_url,
