@@ -61,6 +61,7 @@ OTHER_STARTS = {
     ("envs/docker.py", "DockerEnvironment.loopback_listener"): "the proxy's forwarder (root, this package's code)",
     ("envs/docker.py", "LayerBuild.__enter__"): "the container building an agent's image layer (no network)",
     ("envs/docker.py", "LayerBuild.run"): "an agent's install in its layer's build container, before any item",
+    ("benchmarks/agent_layers.py", "wheelhouse"): "pip download of an external agent's wheels for its image layer",
     ("sandbox/integrity.py", "run_bounded"): "a bounded copy of this process for trusted comparisons",
     ("cli/tasks.py", "resume"): "pytest (the session)",
     ("cli/tasks.py", "become_session"): "pytest (the session)",

@@ -274,7 +274,8 @@ def test_codex_replay_gives_the_same_verdict_without_the_endpoint(pytester, tmp_
     ("options", "said"),
     [
         (["--bench-agent=command"], "needs --bench-set agent_command"),
-        (["--bench-agent=mini-swe-agent", "--bench-env=docker"], "runs only in the host environment so far"),
+        # in Docker the agent's layer is built over the image: no image, no layer, said before any item
+        (["--bench-agent=mini-swe-agent", "--bench-env=docker"], "`docker pull agentbench-no-such-image:x`"),
         (["--bench-agent=mini-swe-agent==0.0.999999", "--bench-env=host"], "installing mini-swe-agent==0.0.999999"),
     ],
 )
