@@ -241,3 +241,91 @@ def test_codex_in_docker_solves_or_fails_the_capsule(pytester, tmp_path, server,
     assert all(r["headers"]["authorization"] == f"Bearer {USER_KEY}" for r in server.requests)
     assert (Path(record["workspace"]) / "uid.txt").read_text().strip() == "65534"
     assert layers(image, "codex")
+
+
+# ---------------------------------------------------------------- the command agent, limits
+
+
+# One model call through the proxy, the reply's text written as the answer file
+COMMAND_AGENT = r"""
+import json, os, urllib.request
+prompt = open(os.environ["AGENTBENCH_PROMPT_FILE"]).read()
+body = json.dumps({"model": "x", "messages": [{"role": "user", "content": prompt}]}).encode()
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body, headers={
+    "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+reply = json.load(urllib.request.urlopen(request, timeout=60))
+open(os.environ["AGENTBENCH_ANSWER_FILE"], "w").write(reply["choices"][0]["message"]["content"])
+open("whoami.txt", "w").write(str(os.getuid()))
+"""
+
+# An agent that keeps asking until the proxy says no (then waits to be ended)
+GREEDY_AGENT = r"""
+import json, os, time, urllib.error, urllib.request
+for n in range(20):
+    body = json.dumps({"model": "x", "messages": [{"role": "user", "content": f"call {n}"}]}).encode()
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body, headers={
+        "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(request, timeout=60).read()
+    except urllib.error.HTTPError:
+        break
+time.sleep(600)
+"""
+
+
+def inline(script: str) -> str:
+    return f"python3 - <<'AGENT'\n{script}\nAGENT"
+
+
+def test_command_agent_in_docker_answers_through_the_proxy(pytester, tmp_path, server, image):
+    """``command`` has no layer: the image's own python3 runs it, as the agent's user, through the proxy."""
+    server.reply(json.dumps(questions()), prompt_tokens=123, completion_tokens=45)
+    _, record, _ = run_agent(
+        pytester,
+        tmp_path,
+        server,
+        "command",
+        image,
+        "--bench-agent=command",
+        f"--bench-set=agent_command={inline(COMMAND_AGENT)}",
+    )
+    assert record["status"] == "pass", record["message"]
+    assert record["submission_source"] == "final_answer"
+    assert (record["generation"]["prompt_tokens"], record["generation"]["completion_tokens"]) == (123, 45)
+    assert server.requests[0]["headers"]["authorization"] == f"Bearer {USER_KEY}"
+    assert (Path(record["workspace"]) / "whoami.txt").read_text() == "65534"
+
+
+def test_a_spent_budget_ends_the_agents_container(pytester, tmp_path, server, image):
+    for _ in range(3):  # $0.007 a call at $2 / $10 per million tokens: the third is never asked
+        server.reply("more", prompt_tokens=1000, completion_tokens=500)
+    _, record, _ = run_agent(
+        pytester,
+        tmp_path,
+        server,
+        "budget",
+        image,
+        "--bench-agent=command",
+        f"--bench-set=agent_command={inline(GREEDY_AGENT)}",
+        "--model-price=2,10",
+        "--bench-set=max_cost_per_item=0.01",
+        "--bench-set=agent_time=300",
+    )
+    assert record["status"] == "budget" and record["end_reason"] == "budget", record["message"]
+    assert record["generation"]["model_calls"] == 2 == len(server.requests)
+    assert record["generation"]["agent_seconds"] < 300  # ended by the plugin, not by its time limit
+
+
+def test_the_agent_time_limit_ends_the_agent(pytester, tmp_path, server, image):
+    _, record, _ = run_agent(
+        pytester,
+        tmp_path,
+        server,
+        "time",
+        image,
+        "--bench-agent=command",
+        "--bench-set=agent_command=sleep 600",
+        "--bench-set=agent_time=5",
+    )
+    assert record["end_reason"] == "time_limit", record["message"]
+    assert record["status"] == "fail" and server.requests == []

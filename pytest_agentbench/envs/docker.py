@@ -650,6 +650,16 @@ class DockerEnvironment(Environment):
             )
         self.user = user
 
+    def end_commands(self) -> None:
+        """End every process of the commands' user (all of them when it is the image's: the container goes),
+        keeping the container and its files for what is read afterwards (a proxy that stopped serving ends the
+        agent so)."""
+        if self.user is None:
+            self.end_processes()
+            return
+        with contextlib.suppress(Exception):  # (a container already gone has no processes left)
+            self._exec(["/bin/sh", "-c", "kill -KILL -1 2>/dev/null; true"])
+
     def loopback_listener(self) -> socket.socket:
         """The listening socket of the item's metering proxy: a unix socket of this machine, bound read-only into
         the container, where a root forwarder relays ``loopback_address`` (127.0.0.1 of the container) to it.

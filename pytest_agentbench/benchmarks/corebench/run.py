@@ -566,7 +566,9 @@ class ExternalAgentSolver(AgentSolver):
             price=limits.price,
             tokens=limits.tokens,
             cost=limits.cost,
-            on_stop=env.end_processes,  # a spent budget or a failed endpoint ends the agent at once
+            # a spent budget or a failed endpoint ends the agent at once (in Docker its user's processes only,
+            # so that the workspace can still be copied out)
+            on_stop=getattr(env, "end_commands", None) or env.end_processes,
         )
         setting = agents.AgentSetting(
             base_url=proxy.base_url,
