@@ -294,7 +294,8 @@ def test_a_multi_turn_codex_run_replays_in_full_without_the_endpoint(pytester, t
     ("options", "said"),
     [
         (["--bench-agent=command"], "needs --bench-set agent_command"),
-        (["--bench-agent=mini-swe-agent", "--bench-env=docker"], "runs only in the host environment so far"),
+        # in Docker the agent's layer is built over the image: no image, no layer, said before any item
+        (["--bench-agent=mini-swe-agent", "--bench-env=docker"], "`docker pull agentbench-no-such-image:x`"),
         (["--bench-agent=mini-swe-agent==0.0.999999", "--bench-env=host"], "installing mini-swe-agent==0.0.999999"),
     ],
 )

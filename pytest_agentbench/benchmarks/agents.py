@@ -1,9 +1,10 @@
 """External agents (``--bench-agent``): an agent CLI someone else wrote, run as model code in the item's environment.
 
 The agent is installed outside the workspace (a venv in the plugin's cache, per agent and version, shown
-read-only in the host environment's sandbox), started with one bash command in the item's environment (so the
-environment's containment and the plugin's time limit hold for it), and pointed at the item's metering proxy
-(``models.proxy``) with the item's own token as its key. What it leaves is read afterwards: ``report.json`` in
+read-only in the host environment's sandbox; in Docker an image layer over the task image, ``agent_layers``),
+started with one bash command in the item's environment (so the environment's containment and the plugin's
+time limit hold for it), and pointed at the item's metering proxy (``models.proxy``) with the item's own token
+as its key. What it leaves is read afterwards: ``report.json`` in
 the workspace, else its final message (or answer file) parsed as a JSON object.
 
 The ``command`` agent's contract (any agent CLI): ``--bench-set agent_command`` is run with bash in the workspace
@@ -321,7 +322,10 @@ class CodexAgent(ExternalAgent):
         self.install_dir = install_into_folder(cache_dir, self.choice, package, npm_steps(package), "the npm registry")
 
     def binary(self) -> Path:
-        """The native binary (the npm package's Node shim only finds and starts it)."""
+        """The native binary (the npm package's Node shim only finds and starts it); in Docker, where the agent's
+        image layer has it (``agent_layers``)."""
+        if self.extra.get("binary"):
+            return Path(self.extra["binary"])
         assert self.install_dir is not None, "install the agent first"
         found = sorted(self.install_dir.glob("node_modules/@openai/codex*/vendor/*/bin/codex"))
         if not found:

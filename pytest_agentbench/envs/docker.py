@@ -15,6 +15,11 @@ Commands run as ``bash`` scripts in ``/capsule`` in their own process group (job
 their output in files inside the container of which only the head and tail are read back; a
 command past its timeout has its group killed.
 
+An external agent's container (``sandbox.containment.EXTERNAL_AGENT_DOCKER``) is made from the agent's image
+layer over the task image (``LayerBuild``, built once and kept under a tag); its commands run as the kind's user
+once the workspace is given to it, and the item's metering proxy reaches it as a unix socket bound into the
+container, relayed to the container's loopback by a root forwarder (``loopback_listener``).
+
 Tool scripts (``DockerFactory.run_python``: SciCode's ``code_interpreter``) run in a container of their own
 per call, as uid 65534 on a read-only root file system, removed after the call (``FreshCalls``).
 """
@@ -44,7 +49,14 @@ from ..core.data import OFFLINE_ENV, offline
 from ..core.io import trim_parts
 from ..core.text import decode
 from ..core.trees import remove_tree
-from ..sandbox.containment import AGENT_COMMAND_DOCKER, TOOL_CALL_DOCKER, container_options
+from ..sandbox.containment import (
+    AGENT_COMMAND_DOCKER,
+    EXTERNAL_AGENT_DOCKER,
+    PROXY_MOUNT,
+    TOOL_CALL_DOCKER,
+    command_user,
+    container_options,
+)
 from ..sandbox.jail import namespace_of
 from ..sandbox.result import ExecResult
 from .base import (
@@ -70,6 +82,57 @@ DEFAULT_LIFETIME = 24 * 3600.0  # seconds a container may live if nobody removes
 WORKDIR = "/capsule"
 PRIVATE = "/tmp/.agentbench"  # command scripts and output files, outside the workspace
 LABEL = "agentbench"
+AGENT_HOME = "/tmp/agentbench-home"  # the home of a container's commands when they run as a user of their own
+PROXY_SOCKET = "proxy.sock"  # in the proxy's folder (PROXY_MOUNT in the container)
+PROXY_PORT = 41427  # where the forwarder listens on the container's loopback (free: it starts before any command)
+FORWARD_WAIT = 60.0  # seconds for the forwarder to listen
+# The forwarder (root, in the container): 127.0.0.1:PORT relayed to the proxy's unix socket. It listens before it
+# forks away, so its exit code says it listens; the agent's user can neither end it nor open the socket itself.
+FORWARDER = r"""
+import os, socket, sys, threading
+path, port = sys.argv[1], int(sys.argv[2])
+if not os.path.exists(path):
+    sys.exit(f"no proxy socket at {path} in the container (is the engine on this machine?)")
+server = socket.create_server(("127.0.0.1", port))
+if os.fork():
+    os._exit(0)
+os.setsid()
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+
+def copy(source, sink):
+    try:
+        while True:
+            data = source.recv(65536)
+            if not data:
+                break
+            sink.sendall(data)
+    except OSError:
+        pass
+    try:
+        sink.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+def relay(conn):
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(path)
+    except OSError:
+        conn.close()
+        return
+    back = threading.Thread(target=copy, args=(upstream, conn), daemon=True)
+    back.start()
+    copy(conn, upstream)
+    back.join()
+    conn.close()
+    upstream.close()
+
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=relay, args=(conn,), daemon=True).start()
+"""
 PYTHON_ENV = {"MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
 
 if TYPE_CHECKING:  # the SDK is imported only when a run uses Docker
@@ -235,6 +298,9 @@ class DockerEnvironment(Environment):
         self.output_limit = output_limit
         self.output_cap = output_cap
         self.count = 0
+        self.user: str | None = None  # the user of its commands (containment.command_user); None: the image's
+        self.proxy: tuple[str, socket.socket] | None = None  # an external agent's: the socket's folder, listener
+        self.loopback_address: tuple[str, int] | None = None  # where the commands reach the proxy, once relayed
 
     # ---------------------------------------------------------------- plumbing
 
@@ -243,8 +309,16 @@ class DockerEnvironment(Environment):
             raise EnvError(f"environment {self.name or self.container.short_id} is stopped")
 
     def _exec(self, argv: list[str], *, environment: dict[str, str] | None = None) -> tuple[int | None, bytes]:
-        result = self.container.exec_run(argv, workdir=self.workdir, environment=environment, demux=False)
+        result = self.container.exec_run(
+            argv, workdir=self.workdir, environment=self._environment(environment), demux=False, user=self.user or ""
+        )
         return result.exit_code, _output_bytes(result)
+
+    def _environment(self, environment: dict[str, str] | None) -> dict[str, str] | None:
+        """A command's variables: with a user of its own, its home too (the image knows no home for it)."""
+        if self.user is None:
+            return environment
+        return {"HOME": AGENT_HOME, **(environment or {})}
 
     def _container_path(self, path: str) -> str:
         posix = PurePosixPath(path)
@@ -266,7 +340,11 @@ class DockerEnvironment(Environment):
         )
         api = self.client.api
         exec_id = api.exec_create(
-            self.container.id, ["/bin/bash", "-c", outer], workdir=self.workdir, environment=environment
+            self.container.id,
+            ["/bin/bash", "-c", outer],
+            workdir=self.workdir,
+            environment=self._environment(environment),
+            user=self.user or "",
         )["Id"]
         started = time.monotonic()
         api.exec_start(exec_id, detach=True)
@@ -556,10 +634,60 @@ class DockerEnvironment(Environment):
                 f"it): {said.strip()[-500:]}"
             )
 
+    # ---------------------------------------------------------------- an external agent's
+
+    def give_to_user(self, user: str) -> None:
+        """From now on every command runs as ``user``: the workspace, the commands' folder and a home are given
+        to it (as root, before any of its commands)."""
+        folders = " ".join(shlex.quote(f) for f in (self.workdir, PRIVATE, AGENT_HOME))
+        made = self.container.exec_run(
+            ["/bin/sh", "-c", f"mkdir -p {folders} && chown -R {shlex.quote(user)} {folders}"], user="0", workdir="/"
+        )
+        if made.exit_code != 0:
+            raise EnvError(
+                f"cannot give the workspace to user {user} in container {self.container.short_id}: "
+                f"{_output_bytes(made)[-300:]!r}"
+            )
+        self.user = user
+
+    def end_commands(self) -> None:
+        """End every process of the commands' user (all of them when it is the image's: the container goes),
+        keeping the container and its files for what is read afterwards (a proxy that stopped serving ends the
+        agent so)."""
+        if self.user is None:
+            self.end_processes()
+            return
+        with contextlib.suppress(Exception):  # (a container already gone has no processes left)
+            self._exec(["/bin/sh", "-c", "kill -KILL -1 2>/dev/null; true"])
+
+    def loopback_listener(self) -> socket.socket:
+        """The listening socket of the item's metering proxy: a unix socket of this machine, bound read-only into
+        the container, where a root forwarder relays ``loopback_address`` (127.0.0.1 of the container) to it.
+        Nothing else reaches it: the socket's folder is root's (0700) on both sides."""
+        if self.proxy is None:
+            raise EnvError("this container was started without a metering proxy (start it for an external agent)")
+        self._check()
+        made = self.container.exec_run(
+            ["python3", "-c", FORWARDER, f"{PROXY_MOUNT}/{PROXY_SOCKET}", str(PROXY_PORT)], user="0", workdir="/"
+        )
+        if made.exit_code != 0:
+            raise EnvError(
+                f"cannot relay the metering proxy into container {self.container.short_id} (the image needs "
+                f"python3 for it): {_output_bytes(made).decode(errors='replace').strip()[-500:]}"
+            )
+        self.loopback_address = ("127.0.0.1", PROXY_PORT)
+        return self.proxy[1]
+
     # ---------------------------------------------------------------- the end
 
     def _release(self) -> None:
-        _remove_container(self.container)
+        try:
+            _remove_container(self.container)
+        finally:
+            if self.proxy is not None:
+                folder, listener = self.proxy
+                listener.close()
+                remove_tree(Path(folder))
 
 
 class _ReadLimit(Exception):
@@ -977,6 +1105,27 @@ class FreshCalls:
             self.pool.shutdown(wait=True)
 
 
+def proxy_socket() -> tuple[str, socket.socket]:
+    """A new folder (0700) of this machine holding a listening unix socket, for an item's metering proxy; EnvError
+    when the engine is elsewhere (DOCKER_HOST), where the folder cannot be bound into the container."""
+    host = os.environ.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        raise EnvError(
+            f"an external agent (--bench-agent) in Docker needs the engine on this machine, which binds its metering "
+            f"proxy's socket into the container; DOCKER_HOST is {host}: unset it, or use --bench-env=host"
+        )
+    folder = tempfile.mkdtemp(prefix="agentbench-proxy-")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(os.path.join(folder, PROXY_SOCKET))
+        listener.listen(64)
+    except OSError:
+        listener.close()
+        remove_tree(Path(folder))
+        raise
+    return folder, listener
+
+
 class DockerFactory(EnvFactory):
     """The ``bench_env`` value for ``--bench-env=docker``; connects to the engine on first use."""
 
@@ -1071,13 +1220,18 @@ class DockerFactory(EnvFactory):
         nested_docker: bool = False,
         kind: str = AGENT_COMMAND_DOCKER,
         blocked_hosts: Sequence[str] = (),
+        image: str | None = None,
     ) -> DockerEnvironment:
         """``workdir``: where the workspace goes in the container (default /capsule). ``nested_docker``: a
         privileged container running its own dockerd (see ``start_nested_daemon``); not isolated. ``kind``: the
         kind of run it is for (``sandbox.containment.KINDS``), which gives its containment options.
         ``blocked_hosts``: names the container's /etc/hosts maps to ``BLOCKED_ADDRESSES`` (name resolution
-        only: a root agent may edit the file, and an address found otherwise is not stopped)."""
+        only: a root agent may edit the file, and an address found otherwise is not stopped). ``image``: another
+        image than the factory's (an external agent's layer over it). An external agent's container
+        (``EXTERNAL_AGENT_DOCKER``) gets its metering proxy's socket (``loopback_listener``) and runs its commands
+        as the kind's user."""
         workdir = workdir or WORKDIR
+        image = image or self.image
         if needs_gpu and not self.gpus:
             raise EnvSkip(
                 "needs a GPU and --bench-set gpus is not set (pass --bench-set=gpus=all or device ids to run it)"
@@ -1088,6 +1242,7 @@ class DockerFactory(EnvFactory):
         client = self.client()
         self._ensure_image(client)
         docker = _docker()
+        proxy = proxy_socket() if kind == EXTERNAL_AGENT_DOCKER else None
         labels = {
             LABEL: "1",
             f"{LABEL}.host": socket.gethostname(),
@@ -1096,7 +1251,8 @@ class DockerFactory(EnvFactory):
             f"{LABEL}.name": name[:200],
         }
         kwargs: dict[str, Any] = {
-            **container_options(kind, network=self.network),  # what the container's runs can see and keep
+            # what the container's runs can see and keep
+            **container_options(kind, network=self.network, proxy_folder=proxy[0] if proxy else None),
             "labels": labels,
             "working_dir": workdir,
             "init": True,
@@ -1115,7 +1271,7 @@ class DockerFactory(EnvFactory):
         reduced = False  # nested Docker with every capability the engine has instead of --privileged
         try:
             try:
-                container = client.containers.run(self.image, ["sleep", str(seconds)], **kwargs)
+                container = client.containers.run(image, ["sleep", str(seconds)], **kwargs)
             except docker.errors.APIError as exc:
                 self._remove_unstarted(client)
                 why = str(getattr(exc, "explanation", None) or exc)
@@ -1126,16 +1282,19 @@ class DockerFactory(EnvFactory):
                 kwargs.pop("privileged")
                 kwargs.update(cap_add=engine_capabilities(), security_opt=list(NESTED_SECURITY))
                 reduced = True
-                container = client.containers.run(self.image, ["sleep", str(seconds)], **kwargs)
+                container = client.containers.run(image, ["sleep", str(seconds)], **kwargs)
         except docker.errors.APIError as exc:
             self._remove_unstarted(client)
+            if proxy is not None:
+                proxy[1].close()
+                remove_tree(Path(proxy[0]))
             if nested_docker:
                 raise EnvError(
                     f"the Docker engine refused a privileged container from {self.image!r}, which "
                     f"--bench-set=docker_dind=true needs for the nested Docker daemon: "
                     f"{getattr(exc, 'explanation', None) or exc}"
                 ) from None
-            raise EnvError(f"starting a container from {self.image!r} failed: {exc}") from None
+            raise EnvError(f"starting a container from {image!r} failed: {exc}") from None
         with _LIVE_LOCK:
             _LIVE[_id(container)] = container
         env = DockerEnvironment(
@@ -1147,8 +1306,12 @@ class DockerFactory(EnvFactory):
             workdir=workdir,
             copy_cap=self.copy_cap,
         )
+        env.proxy = proxy
         try:
             env.put_workspace()
+            user = command_user(kind)
+            if user is not None:
+                env.give_to_user(user)
             if nested_docker:
                 start_nested_daemon(env, writable_cgroups=reduced)
         except BaseException:
@@ -1192,3 +1355,108 @@ class DockerFactory(EnvFactory):
             calls, self._calls = self._calls, None
         if calls is not None:
             calls.close()
+
+
+# ---- image layers: something installed over the factory's image once, kept on the engine under a tag ---------
+
+
+class LayerBuild:
+    """A build of an image layer over the factory's image: a container of it with no network, in which files of
+    this machine are put and scripts run as root, committed as ``tag`` (``repository:tag``). What it installs is
+    fetched beforehand on this machine (its registries, certificates and proxies), so no build needs the engine
+    to reach anything. Used as a context manager: the container is removed on every way out."""
+
+    def __init__(self, factory: DockerFactory, tag: str) -> None:
+        self.factory, self.tag = factory, tag
+        self.container: Container | None = None
+
+    def __enter__(self) -> LayerBuild:
+        client = self.factory.client()
+        self.factory._ensure_image(client)
+        labels = {
+            LABEL: "1",
+            f"{LABEL}.host": socket.gethostname(),
+            f"{LABEL}.pid": str(os.getpid()),
+            f"{LABEL}.pidns": pid_namespace(),
+            f"{LABEL}.name": f"layer {self.tag}"[:200],
+        }
+        try:
+            container = client.containers.run(
+                self.factory.image,
+                ["sleep", str(int(self.factory.lifetime))],
+                network_mode="none",
+                user="0",
+                labels=labels,
+                init=True,
+                detach=True,
+            )
+        except _docker().errors.APIError as exc:
+            self.factory._remove_unstarted(client)
+            raise EnvError(
+                f"starting a container from {self.factory.image!r} to build {self.tag} failed: {exc}"
+            ) from None
+        with _LIVE_LOCK:
+            _LIVE[_id(container)] = container
+        self.container = container
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        container, self.container = self.container, None
+        if container is not None:
+            try:
+                _remove_container(container)
+            except Exception:  # (a slow removal of a large build; the engine ends it, the stale sweep else)
+                pass
+
+    def _running(self) -> Container:
+        if self.container is None:
+            raise EnvError(f"the build of {self.tag} is not running")
+        return self.container
+
+    def run(self, script: str) -> tuple[int | None, str]:
+        """``script`` with bash as root in /: its exit code and its output (the last 4000 characters)."""
+        made = self._running().exec_run(["/bin/sh", "-c", script], user="0", workdir="/", demux=False)
+        return made.exit_code, _output_bytes(made).decode(errors="replace")[-4000:]
+
+    def put_folder(self, source: Path, target: str) -> None:
+        """The folder ``source`` of this machine as ``target`` in the container (made; root's, modes kept)."""
+        container = self._running()
+        code, said = self.run(f"mkdir -p {shlex.quote(target)}")
+        if code != 0:
+            raise EnvError(f"cannot make {target} in the build of {self.tag}: {said}")
+        with tempfile.TemporaryFile(prefix="agentbench-layer-") as fh:
+            with tarfile.open(fileobj=fh, mode="w") as tar:
+                for child in sorted(Path(source).iterdir()):
+                    tar.add(child, arcname=child.name, filter=_as_root)
+            fh.seek(0)
+            if not container.put_archive(target, fh):
+                raise EnvError(f"copying {source} into the build of {self.tag} failed")
+
+    def commit(self, labels: dict[str, str]) -> str:
+        """The container as the image ``tag`` (the base image's command kept, ``labels`` added); its id."""
+        container = self._running()
+        client = self.factory.client()
+        base = client.images.get(self.factory.image)
+        repository, _, tag = self.tag.rpartition(":")
+        kept = base.attrs.get("Config") or {}
+        config = {
+            "Labels": {**labels, f"{LABEL}.pid": "", f"{LABEL}.name": ""},
+            "Cmd": kept.get("Cmd"),
+            "User": kept.get("User") or "",  # (the build ran as root)
+        }
+        image = container.commit(repository=repository, tag=tag, conf=config)
+        return str(image.id)
+
+
+def _as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def layer_image(factory: DockerFactory, tag: str) -> Any:
+    """The image ``tag`` on the factory's engine, or None."""
+    try:
+        return factory.client().images.get(tag)
+    except _docker().errors.ImageNotFound:
+        return None

@@ -10,7 +10,8 @@ the agent spoke. Streaming replies are sent whole once the client has them (the 
 The agent holds a random per-item token, never the user's key: a request with another bearer token gets a 401.
 The model the agent names is ignored (the run's model answers), and so are its sampling parameters (the run's
 ``--model-params`` are sent). The proxy listens on a socket it is given (the environment makes one that only the
-agent's sandbox can reach) or on this machine's loopback.
+agent's sandbox can reach: a TCP socket in its network namespace, or a unix socket relayed into its container) or
+on this machine's loopback.
 
 Replay: an agent may put ids and timings of its own making into the conversation (a command's random output
 id, the wall time it took, the handle of a process still running), so the same run sends different requests each
@@ -322,11 +323,11 @@ class MeteringProxy:
     """One item's endpoint for an external agent (see the module's text).
 
     ``model``: the run's client (``complete(messages, tools=, sample_index=, tool_choice=)``); ``listener``: a
-    bound, listening TCP socket (None: one on 127.0.0.1 is made); ``host``: the address the agent dials (the
-    listener's own by default); ``tokens``/``cost`` with ``price``: the item's budgets; ``steps``: most model
-    calls (None: no limit); ``on_stop``: called once when the proxy stops serving (a model error, a spent budget,
-    the steps); ``view``: each request as the model and the response cache see it (``AgentView``), None for the
-    request as sent."""
+    bound, listening TCP or unix socket (None: one on 127.0.0.1 is made); ``host`` and ``port``: the address the
+    agent dials (the listener's own by default; a unix socket has none: they are needed then);
+    ``tokens``/``cost`` with ``price``: the item's budgets; ``steps``: most model calls (None: no limit);
+    ``on_stop``: called once when the proxy stops serving (a model error, a spent budget, the steps); ``view``:
+    each request as the model and the response cache see it (``AgentView``), None for the request as sent."""
 
     def __init__(
         self,
@@ -334,6 +335,7 @@ class MeteringProxy:
         *,
         listener: socket.socket | None = None,
         host: str | None = None,
+        port: int | None = None,
         sample_index: int = 0,
         price: Price | None = None,
         tokens: int | None = None,
@@ -364,9 +366,14 @@ class MeteringProxy:
         if listener is None:
             listener = socket.create_server(("127.0.0.1", 0))
         self.listener = listener
-        address = listener.getsockname()
+        if listener.family == socket.AF_UNIX:
+            if host is None or port is None:
+                raise ValueError("a proxy on a unix socket needs the host and port its agent dials")
+            address: Any = (host, port)
+        else:
+            address = listener.getsockname()
         self.host = host or address[0]
-        self.port = address[1]
+        self.port = port or address[1]
         self._server = _Server(listener, self)
         self._thread: threading.Thread | None = None
 
@@ -465,7 +472,8 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, listener: socket.socket, proxy: MeteringProxy) -> None:
         self.proxy = proxy
-        super().__init__(listener.getsockname()[:2], _Handler, bind_and_activate=False)
+        address = ("", 0) if listener.family == socket.AF_UNIX else listener.getsockname()[:2]
+        super().__init__(address, _Handler, bind_and_activate=False)
         self.socket.close()
         self.socket = listener  # already bound and listening (perhaps in another network namespace)
 

@@ -120,6 +120,7 @@ TOOL_CALL_HOST = "tool-call-host"
 TOOL_CALL_DOCKER = "tool-call-docker"
 AGENT_COMMAND_HOST = "agent-command-host"
 AGENT_COMMAND_DOCKER = "agent-command-docker"
+EXTERNAL_AGENT_DOCKER = "external-agent-docker"
 SLURM_NODE = "slurm-node"
 
 
@@ -156,6 +157,13 @@ TOOL_CALL_CONTAINER: tuple[tuple[str, Any], ...] = (
     ("cap_drop", ["ALL"]),
     ("security_opt", ["no-new-privileges"]),
 )
+
+# an external agent's container (--bench-agent in Docker): its commands are never root nor can become it
+AGENT_USER = "65534:65534"
+EXTERNAL_AGENT_CONTAINER: tuple[tuple[str, Any], ...] = (("security_opt", ["no-new-privileges"]),)
+# the item's metering proxy: a unix socket in a folder of this machine (mode 0700), bound read-only here in the
+# container, where only root (the forwarder to the container's loopback) can open it
+PROXY_MOUNT = "/run/agentbench-proxy"
 
 KINDS: dict[str, RunKind] = {
     kind.name: kind
@@ -230,6 +238,29 @@ KINDS: dict[str, RunKind] = {
             environment=DOCKER_ENV,
         ),
         RunKind(
+            EXTERNAL_AGENT_DOCKER,
+            "external agent",
+            "Docker",
+            read_only=(
+                "the image with the agent's layer (root's files: the agent's install, the system)",
+                "the item's metering proxy, on the container's loopback only",
+            ),
+            writable=(
+                "the whole container file system where its user may write: the item's workspace (given to it), "
+                "/tmp and its home (the image's and the layer's files are root's)",
+            ),
+            masked=("the proxy's socket folder (root's, mode 0700)",),
+            network="--bench-set docker_network (the proxy is reached on the loopback, also with none)",
+            user=f"uid {AGENT_USER.split(':')[0]} (docker exec --user), no-new-privileges",
+            lifetime=PER_ITEM,
+            how="docker exec in the item's own container, made from the task image plus the agent's layer; the "
+            "proxy's unix socket is bind-mounted read-only and relayed to 127.0.0.1 by a root forwarder",
+            docker=EXTERNAL_AGENT_CONTAINER,
+            user_namespace=DOCKER_USER_NAMESPACE,
+            seccomp=DOCKER_SECCOMP,
+            environment=DOCKER_ENV,
+        ),
+        RunKind(
             SLURM_NODE,
             "any",
             "Slurm node",
@@ -289,13 +320,25 @@ def enter_run(
     return enter_child(mode, work=work, disk=disk, hidden=hidden, bind=bind)
 
 
-def container_options(kind: str, *, network: str) -> dict[str, Any]:
+def container_options(kind: str, *, network: str, proxy_folder: str | None = None) -> dict[str, Any]:
     """The containment options of a Docker container running ``kind`` (``docker run`` keyword arguments): its
-    network, and the read-only root, tmpfs and privileges the table gives it (``RunKind.docker``)."""
+    network, and the read-only root, tmpfs and privileges the table gives it (``RunKind.docker``).
+    ``proxy_folder``: the host folder of the item's proxy socket, bound read-only at ``PROXY_MOUNT`` (an
+    external agent's container only)."""
     run = kind_of(kind)
     if run.where != "Docker":
         raise ValueError(f"{kind} does not run in Docker")
-    return {"network_mode": network, **dict(run.docker)}
+    options: dict[str, Any] = {"network_mode": network, **dict(run.docker)}
+    if proxy_folder is not None:
+        if kind != EXTERNAL_AGENT_DOCKER:
+            raise ValueError(f"a container of {kind} has no metering proxy")
+        options["volumes"] = {proxy_folder: {"bind": PROXY_MOUNT, "mode": "ro"}}
+    return options
+
+
+def command_user(kind: str) -> str | None:
+    """The user a Docker container's commands of ``kind`` run as (``docker exec --user``); None: the image's."""
+    return AGENT_USER if kind == EXTERNAL_AGENT_DOCKER else None
 
 
 SECURITY_COLUMNS = (

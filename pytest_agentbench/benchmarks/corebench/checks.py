@@ -71,22 +71,26 @@ def check_image(env: Any) -> None:
 
 def check_agent(opts: Mapping[str, Any], env: Any) -> None:
     """ConfigError unless the agent (--bench-agent) can run: a known agent, ``command`` with its command line, an
-    external agent only in the host environment (the one that gives it its metering proxy so far), installed."""
-    from .. import agents  # why: only a run that names an agent needs it
+    external agent only in the environments that give it its metering proxy (host, docker), installed (in
+    Docker: its image layer over the task image built, or found on the engine)."""
+    from .. import agent_layers, agents  # why: only a run that names an agent needs them
 
     try:
         choice = agents.parse_agent(opts.get("agent"), opts.get("agent_command"))
     except ValueError as exc:
         raise ConfigError(f"CORE-Bench: --bench-agent: {exc}") from None
     kind = getattr(env, "kind", None)
-    if choice.external and kind not in (None, "host"):
+    if choice.external and kind not in (None, "host", "docker"):
         raise ConfigError(
-            f"CORE-Bench: --bench-agent={choice.name} runs only in the host environment so far, not "
-            f"--bench-env={kind}; pass --bench-env=host (the agent is sandboxed there as the built-in one is)"
+            f"CORE-Bench: --bench-agent={choice.name} runs in the host or docker environment, not "
+            f"--bench-env={kind}; pass --bench-env=host or --bench-env=docker"
         )
     if choice.external:  # once, before any item: an install can take minutes, which no item's time should pay
         try:
-            agents.make_agent(choice).install(Path(opts["cache_dir"]))
+            if isinstance(env, DockerFactory):
+                agent_layers.ensure_layer(env, agents.make_agent(choice), Path(opts["cache_dir"]))
+            else:
+                agents.make_agent(choice).install(Path(opts["cache_dir"]))
         except agents.AgentInstallError as exc:
             raise ConfigError(f"CORE-Bench: --bench-agent={choice.label()}: {exc}") from None
 
@@ -99,5 +103,5 @@ def check_selection(opts: Mapping[str, Any], capsule_ids: Sequence[str], env: An
     if not opts.get("preinstalled_input_dir"):  # else the capsules are inside the image
         check_capsules(opts, capsule_ids)
     if opts.get("model") not in (None, "", ORACLE):
+        check_image(env)  # (first: an agent's layer is built over the image)
         check_agent(opts, env)
-        check_image(env)

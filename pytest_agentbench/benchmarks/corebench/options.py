@@ -228,8 +228,9 @@ AGENT_OPTIONS: tuple[Option, ...] = (
         help="CORE-Bench: the agent that works on each capsule: builtin (default, the plugin's own), "
         "mini-swe-agent (pinned 2.4.6), codex (Codex CLI, pinned 0.171.0; NAME==VERSION for another) or "
         "command (--bench-set agent_command=COMMAND). An "
-        "external agent runs in the host environment's sandbox and reaches the model only through a "
-        "per-item metering proxy, with a per-item token instead of the key.",
+        "external agent runs as a non-root user in the item's environment (the host's sandbox, or in Docker "
+        "its container made from the agent's image layer over the task image, built once and kept) and "
+        "reaches the model only through a per-item metering proxy, with a per-item token instead of the key.",
     ),
     Option(
         "agent_command",

@@ -31,8 +31,9 @@ from ...core.text import printable
 from ...core.trees import remove_tree, scratch_folder
 from ...core.types import Sample
 from ...envs import EnvError, EnvFactory, EnvSkip
+from ...sandbox.containment import EXTERNAL_AGENT_DOCKER
 from ...sandbox.result import ExecResult
-from .. import agents
+from .. import agent_layers, agents
 from . import agent as agent_mod
 from . import capsules, dataset, grading_v11, prepare, reach, regrade, review, scorer
 from .options import DEFAULT_WORKSPACE_ROOT, agent_limits
@@ -516,23 +517,29 @@ class ExternalAgentSolver(AgentSolver):
     environment and talking to the item's metering proxy (``models.proxy``) instead of the endpoint."""
 
     agent: Any = None  # an ``agents.ExternalAgent``
+    layer: str | None = None  # in Docker: the image of the agent's layer over the task image
 
     def solve(self, run: CoreBenchRun, sample: Sample, capsule_root: Path | None, prompt: str) -> dict[str, Any]:
-        if self.kind != "host":
+        if self.kind not in ("host", "docker"):
             return {
                 "status": "error",
-                "message": f"--bench-agent={self.agent.choice.name} runs only in --bench-env=host so far "
-                f"(not {self.kind}); pass --bench-env=host",
+                "message": f"--bench-agent={self.agent.choice.name} runs in --bench-env=host or docker "
+                f"(not {self.kind}); pass one of those",
             }
         try:
-            self.agent.install(run.cache_dir)
+            if self.kind == "docker":  # (cached on the engine: a look-up after the run's check built it)
+                self.layer = agent_layers.ensure_layer(self.factory, self.agent, run.cache_dir)
+            else:
+                self.agent.install(run.cache_dir)
         except agents.AgentInstallError as exc:
             return {"status": "env_error", "message": f"agent {self.agent.choice.label()}: {exc}"}
         return super().solve(run, sample, capsule_root, prompt)
 
     def reach_options(self, task: Mapping[str, Any], copies: tuple[str, ...]) -> dict[str, Any]:
         options = super().reach_options(task, copies)
-        if options and self.agent.install_dir is not None:  # the install, read-only in the sandbox
+        if options and self.kind == "docker":  # its container: the agent's layer, its user, its proxy's socket
+            options.update(kind=EXTERNAL_AGENT_DOCKER, image=self.layer)
+        elif options and self.agent.install_dir is not None:  # the install, read-only in the sandbox
             options["readable"] = (str(self.agent.install_dir),)
         return options
 
@@ -547,15 +554,22 @@ class ExternalAgentSolver(AgentSolver):
         folder = found.stdout.strip()
         if found.exit_code != 0 or not folder.startswith("/"):
             raise EnvError(f"cannot make the agent's folder in the environment: {found.stderr.strip()[-300:]}")
+        listener = listen()
+        # where the agent dials when the listener is relayed to it (a unix socket into its container)
+        host, port = getattr(env, "loopback_address", None) or (None, None)
         proxy = MeteringProxy(
             self.model,
-            listener=listen(),
+            listener=listener,
+            host=host,
+            port=port,
             sample_index=sample.attempt - 1,
             price=limits.price,
             tokens=limits.tokens,
             cost=limits.cost,
             steps=self.agent.step_limit(limits.steps),
-            on_stop=env.end_processes,  # a spent budget or a failed endpoint ends the agent at once
+            # a spent budget or a failed endpoint ends the agent at once (in Docker its user's processes only,
+            # so that the workspace can still be copied out)
+            on_stop=getattr(env, "end_commands", None) or env.end_processes,
             view=self.agent.request_view(),
         )
         setting = agents.AgentSetting(
