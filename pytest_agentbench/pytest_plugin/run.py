@@ -26,7 +26,6 @@ from ..core.text import printable, repair_value, repaired
 from ..core.types import Sample, Task
 from ..models.defaults import backoff_delay
 from ..models.retrytime import item_retry_time
-from .faults import stage_fault
 
 
 @dataclass
@@ -254,7 +253,6 @@ def run_item(item: pytest.Item, run: BenchRun) -> None:
         return
     started = time.monotonic()
     try:
-        stage_fault(item.config, "score", item.nodeid)
         result = run_with_retries(run, sample, state.options.max_retries, state.options.model_retry_delay)
         record = rec.Record.from_json({**base_record(sample, state), **result.to_json(), **where_ran()})
         record = repair_record(count_repaired(record))  # before its message reaches the terminal

@@ -41,10 +41,10 @@ import pytest
 from ..core import records as rec
 from ..core.errors import warn_about
 from ..core.io import UnsafePath, write_under
+from ..core.records import record_line
 from ..models.cache import ResponseCache
 from ..models.price import RunBudget
 from .collect import BenchItem
-from .faults import stage_fault
 from .provenance import session_command
 from .run import RECORD, BenchState, Streak, base_record, error_record, repair_record, where_ran
 
@@ -113,7 +113,6 @@ class RecordWriter:
         """The finished record: plugins' fields added, every string valid UTF-8, plain JSON data. The public
         hook gets the record's JSON object, ``data``, to change in place (its contract); the ``Record`` is made
         again from what it left."""
-        stage_fault(self.config, "record", item.nodeid)
         self.config.hook.pytest_agentbench_record(record=data, item=item)
         return rec.Record.from_json(rec.plain(repair_record(rec.Record.from_json(data))))
 
@@ -197,12 +196,11 @@ class ControllerWriter(RecordWriter):
         """Append the record; one that cannot be written becomes the item's error record (written instead)."""
         record = revised(self.state.benchmark, record)
         try:
-            stage_fault(self.config, "write", nodeid)
-            line = rec.record_line(record)
+            line = record_line(record)
         except Exception as exc:
             record = error_record(record, "write", exc)
             fail_report(report, record)
-            line = rec.record_line(record)
+            line = record_line(record)
         self.append(line, record)
         return record
 
@@ -278,7 +276,6 @@ class WorkerWriter(RecordWriter):
         files = self.state.files.take()
         entries = self.state.journal.take() if self.state.journal is not None else {}
         try:
-            stage_fault(self.config, "deliver", item.nodeid)
             delivery = pack_delivery(files, entries, append=fresh)
             if delivery["bytes"] > MAX_DELIVERY_BYTES:
                 record = over_cap(record, delivery["bytes"], files)
