@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from ..benchmarks.base import Benchmark
 from ..core import records as rec
 from ..core.errors import warn_about
 from ..core.io import UnsafePath, write_under
@@ -159,14 +160,11 @@ class RecordWriter:
         raise NotImplementedError
 
 
-def revised(benchmark: Any, record: rec.Record) -> rec.Record:
+def revised(benchmark: Benchmark, record: rec.Record) -> rec.Record:
     """The record as this run's settings derive it on the controller (CORE-Bench: ``--bench-review`` applied beside
     the automatic verdicts); a failure there keeps the record as it came, with a warning."""
-    revise = getattr(benchmark, "revise_record", None)
-    if not callable(revise):
-        return record
     try:
-        return rec.as_record(revise(record))
+        return rec.as_record(benchmark.revise_record(record))
     except Exception as exc:  # a bug in a benchmark's revision must not cost the item its record
         warn_about(f"agentbench: {record.key}: record not revised: {type(exc).__name__}: {exc}", record.key)
         return record

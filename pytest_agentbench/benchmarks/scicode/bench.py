@@ -263,8 +263,8 @@ class SciCode(Benchmark):
             operand_cap=int(opts["operand_cap"]),
             grading_envs=tuple((grading, env_tables[grading.name]) for grading in envs),
             grading_all=bool(opts.get("grading_envs_all")),
-            # as many chains as the model client lets requests be in flight (its gate: this process's share)
-            connections=int(getattr(getattr(model, "gate", None), "limit", 1)),
+            # as many chains as this process may have model requests in flight
+            connections=spec.connections,
             held=spec.held,
         )
         return SciCodeRun(
