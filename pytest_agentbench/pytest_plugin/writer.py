@@ -47,7 +47,7 @@ from ..models.cache import ResponseCache
 from ..models.price import RunBudget
 from .collect import BenchItem
 from .provenance import session_command
-from .run import RECORD, BenchState, Streak, base_record, error_record, repair_record, where_ran
+from .run import RECORD, BenchState, Streak, base_record, error_record, repair_data, where_ran
 
 MAX_DELIVERY_BYTES = 64 * 2**20  # compressed files + cache entries one item may send to the controller
 MAX_UNPACKED_BYTES = 1024 * 2**20  # what one file or entry may expand to on the controller (a zlib bomb is refused)
@@ -112,10 +112,10 @@ class RecordWriter:
 
     def build(self, item: BenchItem, data: rec.RecordData) -> rec.Record:
         """The finished record: plugins' fields added, every string valid UTF-8, plain JSON data. The public
-        hook gets the record's JSON object, ``data``, to change in place (its contract); the ``Record`` is made
-        again from what it left."""
+        hook gets the record's JSON object, ``data``, to change in place (its contract); what it left is
+        repaired (a plugin's text), made plain as the file will hold it, and made the ``Record`` once."""
         self.config.hook.pytest_agentbench_record(record=data, item=item)
-        return rec.Record.from_json(rec.plain(repair_record(rec.Record.from_json(data))))
+        return rec.Record.from_json(rec.plain(repair_data(data)))
 
     def attach(self, item: BenchItem, report: pytest.TestReport, record: rec.Record, fresh: bool) -> None:
         report.user_properties.append((rec.RECORD_PROPERTY, record.to_json()))  # plain data: xdist carries it
