@@ -2,9 +2,9 @@
 
 Whatever fails while one item is scored, while its record is built, written or delivered from an xdist worker
 becomes that item's ``error`` record naming the stage and the cause; every other item gets its record and the
-reports are written. The faults are injected through the test-only hook ``pytest_agentbench_test_fault``,
-which the run's conftest.py declares and implements (xdist workers load it too; the plugin's hook spec does not
-ship it), never by patching the plugin. A records file
+reports are written. The faults are injected by the tests' own plugin ``helpers.fault_stages`` (loaded with
+``-p`` by the runs started here, xdist workers included), which wraps the plugin function doing each stage: the
+package ships nothing for it. A records file
 that cannot be appended to is the one failure no item's record can hold: the run stops with exit 3 naming the
 file and the last record written.
 """
@@ -12,6 +12,7 @@ file and the last record written.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -25,24 +26,6 @@ TINY_STEPS = ["1.1", "1.2", "2.1", "2.2", "3.1"]
 FAULT_CONFTEST = (
     MODEL_CONFTEST
     + '''
-
-class FaultHooks:
-    """The test-only hook this suite declares (pytest_agentbench.pytest_plugin.faults calls it where declared)."""
-
-    def pytest_agentbench_test_fault(stage, nodeid):
-        """Raise here to make ``stage`` (score, record, deliver, write) of item ``nodeid`` fail."""
-
-
-def pytest_addhooks(pluginmanager):
-    pluginmanager.add_hookspecs(FaultHooks)
-
-
-def pytest_agentbench_test_fault(stage, nodeid):
-    """FAULT=stage:step[,stage:step...]: that stage of that step raises, as a bug would."""
-    step = nodeid.rsplit("::", 1)[-1]
-    if f"{stage}:{step}" in os.environ.get("FAULT", "").split(","):
-        raise RuntimeError(f"injected {stage} fault in {step}")
-
 
 def pytest_agentbench_record(record, item):
     """A plugin that breaks a record: a value that refers to itself (it cannot be written as JSON)."""
@@ -62,11 +45,14 @@ def pytest_agentbench_record(record, item):
 
 @pytest.fixture
 def faulty(pytester, bench, shared_data, monkeypatch):
-    """Run the tiny dataset (ground truth answers) with the fault conftest: faulty(*args, FAULT=..., ...)."""
+    """Run the tiny dataset (ground truth answers) with the fault plugin and conftest: faulty(*args, FAULT=..., ...)."""
     pytester.makeconftest(FAULT_CONFTEST)
     custom = CustomScicode(pytester, bench, shared_data)
     custom.write()
     reports = pytester.path / "reports"
+
+    tests = str(Path(__file__).resolve().parent)  # helpers.fault_stages, for the run and its xdist workers
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
 
     def run(*args: str, **env: str):
         for name in ("FAULT", "CYCLIC", "BREAK_FILE_AT", "HOW", "BREAK_STEPS", "ERROR_STEPS"):
@@ -76,6 +62,8 @@ def faulty(pytester, bench, shared_data, monkeypatch):
             "--bench-timeout=20",
             f"--bench-report-dir={reports}",
             "--bench-run-id=faults",
+            "-p",
+            "helpers.fault_stages",
             *args,
             subprocess=True,
         )

@@ -27,8 +27,10 @@ import pytest
 from pytest_agentbench.backends.slurm.commands import SLURM_OPTIONS, SlurmOptions, read_secret, write_secret
 from pytest_agentbench.benchmarks import registry
 from pytest_agentbench.benchmarks.corebench.bench import CoreBench
-from pytest_agentbench.benchmarks.corebench.options import default_env
+from pytest_agentbench.benchmarks.corebench.options import CORE_BENCH_OPTIONS, CoreBenchOptions, default_env
 from pytest_agentbench.benchmarks.scicode.bench import SciCode
+from pytest_agentbench.benchmarks.scicode.options import OPTIONS as SCICODE_OPTIONS
+from pytest_agentbench.benchmarks.scicode.options import SciCodeOptions
 from pytest_agentbench.core.jobs import BACKEND_OPTIONS, HARNESS_MIB, TIME_MARGIN, BackendOptions
 from pytest_agentbench.core.options import (
     HOST_FORWARDED,
@@ -286,9 +288,12 @@ LAYER_VIEWS = [
     (BackendOptions, BACKEND_OPTIONS),
     (SlurmOptions, SLURM_OPTIONS),
 ]
+# each benchmark's own view of its own options (they have an owner)
+BENCHMARK_VIEWS = [(SciCodeOptions, SCICODE_OPTIONS), (CoreBenchOptions, CORE_BENCH_OPTIONS)]
+ALL_VIEWS = LAYER_VIEWS + BENCHMARK_VIEWS
 
 
-@pytest.mark.parametrize(("layer_view", "options"), LAYER_VIEWS, ids=[cls.__name__ for cls, _ in LAYER_VIEWS])
+@pytest.mark.parametrize(("layer_view", "options"), ALL_VIEWS, ids=[cls.__name__ for cls, _ in ALL_VIEWS])
 def test_every_layers_view_names_exactly_its_options_and_is_filled_by_its_defaults(layer_view, options, tmp_path):
     """Each layer's typed view has one field per option of the layer, in order, and resolved defaults fill it."""
     assert [f.name for f in fields(layer_view)] == [o.name for o in options]
@@ -322,7 +327,7 @@ def test_a_view_carries_the_values_a_run_gives(tmp_path):
     assert (model.model_timeout, model.cache, report.fail_under, report.baseline) == (12.0, "rw", ("main=0.5",), None)
 
 
-@pytest.mark.parametrize(("layer_view", "options"), LAYER_VIEWS, ids=[cls.__name__ for cls, _ in LAYER_VIEWS])
+@pytest.mark.parametrize(("layer_view", "options"), ALL_VIEWS, ids=[cls.__name__ for cls, _ in ALL_VIEWS])
 def test_a_partial_mapping_fills_the_declared_defaults(layer_view, options, tmp_path, monkeypatch):
     """A plain-Python caller's mapping may name only some options: the others get the default their Option
     declares, exactly what ``resolve`` gives a run that sets nothing in the current folder."""

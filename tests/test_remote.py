@@ -918,9 +918,11 @@ def test_a_host_whose_worker_cannot_start_is_lost_once_and_the_other_host_runs_e
 @pytest.mark.remote
 @pytest.mark.slow
 def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, tmp_path):
-    """The controller reports numpy 0.0.1 (the test-only AGENTBENCH_TEST_VERSIONS, read where the probe runs:
-    here, on the controller), so each host's real numpy differs from it."""
+    """The controller's python finds numpy 0.0.1's metadata first on its path (a dist-info folder ahead of the
+    installed one), so each host's real numpy differs from the controller's."""
     import numpy
+
+    skewed = skewed_metadata(tmp_path / "skewed", numpy="0.0.1")
 
     args = [
         "--bench=scicode",
@@ -931,7 +933,7 @@ def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, 
         "-d",
         *tx(loopback, "agentbench-a"),
     ]
-    refused = run(tmp_path, *args, timeout=300, AGENTBENCH_TEST_VERSIONS="numpy=0.0.1")
+    refused = run(tmp_path, *args, timeout=300, PYTHONPATH=skewed)
     assert refused.returncode == 4, refused.stdout[-2000:] + refused.stderr[-2000:]
     assert (
         f"worker gw0 on agentbench-a has other package versions than the controller (numpy: worker "
@@ -939,10 +941,18 @@ def test_a_version_skew_is_refused_with_the_difference_unless_allowed(loopback, 
     ) in refused.stderr, refused.stderr[-2000:]
     assert "--bench-set=allow_version_skew=true" in refused.stderr
     assert not list((tmp_path / "reports").rglob("*.jsonl"))
-    allowed = run(
-        tmp_path, *args, "--bench-set=allow_version_skew=true", timeout=300, AGENTBENCH_TEST_VERSIONS="numpy=0.0.1"
-    )
+    allowed = run(tmp_path, *args, "--bench-set=allow_version_skew=true", timeout=300, PYTHONPATH=skewed)
     assert allowed.returncode == 0, allowed.stdout[-3000:] + allowed.stderr[-2000:]
+
+
+def skewed_metadata(folder: Path, **versions: str) -> str:
+    """A PYTHONPATH of ``folder``, holding a dist-info folder of each distribution at another version, then the
+    controller's own: ``importlib.metadata`` finds those versions first, while the packages import as installed."""
+    for name, version in versions.items():
+        info = folder / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return os.pathsep.join([str(folder), controller_env()["PYTHONPATH"]])
 
 
 def test_ssh_liveness_options_are_added_only_where_the_users_config_leaves_them_unset(tmp_path):
@@ -966,10 +976,10 @@ def test_ssh_liveness_options_are_added_only_where_the_users_config_leaves_them_
 def test_version_differences_name_each_package():
     from pytest_agentbench.pytest_plugin.distribution.hostprobe import installed_versions, version_differences
 
-    mine = installed_versions({})
+    mine = installed_versions()
     assert set(mine) == {"pytest", "pytest-xdist", "execnet", "numpy", "scipy", "h5py"}
     assert version_differences(mine, mine) == []
-    theirs = installed_versions({"AGENTBENCH_TEST_VERSIONS": "h5py=1.0,execnet="})
+    theirs = {**mine, "h5py": "1.0", "execnet": None}
     assert version_differences(theirs, mine) == [
         f"execnet: worker not installed, controller {mine['execnet']}",
         f"h5py: worker 1.0, controller {mine['h5py']}",

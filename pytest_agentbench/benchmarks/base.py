@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from ..core.io import DirectoryFiles, RunFiles
 from ..core.jobs import HARNESS_MIB, TIME_MARGIN, JobRequest
@@ -50,6 +50,10 @@ class RunSpec:
     # benchmark may prepare them ahead (SciCode generates their chains concurrently). None: not known.
     held: Callable[[], Sequence[Sample]] | None = None
     workers: int = 1  # processes of the session that run items: a session-wide bound is divided over them
+    # How many model requests this process may have in flight (its share of --bench-max-connections when the
+    # plugin's own model client serves the run; 1 for the oracle, a conftest's model, a notebook): a benchmark
+    # that generates ahead runs this many chains at once.
+    connections: int = 1
     # The finished records an earlier session left and this run reuses (--bench-resume), by record key: a
     # benchmark whose items build on other items' answers (SciCode's steps) takes those answers from them, so an
     # item run again builds on exactly what the kept verdicts were given.
@@ -60,21 +64,30 @@ class RunSpec:
             object.__setattr__(self, "files", DirectoryFiles(self.run_dir))
 
 
-class BenchRun(Protocol):
-    """One benchmark's run in one process."""
+class BenchRun:
+    """One benchmark's run in one process: the base class of every benchmark's run (what ``open_run`` returns).
+
+    A run implements ``run_sample``; every other method has a default the plugin relies on, so a run overrides
+    only what it needs and the plugin calls each one unconditionally."""
 
     def run_sample(self, sample: Sample) -> RecordLike:
         """Run and score one sample; return its ``Record`` (``records.sample_record``: the common fields typed and
         checked, the benchmark's own fields beside them). A benchmark of another package may still return the
         record's fields as a dict; the run loop makes the ``Record`` of it."""
+        raise NotImplementedError
+
+    def prepare_sample(self, sample: Sample) -> None:
+        """Called before ``run_sample`` outside its timing (the item's ``duration``), for work a sample needs that
+        is not its own (SciCode: rebuilding its problem's targets); not for an item a resumed run already has.
+        Default: nothing."""
 
     def close(self) -> None:
-        """Release what the run holds (threads, servers); called once at the end of the session."""
+        """Release what the run holds (threads, servers); called once at the end of the session. Default: nothing."""
 
-    # Optional: ``prepare_sample(sample) -> None``, called before ``run_sample`` outside its timing (the item's
-    # ``duration``), for work a sample needs that is not its own (SciCode: rebuilding its problem's targets).
-    # Optional: ``unscored() -> list[dict]``, after ``close``: the accounting (``generation`` fields) of model work
-    # done ahead that no record reports (a step generated for an item that never ran): the run's cost counts it.
+    def unscored(self) -> list[dict[str, Any]]:
+        """After ``close``: the accounting (``generation`` fields) of model work done ahead that no record reports
+        (a step generated for an item that never ran): the run's cost counts it. Default: none."""
+        return []
 
 
 class Benchmark:
@@ -164,6 +177,26 @@ class Benchmark:
         ConfigError naming everything missing and the fix (the run ends with a usage error and no item runs);
         return notes for the report header."""
         return []
+
+    def first_call_misses(
+        self, opts: Settings, settings: Mapping[str, Any], tasks: list[Task], samples: list[Sample], model: Any
+    ) -> list[str]:
+        """The selected tasks whose first model call ``model`` (a replay's cache-only client) does not answer, found
+        by building each task's first request with the benchmark's own harness and the run's settings. The plugin
+        asks it before any item: under --bench-replay (tasks named here end the run with exit 4), and for the
+        model preflight, which sends the first request the harness builds. Default: [] (the benchmark cannot
+        say: no task is named, and the preflight sends a plain request)."""
+        return []
+
+    def not_run_fields(self, sample: Sample, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """Fields of the record report.html and the summary show for an item that never ran (an incomplete run),
+        from what the benchmark knows before it runs (CORE-Bench: its question counts). Default: none."""
+        return {}
+
+    def revise_record(self, record: Record) -> Record:
+        """A finished record as this run's settings derive it: the controller calls it on every record it writes
+        and on the records a resumed run reuses (CORE-Bench applies --bench-review there). Default: the record."""
+        return record
 
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> BenchRun:
         """Start this process's run with the model and environment (the bench_model and bench_env

@@ -26,7 +26,7 @@ import json
 import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -141,15 +141,29 @@ class Record(Mapping[str, Any]):
 
     def to_json(self) -> RecordData:
         """The record's JSON object, exactly what ``from_json`` was given."""
-        fields = {k: getattr(self, k) for k in COMMON_FIELDS if k not in self.absent and k not in self.extra}
-        fields.update(self.extra)
-        ordered = {k: fields[k] for k in self.order if k in fields}
-        ordered.update((k, v) for k, v in fields.items() if k not in ordered)
+        return {key: self[key] for key in self.keys_in_order()}
+
+    def keys_in_order(self) -> list[str]:
+        """The record's field names in its JSON object's order (read as a mapping, a record is not copied)."""
+        names = [k for k in COMMON_FIELDS if k not in self.absent and k not in self.extra]
+        names.extend(self.extra)
+        present = set(names)
+        ordered = [k for k in self.order if k in present]
+        placed = set(ordered)
+        ordered.extend(k for k in names if k not in placed)
         return ordered
 
     def replaced(self, **changes: Any) -> Record:
-        """This record with some fields set (a new ``Record``; this one never changes)."""
-        return Record.from_json({**self.to_json(), **changes})
+        """This record with some fields set (a new ``Record``; this one never changes), exactly as
+        ``from_json({**record.to_json(), **changes})`` would make it, without going through the JSON object."""
+        typed = {k: v for k, v in changes.items() if k in COMMON_FIELDS and type(v) is COMMON_FIELDS[k]}
+        # a common field set to a value of another type is kept in ``extra``, its attribute at its default
+        untyped = {k: True if k == "scored" else COMMON_FIELDS[k]() for k in changes if k in COMMON_FIELDS}
+        extra = {k: v for k, v in self.extra.items() if k not in typed}
+        extra.update((k, v) for k, v in changes.items() if k not in typed)
+        order = (*self.order, *(k for k in changes if k not in self.order)) if self.order else ()
+        attributes: dict[str, Any] = {**untyped, **typed}
+        return replace(self, **attributes, extra=extra, absent=self.absent - set(changes), order=order)
 
     @property
     def key(self) -> str:
@@ -164,10 +178,10 @@ class Record(Mapping[str, Any]):
         raise KeyError(key)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.to_json())
+        return iter(self.keys_in_order())
 
     def __len__(self) -> int:
-        return len(self.to_json())
+        return len(self.keys_in_order())
 
 
 def sample_identity(benchmark: str, sample: Sample) -> dict[str, Any]:
@@ -213,9 +227,8 @@ def as_record(record: Mapping[str, Any]) -> Record:
 
 
 def to_json(record: Mapping[str, Any]) -> str:
-    return json.dumps(
-        record if isinstance(record, dict) else dict(record), sort_keys=True, default=json_default, ensure_ascii=False
-    )
+    data = record.to_json() if isinstance(record, Record) else record if isinstance(record, dict) else dict(record)
+    return json.dumps(data, sort_keys=True, default=json_default, ensure_ascii=False)
 
 
 def json_default(obj: Any) -> Any:

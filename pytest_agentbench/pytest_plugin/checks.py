@@ -65,15 +65,14 @@ def preflight_note(config: pytest.Config, opts: Settings, state: BenchState | No
 def first_call(opts: Settings, state: BenchState) -> FirstCall | None:
     """The shape of the run's first model request (its first task's, built by the benchmark's own harness with
     the run's settings), or None when the benchmark cannot say (the preflight then sends a plain "ping")."""
-    check = getattr(state.benchmark, "first_call_misses", None)
     task = next((t for t in state.tasks if t.samples), None)
-    if not callable(check) or task is None:
+    if task is None:
         return None
     from ..models.probe import FirstRequestKeeper  # why: it imports the openai SDK, loaded only for a real model
 
     keeper = FirstRequestKeeper(str(opts.model))
     try:
-        check(opts, state.settings, [task], list(task.samples), keeper)
+        state.benchmark.first_call_misses(opts, state.settings, [task], list(task.samples), keeper)
     except Exception:  # the harness could not build it here (a data file missing, ...): the items will say why
         return None
     return keeper.seen

@@ -31,11 +31,10 @@ def run_bench_item(request: pytest.FixtureRequest, bench_run: BenchRun) -> None:
 
 
 def prepare_item(item: BenchItem, run: BenchRun) -> None:
-    """What the item needs before it is timed (``BenchRun.prepare_sample``, optional: SciCode's targets of the
-    item's problem), so it is part of no item's ``duration``; not for an item a resumed run already has."""
-    prepare = getattr(run, "prepare_sample", None)
-    if prepare is not None and item.sample.key not in state_of(item).resumed:
-        prepare(item.sample)
+    """What the item needs before it is timed (``BenchRun.prepare_sample``: SciCode's targets of the item's
+    problem), so it is part of no item's ``duration``; not for an item a resumed run already has."""
+    if item.sample.key not in state_of(item).resumed:
+        run.prepare_sample(item.sample)
 
 
 class BenchItem(pytest.Function):

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from ..benchmarks.base import BenchRun
 from ..core.types import Sample
 from ..models.concurrency import share
 from .collect import BenchItem
@@ -93,11 +94,10 @@ class InFlight:
         return report
 
 
-def keep_unscored(config: pytest.Config, state: BenchState, run: Any) -> None:
+def keep_unscored(config: pytest.Config, state: BenchState, run: BenchRun) -> None:
     """After the run closed: what it did ahead that no record reports (``BenchRun.unscored``) goes into the run's
     cost, this process's own or, from a worker, through xdist's ``workeroutput`` to the controller."""
-    unscored = getattr(run, "unscored", None)
-    work = list(unscored()) if callable(unscored) else []
+    work = list(run.unscored())
     if not work:
         return
     if role_of(config) is Role.WORKER:

@@ -23,16 +23,15 @@ LISTED = 20  # task ids named in the message
 
 def replay_misses(config: pytest.Config, state: BenchState, samples: list[Any]) -> list[str]:
     """The selected tasks whose first model call the replay's cache lacks ([] when it cannot tell: the oracle, a
-    conftest's own client, a benchmark without ``first_call_misses``)."""
+    conftest's own client, a benchmark whose ``first_call_misses`` cannot say)."""
     opts = state.options
-    check = getattr(state.benchmark, "first_call_misses", None)
-    if not opts.replay or not callable(check) or opts.model in (None, "", ORACLE) or bench_model_overridden(config):
+    if not opts.replay or opts.model in (None, "", ORACLE) or bench_model_overridden(config):
         return []
     try:
         model = build_model(opts)
     except ConfigError:
         return []  # the session reports it where the model is built
-    return list(check(opts, state.settings, state.tasks, samples, model))
+    return list(state.benchmark.first_call_misses(opts, state.settings, state.tasks, samples, model))
 
 
 def stop_replay_without_cache(config: pytest.Config, state: BenchState, samples: list[Any]) -> None:

@@ -392,8 +392,7 @@ def is_bench_node(nodeid: str, state: BenchState) -> bool:
 def not_run_fields(state: BenchState, sample: Sample) -> dict[str, Any]:
     """What a benchmark knows of an item before it runs, from the run's settings (CORE-Bench: its question
     counts and the difficulty), so the item's questions count as not answered when it never runs."""
-    fields = getattr(state.benchmark, "not_run_fields", None)
-    return dict(fields(sample, state.settings)) if callable(fields) else {}
+    return dict(state.benchmark.not_run_fields(sample, state.settings))
 
 
 # options of this session that a resume command leaves out: it names the run folder itself

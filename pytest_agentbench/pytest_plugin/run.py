@@ -26,7 +26,6 @@ from ..core.text import printable, repair_value, repaired
 from ..core.types import Sample, Task
 from ..models.defaults import backoff_delay
 from ..models.retrytime import item_retry_time
-from .faults import stage_fault
 
 
 @dataclass
@@ -195,28 +194,33 @@ def error_record(record: rec.RecordLike, stage: str, exc: BaseException) -> rec.
     return rec.Record.from_json(out)
 
 
-def count_repaired(record: rec.Record) -> rec.Record:
-    """The item's ``text_repaired``: what its benchmark counted where text entered (the record's own count,
-    its generation's: model replies, tool arguments and output) as one total, kept only when above 0."""
-    data = record.to_json()
+def count_repaired(data: rec.RecordData) -> None:
+    """The item's ``text_repaired`` (in place): what its benchmark counted where text entered (the record's own
+    count, its generation's: model replies, tool arguments and output) as one total, kept only when above 0."""
     generation = data.get("generation")
     parts = [data.get("text_repaired"), generation.get("text_repaired") if isinstance(generation, dict) else 0]
     total = sum(n for n in parts if isinstance(n, int))
     data.pop("text_repaired", None)
     if total:
         data["text_repaired"] = total
+
+
+def repair_data(data: rec.RecordData) -> rec.RecordData:
+    """The record's JSON object with every string valid UTF-8: text a boundary did not repair (a plugin's field,
+    a message built from a child's words) is repaired, and added to ``text_repaired``. The writer does it once,
+    when the record is finished (after the public hook), before it is written or sent."""
+    fixed, count = repair_value(data)
+    if count:
+        fixed["text_repaired"] = int(fixed.get("text_repaired") or 0) + count
+    return fixed
+
+
+def item_record(identity: Mapping[str, Any], result: rec.Record, where: Mapping[str, Any]) -> rec.Record:
+    """The item's record, made once from one JSON object: its identity, the result's fields and where it ran,
+    with ``text_repaired`` totalled."""
+    data = {**identity, **result.to_json(), **where}
+    count_repaired(data)
     return rec.Record.from_json(data)
-
-
-def repair_record(record: rec.Record) -> rec.Record:
-    """The record with every string valid UTF-8: text a boundary did not repair (a plugin's field, a message
-    built from a child's words) is repaired here, where the record is finished, and added to ``text_repaired``."""
-    fixed, count = repair_value(record.to_json())
-    if not count:
-        return record
-    assert isinstance(fixed, dict)  # repair_value gives a dict back for a dict
-    fixed["text_repaired"] = int(fixed.get("text_repaired") or 0) + count
-    return rec.Record.from_json(fixed)
 
 
 def run_once(run: BenchRun, sample: Sample) -> rec.Record:
@@ -225,12 +229,12 @@ def run_once(run: BenchRun, sample: Sample) -> rec.Record:
     started = time.monotonic()
     try:
         with item_retry_time():  # the item's model requests share one --bench-set model_max_retry_time
-            result = dict(run.run_sample(sample))
+            result = rec.as_record(run.run_sample(sample))
     except Exception as exc:  # a bug or an unexpected failure must still leave a record
-        result = {"status": "error", "message": describe(exc), "traceback": repaired(traceback.format_exc(limit=20))}
-    result.setdefault("message", "")
-    result["duration"] = round(time.monotonic() - started, 3)
-    return rec.Record.from_json(result)
+        error = {"status": "error", "message": describe(exc), "traceback": repaired(traceback.format_exc(limit=20))}
+        result = rec.Record.from_json(error)
+    message = {} if "message" in result else {"message": ""}
+    return result.replaced(**message, duration=round(time.monotonic() - started, 3))
 
 
 def run_with_retries(run: BenchRun, sample: Sample, max_retries: int, base_delay: float = 0.0) -> rec.Record:
@@ -264,10 +268,8 @@ def run_item(item: pytest.Item, run: BenchRun) -> None:
         return
     started = time.monotonic()
     try:
-        stage_fault(item.config, "score", item.nodeid)
         result = run_with_retries(run, sample, state.options.max_retries, state.options.model_retry_delay)
-        record = rec.Record.from_json({**base_record(sample, state), **result.to_json(), **where_ran()})
-        record = repair_record(count_repaired(record))  # before its message reaches the terminal
+        record = item_record(base_record(sample, state), result, where_ran())
     except Exception as exc:  # whatever fails while one item is scored is that item's error, never the run's
         identity = {**base_record(sample, state), **where_ran(), "duration": round(time.monotonic() - started, 3)}
         record = error_record(identity, "score", exc)
@@ -285,7 +287,8 @@ def outcome(record: rec.Record) -> None:
     status = record["status"]
     if status == rec.PASS:
         return
+    # the one place a record's message reaches the terminal, before the writer repairs the record: model text may
+    # carry escape sequences, and a message built from a child's words text that is not valid UTF-8
     if status == "skipped":
-        pytest.skip(printable(record.get("message") or "skipped"))
-    # the one place a record's message reaches the terminal: model text may carry escape sequences
-    pytest.fail(f"{status}: {printable(str(record.get('message', '')))}", pytrace=False)
+        pytest.skip(printable(repaired(str(record.get("message") or "skipped"))))
+    pytest.fail(f"{status}: {printable(repaired(str(record.get('message', ''))))}", pytrace=False)

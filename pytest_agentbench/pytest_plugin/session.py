@@ -32,7 +32,7 @@ from ..models.cache import ResponseCache
 from ..models.options import build_model, model_settings
 from .checks import bench_model_overridden, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
-from .concurrency import InFlight, connections_of, held_samples, keep_unscored, workers_of
+from .concurrency import InFlight, chains_per_worker, connections_of, held_samples, keep_unscored, workers_of
 from .distribution.durations import DurationsWriter
 from .distribution.handshake import HandshakeError, run_alone
 from .distribution.plugins import CONTROLLER_PLUGIN, DistributionController, count_in_session_budget, take_role
@@ -258,6 +258,15 @@ def run_fixture(request: pytest.FixtureRequest, bench_model: Any, bench_env: Any
     state.run = None
 
 
+def run_connections(config: pytest.Config, state: BenchState) -> int:
+    """How many model requests the benchmark's run in this process may have in flight (``RunSpec.connections``):
+    this process's share of --bench-max-connections when the plugin's own client serves the model (the share its
+    gate admits), else 1 (the oracle calls nothing; a conftest's ``bench_model`` has no gate of the plugin's)."""
+    if bench_model_overridden(config):
+        return 1
+    return chains_per_worker(config, state)
+
+
 def open_run(request: pytest.FixtureRequest, state: BenchState, model: Any, env: Any) -> BenchRun:
     """The benchmark's run of ``state`` with ``model``: over the session's items of that run."""
     selected = frozenset(
@@ -275,6 +284,7 @@ def open_run(request: pytest.FixtureRequest, state: BenchState, model: Any, env:
         files=state.files,
         held=held_samples(request.session, state),
         workers=workers_of(request.config),
+        connections=run_connections(request.config, state),
         reused=state.resumed,
     )
     state.gate = getattr(model, "gate", None)  # models.concurrency.CallGate: stopped with the run's budget
@@ -283,10 +293,16 @@ def open_run(request: pytest.FixtureRequest, state: BenchState, model: Any, env:
     if state.journal is not None and isinstance(cache, ResponseCache):
         cache.journal = state.journal  # on a worker: new entries also travel to the controller's cache
     try:
-        state.run = state.benchmark.open_run(spec, model, env)
+        run = state.benchmark.open_run(spec, model, env)
     except ConfigError as exc:
         raise usage_error(exc) from None
-    return state.run
+    if not isinstance(run, BenchRun):  # the plugin calls every hook of BenchRun: their defaults come from it
+        raise pytest.UsageError(
+            f"agentbench: {state.benchmark.name}'s open_run returned a {type(run).__name__}, not a BenchRun: "
+            "make its run class subclass pytest_agentbench.benchmarks.base.BenchRun"
+        )
+    state.run = run
+    return run
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -208,15 +208,15 @@ def nothing_left(state: BenchState) -> bool:
 
 def revise_resumed(benchmark: Benchmark, records_path: Path, finished: dict[str, rec.Record]) -> dict[str, rec.Record]:
     """The reused records as this run's settings derive them (CORE-Bench: its --bench-review applied to the
-    automatic verdicts, which stay); the records file is rewritten (atomically) when that changes a line."""
-    revise = getattr(benchmark, "revise_record", None)
-    if not callable(revise) or not finished:
-        return finished
-    lines = rec.read_records(records_path)
-    revised = [rec.as_record(revise(rec.Record.from_json(r))) for r in lines]
-    if revised != lines:
-        rec.rewrite_records(records_path, revised)
-    return {key: rec.as_record(revise(record)) for key, record in finished.items()}
+    automatic verdicts, which stay); the records file is rewritten (atomically) when that changes one of them
+    (read again only then: a benchmark that revises nothing costs no pass over the file)."""
+    revised = {key: rec.as_record(benchmark.revise_record(record)) for key, record in finished.items()}
+    if any(revised[key] is not record and revised[key] != record for key, record in finished.items()):
+        lines = rec.read_records(records_path)
+        rec.rewrite_records(
+            records_path, [rec.as_record(benchmark.revise_record(rec.Record.from_json(r))) for r in lines]
+        )
+    return revised
 
 
 def drop_rerun(records_path: Path, finished: dict[str, rec.Record], notes: list[str]) -> dict[str, rec.Record]:

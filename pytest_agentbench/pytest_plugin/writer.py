@@ -38,15 +38,16 @@ from typing import Any
 
 import pytest
 
+from ..benchmarks.base import Benchmark
 from ..core import records as rec
 from ..core.errors import warn_about
 from ..core.io import UnsafePath, write_under
+from ..core.records import record_line
 from ..models.cache import ResponseCache
 from ..models.price import RunBudget
 from .collect import BenchItem
-from .faults import stage_fault
 from .provenance import session_command
-from .run import RECORD, BenchState, Streak, base_record, error_record, owns, repair_record, where_ran
+from .run import RECORD, BenchState, Streak, base_record, error_record, owns, repair_data, where_ran
 
 MAX_DELIVERY_BYTES = 64 * 2**20  # compressed files + cache entries one item may send to the controller
 MAX_UNPACKED_BYTES = 1024 * 2**20  # what one file or entry may expand to on the controller (a zlib bomb is refused)
@@ -111,11 +112,10 @@ class RecordWriter:
 
     def build(self, item: BenchItem, data: rec.RecordData) -> rec.Record:
         """The finished record: plugins' fields added, every string valid UTF-8, plain JSON data. The public
-        hook gets the record's JSON object, ``data``, to change in place (its contract); the ``Record`` is made
-        again from what it left."""
-        stage_fault(self.config, "record", item.nodeid)
+        hook gets the record's JSON object, ``data``, to change in place (its contract); what it left is
+        repaired (a plugin's text), made plain as the file will hold it, and made the ``Record`` once."""
         self.config.hook.pytest_agentbench_record(record=data, item=item)
-        return rec.Record.from_json(rec.plain(repair_record(rec.Record.from_json(data))))
+        return rec.Record.from_json(rec.plain(repair_data(data)))
 
     def attach(self, item: BenchItem, report: pytest.TestReport, record: rec.Record, fresh: bool) -> None:
         report.user_properties.append((rec.RECORD_PROPERTY, record.to_json()))  # plain data: xdist carries it
@@ -160,14 +160,11 @@ class RecordWriter:
         raise NotImplementedError
 
 
-def revised(benchmark: Any, record: rec.Record) -> rec.Record:
+def revised(benchmark: Benchmark, record: rec.Record) -> rec.Record:
     """The record as this run's settings derive it on the controller (CORE-Bench: ``--bench-review`` applied beside
     the automatic verdicts); a failure there keeps the record as it came, with a warning."""
-    revise = getattr(benchmark, "revise_record", None)
-    if not callable(revise):
-        return record
     try:
-        return rec.as_record(revise(record))
+        return rec.as_record(benchmark.revise_record(record))
     except Exception as exc:  # a bug in a benchmark's revision must not cost the item its record
         warn_about(f"agentbench: {record.key}: record not revised: {type(exc).__name__}: {exc}", record.key)
         return record
@@ -197,12 +194,11 @@ class ControllerWriter(RecordWriter):
         """Append the record; one that cannot be written becomes the item's error record (written instead)."""
         record = revised(self.state.benchmark, record)
         try:
-            stage_fault(self.config, "write", nodeid)
-            line = rec.record_line(record)
+            line = record_line(record)
         except Exception as exc:
             record = error_record(record, "write", exc)
             fail_report(report, record)
-            line = rec.record_line(record)
+            line = record_line(record)
         self.append(line, record)
         return record
 
@@ -278,7 +274,6 @@ class WorkerWriter(RecordWriter):
         files = self.state.files.take()
         entries = self.state.journal.take() if self.state.journal is not None else {}
         try:
-            stage_fault(self.config, "deliver", item.nodeid)
             delivery = pack_delivery(files, entries, append=fresh)
             if delivery["bytes"] > MAX_DELIVERY_BYTES:
                 record = over_cap(record, delivery["bytes"], files)

@@ -28,7 +28,14 @@ from .. import agents
 from ..base import Benchmark, RunSpec
 from . import capsules, checks, dataset, page, prepare, reach, regrade, review, scorer
 from .agent import CoreAgent
-from .options import CORE_BENCH_OPTIONS, agent_limits, default_env, describe_isolation, effective_settings
+from .options import (
+    CORE_BENCH_OPTIONS,
+    CoreBenchOptions,
+    agent_limits,
+    default_env,
+    describe_isolation,
+    effective_settings,
+)
 from .run import NAME, CoreBenchRun, RegradeSolver, choose_solver
 
 if TYPE_CHECKING:
@@ -95,7 +102,7 @@ class CoreBench(Benchmark):
         settings["isolation"] = describe_isolation(
             {**settings, "model": view(ModelOptions, opts).model, "host_network": view(EnvOptions, opts).host_network}
         )
-        custom = opts["dataset_path"]
+        custom = view(CoreBenchOptions, opts).dataset_path
         settings["dataset_revision"] = dataset.dataset_revision(Path(custom) if custom else None)
         source = regrade.regrade_source(opts)
         if source is not None:
@@ -126,7 +133,7 @@ class CoreBench(Benchmark):
     def job_request(self, samples: list[Sample], opts: Settings) -> JobRequest:
         """A capsule's job: the agent's time and the scoring's, the environment's memory, a GPU when marked."""
         request = super().job_request(samples, opts)
-        seconds = float(opts["agent_time"]) + float(view(RunOptions, opts).timeout) + TIME_MARGIN
+        seconds = float(view(CoreBenchOptions, opts).agent_time) + float(view(RunOptions, opts).timeout) + TIME_MARGIN
         memory = view(EnvOptions, opts).env_memory
         return replace(
             request,
@@ -157,25 +164,24 @@ class CoreBench(Benchmark):
         return keys
 
     def load_tasks(self, opts: Mapping[str, Any], split: str) -> list[Task]:
-        """Every capsule of ``split`` in upstream order, one sample each (``opts["data_dir"]`` holds the data,
-        ``opts["dataset_path"]`` replaces the split's file). Capsules already on disk whose REPRODUCING.md
+        """Every capsule of ``split`` in upstream order, one sample each (``--bench-data-dir`` holds the data,
+        ``--bench-set dataset_path`` replaces the split's file). Capsules already on disk whose REPRODUCING.md
         asks for a GPU get the ``gpu`` marker here, so ``-m "not gpu"`` deselects them."""
-        chosen = dataset.data_set(opts.get("dataset"))
+        own, run = view(CoreBenchOptions, opts), view(RunOptions, opts)
+        chosen = dataset.data_set(run.dataset)
         try:
-            custom = opts.get("dataset_path")
+            custom = own.dataset_path
             # a v1.1 set: its manifest, pinned unless --bench-set allow_custom_data=true
             if chosen.manifest is not None:
-                verify = not opts.get("allow_custom_data", False)
-                tasks, self.manifest_sha256 = dataset.load_manifest(Path(opts["data_dir"]), chosen, verify=verify)
+                verify = not run.allow_custom_data
+                tasks, self.manifest_sha256 = dataset.load_manifest(Path(run.data_dir), chosen, verify=verify)
             else:
-                tasks = (
-                    dataset.read_custom(Path(custom)) if custom else dataset.load_split(Path(opts["data_dir"]), split)
-                )
+                tasks = dataset.read_custom(Path(custom)) if custom else dataset.load_split(Path(run.data_dir), split)
         except dataset.DatasetError as exc:
             raise ConfigError(str(exc)) from None
         self.split_sizes[split] = len(tasks)
         # checked against the whole split (a capsule outside the selection is ignored later, with a warning)
-        path = opts.get("review")
+        path = own.review
         self.review = review.load_review(path, tasks, split) if path else None
         folders = local_capsule_folders(opts)
         source = regrade.regrade_source(opts)
@@ -233,7 +239,7 @@ class CoreBench(Benchmark):
         chosen = [t for t in tasks if t.id in wanted]
         if not chosen:
             return []
-        templates = dataset.load_prompts(Path(opts.get("data_dir") or "data"))
+        templates = dataset.load_prompts(Path(view(RunOptions, opts).data_dir))
         root = str(settings["workspace_root"])
         stand_in = WorkspaceAt(root)
         probe = FirstCallProbe(model)
@@ -267,23 +273,24 @@ class CoreBench(Benchmark):
 def check_data_set(opts: Settings, split: str) -> None:
     """A v1.1 set is its test manifest at the hard difficulty, graded by its own rules: anything else is a
     usage error naming the fix."""
-    chosen = dataset.data_set(opts.get("dataset"))
+    own = view(CoreBenchOptions, opts)
+    chosen = dataset.data_set(view(RunOptions, opts).dataset)
     if chosen.manifest is None:
         return
     flag = f"--bench-dataset={chosen.name}"
-    if opts["difficulty"] != "hard":
+    if own.difficulty != "hard":
         raise ConfigError(
             f"{flag} is hard-only ({chosen.label} revises CORE-Bench Hard): leave out --bench-difficulty "
-            f"or give --bench-difficulty=hard, or use --bench-dataset=v1 for {opts['difficulty']}"
+            f"or give --bench-difficulty=hard, or use --bench-dataset=v1 for {own.difficulty}"
         )
     if split != "test":
         raise ConfigError(f"{flag} has one split, test: leave out --bench-split or give --bench-split=test")
-    if opts.get("dataset_path") and regrade.regrade_source(opts) is None:
+    if own.dataset_path and regrade.regrade_source(opts) is None:
         raise ConfigError(
             f"--bench-set dataset_path replaces v1's split file; for {flag} put a manifest at "
             f"<data dir>/{chosen.manifest.subdir}/{chosen.manifest.name} and add --bench-set allow_custom_data=true"
         )
-    if opts.get("preinstalled_input_dir"):
+    if own.preinstalled_input_dir:
         raise ConfigError(
             f"--bench-set preinstalled_input_dir is not supported with {flag} yet (the v1.1 workspace is prepared "
             "from the unpacked capsule): leave it out"
@@ -299,9 +306,10 @@ class WorkspaceAt:
 
 def local_capsule_folders(opts: Mapping[str, Any]) -> list[Path]:
     """Where unpacked capsules may already be: the store and the extraction cache."""
-    data_dir, cache_dir = Path(opts.get("data_dir") or "data"), Path(opts.get("cache_dir") or ".agentbench_cache")
-    chosen = opts.get("capsules_dir")
-    folder = dataset.data_set(opts.get("dataset")).capsule_folder
+    run = view(RunOptions, opts)
+    data_dir, cache_dir = Path(run.data_dir), Path(run.cache_dir)
+    chosen = view(CoreBenchOptions, opts).capsules_dir
+    folder = dataset.data_set(run.dataset).capsule_folder
     store = capsules.archive_store(data_dir, cache_dir, Path(chosen) if chosen else None, folder)
     return [store, cache_dir / "capsules" / "extracted"]
 

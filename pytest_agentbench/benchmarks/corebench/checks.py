@@ -12,10 +12,13 @@ from typing import Any
 
 from ...core.data import OFFLINE_ENV, offline
 from ...core.errors import ConfigError
+from ...core.options import view
+from ...core.run_options import RunOptions
 from ...envs import EnvError
 from ...envs.docker import DockerFactory
-from ...models.options import ORACLE
+from ...models.options import ORACLE, ModelOptions
 from . import capsules, dataset
+from .options import CoreBenchOptions
 
 LISTED = 20  # capsule ids named in a message
 
@@ -26,10 +29,10 @@ def named(ids: Sequence[str]) -> str:
 
 def check_capsules(opts: Mapping[str, Any], capsule_ids: Sequence[str]) -> None:
     """ConfigError unless every capsule is in the store or (online) its download answers."""
-    chosen = opts.get("capsules_dir")
-    data_set = dataset.data_set(opts.get("dataset"))
+    run, chosen = view(RunOptions, opts), view(CoreBenchOptions, opts).capsules_dir
+    data_set = dataset.data_set(run.dataset)
     store = capsules.archive_store(
-        Path(opts["data_dir"]), Path(opts["cache_dir"]), Path(chosen) if chosen else None, data_set.capsule_folder
+        Path(run.data_dir), Path(run.cache_dir), Path(chosen) if chosen else None, data_set.capsule_folder
     )
     published = data_set.capsule_url
     missing = [cid for cid in capsule_ids if not capsules.at_hand(cid, store)]
@@ -76,7 +79,8 @@ def check_agent(opts: Mapping[str, Any], env: Any) -> None:
     from .. import agent_layers, agents  # why: only a run that names an agent needs them
 
     try:
-        choice = agents.parse_agent(opts.get("agent"), opts.get("agent_command"))
+        own = view(CoreBenchOptions, opts)
+        choice = agents.parse_agent(own.agent, own.agent_command)
     except ValueError as exc:
         raise ConfigError(f"CORE-Bench: --bench-agent: {exc}") from None
     kind = getattr(env, "kind", None)
@@ -88,9 +92,9 @@ def check_agent(opts: Mapping[str, Any], env: Any) -> None:
     if choice.external:  # once, before any item: an install can take minutes, which no item's time should pay
         try:
             if isinstance(env, DockerFactory):
-                agent_layers.ensure_layer(env, agents.make_agent(choice), Path(opts["cache_dir"]))
+                agent_layers.ensure_layer(env, agents.make_agent(choice), Path(view(RunOptions, opts).cache_dir))
             else:
-                agents.make_agent(choice).install(Path(opts["cache_dir"]))
+                agents.make_agent(choice).install(Path(view(RunOptions, opts).cache_dir))
         except agents.AgentInstallError as exc:
             raise ConfigError(f"CORE-Bench: --bench-agent={choice.label()}: {exc}") from None
 
@@ -100,8 +104,8 @@ def check_selection(opts: Mapping[str, Any], capsule_ids: Sequence[str], env: An
     agent runs in it (the oracle runs none)."""
     if not capsule_ids:
         return
-    if not opts.get("preinstalled_input_dir"):  # else the capsules are inside the image
+    if not view(CoreBenchOptions, opts).preinstalled_input_dir:  # else the capsules are inside the image
         check_capsules(opts, capsule_ids)
-    if opts.get("model") not in (None, "", ORACLE):
+    if view(ModelOptions, opts).model not in (None, "", ORACLE):
         check_image(env)  # (first: an agent's layer is built over the image)
         check_agent(opts, env)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...core.jobs import BackendOptions
 from ...core.options import Option, given_settings, view
+from ...core.run_options import RunOptions
+from ...envs.options import EnvOptions
 from ...models.options import ModelOptions
 from ...models.price import price_of
 from . import prepare
@@ -248,12 +251,37 @@ AGENT_OPTIONS: tuple[Option, ...] = (
 CORE_BENCH_OPTIONS = CORE_BENCH_OPTIONS + AGENT_OPTIONS
 
 
+@dataclass(frozen=True)
+class CoreBenchOptions:
+    """CORE-Bench's settings, typed (``view(CoreBenchOptions, opts)``); one field per option of CORE_BENCH_OPTIONS.
+    The benchmark reads its own settings through this view only (the shared ones through ``RunOptions``,
+    ``ModelOptions``, ``EnvOptions``)."""
+
+    OPTIONS: ClassVar[tuple[Option, ...]] = CORE_BENCH_OPTIONS
+    difficulty: str
+    capsules_dir: Path | None
+    hints: bool
+    upstream_abort: bool
+    workspace_root: str
+    dataset_path: Path | None
+    preinstalled_input_dir: str | None
+    docker_dind: bool
+    review: Path | None
+    agent_steps: int
+    agent_time: float
+    agent_tokens: int | None
+    agent_command_timeout: float
+    agent: str
+    agent_command: str | None
+
+
 def agent_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     """The agent's part of the settings: nothing for the built-in agent (earlier runs compare), else its name
     with the version (``mini-swe-agent==2.4.6``) and, for ``command``, the command line."""
     from .. import agents  # why: kept off the plugin's start-up path
 
-    choice = agents.parse_agent(opts.get("agent"), opts.get("agent_command"))
+    own = view(CoreBenchOptions, opts)
+    choice = agents.parse_agent(own.agent, own.agent_command)
     if not choice.external:
         return {}
     out: dict[str, Any] = {"agent": f"{choice.name}=={choice.version}" if choice.version else choice.name}
@@ -271,24 +299,24 @@ def effective_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     from .capsules import capsule_base_url  # why: declaring the options must not import the capsule downloader
     from .dataset import data_set  # why: nor the data files' downloader
 
-    capsules_dir = opts["capsules_dir"]
-    chosen = data_set(opts.get("dataset"))
+    own = view(CoreBenchOptions, opts)
+    chosen = data_set(view(RunOptions, opts).dataset)
     return {
-        "difficulty": opts["difficulty"],
-        "hints": bool(opts["hints"]),
-        "upstream_abort": bool(opts["upstream_abort"]),
-        "capsules_dir": str(capsules_dir) if capsules_dir else None,
+        "difficulty": own.difficulty,
+        "hints": bool(own.hints),
+        "upstream_abort": bool(own.upstream_abort),
+        "capsules_dir": str(own.capsules_dir) if own.capsules_dir else None,
         "capsule_url": capsule_base_url(chosen.capsule_url),
-        "env": opts.get("env") or default_env(opts),
-        "workspace_root": opts["workspace_root"],
-        "dataset_path": str(opts["dataset_path"]) if opts["dataset_path"] else None,
-        "preinstalled_input_dir": opts["preinstalled_input_dir"],
-        "docker_dind": bool(opts["docker_dind"]),
-        "agent_steps": opts["agent_steps"],
-        "agent_time": float(opts["agent_time"]),
-        "agent_tokens": opts["agent_tokens"],
-        "agent_command_timeout": float(opts["agent_command_timeout"]),
-        **({"review": str(opts["review"])} if opts.get("review") else {}),  # only when given: older runs match
+        "env": view(EnvOptions, opts).env or default_env(opts),
+        "workspace_root": own.workspace_root,
+        "dataset_path": str(own.dataset_path) if own.dataset_path else None,
+        "preinstalled_input_dir": own.preinstalled_input_dir,
+        "docker_dind": bool(own.docker_dind),
+        "agent_steps": own.agent_steps,
+        "agent_time": float(own.agent_time),
+        "agent_tokens": own.agent_tokens,
+        "agent_command_timeout": float(own.agent_command_timeout),
+        **({"review": str(own.review)} if own.review else {}),  # only when given: older runs match
         **agent_settings(opts),
         **dataset_settings(chosen),
     }

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ...core.options import view
+from ...core.run_options import RunOptions
 from . import dataset, scorer
 
 SETTINGS_FILE = "settings.json"  # the replayed run's settings (report/resume.py writes it)
@@ -30,8 +32,8 @@ def replayed_data_set(folder: Path) -> str:
 
 def regrade_source(opts: Mapping[str, Any]) -> Path | None:
     """The run whose saved answers this run re-grades: a replay on a v1.1 set of a run made on another set."""
-    replay = opts.get("replay")
-    chosen = dataset.data_set(opts.get("dataset"))
+    replay = opts.get("replay")  # a report option (--bench-replay), declared above this layer: read by name
+    chosen = dataset.data_set(view(RunOptions, opts).dataset)
     if not replay or chosen.manifest is None or replayed_data_set(Path(replay)) == chosen.name:
         return None
     return Path(replay)

@@ -34,6 +34,7 @@ from ...envs import EnvError, EnvFactory, EnvSkip
 from ...sandbox.containment import EXTERNAL_AGENT_DOCKER
 from ...sandbox.result import ExecResult
 from .. import agent_layers, agents
+from ..base import BenchRun
 from . import agent as agent_mod
 from . import capsules, dataset, grading_v11, prepare, reach, regrade, review, scorer
 from .options import DEFAULT_WORKSPACE_ROOT, agent_limits
@@ -45,7 +46,7 @@ MAX_SHOWN_WRONG = 3  # questions named in a failing item's message
 # --------------------------------------------------------------------------- the run
 
 
-class CoreBenchRun:
+class CoreBenchRun(BenchRun):
     """CORE-Bench in one process: ``run_sample(sample)`` -> the capsule's record."""
 
     def __init__(

@@ -42,6 +42,7 @@ from .options import (
     OPTIONS,
     REBUILT,
     VERIFIED,
+    SciCodeOptions,
 )
 
 REBUILD_TIMEOUT_FACTOR = 10  # rebuilding one problem's targets may take this many tool timeouts
@@ -105,20 +106,21 @@ class SciCode(Benchmark):
             split = "validation"
         elif oracle and split != "validation":
             raise ConfigError(ORACLE_SPLIT)
-        mode = opts["mode"]
+        own = view(SciCodeOptions, opts)
+        mode = own.mode
         out: dict[str, Any] = {
             "mode": "oracle" if oracle else mode,
-            "background": bool(opts["background"]),
+            "background": bool(own.background),
             "executor": sandbox.executor,
             "memory_limit_gib": float(sandbox.memory_limit),
         }
         if mode == "tool_use" and not oracle:
-            out.update(tool_loops=int(opts["tool_loops"]), tool_timeout=float(opts["tool_timeout"]))
+            out.update(tool_loops=int(own.tool_loops), tool_timeout=float(own.tool_timeout))
         targets = self.targets(opts, split)
         out["targets"] = targets.kind
-        if opts.get("grading_envs"):  # built (or found) and self-tested here: a failure is a usage error
+        if own.grading_envs:  # built (or found) and self-tested here: a failure is a usage error
             out["grading_envs"] = [env.describe() for env in grading_envs(opts)]
-            out["grading_envs_all"] = bool(opts.get("grading_envs_all"))
+            out["grading_envs_all"] = bool(own.grading_envs_all)
         notes = [targets.note()] if targets.note() else []
         if label is not None:  # only then: an official run records exactly what it did before
             out["dataset"] = label
@@ -139,7 +141,7 @@ class SciCode(Benchmark):
     def manifest(self, opts: Settings) -> verified.Manifest:
         """SciCode-Verified's manifest and files, checked once per run (DataError at the first mismatch)."""
         if self._manifest is None or self._manifest[0] is not opts:  # a run's own: the files may change between runs
-            self._manifest = (opts, verified.load_files(Path(opts["data_dir"]), custom_ok=not verify_data(opts)))
+            self._manifest = (opts, verified.load_files(data_dir_of(opts), custom_ok=not verify_data(opts)))
         return self._manifest[1][0]
 
     def targets(self, opts: Settings, split: str) -> Targets:
@@ -154,10 +156,10 @@ class SciCode(Benchmark):
             problems = self.verified_problems(opts, split)
         else:
             problems = dataset.load_problems(
-                Path(opts["data_dir"]), split, verify=verify_data(opts), stamp_dir=opts.get("cache_dir")
+                data_dir_of(opts), split, verify=verify_data(opts), stamp_dir=view(RunOptions, opts).cache_dir
             )
         self.categories.update({str(p["problem_id"]): dataset.category_of(p) for _, p in problems})
-        return dataset.to_tasks(select_categories(problems, opts.get("category") or ()))
+        return dataset.to_tasks(select_categories(problems, view(SciCodeOptions, opts).category))
 
     def verified_problems(self, opts: Settings, split: str) -> list[tuple[str, dict[str, Any]]]:
         """SciCode-Verified's problems (its test split: the only one it has), from files the manifest checked."""
@@ -185,11 +187,11 @@ class SciCode(Benchmark):
         if not is_verified(opts):
             files = [*(dataset.PROBLEM_FILES[p] for p in parts), *files]
         else:  # checked against the manifest (configure): hashed here, they are small
-            folder = verified.folder(Path(opts["data_dir"]))
+            folder = verified.folder(data_dir_of(opts))
             for name in (verified.PROBLEMS_NAME, verified.MANIFEST_NAME):
                 out[f"{verified.SUBDIR}/{name}"] = sha256_of(folder / name)
         for f in files:
-            path = find(Path(opts["data_dir"]), f)
+            path = find(data_dir_of(opts), f)
             if path is not None:
                 # verified files match their pin
                 out[f.name] = f.sha256 if pinned and f.sha256 is not None else sha256_of(path)
@@ -214,7 +216,7 @@ class SciCode(Benchmark):
             },
             "grading_envs": list(settings.get("grading_envs") or [running_env()]),
             "harness": {k: settings[k] for k in ("mode", "background", "tool_loops", "operand_cap") if k in settings},
-            "prompts": template_hashes(Path(opts["data_dir"])),
+            "prompts": template_hashes(data_dir_of(opts)),
         }
 
     # ---- running -------------------------------------------------------------------------
@@ -222,14 +224,15 @@ class SciCode(Benchmark):
         from .run import RunSettings, SciCodeRun  # why: scoring loads the sandbox; collecting items needs none of it
 
         opts = spec.options
-        split = spec.settings["split"]
+        own, model_options = view(SciCodeOptions, opts), view(ModelOptions, opts)
+        split = spec.settings["split"]  # the run's own (configure may narrow the one asked for)
         selected = [t for t in spec.tasks if any(s.id in spec.selected for s in t.samples)]
         targets = self.targets(opts, split)
         table: TargetTable | RebuiltTable
-        envs = grading_envs(opts, spec.cache_dir) if opts.get("grading_envs") else ()  # where this worker runs
+        envs = grading_envs(opts, spec.cache_dir) if own.grading_envs else ()  # where this worker runs
         env_tables: dict[str, TargetTable | RebuiltTable] = {}
         if targets.kind == "rebuilt":  # each problem built when its first step reaches this process, untimed
-            limits = limits_from(opts, timeout=float(opts["tool_timeout"]) * REBUILD_TIMEOUT_FACTOR)
+            limits = limits_from(opts, timeout=float(own.tool_timeout) * REBUILD_TIMEOUT_FACTOR)
             problems = [t.data for t in selected]
             table = RebuiltTable(problems, spec.cache_dir, data_dir=spec.data_dir, limits=limits)
             for grading in envs:  # rebuilt in each environment: a target of one is not assumed to hold in another
@@ -246,25 +249,25 @@ class SciCode(Benchmark):
             model,
             env=env,
             templates=lambda: load_templates(spec.data_dir),
-            mode=opts["mode"],
-            background=bool(opts["background"]),
-            tool_loops=int(opts["tool_loops"]),
-            tool_timeout=float(opts["tool_timeout"]),
-            price=price_of(spec.settings.get("price")),
-            budget=spec.settings.get("max_cost_per_item"),
-            tool_concurrency=share(int(opts.get("tool_concurrency") or cores()), spec.workers),
+            mode=own.mode,
+            background=bool(own.background),
+            tool_loops=int(own.tool_loops),
+            tool_timeout=float(own.tool_timeout),
+            price=price_of(model_options.model_price),
+            budget=model_options.max_cost_per_item,
+            tool_concurrency=share(int(own.tool_concurrency or cores()), spec.workers),
         )
         settings = RunSettings(
             targets=table,
             executor=view(SandboxOptions, opts).executor,
-            overlap=bool(opts["overlap"]),
+            overlap=bool(own.overlap),
             prefilled=prefilled,
             selected=frozenset(spec.selected),
-            operand_cap=int(opts["operand_cap"]),
+            operand_cap=int(own.operand_cap),
             grading_envs=tuple((grading, env_tables[grading.name]) for grading in envs),
-            grading_all=bool(opts.get("grading_envs_all")),
-            # as many chains as the model client lets requests be in flight (its gate: this process's share)
-            connections=int(getattr(getattr(model, "gate", None), "limit", 1)),
+            grading_all=bool(own.grading_envs_all),
+            # as many chains as this process may have model requests in flight
+            connections=spec.connections,
             held=spec.held,
         )
         return SciCodeRun(
@@ -281,7 +284,7 @@ class SciCode(Benchmark):
         return summarize(records, dict(settings), self.categories)
 
     def first_call_misses(
-        self, opts: Mapping[str, Any], settings: Mapping[str, Any], tasks: list[Task], samples: list[Any], model: Any
+        self, opts: Settings, settings: Mapping[str, Any], tasks: list[Task], samples: list[Sample], model: Any
     ) -> list[str]:
         """--bench-replay, before any item: the selected problems whose first model call (the first step that is
         not prefilled, with the prompt this run would build) is not in the response cache."""
@@ -292,14 +295,15 @@ class SciCode(Benchmark):
         chosen = [t for t in tasks if t.id in wanted]
         if not chosen:
             return []
+        own = view(SciCodeOptions, opts)
         solver = ChatSolver(
             FirstCallProbe(model),
-            templates=load_templates(Path(opts["data_dir"])),
+            templates=load_templates(data_dir_of(opts)),
             run_python=None,
-            mode=opts["mode"],
-            background=bool(opts["background"]),
-            tool_loops=int(opts["tool_loops"]),
-            tool_timeout=float(opts["tool_timeout"]),
+            mode=own.mode,
+            background=bool(own.background),
+            tool_loops=int(own.tool_loops),
+            tool_timeout=float(own.tool_timeout),
         )
         prefilled = None
         missing = []
@@ -311,7 +315,7 @@ class SciCode(Benchmark):
                     break
                 if prefilled is None:
                     prefilled = dataset.load_prefilled(
-                        Path(opts["data_dir"]), verify=verify_data(opts), stamp_dir=opts.get("cache_dir")
+                        data_dir_of(opts), verify=verify_data(opts), stamp_dir=view(RunOptions, opts).cache_dir
                     )
                 previous.append(prefilled[number])
             try:
@@ -327,8 +331,8 @@ def grading_envs(opts: Settings, cache_dir: Any = None) -> tuple[GradingEnv, ...
     the run's sandbox (the run's private folders hidden); a usage error names the one that failed."""
     from . import gradingenvs  # why: it loads the sandbox; only a run with grading environments needs it
 
-    entries = gradingenvs.parse(opts.get("grading_envs") or ())
-    return gradingenvs.resolve(entries, cache_dir or opts.get("cache_dir"), hidden=private_folders(opts))
+    entries = gradingenvs.parse(view(SciCodeOptions, opts).grading_envs)
+    return gradingenvs.resolve(entries, cache_dir or view(RunOptions, opts).cache_dir, hidden=private_folders(opts))
 
 
 def cores() -> int:
@@ -357,7 +361,7 @@ def select_categories(problems: list[tuple[str, dict[str, Any]]], names: Any) ->
 
 def is_verified(opts: Mapping[str, Any]) -> bool:
     """Whether the run is on SciCode-Verified (--bench-dataset=verified)."""
-    return opts.get("dataset") == VERIFIED
+    return view(RunOptions, opts).dataset == VERIFIED
 
 
 def verified_split(split: str, oracle: bool) -> str:
@@ -401,9 +405,9 @@ def template_hashes(data_dir: Path) -> dict[str, str]:
 def find_verified(opts: Settings) -> Targets:
     """SciCode-Verified's corrected targets, checked against its manifest; ConfigError when they cannot be had
     (offline and missing included: a run on them never goes on without them). Listing the items hashes nothing."""
-    data_dir, cache_dir = Path(opts["data_dir"]), opts.get("cache_dir")
+    data_dir, cache_dir, h5 = data_dir_of(opts), view(RunOptions, opts).cache_dir, view(SciCodeOptions, opts).h5
     # --bench-set h5 names the dataset's own targets file: an official run's (a replay re-grading it) is not this one
-    given = Path(opts["h5"]) if opts.get("h5") and is_verified(opts) else None
+    given = Path(h5) if h5 and is_verified(opts) else None
     if opts.facts.listing_only:
         path = given or verified.folder(data_dir) / verified.H5_NAME
         if path.is_file():
@@ -419,17 +423,18 @@ def find_verified(opts: Settings) -> Targets:
 
 def find_targets(opts: Settings, split: str) -> Targets:
     """The targets --bench-targets asks for (see ``locate``); ConfigError when they cannot be had."""
-    choice = opts.get("targets") or AUTO
+    own = view(SciCodeOptions, opts)
+    choice = own.targets or AUTO
     if choice == VERIFIED or (choice == AUTO and is_verified(opts)):
         return find_verified(opts)
-    data_dir, cache_dir, verified = Path(opts["data_dir"]), opts.get("cache_dir"), verify_data(opts)
+    data_dir, cache_dir, verified = data_dir_of(opts), view(RunOptions, opts).cache_dir, verify_data(opts)
     if choice == REBUILT and is_verified(opts):
         raise ConfigError(
             "--bench-targets=rebuilt: SciCode-Verified ships no ground truth to rebuild its targets from; use "
             "--bench-targets=auto (its corrected targets) or official"
         )
     if choice == REBUILT:
-        if opts.get("h5"):
+        if own.h5:
             raise ConfigError(
                 "--bench-targets=rebuilt rebuilds the targets from the ground truth: leave out "
                 "--bench-set h5, or use --bench-targets=auto to score against that file"
@@ -443,7 +448,7 @@ def find_targets(opts: Settings, split: str) -> Targets:
         return Targets(None, "rebuilt")
 
     def fetch() -> Path:
-        return fetch_h5(opts["data_url"], data_dir, cache_dir, verified=verified)
+        return fetch_h5(own.data_url, data_dir, cache_dir, verified=verified)
 
     # auto, offline: a missing file stays missing (each step with code is an eval_error saying where to get
     # it); official: fetched whatever the split, and offline fetch_h5 refuses (a usage error before any item);
@@ -451,9 +456,9 @@ def find_targets(opts: Settings, split: str) -> Targets:
     listing = opts.facts.listing_only
     if choice != OFFICIAL or listing:
         fetching = not listing and not offline() and needs_official(opts, split)
-        return locate(opts.get("h5"), data_dir, cache_dir, split, verified=verified, fetch=fetch if fetching else None)
+        return locate(own.h5, data_dir, cache_dir, split, verified=verified, fetch=fetch if fetching else None)
     try:
-        return locate(opts.get("h5"), data_dir, cache_dir, split, verified=verified, fetch=fetch)
+        return locate(own.h5, data_dir, cache_dir, split, verified=verified, fetch=fetch)
     except ConfigError as exc:
         raise ConfigError(
             f"--bench-targets=official: {exc}"
@@ -469,11 +474,11 @@ def needs_official(opts: Mapping[str, Any], split: str) -> bool:
     """Whether the run selects a test-split item (whose targets only the official file has)."""
     if split != "all":
         return split == "test"
-    ids = [str(i) for i in opts.get("ids") or ()]
+    ids = [str(i) for i in view(RunOptions, opts).ids or ()]
     if not ids:
         return True
     test = dataset.load_problems(
-        Path(opts["data_dir"]), "test", verify=verify_data(opts), stamp_dir=opts.get("cache_dir")
+        data_dir_of(opts), "test", verify=verify_data(opts), stamp_dir=view(RunOptions, opts).cache_dir
     )
     test_ids = {str(p["problem_id"]) for _, p in test}
     return any(i.split(".")[0] in test_ids for i in ids)
@@ -481,23 +486,29 @@ def needs_official(opts: Mapping[str, Any], split: str) -> bool:
 
 def oracle_test_ids(opts: Settings) -> list[str]:
     """The ``--bench-ids`` entries naming test-split items (the oracle cannot answer them)."""
-    if not opts.get("ids"):
+    run = view(RunOptions, opts)
+    if not run.ids:
         return []
     try:
         test = {
             str(problem["problem_id"])
             for _, problem in dataset.load_problems(
-                Path(opts["data_dir"]), "test", verify=verify_data(opts), stamp_dir=opts.get("cache_dir")
+                data_dir_of(opts), "test", verify=verify_data(opts), stamp_dir=run.cache_dir
             )
         }
     except DataError:  # no test file here: no id can name a test item
         return []
-    return [i for i in opts["ids"] if i.split(".")[0] in test]
+    return [i for i in run.ids if i.split(".")[0] in test]
 
 
 def verify_data(opts: Mapping[str, Any]) -> bool:
     """Whether data files must match their pinned checksums (not with --bench-set=allow_custom_data=true)."""
-    return not opts.get("allow_custom_data", False)
+    return not view(RunOptions, opts).allow_custom_data
+
+
+def data_dir_of(opts: Mapping[str, Any]) -> Path:
+    """The folder of the upstream data files (--bench-data-dir)."""
+    return Path(view(RunOptions, opts).data_dir)
 
 
 def needs_prefilled(tasks: list[Task], selected: frozenset[str]) -> bool:

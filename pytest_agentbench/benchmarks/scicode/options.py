@@ -6,6 +6,10 @@ nothing of the benchmark's runtime (``bench.py`` and what it uses do).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
 from ...core.options import Option
 from ...sandbox.codec import DEFAULT_MAX_BYTES
 from . import verified
@@ -179,3 +183,25 @@ OPTIONS = (
         shown=False,
     ),
 )
+
+
+@dataclass(frozen=True)
+class SciCodeOptions:
+    """SciCode's settings, typed (``view(SciCodeOptions, opts)``); one field per option of OPTIONS. The benchmark
+    reads its own settings through this view only (the shared ones through ``RunOptions``, ``ModelOptions`` and
+    ``SandboxOptions``)."""
+
+    OPTIONS: ClassVar[tuple[Option, ...]] = OPTIONS
+    h5: Path | None
+    background: bool
+    mode: str
+    tool_loops: int
+    tool_timeout: float
+    overlap: bool
+    tool_concurrency: int | None
+    operand_cap: int
+    data_url: str
+    targets: str
+    category: tuple[str, ...]
+    grading_envs: tuple[str, ...]
+    grading_envs_all: bool

@@ -38,6 +38,7 @@ from ...sandbox.executors import Limits, run_python
 from ...sandbox.integrity import run_failure
 from ...sandbox.interpreter import Python
 from ...sandbox.result import ExecResult
+from ..base import BenchRun
 from . import dataset, h5codec, multigrade, script, split, verdict
 from .chains import ChainRunner, NotAhead
 from .extract import PARSE_FAILURES
@@ -69,7 +70,7 @@ class RunSettings:
     held: Callable[[], Sequence[Sample]] | None = None
 
 
-class SciCodeRun:
+class SciCodeRun(BenchRun):
     """One process's SciCode run (the ``BenchRun`` of ``SciCode.open_run``).
 
     ``env`` is the environment factory (the ``bench_env`` value) the chat solver's tool code runs in;

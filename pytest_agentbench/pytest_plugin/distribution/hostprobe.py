@@ -191,14 +191,11 @@ WORKER_IMPORTS = ("execnet", "xdist", "pytest", "pytest_agentbench")
 # three compute the values verdicts compare.
 PROTOCOL_DISTS = ("pytest", "pytest-xdist", "execnet")
 VERDICT_DISTS = ("numpy", "scipy", "h5py")
-# test-only: "numpy=1.0,h5py=2.0" reported instead of the installed versions (the tests simulate a skewed host
-# with it; a real deployment never sets it)
-TEST_VERSIONS_ENV = "AGENTBENCH_TEST_VERSIONS"
 
 
 def worker_readiness() -> dict[str, Any]:
     """What this host's python can import of what the worker needs, and its versions of the agreed packages."""
-    out: dict[str, Any] = {"versions": installed_versions(os.environ)}
+    out: dict[str, Any] = {"versions": installed_versions()}
     missing = import_failures(WORKER_IMPORTS)
     if missing:
         out["import_error"] = missing
@@ -216,19 +213,14 @@ def import_failures(modules: tuple[str, ...]) -> str:
     return "; ".join(failures)
 
 
-def installed_versions(environ: Mapping[str, str]) -> dict[str, str | None]:
-    """The installed version of each agreed distribution (None when not installed), with the test-only
-    override applied."""
+def installed_versions() -> dict[str, str | None]:
+    """The installed version of each agreed distribution (None when not installed)."""
     out: dict[str, str | None] = {}
     for dist in PROTOCOL_DISTS + VERDICT_DISTS:
         try:
             out[dist] = dist_version(dist)
         except PackageNotFoundError:
             out[dist] = None
-    for pair in filter(None, (environ.get(TEST_VERSIONS_ENV) or "").split(",")):
-        name, _, value = pair.partition("=")
-        if name.strip() in out:
-            out[name.strip()] = value.strip() or None
     return out
 
 

@@ -306,7 +306,7 @@ class RemoteHosts:
         }
         self.hosts: dict[str, dict[str, Any]] = {}  # gateway id -> capabilities (with "label")
         self.timeout = float(config.stash[SETTINGS]["host_timeout"])
-        self.versions = installed_versions(os.environ)
+        self.versions = installed_versions()
         self.allow_skew = bool(config.stash[SETTINGS]["allow_version_skew"])
         self.heartbeats: dict[str, Heartbeat] = {}
         self.silent: dict[str, float] = {}  # gateway id -> seconds without an answer when declared lost

@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pytest_agentbench.benchmarks.base import Benchmark, RunSpec
+from pytest_agentbench.benchmarks.base import Benchmark, BenchRun, RunSpec
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.core.options import Option, Settings
 from pytest_agentbench.core.types import Sample, Task
@@ -44,7 +44,7 @@ WRONG = Option(
 )
 
 
-class ToyRun:
+class ToyRun(BenchRun):
     """One process's toy run: the solver was chosen once, each sample is answered and scored."""
 
     def __init__(self, solve: Callable[[str], str], wrong: frozenset[str]) -> None:
