@@ -146,17 +146,19 @@ def test_a_daemon_that_setsids_and_forks_is_gone_after_the_step(executors, kind)
         executors,
         kind,
         f"""
-        import os, time
+        import os
+        ready, started = os.pipe()  # not inherited over exec: it closes once the daemon is `sleep`
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
                 os.execvp("sleep", ["sleep", "{marker}"])
             os._exit(0)
-        time.sleep(0.3)
+        os.close(started)
+        os.read(ready, 1)
         print("daemon started")
     """,
     )
-    assert wait_gone(f"sleep\0{marker}", 3.0)
+    assert wait_gone(f"sleep\0{marker}", 30.0)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -40,6 +40,7 @@ WATCHED = GHOST[:-1] + "-"  # the name step 1.2's script takes while it runs
 STARTS_DAEMON = """
 import ctypes, os, time
 def add(a, b):
+    ready, settled = os.pipe()  # the daemon writes a byte once it is renamed and settled
     pid = os.fork()
     if pid == 0:
         os.setsid()
@@ -59,11 +60,13 @@ def add(a, b):
             except OSError:
                 pass
             os.closerange(0, 3)
+            os.write(settled, b"1")
             while True:
                 time.sleep(0.05)
         os._exit(0)
     os.waitpid(pid, 0)
-    time.sleep(0.3)  # the daemon is renamed and settled before the step ends
+    os.close(settled)
+    os.read(ready, 1)  # the daemon is renamed and settled before the step ends (b"" if it died first)
     return a + b
 """
 
@@ -230,12 +233,15 @@ def test_a_daemon_of_one_step_is_gone_when_the_next_step_runs(daemon_run, execut
 CLONE_PARENT_SCRIPT = """
 import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)
+ready, named = os.pipe()  # the clone writes a byte once it has its name
 pid = libc.syscall(56, 0x00008000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT | SIGCHLD) on x86_64
 if pid == 0:
     libc.prctl(15, b"@GHOST@", 0, 0, 0)
+    os.write(named, b"1")
     while True:
         time.sleep(0.05)
-time.sleep(0.3)
+os.close(named)
+os.read(ready, 1)
 print("made", pid > 0)
 """
 
