@@ -261,7 +261,7 @@ def test_killing_the_parent_fails_the_step_and_the_executor_recovers(executors, 
     script = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(30)\n"
     result = executor.run(script, limits=Limits(timeout=20))
     reason = run_failure(result)
-    assert reason is not None and result.duration < 15
+    assert reason is not None and not result.timed_out  # failed at once, not at the 20 s limit
     if kind == "fork" and not executor.isolation.active:
         assert EXECUTOR_DIED in result.stderr and "killed the process running it" in reason
     if kind == "fork" and executor.isolation.active:  # the server is out of the child's sight and reach
