@@ -280,6 +280,7 @@ def test_codex_replay_gives_the_same_verdict_without_the_endpoint(pytester, tmp_
 )
 def test_an_agent_that_cannot_run_is_a_usage_error(pytester, tmp_path, server, monkeypatch, options, said):
     monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(tmp_path / "agents"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # the install fails on this machine, as without the registry
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE)
     result = pytester.runpytest_subprocess(
