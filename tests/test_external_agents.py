@@ -90,7 +90,9 @@ def command_args() -> list[str]:
     return ["--bench-agent=command", f"--bench-set=agent_command={command}", "--bench-set=keep_workspaces=true"]
 
 
-@pytest.mark.parametrize("right", [True, False])
+# one whole agent run stays in the fast loop, the right answer's; the wrong one's verdict is the scorer's
+# (tests/test_corebench_scorer.py), its run here the full suite's
+@pytest.mark.parametrize("right", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_command_agent_answers_through_the_proxy(pytester, tmp_path, server, right):
     needs("bwrap")
     answers = questions()
@@ -118,6 +120,7 @@ def test_command_agent_answers_through_the_proxy(pytester, tmp_path, server, rig
     assert trajectory["messages"][-1]["role"] == "assistant"
 
 
+@pytest.mark.slow
 def test_command_agent_that_cannot_reach_the_endpoint_directly(pytester, tmp_path, server):
     """The agent's sandbox has no way to this machine's loopback: the real endpoint is out of its reach."""
     needs("bwrap")
@@ -317,6 +320,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_a_spent_budget_ends_the_agent_with_budget(pytester, tmp_path, server):
     needs("bwrap")
     for _ in range(3):  # $0.007 a call at $2 / $10 per million tokens: the third is never asked
