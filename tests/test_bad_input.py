@@ -186,6 +186,7 @@ CAPSULE = "capsule-7038571"
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # a whole CORE-Bench run; the deep report and the copy cap are tested in-process above
 def test_a_core_bench_item_records_a_deep_report_and_the_copy_cap(pytester, tmp_path, monkeypatch):
     """The agent writes a report.json 900 levels deep and leaves a sparse file, a FIFO and a link loop: the item
     fails with report_status invalid and the reason, its record names the copy cap and the bytes kept, and the

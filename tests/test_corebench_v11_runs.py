@@ -140,6 +140,7 @@ def test_a_v11_run_is_graded_by_the_v11_rules_and_says_which_data_it_used(v11):
     assert "rule: alias" in (folder / "report.html").read_text()
 
 
+@pytest.mark.slow  # the filtering itself: tests/test_corebench_v11_workspace.py, in-process
 def test_the_agent_starts_without_results_or_the_hard_filters_files(v11):
     result, _ = v11("--bench-dataset=v1.1", f"--bench-ids={COLOUR_CAPSULE}")
     assert result.ret == 0, result.stdout.str()[-3000:]
@@ -192,6 +193,7 @@ def test_scicode_keeps_its_own_data_set_choices(pytester, bench):
     assert "scicode data set (--bench-dataset) 'v1.1'; valid values: official, verified" in text
 
 
+@pytest.mark.slow  # two whole runs; the gate's refusal is tests/test_comparability.py's fast-loop run
 def test_a_v1_baseline_is_refused_for_a_v11_run_unless_allowed(v11, monkeypatch):
     # a v1 run first: the train split's first capsule, staged, reference answers
     v1_capsule = "capsule-7038571"
@@ -219,6 +221,7 @@ def test_a_v1_baseline_is_refused_for_a_v11_run_unless_allowed(v11, monkeypatch)
     assert "comparability.dataset" in allowed.stdout.str()
 
 
+@pytest.mark.slow  # two whole runs; the v1.1 rules are tests/test_corebench_v11_grading.py's, in-process
 def test_a_v1_runs_saved_answers_are_regraded_by_the_v11_rules(v11):
     """A v1 run (on a custom task file holding one capsule of the set and one outside it) fails the capsule by
     v1's rules; its replay with --bench-dataset=v1.1 re-grades the saved answers by v1.1's: it passes, the capsules

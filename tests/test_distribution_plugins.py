@@ -71,6 +71,7 @@ def seen(folder: Path) -> dict[str, object]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # two xdist workers; the fast loop keeps the one-worker refusal below and the in-process worker
 def test_one_plugin_owns_the_xdist_wiring_on_the_controller_and_one_is_on_each_worker(
     pytester, tiny, tmp_path, monkeypatch
 ):

@@ -198,7 +198,9 @@ if os.fork() == 0:
     if os.fork() == 0:
         os.execv("/bin/sh", [MARK + "-daemon", "-c", "while :; do date >> %s; sleep 0.2; done" % log])
     os._exit(0)
-time.sleep(1)
+deadline = time.monotonic() + 15  # the daemon's first line (the call's limit is 20 s: this only ends a hang)
+while not (os.path.exists(log) and os.path.getsize(log) > 0) and time.monotonic() < deadline:
+    time.sleep(0.05)
 print("UID", os.getuid(), os.geteuid())
 print("PLANTED", json.dumps(planted))
 print("DAEMON", os.path.exists(log) and os.path.getsize(log) > 0)

@@ -90,7 +90,9 @@ def command_args() -> list[str]:
     return ["--bench-agent=command", f"--bench-set=agent_command={command}", "--bench-set=keep_workspaces=true"]
 
 
-@pytest.mark.parametrize("right", [True, False])
+# one whole agent run stays in the fast loop, the right answer's; the wrong one's verdict is the scorer's
+# (tests/test_corebench_scorer.py), its run here the full suite's
+@pytest.mark.parametrize("right", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_command_agent_answers_through_the_proxy(pytester, tmp_path, server, right):
     needs("bwrap")
     answers = questions()
@@ -118,6 +120,7 @@ def test_command_agent_answers_through_the_proxy(pytester, tmp_path, server, rig
     assert trajectory["messages"][-1]["role"] == "assistant"
 
 
+@pytest.mark.slow
 def test_command_agent_that_cannot_reach_the_endpoint_directly(pytester, tmp_path, server):
     """The agent's sandbox has no way to this machine's loopback: the real endpoint is out of its reach."""
     needs("bwrap")
@@ -301,6 +304,7 @@ def test_a_multi_turn_codex_run_replays_in_full_without_the_endpoint(pytester, t
 )
 def test_an_agent_that_cannot_run_is_a_usage_error(pytester, tmp_path, server, monkeypatch, options, said):
     monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(tmp_path / "agents"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # the install fails on this machine, as without the registry
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE)
     result = pytester.runpytest_subprocess(
@@ -337,6 +341,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_a_spent_budget_ends_the_agent_with_budget(pytester, tmp_path, server):
     needs("bwrap")
     for _ in range(3):  # $0.007 a call at $2 / $10 per million tokens: the third is never asked

@@ -146,17 +146,19 @@ def test_a_daemon_that_setsids_and_forks_is_gone_after_the_step(executors, kind)
         executors,
         kind,
         f"""
-        import os, time
+        import os
+        ready, started = os.pipe()  # not inherited over exec: it closes once the daemon is `sleep`
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
                 os.execvp("sleep", ["sleep", "{marker}"])
             os._exit(0)
-        time.sleep(0.3)
+        os.close(started)
+        os.read(ready, 1)
         print("daemon started")
     """,
     )
-    assert wait_gone(f"sleep\0{marker}", 3.0)
+    assert wait_gone(f"sleep\0{marker}", 30.0)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -358,8 +360,8 @@ def test_host_environment_commands_are_isolated_with_outbound_network_only(isola
         check_hidden_and_unseen_but_online(env, hidden_data, listener)
         assert env.run("sleep 8181.5 > /dev/null 2>&1 &", 30).exit_code == 0
         # (the shell returns once it started the job; the job's exec of sleep may come a moment later)
-        assert wait_until(lambda: process_with("sleep\x008181.5"), 10.0)  # a background job lives on between commands
-    assert wait_gone("sleep\x008181.5", 3.0)  # and dies with the environment
+        assert wait_until(lambda: process_with("sleep\x008181.5"), 60.0)  # a background job lives on between commands
+    assert wait_gone("sleep\x008181.5", 30.0)  # and dies with the environment
     assert not (REPO / "agentbench-escape.txt").exists()
 
 
@@ -378,10 +380,10 @@ def test_host_environment_at_a_workspace_root_keeps_every_guarantee(isolation, w
             assert env.run(f"echo x > {path}", 30).exit_code != 0, path
         check_hidden_and_unseen_but_online(env, hidden_data, listener)
         assert env.run("sleep 8282.5 > /dev/null 2>&1 &", 30).exit_code == 0
-        assert wait_until(lambda: process_with("sleep\x008282.5"), 10.0)
+        assert wait_until(lambda: process_with("sleep\x008282.5"), 60.0)
         listing = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done"
         assert env.run(f"{listing} | grep -c '^sleep 8282.5'", 30).stdout.strip() == "1"  # one PID namespace
-    assert wait_gone("sleep\x008282.5", 3.0)
+    assert wait_gone("sleep\x008282.5", 30.0)
     assert not (REPO / "agentbench-escape.txt").exists() and not os.path.exists("/capsule/escape.txt")
 
 

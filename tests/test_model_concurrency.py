@@ -31,11 +31,12 @@ LATENCY = 0.4  # seconds the server takes per reply: calls of concurrent chains 
 def test_the_gate_bounds_calls_in_flight_lowers_them_after_a_rate_limit_and_stops():
     gate = CallGate(3, cool_down=0.3)
     seen: list[int] = []
+    together = threading.Barrier(3)  # each call holds its slot until three are in flight
 
     def call() -> None:
         with gate.slot():
             seen.append(gate.in_flight)
-            time.sleep(0.05)
+            together.wait(timeout=60)
 
     threads = [threading.Thread(target=call) for _ in range(12)]
     for t in threads:

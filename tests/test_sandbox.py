@@ -41,7 +41,7 @@ def no_process_left_behind(executors):
     def left() -> set[int]:  # (the fork server's own processes, bwrap's too under isolation, are not the test's)
         return descendants(os.getpid()) - executors["fork"].own_pids - before
 
-    assert wait_until(lambda: not left(), 2), f"processes left behind: {sorted(left())}"
+    assert wait_until(lambda: not left(), 30), f"processes left behind: {sorted(left())}"
 
 
 def alive(pid: int) -> bool:
@@ -68,7 +68,7 @@ def test_wall_limit_kills_the_group_including_a_sleeping_grandchild(executors, k
     result = executors[kind].run(script, limits=Limits(timeout=1.0))
     assert time.monotonic() - started < 10  # ten times the limit: the script's own 60 s were cut
     assert result.timed_out and result.limit == "wall" and result.exit_code is None
-    assert wait_gone(f"sleep\x00{marker}", 2.0)
+    assert wait_gone(f"sleep\x00{marker}", 30.0)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -84,7 +84,7 @@ def test_wall_limit_also_kills_a_descendant_that_left_the_group_with_setsid(exec
     )
     result = executors[kind].run(script, limits=Limits(timeout=1.0))
     assert result.limit == "wall"
-    assert wait_gone(f"sleep\x00{marker}", 2.0)
+    assert wait_gone(f"sleep\x00{marker}", 30.0)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -261,7 +261,7 @@ def test_killing_the_parent_fails_the_step_and_the_executor_recovers(executors, 
     script = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(30)\n"
     result = executor.run(script, limits=Limits(timeout=20))
     reason = run_failure(result)
-    assert reason is not None and result.duration < 15
+    assert reason is not None and not result.timed_out  # failed at once, not at the 20 s limit
     if kind == "fork" and not executor.isolation.active:
         assert EXECUTOR_DIED in result.stderr and "killed the process running it" in reason
     if kind == "fork" and executor.isolation.active:  # the server is out of the child's sight and reach
@@ -284,7 +284,7 @@ def test_fork_server_is_torn_down_on_close():
     pid = server.server_pid
     assert server.run("print(1)").stdout == "1\n"
     server.close()
-    assert wait_until(lambda: not alive(pid), 2.0)
+    assert wait_until(lambda: not alive(pid), 30.0)
 
 
 def test_a_fork_server_started_by_a_thread_outlives_the_thread():
@@ -298,7 +298,9 @@ def test_a_fork_server_started_by_a_thread_outlives_the_thread():
         starter.start()
         starter.join(60)
         pid = server.server_pid
-        time.sleep(0.5)
+        # the parent-death signal goes out as the OS thread exits, which join() does not wait for
+        thread_gone = f"/proc/self/task/{starter.native_id}"
+        assert wait_until(lambda: not os.path.exists(thread_gone), 30.0)
         assert pid is not None and alive(pid), "the fork server died with the thread that started it"
         assert server.run("print(1)").stdout == "1\n" and server.server_pid == pid and server.restarts == 0
     finally:

@@ -336,7 +336,7 @@ def test_the_self_test_runs_once_per_interpreter_and_binds_and_not_without_isola
     again = run_self_test(hidden={str(tmp_path / "b"): "--bench-report-dir"})
     assert first is not None and first.ok, first
     assert again is first
-    assert first.seconds < 30  # about one second on an idle machine (the budget is 2 s), a few when loaded
+    assert first.seconds > 0 and f"; {first.seconds:.1f} s)" in first.describe()  # timed, and says so
     assert run_self_test(NO_ISOLATION) is None
 
 

@@ -219,9 +219,11 @@ HOLD_CONFTEST = """
 import os, pathlib, time
 
 def pytest_agentbench_record(record, item):
-    # in a Slurm job only: task 3 waits while the flag file exists (the test kills its node meanwhile)
+    # in a Slurm job only: task 3 says it is inside its item (the "inside" file), then waits while the flag
+    # file exists (the test kills its node meanwhile)
     flag = pathlib.Path(os.environ["H25_HOLD_FLAG"])
     if os.environ.get("SLURM_JOB_ID") and record.get("task") == "3":
+        flag.with_name(flag.name + ".inside").write_text(os.environ["SLURM_JOB_ID"])
         while flag.is_file():
             time.sleep(0.5)
 """
@@ -317,7 +319,11 @@ def test_a_lost_node_requeues_the_task_and_the_run_completes(
                 break
             time.sleep(1)
         assert element and element[1] == "RUNNING", element
-        time.sleep(8)  # the task is inside its item
+        inside = flag.with_name(flag.name + ".inside")  # the handshake: task 3's item holds its record
+        deadline = time.monotonic() + 240
+        while not inside.is_file():
+            assert controller.poll() is None and time.monotonic() < deadline, "task 3 never reached its item"
+            time.sleep(0.5)
         killed = element[2]
         kill_node(cluster, killed, element[0])
         flag.unlink()

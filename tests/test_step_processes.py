@@ -5,15 +5,16 @@ Step 1.1's answer starts a daemon when its function is called by the step's test
 itself (``prctl(PR_SET_NAME)`` and ``/proc/self/comm``) and sleeps. Step 1.2's answer scans ``/proc`` for
 that name at import (before any function of step 1.1 is called again: a step's script holds the code of the
 steps before it) and returns the wrong value when it finds it, so the step's verdict says whether the
-daemon outlived step 1.1; then it renames itself too and waits a moment. Under isolation the step sees only
-its own PID namespace, so this test also watches the machine's /proc during the run: the daemon must never
-be alive while step 1.2's script is. A daemon is step 1.1's when it started before step 1.2's script (by the
-processes' start times), so a daemon that step 1.2 started itself (step 1.1's code run again) cannot pass for
-one that survived, nor hide one. Each step runs in its own PID namespace under isolation (the fork server's
-``RunNamespace`` per run, bubblewrap's ``--unshare-pid`` per fresh interpreter: killing its init ends every
-process in it); without isolation the launcher is a child subreaper and ends every descendant before the
-step's result is read. Zombies are not alive (they run nothing; their parent has not reaped
-them yet). Under both executors, with isolation on and off (``AGENTBENCH_ISOLATION=off``).
+daemon outlived step 1.1; then it renames itself too and waits for the watcher's signal (it has looked).
+Under isolation the step sees only its own PID namespace, so this test also watches the machine's /proc
+during the run: the daemon must never be alive while step 1.2's script is. A daemon is step 1.1's when it
+started before step 1.2's script (by the processes' start times), so a daemon that step 1.2 started itself
+(step 1.1's code run again) cannot pass for one that survived, nor hide one. Each step runs in its own PID
+namespace under isolation (the fork server's ``RunNamespace`` per run, bubblewrap's ``--unshare-pid`` per
+fresh interpreter: killing its init ends every process in it); without isolation the launcher is a child
+subreaper and ends every descendant before the step's result is read. Zombies are not alive (they run nothing;
+their parent has not reaped them yet). Under both executors, with isolation on and off
+(``AGENTBENCH_ISOLATION=off``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ WATCHED = GHOST[:-1] + "-"  # the name step 1.2's script takes while it runs
 STARTS_DAEMON = """
 import ctypes, os, time
 def add(a, b):
+    ready, settled = os.pipe()  # the daemon writes a byte once it is renamed and settled
     pid = os.fork()
     if pid == 0:
         os.setsid()
@@ -59,16 +61,18 @@ def add(a, b):
             except OSError:
                 pass
             os.closerange(0, 3)
+            os.write(settled, b"1")
             while True:
                 time.sleep(0.05)
         os._exit(0)
     os.waitpid(pid, 0)
-    time.sleep(0.3)  # the daemon is renamed and settled before the step ends
+    os.close(settled)
+    os.read(ready, 1)  # the daemon is renamed and settled before the step ends (b"" if it died first)
     return a + b
 """
 
 FINDS_DAEMON = """
-import ctypes, os, time
+import ctypes, os, signal, time
 def _started(stat):
     return int(stat[stat.rfind(")") + 2:].split()[19])  # field 22: start time, clock ticks after boot
 def _ghosts():
@@ -88,8 +92,13 @@ def _ghosts():
     return found
 _FOUND = _ghosts()
 print("ghosts:", _FOUND, flush=True)
+_SEEN = []
+signal.signal(signal.SIGUSR1, lambda *_: _SEEN.append(1))  # the watcher's word: it has looked while this ran
 ctypes.CDLL(None).prctl(15, b"@WATCHED@", 0, 0, 0)  # the machine-wide watcher knows step 1.2 runs now
-time.sleep(1.0)
+_DEADLINE = time.monotonic() + 20  # (the step's limit is 30 s: the deadline only ends a hang)
+while not _SEEN and time.monotonic() < _DEADLINE:
+    time.sleep(0.01)
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # the watcher's later signals (Python's exit restores no SIG_IGN)
 def twice(a):
     return 2 * a + (1000 if _FOUND else 0)
 """
@@ -158,6 +167,11 @@ class Watcher:
                     self.overlaps.append(earlier)
                 if later:
                     self.reruns.append(later)
+                for pid, _ in found[WATCHED]:  # looked while the script ran: it may go on
+                    try:
+                        os.kill(pid, signal.SIGUSR1)
+                    except OSError:
+                        pass
             time.sleep(0.02)
 
 
@@ -230,12 +244,15 @@ def test_a_daemon_of_one_step_is_gone_when_the_next_step_runs(daemon_run, execut
 CLONE_PARENT_SCRIPT = """
 import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)
+ready, named = os.pipe()  # the clone writes a byte once it has its name
 pid = libc.syscall(56, 0x00008000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT | SIGCHLD) on x86_64
 if pid == 0:
     libc.prctl(15, b"@GHOST@", 0, 0, 0)
+    os.write(named, b"1")
     while True:
         time.sleep(0.05)
-time.sleep(0.3)
+os.close(named)
+os.read(ready, 1)
 print("made", pid > 0)
 """
 
