@@ -12,18 +12,22 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from pytest_agentbench.core import runfile
 from pytest_agentbench.core.options import OptionError, Sources, resolve
+from pytest_agentbench.models.concurrency import CallsStopped
 from pytest_agentbench.models.price import PRICE_OPTION, parse_price
+from pytest_agentbench.pytest_plugin.distribution.budget import BudgetLink, SharedBudget, stop_text
 from pytest_agentbench.pytest_plugin.options import all_options
+from pytest_agentbench.pytest_plugin.run import BenchState
 from pytest_agentbench.report.cost import cost_line
 from pytest_agentbench.report.summary import judge
 
 from helpers.bench_runs import read_jsonl, run_dirs, wait_for
-from helpers.records_kit import generated_records, scicode_gates, scicode_settings, scicode_summary
+from helpers.records_kit import generated_records, scicode, scicode_gates, scicode_settings, scicode_summary
 from helpers.scicode_builders import asked_number, numbered_problems
 
 PROBLEMS, TARGETS = numbered_problems(range(1, 5))
@@ -289,6 +293,77 @@ def test_a_run_budget_holds_across_workers(pytester, bench, custom_scicode, serv
     assert "run budget spent" not in result.stdout.str()
 
 
+class ChannelEnd:
+    """One end of an in-memory stand-in for the execnet channel between the controller and a worker: what one end
+    sends, the other end's callback receives at once (the transport is execnet's, not the budget's)."""
+
+    def __init__(self) -> None:
+        self.peer: ChannelEnd | None = None
+        self.callback = None
+
+    def setcallback(self, callback) -> None:
+        self.callback = callback
+
+    def send(self, message) -> None:
+        assert self.peer is not None and self.peer.callback is not None
+        self.peer.callback(message)
+
+
+def channel() -> tuple[ChannelEnd, ChannelEnd]:
+    controller, worker = ChannelEnd(), ChannelEnd()
+    controller.peer, worker.peer = worker, controller
+    return controller, worker
+
+
+def model_run(tmp_path, max_cost: float | None = None) -> BenchState:
+    """A process's state of model m's run, with what the budget reads: the run budget and the model's name."""
+    return BenchState(
+        benchmark=scicode(),
+        split="validation",
+        settings={},
+        options={"max_cost": max_cost},  # type: ignore[arg-type]  (the options the budget reads)
+        tasks=[],
+        run_dir=tmp_path,
+        only_bench=True,
+        records_path=tmp_path / "steps.jsonl",
+        is_worker=max_cost is None,
+        model="m",
+    )
+
+
+def ask(model, k: int):
+    return model.complete([{"role": "user", "content": f"def f{k}():"}])
+
+
+def test_the_controller_stops_every_workers_calls_once_their_total_reaches_the_run_budget(tmp_path, server, make_model):
+    """The budget across xdist workers, in-process: the controller's ``SharedBudget`` and each worker's
+    ``BudgetLink`` over stand-in channels, each worker with a real client. One worker's three calls ($0.021)
+    reach the $0.02 budget: both workers' clients send no new request, the other's although it spent nothing."""
+    controller = SharedBudget({"m": model_run(tmp_path, max_cost=0.02)})
+    price = parse_price(PRICE)
+    workers = []
+    for name in ("gw0", "gw1"):
+        ours, theirs = channel()
+        assert controller.channel_for(SimpleNamespace(gateway=SimpleNamespace(newchannel=lambda end=ours: end)))
+        state, model = model_run(tmp_path / name), make_model(name="m", price=price, cache_mode="off")
+        BudgetLink(theirs).attach(state, model)
+        workers.append((state, model))
+    (_, idle), (_, busy) = workers
+    for k in (2, 3):
+        server.reply_with(right_answer())
+        ask(busy, k)
+        assert controller.spent["m"] == pytest.approx((k - 1) * CALL_COST) and not controller.stopped
+    server.reply_with(right_answer())
+    ask(busy, 4)  # $0.021: the run's budget is spent
+    assert controller.runs["m"].budget_stop == stop_text(0.02)
+    assert "reached by the model calls of all workers" in stop_text(0.02)
+    for state, model in workers:
+        assert state.budget_stop == stop_text(0.02)  # no new item starts there either
+        with pytest.raises(CallsStopped, match="reached by the model calls of all workers"):
+            ask(model, 5)
+    assert idle.spending.spent == 0 and len(server.requests) == 3
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_a_run_budget_stops_the_model_calls_of_every_worker_at_once(pytester, bench, custom_scicode, server):
@@ -308,7 +383,8 @@ def test_a_run_budget_stops_the_model_calls_of_every_worker_at_once(pytester, be
         if asked_number(body) == 1:
             # A worker sends each call's cost to the controller as the call returns, and the item's record after it
             # over the same connection: a record written says the controller heard what that item's call cost (and told
-            # every worker to stop). Every call belongs to an item that runs: no step is generated ahead.
+            # every worker to stop). Every call belongs to an item that runs: no step is generated ahead (the stop
+            # of every worker's client, which also refuses a request made ahead, is the in-process test's above).
             wait_for(three_recorded, 120, "the other worker's three items recorded")
         return quick(body)
 
