@@ -31,7 +31,7 @@ import time
 from pytest_agentbench.pytest_plugin import progress as _progress
 
 _answer = Mutant.answer_step
-def _slow(self, problem, index, previous_code):
+def _slow(self, problem, index, previous_code, **attempt):
     if problem["sub_steps"][index]["step_number"] == "3.1":
         time.sleep(2.5)
     return _answer(self, problem, index, previous_code)
@@ -114,19 +114,17 @@ def test_header_is_a_short_block():
     assert wrapped and max(len(line) for line in wrapped) <= 110, header
 
 
-@pytest.mark.parametrize("how", [("-n", "2"), ("-v",)], ids=["xdist", "verbose"])
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_long_running_items(tiny, pytester, how):
+def test_long_running_items(tiny, pytester):
     pytester.makeconftest(SLOW_CONFTEST)
     # no generation ahead: 3.1's slow answer is then asked while its own item runs (with chains generated ahead it
     # would be ready before the item starts)
-    result = tiny(*how, "--bench-set=progress_interval=0.2", "--bench-set=overlap=false")
+    result = tiny("-v", "--bench-set=progress_interval=0.2", "--bench-set=overlap=false")
     out = result.stdout.str()
     assert result.ret == 0, out[-2000:]
-    if how == ("-v",):  # the heartbeat's line never cuts the item's own line
-        assert re.search(r"^scicode/3::3\.1 PASSED +\[100%\]$", out, re.M), out[-3000:]
-    # the controller learnt the total from the workers and the start of 3.1 from its logstart
+    # the heartbeat's line never cuts the item's own line
+    assert re.search(r"^scicode/3::3\.1 PASSED +\[100%\]$", out, re.M), out[-3000:]
     assert re.search(r"agentbench: 3\.1 running \d+ s", out), out[-3000:]
     assert re.search(r"agentbench: \d/5 done \(\d pass\) · elapsed", out)
     finished = out.split("agentbench: 5/5 done")[1].split("\n")
@@ -156,8 +154,11 @@ def test_the_eta_under_xdist_is_paced_by_finished_items_over_the_workers():
 
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_the_eta_and_its_lines_under_xdist(tiny):
-    # 15 items asking their answers while they run (no generation ahead), on two workers
+def test_progress_under_xdist(tiny, pytester):
+    """The lines of a run on two workers: one per item, the ETA once items pace it, and a long-running item."""
+    pytester.makeconftest(SLOW_CONFTEST)
+    # 15 items asking their answers while they run (no generation ahead: 3.1's slow answer is then asked while its
+    # own item runs), on two workers
     result = tiny(
         "-n",
         "2",
@@ -170,13 +171,19 @@ def test_the_eta_and_its_lines_under_xdist(tiny):
     out = result.stdout.str()
     assert result.ret == 0, out[-3000:]
     lines = [(int(done), eta) for done, _, eta in TIMED.findall(out)]
-    assert [done for done, _ in lines] == list(range(1, 16)), out[-3000:]
+    # a line per finished item, counting up (the heartbeat's, while an item runs long, repeat a count, 0 included)
+    counts = [done for done, _ in lines]
+    assert sorted(set(counts) | {0}) == list(range(16)) and counts == sorted(counts), out[-3000:]
     etas = [done for done, eta in lines if eta]
     assert etas and all(done >= progress.MIN_ETA_ITEMS for done in etas), lines  # none from one item's time
     # under -v each progress line is a line of its own beside xdist's outcome lines
     shown = [line for line in out.splitlines() if "/15 done" in line]
-    assert len(shown) == 15 and all(line.startswith("agentbench: ") for line in shown), shown
+    assert len(shown) == len(lines) and all(line.startswith("agentbench: ") for line in shown), shown
     assert all(line.rstrip().endswith("cache hits") for line in shown), shown
+    # the controller learnt the total from the workers and the start of 3.1 from its logstart
+    assert re.search(r"agentbench: 3\.1(\[\w+\])? running \d+ s", out), out[-3000:]
+    finished = out.split("agentbench: 15/15 done")[1].split("\n")
+    assert "running" not in finished[1]  # a finished item is no longer listed
 
 
 @pytest.mark.e2e
