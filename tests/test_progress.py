@@ -53,6 +53,9 @@ def pytest_unconfigure(config):
 def test_verbose_lines_stay_whole(tiny):
     result = tiny("-v", "--bench-set=progress_interval=0", broken="2.2")
     lines = result.outlines
+    header = [line for line in lines if line.startswith("agentbench:") and "done" not in line]
+    assert re.fullmatch(r"agentbench: scicode, split validation, model mutant, run \S+", header[0]), header
+    assert header[2].startswith("agentbench: settings: ")  # the block test_header_is_a_short_block checks
     progress_lines = [m.groups() for m in map(PROGRESS.match, lines) if m]
     assert [g[0] for g in progress_lines] == ["1", "2", "3", "4", "5"]  # one per finished item, counting up
     assert progress_lines[-1] == ("5", "4", "1", "5")  # pass/fail counts so far, model calls
