@@ -1,20 +1,34 @@
 """Cost and budgets: a priced model's records and summaries say what the run cost (fresh calls apart from
 replayed ones), an endpoint without usage leaves the cost unknown, a run budget leaves items not run, and a
-cost gate fails when the run cost more than its limit."""
+cost gate fails when the run cost more than its limit.
+
+The cost arithmetic, the cost gate and the price checks are tested in-process: SciCode's harness asks the real
+client for the answers (helpers/records_kit.py), the report layer sums and judges them. The pytester runs show
+each option's wiring: the price and the cost gate, the run budget (and its resume), a budget without a price,
+the per-item budget, and the budget across xdist workers."""
 
 from __future__ import annotations
 
 import json
 import re
-import threading
-import time
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
-from helpers.bench_runs import read_jsonl, run_dirs
-from helpers.scicode_builders import asked_number, numbered_problems
+from pytest_agentbench.core import runfile
+from pytest_agentbench.core.options import OptionError, Sources, resolve
+from pytest_agentbench.models.concurrency import CallsStopped
+from pytest_agentbench.models.price import PRICE_OPTION, parse_price
+from pytest_agentbench.pytest_plugin.distribution.budget import BudgetLink, SharedBudget, stop_text
+from pytest_agentbench.pytest_plugin.options import all_options
+from pytest_agentbench.pytest_plugin.run import BenchState
+from pytest_agentbench.report.cost import cost_line
+from pytest_agentbench.report.summary import judge
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+from helpers.bench_runs import read_jsonl, run_dirs, wait_for
+from helpers.records_kit import generated_records, scicode, scicode_gates, scicode_settings, scicode_summary
+from helpers.scicode_builders import asked_number, numbered_problems
 
 PROBLEMS, TARGETS = numbered_problems(range(1, 5))
 # 1000 prompt and 500 completion tokens at $2 / $10 per million: $0.002 + $0.005 per call
@@ -39,6 +53,8 @@ def scicode_args(pytester, custom_scicode, server, *extra: str) -> list[str]:
     )
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_priced_model_shows_cost_in_records_summaries_and_report(pytester, bench, custom_scicode, server):
     for _ in range(4):
         server.reply_with(right_answer())
@@ -86,60 +102,45 @@ def test_a_priced_model_shows_cost_in_records_summaries_and_report(pytester, ben
     replay.stdout.fnmatch_lines(["cost: $0.0000 spent*replayed calls would have cost $0.0280*"])
 
 
-def test_the_cost_gate_fails_when_the_run_cost_more(pytester, bench, custom_scicode, server):
+def priced_run(server, make_model, usage: bool = True):
+    """The four numbered problems answered right by the real client, priced: (records, summary)."""
     for _ in range(4):
-        server.reply_with(right_answer())
-    result = bench(
-        *scicode_args(
-            pytester,
-            custom_scicode,
-            server,
-            "--model=m",
-            f"--model-price={PRICE}",
-            "--bench-cache=off",
-            "--bench-set=fail_over=cost=$0.02,cost_per_solved=0.01",
-        )
-    )
-    assert result.ret == 1
-    result.stdout.fnmatch_lines(
-        [
-            "FAIL --bench-set fail_over cost=$0.02: cost = $0.0280 > $0.02",
-            "PASS --bench-set fail_over cost_per_solved=0.01: cost_per_solved = $0.0070 <= $0.01",
-        ]
-    )
-    gates = json.loads((run_dirs(pytester.path)[0] / "summary.json").read_text())["gates"]
-    assert [g["ok"] for g in gates] == [False, True]
+        server.reply_with(right_answer(usage))
+    price = parse_price(PRICE)
+    records = generated_records(make_model(name="m", price=price), PROBLEMS, price=price)
+    return records, scicode_summary(records, scicode_settings(model="m", price=price.to_settings()))
 
 
-def test_an_endpoint_without_usage_leaves_the_cost_unknown(pytester, bench, custom_scicode, server):
-    for _ in range(4):
-        server.reply_with(right_answer(usage=False))
-    result = bench(
-        *scicode_args(
-            pytester,
-            custom_scicode,
-            server,
-            "--model=m",
-            f"--model-price={PRICE}",
-            "--bench-cache=off",
-            "--bench-set=fail_over=cost=100",
-        )
-    )
-    assert result.ret == 1  # the gate cannot hold on an unknown cost
-    result.stdout.fnmatch_lines(
-        [
-            "cost: unknown spent*unknown for 4 item(s): 4 model replies reported no token usage",
-            "FAIL --bench-set fail_over cost=100: cost is unknown: some model replies reported no token usage",
-        ]
-    )
-    run_dir = run_dirs(pytester.path)[0]
-    for record in read_jsonl(run_dir / "steps.jsonl"):
+def test_the_cost_gate_fails_when_the_run_cost_more(tmp_path, server, make_model):
+    _, summary = priced_run(server, make_model)
+    verdict = judge(summary, scicode_gates(tmp_path, fail_over=["cost=$0.02,cost_per_solved=0.01"]), None, 0)
+    assert verdict.exit_code == 1
+    assert [r.line() for r in verdict.gate_results] == [
+        "FAIL --bench-set fail_over cost=$0.02: cost = $0.0280 > $0.02",
+        "PASS --bench-set fail_over cost_per_solved=0.01: cost_per_solved = $0.0070 <= $0.01",
+    ]
+    assert [g["ok"] for g in summary["gates"]] == [False, True]
+
+
+def test_an_endpoint_without_usage_leaves_the_cost_unknown(tmp_path, server, make_model):
+    records, summary = priced_run(server, make_model, usage=False)
+    for record in records:
         assert record["status"] == "pass"
         assert record["generation"]["cost_usd"] is None and record["generation"]["usage_missing"] == 1
-    cost = json.loads((run_dir / "summary.json").read_text())["cost"]
+    cost = summary["cost"]
     assert cost["total_usd"] is None and cost["per_solved_usd"] is None and cost["unknown_items"] == 4
+    line = cost_line(cost)
+    assert line is not None and line.startswith("cost: unknown spent"), line
+    assert line.endswith("unknown for 4 item(s): 4 model replies reported no token usage"), line
+    verdict = judge(summary, scicode_gates(tmp_path, fail_over=["cost=100"]), None, 0)
+    assert verdict.exit_code == 1  # the gate cannot hold on an unknown cost
+    assert [r.line() for r in verdict.gate_results] == [
+        "FAIL --bench-set fail_over cost=100: cost is unknown: some model replies reported no token usage"
+    ]
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_budget_leaves_items_not_run(pytester, bench, custom_scicode, server):
     for _ in range(4):
         server.reply_with(right_answer())
@@ -201,26 +202,34 @@ def test_a_run_budget_leaves_items_not_run(pytester, bench, custom_scicode, serv
     assert "this session: 2 model calls" in (run_dir / "summary.md").read_text()
 
 
-def test_a_budget_needs_a_price_and_a_price_is_checked(pytester, bench, custom_scicode, server):
-    args = scicode_args(pytester, custom_scicode, server, "--model=m")
-    unpriced = bench(*args, "--bench-max-cost=1")
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_budget_needs_a_price(pytester, bench, custom_scicode, server):
+    unpriced = bench(*scicode_args(pytester, custom_scicode, server, "--model=m"), "--bench-max-cost=1")
     assert unpriced.ret == 4
     unpriced.stderr.fnmatch_lines(["*--bench-max-cost needs the model's price*--model-price=PROMPT,COMPLETION*"])
-    bad = bench(*args, "--model-price=2")
-    assert bad.ret == 4
-    bad.stderr.fnmatch_lines(["*--model-price '2' is not a price; give USD per million tokens as PROMPT,COMPLETION*"])
-    (pytester.path / "agentbench.yaml").write_text("models:\n  - name: m\n    price: {prompt_per_mtok: 2}\n")
-    in_file = bench(*args, "--bench-config=agentbench.yaml")
-    assert in_file.ret == 4
-    in_file.stderr.fnmatch_lines(
-        [
-            "*file agentbench.yaml:3 '{\"prompt_per_mtok\": 2}' is not a price: it needs "
-            "exactly the keys prompt_per_mtok and completion_per_mtok*"
-        ]
-    )
     assert not server.requests
 
 
+def test_a_price_is_checked(tmp_path):
+    def price_of(**found) -> str:
+        sources = Sources(cli={}, ini={}, env={}, invocation_dir=tmp_path, rootdir=tmp_path, file_dir=tmp_path)
+        with pytest.raises(OptionError) as error:  # the plugin shows it as a usage error (exit 4)
+            resolve([PRICE_OPTION], replace(sources, **found))
+        return str(error.value)
+
+    bad = price_of(cli={"model_price": "2"})
+    assert "--model-price '2' is not a price; give USD per million tokens as PROMPT,COMPLETION" in bad
+    (tmp_path / "agentbench.yaml").write_text("models:\n  - name: m\n    price: {prompt_per_mtok: 2}\n")
+    in_file = price_of(file=runfile.load(tmp_path / "agentbench.yaml", all_options()).values_for("m", {}))
+    assert (
+        "file agentbench.yaml:3 '{\"prompt_per_mtok\": 2}' is not a price: it needs "
+        "exactly the keys prompt_per_mtok and completion_per_mtok"
+    ) in in_file
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_per_item_budget_stops_the_scicode_harness(pytester, bench, custom_scicode, server):
     for _ in range(4):  # each step's first reply asks for a tool call ($0.007): its budget is then spent
         server.reply(tool_calls=[("code_interpreter", {"code": "print(1)"})], prompt_tokens=1000, completion_tokens=500)
@@ -261,6 +270,8 @@ def budget_run_on_two_workers(custom_scicode, server, max_cost: str, *extra: str
     )
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_budget_holds_across_workers(pytester, bench, custom_scicode, server):
     custom_scicode.write(*numbered_problems(range(1, 9)))
     for _ in range(8):
@@ -282,27 +293,112 @@ def test_a_run_budget_holds_across_workers(pytester, bench, custom_scicode, serv
     assert "run budget spent" not in result.stdout.str()
 
 
+class ChannelEnd:
+    """One end of an in-memory stand-in for the execnet channel between the controller and a worker: what one end
+    sends, the other end's callback receives at once (the transport is execnet's, not the budget's)."""
+
+    def __init__(self) -> None:
+        self.peer: ChannelEnd | None = None
+        self.callback = None
+
+    def setcallback(self, callback) -> None:
+        self.callback = callback
+
+    def send(self, message) -> None:
+        assert self.peer is not None and self.peer.callback is not None
+        self.peer.callback(message)
+
+
+def channel() -> tuple[ChannelEnd, ChannelEnd]:
+    controller, worker = ChannelEnd(), ChannelEnd()
+    controller.peer, worker.peer = worker, controller
+    return controller, worker
+
+
+def model_run(tmp_path, max_cost: float | None = None) -> BenchState:
+    """A process's state of model m's run, with what the budget reads: the run budget and the model's name."""
+    return BenchState(
+        benchmark=scicode(),
+        split="validation",
+        settings={},
+        options={"max_cost": max_cost},  # type: ignore[arg-type]  (the options the budget reads)
+        tasks=[],
+        run_dir=tmp_path,
+        only_bench=True,
+        records_path=tmp_path / "steps.jsonl",
+        is_worker=max_cost is None,
+        model="m",
+    )
+
+
+def ask(model, k: int):
+    return model.complete([{"role": "user", "content": f"def f{k}():"}])
+
+
+def test_the_controller_stops_every_workers_calls_once_their_total_reaches_the_run_budget(tmp_path, server, make_model):
+    """The budget across xdist workers, in-process: the controller's ``SharedBudget`` and each worker's
+    ``BudgetLink`` over stand-in channels, each worker with a real client. One worker's three calls ($0.021)
+    reach the $0.02 budget: both workers' clients send no new request, the other's although it spent nothing."""
+    controller = SharedBudget({"m": model_run(tmp_path, max_cost=0.02)})
+    price = parse_price(PRICE)
+    workers = []
+    for name in ("gw0", "gw1"):
+        ours, theirs = channel()
+        assert controller.channel_for(SimpleNamespace(gateway=SimpleNamespace(newchannel=lambda end=ours: end)))
+        state, model = model_run(tmp_path / name), make_model(name="m", price=price, cache_mode="off")
+        BudgetLink(theirs).attach(state, model)
+        workers.append((state, model))
+    (_, idle), (_, busy) = workers
+    for k in (2, 3):
+        server.reply_with(right_answer())
+        ask(busy, k)
+        assert controller.spent["m"] == pytest.approx((k - 1) * CALL_COST) and not controller.stopped
+    server.reply_with(right_answer())
+    ask(busy, 4)  # $0.021: the run's budget is spent
+    assert controller.runs["m"].budget_stop == stop_text(0.02)
+    assert "reached by the model calls of all workers" in stop_text(0.02)
+    for state, model in workers:
+        assert state.budget_stop == stop_text(0.02)  # no new item starts there either
+        with pytest.raises(CallsStopped, match="reached by the model calls of all workers"):
+            ask(model, 5)
+    assert idle.spending.spent == 0 and len(server.requests) == 3
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_budget_stops_the_model_calls_of_every_worker_at_once(pytester, bench, custom_scicode, server):
     """Each worker used to count only its own calls against the run budget, so every worker could spend all of
-    it. Problem 1 (the first task placed, so one worker's) is answered only after the other worker's three quick
-    calls, which reach the $0.02 budget; the controller then stops the first worker's requests at once: its call
-    in flight finishes, and the task it holds beside problem 1 is never asked for (it was, before: five calls)."""
+    it. Problem 1 (the first task placed, so one worker's) is answered only once the other worker's three quick
+    items are recorded, their calls having reached the $0.02 budget; the controller then stops the first worker at
+    once: its call in flight finishes, and the task it holds beside problem 1 is never asked for (it was, before:
+    five calls)."""
     custom_scicode.write(*numbered_problems(range(1, 9)))
-    quick, answered = right_answer(), threading.Semaphore(0)
+    quick = right_answer()
+    records = pytester.path / "reports" / "scicode" / "m" / "shared" / "steps.jsonl"
+
+    def three_recorded() -> bool:
+        return records.is_file() and len(read_jsonl(records)) >= 3
 
     def answer(body: dict) -> dict:
-        if asked_number(body) != 1:
-            answered.release()
-            return quick(body)
-        for _ in range(3):  # problem 1 is answered after the other worker's three calls (60 s at most each)
-            answered.acquire(timeout=60)
-        time.sleep(1.5)  # and after the controller heard what they cost
+        if asked_number(body) == 1:
+            # A worker sends each call's cost to the controller as the call returns, and the item's record after it
+            # over the same connection: a record written says the controller heard what that item's call cost (and told
+            # every worker to stop). Every call belongs to an item that runs: no step is generated ahead (the stop
+            # of every worker's client, which also refuses a request made ahead, is the in-process test's above).
+            wait_for(three_recorded, 120, "the other worker's three items recorded")
         return quick(body)
 
     for _ in range(8):
         server.reply_with(answer)
     # a cache of its own: no durations from earlier runs, so the tasks' costs are equal and go out in order
-    result = budget_run_on_two_workers(custom_scicode, server, "0.02", f"--bench-cache-dir={pytester.path / 'cache'}")
+    result = budget_run_on_two_workers(
+        custom_scicode,
+        server,
+        "0.02",
+        f"--bench-cache-dir={pytester.path / 'cache'}",
+        "--bench-run-id=shared",
+        "--bench-set=overlap=false",
+    )
     assert result.ret == 1, result.stdout.str()[-3000:]
     asked = sorted(asked_number(r["body"]) for r in server.requests)
     assert 1 in asked and len(asked) <= 4, asked  # three quick calls spent it; problem 1's was in flight

@@ -1,9 +1,10 @@
-"""Score gates and baselines: unit tests on hand-made summaries, then the exit codes of docs/gates.md
-through pytester.
+"""Score gates and baselines: unit tests on hand-made summaries and on the tiny dataset's records judged in-process,
+then one pytester run per option (and per exit code 2 to 5) for the exit codes of docs/gates.md.
 
 The pytester runs use the tiny hand-made SciCode dataset of tests/helpers/scicode_builders.py (3 problems,
 5 steps) with a model that answers with the ground truth except for the steps named ``broken``
-(a wrong answer) or ``errors`` (a model error), so two runs differ on known steps with the same settings.
+(a wrong answer) or ``errors`` (a model error), so two runs differ on known steps with the same settings;
+helpers/records_kit.py makes the records such a run leaves, for the in-process tests.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.core.options import OptionError, Sources, resolve
+from pytest_agentbench.report.baseline import baseline_for_run, load_summary, summary_path
 from pytest_agentbench.report.compare import compare
 from pytest_agentbench.report.declared import Declared
 from pytest_agentbench.report.gates import GateResult, decide_exit, evaluate, render_markdown
@@ -22,6 +24,7 @@ from pytest_agentbench.report.options import REPORT_OPTIONS, GateConfig, gate_co
 from pytest_agentbench.report.summary import judge, judge_without_items
 
 from helpers.bench_runs import run_dirs
+from helpers.records_kit import judged_run, scicode, scicode_gates, scicode_settings, tiny_records
 from helpers.scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
 from toybench import Toy as ToyBenchmark
 
@@ -284,13 +287,14 @@ def test_a_gated_run_without_items_fails(tmp_path):
 
 
 # ---- the exit-code table ------------------------------------------------------------------------
-@pytest.mark.e2e
-@pytest.mark.slow
-def test_no_gate_keeps_pytest_semantics(tiny):
-    result = tiny(broken="2.2")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.assert_outcomes(passed=4, failed=1)
-    assert "agentbench gates" not in result.stdout.str()
+# In-process: the tiny dataset's records (helpers/records_kit.py) judged as the reporter judges them at the end of
+# a session; one pytest run per option below shows the option reaches the verdict, the exit code and the output.
+def test_no_gate_keeps_pytest_semantics(tmp_path):
+    summary, verdict, written = judged_run(tiny_records(broken="2.2"), tmp_path / "run", None, exit_status=1)
+    assert verdict.exit_code == pytest.ExitCode.TESTS_FAILED and summary["exit_code"] == 1
+    assert summary["counts"] == {"pass": 4, "fail": 1}
+    assert verdict.gate_results == [] and "gates" not in summary  # nothing for the terminal to print either
+    assert "## Gates" not in written.markdown
 
 
 @pytest.mark.e2e
@@ -306,31 +310,37 @@ def test_gate_passes_although_items_failed(tiny, pytester):
     assert summary["gates_passed"] is True and summary["exit_code"] == 0
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
-def test_gate_fails_and_names_the_gate(tiny, pytester):
-    result = tiny("--bench-fail-under", "main=0.5", "--bench-fail-under", "subproblem=0.9", broken="2.2")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    out = result.stdout.str()
-    assert "FAIL --bench-fail-under subproblem=0.9: subproblem = 80.0% < 90.0%" in out
-    assert "PASS --bench-fail-under main=0.5" in out
-    md = (latest_run(pytester) / "summary.md").read_text()
+def test_gate_fails_and_names_the_gate(tmp_path):
+    gates = scicode_gates(tmp_path, fail_under=["main=0.5", "subproblem=0.9"])
+    _, verdict, _ = judged_run(tiny_records(broken="2.2"), tmp_path / "run", gates)
+    assert verdict.exit_code == pytest.ExitCode.TESTS_FAILED
+    lines = [r.line() for r in verdict.gate_results]  # what the terminal prints, one line per gate
+    assert "FAIL --bench-fail-under subproblem=0.9: subproblem = 80.0% < 90.0%" in lines
+    assert any(line.startswith("PASS --bench-fail-under main=0.5") for line in lines), lines
+    md = (tmp_path / "run" / "summary.md").read_text()
     assert "## Gates: FAILED (exit code 1)" in md
     assert "| `--bench-fail-under subproblem=0.9` | **FAIL** | subproblem = 80.0% < 90.0% |" in md
 
 
 @pytest.mark.parametrize("budget,code", [(0, pytest.ExitCode.TESTS_FAILED), (1, pytest.ExitCode.OK)])
+def test_errors_over_budget(tmp_path, budget, code):
+    _, verdict, _ = judged_run(
+        tiny_records(errors="3.1"), tmp_path / "run", scicode_gates(tmp_path, max_errors=str(budget))
+    )
+    assert verdict.exit_code == code
+    assert "1 item(s) ended in model_error/env_error/error" in "\n".join(r.line() for r in verdict.gate_results)
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_errors_over_budget(tiny, budget, code):
-    result = tiny(f"--bench-max-errors={budget}", errors="3.1")
-    assert result.ret == code
+def test_errors_within_budget_pass_the_run(tiny):
+    result = tiny("--bench-max-errors=1", errors="3.1")
+    assert result.ret == pytest.ExitCode.OK  # the model error failed its item: the gate rewrote pytest's 1
     assert "1 item(s) ended in model_error/env_error/error" in result.stdout.str()
 
 
 @pytest.mark.e2e
-@pytest.mark.slow
-def test_baseline_written_on_purpose_and_a_drop_beyond_the_limit_fails(tiny, pytester):
+def test_baseline_written_on_purpose_a_drop_fails_and_other_data_is_refused(tiny, pytester, shared_data):
     baseline = pytester.path / "ci" / "baseline.json"
     first = tiny(f"--bench-baseline={baseline}", "--bench-update-baseline", "--bench-max-drop=main=10%")
     assert first.ret == pytest.ExitCode.OK
@@ -347,42 +357,57 @@ def test_baseline_written_on_purpose_and_a_drop_beyond_the_limit_fails(tiny, pyt
     md = (latest_run(pytester) / "summary.md").read_text()
     assert "## Comparison with the baseline" in md and "| 2.2 | 2 | pass -> fail | pass | fail |" in md
 
-    # Two flipped steps out of five are within noise: counted only when significant, the drop passes.
-    noisy = tiny(
-        f"--bench-baseline={baseline}",
-        "--bench-max-drop=main=10%",
-        "--bench-set=significance=0.05",
-        "--bench-set=allow_underpowered=true",
-        broken="2.2,3.1",
-    )
-    assert noisy.ret == pytest.ExitCode.OK
-    assert "not significant (McNemar over tasks p = 0.5 >= 0.05), so not counted" in noisy.stdout.str()
-
-
-@pytest.mark.e2e
-def test_settings_mismatch_is_refused_naming_the_difference(tiny, pytester, shared_data):
-    baseline = pytester.path / "baseline"
-    assert tiny(f"--bench-baseline={baseline}", "--bench-update-baseline").ret == pytest.ExitCode.OK
-    assert (baseline / "summary.json").is_file()
     _, other_h5 = write_dataset(pytester.path, shared_data, {**TARGETS, "2.2": [9]})
-    result = tiny(f"--bench-baseline={baseline}", "--bench-max-drop=main=0.1", h5_path=other_h5)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    err = result.stderr.str()
+    refused = tiny(f"--bench-baseline={baseline}", "--bench-max-drop=main=0.1", h5_path=other_h5)
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    err = refused.stderr.str()
     assert "refusing to compare with the baseline" in err and "data_hashes.targets:" in err
-    background = tiny(f"--bench-baseline={baseline}", "--bench-fail-under=main=0", "--no-bench-background")
-    assert background.ret == pytest.ExitCode.USAGE_ERROR
-    assert "background: true vs false" in background.stderr.str()
+
+
+def baseline_of_tiny(tmp_path: Path, where: Path, **settings) -> dict:
+    """A baseline written on purpose by an in-process run of the tiny dataset that passed every step."""
+    gates = scicode_gates(tmp_path, baseline=str(where), update_baseline=True)
+    _, _, written = judged_run(tiny_records(), tmp_path / "base-run", gates, exit_status=0)
+    assert written.baseline == summary_path(where)
+    return load_summary(where)
+
+
+def test_a_drop_within_noise_is_not_counted(tmp_path):
+    """Two flipped steps out of five are within noise: counted only when significant, the drop passes."""
+    base = baseline_of_tiny(tmp_path, tmp_path / "ci" / "baseline.json")
+    gates = scicode_gates(
+        tmp_path,
+        baseline="ci/baseline.json",
+        max_drop=["main=10%"],
+        significance="0.05",
+        allow_underpowered=True,
+    )
+    _, verdict, _ = judged_run(tiny_records(broken="2.2,3.1"), tmp_path / "run", gates, baseline=base)
+    assert verdict.exit_code == pytest.ExitCode.OK
+    [result] = verdict.gate_results
+    assert "not significant (McNemar over tasks p = 0.5 >= 0.05), so not counted" in result.line()
+
+
+def test_a_baseline_folder_with_other_settings_is_refused_naming_the_difference(tmp_path):
+    folder = tmp_path / "baseline"
+    baseline_of_tiny(tmp_path, folder)
+    assert (folder / "summary.json").is_file()  # a folder names where its summary.json goes
+    other_targets = scicode_settings(data_hashes={"problems": "a" * 64, "targets": "c" * 64})
+    with pytest.raises(ConfigError) as refused:
+        baseline_for_run(folder, False, other_targets, scicode().free_settings)
+    assert "refusing to compare with the baseline" in str(refused.value)
+    assert "data_hashes.targets:" in str(refused.value)
+    with pytest.raises(ConfigError, match="background: true vs false"):
+        baseline_for_run(folder, False, scicode_settings(background=False), scicode().free_settings)
+    assert baseline_for_run(folder, False, scicode_settings(), scicode().free_settings)[0] is not None
 
 
 # ---- exit codes 2 to 5 pass through --------------------------------------------------------------
-@pytest.mark.e2e
-@pytest.mark.slow
-def test_usage_error_lists_valid_metrics(tiny):
-    result = tiny("--bench-fail-under=accuracy=0.5")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert (
-        "unknown scicode metric 'accuracy' in --bench-fail-under; valid metrics: main, subproblem"
-        in result.stderr.str()
+def test_usage_error_lists_valid_metrics(tmp_path):
+    with pytest.raises(ConfigError) as error:  # the plugin shows it as a usage error (exit 4), as any ConfigError
+        scicode_gates(tmp_path, fail_under=["accuracy=0.5"])
+    assert "unknown scicode metric 'accuracy' in --bench-fail-under; valid metrics: main, subproblem" in str(
+        error.value
     )
 
 
