@@ -264,7 +264,7 @@ def budget_run_on_two_workers(custom_scicode, server, max_cost: str, *extra: str
         "--bench-max-connections=2",  # one chain at a time per worker
         "-n",
         "2",
-        model="m",
+        name="m",
         server=server,
         subprocess=True,
     )
@@ -316,7 +316,7 @@ def channel() -> tuple[ChannelEnd, ChannelEnd]:
 
 
 def model_run(tmp_path, max_cost: float | None = None) -> BenchState:
-    """A process's state of model m's run, with what the budget reads: the run budget and the model's name."""
+    """A process's state of run m, with what the budget reads: the run budget and the run's name."""
     return BenchState(
         benchmark=scicode(),
         split="validation",
@@ -327,7 +327,7 @@ def model_run(tmp_path, max_cost: float | None = None) -> BenchState:
         only_bench=True,
         records_path=tmp_path / "steps.jsonl",
         is_worker=max_cost is None,
-        model="m",
+        name="m",
     )
 
 
