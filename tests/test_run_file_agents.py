@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import pytest_agentbench
+
 # imported before any in-process pytester run (numpy cannot be imported twice in one process)
 from pytest_agentbench.benchmarks.corebench import dataset
 
@@ -106,7 +108,8 @@ def test_each_agent_of_the_run_file_is_its_own_run_and_the_table_names_it(pytest
     )
     builtin, command = (records_of(tmp_path, name) for name in RUNS)
     assert [r["status"] for r in builtin] == ["pass"] and [r["status"] for r in command] == ["fail"]
-    assert command[0]["agent"] == {"name": "command", "version": None}  # the built-in agent's records name none
+    assert command[0]["agent"] == {"name": "command", "version": None}
+    assert builtin[0]["agent"] == {"name": "builtin", "version": pytest_agentbench.__version__}  # the plugin's
     assert builtin[0]["model"] == command[0]["model"] == "agent-model"
     # each run counted its own agent's calls, as the server counted them
     assert (builtin[0]["generation"]["prompt_tokens"], builtin[0]["generation"]["completion_tokens"]) == (100, 10)

@@ -434,9 +434,11 @@ class AgentSolver(Solver):
         return {}
 
     def record_fields(self, result: Any) -> dict[str, Any]:
-        """The record's fields of the agent itself (an external agent's name and version; the built-in agent's
-        records stay as they were, so earlier runs compare)."""
-        return {}
+        """The record's fields of the agent itself: its name and version (the built-in agent's version is the
+        plugin's), so every record says which scaffold produced it."""
+        from ... import installed_version
+
+        return {"agent": {"name": agents.BUILTIN, "version": installed_version()}}
 
     def reach_options(self, task: Mapping[str, Any], copies: tuple[str, ...]) -> dict[str, Any]:
         """What ``start`` keeps from the agent: the capsule's publication hosts (both environments) and, on the
