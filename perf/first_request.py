@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,26 +35,7 @@ def main() -> int:
     args.latency, args.sample = 0.0, 1.0
     every = mc.problems()
     steps = [s for i in args.ids.split(",") for s in every[i]["sub_steps"]]
-    warm = subprocess.run(  # untimed: the targets of the selection rebuilt into the cache once
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--bench=scicode",
-            "--bench-split=validation",
-            f"--bench-ids={args.ids}",
-            "--model=oracle",
-            f"--bench-cache-dir={args.cache}",
-        ],
-        cwd=tempfile.mkdtemp(prefix="agentbench-perf-warm-"),
-        env={**mc.os.environ, "AGENTBENCH_DATA_DIR": str(mc.DATA), "AGENTBENCH_OFFLINE": "1"},
-        capture_output=True,
-    )
-    if warm.returncode != 0:
-        raise SystemExit(f"the oracle warm-up failed:\n{warm.stdout.decode()[-3000:]}")
+    mc.warm_targets(args.ids, args.cache)  # untimed: the targets of the selection rebuilt into the cache once
     figures = []
     for run in range(args.runs):
         result = mc.run_once(args, args.workers, 16, steps)
