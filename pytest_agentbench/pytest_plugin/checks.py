@@ -19,7 +19,7 @@ import os
 import types
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -29,12 +29,13 @@ from ..core.options import Option, Settings
 from ..core.run_options import legacy_cache_note
 from ..envs import build_env
 from ..models.options import ORACLE, check_api_key, model_settings
-from ..models.preflight import FirstCall, preflight, skip_reason
 from ..sandbox.options import isolation_from, private_folders
-from ..sandbox.selftest import run_self_test
 from .run import BenchState
 from .selfdescribe import rewrite_definition
 from .state import nothing_left
+
+if TYPE_CHECKING:
+    from ..models.preflight import FirstCall
 
 
 def bench_model_overridden(config: pytest.Config) -> bool:
@@ -57,6 +58,8 @@ def preflight_note(config: pytest.Config, opts: Settings, state: BenchState | No
     if config.option.collectonly or not opts.model or opts.model == ORACLE or bench_model_overridden(config):
         return None
     check_api_key(model_settings(opts), opts.model_api_key)  # no network: checked even with the preflight off
+    from ..models.preflight import preflight, skip_reason  # why: only the controller of a run checks its model
+
     if skip_reason(opts) is not None:
         return None
     return preflight(opts, first_call(opts, state) if state is not None else None)
@@ -143,6 +146,8 @@ def write_probe(file: Path) -> None:
 def sandbox_self_test(opts: Settings, state: BenchState) -> None:
     """ConfigError when this interpreter cannot run in the sandbox with the run's hidden folders (what is hidden
     and how to fix it); when it can, the run's isolation line says so. Nothing to test without isolation."""
+    from ..sandbox.selftest import run_self_test  # why: only the controller (or a Slurm node) runs it
+
     outcome = run_self_test(hidden=private_folders(opts))
     if outcome is None:
         return
@@ -165,7 +170,7 @@ def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> No
     if opts.replay:
         state.notes.append(f"replaying {opts.replay}: its settings and selection, cached model responses only")
     if opts.significance:  # a test that can never reject is no gate
-        from ..report.compare import too_small  # why: the report layer imports numpy; only this check needs it
+        from ..report.compare import too_small  # why: only this check needs the comparison module
 
         units = {"item": sum(len(t.samples) for t in state.tasks), "task": len(state.tasks)}
         state.notes += [

@@ -33,12 +33,10 @@ from ..models.options import build_model, model_settings
 from .checks import bench_model_overridden, other_benchmark_options
 from .collect import BenchCollector, BenchItem, marker_name
 from .concurrency import InFlight, connections_of, held_samples, keep_unscored, workers_of
-from .distribution.durations import DurationsWriter
 from .distribution.handshake import HandshakeError, run_alone
 from .distribution.plugins import CONTROLLER_PLUGIN, DistributionController, count_in_session_budget, take_role
 from .modes import RunMode, Situation, run_mode
 from .options import all_options, read, several_models
-from .progress import Progress, header_lines
 from .run import MODEL_STATES, SETTINGS, STATE, BenchState, ModelRuns, states_of
 from .selfdescribe import DEFINITION, definition, restore
 from .signals import StopSignals
@@ -131,7 +129,9 @@ def register_run(config: pytest.Config, mode: RunMode, state: BenchState) -> Non
         config.pluginmanager.register(InFlight(each), plugin_name("agentbench-in-flight", each))
     if mode.sends:
         return
-    from .reporter import ModelsReport, Reporter  # why: the report layer imports numpy; only a benchmark run reports
+    from .distribution.durations import DurationsWriter  # why: only the process that writes the run reports
+    from .progress import Progress  # why: as above
+    from .reporter import ModelsReport, Reporter  # why: as above
 
     reporters = [Reporter(config, each) for each in runs]
     for reporter in reversed(reporters):  # the terminal calls the last registered first: models in the file's order
@@ -216,6 +216,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     runs = states_of(config)
     if not runs:
         return None
+    from .progress import header_lines  # why: as the reporter's, only where the run reports
+
     lines: list[str] = []
     for state in runs:  # several models: one block each
         lines += header_lines(state.settings, state.run_dir, [*state.settings.get("notes", []), *state.notes])
