@@ -28,7 +28,7 @@ from ..report.baseline import BaselineError, baseline_for_run, load_summary
 from ..report.comparability import UNKNOWN
 from ..report.resume import resume_controller
 from ..sandbox.limits import passed_env_names
-from ..sandbox.options import isolation_from
+from ..sandbox.options import SandboxOptions, isolation_from
 from .collect import select_ids, with_attempts
 from .distribution.handshake import WORKER_INPUT, Role, role_of
 from .run import BenchState
@@ -127,7 +127,10 @@ def make_state(config: pytest.Config, opts: Settings, models: tuple[str, ...] = 
     settings["data_hashes"] = benchmark.data_hashes(opts, split, settings)
     settings["comparability"] = comparability_of(benchmark, opts, split, settings)
     # How children that run model code are isolated here; a benchmark may say more (CORE-Bench: its agent's env).
-    settings.setdefault("isolation", isolation_from(opts).describe())
+    # The line is the controller's (header, settings.json): an xdist worker probes when it first runs model code,
+    # off the way to its first item, unless isolation is required (then its host is checked now).
+    if role_of(config) is not Role.WORKER or view(SandboxOptions, opts).require_isolation:
+        settings.setdefault("isolation", isolation_from(opts).describe())
     settings["child_env"] = passed_env_names()  # the names of our environment a child may inherit (settings.json)
     # Who writes the run: the xdist role was decided once (distribution/handshake.py); a ``run-task`` session (its
     # TaskPackager) writes like a worker, its deliveries going into the task's package instead of reports.
