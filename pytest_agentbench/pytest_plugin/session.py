@@ -30,7 +30,7 @@ from ..core.records import DELIVERY_PROPERTY, RECORD_PROPERTY
 from ..envs import build_env
 from ..models.cache import ResponseCache
 from ..models.options import build_model, model_settings
-from .checks import bench_model_overridden, other_benchmark_options
+from .checks import bench_model_overridden, other_benchmark_options, settle_waiting
 from .collect import BenchCollector, BenchItem, marker_name
 from .concurrency import InFlight, connections_of, held_samples, keep_unscored, workers_of
 from .distribution.handshake import HandshakeError, run_alone
@@ -212,10 +212,23 @@ def pytest_make_collect_report(collector: pytest.Collector):
     return report
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session: pytest.Session):
+    """On an xdist controller, once xdist started the workers: the checks that ran meanwhile (the sandbox
+    self-test, the model preflight: ``checks.WaitingChecks``; settled already when the header showed them) are
+    settled, and one that failed ends the session with its usage error, before any item."""
+    started = yield
+    error = settle_waiting(session.config)
+    if error is not None:
+        raise usage_error(error)
+    return started
+
+
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     runs = states_of(config)
     if not runs:
         return None
+    settle_waiting(config)  # the header shows what they found (an error ends the session after the header)
     from .progress import header_lines  # why: as the reporter's, only where the run reports
 
     lines: list[str] = []
