@@ -43,6 +43,16 @@ from helpers.fake_openai import FakeOpenAI  # noqa: E402  (the tests' scripted s
 DATA = Path(os.environ.get("AGENTBENCH_DATA_DIR", ROOT.parent / "shared" / "data"))
 NEXT_STEP = "NEXT STEP - PROBLEM STEP AND FUNCTION HEADER"
 PREFILLED = {"13.6", "62.1", "76.3"}
+SCICODE_RUN = [
+    sys.executable,
+    "-m",
+    "pytest",
+    "-p",
+    "no:cacheprovider",
+    "-q",
+    "--bench=scicode",
+    "--bench-split=validation",
+]  # the runs' command, without the selection and the model
 
 
 def problems() -> dict[str, dict[str, Any]]:
@@ -104,14 +114,7 @@ def warm_targets(ids: str, cache: str) -> None:
     that the timed runs read them from a warm cache."""
     warm = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--bench=scicode",
-            "--bench-split=validation",
+            *SCICODE_RUN,
             f"--bench-ids={ids}",
             "--model=oracle",
             f"--bench-cache-dir={cache}",
@@ -131,14 +134,7 @@ def run_once(args: argparse.Namespace, workers: int, connections: int, steps: li
             server.reply_with(answer_of(steps))
         Path(work, "pytest.ini").write_text("[pytest]\n")
         command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--bench=scicode",
-            "--bench-split=validation",
+            *SCICODE_RUN,
             f"--bench-ids={args.ids}",
             "--bench-mode=naive",
             "--model=gt-player",
