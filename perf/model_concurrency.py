@@ -43,6 +43,16 @@ from helpers.fake_openai import FakeOpenAI  # noqa: E402  (the tests' scripted s
 DATA = Path(os.environ.get("AGENTBENCH_DATA_DIR", ROOT.parent / "shared" / "data"))
 NEXT_STEP = "NEXT STEP - PROBLEM STEP AND FUNCTION HEADER"
 PREFILLED = {"13.6", "62.1", "76.3"}
+SCICODE_RUN = [
+    sys.executable,
+    "-m",
+    "pytest",
+    "-p",
+    "no:cacheprovider",
+    "-q",
+    "--bench=scicode",
+    "--bench-split=validation",
+]  # the runs' command, without the selection and the model
 
 
 def problems() -> dict[str, dict[str, Any]]:
@@ -99,6 +109,24 @@ def process_memory(pid: int) -> int:
     return 0
 
 
+def warm_targets(ids: str, cache: str) -> None:
+    """Rebuild the targets of the validation problems ``ids`` into ``cache`` once (an oracle run, untimed), so
+    that the timed runs read them from a warm cache."""
+    warm = subprocess.run(
+        [
+            *SCICODE_RUN,
+            f"--bench-ids={ids}",
+            "--model=oracle",
+            f"--bench-cache-dir={cache}",
+        ],
+        cwd=tempfile.mkdtemp(prefix="agentbench-perf-warm-"),
+        env={**os.environ, "AGENTBENCH_DATA_DIR": str(DATA), "AGENTBENCH_OFFLINE": "1"},
+        capture_output=True,
+    )
+    if warm.returncode != 0:
+        raise SystemExit(f"the oracle warm-up failed:\n{warm.stdout.decode()[-3000:]}")
+
+
 def run_once(args: argparse.Namespace, workers: int, connections: int, steps: list[dict[str, Any]]) -> dict[str, Any]:
     with FakeOpenAI() as server, tempfile.TemporaryDirectory(prefix="agentbench-perf-") as work:
         server.delay = args.latency
@@ -106,14 +134,7 @@ def run_once(args: argparse.Namespace, workers: int, connections: int, steps: li
             server.reply_with(answer_of(steps))
         Path(work, "pytest.ini").write_text("[pytest]\n")
         command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--bench=scicode",
-            "--bench-split=validation",
+            *SCICODE_RUN,
             f"--bench-ids={args.ids}",
             "--bench-mode=naive",
             "--model=gt-player",
@@ -182,26 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     bound = max(lengths.values()) * args.latency
     print(f"{len(chosen)} problems, {sum(lengths.values())} calls, longest chain {max(lengths.values())} steps")
     print(f"latency {args.latency:g} s: the chains' bound is {bound:.0f} s of calls; {os.cpu_count()} cores")
-    warm = subprocess.run(  # untimed: rebuild the targets of the selection into the cache once
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--bench=scicode",
-            "--bench-split=validation",
-            f"--bench-ids={args.ids}",
-            "--model=oracle",
-            f"--bench-cache-dir={args.cache}",
-        ],
-        cwd=tempfile.mkdtemp(prefix="agentbench-perf-warm-"),
-        env={**os.environ, "AGENTBENCH_DATA_DIR": str(DATA), "AGENTBENCH_OFFLINE": "1"},
-        capture_output=True,
-    )
-    if warm.returncode != 0:
-        raise SystemExit(f"the oracle warm-up failed:\n{warm.stdout.decode()[-3000:]}")
+    warm_targets(args.ids, args.cache)
     print(
         "| -n | --bench-max-connections | wall | over bound | start-up | calls spread | after the last reply "
         "| peak memory | in flight |"

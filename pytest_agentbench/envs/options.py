@@ -141,12 +141,11 @@ def build_env(opts: Mapping[str, Any], default: str = "host") -> EnvFactory:
     ``opts`` are resolved settings or a plain mapping of the environments', the sandbox's and the run's options
     (the ones it lacks take their defaults). Tool scripts on the host run like scoring scripts: with the sandbox's
     ``executor`` and ``memory_limit``."""
-    from .docker import DockerFactory  # why: only a run that uses an environment imports one
-    from .host import HostFactory  # why: as above
-
     given = given_settings(opts, EnvOptions, SandboxOptions, RunOptions)
     settings = env_settings(given, default)
     if settings["env"] == "docker":
+        from .docker import DockerFactory  # why: a run imports only the environment it uses
+
         return DockerFactory(
             image=settings["docker_image"],
             network=settings["docker_network"],
@@ -159,6 +158,8 @@ def build_env(opts: Mapping[str, Any], default: str = "host") -> EnvFactory:
         raise ConfigError(
             f"unknown environment {settings['env']!r} (--bench-env / agentbench_env); valid: {', '.join(ENV_KINDS)}"
         )
+    from .host import HostFactory  # why: a run imports only the environment it uses
+
     return HostFactory(
         keep_workspaces=settings["keep_workspaces"],
         gpus=settings["gpus"],

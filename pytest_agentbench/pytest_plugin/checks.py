@@ -1,9 +1,11 @@
 """Checks made once on the controller before any item runs, so a run fails before it spends
 anything on items.
 
-``before_items`` runs them all at configure time.
+``before_items`` runs them all at configure time; the two that wait on other processes (the sandbox self-test and
+the model preflight, ``WaitingChecks``) run on threads meanwhile, and on an xdist controller while xdist starts the
+workers: the session settles them before its header and before any item.
 
-``preflight_note``: the model endpoint's preflight (``models/preflight.py``): a listing and one request shaped
+``preflight_call``: the model endpoint's preflight (``models/preflight.py``): a listing and one request shaped
 like the run's first (``first_call``: the benchmark's harness builds it for the first task), unless the run
 needs no endpoint or a conftest supplies its own ``bench_model``. ``other_benchmark_options``: a
 benchmark's own option given on the command line of a run of another benchmark is a mistake.
@@ -17,9 +19,10 @@ from __future__ import annotations
 
 import os
 import types
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -29,12 +32,17 @@ from ..core.options import Option, Settings
 from ..core.run_options import legacy_cache_note
 from ..envs import build_env
 from ..models.options import ORACLE, check_api_key, model_settings
-from ..models.preflight import FirstCall, preflight, skip_reason
 from ..sandbox.options import isolation_from, private_folders
-from ..sandbox.selftest import run_self_test
+from .distribution.handshake import Role, role_of
 from .run import BenchState
 from .selfdescribe import rewrite_definition
 from .state import nothing_left
+
+if TYPE_CHECKING:
+    from ..models.preflight import FirstCall
+    from ..sandbox.selftest import SelfTest
+
+Preflight = Callable[[], "str | None"]  # the preflight's requests; their note for the header
 
 
 def bench_model_overridden(config: pytest.Config) -> bool:
@@ -52,14 +60,18 @@ def fixture_overridden(config: pytest.Config, name: str) -> bool:
     return False
 
 
-def preflight_note(config: pytest.Config, opts: Settings, state: BenchState | None = None) -> str | None:
-    """Run the model preflight when this run calls an endpoint; a note for the header, or ConfigError."""
+def preflight_call(config: pytest.Config, opts: Settings, state: BenchState | None = None) -> Preflight | None:
+    """The model preflight of a run that calls an endpoint, ready to send (from any thread: it reads no config);
+    None when the run calls none or the preflight is off. ConfigError for a key that cannot be right."""
     if config.option.collectonly or not opts.model or opts.model == ORACLE or bench_model_overridden(config):
         return None
     check_api_key(model_settings(opts), opts.model_api_key)  # no network: checked even with the preflight off
+    from ..models.preflight import preflight, skip_reason  # why: only the controller of a run checks its model
+
     if skip_reason(opts) is not None:
         return None
-    return preflight(opts, first_call(opts, state) if state is not None else None)
+    shape = first_call(opts, state) if state is not None else None
+    return lambda: preflight(opts, shape)
 
 
 def first_call(opts: Settings, state: BenchState) -> FirstCall | None:
@@ -142,7 +154,18 @@ def write_probe(file: Path) -> None:
 def sandbox_self_test(opts: Settings, state: BenchState) -> None:
     """ConfigError when this interpreter cannot run in the sandbox with the run's hidden folders (what is hidden
     and how to fix it); when it can, the run's isolation line says so. Nothing to test without isolation."""
-    outcome = run_self_test(hidden=private_folders(opts))
+    take_self_test(self_test_outcome(opts), state)
+
+
+def self_test_outcome(opts: Settings) -> SelfTest | None:
+    """The sandbox self-test with the run's hidden folders (None: children are not isolated here)."""
+    from ..sandbox.selftest import run_self_test  # why: only the controller (or a Slurm node) runs it
+
+    return run_self_test(hidden=private_folders(opts))
+
+
+def take_self_test(outcome: SelfTest | None, state: BenchState) -> None:
+    """ConfigError for a failed self-test; a passed one goes into the run's isolation line (or its notes)."""
     if outcome is None:
         return
     if not outcome.ok:
@@ -152,6 +175,52 @@ def sandbox_self_test(opts: Settings, state: BenchState) -> None:
         state.settings["isolation"] = f"{line}; sandbox {outcome.describe()}"
     else:  # the line says how the agent is kept apart (a container): the scoring sandbox's test is a note
         state.notes.append(f"sandbox {outcome.describe()}")
+
+
+class WaitingChecks:
+    """The checks of a run that wait on other processes: the sandbox self-test (a sandboxed interpreter) and the
+    model preflight (requests to the endpoint), each on a thread of its own. The self-test starts at once; the
+    preflight only once the benchmark's own checks passed (``start_preflight``: a missing capsule costs no model
+    call). ``settle`` waits for both and takes what they found as if they had run one after the other: the
+    self-test's error first, then the preflight's; the self-test's note, then the preflight's."""
+
+    def __init__(self, opts: Settings, state: BenchState) -> None:
+        self.state = state
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentbench-check")
+        self.self_test = self.pool.submit(self_test_outcome, opts)
+        self.preflight: Future[str | None] | None = None
+
+    def start_preflight(self, config: pytest.Config, opts: Settings) -> None:
+        call = preflight_call(config, opts, self.state)
+        if call is not None:
+            self.preflight = self.pool.submit(call)
+
+    def settle(self) -> None:
+        """Waits for both; ConfigError as the first of them that failed says."""
+        try:
+            take_self_test(self.self_test.result(), self.state)
+            note = self.preflight.result() if self.preflight is not None else None
+        finally:
+            self.pool.shutdown(wait=True)
+        if note:
+            self.state.notes.append(note)
+
+
+# An xdist controller's waiting checks, settled while its workers start: before the header and before any item.
+WAITING = pytest.StashKey[list[WaitingChecks]]()
+FAILED = pytest.StashKey[ConfigError]()  # what one of them found, kept for the hook that stops the session
+
+
+def settle_waiting(config: pytest.Config) -> ConfigError | None:
+    """Waits for the controller's waiting checks (``WAITING``) and gives the first error they found (again at
+    each call)."""
+    for checks in config.stash.get(WAITING, []):
+        try:
+            checks.settle()
+        except ConfigError as exc:
+            config.stash.setdefault(FAILED, exc)
+    config.stash[WAITING] = []
+    return config.stash.get(FAILED, None)
 
 
 def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> None:
@@ -164,7 +233,7 @@ def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> No
     if opts.replay:
         state.notes.append(f"replaying {opts.replay}: its settings and selection, cached model responses only")
     if opts.significance:  # a test that can never reject is no gate
-        from ..report.compare import too_small  # why: the report layer imports numpy; only this check needs it
+        from ..report.compare import too_small  # why: only this check needs the comparison module
 
         units = {"item": sum(len(t.samples) for t in state.tasks), "task": len(state.tasks)}
         state.notes += [
@@ -175,11 +244,20 @@ def before_items(config: pytest.Config, opts: Settings, state: BenchState) -> No
         probe_report_dir(state.run_dir, opts.report_dir)
         if nothing_left(state):  # a finished run resumed: its records are reported again, nothing runs
             return
-        sandbox_self_test(opts, state)  # a hidden interpreter would fail every item: found before any
-        early_selection_checks(config, state)  # a missing capsule or image costs no model call either
-        note = preflight_note(config, opts, state)  # a dead endpoint or a refused key costs no items
-        if note:
-            state.notes.append(note)
+        # A hidden interpreter would fail every item, and so would a dead endpoint or a refused key: both are known
+        # before any item. They wait on other processes, so they run while the rest goes on: on an xdist
+        # controller while its workers start (settled before the header and before any item, session.py).
+        waiting = WaitingChecks(opts, state)
+        try:
+            early_selection_checks(config, state)  # a missing capsule or image costs no model call either
+            waiting.start_preflight(config, opts)
+        except ConfigError:
+            waiting.settle()  # the self-test's error first, as when it ran first
+            raise
+        if role_of(config) is Role.CONTROLLER:
+            config.stash.setdefault(WAITING, []).append(waiting)
+        else:
+            waiting.settle()
 
 
 def narrowed(config: pytest.Config) -> bool:

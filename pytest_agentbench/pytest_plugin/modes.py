@@ -20,8 +20,7 @@ from ..core.options import Settings
 from .checks import before_items, node_checks
 from .distribution.handshake import Role, role_of
 from .run import BenchState
-from .slurm.backend import SlurmBackend, collect_ended
-from .slurm.taskpackage import CollectSession, PackageCollector, TaskPackager, plugin_of
+from .slurm import task_plugin
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,8 @@ class Situation:
             role=role_of(config),
             backend=str(opts["backend"]),
             runs=tuple(several),
-            packaging=plugin_of(config, TaskPackager) is not None,
-            collecting=plugin_of(config, PackageCollector) is not None,
+            packaging=task_plugin(config, "TaskPackager") is not None,
+            collecting=task_plugin(config, "PackageCollector") is not None,
         )
 
 
@@ -92,11 +91,16 @@ def slurm_under_xdist(situation: Situation) -> str:
 
 
 def collect_engine(config: pytest.Config, state: BenchState) -> tuple[Any, str]:
+    from .slurm.backend import collect_ended  # why: the Slurm side loads only in a session that uses it
+    from .slurm.taskpackage import CollectSession  # why: as above
+
     ended = collect_ended(state.run_dir)  # a Slurm run's jobs that ended without a package are lost
     return CollectSession(config, state, ended), "agentbench-collect-session"
 
 
 def slurm_engine(config: pytest.Config, state: BenchState) -> tuple[Any, str]:
+    from .slurm.backend import SlurmBackend  # why: the Slurm side loads only in a session that uses it
+
     return SlurmBackend(config, state), "agentbench-slurm"
 
 

@@ -30,15 +30,13 @@ from ..core.records import DELIVERY_PROPERTY, RECORD_PROPERTY
 from ..envs import build_env
 from ..models.cache import ResponseCache
 from ..models.options import build_model, model_settings
-from .checks import bench_model_overridden, other_benchmark_options
+from .checks import bench_model_overridden, other_benchmark_options, settle_waiting
 from .collect import BenchCollector, BenchItem, marker_name
 from .concurrency import InFlight, chains_per_worker, connections_of, held_samples, keep_unscored, workers_of
-from .distribution.durations import DurationsWriter
 from .distribution.handshake import HandshakeError, run_alone
 from .distribution.plugins import CONTROLLER_PLUGIN, DistributionController, count_in_session_budget, take_role
 from .modes import RunMode, Situation, listed_runs, run_mode
 from .options import all_options, read, several_runs
-from .progress import Progress, header_lines
 from .run import RUNS, SETTINGS, STATE, BenchState, SessionRuns, states_of
 from .selfdescribe import DEFINITION, definition, restore
 from .signals import StopSignals
@@ -132,7 +130,9 @@ def register_run(config: pytest.Config, mode: RunMode, state: BenchState) -> Non
         config.pluginmanager.register(InFlight(each), plugin_name("agentbench-in-flight", each))
     if mode.sends:
         return
-    from .reporter import Reporter, RunsReport  # why: the report layer imports numpy; only a benchmark run reports
+    from .distribution.durations import DurationsWriter  # why: only the process that writes the run reports
+    from .progress import Progress  # why: as above
+    from .reporter import Reporter, RunsReport  # why: as above
 
     reporters = [Reporter(config, each) for each in runs]
     for reporter in reversed(reporters):  # the terminal calls the last registered first: runs in the file's order
@@ -204,10 +204,25 @@ def pytest_make_collect_report(collector: pytest.Collector):
     return report
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session: pytest.Session):
+    """On an xdist controller, once xdist started the workers: the checks that ran meanwhile (the sandbox
+    self-test, the model preflight: ``checks.WaitingChecks``; settled already when the header showed them) are
+    settled, and one that failed ends the session with its usage error, before any item."""
+    started = yield
+    error = settle_waiting(session.config)
+    if error is not None:
+        raise usage_error(error)
+    return started
+
+
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     runs = states_of(config)
     if not runs:
         return None
+    settle_waiting(config)  # the header shows what they found (an error ends the session after the header)
+    from .progress import header_lines  # why: as the reporter's, only where the run reports
+
     lines: list[str] = []
     for state in runs:  # several runs: one block each
         lines += header_lines(state.settings, state.run_dir, [*state.settings.get("notes", []), *state.notes])

@@ -26,14 +26,13 @@ from ..models.cache import CacheJournal
 from ..models.options import ORACLE, ModelOptions, model_settings
 from ..report.baseline import BaselineError, baseline_for_run, load_summary
 from ..report.comparability import UNKNOWN
-from ..report.options import gate_config
 from ..report.resume import resume_controller
 from ..sandbox.limits import passed_env_names
-from ..sandbox.options import isolation_from
+from ..sandbox.options import SandboxOptions, isolation_from
 from .collect import select_ids, with_attempts
 from .distribution.handshake import WORKER_INPUT, Role, role_of
 from .run import BenchState
-from .slurm.taskpackage import TaskPackager, plugin_of
+from .slurm import task_plugin
 
 
 def run_settings(benchmark: Benchmark, opts: Settings, split: str, collect_only: bool) -> dict[str, Any]:
@@ -128,11 +127,14 @@ def make_state(config: pytest.Config, opts: Settings, name: str | None = None) -
     settings["data_hashes"] = benchmark.data_hashes(opts, split, settings)
     settings["comparability"] = comparability_of(benchmark, opts, split, settings)
     # How children that run model code are isolated here; a benchmark may say more (CORE-Bench: its agent's env).
-    settings.setdefault("isolation", isolation_from(opts).describe())
+    # The line is the controller's (header, settings.json): an xdist worker probes when it first runs model code,
+    # off the way to its first item, unless isolation is required (then its host is checked now).
+    if role_of(config) is not Role.WORKER or view(SandboxOptions, opts).require_isolation:
+        settings.setdefault("isolation", isolation_from(opts).describe())
     settings["child_env"] = passed_env_names()  # the names of our environment a child may inherit (settings.json)
     # Who writes the run: the xdist role was decided once (distribution/handshake.py); a ``run-task`` session (its
     # TaskPackager) writes like a worker, its deliveries going into the task's package instead of reports.
-    packager = plugin_of(config, TaskPackager)
+    packager = task_plugin(config, "TaskPackager")
     is_worker = role_of(config) is Role.WORKER or packager is not None
     handshake = config.stash.get(WORKER_INPUT, None)  # what an xdist worker's controller sent
     if packager is not None:
@@ -170,6 +172,8 @@ def make_state(config: pytest.Config, opts: Settings, name: str | None = None) -
 def prepare_controller(state: BenchState) -> None:
     """Gates, resume and baseline are checked before anything runs, so a mistake costs no model calls."""
     opts = state.options
+    from ..report.options import gate_config  # why: only the controller reads the gates
+
     free = state.benchmark.free_settings
     state.gates = gate_config(opts, state.benchmark)
     if opts.resume:

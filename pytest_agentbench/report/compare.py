@@ -18,9 +18,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..core.io import natural_key
 from ..core.records import PASS, record_key
@@ -28,6 +26,9 @@ from ..core.text import printable
 from ..core.types import attempt_key
 from . import comparability
 from .baseline import settings_diff, settings_differences
+
+if TYPE_CHECKING:
+    import numpy as np
 from .declared import Declared, declared_in
 
 SEED = 20240607
@@ -233,6 +234,8 @@ def bootstrap(
     """Paired percentile bootstrap over tasks for each headline metric: 95% intervals of A, B and B - A."""
     if not tasks:
         return {}
+    import numpy as np  # why: only a comparison bootstraps; a run without a baseline reports without numpy
+
     rng = np.random.default_rng(seed)
     n = np.array([t["n"] for t in tasks], dtype=float)
     values = {
@@ -263,6 +266,8 @@ def bootstrap(
 
 
 def _interval(samples: np.ndarray) -> tuple[float, float]:
+    import numpy as np  # why: as in bootstrap (already loaded there)
+
     low, high = np.percentile(samples, [2.5, 97.5])
     return float(low), float(high)
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -70,6 +71,7 @@ __all__ = [
     "SubprocessExecutor",
     "get_executor",
     "run_python",
+    "warm_executor",
 ]
 
 
@@ -244,6 +246,7 @@ class SubprocessExecutor:
 
 
 _EXECUTORS: dict[str, Executor] = {}
+_MAKING = threading.Lock()  # one executor per kind and interpreter, also when threads ask at once
 
 
 def get_executor(kind: str = "fork", python: Python | None = None) -> Executor:
@@ -252,9 +255,28 @@ def get_executor(kind: str = "fork", python: Python | None = None) -> Executor:
     if kind not in EXECUTORS:
         raise ValueError(f"unknown executor {kind!r}; use 'fork' (default, fast) or 'subprocess'")
     pid_key = f"{kind}:{os.getpid()}" + ("" if python is None else f":{python.executable}")
-    if pid_key not in _EXECUTORS:
-        _EXECUTORS[pid_key] = ForkServerPool(python=python) if kind == "fork" else SubprocessExecutor(python=python)
-    return _EXECUTORS[pid_key]
+    with _MAKING:
+        if pid_key not in _EXECUTORS:
+            _EXECUTORS[pid_key] = ForkServerPool(python=python) if kind == "fork" else SubprocessExecutor(python=python)
+        return _EXECUTORS[pid_key]
+
+
+def warm_executor(kind: str = "fork", python: Python | None = None) -> None:
+    """Start what the executor ``kind`` keeps running (a fork server of ``python``) on a thread of its own, so that
+    its start overlaps what the caller does meanwhile (a model generating the first answer to score); the first
+    script takes the server, waiting for the end of its start when it must. The subprocess executor keeps nothing
+    running. A start that fails is the first script's to report (it starts the server again)."""
+    if kind == "fork":
+        threading.Thread(target=_warm_pool, args=(python,), name="agentbench-forkserver-warm", daemon=True).start()
+
+
+def _warm_pool(python: Python | None) -> None:
+    try:
+        pool = get_executor("fork", python)
+        if isinstance(pool, ForkServerPool):
+            pool.prestart()
+    except Exception:  # noqa: BLE001 - the first script starts it again and reports why it cannot
+        pass
 
 
 def run_python(

@@ -723,6 +723,17 @@ class ForkServerPool:
             with self._lock:
                 self._idle.append(server)
 
+    def prestart(self) -> None:
+        """Start one server now, unless the pool has one: the next run takes it (waiting for the end of its start
+        when it is still under way). A start that fails is the next run's to report: it starts the server again."""
+        with self._lock:
+            if self._servers:
+                return
+            server = ForkServer(isolation=self.isolation, python=self.python)
+            self._servers.append(server)
+            self._idle.append(server)
+        server.start()
+
     def run(
         self,
         source: str,

@@ -57,6 +57,7 @@ import posixpath
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -195,6 +196,7 @@ class Isolation:
 
 NO_ISOLATION = Isolation("none", "not requested")
 _PROBED: dict[str, Isolation] = {}
+_PROBING = threading.Lock()  # one probe when two threads ask at once (a fork server started in the background)
 
 
 def probe(refresh: bool = False) -> Isolation:
@@ -205,9 +207,10 @@ def probe(refresh: bool = False) -> Isolation:
     turned_off = turned_off_by_environment()
     if turned_off is not None:
         return turned_off
-    if "result" in _PROBED and not refresh:
-        return _PROBED["result"]
-    _PROBED["result"] = result = _probe()
+    with _PROBING:
+        if "result" in _PROBED and not refresh:
+            return _PROBED["result"]
+        _PROBED["result"] = result = _probe()
     return result
 
 

@@ -18,8 +18,7 @@ from ...core.run_options import RunOptions
 from ...envs.options import EnvOptions
 from ...models.options import ModelOptions
 from ...models.price import price_of
-from . import prepare
-from .defaults import DEFAULT_COMMAND_TIMEOUT, DEFAULT_STEPS, DEFAULT_TIME
+from .defaults import DEFAULT_COMMAND_TIMEOUT, DEFAULT_STEPS, DEFAULT_TIME, DIFFICULTIES
 
 if TYPE_CHECKING:
     from .agent import AgentLimits
@@ -54,7 +53,7 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         "difficulty",
         "--bench-difficulty",
         kind="choice",
-        choices=prepare.DIFFICULTIES,
+        choices=DIFFICULTIES,
         default="hard",
         ini="agentbench_difficulty",
         owner=OWNER,

@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-DIFFICULTIES = ("easy", "medium", "hard")
+from .defaults import DIFFICULTIES
+
 RUN_SCRIPTS = ("run", "run.sh")
 
 # Same advice for every model; short and practical, one block per difficulty.

@@ -221,7 +221,8 @@ class SciCode(Benchmark):
 
     # ---- running -------------------------------------------------------------------------
     def open_run(self, spec: RunSpec, model: Any, env: Any) -> SciCodeRun:
-        from .run import RunSettings, SciCodeRun  # why: scoring loads the sandbox; collecting items needs none of it
+        from ...sandbox.executors import warm_executor  # why: scoring loads the sandbox; collecting needs none of it
+        from .run import RunSettings, SciCodeRun  # why: as above
 
         opts = spec.options
         own, model_options = view(SciCodeOptions, opts), view(ModelOptions, opts)
@@ -270,6 +271,8 @@ class SciCode(Benchmark):
             connections=spec.connections,
             held=spec.held,
         )
+        if not envs:  # this interpreter's fork server scores: it starts while the first step is generated
+            warm_executor(settings.executor)
         return SciCodeRun(
             settings,
             solver,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -32,8 +32,10 @@ from ..concurrency import take_unscored
 from ..run import BenchState, base_record
 from . import xdist_compat as xc
 from .budget import BudgetLink, SharedBudget
-from .handshake import WORKER_COLLECTION, WORKER_INPUT, Role, WorkerInput, decide_role
-from .remote import RemoteHosts, RemoteWorker, make_placement_scheduler, remote_hosts
+from .handshake import WORKER_COLLECTION, WORKER_INPUT, RemoteInput, Role, WorkerInput, decide_role
+
+if TYPE_CHECKING:
+    from .remote import RemoteHosts, RemoteWorker
 
 CONTROLLER_PLUGIN = "agentbench-distribution-controller"
 WORKER_PLUGIN = "agentbench-distribution-worker"
@@ -66,7 +68,7 @@ class DistributionWorker:
 
     def __init__(self, handshake: WorkerInput) -> None:
         self.handshake = handshake
-        self.remote = RemoteWorker(handshake.remote) if handshake.remote is not None else None
+        self.remote = remote_worker(handshake.remote) if handshake.remote is not None else None
         self.budget = BudgetLink(handshake.budget) if handshake.budget is not None else None
 
     @pytest.hookimpl(tryfirst=True)
@@ -81,6 +83,13 @@ class DistributionWorker:
         if self.remote is not None and self.remote.unplaced(pyfuncitem):
             return True
         return None
+
+
+def remote_worker(given: RemoteInput) -> RemoteWorker:
+    """The ``RemoteWorker`` of a worker on another host: a local worker never loads the remote helpers."""
+    from .remote import RemoteWorker  # why: see the docstring
+
+    return RemoteWorker(given)
 
 
 class DistributionController:
@@ -101,6 +110,8 @@ class DistributionController:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Before xdist starts any gateway: refuse what cannot run remotely, then take over placement."""
+        from .remote import remote_hosts  # why: the remote hosts' helpers load on the controller only
+
         self.remote = remote_hosts(self.config, self.state, self.note_host)
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -139,6 +150,8 @@ class DistributionController:
             return None
         if self.remote is not None:
             return self.remote.scheduler(config, log)
+        from .remote import make_placement_scheduler  # why: only the controller schedules
+
         return make_placement_scheduler(config, log, lambda nodeid: False, lambda node: False)
 
     def note_host(self, worker: str, host: str) -> None:
