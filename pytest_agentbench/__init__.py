@@ -36,12 +36,9 @@ __all__ = ["__version__", *_EXPORTS]
 
 
 def installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version  # why: reading metadata costs ~0.1 s a start
+    from .core.version import package_version  # why: the package's import stays free of metadata reads
 
-    try:
-        return version("pytest-agentbench")
-    except PackageNotFoundError:  # a source tree on sys.path, not installed
-        return "0+unknown"
+    return package_version()
 
 
 def __getattr__(name: str) -> Any:

@@ -22,6 +22,7 @@ from ..core.errors import ConfigError, choose
 from ..core.io import CollectedFiles, DirectoryFiles, natural_key
 from ..core.options import RunFacts, Settings, view
 from ..core.run_options import RunOptions
+from ..core.version import package_version
 from ..models.cache import CacheJournal
 from ..models.options import ORACLE, ModelOptions, model_settings
 from ..report.baseline import BaselineError, baseline_for_run, load_summary
@@ -83,15 +84,6 @@ def comparability_of(benchmark: Benchmark, opts: Settings, split: str, settings:
     if opts.replay:
         out["replayed"] = replayed_comparability(Path(opts.replay))
     return out
-
-
-def package_version() -> str:
-    from importlib import metadata  # why: only the comparability keys need it
-
-    try:
-        return metadata.version("pytest-agentbench")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def replayed_comparability(folder: Path) -> Any:

@@ -30,6 +30,7 @@ from ...core.io import DirectoryFiles, RunFiles
 from ...core.text import printable
 from ...core.trees import remove_tree, scratch_folder
 from ...core.types import Sample
+from ...core.version import package_version
 from ...envs import EnvError, EnvFactory, EnvSkip
 from ...sandbox.containment import EXTERNAL_AGENT_DOCKER
 from ...sandbox.result import ExecResult
@@ -436,9 +437,7 @@ class AgentSolver(Solver):
     def record_fields(self, result: Any) -> dict[str, Any]:
         """The record's fields of the agent itself: its name and version (the built-in agent's version is the
         plugin's), so every record says which scaffold produced it."""
-        from ... import installed_version
-
-        return {"agent": {"name": agents.BUILTIN, "version": installed_version()}}
+        return {"agent": {"name": agents.BUILTIN, "version": package_version()}}
 
     def reach_options(self, task: Mapping[str, Any], copies: tuple[str, ...]) -> dict[str, Any]:
         """What ``start`` keeps from the agent: the capsule's publication hosts (both environments) and, on the
