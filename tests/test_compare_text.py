@@ -8,23 +8,8 @@ from pytest_agentbench.report.compare import compare, render_markdown, render_te
 from pytest_agentbench.report.power import detectable_drop
 from pytest_agentbench.report.summary import build_summary
 
+from helpers.records_kit import toy_records
 from toybench import Toy
-
-
-def toy_records(statuses: dict[str, str], answers: str = "fresh", responses: str = "same") -> list[dict]:
-    return [
-        {
-            "benchmark": "toy",
-            "task": i.split(".")[0],
-            "id": i,
-            "split": "dev",
-            "status": s,
-            "scored": True,
-            "message": "",
-            "generation": {"answers": answers, "responses": f"{responses}-{i}"},
-        }
-        for i, s in statuses.items()
-    ]
 
 
 def comparison_of(answers_b: str):

@@ -12,25 +12,10 @@ from pytest_agentbench.report.html import render_html
 from pytest_agentbench.report.summary import build_summary
 from pytest_agentbench.report.summary import render_markdown as summary_markdown
 
+from helpers.records_kit import toy_records
 from toybench import Toy
 
 RESUME = "cd /home/me && python -m pytest --bench-resume=/home/me/reports/toy/m/run1"
-
-
-def toy_records(statuses: dict[str, str], answers: str = "fresh", responses: str = "same") -> list[dict]:
-    return [
-        {
-            "benchmark": "toy",
-            "task": i.split(".")[0],
-            "id": i,
-            "split": "dev",
-            "status": s,
-            "scored": True,
-            "message": "",
-            "generation": {"answers": answers, "responses": f"{responses}-{i}"},
-        }
-        for i, s in statuses.items()
-    ]
 
 
 def test_errors_are_counted_apart_and_every_page_shows_the_same_warning_and_command():

@@ -146,3 +146,22 @@ def generated_records(
 
 def no_code_runs(code: str, timeout: float) -> dict:
     raise AssertionError("the naive harness runs no code")
+
+
+def toy_records(statuses: Mapping[str, str], answers: str = "fresh", responses: str = "same") -> list[dict[str, Any]]:
+    """Records of the toy benchmark (``tests/toybench``), one per ``id -> status``: a benchmark the report layer
+    does not know. ``answers``: how the answers were got (``fresh``, ``replayed``); ``responses``: the responses'
+    digest prefix (two runs with equal prefixes got the same answers)."""
+    return [
+        {
+            "benchmark": "toy",
+            "task": i.split(".")[0],
+            "id": i,
+            "split": "dev",
+            "status": s,
+            "scored": True,
+            "message": "",
+            "generation": {"answers": answers, "responses": f"{responses}-{i}"},
+        }
+        for i, s in statuses.items()
+    ]
