@@ -1,4 +1,5 @@
-"""SciCode end to end through pytester, the way a user runs pytest."""
+"""SciCode end to end through pytester, the way a user runs pytest, and what those runs compute (the items of a
+split, the errors of bad input) called in-process where one session per behaviour shows the wiring."""
 
 from __future__ import annotations
 
@@ -8,16 +9,34 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.benchmarks.registry import get_benchmark
+from pytest_agentbench.benchmarks.scicode.bench import SciCode
 from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
+from pytest_agentbench.core.data import DataError
+from pytest_agentbench.core.errors import ConfigError
+from pytest_agentbench.core.options import Settings
 from pytest_agentbench.core.records import comparable
+from pytest_agentbench.pytest_plugin.collect import select_ids
 
-from helpers.bench_runs import read_jsonl, run_dirs, validation_problems
+from helpers.bench_runs import SHARED_DATA, read_jsonl, run_dirs, validation_problems
 from helpers.scicode_builders import CLOSE, MODEL_CONFTEST, custom_data_args, problem, step
 
 pytestmark = pytest.mark.e2e
 
 
 # ---- collection -------------------------------------------------------------------------------
+def split_item_ids(split: str, data_dir: Path = SHARED_DATA, **opts) -> list[str]:
+    """The node ids a run of ``split`` collects, from the benchmark's own tasks (no pytest session)."""
+    tasks = SciCode().load_tasks(Settings({"data_dir": str(data_dir), **opts}), split)
+    return [f"scicode/{task.id}::{sample.id}" for task in tasks for sample in task.samples]
+
+
+def assert_split_items(ids: list[str], problems: int, steps: int, prefilled: int) -> None:
+    assert len(ids) == steps
+    assert len({i.split("::")[0] for i in ids}) == problems
+    assert len([i for i in ids if i.split("::")[1] in ("13.6", "62.1", "76.3")]) == prefilled
+
+
 @pytest.mark.parametrize(
     "split,problems,steps,prefilled",
     [
@@ -26,14 +45,18 @@ pytestmark = pytest.mark.e2e
         ("all", 80, 341, 3),
     ],
 )
+def test_every_step_of_a_split_is_an_item(split, problems, steps, prefilled):
+    assert_split_items(split_item_ids(split), problems, steps, prefilled)
+
+
 @pytest.mark.slow
-def test_collect_only_lists_every_step(bench, split, problems, steps, prefilled):
-    result = bench("--bench=scicode", f"--bench-split={split}", "--collect-only", "-q")
+def test_collect_only_lists_every_step(bench):
+    """The split that holds both others: pytest lists exactly the benchmark's items, in its order."""
+    result = bench("--bench=scicode", "--bench-split=all", "--collect-only", "-q")
     assert result.ret == 0, result.stdout.str()
     ids = [line for line in result.outlines if line.startswith("scicode/")]
-    assert len(ids) == steps
-    assert len({i.split("::")[0] for i in ids}) == problems
-    assert len([i for i in ids if i.split("::")[1] in ("13.6", "62.1", "76.3")]) == prefilled
+    assert_split_items(ids, 80, 341, 3)
+    assert ids == split_item_ids("all")
 
 
 @pytest.mark.slow
@@ -76,23 +99,34 @@ def test_prefilled_marker_selects_the_three_official_steps(bench):
     assert sorted(ids) == ["scicode/13::13.6", "scicode/62::62.1", "scicode/76::76.3"]
 
 
-@pytest.mark.parametrize(
-    "args,needle",
-    [
-        (["--bench=nope"], "unknown benchmark (--bench) 'nope'; valid values: core-bench, scicode"),
-        (
-            ["--bench=scicode", "--bench-split=dev"],
-            "unknown scicode split (--bench-split) 'dev'; valid values: validation, test, all",
-        ),
-        (["--bench=scicode", "--bench-split=validation", "--bench-ids=999"], "unknown scicode id(s) 999"),
-        (["--bench=scicode", "--bench-split=test", "--model=oracle"], "only SciCode's validation split ships"),
-    ],
-)
 @pytest.mark.slow
-def test_usage_errors_list_valid_values(bench, args, needle):
-    result = bench(*args, "--collect-only")
+def test_usage_errors_list_valid_values(bench):
+    """A ConfigError found while the run is configured is pytest's usage error, its message on stderr. The plugin
+    turns every such error into one in the same place (an unknown benchmark, split or id, a model that cannot do
+    the split): the tests below check each message where it is made."""
+    result = bench("--bench=scicode", "--bench-split=dev", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert needle in result.stderr.str()
+    assert "unknown scicode split (--bench-split) 'dev'; valid values: validation, test, all" in result.stderr.str()
+
+
+def test_an_unknown_benchmark_lists_the_valid_ones():
+    with pytest.raises(ConfigError) as error:
+        get_benchmark("nope")
+    assert "unknown benchmark (--bench) 'nope'; valid values: core-bench, scicode" in str(error.value)
+
+
+def test_an_unknown_id_is_named():
+    tasks = SciCode().load_tasks(Settings({"data_dir": str(SHARED_DATA)}), "validation")
+    with pytest.raises(ConfigError) as error:
+        select_ids(tasks, ["999"], "scicode")
+    assert "unknown scicode id(s) 999" in str(error.value)
+
+
+def test_the_oracle_refuses_the_test_split():
+    opts = Settings({"model": "oracle", "mode": "naive", "background": False, "split": "test"})
+    with pytest.raises(ConfigError) as error:
+        SciCode().configure(opts, "test")
+    assert "only SciCode's validation split ships" in str(error.value)
 
 
 @pytest.mark.slow
@@ -149,14 +183,14 @@ def copy_data(shared_data: Path, dest: Path) -> Path:
     return dest
 
 
-@pytest.mark.slow
-def test_checksum_mismatch_names_the_file_and_the_fix(bench, pytester, shared_data):
-    data = copy_data(shared_data, pytester.path / "mydata")
+def test_checksum_mismatch_names_the_file_and_the_fix(shared_data, tmp_path):
+    """A run reads its problems as ``load_tasks`` does (a DataError is a usage error: see the missing file)."""
+    data = copy_data(shared_data, tmp_path / "mydata")
     with open(data / "scicode" / "problems_dev.jsonl", "a") as fh:
         fh.write("\n")
-    result = bench("--bench=scicode", "--bench-split=validation", f"--bench-data-dir={data}", "--collect-only")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    err = result.stderr.str()
+    with pytest.raises(DataError) as error:
+        split_item_ids("validation", data)
+    err = str(error.value)
     assert "checksum mismatch for" in err and "problems_dev.jsonl" in err and "delete it to re-download" in err
 
 
@@ -171,22 +205,16 @@ def test_missing_file_offline_names_url_and_place(bench, pytester):
     assert str(empty / "scicode" / "problems_dev.jsonl") in err
 
 
-@pytest.mark.slow
-def test_corrupt_jsonl_line_is_named(bench, pytester, shared_data):
-    data = copy_data(shared_data, pytester.path / "mydata")
+def test_corrupt_jsonl_line_is_named(shared_data, tmp_path):
+    """Even with custom data allowed (no checksum), as a run reads it with --bench-set=allow_custom_data=true."""
+    data = copy_data(shared_data, tmp_path / "mydata")
     path = data / "scicode" / "problems_dev.jsonl"
     lines = path.read_text().splitlines()
     lines[2] = lines[2][:50]
     path.write_text("\n".join(lines) + "\n")
-    result = bench(
-        "--bench=scicode",
-        "--bench-split=validation",
-        f"--bench-data-dir={data}",
-        "--bench-set=allow_custom_data=true",
-        "--collect-only",
-    )
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "problems_dev.jsonl line 3 is not valid JSON" in result.stderr.str()
+    with pytest.raises(DataError) as error:
+        split_item_ids("validation", data, allow_custom_data=True)
+    assert "problems_dev.jsonl line 3 is not valid JSON" in str(error.value)
 
 
 def test_missing_h5_is_an_eval_error_per_step(bench, pytester, shared_data):
