@@ -368,6 +368,17 @@ def pytest_sessionfinish(session):
 
 
 # ---- the real validation split with the oracle ------------------------------------------------
+def all_resolved(problems: int, steps: int) -> str:
+    return (
+        f"validation: main problems resolved {problems}/{problems} (100.0%), "
+        f"subproblems passed {steps}/{steps} (100.0%)"
+    )
+
+
+def comparable_records(run: Path) -> list[dict]:
+    return sorted((comparable(r) for r in read_jsonl(run / "steps.jsonl")), key=lambda r: r["id"])
+
+
 def oracle_run(bench, pytester, run_id, *extra, problems=15, steps=50):
     result = bench(
         "--bench=scicode",
@@ -378,21 +389,23 @@ def oracle_run(bench, pytester, run_id, *extra, problems=15, steps=50):
         subprocess=True,
     )
     assert result.ret == 0, result.stdout.str()[-3000:]
-    resolved = f"main problems resolved {problems}/{problems} (100.0%), subproblems passed {steps}/{steps} (100.0%)"
-    assert f"validation: {resolved}" in result.stdout.str()
+    assert all_resolved(problems, steps) in result.stdout.str()
     run = pytester.path / "reports" / "scicode" / "oracle" / run_id
-    records = sorted(read_jsonl(run / "steps.jsonl"), key=lambda r: r["id"])
     summary = json.loads((run / "summary.json").read_text())
-    return [comparable(r) for r in records], summary["metrics"]
+    return comparable_records(run), summary["metrics"]
 
 
 @pytest.mark.slow
-def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist(bench, pytester):
-    """The whole split resolves without -n; -n 2 and -n 4 give the same records and the same metrics as each
-    other and as the serial run's records of their problems. The -n 2 run also uses the fresh-interpreter
-    executor, which must give the same records as the fork server. The parallel runs leave out the two problems
-    whose upstream tests are most of a run's time: what they check is the distribution, not the split."""
-    serial, metrics = oracle_run(bench, pytester, "serial")
+def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist(
+    bench, pytester, validation_oracle_run
+):
+    """The whole split resolves without -n (the session's shared run); -n 2 and -n 4 give the same records and
+    the same metrics as each other and as the serial run's records of their problems. The -n 2 run also uses the
+    fresh-interpreter executor, which must give the same records as the fork server. The parallel runs leave out
+    the two problems whose upstream tests are most of a run's time: what they check is the distribution, not the
+    split."""
+    assert all_resolved(15, 50) in validation_oracle_run.stdout
+    serial, metrics = comparable_records(validation_oracle_run.path), validation_oracle_run.summary["metrics"]
     assert len(serial) == 50 and all(r["status"] == "pass" for r in serial)
     assert metrics["main"] == 1.0 and metrics["subproblem"] == 1.0
     problems, steps = validation_problems()
@@ -428,7 +441,7 @@ MUTATIONS = {  # step: (original, mutated) snippets of its ground truth
 
 
 @pytest.mark.slow
-def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data):
+def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data, validation_oracle_run):
     data = copy_data(shared_data, pytester.path / "mutated")
     path = data / "scicode" / "problems_dev.jsonl"
     problems = [json.loads(line) for line in path.read_text().splitlines()]
@@ -443,9 +456,10 @@ def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data):
                 changed.add(st["step_number"])
     assert changed == set(MUTATIONS)
     path.write_text("".join(json.dumps(p) + "\n" for p in problems))
-    # Targets come from the unmodified data (rebuilt into the shared cache), the code from the mutated file.
-    rebuilt = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1,29")
-    rebuilt.assert_outcomes(passed=4)
+    # Unmutated, the oracle passes these steps (the session's run of the split): the failures below are the mutations'.
+    unmutated = [r for r in validation_oracle_run.records if r["task"] in ("1", "29")]
+    assert sorted(r["id"] for r in unmutated if r["status"] == "pass") == ["1.1", "29.1", "29.2", "29.3"]
+    # Targets come from the unmodified data, the code from the mutated file.
     from pytest_agentbench.benchmarks.scicode import targets as targets_mod
 
     originals = [json.loads(line) for line in (shared_data / "scicode" / "problems_dev.jsonl").read_text().splitlines()]
