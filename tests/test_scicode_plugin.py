@@ -19,6 +19,7 @@ from pytest_agentbench.core.records import comparable
 from pytest_agentbench.pytest_plugin.collect import select_ids
 
 from helpers.bench_runs import SHARED_DATA, read_jsonl, run_dirs, validation_problems
+from helpers.fixtures import SharedRun, run_once_per_session, start_pytest
 from helpers.scicode_builders import CLOSE, MODEL_CONFTEST, custom_data_args, problem, step
 
 pytestmark = pytest.mark.e2e
@@ -300,10 +301,10 @@ EXPECTED = {
 }
 
 
-@pytest.fixture
-def handmade(pytester, shared_data) -> list[str]:
-    data = pytester.mkdir("handmade")
-    (data / "scicode").mkdir()
+def write_handmade(folder: Path) -> list[str]:
+    """The hand-made dataset in ``folder/handmade``; the command line that runs it with the oracle."""
+    data = folder / "handmade"
+    (data / "scicode").mkdir(parents=True)
     (data / "scicode" / "problems_dev.jsonl").write_text("".join(json.dumps(p) + "\n" for p in HANDMADE))
     (data / "scicode" / "13.6.txt").write_text("def helper13(x):\n    return 10 * x\n")
     for name in ("62.1.txt", "76.3.txt"):
@@ -322,13 +323,34 @@ def handmade(pytester, shared_data) -> list[str]:
     ]
 
 
+@pytest.fixture
+def handmade(pytester) -> list[str]:
+    return write_handmade(pytester.path)
+
+
+def handmade_run(tmp_path_factory, shared_cache: Path, executor: str) -> SharedRun:
+    """The hand-made dataset run once per test session with ``executor``, shared by the tests that read it."""
+
+    def start(project: Path):
+        args = [*write_handmade(project), f"--bench-set=executor={executor}", "-rs", "--bench-run-id=shared"]
+        return start_pytest(project, shared_cache, *args)
+
+    return run_once_per_session(tmp_path_factory, f"agentbench-handmade-{executor}", start)
+
+
+@pytest.fixture(scope="module")
+def handmade_runs(tmp_path_factory, shared_cache, machine_secret, no_retry_waits) -> dict[str, SharedRun]:
+    return {executor: handmade_run(tmp_path_factory, shared_cache, executor) for executor in ("fork", "subprocess")}
+
+
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
 @pytest.mark.slow
-def test_each_status_and_the_metrics_on_a_handmade_dataset(bench, pytester, handmade, executor):
-    result = bench(*handmade, f"--bench-set=executor={executor}", "-rs")
+def test_each_status_and_the_metrics_on_a_handmade_dataset(handmade_runs, executor):
+    shared = handmade_runs[executor]
+    result = pytest.RunResult(shared.returncode, shared.stdout.splitlines(), shared.stderr.splitlines(), 0.0)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=5, failed=4, skipped=1)
-    [run] = run_dirs(pytester.path)
+    run = shared.path
     records = {r["id"]: r for r in read_jsonl(run / "steps.jsonl")}
     assert {k: r["status"] for k, r in records.items()} == EXPECTED
     assert records["2.2"]["message"].startswith("AssertionError")
@@ -338,7 +360,7 @@ def test_each_status_and_the_metrics_on_a_handmade_dataset(bench, pytester, hand
     # resolved: problems 1 and 13 of 6; passed: 5 of the 9 scored steps (13.6 is in neither count)
     assert summary["metrics"]["main"] == pytest.approx(2 / 6)
     assert summary["metrics"]["subproblem"] == pytest.approx(5 / 9)
-    out = result.stdout.str()
+    out = shared.stdout
     assert "main problems resolved 2/6 (33.3%), subproblems passed 5/9 (55.6%)" in out
     md = (run / "summary.md").read_text()
     assert "| validation | 2/6 (33.3%) | 5/9 (55.6%) |" in md
@@ -424,12 +446,12 @@ def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist
 
 
 @pytest.mark.slow
-def test_executors_give_identical_records_on_mutated_code(bench, pytester, handmade):
-    runs = {}
-    for executor in ("fork", "subprocess"):
-        bench(*handmade, f"--bench-set=executor={executor}", f"--bench-run-id={executor}")
-        path = pytester.path / "reports" / "scicode" / "oracle" / executor / "steps.jsonl"
-        runs[executor] = sorted((comparable(r) for r in read_jsonl(path)), key=lambda r: r["id"])
+def test_executors_give_identical_records_on_mutated_code(handmade_runs):
+    """(Each executor's run has a project folder of its own, which a message may name.)"""
+    runs = {
+        executor: json.loads(json.dumps(comparable_records(run.path)).replace(str(run.project), "<project>"))
+        for executor, run in handmade_runs.items()
+    }
     assert runs["fork"] == runs["subprocess"]
     assert {r["id"]: r["status"] for r in runs["fork"]} == EXPECTED
 
