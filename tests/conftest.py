@@ -4,7 +4,9 @@ Helpers live in the package tests/helpers; the fixtures every module may use com
 loaded below through ``pytest_plugins``:
 
 - helpers/fixtures.py: ``shared_data``, ``shared_cache``, ``cache_dir``, ``bench`` (run pytest as a user does),
-  and ``pytester`` with the scientific stack imported before its first in-process run;
+  ``pytester`` with the scientific stack imported before its first in-process run, and the runs the whole test
+  session shares, read-only: ``tiny_run`` (the tiny dataset) and ``validation_oracle_run`` (SciCode's validation
+  split with the oracle; once per session even under xdist);
 - helpers/fake_openai.py: ``server`` (the scripted OpenAI-compatible server) and ``make_model`` (the client
   against it);
 - helpers/scicode_builders.py: ``custom_scicode`` (a run of a hand-made SciCode dataset) and ``tiny`` (the tiny

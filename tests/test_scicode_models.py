@@ -93,6 +93,28 @@ def without_trajectory_paths(records: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "generation"} for r in records]
 
 
+# What a model's answer adds to a step's record beside the verdict: who answered and how.
+ANSWER_FIELDS = ("model", "generation", "trajectory", "code")
+
+
+def verdicts(records: list[dict]) -> dict[str, dict]:
+    """Each step's verdict as its record gives it (status, message, tests run, targets, ...), by id."""
+    return {r["id"]: {k: v for k, v in comparable(r).items() if k not in ANSWER_FIELDS} for r in records}
+
+
+def assert_verdicts_are_the_oracle_s(records: list[dict], oracle: list[dict]) -> None:
+    """A model answering each step with its ground truth gets, step for step, the verdicts of the oracle (the
+    session's run of the split): what the answers went through (prompts, replies, tools, workers) changed none."""
+    theirs = verdicts(records)
+    expected = {k: v for k, v in verdicts(oracle).items() if k in theirs}
+    assert sorted(expected) == sorted(theirs)
+    for key, verdict in theirs.items():
+        assert verdict == expected[key], key
+    by_id = {r["id"]: r for r in oracle}
+    for record in records:
+        assert record["code"].strip() == by_id[record["id"]]["code"].strip(), record["id"]
+
+
 # The model path is what these runs check (the oracle test resolves the whole split): they leave out the two
 # problems whose upstream tests are most of a run's time.
 PROBLEMS, SCORED = validation_problems()
@@ -105,7 +127,9 @@ ALL_PASS = (
 @pytest.mark.parametrize(
     "mode,xdist", [("tool_use", ()), ("tool_use", ("-n", "4")), ("naive", ()), ("naive", ("-n", "4"))]
 )
-def test_scripted_ground_truth_model_resolves_validation(bench, pytester, server, cache_dir, mode, xdist):
+def test_scripted_ground_truth_model_resolves_validation(
+    bench, pytester, server, cache_dir, mode, xdist, validation_oracle_run
+):
     cache = cache_dir
     selection = "--bench-ids=" + ",".join(PROBLEMS)
     result = bench(
@@ -116,6 +140,7 @@ def test_scripted_ground_truth_model_resolves_validation(bench, pytester, server
     [run] = run_dirs(pytester.path)
     records = records_of(run)
     assert all(r["status"] == "pass" for r in records) and len(records) == SCORED
+    assert_verdicts_are_the_oracle_s(records, validation_oracle_run.records)
     calls_per_step = 2 if mode == "tool_use" else 1
     assert server.count("/chat/completions") == SCORED * calls_per_step
     if mode == "tool_use":

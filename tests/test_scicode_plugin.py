@@ -1,4 +1,5 @@
-"""SciCode end to end through pytester, the way a user runs pytest."""
+"""SciCode end to end through pytester, the way a user runs pytest, and what those runs compute (the items of a
+split, the errors of bad input) called in-process where one session per behaviour shows the wiring."""
 
 from __future__ import annotations
 
@@ -8,16 +9,35 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.benchmarks.registry import get_benchmark
+from pytest_agentbench.benchmarks.scicode.bench import SciCode
 from pytest_agentbench.benchmarks.scicode.h5codec import write_step_targets
+from pytest_agentbench.core.data import DataError
+from pytest_agentbench.core.errors import ConfigError
+from pytest_agentbench.core.options import Settings
 from pytest_agentbench.core.records import comparable
+from pytest_agentbench.pytest_plugin.collect import select_ids
 
-from helpers.bench_runs import read_jsonl, run_dirs, validation_problems
+from helpers.bench_runs import SHARED_DATA, read_jsonl, run_dirs, validation_problems
+from helpers.fixtures import SharedRun, run_once_per_session, start_pytest
 from helpers.scicode_builders import CLOSE, MODEL_CONFTEST, custom_data_args, problem, step
 
 pytestmark = pytest.mark.e2e
 
 
 # ---- collection -------------------------------------------------------------------------------
+def split_item_ids(split: str, data_dir: Path = SHARED_DATA, **opts) -> list[str]:
+    """The node ids a run of ``split`` collects, from the benchmark's own tasks (no pytest session)."""
+    tasks = SciCode().load_tasks(Settings({"data_dir": str(data_dir), **opts}), split)
+    return [f"scicode/{task.id}::{sample.id}" for task in tasks for sample in task.samples]
+
+
+def assert_split_items(ids: list[str], problems: int, steps: int, prefilled: int) -> None:
+    assert len(ids) == steps
+    assert len({i.split("::")[0] for i in ids}) == problems
+    assert len([i for i in ids if i.split("::")[1] in ("13.6", "62.1", "76.3")]) == prefilled
+
+
 @pytest.mark.parametrize(
     "split,problems,steps,prefilled",
     [
@@ -26,14 +46,18 @@ pytestmark = pytest.mark.e2e
         ("all", 80, 341, 3),
     ],
 )
+def test_every_step_of_a_split_is_an_item(split, problems, steps, prefilled):
+    assert_split_items(split_item_ids(split), problems, steps, prefilled)
+
+
 @pytest.mark.slow
-def test_collect_only_lists_every_step(bench, split, problems, steps, prefilled):
-    result = bench("--bench=scicode", f"--bench-split={split}", "--collect-only", "-q")
+def test_collect_only_lists_every_step(bench):
+    """The split that holds both others: pytest lists exactly the benchmark's items, in its order."""
+    result = bench("--bench=scicode", "--bench-split=all", "--collect-only", "-q")
     assert result.ret == 0, result.stdout.str()
     ids = [line for line in result.outlines if line.startswith("scicode/")]
-    assert len(ids) == steps
-    assert len({i.split("::")[0] for i in ids}) == problems
-    assert len([i for i in ids if i.split("::")[1] in ("13.6", "62.1", "76.3")]) == prefilled
+    assert_split_items(ids, 80, 341, 3)
+    assert ids == split_item_ids("all")
 
 
 @pytest.mark.slow
@@ -76,23 +100,34 @@ def test_prefilled_marker_selects_the_three_official_steps(bench):
     assert sorted(ids) == ["scicode/13::13.6", "scicode/62::62.1", "scicode/76::76.3"]
 
 
-@pytest.mark.parametrize(
-    "args,needle",
-    [
-        (["--bench=nope"], "unknown benchmark (--bench) 'nope'; valid values: core-bench, scicode"),
-        (
-            ["--bench=scicode", "--bench-split=dev"],
-            "unknown scicode split (--bench-split) 'dev'; valid values: validation, test, all",
-        ),
-        (["--bench=scicode", "--bench-split=validation", "--bench-ids=999"], "unknown scicode id(s) 999"),
-        (["--bench=scicode", "--bench-split=test", "--model=oracle"], "only SciCode's validation split ships"),
-    ],
-)
 @pytest.mark.slow
-def test_usage_errors_list_valid_values(bench, args, needle):
-    result = bench(*args, "--collect-only")
+def test_usage_errors_list_valid_values(bench):
+    """A ConfigError found while the run is configured is pytest's usage error, its message on stderr. The plugin
+    turns every such error into one in the same place (an unknown benchmark, split or id, a model that cannot do
+    the split): the tests below check each message where it is made."""
+    result = bench("--bench=scicode", "--bench-split=dev", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert needle in result.stderr.str()
+    assert "unknown scicode split (--bench-split) 'dev'; valid values: validation, test, all" in result.stderr.str()
+
+
+def test_an_unknown_benchmark_lists_the_valid_ones():
+    with pytest.raises(ConfigError) as error:
+        get_benchmark("nope")
+    assert "unknown benchmark (--bench) 'nope'; valid values: core-bench, scicode" in str(error.value)
+
+
+def test_an_unknown_id_is_named():
+    tasks = SciCode().load_tasks(Settings({"data_dir": str(SHARED_DATA)}), "validation")
+    with pytest.raises(ConfigError) as error:
+        select_ids(tasks, ["999"], "scicode")
+    assert "unknown scicode id(s) 999" in str(error.value)
+
+
+def test_the_oracle_refuses_the_test_split():
+    opts = Settings({"model": "oracle", "mode": "naive", "background": False, "split": "test"})
+    with pytest.raises(ConfigError) as error:
+        SciCode().configure(opts, "test")
+    assert "only SciCode's validation split ships" in str(error.value)
 
 
 @pytest.mark.slow
@@ -149,14 +184,14 @@ def copy_data(shared_data: Path, dest: Path) -> Path:
     return dest
 
 
-@pytest.mark.slow
-def test_checksum_mismatch_names_the_file_and_the_fix(bench, pytester, shared_data):
-    data = copy_data(shared_data, pytester.path / "mydata")
+def test_checksum_mismatch_names_the_file_and_the_fix(shared_data, tmp_path):
+    """A run reads its problems as ``load_tasks`` does (a DataError is a usage error: see the missing file)."""
+    data = copy_data(shared_data, tmp_path / "mydata")
     with open(data / "scicode" / "problems_dev.jsonl", "a") as fh:
         fh.write("\n")
-    result = bench("--bench=scicode", "--bench-split=validation", f"--bench-data-dir={data}", "--collect-only")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    err = result.stderr.str()
+    with pytest.raises(DataError) as error:
+        split_item_ids("validation", data)
+    err = str(error.value)
     assert "checksum mismatch for" in err and "problems_dev.jsonl" in err and "delete it to re-download" in err
 
 
@@ -171,22 +206,16 @@ def test_missing_file_offline_names_url_and_place(bench, pytester):
     assert str(empty / "scicode" / "problems_dev.jsonl") in err
 
 
-@pytest.mark.slow
-def test_corrupt_jsonl_line_is_named(bench, pytester, shared_data):
-    data = copy_data(shared_data, pytester.path / "mydata")
+def test_corrupt_jsonl_line_is_named(shared_data, tmp_path):
+    """Even with custom data allowed (no checksum), as a run reads it with --bench-set=allow_custom_data=true."""
+    data = copy_data(shared_data, tmp_path / "mydata")
     path = data / "scicode" / "problems_dev.jsonl"
     lines = path.read_text().splitlines()
     lines[2] = lines[2][:50]
     path.write_text("\n".join(lines) + "\n")
-    result = bench(
-        "--bench=scicode",
-        "--bench-split=validation",
-        f"--bench-data-dir={data}",
-        "--bench-set=allow_custom_data=true",
-        "--collect-only",
-    )
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "problems_dev.jsonl line 3 is not valid JSON" in result.stderr.str()
+    with pytest.raises(DataError) as error:
+        split_item_ids("validation", data, allow_custom_data=True)
+    assert "problems_dev.jsonl line 3 is not valid JSON" in str(error.value)
 
 
 def test_missing_h5_is_an_eval_error_per_step(bench, pytester, shared_data):
@@ -272,10 +301,10 @@ EXPECTED = {
 }
 
 
-@pytest.fixture
-def handmade(pytester, shared_data) -> list[str]:
-    data = pytester.mkdir("handmade")
-    (data / "scicode").mkdir()
+def write_handmade(folder: Path) -> list[str]:
+    """The hand-made dataset in ``folder/handmade``; the command line that runs it with the oracle."""
+    data = folder / "handmade"
+    (data / "scicode").mkdir(parents=True)
     (data / "scicode" / "problems_dev.jsonl").write_text("".join(json.dumps(p) + "\n" for p in HANDMADE))
     (data / "scicode" / "13.6.txt").write_text("def helper13(x):\n    return 10 * x\n")
     for name in ("62.1.txt", "76.3.txt"):
@@ -294,13 +323,34 @@ def handmade(pytester, shared_data) -> list[str]:
     ]
 
 
+@pytest.fixture
+def handmade(pytester) -> list[str]:
+    return write_handmade(pytester.path)
+
+
+def handmade_run(tmp_path_factory, shared_cache: Path, executor: str) -> SharedRun:
+    """The hand-made dataset run once per test session with ``executor``, shared by the tests that read it."""
+
+    def start(project: Path):
+        args = [*write_handmade(project), f"--bench-set=executor={executor}", "-rs", "--bench-run-id=shared"]
+        return start_pytest(project, shared_cache, *args)
+
+    return run_once_per_session(tmp_path_factory, f"agentbench-handmade-{executor}", start)
+
+
+@pytest.fixture(scope="module")
+def handmade_runs(tmp_path_factory, shared_cache, machine_secret, no_retry_waits) -> dict[str, SharedRun]:
+    return {executor: handmade_run(tmp_path_factory, shared_cache, executor) for executor in ("fork", "subprocess")}
+
+
 @pytest.mark.parametrize("executor", ["fork", "subprocess"])
 @pytest.mark.slow
-def test_each_status_and_the_metrics_on_a_handmade_dataset(bench, pytester, handmade, executor):
-    result = bench(*handmade, f"--bench-set=executor={executor}", "-rs")
+def test_each_status_and_the_metrics_on_a_handmade_dataset(handmade_runs, executor):
+    shared = handmade_runs[executor]
+    result = pytest.RunResult(shared.returncode, shared.stdout.splitlines(), shared.stderr.splitlines(), 0.0)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=5, failed=4, skipped=1)
-    [run] = run_dirs(pytester.path)
+    run = shared.path
     records = {r["id"]: r for r in read_jsonl(run / "steps.jsonl")}
     assert {k: r["status"] for k, r in records.items()} == EXPECTED
     assert records["2.2"]["message"].startswith("AssertionError")
@@ -310,7 +360,7 @@ def test_each_status_and_the_metrics_on_a_handmade_dataset(bench, pytester, hand
     # resolved: problems 1 and 13 of 6; passed: 5 of the 9 scored steps (13.6 is in neither count)
     assert summary["metrics"]["main"] == pytest.approx(2 / 6)
     assert summary["metrics"]["subproblem"] == pytest.approx(5 / 9)
-    out = result.stdout.str()
+    out = shared.stdout
     assert "main problems resolved 2/6 (33.3%), subproblems passed 5/9 (55.6%)" in out
     md = (run / "summary.md").read_text()
     assert "| validation | 2/6 (33.3%) | 5/9 (55.6%) |" in md
@@ -340,6 +390,17 @@ def pytest_sessionfinish(session):
 
 
 # ---- the real validation split with the oracle ------------------------------------------------
+def all_resolved(problems: int, steps: int) -> str:
+    return (
+        f"validation: main problems resolved {problems}/{problems} (100.0%), "
+        f"subproblems passed {steps}/{steps} (100.0%)"
+    )
+
+
+def comparable_records(run: Path) -> list[dict]:
+    return sorted((comparable(r) for r in read_jsonl(run / "steps.jsonl")), key=lambda r: r["id"])
+
+
 def oracle_run(bench, pytester, run_id, *extra, problems=15, steps=50):
     result = bench(
         "--bench=scicode",
@@ -350,21 +411,23 @@ def oracle_run(bench, pytester, run_id, *extra, problems=15, steps=50):
         subprocess=True,
     )
     assert result.ret == 0, result.stdout.str()[-3000:]
-    resolved = f"main problems resolved {problems}/{problems} (100.0%), subproblems passed {steps}/{steps} (100.0%)"
-    assert f"validation: {resolved}" in result.stdout.str()
+    assert all_resolved(problems, steps) in result.stdout.str()
     run = pytester.path / "reports" / "scicode" / "oracle" / run_id
-    records = sorted(read_jsonl(run / "steps.jsonl"), key=lambda r: r["id"])
     summary = json.loads((run / "summary.json").read_text())
-    return [comparable(r) for r in records], summary["metrics"]
+    return comparable_records(run), summary["metrics"]
 
 
 @pytest.mark.slow
-def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist(bench, pytester):
-    """The whole split resolves without -n; -n 2 and -n 4 give the same records and the same metrics as each
-    other and as the serial run's records of their problems. The -n 2 run also uses the fresh-interpreter
-    executor, which must give the same records as the fork server. The parallel runs leave out the two problems
-    whose upstream tests are most of a run's time: what they check is the distribution, not the split."""
-    serial, metrics = oracle_run(bench, pytester, "serial")
+def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist(
+    bench, pytester, validation_oracle_run
+):
+    """The whole split resolves without -n (the session's shared run); -n 2 and -n 4 give the same records and
+    the same metrics as each other and as the serial run's records of their problems. The -n 2 run also uses the
+    fresh-interpreter executor, which must give the same records as the fork server. The parallel runs leave out
+    the two problems whose upstream tests are most of a run's time: what they check is the distribution, not the
+    split."""
+    assert all_resolved(15, 50) in validation_oracle_run.stdout
+    serial, metrics = comparable_records(validation_oracle_run.path), validation_oracle_run.summary["metrics"]
     assert len(serial) == 50 and all(r["status"] == "pass" for r in serial)
     assert metrics["main"] == 1.0 and metrics["subproblem"] == 1.0
     problems, steps = validation_problems()
@@ -383,12 +446,12 @@ def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist
 
 
 @pytest.mark.slow
-def test_executors_give_identical_records_on_mutated_code(bench, pytester, handmade):
-    runs = {}
-    for executor in ("fork", "subprocess"):
-        bench(*handmade, f"--bench-set=executor={executor}", f"--bench-run-id={executor}")
-        path = pytester.path / "reports" / "scicode" / "oracle" / executor / "steps.jsonl"
-        runs[executor] = sorted((comparable(r) for r in read_jsonl(path)), key=lambda r: r["id"])
+def test_executors_give_identical_records_on_mutated_code(handmade_runs):
+    """(Each executor's run has a project folder of its own, which a message may name.)"""
+    runs = {
+        executor: json.loads(json.dumps(comparable_records(run.path)).replace(str(run.project), "<project>"))
+        for executor, run in handmade_runs.items()
+    }
     assert runs["fork"] == runs["subprocess"]
     assert {r["id"]: r["status"] for r in runs["fork"]} == EXPECTED
 
@@ -400,7 +463,7 @@ MUTATIONS = {  # step: (original, mutated) snippets of its ground truth
 
 
 @pytest.mark.slow
-def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data):
+def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data, validation_oracle_run):
     data = copy_data(shared_data, pytester.path / "mutated")
     path = data / "scicode" / "problems_dev.jsonl"
     problems = [json.loads(line) for line in path.read_text().splitlines()]
@@ -415,9 +478,10 @@ def test_mutated_ground_truth_fails_its_step(bench, pytester, shared_data):
                 changed.add(st["step_number"])
     assert changed == set(MUTATIONS)
     path.write_text("".join(json.dumps(p) + "\n" for p in problems))
-    # Targets come from the unmodified data (rebuilt into the shared cache), the code from the mutated file.
-    rebuilt = bench("--bench=scicode", "--bench-split=validation", "--model=oracle", "--bench-ids=1,29")
-    rebuilt.assert_outcomes(passed=4)
+    # Unmutated, the oracle passes these steps (the session's run of the split): the failures below are the mutations'.
+    unmutated = [r for r in validation_oracle_run.records if r["task"] in ("1", "29")]
+    assert sorted(r["id"] for r in unmutated if r["status"] == "pass") == ["1.1", "29.1", "29.2", "29.3"]
+    # Targets come from the unmodified data, the code from the mutated file.
     from pytest_agentbench.benchmarks.scicode import targets as targets_mod
 
     originals = [json.loads(line) for line in (shared_data / "scicode" / "problems_dev.jsonl").read_text().splitlines()]

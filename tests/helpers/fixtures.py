@@ -1,16 +1,26 @@
 """The fixtures of pytest runs (loaded by tests/conftest.py through ``pytest_plugins``): ``shared_data``,
 ``shared_cache``, ``cache_dir``, ``machine_secret`` and ``bench`` (run pytest as a user does), ``pytester``
-made safe for in-process runs (``in_process_imports``), and no real retry waits (``no_retry_waits``; a test of
-the waits asks for ``real_retry_waits``)."""
+made safe for in-process runs (``in_process_imports``), no real retry waits (``no_retry_waits``; a test of
+the waits asks for ``real_retry_waits``), and the runs every test of the session shares, read-only
+(``tiny_run``: the tiny dataset; ``validation_oracle_run``: SciCode's validation split with the oracle)."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from helpers.bench_runs import SHARED_DATA
+from helpers.bench_runs import SHARED_DATA, checkout_python_path, read_jsonl
+from helpers.scicode_builders import MODEL_CONFTEST, custom_data_args, write_dataset
 
 
 @pytest.fixture(scope="session")
@@ -56,15 +66,20 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+def session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every process of this test session shares: under xdist each worker has its own basetemp below
+    the session's, whose parent it is; without xdist the basetemp itself (its parent holds other sessions')."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory) -> Path:
     """One cache folder for every pytester run, so rebuilt targets are built once per test session.
 
     Under xdist every worker has its own basetemp below a common root; the cache goes in that root
     (the plugin builds each problem's targets under a file lock, so workers can share it)."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    path = root / "agentbench-cache"
+    path = session_root(tmp_path_factory) / "agentbench-cache"
     path.mkdir(exist_ok=True)
     return path
 
@@ -83,9 +98,7 @@ def cache_dir(tmp_path, shared_cache) -> Path:
 def machine_secret(tmp_path_factory) -> Path:
     """One machine secret (core.data) for the whole test session: pytester gives every run its own HOME,
     and stamps/rebuilt targets in the shared cache are signed with the secret, so it must not move."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    path = root / "agentbench-secret"
+    path = session_root(tmp_path_factory) / "agentbench-secret"
     os.environ.setdefault("AGENTBENCH_SECRET_FILE", str(path))
     return Path(os.environ["AGENTBENCH_SECRET_FILE"])
 
@@ -119,3 +132,146 @@ def bench(pytester: pytest.Pytester, shared_data: Path, shared_cache: Path, monk
         return pytester.runpytest(*full)
 
     return run
+
+
+# ---- the runs the whole test session shares -------------------------------------------------------------------
+OUTCOME = "outcome.json"  # written last, beside the run's project folder: the run is over and this is how it ended
+SHARED_RUN_ID = "shared"
+
+
+@dataclass(frozen=True)
+class SharedRun:
+    """A finished pytest run of a benchmark that every test of the session reads and none changes.
+
+    ``project``: the folder pytest ran in; ``path``: the run folder (records, summary.json, summary.md,
+    report.html); ``returncode``, ``stdout``, ``stderr``: how the run ended and what it printed. A test that must
+    change the folder (resume it, add files) works on ``copy_to(dest)``."""
+
+    project: Path
+    path: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def records(self) -> list[dict]:
+        name = "steps.jsonl" if (self.path / "steps.jsonl").is_file() else "records.jsonl"
+        return read_jsonl(self.path / name)
+
+    @property
+    def summary(self) -> dict:
+        return json.loads((self.path / "summary.json").read_text())
+
+    def copy_to(self, dest: Path) -> Path:
+        """A copy of the run folder at ``dest`` (created), for a test that changes it."""
+        shutil.copytree(self.path, dest, symlinks=True)
+        return dest
+
+    def tail(self) -> str:
+        return self.stdout[-3000:] + self.stderr[-2000:]
+
+
+def folder_digest(folder: Path) -> str:
+    """A digest of every path, mode and content under ``folder``: equal while nobody changed it."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        digest.update(f"{path.relative_to(folder)}\0{path.lstat().st_mode}\0".encode())
+        if path.is_file() and not path.is_symlink():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def run_once_per_session(
+    tmp_path_factory: pytest.TempPathFactory, name: str, start: Callable[[Path], subprocess.CompletedProcess]
+) -> SharedRun:
+    """``start(project)`` once for the whole test session, whichever process asks first; the others wait for it.
+
+    pytest-xdist's documented pattern: the folder sits below every worker's basetemp (``session_root``) and an
+    exclusive lock on a file there makes the first worker run it while the others block, then read its outcome.
+    (fcntl, as filelock is not a dependency.)"""
+    root = session_root(tmp_path_factory) / name
+    root.mkdir(exist_ok=True)
+    project, outcome = root / "project", root / OUTCOME
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not outcome.is_file():
+            shutil.rmtree(project, ignore_errors=True)  # a process that died while running it left this
+            project.mkdir()
+            done = start(project)
+            ended = {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+            outcome.write_text(json.dumps(ended))
+    ended = json.loads(outcome.read_text())
+    run_dir = next(iter(sorted(project.glob(f"reports/*/*/{SHARED_RUN_ID}"))), project / "reports")
+    return SharedRun(project=project, path=run_dir, **ended)
+
+
+def start_pytest(project: Path, shared_cache: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """pytest run as a user runs it in ``project`` (offline, the staged data, the session's cache of rebuilt
+    targets), in a fresh interpreter: what ``bench(..., subprocess=True)`` does, without a pytester folder."""
+    (project / "pytest.ini").write_text("[pytest]\n")  # the rootdir is the project, so its conftest.py applies
+    home = project / "home"
+    home.mkdir()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPENAI_"))}
+    environ.update(
+        HOME=str(home),
+        PYTHONPATH=checkout_python_path(),
+        AGENTBENCH_DATA_DIR=str(SHARED_DATA),
+        AGENTBENCH_OFFLINE="1",
+        **env,
+    )
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}", *args]
+    return subprocess.run(argv, cwd=project, env=environ, capture_output=True, text=True, timeout=1800)
+
+
+def unchanged(run: SharedRun) -> Iterator[SharedRun]:
+    """Give ``run`` to a test, then fail it if the run's project folder is not as it was."""
+    before = folder_digest(run.project)
+    yield run
+    assert folder_digest(run.project) == before, (
+        f"a test changed the shared run in {run.project}: it is read-only; work on a copy (SharedRun.copy_to)"
+    )
+
+
+TINY_BROKEN = "2.2"  # the step the shared tiny run's model answers wrongly: problem 2 is not resolved
+
+
+@pytest.fixture(scope="session")
+def shared_tiny_run(tmp_path_factory, shared_cache, machine_secret, no_retry_waits) -> SharedRun:
+    """The tiny dataset (3 problems, 5 steps) run once for the session as ``tiny(broken="2.2")`` runs it (its
+    mutant model answers 2.2 wrongly): 4 passed, 1 failed, exit code 1."""
+
+    def start(project: Path) -> subprocess.CompletedProcess:
+        (project / "conftest.py").write_text(MODEL_CONFTEST)
+        data, h5 = write_dataset(project, SHARED_DATA)
+        args = custom_data_args(data, h5, "--bench-timeout=20", f"--bench-run-id={SHARED_RUN_ID}")
+        return start_pytest(project, shared_cache, *args, BREAK_STEPS=TINY_BROKEN, ERROR_STEPS="")
+
+    run = run_once_per_session(tmp_path_factory, "agentbench-tiny-run", start)
+    assert run.returncode == pytest.ExitCode.TESTS_FAILED, run.tail()
+    return run
+
+
+@pytest.fixture
+def tiny_run(shared_tiny_run: SharedRun) -> Iterator[SharedRun]:
+    """The session's one run of the tiny dataset (``shared_tiny_run``), read-only: the test fails if it changed it."""
+    yield from unchanged(shared_tiny_run)
+
+
+@pytest.fixture(scope="session")
+def shared_validation_oracle_run(tmp_path_factory, shared_cache, machine_secret, no_retry_waits) -> SharedRun:
+    """SciCode's whole validation split (15 problems, 50 steps) with the oracle, one process, default options,
+    once for the whole test session (minutes; under xdist the other workers wait for it): every step passes."""
+
+    def start(project: Path) -> subprocess.CompletedProcess:
+        args = ["--bench=scicode", "--bench-split=validation", "--model=oracle", f"--bench-run-id={SHARED_RUN_ID}"]
+        return start_pytest(project, shared_cache, *args)
+
+    run = run_once_per_session(tmp_path_factory, "agentbench-validation-oracle-run", start)
+    assert run.returncode == 0, run.tail()
+    return run
+
+
+@pytest.fixture
+def validation_oracle_run(shared_validation_oracle_run: SharedRun) -> Iterator[SharedRun]:
+    """The session's one run of the validation split with the oracle, read-only (a test using it is ``slow``)."""
+    yield from unchanged(shared_validation_oracle_run)
