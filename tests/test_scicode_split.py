@@ -80,7 +80,10 @@ def plan_of(number: str) -> split.StepPlan:
 COMPARISON_NAMES = {name.split(".")[-1] for name in split.COMPARISON_CALLS}
 
 
-@pytest.mark.parametrize("name, steps, cases", [("validation", 50, 167), ("test", 291, 915)])
+@pytest.mark.parametrize(
+    "name, steps, cases",
+    [("validation", 50, 167), pytest.param("test", 291, 915, marks=pytest.mark.slow)],  # the test split: ~10 s
+)
 def test_every_official_test_case_splits(name, steps, cases):
     plans = [split_step(s["test_cases"], s["step_number"]) for p in SPLITS[name] for s in p["sub_steps"]]
     assert len(plans) == steps
