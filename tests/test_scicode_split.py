@@ -112,6 +112,7 @@ def test_every_official_test_case_splits(name, steps, cases):
                     compile(part.source, "<parent>", "exec")
 
 
+@pytest.mark.slow  # walks the test split too, as the slow case above does
 def test_only_the_target_unpacking_statements_run_in_the_parent():
     """1,061 test cases use `target` only inside `assert`; the other 21 only unpack it."""
     unpacking = []
