@@ -118,6 +118,7 @@ def run_bare(site: Path, cwd: Path, *args: str, **env: str) -> subprocess.Comple
     return subprocess.run(argv, cwd=cwd, env=environ, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # two whole runs; the fast loop keeps the refusal below
 def test_a_benchmark_without_optional_hooks_runs_and_resumes_with_the_defaults(bare_site, tmp_path):
     reports = tmp_path / "reports"
     first = run_bare(bare_site, tmp_path, f"--bench-report-dir={reports}", "--bench-run-id=r", "-k", "not t.3")

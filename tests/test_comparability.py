@@ -77,6 +77,7 @@ def other_numpy(data) -> None:
     data["comparability"]["grading_envs"][0]["numpy"] = "1.0.0"
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_gate_refuses_a_baseline_graded_elsewhere_unless_allowed(tiny, pytester):
     baseline = pytester.path / "baseline"
@@ -106,6 +107,7 @@ def test_a_gate_refuses_a_baseline_graded_elsewhere_unless_allowed(tiny, pyteste
     assert "is NOT comparable" in (run / "report.html").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_an_old_baseline_without_keys_still_gates_and_says_they_are_unknown(tiny, pytester):
     baseline = pytester.path / "baseline"
@@ -117,6 +119,7 @@ def test_an_old_baseline_without_keys_still_gates_and_says_they_are_unknown(tiny
     assert "records no comparability keys" in md
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_compare_shows_the_keys_that_differ(tiny, pytester):
     assert tiny("--bench-run-id=a").ret == pytest.ExitCode.OK

@@ -104,6 +104,7 @@ def records_of(folder: Path) -> dict[str, dict]:
     return {r["id"]: r for r in map(json.loads, lines)}
 
 
+@pytest.mark.slow
 def test_a_v11_run_is_graded_by_the_v11_rules_and_says_which_data_it_used(v11):
     result, folder = v11("--bench-dataset=v1.1")
     assert result.ret == 0, result.stdout.str()[-3000:]
@@ -152,17 +153,20 @@ def test_the_agent_starts_without_results_or_the_hard_filters_files(v11):
     assert "code/main.py" in seen and "data/values.csv" in seen
 
 
+@pytest.mark.slow
 def test_the_manifests_gpu_flags_mark_items_for_deselection(v11):
     result, _ = v11("--bench-dataset=v1.1", "--collect-only", "-q", "-m", "not gpu")
     out = result.stdout.str()
     assert COLOUR_CAPSULE in out and LIST_CAPSULE in out and GPU_CAPSULE not in out
 
 
+@pytest.mark.slow
 def test_the_pinned_manifest_is_checked(v11):
     text = usage_error(v11("--bench-dataset=v1.1", custom=False)[0])
     assert "checksum mismatch" in text and dataset.DATA_SETS["v1.1"].manifest.sha256 in text
 
 
+@pytest.mark.slow
 def test_offline_a_missing_manifest_names_the_file_its_url_its_hash_and_where_it_goes(v11):
     empty = v11.tmp / "empty"
     (empty / "core_bench").mkdir(parents=True)
@@ -184,6 +188,7 @@ def test_offline_a_missing_manifest_names_the_file_its_url_its_hash_and_where_it
         (("--bench-dataset=v2",), "core-bench data set (--bench-dataset) 'v2'; valid values: v1, v1.1, v1.1-ood"),
     ],
 )
+@pytest.mark.slow
 def test_what_a_v11_run_refuses(v11, args, fragment):
     assert fragment in usage_error(v11(*args)[0])
 

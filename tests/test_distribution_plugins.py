@@ -189,6 +189,7 @@ def pytest_configure_node(node):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_worker_refuses_worker_input_it_does_not_know_naming_the_key(pytester, tiny):
     with open(pytester.path / "conftest.py", "a") as conftest:

@@ -92,7 +92,8 @@ def command_args() -> list[str]:
 
 # one whole agent run stays in the fast loop, the right answer's; the wrong one's verdict is the scorer's
 # (tests/test_corebench_scorer.py), its run here the full suite's
-@pytest.mark.parametrize("right", [True, pytest.param(False, marks=pytest.mark.slow)])
+@pytest.mark.slow  # a whole agent run; the fast loop keeps the bad agent name's refusal
+@pytest.mark.parametrize("right", [True, False])
 def test_command_agent_answers_through_the_proxy(pytester, tmp_path, server, right):
     needs("bwrap")
     answers = questions()
@@ -302,6 +303,7 @@ def test_a_multi_turn_codex_run_replays_in_full_without_the_endpoint(pytester, t
         (["--bench-agent=mini-swe-agent==0.0.999999", "--bench-env=host"], "installing mini-swe-agent==0.0.999999"),
     ],
 )
+@pytest.mark.slow
 def test_an_agent_that_cannot_run_is_a_usage_error(pytester, tmp_path, server, monkeypatch, options, said):
     monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(tmp_path / "agents"))
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # the install fails on this machine, as without the registry
@@ -364,6 +366,7 @@ def test_a_spent_budget_ends_the_agent_with_budget(pytester, tmp_path, server):
     assert record["generation"]["agent_seconds"] < 300  # ended by the plugin, not by its time limit
 
 
+@pytest.mark.slow
 def test_an_agent_past_its_time_is_ended_by_the_plugin(pytester, tmp_path, server):
     """The whole run's time is the plugin's to hold: an agent that ignores the signal to stop and leaves a
     background job holding its output is still ended at --bench-set agent_time."""

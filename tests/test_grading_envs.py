@@ -75,6 +75,7 @@ def test_the_built_in_specs_pin_every_scoring_package_for_the_supported_pythons(
     assert specs["2024"].digest("/usr/bin/python3", "3.11.7") != specs["2024"].digest("/usr/bin/python3", "3.12.1")
 
 
+@pytest.mark.slow  # builds a venv with pip, over 10 s
 def test_a_failed_build_names_the_spec_and_quotes_pip(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # nothing leaves the machine: the requirement fails to parse first
     monkeypatch.delenv("PATH", raising=False)  # no uv: the venv-and-pip path

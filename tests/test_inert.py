@@ -82,6 +82,7 @@ def test_a_session_without_bench_imports_no_benchmark_and_no_heavy_library(proje
     assert not [m for m in modules if m in RUN_MODULES]
 
 
+@pytest.mark.slow
 def test_a_session_with_bench_loads_its_benchmark(project):
     """The other side of the check above: the same probe sees the benchmark and its runtime when one is asked."""
     code, modules, out = session(project, "-q", "--bench=scicode", "--collect-only", "--bench-split=validation")
@@ -90,24 +91,28 @@ def test_a_session_with_bench_loads_its_benchmark(project):
     assert "pytest_agentbench.pytest_plugin.session" in modules
 
 
+@pytest.mark.slow
 def test_a_bad_option_value_is_not_read_without_bench(project):
     code, _, out = session(project, "-q", "test_x.py", env={"AGENTBENCH_BACKEND": "bogus"})
     assert code == 0, out
     assert "1 passed" in out
 
 
+@pytest.mark.slow
 def test_a_bad_option_value_is_refused_when_a_benchmark_is_asked_for(project):
     code, _, out = session(project, "-q", "--bench=scicode", "--collect-only", env={"AGENTBENCH_BACKEND": "bogus"})
     assert code == pytest.ExitCode.USAGE_ERROR, out
     assert "$AGENTBENCH_BACKEND 'bogus' is not a valid value" in out
 
 
+@pytest.mark.slow
 def test_an_ini_key_naming_a_benchmark_asks_for_it(project):
     (project / "pytest.ini").write_text("[pytest]\nagentbench_bench = scicode\n", encoding="utf-8")
     code, _, out = session(project, "-q", "--collect-only", env={"AGENTBENCH_BACKEND": "bogus"})
     assert code == pytest.ExitCode.USAGE_ERROR, out
 
 
+@pytest.mark.slow
 def test_the_plugin_adds_no_marker_without_bench(project):
     code, _, out = session(project, "--markers")
     assert code == 0, out

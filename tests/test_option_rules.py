@@ -129,6 +129,7 @@ def files_containing(folder: Path, text: str) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and needle in p.read_bytes()]
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 @pytest.mark.remote
 def test_a_second_secret_option_is_never_stored_sent_to_the_probe_or_written(tmp_path):

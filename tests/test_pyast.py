@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from pytest_agentbench.core import pyast
 
 SOURCE = "x = " + "[" * 30 + "1" + "]" * 30 + "\n" + "def f(a):\n    return a\n" * 200
@@ -47,6 +49,7 @@ def parse_in_threads(parse, threads: int = 4, rounds: int = 40) -> list[BaseExce
     return errors
 
 
+@pytest.mark.slow  # a thread-switching stress, over 10 s in the full suite
 def test_parses_in_several_threads_at_once_all_succeed():
     assert parse_in_threads(pyast.parse) == []
 

@@ -56,6 +56,7 @@ def targets_sources(project: Path) -> list[list[str]]:
     return [[r["targets_source"] for r in read_jsonl(run / "steps.jsonl")] for run in runs]
 
 
+@pytest.mark.slow  # two whole user runs, over 10 s
 def test_the_second_run_of_a_user_rebuilds_nothing(tmp_path):
     home, xdg = tmp_path / "home", tmp_path / "xdg"
     for _ in range(2):

@@ -241,6 +241,7 @@ def pytest_agentbench_record(record, item):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_record_the_hook_changed_in_place_is_the_one_written_and_summarized(tiny, pytester):
     pytester.makeconftest(MODEL_CONFTEST + RECORD_HOOK)

@@ -93,6 +93,7 @@ def comparison_md(tmp_path: Path) -> str:
     return (tmp_path / "reports" / "core-bench" / "_models" / "pair" / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_each_agent_of_the_run_file_is_its_own_run_and_the_table_names_it(pytester, tmp_path, server, run_file):
     needs("bwrap")
     for _ in range(4):
@@ -135,6 +136,7 @@ def test_each_agent_of_the_run_file_is_its_own_run_and_the_table_names_it(pytest
     assert "<th>agent</th>" in page and "Not compared" in page
 
 
+@pytest.mark.slow
 def test_runs_of_different_agents_are_compared_when_allowed(pytester, tmp_path, server, run_file):
     needs("bwrap")
     for _ in range(4):
@@ -147,6 +149,7 @@ def test_runs_of_different_agents_are_compared_when_allowed(pytester, tmp_path, 
     assert "harness" in text.split("## agent-model+command compared with agent-model+builtin", 1)[1]
 
 
+@pytest.mark.slow
 def test_the_commands_users_type_pick_a_run(pytester, tmp_path, server, run_file):
     """Listing and selection need no agent to run: -k picks a run by its name, --bench-agent one agent."""
     listed = run(pytester, "--collect-only", "-q")
@@ -168,6 +171,7 @@ def test_an_unknown_agent_in_the_run_file_is_a_usage_error_naming_its_line(pytes
     assert "agents.yaml:" in err and "unknown agent 'codx'" in err and "codex" in err, err
 
 
+@pytest.mark.slow
 def test_under_xdist_each_run_is_written_and_one_run_resumes_alone(pytester, tmp_path, server, run_file):
     """Workers route each record to its run; a run's folder is then resumed as that run alone (its agent's
     settings come back from its settings.json and the run file's entry)."""
@@ -187,6 +191,7 @@ def test_under_xdist_each_run_is_written_and_one_run_resumes_alone(pytester, tmp
     assert records_of(tmp_path, RUNS[1])[0]["status"] == "fail" and len(server.requests) == 2  # nothing ran again
 
 
+@pytest.mark.slow
 def test_agents_in_a_run_file_of_a_benchmark_without_agents_is_a_usage_error(pytester, run_file):
     run_file.write_text(run_file.read_text().replace("bench: core-bench,", "bench: scicode,"))
     result = run(pytester, "--collect-only")

@@ -307,6 +307,7 @@ def test_a_fork_server_started_by_a_thread_outlives_the_thread():
         server.close()
 
 
+@pytest.mark.slow  # two rounds of sleeping runs, over 10 s in the full suite
 def test_runs_at_the_same_time_each_get_a_fork_server_and_overlap():
     """The tool calls of chains generated at once are not queued behind one fork server: a run that begins
     while another runs gets a server of its own (kept for later runs), and the two run side by side."""

@@ -80,7 +80,10 @@ def plan_of(number: str) -> split.StepPlan:
 COMPARISON_NAMES = {name.split(".")[-1] for name in split.COMPARISON_CALLS}
 
 
-@pytest.mark.parametrize("name, steps, cases", [("validation", 50, 167), ("test", 291, 915)])
+@pytest.mark.parametrize(
+    "name, steps, cases",
+    [("validation", 50, 167), pytest.param("test", 291, 915, marks=pytest.mark.slow)],  # the test split: ~10 s
+)
 def test_every_official_test_case_splits(name, steps, cases):
     plans = [split_step(s["test_cases"], s["step_number"]) for p in SPLITS[name] for s in p["sub_steps"]]
     assert len(plans) == steps
@@ -109,6 +112,7 @@ def test_every_official_test_case_splits(name, steps, cases):
                     compile(part.source, "<parent>", "exec")
 
 
+@pytest.mark.slow  # walks the test split too, as the slow case above does
 def test_only_the_target_unpacking_statements_run_in_the_parent():
     """1,061 test cases use `target` only inside `assert`; the other 21 only unpack it."""
     unpacking = []

@@ -54,6 +54,7 @@ def test_resume_alone_continues_the_run_with_its_settings_and_selection(tiny, be
     assert json.loads((run / "summary.json").read_text())["settings"]["background"] is False
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_resume_refuses_another_selection_or_setting_and_merges_on_request(tiny, bench, pytester):
     run = interrupted(tiny, pytester)

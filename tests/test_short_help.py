@@ -61,6 +61,7 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_removed_flag_is_a_usage_error_naming_its_new_spelling(project):
     done = run("-m", "pytest", "-p", "no:cacheprovider", "--bench-executor=subprocess", "test_x.py", cwd=project)
     assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
@@ -70,6 +71,7 @@ def test_a_removed_flag_is_a_usage_error_naming_its_new_spelling(project):
     assert "--bench-overlap/--no-bench-overlap is now --bench-set overlap=true|false" in done.stderr
 
 
+@pytest.mark.slow
 def test_bench_set_sets_the_option_and_a_typo_names_the_close_ones(project):
     show = "def test_x(pytestconfig):\n    from pytest_agentbench.pytest_plugin.session import settings_of\n"
     show += "    opts = settings_of(pytestconfig)\n    print('executor:', opts.executor, opts.origin('executor'))\n"
