@@ -264,7 +264,7 @@ def budget_run_on_two_workers(custom_scicode, server, max_cost: str, *extra: str
         "--bench-max-connections=2",  # one chain at a time per worker
         "-n",
         "2",
-        name="m",
+        model="m",
         server=server,
         subprocess=True,
     )

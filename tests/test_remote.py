@@ -139,8 +139,8 @@ def controller_env(**extra: str) -> dict[str, str]:
         AGENTBENCH_DATA_DIR=str(SHARED_DATA),
         AGENTBENCH_OFFLINE="1",
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")])),
-        **extra,
     )
+    env.update(extra)  # a test's own values win (a skewed PYTHONPATH)
     return env
 
 
