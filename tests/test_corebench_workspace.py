@@ -386,6 +386,24 @@ def test_docker_dind_needs_the_docker_environment(tmp_path):
         corebench.benchmark.configure(opts, "train")
 
 
+def test_an_external_agent_is_refused_the_nested_docker_engine_of_medium_items(tmp_path):
+    """It runs as an unprivileged user in its container: a medium item's nested engine would be out of its reach,
+    so the run is refused up front instead of failing every item."""
+    from pytest_agentbench.core.errors import ConfigError
+    from pytest_agentbench.core.options import Settings
+
+    def in_docker(**cli):
+        opts = corebench_options(DATA, tmp_path, cli={"docker_dind": True, "difficulty": "medium", **cli})
+        return Settings({**opts, "env": "docker"})
+
+    with pytest.raises(ConfigError, match="mini-swe-agent 2.4.6 with --bench-set=docker_dind=true.*builtin"):
+        corebench.benchmark.configure(in_docker(agent="mini-swe-agent"), "train")
+    builtin = corebench.benchmark.configure(in_docker(), "train")
+    assert builtin["docker_dind"] and builtin["difficulty"] == "medium"
+    easy = corebench.benchmark.configure(in_docker(agent="mini-swe-agent", difficulty="easy"), "train")
+    assert easy["agent"] == "mini-swe-agent==2.4.6"
+
+
 def test_fetch_capsules_unpacks_ahead_so_collection_marks_gpu(tmp_path, capsys):
     from pytest_agentbench.cli import main
 

@@ -17,6 +17,7 @@ from ..core.errors import ConfigError
 from ..core.io import write_atomic
 from ..core.records import json_default
 from . import comparability
+from .subject import run_subject
 
 # Settings of the layers every run shares (run, models, sandbox, envs) that may differ between two
 # runs that are still comparable. A benchmark adds its own with ``Benchmark.free_settings``.
@@ -168,6 +169,6 @@ def baseline_for_run(
             f"not compared; --bench-update-baseline replaces it"
         ]
     return data, [
-        f"baseline: {data['_path']} (model {data['settings'].get('model')}, run {data['settings'].get('run_id')})",
+        f"baseline: {data['_path']} (model {run_subject(data['settings'])}, run {data['settings'].get('run_id')})",
         *([unknown] if unknown else []),
     ]

@@ -26,6 +26,7 @@ from ..core.text import printable
 from ..core.types import attempt_key
 from . import comparability
 from .baseline import settings_diff, settings_differences
+from .subject import run_subject
 
 if TYPE_CHECKING:
     import numpy as np
@@ -294,7 +295,7 @@ def _ci(pair: tuple[float, float], points: bool = False) -> str:
 
 def _label(summary: dict[str, Any]) -> str:
     s = summary["settings"]
-    return f"{summary.get('_path', 'this run')} (model {s.get('model')}, run {s.get('run_id')})"
+    return f"{summary.get('_path', 'this run')} (model {run_subject(s)}, run {s.get('run_id')})"
 
 
 def _verdict(p: float, alpha: float) -> str:
@@ -392,9 +393,9 @@ def render_markdown(c: Comparison, alpha: float = 0.05, title: str = "## Compari
     out = [
         title,
         "",
-        f"A (baseline): {_md(c.a.get('_path', '?'))} — model {_md(c.a['settings'].get('model'))}, "
+        f"A (baseline): {_md(c.a.get('_path', '?'))} — model {_md(run_subject(c.a['settings']))}, "
         f"run {_md(c.a['settings'].get('run_id'))}  ",
-        f"B (this run): model {_md(c.b['settings'].get('model'))}, run {_md(c.b['settings'].get('run_id'))}",
+        f"B (this run): model {_md(run_subject(c.b['settings']))}, run {_md(c.b['settings'].get('run_id'))}",
         "",
     ]
     if c.settings_table:

@@ -30,6 +30,7 @@ from .attempts import counts_line
 from .cost import html_section as html_cost_section
 from .declared import declared_in
 from .highlight import clip, code_html, esc
+from .subject import run_subject
 from .transcript import number, transcript_html
 
 REPORT_HTML = "report.html"
@@ -619,7 +620,7 @@ def render_html(
     settings = summary.get("settings", {})
     bench = benchmark_of(settings.get("benchmark"))
     title = (
-        f"{settings.get('benchmark')} · {settings.get('model')} · {settings.get('split')} "
+        f"{settings.get('benchmark')} · {run_subject(settings)} · {settings.get('split')} "
         f"· run {settings.get('run_id')}"
     )
     cards = []

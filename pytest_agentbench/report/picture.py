@@ -9,6 +9,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from .subject import run_subject
+
 STATUS_COLOURS = {
     "pass": "#2e7d32",
     "fail": "#c62828",
@@ -107,7 +109,7 @@ def figure(summary: dict[str, Any], *, headlines: dict[str, str], baseline: dict
     ax.set_xlabel("share of the task's scored items")
     settings = summary.get("settings", {})
     ax.set_title(
-        f"{settings.get('benchmark')} · {settings.get('model')} · {settings.get('split')}\n"
+        f"{settings.get('benchmark')} · {run_subject(settings)} · {settings.get('split')}\n"
         f"{headline_text(summary, baseline, headlines)}",
         fontsize=9,
     )

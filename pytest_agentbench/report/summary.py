@@ -45,6 +45,7 @@ from .picture import draw
 from .scores import AUTOMATIC, REVIEWED, reviewed_status_of, score_view
 from .served import KEY as SERVED_KEY
 from .served import comparability_value, served_models
+from .subject import run_subject
 from .usage import split_usage, usage_line, usage_totals
 
 SUMMARY_JSON = "summary.json"
@@ -325,7 +326,7 @@ def render_markdown(
 ) -> str:
     """summary.md: notes, gates, picture, the benchmark's own Markdown, usage, comparison, settings."""
     settings = summary["settings"]
-    lines = [f"# {settings['benchmark']} — {settings.get('model')} — run {settings.get('run_id')}", ""]
+    lines = [f"# {settings['benchmark']} — {run_subject(settings)} — run {settings.get('run_id')}", ""]
     for warning in caveats.run_warnings(summary):  # first: what every number below must be read with
         lines += [f"> **{warning.text}**", *([">", f"> {warning.detail}"] if warning.detail else []), ""]
     command = caveats.resume_command(summary)

@@ -96,6 +96,12 @@ class CoreBench(Benchmark):
                 "--bench-set=docker_dind=true runs medium items in a privileged Docker container: "
                 "add --bench-env=docker (and an image with docker.io, --bench-set docker_image)"
             )
+        if settings["docker_dind"] and settings["difficulty"] == "medium" and agent_of(settings).external:
+            raise ConfigError(
+                f"--bench-agent={agent_of(settings).label()} with --bench-set=docker_dind=true: an external agent "
+                "runs as an unprivileged user and cannot drive the nested Docker engine that medium items start; "
+                "run medium items with the built-in agent (--bench-agent=builtin) or without docker_dind"
+            )
         overlap = reach.overlap(settings["workspace_root"], settings["preinstalled_input_dir"])
         if overlap:
             raise ConfigError(overlap)
