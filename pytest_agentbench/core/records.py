@@ -165,6 +165,23 @@ class Record(Mapping[str, Any]):
         attributes: dict[str, Any] = {**untyped, **typed}
         return replace(self, **attributes, extra=extra, absent=self.absent - set(changes), order=order)
 
+    def beneath(self, first: Mapping[str, Any]) -> Record:
+        """This record over the fields of ``first``: the fields it lacks taken from ``first``, the keys in the
+        order of ``{**first, **record}``, exactly as ``from_json({**first, **record.to_json()})`` would make it,
+        without going through the JSON object (the run loop puts the item's identity under a benchmark's record)."""
+        lacking = {k: v for k, v in first.items() if k not in self}
+        order = (*first, *(k for k in self.keys_in_order() if k not in first))
+        return replace(self.replaced(**lacking), order=order)
+
+    def without(self, *names: str) -> Record:
+        """This record without the fields ``names``, exactly as ``from_json`` of its JSON object without them
+        would make it (a common field left out is absent, its attribute at its default)."""
+        common: dict[str, Any] = {k: True if k == "scored" else COMMON_FIELDS[k]() for k in names if k in COMMON_FIELDS}
+        extra = {k: v for k, v in self.extra.items() if k not in names}
+        order = tuple(k for k in self.order if k not in names)
+        absent = self.absent | (set(names) & set(COMMON_FIELDS))
+        return replace(self, **common, extra=extra, absent=frozenset(absent), order=order)
+
     @property
     def key(self) -> str:
         """The record's key: its sample id, with ``[attemptN]`` when the run repeats attempts (``record_key``)."""

@@ -194,15 +194,14 @@ def error_record(record: rec.RecordLike, stage: str, exc: BaseException) -> rec.
     return rec.Record.from_json(out)
 
 
-def count_repaired(data: rec.RecordData) -> None:
-    """The item's ``text_repaired`` (in place): what its benchmark counted where text entered (the record's own
-    count, its generation's: model replies, tool arguments and output) as one total, kept only when above 0."""
-    generation = data.get("generation")
-    parts = [data.get("text_repaired"), generation.get("text_repaired") if isinstance(generation, dict) else 0]
+def total_repaired(record: rec.Record) -> rec.Record:
+    """The item's record with one ``text_repaired``: what its benchmark counted where text entered (the record's
+    own count, its generation's: model replies, tool arguments and output) as one total, kept only when above 0."""
+    generation = record.get("generation")
+    parts = [record.get("text_repaired"), generation.get("text_repaired") if isinstance(generation, dict) else 0]
     total = sum(n for n in parts if isinstance(n, int))
-    data.pop("text_repaired", None)
-    if total:
-        data["text_repaired"] = total
+    record = record.without("text_repaired")
+    return record.replaced(text_repaired=total) if total else record
 
 
 def repair_data(data: rec.RecordData) -> rec.RecordData:
@@ -216,11 +215,9 @@ def repair_data(data: rec.RecordData) -> rec.RecordData:
 
 
 def item_record(identity: Mapping[str, Any], result: rec.Record, where: Mapping[str, Any]) -> rec.Record:
-    """The item's record, made once from one JSON object: its identity, the result's fields and where it ran,
-    with ``text_repaired`` totalled."""
-    data = {**identity, **result.to_json(), **where}
-    count_repaired(data)
-    return rec.Record.from_json(data)
+    """The item's record: its identity under the result's fields, then where it ran, with ``text_repaired``
+    totalled (the ``Record`` is changed, never turned into its JSON object here)."""
+    return total_repaired(result.beneath(identity).replaced(**where))
 
 
 def run_once(run: BenchRun, sample: Sample) -> rec.Record:
