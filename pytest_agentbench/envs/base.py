@@ -134,6 +134,11 @@ class Environment(ABC):
         self.released = True
         self._release()
 
+    def end_commands(self) -> None:
+        """End every process the environment's commands started, keeping what reads the workspace afterwards
+        can use (an environment whose commands run as another user keeps more: see Docker's). Idempotent."""
+        self.end_processes()
+
     def stop(self) -> None:
         """End every process of the environment and remove the workspace unless it is kept. Idempotent."""
         if self.stopped:

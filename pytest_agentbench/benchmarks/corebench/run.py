@@ -571,7 +571,7 @@ class ExternalAgentSolver(AgentSolver):
             steps=self.agent.step_limit(limits.steps),
             # a spent budget or a failed endpoint ends the agent at once (in Docker its user's processes only,
             # so that the workspace can still be copied out)
-            on_stop=getattr(env, "end_commands", None) or env.end_processes,
+            on_stop=env.end_commands,
             view=self.agent.request_view(),
         )
         setting = agents.AgentSetting(
