@@ -80,31 +80,6 @@ def test_official_data_is_all_unclassified(bench):
 # ---------------------------------------------------------------- 2. run counts
 
 
-@pytest.mark.e2e
-@pytest.mark.slow
-def test_run_counts_in_every_summary(tiny, pytester):
-    result = tiny(errors="2.2", broken="3.1")
-    line = (
-        "run counts: Total 3, Evaluated 2, Error 1 (main_problem_resolved 1, main_problem_total 3, "
-        "subproblem_correct 3, subproblem_total 5); items scored 4 of 5"
-    )
-    result.stdout.fnmatch_lines([line])
-    summary = summary_of(pytester)
-    assert summary["run_counts"] == {
-        "total": 3,
-        "evaluated": 2,
-        "error": 1,
-        "items": 5,
-        "items_scored": 4,  # 2.2 ended in an error: no verdict
-        "main_problem_resolved": 1,
-        "main_problem_total": 3,
-        "subproblem_correct": 3,
-        "subproblem_total": 5,
-    }
-    [run] = run_dirs(pytester.path)
-    assert "Run counts: Total 3, Evaluated 2, Error 1" in (run / "summary.md").read_text()
-
-
 def test_run_counts_of_a_core_bench_summary():
     def capsule(cid, status):
         return {

@@ -7,13 +7,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
+from pytest_agentbench.cli.compare import main as compare_command
+from pytest_agentbench.core.errors import ConfigError
 from pytest_agentbench.report import comparability
+from pytest_agentbench.report.baseline import baseline_for_run
+from pytest_agentbench.report.comparison.runs import comparison_for_run
+from pytest_agentbench.report.html import write_html
+from pytest_agentbench.report.summary import judge, write_reports
+
+from helpers.bench_runs import SHARED_DATA
+from helpers.records_kit import judged_run, scicode, scicode_gates, scicode_settings, scicode_summary, tiny_records
 
 BASE = {
     "benchmark": "b",
@@ -48,9 +57,9 @@ def test_the_selection_is_its_count_and_digest():
 
 
 @pytest.mark.e2e
-def test_a_summary_records_its_comparability_keys(tiny, pytester, shared_data):
-    assert tiny("--bench-run-id=one").ret == pytest.ExitCode.OK
-    summary = json.loads((pytester.path / "reports" / "scicode" / "mutant" / "one" / "summary.json").read_text())
+def test_a_summary_records_its_comparability_keys(tiny_run):
+    assert tiny_run.returncode == pytest.ExitCode.TESTS_FAILED, tiny_run.tail()  # 2.2 is answered wrongly
+    summary = tiny_run.summary
     keys = summary["comparability"]
     assert "comparability" not in summary["settings"]
     assert keys["benchmark"] == "scicode" and keys["split"] == "validation" and keys["time_limit"] == 20.0
@@ -62,9 +71,17 @@ def test_a_summary_records_its_comparability_keys(tiny, pytester, shared_data):
     assert env["numpy"] == metadata.version("numpy") and env["scipy"] == metadata.version("scipy")
     assert env["python"] == ".".join(map(str, sys.version_info[:3]))
     assert keys["harness"]["mode"] == "tool_use" and keys["harness"]["background"] is True
-    template = tiny.data / "scicode" / "multistep_template.txt"
+    template = SHARED_DATA / "scicode" / "multistep_template.txt"  # the tiny dataset's copy of it
     assert keys["prompts"]["with_background"] == hashlib.sha256(template.read_bytes()).hexdigest()
-    assert "## Comparability" in (pytester.path / "reports" / "scicode" / "mutant" / "one" / "summary.md").read_text()
+    assert "## Comparability" in (tiny_run.path / "summary.md").read_text()
+
+
+# ---- a baseline graded elsewhere, in-process: what the reporter does with the tiny dataset's records -----------
+KEYS = {**BASE, "benchmark": "scicode"}
+
+
+def other_numpy(data) -> None:
+    data["comparability"]["grading_envs"][0]["numpy"] = "1.0.0"
 
 
 def rewrite(path, change) -> None:
@@ -73,75 +90,73 @@ def rewrite(path, change) -> None:
     path.write_text(json.dumps(data))
 
 
-def other_numpy(data) -> None:
-    data["comparability"]["grading_envs"][0]["numpy"] = "1.0.0"
+def baseline_folder(tmp_path, change) -> Path:
+    """A baseline written on purpose by a run of the tiny dataset, then ``change``d in its summary.json."""
+    folder = tmp_path / "baseline"
+    gates = scicode_gates(tmp_path, baseline=str(folder), update_baseline=True)
+    judged_run(tiny_records(), tmp_path / "base-run", gates, exit_status=0, settings=SETTINGS)
+    rewrite(folder / "summary.json", change)
+    return folder
 
 
-@pytest.mark.slow
-@pytest.mark.e2e
-def test_a_gate_refuses_a_baseline_graded_elsewhere_unless_allowed(tiny, pytester):
-    baseline = pytester.path / "baseline"
-    assert tiny(f"--bench-baseline={baseline}", "--bench-update-baseline").ret == pytest.ExitCode.OK
-    rewrite(baseline / "summary.json", other_numpy)
-    refused = tiny(f"--bench-baseline={baseline}", "--bench-max-drop=main=10%")
-    assert refused.ret == pytest.ExitCode.USAGE_ERROR
-    err = refused.stderr.str()
-    assert (
-        "not comparable with this run" in err
-        and "grading_envs: " in err
-        and "--bench-set=allow_incomparable=true" in err
+SETTINGS = scicode_settings(comparability=KEYS)
+
+
+def reported_run(tmp_path, folder, name: str, **gates) -> tuple[dict, str, str]:
+    """A run of the tiny dataset judged against the baseline ``folder`` as the reporter does it (the baseline's
+    notes in summary.md and report.html, the comparison's section in the page): summary.json, summary.md, page."""
+    config = scicode_gates(tmp_path, baseline=str(folder), max_drop=["main=10%"], **gates)
+    baseline, notes = baseline_for_run(
+        folder, False, SETTINGS, scicode().free_settings, allow_incomparable=config.allow_incomparable
     )
-    allowed = tiny(
-        f"--bench-baseline={baseline}",
-        "--bench-max-drop=main=10%",
-        "--bench-set=allow_incomparable=true",
-        "--bench-run-id=b",
-    )
-    assert allowed.ret == pytest.ExitCode.OK
-    run = pytester.path / "reports" / "scicode" / "mutant" / "b"
-    md = (run / "summary.md").read_text()
-    assert "is NOT comparable with this run" in md and "--bench-set=allow_incomparable=true" in md
+    run = tmp_path / name
+    records = tiny_records()
+    summary = scicode_summary(records, SETTINGS)
+    verdict = judge(summary, config, baseline, 0)
+    assert verdict.exit_code == pytest.ExitCode.OK
+    written = write_reports(summary, verdict, run, gates=config, baseline=baseline, notes=notes)
+    section = comparison_for_run(verdict.comparison, run, records, gates=config, gate_results=verdict.gate_results)
+    page = write_html(run, summary.to_json(), records, notes=notes, sections=[section]).read_text()
+    return json.loads((run / "summary.json").read_text()), written.markdown, page
+
+
+def test_a_gate_refuses_a_baseline_graded_elsewhere_unless_allowed(tmp_path):
+    folder = baseline_folder(tmp_path, other_numpy)
+    with pytest.raises(ConfigError) as refused:  # the plugin shows it as a usage error
+        baseline_for_run(folder, False, SETTINGS, scicode().free_settings)
+    assert "not comparable with this run" in str(refused.value) and "grading_envs: " in str(refused.value)
+    assert "--bench-set=allow_incomparable=true" in str(refused.value)
+    summary, md, page = reported_run(tmp_path, folder, "b", allow_incomparable=True)
+    assert "is NOT comparable with this run" in md  # the note, Markdown-escaped:
+    assert "compared anyway, as --bench-set=allow\\_incomparable=true asks" in md
     assert "the runs are NOT comparable" in md  # the comparison section too
-    summary = json.loads((run / "summary.json").read_text())
     assert summary["comparison"]["incomparable"] and summary["comparison"]["incomparable"][0].startswith("grading_envs")
-    assert "is NOT comparable" in (run / "report.html").read_text()
+    assert "is NOT comparable" in page
 
 
-@pytest.mark.slow
-@pytest.mark.e2e
-def test_an_old_baseline_without_keys_still_gates_and_says_they_are_unknown(tiny, pytester):
-    baseline = pytester.path / "baseline"
-    assert tiny(f"--bench-baseline={baseline}", "--bench-update-baseline").ret == pytest.ExitCode.OK
-    rewrite(baseline / "summary.json", lambda data: data.pop("comparability"))
-    result = tiny(f"--bench-baseline={baseline}", "--bench-max-drop=main=10%", "--bench-run-id=c")
-    assert result.ret == pytest.ExitCode.OK
-    md = (pytester.path / "reports" / "scicode" / "mutant" / "c" / "summary.md").read_text()
+def test_an_old_baseline_without_keys_still_gates_and_says_they_are_unknown(tmp_path):
+    folder = baseline_folder(tmp_path, lambda data: data.pop("comparability"))
+    _, md, _ = reported_run(tmp_path, folder, "c")
     assert "records no comparability keys" in md
 
 
-@pytest.mark.slow
-@pytest.mark.e2e
-def test_compare_shows_the_keys_that_differ(tiny, pytester):
-    assert tiny("--bench-run-id=a").ret == pytest.ExitCode.OK
-    assert tiny("--bench-run-id=b").ret == pytest.ExitCode.OK
-    runs = pytester.path / "reports" / "scicode" / "mutant"
-    rewrite(runs / "b" / "summary.json", other_numpy)
+def test_compare_shows_the_keys_that_differ(tmp_path, capsys):
+    runs = {}
+    for name in ("a", "b"):
+        judged_run(tiny_records(), tmp_path / name, settings=SETTINGS, exit_status=0)
+        runs[name] = tmp_path / name
+    rewrite(runs["b"] / "summary.json", other_numpy)
 
-    def compare() -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest_agentbench", "compare", str(runs / "a"), str(runs / "b")],
-            capture_output=True,
-            text=True,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+    def compared() -> str:
+        assert compare_command([str(runs["a"]), str(runs["b"])]) == 0
+        return capsys.readouterr().out
 
-    out = compare()
+    out = compared()
     assert "comparability.grading_envs" in out
     assert (
         "WARNING: the runs are NOT comparable (their dataset, grading environments, harness or served model differ)"
         in out
     )
-    rewrite(runs / "a" / "summary.json", lambda data: data.pop("comparability"))
-    out = compare()
+    rewrite(runs["a"] / "summary.json", lambda data: data.pop("comparability"))
+    out = compared()
     assert "unknown (an older run)" in out and "A records no comparability keys" in out

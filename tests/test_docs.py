@@ -9,7 +9,6 @@ a public reference and allowed)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -84,23 +83,6 @@ def usage_commands(usage: str) -> set[str]:
         found |= set(re.findall(r"^ {2}([a-z][a-z-]+)", listing, re.MULTILINE))
     assert found, f"no command found in the usage:\n{usage}"
     return found
-
-
-@pytest.fixture(scope="session")
-def pytest_help(tmp_path_factory) -> str:
-    """``pytest --help`` as a user runs it (the plugin loads through its entry point), once."""
-    where = tmp_path_factory.mktemp("help")
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--help"],
-        cwd=where,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "100"},
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return done.stdout
 
 
 @pytest.fixture(scope="session")
@@ -285,26 +267,26 @@ def doc_pages() -> list[Path]:
 
 
 @pytest.mark.parametrize("page", doc_pages(), ids=lambda p: p.name)
-def test_a_page_names_only_options_commands_and_files_that_exist(page, pytest_help, command_usage):
-    options, ini_keys = help_options(pytest_help)
+def test_a_page_names_only_options_commands_and_files_that_exist(page, help_of_pytest, command_usage):
+    options, ini_keys = help_options(help_of_pytest)
     assert (
         page_problems(
-            page, options, ini_keys, usage_commands(command_usage), pytest_options=help_long_options(pytest_help)
+            page, options, ini_keys, usage_commands(command_usage), pytest_options=help_long_options(help_of_pytest)
         )
         == []
     )
 
 
-def test_the_options_page_lists_every_option_and_variable_of_pytest_help(pytest_help):
-    options, _ = help_options(pytest_help)
+def test_the_options_page_lists_every_option_and_variable_of_pytest_help(help_of_pytest):
+    options, _ = help_options(help_of_pytest)
     assert 30 < len(options) <= 40, sorted(options)  # the whole groups were read; --help stays short
-    environment = help_environment_variables(pytest_help)
+    environment = help_environment_variables(help_of_pytest)
     assert {"$AGENTBENCH_DATA_DIR", "$OPENAI_API_KEY"} <= environment, environment
     assert options_page_problems(REPO / "docs" / "options.md", options, environment) == []
 
 
-def test_pytest_help_groups_the_options_by_concern_as_the_options_page_does(pytest_help):
-    groups = help_groups(pytest_help)
+def test_pytest_help_groups_the_options_by_concern_as_the_options_page_does(help_of_pytest):
+    groups = help_groups(help_of_pytest)
     assert {"selection and data", "model, cost and budget", "reports and gates", "--bench=scicode"} <= set(groups)
     assert all(len(group_options(text)) <= 25 for text in groups.values()), {
         title: len(group_options(text)) for title, text in groups.items()
@@ -330,8 +312,8 @@ def test_the_readme_is_a_ten_minute_read():
 # ---------------------------------------------------------------- the checker can fail
 
 
-def test_the_checker_names_what_a_fabricated_page_gets_wrong(tmp_path, pytest_help, command_usage):
-    options, ini_keys = help_options(pytest_help)
+def test_the_checker_names_what_a_fabricated_page_gets_wrong(tmp_path, help_of_pytest, command_usage):
+    options, ini_keys = help_options(help_of_pytest)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "real.md").write_text("# Real page\n\n## Comparing runs\n")
     page = tmp_path / "README.md"
@@ -348,7 +330,7 @@ def test_the_checker_names_what_a_fabricated_page_gets_wrong(tmp_path, pytest_he
         "[bad anchor](docs/real.md#no-such-heading), [web](https://example.org/x)\n"
     )
     assert page_problems(
-        page, options, ini_keys, usage_commands(command_usage), pytest_options=help_long_options(pytest_help)
+        page, options, ini_keys, usage_commands(command_usage), pytest_options=help_long_options(help_of_pytest)
     ) == [
         "README.md: option --bench-no-such-option is not in pytest --help",
         "README.md: option --model-made-up is not in pytest --help",
@@ -387,8 +369,8 @@ def test_the_issue_number_check_finds_each_form_and_spares_other_projects(tmp_pa
     ]
 
 
-def test_the_options_check_fails_both_ways(tmp_path, pytest_help):
-    options, _ = help_options(pytest_help)
+def test_the_options_check_fails_both_ways(tmp_path, help_of_pytest):
+    options, _ = help_options(help_of_pytest)
     page = tmp_path / "options.md"
     page.write_text("\n".join(f"`{o}`" for o in sorted(options - {"--bench-timeout"})) + "\n`--bench-gone`\n")
     assert options_page_problems(page, options, {"$OPENAI_API_KEY", "$AGENTBENCH_DATA_DIR"}) == [

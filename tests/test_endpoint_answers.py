@@ -16,6 +16,8 @@ from pytest_agentbench.core.text import clipped
 from pytest_agentbench.models.client import describe_error
 from pytest_agentbench.models.preflight import preflight
 
+from helpers.fake_openai import SHUTDOWN_POLL
+
 PAGE = b"<!DOCTYPE html><html><head><title>Welcome</title></head><body>a web site</body></html>"
 
 
@@ -51,7 +53,7 @@ class WebSite(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def web_site():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), WebSite)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()

@@ -159,26 +159,24 @@ def test_the_retry_time_bounds_a_failing_call(server, make_model):
 
 def test_the_retry_time_is_the_items_across_its_requests(server, make_model):
     """An item's requests (tool-use rounds, agent turns) share one --bench-set model_max_retry_time: a second request of
-    the same item gets what the first left, so a flaky endpoint cannot cost an item the budget per request."""
-    server.delay = 0.2
-    client = model(make_model, max_retries=1000, retry_base_delay=0.1, retry_max_delay=0.2, max_retry_time=2.5)
+    the same item gets what the first left, so a flaky endpoint cannot cost an item the budget per request.
+
+    Every failure asks for a 10 s Retry-After: the waits are not slept in the tests but counted as spent, so the
+    budget of 65 s buys 6 retries (10 s each, the next would end past it), whatever the machine's speed."""
+    client = model(make_model, max_retries=1000, retry_max_delay=10.0, max_retry_time=65)
     ask = [{"role": "user", "content": "hi"}]
     with item_retry_time():
-        server.gateway_error(times=4, status=500)  # about 1.5 s of retries, then an answer (a tool-use round)
+        server.gateway_error(times=4, status=500, retry_after=10)  # 40 s of retries, then an answer (a tool-use round)
         server.reply("round one")
         assert client.complete(ask).request_retries == 4
-        server.gateway_status = 500  # the next round fails for good
-        started = time.monotonic()
+        server.gateway_error(times=1000, status=500, retry_after=10)  # the next round fails for good
         with pytest.raises(ModelError) as error:
             client.complete([*ask, {"role": "assistant", "content": "round one"}])
-        second = time.monotonic() - started
-    assert "--bench-set=model_max_retry_time=2.5" in str(error.value)
-    assert second < 1.9, second  # what the first request left (about 1 s), not 2.5 s of its own
-    with item_retry_time():  # the next item has the whole budget again
-        started = time.monotonic()
-        with pytest.raises(ModelError):
-            client.complete(ask)
-        assert time.monotonic() - started >= 2.3
+    assert "--bench-set=model_max_retry_time=65" in str(error.value)
+    assert error.value.request_retries == 2  # the 25 s the first request left, not 65 s of its own
+    with item_retry_time(), pytest.raises(ModelError) as error:  # the next item has the whole budget again
+        client.complete(ask)
+    assert error.value.request_retries == 6 and "60 s of retries" in str(error.value)
 
 
 # ---- whole runs, as a user starts them -----------------------------------------------------------------------

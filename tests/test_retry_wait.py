@@ -34,7 +34,9 @@ def test_a_bad_scale_names_the_variable_and_the_fix(monkeypatch, value):
 
 def test_the_session_runs_with_no_waits_and_its_children_inherit_it():
     assert os.environ[RETRY_WAIT_SCALE_ENV] == "0"
-    pause_before_retry(3600)  # an hour's backoff does not hold the test (it would hang to the suite's guard)
+    # an hour's backoff does not hold the test (it would hang to the suite's guard): the hour is returned unslept,
+    # for the retry-time budget to count as spent
+    assert pause_before_retry(3600) == 3600
     done = subprocess.run(
         [
             sys.executable,

@@ -13,6 +13,7 @@ import pytest
 from pytest_agentbench.benchmarks.scicode import archive, dataset
 from pytest_agentbench.core.data import DataError, sha256_of
 
+from helpers.fake_openai import SHUTDOWN_POLL
 from helpers.scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +35,7 @@ class Served:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(folder)))
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
 
     @property
     def url(self) -> str:

@@ -3,7 +3,8 @@ tries, the model preflight's second probe, a download's backoff.
 
 ``AGENTBENCH_RETRY_WAIT_SCALE`` multiplies every such pause (default 1: the wait as computed). The project's tests
 set it to 0 so that a retry test does not sit out real backoff; a user has no reason to change it. Only the sleep
-is scaled: each wait is still computed, and counted against ``--bench-set model_max_retry_time``, as it would be."""
+is scaled: each wait is still computed, and counted against ``--bench-set model_max_retry_time`` as if slept (the
+pause returns what it did not sleep, which the model client adds to the retry time it has spent)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ def retry_wait_scale() -> float:
     return scale
 
 
-def pause_before_retry(seconds: float) -> None:
-    """Sleep ``seconds`` (times the scale) before the next try."""
-    time.sleep(max(0.0, seconds) * retry_wait_scale())
+def pause_before_retry(seconds: float) -> float:
+    """Sleep ``seconds`` (times the scale) before the next try; return the seconds of the wait not slept (0 at the
+    default scale), which a retry-time budget counts as though they were."""
+    wait = max(0.0, seconds)
+    slept = wait * retry_wait_scale()
+    time.sleep(slept)
+    return max(0.0, wait - slept)

@@ -32,7 +32,7 @@ from .defaults import (  # noqa: F401
     PROTOCOLS,
     backoff_delay,
 )
-from .retrytime import retry_time_left, spend_retry_time
+from .retrytime import retry_time_left, retry_time_spent, spend_retry_time
 
 # statuses worth another try, as in OpenAI's own client: timeout, conflict, rate limit, server errors
 RETRYABLE_STATUSES = {408, 409, 429}
@@ -524,6 +524,7 @@ class OpenAIModel:
         retries. Every retry is counted, on the reply or on the error."""
         last_error: Exception | None = None
         failed_at: float | None = None  # when the first attempt failed: the retry time starts there
+        unslept = 0.0  # seconds of waits the retry-wait scale skipped: spent all the same
         timeout: float | None = None  # the first attempt has the client's --bench-set model_timeout
         out_of_time = False
         attempt = 0
@@ -541,11 +542,11 @@ class OpenAIModel:
                 if failed_at is None:
                     failed_at = time.monotonic()
                 wait = self._backoff(attempt, error)
-                left = retry_time_left(self.max_retry_time, failed_at) - wait  # the item's budget
+                left = retry_time_left(self.max_retry_time, failed_at, unslept) - wait  # the item's budget
                 if left <= 0:
                     out_of_time = True
                     break
-                pause_before_retry(wait)
+                unslept += pause_before_retry(wait)
                 timeout = min(self.timeout, left)
                 attempt += 1
                 continue
@@ -554,12 +555,12 @@ class OpenAIModel:
                 break
             completion.latency = time.monotonic() - started
             completion.request_retries = attempt
-            spend_retry_time(failed_at)
+            spend_retry_time(failed_at, unslept)
             return completion
-        spend_retry_time(failed_at)
+        spend_retry_time(failed_at, unslept)
         tried = f"{attempt + 1} attempt{'s' if attempt else ''}"
         if out_of_time and failed_at is not None:
-            spent = time.monotonic() - failed_at
+            spent = retry_time_spent(failed_at, unslept)
             tried += f", {spent:.0f} s of retries (--bench-set=model_max_retry_time={self.max_retry_time:g})"
         raise ModelError(
             f"model {self.name!r} at {self.endpoint} failed after {tried}: "

@@ -43,6 +43,7 @@ from typing import Any
 from .price import Price, over_budget, start_costs
 from .usage import count_completion, turn_of
 
+SHUTDOWN_POLL = 0.05  # seconds between the serving loop's looks for close()
 MAX_REQUEST_BYTES = 64 << 20  # a request body past this is refused (images as data URLs can be large)
 
 
@@ -382,7 +383,10 @@ class MeteringProxy:
         return f"http://{self.host}:{self.port}/v1"
 
     def start(self) -> MeteringProxy:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="agentbench-proxy", daemon=True)
+        # close() waits for the loop's next look: at the default 0.5 s, every item's proxy took that long to close
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(SHUTDOWN_POLL,), name="agentbench-proxy", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -42,15 +42,21 @@ def in_item_scope(function: Callable[..., T]) -> Callable[..., T]:
     return scoped
 
 
-def retry_time_left(budget: float, failed_at: float) -> float:
+def retry_time_left(budget: float, failed_at: float, unslept: float = 0.0) -> float:
     """Seconds of retries left to a request that first failed at ``failed_at`` (monotonic): the budget less what
-    the item's earlier requests spent retrying and what this one has spent since its first failure."""
+    the item's earlier requests spent retrying and what this one has spent since its first failure (``unslept``:
+    the seconds of its waits not slept, core/retrywait.py, which count as spent)."""
     spent = _SPENT.get()
-    return budget - (spent[0] if spent else 0.0) - (time.monotonic() - failed_at)
+    return budget - (spent[0] if spent else 0.0) - retry_time_spent(failed_at, unslept)
 
 
-def spend_retry_time(failed_at: float | None) -> None:
+def retry_time_spent(failed_at: float, unslept: float = 0.0) -> float:
+    """The retry time of one request since its first failure at ``failed_at``, its unslept waits included."""
+    return time.monotonic() - failed_at + unslept
+
+
+def spend_retry_time(failed_at: float | None, unslept: float = 0.0) -> None:
     """A request that first failed at ``failed_at`` is done (answered or given up): its retry time is the item's."""
     spent = _SPENT.get()
     if spent is not None and failed_at is not None:
-        spent[0] += time.monotonic() - failed_at
+        spent[0] += retry_time_spent(failed_at, unslept)

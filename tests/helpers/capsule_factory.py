@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+SHUTDOWN_POLL = 0.01  # how often the server's loop looks for the stop (the default 0.5 s was waited out whole)
+
 CAPSULE_FILES = {
     "code/main.py": (
         "import csv, statistics\n"
@@ -206,7 +208,9 @@ class CapsuleServer:
     def __enter__(self) -> CapsuleServer:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
-        self._thread = threading.Thread(target=self._server.serve_forever, name="capsule-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(SHUTDOWN_POLL,), name="capsule-server", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -45,6 +45,10 @@ import pytest
 if TYPE_CHECKING:
     from pytest_agentbench.models.client import OpenAIModel
 
+# how often the serving loop looks for stop(): the default 0.5 s was waited out whole at the end of every test
+# (the loop had just gone back to waiting after the test's last request)
+SHUTDOWN_POLL = 0.01
+
 
 class FakeOpenAI:
     def __init__(self):
@@ -130,7 +134,9 @@ class FakeOpenAI:
         handler = _make_handler(self)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-openai", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(SHUTDOWN_POLL,), name="fake-openai", daemon=True
+        )
         self._thread.start()
         return self
 

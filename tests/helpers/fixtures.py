@@ -275,3 +275,23 @@ def shared_validation_oracle_run(tmp_path_factory, shared_cache, machine_secret,
 def validation_oracle_run(shared_validation_oracle_run: SharedRun) -> Iterator[SharedRun]:
     """The session's one run of the validation split with the oracle, read-only (a test using it is ``slow``)."""
     yield from unchanged(shared_validation_oracle_run)
+
+
+@pytest.fixture(scope="session")
+def help_of_pytest(tmp_path_factory) -> str:
+    """``pytest --help`` as a user runs it (the plugin loads through its entry point, 100 columns), once for the
+    whole test session: every xdist worker reads the same output."""
+
+    def start(project: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "--help"],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "COLUMNS": "100"},
+        )
+
+    shown = run_once_per_session(tmp_path_factory, "agentbench-pytest-help", start)
+    assert shown.returncode == 0, shown.tail()
+    return shown.stdout
