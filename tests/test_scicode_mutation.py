@@ -10,8 +10,9 @@ its inputs passes, and its record notes ``inputs_mutated`` (where upstream's ver
 
 The end-to-end tests score both steps as a user does: ``pytest --bench=scicode`` against a scripted model
 (tests/helpers/fake_openai.py) that answers the two steps with one variant's code and every earlier step with its
-ground truth; the three runs (attack, genuine code that mutates, ground truth) start together. 51.4 takes
-one to two minutes of CPU per run (three minutes of wall time here for the module).
+ground truth; the two runs (attack, genuine code that mutates) start together. 51.4 takes half a minute to two
+minutes of CPU per run. The ground truth's verdicts are those of the session's run of the validation split with
+the oracle (``validation_oracle_run``), which scores the same code through the same parent and child.
 """
 
 from __future__ import annotations
@@ -81,7 +82,6 @@ def ground_truth(step: str) -> str:
 VARIANTS = {
     "attack": {"78.2": RK4_ATTACK, "51.4": ground_truth("51.4") + MD_ATTACK},
     "mutates": {"78.2": ground_truth("78.2") + RK4_MUTATES, "51.4": ground_truth("51.4") + MD_MUTATES},
-    "genuine": {},
 }
 
 
@@ -189,8 +189,9 @@ def test_genuine_code_that_also_writes_into_its_inputs_passes_with_a_note(record
 @pytest.mark.parametrize("step", STEPS)
 @pytest.mark.e2e
 @pytest.mark.slow
-def test_the_ground_truth_passes_without_a_note(records, step):
-    record = records["genuine"][step]
+def test_the_ground_truth_passes_without_a_note(validation_oracle_run, step):
+    [record] = [r for r in validation_oracle_run.records if r["id"] == step]
+    assert record["code"].strip() == ground_truth(step).strip()  # the code this test is about
     assert record["status"] == "pass" and "inputs_mutated" not in record, brief(record)
 
 

@@ -18,7 +18,7 @@ from pytest_agentbench.core.options import Settings
 from pytest_agentbench.core.records import comparable
 from pytest_agentbench.pytest_plugin.collect import select_ids
 
-from helpers.bench_runs import SHARED_DATA, read_jsonl, run_dirs, validation_problems
+from helpers.bench_runs import QUICK_MULTISTEP_PROBLEMS, SHARED_DATA, read_jsonl, run_dirs, validation_problems
 from helpers.fixtures import SharedRun, run_once_per_session, start_pytest
 from helpers.scicode_builders import CLOSE, MODEL_CONFTEST, custom_data_args, problem, step
 
@@ -422,27 +422,28 @@ def test_oracle_resolves_the_validation_split_identically_with_and_without_xdist
     bench, pytester, validation_oracle_run
 ):
     """The whole split resolves without -n (the session's shared run); -n 2 and -n 4 give the same records and
-    the same metrics as each other and as the serial run's records of their problems. The -n 2 run also uses the
-    fresh-interpreter executor, which must give the same records as the fork server. The parallel runs leave out
-    the two problems whose upstream tests are most of a run's time: what they check is the distribution, not the
-    split."""
+    the same metrics as the serial run gives for their problems. The -n 2 run also uses the fresh-interpreter
+    executor, which must give the same records as the fork server: it selects every problem but the two whose
+    upstream tests are most of a run's time (what it checks is the distribution and the executor, not the
+    split). The -n 4 run changes only the number of workers: five quick problems of several steps each spread
+    over them."""
     assert all_resolved(15, 50) in validation_oracle_run.stdout
     serial, metrics = comparable_records(validation_oracle_run.path), validation_oracle_run.summary["metrics"]
     assert len(serial) == 50 and all(r["status"] == "pass" for r in serial)
     assert metrics["main"] == 1.0 and metrics["subproblem"] == 1.0
-    problems, steps = validation_problems()
-    expected = [r for r in serial if r["task"] in problems]
-    assert len(expected) == steps
-    parallel_metrics = []
-    for extra in (["-n", "2", "--bench-set=executor=subprocess"], ["-n", "4"]):
+    runs = {
+        "n2": (["-n", "2", "--bench-set=executor=subprocess"], validation_problems()),
+        "n4": (["-n", "4"], validation_problems(only=QUICK_MULTISTEP_PROBLEMS)),
+    }
+    for run_id, (extra, (problems, steps)) in runs.items():
+        expected = [r for r in serial if r["task"] in problems]
+        assert len(expected) == steps
         selection = "--bench-ids=" + ",".join(problems)
         parallel, run_metrics = oracle_run(
-            bench, pytester, f"n{extra[1]}", *extra, selection, problems=len(problems), steps=steps
+            bench, pytester, run_id, *extra, selection, problems=len(problems), steps=steps
         )
         assert parallel == expected
-        parallel_metrics.append(run_metrics)
-    assert parallel_metrics[0] == parallel_metrics[1]
-    assert parallel_metrics[0]["main"] == 1.0 and parallel_metrics[0]["subproblem"] == 1.0
+        assert run_metrics == metrics  # every step passes in each run: each metric is the serial run's, 1.0
 
 
 @pytest.mark.slow
