@@ -25,10 +25,12 @@ from helpers.external_agents import (
     MINI,
     ONE_CALL_AGENT,
     Gone,
+    check_codex_turns,
     check_replay,
     check_scored_run,
     inline,
     run_capsule,
+    script_codex_turns,
 )
 from helpers.fake_openai import FakeOpenAI
 
@@ -206,6 +208,20 @@ def test_codex_in_docker_solves_or_fails_the_capsule(pytester, tmp_path, server,
     assert any("mean accuracy: 0.9300" in json.dumps(m) for m in body["messages"] if m["role"] == "tool")
     assert (Path(record["workspace"]) / "uid.txt").read_text().strip() == "65534"
     assert layers(image, "codex")
+
+
+def test_a_multi_turn_codex_run_in_docker_replays_without_the_endpoint(pytester, tmp_path, server, image, monkeypatch):
+    """Codex's own process handles, output ids and wall times differ from run to run of its container: the replay
+    still finds every recorded reply, and its verdict is the recording's."""
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(needs("codex")))
+    script_codex_turns(server, questions())
+    _, first, _ = run_agent(pytester, tmp_path, server, "record", image, "--bench-agent=codex", cache="rw")
+    check_codex_turns(first, server)
+    base_url = server.base_url
+    server.stop()
+    _, again, _ = run_agent(pytester, tmp_path, Gone(base_url), "replay", image, "--bench-agent=codex", cache="replay")
+    check_replay(first, again, calls=4)
+    assert again["env"] == "docker"
 
 
 # ---------------------------------------------------------------- the command agent, limits
