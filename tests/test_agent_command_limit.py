@@ -121,3 +121,17 @@ def test_mini_swe_agent_with_a_longer_own_timeout_is_held_to_the_plugins(pyteste
     check_ended(record, "sleep 1000")
     shown = [str(m["content"]) for m in server.requests[1]["body"]["messages"] if m["role"] == "tool"]
     assert TOLD in shown[-1], shown
+
+
+def test_codex_which_has_no_timeout_switch_is_held_to_the_plugins(pytester, tmp_path, server, monkeypatch):
+    """Codex waits on a command as long as the model asks (up to a cap of its own, far past the limit) and has
+    no switch for a per-command limit: its ``sleep 1000`` is ended by the plugin, and the model is told so."""
+    needs("bwrap")
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(needs("codex")))
+    wait = {"cmd": "sleep 1000", "yield_time_ms": 60000}
+    server.reply("Waiting.", tool_calls=[("exec_command", wait)])
+    server.reply(json.dumps(questions()))
+    _, record, _ = run_capsule(pytester, tmp_path, server, "codex", "--bench-agent=codex", *limits(), key=KEY)
+    check_ended(record, "sleep 1000")
+    shown = [str(m["content"]) for m in server.requests[1]["body"]["messages"] if m["role"] == "tool"]
+    assert TOLD in shown[-1] and "Process exited with code 143" in shown[-1], shown
