@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pytest_agentbench.benchmarks import agents
 from pytest_agentbench.sandbox.containment import NO_PYTHON, limited_agent
 
 LIMIT = 1
@@ -85,3 +86,18 @@ def test_without_python3_the_agent_does_not_start_and_says_why(tmp_path):
     done = run_limited(tmp_path, f"touch {shlex.quote(str(marker))}", path=str(bare))
     assert done.returncode == 127 and NO_PYTHON in done.stderr
     assert not marker.exists()
+
+
+def test_the_record_takes_only_the_logs_fields_the_agent_cannot_bloat_it(tmp_path):
+    """The log is in the agent's folder, in its reach: only the supervisor's fields, of the first lines, are
+    taken into the record."""
+    log = tmp_path / agents.ENDED_COMMANDS
+    good = {"command": "sleep 1000", "seconds": 2.1, "limit": 2}
+    lines = [json.dumps({**good, "extra": "x" * 1000}), "not json", "[1]", json.dumps({"command": "c" * 5000})]
+    log.write_text("\n".join(lines + [json.dumps(good)] * (2 * agents.MAX_ENDED)) + "\n")
+    setting = agents.AgentSetting("", "", "", "", "", str(tmp_path), "", 0.0, 2.0, 0)
+    ended = agents.make_agent(agents.parse_agent("command", "true")).ended_commands(
+        lambda path: Path(path).read_bytes(), setting
+    )
+    assert ended[0] == {"command": "sleep 1000", "seconds": 2.1, "limit": 2.0}
+    assert len(ended) == agents.MAX_ENDED - 4 + 1 and all(entry == ended[0] for entry in ended)

@@ -58,6 +58,7 @@ INSTALL_TIMEOUT = 1800.0
 AGENTS_DIR_ENV = "AGENTBENCH_AGENTS_DIR"  # where installs go instead of <cache>/agents (shared by runs, by CI)
 AGENT_FOLDER = "agentbench-agent"  # under the environment's /tmp: the prompt, the answer file, the agent's logs
 ENDED_COMMANDS = "ended-commands.jsonl"  # in the agent's folder: the commands the plugin's limit ended
+MAX_ENDED = 200  # of them, the most a record lists
 # an agent's own per-command timeout is set this much past the plugin's, so the plugin's (which the record
 # tells) ends a command first and the agent's own stays the fallback
 OWN_TIMEOUT_MARGIN = 10.0
@@ -244,19 +245,25 @@ class ExternalAgent:
         return limited_agent(self.script(setting), seconds=setting.command_timeout, log_file=log)
 
     def ended_commands(self, read: Any, setting: AgentSetting) -> list[dict[str, Any]]:
-        """The commands the plugin's per-command limit ended (``command_limit``: what each ran, its seconds)."""
+        """The commands the plugin's per-command limit ended (``command_limit``: what each ran, its seconds and
+        the limit). The file is in the agent's reach: only those fields are taken, of the first ``MAX_ENDED``."""
         try:
             text = bytes(read(f"{setting.folder}/{ENDED_COMMANDS}")).decode(errors="replace")
         except (OSError, ValueError):
             return []
         ended = []
-        for line in text.splitlines():
+        for line in text.splitlines()[:MAX_ENDED]:
             try:
                 entry = json.loads(line)
-            except ValueError:
+                ended.append(
+                    {
+                        "command": str(entry["command"])[:300],
+                        "seconds": float(entry["seconds"]),
+                        "limit": float(entry["limit"]),
+                    }
+                )
+            except (ValueError, TypeError, KeyError):
                 continue
-            if isinstance(entry, dict):
-                ended.append(entry)
         return ended
 
     def final_message(self, read: Any, setting: AgentSetting, stdout: str) -> str | None:
