@@ -7,6 +7,7 @@ its own timeout past the plugin's."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,10 @@ def limits() -> tuple[str, ...]:
     )
 
 
+def docker_env(image: str) -> tuple[str, ...]:
+    return ("--bench-env=docker", f"--bench-set=docker_image={image}", "--bench-set=docker_network=none")
+
+
 def check_ended(record: dict, command: str) -> None:
     """The run passed, its record telling the one command the plugin's limit ended."""
     assert record["status"] == "pass" and record["end_reason"] == "submitted", record["message"]
@@ -94,7 +99,6 @@ def test_a_command_past_the_limit_is_ended_in_the_host_sandbox(pytester, tmp_pat
 def test_a_command_past_the_limit_is_ended_in_the_agents_container(pytester, tmp_path, server):
     image = needs("docker")
     server.reply(json.dumps(questions()))
-    docker = ("--bench-env=docker", f"--bench-set=docker_image={image}", "--bench-set=docker_network=none")
     _, record, _ = run_capsule(
         pytester,
         tmp_path,
@@ -104,23 +108,36 @@ def test_a_command_past_the_limit_is_ended_in_the_agents_container(pytester, tmp
         f"--bench-set=agent_command={inline(WAITING_AGENT, 'python3')}",
         *limits(),
         key=KEY,
-        env=docker,
+        env=docker_env(image),
     )
     check_waiting_agent(record)
 
 
-def test_mini_swe_agent_with_a_longer_own_timeout_is_held_to_the_plugins(pytester, tmp_path, server, monkeypatch):
+def run_mini_sleeping(pytester, tmp_path, server, env: tuple[str, ...]) -> None:
     """mini-swe-agent's own timeout is set past the plugin's limit: its ``sleep 1000`` is ended by the plugin,
     and the model is told so in the command's output."""
-    needs("bwrap")
-    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(needs("mini-swe-agent")))
     server.reply("Waiting.", tool_calls=[("bash", {"command": "sleep 1000"})])
     submit = f"printf '%s\\n' COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT '{json.dumps(questions())}'"
     server.reply("Submitting.", tool_calls=[("bash", {"command": submit})])
-    _, record, _ = run_capsule(pytester, tmp_path, server, "mini", "--bench-agent=mini-swe-agent", *limits(), key=KEY)
+    _, record, _ = run_capsule(
+        pytester, tmp_path, server, "mini", "--bench-agent=mini-swe-agent", *limits(), key=KEY, env=env
+    )
     check_ended(record, "sleep 1000")
     shown = [str(m["content"]) for m in server.requests[1]["body"]["messages"] if m["role"] == "tool"]
     assert TOLD in shown[-1], shown
+
+
+def test_mini_swe_agent_with_a_longer_own_timeout_is_held_to_the_plugins(pytester, tmp_path, server, monkeypatch):
+    needs("bwrap")
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(needs("mini-swe-agent")))
+    run_mini_sleeping(pytester, tmp_path, server, ("--bench-env=host",))
+
+
+@pytest.mark.docker
+def test_mini_swe_agent_in_docker_is_held_to_the_plugins_limit(pytester, tmp_path, server, monkeypatch):
+    image = needs("docker")
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", os.environ.get("AGENTBENCH_AGENTS_DIR", "/tmp/agentbench-agents"))
+    run_mini_sleeping(pytester, tmp_path, server, docker_env(image))
 
 
 def test_codex_which_has_no_timeout_switch_is_held_to_the_plugins(pytester, tmp_path, server, monkeypatch):
