@@ -17,7 +17,7 @@ from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noq
 
 from helpers.bench_runs import SHARED_DATA
 from helpers.capabilities import needs
-from helpers.external_agents import CAPSULE, ONE_CALL_AGENT, inline, run_capsule
+from helpers.external_agents import ONE_CALL_AGENT, inline, questions, run_capsule
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -39,11 +39,6 @@ open("command-ended.json", "w").write(json.dumps({"code": command.returncode, "p
     + ONE_CALL_AGENT
 )
 TOLD = f"this command was ended by the plugin: it ran past the per-command time limit of {LIMIT} s"
-
-
-def questions() -> dict:
-    task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
-    return task["results"][0]
 
 
 @pytest.fixture(autouse=True)
@@ -79,38 +74,23 @@ def check_waiting_agent(record: dict) -> None:
     assert seen["printed"].startswith("started\n") and TOLD in seen["printed"]
 
 
-def test_a_command_past_the_limit_is_ended_in_the_host_sandbox(pytester, tmp_path, server):
-    needs("bwrap")
+def run_waiting_agent(pytester, tmp_path, server, python: str | None, env: tuple[str, ...]) -> None:
     server.reply(json.dumps(questions()))
+    agent = f"--bench-set=agent_command={inline(WAITING_AGENT, python)}"
     _, record, _ = run_capsule(
-        pytester,
-        tmp_path,
-        server,
-        "limit",
-        "--bench-agent=command",
-        f"--bench-set=agent_command={inline(WAITING_AGENT)}",
-        *limits(),
-        key=KEY,
+        pytester, tmp_path, server, "limit", "--bench-agent=command", agent, *limits(), key=KEY, env=env
     )
     check_waiting_agent(record)
+
+
+def test_a_command_past_the_limit_is_ended_in_the_host_sandbox(pytester, tmp_path, server):
+    needs("bwrap")
+    run_waiting_agent(pytester, tmp_path, server, None, ("--bench-env=host",))
 
 
 @pytest.mark.docker
 def test_a_command_past_the_limit_is_ended_in_the_agents_container(pytester, tmp_path, server):
-    image = needs("docker")
-    server.reply(json.dumps(questions()))
-    _, record, _ = run_capsule(
-        pytester,
-        tmp_path,
-        server,
-        "limit",
-        "--bench-agent=command",
-        f"--bench-set=agent_command={inline(WAITING_AGENT, 'python3')}",
-        *limits(),
-        key=KEY,
-        env=docker_env(image),
-    )
-    check_waiting_agent(record)
+    run_waiting_agent(pytester, tmp_path, server, "python3", docker_env(needs("docker")))
 
 
 def run_mini_sleeping(pytester, tmp_path, server, env: tuple[str, ...]) -> None:

@@ -27,6 +27,7 @@ from helpers.external_agents import (
     check_replay,
     check_scored_run,
     inline,
+    questions,
     run_capsule,
     script_codex_turns,
 )
@@ -49,11 +50,6 @@ leaks = {"environ": [k for k, v in os.environ.items() if os.environ["USER_KEY_PR
 open("key-probe.json", "w").write(json.dumps(leaks))
 """
 )
-
-
-def questions() -> dict:
-    task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
-    return task["results"][0]
 
 
 @pytest.fixture(autouse=True)

@@ -29,6 +29,7 @@ from helpers.external_agents import (
     check_replay,
     check_scored_run,
     inline,
+    questions,
     run_capsule,
     script_codex_turns,
 )
@@ -50,11 +51,6 @@ PROBE = (
     "python3 -c \"import socket; socket.socket(socket.AF_UNIX).connect('/run/agentbench-proxy/proxy.sock')\" "
     "2>&1 | tail -n 1; } > /capsule/environment/probe.txt 2>&1"
 )
-
-
-def questions() -> dict:
-    task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
-    return task["results"][0]
 
 
 @pytest.fixture(autouse=True)

@@ -13,23 +13,18 @@ import pytest
 import pytest_agentbench
 
 # imported before any in-process pytester run (numpy cannot be imported twice in one process)
-from pytest_agentbench.benchmarks.corebench import dataset
+from pytest_agentbench.benchmarks.corebench import dataset  # noqa: F401
 
 from helpers.bench_runs import SHARED_DATA
 from helpers.capabilities import needs
 from helpers.capsule_factory import build_capsule_archive
-from helpers.external_agents import CAPSULE, ONE_CALL_AGENT, inline
+from helpers.external_agents import CAPSULE, ONE_CALL_AGENT, inline, questions
 
 pytestmark = pytest.mark.e2e
 
 KEY = "sk-agents-0123456789"
 RUNS = ("agent-model+builtin", "agent-model+command")
 FOLDERS = {"agent-model+builtin": "agent-model_builtin", "agent-model+command": "agent-model_command"}  # safe names
-
-
-def questions() -> dict:
-    task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
-    return task["results"][0]
 
 
 def answering(body: dict) -> dict:

@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pytest_agentbench.benchmarks.corebench import dataset
+
+from helpers.bench_runs import SHARED_DATA
 from helpers.capsule_factory import build_capsule_archive
 
 CAPSULE = "capsule-7038571"
@@ -26,6 +29,12 @@ request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completi
 reply = json.load(urllib.request.urlopen(request, timeout=60))
 open(os.environ["AGENTBENCH_ANSWER_FILE"], "w").write(reply["choices"][0]["message"]["content"])
 """
+
+
+def questions() -> dict[str, Any]:
+    """The capsule's questions with their reference answers (the first reference run's)."""
+    task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
+    return task["results"][0]
 
 
 def inline(script: str, python: str | None = None) -> str:
