@@ -1,6 +1,6 @@
 """Codex's requests as the model and the response cache see them: the ids and timings Codex makes up in each
 command's output differ between a recorded run and its replay; the cache keys on them replaced (the multi-turn
-replay end to end is in test_external_agents.py)."""
+replay end to end is in test_external_agents.py, and in Docker in test_external_agents_docker.py)."""
 
 from __future__ import annotations
 

@@ -73,6 +73,8 @@ OTHER_STARTS = {
     ("benchmarks/scicode/gradingenvs.py", "build"): "venv and pip (or uv), building a grading environment",
     ("benchmarks/agents.py", "run_install_step"): "venv and pip or npm, installing an external agent (--bench-agent)",
     ("envs/host.py", "HostEnvironment.loopback_listener"): "a socket made in the item's network namespace, handed back",
+    ("sandbox/command_limit.py", "start"): "an external agent, from inside the sandbox or container its environment "
+    "made for it (envs/host.py, envs/docker.py): the per-command limit's supervisor is its parent there",
 }
 PROCESS_CALLS = {
     ("subprocess", "Popen"),

@@ -17,34 +17,39 @@ from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noq
 from helpers.bench_runs import SHARED_DATA
 from helpers.capabilities import needs
 from helpers.capsule_factory import build_capsule_archive
+from helpers.external_agents import (
+    CAPSULE,
+    CODEX,
+    MINI,
+    ONE_CALL_AGENT,
+    Gone,
+    check_codex_turns,
+    check_replay,
+    check_scored_run,
+    inline,
+    questions,
+    run_capsule,
+    script_codex_turns,
+)
 from helpers.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.e2e
 
-CAPSULE = "capsule-7038571"
 USER_KEY = "sk-user-secret-d41d8cd98f00"
 
-# The command agent: one model call through the proxy, the reply's text written as the answer file; what the
-# sandbox can find of the user's key (environment, its own files, the workspace) goes into the workspace.
-COMMAND_AGENT = r"""
-import json, os, subprocess, urllib.request
-prompt = open(os.environ["AGENTBENCH_PROMPT_FILE"]).read()
-body = json.dumps({"model": "x", "messages": [{"role": "user", "content": prompt}]}).encode()
-request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body, headers={
-    "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
-reply = json.load(urllib.request.urlopen(request, timeout=60))
-open(os.environ["AGENTBENCH_ANSWER_FILE"], "w").write(reply["choices"][0]["message"]["content"])
+# The command agent: its one model call, then what the sandbox can find of the user's key (environment, its own
+# files, the workspace) written into the workspace.
+COMMAND_AGENT = (
+    ONE_CALL_AGENT
+    + r"""
+import subprocess
 found = subprocess.run(["grep", "-rIl", "--", os.environ["USER_KEY_PROBE"], "/etc", "/tmp", os.environ["HOME"], "."],
                        capture_output=True, text=True).stdout
 leaks = {"environ": [k for k, v in os.environ.items() if os.environ["USER_KEY_PROBE"] in v and k != "USER_KEY_PROBE"],
          "files": [f for f in found.splitlines() if "key-probe" not in f]}
 open("key-probe.json", "w").write(json.dumps(leaks))
 """
-
-
-def questions() -> dict:
-    task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
-    return task["results"][0]
+)
 
 
 @pytest.fixture(autouse=True)
@@ -53,40 +58,12 @@ def data_env(monkeypatch):
 
 
 def run_agent(pytester, tmp_path, server: Any, run_id: str, *extra: str, cache: str = "off"):
-    staged = tmp_path / "staged"
-    if not staged.exists():
-        build_capsule_archive(staged, CAPSULE, figure=True)
-    reports = tmp_path / "reports"
-    result = pytester.runpytest_subprocess(
-        "--bench=core-bench",
-        "--bench-split=train",
-        f"--bench-ids={CAPSULE}",
-        "--model=agent-model",
-        f"--model-base-url={server.base_url}",
-        f"--model-api-key={USER_KEY}",
-        "--bench-set=model_max_retries=0",
-        f"--bench-cache={cache}",
-        f"--bench-cache-dir={tmp_path / 'cache'}",
-        f"--bench-capsules-dir={staged}",
-        f"--bench-report-dir={reports}",
-        f"--bench-run-id={run_id}",
-        "--bench-env=host",
-        "--bench-difficulty=easy",
-        "-p",
-        "no:cacheprovider",
-        *extra,
-    )
-    run_dir = reports / "core-bench" / "agent-model" / run_id
-    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
-    assert len(records) == 1, result.stdout.str()[-3000:]
-    return result, records[0], run_dir
+    return run_capsule(pytester, tmp_path, server, run_id, *extra, key=USER_KEY, cache=cache)
 
 
 def command_args() -> list[str]:
     """The command agent's options: its script inline (nothing of the test's folders is in the sandbox)."""
-    command = (
-        f"USER_KEY_PROBE={shlex.quote(USER_KEY)} {shlex.quote(sys.executable)} - <<'AGENT'\n{COMMAND_AGENT}\nAGENT"
-    )
+    command = f"USER_KEY_PROBE={shlex.quote(USER_KEY)} {inline(COMMAND_AGENT)}"
     return ["--bench-agent=command", f"--bench-set=agent_command={command}", "--bench-set=keep_workspaces=true"]
 
 
@@ -189,17 +166,10 @@ def test_mini_swe_agent_solves_or_fails_the_capsule(pytester, tmp_path, server, 
     answers = questions() if right else {key: 0.5 for key in questions()}
     script_mini(server, answers)
     result, record, run_dir = run_agent(pytester, tmp_path, server, "mini", *mini_args())
-    assert record["status"] == ("pass" if right else "fail"), record["message"]
-    assert record["agent"] == {"name": "mini-swe-agent", "version": "2.4.6"}
-    assert record["end_reason"] == "submitted" and record["submission_source"] == "final_answer"
-    # the tokens the record counts are the ones the server reported, call by call
-    assert record["generation"]["model_calls"] == 2 == len(server.requests)
-    assert (record["generation"]["prompt_tokens"], record["generation"]["completion_tokens"]) == (303, 33)
+    check_scored_run(record, server, right=right, agent=MINI, calls=2, tokens=(303, 33), key=USER_KEY)
     body = server.requests[1]["body"]
     assert body["model"] == "agent-model" and [t["function"]["name"] for t in body["tools"]] == ["bash"]
     assert any("mean accuracy" in json.dumps(m) for m in body["messages"] if m["role"] == "tool")
-    for request in server.requests:
-        assert request["headers"]["authorization"] == f"Bearer {USER_KEY}"
     trajectory = json.loads((run_dir / record["trajectory"]).read_text())
     assert trajectory["agent"]["name"] == "mini-swe-agent" and len(trajectory["turns"]) == 2
 
@@ -212,17 +182,8 @@ def test_mini_swe_agent_replay_gives_the_same_verdict_without_the_endpoint(pytes
     base_url = server.base_url
     server.stop()
     # the same base URL (part of the cache key); nothing listens there now
-    _, again, _ = run_agent(pytester, tmp_path, _Gone(base_url), "replay", *mini_args(), cache="replay")
-    assert again["status"] == "pass", again["message"]
-    assert again["generation"]["answers"] == "replayed" and again["generation"]["cache_hits"] == 2
-    assert again["generation"]["responses"] == first["generation"]["responses"]
-
-
-class _Gone:
-    """A stopped server's address, for the run options."""
-
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
+    _, again, _ = run_agent(pytester, tmp_path, Gone(base_url), "replay", *mini_args(), cache="replay")
+    check_replay(first, again, calls=2)
 
 
 # ---------------------------------------------------------------- Codex CLI
@@ -248,50 +209,21 @@ def test_codex_solves_or_fails_the_capsule(pytester, tmp_path, server, codex, ri
     answers = questions() if right else {key: 0.5 for key in questions()}
     script_codex(server, answers)
     result, record, run_dir = run_agent(pytester, tmp_path, server, "codex", "--bench-agent=codex")
-    assert record["status"] == ("pass" if right else "fail"), record["message"]
-    assert record["agent"] == {"name": "codex", "version": "0.171.0"}
-    assert record["end_reason"] == "submitted" and record["submission_source"] == "final_answer"
-    assert record["generation"]["model_calls"] == 2 == len(server.requests)
-    assert (record["generation"]["prompt_tokens"], record["generation"]["completion_tokens"]) == (703, 73)
+    check_scored_run(record, server, right=right, agent=CODEX, calls=2, tokens=(703, 73), key=USER_KEY)
     body = server.requests[1]["body"]
     assert "web_search" not in json.dumps(body["tools"])
     assert any("mean accuracy: 0.9300" in json.dumps(m) for m in body["messages"] if m["role"] == "tool")
-    assert all(r["headers"]["authorization"] == f"Bearer {USER_KEY}" for r in server.requests)
-
-
-def script_codex_turns(server: FakeOpenAI, answers: dict) -> None:
-    """Three commands, one a turn: the capsule's code started in the background of Codex's exec session (its
-    first output comes before the program ends), the session waited on by the id the model was shown, the
-    results read; then the answers as the final message."""
-    start = {"cmd": "cd code && sleep 1 && python3 main.py && echo finished", "yield_time_ms": 250}
-    server.reply("Running the code.", tool_calls=[("exec_command", start)], prompt_tokens=301, completion_tokens=31)
-    wait = {"session_id": 1, "chars": "", "yield_time_ms": 30000}
-    server.reply("Waiting for it.", tool_calls=[("write_stdin", wait)], prompt_tokens=402, completion_tokens=42)
-    read = {"cmd": "cat results/output.txt"}
-    server.reply("Reading the results.", tool_calls=[("exec_command", read)], prompt_tokens=503, completion_tokens=53)
-    server.reply(json.dumps(answers), prompt_tokens=604, completion_tokens=64)
-
-
-def tool_outputs(request: dict) -> list[str]:
-    return [str(m["content"]) for m in request["body"]["messages"] if m["role"] == "tool"]
 
 
 @pytest.mark.slow
 def test_a_multi_turn_codex_run_replays_in_full_without_the_endpoint(pytester, tmp_path, server, codex):
     script_codex_turns(server, questions())
     _, first, _ = run_agent(pytester, tmp_path, server, "record", "--bench-agent=codex", cache="rw")
-    assert first["status"] == "pass", first["message"]
-    assert first["generation"]["model_calls"] == 4 == len(server.requests)
-    waited = tool_outputs(server.requests[2])[-1]
-    assert "Process exited with code 0" in waited and "finished" in waited  # the session the model named
-    assert "mean accuracy: 0.9300" in tool_outputs(server.requests[3])[-1]
+    check_codex_turns(first, server)
     base_url = server.base_url
     server.stop()
-    _, again, _ = run_agent(pytester, tmp_path, _Gone(base_url), "replay", "--bench-agent=codex", cache="replay")
-    assert again["status"] == "pass", again["message"]
-    assert again["generation"]["answers"] == "replayed"
-    assert again["generation"]["cache_hits"] == 4  # every request served from the recorded run, none missed
-    assert again["generation"]["responses"] == first["generation"]["responses"]
+    _, again, _ = run_agent(pytester, tmp_path, Gone(base_url), "replay", "--bench-agent=codex", cache="replay")
+    check_replay(first, again, calls=4)
 
 
 @pytest.mark.parametrize(
@@ -348,7 +280,7 @@ def test_a_spent_budget_ends_the_agent_with_budget(pytester, tmp_path, server):
     needs("bwrap")
     for _ in range(3):  # $0.007 a call at $2 / $10 per million tokens: the third is never asked
         server.reply("more", prompt_tokens=1000, completion_tokens=500)
-    command = f"{shlex.quote(sys.executable)} - <<'AGENT'\n{GREEDY_AGENT}\nAGENT"
+    command = inline(GREEDY_AGENT)
     _, record, _ = run_agent(
         pytester,
         tmp_path,

@@ -19,11 +19,24 @@ from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noq
 from helpers.bench_runs import SHARED_DATA
 from helpers.capabilities import needs
 from helpers.capsule_factory import build_capsule_archive
+from helpers.external_agents import (
+    CAPSULE,
+    CODEX,
+    MINI,
+    ONE_CALL_AGENT,
+    Gone,
+    check_codex_turns,
+    check_replay,
+    check_scored_run,
+    inline,
+    questions,
+    run_capsule,
+    script_codex_turns,
+)
 from helpers.fake_openai import FakeOpenAI
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.slow]
 
-CAPSULE = "capsule-7038571"
 USER_KEY = "sk-user-secret-0cc175b9c0f1"
 LAYERS = "agentbench-agent"
 
@@ -40,11 +53,6 @@ PROBE = (
 )
 
 
-def questions() -> dict:
-    task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
-    return task["results"][0]
-
-
 @pytest.fixture(autouse=True)
 def data_env(monkeypatch):
     monkeypatch.setenv("AGENTBENCH_DATA_DIR", str(SHARED_DATA))
@@ -59,38 +67,13 @@ def image(monkeypatch) -> str:
 
 
 def run_agent(pytester, tmp_path, server: Any, run_id: str, image: str, *extra: str, cache: str = "off"):
-    staged = tmp_path / "staged"
-    if not staged.exists():
-        build_capsule_archive(staged, CAPSULE, figure=True)
-    reports = tmp_path / "reports"
-    result = pytester.runpytest_subprocess(
-        "--bench=core-bench",
-        "--bench-split=train",
-        f"--bench-ids={CAPSULE}",
-        "--model=agent-model",
-        f"--model-base-url={server.base_url}",
-        f"--model-api-key={USER_KEY}",
-        "--bench-set=model_max_retries=0",
-        f"--bench-cache={cache}",
-        f"--bench-cache-dir={tmp_path / 'cache'}",
-        f"--bench-capsules-dir={staged}",
-        f"--bench-report-dir={reports}",
-        f"--bench-run-id={run_id}",
+    env = (
         "--bench-env=docker",
         f"--bench-set=docker_image={image}",
         "--bench-set=docker_network=none",
-        "--bench-difficulty=easy",
         "--bench-set=keep_workspaces=true",
-        "-p",
-        "no:cacheprovider",
-        *extra,
     )
-    run_dir = reports / "core-bench" / "agent-model" / run_id
-    records_file = run_dir / "records.jsonl"
-    assert records_file.is_file(), result.stdout.str()[-3000:] + result.stderr.str()[-3000:]
-    records = [json.loads(line) for line in records_file.read_text().splitlines()]
-    assert len(records) == 1, result.stdout.str()[-3000:]
-    return result, records[0], run_dir
+    return run_capsule(pytester, tmp_path, server, run_id, *extra, key=USER_KEY, env=env, cache=cache)
 
 
 def layers(image: str, agent: str) -> dict[str, tuple[str, str]]:
@@ -133,17 +116,11 @@ def test_mini_swe_agent_in_docker_solves_or_fails_the_capsule(pytester, tmp_path
     answers = questions() if right else {key: 0.5 for key in questions()}
     script_mini(server, answers)
     result, record, run_dir = run_agent(pytester, tmp_path, server, "mini", image, "--bench-agent=mini-swe-agent")
-    assert record["status"] == ("pass" if right else "fail"), record["message"]
-    assert record["env"] == "docker" and record["agent"] == {"name": "mini-swe-agent", "version": "2.4.6"}
-    assert record["end_reason"] == "submitted" and record["submission_source"] == "final_answer"
-    # the tokens the record counts are the ones the server reported, call by call
-    assert record["generation"]["model_calls"] == 2 == len(server.requests)
-    assert (record["generation"]["prompt_tokens"], record["generation"]["completion_tokens"]) == (303, 33)
+    check_scored_run(record, server, right=right, agent=MINI, calls=2, tokens=(303, 33), key=USER_KEY)
+    assert record["env"] == "docker"
     body = server.requests[1]["body"]
     assert body["model"] == "agent-model" and [t["function"]["name"] for t in body["tools"]] == ["bash"]
     assert any("mean accuracy" in json.dumps(m) for m in body["messages"] if m["role"] == "tool")
-    for request in server.requests:  # the plugin's client held the key, not the agent
-        assert request["headers"]["authorization"] == f"Bearer {USER_KEY}"
     uid, keys_in_env, *rest = (Path(record["workspace"]) / "probe.txt").read_text().splitlines()
     assert uid == "65534" and keys_in_env == "0"
     assert rest and "PermissionError" in rest[-1], rest  # the socket: the forwarder's only
@@ -154,18 +131,15 @@ def test_mini_swe_agent_in_docker_solves_or_fails_the_capsule(pytester, tmp_path
 def test_mini_swe_agent_layer_is_reused_and_a_replay_needs_no_endpoint(pytester, tmp_path, server, image):
     script_mini(server, questions())
     _, first, _ = run_agent(pytester, tmp_path, server, "record", image, "--bench-agent=mini-swe-agent", cache="rw")
-    assert first["status"] == "pass", first["message"]
     built = layers(image, "mini-swe-agent")
     assert len(built) == 1, built
     base_url = server.base_url
     server.stop()
     # the same base URL (part of the cache key); nothing listens there now; downloads and builds are off
     _, again, _ = run_agent(
-        pytester, tmp_path, _Gone(base_url), "replay", image, "--bench-agent=mini-swe-agent", cache="replay"
+        pytester, tmp_path, Gone(base_url), "replay", image, "--bench-agent=mini-swe-agent", cache="replay"
     )
-    assert again["status"] == "pass", again["message"]
-    assert again["generation"]["answers"] == "replayed" and again["generation"]["cache_hits"] == 2
-    assert again["generation"]["responses"] == first["generation"]["responses"]
+    check_replay(first, again, calls=2)
     assert layers(image, "mini-swe-agent") == built  # the same image, not built again
 
 
@@ -207,13 +181,6 @@ def test_a_missing_layer_offline_is_a_usage_error_naming_the_fix(pytester, tmp_p
         client.images.remove(fresh)
 
 
-class _Gone:
-    """A stopped server's address, for the run options."""
-
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
-
-
 # ---------------------------------------------------------------- Codex CLI
 
 
@@ -231,32 +198,33 @@ def test_codex_in_docker_solves_or_fails_the_capsule(pytester, tmp_path, server,
     answers = questions() if right else {key: 0.5 for key in questions()}
     script_codex(server, answers)
     result, record, _ = run_agent(pytester, tmp_path, server, "codex", image, "--bench-agent=codex")
-    assert record["status"] == ("pass" if right else "fail"), record["message"]
-    assert record["env"] == "docker" and record["agent"] == {"name": "codex", "version": "0.171.0"}
-    assert record["end_reason"] == "submitted" and record["submission_source"] == "final_answer"
-    assert record["generation"]["model_calls"] == 2 == len(server.requests)
-    assert (record["generation"]["prompt_tokens"], record["generation"]["completion_tokens"]) == (703, 73)
+    check_scored_run(record, server, right=right, agent=CODEX, calls=2, tokens=(703, 73), key=USER_KEY)
+    assert record["env"] == "docker"
     body = server.requests[1]["body"]
     assert any("mean accuracy: 0.9300" in json.dumps(m) for m in body["messages"] if m["role"] == "tool")
-    assert all(r["headers"]["authorization"] == f"Bearer {USER_KEY}" for r in server.requests)
     assert (Path(record["workspace"]) / "uid.txt").read_text().strip() == "65534"
     assert layers(image, "codex")
+
+
+def test_a_multi_turn_codex_run_in_docker_replays_without_the_endpoint(pytester, tmp_path, server, image, monkeypatch):
+    """Codex's own process handles, output ids and wall times differ from run to run of its container: the replay
+    still finds every recorded reply, and its verdict is the recording's."""
+    monkeypatch.setenv("AGENTBENCH_AGENTS_DIR", str(needs("codex")))
+    script_codex_turns(server, questions())
+    _, first, _ = run_agent(pytester, tmp_path, server, "record", image, "--bench-agent=codex", cache="rw")
+    check_codex_turns(first, server)
+    base_url = server.base_url
+    server.stop()
+    _, again, _ = run_agent(pytester, tmp_path, Gone(base_url), "replay", image, "--bench-agent=codex", cache="replay")
+    check_replay(first, again, calls=4)
+    assert again["env"] == "docker"
 
 
 # ---------------------------------------------------------------- the command agent, limits
 
 
-# One model call through the proxy, the reply's text written as the answer file
-COMMAND_AGENT = r"""
-import json, os, urllib.request
-prompt = open(os.environ["AGENTBENCH_PROMPT_FILE"]).read()
-body = json.dumps({"model": "x", "messages": [{"role": "user", "content": prompt}]}).encode()
-request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body, headers={
-    "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
-reply = json.load(urllib.request.urlopen(request, timeout=60))
-open(os.environ["AGENTBENCH_ANSWER_FILE"], "w").write(reply["choices"][0]["message"]["content"])
-open("whoami.txt", "w").write(str(os.getuid()))
-"""
+# The command agent's one model call, then the user it ran as
+COMMAND_AGENT = ONE_CALL_AGENT + 'open("whoami.txt", "w").write(str(os.getuid()))\n'
 
 # An agent that keeps asking until the proxy says no (then waits to be ended)
 GREEDY_AGENT = r"""
@@ -273,10 +241,6 @@ time.sleep(600)
 """
 
 
-def inline(script: str) -> str:
-    return f"python3 - <<'AGENT'\n{script}\nAGENT"
-
-
 def test_command_agent_in_docker_answers_through_the_proxy(pytester, tmp_path, server, image):
     """``command`` has no layer: the image's own python3 runs it, as the agent's user, through the proxy."""
     server.reply(json.dumps(questions()), prompt_tokens=123, completion_tokens=45)
@@ -287,7 +251,7 @@ def test_command_agent_in_docker_answers_through_the_proxy(pytester, tmp_path, s
         "command",
         image,
         "--bench-agent=command",
-        f"--bench-set=agent_command={inline(COMMAND_AGENT)}",
+        f"--bench-set=agent_command={inline(COMMAND_AGENT, 'python3')}",
     )
     assert record["status"] == "pass", record["message"]
     assert record["submission_source"] == "final_answer"
@@ -306,7 +270,7 @@ def test_a_spent_budget_ends_the_agents_container(pytester, tmp_path, server, im
         "budget",
         image,
         "--bench-agent=command",
-        f"--bench-set=agent_command={inline(GREEDY_AGENT)}",
+        f"--bench-set=agent_command={inline(GREEDY_AGENT, 'python3')}",
         "--model-price=2,10",
         "--bench-set=max_cost_per_item=0.01",
         "--bench-set=agent_time=300",

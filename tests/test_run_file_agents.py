@@ -6,8 +6,6 @@ different agents unless it is asked for."""
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,34 +13,18 @@ import pytest
 import pytest_agentbench
 
 # imported before any in-process pytester run (numpy cannot be imported twice in one process)
-from pytest_agentbench.benchmarks.corebench import dataset
+from pytest_agentbench.benchmarks.corebench import dataset  # noqa: F401
 
 from helpers.bench_runs import SHARED_DATA
 from helpers.capabilities import needs
 from helpers.capsule_factory import build_capsule_archive
+from helpers.external_agents import CAPSULE, ONE_CALL_AGENT, inline, questions
 
 pytestmark = pytest.mark.e2e
 
-CAPSULE = "capsule-7038571"
 KEY = "sk-agents-0123456789"
 RUNS = ("agent-model+builtin", "agent-model+command")
 FOLDERS = {"agent-model+builtin": "agent-model_builtin", "agent-model+command": "agent-model_command"}  # safe names
-
-# The command agent: one model call through the item's metering proxy, the reply's text as its answer file.
-COMMAND_AGENT = r"""
-import json, os, urllib.request
-prompt = open(os.environ["AGENTBENCH_PROMPT_FILE"]).read()
-body = json.dumps({"model": "x", "messages": [{"role": "user", "content": prompt}]}).encode()
-request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=body, headers={
-    "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
-reply = json.load(urllib.request.urlopen(request, timeout=60))
-open(os.environ["AGENTBENCH_ANSWER_FILE"], "w").write(reply["choices"][0]["message"]["content"])
-"""
-
-
-def questions() -> dict:
-    task = next(t for t in dataset.load_split(SHARED_DATA, "train") if t["capsule_id"] == CAPSULE)
-    return task["results"][0]
 
 
 def answering(body: dict) -> dict:
@@ -62,7 +44,7 @@ def run_file(pytester, tmp_path, server, monkeypatch) -> Path:
         monkeypatch.delenv(name, raising=False)
     staged = tmp_path / "staged"
     build_capsule_archive(staged, CAPSULE, figure=True)
-    command = f"{shlex.quote(sys.executable)} - <<'AGENT'\n{COMMAND_AGENT}\nAGENT"
+    command = inline(ONE_CALL_AGENT)
     path = pytester.path / "agents.yaml"
     path.write_text(
         f"bench: {{bench: core-bench, split: train, ids: [{CAPSULE}], env: host, difficulty: easy,\n"

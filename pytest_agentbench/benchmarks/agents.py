@@ -22,6 +22,10 @@ The named agents: ``mini-swe-agent`` (PyPI, a venv) and ``codex`` (npm ``@openai
 directly, on the Responses API through a custom provider).
 
 Without report.json and without an answer file, the command's standard output is read as its final message.
+
+Every agent's commands are held to the per-command timeout by the plugin (``containment.limited_agent``): a
+command is a process the agent starts in a process group of its own (as mini-swe-agent and Codex start each
+shell command), with what it starts; one older than the timeout is ended, and the record tells it.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..models.proxy import AgentView
+from ..sandbox.containment import limited_agent
 
 BUILTIN = "builtin"
 COMMAND = "command"
@@ -52,6 +57,11 @@ AGENT_NAMES = (BUILTIN, COMMAND, *PINNED)
 INSTALL_TIMEOUT = 1800.0
 AGENTS_DIR_ENV = "AGENTBENCH_AGENTS_DIR"  # where installs go instead of <cache>/agents (shared by runs, by CI)
 AGENT_FOLDER = "agentbench-agent"  # under the environment's /tmp: the prompt, the answer file, the agent's logs
+ENDED_COMMANDS = "ended-commands.jsonl"  # in the agent's folder: the commands the plugin's limit ended
+MAX_ENDED = 200  # of them, the most a record lists
+# an agent's own per-command timeout is set this much past the plugin's, so the plugin's (which the record
+# tells) ends a command first and the agent's own stays the fallback
+OWN_TIMEOUT_MARGIN = 10.0
 
 
 class AgentInstallError(Exception):
@@ -228,6 +238,34 @@ class ExternalAgent:
     def script(self, setting: AgentSetting) -> str:
         raise NotImplementedError
 
+    def command(self, setting: AgentSetting) -> str:
+        """The bash command that runs the agent's ``script`` with its commands held to the plugin's per-command
+        time limit (``containment.limited_agent``)."""
+        log = f"{setting.folder}/{ENDED_COMMANDS}"
+        return limited_agent(self.script(setting), seconds=setting.command_timeout, log_file=log)
+
+    def ended_commands(self, read: Any, setting: AgentSetting) -> list[dict[str, Any]]:
+        """The commands the plugin's per-command limit ended (``command_limit``: what each ran, its seconds and
+        the limit). The file is in the agent's reach: only those fields are taken, of the first ``MAX_ENDED``."""
+        try:
+            text = bytes(read(f"{setting.folder}/{ENDED_COMMANDS}")).decode(errors="replace")
+        except (OSError, ValueError):
+            return []
+        ended = []
+        for line in text.splitlines()[:MAX_ENDED]:
+            try:
+                entry = json.loads(line)
+                ended.append(
+                    {
+                        "command": str(entry["command"])[:300],
+                        "seconds": float(entry["seconds"]),
+                        "limit": float(entry["limit"]),
+                    }
+                )
+            except (ValueError, TypeError, KeyError):
+                continue
+        return ended
+
     def final_message(self, read: Any, setting: AgentSetting, stdout: str) -> str | None:
         """The agent's final message: the answer file when it wrote one, else what the agent says is final."""
         try:
@@ -247,7 +285,8 @@ class CommandAgent(ExternalAgent):
 class MiniSweAgent(ExternalAgent):
     """mini-swe-agent's ``mini`` CLI, non-interactive: no first-run setup (MSWEA_CONFIGURED), no confirmation at
     the end (--exit-immediately, stdin closed), no cost lookup for models litellm does not price
-    (MSWEA_COST_TRACKING); its per-command timeout and step limit are the plugin's."""
+    (MSWEA_COST_TRACKING); its step limit is the plugin's, its own per-command timeout a little past the
+    plugin's (``OWN_TIMEOUT_MARGIN``)."""
 
     def install(self, cache_dir: Path) -> None:
         requirement = f"mini-swe-agent=={self.choice.version}"
@@ -276,7 +315,7 @@ class MiniSweAgent(ExternalAgent):
             "-c",
             "mini.yaml",
             "-c",
-            f"environment.timeout={int(max(1, setting.command_timeout))}",
+            f"environment.timeout={int(max(1, setting.command_timeout + OWN_TIMEOUT_MARGIN))}",
             "-c",
             f"agent.step_limit={setting.steps}",
             "-l",

@@ -22,8 +22,10 @@ child's fresh mounts); their docstrings say how each guarantee is made.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .isolation import SYSTEM_TOPS, Isolation, bwrap_argv, enter_child
@@ -254,7 +256,8 @@ KINDS: dict[str, RunKind] = {
             user=f"uid {AGENT_USER.split(':')[0]} (docker exec --user), no-new-privileges",
             lifetime=PER_ITEM,
             how="docker exec in the item's own container, made from the task image plus the agent's layer; the "
-            "proxy's unix socket is bind-mounted read-only and relayed to 127.0.0.1 by a root forwarder",
+            "proxy's unix socket is bind-mounted read-only and relayed to 127.0.0.1 by a root forwarder; its commands "
+            "held to the per-command limit by its parent in the container (limited_agent)",
             docker=EXTERNAL_AGENT_CONTAINER,
             user_namespace=DOCKER_USER_NAMESPACE,
             seccomp=DOCKER_SECCOMP,
@@ -334,6 +337,27 @@ def container_options(kind: str, *, network: str, proxy_folder: str | None = Non
             raise ValueError(f"a container of {kind} has no metering proxy")
         options["volumes"] = {proxy_folder: {"bind": PROXY_MOUNT, "mode": "ro"}}
     return options
+
+
+COMMAND_LIMIT = Path(__file__).with_name("command_limit.py")
+NO_PYTHON = (
+    "the plugin's per-command time limit (--bench-agent-command-timeout) needs python3 in the agent's environment "
+    "(on its PATH); use an image that has it"
+)
+
+
+def limited_agent(script: str, *, seconds: float, log_file: str) -> str:
+    """The bash command that runs an external agent's bash ``script`` under the plugin's per-command time limit:
+    ``command_limit.py``, run with the environment's ``python3`` in the agent's own sandbox or container, as its
+    user, is the agent's parent and ends every command of it older than ``seconds``, saying so in ``log_file``
+    (JSON lines). It starts nothing but the agent, and has no right the agent lacks."""
+    # the program comes in a variable it takes out of its environment, so that neither the agent's environment
+    # nor the process list the model may read holds it
+    run = 'import os; exec(os.environ.pop("AGENTBENCH_COMMAND_LIMIT"))'
+    argv = ["python3", "-c", run, f"{seconds:g}", log_file, "bash", "-c", script]
+    check = f"command -v python3 >/dev/null || {{ echo {shlex.quote(NO_PYTHON)} >&2; exit 127; }}\n"
+    program = f"export AGENTBENCH_COMMAND_LIMIT={shlex.quote(COMMAND_LIMIT.read_text())}\n"
+    return f"{check}{program}exec {shlex.join(argv)}\n"
 
 
 def command_user(kind: str) -> str | None:

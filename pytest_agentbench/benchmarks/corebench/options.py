@@ -204,7 +204,8 @@ CORE_BENCH_OPTIONS: tuple[Option, ...] = (
         ini="agentbench_agent_command_timeout",
         owner=OWNER,
         help=f"CORE-Bench agent: default timeout of one bash command in seconds (default "
-        f"{DEFAULT_COMMAND_TIMEOUT:g}); the agent may ask for up to ten times more.",
+        f"{DEFAULT_COMMAND_TIMEOUT:g}); the built-in agent may ask for up to ten times more; an external agent's "
+        "commands are ended by the plugin at it.",
         shown=False,
     ),
 )

@@ -32,7 +32,7 @@ from ...core.trees import remove_tree, scratch_folder
 from ...core.types import Sample
 from ...core.version import package_version
 from ...envs import EnvError, EnvFactory, EnvSkip
-from ...sandbox.containment import EXTERNAL_AGENT_DOCKER
+from ...sandbox.containment import EXTERNAL_AGENT_DOCKER, NO_PYTHON
 from ...sandbox.result import ExecResult
 from .. import agent_layers, agents
 from ..base import BenchRun
@@ -552,7 +552,14 @@ class ExternalAgentSolver(AgentSolver):
         listen = getattr(env, "loopback_listener", None)
         if not callable(listen):
             raise EnvError(f"the {self.kind} environment cannot give an external agent its model endpoint")
-        found = env.run(f'd="${{TMPDIR:-/tmp}}/{agents.AGENT_FOLDER}"; mkdir -p "$d" && cd "$d" && pwd', 60)
+        # (python3 runs the per-command limit: asked before the agent starts, so only the environment answers)
+        found = env.run(
+            f'command -v python3 >/dev/null || exit 3; d="${{TMPDIR:-/tmp}}/{agents.AGENT_FOLDER}"; '
+            'mkdir -p "$d" && cd "$d" && pwd',
+            60,
+        )
+        if found.exit_code == 3:
+            raise EnvError(NO_PYTHON)
         folder = found.stdout.strip()
         if found.exit_code != 0 or not folder.startswith("/"):
             raise EnvError(f"cannot make the agent's folder in the environment: {found.stderr.strip()[-300:]}")
@@ -590,7 +597,7 @@ class ExternalAgentSolver(AgentSolver):
         started = time.monotonic()
         with proxy:
             try:
-                done = env.run(self.agent.script(setting), limits.time)
+                done = env.run(self.agent.command(setting), limits.time)
             except (OSError, EnvError) as exc:  # the proxy ended the environment's processes under the command
                 if not proxy.state:
                     raise
@@ -599,6 +606,7 @@ class ExternalAgentSolver(AgentSolver):
             **proxy.accounting,
             "agent_seconds": round(time.monotonic() - started, 3),
             "agent_exit_code": done.exit_code,
+            **ended_fields(self.agent.ended_commands(env.read_file, setting)),
         }
         final = None
         if proxy.state:
@@ -627,6 +635,13 @@ class ExternalAgentSolver(AgentSolver):
 
     def record_fields(self, result: Any) -> dict[str, Any]:
         return {"agent": self.agent.choice.to_record()}
+
+
+def ended_fields(ended: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record's evidence of the commands the plugin's per-command limit ended (the agent's command text
+    made printable)."""
+    shown = [{**entry, "command": printable(str(entry.get("command", "")))} for entry in ended]
+    return {"commands_timed_out": len(ended), **({"commands_ended": shown} if shown else {})}
 
 
 def with_end_reason(out: dict[str, Any], result: Any) -> dict[str, Any]:

@@ -1,0 +1,103 @@
+"""The per-command limit's supervisor (``sandbox/command_limit.py``) on its own, run by the bash command
+``containment.limited_agent`` gives (as an external agent's environment runs it, here without a sandbox): what
+counts as a command, how it is ended, what it leaves for the record. The agents' end-to-end runs under it are in
+tests/test_agent_command_limit.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pytest_agentbench.benchmarks import agents
+from pytest_agentbench.sandbox.containment import NO_PYTHON, limited_agent
+
+LIMIT = 1
+# Python 3 on PATH as ``python3``, as the environments have it
+PATH = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+# The agent: a command of its own (a process group of its own) that never ends by itself, waited on; then a
+# process of its own group that outlives the limit (the agent's runtime: not a command)
+AGENT = r"""
+import json, subprocess, sys
+command = subprocess.Popen(["bash", "-c", "echo started; exec sleep 1000"], stdout=subprocess.PIPE,
+                           start_new_session=True, text=True)
+printed, _ = command.communicate()
+runtime = subprocess.run(["sleep", sys.argv[1]])
+print(json.dumps({"code": command.returncode, "printed": printed, "runtime": runtime.returncode}))
+"""
+
+
+def run_limited(tmp_path: Path, script: str, path: str = PATH) -> subprocess.CompletedProcess:
+    log = tmp_path / "ended.jsonl"
+    command = limited_agent(script, seconds=LIMIT, log_file=str(log))
+    env = {**os.environ, "PATH": path}
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, timeout=600)
+
+
+def ended(tmp_path: Path) -> list[dict]:
+    log = tmp_path / "ended.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_a_command_past_the_limit_is_ended_and_the_agents_own_processes_are_not(tmp_path):
+    agent = f"python3 - {3 * LIMIT} <<'AGENT'\n{AGENT}\nAGENT"
+    done = run_limited(tmp_path, agent)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["code"] == -15  # TERM, to the command's group
+    assert seen["printed"].startswith("started\n")
+    assert f"ended by the plugin: it ran past the per-command time limit of {LIMIT} s" in seen["printed"]
+    assert seen["runtime"] == 0  # in the agent's own group: the agent, held by its time limit only
+    (entry,) = ended(tmp_path)
+    assert entry["command"] == "sleep 1000" and entry["limit"] == LIMIT and entry["seconds"] >= LIMIT
+
+
+def test_a_command_that_ignores_term_is_killed_whole(tmp_path):
+    """TERM ignored by the command and by a child that left its group: KILL comes to both."""
+    command = "trap '' TERM; (trap '' TERM; setsid sleep 1000 & wait) ; sleep 1000"
+    agent = (
+        "python3 - <<'AGENT'\nimport subprocess\n"
+        f"print(subprocess.Popen(['bash', '-c', {command!r}], start_new_session=True).wait())\nAGENT"
+    )
+    done = run_limited(tmp_path, agent)
+    assert done.returncode == 0, done.stderr
+    # (a process left alive would hold the output open: the run would not have ended)
+    assert done.stdout.splitlines()[-1] == "-9"
+    (entry,) = ended(tmp_path)
+    assert "trap" in entry["command"]
+
+
+def test_the_agents_exit_is_the_runs(tmp_path):
+    done = run_limited(tmp_path, "echo out; echo err >&2; exit 7")
+    assert (done.returncode, done.stdout, done.stderr) == (7, "out\n", "err\n")  # nothing of the supervisor's
+    assert ended(tmp_path) == []
+
+
+def test_without_python3_the_agent_does_not_start_and_says_why(tmp_path):
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    os.symlink(shutil.which("bash") or "/bin/bash", bare / "bash")
+    marker = tmp_path / "started"
+    done = run_limited(tmp_path, f"touch {shlex.quote(str(marker))}", path=str(bare))
+    assert done.returncode == 127 and NO_PYTHON in done.stderr
+    assert not marker.exists()
+
+
+def test_the_record_takes_only_the_logs_fields_the_agent_cannot_bloat_it(tmp_path):
+    """The log is in the agent's folder, in its reach: only the supervisor's fields, of the first lines, are
+    taken into the record."""
+    log = tmp_path / agents.ENDED_COMMANDS
+    good = {"command": "sleep 1000", "seconds": 2.1, "limit": 2}
+    lines = [json.dumps({**good, "extra": "x" * 1000}), "not json", "[1]", json.dumps({"command": "c" * 5000})]
+    log.write_text("\n".join(lines + [json.dumps(good)] * (2 * agents.MAX_ENDED)) + "\n")
+    setting = agents.AgentSetting("", "", "", "", "", str(tmp_path), "", 0.0, 2.0, 0)
+    ended = agents.make_agent(agents.parse_agent("command", "true")).ended_commands(
+        lambda path: Path(path).read_bytes(), setting
+    )
+    assert ended[0] == {"command": "sleep 1000", "seconds": 2.1, "limit": 2.0}
+    assert len(ended) == agents.MAX_ENDED - 4 + 1 and all(entry == ended[0] for entry in ended)
