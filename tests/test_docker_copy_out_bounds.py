@@ -19,7 +19,7 @@ from helpers import envs_contract as contract
 from helpers.capabilities import needs
 from helpers.capsule_factory import labelled_containers
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]  # (a container making a 1,500-deep tree: ~8 s)
 
 DEEP = 1500
 
