@@ -224,14 +224,19 @@ class SlurmBackend:
 def wait_for_job_end(job: str, timeout: float) -> str:
     """The job's final state ("" once Slurm no longer knows it), looked up soon after submission and then less
     and less often (sbatch --wait first looks after 2 s, then after 8 and 32 more: most of a short run's start);
-    a job still not ended after ``timeout`` seconds is cancelled: SlurmError."""
+    a job still not ended after ``timeout`` seconds is cancelled: SlurmError. An squeue that does not answer
+    once is asked again, as the run loop does."""
     deadline = time.monotonic() + timeout
     pause = CHECK_FIRST_LOOK
     while True:
         time.sleep(pause)
-        state = slurm.job_state(job)
-        if not state or state in slurm.ENDED_STATES:
-            return state
+        try:
+            state = slurm.job_state(job)
+        except slurm.SlurmError as exc:
+            state = f"unknown to squeue ({exc})"
+        else:
+            if not state or state in slurm.ENDED_STATES:
+                return state
         if time.monotonic() > deadline:
             slurm.run(["scancel", job])
             raise slurm.SlurmError(f"job {job} had not ended after {timeout:.0f} s (it was {state}): cancelled it")
