@@ -40,6 +40,10 @@ SENSITIVE = [
     "test_a_worker_killed_mid_item_leaves_an_error_record_and_resume_runs_exactly_the_lost_items",
     "tests/test_pathargs.py",  # works out the rootdir/configfile by pytest's rules, which change between releases
 ]
+# left out of the venvs (they run in the suite itself): a second real -n 2 run of the placement scheduler, which
+# sends the work through the same xdist calls as test_placement.py's first run and differs from it only in the
+# plugin's own reading of durations.json
+NOT_RELEASE_SENSITIVE = ["tests/test_placement.py::test_durations_of_an_earlier_run_order_the_work"]
 
 
 @pytest.mark.skipif(os.environ.get("AGENTBENCH_COMPAT") == "0", reason="AGENTBENCH_COMPAT=0")
@@ -57,8 +61,20 @@ def test_the_sensitive_tests_pass_on_the_supported_releases(pytest_version, xdis
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("PYTEST_ADDOPTS", None)
     chosen = os.environ.get("AGENTBENCH_COMPAT_TESTS", "").split() or SENSITIVE  # e.g. one module, to try the matrix
+    left_out = [f"--deselect={test}" for test in NOT_RELEASE_SENSITIVE]
     done = subprocess.run(
-        [python, "-m", "pytest", *chosen, "-p", "no:cacheprovider", "-q", "-x", f"--basetemp={tmp_path / 'tmp'}"],
+        [
+            python,
+            "-m",
+            "pytest",
+            *chosen,
+            *left_out,
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-x",
+            f"--basetemp={tmp_path / 'tmp'}",
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,

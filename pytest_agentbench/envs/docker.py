@@ -48,7 +48,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from ..core.data import OFFLINE_ENV, offline
 from ..core.io import trim_parts
 from ..core.text import decode
-from ..core.trees import remove_tree
+from ..core.trees import TreeBounds, TreePastBound, remove_tree
 from ..sandbox.containment import (
     AGENT_COMMAND_DOCKER,
     EXTERNAL_AGENT_DOCKER,
@@ -510,6 +510,8 @@ class DockerEnvironment(Environment):
                 f"stopped after reading {reader.total} bytes of the workspace's archives (twice the cap of "
                 f"{self.copy_cap} bytes): the files after that point were not copied"
             )
+        except TreePastBound as exc:  # as the walk of a workspace on this machine ends (envs.copyout)
+            record.past_bound = record.stopped = f"the workspace is not walked to its end: {exc}"
         check_links(dest, record)
         return dest
 
@@ -731,9 +733,20 @@ def _leaves_tree(name: str, target: str) -> bool:
     return joined == ".." or joined.startswith("../")
 
 
+def past_bound(parts: tuple[str, ...], name: str, bounds: TreeBounds) -> None:
+    """``TreePastBound`` for an archive member the walk of the copied tree (``core.trees.walk_tree``) could not
+    reach: extracting it costs a lookup per folder on its way (the ``data`` filter resolves its path), so a
+    tree nested thousands deep would take the controller minutes, and it would never be judged."""
+    if len(parts) > bounds.depth:
+        raise TreePastBound("nested folders", bounds.depth, name)
+    if len(name) > bounds.path:
+        raise TreePastBound("characters of path", bounds.path, name)
+
+
 def _extract_members(stream: Any, dest: Path, parent: str | None, record: CopyOut, reader: _Budgeted) -> None:
     """Extract one archive stream into ``dest`` within ``record``'s cap; what is left out is named there. The
-    members' names are relative to ``parent`` (None: the archive of the whole workspace, its folder first)."""
+    members' names are relative to ``parent`` (None: the archive of the whole workspace, its folder first).
+    ``TreePastBound`` at the first member past ``record``'s bounds."""
     with tarfile.open(fileobj=cast(IO[bytes], reader.start(stream)), mode="r|") as tar:
         for member in tar:
             parts = PurePosixPath(member.name).parts
@@ -744,6 +757,7 @@ def _extract_members(stream: Any, dest: Path, parent: str | None, record: CopyOu
             if not parts:
                 continue
             member.name = str(PurePosixPath(*parts))
+            past_bound(parts, member.name, record.bounds)
             if not (member.isdir() or member.isfile() or member.issym() or member.islnk()):
                 record.skip(member.name, "a FIFO or device: special files are not copied")
                 continue

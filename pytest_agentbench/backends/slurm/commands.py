@@ -246,8 +246,6 @@ def submit_wrap(
     before: list[str],
     env: Mapping[str, str],
     dependency: str | None = None,
-    wait: bool = False,
-    timeout: float = 60.0,
 ) -> str:
     args = [
         "sbatch",
@@ -262,9 +260,13 @@ def submit_wrap(
     ]
     if dependency:
         args.append(f"--dependency={dependency}")
-    if wait:
-        args.append("--wait")
-    return run([*args, "--wrap", command], env=env, timeout=timeout).strip().split(";")[0]
+    return run([*args, "--wrap", command], env=env).strip().split(";")[0]
+
+
+def job_state(job: str) -> str:
+    """The job's state as squeue gives it (``COMPLETED``, ``PENDING``, ...), or "" once Slurm no longer knows it."""
+    out = run(["squeue", "-h", "--states=all", "-j", job, "-o", "%T"]).split()
+    return out[0] if out else ""
 
 
 def save_jobs(spool: Path, arrays: list[dict[str, Any]]) -> None:

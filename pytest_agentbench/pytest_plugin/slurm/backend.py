@@ -32,6 +32,7 @@ from ..run import BenchState
 from .taskpackage import PackageLoop, units_of, write_run_settings
 
 CHECK_TIMEOUT = 300.0  # seconds the shared-folder check job may take (queue wait included)
+CHECK_FIRST_LOOK = 0.2  # seconds before the first look at the check job; each next look waits half as long again
 POLL_SLURM = 3.0  # seconds between two looks at squeue while waiting
 
 
@@ -143,18 +144,21 @@ class SlurmBackend:
         """One small job writes a file into the spool; without it the nodes do not share the run folder."""
         probe = folder / f".write-check-{secrets.token_hex(4)}"
         try:
-            slurm.submit_wrap(
+            job = slurm.submit_wrap(
                 f"touch {shlex.quote(str(probe))}",
                 name="agentbench-write-check",
                 output="/dev/null",
                 cwd=cwd,
                 before=before,
                 env=env,
-                wait=True,
-                timeout=CHECK_TIMEOUT,
             )
+            state = wait_for_job_end(job, CHECK_TIMEOUT)
         except slurm.SlurmError as exc:
             raise slurm.SlurmError(f"the check job that writes into the run folder failed: {exc}") from None
+        if state not in ("COMPLETED", ""):
+            raise slurm.SlurmError(f"the check job {job} that writes into the run folder ended {state}")
+        # looked for once the job has ended, not while it runs: on NFS a file looked for and missing can stay
+        # missing to this machine for a while after the node wrote it
         if not probe.exists():
             raise pytest.UsageError(
                 f"agentbench: a Slurm job could not write into the run folder {self.state.run_dir}: put the run on a "
@@ -215,6 +219,28 @@ class SlurmBackend:
             terminalreporter.write_sep("=", "agentbench: detached")
             terminalreporter.write_line(f"jobs: {', '.join(self.detached)} (the last collects)")
             terminalreporter.write_line(f"collect: {session_command('collect', self.state.run_dir)}")
+
+
+def wait_for_job_end(job: str, timeout: float) -> str:
+    """The job's final state ("" once Slurm no longer knows it), looked up soon after submission and then less
+    and less often (sbatch --wait first looks after 2 s, then after 8 and 32 more: most of a short run's start);
+    a job still not ended after ``timeout`` seconds is cancelled: SlurmError. An squeue that does not answer
+    once is asked again, as the run loop does."""
+    deadline = time.monotonic() + timeout
+    pause = CHECK_FIRST_LOOK
+    while True:
+        time.sleep(pause)
+        try:
+            state = slurm.job_state(job)
+        except slurm.SlurmError as exc:
+            state = f"unknown to squeue ({exc})"
+        else:
+            if not state or state in slurm.ENDED_STATES:
+                return state
+        if time.monotonic() > deadline:
+            slurm.run(["scancel", job])
+            raise slurm.SlurmError(f"job {job} had not ended after {timeout:.0f} s (it was {state}): cancelled it")
+        pause = min(pause * 1.5, POLL_SLURM)
 
 
 def collect_ended(run_dir: Path):
