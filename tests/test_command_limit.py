@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pytest_agentbench.benchmarks import agents
@@ -101,3 +102,29 @@ def test_the_record_takes_only_the_logs_fields_the_agent_cannot_bloat_it(tmp_pat
     )
     assert ended[0] == {"command": "sleep 1000", "seconds": 2.1, "limit": 2.0}
     assert len(ended) == agents.MAX_ENDED - 4 + 1 and all(entry == ended[0] for entry in ended)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, ended and waiting to be reaped, does not)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2] != "Z"
+
+
+def test_an_agent_that_kills_its_supervisor_ends_with_it(tmp_path):
+    """The supervisor runs as the agent's user, so the agent can kill it: the kernel's parent-death signal then
+    ends the agent too, which cannot go on free of the limit."""
+    pid_file = tmp_path / "agent.pid"
+    agent = f"echo $$ > {shlex.quote(str(pid_file))}; kill -KILL $PPID; exec sleep 1000 >/dev/null 2>&1"
+    done = run_limited(tmp_path, agent)
+    assert done.returncode == -9  # the supervisor, killed
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 60  # (the signal is the kernel's, at once: this only bounds a failing test)
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    still = alive(pid)
+    if still:
+        os.kill(pid, 9)
+    assert not still, "the agent outlived the supervisor it killed"

@@ -1,8 +1,9 @@
 """The plugin's per-command time limit for an external agent, held inside the agent's own sandbox or container.
 
 ``python3 command_limit.py SECONDS LOG ARGV...`` starts ARGV (the agent) in a process group of its own and
-stays its parent, as the same user in the same namespaces: it gives the agent nothing it did not have (and an
-agent that stops or kills it is left to the plugin's time limit for the whole run, held from outside). Every
+stays its parent, as the same user in the same namespaces: it gives the agent nothing it did not have. An agent
+that kills it ends with it (the kernel's parent-death signal); one that stops it (SIGSTOP) is left to the
+plugin's time limit for the whole run, held from outside. Every
 ``POLL`` seconds it reads ``/proc`` (the sandbox's own PID namespace, or the container's) and ends each
 *command* older than SECONDS.
 
@@ -188,12 +189,28 @@ def exit_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
+def die_with(parent: int) -> None:
+    """Have the kernel kill this process when ``parent`` ends (the parent-death signal): an agent that kills its
+    supervisor, which runs as its own user, ends with it instead of running on free of the limit. Without
+    ``ctypes`` (an image may lack it) the agent does not start: the limit would not hold."""
+    import ctypes  # why: only in the agent's child
+
+    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # it ended before the signal was set
+        os._exit(137)
+
+
 def start(argv: list[str]) -> int:
+    me = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
             os.setpgid(0, 0)
+            die_with(me)
             os.execvp(argv[0], argv)
+        except BaseException as exc:  # (nothing of this may go on past a failed start)
+            sys.stderr.write(f"command_limit.py: cannot start the agent: {exc}\n")
         finally:
             os._exit(127)
     return pid
