@@ -103,9 +103,11 @@ def test_environments_at_the_same_root_at_once_see_only_their_own_files(isolated
     envs = [factory.start(space, workdir=ROOT) for space in spaces]
     try:
         seen: dict[str, str] = {}
+        both_wrote = threading.Barrier(2, timeout=60)
 
-        def work(env, name):  # both at once: each writes and lists at the same path in its own namespace
-            env.run(f"echo {name} > {ROOT}/wrote-{name}.txt; sleep 1", 30)
+        def work(env, name):  # both at once, each in its own namespace: write, and once both wrote, list the path
+            env.run(f"echo {name} > {ROOT}/wrote-{name}.txt", 30)
+            both_wrote.wait()
             seen[name] = env.run(f"cat {ROOT}/mine.txt; ls {ROOT}", 30).stdout
 
         threads = [threading.Thread(target=work, args=(env, space.name)) for env, space in zip(envs, spaces)]
