@@ -233,7 +233,9 @@ def remove_stale_containers(client: DockerClient) -> list[str]:
     removed: list[str] = []
     filters: dict[str, str | list[str] | bool] = {"label": [f"{LABEL}=1", f"{LABEL}.host={socket.gethostname()}"]}
     here = pid_namespace()
-    for container in client.containers.list(all=True, filters=filters):
+    # ignore_removed: a container another process removes between the listing and its inspection is gone, not
+    # an error of this start
+    for container in client.containers.list(all=True, filters=filters, ignore_removed=True):
         if container.labels.get(f"{LABEL}.pidns", here) != here:
             continue
         try:
@@ -1337,7 +1339,7 @@ class DockerFactory(EnvFactory):
     def _remove_unstarted(client: DockerClient) -> None:
         """A container the engine created but could not start is not removed by run(): remove it here."""
         for left in client.containers.list(
-            all=True, filters={"label": [f"{LABEL}.pid={os.getpid()}"], "status": "created"}
+            all=True, filters={"label": [f"{LABEL}.pid={os.getpid()}"], "status": "created"}, ignore_removed=True
         ):
             _remove_container(left)
 
