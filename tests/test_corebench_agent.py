@@ -309,7 +309,7 @@ def test_ctrl_c_removes_the_container(pytester, tmp_path, server):
     client = docker.from_env()
 
     def containers():
-        return client.containers.list(all=True, filters={"label": f"agentbench.pid={proc.pid}"})
+        return client.containers.list(all=True, filters={"label": f"agentbench.pid={proc.pid}"}, ignore_removed=True)
 
     def command_running() -> bool:  # the handshake: the agent's `sleep 300` is among the container's processes
         for container in containers():

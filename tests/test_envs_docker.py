@@ -96,7 +96,11 @@ def test_stale_container_of_a_dead_worker_is_removed(factory, workspace):
         },
     )
     try:
-        assert remove_stale_containers(client) == [dead.id]
+        removed = remove_stale_containers(client)
+        # another process's start on this engine (the other xdist worker's) may have removed the dead one first
+        assert removed == [dead.id] or (
+            removed == [] and dead.id not in {c.id for c in client.containers.list(all=True, ignore_removed=True)}
+        )
         assert {c.id for c in labelled_containers()} == {alive.id, foreign.id}
     finally:
         alive.remove(force=True)

@@ -270,7 +270,8 @@ def labelled_containers() -> list:
             return False
         return pid == os.getpid()
 
-    found = docker.from_env().containers.list(all=True, filters={"label": "agentbench=1"})
+    # (the other worker's containers come and go meanwhile)
+    found = docker.from_env().containers.list(all=True, filters={"label": "agentbench=1"}, ignore_removed=True)
     return [c for c in found if orphan_or_mine(c)]
 
 
