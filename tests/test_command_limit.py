@@ -191,7 +191,9 @@ def test_an_agent_cannot_stop_every_process_it_may_signal(tmp_path):
     as the environments run it: without the filter it would reach every process of this machine's user.)"""
     needs("bwrap")
     run_stopping(
-        tmp_path, "kill -STOP -1", within=("bwrap", "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc")
+        tmp_path,
+        "kill -STOP -1",
+        within=("bwrap", "--die-with-parent", "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"),
     )
 
 
