@@ -1,11 +1,12 @@
 """The plugin's per-command time limit for an external agent, held inside the agent's own sandbox or container.
 
 ``python3 command_limit.py SECONDS LOG ARGV...`` starts ARGV (the agent) in a process group of its own and
-stays its parent, as the same user in the same namespaces: it gives the agent nothing it did not have. An agent
-that kills it ends with it (the kernel's parent-death signal); one that stops it (SIGSTOP) is left to the
-plugin's time limit for the whole run, held from outside. Every
-``POLL`` seconds it reads ``/proc`` (the sandbox's own PID namespace, or the container's) and ends each
-*command* older than SECONDS.
+stays its parent, as the same user in the same namespaces: it gives the agent nothing it did not have. It holds
+itself against the agent, which could signal it: the agent starts under a seccomp filter (``Guard``) that
+refuses every signal aimed at this process, its group or every process, ``ptrace`` and pidfd signals; this
+process is not dumpable (its memory is closed to the agent's user); should it end anyway, the agent ends with
+it (the kernel's parent-death signal). Every ``POLL`` seconds it reads ``/proc`` (the sandbox's own PID
+namespace, or the container's) and ends each *command* older than SECONDS.
 
 A command is a process the agent's runtime started in a process group of its own (mini-swe-agent runs every
 shell command in a new session, Codex every exec in a new session on a terminal), with everything it starts; the
@@ -206,8 +207,9 @@ def exit_code(status: int) -> int:
 
 
 def die_with(parent: int) -> None:
-    """Have the kernel kill this process when ``parent`` ends (the parent-death signal): an agent that kills its
-    supervisor, which runs as its own user, ends with it instead of running on free of the limit. Without
+    """Have the kernel kill this process when ``parent`` ends (the parent-death signal): should the supervisor
+    end (the agent's filter refuses it the kill; the kernel, for memory, or a process outside may not), the agent
+    ends with it instead of running on free of the limit. Without
     ``ctypes`` (an image may lack it) the agent does not start: the limit would not hold."""
     import ctypes  # why: only in the agent's child
 
