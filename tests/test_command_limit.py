@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentbench.benchmarks import agents
+from pytest_agentbench.sandbox import command_limit
 from pytest_agentbench.sandbox.containment import NO_PYTHON, limited_agent
 
 from helpers.capabilities import needs
@@ -238,3 +239,13 @@ def test_an_agent_cannot_trace_its_supervisor_nor_take_its_signals(tmp_path):
     tried = json.loads(done.stdout)
     assert tried.pop("pidfd_open its own command") == 0  # (what the agent's runtime may need of its own)
     assert tried == dict.fromkeys(tried, errno.EPERM)
+
+
+def test_on_a_machine_without_a_filter_the_agent_does_not_start_and_says_why(monkeypatch, capsys):
+    """The filter is written for x86_64 and aarch64 (their system call numbers): elsewhere the limit would not
+    hold against the agent, so the supervisor refuses to start it."""
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "box", "6.1", "#1", "riscv64")))
+    with pytest.raises(SystemExit) as refused:
+        command_limit.start(["true"])
+    assert refused.value.code == 127
+    assert "no seccomp filter for this machine (riscv64" in capsys.readouterr().err

@@ -282,18 +282,22 @@ class Guard:
         for label, names in branches.items():
             code += [(JUMP_EQUAL, label, 0, numbers[name]) for name in names]
         code.append((RETURN, 0, 0, ALLOW))
-        code += self.refuse_if("pid", 0, mine)
-        code += self.refuse_if("pids", 0, mine)[:-1] + self.refuse_if("", 1, [self.me])
-        code += self.refuse_if("group", 1, [self.group])
-        code += self.refuse_if("fcntl", 1, [F_SETSIG])
+        code += self.refuse_if("pid", (0, mine))
+        code += self.refuse_if("pids", (0, mine), (1, [self.me]))  # (tgkill: the thread group, then the thread)
+        code += self.refuse_if("group", (1, [self.group]))
+        code += self.refuse_if("fcntl", (1, [F_SETSIG]))
         code += [("refuse", RETURN, 0, 0, REFUSE), ("end", RETURN, 0, 0, KILL)]
         return assemble(code)
 
     @staticmethod
-    def refuse_if(label: str, index: int, values: list[int]) -> Program:
-        """From ``label``: refuse the call when argument ``index`` is one of ``values``, else allow it."""
-        code: Program = [(label, LOAD_WORD, 0, 0, argument(index))] if label else [(LOAD_WORD, 0, 0, argument(index))]
-        code += [(JUMP_EQUAL, "refuse", 0, value) for value in values]
+    def refuse_if(label: str, *checks: tuple[int, list[int]]) -> Program:
+        """From ``label``: refuse the call when, for one of ``checks`` (argument index, values), that argument is
+        one of the values; else allow it."""
+        code: Program = []
+        for index, values in checks:
+            code.append((LOAD_WORD, 0, 0, argument(index)))
+            code += [(JUMP_EQUAL, "refuse", 0, value) for value in values]
+        code[0] = (label, *code[0])
         return code + [(RETURN, 0, 0, ALLOW)]
 
     def install(self) -> None:
