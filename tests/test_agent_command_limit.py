@@ -6,6 +6,7 @@ its own timeout past the plugin's."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -37,6 +38,31 @@ printed, _ = command.communicate()
 open("command-ended.json", "w").write(json.dumps({"code": command.returncode, "printed": printed}))
 """
     + ONE_CALL_AGENT
+)
+# The same agent, after it tried to stop its supervisor (the ancestor running the limit's program) and to open
+# its memory: each errno saved (0: it worked)
+STOPPING_AGENT = (
+    r"""
+import json, os, signal
+def supervisor():
+    pid = os.getpid()
+    while pid > 1:
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        if argv[1:3] == [b"-c", b'import os; exec(os.environ.pop("AGENTBENCH_COMMAND_LIMIT"))']:
+            return pid
+top = supervisor()
+def errno_of(call):
+    try:
+        call()
+    except OSError as exc:
+        return exc.errno
+    return 0
+tried = {"stop": errno_of(lambda: os.kill(top, signal.SIGSTOP)),
+         "memory": errno_of(lambda: open(f"/proc/{top}/mem", "r+b"))}
+open("tried.json", "w").write(json.dumps(tried))
+"""
+    + WAITING_AGENT
 )
 TOLD = f"this command was ended by the plugin: it ran past the per-command time limit of {LIMIT} s"
 
@@ -74,13 +100,16 @@ def check_waiting_agent(record: dict) -> None:
     assert seen["printed"].startswith("started\n") and TOLD in seen["printed"]
 
 
-def run_waiting_agent(pytester, tmp_path, server, python: str | None, env: tuple[str, ...]) -> None:
+def run_waiting_agent(
+    pytester, tmp_path, server, python: str | None, env: tuple[str, ...], script: str = WAITING_AGENT
+) -> dict:
     server.reply(json.dumps(questions()))
-    agent = f"--bench-set=agent_command={inline(WAITING_AGENT, python)}"
+    agent = f"--bench-set=agent_command={inline(script, python)}"
     _, record, _ = run_capsule(
         pytester, tmp_path, server, "limit", "--bench-agent=command", agent, *limits(), key=KEY, env=env
     )
     check_waiting_agent(record)
+    return record
 
 
 def test_a_command_past_the_limit_is_ended_in_the_host_sandbox(pytester, tmp_path, server):
@@ -91,6 +120,16 @@ def test_a_command_past_the_limit_is_ended_in_the_host_sandbox(pytester, tmp_pat
 @pytest.mark.docker
 def test_a_command_past_the_limit_is_ended_in_the_agents_container(pytester, tmp_path, server):
     run_waiting_agent(pytester, tmp_path, server, "python3", docker_env(needs("docker")))
+
+
+@pytest.mark.docker
+def test_an_agent_in_its_container_cannot_stop_its_supervisor(pytester, tmp_path, server):
+    """The supervisor runs as the agent's user (uid 65534) in the container: the agent's SIGSTOP to it is refused
+    (the seccomp filter it starts under installs in the container too), its memory is closed to it, and its
+    command is still ended by the limit."""
+    record = run_waiting_agent(pytester, tmp_path, server, "python3", docker_env(needs("docker")), STOPPING_AGENT)
+    tried = json.loads((Path(record["workspace"]) / "tried.json").read_text())
+    assert tried == {"stop": errno.EPERM, "memory": errno.EACCES}, tried
 
 
 def run_mini_sleeping(pytester, tmp_path, server, env: tuple[str, ...]) -> None:

@@ -5,6 +5,7 @@ tests/test_agent_command_limit.py."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -14,8 +15,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from pytest_agentbench.benchmarks import agents
+from pytest_agentbench.sandbox import command_limit
 from pytest_agentbench.sandbox.containment import NO_PYTHON, limited_agent
+
+from helpers.capabilities import needs
 
 LIMIT = 1
 # Python 3 on PATH as ``python3``, as the environments have it
@@ -33,11 +39,22 @@ print(json.dumps({"code": command.returncode, "printed": printed, "runtime": run
 """
 
 
-def run_limited(tmp_path: Path, script: str, path: str = PATH) -> subprocess.CompletedProcess:
+def run_limited(
+    tmp_path: Path, script: str, path: str = PATH, within: tuple[str, ...] = (), timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """Run ``script`` as the agent, the supervisor in a session (and process group) of its own, under
+    ``within`` (a sandbox's command line) if given."""
     log = tmp_path / "ended.jsonl"
     command = limited_agent(script, seconds=LIMIT, log_file=str(log))
     env = {**os.environ, "PATH": path}
-    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [*within, "bash", "-c", command],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        start_new_session=True,
+    )
 
 
 def ended(tmp_path: Path) -> list[dict]:
@@ -113,18 +130,122 @@ def alive(pid: int) -> bool:
     return text[text.rindex(")") + 2] != "Z"
 
 
-def test_an_agent_that_kills_its_supervisor_ends_with_it(tmp_path):
-    """The supervisor runs as the agent's user, so the agent can kill it: the kernel's parent-death signal then
+def test_an_agent_cannot_kill_its_supervisor_and_ends_with_it(tmp_path):
+    """The supervisor runs as the agent's user: the agent's kill is refused (the seccomp filter), and should the
+    supervisor end anyway (killed from outside, or by the kernel for memory), the kernel's parent-death signal
     ends the agent too, which cannot go on free of the limit."""
     pid_file = tmp_path / "agent.pid"
-    agent = f"echo $$ > {shlex.quote(str(pid_file))}; kill -KILL $PPID; exec sleep 1000 >/dev/null 2>&1"
-    done = run_limited(tmp_path, agent)
-    assert done.returncode == -9  # the supervisor, killed
-    pid = int(pid_file.read_text())
-    deadline = time.monotonic() + 60  # (the signal is the kernel's, at once: this only bounds a failing test)
+    agent = (
+        f'kill -KILL $PPID 2>/dev/null; echo "$$ $?" > {shlex.quote(str(pid_file))}.part; '
+        f"mv {shlex.quote(str(pid_file))}.part {shlex.quote(str(pid_file))}; exec sleep 1000 >/dev/null 2>&1"
+    )
+    command = limited_agent(agent, seconds=LIMIT, log_file=str(tmp_path / "ended.jsonl"))
+    env = {**os.environ, "PATH": PATH}
+    supervisor = subprocess.Popen(["bash", "-c", command], env=env, start_new_session=True)  # (bash execs it)
+    try:
+        deadline = time.monotonic() + 60  # (a handshake: this only bounds a failing test)
+        while not pid_file.exists() and supervisor.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid, refused = map(int, pid_file.read_text().split())
+        assert refused == 1  # EPERM
+        assert supervisor.poll() is None
+    finally:
+        supervisor.kill()
+    assert supervisor.wait() == -9
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     still = alive(pid)
     if still:
         os.kill(pid, 9)
-    assert not still, "the agent outlived the supervisor it killed"
+    assert not still, "the agent outlived its supervisor"
+
+
+# What an agent tries on its supervisor, then its command that never ends by itself (the run ends only if the
+# supervisor still ends it). The supervisor is the agent's parent ($PPID); its process group is its own.
+STOPPING = {
+    "the supervisor": "kill -STOP $PPID",
+    "its process group": 'kill -STOP -- -$(python3 -c "import os; print(os.getpgid($PPID))")',
+}
+
+
+def run_stopping(tmp_path: Path, attempt: str, within: tuple[str, ...] = ()) -> None:
+    agent = f"{attempt} 2>/dev/null; echo \"refused:$?\"\npython3 - 0 <<'AGENT'\n{AGENT}\nAGENT"
+    # (bounded far past the limit: a stopped supervisor would leave the command, and the run, waiting forever)
+    done = run_limited(tmp_path, agent, within=within, timeout=30 * LIMIT)
+    assert done.returncode == 0, done.stderr
+    refused, seen = done.stdout.split("\n", 1)
+    assert refused == "refused:1"  # EPERM
+    assert json.loads(seen)["code"] == -15  # the command, ended by the limit as ever
+    (entry,) = ended(tmp_path)
+    assert entry["command"] == "sleep 1000"
+
+
+@pytest.mark.parametrize("target", STOPPING)
+def test_an_agent_cannot_stop_its_supervisor(tmp_path, target):
+    """The supervisor runs as the agent's user: without the seccomp filter on the agent, a SIGSTOP would leave
+    every later command free of the limit."""
+    run_stopping(tmp_path, STOPPING[target])
+
+
+def test_an_agent_cannot_stop_every_process_it_may_signal(tmp_path):
+    """``kill -1``: every process of the agent's user, the supervisor included. (In a PID namespace of its own,
+    as the environments run it: without the filter it would reach every process of this machine's user.)"""
+    needs("bwrap")
+    run_stopping(
+        tmp_path,
+        "kill -STOP -1",
+        within=("bwrap", "--die-with-parent", "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc"),
+    )
+
+
+# A Python agent tries, on its supervisor (argv[1]) and on a command of its own, the other ways to stop it,
+# signal it or take its signals; each errno is printed (0: it worked)
+TRYING = r"""
+import ctypes, json, os, signal, subprocess, sys
+top = int(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.argtypes = [ctypes.c_long] * 3
+child = subprocess.Popen(["sleep", "1000"])
+
+
+def errno_of(call):
+    ctypes.set_errno(0)
+    try:
+        result = call()
+    except OSError as exc:
+        return exc.errno
+    return ctypes.get_errno() if result == -1 else 0
+
+
+PTRACE_ATTACH, F_SETSIG, KILL = 16, 10, {"x86_64": 62, "aarch64": 129}[os.uname().machine]
+tried = {
+    "pidfd_open": errno_of(lambda: os.pidfd_open(top)),
+    "ptrace the supervisor": errno_of(lambda: libc.ptrace(PTRACE_ATTACH, top, 0, 0)),
+    "ptrace its own command": errno_of(lambda: libc.ptrace(PTRACE_ATTACH, child.pid, 0, 0)),
+    "join its group": errno_of(lambda: os.setpgid(0, os.getpgid(top))),
+    "signal on ready": errno_of(lambda: libc.fcntl(1, F_SETSIG, signal.SIGSTOP)),
+    # the kernel reads a pid as 32 bits: high bits set must not slip past the filter
+    "kill with high bits": errno_of(lambda: libc.syscall(KILL, (1 << 32) | top, 0)),
+    "pidfd_open its own command": errno_of(lambda: os.close(os.pidfd_open(child.pid))),
+}
+child.kill()
+print(json.dumps(tried))
+"""
+
+
+def test_an_agent_cannot_trace_its_supervisor_nor_take_its_signals(tmp_path):
+    done = run_limited(tmp_path, f"python3 - $PPID <<'AGENT'\n{TRYING}\nAGENT", timeout=30 * LIMIT)
+    assert done.returncode == 0, done.stderr
+    tried = json.loads(done.stdout)
+    assert tried.pop("pidfd_open its own command") == 0  # (what the agent's runtime may need of its own)
+    assert tried == dict.fromkeys(tried, errno.EPERM)
+
+
+def test_on_a_machine_without_a_filter_the_agent_does_not_start_and_says_why(monkeypatch, capsys):
+    """The filter is written for x86_64 and aarch64 (their system call numbers): elsewhere the limit would not
+    hold against the agent, so the supervisor refuses to start it."""
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "box", "6.1", "#1", "riscv64")))
+    with pytest.raises(SystemExit) as refused:
+        command_limit.start(["true"])
+    assert refused.value.code == 127
+    assert "no seccomp filter for this machine (riscv64" in capsys.readouterr().err

@@ -1,11 +1,12 @@
 """The plugin's per-command time limit for an external agent, held inside the agent's own sandbox or container.
 
 ``python3 command_limit.py SECONDS LOG ARGV...`` starts ARGV (the agent) in a process group of its own and
-stays its parent, as the same user in the same namespaces: it gives the agent nothing it did not have. An agent
-that kills it ends with it (the kernel's parent-death signal); one that stops it (SIGSTOP) is left to the
-plugin's time limit for the whole run, held from outside. Every
-``POLL`` seconds it reads ``/proc`` (the sandbox's own PID namespace, or the container's) and ends each
-*command* older than SECONDS.
+stays its parent, as the same user in the same namespaces: it gives the agent nothing it did not have. It holds
+itself against the agent, which could signal it: the agent starts under a seccomp filter (``Guard``) that
+refuses every signal aimed at this process, its group or every process, ``ptrace`` and pidfd signals; this
+process is not dumpable (its memory is closed to the agent's user); should it end anyway, the agent ends with
+it (the kernel's parent-death signal). Every ``POLL`` seconds it reads ``/proc`` (the sandbox's own PID
+namespace, or the container's) and ends each *command* older than SECONDS.
 
 A command is a process the agent's runtime started in a process group of its own (mini-swe-agent runs every
 shell command in a new session, Codex every exec in a new session on a terminal), with everything it starts; the
@@ -24,6 +25,7 @@ import json
 import os
 import signal
 import stat
+import struct
 import sys
 import time
 from collections.abc import Iterable
@@ -31,6 +33,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (the environment's Python may be older than the subscripted built-ins)
     Table = dict[int, tuple[int, int, float]]  # pid -> (parent pid, process group, start since boot)
+    # BPF instructions (code, jump if true, jump if false, k), a label first where jumps go to one: a jump is a
+    # label, or 0 (the next instruction)
+    Program = list[tuple[object, ...]]
 
 POLL = 0.2
 GRACE = 2.0
@@ -183,6 +188,18 @@ def become_subreaper() -> None:
         pass
 
 
+def keep_out() -> None:
+    """Make this process not dumpable: a process of its user (the agent) then cannot open its memory
+    (``/proc/PID/mem``, ``process_vm_writev``) nor its descriptors, as ptrace's own checks refuse it. (The
+    agent's exec makes it dumpable again.)"""
+    try:
+        import ctypes  # why: only here, and an image may lack it (then the agent does not start either)
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except (ImportError, OSError, AttributeError):
+        pass
+
+
 def exit_code(status: int) -> int:
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
@@ -190,8 +207,9 @@ def exit_code(status: int) -> int:
 
 
 def die_with(parent: int) -> None:
-    """Have the kernel kill this process when ``parent`` ends (the parent-death signal): an agent that kills its
-    supervisor, which runs as its own user, ends with it instead of running on free of the limit. Without
+    """Have the kernel kill this process when ``parent`` ends (the parent-death signal): should the supervisor
+    end (the agent's filter refuses it the kill; the kernel, for memory, or a process outside may not), the agent
+    ends with it instead of running on free of the limit. Without
     ``ctypes`` (an image may lack it) the agent does not start: the limit would not hold."""
     import ctypes  # why: only in the agent's child
 
@@ -201,13 +219,137 @@ def die_with(parent: int) -> None:
         os._exit(137)
 
 
+# The system calls the agent may not aim at this process, per machine: (seccomp's arch, numbers by name)
+ARCHES = {
+    "x86_64": (0xC000003E, {"kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
+                            "rt_tgsigqueueinfo": 297, "ptrace": 101, "setpgid": 109, "fcntl": 72,
+                            "pidfd_open": 434, "pidfd_send_signal": 424}),
+    "aarch64": (0xC00000B7, {"kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138,
+                             "rt_tgsigqueueinfo": 240, "ptrace": 117, "setpgid": 154, "fcntl": 25,
+                             "pidfd_open": 434, "pidfd_send_signal": 424}),
+}  # fmt: skip
+X32_BIT = 0x40000000  # x86_64's x32 calls: the same arch, other numbers
+F_SETSIG = 10
+# classic BPF, as seccomp runs it
+LOAD_WORD = 0x20  # BPF_LD | BPF_W | BPF_ABS
+JUMP_EQUAL = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+JUMP_AT_LEAST = 0x35  # BPF_JMP | BPF_JGE | BPF_K
+RETURN = 0x06  # BPF_RET | BPF_K
+ALLOW = 0x7FFF0000
+REFUSE = 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
+KILL = 0x80000000  # SECCOMP_RET_KILL_PROCESS
+NR, ARCH = 0, 4  # offsets in seccomp_data
+
+
+def argument(index: int) -> int:
+    """The offset of the low 32 bits of argument ``index`` in seccomp_data (both machines are little-endian).
+    Only those are compared: the kernel takes a pid, a signal or an fcntl command as a 32-bit int and drops the
+    high bits, so a caller could set them to slip past a 64-bit comparison."""
+    return 16 + 8 * index
+
+
+class Guard:
+    """The seccomp filter the agent, and everything it starts, runs under: it cannot stop, kill or trace this
+    process, which holds its per-command limit. Refused with EPERM: ``kill``, ``tkill``, ``tgkill``,
+    ``rt_sigqueueinfo`` and ``rt_tgsigqueueinfo`` aimed at this process, its process group or every process
+    (-1); joining this process's group (``setpgid``), where ``kill(0)`` would reach it; ``fcntl(F_SETSIG)`` (a
+    file's owner can be sent any signal, stop included, when it is ready); ``pidfd_open`` of this process;
+    ``pidfd_send_signal`` and ``ptrace`` wholly (a pidfd also comes from opening ``/proc/PID``). A call of
+    another ABI (32-bit, x32) ends the caller: its numbers are not these."""
+
+    def __init__(self, me: int, group: int) -> None:
+        machine = os.uname().machine
+        if machine not in ARCHES or struct.calcsize("P") != 8:
+            sys.stderr.write(
+                f"command_limit.py: cannot start the agent: no seccomp filter for this machine ({machine}, "
+                f"{8 * struct.calcsize('P')}-bit python3); the per-command time limit needs x86_64 or aarch64\n"
+            )
+            raise SystemExit(127)
+        self.arch, self.numbers = ARCHES[machine]
+        self.x32 = machine == "x86_64"
+        self.me = me
+        self.group = group
+
+    def program(self) -> bytes:
+        mine = [self.me, -self.group & 0xFFFFFFFF, 0xFFFFFFFF]  # this process, its group, every process (-1)
+        numbers = self.numbers
+        code: Program = [(LOAD_WORD, 0, 0, ARCH), (JUMP_EQUAL, 0, "end", self.arch), (LOAD_WORD, 0, 0, NR)]
+        if self.x32:
+            code.append((JUMP_AT_LEAST, "end", 0, X32_BIT))
+        branches = {"pid": ["kill", "tkill", "rt_sigqueueinfo", "pidfd_open"],
+                    "pids": ["tgkill", "rt_tgsigqueueinfo"], "refuse": ["ptrace", "pidfd_send_signal"],
+                    "group": ["setpgid"], "fcntl": ["fcntl"]}  # fmt: skip
+        for label, names in branches.items():
+            code += [(JUMP_EQUAL, label, 0, numbers[name]) for name in names]
+        code.append((RETURN, 0, 0, ALLOW))
+        code += self.refuse_if("pid", (0, mine))
+        code += self.refuse_if("pids", (0, mine), (1, [self.me]))  # (tgkill: the thread group, then the thread)
+        code += self.refuse_if("group", (1, [self.group]))
+        code += self.refuse_if("fcntl", (1, [F_SETSIG]))
+        code += [("refuse", RETURN, 0, 0, REFUSE), ("end", RETURN, 0, 0, KILL)]
+        return assemble(code)
+
+    @staticmethod
+    def refuse_if(label: str, *checks: tuple[int, list[int]]) -> Program:
+        """From ``label``: refuse the call when, for one of ``checks`` (argument index, values), that argument is
+        one of the values; else allow it."""
+        code: Program = []
+        for index, values in checks:
+            code.append((LOAD_WORD, 0, 0, argument(index)))
+            code += [(JUMP_EQUAL, "refuse", 0, value) for value in values]
+        code[0] = (label, *code[0])
+        return code + [(RETURN, 0, 0, ALLOW)]
+
+    def install(self) -> None:
+        """Install the filter on this process (the agent's, before it starts): irreversible, inherited by every
+        process it starts. Needs no privilege, only no_new_privs (Docker's default profile and bubblewrap allow
+        it); failing, the agent does not start."""
+        import ctypes  # why: only in the agent's child
+
+        code = self.program()
+        buffer = ctypes.create_string_buffer(code, len(code))
+
+        class Fprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        prog = Fprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+        libc = ctypes.CDLL(None, use_errno=True)
+        for call, args in (
+            ("PR_SET_NO_NEW_PRIVS", (38, 1, 0, 0, 0)),
+            ("PR_SET_SECCOMP", (22, 2, ctypes.byref(prog), 0, 0)),
+        ):
+            if libc.prctl(*args) != 0:
+                raise OSError(ctypes.get_errno(), f"prctl({call}) failed: the agent's seccomp filter")
+
+
+def assemble(code: Program) -> bytes:
+    """Pack ``code`` as sock_filter structs; an instruction given as ``(label, ...)`` is where jumps to that
+    label go (classic BPF jumps forward only, by a count of instructions)."""
+    labels: dict[str, int] = {}
+    plain: list[tuple[object, ...]] = []
+    for instruction in code:
+        if isinstance(instruction[0], str):
+            labels[instruction[0]] = len(plain)
+            instruction = instruction[1:]
+        plain.append(instruction)
+
+    def offset(target: object, at: int) -> int:
+        return 0 if target == 0 else labels[str(target)] - at - 1
+
+    return b"".join(
+        struct.pack("=HBBI", op, offset(yes, at), offset(no, at), k) for at, (op, yes, no, k) in enumerate(plain)
+    )
+
+
 def start(argv: list[str]) -> int:
     me = os.getpid()
+    guard = Guard(me, os.getpgrp())  # (made here: an unknown machine is refused before anything starts)
     pid = os.fork()
     if pid == 0:
         try:
             os.setpgid(0, 0)
             die_with(me)
+            guard.install()
             os.execvp(argv[0], argv)
         except BaseException as exc:  # (nothing of this may go on past a failed start)
             sys.stderr.write(f"command_limit.py: cannot start the agent: {exc}\n")
@@ -221,6 +363,7 @@ def main(args: list[str]) -> int:
         sys.stderr.write("usage: command_limit.py SECONDS LOG ARGV...\n")
         return 2
     become_subreaper()
+    keep_out()
     agent = start(args[2:])
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # ending this process ends the agent with it
         signal.signal(sig, lambda number, frame: signal_all([agent], [agent], number))

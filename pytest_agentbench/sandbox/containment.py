@@ -150,6 +150,8 @@ DOCKER_USER_NAMESPACE = (
     "the engine's (a container is its own IPC namespace; per-uid state such as keyrings is closed by the profile)"
 )
 DOCKER_SECCOMP = "Docker's default profile"
+# what an external agent starts under in its container or sandbox (command_limit.Guard)
+LIMIT_FILTER = "the per-command limit's own filter: no signal, ptrace or pidfd signal aimed at its supervisor (EPERM)"
 DOCKER_ENV = "the image's, plus what the harness sets (none of the controller's)"
 
 # what a Docker tool call's container is given beyond its network (the tool call's row of the table)
@@ -222,6 +224,7 @@ KINDS: dict[str, RunKind] = {
             how="a bwrap sandbox per command, joined to the item's PID and network namespaces",
             layout=frozenset({"writable", "readable", "tmp", "hidden", "devices", "relocated", "pidns_fd", "info_fd"}),
             network_allowed=True,
+            seccomp=f"{SECCOMP_FILTER}; an external agent (--bench-agent) adds {LIMIT_FILTER}",
         ),
         RunKind(
             AGENT_COMMAND_DOCKER,
@@ -257,10 +260,11 @@ KINDS: dict[str, RunKind] = {
             lifetime=PER_ITEM,
             how="docker exec in the item's own container, made from the task image plus the agent's layer; the "
             "proxy's unix socket is bind-mounted read-only and relayed to 127.0.0.1 by a root forwarder; its commands "
-            "held to the per-command limit by its parent in the container (limited_agent)",
+            "held to the per-command limit by its parent in the container (limited_agent), which the agent cannot "
+            "stop, signal nor trace",
             docker=EXTERNAL_AGENT_CONTAINER,
             user_namespace=DOCKER_USER_NAMESPACE,
-            seccomp=DOCKER_SECCOMP,
+            seccomp=f"{DOCKER_SECCOMP}, plus {LIMIT_FILTER}",
             environment=DOCKER_ENV,
         ),
         RunKind(
@@ -350,7 +354,8 @@ def limited_agent(script: str, *, seconds: float, log_file: str) -> str:
     """The bash command that runs an external agent's bash ``script`` under the plugin's per-command time limit:
     ``command_limit.py``, run with the environment's ``python3`` in the agent's own sandbox or container, as its
     user, is the agent's parent and ends every command of it older than ``seconds``, saying so in ``log_file``
-    (JSON lines). It starts nothing but the agent, and has no right the agent lacks."""
+    (JSON lines). It starts nothing but the agent, and has no right the agent lacks; the agent starts under a
+    seccomp filter of its own that keeps it from stopping, signalling or tracing it."""
     # the program comes in a variable it takes out of its environment, so that neither the agent's environment
     # nor the process list the model may read holds it
     run = 'import os; exec(os.environ.pop("AGENTBENCH_COMMAND_LIMIT"))'
