@@ -1,4 +1,4 @@
-"""The per-command time limit (``--bench-agent-command-timeout``) is the plugin's to hold for an external agent,
+"""The per-command time limit (``--bench-set agent_command_timeout``) is the plugin's to hold for an external agent,
 not only the agent's: a command that outlives it is ended whole, whatever the agent's own timeout, and the
 record says so. Real agents that ignore the limit: the ``command`` agent waiting on a command that never ends by
 itself (in the host environment's sandbox and in Docker), and mini-swe-agent scripted to run ``sleep 1000`` with

@@ -345,7 +345,7 @@ def container_options(kind: str, *, network: str, proxy_folder: str | None = Non
 
 COMMAND_LIMIT = Path(__file__).with_name("command_limit.py")
 NO_PYTHON = (
-    "the plugin's per-command time limit (--bench-agent-command-timeout) needs python3 in the agent's environment "
+    "the plugin's per-command time limit (--bench-set agent_command_timeout) needs python3 in the agent's environment "
     "(on its PATH); use an image that has it"
 )
 
