@@ -139,9 +139,8 @@ class Limit:
         self.log = log
         self.agent = agent
         self.me = os.getpid()
-        # (pid, start) of each command ended, and of each process of one, -> when it gets KILL
-        self.ended: dict[tuple[int, float], float] = {}
-        self.doomed: dict[tuple[int, float], float] = {}
+        self.ended: set[tuple[int, float]] = set()  # (pid, start) of each command ended
+        self.doomed: dict[tuple[int, float], float] = {}  # (pid, start) of each process of one -> when it gets KILL
 
     def check(self) -> None:
         table = processes()
@@ -166,7 +165,7 @@ class Limit:
         tell(root, self.limit)
         signal_all(tree, groups, signal.SIGTERM)
         when = time.monotonic() + GRACE
-        self.ended[(root, table[root][2])] = when
+        self.ended.add((root, table[root][2]))
         for pid in tree:
             self.doomed[(pid, table[pid][2])] = when
 
@@ -178,14 +177,22 @@ class Limit:
             pass
 
 
+def prctl(name: str, option: int, *args: object) -> None:
+    """``prctl(option, *args)`` (``name`` for the error); OSError when it fails. ImportError where the image's
+    Python lacks ``ctypes``."""
+    import ctypes  # why: only here, and an image may lack it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, *args, *(0,) * (4 - len(args))) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({name}) failed")
+
+
 def become_subreaper() -> None:
     """Orphaned commands stay under this process (so they stay commands) instead of going to the sandbox's init."""
     try:
-        import ctypes  # why: only here, and an image may lack it (then no subreaper)
-
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        prctl("PR_SET_CHILD_SUBREAPER", 36, 1)
     except (ImportError, OSError, AttributeError):
-        pass
+        pass  # (then no subreaper)
 
 
 def keep_out() -> None:
@@ -193,11 +200,9 @@ def keep_out() -> None:
     (``/proc/PID/mem``, ``process_vm_writev``) nor its descriptors, as ptrace's own checks refuse it. (The
     agent's exec makes it dumpable again.)"""
     try:
-        import ctypes  # why: only here, and an image may lack it (then the agent does not start either)
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        prctl("PR_SET_DUMPABLE", 4, 0)
     except (ImportError, OSError, AttributeError):
-        pass
+        pass  # (without ctypes the agent does not start either)
 
 
 def exit_code(status: int) -> int:
@@ -209,12 +214,9 @@ def exit_code(status: int) -> int:
 def die_with(parent: int) -> None:
     """Have the kernel kill this process when ``parent`` ends (the parent-death signal): should the supervisor
     end (the agent's filter refuses it the kill; the kernel, for memory, or a process outside may not), the agent
-    ends with it instead of running on free of the limit. Without
-    ``ctypes`` (an image may lack it) the agent does not start: the limit would not hold."""
-    import ctypes  # why: only in the agent's child
-
-    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    ends with it instead of running on free of the limit. Without ``ctypes`` (an image may lack it) the agent does
+    not start: the limit would not hold."""
+    prctl("PR_SET_PDEATHSIG", 1, signal.SIGKILL)
     if os.getppid() != parent:  # it ended before the signal was set
         os._exit(137)
 
@@ -313,13 +315,8 @@ class Guard:
             _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
         prog = Fprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-        libc = ctypes.CDLL(None, use_errno=True)
-        for call, args in (
-            ("PR_SET_NO_NEW_PRIVS", (38, 1, 0, 0, 0)),
-            ("PR_SET_SECCOMP", (22, 2, ctypes.byref(prog), 0, 0)),
-        ):
-            if libc.prctl(*args) != 0:
-                raise OSError(ctypes.get_errno(), f"prctl({call}) failed: the agent's seccomp filter")
+        prctl("PR_SET_NO_NEW_PRIVS", 38, 1)
+        prctl("PR_SET_SECCOMP", 22, 2, ctypes.byref(prog))  # SECCOMP_MODE_FILTER
 
 
 def assemble(code: Program) -> bytes:
