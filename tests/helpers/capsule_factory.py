@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-SHUTDOWN_POLL = 0.01  # how often the server's loop looks for the stop (the default 0.5 s was waited out whole)
+from helpers.fake_openai import SHUTDOWN_POLL
 
 CAPSULE_FILES = {
     "code/main.py": (
