@@ -16,6 +16,7 @@ from pytest_agentbench.report.summary import build_summary, render_markdown
 
 from helpers.bench_runs import read_jsonl, run_dirs
 from helpers.fake_openai import FakeOpenAI
+from helpers.records_kit import ONE_IN_THREE_LINES, check_one_in_three
 from helpers.scicode_builders import MODEL_CONFTEST, custom_data_args, tiny_problems, write_dataset
 
 
@@ -184,32 +185,12 @@ def test_three_attempts_of_a_model_right_once(bench, pytester, shared_data, tmp_
         assert result.ret == 1
         calls = server.count("/chat/completions")
         assert calls == 3
-        # standard errors over attempts, by hand: outcomes [fail, pass, fail].
-        # mean 1/3 ± sd([0, 1, 0]) / sqrt(3) = sqrt(1/3) / sqrt(3) = 1/3 (pass@1 and both headline metrics);
-        # pass@2 jackknife: leaving out attempt 1, 2, 3 gives pass@2 of [pass, fail] = 1, [fail, fail] = 0,
-        # [fail, pass] = 1: sqrt(2/3 * ((1/3)^2 + (2/3)^2 + (1/3)^2)) = 2/3; pass@3 uses every attempt: none
-        result.stdout.fnmatch_lines(
-            [
-                "main: mean over 3 attempts 33.3% ± 33.3% (standard error)",
-                "subproblem: mean over 3 attempts 33.3% ± 33.3% (standard error)",
-                "per task: pass@1 33.3% ± 33.3%, pass@2 66.7% ± 66.7%, pass@3 100.0% ± n/a",
-                "per item: pass@1 33.3% ± 33.3%, pass@2 66.7% ± 66.7%, pass@3 100.0% ± n/a",
-                "(± standard error over the 3 attempts; pass@k's by the jackknife, so pass@3 has none)",
-            ]
-        )
+        # standard errors over attempts, by hand: outcomes [fail, pass, fail] (records_kit.ONE_IN_THREE_LINES)
+        result.stdout.fnmatch_lines(ONE_IN_THREE_LINES)
         first = json.loads((pytester.path / "reports/scicode/scripted/first/summary.json").read_text())
-        stats = first["attempts"]
-        for unit in ("item", "task"):
-            assert [stats["pass_at_k"][unit][k]["value"] for k in "123"] == pytest.approx([1 / 3, 2 / 3, 1])
-            assert [stats["pass_at_k"][unit][k]["stderr"] for k in "12"] == pytest.approx([1 / 3, 2 / 3])
-            assert stats["pass_at_k"][unit]["3"]["stderr"] is None
-        assert first["metrics"]["main"] == pytest.approx(1 / 3)
-        assert stats["stderr"]["main"] == pytest.approx(1 / 3) and stats["stderr"]["subproblem"] == pytest.approx(1 / 3)
-        markdown = (pytester.path / "reports/scicode/scripted/first/summary.md").read_text()
-        assert "| per item | 33.3% ± 33.3% | 66.7% ± 66.7% | 100.0% ± n/a |" in markdown
+        check_one_in_three(first, (pytester.path / "reports/scicode/scripted/first/summary.md").read_text())
         records = read_jsonl(pytester.path / "reports/scicode/scripted/first/steps.jsonl")
         assert sorted((r["attempt"], r["status"]) for r in records) == [(1, "fail"), (2, "pass"), (3, "fail")]
-        assert [(i["id"], i["attempt"]) for i in first["items"]] == [("3.1", 1), ("3.1", 2), ("3.1", 3)]
 
         # attempt i replays its own cached response: the same verdicts, no request
         replay = bench(*args, "--bench-run-id=replay", "--bench-cache=replay")

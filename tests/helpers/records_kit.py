@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pytest_agentbench.core.options import Sources, resolve
 from pytest_agentbench.report.options import REPORT_OPTIONS, GateConfig, gate_config
 
@@ -165,3 +167,29 @@ def toy_records(statuses: Mapping[str, str], answers: str = "fresh", responses: 
         }
         for i, s in statuses.items()
     ]
+
+
+# One step (3.1) right in one of three attempts, [fail, pass, fail], as the terminal states it. By hand: mean 1/3
+# ± sd([0, 1, 0]) / sqrt(3) = 1/3 (pass@1 and both headline metrics); pass@2's jackknife leaves out attempt 1, 2,
+# 3: pass@2 of [pass, fail] = 1, [fail, fail] = 0, [fail, pass] = 1: sqrt(2/3 * ((1/3)^2 + (2/3)^2 + (1/3)^2)) =
+# 2/3; pass@3 uses every attempt: none.
+ONE_IN_THREE_LINES = [
+    "main: mean over 3 attempts 33.3% ± 33.3% (standard error)",
+    "subproblem: mean over 3 attempts 33.3% ± 33.3% (standard error)",
+    "per task: pass@1 33.3% ± 33.3%, pass@2 66.7% ± 66.7%, pass@3 100.0% ± n/a",
+    "per item: pass@1 33.3% ± 33.3%, pass@2 66.7% ± 66.7%, pass@3 100.0% ± n/a",
+    "(± standard error over the 3 attempts; pass@k's by the jackknife, so pass@3 has none)",
+]
+
+
+def check_one_in_three(summary: Mapping[str, Any], markdown: str) -> None:
+    """The figures of ``ONE_IN_THREE_LINES`` as summary.json (``summary``) and summary.md (``markdown``) give them."""
+    stats = summary["attempts"]
+    for unit in ("item", "task"):
+        assert [stats["pass_at_k"][unit][k]["value"] for k in "123"] == pytest.approx([1 / 3, 2 / 3, 1])
+        assert [stats["pass_at_k"][unit][k]["stderr"] for k in "12"] == pytest.approx([1 / 3, 2 / 3])
+        assert stats["pass_at_k"][unit]["3"]["stderr"] is None
+    assert summary["metrics"]["main"] == pytest.approx(1 / 3)
+    assert stats["stderr"]["main"] == pytest.approx(1 / 3) and stats["stderr"]["subproblem"] == pytest.approx(1 / 3)
+    assert "| per item | 33.3% ± 33.3% | 66.7% ± 66.7% | 100.0% ± n/a |" in markdown
+    assert [(i["id"], i["attempt"]) for i in summary["items"]] == [("3.1", 1), ("3.1", 2), ("3.1", 3)]
