@@ -19,7 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from helpers.fake_openai import SHUTDOWN_POLL
+# how often the server's loop looks for the stop (the default 0.5 s was waited out whole); the scripted server's
+# own constant is not imported: helpers.fake_openai imports pytest, and this module serves the plain-Python
+# notebook test, which checks pytest is never imported
+SHUTDOWN_POLL = 0.01
 
 CAPSULE_FILES = {
     "code/main.py": (
