@@ -9,12 +9,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 # imported before any in-process pytester run (numpy cannot be imported twice in one process)
 from pytest_agentbench.benchmarks.corebench import bench, dataset, scorer  # noqa: F401
+from pytest_agentbench.sandbox.containment import NO_PYTHON
 
 from helpers.bench_runs import SHARED_DATA
 from helpers.capabilities import needs
@@ -171,3 +173,49 @@ def test_codex_which_has_no_timeout_switch_is_held_to_the_plugins(pytester, tmp_
     check_ended(record, "sleep 1000")
     shown = [str(m["content"]) for m in server.requests[1]["body"]["messages"] if m["role"] == "tool"]
     assert TOLD in shown[-1] and "Process exited with code 143" in shown[-1], shown
+
+
+@pytest.fixture
+def image_without_python() -> Iterator[str]:
+    """The test image with no ``python3`` on its PATH (removed, committed as a new image; removed afterwards)."""
+    import docker  # why: only the Docker tests
+
+    client = docker.from_env()
+    made = client.containers.run(
+        needs("docker"),
+        ["sh", "-c", "rm -f /usr/bin/python3* /usr/local/bin/python3*; ! command -v python3"],
+        detach=True,
+    )
+    try:
+        assert made.wait(timeout=120)["StatusCode"] == 0, made.logs()  # python3 is gone
+        image = f"agentbench-test-no-python:t{os.getpid()}"
+        made.commit(repository=image.split(":")[0], tag=image.split(":")[1])
+    finally:
+        made.remove(force=True)
+    try:
+        yield image
+    finally:
+        client.images.remove(image, force=True)
+
+
+@pytest.mark.docker
+def test_an_environment_without_python_is_an_env_error_naming_the_need(
+    pytester, tmp_path, server, image_without_python
+):
+    """The supervisor runs with the environment's python3: without one the agent never starts, and the item is
+    the environment's error (not the model's failure), its message naming what is missing and the fix."""
+    agent = f"--bench-set=agent_command={inline(WAITING_AGENT, 'python3')}"
+    _, record, _ = run_capsule(
+        pytester,
+        tmp_path,
+        server,
+        "nopython",
+        "--bench-agent=command",
+        agent,
+        *limits(),
+        key=KEY,
+        env=docker_env(image_without_python),
+    )
+    assert record["status"] == "env_error", record
+    assert NO_PYTHON in record["message"]
+    assert not server.requests  # no model call: the agent did not start
