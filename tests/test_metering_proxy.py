@@ -193,3 +193,18 @@ def test_the_scripted_server_streams_both_protocols(server):
     calls = [c for chunk in chunks for choice in chunk.choices for c in choice.delta.tool_calls or []]
     assert [(c.id, c.function.name) for c in calls] == [("call_3", "exec_command")]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_a_wake_up_with_no_connection_waiting_does_not_stall_the_proxy(make_model):
+    """The serving loop accepts only after its poll said a connection waits; when none is left by then (another
+    holder of the listening socket took it, or the wake-up was spurious), that look must end at once, or the
+    loop sits in accept() and close() waits for it forever. One look of the loop (socketserver's
+    ``_handle_request_noblock``, what ``serve_forever`` calls after a poll) on an empty queue must return."""
+    proxy = MeteringProxy(make_model("chat", max_retries=0))
+    try:
+        look = threading.Thread(target=proxy._server._handle_request_noblock, daemon=True)
+        look.start()
+        look.join(timeout=60)  # a hang guard: the look returns at once
+        assert not look.is_alive(), "the serving loop waits in accept() for a connection nobody made"
+    finally:
+        proxy.close()

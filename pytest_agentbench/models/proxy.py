@@ -480,6 +480,9 @@ class _Server(ThreadingHTTPServer):
         super().__init__(address, _Handler, bind_and_activate=False)
         self.socket.close()
         self.socket = listener  # already bound and listening (perhaps in another network namespace)
+        # The loop accepts after a poll said a connection waits; if none is left by then (another holder of the
+        # socket took it, a spurious wake-up), a blocking accept() would hold the loop, and close() with it.
+        listener.setblocking(False)
 
     def server_bind(self) -> None:  # never called: the socket came bound
         pass

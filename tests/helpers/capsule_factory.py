@@ -211,6 +211,7 @@ class CapsuleServer:
     def __enter__(self) -> CapsuleServer:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
+        self._server.socket.setblocking(False)  # as the scripted server's: a poll with no connection left
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(SHUTDOWN_POLL,), name="capsule-server", daemon=True
         )

@@ -134,6 +134,9 @@ class FakeOpenAI:
         handler = _make_handler(self)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
+        # a poll that finds no connection left by the time the loop accepts must not hold it in accept(): stop()
+        # would wait for it forever (seen once in a full run, a test's teardown hung 30 minutes)
+        self._server.socket.setblocking(False)
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(SHUTDOWN_POLL,), name="fake-openai", daemon=True
         )
