@@ -176,8 +176,8 @@ def chromium() -> str:
     return path
 
 
-# (pytest, pytest-xdist) the compat venvs pin: the floor of pyproject.toml's bounds and the newest releases, which
-# constraints.txt pins for the suite itself (.ci/run builds the same pairs)
+# (pytest, pytest-xdist) at the ends of the supported range: the floor of pyproject.toml's bounds and the newest
+# releases, which constraints.txt pins for the suite itself (.ci/run builds the venvs of the pairs before the last)
 COMPAT_MATRIX = [("8.0.0", "3.5.0"), ("9.2.0", "3.8.0")]
 
 
