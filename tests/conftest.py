@@ -35,9 +35,10 @@ pytest_plugins = ["helpers.fixtures", "helpers.fake_openai", "helpers.scicode_bu
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Modules run in the order of their share of slow tests, highest first, each module kept whole (its module
-    fixtures set up once) and the order otherwise unchanged. Under -n 2 the long end-to-end runs then start early
-    and the short tests fill in around them, instead of the suite ending on one worker busy with a long run while
-    the other waits."""
+    fixtures set up once) and the order otherwise unchanged. Under -n 2 xdist's loadfile (pyproject.toml's
+    addopts) hands a free worker the next whole module: the long end-to-end runs start early and the short
+    modules fill in around them, instead of the suite ending on one worker busy with a long run while the other
+    waits."""
     counts: dict[Path, list[int]] = {}
     for item in items:
         slow, total = counts.setdefault(item.path, [0, 0])
