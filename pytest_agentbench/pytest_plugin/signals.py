@@ -16,6 +16,10 @@ ignored, so it cannot cut the reports short; SIGKILL still ends the process at o
 A stop (Ctrl-C too) that comes while a finished item's report is being handled waits until every plugin has
 handled it: the records file, the reporter's tally and the progress count then agree on that item, so a
 record on disk is always in the summary.
+
+Python runs a handler wherever the main thread is, and some places swallow what it raises (a callback around
+``os.fork``, a finalizer): a stop raised there is reported as "Exception ignored" and the run went on to its end
+as if nothing had come. So a stop that was raised is raised again when the item it came in ends.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class StopSignals:
         self.holding = 0
         self.unlogged: set[int] = set()  # reports made here and not yet logged
         self.pending: KeyboardInterrupt | None = None  # the stop that came meanwhile
+        self.raised: KeyboardInterrupt | None = None  # the stop raised, perhaps where it was swallowed
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
@@ -71,12 +76,14 @@ class StopSignals:
         if self.holding or self.unlogged:
             self.pending = self.pending or exc
             return
+        self.raised = exc
         raise exc
 
     def release(self) -> None:
         """Raise the stop that waited, once no report is in hand."""
         if not self.holding and not self.unlogged and self.pending is not None:
             exc, self.pending = self.pending, None
+            self.raised = exc
             raise exc
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -103,6 +110,8 @@ class StopSignals:
     def pytest_runtest_logfinish(self) -> None:
         self.unlogged.clear()  # a report made and never logged holds no stop past its item
         self.release()
+        if self.raised is not None and not self.finishing:  # the item ended: the stop was swallowed on its way
+            raise self.raised
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self) -> None:
