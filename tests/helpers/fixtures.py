@@ -205,9 +205,9 @@ def run_once_per_session(
     return SharedRun(project=project, path=run_dir, **ended)
 
 
-def start_pytest(project: Path, shared_cache: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """pytest run as a user runs it in ``project`` (offline, the staged data, the session's cache of rebuilt
-    targets), in a fresh interpreter: what ``bench(..., subprocess=True)`` does, without a pytester folder."""
+def user_pytest_command(project: Path, shared_cache: Path, *args: str, **env: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of pytest run as a user runs it in ``project`` (offline, the staged data,
+    the session's cache of rebuilt targets), in a fresh interpreter; the project gets its pytest.ini and HOME."""
     (project / "pytest.ini").write_text("[pytest]\n")  # the rootdir is the project, so its conftest.py applies
     home = project / "home"
     home.mkdir()
@@ -220,7 +220,56 @@ def start_pytest(project: Path, shared_cache: Path, *args: str, **env: str) -> s
         **env,
     )
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--bench-cache-dir={shared_cache}", *args]
+    return argv, environ
+
+
+def start_pytest(project: Path, shared_cache: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """pytest run as a user runs it (``user_pytest_command``): what ``bench(..., subprocess=True)`` does, without a
+    pytester folder."""
+    argv, environ = user_pytest_command(project, shared_cache, *args, **env)
     return subprocess.run(argv, cwd=project, env=environ, capture_output=True, text=True, timeout=1800)
+
+
+# Runs a command, then writes how it ended to the outcome file given (whole, by a rename); it holds the shared
+# run's lock (its inherited descriptor) until then.
+RECORD_OUTCOME = """
+import json, os, subprocess, sys
+outcome, argv = sys.argv[1], json.loads(sys.argv[2])
+done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+with open(outcome + ".part", "w") as out:
+    json.dump({"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}, out)
+os.replace(outcome + ".part", outcome)
+"""
+
+
+def start_early(tmp_path_factory: pytest.TempPathFactory, name: str, command: Callable[[Path], tuple]) -> None:
+    """Start the shared run ``name`` in the background, unless a process of this session has started it: the
+    background process holds the run's lock until its outcome is written, so ``run_once_per_session`` waits for
+    it (or, if it died without an outcome, runs it again) instead of starting it when its first test asks."""
+    root = session_root(tmp_path_factory) / name
+    root.mkdir(exist_ok=True)
+    with open(root / "lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # under way
+        if (root / OUTCOME).is_file() or (root / "started").exists():
+            return
+        (root / "started").touch()
+        project = root / "project"
+        shutil.rmtree(project, ignore_errors=True)
+        project.mkdir()
+        argv, environ = command(project)
+        subprocess.Popen(
+            [sys.executable, "-c", RECORD_OUTCOME, str(root / OUTCOME), json.dumps(argv)],
+            cwd=project,
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(lock.fileno(),),
+            start_new_session=True,
+        )
 
 
 def unchanged(run: SharedRun) -> Iterator[SharedRun]:
@@ -257,16 +306,33 @@ def tiny_run(shared_tiny_run: SharedRun) -> Iterator[SharedRun]:
     yield from unchanged(shared_tiny_run)
 
 
+VALIDATION_RUN = "agentbench-validation-oracle-run"
+VALIDATION_ARGS = ("--bench=scicode", "--bench-split=validation", "--model=oracle", f"--bench-run-id={SHARED_RUN_ID}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def validation_oracle_run_started_early(request, tmp_path_factory, shared_cache, machine_secret, no_retry_waits):
+    """When a selected test needs the session's run of the validation split, it starts in the background as the
+    first worker starts (minutes of scoring, with idle time in other tests to fill), not when that test asks:
+    a worker that asks while another runs it no longer waits idle for all of it."""
+    if any("shared_validation_oracle_run" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        start_early(
+            tmp_path_factory,
+            VALIDATION_RUN,
+            lambda project: user_pytest_command(project, shared_cache, *VALIDATION_ARGS),
+        )
+
+
 @pytest.fixture(scope="session")
 def shared_validation_oracle_run(tmp_path_factory, shared_cache, machine_secret, no_retry_waits) -> SharedRun:
     """SciCode's whole validation split (15 problems, 50 steps) with the oracle, one process, default options,
-    once for the whole test session (minutes; under xdist the other workers wait for it): every step passes."""
+    once for the whole test session (minutes, started early in the background; a worker that asks for it before
+    it ends waits): every step passes."""
 
     def start(project: Path) -> subprocess.CompletedProcess:
-        args = ["--bench=scicode", "--bench-split=validation", "--model=oracle", f"--bench-run-id={SHARED_RUN_ID}"]
-        return start_pytest(project, shared_cache, *args)
+        return start_pytest(project, shared_cache, *VALIDATION_ARGS)
 
-    run = run_once_per_session(tmp_path_factory, "agentbench-validation-oracle-run", start)
+    run = run_once_per_session(tmp_path_factory, VALIDATION_RUN, start)
     assert run.returncode == 0, run.tail()
     return run
 
