@@ -231,9 +231,12 @@ def start_pytest(project: Path, shared_cache: Path, *args: str, **env: str) -> s
 
 
 # Runs a command, then writes how it ended to the outcome file given (whole, by a rename); it holds the shared
-# run's lock (its inherited descriptor) until then.
+# run's lock (its inherited descriptor) until then. It first leaves the starting worker's process tree (the
+# worker waits only for the first fork), so that tests which count that worker's descendants do not see the run.
 RECORD_OUTCOME = """
 import json, os, subprocess, sys
+if os.fork():
+    os._exit(0)
 outcome, argv = sys.argv[1], json.loads(sys.argv[2])
 done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
 with open(outcome + ".part", "w") as out:
@@ -260,7 +263,7 @@ def start_early(tmp_path_factory: pytest.TempPathFactory, name: str, command: Ca
         shutil.rmtree(project, ignore_errors=True)
         project.mkdir()
         argv, environ = command(project)
-        subprocess.Popen(
+        subprocess.run(
             [sys.executable, "-c", RECORD_OUTCOME, str(root / OUTCOME), json.dumps(argv)],
             cwd=project,
             env=environ,
@@ -269,6 +272,8 @@ def start_early(tmp_path_factory: pytest.TempPathFactory, name: str, command: Ca
             stderr=subprocess.DEVNULL,
             pass_fds=(lock.fileno(),),
             start_new_session=True,
+            check=True,
+            timeout=60,
         )
 
 
