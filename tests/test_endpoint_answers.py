@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 
 import openai
 import pytest
@@ -16,7 +15,7 @@ from pytest_agentbench.core.text import clipped
 from pytest_agentbench.models.client import describe_error
 from pytest_agentbench.models.preflight import preflight
 
-from helpers.fake_openai import SHUTDOWN_POLL
+from helpers.serving import serve_in_background
 
 PAGE = b"<!DOCTYPE html><html><head><title>Welcome</title></head><body>a web site</body></html>"
 
@@ -53,8 +52,7 @@ class WebSite(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def web_site():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), WebSite)
-    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
-    thread.start()
+    serve_in_background(server, "web-site")
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()

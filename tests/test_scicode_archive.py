@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import threading
 import zipfile
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -13,8 +12,8 @@ import pytest
 from pytest_agentbench.benchmarks.scicode import archive, dataset
 from pytest_agentbench.core.data import DataError, sha256_of
 
-from helpers.fake_openai import SHUTDOWN_POLL
 from helpers.scicode_builders import MODEL_CONFTEST, TARGETS, write_dataset
+from helpers.serving import serve_in_background
 
 pytestmark = pytest.mark.e2e
 
@@ -35,14 +34,13 @@ class Served:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(folder)))
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(SHUTDOWN_POLL,), daemon=True)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}/scicode.zip"
 
     def __enter__(self) -> Served:
-        self.thread.start()
+        serve_in_background(self.server, "download-server")
         return self
 
     def __exit__(self, *exc) -> None:

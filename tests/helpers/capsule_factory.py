@@ -19,10 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-# how often the server's loop looks for the stop (the default 0.5 s was waited out whole); the scripted server's
-# own constant is not imported: helpers.fake_openai imports pytest, and this module serves the plain-Python
-# notebook test, which checks pytest is never imported
-SHUTDOWN_POLL = 0.01
+from helpers.serving import serve_in_background
 
 CAPSULE_FILES = {
     "code/main.py": (
@@ -211,11 +208,7 @@ class CapsuleServer:
     def __enter__(self) -> CapsuleServer:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
-        self._server.socket.setblocking(False)  # as the scripted server's: a poll with no connection left
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(SHUTDOWN_POLL,), name="capsule-server", daemon=True
-        )
-        self._thread.start()
+        self._thread = serve_in_background(self._server, "capsule-server")
         return self
 
     def __exit__(self, *exc: Any) -> None:

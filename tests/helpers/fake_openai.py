@@ -42,12 +42,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from helpers.serving import serve_in_background
+
 if TYPE_CHECKING:
     from pytest_agentbench.models.client import OpenAIModel
-
-# how often the serving loop looks for stop(): the default 0.5 s was waited out whole at the end of every test
-# (the loop had just gone back to waiting after the test's last request)
-SHUTDOWN_POLL = 0.01
 
 
 class FakeOpenAI:
@@ -134,13 +132,7 @@ class FakeOpenAI:
         handler = _make_handler(self)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
-        # a poll that finds no connection left by the time the loop accepts must not hold it in accept(): stop()
-        # would wait for it forever (seen once in a full run, a test's teardown hung 30 minutes)
-        self._server.socket.setblocking(False)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(SHUTDOWN_POLL,), name="fake-openai", daemon=True
-        )
-        self._thread.start()
+        self._thread = serve_in_background(self._server, "fake-openai")
         return self
 
     def stop(self) -> None:
