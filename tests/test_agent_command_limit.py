@@ -20,6 +20,7 @@ from pytest_agentbench.sandbox.containment import NO_PYTHON
 
 from helpers.bench_runs import SHARED_DATA
 from helpers.capabilities import needs
+from helpers.capsule_factory import committed_image
 from helpers.external_agents import ONE_CALL_AGENT, inline, questions, run_capsule
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -175,27 +176,17 @@ def test_codex_which_has_no_timeout_switch_is_held_to_the_plugins(pytester, tmp_
     assert TOLD in shown[-1] and "Process exited with code 143" in shown[-1], shown
 
 
+def ran_to_success(container) -> None:
+    container.start()
+    assert container.wait(timeout=120)["StatusCode"] == 0, container.logs()
+
+
 @pytest.fixture
 def image_without_python() -> Iterator[str]:
     """The test image with no ``python3`` on its PATH (removed, committed as a new image; removed afterwards)."""
-    import docker  # why: only the Docker tests
-
-    client = docker.from_env()
-    made = client.containers.run(
-        needs("docker"),
-        ["sh", "-c", "rm -f /usr/bin/python3* /usr/local/bin/python3*; ! command -v python3"],
-        detach=True,
-    )
-    try:
-        assert made.wait(timeout=120)["StatusCode"] == 0, made.logs()  # python3 is gone
-        image = f"agentbench-test-no-python:t{os.getpid()}"
-        made.commit(repository=image.split(":")[0], tag=image.split(":")[1])
-    finally:
-        made.remove(force=True)
-    try:
+    remove = ["sh", "-c", "rm -f /usr/bin/python3* /usr/local/bin/python3*; ! command -v python3"]
+    with committed_image(needs("docker"), "agentbench-test-no-python", remove, ran_to_success) as image:
         yield image
-    finally:
-        client.images.remove(image, force=True)
 
 
 @pytest.mark.docker

@@ -15,7 +15,7 @@ import os
 import shutil
 import tarfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -224,19 +224,16 @@ STAGED_BY_LABEL = "agentbench.test-staged-by"  # the test process that made a co
 
 
 @contextlib.contextmanager
-def image_with_inputs(base: str, inputs: Path, name: str) -> Iterator[str]:
-    """A Docker image: ``base`` with the folder ``inputs`` at /opt/inputs (a capsule preinstalled in the image,
-    for --bench-set=preinstalled_input_dir=/opt/inputs); its name, and the image removed afterwards."""
+def committed_image(base: str, name: str, command: list[str], change: Callable[[Any], None]) -> Iterator[str]:
+    """A Docker image: ``base`` as ``change(container)`` leaves a container made from it to run ``command``,
+    committed as ``name:t<pid>``; its name, and the image removed afterwards."""
     import docker  # why: only the Docker tests build images
 
     client = docker.from_env()
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(inputs, arcname="inputs")
-    builder = client.containers.create(base, ["true"])
+    builder = client.containers.create(base, command)
     image = f"{name}:t{os.getpid()}"
     try:
-        builder.put_archive("/opt", buffer.getvalue())
+        change(builder)
         builder.commit(repository=name, tag=f"t{os.getpid()}")
     finally:
         builder.remove(force=True)
@@ -244,6 +241,15 @@ def image_with_inputs(base: str, inputs: Path, name: str) -> Iterator[str]:
         yield image
     finally:
         client.images.remove(image, force=True)
+
+
+def image_with_inputs(base: str, inputs: Path, name: str) -> contextlib.AbstractContextManager[str]:
+    """A Docker image: ``base`` with the folder ``inputs`` at /opt/inputs (a capsule preinstalled in the image,
+    for --bench-set=preinstalled_input_dir=/opt/inputs); its name, and the image removed afterwards."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(inputs, arcname="inputs")
+    return committed_image(base, name, ["true"], lambda builder: builder.put_archive("/opt", buffer.getvalue()))
 
 
 def labelled_containers() -> list:
