@@ -197,8 +197,6 @@ def test_a_stop_swallowed_where_it_was_raised_ends_the_run_when_its_item_ends(si
     """Python runs a signal handler wherever the main thread is; raised inside a callback around os.fork (an
     executor forks) the KeyboardInterrupt is reported as "Exception ignored" and lost: a full run of this suite
     once went on to exit 0 after SIGTERM. The stop is raised again when the item ends."""
-    from pytest_agentbench.pytest_plugin.signals import StopSignals
-
     stops = StopSignals()
     handler = stops.handle if signum == signal.SIGTERM else stops.interrupt
     try:
